@@ -1,0 +1,31 @@
+# `make demo` trains a small model on a virtual-CPU mesh; `make test` runs the
+# test suite. Both create .venv and install the package on first use.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat setup.py | cksum | cut -d' ' -f1)
+PYTEST_WORKERS ?= 2
+
+.PHONY: demo test test-fast bench clean
+
+$(STAMP): setup.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[cpu,test]"
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/mlp_demo.py
+
+test: $(STAMP)
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --durations=15 tests
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) -m "not slow" tests
+
+bench: $(STAMP)
+	$(PY) benchmarks/mlp_step.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

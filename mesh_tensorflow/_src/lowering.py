@@ -1,0 +1,240 @@
+"""Lowering: turns an mtf Graph into TensorFlow ops for given mesh impls.
+
+The Lowering walks the graph in creation order; each Operation lowers itself
+through the MeshImpl of its mesh. Sums over split dimensions stay lazy
+(LazyAllreduceSum) so that additions happen before the one allreduce.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Callable, Dict, Optional, Sequence
+
+from absl import logging
+import tensorflow as tf
+
+from mesh_tensorflow._src.graph import Graph, Mesh, Tensor
+
+_INVALID_SCOPE_CHARS = re.compile(r"[^A-Za-z0-9_.\-/]")
+
+
+class LazyAllreduceSum:
+  """A SUM allreduce that is only performed when its result is needed."""
+
+  def __init__(self, mesh_impl, laid_out_input, mesh_axes,
+               add_counter_fn: Optional[Callable[[], None]] = None):
+    self.mesh_impl = mesh_impl
+    self.laid_out_input = laid_out_input
+    self.mesh_axes = tuple(mesh_axes)
+    self.add_counter_fn = add_counter_fn
+    self._reduced = None
+
+  def to_laid_out_tensor(self):
+    if self._reduced is None:
+      if not self.mesh_axes:
+        self._reduced = self.laid_out_input
+      else:
+        if self.add_counter_fn is not None:
+          self.add_counter_fn()
+        self._reduced = self.mesh_impl.allreduce(
+            self.laid_out_input, self.mesh_axes, "SUM")
+    return self._reduced
+
+  @property
+  def slice_shape(self):
+    return self.laid_out_input.slice_shape
+
+
+class LazyLaidOutTensor:
+  """A laid-out tensor computed (again) on each to_laid_out_tensor() call."""
+
+  def __init__(self, to_laid_out_tensor_fn: Callable, slice_shape):
+    self._fn = to_laid_out_tensor_fn
+    self._slice_shape = slice_shape
+
+  def to_laid_out_tensor(self):
+    return self._fn()
+
+  @property
+  def slice_shape(self):
+    return self._slice_shape
+
+
+def compatible_lazy_allreduce_sums(xs: Sequence) -> bool:
+  """True iff xs are LazyAllreduceSums over the same axes and slice shape."""
+  if not xs or not all(isinstance(x, LazyAllreduceSum) for x in xs):
+    return False
+  first = xs[0]
+  return all(x.mesh_axes == first.mesh_axes and
+             list(x.slice_shape) == list(first.slice_shape) for x in xs[1:])
+
+
+def convert_args_to_laid_out_tensors(xs: Sequence) -> list:
+  return [x.to_laid_out_tensor() if hasattr(x, "to_laid_out_tensor") else x
+          for x in xs]
+
+
+def _scope_name(op_name: str) -> str:
+  name = _INVALID_SCOPE_CHARS.sub("_", op_name)
+  if name and not re.match(r"[A-Za-z0-9.]", name[0]):
+    name = "op" + name
+  return name or "op"
+
+
+class Lowering:
+  """Lowers every operation of `graph` through `mesh_to_impl`.
+
+  Example:
+    lowering = mtf.Lowering(graph, {mesh: mesh_impl})
+    tf_y = lowering.export_to_tf_tensor(y)
+  """
+
+  def __init__(self, graph: Graph, mesh_to_impl: Dict[Mesh, "object"],
+               autostack: bool = True, log_file: Optional[str] = None):
+    self.mesh_to_impl = mesh_to_impl
+    self.graph = graph
+    if autostack:
+      self.autostack()
+    self._counters = []
+    self.tensors = {}
+    self.operations = {}
+    self.variables = {}
+    for op in graph.operations:
+      with tf.name_scope(_scope_name(op.name)):
+        op.lower(self)
+      for out in op.outputs:
+        self.add_counter("output/%s" % type(op).__name__,
+                         self.laid_out_size(out))
+        self.add_counter("output_unique/%s" % type(op).__name__, out.size)
+    log_variable_sizes(graph.trainable_variables, "Trainable Variables",
+                       verbose=True, mesh_to_impl=mesh_to_impl,
+                       log_file=log_file)
+    untrainable = [v for v in graph.all_variables
+                   if v not in set(graph.trainable_variables)]
+    log_variable_sizes(untrainable, "Untrainable Variables", verbose=False,
+                       mesh_to_impl=mesh_to_impl, log_file=log_file)
+    logging.vlog(1, "Counters:\n%s", pretty_print_counters(self._counters))
+
+  def mesh_impl(self, m):
+    """MeshImpl for a Mesh, or for the mesh of a Tensor or Operation."""
+    mesh = m if isinstance(m, Mesh) else m.mesh
+    try:
+      return self.mesh_to_impl[mesh]
+    except KeyError:
+      raise ValueError("mesh %r has no MeshImpl in mesh_to_impl (meshes: %s)"
+                       % (mesh, list(self.mesh_to_impl))) from None
+
+  def export_to_tf_tensor(self, x: Tensor) -> tf.Tensor:
+    """The full TF tensor for mtf Tensor x."""
+    mesh_impl = self.mesh_impl(x)
+    return mesh_impl.export_to_tf_tensor(
+        x, self.tensors[x].to_laid_out_tensor())
+
+  def lowered_operation(self, op):
+    """The TF op (e.g. tf.group for Assign) an mtf Operation lowered to."""
+    if isinstance(op, Tensor):
+      return self.export_to_tf_tensor(op)
+    if op not in self.operations:
+      raise ValueError("operation %s has no lowered TF operation (only "
+                       "Assign-like operations do)" % op.name)
+    return self.operations[op]
+
+  def _group_copies(self, copy_ops):
+    copy_ops = [c for c in copy_ops if c is not None]
+    if os.environ.get("MTF_SEQUENCE_MODE", "") == "1" and copy_ops:
+      last = None
+      for c in copy_ops:
+        deps = [last] if last is not None else []
+        with tf.control_dependencies(deps):
+          last = tf.group(c)
+      return last
+    return tf.group(*copy_ops)
+
+  def copy_masters_to_slices(self):
+    """Op that copies every master variable into its per-processor slices."""
+    return self._group_copies(
+        [v.copy_master_to_slices for v in self.variables.values()])
+
+  def copy_slices_to_masters(self):
+    """Op that writes the per-processor slices back into the masters."""
+    return self._group_copies(
+        [v.copy_slices_to_master for v in self.variables.values()])
+
+  def add_counter(self, key: str, value: int) -> None:
+    self._counters.append((key, value))
+
+  @property
+  def counters(self):
+    return self._counters
+
+  def laid_out_size(self, tensor: Tensor) -> int:
+    return self.mesh_impl(tensor).laid_out_size(tensor.shape)
+
+  def set_tensor_lowering(self, tensor: Tensor, laid_out_tensor) -> None:
+    self.verify_slice_shapes(tensor, laid_out_tensor)
+    self.tensors[tensor] = laid_out_tensor
+
+  def verify_slice_shapes(self, tensor: Tensor, laid_out_tensor) -> None:
+    mesh_impl = self.mesh_impl(tensor)
+    correct = mesh_impl.slice_shape(tensor.shape)
+    actual = list(laid_out_tensor.slice_shape)
+    if actual != correct:
+      raise ValueError(
+          "wrong slice shape for %s: expected %s, got %s" %
+          (tensor.to_string, correct, actual))
+
+  def autostack(self) -> None:
+    """Stacks small same-shape variables (see Graph.rewrite_stack_variables).
+
+    The slice-size cap is 2**27 when the variables have at least 65536 slices
+    in total, else 2**16. A graph is rewritten once; lowering it again (say in
+    a re-traced tf.function) reuses the rewritten graph.
+    """
+    if self.graph.stacked_variables_rewritten:
+      return
+    num_slices = sum(self.mesh_impl(v).size for v in self.graph.all_variables
+                     if v.mesh in self.mesh_to_impl)
+    max_combined_slice_size = 2 ** 27 if num_slices >= 2 ** 16 else 2 ** 16
+    self.graph.rewrite_stack_variables(
+        max_combined_slice_size=max_combined_slice_size,
+        mesh_to_impl=self.mesh_to_impl)
+
+
+def pretty_print_counters(counters) -> str:
+  """Totals of (key, value) counters by every "/"-separated key prefix."""
+  totals = {}
+  for key, value in counters:
+    parts = key.split("/")
+    for i in range(1, len(parts) + 1):
+      prefix = "/".join(parts[:i])
+      totals[prefix] = totals.get(prefix, 0) + value
+  return "\n".join("%s: %d" % (k, totals[k]) for k in sorted(totals))
+
+
+def log_variable_sizes(var_list, tag: str, verbose: bool = True,
+                       mesh_to_impl=None, log_file: Optional[str] = None):
+  """Logs the sizes of mtf variables (and per-processor sizes if known)."""
+  if not var_list:
+    return
+  lines = []
+  total = 0
+  for v in sorted(var_list, key=lambda v: v.name):
+    total += v.shape.size
+    if verbose:
+      line = "Variable %-60s size %-12d shape %s" % (
+          v.name, v.shape.size, v.shape.to_string)
+      if mesh_to_impl is not None and v.mesh in mesh_to_impl:
+        line += " slice_size %d" % mesh_to_impl[v.mesh].slice_size(v.shape)
+      lines.append(line)
+  lines.append("%s count: %d total size: %d" % (tag, len(var_list), total))
+  text = "\n".join(lines)
+  logging.vlog(1, "%s", text)
+  if log_file:
+    with tf.io.gfile.GFile(log_file, "a") as f:
+      f.write(text + "\n")
+
+
+__all__ = ["LazyAllreduceSum", "LazyLaidOutTensor", "Lowering",
+           "compatible_lazy_allreduce_sums", "convert_args_to_laid_out_tensors",
+           "log_variable_sizes", "pretty_print_counters"]

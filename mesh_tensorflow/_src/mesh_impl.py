@@ -1,0 +1,318 @@
+"""MeshImpl: the interface between mtf operations and a mesh backend.
+
+Operations only call the methods defined here (slice shapes, slicewise,
+collectives, import/export). Backends (placement, SIMD) implement the abstract
+communication primitives and know nothing about operations.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Callable, List, Optional, Sequence
+
+from absl import logging
+import tensorflow as tf
+
+from mesh_tensorflow._src import layout as layout_lib
+from mesh_tensorflow._src import tf_einsum
+from mesh_tensorflow._src.shapes import Shape, convert_to_shape, list_product
+
+
+class MeshImpl(abc.ABC):
+  """How one mesh (its shape and layout rules) is realised on devices.
+
+  Example:
+    mesh_impl = mtf.placement_mesh_impl.PlacementMeshImpl(
+        "rows:2;cols:2", "batch:rows;hidden:cols", ["cpu:0"] * 4)
+  """
+
+  def __init__(self, shape, layout_rules, *, strict_layout_rules: bool = False):
+    """Args:
+      shape: the mesh shape, e.g. "rows:2;cols:2".
+      layout_rules: e.g. "batch:rows;hidden:cols".
+      strict_layout_rules: raise ValueError for rules naming mesh dims absent
+        from this mesh (a typo guard). By default such rules are ignored, as
+        in the original, so layouts written for bigger meshes still work.
+    """
+    self._shape = convert_to_shape(shape)
+    self._layout_rules = layout_lib.convert_to_layout_rules(layout_rules)
+    unknown = self._layout_rules.unknown_mesh_dimensions(self._shape)
+    if unknown and strict_layout_rules:
+      bad = [r for r in self._layout_rules if r[1] in unknown]
+      raise ValueError("layout rules %s name mesh dimensions %s that are not "
+                       "in mesh %s" % (bad, unknown, self._shape.to_string))
+    if unknown:
+      # Faithful to the original: rules naming mesh dims absent from this mesh
+      # are ignored (a layout written for a bigger mesh still works), but say so.
+      logging.info("layout rules %r name mesh dimensions %s that are not in "
+                   "mesh %s; those rules are ignored.", self._layout_rules,
+                   unknown, self._shape.to_string)
+
+  @property
+  def shape(self) -> Shape:
+    return self._shape
+
+  @property
+  def ndims(self) -> int:
+    return self._shape.ndims
+
+  @property
+  def layout_rules(self):
+    return self._layout_rules
+
+  @property
+  def size(self) -> int:
+    return self._shape.size
+
+  @property
+  def supports_control_dependencies(self) -> bool:
+    return True
+
+  # ---------------------------------------------------------------- layouts
+  def tensor_dimension_to_mesh_axis(self, tensor_dimension) -> Optional[int]:
+    return self._layout_rules.tensor_dimension_to_mesh_axis(
+        tensor_dimension, self._shape)
+
+  def tensor_layout(self, arg) -> layout_lib.TensorLayout:
+    """TensorLayout of an mtf Tensor or a Shape."""
+    shape = arg.shape if hasattr(arg, "operation") else convert_to_shape(arg)
+    return self._layout_rules.tensor_layout(shape, self._shape)
+
+  def mesh_axis_to_cumprod(self, tensor_shape) -> List[Optional[int]]:
+    """For each mesh axis, the exclusive cumprod of the tensor axis split on it.
+
+    Two layouts split a flattened tensor the same way along a mesh axis iff
+    these numbers agree; reshape uses that to decide on communication.
+    """
+    tensor_shape = convert_to_shape(tensor_shape)
+    ta2ma = self.tensor_layout(tensor_shape).mesh_axis_to_tensor_axis(self.ndims)
+    cumprod = tensor_shape.cumprod
+    return [None if ta is None else cumprod[ta] for ta in ta2ma]
+
+  def slice_shape(self, tensor_shape) -> List[int]:
+    """Per-processor slice shape; ValueError if a split does not divide."""
+    tensor_shape = convert_to_shape(tensor_shape)
+    result = []
+    for dim, mesh_axis in zip(tensor_shape.dims,
+                              self.tensor_layout(tensor_shape)):
+      if mesh_axis is None:
+        result.append(dim.size)
+        continue
+      mesh_dim = self._shape.dims[mesh_axis]
+      if dim.size % mesh_dim.size:
+        raise ValueError(layout_lib.split_error_message(dim, mesh_dim))
+      result.append(dim.size // mesh_dim.size)
+    return result
+
+  def slice_begin(self, tensor_shape, pnum: int) -> List[int]:
+    """Offsets of processor `pnum`'s slice within the full tensor."""
+    tensor_shape = convert_to_shape(tensor_shape)
+    coords = layout_lib.pnum_to_processor_coordinates(self._shape, pnum)
+    sizes = self.slice_shape(tensor_shape)
+    return [0 if ma is None else coords[ma] * size
+            for ma, size in zip(self.tensor_layout(tensor_shape), sizes)]
+
+  def slice_size(self, tensor_shape) -> int:
+    return list_product(self.slice_shape(tensor_shape))
+
+  def laid_out_size(self, tensor_shape) -> int:
+    return self.slice_size(tensor_shape) * self.size
+
+  # ------------------------------------------------------- derived utilities
+  def slicewise_delay_allreduce(self, fn: Callable, *inputs):
+    """Like slicewise, but keeps compatible lazy sums lazy (fn must be linear)."""
+    from mesh_tensorflow._src import lowering as lowering_lib  # pylint: disable=g-import-not-at-top
+    if lowering_lib.compatible_lazy_allreduce_sums(inputs):
+      first = inputs[0]
+      return lowering_lib.LazyAllreduceSum(
+          self, self.slicewise(fn, *[x.laid_out_input for x in inputs]),
+          first.mesh_axes, add_counter_fn=first.add_counter_fn)
+    return self.slicewise(
+        fn, *lowering_lib.convert_args_to_laid_out_tensors(inputs))
+
+  def Print(self, x, data, message, **kwargs):  # pylint: disable=invalid-name
+    del data, message, kwargs
+    logging.warning("Print not implemented for %s", type(self).__name__)
+    return x
+
+  def pcoord(self, pnum, mesh_axis: int):
+    """Coordinate of processor `pnum` (an int or an int tensor) on mesh_axis."""
+    divisor = list_product(self._shape.to_integer_list[mesh_axis + 1:])
+    modulus = self._shape[mesh_axis].size
+    if isinstance(pnum, int):
+      return (pnum // divisor) % modulus
+    return tf.math.floormod(tf.math.floordiv(pnum, divisor), modulus)
+
+  def laid_out_pcoord(self, mesh_axis: int):
+    """LaidOutTensor of each processor's coordinate along `mesh_axis`."""
+    return self.slicewise(lambda pnum: self.pcoord(pnum, mesh_axis),
+                          self.laid_out_pnum())
+
+  def laid_out_slice_num(self, tensor_shape):
+    """LaidOutTensor of ints, equal exactly for processors with equal slices."""
+    tensor_shape = convert_to_shape(tensor_shape)
+    split_axes = [ma for ma in self.tensor_layout(tensor_shape) if ma is not None]
+
+    def slice_num_fn(pnum):
+      num = 0
+      for ma in sorted(split_axes):
+        num = num * self._shape[ma].size + self.pcoord(pnum, ma)
+      return num
+    return self.slicewise(slice_num_fn, self.laid_out_pnum())
+
+  def laid_out_slice_begin(self, tensor_shape):
+    """LaidOutTensor of each processor's slice_begin (lists, or int tensors)."""
+    tensor_shape = convert_to_shape(tensor_shape)
+    sizes = self.slice_shape(tensor_shape)
+    tensor_layout = self.tensor_layout(tensor_shape)
+
+    def begin_fn(pnum):
+      begin = [0 if ma is None else self.pcoord(pnum, ma) * size
+               for ma, size in zip(tensor_layout, sizes)]
+      return begin if isinstance(pnum, int) else tf.stack(begin)
+    return self.slicewise(begin_fn, self.laid_out_pnum())
+
+  def allsplit(self, x, mesh_axis: int, split_axis: int, which=None):
+    """Keeps, on each processor, the piece of `x` its coordinate selects.
+
+    No communication: every processor already holds the whole of `split_axis`.
+    """
+    if which is None:
+      which = self.laid_out_pcoord(mesh_axis)
+    num_splits = self._shape[mesh_axis].size
+
+    def split_fn(t, w):
+      size = t.shape[split_axis] // num_splits
+      if isinstance(w, int):
+        begin = [0] * t.shape.rank
+        begin[split_axis] = w * size
+        sizes = t.shape.as_list()
+        sizes[split_axis] = size
+        return tf.slice(t, begin, sizes)
+      begin = tf.one_hot(split_axis, t.shape.rank, dtype=tf.int32) * w * size
+      sizes = t.shape.as_list()
+      sizes[split_axis] = size
+      return tf.slice(t, begin, sizes)
+    return self.slicewise(split_fn, x, which)
+
+  def shift_by_n_processors(self, x, mesh_axis: int, offset: int, wrap: bool):
+    """Each processor receives x from the processor `offset` before it."""
+    n = self._shape[mesh_axis].size
+    source_pcoord = []
+    for i in range(n):
+      c = i - offset
+      if c != c % n:
+        if wrap:
+          c %= n
+        else:
+          c = None
+      source_pcoord.append(c)
+    return self.receive(x, mesh_axis, source_pcoord)
+
+  def broadcast_impl(self, old_slices, old_shape, new_shape):
+    """Broadcasts each slice from old_shape to new_shape (no communication)."""
+    old_shape = convert_to_shape(old_shape)
+    new_shape = convert_to_shape(new_shape)
+    new_slice_shape = self.slice_shape(new_shape)
+    return self.slicewise(
+        lambda x: broadcast_slice(x, old_shape, new_shape, new_slice_shape),
+        old_slices)
+
+  def make_slices(self, tf_tensor, tensor_shape) -> List[tf.Tensor]:
+    """Cuts a full tf tensor into the per-processor slices (list by pnum)."""
+    tensor_shape = convert_to_shape(tensor_shape)
+    sizes = self.slice_shape(tensor_shape)
+    return [static_slice(tf_tensor, self.slice_begin(tensor_shape, pnum), sizes)
+            for pnum in range(self.size)]
+
+  def combine_slices(self, slices: Sequence[tf.Tensor], tensor_shape,
+                     device: Optional[str] = None) -> tf.Tensor:
+    """Inverse of make_slices: concatenates split axes, drops replicas."""
+    tensor_shape = convert_to_shape(tensor_shape)
+    if tensor_shape.ndims == 0:
+      return slices[0]
+    ta2ma = self.tensor_layout(tensor_shape).mesh_axis_to_tensor_axis(self.ndims)
+    with tf.device(device):
+      current = list(slices)
+      for mesh_axis in reversed(range(self.ndims)):
+        n = self._shape[mesh_axis].size
+        groups = [current[i:i + n] for i in range(0, len(current), n)]
+        tensor_axis = ta2ma[mesh_axis]
+        if tensor_axis is None:
+          current = [g[0] for g in groups]
+        else:
+          current = [tf.concat(g, tensor_axis) for g in groups]
+      return current[0]
+
+  def einsum(self, equation: str, *slices):
+    """tf.einsum on slices; products and matmuls use tf.multiply/tf.matmul."""
+    return tf_einsum.einsum(equation, *slices)
+
+  # ------------------------------------------------------ backend primitives
+  @abc.abstractmethod
+  def slicewise(self, fn: Callable, *inputs):
+    """Applies fn to corresponding slices; returns LaidOutTensor(s)."""
+
+  @abc.abstractmethod
+  def allreduce(self, x, mesh_axes: Sequence[int], reduction_fn_string: str):
+    """Reduces ("SUM", "MAX", "MIN") over the groups spanning mesh_axes."""
+
+  @abc.abstractmethod
+  def allconcat(self, x, mesh_axis: int, concat_axis: int):
+    """Concatenates the slices of a group along concat_axis on every member."""
+
+  @abc.abstractmethod
+  def alltoall(self, x, mesh_axis: int, split_axis: int, concat_axis: int):
+    """Splits along split_axis, exchanges pieces, concatenates on concat_axis."""
+
+  @abc.abstractmethod
+  def receive(self, x, mesh_axis: int, source_pcoord: Sequence[Optional[int]]):
+    """Processor i along mesh_axis gets the slice of source_pcoord[i] (or 0s)."""
+
+  @abc.abstractmethod
+  def laid_out_pnum(self):
+    """LaidOutTensor of processor numbers."""
+
+  @abc.abstractmethod
+  def export_to_tf_tensor(self, x, laid_out_x):
+    """The full tf.Tensor for mtf Tensor x."""
+
+  @abc.abstractmethod
+  def import_tf_tensor(self, x, tf_x):
+    """LaidOutTensor holding the slices of tf_x for mtf Tensor x."""
+
+
+def static_slice(x: tf.Tensor, begin: Sequence[int],
+                 sizes: Sequence[int]) -> tf.Tensor:
+  """tf.slice with Python int lists; also works for scalars (empty lists)."""
+  if not sizes:
+    # tf.slice would read the empty lists as float tensors and fail.
+    return tf.identity(x)
+  return tf.slice(x, begin, sizes)
+
+
+def broadcast_slice(x: tf.Tensor, old_shape: Shape, new_shape: Shape,
+                    new_slice_shape: Sequence[int]) -> tf.Tensor:
+  """Transposes and broadcasts one slice from old_shape's dims to new_shape's."""
+  if old_shape == new_shape:
+    return x
+  old_names = old_shape.dimension_names
+  new_names = new_shape.dimension_names
+  missing = [n for n in old_names if n not in new_names]
+  if missing:
+    raise ValueError("cannot broadcast %s to %s: dimension %r is missing"
+                     % (old_shape.to_string, new_shape.to_string, missing[0]))
+  perm = [old_names.index(n) for n in new_names if n in old_names]
+  if perm != sorted(perm):
+    x = tf.transpose(x, perm)
+  if len(perm) < len(new_names):
+    x = tf.reshape(x, [s if n in old_names else 1
+                       for n, s in zip(new_names, new_slice_shape)])
+    x = tf.broadcast_to(x, new_slice_shape)
+  return x
+
+
+def pnum_groups(mesh_shape, mesh_axes: Sequence[int]) -> List[List[int]]:
+  """Processor groups that communicate in a collective over mesh_axes."""
+  return layout_lib.processor_groups(mesh_shape, list(mesh_axes))
+

@@ -1,0 +1,151 @@
+"""Collectives over a list of per-device tf.Tensors (one group of processors).
+
+Free functions of (slices, devices): the placement backend calls them once per
+processor group. Results are lists aligned with the inputs, each placed on its
+device.
+
+When every device of the group is a CPU of one TF task (e.g. virtual CPUs),
+the devices share host memory: moving a tensor between them is free (TF passes
+the buffer, no copy) while every extra add or concat costs memory bandwidth on
+the same cores. There the result is computed once, on the first device, and
+the others take it with a (zero-copy) tf.identity.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import List, Sequence
+
+import tensorflow as tf
+
+# Below this many elements a reduction is done on one device and copied out;
+# above it the work is split in shards, one per device (reduce-scatter, then
+# all-gather), so every device adds a 1/n share.
+_SHARDED_ALLREDUCE_MIN_SIZE = 1 << 14
+
+_BINARY_REDUCTIONS = {
+    "SUM": tf.add,
+    "MAX": tf.maximum,
+    "MIN": tf.minimum,
+}
+
+
+def _task_and_type(device: str):
+  spec = tf.DeviceSpec.from_string(device or "")
+  return ((spec.job or "localhost", spec.replica or 0, spec.task or 0),
+          (spec.device_type or "CPU").upper())
+
+
+def share_host_memory(devices: Sequence[str]) -> bool:
+  """True iff all devices are CPUs of one task (so tensors move without copy).
+
+  Unset job/replica/task fields mean the local default task.
+  """
+  keys = [_task_and_type(d) for d in devices]
+  return all(k == (keys[0][0], "CPU") for k in keys)
+
+
+def binary_reduction_fn(reduction_fn_string: str):
+  try:
+    return _BINARY_REDUCTIONS[reduction_fn_string]
+  except KeyError:
+    raise ValueError("unknown reduction %r; expected one of %s"
+                     % (reduction_fn_string, sorted(_BINARY_REDUCTIONS))) from None
+
+
+def _reduce_list(xs: Sequence[tf.Tensor], reduction_fn_string: str) -> tf.Tensor:
+  if reduction_fn_string == "SUM" and len(xs) > 2:
+    return tf.add_n(list(xs))
+  return functools.reduce(binary_reduction_fn(reduction_fn_string), xs)
+
+
+def reduce_then_broadcast(xs: Sequence[tf.Tensor], devices: Sequence[str],
+                          reduction_fn_string: str = "SUM") -> List[tf.Tensor]:
+  """Reduces on the first device, then every device reads the result."""
+  if len(xs) == 1:
+    return list(xs)
+  with tf.device(devices[0]):
+    total = _reduce_list(xs, reduction_fn_string)
+  out = [total]
+  for d in devices[1:]:
+    with tf.device(d):
+      out.append(tf.identity(total))
+  return out
+
+
+def allreduce(xs: Sequence[tf.Tensor], devices: Sequence[str],
+              reduction_fn_string: str = "SUM") -> List[tf.Tensor]:
+  """All-reduce of equally shaped tensors; result on every device.
+
+  Small tensors, and any tensor on devices sharing host memory, are reduced on
+  the first device and copied out; large ones on separate devices are reduced
+  in shards, one per device, then gathered.
+  """
+  n = len(xs)
+  if n == 1:
+    return list(xs)
+  size = xs[0].shape.num_elements()
+  if (size is None or size < _SHARDED_ALLREDUCE_MIN_SIZE or size % n or
+      share_host_memory(devices)):
+    return reduce_then_broadcast(xs, devices, reduction_fn_string)
+  return sharded_allreduce(xs, devices, reduction_fn_string)
+
+
+def sharded_allreduce(xs: Sequence[tf.Tensor], devices: Sequence[str],
+                      reduction_fn_string: str = "SUM") -> List[tf.Tensor]:
+  """Reduce-scatter (device i reduces shard i), then all-gather the shards.
+
+  Every device does 1/n of the arithmetic; needs a size divisible by n.
+  """
+  n = len(xs)
+  shape = xs[0].shape
+  pieces = []
+  for x, d in zip(xs, devices):
+    with tf.device(d):
+      pieces.append(tf.split(tf.reshape(x, [-1]), n))
+  reduced = []
+  for i, d in enumerate(devices):
+    with tf.device(d):
+      reduced.append(_reduce_list([p[i] for p in pieces], reduction_fn_string))
+  out = []
+  for d in devices:
+    with tf.device(d):
+      out.append(tf.reshape(tf.concat(reduced, 0), shape))
+  return out
+
+
+def allconcat(xs: Sequence[tf.Tensor], devices: Sequence[str],
+              concat_axis: int) -> List[tf.Tensor]:
+  """Every device gets the concatenation of all xs along concat_axis."""
+  if len(xs) == 1:
+    return list(xs)
+  if share_host_memory(devices):
+    with tf.device(devices[0]):
+      full = tf.concat(list(xs), concat_axis)
+    out = [full]
+    for d in devices[1:]:
+      with tf.device(d):
+        out.append(tf.identity(full))
+    return out
+  out = []
+  for d in devices:
+    with tf.device(d):
+      out.append(tf.concat(list(xs), concat_axis))
+  return out
+
+
+def alltoall(xs: Sequence[tf.Tensor], devices: Sequence[str], split_axis: int,
+             concat_axis: int) -> List[tf.Tensor]:
+  """Device j gets piece j (along split_axis) of every x, concatenated."""
+  n = len(xs)
+  if n == 1:
+    return list(xs)
+  pieces = []
+  for x, d in zip(xs, devices):
+    with tf.device(d):
+      pieces.append(tf.split(x, n, axis=split_axis))
+  out = []
+  for j, d in enumerate(devices):
+    with tf.device(d):
+      out.append(tf.concat([p[j] for p in pieces], concat_axis))
+  return out

@@ -1,0 +1,329 @@
+"""PlacementMeshImpl: one TF device per processor (CPU, GPU, remote tasks).
+
+Each processor's slice is an ordinary tf.Tensor placed with tf.device;
+collectives are TF ops between devices (see collectives.py).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, List, Sequence
+
+import tensorflow as tf
+
+from mesh_tensorflow._src import layout as layout_lib
+from mesh_tensorflow._src import mesh_impl as mesh_impl_lib
+from mesh_tensorflow._src.mesh_impls import collectives
+from mesh_tensorflow._src.shapes import convert_to_shape
+
+tf1 = tf.compat.v1
+
+
+class LaidOutTensor:
+  """One tf.Tensor per processor, indexed by pnum."""
+
+  def __init__(self, tensor_list: Sequence):
+    self._tensor_list = list(tensor_list)
+
+  def __repr__(self) -> str:
+    return "LaidOutTensor(%r)" % (self._tensor_list,)
+
+  @property
+  def tensor_list(self) -> list:
+    return self._tensor_list
+
+  @property
+  def all_slices(self) -> list:
+    return self._tensor_list
+
+  @property
+  def slice_shape(self) -> List[int]:
+    return self._tensor_list[0].shape.as_list()
+
+  def to_laid_out_tensor(self) -> "LaidOutTensor":
+    return self
+
+  @classmethod
+  def from_tensor_list(cls, tensor_list) -> "LaidOutTensor":
+    return cls(tensor_list)
+
+
+def _same_device(a: str, b: str) -> bool:
+  if not a or not b:
+    return True
+  spec_a = tf.DeviceSpec.from_string(a)
+  spec_b = tf.DeviceSpec.from_string(b)
+  return (spec_a.device_type or "CPU").upper() == (
+      spec_b.device_type or "CPU").upper() and (
+          (spec_a.device_index or 0) == (spec_b.device_index or 0))
+
+
+class LaidOutVariable:
+  """Per-processor slice variables of one mtf Variable.
+
+  Slices are named `<var.name>_slice_<pnum>`, live in the VariableStore (so a
+  re-traced tf.function reuses them) and start as copies of the master. On a
+  one-processor mesh with equal dtypes the master itself is the slice.
+
+  When the mesh devices share host memory (CPUs of one task, e.g. virtual
+  CPUs) processors holding the same slice share one slice variable, named
+  after the first of them: it is read by all and updated once (an assignment
+  takes the value of that first processor; replicas compute equal values). A
+  variable that no layout splits then simply uses its master.
+  """
+
+  def __init__(self, variable, mesh_impl: "PlacementMeshImpl"):
+    self._variable = variable
+    self._mesh_impl = mesh_impl
+    shape = variable.shape
+    master = variable.master
+    slice_shape = mesh_impl.slice_shape(shape)
+    same_dtype = variable.slice_dtype == variable.master_dtype
+    shared = mesh_impl.devices_share_host_memory
+    if shared:
+      self._slice_is_master = same_dtype and (
+          slice_shape == shape.to_integer_list) and (
+              collectives.share_host_memory(
+                  [mesh_impl.devices[0], master.device]))
+    else:
+      self._slice_is_master = (
+          mesh_impl.size == 1 and same_dtype and
+          _same_device(mesh_impl.devices[0], master.device))
+    if self._slice_is_master:
+      self._slices = [master] * mesh_impl.size
+    else:
+      self._slices = []
+      by_begin = {}
+      for pnum in range(mesh_impl.size):
+        begin = mesh_impl.slice_begin(shape, pnum)
+        if shared and tuple(begin) in by_begin:
+          self._slices.append(by_begin[tuple(begin)])
+          continue
+        device = mesh_impl.devices[pnum]
+        key = "%s_slice_%d/%s/%s/%s" % (variable.name, pnum, device,
+                                        begin, slice_shape)
+        slice_var = variable.store.get_or_create_slice(
+            key, self._slice_creator(variable, pnum, device, begin,
+                                     slice_shape))
+        by_begin[tuple(begin)] = slice_var
+        self._slices.append(slice_var)
+    self._laid_out_tensor = LaidOutTensor(self._slices)
+
+  @staticmethod
+  def _slice_creator(variable, pnum, device, begin, slice_shape):
+    def create():
+      with tf.device(device):
+        if tf.executing_eagerly():
+          init = tf.cast(mesh_impl_lib.static_slice(
+              variable.get_master(), begin, slice_shape), variable.slice_dtype)
+          return tf.Variable(init, name="%s_slice_%d" % (variable.name, pnum),
+                             trainable=False)
+        # Legacy graphs follow the original protocol: run the initializers,
+        # then lowering.copy_masters_to_slices().
+        init = tf.zeros(slice_shape, variable.slice_dtype)
+        return tf1.Variable(
+            init, name="%s_slice_%d" % (variable.name, pnum), trainable=False,
+            collections=[tf1.GraphKeys.LOCAL_VARIABLES], use_resource=True)
+    return create
+
+  @property
+  def slice_variables(self) -> list:
+    return self._slices
+
+  @property
+  def laid_out_tensor(self) -> LaidOutTensor:
+    return self._laid_out_tensor
+
+  @property
+  def copy_master_to_slices(self):
+    if self._slice_is_master:
+      return tf.group()
+    master = self._variable.get_master()
+    return self.assign_to_slices(
+        lambda variable, slice_var, val: slice_var.assign(
+            tf.cast(val, variable.slice_dtype)),
+        self._mesh_impl.make_slices(master, self._variable.shape))
+
+  @property
+  def copy_slices_to_master(self):
+    if self._slice_is_master:
+      return tf.group()
+    slices = [tf.cast(s.read_value(), self._variable.master_dtype)
+              for s in self._slices]
+    full = self._mesh_impl.combine_slices(
+        slices, self._variable.shape, device=self._variable.master_device)
+    return self._variable.assign_to_master(full)
+
+  def assign_to_slices(self, assign_fn: Callable, values: Sequence):
+    """Applies assign_fn(variable, slice_var, value) on each processor.
+
+    A slice variable shared by several processors is assigned once, with the
+    value of the first of them.
+    """
+    ops = []
+    done = set()
+    for slice_var, value, device in zip(self._slices, values,
+                                        self._mesh_impl.devices):
+      if id(slice_var) in done:
+        continue
+      done.add(id(slice_var))
+      with tf.device(device):
+        ops.append(assign_fn(self._variable, slice_var, value))
+    return tf.group(*[o for o in ops if o is not None])
+
+
+class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
+  """Mesh implementation with one TF device per processor.
+
+  Example:
+    mesh_impl = PlacementMeshImpl("rows:2;cols:2", "batch:rows;hidden:cols",
+                                  ["/cpu:0", "/cpu:1", "/cpu:2", "/cpu:3"])
+  """
+
+  LaidOutTensor = LaidOutTensor
+  LaidOutVariable = LaidOutVariable
+
+  def __init__(self, shape, layout, devices: Sequence[str], *,
+               strict_layout_rules: bool = False):
+    super().__init__(shape, layout, strict_layout_rules=strict_layout_rules)
+    devices = list(devices)
+    if len(devices) != self.size:
+      raise ValueError("mesh %s has %d processors but %d devices were given: "
+                       "%s" % (self.shape.to_string, self.size, len(devices),
+                               devices))
+    self._devices = devices
+    self._share_host_memory = collectives.share_host_memory(devices)
+    self.copy_master_to_slice_ops = []
+
+  @property
+  def devices(self) -> List[str]:
+    return self._devices
+
+  @property
+  def devices_share_host_memory(self) -> bool:
+    """True iff all devices are CPUs of one task (e.g. virtual CPUs).
+
+    Then moving a tensor between devices costs no copy, so collectives compute
+    once and share the result, and replicated variable slices are shared.
+    """
+    return self._share_host_memory
+
+  def slicewise(self, fn: Callable, *inputs):
+    """Calls fn once per device on the corresponding slices."""
+    n = self.size
+    args = []
+    for x in inputs:
+      if hasattr(x, "to_laid_out_tensor"):
+        x = x.to_laid_out_tensor()
+      args.append(x.tensor_list if isinstance(x, LaidOutTensor) else [x] * n)
+    results = []
+    for pnum, device in enumerate(self._devices):
+      with tf.device(device):
+        results.append(fn(*[a[pnum] for a in args]))
+    if isinstance(results[0], tuple):
+      return tuple(LaidOutTensor(list(r)) for r in zip(*results))
+    return LaidOutTensor(results)
+
+  def _per_group(self, x, mesh_axes, group_fn):
+    """Runs group_fn(slices, devices) on every processor group; reassembles."""
+    x = x.to_laid_out_tensor()
+    out = [None] * self.size
+    for group in layout_lib.processor_groups(self.shape, list(mesh_axes)):
+      results = group_fn([x.tensor_list[p] for p in group],
+                         [self._devices[p] for p in group])
+      for p, r in zip(group, results):
+        out[p] = r
+    return LaidOutTensor(out)
+
+  def allreduce(self, x, mesh_axes, reduction_fn_string: str):
+    if not mesh_axes:
+      return x.to_laid_out_tensor()
+    return self._per_group(
+        x, mesh_axes,
+        lambda xs, devs: collectives.allreduce(xs, devs, reduction_fn_string))
+
+  def allconcat(self, x, mesh_axis: int, concat_axis: int):
+    return self._per_group(
+        x, [mesh_axis],
+        lambda xs, devs: collectives.allconcat(xs, devs, concat_axis))
+
+  def alltoall(self, x, mesh_axis: int, split_axis: int, concat_axis: int):
+    return self._per_group(
+        x, [mesh_axis],
+        lambda xs, devs: collectives.alltoall(xs, devs, split_axis,
+                                              concat_axis))
+
+  def receive(self, x, mesh_axis: int, source_pcoord):
+    x = x.to_laid_out_tensor()
+    shape = self.shape.to_integer_list
+    out = []
+    for pnum, device in enumerate(self._devices):
+      coord = layout_lib.pnum_to_processor_coordinates(shape, pnum)
+      source = source_pcoord[coord[mesh_axis]]
+      with tf.device(device):
+        if source is None:
+          out.append(tf.zeros_like(x.tensor_list[pnum]))
+        else:
+          coord[mesh_axis] = source
+          src_pnum = layout_lib.processor_coordinates_to_pnum(shape, coord)
+          out.append(tf.identity(x.tensor_list[src_pnum]))
+    return LaidOutTensor(out)
+
+  def laid_out_pnum(self) -> LaidOutTensor:
+    return LaidOutTensor(list(range(self.size)))
+
+  def random(self, shape, tf_fn: Callable, kwargs):
+    """tf_fn(slice_shape, **kwargs) once per distinct slice; replicas agree."""
+    shape = convert_to_shape(shape)
+    slice_shape = self.slice_shape(shape)
+    by_begin = {}
+    out = []
+    for pnum, device in enumerate(self._devices):
+      begin = tuple(self.slice_begin(shape, pnum))
+      with tf.device(device):
+        if begin not in by_begin:
+          by_begin[begin] = tf_fn(slice_shape, **kwargs)
+          out.append(by_begin[begin])
+        else:
+          out.append(tf.identity(by_begin[begin]))
+    return LaidOutTensor(out)
+
+  def Print(self, x, data, message, **kwargs):  # pylint: disable=invalid-name
+    """Prints `data` (tf tensors) on the first device when x is computed."""
+    x = x.to_laid_out_tensor()
+    first = x.tensor_list[0]
+    with tf.device(self._devices[0]):
+      print_op = tf.print(message, *data, **kwargs)
+      with tf.control_dependencies([print_op]):
+        first = tf.identity(first)
+    return LaidOutTensor([first] + x.tensor_list[1:])
+
+  def export_to_tf_tensor(self, x, laid_out_x):
+    return self.combine_slices(laid_out_x.all_slices, x.shape)
+
+  def import_tf_tensor(self, x, tf_x):
+    shape = x.shape
+    sizes = self.slice_shape(shape)
+    tf_x = tf.convert_to_tensor(tf_x)
+    slices = []
+    for pnum, device in enumerate(self._devices):
+      with tf.device(device):
+        slices.append(mesh_impl_lib.static_slice(
+            tf_x, self.slice_begin(shape, pnum), sizes))
+    return LaidOutTensor(slices)
+
+
+# The original's module-level collective helpers, kept under their names.
+allreduce_ring = collectives.allreduce
+allconcat_ring = collectives.allconcat
+alltoall_ring = collectives.alltoall
+alltoall_pointtwise = collectives.alltoall
+
+
+def allreduce_ring_single_shard(xs, devices,
+                                reduction_fn_string: str = "SUM") -> list:
+  return collectives.reduce_then_broadcast(xs, devices, reduction_fn_string)
+
+
+__all__ = ["LaidOutTensor", "LaidOutVariable", "PlacementMeshImpl",
+           "allconcat_ring", "allreduce_ring", "allreduce_ring_single_shard",
+           "alltoall_pointtwise", "alltoall_ring"]

@@ -1,0 +1,305 @@
+"""Binary operations with named-dimension broadcasting."""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import tensorflow as tf
+
+from mesh_tensorflow._src import mesh_impl as mesh_impl_lib
+from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.ops import elementwise
+from mesh_tensorflow._src.ops import io
+from mesh_tensorflow._src.shapes import Shape, convert_to_shape, is_subsequence
+
+
+def _infer_binary_broadcast_shape(shape1: Shape, shape2: Shape,
+                                  given_output_shape=None) -> Shape:
+  """Explicit shape wins; else the longer if one is a subsequence; else union."""
+  if given_output_shape is not None:
+    return convert_to_shape(given_output_shape)
+  if is_subsequence(shape1.dims, shape2.dims):
+    return shape2
+  if is_subsequence(shape2.dims, shape1.dims):
+    return shape1
+  return Shape(shape1.dims + [d for d in shape2.dims if d not in shape1.dims])
+
+
+def _check_broadcastable(inputs, output_shape: Shape, op_name: str) -> None:
+  for x in inputs:
+    for d in x.shape.dims:
+      if d not in output_shape.dims:
+        raise ValueError(
+            "%s: input dimension %s of %s is not in the output shape %s" %
+            (op_name, d, x.shape.to_string, output_shape.to_string))
+
+
+def binary_arguments_to_tensors(x1, x2):
+  """Converts a Python scalar argument to a 0-d Tensor of the other's dtype."""
+  if not isinstance(x1, Tensor) and not isinstance(x2, Tensor):
+    raise ValueError("at least one of %r and %r must be an mtf Tensor"
+                     % (x1, x2))
+  if not isinstance(x1, Tensor):
+    x1 = io.constant(x2.mesh, x1, shape=[], dtype=x2.dtype)
+  elif not isinstance(x2, Tensor):
+    x2 = io.constant(x1.mesh, x2, shape=[], dtype=x1.dtype)
+  if x1.dtype != x2.dtype:
+    raise ValueError("binary operands have different dtypes: %s is %s, %s is %s"
+                     % (x1.name, x1.dtype.name, x2.name, x2.dtype.name))
+  return x1, x2
+
+
+def expand_slice(x: tf.Tensor, old_shape: Shape, new_shape: Shape) -> tf.Tensor:
+  """Transposes a slice to new_shape's dim order, with size-1 missing dims."""
+  old_names = old_shape.dimension_names
+  new_names = new_shape.dimension_names
+  perm = [old_names.index(n) for n in new_names if n in old_names]
+  if perm != sorted(perm):
+    x = tf.transpose(x, perm)
+  if len(perm) < len(new_names):
+    sizes = iter(x.shape.as_list())
+    x = tf.reshape(x, [next(sizes) if n in old_names else 1
+                       for n in new_names])
+  return x
+
+
+class BinaryOpWithBroadcasting(Operation):
+  """tf_fn(x1, x2) after aligning both slices to the output's dimensions."""
+
+  def __init__(self, tf_fn: Callable, x1: Tensor, x2: Tensor, output_shape,
+               output_dtype, name: Optional[str] = None):
+    super().__init__([x1, x2], name=name or "binary_op")
+    output_shape = convert_to_shape(output_shape)
+    _check_broadcastable([x1, x2], output_shape, type(self).__name__)
+    self._tf_fn = tf_fn
+    self._outputs = [Tensor(self, output_shape, output_dtype)]
+
+  def gradient(self, grad_ys):
+    raise ValueError("%s (%s) has no gradient" % (type(self).__name__, self.name))
+
+  def lower(self, lowering):
+    mesh_impl = lowering.mesh_impl(self)
+    x1, x2 = self.inputs
+    out_shape = self.outputs[0].shape
+    slice_shape = mesh_impl.slice_shape(out_shape)
+    covered = set(x1.shape.dimension_names) | set(x2.shape.dimension_names)
+    # If some output dim is in neither input, broadcast one operand fully.
+    align_first = (expand_slice if covered >= set(out_shape.dimension_names)
+                   else lambda t, old, new: mesh_impl_lib.broadcast_slice(
+                       t, old, new, slice_shape))
+    tf_fn = self._tf_fn
+
+    def fn(a, b):
+      return tf_fn(align_first(a, x1.shape, out_shape),
+                   expand_slice(b, x2.shape, out_shape))
+    lowering.set_tensor_lowering(
+        self.outputs[0],
+        mesh_impl.slicewise(fn, lowering.tensors[x1], lowering.tensors[x2]))
+
+
+class AddOperation(BinaryOpWithBroadcasting):
+  """x1 + x2 with broadcasting; lazy sums stay lazy."""
+
+  def __init__(self, x1: Tensor, x2: Tensor, output_shape,
+               name: Optional[str] = None):
+    super().__init__(tf.add, x1, x2, output_shape, x1.dtype,
+                     name=name or "add")
+
+  def gradient(self, grad_ys):
+    from mesh_tensorflow._src.ops import reduce  # pylint: disable=g-import-not-at-top
+    dy = grad_ys[0]
+    return [reduce.reduce_sum(dy, output_shape=x.shape) for x in self.inputs]
+
+  def lower(self, lowering):
+    mesh_impl = lowering.mesh_impl(self)
+    out_shape = self.outputs[0].shape
+    slice_shape = mesh_impl.slice_shape(out_shape)
+    x1, x2 = self.inputs
+
+    def add_fn(a, b):
+      a = mesh_impl_lib.broadcast_slice(a, x1.shape, out_shape, slice_shape)
+      b = mesh_impl_lib.broadcast_slice(b, x2.shape, out_shape, slice_shape)
+      return a + b
+    lowering.set_tensor_lowering(
+        self.outputs[0],
+        mesh_impl.slicewise_delay_allreduce(
+            add_fn, lowering.tensors[x1], lowering.tensors[x2]))
+
+
+class MinMaxOperation(BinaryOpWithBroadcasting):
+  """minimum/maximum; the gradient goes to every input equal to the output."""
+
+  def gradient(self, grad_ys):
+    from mesh_tensorflow._src.ops import reduce  # pylint: disable=g-import-not-at-top
+    dy = grad_ys[0]
+    y = self.outputs[0]
+    return [reduce.reduce_sum(
+        dy * elementwise.cast(equal(x, y), dy.dtype), output_shape=x.shape)
+            for x in self.inputs]
+
+
+class ScalarAddOperation(Operation):
+  """x + a Python scalar."""
+
+  def __init__(self, x: Tensor, scalar, name: Optional[str] = None):
+    super().__init__([x], name=name or "scalar_add")
+    self._scalar = scalar
+    self._outputs = [Tensor(self, x.shape, x.dtype)]
+
+  def gradient(self, grad_ys):
+    return grad_ys
+
+  def lower(self, lowering):
+    scalar, dtype = self._scalar, self.outputs[0].dtype
+    lowering.set_tensor_lowering(
+        self.outputs[0], lowering.mesh_impl(self).slicewise(
+            lambda t: t + tf.cast(scalar, dtype),
+            lowering.tensors[self.inputs[0]]))
+
+
+class ScalarMultiplyOperation(Operation):
+  """x * a Python scalar; linear, so lazy sums stay lazy."""
+
+  def __init__(self, x: Tensor, scalar, name: Optional[str] = None):
+    super().__init__([x], name=name or "scalar_mul")
+    self._scalar = scalar
+    self._outputs = [Tensor(self, x.shape, x.dtype)]
+
+  def gradient(self, grad_ys):
+    return [grad_ys[0] * self._scalar]
+
+  def lower(self, lowering):
+    scalar, dtype = self._scalar, self.outputs[0].dtype
+    lowering.set_tensor_lowering(
+        self.outputs[0], lowering.mesh_impl(self).slicewise_delay_allreduce(
+            lambda t: t * tf.cast(scalar, dtype),
+            lowering.tensors[self.inputs[0]]))
+
+
+def add(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
+  """x1 + x2; a Python scalar operand uses ScalarAddOperation."""
+  if isinstance(x1, Tensor) and not isinstance(x2, Tensor) and (
+      output_shape is None or convert_to_shape(output_shape) == x1.shape):
+    return ScalarAddOperation(x1, x2, name=name).outputs[0]
+  if isinstance(x2, Tensor) and not isinstance(x1, Tensor) and (
+      output_shape is None or convert_to_shape(output_shape) == x2.shape):
+    return ScalarAddOperation(x2, x1, name=name).outputs[0]
+  x1, x2 = binary_arguments_to_tensors(x1, x2)
+  return AddOperation(
+      x1, x2, _infer_binary_broadcast_shape(x1.shape, x2.shape, output_shape),
+      name=name).outputs[0]
+
+
+def sub(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
+  if not isinstance(x2, Tensor):
+    return add(x1, -x2, output_shape=output_shape, name=name)
+  return add(x1, elementwise.negative(x2), output_shape=output_shape,
+             name=name or "sub")
+
+
+def add_n(xs) -> Tensor:
+  xs = list(xs)
+  if not xs:
+    return 0
+  total = xs[0]
+  for x in xs[1:]:
+    total = total + x
+  return total
+
+
+def multiply(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
+  """x1 * x2: a scalar product, or an einsum to the broadcast shape."""
+  from mesh_tensorflow._src.ops import einsum as einsum_lib  # pylint: disable=g-import-not-at-top
+  if not isinstance(x2, Tensor) and isinstance(x1, Tensor) and (
+      output_shape is None or convert_to_shape(output_shape) == x1.shape):
+    return ScalarMultiplyOperation(x1, x2, name=name).outputs[0]
+  if not isinstance(x1, Tensor) and isinstance(x2, Tensor) and (
+      output_shape is None or convert_to_shape(output_shape) == x2.shape):
+    return ScalarMultiplyOperation(x2, x1, name=name).outputs[0]
+  x1, x2 = binary_arguments_to_tensors(x1, x2)
+  output_shape = _infer_binary_broadcast_shape(x1.shape, x2.shape, output_shape)
+  return einsum_lib.einsum([x1, x2], output_shape=output_shape, name=name)
+
+
+def divide(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
+  if not isinstance(x2, Tensor):
+    return multiply(x1, 1.0 / x2, output_shape=output_shape, name=name)
+  x1, x2 = binary_arguments_to_tensors(x1, x2)
+  return multiply(x1, elementwise.reciprocal(x2), output_shape=output_shape,
+                  name=name)
+
+
+def binary_op_with_broadcasting(tf_fn: Callable, x1, x2, output_shape=None,
+                                output_dtype=None) -> Tensor:
+  x1, x2 = binary_arguments_to_tensors(x1, x2)
+  output_shape = _infer_binary_broadcast_shape(x1.shape, x2.shape, output_shape)
+  return BinaryOpWithBroadcasting(tf_fn, x1, x2, output_shape,
+                                  output_dtype or x1.dtype).outputs[0]
+
+
+def _min_max(tf_fn, x1, x2, output_shape, name) -> Tensor:
+  x1, x2 = binary_arguments_to_tensors(x1, x2)
+  output_shape = _infer_binary_broadcast_shape(x1.shape, x2.shape, output_shape)
+  return MinMaxOperation(tf_fn, x1, x2, output_shape, x1.dtype,
+                         name=name).outputs[0]
+
+
+def minimum(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
+  return _min_max(tf.minimum, x1, x2, output_shape, name or "minimum")
+
+
+def maximum(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
+  return _min_max(tf.maximum, x1, x2, output_shape, name or "maximum")
+
+
+def _comparison(tf_fn):
+  def op(x1, x2, output_shape=None):
+    return binary_op_with_broadcasting(tf_fn, x1, x2, output_shape=output_shape,
+                                       output_dtype=tf.bool)
+  op.__name__ = tf_fn.__name__
+  op.__doc__ = "Elementwise %s with broadcasting; tf.bool result, no gradient." % (
+      tf_fn.__name__,)
+  return op
+
+
+less = _comparison(tf.math.less)
+greater = _comparison(tf.math.greater)
+less_equal = _comparison(tf.math.less_equal)
+greater_equal = _comparison(tf.math.greater_equal)
+equal = _comparison(tf.math.equal)
+not_equal = _comparison(tf.math.not_equal)
+logical_and = _comparison(tf.math.logical_and)
+logical_or = _comparison(tf.math.logical_or)
+
+
+def floordiv(x1, x2, output_shape=None) -> Tensor:
+  dtype = x1.dtype if isinstance(x1, Tensor) else x2.dtype
+  return binary_op_with_broadcasting(tf.math.floordiv, x1, x2,
+                                     output_shape=output_shape,
+                                     output_dtype=dtype)
+
+
+def mod(x1, x2, output_shape=None) -> Tensor:
+  dtype = x1.dtype if isinstance(x1, Tensor) else x2.dtype
+  return binary_op_with_broadcasting(tf.math.floormod, x1, x2,
+                                     output_shape=output_shape,
+                                     output_dtype=dtype)
+
+
+def where(condition: Tensor, if_true, if_false, output_shape=None) -> Tensor:
+  """cond * if_true + (1 - cond) * if_false (NaN/inf in either branch leak)."""
+  dtype = if_true.dtype if isinstance(if_true, Tensor) else if_false.dtype
+  cond = elementwise.cast(condition, dtype)
+  not_cond = elementwise.cast(elementwise.logical_not(condition), dtype)
+  return add(multiply(if_true, cond), multiply(if_false, not_cond),
+             output_shape=output_shape)
+
+
+__all__ = [
+    "AddOperation", "BinaryOpWithBroadcasting", "MinMaxOperation",
+    "ScalarAddOperation", "ScalarMultiplyOperation", "add", "add_n",
+    "binary_arguments_to_tensors", "binary_op_with_broadcasting", "divide",
+    "equal", "floordiv", "greater", "greater_equal", "less", "less_equal",
+    "logical_and", "logical_or", "maximum", "minimum", "mod", "multiply",
+    "not_equal", "sub", "where",
+]

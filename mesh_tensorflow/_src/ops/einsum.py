@@ -1,0 +1,180 @@
+"""einsum, matmul and transpose over named dimensions.
+
+A contracted dimension that is split produces partial sums on each processor;
+the result is a LazyAllreduceSum so later additions happen before the single
+allreduce.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Dict, List, Optional, Sequence
+
+import tensorflow as tf
+
+from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.lowering import LazyAllreduceSum
+from mesh_tensorflow._src import mesh_impl as mesh_impl_lib
+from mesh_tensorflow._src.shapes import Dimension, Shape, convert_to_shape
+
+
+def _union_dims(xs: Sequence[Tensor]) -> List[Dimension]:
+  """Dimensions of all inputs in order of first appearance (sizes checked)."""
+  by_name: Dict[str, Dimension] = {}
+  dims = []
+  for x in xs:
+    for d in x.shape.dims:
+      seen = by_name.get(d.name)
+      if seen is None:
+        by_name[d.name] = d
+        dims.append(d)
+      elif seen.size != d.size:
+        raise ValueError("einsum: dimension %r has size %d in one input and %d "
+                         "in %s" % (d.name, seen.size, d.size, x.to_string))
+  return dims
+
+
+class EinsumOperation(Operation):
+  """Multiplies the broadcast inputs and sums down to output_shape."""
+
+  def __init__(self, inputs: Sequence[Tensor], output_shape,
+               name: Optional[str] = None):
+    inputs = list(inputs)
+    if not inputs:
+      raise ValueError("einsum needs at least one input")
+    super().__init__(inputs, name=name or "einsum")
+    self._outputs = [Tensor(self, convert_to_shape(output_shape),
+                            inputs[0].dtype)]
+
+  def gradient(self, grad_ys):
+    dy = grad_ys[0]
+    xs = self.inputs
+    return [einsum([dy] + xs[:i] + xs[i + 1:], output_shape=x.shape)
+            for i, x in enumerate(xs)]
+
+  def lower(self, lowering):
+    mesh_impl = lowering.mesh_impl(self)
+    xs = self.inputs
+    out_shape = self.outputs[0].shape
+    all_dims = _union_dims(xs)
+    all_names = [d.name for d in all_dims]
+    letters = dict(zip(all_names, string.ascii_letters))
+    if len(all_names) > len(string.ascii_letters):
+      raise ValueError("einsum over more than %d distinct dimensions"
+                       % len(string.ascii_letters))
+    inner_shape = Shape([d for d in out_shape.dims if d.name in letters])
+    equation = "%s->%s" % (
+        ",".join("".join(letters[n] for n in x.shape.dimension_names)
+                 for x in xs),
+        "".join(letters[n] for n in inner_shape.dimension_names))
+    reduced_mesh_axes = sorted(set(
+        mesh_impl.tensor_dimension_to_mesh_axis(d) for d in all_dims
+        if d not in out_shape.dims) - {None})
+
+    if xs[0].dtype.is_floating:
+      def slice_fn(*slices):
+        return mesh_impl.einsum(equation, *slices)
+    else:
+      union_shape = Shape(all_dims)
+      union_slice_shape = mesh_impl.slice_shape(union_shape)
+
+      def slice_fn(*slices):
+        product = None
+        for x, s in zip(xs, slices):
+          s = mesh_impl_lib.broadcast_slice(s, x.shape, union_shape,
+                                            union_slice_shape)
+          product = s if product is None else product * s
+        reduced_axes = [i for i, n in enumerate(all_names)
+                        if n not in inner_shape.dimension_names]
+        if reduced_axes:
+          product = tf.reduce_sum(product, axis=reduced_axes)
+        kept = [n for n in all_names if n in inner_shape.dimension_names]
+        perm = [kept.index(n) for n in inner_shape.dimension_names]
+        if perm != sorted(perm):
+          product = tf.transpose(product, perm)
+        return product
+
+    y = mesh_impl.slicewise(slice_fn, *[lowering.tensors[x] for x in xs])
+    if inner_shape != out_shape:
+      y = mesh_impl.broadcast_impl(y, inner_shape, out_shape)
+    union_size = Shape(all_dims).size
+    lowering.add_counter("einsum", mesh_impl.laid_out_size(Shape(all_dims)))
+    lowering.add_counter("einsum_unique", union_size)
+    if reduced_mesh_axes:
+      counter = "allreduce/%s/einsum_op" % reduced_mesh_axes
+      y = LazyAllreduceSum(
+          mesh_impl, y, reduced_mesh_axes,
+          add_counter_fn=lambda: lowering.add_counter(
+              counter, lowering.laid_out_size(self.outputs[0])))
+    lowering.set_tensor_lowering(self.outputs[0], y)
+
+
+def einsum(xs: Sequence[Tensor], output_shape=None, reduced_dims=None,
+           name: Optional[str] = None) -> Tensor:
+  """Einstein summation over named dimensions.
+
+  Without output_shape and reduced_dims the output keeps the dimensions that
+  occur in exactly one input. Output dimensions found in no input are
+  broadcast after the contraction.
+
+  Example:
+    y = mtf.einsum([x, w], output_shape=[batch, d_ff])  # x @ w
+  """
+  xs = list(xs)
+  if not xs:
+    raise ValueError("einsum needs at least one input")
+  for x in xs[1:]:
+    if x.dtype != xs[0].dtype:
+      raise ValueError("einsum inputs must share a dtype: %s is %s, %s is %s"
+                       % (xs[0].name, xs[0].dtype.name, x.name, x.dtype.name))
+  input_dims = _union_dims(xs)
+  by_name = {d.name: d for d in input_dims}
+  if reduced_dims is not None:
+    reduced_dims = [d if isinstance(d, Dimension) else by_name.get(d, d)
+                    for d in reduced_dims]
+    for d in reduced_dims:
+      if d not in input_dims:
+        raise ValueError("einsum: reduced dimension %s is in no input" % (d,))
+  if output_shape is None:
+    if reduced_dims is None:
+      counts = {}
+      for x in xs:
+        for d in x.shape.dims:
+          counts[d.name] = counts.get(d.name, 0) + 1
+      output_shape = Shape([d for d in input_dims if counts[d.name] == 1])
+    else:
+      output_shape = Shape([d for d in input_dims if d not in reduced_dims])
+  else:
+    output_shape = convert_to_shape(output_shape)
+    for d in output_shape.dims:
+      seen = by_name.get(d.name)
+      if seen is not None and seen.size != d.size:
+        raise ValueError("einsum: output dimension %s conflicts with input "
+                         "dimension %s" % (d, seen))
+    if reduced_dims is not None:
+      expected = {d.name for d in input_dims} - {d.name for d in reduced_dims}
+      kept = {d.name for d in output_shape.dims if d.name in by_name}
+      if kept != expected:
+        raise ValueError(
+            "einsum: output_shape %s and reduced_dims %s disagree for inputs "
+            "with dimensions %s" % (output_shape.to_string, reduced_dims,
+                                    input_dims))
+  return EinsumOperation(xs, output_shape, name=name).outputs[0]
+
+
+def matmul(a: Tensor, b: Tensor, output_shape=None, reduced_dims=None,
+           name: Optional[str] = None) -> Tensor:
+  return einsum([a, b], output_shape=output_shape, reduced_dims=reduced_dims,
+                name=name)
+
+
+def transpose(x: Tensor, new_shape, name: str = "transpose") -> Tensor:
+  """Permutes dims of x to new_shape (same set of dimensions)."""
+  new_shape = convert_to_shape(new_shape)
+  if sorted(new_shape.dims) != sorted(x.shape.dims):
+    raise ValueError("transpose: %s is not a permutation of %s"
+                     % (new_shape.to_string, x.shape.to_string))
+  return einsum([x], output_shape=new_shape, name=name)
+
+
+__all__ = ["EinsumOperation", "einsum", "matmul", "transpose"]

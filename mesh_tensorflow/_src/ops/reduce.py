@@ -1,0 +1,217 @@
+"""Reductions; a reduced split dimension costs an allreduce (lazy for SUM)."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import tensorflow as tf
+
+from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.lowering import LazyAllreduceSum
+from mesh_tensorflow._src.ops import binary
+from mesh_tensorflow._src.ops import elementwise
+from mesh_tensorflow._src.shapes import Shape, convert_to_shape
+
+_LOCAL_REDUCTIONS = {
+    "SUM": tf.reduce_sum,
+    "MAX": tf.reduce_max,
+    "MIN": tf.reduce_min,
+}
+
+
+def reduction_fn(reduction_fn_string: str):
+  try:
+    return _LOCAL_REDUCTIONS[reduction_fn_string]
+  except KeyError:
+    raise ValueError("unknown reduction %r; expected SUM, MAX or MIN"
+                     % (reduction_fn_string,)) from None
+
+
+class ReduceOperation(Operation):
+  """Reduces x to output_shape with SUM, MAX or MIN."""
+
+  def __init__(self, x: Tensor, output_shape, reduction_fn_string: str,
+               name: Optional[str] = None):
+    super().__init__([x], name=name or "reduce")
+    reduction_fn(reduction_fn_string)
+    self._reduction_fn_string = reduction_fn_string
+    self._outputs = [Tensor(self, convert_to_shape(output_shape), x.dtype)]
+
+  @property
+  def reduction_fn_string(self) -> str:
+    return self._reduction_fn_string
+
+  def gradient(self, grad_ys):
+    from mesh_tensorflow._src.ops import reshape as reshape_lib  # pylint: disable=g-import-not-at-top
+    dy = grad_ys[0]
+    x = self.inputs[0]
+    if self._reduction_fn_string == "SUM":
+      return [reshape_lib.broadcast(dy, x.shape)]
+    y = self.outputs[0]
+    mask = elementwise.cast(binary.equal(x, y), dy.dtype)
+    return [dy * mask]
+
+  def lower(self, lowering):
+    mesh_impl = lowering.mesh_impl(self)
+    x = self.inputs[0]
+    out_shape = self.outputs[0].shape
+    names = x.shape.dimension_names
+    reduced_axes = [i for i, n in enumerate(names)
+                    if n not in out_shape.dimension_names]
+    kept = [n for n in names if n in out_shape.dimension_names]
+    perm = [kept.index(n) for n in out_shape.dimension_names]
+    fn = reduction_fn(self._reduction_fn_string)
+
+    def local_reduce(t):
+      if reduced_axes:
+        t = fn(t, axis=reduced_axes)
+      if perm != sorted(perm):
+        t = tf.transpose(t, perm)
+      return t
+    laid_out_x = lowering.tensors[x]
+    if self._reduction_fn_string == "SUM":
+      y = mesh_impl.slicewise_delay_allreduce(local_reduce, laid_out_x)
+    else:
+      y = mesh_impl.slicewise(local_reduce, laid_out_x)
+    mesh_axes = sorted(set(
+        mesh_impl.tensor_dimension_to_mesh_axis(x.shape.dims[i])
+        for i in reduced_axes) - {None})
+    if mesh_axes:
+      counter = "allreduce/%s/reduce_op" % mesh_axes
+      if self._reduction_fn_string == "SUM":
+        if isinstance(y, LazyAllreduceSum):
+          # Sums are linear: one allreduce over both sets of axes.
+          mesh_axes = sorted(set(mesh_axes) | set(y.mesh_axes))
+          y = y.laid_out_input
+        y = LazyAllreduceSum(
+            mesh_impl, y, mesh_axes,
+            add_counter_fn=lambda: lowering.add_counter(
+                counter, lowering.laid_out_size(self.outputs[0])))
+      else:
+        lowering.add_counter(counter, lowering.laid_out_size(self.outputs[0]))
+        y = mesh_impl.allreduce(y, mesh_axes, self._reduction_fn_string)
+    lowering.set_tensor_lowering(self.outputs[0], y)
+
+
+def _reduction_output_shape(x: Tensor, output_shape, reduced_dim,
+                            op_name: str) -> Shape:
+  if reduced_dim is not None:
+    if reduced_dim not in x.shape.dims:
+      raise ValueError("%s: reduced_dim %s is not in %s"
+                       % (op_name, reduced_dim, x.shape.to_string))
+    if output_shape is None:
+      return x.shape - reduced_dim
+    output_shape = convert_to_shape(output_shape)
+    # Both given: output_shape (in any order) must keep all dims but that one.
+    if [d for d in x.shape.dims if d not in output_shape.dims] != [reduced_dim]:
+      raise ValueError("%s: output_shape %s disagrees with reduced_dim %s of %s"
+                       % (op_name, output_shape.to_string, reduced_dim,
+                          x.shape.to_string))
+  if output_shape is None:
+    return Shape([])
+  output_shape = convert_to_shape(output_shape)
+  for d in output_shape.dims:
+    if d not in x.shape.dims:
+      raise ValueError("%s: output dimension %s is not in the input shape %s"
+                       % (op_name, d, x.shape.to_string))
+  return output_shape
+
+
+def _check_keywords(disable_positional_args, op_name):
+  if disable_positional_args is not None:
+    raise TypeError("%s: pass output_shape / reduced_dim as keyword arguments"
+                    % op_name)
+
+
+def _reduce(x, disable_positional_args, output_shape, reduced_dim, name,
+            reduction_fn_string, op_name):
+  _check_keywords(disable_positional_args, op_name)
+  output_shape = _reduction_output_shape(x, output_shape, reduced_dim, op_name)
+  if output_shape == x.shape:
+    return x
+  return ReduceOperation(x, output_shape, reduction_fn_string,
+                         name=name or op_name).outputs[0]
+
+
+def reduce_sum(x: Tensor, disable_positional_args=None, output_shape=None,
+               reduced_dim=None, name: Optional[str] = None) -> Tensor:
+  """Sum to output_shape (default: a scalar)."""
+  return _reduce(x, disable_positional_args, output_shape, reduced_dim, name,
+                 "SUM", "reduce_sum")
+
+
+def reduce_mean(x: Tensor, disable_positional_args=None, output_shape=None,
+                reduced_dim=None, name: Optional[str] = None) -> Tensor:
+  _check_keywords(disable_positional_args, "reduce_mean")
+  output_shape = _reduction_output_shape(x, output_shape, reduced_dim,
+                                         "reduce_mean")
+  if output_shape == x.shape:
+    return x
+  total = reduce_sum(x, output_shape=output_shape, name=name or "reduce_mean")
+  return total * (output_shape.size / x.shape.size)
+
+
+def reduce_max(x: Tensor, disable_positional_args=None, output_shape=None,
+               reduced_dim=None, name: Optional[str] = None) -> Tensor:
+  return _reduce(x, disable_positional_args, output_shape, reduced_dim, name,
+                 "MAX", "reduce_max")
+
+
+def reduce_min(x: Tensor, disable_positional_args=None, output_shape=None,
+               reduced_dim=None, name: Optional[str] = None) -> Tensor:
+  return _reduce(x, disable_positional_args, output_shape, reduced_dim, name,
+                 "MIN", "reduce_min")
+
+
+def reduce_all(x: Tensor, disable_positional_args=None, output_shape=None,
+               reduced_dim=None, name: Optional[str] = None) -> Tensor:
+  _check_keywords(disable_positional_args, "reduce_all")
+  return elementwise.cast(reduce_min(
+      elementwise.to_float(x), output_shape=output_shape,
+      reduced_dim=reduced_dim, name=name), tf.bool)
+
+
+def reduce_any(x: Tensor, disable_positional_args=None, output_shape=None,
+               reduced_dim=None, name: Optional[str] = None) -> Tensor:
+  _check_keywords(disable_positional_args, "reduce_any")
+  return elementwise.cast(reduce_max(
+      elementwise.to_float(x), output_shape=output_shape,
+      reduced_dim=reduced_dim, name=name), tf.bool)
+
+
+def reduce_logsumexp(x: Tensor, reduced_dim, extra_logit=None,
+                     name: Optional[str] = None) -> Tensor:
+  """log(sum(exp(x))) over reduced_dim, computed stably.
+
+  extra_logit acts as one more logit of that value in the sum.
+  """
+  del name
+  reduced_shape = x.shape - reduced_dim
+  max_logit = reduce_max(elementwise.stop_gradient(x), output_shape=reduced_shape)
+  if extra_logit is not None:
+    if isinstance(extra_logit, Tensor):
+      extra_logit = elementwise.stop_gradient(extra_logit)
+    max_logit = binary.maximum(max_logit, extra_logit)
+  total = reduce_sum(elementwise.exp(x - max_logit), output_shape=reduced_shape)
+  if extra_logit is not None:
+    total += elementwise.exp(extra_logit - max_logit)
+  return elementwise.log(total) + max_logit
+
+
+def log_softmax(x: Tensor, reduced_dim, extra_logit=None,
+                name: Optional[str] = None) -> Tensor:
+  del name
+  return x - reduce_logsumexp(x, reduced_dim, extra_logit=extra_logit)
+
+
+def softmax(x: Tensor, reduced_dim, extra_logit=None,
+            name: Optional[str] = None) -> Tensor:
+  del name
+  return elementwise.exp(log_softmax(x, reduced_dim, extra_logit=extra_logit))
+
+
+__all__ = [
+    "ReduceOperation", "log_softmax", "reduce_all", "reduce_any",
+    "reduce_logsumexp", "reduce_max", "reduce_mean", "reduce_min",
+    "reduce_sum", "reduction_fn", "softmax",
+]

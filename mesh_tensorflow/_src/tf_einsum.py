@@ -1,0 +1,136 @@
+"""A faster tf.einsum for the equations mtf lowers to, on one slice.
+
+tf.einsum lowers every equation to BatchMatMul. For an elementwise product
+("ab,ab->ab") that is a batch of a million 1x1 products (~70x slower than
+tf.multiply on CPU), and for a matmul with a transposed operand
+("ab,ac->bc") it copies the transpose first, where MatMul's transpose flags
+cost nothing. `einsum` recognises those cases and emits tf.multiply or
+tf.matmul; anything else goes to tf.einsum.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+import tensorflow as tf
+
+
+def einsum(equation: str, *operands) -> tf.Tensor:
+  """Same result as tf.einsum(equation, *operands); explicit "->" required.
+
+  Example:
+    einsum("ab,bc->ac", x, w)  # tf.matmul(x, w)
+  """
+  inputs, output = equation.replace(" ", "").split("->")
+  labels = inputs.split(",")
+  operands = [tf.convert_to_tensor(x) for x in operands]
+  result = None
+  if len(operands) == len(labels) and _plain(labels + [output], operands):
+    if len(operands) == 1:
+      result = _unary(labels[0], output, operands[0])
+    elif len(operands) == 2:
+      result = _binary(labels[0], labels[1], output, *operands)
+  if result is None:
+    result = tf.einsum(equation, *operands)
+  return result
+
+
+def _plain(label_lists: Sequence[str], operands) -> bool:
+  """No repeated label within a term, no ellipsis, fully static shapes."""
+  for labels in label_lists:
+    if "." in labels or len(set(labels)) != len(labels):
+      return False
+  return all(x.shape.rank is not None and x.shape.is_fully_defined()
+             for x in operands)
+
+
+def _reduce_and_transpose(labels: str, keep: str, x: tf.Tensor) -> tf.Tensor:
+  """Sums x over labels not in `keep`, then orders the rest as in `keep`."""
+  reduced = [i for i, l in enumerate(labels) if l not in keep]
+  if reduced:
+    x = tf.reduce_sum(x, axis=reduced)
+    labels = "".join(l for l in labels if l in keep)
+  perm = [labels.index(l) for l in keep if l in labels]
+  if perm != sorted(perm):
+    x = tf.transpose(x, perm)
+  return x
+
+
+def _unary(labels: str, output: str, x: tf.Tensor) -> Optional[tf.Tensor]:
+  if set(output) - set(labels):
+    return None
+  return _reduce_and_transpose(labels, output, x)
+
+
+def _binary(la: str, lb: str, lo: str, a: tf.Tensor,
+            b: tf.Tensor) -> Optional[tf.Tensor]:
+  if set(lo) - set(la) - set(lb):
+    return None
+  # A label in one operand only and not in the output is summed away first.
+  keep_a = "".join(l for l in la if l in lo or l in lb)
+  keep_b = "".join(l for l in lb if l in lo or l in la)
+  if keep_a != la:
+    a, la = _reduce_and_transpose(la, keep_a, a), keep_a
+  if keep_b != lb:
+    b, lb = _reduce_and_transpose(lb, keep_b, b), keep_b
+  contracted = [l for l in la if l in lb and l not in lo]
+  if not contracted:
+    return _broadcast_multiply(la, lb, lo, a, b)
+  return _matmul(la, lb, lo, a, b, contracted)
+
+
+def _broadcast_multiply(la, lb, lo, a, b) -> tf.Tensor:
+  """Product when nothing is contracted: align both to lo, then multiply."""
+  def align(labels, x):
+    order = "".join(l for l in lo if l in labels)
+    x = _reduce_and_transpose(labels, order, x)
+    if len(order) < len(lo):
+      sizes = dict(zip(order, x.shape.as_list()))
+      x = tf.reshape(x, [sizes.get(l, 1) for l in lo])
+    return x
+  return tf.multiply(align(la, a), align(lb, b))
+
+
+def _split(labels: str, first: List[str], second: List[str]) -> Optional[bool]:
+  """False if labels == first + second, True if second + first, else None."""
+  if list(labels) == first + second:
+    return False
+  if list(labels) == second + first:
+    return True
+  return None
+
+
+def _matmul(la, lb, lo, a, b, contracted) -> Optional[tf.Tensor]:
+  """tf.matmul when a reshape (no copy) brings both operands to matrices."""
+  batch = [l for l in lo if l in la and l in lb]
+  nb = len(batch)
+  if list(la[:nb]) != batch or list(lb[:nb]) != batch or list(lo[:nb]) != batch:
+    return None
+  free_a = [l for l in la[nb:] if l not in contracted]
+  free_b = [l for l in lb[nb:] if l not in contracted]
+  contracted_b = [l for l in lb[nb:] if l in contracted]
+  if contracted_b != contracted:
+    return None
+  transpose_a = _split(la[nb:], free_a, contracted)
+  transpose_b = _split(lb[nb:], contracted, free_b)
+  swap = _split(lo[nb:], free_a, free_b)
+  if transpose_a is None or transpose_b is None or swap is None:
+    return None
+  sizes = dict(zip(la, a.shape.as_list()))
+  sizes.update(zip(lb, b.shape.as_list()))
+
+  def prod(ls):
+    n = 1
+    for l in ls:
+      n *= sizes[l]
+    return n
+  batch_shape = [sizes[l] for l in batch]
+  m, k, n = prod(free_a), prod(contracted), prod(free_b)
+  a = tf.reshape(a, batch_shape + ([k, m] if transpose_a else [m, k]))
+  b = tf.reshape(b, batch_shape + ([n, k] if transpose_b else [k, n]))
+  if swap:  # out = (a b)^T = b^T a^T
+    y = tf.matmul(b, a, transpose_a=not transpose_b,
+                  transpose_b=not transpose_a)
+  else:
+    y = tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+  return tf.reshape(y, [sizes[l] for l in lo])

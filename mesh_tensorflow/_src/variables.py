@@ -1,0 +1,422 @@
+"""mtf Variables, their dtypes, the TF2 variable store and assignment ops.
+
+A variable has one full-shape *master* tf.Variable (what checkpoints hold, under
+the original's names) and, per lowering, per-processor *slices* that training
+reads and writes. Masters live in a VariableStore so that re-tracing a
+tf.function, or rebuilding the mtf graph eagerly, reuses the same tf.Variables.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+from typing import Callable, Dict, List, Optional
+
+from absl import logging
+import tensorflow as tf
+
+from mesh_tensorflow._src.graph import Mesh, Operation, Tensor, current_variable_scope_name
+from mesh_tensorflow._src.shapes import Shape, convert_to_shape
+
+tf1 = tf.compat.v1
+
+
+class VariableDType:
+  """Dtypes of a variable: checkpoint (master), in-memory (slice), activation."""
+
+  def __init__(self, master_dtype=tf.float32, slice_dtype=None,
+               activation_dtype=None):
+    self._master_dtype = tf.as_dtype(master_dtype)
+    self._slice_dtype = tf.as_dtype(slice_dtype or master_dtype)
+    self._activation_dtype = tf.as_dtype(activation_dtype or master_dtype)
+
+  @property
+  def master_dtype(self) -> tf.DType:
+    return self._master_dtype
+
+  @property
+  def slice_dtype(self) -> tf.DType:
+    return self._slice_dtype
+
+  @property
+  def activation_dtype(self) -> tf.DType:
+    return self._activation_dtype
+
+  def __repr__(self) -> str:
+    return "VariableDType(master_dtype=%s, slice_dtype=%s, activation_dtype=%s)" % (
+        self._master_dtype.name, self._slice_dtype.name,
+        self._activation_dtype.name)
+
+
+class VariableStore(tf.Module):
+  """Holds the tf.Variables behind mtf variables, keyed by full name.
+
+  Trackable, so `tf.train.Checkpoint(store=store)` sees every master. Slice
+  variables are kept apart and are not meant to be checkpointed.
+  """
+
+  def __init__(self, name: str = "mtf_variable_store"):
+    super().__init__(name=name)
+    self.masters: Dict[str, tf.Variable] = {}
+    self._slices: Dict[str, tf.Variable] = {}
+
+  def get_or_create_master(self, name: str, shape: Shape, dtype: tf.DType,
+                           initializer, trainable: bool, device) -> tf.Variable:
+    """The master tf.Variable `name`; created on first use.
+
+    Raises:
+      ValueError: if a variable of that name exists with another shape/dtype.
+    """
+    existing = self.masters.get(name)
+    if existing is not None:
+      _check_same_graph(name, existing)
+      if (existing.shape.as_list() != shape.to_integer_list or
+          existing.dtype != dtype):
+        raise ValueError(
+            "variable %r already exists with shape %s and dtype %s; asked for "
+            "%s and dtype %s" % (name, existing.shape.as_list(),
+                                 existing.dtype.name, shape.to_string,
+                                 dtype.name))
+      return existing
+    with tf.init_scope(), tf.device(device):
+      with _root_name_scope():
+        var = tf.Variable(
+            initial_value=_initial_value_fn(initializer, shape, dtype),
+            name=name, trainable=trainable, dtype=dtype)
+    self.masters[name] = var
+    return var
+
+  def get_or_create_slice(self, key: str,
+                          create_fn: Callable[[], tf.Variable]) -> tf.Variable:
+    existing = self._slices.get(key)
+    if existing is None:
+      with tf.init_scope(), _root_name_scope():
+        existing = create_fn()
+      self._slices[key] = existing
+    return existing
+
+
+def _check_same_graph(name: str, var: tf.Variable) -> None:
+  """ValueError if `var` lives in another tf.Graph than the one in use.
+
+  A variable of a finished tf.compat.v1 Graph cannot be used in a new one
+  (its reads would be built in the old graph); use one store per graph.
+  """
+  with tf.init_scope():
+    current = None if tf.executing_eagerly() else tf1.get_default_graph()
+  try:
+    owner = var.graph
+  except (AttributeError, RuntimeError):  # an eager variable
+    owner = None
+  if owner is not current:
+    raise ValueError(
+        "variable %r of this VariableStore was created in another TensorFlow "
+        "graph (or eagerly); use one VariableStore per tf.Graph" % name)
+
+
+@contextlib.contextmanager
+def _root_name_scope():
+  """Resets the TF name scope in graph mode so variable names are exact."""
+  if tf.executing_eagerly():
+    yield
+  else:
+    with tf1.get_default_graph().name_scope(None):
+      yield
+
+
+def _initial_value_fn(initializer, shape: Shape, dtype: tf.DType):
+  """A zero-argument callable producing the initial full-shape value."""
+  dims = shape.to_integer_list
+  if initializer is None:
+    initializer = tf1.glorot_uniform_initializer()
+  if callable(initializer):
+    return lambda: tf.cast(initializer(dims, dtype=dtype), dtype)
+  return lambda: tf.cast(
+      tf.broadcast_to(tf.convert_to_tensor(initializer), dims), dtype)
+
+
+_store_override = threading.local()
+_eager_store: Optional[VariableStore] = None
+_graph_stores = weakref.WeakKeyDictionary()
+
+
+def get_default_variable_store() -> VariableStore:
+  """The VariableStore in effect: an explicit one, else one per TF graph."""
+  stack = getattr(_store_override, "stack", None)
+  if stack:
+    return stack[-1]
+  global _eager_store
+  with tf.init_scope():
+    if tf.executing_eagerly():
+      if _eager_store is None:
+        _eager_store = VariableStore()
+      return _eager_store
+    graph = tf1.get_default_graph()
+  store = _graph_stores.get(graph)
+  if store is None:
+    store = VariableStore()
+    _graph_stores[graph] = store
+  return store
+
+
+@contextlib.contextmanager
+def variable_store(store: VariableStore):
+  """Makes `store` the VariableStore for mtf variables created inside.
+
+  Example:
+    with mtf.variable_store(mtf.VariableStore()):
+      w = mtf.get_variable(mesh, "w", shape)
+  """
+  if not hasattr(_store_override, "stack"):
+    _store_override.stack = []
+  _store_override.stack.append(store)
+  try:
+    yield store
+  finally:
+    _store_override.stack.pop()
+
+
+class Variable(Operation):
+  """An mtf variable; its output is the variable's value as an activation."""
+
+  def __init__(self, mesh: Mesh, name: str, shape, dtype: VariableDType,
+               initializer, trainable: bool, **kwargs):
+    super().__init__([], mesh, name="name_will_be_set_below")
+    if not isinstance(dtype, VariableDType):
+      raise ValueError("dtype of variable %r must be a VariableDType, got %r"
+                       % (name, dtype))
+    for k in kwargs:
+      if k not in ("collections", "use_resource", "caching_device",
+                   "partitioner", "validate_shape", "constraint",
+                   "synchronization", "aggregation", "regularizer"):
+        raise TypeError("unexpected argument %r for variable %r" % (k, name))
+    self._variable_dtype = dtype
+    self._trainable = trainable
+    self._shape = convert_to_shape(shape)
+    scope = current_variable_scope_name()
+    self._name = scope + "/" + name if scope else name
+    self._store = get_default_variable_store()
+    self._master = self._store.get_or_create_master(
+        self._name, self._shape, dtype.master_dtype, initializer, trainable,
+        mesh.variable_placer_fn)
+    self._outputs = [Tensor(self, self._shape, dtype.activation_dtype)]
+    self.graph.register_variable(self)
+
+  def lower(self, lowering):
+    mesh_impl = lowering.mesh_impl(self)
+    laid_out = mesh_impl.LaidOutVariable(self, mesh_impl)
+    lowering.variables[self] = laid_out
+    activation_dtype = self.activation_dtype
+    lowering.set_tensor_lowering(
+        self.outputs[0],
+        mesh_impl.slicewise(lambda v: tf.cast(_read(v), activation_dtype),
+                            laid_out.laid_out_tensor))
+
+  def get_master(self) -> tf.Tensor:
+    return self._master.read_value()
+
+  def assign_to_master(self, val):
+    return self._master.assign(tf.cast(val, self.master_dtype))
+
+  @property
+  def master(self) -> tf.Variable:
+    """The master tf.Variable (full shape, master dtype)."""
+    return self._master
+
+  @property
+  def store(self) -> VariableStore:
+    return self._store
+
+  @property
+  def value(self) -> Tensor:
+    return self.outputs[0]
+
+  @property
+  def shape(self) -> Shape:
+    return self._shape
+
+  @property
+  def size(self) -> int:
+    return self._shape.size
+
+  @property
+  def dtype(self) -> VariableDType:
+    return self._variable_dtype
+
+  @property
+  def variable_dtype(self) -> VariableDType:
+    return self._variable_dtype
+
+  @property
+  def master_dtype(self) -> tf.DType:
+    return self._variable_dtype.master_dtype
+
+  @property
+  def slice_dtype(self) -> tf.DType:
+    return self._variable_dtype.slice_dtype
+
+  @property
+  def activation_dtype(self) -> tf.DType:
+    return self._variable_dtype.activation_dtype
+
+  @property
+  def trainable(self) -> bool:
+    return self._trainable
+
+  @property
+  def master_device(self) -> str:
+    return self._master.device
+
+
+def _read(v):
+  return v.read_value() if isinstance(v, tf.Variable) else tf.identity(v)
+
+
+def get_variable(mesh: Mesh, name: str, shape, dtype=tf.float32,
+                 master_dtype=None, slice_dtype=None, activation_dtype=None,
+                 initializer=None, trainable: bool = True, **kwargs) -> Tensor:
+  """Creates (or reuses, by full name) an mtf variable; returns its value.
+
+  Example:
+    w = mtf.get_variable(mesh, "w", [d_model, d_ff],
+                         initializer=tf.random_normal_initializer())
+  """
+  if dtype is None:
+    dtype = tf.float32
+  if isinstance(dtype, VariableDType):
+    if master_dtype or slice_dtype or activation_dtype:
+      raise ValueError("variable %r: give per-role dtypes either in the "
+                       "VariableDType or as arguments, not both" % name)
+    variable_dtype = dtype
+  else:
+    dtype = tf.as_dtype(dtype)
+    variable_dtype = VariableDType(master_dtype or dtype,
+                                   slice_dtype or dtype,
+                                   activation_dtype or dtype)
+  scope = current_variable_scope_name()
+  full_name = scope + "/" + name if scope else name
+  existing = mesh.graph.name_to_variable.get(full_name)
+  if existing is not None:
+    if existing.shape != convert_to_shape(shape):
+      raise ValueError("variable %r reused with shape %s, created with %s"
+                       % (full_name, convert_to_shape(shape).to_string,
+                          existing.shape.to_string))
+    return existing.outputs[0]
+  if initializer is None:
+    logging.log_first_n(
+        logging.WARNING, "Using default tf glorot_uniform_initializer for "
+        "variable %s. The initialzer will guess the input and output "
+        "dimensions based on dimension order.", 10, full_name)
+  v = Variable(mesh, name, shape, variable_dtype, initializer, trainable,
+               **kwargs)
+  return v.outputs[0]
+
+
+class ReadVariable(Operation):
+  """Reads a variable's slices again (after assignments); identity gradient."""
+
+  def __init__(self, var: Variable, name: Optional[str] = None):
+    super().__init__([var.outputs[0]], name=name or "read_variable")
+    self._var = var
+    self._outputs = [Tensor(self, var.shape, var.activation_dtype)]
+
+  def gradient(self, grad_ys):
+    return grad_ys
+
+  def lower(self, lowering):
+    mesh_impl = lowering.mesh_impl(self)
+    laid_out = lowering.variables[self._var]
+    dtype = self._var.activation_dtype
+    lowering.set_tensor_lowering(
+        self.outputs[0],
+        mesh_impl.slicewise(lambda v: tf.cast(_read(v), dtype),
+                            laid_out.laid_out_tensor))
+
+
+def read_variable(var) -> Tensor:
+  return ReadVariable(_variable_of(var)).outputs[0]
+
+
+def assign_slice(variable: Variable, slice_var, val):
+  return slice_var.assign(tf.cast(val, variable.slice_dtype))
+
+
+def assign_add_slice(variable: Variable, slice_var, val):
+  return slice_var.assign_add(tf.cast(val, variable.slice_dtype))
+
+
+def assign_sub_slice(variable: Variable, slice_var, val):
+  return slice_var.assign_sub(tf.cast(val, variable.slice_dtype))
+
+
+class Assign(Operation):
+  """Assigns new values to variables' slices; lowers to a tf.group."""
+
+  def __init__(self, variables: List[Variable], new_values: List[Tensor],
+               assign_fn=assign_slice, name: Optional[str] = None):
+    variables = list(variables)
+    new_values = list(new_values)
+    if len(variables) != len(new_values):
+      raise ValueError("Assign got %d variables and %d values"
+                       % (len(variables), len(new_values)))
+    for var, val in zip(variables, new_values):
+      if var.shape != val.shape:
+        raise ValueError("cannot assign %s to variable %s of shape %s"
+                         % (val.to_string, var.name, var.shape.to_string))
+    super().__init__(new_values, variables[0].mesh, name=name or "assign")
+    self._variables = variables
+    self._assign_fn = assign_fn
+
+  @property
+  def variables(self) -> List[Variable]:
+    return self._variables
+
+  @property
+  def assign_fn(self):
+    return self._assign_fn
+
+  def lower(self, lowering):
+    updates = []
+    for var, val in zip(self._variables, self._inputs):
+      laid_out_val = lowering.tensors[val].to_laid_out_tensor()
+      updates.append(lowering.variables[var].assign_to_slices(
+          self._assign_fn, laid_out_val.all_slices))
+    lowering.operations[self] = tf.group(*[u for u in updates if u is not None])
+
+
+def _variable_of(var) -> Variable:
+  """The Variable behind var: a Variable, its output, or a chain of 1-input ops."""
+  if isinstance(var, Variable):
+    return var
+  if not isinstance(var, Tensor):
+    raise TypeError("expected an mtf Variable or Tensor, got %r" % (var,))
+  op = var.operation
+  while not isinstance(op, Variable):
+    if len(op.inputs) != 1:
+      raise ValueError("%s is not a variable nor a chain of one-input ops "
+                       "leading to one" % var.name)
+    op = op.inputs[0].operation
+  return op
+
+
+def assign(var, new_val: Tensor, assign_fn=assign_slice,
+           name: Optional[str] = None) -> Operation:
+  """Assign op; `var` may be a Variable or its output tensor."""
+  return Assign([_variable_of(var)], [new_val], assign_fn=assign_fn, name=name)
+
+
+def assign_add(var, new_val: Tensor) -> Operation:
+  return assign(var, new_val, assign_fn=assign_add_slice)
+
+
+def assign_sub(var, new_val: Tensor) -> Operation:
+  return assign(var, new_val, assign_fn=assign_sub_slice)
+
+
+__all__ = [
+    "Assign", "ReadVariable", "Variable", "VariableDType", "VariableStore",
+    "assign", "assign_add", "assign_add_slice", "assign_slice", "assign_sub",
+    "assign_sub_slice", "get_default_variable_store", "get_variable",
+    "read_variable", "variable_store",
+]
