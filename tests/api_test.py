@@ -193,3 +193,9 @@ def test_public_classes_exist():
       "Graph", "Mesh", "Tensor", "Operation", "Lowering", "MeshImpl",
       "LazyAllreduceSum", "LazyLaidOutTensor", "VariableDType"]:
     assert inspect.isclass(getattr(mtf, name, None)), name
+
+
+def test_tests_run_on_eight_virtual_cpus():
+  # Guards tests/conftest.py: without this, "multi-device" tests silently
+  # place every processor on one CPU.
+  assert len(tf.config.list_logical_devices("CPU")) >= 8

@@ -464,6 +464,18 @@ def test_training_2x2_equals_1_device(mode):
   mtu.assert_all_close(masters_4, want_masters, rtol=1e-5, atol=1e-6)
 
 
+def test_graph_mode_replicas_read_before_shared_slice_is_assigned():
+  # "bias" is replicated over rows; replicas may share one slice variable,
+  # whose assignment must wait for every replica's read (a legacy graph has
+  # no automatic control dependencies). Several graphs make a race visible.
+  want_losses, want_masters = _train_reference(steps=3)
+  for _ in range(6):  # the schedule varies from graph to graph
+    losses, masters = _train("rows:2;cols:2", "a:rows;b:cols", "graph",
+                             steps=3)
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
+    mtu.assert_all_close(masters, want_masters, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("mesh_layout", [("all:4", "b:all"),
                                          ("rows:2;cols:2", "a:cols;b:rows")],
                          ids=str)

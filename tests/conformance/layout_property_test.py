@@ -5,11 +5,16 @@ add/multiply, einsum contractions, reductions, reshapes that merge, split or
 rename dims, transposes, broadcasts, casts), a final reduction and the
 gradients of a scalar loss with respect to every input. Each program runs on
 one device as the reference and on the 4-processor meshes ("all:4" and
-"rows:2;cols:2") under a random valid layout; all outputs must agree.
+"rows:2;cols:2") under random valid layouts, as CPUs sharing host memory
+and as devices with separate memories (the backend's collectives differ);
+all outputs must agree.
 """
 
+import contextlib
 import dataclasses
-from typing import List, Tuple
+from typing import Dict, List, Optional, Tuple
+
+from unittest import mock
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -17,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
+from mesh_tensorflow._src.mesh_impls import collectives
 import mesh_test_util
 
 SIZES = [2, 4, 8]
@@ -43,7 +49,7 @@ OP_KINDS = ["unary", "binary", "einsum", "reduce", "merge", "split", "rename",
 @dataclasses.dataclass
 class Program:
   """A replayable mtf program: inputs, then ops that append one tensor each."""
-  inputs: List[Tuple[List[Tuple[str, int]], np.ndarray]]
+  inputs: List[Tuple[List[Tuple[str, int]], int]]  # (dims, numpy seed)
   ops: List[tuple]
 
   def sinks(self) -> List[int]:
@@ -85,7 +91,8 @@ def _apply(tensors: List[mtf.Tensor], op: tuple) -> mtf.Tensor:
   if kind == "merge":
     pos, name = op[2], op[3]
     a, b = x.shape.dims[pos], x.shape.dims[pos + 1]
-    return mtf.replace_dimensions(x, [a, b], mtf.Dimension(name, a.size * b.size))
+    return mtf.replace_dimensions(x, [a, b],
+                                  mtf.Dimension(name, a.size * b.size))
   if kind == "split":
     pos, new_dims = op[2], op[3]
     return mtf.replace_dimensions(
@@ -106,10 +113,12 @@ def _apply(tensors: List[mtf.Tensor], op: tuple) -> mtf.Tensor:
 
 
 def _build(program: Program, mesh: mtf.Mesh):
-  """All tensors of the program, plus its outputs (sinks, final, loss, grads)."""
+  """Builds the program on `mesh`; returns (all tensors, input tensors)."""
   tensors = []
-  for dims, value in program.inputs:
+  for dims, seed in program.inputs:
     shape = mtf.Shape([mtf.Dimension(n, s) for n, s in dims])
+    value = np.random.RandomState(seed).uniform(
+        -1.5, 1.5, shape.to_integer_list).astype(np.float32)
     tensors.append(mtf.import_tf_tensor(mesh, tf.constant(value), shape))
   inputs = list(tensors)
   for op in program.ops:
@@ -151,6 +160,59 @@ def _eligible(kind: str, tensors: List[mtf.Tensor], i: int) -> bool:
   return True
 
 
+def _draw_op(draw, kind: str, i: int, tensors: List[mtf.Tensor],
+             known: Dict[str, int], step: int) -> Optional[tuple]:
+  """One op of `kind` on tensors[i], or None if it would not fit."""
+  x = tensors[i]
+  names = x.shape.dimension_names
+  if kind == "binary":
+    j = draw(st.integers(0, len(tensors) - 1))
+    union = {d.name: d.size for d in x.shape.dims + tensors[j].shape.dims}
+    if len(union) <= MAX_RANK and np.prod(list(union.values())) <= MAX_SIZE:
+      return ("binary", i, j, draw(st.sampled_from(["add", "multiply"])))
+    return None
+  if kind == "einsum":
+    partners = [j for j, y in enumerate(tensors) if j != i and set(
+        names) & set(y.shape.dimension_names)]
+    if not partners:
+      return None
+    j = draw(st.sampled_from(partners))
+    y = tensors[j]
+    shared = [n for n in names if n in y.shape.dimension_names]
+    union = {d.name: d.size for d in x.shape.dims + y.shape.dims}
+    contracted = draw(st.sampled_from(shared))
+    out_names = draw(st.permutations([n for n in union if n != contracted]))
+    if (len(out_names) <= MAX_RANK and
+        np.prod(list(union.values())) <= MAX_SIZE):
+      return ("einsum", i, j, contracted, list(out_names))
+    return None
+  if kind == "reduce":
+    return ("reduce", i, draw(st.sampled_from(["sum", "max"])),
+            draw(st.sampled_from(names)))
+  if kind == "merge":
+    return ("merge", i, draw(st.integers(0, len(names) - 2)), "m%d" % step)
+  if kind == "split":
+    pos = draw(st.sampled_from(
+        [p for p, d in enumerate(x.shape.dims) if d.size >= 4]))
+    size = x.shape.dims[pos].size
+    first = draw(st.sampled_from(
+        [s for s in SIZES if s < size and size % s == 0]))
+    return ("split", i, pos,
+            [("s%da" % step, first), ("s%db" % step, size // first)])
+  if kind == "rename":
+    return ("rename", i, draw(st.sampled_from(names)), "r%d" % step)
+  if kind == "transpose":
+    return ("transpose", i, list(draw(st.permutations(names))))
+  if kind == "broadcast":
+    choices = [(n, s) for n, s in sorted(known.items())
+               if n not in names and x.size * s <= MAX_SIZE]
+    new_dim = draw(st.sampled_from(choices + [("b%d" % step, 2)]))
+    return ("broadcast", i, new_dim, draw(st.integers(0, len(names))))
+  if kind == "cast":
+    return ("cast", i)
+  return None
+
+
 @st.composite
 def programs(draw) -> Program:
   """Random small programs; shapes are read back from a throwaway graph."""
@@ -161,9 +223,7 @@ def programs(draw) -> Program:
   for k in range(draw(st.integers(2, 4))):
     dims = draw(st.lists(st.sampled_from(base), min_size=1, max_size=3,
                          unique=True))
-    shape = [s for _, s in dims]
-    value = np.random.RandomState(k).uniform(-1.5, 1.5, shape)
-    inputs.append((dims, value.astype(np.float32)))
+    inputs.append((dims, k))
   program = Program(inputs, [])
   graph = mtf.Graph()
   tensors, _ = _build(program, mtf.Mesh(graph, "mesh"))
@@ -175,53 +235,7 @@ def programs(draw) -> Program:
     op = None
     if eligible:
       i = draw(st.sampled_from(eligible))
-      x = tensors[i]
-      names = x.shape.dimension_names
-    if not eligible:
-      pass
-    elif kind == "binary":
-      j = draw(st.integers(0, len(tensors) - 1))
-      union = {d.name: d.size for d in x.shape.dims + tensors[j].shape.dims}
-      if len(union) <= MAX_RANK and np.prod(list(union.values())) <= MAX_SIZE:
-        op = ("binary", i, j, draw(st.sampled_from(["add", "multiply"])))
-    elif kind == "einsum":
-      partners = [j for j, y in enumerate(tensors) if j != i and set(
-          names) & set(y.shape.dimension_names)]
-      if partners:
-        j = draw(st.sampled_from(partners))
-        y = tensors[j]
-        shared = [n for n in names if n in y.shape.dimension_names]
-        union = {d.name: d.size for d in x.shape.dims + y.shape.dims}
-        contracted = draw(st.sampled_from(shared))
-        out_names = draw(st.permutations(
-            [n for n in union if n != contracted]))
-        if (len(out_names) <= MAX_RANK and
-            np.prod(list(union.values())) <= MAX_SIZE):
-          op = ("einsum", i, j, contracted, list(out_names))
-    elif kind == "reduce":
-      op = ("reduce", i, draw(st.sampled_from(["sum", "max"])),
-            draw(st.sampled_from(names)))
-    elif kind == "merge":
-      op = ("merge", i, draw(st.integers(0, len(names) - 2)), "m%d" % step)
-    elif kind == "split":
-      pos = draw(st.sampled_from(
-          [p for p, d in enumerate(x.shape.dims) if d.size >= 4]))
-      size = x.shape.dims[pos].size
-      first = draw(st.sampled_from(
-          [s for s in SIZES if s < size and size % s == 0]))
-      op = ("split", i, pos,
-            [("s%da" % step, first), ("s%db" % step, size // first)])
-    elif kind == "rename":
-      op = ("rename", i, draw(st.sampled_from(names)), "r%d" % step)
-    elif kind == "transpose":
-      op = ("transpose", i, list(draw(st.permutations(names))))
-    elif kind == "broadcast":
-      choices = [(n, s) for n, s in sorted(known.items()) if n not in names
-                 and x.size * s <= MAX_SIZE]
-      new_dim = draw(st.sampled_from(choices + [("b%d" % step, 2)]))
-      op = ("broadcast", i, new_dim, draw(st.integers(0, len(names))))
-    elif kind == "cast":
-      op = ("cast", i)
+      op = _draw_op(draw, kind, i, tensors, known, step)
     if op is None:  # Not applicable here: an elementwise op instead.
       i = draw(st.integers(0, len(tensors) - 1))
       op = ("unary", i, draw(st.sampled_from(sorted(UNARY))))
@@ -268,9 +282,38 @@ def layouts(shapes: List[mtf.Shape], mesh_shape: str):
   return strategy()
 
 
-def _run(program: Program, mesh_shape: str, layout) -> List[np.ndarray]:
-  return mesh_test_util.run_program(
-      lambda mesh: _outputs(program, mesh), mesh_shape, layout, mode="eager")
+def _run(program: Program, mesh_shape: str, layout,
+         separate_memory: bool = False) -> List[np.ndarray]:
+  """Runs on virtual CPUs; separate_memory: as if they did not share memory.
+
+  The placement backend takes different collective paths on devices with
+  their own memories; pretending so exercises those paths too.
+  """
+  patch = (mock.patch.object(collectives, "share_host_memory",
+                             lambda devices: False)
+           if separate_memory else contextlib.nullcontext())
+  with patch:
+    return mesh_test_util.run_program(
+        lambda mesh: _outputs(program, mesh), mesh_shape, layout,
+        mode="eager")
+
+
+def _check(program: Program, data, shapes: List[mtf.Shape], mesh_shape: str,
+           separate_memory: bool, reference: List[np.ndarray]) -> None:
+  """Runs `program` under a drawn layout; compares with the reference."""
+  layout = data.draw(layouts(shapes, mesh_shape),
+                     label="layout on %s%s" % (
+                         mesh_shape, " (separate memory)" * separate_memory))
+  actual = _run(program, mesh_shape, layout, separate_memory)
+  assert len(actual) == len(reference)
+  for k, (a, r) in enumerate(zip(actual, reference)):
+    # Outputs near zero by cancellation get an absolute tolerance scaled by
+    # the output's magnitude.
+    scale = max(1.0, float(np.max(np.abs(r)))) if r.size else 1.0
+    np.testing.assert_allclose(
+        a, r, rtol=1e-4, atol=1e-5 * scale,
+        err_msg="output %d on %s (separate memory: %s) with layout %s" % (
+            k, mesh_shape, separate_memory, layout))
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, database=None,
@@ -282,13 +325,27 @@ def test_layouts_never_change_results(program, data):
   for value in reference:
     assert np.all(np.isfinite(value))
   shapes = _all_shapes(program)
-  for mesh_shape, _ in [mesh_test_util.MESH_4, mesh_test_util.MESH_2X2]:
-    layout = data.draw(layouts(shapes, mesh_shape),
-                       label="layout on %s" % mesh_shape)
-    actual = _run(program, mesh_shape, layout)
-    assert len(actual) == len(reference)
-    for k, (a, r) in enumerate(zip(actual, reference)):
-      scale = max(1.0, float(np.max(np.abs(r)))) if r.size else 1.0
-      np.testing.assert_allclose(
-          a, r, rtol=1e-4, atol=1e-5 * scale,
-          err_msg="output %d on %s with layout %s" % (k, mesh_shape, layout))
+  for separate_memory in [False, True]:
+    for mesh_shape, _ in [mesh_test_util.MESH_4, mesh_test_util.MESH_2X2]:
+      _check(program, data, shapes, mesh_shape, separate_memory, reference)
+
+
+def test_reduce_sum_twice_over_one_split_dim():
+  """Found by the property test: sum over d0, broadcast back to d0, sum again.
+
+  The first sum is still a pending (lazy) allreduce over the mesh axis d0 is
+  split on when the second sum over that axis is lowered; merging the two
+  into one allreduce undercounted by the mesh dim size.
+  """
+  program = Program(
+      inputs=[([("d0", 8), ("d1", 8)], 0), ([("d1", 8)], 1)],
+      ops=[("reduce", 0, "sum", "d0"), ("cast", 0),
+           ("broadcast", 2, ("d0", 8), 1)])
+  reference = _run(program, "", [])
+  for separate_memory in [False, True]:
+    for mesh_shape, layout in [("all:4", [("d0", "all")]),
+                               ("rows:2;cols:2", [("d0", "rows"),
+                                                  ("d1", "cols")])]:
+      mesh_test_util.assert_all_close(
+          _run(program, mesh_shape, layout, separate_memory), reference,
+          rtol=1e-4, msg="%s %s" % (mesh_shape, layout))

@@ -36,6 +36,19 @@ SIZES = [SMALL, LARGE, LARGE_ODD]
 NP_REDUCTIONS = {"SUM": np.sum, "MAX": np.max, "MIN": np.min}
 
 
+@pytest.fixture(params=["shared", "separate"])
+def memory(request, monkeypatch):
+  """Runs a test as on CPUs sharing host memory, and as on separate devices.
+
+  Virtual CPUs share host memory, where collectives compute once and copy;
+  "separate" makes the backend take the paths meant for devices with their
+  own memories (sharded allreduce, per-device concat).
+  """
+  if request.param == "separate":
+    monkeypatch.setattr(collectives, "share_host_memory", lambda devices: False)
+  return request.param
+
+
 def _impl(mesh_shape, layout=""):
   n = mtf.convert_to_shape(mesh_shape).size
   return placement.PlacementMeshImpl(mesh_shape, layout, DEVICES[:n])
@@ -84,7 +97,8 @@ def _values(laid_out):
 @pytest.mark.parametrize("mesh_axes", REDUCE_AXES)
 @pytest.mark.parametrize("reduction", ["SUM", "MAX", "MIN"])
 @pytest.mark.parametrize("size", SIZES, ids=["small", "large", "large_odd"])
-def test_allreduce(mesh_shape, mesh_axes, reduction, size):
+def test_allreduce(mesh_shape, mesh_axes, reduction, size, memory):
+  del memory
   impl = _impl(mesh_shape)
   xs = _per_processor(impl, size, seed=len(size) + len(mesh_axes))
   out = impl.allreduce(_laid_out(impl, xs), mesh_axes, reduction)
@@ -110,10 +124,12 @@ def test_allreduce_int_dtype():
   got = _values(impl.allreduce(_laid_out(impl, xs), [1], "SUM"))
   for p in range(impl.size):
     row = _coord(impl, p)[0]
-    np.testing.assert_array_equal(got[p], [sum(range(4 * row, 4 * row + 4))] * 4)
+    expected = sum(range(4 * row, 4 * row + 4))
+    np.testing.assert_array_equal(got[p], [expected] * 4)
 
 
-def test_allreduce_inside_tf_function():
+def test_allreduce_inside_tf_function(memory):
+  del memory
   impl = _impl(MESH_2X2)
   xs = _per_processor(impl, LARGE, seed=3)
 
@@ -123,6 +139,36 @@ def test_allreduce_inside_tf_function():
   got = [np.asarray(t) for t in fn()]
   for g in got:
     np.testing.assert_allclose(g, np.sum(xs, 0), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("size,sharded", [(SMALL, False), (LARGE, True),
+                                          (LARGE_ODD, False)])
+def test_allreduce_takes_sharded_path_only_when_it_should(
+    size, sharded, memory, monkeypatch):
+  """The sharded path runs (so test_allreduce covers it) exactly when meant."""
+  calls = []
+  real = collectives.sharded_allreduce
+
+  def spy(xs, devices, reduction_fn_string="SUM"):
+    calls.append(len(xs))
+    return real(xs, devices, reduction_fn_string)
+  monkeypatch.setattr(collectives, "sharded_allreduce", spy)
+  impl = _impl(MESH_2X4)
+  xs = _per_processor(impl, size)
+  got = _values(impl.allreduce(_laid_out(impl, xs), [0, 1], "SUM"))
+  np.testing.assert_allclose(got[5], np.sum(xs, 0), rtol=1e-5, atol=1e-4)
+  assert calls == ([8] if sharded and memory == "separate" else [])
+
+
+def test_share_host_memory():
+  assert collectives.share_host_memory(DEVICES)
+  assert collectives.share_host_memory(["", "/cpu:1"])
+  assert collectives.share_host_memory(
+      ["/job:localhost/replica:0/task:0/device:CPU:0", "/cpu:3"])
+  assert not collectives.share_host_memory(["/cpu:0", "/gpu:0"])
+  assert not collectives.share_host_memory(["/gpu:0", "/gpu:1"])
+  assert not collectives.share_host_memory(
+      ["/job:worker/task:0/cpu:0", "/job:worker/task:1/cpu:0"])
 
 
 def test_allreduce_unknown_reduction():
@@ -148,10 +194,14 @@ def test_collectives_allreduce_direct(n, size):
     for t, d in zip(out, devices):
       assert t.device.endswith(_device_suffix(d))
       np.testing.assert_allclose(np.asarray(t), expected, rtol=1e-5, atol=1e-4)
-    single = collectives.reduce_then_broadcast(tensors, devices, reduction)
-    for t, d in zip(single, devices):
-      assert t.device.endswith(_device_suffix(d))
-      np.testing.assert_allclose(np.asarray(t), expected, rtol=1e-5, atol=1e-4)
+    paths = [collectives.reduce_then_broadcast]
+    if int(np.prod(size)) % n == 0:
+      paths.append(collectives.sharded_allreduce)
+    for path in paths:
+      for t, d in zip(path(tensors, devices, reduction), devices):
+        assert t.device.endswith(_device_suffix(d))
+        np.testing.assert_allclose(np.asarray(t), expected, rtol=1e-5,
+                                   atol=1e-4)
 
 
 def test_module_level_aliases():
@@ -174,7 +224,8 @@ def test_module_level_aliases():
 @pytest.mark.parametrize("mesh_shape", MESH_SHAPES)
 @pytest.mark.parametrize("mesh_axis", [0, 1])
 @pytest.mark.parametrize("concat_axis", [0, 1, 2])
-def test_allconcat(mesh_shape, mesh_axis, concat_axis):
+def test_allconcat(mesh_shape, mesh_axis, concat_axis, memory):
+  del memory
   impl = _impl(mesh_shape)
   xs = _per_processor(impl, [2, 3, 4], seed=concat_axis)
   out = impl.allconcat(_laid_out(impl, xs), mesh_axis, concat_axis)

@@ -309,3 +309,15 @@ def test_operation_fields():
   assert y.operation.name == "my_einsum"
   assert y.operation.splittable_dims == frozenset(["batch", "io", "hidden"])
   assert mtf.transpose(x, [IO, BATCH]).operation.name == "transpose"
+
+
+def test_two_einsum_dims_on_one_mesh_axis_raise():
+  # io (contracted) and hidden (kept) come from different inputs but share a
+  # mesh axis: partial sums could not be allreduced correctly, so lowering
+  # refuses the layout, naming both dims.
+  def build(mesh):
+    p = _imp(mesh, X[0], [IO])
+    q = _imp(mesh, W[0], [HIDDEN])
+    return [mtf.einsum([p, q], output_shape=[HIDDEN])]
+  with pytest.raises(ValueError, match="'io'.*'hidden'.*'all'"):
+    mtu.run_program(build, "all:4", "io:all;hidden:all")

@@ -18,9 +18,10 @@ from typing import List, Sequence
 
 import tensorflow as tf
 
-# Below this many elements a reduction is done on one device and copied out;
-# above it the work is split in shards, one per device (reduce-scatter, then
-# all-gather), so every device adds a 1/n share.
+# On devices with separate memories, below this many elements a reduction is
+# done on one device and copied out; above it the work is split in shards, one
+# per device (reduce-scatter, then all-gather), so every device adds a 1/n
+# share.
 _SHARDED_ALLREDUCE_MIN_SIZE = 1 << 14
 
 _BINARY_REDUCTIONS = {
@@ -59,18 +60,25 @@ def _reduce_list(xs: Sequence[tf.Tensor], reduction_fn_string: str) -> tf.Tensor
   return functools.reduce(binary_reduction_fn(reduction_fn_string), xs)
 
 
+def compute_then_broadcast(fn, x: tf.Tensor,
+                           devices: Sequence[str]) -> List[tf.Tensor]:
+  """fn(x) on the first device; every other device takes a copy of it."""
+  with tf.device(devices[0]):
+    y = fn(x)
+  out = [y]
+  for d in devices[1:]:
+    with tf.device(d):
+      out.append(tf.identity(y))
+  return out
+
+
 def reduce_then_broadcast(xs: Sequence[tf.Tensor], devices: Sequence[str],
                           reduction_fn_string: str = "SUM") -> List[tf.Tensor]:
   """Reduces on the first device, then every device reads the result."""
   if len(xs) == 1:
     return list(xs)
-  with tf.device(devices[0]):
-    total = _reduce_list(xs, reduction_fn_string)
-  out = [total]
-  for d in devices[1:]:
-    with tf.device(d):
-      out.append(tf.identity(total))
-  return out
+  return compute_then_broadcast(
+      lambda _: _reduce_list(xs, reduction_fn_string), xs[0], devices)
 
 
 def allreduce(xs: Sequence[tf.Tensor], devices: Sequence[str],
@@ -120,13 +128,8 @@ def allconcat(xs: Sequence[tf.Tensor], devices: Sequence[str],
   if len(xs) == 1:
     return list(xs)
   if share_host_memory(devices):
-    with tf.device(devices[0]):
-      full = tf.concat(list(xs), concat_axis)
-    out = [full]
-    for d in devices[1:]:
-      with tf.device(d):
-        out.append(tf.identity(full))
-    return out
+    return compute_then_broadcast(
+        lambda _: tf.concat(list(xs), concat_axis), xs[0], devices)
   out = []
   for d in devices:
     with tf.device(d):

@@ -11,6 +11,7 @@ from typing import Callable, List, Sequence
 import tensorflow as tf
 
 from mesh_tensorflow._src import layout as layout_lib
+from mesh_tensorflow._src import lowering as lowering_lib
 from mesh_tensorflow._src import mesh_impl as mesh_impl_lib
 from mesh_tensorflow._src.mesh_impls import collectives
 from mesh_tensorflow._src.shapes import convert_to_shape
@@ -75,19 +76,20 @@ class LaidOutVariable:
     self._variable = variable
     self._mesh_impl = mesh_impl
     shape = variable.shape
-    master = variable.master
+    master = variable.master  # None for a stacked variable.
     slice_shape = mesh_impl.slice_shape(shape)
-    same_dtype = variable.slice_dtype == variable.master_dtype
+    usable_master = (master is not None and
+                     variable.slice_dtype == variable.master_dtype)
     shared = mesh_impl.devices_share_host_memory
     if shared:
-      self._slice_is_master = same_dtype and (
+      self._slice_is_master = usable_master and (
           slice_shape == shape.to_integer_list) and (
               collectives.share_host_memory(
-                  [mesh_impl.devices[0], master.device]))
+                  [mesh_impl.devices[0], variable.master_device]))
     else:
       self._slice_is_master = (
-          mesh_impl.size == 1 and same_dtype and
-          _same_device(mesh_impl.devices[0], master.device))
+          mesh_impl.size == 1 and usable_master and
+          _same_device(mesh_impl.devices[0], variable.master_device))
     if self._slice_is_master:
       self._slices = [master] * mesh_impl.size
     else:
@@ -157,18 +159,63 @@ class LaidOutVariable:
     """Applies assign_fn(variable, slice_var, value) on each processor.
 
     A slice variable shared by several processors is assigned once, with the
-    value of the first of them.
+    value of the first of them, after the values of the others are computed:
+    in a legacy graph nothing else orders the other processors' reads of the
+    shared variable before the assignment.
     """
+    values = list(values)
+    pnums_by_var = {}
+    for pnum, slice_var in enumerate(self._slices):
+      pnums_by_var.setdefault(id(slice_var), []).append(pnum)
     ops = []
-    done = set()
-    for slice_var, value, device in zip(self._slices, values,
-                                        self._mesh_impl.devices):
-      if id(slice_var) in done:
-        continue
-      done.add(id(slice_var))
-      with tf.device(device):
-        ops.append(assign_fn(self._variable, slice_var, value))
+    for pnums in pnums_by_var.values():
+      first = pnums[0]
+      others = [values[p] for p in pnums[1:] if isinstance(values[p], tf.Tensor)]
+      with tf.device(self._mesh_impl.devices[first]):
+        with tf.control_dependencies(others):
+          ops.append(assign_fn(self._variable, self._slices[first],
+                               values[first]))
     return tf.group(*[o for o in ops if o is not None])
+
+
+class ReduceFirstLazySum(lowering_lib.LazyAllreduceSum):
+  """A lazy sum of fn(partial sums), computed as fn(allreduce(partial sums)).
+
+  fn is linear and does not shrink its input (a scalar multiply, a reshape).
+  On devices sharing host memory the allreduce moves no data, so applying fn
+  after it, once per processor group, beats applying it to all n partial sums.
+  Continuing the laziness (`laid_out_input`) applies fn to the partials.
+  """
+
+  def __init__(self, mesh_impl: "PlacementMeshImpl", fn: Callable,
+               source: lowering_lib.LazyAllreduceSum, probe: tf.Tensor):
+    self._fn = fn
+    self._source = source
+    self._probe = probe  # fn of processor 0's partial sum: gives the shape.
+    self._partials = None
+    super().__init__(mesh_impl, None, source.mesh_axes,
+                     add_counter_fn=source.add_counter_fn)
+
+  @property
+  def laid_out_input(self):
+    if self._partials is None:
+      self._partials = self.mesh_impl.slicewise(
+          self._fn, self._source.laid_out_input)
+    return self._partials
+
+  @laid_out_input.setter
+  def laid_out_input(self, value):
+    del value  # Set to None by LazyAllreduceSum.__init__; computed on demand.
+
+  @property
+  def slice_shape(self):
+    return self._probe.shape.as_list()
+
+  def to_laid_out_tensor(self):
+    if self._reduced is None:
+      self._reduced = self.mesh_impl.apply_once_per_group(
+          self._fn, self._source.to_laid_out_tensor(), self.mesh_axes)
+    return self._reduced
 
 
 class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
@@ -222,6 +269,40 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
     if isinstance(results[0], tuple):
       return tuple(LaidOutTensor(list(r)) for r in zip(*results))
     return LaidOutTensor(results)
+
+  def slicewise_delay_allreduce(self, fn: Callable, *inputs):
+    """As MeshImpl's; on shared host memory fn may run after the allreduce.
+
+    With one lazy input and an fn that keeps the size, the result is a
+    ReduceFirstLazySum: still lazy, but fn then runs once per processor group
+    on the reduced value instead of on every partial sum.
+    """
+    if (self._share_host_memory and len(inputs) == 1 and
+        isinstance(inputs[0], lowering_lib.LazyAllreduceSum) and
+        inputs[0].mesh_axes):
+      x = inputs[0]
+      if isinstance(x, ReduceFirstLazySum):
+        inner_fn, source, before = x._fn, x._source, x._probe  # pylint: disable=protected-access
+      else:
+        inner_fn, source = None, x
+        before = x.laid_out_input.to_laid_out_tensor().tensor_list[0]
+      with tf.device(self._devices[0]):
+        probe = fn(before)  # Pruned from graphs unless used.
+      if (isinstance(probe, tf.Tensor) and
+          probe.shape.num_elements() is not None and
+          probe.shape.num_elements() >= before.shape.num_elements()):
+        composed = fn if inner_fn is None else (lambda t: fn(inner_fn(t)))
+        return ReduceFirstLazySum(self, composed, source, probe)
+    return super().slicewise_delay_allreduce(fn, *inputs)
+
+  def apply_once_per_group(self, fn: Callable, x, mesh_axes):
+    """fn of a tensor equal within each group over mesh_axes, run once per group.
+
+    The first processor of a group computes fn; the others take its result.
+    """
+    return self._per_group(
+        x, mesh_axes, lambda xs, devs: collectives.compute_then_broadcast(
+            fn, xs[0], devs))
 
   def _per_group(self, x, mesh_axes, group_fn):
     """Runs group_fn(slices, devices) on every processor group; reassembles."""
@@ -325,5 +406,6 @@ def allreduce_ring_single_shard(xs, devices,
 
 
 __all__ = ["LaidOutTensor", "LaidOutVariable", "PlacementMeshImpl",
+           "ReduceFirstLazySum",
            "allconcat_ring", "allreduce_ring", "allreduce_ring_single_shard",
            "alltoall_pointtwise", "alltoall_ring"]

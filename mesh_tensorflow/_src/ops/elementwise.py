@@ -91,8 +91,11 @@ def reciprocal(x: Tensor, name: str = "reciprocal") -> Tensor:
 
 
 def _relu_grad(op, dy):
-  x = op.inputs[0]
-  return [dy * cast(_binary().greater(x, 0), dy.dtype)]
+  # One fused TF op (dy where x > 0, else 0), as tf.nn.relu's own gradient.
+  return [cwise(lambda x, g: tf.raw_ops.ReluGrad(gradients=g, features=x),
+                [op.inputs[0], dy], name="relu_grad",
+                grad_function=lambda grad_op, ddy: [
+                    None, _relu_grad(op, ddy)[0]])]
 
 
 def relu(x: Tensor, name: str = "relu") -> Tensor:

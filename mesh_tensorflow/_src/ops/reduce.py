@@ -80,9 +80,14 @@ class ReduceOperation(Operation):
       counter = "allreduce/%s/reduce_op" % mesh_axes
       if self._reduction_fn_string == "SUM":
         if isinstance(y, LazyAllreduceSum):
-          # Sums are linear: one allreduce over both sets of axes.
-          mesh_axes = sorted(set(mesh_axes) | set(y.mesh_axes))
-          y = y.laid_out_input
+          if set(mesh_axes) & set(y.mesh_axes):
+            # An axis summed twice (the pending sum was broadcast over a dim
+            # split on it): allreduce twice != once, so finish the first.
+            y = y.to_laid_out_tensor()
+          else:
+            # Sums are linear: one allreduce over both (disjoint) sets of axes.
+            mesh_axes = sorted(set(mesh_axes) | set(y.mesh_axes))
+            y = y.laid_out_input
         y = LazyAllreduceSum(
             mesh_impl, y, mesh_axes,
             add_counter_fn=lambda: lowering.add_counter(
