@@ -71,13 +71,7 @@ class UnstackVariableOperation(Operation):
     return [StackOperation(grads).outputs[0]]
 
   def lower(self, lowering):
-    mesh_impl = lowering.mesh_impl(self)
-    pieces = mesh_impl.slicewise(
-        lambda t: tuple(tf.unstack(t, axis=0)), lowering.tensors[self.inputs[0]])
-    if not isinstance(pieces, tuple):
-      pieces = (pieces,)
-    for out, piece in zip(self._outputs, pieces):
-      lowering.set_tensor_lowering(out, piece)
+    _lower_unstack(self, lowering)
 
 
 class StackOperation(Operation):
@@ -113,13 +107,18 @@ class _UnstackTensorOperation(Operation):
     return [StackOperation(grad_ys).outputs[0]]
 
   def lower(self, lowering):
-    mesh_impl = lowering.mesh_impl(self)
-    pieces = mesh_impl.slicewise(
-        lambda t: tuple(tf.unstack(t, axis=0)), lowering.tensors[self.inputs[0]])
-    if not isinstance(pieces, tuple):
-      pieces = (pieces,)
-    for out, piece in zip(self._outputs, pieces):
-      lowering.set_tensor_lowering(out, piece)
+    _lower_unstack(self, lowering)
+
+
+def _lower_unstack(op: Operation, lowering) -> None:
+  """Lowers op by unstacking its single input along the leading axis."""
+  mesh_impl = lowering.mesh_impl(op)
+  pieces = mesh_impl.slicewise(
+      lambda t: tuple(tf.unstack(t, axis=0)), lowering.tensors[op.inputs[0]])
+  if not isinstance(pieces, tuple):
+    pieces = (pieces,)
+  for out, piece in zip(op.outputs, pieces):
+    lowering.set_tensor_lowering(out, piece)
 
 
 def _zeros_like(t: Tensor) -> Tensor:
