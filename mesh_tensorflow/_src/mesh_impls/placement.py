@@ -167,10 +167,14 @@ class LaidOutVariable:
     pnums_by_var = {}
     for pnum, slice_var in enumerate(self._slices):
       pnums_by_var.setdefault(id(slice_var), []).append(pnum)
+    # Only legacy graphs need the ordering; tf.function orders reads and
+    # writes of a variable by program order already.
+    legacy_graph = not tf.executing_eagerly() and not tf.inside_function()
     ops = []
     for pnums in pnums_by_var.values():
       first = pnums[0]
-      others = [values[p] for p in pnums[1:] if isinstance(values[p], tf.Tensor)]
+      others = [values[p] for p in pnums[1:]
+                if legacy_graph and isinstance(values[p], tf.Tensor)]
       with tf.device(self._mesh_impl.devices[first]):
         with tf.control_dependencies(others):
           ops.append(assign_fn(self._variable, self._slices[first],
