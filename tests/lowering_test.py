@@ -273,3 +273,19 @@ def test_layout_naming_absent_mesh_dims_is_ignored():
   lowering = mtf.Lowering(graph, {mesh: _impl("all:4", "a:model;b:rows")})
   assert lowering.mesh_impl(mesh).tensor_layout(x).is_fully_replicated
   np.testing.assert_array_equal(lowering.export_to_tf_tensor(x).numpy(), X)
+
+
+def test_rules_naming_absent_mesh_dims_are_ignored_by_default():
+  # Faithful to the original: "d_ff:model" on a mesh without "model" is a
+  # no-op, so layouts written for big meshes work on small ones.
+  impl = mtf.placement_mesh_impl.PlacementMeshImpl(
+      "batch:2", "batch:batch;d_ff:model", ["/cpu:0", "/cpu:1"])
+  d_ff = mtf.Dimension("d_ff", 6)
+  assert impl.tensor_dimension_to_mesh_axis(d_ff) is None
+  assert impl.slice_shape([d_ff]) == [6]
+
+
+def test_strict_layout_rules_names_the_unknown_mesh_dim():
+  with pytest.raises(ValueError, match=r"\('batch', 'row'\).*'row'.*rows=2"):
+    mtf.placement_mesh_impl.PlacementMeshImpl(
+        "rows:2", "batch:row", ["/cpu:0", "/cpu:1"], strict_layout_rules=True)
