@@ -5,6 +5,7 @@ lives in small modules under `_src/`, one concept each.
 """
 # pylint: disable=g-importing-member,useless-import-alias,unused-import
 
+import numpy as np  # The original leaked `mtf.np`; legacy code uses it.
 import tensorflow.compat.v1 as tf  # The original exposed `mtf.tf`.
 
 from mesh_tensorflow import utils as utils
@@ -63,11 +64,20 @@ from mesh_tensorflow._src.ops.gather import *  # pylint: disable=wildcard-import
 from mesh_tensorflow._src.ops.random import *  # pylint: disable=wildcard-import
 from mesh_tensorflow._src.ops.control import *  # pylint: disable=wildcard-import
 from mesh_tensorflow._src.ops.custom_gradient import *  # pylint: disable=wildcard-import
+from mesh_tensorflow._src.ops.conv import *  # pylint: disable=wildcard-import
+from mesh_tensorflow._src.ops.pool import *  # pylint: disable=wildcard-import
+from mesh_tensorflow._src.ops.halo import *  # pylint: disable=wildcard-import
+from mesh_tensorflow._src.ops.topk import *  # pylint: disable=wildcard-import
+from mesh_tensorflow._src.ops.sequence import *  # pylint: disable=wildcard-import
+from mesh_tensorflow._src.ops.microbatch import *  # pylint: disable=wildcard-import
+
+
+xrange = range  # The original's six.moves alias, kept for legacy callers.
 
 
 def _public_names():
   return sorted(n for n, v in globals().items()
-                if not n.startswith("_") and n not in ("tf",))
+                if not n.startswith("_") and n not in ("tf", "np"))
 
 
-__all__ = _public_names() + ["tf"]
+__all__ = _public_names() + ["tf", "np"]

@@ -1,10 +1,15 @@
 """mesh_tensorflow.utils: small helpers used by mtf programs and drivers."""
+# pylint: disable=g-importing-member,useless-import-alias
 
 import contextlib
 
 import tensorflow as tf
 
+from mesh_tensorflow._src.host_call import create_host_call as create_host_call
+from mesh_tensorflow._src.host_call import remove_summaries as remove_summaries
 from mesh_tensorflow._src.ops.summary import SCALAR_SUMMARIES_COLLECTION_KEY
+from mesh_tensorflow._src.tpu_topology import topology_rank as topology_rank
+from mesh_tensorflow._src.variable_placer import BalancedVariablePlacer as BalancedVariablePlacer
 
 
 @contextlib.contextmanager
@@ -14,4 +19,6 @@ def outside_all_rewrites():
     yield
 
 
-__all__ = ["SCALAR_SUMMARIES_COLLECTION_KEY", "outside_all_rewrites"]
+__all__ = ["BalancedVariablePlacer", "SCALAR_SUMMARIES_COLLECTION_KEY",
+           "create_host_call", "outside_all_rewrites", "remove_summaries",
+           "topology_rank"]

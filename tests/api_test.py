@@ -6,6 +6,7 @@ order and defaults must match the original exactly (spec: mtf_api.md).
 
 import inspect
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -170,6 +171,20 @@ def test_module_paths_of_the_original():
   assert callable(mtf.utils.outside_all_rewrites)
 
 
+def test_submodules_imported_by_the_package():
+  # The original's __init__ imported these, so `mtf.layers.dense` etc. work
+  # after a bare `import mesh_tensorflow as mtf`.
+  for name in ["beam_search", "layers", "optimize", "placement_mesh_impl",
+               "tpu_variables", "utils"]:
+    assert inspect.ismodule(getattr(mtf, name, None)), name
+  import mesh_tensorflow.test_utils as test_utils  # pylint: disable=g-import-not-at-top
+  assert inspect.isclass(test_utils.NumpyConverter)
+  assert callable(mtf.layers.dense) and callable(mtf.optimize.AdafactorOptimizer)
+  assert mtf.beam_search.EOS_ID == 1
+  # Names the original leaked through `from ops import *`.
+  assert mtf.np is np and mtf.xrange is range
+
+
 def test_transformer_alias_is_the_same_module():
   import mesh_tensorflow.transformer as alias  # pylint: disable=g-import-not-at-top
   import transformer  # pylint: disable=g-import-not-at-top
@@ -191,7 +206,11 @@ def test_public_classes_exist():
       "Variable", "WhileLoopOperation", "MtfCheckpointSaverListener",
       "MtfRestoreHook", "Dimension", "Shape", "LayoutRules", "TensorLayout",
       "Graph", "Mesh", "Tensor", "Operation", "Lowering", "MeshImpl",
-      "LazyAllreduceSum", "LazyLaidOutTensor", "VariableDType"]:
+      "LazyAllreduceSum", "LazyLaidOutTensor", "VariableDType",
+      "Conv2dOperation", "Conv3dOperation", "Conv2dTransposeOperation",
+      "Conv3dTransposeOperation", "Conv2or3dBackpropInputOperation",
+      "Conv2or3dBackpropFilterOperation", "PoolOperation",
+      "PoolBackPropOperation", "TopKOperation"]:
     assert inspect.isclass(getattr(mtf, name, None)), name
 
 

@@ -79,7 +79,7 @@ class VariableStore(tf.Module):
                                  existing.dtype.name, shape.to_string,
                                  dtype.name))
       return existing
-    with tf.init_scope(), tf.device(device):
+    with tf.init_scope(), _device_scope(device, name, shape, dtype):
       with _root_name_scope():
         var = tf.Variable(
             initial_value=_initial_value_fn(initializer, shape, dtype),
@@ -113,6 +113,33 @@ def _check_same_graph(name: str, var: tf.Variable) -> None:
     raise ValueError(
         "variable %r of this VariableStore was created in another TensorFlow "
         "graph (or eagerly); use one VariableStore per tf.Graph" % name)
+
+
+class _PendingVariableOp:
+  """Describes, to a device function, the variable op about to be made.
+
+  Eagerly there is no op to pass (and tf.device rejects functions), so a
+  variable placer's device_function is asked about this stand-in instead.
+  """
+
+  type = "VarHandleOp"
+
+  def __init__(self, name: str, shape: Shape, dtype: tf.DType):
+    self.name = name
+    self._attrs = {"shape": tf.TensorShape(shape.to_integer_list),
+                   "dtype": dtype}
+
+  def get_attr(self, key: str):
+    return self._attrs[key]
+
+
+def _device_scope(device, name: str, shape: Shape, dtype: tf.DType):
+  """tf.device for a device string or a device function (variable placer)."""
+  if not callable(device):
+    return tf.device(device)
+  if not tf.executing_eagerly():
+    return tf1.device(device)  # tf.device (v2) rejects device functions.
+  return tf.device(device(_PendingVariableOp(name, shape, dtype)))
 
 
 @contextlib.contextmanager

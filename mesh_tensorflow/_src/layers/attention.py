@@ -1,0 +1,731 @@
+"""Multihead attention layers (the original's `mtf.layers` attention API).
+
+Dense dot-product attention, multihead attention with q/k/v/o weights of shape
+[heads, io_channels, kv_channels], one-step (incremental) decoding variants,
+memory-compressed self-attention and the additive masks (0 where attention is
+allowed, -1e9 where it is not). Everything is built from mtf ops, so any layout
+works: batch and heads split for free; splitting io/kv channels makes the
+contractions allreduce; the length dims may be split as well.
+
+Example:
+  y = mtf.layers.multihead_attention(
+      x, None, mtf.layers.attention_mask_autoregressive(pos), d_kv, heads,
+      is_training=True)                    # x: [batch, length, d_model]
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import tensorflow as tf
+
+from mesh_tensorflow import ops_with_redefined_builtins as mtf
+from mesh_tensorflow._src.layers.scope_util import layer_variable_scope
+
+tf1 = tf.compat.v1
+
+__all__ = [
+    "attention_bias_local_2d_block",
+    "attention_bias_local_block",
+    "attention_mask_autoregressive",
+    "attention_mask_ignore_padding",
+    "attention_mask_same_segment",
+    "compress_mean",
+    "dot_product_attention",
+    "multihead_attention",
+    "multihead_attention_params",
+    "multihead_attention_vars",
+    "multihead_encdec_attention_incremental",
+    "multihead_self_attention_incremental",
+    "multihead_self_attention_memory_compressed",
+    "rename_length_to_memory_length",
+]
+
+_NEG_INF = -1e9
+
+
+# ----------------------------------------------------------------------------
+# Parameters
+# ----------------------------------------------------------------------------
+
+
+def _init_stddevs(heads: mtf.Dimension, io_channels: mtf.Dimension,
+                  kv_channels: mtf.Dimension) -> Tuple[float, float, float,
+                                                       float]:
+  """Initializer stddevs of (q, k, v, o).
+
+  The 1/sqrt(d_kv) logit scaling of scaled dot-product attention is folded
+  into q and k (d_kv^-1/4 each), so dot_product_attention does not scale.
+  """
+  qk = (io_channels.size ** -0.5) * (kv_channels.size ** -0.25)
+  v = io_channels.size ** -0.5
+  o = (io_channels.size * heads.size) ** -0.5  # As in the original.
+  return qk, qk, v, o
+
+
+def _check_dim(value, what: str) -> mtf.Dimension:
+  if not isinstance(value, mtf.Dimension):
+    raise ValueError("%s must be a mtf.Dimension, got %r" % (what, value))
+  return value
+
+
+def multihead_attention_params(mesh: mtf.Mesh, heads: mtf.Dimension,
+                               io_channels: mtf.Dimension,
+                               kv_channels: mtf.Dimension,
+                               variable_dtype: mtf.VariableDType,
+                               combine: bool = False) -> List[mtf.Tensor]:
+  """Creates the q, k, v, o weights of multihead attention.
+
+  Variables (relative to the current variable scope): with combine=False four
+  variables "q", "k", "v", "o", each [heads, io_channels, kv_channels]; with
+  combine=True one variable "qkvo" of shape [qkvo=4, heads, io_channels,
+  kv_channels], unstacked into the four. Initial values are normal with
+  stddev io^-1/2 * kv^-1/4 (q, k), io^-1/2 (v) and (io * heads)^-1/2 (o).
+
+  Args:
+    mesh: a Mesh.
+    heads: the heads Dimension.
+    io_channels: the input/output channels Dimension.
+    kv_channels: the key/value channels Dimension.
+    variable_dtype: a mtf.VariableDType.
+    combine: create one stacked variable instead of four.
+
+  Returns:
+    [wq, wk, wv, wo], each a Tensor of shape [heads, io_channels, kv_channels].
+
+  Example:
+    wq, wk, wv, wo = multihead_attention_params(
+        mesh, heads, d_model, d_kv, mtf.VariableDType(tf.float32))
+  """
+  heads = _check_dim(heads, "heads")
+  io_channels = _check_dim(io_channels, "io_channels")
+  kv_channels = _check_dim(kv_channels, "kv_channels")
+  if len({heads.name, io_channels.name, kv_channels.name}) != 3:
+    raise ValueError(
+        "multihead attention weights need distinct dimension names, got "
+        "heads=%s, io_channels=%s, kv_channels=%s"
+        % (heads, io_channels, kv_channels))
+  stddevs = _init_stddevs(heads, io_channels, kv_channels)
+  if combine:
+    qkvo = mtf.Dimension("qkvo", 4)
+
+    def qkvo_initializer(shape, dtype=None, partition_info=None,
+                         verify_shape=None):
+      del partition_info, verify_shape
+      dtype = tf.as_dtype(dtype or tf.float32)
+      scale = tf.reshape(tf.constant(stddevs, dtype=dtype), [4, 1, 1, 1])
+      return tf1.random_normal(shape, dtype=dtype) * scale
+
+    var = mtf.get_variable(
+        mesh, "qkvo", mtf.Shape([qkvo, heads, io_channels, kv_channels]),
+        initializer=qkvo_initializer, dtype=variable_dtype)
+    return list(mtf.unstack(var, qkvo))
+  return [
+      mtf.get_variable(mesh, name, mtf.Shape([heads, io_channels,
+                                              kv_channels]),
+                       initializer=tf1.random_normal_initializer(
+                           stddev=stddev),
+                       dtype=variable_dtype)
+      for name, stddev in zip(["q", "k", "v", "o"], stddevs)]
+
+
+def multihead_attention_vars(mesh: mtf.Mesh, heads: mtf.Dimension,
+                             io_channels: mtf.Dimension,
+                             kv_channels: mtf.Dimension, master_dtype,
+                             slice_dtype, activation_dtype
+                             ) -> List[mtf.Tensor]:
+  """Deprecated: multihead_attention_params(..., combine=True).
+
+  Creates one variable "qkvo" [qkvo=4, heads, io_channels, kv_channels] and
+  returns [wq, wk, wv, wo]. None dtypes default to float32.
+  """
+  master_dtype = master_dtype or tf.float32
+  return multihead_attention_params(
+      mesh, heads, io_channels, kv_channels,
+      mtf.VariableDType(master_dtype, slice_dtype or master_dtype,
+                        activation_dtype or master_dtype),
+      combine=True)
+
+
+# ----------------------------------------------------------------------------
+# Dot-product attention
+# ----------------------------------------------------------------------------
+
+
+def _check_qkv(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor) -> None:
+  """ValueError unless q [..., depth_k], k [..., length_kv, depth_k] and
+  v [..., length_kv, depth_v] fit together."""
+  for name, t in (("q", q), ("k", k), ("v", v)):
+    if t.shape.ndims < (1 if name == "q" else 2):
+      raise ValueError("dot_product_attention: %s has too few dimensions: %s"
+                       % (name, t.shape.to_string))
+  depth_k = q.shape.dims[-1]
+  length_kv = k.shape.dims[-2]
+  if k.shape.dims[-1] != depth_k:
+    raise ValueError(
+        "dot_product_attention: the last dimension of k (%s) must equal the "
+        "last (depth) dimension of q (%s)" % (k.shape.dims[-1], depth_k))
+  if length_kv in q.shape.dims:
+    raise ValueError(
+        "dot_product_attention: the memory length dimension %s of k must not "
+        "be a dimension of q %s (rename it, e.g. to memory_length)"
+        % (length_kv, q.shape.to_string))
+  if v.shape.ndims < 2 or v.shape.dims[-2] != length_kv:
+    raise ValueError(
+        "dot_product_attention: v %s must have the memory length dimension %s "
+        "of k in second-to-last position" % (v.shape.to_string, length_kv))
+
+
+def dot_product_attention(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor,
+                          mask: Optional[mtf.Tensor], is_training: bool,
+                          dropout: float = 0.0,
+                          dropout_broadcast_dims=None,
+                          extra_logit=None) -> mtf.Tensor:
+  """Dot-product attention (no 1/sqrt(depth) scaling; fold it into q).
+
+  weights = softmax over length_kv of (q . k + mask); output = weights . v.
+
+  Args:
+    q: [..., length_q, depth_k] (leading dims typically [batch, heads]).
+    k: [..., length_kv, depth_k]; length_kv is k's second-to-last dim.
+    v: [..., length_kv, depth_v].
+    mask: optional additive bias (0 allowed, -1e9 disallowed) whose dims are
+      a subset of the logits dims q.dims[:-1] + [length_kv].
+    is_training: a Python bool; dropout applies only when True.
+    dropout: dropout rate on the attention weights.
+    dropout_broadcast_dims: optional dims along which the dropout mask is
+      shared.
+    extra_logit: optional scalar (or Tensor): an extra logit of that value in
+      the softmax denominator (attention may then sum to less than one).
+
+  Returns:
+    [..., length_q, depth_v], i.e. q.dims[:-1] + [depth_v].
+
+  Raises:
+    ValueError: if the shapes of q, k, v or mask do not fit together.
+
+  Example:
+    q: [batch, heads, length, d_kv], k/v: [batch, heads, memory_length, d_kv]
+      -> o: [batch, heads, length, d_kv]
+  """
+  _check_qkv(q, k, v)
+  length_kv = k.shape.dims[-2]
+  logits_shape = mtf.Shape(q.shape.dims[:-1] + [length_kv])
+  logits = mtf.einsum([q, k], logits_shape)
+  if mask is not None:
+    for d in mask.shape.dims:
+      if d not in logits_shape.dims:
+        raise ValueError(
+            "dot_product_attention: mask dimension %s is not a dimension of "
+            "the attention logits %s" % (d, logits_shape.to_string))
+    if mask.dtype != logits.dtype:
+      mask = mtf.cast(mask, logits.dtype)
+    logits = mtf.add(logits, mask, output_shape=logits_shape)
+  weights = mtf.softmax(logits, length_kv, extra_logit=extra_logit)
+  if dropout != 0.0:
+    weights = mtf.dropout(
+        weights, is_training, keep_prob=1.0 - dropout,
+        noise_shape=weights.shape - (dropout_broadcast_dims or []))
+  depth_v = v.shape.dims[-1]
+  return mtf.einsum([weights, v], mtf.Shape(q.shape.dims[:-1] + [depth_v]))
+
+
+def rename_length_to_memory_length(
+    x: mtf.Tensor, length_name: str = "length",
+    memory_length_name: str = "memory_length") -> mtf.Tensor:
+  """Renames dimension length_name of x to memory_length_name."""
+  if length_name not in x.shape.dimension_names:
+    raise ValueError("rename_length_to_memory_length: %s has no dimension %r"
+                     % (x.shape.to_string, length_name))
+  return mtf.rename_dimension(x, length_name, memory_length_name)
+
+
+def _split_query(query_antecedent: mtf.Tensor, what: str):
+  if query_antecedent.shape.ndims < 2:
+    raise ValueError("%s: input must be [<batch_dims>, length, io_channels], "
+                     "got %s" % (what, query_antecedent.shape.to_string))
+  batch_dims = query_antecedent.shape.dims[:-2]
+  length, io_channels = query_antecedent.shape.dims[-2:]
+  return batch_dims, length, io_channels
+
+
+def _check_heads_kv(heads, kv_channels, x: mtf.Tensor, what: str) -> None:
+  _check_dim(heads, "heads")
+  _check_dim(kv_channels, "kv_channels")
+  for role, d in (("heads", heads), ("kv_channels", kv_channels)):
+    if d.name in x.shape.dimension_names:
+      raise ValueError("%s: %s dimension %s is already a dimension of the "
+                       "input %s" % (what, role, d, x.shape.to_string))
+
+
+def multihead_attention(query_antecedent: mtf.Tensor,
+                        memory_antecedent: Optional[mtf.Tensor],
+                        mask: Optional[mtf.Tensor],
+                        kv_channels: mtf.Dimension,
+                        heads: mtf.Dimension,
+                        is_training: bool,
+                        dropout: float = 0.0,
+                        dropout_broadcast_dims=None,
+                        master_dtype=tf.float32,
+                        slice_dtype=tf.float32,
+                        name: str = "multihead_attention") -> mtf.Tensor:
+  """Multihead attention with input/output projections.
+
+  Variables: "<name>/qkvo" [qkvo=4, heads, io_channels, kv_channels] (query and
+  memory must therefore have the same io_channels).
+
+  Args:
+    query_antecedent: [<batch_dims>, query_length, io_channels].
+    memory_antecedent: [<batch_dims>, memory_length, io_channels], or None for
+      self-attention (query_length renamed to "memory_length").
+    mask: optional additive bias over (a subset of) [<batch_dims>, heads,
+      query_length, memory_length], e.g. attention_mask_autoregressive().
+    kv_channels: Dimension of keys and values per head.
+    heads: the heads Dimension.
+    is_training: a Python bool (dropout only when True).
+    dropout: dropout rate on the attention weights.
+    dropout_broadcast_dims: optional list of Dimensions.
+    master_dtype: master dtype of the variable.
+    slice_dtype: slice dtype of the variable.
+    name: variable scope name.
+
+  Returns:
+    [<batch_dims>, query_length, io_channels].
+
+  Raises:
+    ValueError: if memory and query batch dims or io channels differ.
+  """
+  batch_dims, query_length, io_channels = _split_query(
+      query_antecedent, "multihead_attention")
+  _check_heads_kv(heads, kv_channels, query_antecedent, "multihead_attention")
+  if memory_antecedent is None:
+    memory_antecedent = rename_length_to_memory_length(
+        query_antecedent, query_length.name)
+  if memory_antecedent.shape.ndims < 2:
+    raise ValueError("multihead_attention: memory_antecedent must be "
+                     "[<batch_dims>, memory_length, io_channels], got %s"
+                     % memory_antecedent.shape.to_string)
+  memory_batch_dims = memory_antecedent.shape.dims[:-2]
+  memory_length, memory_channels = memory_antecedent.shape.dims[-2:]
+  if memory_batch_dims != batch_dims:
+    raise ValueError(
+        "multihead_attention: memory batch dims %s must equal query batch "
+        "dims %s" % (mtf.Shape(memory_batch_dims).to_string,
+                     mtf.Shape(batch_dims).to_string))
+  if memory_channels != io_channels:
+    raise ValueError(
+        "multihead_attention: memory channels %s must equal query io channels "
+        "%s" % (memory_channels, io_channels))
+  if memory_length == query_length:
+    raise ValueError(
+        "multihead_attention: memory length dimension %s must differ from the "
+        "query length dimension (rename it, e.g. with "
+        "rename_length_to_memory_length)" % (memory_length,))
+  with layer_variable_scope(query_antecedent.mesh.graph, name, "multihead_attention"):
+    wq, wk, wv, wo = multihead_attention_vars(
+        query_antecedent.mesh, heads, io_channels, kv_channels,
+        master_dtype, slice_dtype, query_antecedent.dtype)
+    q = mtf.einsum([query_antecedent, wq],
+                   mtf.Shape(batch_dims + [heads, query_length, kv_channels]))
+    k = mtf.einsum([memory_antecedent, wk],
+                   mtf.Shape(batch_dims + [heads, memory_length,
+                                           kv_channels]))
+    v = mtf.einsum([memory_antecedent, wv],
+                   mtf.Shape(batch_dims + [heads, memory_length,
+                                           kv_channels]))
+    o = dot_product_attention(q, k, v, mask, is_training, dropout,
+                              dropout_broadcast_dims)
+    return mtf.einsum([o, wo],
+                      mtf.Shape(batch_dims + [query_length, io_channels]))
+
+
+def _as_step_tensor(mesh: mtf.Mesh, step_num) -> mtf.Tensor:
+  """step_num as a scalar int32 mtf Tensor (Python ints are accepted)."""
+  if isinstance(step_num, mtf.Tensor):
+    if step_num.shape.ndims != 0 or not step_num.dtype.is_integer:
+      raise ValueError("step_num must be a scalar integer Tensor, got %s %s"
+                       % (step_num.shape.to_string, step_num.dtype.name))
+    return step_num
+  if isinstance(step_num, bool) or not isinstance(step_num, int):
+    raise ValueError("step_num must be a scalar int32 mtf Tensor or a Python "
+                     "int, got %r" % (step_num,))
+  return mtf.constant(mesh, step_num, shape=[], dtype=tf.int32)
+
+
+def _check_cache(prev_k: mtf.Tensor, prev_v: mtf.Tensor, batch_dims,
+                 what: str):
+  """(heads, memory_length, kv_channels) of a [batch..., heads, memory_length,
+  kv_channels] cache; ValueError if prev_k/prev_v do not match the query."""
+  if prev_k.shape != prev_v.shape:
+    raise ValueError("%s: prev_k %s and prev_v %s must have the same shape"
+                     % (what, prev_k.shape.to_string, prev_v.shape.to_string))
+  if (prev_k.shape.ndims != len(batch_dims) + 3 or
+      prev_k.shape.dims[:-3] != list(batch_dims)):
+    raise ValueError(
+        "%s: prev_k %s must be [<batch dims of the query> %s, heads, "
+        "memory_length, kv_channels]" % (what, prev_k.shape.to_string,
+                                         mtf.Shape(batch_dims).to_string))
+  return prev_k.shape.dims[-3:]
+
+
+def multihead_self_attention_incremental(query_antecedent: mtf.Tensor,
+                                         prev_k: mtf.Tensor,
+                                         prev_v: mtf.Tensor,
+                                         step_num,
+                                         master_dtype,
+                                         slice_dtype,
+                                         name: str = "multihead_attention"
+                                         ) -> Tuple[mtf.Tensor, mtf.Tensor,
+                                                    mtf.Tensor]:
+  """One decoding step of causal self-attention with a key/value cache.
+
+  Uses the same variables as multihead_attention(name=name). The new key and
+  value are written at position step_num of the cache; the query attends to
+  cache positions <= step_num.
+
+  Args:
+    query_antecedent: [batch..., io_channels] (the input at step_num).
+    prev_k: [batch..., heads, memory_length, kv_channels].
+    prev_v: [batch..., heads, memory_length, kv_channels].
+    step_num: scalar int32 mtf Tensor (or Python int).
+    master_dtype: master dtype of the variable.
+    slice_dtype: slice dtype of the variable.
+    name: variable scope name.
+
+  Returns:
+    (y [batch..., io_channels], new_k, new_v) with new_k/new_v like prev_k.
+
+  Raises:
+    ValueError: if the cache does not match the query.
+  """
+  batch_dims = query_antecedent.shape.dims[:-1]
+  io_channels = query_antecedent.shape.dims[-1]
+  heads, memory_length, kv_channels = _check_cache(
+      prev_k, prev_v, batch_dims, "multihead_self_attention_incremental")
+  mesh = query_antecedent.mesh
+  step_num = _as_step_tensor(mesh, step_num)
+  with layer_variable_scope(query_antecedent.mesh.graph, name, "multihead_attention"):
+    wq, wk, wv, wo = multihead_attention_vars(
+        mesh, heads, io_channels, kv_channels, master_dtype, slice_dtype,
+        query_antecedent.dtype)
+    step_shape = mtf.Shape(batch_dims + [heads, kv_channels])
+    q = mtf.einsum([query_antecedent, wq], step_shape)
+    k = mtf.einsum([query_antecedent, wk], step_shape)
+    v = mtf.einsum([query_antecedent, wv], step_shape)
+    write = mtf.one_hot(step_num, memory_length, dtype=prev_k.dtype)
+    k = prev_k + mtf.multiply(k, write, output_shape=prev_k.shape)
+    v = prev_v + mtf.multiply(v, write, output_shape=prev_v.shape)
+    future = mtf.greater(mtf.range(mesh, memory_length, dtype=tf.int32),
+                         step_num)
+    mask = mtf.cast(future, q.dtype) * _NEG_INF
+    o = dot_product_attention(q, k, v, mask, False)
+    y = mtf.einsum([o, wo], query_antecedent.shape)
+    return y, k, v
+
+
+def multihead_encdec_attention_incremental(query_antecedent: mtf.Tensor,
+                                           wq: mtf.Tensor, wo: mtf.Tensor,
+                                           k: mtf.Tensor, v: mtf.Tensor,
+                                           mask: Optional[mtf.Tensor],
+                                           name: str = "multihead_attention"
+                                           ) -> mtf.Tensor:
+  """One decoding step of attention over precomputed encoder keys/values.
+
+  Args:
+    query_antecedent: query_dims + [io_channels].
+    wq: [heads, io_channels, kv_channels].
+    wo: [heads, io_channels, kv_channels].
+    k: memory_dims + [heads, memory_length, kv_channels] (memory_dims a subset
+      of query_dims).
+    v: like k.
+    mask: optional additive bias (see attention_mask_ignore_padding()).
+    name: name scope (no variables are created).
+
+  Returns:
+    a Tensor shaped like query_antecedent.
+
+  Raises:
+    ValueError: if the weights do not match k or the query.
+  """
+  if k.shape.ndims < 3:
+    raise ValueError("multihead_encdec_attention_incremental: k must be "
+                     "memory_dims + [heads, memory_length, kv_channels], got "
+                     "%s" % k.shape.to_string)
+  heads, _, kv_channels = k.shape.dims[-3:]
+  io_channels = query_antecedent.shape.dims[-1]
+  for w_name, w in (("wq", wq), ("wo", wo)):
+    if w.shape.dims != [heads, io_channels, kv_channels]:
+      raise ValueError(
+          "multihead_encdec_attention_incremental: %s has shape %s, expected "
+          "%s" % (w_name, w.shape.to_string,
+                  mtf.Shape([heads, io_channels, kv_channels]).to_string))
+  query_dims = query_antecedent.shape.dims[:-1]
+  with layer_variable_scope(query_antecedent.mesh.graph, name, "multihead_attention"):
+    q = mtf.einsum([query_antecedent, wq],
+                   mtf.Shape(query_dims + [heads, kv_channels]))
+    o = dot_product_attention(q, k, v, mask, False)
+    return mtf.einsum([o, wo], query_antecedent.shape)
+
+
+# ----------------------------------------------------------------------------
+# Memory-compressed attention
+# ----------------------------------------------------------------------------
+
+
+def compress_mean(x: mtf.Tensor, dim: mtf.Dimension,
+                  compression_factor: int) -> mtf.Tensor:
+  """Means of consecutive groups of compression_factor positions along dim.
+
+  The result keeps dim's name with size dim.size // compression_factor.
+
+  Example:
+    x [batch, length=8, d]; compress_mean(x, length, 2) -> [batch, length=4, d]
+
+  Raises:
+    ValueError: if dim is not in x or compression_factor does not divide it.
+  """
+  if dim not in x.shape.dims:
+    raise ValueError("compress_mean: dimension %s is not in %s"
+                     % (dim, x.shape.to_string))
+  if (isinstance(compression_factor, bool) or
+      not isinstance(compression_factor, int) or compression_factor < 1 or
+      dim.size % compression_factor):
+    raise ValueError(
+        "compress_mean: compression_factor %r must be a positive int dividing "
+        "the size of dimension %s" % (compression_factor, dim))
+  dims = x.shape.dims
+  pos = dims.index(dim)
+  compressed_dim = mtf.Dimension(dim.name, dim.size // compression_factor)
+  factor_dim = mtf.Dimension("compression_factor", compression_factor)
+  if factor_dim.name in x.shape.dimension_names:
+    raise ValueError("compress_mean: %s already has a dimension named %r"
+                     % (x.shape.to_string, factor_dim.name))
+  x = mtf.reshape(x, dims[:pos] + [compressed_dim, factor_dim] +
+                  dims[pos + 1:])
+  return mtf.reduce_mean(x, reduced_dim=factor_dim)
+
+
+def multihead_self_attention_memory_compressed(x: mtf.Tensor,
+                                               mask_right: bool,
+                                               compression_factor: int,
+                                               kv_channels: mtf.Dimension,
+                                               heads: mtf.Dimension,
+                                               is_training: bool,
+                                               dropout: float = 0.0,
+                                               dropout_broadcast_dims=None,
+                                               master_dtype=tf.float32,
+                                               slice_dtype=tf.float32,
+                                               name: str =
+                                               "multihead_attention"
+                                               ) -> mtf.Tensor:
+  """Self-attention to a memory mean-pooled by compression_factor.
+
+  Keys and values come from compress_mean(x, length, compression_factor)
+  (renamed to "memory_length"); the softmax has an extra logit 0. With
+  mask_right, query position p sees memory slot m only if its group ends at or
+  before p: m * compression_factor + compression_factor - 1 <= p.
+  Variables: "<name>/qkvo".
+
+  Args:
+    x: [<batch_dims>, length, io_channels].
+    mask_right: causal masking.
+    compression_factor: positive int dividing the length.
+    kv_channels: Dimension of keys and values per head.
+    heads: the heads Dimension.
+    is_training: a Python bool (dropout only when True).
+    dropout: dropout rate on the attention weights.
+    dropout_broadcast_dims: optional list of Dimensions.
+    master_dtype: master dtype of the variable.
+    slice_dtype: slice dtype of the variable.
+    name: variable scope name.
+
+  Returns:
+    [<batch_dims>, length, io_channels].
+
+  Raises:
+    ValueError: on a bad compression_factor or dims.
+  """
+  batch_dims, length, io_channels = _split_query(
+      x, "multihead_self_attention_memory_compressed")
+  _check_heads_kv(heads, kv_channels, x,
+                  "multihead_self_attention_memory_compressed")
+  if length.name == "memory_length":
+    raise ValueError("multihead_self_attention_memory_compressed: the length "
+                     "dimension must not be named 'memory_length'")
+  with layer_variable_scope(x.mesh.graph, name, "compressed_attention"):
+    wq, wk, wv, wo = multihead_attention_vars(
+        x.mesh, heads, io_channels, kv_channels, master_dtype, slice_dtype,
+        x.dtype)
+    memory_antecedent = compress_mean(x, length, compression_factor)
+    memory_antecedent = rename_length_to_memory_length(memory_antecedent,
+                                                       length.name)
+    memory_length = memory_antecedent.shape.dims[-2]
+    q = mtf.einsum([x, wq],
+                   mtf.Shape(batch_dims + [heads, length, kv_channels]))
+    k = mtf.einsum([memory_antecedent, wk],
+                   mtf.Shape(batch_dims + [heads, memory_length,
+                                           kv_channels]))
+    v = mtf.einsum([memory_antecedent, wv],
+                   mtf.Shape(batch_dims + [heads, memory_length,
+                                           kv_channels]))
+    mask = None
+    if mask_right:
+      query_pos = mtf.range(x.mesh, length, dtype=tf.int32)
+      memory_pos = (mtf.range(x.mesh, memory_length, dtype=tf.int32) *
+                    compression_factor + (compression_factor - 1))
+      mask = mtf.cast(mtf.greater(memory_pos, query_pos), x.dtype) * _NEG_INF
+    o = dot_product_attention(q, k, v, mask, is_training, dropout,
+                              dropout_broadcast_dims, extra_logit=0.0)
+    return mtf.einsum([o, wo], mtf.Shape(batch_dims + [length, io_channels]))
+
+
+# ----------------------------------------------------------------------------
+# Masks and biases
+# ----------------------------------------------------------------------------
+
+
+def attention_mask_ignore_padding(inputs: mtf.Tensor,
+                                  dtype=tf.float32) -> mtf.Tensor:
+  """Bias hiding padding (id 0) from attention: -1e9 where inputs == 0.
+
+  Args:
+    inputs: [..., length] integer ids.
+    dtype: output dtype.
+
+  Returns:
+    [..., memory_length] (length renamed).
+  """
+  inputs = rename_length_to_memory_length(inputs)
+  return mtf.cast(mtf.equal(inputs, 0), dtype) * _NEG_INF
+
+
+def attention_mask_autoregressive(query_pos: mtf.Tensor,
+                                  dtype=tf.float32) -> mtf.Tensor:
+  """Causal bias: -1e9 where memory position > query position.
+
+  Args:
+    query_pos: [..., length] positions (e.g. mtf.range(mesh, length, int32)).
+    dtype: output dtype.
+
+  Returns:
+    [..., length, memory_length].
+  """
+  memory_pos = rename_length_to_memory_length(query_pos)
+  return mtf.cast(mtf.less(query_pos, memory_pos), dtype) * _NEG_INF
+
+
+def attention_mask_same_segment(query_segment: mtf.Tensor,
+                                memory_segment: Optional[mtf.Tensor] = None,
+                                dtype=tf.float32) -> mtf.Tensor:
+  """Bias allowing attention only within a segment (packed examples).
+
+  Args:
+    query_segment: [..., length] segment ids.
+    memory_segment: [..., length] segment ids of the memory (default
+      query_segment); its "length" is renamed to "memory_length".
+    dtype: output dtype.
+
+  Returns:
+    [..., length, memory_length]: -1e9 where the segment ids differ.
+  """
+  if memory_segment is None:
+    memory_segment = query_segment
+  memory_segment = rename_length_to_memory_length(memory_segment)
+  return mtf.cast(mtf.not_equal(query_segment, memory_segment),
+                  dtype) * _NEG_INF
+
+
+def _bias_dtype(dtype) -> tf.DType:
+  """The float dtype of a local-block bias (float32 for integer dtypes)."""
+  dtype = tf.as_dtype(dtype)
+  return dtype if dtype.is_floating else tf.float32
+
+
+def attention_bias_local_block(mesh: mtf.Mesh, block_length: mtf.Dimension,
+                               memory_length: mtf.Dimension,
+                               dtype=tf.int32) -> mtf.Tensor:
+  """Causal bias for 1-d local block attention with a left halo.
+
+  The memory of a query block is [previous block, current block], so the
+  result has shape [block_length, Dimension(memory_length.name, 2 *
+  block_length.size)]: the previous block is fully visible and in the current
+  block memory position j is hidden (-1e9) from query position i iff j > i.
+  (memory_length only supplies the name.)
+
+  Args:
+    mesh: a Mesh.
+    block_length: the query block Dimension.
+    memory_length: a Dimension whose name the memory dimension takes.
+    dtype: bias dtype; integer dtypes (the default) give float32.
+
+  Returns:
+    a Tensor [block_length, memory_length(2 * block_length.size)].
+  """
+  _check_dim(block_length, "block_length")
+  _check_dim(memory_length, "memory_length")
+  if memory_length.name == block_length.name:
+    raise ValueError("attention_bias_local_block: block_length and "
+                     "memory_length need distinct names, both are %r"
+                     % (memory_length.name,))
+  out_dtype = _bias_dtype(dtype)
+  memory_block = mtf.Dimension(memory_length.name, block_length.size)
+  visible = mtf.zeros(mesh, [block_length, memory_block], dtype=out_dtype)
+  future = mtf.cast(
+      mtf.less(mtf.range(mesh, block_length, dtype=tf.int32),
+               mtf.range(mesh, memory_block, dtype=tf.int32),
+               output_shape=mtf.Shape([block_length, memory_block])),
+      out_dtype) * _NEG_INF
+  return mtf.concat([visible, future], memory_block.name)
+
+
+def attention_bias_local_2d_block(mesh: mtf.Mesh, h_dim: mtf.Dimension,
+                                  w_dim: mtf.Dimension,
+                                  memory_h_dim: mtf.Dimension,
+                                  memory_w_dim: mtf.Dimension,
+                                  dtype=tf.int32) -> mtf.Tensor:
+  """Causal (raster-order) bias for 2-d local block attention (top/left halo).
+
+  The memory of an [h, w] query block is the 2h x 2w window made of the
+  blocks above-left, above, left and the block itself (query block at rows
+  [h, 2h), columns [w, 2w) of the window). Memory (r, c) is visible from
+  query (i, j) iff it precedes or equals it in raster order of the image:
+  r - h < i, or r - h == i and c - w <= j. So the blocks above are fully
+  visible, the block to the left up to the query's row, and the query's own
+  block causally.
+
+  Args:
+    mesh: a Mesh.
+    h_dim: query block height Dimension.
+    w_dim: query block width Dimension.
+    memory_h_dim: Dimension whose name the memory height dimension takes.
+    memory_w_dim: Dimension whose name the memory width dimension takes.
+    dtype: bias dtype; integer dtypes (the default) give float32.
+
+  Returns:
+    a Tensor [h_dim, w_dim, memory_h(2 * h), memory_w(2 * w)], -1e9 where
+    attention is disallowed.
+  """
+  for what, d in (("h_dim", h_dim), ("w_dim", w_dim),
+                  ("memory_h_dim", memory_h_dim),
+                  ("memory_w_dim", memory_w_dim)):
+    _check_dim(d, what)
+  names = [h_dim.name, w_dim.name, memory_h_dim.name, memory_w_dim.name]
+  if len(set(names)) != 4:
+    raise ValueError("attention_bias_local_2d_block: dimension names must be "
+                     "distinct, got %s" % names)
+  out_dtype = _bias_dtype(dtype)
+  mem_h = mtf.Dimension(memory_h_dim.name, 2 * h_dim.size)
+  mem_w = mtf.Dimension(memory_w_dim.name, 2 * w_dim.size)
+  qi = mtf.range(mesh, h_dim, dtype=tf.int32)
+  qj = mtf.range(mesh, w_dim, dtype=tf.int32)
+  r = mtf.range(mesh, mem_h, dtype=tf.int32) - h_dim.size
+  c = mtf.range(mesh, mem_w, dtype=tf.int32) - w_dim.size
+  out_shape = mtf.Shape([h_dim, w_dim, mem_h, mem_w])
+  later_row = mtf.greater(r, qi, output_shape=mtf.Shape([h_dim, mem_h]))
+  same_row = mtf.equal(r, qi, output_shape=mtf.Shape([h_dim, mem_h]))
+  later_col = mtf.greater(c, qj, output_shape=mtf.Shape([w_dim, mem_w]))
+  hidden = mtf.logical_or(
+      later_row,
+      mtf.logical_and(same_row, later_col, output_shape=out_shape),
+      output_shape=out_shape)
+  return mtf.cast(hidden, out_dtype) * _NEG_INF

@@ -1,0 +1,752 @@
+"""Dense layers, initializers, embeddings and misc layers.
+
+Variable names follow the original mtf.layers (relative to the enclosing
+tf.compat.v1.variable_scope): `dense` makes `<name>/kernel` and `<name>/bias`,
+`dense_relu_dense` makes `<name>/wi/kernel` and `<name>/wo/kernel`, embeddings
+are one variable named `name`. Default scope names ("dense", ...) are made
+unique per mtf Graph (see scope_util.py), so rebuilding a program reuses its
+variables.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Callable, List, Optional, Sequence
+
+from absl import logging
+import gin
+import tensorflow as tf
+
+from mesh_tensorflow._src.graph import Mesh, Tensor, current_variable_scope_name
+from mesh_tensorflow._src.layers.scope_util import layer_variable_scope
+from mesh_tensorflow._src.ops import binary
+from mesh_tensorflow._src.ops import custom_gradient as custom_gradient_lib
+from mesh_tensorflow._src.ops import einsum as einsum_lib
+from mesh_tensorflow._src.ops import elementwise
+from mesh_tensorflow._src.ops import gather as gather_lib
+from mesh_tensorflow._src.ops import gradients as gradients_lib
+from mesh_tensorflow._src.ops import io
+from mesh_tensorflow._src.ops import random as random_lib
+from mesh_tensorflow._src.ops import reduce as reduce_lib
+from mesh_tensorflow._src.ops import reshape as reshape_lib
+from mesh_tensorflow._src.ops import summary as summary_lib
+from mesh_tensorflow._src.shapes import Dimension, Shape, convert_to_dimension
+from mesh_tensorflow._src.shapes import convert_to_shape, list_product
+from mesh_tensorflow._src.variables import Variable, VariableDType, get_variable
+
+tf1 = tf.compat.v1
+
+_GIN_MODULE = "mesh_tensorflow.layers"
+
+
+# ----------------------------------------------------------------------------
+# Unit scaling.
+
+
+@gin.configurable(module=_GIN_MODULE)
+def unit_scaling_convention(value: bool = False) -> bool:
+  """Whether the unit-scaling convention is on (set it with gin).
+
+  Under this convention weights are initialised with unit variance and the
+  outputs of contractions (`us_einsum`, hence `dense`) are divided by the
+  square root of the product of the contracted dimension sizes, instead of
+  scaling the initial weights by 1/sqrt(fan_in).
+
+  Example (gin):
+    mesh_tensorflow.layers.unit_scaling_convention.value = True
+  """
+  return value
+
+
+def us_einsum(xs: Sequence[Tensor], *args, **kwargs) -> Tensor:
+  """mtf.einsum, divided by sqrt(contracted size) under unit scaling.
+
+  Example:
+    y = us_einsum([x, w], output_shape=[batch, d_ff])
+  """
+  xs = list(xs)
+  y = einsum_lib.einsum(xs, *args, **kwargs)
+  if unit_scaling_convention():
+    seen = []
+    for x in xs:
+      for d in x.shape.dims:
+        if d not in seen:
+          seen.append(d)
+    contracted = [d for d in seen if d not in y.shape.dims]
+    y *= Shape(contracted).size ** -0.5
+  return y
+
+
+# ----------------------------------------------------------------------------
+# Initializers.
+
+
+class DenseInitializer:
+  """An initializer for `dense` that may depend on reduced and new dims.
+
+  `__call__(reduced_dims, new_dims)` returns a TF initializer (a callable
+  `(shape, dtype) -> tf.Tensor`).
+  """
+
+  def __call__(self, reduced_dims, new_dims):
+    raise NotImplementedError("%s does not implement __call__"
+                              % type(self).__name__)
+
+
+_MODES = ("fan_in", "fan_out", "fan_avg")
+_DISTRIBUTIONS = ("normal", "uniform")
+
+
+@gin.configurable(module=_GIN_MODULE)
+class VarianceScalingInitializer(DenseInitializer):
+  """Variance scaling from the sizes of the reduced (in) and new (out) dims.
+
+  With distribution "normal": a truncated normal with stddev sqrt(scale / n);
+  with "uniform": uniform on [-limit, limit], limit = sqrt(3 * scale / n).
+  n is fan_in (product of reduced dim sizes), fan_out (of new dims) or their
+  average, per `mode`; under the unit-scaling convention n = 1 and only
+  "fan_in" is allowed.
+
+  Example:
+    init = VarianceScalingInitializer(scale=2.0, mode="fan_avg")
+    y = dense(x, [d_ff], reduced_dims=[d_model], kernel_initializer=init)
+  """
+
+  def __init__(self, scale: float = 1.0, mode: str = "fan_in",
+               distribution: str = "normal"):
+    self.scale = scale
+    self.mode = mode.lower()
+    self.distribution = distribution.lower()
+    self._check()
+
+  def _check(self):
+    if self.mode not in _MODES:
+      raise ValueError("VarianceScalingInitializer: invalid mode %r; expected "
+                       "one of %s" % (self.mode, list(_MODES)))
+    if self.distribution not in _DISTRIBUTIONS:
+      raise ValueError("VarianceScalingInitializer: invalid distribution %r; "
+                       "expected one of %s"
+                       % (self.distribution, list(_DISTRIBUTIONS)))
+
+  def __call__(self, reduced_dims, new_dims):
+    self._check()
+    fan_in = list_product(d.size for d in reduced_dims)
+    fan_out = list_product(d.size for d in new_dims)
+    unit_scaling = unit_scaling_convention()
+    if unit_scaling and self.mode != "fan_in":
+      raise ValueError("VarianceScalingInitializer: the unit scaling "
+                       "convention only works with mode 'fan_in', got %r"
+                       % self.mode)
+    if unit_scaling:
+      n = 1.0
+    elif self.mode == "fan_in":
+      n = max(1.0, float(fan_in))
+    elif self.mode == "fan_out":
+      n = max(1.0, float(fan_out))
+    else:
+      n = max(1.0, (fan_in + fan_out) / 2.0)
+    stddev = math.sqrt(self.scale / n)
+    if self.distribution == "normal":
+      return tf1.truncated_normal_initializer(stddev=stddev)
+    limit = stddev * math.sqrt(3.0)
+    return tf1.random_uniform_initializer(minval=-limit, maxval=limit)
+
+
+# ----------------------------------------------------------------------------
+# Dense layers.
+
+
+def _as_dim_list(dims, what: str) -> List[Dimension]:
+  if dims is None:
+    return []
+  if isinstance(dims, Shape):
+    return list(dims.dims)
+  if isinstance(dims, Dimension) or (
+      isinstance(dims, tuple) and len(dims) == 2 and isinstance(dims[0], str)):
+    return [convert_to_dimension(dims)]
+  if not isinstance(dims, (list, tuple)):
+    raise ValueError("%s must be a Dimension or a list of Dimensions, got %r"
+                     % (what, dims))
+  return [convert_to_dimension(d) for d in dims]
+
+
+def _default_variable_dtype(x: Tensor, variable_dtype, master_dtype,
+                            slice_dtype) -> VariableDType:
+  if variable_dtype is None:
+    return VariableDType(master_dtype, slice_dtype, x.dtype)
+  return variable_dtype
+
+
+def _kernel_in_current_scope(x: Tensor, new_dims, reduced_dims, expert_dims,
+                             kernel_initializer,
+                             variable_dtype: VariableDType) -> Tensor:
+  """The `kernel` variable of the current scope, cast to x.dtype."""
+  w_shape = Shape(expert_dims + reduced_dims + new_dims)
+  if kernel_initializer is None:
+    kernel_initializer = VarianceScalingInitializer()
+  if isinstance(kernel_initializer, DenseInitializer):
+    kernel_initializer = kernel_initializer(reduced_dims, new_dims)
+  w = get_variable(x.mesh, "kernel", w_shape, initializer=kernel_initializer,
+                   dtype=variable_dtype)
+  return elementwise.cast(w, x.dtype)
+
+
+def get_dense_kernel_weights(x: Tensor, new_dims, reduced_dims, expert_dims,
+                             kernel_initializer, name: Optional[str] = None,
+                             variable_dtype: Optional[VariableDType] = None,
+                             master_dtype=tf.float32,
+                             slice_dtype=tf.float32) -> Tensor:
+  """The kernel of a dense layer: variable `<name>/kernel`, cast to x.dtype.
+
+  Example:
+    w = get_dense_kernel_weights(x, [d_ff], [d_model], [], None, name="wi")
+    # w: [d_model, d_ff]
+
+  Args:
+    x: the layer input (gives the mesh and the activation dtype).
+    new_dims: Dimension(s) of the output.
+    reduced_dims: Dimension(s) of x contracted away.
+    expert_dims: Dimension(s) with separate weights per index, or None.
+    kernel_initializer: a DenseInitializer, a TF initializer or None
+      (VarianceScalingInitializer()).
+    name: variable scope (default "dense", made unique).
+    variable_dtype: a VariableDType; default (master_dtype, slice_dtype,
+      x.dtype).
+    master_dtype: deprecated, see variable_dtype.
+    slice_dtype: deprecated, see variable_dtype.
+
+  Returns:
+    a Tensor of shape expert_dims + reduced_dims + new_dims.
+  """
+  variable_dtype = _default_variable_dtype(x, variable_dtype, master_dtype,
+                                           slice_dtype)
+  with layer_variable_scope(x.mesh.graph, name, "dense"):
+    return _kernel_in_current_scope(
+        x, _as_dim_list(new_dims, "new_dims"),
+        _as_dim_list(reduced_dims, "reduced_dims"),
+        _as_dim_list(expert_dims, "expert_dims"), kernel_initializer,
+        variable_dtype)
+
+
+def dense(x: Tensor, new_dims, reduced_dims=None, expert_dims=None,
+          use_bias: bool = True, activation: Optional[Callable] = None,
+          master_dtype=tf.float32, slice_dtype=tf.float32,
+          variable_dtype: Optional[VariableDType] = None,
+          kernel_initializer=None, kernel_weights: Optional[Tensor] = None,
+          name: Optional[str] = None) -> Tensor:
+  """Dense layer: activation(einsum(x, kernel) + bias).
+
+  Example:
+    h = dense(x, [d_ff], reduced_dims=[d_model], name="wi")
+    # x: [batch, length, d_model] -> h: [batch, length, d_ff]
+    # variables: wi/kernel [d_model, d_ff], wi/bias [d_ff]
+
+  Args:
+    x: a Tensor with all of reduced_dims (and expert_dims).
+    new_dims: a Dimension or list of Dimensions appended to the output.
+    reduced_dims: Dimensions of x to contract; None means the last dim of x
+      (deprecated). A reduced dim that is also a new dim is first renamed
+      "_<name>" in x.
+    expert_dims: optional Dimensions of x with separate weights per index.
+    use_bias: add a `bias` variable of shape expert_dims + new_dims (zeros).
+    activation: optional function Tensor -> Tensor.
+    master_dtype: deprecated, see variable_dtype.
+    slice_dtype: deprecated, see variable_dtype.
+    variable_dtype: a VariableDType; default (master_dtype, slice_dtype,
+      x.dtype).
+    kernel_initializer: a DenseInitializer, a TF initializer or None
+      (VarianceScalingInitializer()).
+    kernel_weights: optional Tensor used as the kernel (no `kernel`
+      variable is made).
+    name: variable scope (default "dense", made unique per mtf Graph).
+
+  Returns:
+    a Tensor of shape [dims of x not reduced] + new_dims.
+
+  Raises:
+    ValueError: if a reduced dim is not in x, or a new dim clashes with a
+      kept dim of x.
+  """
+  new_dims = _as_dim_list(new_dims, "new_dims")
+  expert_dims = _as_dim_list(expert_dims, "expert_dims")
+  variable_dtype = _default_variable_dtype(x, variable_dtype, master_dtype,
+                                           slice_dtype)
+  if reduced_dims is None:
+    logging.warning(
+        "Deprecation warning - it is recommended to pass reduced_dims "
+        "explicitly to mtf.layers.dense() so as not to depend on dimension "
+        "order. To silence this warning, explicitly pass "
+        "reduced_dims=x.shape.dims[-1:] (in scope %s)",
+        current_variable_scope_name())
+    reduced_dims = x.shape.dims[-1:]
+  reduced_dims = _as_dim_list(reduced_dims, "reduced_dims")
+  for d in reduced_dims:
+    if d not in x.shape.dims:
+      raise ValueError("dense: reduced dimension %s is not a dimension of x %s"
+                       % (d, x.shape.to_string))
+  for d in expert_dims:
+    if d in reduced_dims:
+      raise ValueError("dense: dimension %s is both an expert dim and a "
+                       "reduced dim" % (d,))
+  # A reduced dim that is also a new dim: rename it in x so the kernel does
+  # not have two dims of one name.
+  for i, d in enumerate(reduced_dims):
+    if d in new_dims:
+      tmp = Dimension("_" + d.name, d.size)
+      x = reshape_lib.rename_dimension(x, d.name, tmp.name)
+      reduced_dims[i] = tmp
+  kept = [d for d in x.shape.dims if d not in reduced_dims]
+  kept_names = [d.name for d in kept]
+  for d in new_dims:
+    if d.name in kept_names:
+      raise ValueError("dense: new dimension %s is already a dimension of x %s "
+                       "that is not reduced" % (d, x.shape.to_string))
+  output_shape = Shape(kept + new_dims)
+  with layer_variable_scope(x.mesh.graph, name, "dense"):
+    if kernel_weights is None:
+      kernel_weights = _kernel_in_current_scope(
+          x, new_dims, reduced_dims, expert_dims, kernel_initializer,
+          variable_dtype)
+    y = us_einsum([x, kernel_weights], output_shape)
+    if use_bias:
+      b = get_variable(x.mesh, "bias", Shape(expert_dims + new_dims),
+                       initializer=tf1.zeros_initializer(),
+                       dtype=variable_dtype)
+      y += b
+    if activation is not None:
+      y = activation(y)
+    return y
+
+
+def _resolve_activation(activation) -> Optional[Callable]:
+  """None for None/"linear"; an mtf function for a name; else the callable."""
+  if activation is None or activation == "linear":
+    return None
+  if isinstance(activation, str):
+    # pylint: disable-next=g-import-not-at-top
+    from mesh_tensorflow import ops_with_redefined_builtins as mtf_ops
+    fn = getattr(mtf_ops, activation, None)
+    if (fn is None or not callable(fn) or isinstance(fn, type) or
+        activation.startswith("_")):
+      raise ValueError("dense_product: unknown activation function name %r "
+                       "(expected an mtf function name such as 'relu', "
+                       "'sigmoid', 'gelu', or 'linear')" % activation)
+    return fn
+  if not callable(activation):
+    raise ValueError("dense_product: activation must be a callable, an mtf "
+                     "function name or None, got %r" % (activation,))
+  return activation
+
+
+def dense_product(x: Tensor, reduced_dims, new_dims,
+                  activation_functions=None, name: str = "dense_product",
+                  **kwargs) -> Tensor:
+  """Elementwise product of dense layers, one per activation (e.g. GLU).
+
+  Example:
+    # Gated linear unit: scopes "glu_0" (linear) and "glu_1" (sigmoid).
+    h = dense_product(x, [d_model], [d_ff], ["linear", "sigmoid"], name="glu")
+
+  Args:
+    x: a Tensor.
+    reduced_dims: Dimensions to contract.
+    new_dims: Dimensions of the output.
+    activation_functions: a list (or one) of: a callable, the name of an mtf
+      function, or None / "linear" for no activation.
+    name: variable scope; with several factors the scopes are
+      "<name>_0", "<name>_1", ...
+    **kwargs: more arguments for `dense`.
+
+  Returns:
+    a Tensor.
+
+  Raises:
+    ValueError: for an unknown activation name.
+  """
+  if not isinstance(activation_functions, (list, tuple)):
+    activation_functions = [activation_functions]
+  activations = [_resolve_activation(a) for a in activation_functions]
+  factors = []
+  for i, activation in enumerate(activations):
+    factor_name = "%s_%d" % (name, i) if len(activations) > 1 else name
+    factors.append(dense(x, new_dims, reduced_dims=reduced_dims,
+                         activation=activation, name=factor_name, **kwargs))
+  return functools.reduce(binary.multiply, factors)
+
+
+def dense_relu_dense(x: Tensor, hidden_channels: Dimension, is_training: bool,
+                     dropout: float = 0.0, dropout_broadcast_dims=None,
+                     master_dtype=tf.float32, slice_dtype=tf.float32,
+                     name: Optional[str] = None) -> Tensor:
+  """relu(x W_i) W_o, without biases; the output has x's shape.
+
+  Example:
+    y = dense_relu_dense(x, d_ff, is_training, dropout=0.1)
+    # variables dense_relu_dense/wi/kernel [d_model, d_ff],
+    #           dense_relu_dense/wo/kernel [d_ff, d_model]
+
+  Args:
+    x: a Tensor whose last dimension is the io channels.
+    hidden_channels: the hidden Dimension.
+    is_training: dropout is applied only when True.
+    dropout: dropout rate on the hidden layer.
+    dropout_broadcast_dims: optional Dimensions along which the dropout mask
+      is shared.
+    master_dtype: master dtype of the variables.
+    slice_dtype: slice dtype of the variables.
+    name: variable scope (default "dense_relu_dense").
+
+  Returns:
+    a Tensor of x's shape.
+  """
+  with layer_variable_scope(x.mesh.graph, name, "dense_relu_dense"):
+    io_channels = x.shape.dims[-1]
+    h = dense(x, hidden_channels, reduced_dims=[io_channels], use_bias=False,
+              activation=elementwise.relu, master_dtype=master_dtype,
+              slice_dtype=slice_dtype, name="wi")
+    if dropout != 0.0:
+      h = random_lib.dropout(
+          h, is_training, keep_prob=1.0 - dropout,
+          noise_shape=h.shape - _as_dim_list(dropout_broadcast_dims,
+                                             "dropout_broadcast_dims"))
+    return dense(h, io_channels, reduced_dims=[h.shape.dims[-1]],
+                 use_bias=False, activation=None, master_dtype=master_dtype,
+                 slice_dtype=slice_dtype, name="wo")
+
+
+# ----------------------------------------------------------------------------
+# Embeddings.
+
+
+def embedding_weights(mesh: Mesh, vocab_dim: Dimension, output_dim: Dimension,
+                      variable_dtype, name: str = "embedding",
+                      ensemble_dim=None, initializer=None) -> Tensor:
+  """The embedding variable `name`, shape [ensemble..., vocab, output].
+
+  Example:
+    w = embedding_weights(mesh, vocab, d_model, mtf.VariableDType())
+
+  Args:
+    mesh: the Mesh.
+    vocab_dim: the vocabulary Dimension.
+    output_dim: the embedding Dimension.
+    variable_dtype: a VariableDType (or a tf dtype).
+    name: the variable name.
+    ensemble_dim: optional Dimension or list of Dimensions prepended.
+    initializer: default tf.random_normal_initializer() (stddev 1).
+
+  Returns:
+    the variable's value, a Tensor.
+  """
+  ensemble = _as_dim_list(ensemble_dim or None, "ensemble_dim")
+  shape = Shape(ensemble + [convert_to_dimension(vocab_dim),
+                            convert_to_dimension(output_dim)])
+  if initializer is None:
+    initializer = tf1.random_normal_initializer()
+  return get_variable(mesh, name, shape, dtype=variable_dtype,
+                      initializer=initializer)
+
+
+def embedding(indices: Tensor, vocab_dim: Dimension, output_dim: Dimension,
+              variable_dtype, name: str = "embedding") -> Tensor:
+  """Looks integer `indices` up in the embedding variable `name`.
+
+  Example:
+    ids: [batch, length] int32 -> embedding(ids, vocab, d_model, vdt):
+      [batch, length, d_model]
+
+  Raises:
+    ValueError: if indices are not integers or already have vocab_dim.
+  """
+  if not indices.dtype.is_integer:
+    raise ValueError("embedding: indices must be integers, got %s of dtype %s"
+                     % (indices.to_string, indices.dtype.name))
+  if convert_to_dimension(vocab_dim) in indices.shape.dims:
+    raise ValueError("embedding: indices %s must not have the vocab dimension "
+                     "%s" % (indices.to_string, vocab_dim))
+  weights = embedding_weights(indices.mesh, vocab_dim, output_dim,
+                              variable_dtype, name)
+  return gather_lib.gather(weights, indices, vocab_dim)
+
+
+# ----------------------------------------------------------------------------
+# Misc.
+
+
+def multiplicative_jitter(x: Tensor, epsilon: float = 1e-2) -> Tensor:
+  """x times uniform noise in [1 - epsilon, 1 + epsilon) (bfloat16 robustness).
+
+  Example:
+    logits = multiplicative_jitter(logits, epsilon=1e-2)
+  """
+  if epsilon == 0:
+    return x
+  return x * random_lib.random_uniform(
+      x.mesh, x.shape, minval=1.0 - epsilon, maxval=1.0 + epsilon,
+      dtype=x.dtype)
+
+
+def _capture_forward(graph, fn, explicit_inputs):
+  """Runs fn; (outputs, forward ops without Variables, implicit inputs).
+
+  Variables created inside fn stay ordinary graph operations; their values
+  become implicit inputs of the custom-gradient operation, so gradients
+  reach them through grad_fn.
+  """
+  outputs, ops = graph.capture_operations(lambda: fn(*explicit_inputs))
+  forward_ops = [op for op in ops if not isinstance(op, Variable)]
+  produced = set()
+  for op in forward_ops:
+    produced.update(op.outputs)
+  explicit = set(explicit_inputs)
+  implicit = []
+  for op in forward_ops:
+    for t in op.inputs:
+      if (t.dtype.is_floating and t not in produced and t not in explicit and
+          t not in implicit):
+        implicit.append(t)
+  return outputs, forward_ops, implicit
+
+
+def _add_optional(a: Optional[Tensor], b: Optional[Tensor]):
+  if a is None:
+    return b
+  if b is None:
+    return a
+  return a + b
+
+
+def reversible_half_residual_and_swap(x1: Tensor,
+                                      x1_backwards: Optional[Tensor],
+                                      x2: Tensor,
+                                      x2_backwards: Optional[Tensor],
+                                      f: Callable[[Tensor], Tensor],
+                                      recompute_grads: bool = True):
+  """One RevNet half-block, y1 = x1 + f(x2), y2 = x2, returned swapped.
+
+  https://arxiv.org/abs/1707.04585. With recompute_grads the backward pass
+  reconstructs the block's inputs from its outputs (x2 = y2,
+  x1 = y1 - f(y2)) instead of keeping them: the `*_backwards` tensors carry
+  those reconstructions down the stack during backpropagation (their
+  "gradients" are activations). Pass None for the first block, then the
+  outputs of each block to the next.
+
+  Example:
+    x1, x1_b, x2, x2_b = x, None, x, None
+    for i, f in enumerate(fs):
+      with tf.compat.v1.variable_scope("layer_%d" % i):
+        x1, x1_b, x2, x2_b = reversible_half_residual_and_swap(
+            x1, x1_b, x2, x2_b, f)
+    y = (x1 + x2) / 2
+
+  Args:
+    x1: a Tensor.
+    x1_backwards: a Tensor or None.
+    x2: a Tensor of x1's shape and dtype.
+    x2_backwards: a Tensor or None.
+    f: a function Tensor -> Tensor of the same shape (may create variables).
+    recompute_grads: use the reconstructing backward pass.
+
+  Returns:
+    (y2, y2_backwards, y1, y1_backwards).
+  """
+  if x1.shape != x2.shape or x1.dtype != x2.dtype:
+    raise ValueError("reversible_half_residual_and_swap: x1 %s and x2 %s must "
+                     "have the same shape and dtype"
+                     % (x1.to_string, x2.to_string))
+  if not recompute_grads:
+    return x2, x2_backwards, x1 + f(x2), x1_backwards
+  if x1_backwards is None:
+    x1_backwards = io.zeros_like(x1)
+  if x2_backwards is None:
+    x2_backwards = io.zeros_like(x2)
+  graph = x1.graph
+  captured = {}
+
+  def forward(a1, a1_backwards, a2, a2_backwards):
+    fa2, f_ops = graph.capture_operations(lambda: f(a2))
+    if not isinstance(fa2, Tensor) or fa2.shape != a2.shape:
+      raise ValueError("reversible_half_residual_and_swap: f must return a "
+                       "Tensor of shape %s, got %r" % (a2.shape.to_string, fa2))
+    captured["fx2"] = fa2
+    captured["f_ops"] = [op for op in f_ops if not isinstance(op, Variable)]
+    return [a2, a2_backwards, a1 + fa2, a1_backwards]
+
+  def grad_fn(explicit_inputs, all_inputs, forward_operations, outputs,
+              output_grads):
+    del forward_operations
+    dy2, y2_value, dy1, y1_value = output_grads
+    orig_x2 = explicit_inputs[2]
+    extra_inputs = list(all_inputs[len(explicit_inputs):])
+    # Reconstruct this block's inputs from its outputs: handed down by the
+    # next block, or (last block) the outputs themselves.
+    x2_value = orig_x2 if y2_value is None else y2_value
+    y1 = outputs[2] if y1_value is None else y1_value
+    f_again_ops, mapping = graph.clone_operations(captured["f_ops"],
+                                                  {orig_x2: x2_value})
+    fx2 = mapping.get(captured["fx2"], captured["fx2"])
+    x1_value = y1 - fx2
+    if dy1 is None:
+      f_grads = [None] * (1 + len(extra_inputs))
+    else:
+      f_grads = gradients_lib.gradients(
+          [fx2], [x2_value] + extra_inputs, grad_ys=[dy1],
+          operations=f_again_ops)
+    dx2 = _add_optional(dy2, f_grads[0])
+    return [dy1, x1_value, dx2, x2_value] + list(f_grads[1:])
+
+  explicit_inputs = [x1, x1_backwards, x2, x2_backwards]
+  fn_outputs, forward_ops, implicit = _capture_forward(graph, forward,
+                                                       explicit_inputs)
+  op = custom_gradient_lib.CustomGradientOperation(
+      explicit_inputs, explicit_inputs + implicit, fn_outputs, grad_fn,
+      forward_ops, name="reversible_half_residual_and_swap")
+  return tuple(op.outputs)
+
+
+def _rms(t: Tensor, output_shape=None) -> Tensor:
+  t = elementwise.cast(t, tf.float32)
+  return elementwise.sqrt(reduce_lib.reduce_mean(
+      elementwise.square(t), output_shape=output_shape))
+
+
+@gin.configurable(module=_GIN_MODULE)
+def clip_activation_gradient(x: Tensor,
+                             clip_rms_norm: Optional[float] = None) -> Tensor:
+  """Identity whose gradient is scaled down to RMS norm <= clip_rms_norm.
+
+  The RMS is taken over all elements of the gradient; None or 0 disables it.
+
+  Example (gin):
+    mesh_tensorflow.layers.clip_activation_gradient.clip_rms_norm = 1.0
+  """
+  if not clip_rms_norm:
+    return x
+  if clip_rms_norm < 0:
+    raise ValueError("clip_activation_gradient: clip_rms_norm must be "
+                     "positive, got %r" % (clip_rms_norm,))
+
+  def grad_fn(explicit_inputs, all_inputs, forward_operations, outputs,
+              output_grads):
+    del explicit_inputs, forward_operations, outputs
+    g = output_grads[0]
+    denom = binary.maximum(_rms(g) * (1.0 / clip_rms_norm), 1.0)
+    clipped = g * elementwise.cast(elementwise.reciprocal(denom), g.dtype)
+    return [clipped] + [None] * (len(all_inputs) - 1)
+
+  return custom_gradient_lib.custom_gradient(elementwise.identity, grad_fn,
+                                             [x])
+
+
+def summary_for_clip_activation_gradient(t: Tensor, name: Optional[str] = None,
+                                         batch_dims=None) -> Tensor:
+  """Identity that records scalar summaries of the RMS of its gradient.
+
+  Useful to pick `clip_rms_norm` for clip_activation_gradient. Summaries
+  (mtf.scalar_summary, created on the backward pass):
+    `<name>/grad_rms_norm`: RMS over all elements;
+    with batch_dims, per example (RMS over the other dims):
+    `<name>/grad_rms_norm_max` and `<name>/grad_rms_norm_mean`.
+
+  Example:
+    x = summary_for_clip_activation_gradient(x, "layer_3", [batch])
+
+  Args:
+    t: a Tensor.
+    name: summary name prefix (default "activation_gradient").
+    batch_dims: optional Dimensions of t indexing examples.
+
+  Returns:
+    t (through an identity with the summarising gradient).
+  """
+  name = name or "activation_gradient"
+  batch_dims = _as_dim_list(batch_dims, "batch_dims")
+  for d in batch_dims:
+    if d not in t.shape.dims:
+      raise ValueError("summary_for_clip_activation_gradient: batch dim %s is "
+                       "not a dimension of %s" % (d, t.shape.to_string))
+
+  def grad_fn(explicit_inputs, all_inputs, forward_operations, outputs,
+              output_grads):
+    del explicit_inputs, forward_operations, outputs
+    g = output_grads[0]
+    summary_lib.scalar_summary(name + "/grad_rms_norm", _rms(g))
+    if batch_dims:
+      per_example = _rms(g, output_shape=Shape(batch_dims))
+      summary_lib.scalar_summary(name + "/grad_rms_norm_max",
+                                 reduce_lib.reduce_max(per_example))
+      summary_lib.scalar_summary(name + "/grad_rms_norm_mean",
+                                 reduce_lib.reduce_mean(per_example))
+    return [g] + [None] * (len(all_inputs) - 1)
+
+  return custom_gradient_lib.custom_gradient(elementwise.identity, grad_fn,
+                                             [t])
+
+
+def annealed_dropout(x: Tensor, is_training: bool, start_step: int,
+                     end_step: int, init_rate: Optional[float] = None,
+                     noise_shape=None, name: Optional[str] = None) -> Tensor:
+  """Dropout whose rate falls linearly from init_rate to 0 over training.
+
+  The rate is init_rate until the TF global step reaches start_step, then
+  decreases linearly to 0 at end_step. Without init_rate, or when not
+  training, x is returned unchanged.
+
+  Example:
+    h = annealed_dropout(h, is_training, 0, 10000, init_rate=0.1)
+
+  Raises:
+    ValueError: if end_step <= start_step, init_rate is outside [0, 1), or
+      there is no global step (tf.compat.v1.train.get_or_create_global_step).
+  """
+  if not is_training or not init_rate:
+    return x
+  if not 0.0 <= init_rate < 1.0:
+    raise ValueError("annealed_dropout: init_rate must be in [0, 1), got %r"
+                     % (init_rate,))
+  if end_step <= start_step:
+    raise ValueError("annealed_dropout: end_step (%r) must be greater than "
+                     "start_step (%r)" % (end_step, start_step))
+  noise_shape = x.shape if noise_shape is None else convert_to_shape(
+      noise_shape)
+  for d in noise_shape.dims:
+    if d not in x.shape.dims:
+      raise ValueError("annealed_dropout: noise_shape dimension %s is not a "
+                       "dimension of x %s" % (d, x.shape.to_string))
+  step = tf1.train.get_global_step()
+  if step is None:
+    raise ValueError("annealed_dropout needs a TF global step; create it with "
+                     "tf.compat.v1.train.get_or_create_global_step()")
+  name = name or "annealed_dropout"
+  progress = tf.clip_by_value(
+      (tf.cast(step, tf.float32) - float(start_step)) /
+      float(end_step - start_step), 0.0, 1.0)
+  keep_prob_tf = 1.0 - init_rate * (1.0 - progress)
+  keep_prob = io.import_fully_replicated(x.mesh, keep_prob_tf, Shape([]),
+                                         name=name + "/keep_prob")
+  noise = random_lib.random_uniform(x.mesh, noise_shape, dtype=tf.float32,
+                                    name=name + "/noise")
+  mask = elementwise.cast(binary.less(noise, keep_prob), tf.float32)
+  mask = elementwise.cast(mask * elementwise.reciprocal(keep_prob), x.dtype)
+  return binary.multiply(x, elementwise.stop_gradient(mask),
+                         output_shape=x.shape)
+
+
+__all__ = [
+    "DenseInitializer",
+    "VarianceScalingInitializer",
+    "annealed_dropout",
+    "clip_activation_gradient",
+    "dense",
+    "dense_product",
+    "dense_relu_dense",
+    "embedding",
+    "embedding_weights",
+    "get_dense_kernel_weights",
+    "multiplicative_jitter",
+    "reversible_half_residual_and_swap",
+    "summary_for_clip_activation_gradient",
+    "unit_scaling_convention",
+    "us_einsum",
+]

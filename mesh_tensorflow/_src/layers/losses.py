@@ -1,0 +1,109 @@
+"""Loss functions: softmax and sigmoid cross-entropy, non-padding weights."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from mesh_tensorflow._src.graph import Tensor
+from mesh_tensorflow._src.ops import elementwise
+from mesh_tensorflow._src.ops import gather as gather_lib
+from mesh_tensorflow._src.ops import reduce as reduce_lib
+from mesh_tensorflow._src.ops.slicewise import cwise
+from mesh_tensorflow._src.shapes import Dimension, convert_to_dimension
+
+
+def _dim_names(dims) -> list:
+  return sorted(d.name for d in dims)
+
+
+def softmax_cross_entropy_with_logits(logits: Tensor, targets: Tensor,
+                                      vocab_dim: Dimension,
+                                      z_loss: float = 0.0) -> Tensor:
+  """Per-example softmax cross-entropy, -sum(targets * log_softmax(logits)).
+
+  Hard targets: an integer Tensor with the dims of logits other than
+  vocab_dim (values in [0, vocab_dim.size)). Soft targets: a float Tensor
+  with the dims of logits. With z_loss != 0, z_loss * log(Z)**2 is added,
+  where Z is the softmax partition function. vocab_dim may be split.
+
+  Example:
+    loss = softmax_cross_entropy_with_logits(logits, ids, vocab)
+    # logits [batch, length, vocab], ids [batch, length] -> [batch, length]
+
+  Returns:
+    a Tensor of shape logits.shape - vocab_dim.
+
+  Raises:
+    ValueError: if vocab_dim is not in logits or the targets' dims do not
+      match.
+  """
+  vocab_dim = convert_to_dimension(vocab_dim)
+  if vocab_dim not in logits.shape.dims:
+    raise ValueError("softmax_cross_entropy_with_logits: vocab_dim %s is not a "
+                     "dimension of logits %s"
+                     % (vocab_dim, logits.shape.to_string))
+  if targets.dtype.is_integer:
+    expected = [d for d in logits.shape.dims if d != vocab_dim]
+    if set(targets.shape.dims) != set(expected):
+      raise ValueError(
+          "softmax_cross_entropy_with_logits: hard (integer) targets %s must "
+          "have the dimensions of logits %s other than vocab_dim %s, i.e. %s"
+          % (targets.shape.to_string, logits.shape.to_string, vocab_dim,
+             _dim_names(expected)))
+    targets = gather_lib.one_hot(targets, vocab_dim, dtype=logits.dtype)
+  else:
+    if set(targets.shape.dims) != set(logits.shape.dims):
+      raise ValueError(
+          "softmax_cross_entropy_with_logits: soft (float) targets %s must "
+          "have the dimensions of logits %s"
+          % (targets.shape.to_string, logits.shape.to_string))
+    if targets.dtype != logits.dtype:
+      targets = elementwise.cast(targets, logits.dtype)
+  log_z = reduce_lib.reduce_logsumexp(logits, vocab_dim)
+  log_softmax = logits - log_z
+  loss = elementwise.negative(
+      reduce_lib.reduce_sum(log_softmax * targets, reduced_dim=vocab_dim))
+  if z_loss != 0:
+    loss += z_loss * elementwise.square(log_z)
+  return loss
+
+
+def sigmoid_cross_entropy_with_logits(logits: Tensor, targets: Tensor
+                                      ) -> Tensor:
+  """Elementwise sigmoid cross-entropy (numerically stable form).
+
+  Example:
+    loss = sigmoid_cross_entropy_with_logits(logits, labels)  # same shape
+
+  Raises:
+    ValueError: if the shapes differ.
+  """
+  if logits.shape != targets.shape:
+    raise ValueError("sigmoid_cross_entropy_with_logits: logits shape %s must "
+                     "equal targets shape %s"
+                     % (logits.shape.to_string, targets.shape.to_string))
+  x = logits
+  z = targets if targets.dtype == x.dtype else elementwise.cast(targets,
+                                                                x.dtype)
+  return (elementwise.relu(x) - x * z +
+          elementwise.log(1.0 + elementwise.exp(-elementwise.mtf_abs(x))))
+
+
+def weights_nonzero(targets: Tensor, dtype=tf.float32) -> Tensor:
+  """1 where targets != 0, else 0 (e.g. to mask padding), of `dtype`.
+
+  Example:
+    weights = weights_nonzero(target_ids)  # float32, same shape
+  """
+  dtype = tf.as_dtype(dtype)
+
+  def fn(t):
+    return tf.cast(tf.not_equal(t, 0), dtype)
+  return cwise(fn, [targets], output_dtype=dtype, name="weights_nonzero")
+
+
+__all__ = [
+    "sigmoid_cross_entropy_with_logits",
+    "softmax_cross_entropy_with_logits",
+    "weights_nonzero",
+]

@@ -1,0 +1,124 @@
+"""Normalization layers: layer_norm and batch_norm."""
+
+from __future__ import annotations
+
+from typing import List, Optional, Tuple
+
+import tensorflow as tf
+
+from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.layers.scope_util import layer_variable_scope
+from mesh_tensorflow._src.ops import elementwise
+from mesh_tensorflow._src.ops import reduce as reduce_lib
+from mesh_tensorflow._src.shapes import Dimension, Shape, convert_to_dimension
+from mesh_tensorflow._src.variables import assign, get_variable
+
+tf1 = tf.compat.v1
+
+
+def _normalize(x: Tensor, mean: Tensor, variance: Tensor,
+               epsilon: float) -> Tensor:
+  return (x - mean) * elementwise.rsqrt(variance + epsilon)
+
+
+def layer_norm(x: Tensor, dim: Dimension, epsilon: float = 1e-6,
+               name: str = "layer_prepostprocess") -> Tensor:
+  """Layer normalization over dimension `dim`, with learned scale and bias.
+
+  Variables (scope `<name>/layer_norm`): `layer_norm_scale` (ones) and
+  `layer_norm_bias` (zeros), both of shape [dim]. `dim` may be split over
+  the mesh (the mean and variance are then allreduced).
+
+  Example:
+    y = layer_norm(x, d_model, name="encoder/final")
+    # variables encoder/final/layer_norm/layer_norm_scale, .../layer_norm_bias
+
+  Raises:
+    ValueError: if dim is not a dimension of x.
+  """
+  dim = convert_to_dimension(dim)
+  if dim not in x.shape.dims:
+    raise ValueError("layer_norm: dimension %s is not a dimension of x %s"
+                     % (dim, x.shape.to_string))
+  with tf1.variable_scope(name + "/layer_norm"):
+    scale = get_variable(x.mesh, "layer_norm_scale", Shape([dim]),
+                         initializer=tf1.ones_initializer(),
+                         activation_dtype=x.dtype)
+    bias = get_variable(x.mesh, "layer_norm_bias", Shape([dim]),
+                        initializer=tf1.zeros_initializer(),
+                        activation_dtype=x.dtype)
+    reduced_shape = x.shape - dim
+    mean = reduce_lib.reduce_mean(x, output_shape=reduced_shape)
+    variance = reduce_lib.reduce_mean(elementwise.square(x - mean),
+                                      output_shape=reduced_shape)
+    return _normalize(x, mean, variance, epsilon) * scale + bias
+
+
+def batch_norm(x: Tensor, is_training: bool, momentum: float,
+               epsilon: float = 1e-9, dims_idx_start: int = 0,
+               dims_idx_end: int = -1, init_zero: bool = False,
+               name: Optional[str] = None) -> Tuple[Tensor, List[Operation]]:
+  """Batch normalization over x.shape.dims[dims_idx_start:dims_idx_end].
+
+  The statistics are taken over those dims (by default all but the last, e.g.
+  batch and spatial dims); the remaining dims get their own `batch_norm_scale`
+  (ones, or zeros with init_zero) and `batch_norm_bias` (zeros), and the
+  non-trainable `bn_moving_mean` (zeros) and `bn_moving_variance` (ones).
+  When training, the batch statistics normalize x and the returned Assign
+  operations update the moving statistics:
+    moving = momentum * moving + (1 - momentum) * batch_statistic.
+  Otherwise the moving statistics normalize x and no update is returned.
+
+  Example:
+    y, update_ops = batch_norm(x, is_training=True, momentum=0.99)
+    # run update_ops with the training step (lowering.lowered_operation(op))
+
+  Returns:
+    (y, update_ops): y has x's shape; update_ops is a list of Assign ops.
+
+  Raises:
+    ValueError: if the index range selects no dimension or every dimension.
+  """
+  norm_dims = x.shape.dims[dims_idx_start:dims_idx_end]
+  if not norm_dims:
+    raise ValueError("batch_norm: dims_idx_start=%d, dims_idx_end=%d select no "
+                     "dimension of x %s to normalize over"
+                     % (dims_idx_start, dims_idx_end, x.shape.to_string))
+  with layer_variable_scope(x.mesh.graph, name, "batch_norm"):
+    gamma_initializer = (tf1.zeros_initializer() if init_zero
+                         else tf1.ones_initializer())
+    reduced_shape = x.shape - norm_dims
+    scale = get_variable(x.mesh, "batch_norm_scale", reduced_shape,
+                         initializer=gamma_initializer,
+                         activation_dtype=x.dtype)
+    bias = get_variable(x.mesh, "batch_norm_bias", reduced_shape,
+                        initializer=tf1.zeros_initializer(),
+                        activation_dtype=x.dtype)
+    moving_mean = get_variable(x.mesh, "bn_moving_mean", reduced_shape,
+                               initializer=tf1.zeros_initializer(),
+                               activation_dtype=x.dtype, trainable=False)
+    moving_variance = get_variable(x.mesh, "bn_moving_variance", reduced_shape,
+                                   initializer=tf1.ones_initializer(),
+                                   activation_dtype=x.dtype, trainable=False)
+    if is_training:
+      mean = reduce_lib.reduce_mean(x, output_shape=reduced_shape)
+      variance = reduce_lib.reduce_mean(elementwise.square(x - mean),
+                                        output_shape=reduced_shape)
+      norm_x = _normalize(x, mean, variance, epsilon)
+      update_ops = [
+          assign(moving_mean,
+                 momentum * moving_mean +
+                 (1.0 - momentum) * elementwise.stop_gradient(mean),
+                 name="bn_mean_update"),
+          assign(moving_variance,
+                 momentum * moving_variance +
+                 (1.0 - momentum) * elementwise.stop_gradient(variance),
+                 name="bn_var_update"),
+      ]
+    else:
+      norm_x = _normalize(x, moving_mean, moving_variance, epsilon)
+      update_ops = []
+    return norm_x * scale + bias, update_ops
+
+
+__all__ = ["batch_norm", "layer_norm"]

@@ -1,0 +1,78 @@
+"""Plain and momentum stochastic gradient descent."""
+
+from __future__ import annotations
+
+from typing import List, Optional
+
+import gin
+
+from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.optimizers.base import (
+    Optimizer, check_grad, create_slot)
+from mesh_tensorflow._src.variables import (
+    Variable, assign, assign_add, assign_sub)
+
+
+@gin.configurable(module="mesh_tensorflow.optimize")
+class SgdOptimizer(Optimizer):
+  """SGD: `var -= learning_rate * grad`.
+
+  Example:
+    mtf.optimize.SgdOptimizer(0.1).apply_grads(grads, variables)
+  """
+
+  def __init__(self, learning_rate):
+    """learning_rate: a Python number or a float scalar tf.Tensor."""
+    self._lr = learning_rate
+
+  @property
+  def lr(self):
+    return self._lr
+
+  @property
+  def learning_rate(self):
+    return self._lr
+
+  def apply_grad(self, grad: Optional[Tensor],
+                 var: Variable) -> List[Operation]:
+    if not check_grad(grad, var, type(self).__name__):
+      return []
+    # assign_sub rather than assign(var, var - ...): with bfloat16 slices the
+    # slice value is then rounded once per step, not twice.
+    return [assign_sub(var, grad * self._lr)]
+
+
+@gin.configurable(module="mesh_tensorflow.optimize")
+class MomentumOptimizer(Optimizer):
+  """SGD with momentum: `v = momentum * v - lr * grad; var += v`.
+
+  The velocity slot is `<var.name>_momentum_v`, with the variable's dtypes,
+  zero-initialized and untrainable.
+  """
+
+  def __init__(self, learning_rate, momentum):
+    self._lr = learning_rate
+    self._momentum = momentum
+
+  @property
+  def lr(self):
+    return self._lr
+
+  @property
+  def learning_rate(self):
+    return self._lr
+
+  @property
+  def momentum(self):
+    return self._momentum
+
+  def apply_grad(self, grad: Optional[Tensor],
+                 var: Variable) -> List[Operation]:
+    if not check_grad(grad, var, type(self).__name__):
+      return []
+    velocity = create_slot(var, "_momentum_v", var.shape, dtype=var.dtype)
+    new_velocity = velocity * self._momentum - grad * self._lr
+    return [assign(velocity, new_velocity), assign_add(var, new_velocity)]
+
+
+__all__ = ["MomentumOptimizer", "SgdOptimizer"]

@@ -1,0 +1,95 @@
+"""BalancedVariablePlacer: spreads variables over devices by bytes.
+
+Used as `mtf.Mesh(graph, name, variable_placer=placer)`: master variables are
+then created under `tf.device(placer.device_function)`. TensorFlow accepts a
+device *function* only while building a graph (tf.compat.v1 graph mode, or
+ops traced into a graph); in eager mode `tf.device` rejects functions.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import List, Optional, Sequence
+
+from absl import logging
+import tensorflow as tf
+
+# Op types that create a variable (reference and resource variables).
+_VARIABLE_OP_TYPES = frozenset(["Variable", "VariableV2", "VarHandleOp"])
+
+
+class BalancedVariablePlacer:
+  """Places each new variable on the device with the fewest bytes so far.
+
+  Ties go to the device listed first. Non-variable ops (initializers, reads,
+  assignments created with a variable) go to the device chosen last.
+
+  Example:
+    placer = BalancedVariablePlacer(["/cpu:0", "/cpu:1"])
+    mesh = mtf.Mesh(graph, "mesh", variable_placer=placer)
+    # in a tf.compat.v1 graph: variables alternate by size between the CPUs
+  """
+
+  def __init__(self, devices: Sequence[str],
+               init_usage: Optional[Sequence[int]] = None):
+    """Args:
+      devices: device strings to spread variables over.
+      init_usage: bytes already used on each device (default all 0), e.g. to
+        keep room on a host that also runs the input pipeline.
+
+    Raises:
+      ValueError: if devices is empty or init_usage has another length.
+    """
+    devices = list(devices)
+    if not devices:
+      raise ValueError("BalancedVariablePlacer needs at least one device")
+    if init_usage is None:
+      init_usage = [0] * len(devices)
+    init_usage = list(init_usage)
+    if len(init_usage) != len(devices):
+      raise ValueError("BalancedVariablePlacer: init_usage has %d entries for "
+                       "%d devices %s" % (len(init_usage), len(devices),
+                                          devices))
+    self._devices = devices
+    self._usage = list(init_usage)
+    # (bytes used, device index): the smallest index wins ties.
+    self._heap = [(usage, i) for i, usage in enumerate(init_usage)]
+    heapq.heapify(self._heap)
+    self._last_device = devices[0]
+
+  @property
+  def devices(self) -> List[str]:
+    return list(self._devices)
+
+  @property
+  def usage(self) -> List[int]:
+    """Bytes placed so far on each device (aligned with `devices`)."""
+    return list(self._usage)
+
+  def device_function(self, op) -> str:
+    """The device for `op` (a tf.Operation being created).
+
+    Raises:
+      ValueError: if a variable op has a shape that is not fully known.
+    """
+    if op.type not in _VARIABLE_OP_TYPES:
+      return self._last_device
+    shape = tf.TensorShape(op.get_attr("shape"))
+    if not shape.is_fully_defined():
+      raise ValueError("BalancedVariablePlacer: variable op %r has shape %s; "
+                       "a fully known shape is needed to balance bytes"
+                       % (op.name, shape))
+    size = shape.num_elements() * tf.as_dtype(op.get_attr("dtype")).size
+    usage, index = heapq.heappop(self._heap)
+    usage += size
+    heapq.heappush(self._heap, (usage, index))
+    self._usage[index] = usage
+    device = self._devices[index]
+    logging.debug("BalancedVariablePlacer: %s (%d bytes) -> %s (now %d bytes)",
+                  op.name, size, device, usage)
+    self._last_device = device
+    return device
+
+  def __repr__(self) -> str:
+    return "BalancedVariablePlacer(devices=%r, usage=%r)" % (self._devices,
+                                                            self._usage)

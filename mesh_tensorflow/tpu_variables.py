@@ -1,0 +1,6 @@
+"""mesh_tensorflow.tpu_variables: ReplicatedVariable (facade)."""
+# pylint: disable=g-importing-member,useless-import-alias
+
+from mesh_tensorflow._src.tpu_variables import ReplicatedVariable as ReplicatedVariable
+
+__all__ = ["ReplicatedVariable"]
