@@ -20,6 +20,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --durations=15 tests
+	MTF_TEST_MESH_IMPL=simd $(PY) -m pytest -q -n $(PYTEST_WORKERS) tests/ops tests/conformance tests/layers
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) -m "not slow" tests

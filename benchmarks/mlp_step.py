@@ -11,6 +11,9 @@ plain SGD (w -= lr * grad). The configurations are
   mtf_dp4   mesh "all:4", layout "batch:all"         (4-way data parallel)
   mtf_mp4   mesh "all:4", layout "hidden:all"        (4-way model parallel)
   mtf_2x2   mesh "rows:2;cols:2", "batch:rows;hidden:cols"
+  simd_dp4, simd_mp4, simd_2x2: the same meshes and layouts on SimdMeshImpl
+            (collective backend: one replica program per virtual CPU, TF
+            collective ops, run with mesh_impl.replicate)
 
 all in one process on 8 virtual CPUs, each step one compiled tf.function. All
 start from the same weights; the first (warm-up) step checks that their losses
@@ -43,6 +46,7 @@ tf.config.set_logical_device_configuration(
 
 import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
 from mesh_tensorflow import placement_mesh_impl  # pylint: disable=g-import-not-at-top
+from mesh_tensorflow import simd_mesh_impl  # pylint: disable=g-import-not-at-top
 
 BATCH, D_MODEL, HIDDEN = 256, 1024, 4096
 LEARNING_RATE = 0.01
@@ -53,6 +57,9 @@ CONFIGS = [  # name, mesh shape, layout
     ("mtf_dp4", "all:4", "batch:all"),
     ("mtf_mp4", "all:4", "hidden:all"),
     ("mtf_2x2", "rows:2;cols:2", "batch:rows;hidden:cols"),
+    ("simd_dp4", "all:4", "batch:all"),
+    ("simd_mp4", "all:4", "hidden:all"),
+    ("simd_2x2", "rows:2;cols:2", "batch:rows;hidden:cols"),
 ]
 
 
@@ -122,13 +129,23 @@ class PlainTFDataParallel(PlainTF):
 class MtfMLP:
   """The same step in mtf; the graph is built and lowered in the tf.function."""
 
-  def __init__(self, mesh_shape, layout, weights):
+  def __init__(self, mesh_shape, layout, weights, simd=False):
     n = mtf.convert_to_shape(mesh_shape).size
-    self.mesh_impl = placement_mesh_impl.PlacementMeshImpl(
-        mesh_shape, layout, DEVICES[:n])
+    if simd:
+      self.mesh_impl = simd_mesh_impl.SimdMeshImpl(
+          mesh_shape, layout, devices=DEVICES[:n])
+    else:
+      self.mesh_impl = placement_mesh_impl.PlacementMeshImpl(
+          mesh_shape, layout, DEVICES[:n])
+    self.simd = simd
     self.store = mtf.VariableStore()
     self.weights = weights
-    self.step = tf.function(self._step, autograph=False)
+    self.step = tf.function(self._replicated_step if simd else self._step,
+                            autograph=False)
+
+  def _replicated_step(self, x, y):
+    """SIMD: the step is one replica's program, run on every processor."""
+    return self.mesh_impl.replicate(self._step, x, y)[0]
 
   def _step(self, x, y):
     graph = mtf.Graph()
@@ -184,7 +201,8 @@ def main():
   x, y = tf.constant(x_np), tf.constant(y_np)
   models = {"tf": PlainTF(weights), "tf_dp4": PlainTFDataParallel(weights, 4)}
   for name, mesh_shape, layout in CONFIGS:
-    models[name] = MtfMLP(mesh_shape, layout, weights)
+    models[name] = MtfMLP(mesh_shape, layout, weights,
+                          simd=name.startswith("simd"))
   if args.only:
     keep = set(args.only.split(",")) | {"tf"}
     models = {k: v for k, v in models.items() if k in keep}
@@ -219,7 +237,7 @@ def main():
   for name in models:
     median = statistics.median(times[name])
     median_cpu = statistics.median(cpu_times[name])
-    if name.startswith("mtf"):
+    if name.startswith("mtf") or name.startswith("simd"):
       worst = max(worst, median / base)
     print("%-8s %14.1f %8.3f %14.1f %8.3f" % (
         name, 1e3 * median, median / base, 1e3 * median_cpu,

@@ -10,6 +10,7 @@ from mesh_tensorflow import layers
 from mesh_tensorflow import ops
 from mesh_tensorflow import optimize
 from mesh_tensorflow import placement_mesh_impl
+from mesh_tensorflow import simd_mesh_impl
 from mesh_tensorflow import tpu_variables
 from mesh_tensorflow import utils
 from mesh_tensorflow.ops_with_redefined_builtins import *  # noqa: F401,F403

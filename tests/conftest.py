@@ -19,3 +19,30 @@ try:
       [tf.config.LogicalDeviceConfiguration()] * NUM_VIRTUAL_CPUS)
 except RuntimeError:  # Already initialised by an earlier import.
   pass
+
+
+def _runs_on_one_device(params) -> bool:
+  mesh = params.get("mesh_shape", params.get("mesh_layout"))
+  if isinstance(mesh, (tuple, list)) and mesh:
+    mesh = mesh[0]
+  return mesh == ""
+
+
+def pytest_collection_modifyitems(config, items):
+  """Under MTF_TEST_MESH_IMPL=simd, runs each SIMD program once.
+
+  The SIMD pass replaces every multi-processor run with a SimdMeshImpl run in
+  a tf.function, so the "eager" and "graph" variants of a test would repeat
+  its "function" variant, and 1-device variants repeat the placement pass.
+  """
+  if os.environ.get("MTF_TEST_MESH_IMPL", "") != "simd":
+    return
+  keep, drop = [], []
+  for item in items:
+    params = item.callspec.params if hasattr(item, "callspec") else {}
+    redundant = (params.get("mode", "function") != "function"
+                 or _runs_on_one_device(params))
+    (drop if redundant else keep).append(item)
+  if drop:
+    config.hook.pytest_deselected(items=drop)
+    items[:] = keep

@@ -4,15 +4,25 @@
 `build_fn(mesh)` (which returns a list of mtf Tensors), lowers it on a
 PlacementMeshImpl over virtual CPUs and returns the exported values as numpy
 arrays. Tests compare these across MESHES x layouts x MODES and against numpy.
+
+mode="simd" runs the program on a SimdMeshImpl (collective backend) instead:
+one replica per processor, in a tf.function, via mesh_impl.replicate; it
+returns replica 0's values (and checks that every replica exported the same).
+With the environment variable MTF_TEST_MESH_IMPL=simd, every multi-processor
+run_program call runs in mode "simd", whatever mode it asks for (SIMD_ENV).
 """
 
+import os
 from typing import Callable, List, Sequence
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from mesh_tensorflow import placement_mesh_impl
+from mesh_tensorflow import simd_mesh_impl
+from mesh_tensorflow._src.mesh_impls import simd_collective
 
 DEVICES = ["/cpu:%d" % i for i in range(8)]
 
@@ -22,6 +32,67 @@ MESH_4 = ("all:4", 4)
 MESH_2X2 = ("rows:2;cols:2", 4)
 MESHES = [MESH_1, MESH_4, MESH_2X2]
 MODES = ["eager", "function", "graph"]
+
+# True when MTF_TEST_MESH_IMPL=simd: multi-processor programs run on SIMD.
+SIMD_ENV = os.environ.get("MTF_TEST_MESH_IMPL", "") == "simd"
+COLLECTIVE_TIMEOUT_SECONDS = float(
+    os.environ.get("MTF_TEST_COLLECTIVE_TIMEOUT", "120"))
+SIMD_SKIP_REASON = ("placement-specific behaviour (MTF_TEST_MESH_IMPL=simd "
+                    "runs programs on SimdMeshImpl)")
+
+
+def skip_under_simd(why: str) -> None:
+  """Skips a test that checks placement-only behaviour when SIMD_ENV."""
+  if SIMD_ENV:
+    pytest.skip("%s: %s" % (SIMD_SKIP_REASON, why))
+
+
+def simd_mesh_impl_for(mesh_shape: str, layout) -> simd_mesh_impl.SimdMeshImpl:
+  n = mtf.convert_to_shape(mesh_shape).size
+  # A collective that waits this long fails the test instead of hanging.
+  backend = simd_collective.CollectiveBackend(
+      DEVICES[:n], timeout_seconds=COLLECTIVE_TIMEOUT_SECONDS)
+  return simd_mesh_impl.SimdMeshImpl(mesh_shape, layout, backend=backend)
+
+
+def run_simd(build_fn, mesh_shape, layout) -> List[np.ndarray]:
+  """Runs on SimdMeshImpl: graph built once, lowered on every replica."""
+  mesh_impl = simd_mesh_impl_for(mesh_shape, layout)
+  store = mtf.VariableStore()
+
+  @tf.function(autograph=False)
+  def fn():
+    with mtf.variable_store(store):
+      graph = mtf.Graph()
+      mesh = mtf.Mesh(graph, "mesh")
+      outputs = build_fn(mesh)
+
+      def computation():
+        lowering = mtf.Lowering(graph, {mesh: mesh_impl})
+        return [lowering.export_to_tf_tensor(t) for t in outputs]
+      return mesh_impl.replicate(computation)
+  try:
+    results = fn()
+  except NotImplementedError as e:
+    if "while loop" in str(e):
+      pytest.skip("SimdMeshImpl (collective backend) cannot communicate "
+                  "inside while loops: %s" % e)
+    raise
+  except ValueError as e:
+    if "does not support control dependencies" in str(e):
+      pytest.skip("SimdMeshImpl does not support control dependencies "
+                  "(as the original): %s" % e)
+    raise
+  per_replica = [[np.asarray(t) for t in outs] for outs in results]
+  for pnum, outs in enumerate(per_replica[1:], 1):
+    for i, (a, b) in enumerate(zip(per_replica[0], outs)):
+      # Replicas run the same kernels on the same values, but CPU reductions
+      # may split work differently between runs: allow rounding.
+      np.testing.assert_allclose(
+          a, b, rtol=1e-6, atol=1e-6,
+          err_msg="replica %d exported another output %d than replica 0"
+          % (pnum, i))
+  return per_replica[0]
 
 
 def mesh_impl_for(mesh_shape: str, layout) -> placement_mesh_impl.PlacementMeshImpl:
@@ -41,6 +112,9 @@ def run_program(build_fn: Callable[[mtf.Mesh], Sequence[mtf.Tensor]],
                 mesh_shape: str = "", layout="", mode: str = "eager"
                 ) -> List[np.ndarray]:
   """Builds, lowers and runs an mtf program; returns numpy outputs."""
+  if mode == "simd" or (
+      SIMD_ENV and mtf.convert_to_shape(mesh_shape).size > 1):
+    return run_simd(build_fn, mesh_shape, layout)
   if mode == "eager":
     with mtf.variable_store(mtf.VariableStore()):
       _, tensors = _build_and_export(build_fn, mesh_shape, layout)

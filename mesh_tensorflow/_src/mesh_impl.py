@@ -135,6 +135,17 @@ class MeshImpl(abc.ABC):
     logging.warning("Print not implemented for %s", type(self).__name__)
     return x
 
+  def first_processor_value(self, fn: Callable[[], tf.Tensor]) -> tf.Tensor:
+    """fn() as computed by processor 0, usable on every processor.
+
+    For stateful fns (a random draw) whose value all processors must share.
+    Here fn runs once, on the first device; a backend whose processors run
+    separate programs (SIMD) runs it on each and broadcasts processor 0's.
+    """
+    devices = getattr(self, "devices", None) or [None]
+    with tf.device(devices[0]):
+      return fn()
+
   def pcoord(self, pnum, mesh_axis: int):
     """Coordinate of processor `pnum` (an int or an int tensor) on mesh_axis."""
     divisor = list_product(self._shape.to_integer_list[mesh_axis + 1:])

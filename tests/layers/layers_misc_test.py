@@ -49,6 +49,9 @@ def test_multiplicative_jitter_range_and_layout_independence():
     assert mtf.layers.multiplicative_jitter(x, epsilon=0) is x
     return [mtf.layers.multiplicative_jitter(ones, epsilon=0.1),
             mtf.layers.multiplicative_jitter(x)]
+  mtu.skip_under_simd("eager op seeds under tf.random.set_seed; in the SIMD "
+                      "tf.function the draw's op seed depends on its "
+                      "position in the traced graph")
   results = []
   for mesh_shape, layout in [("", ""),
                              ("rows:2;cols:2", "batch:rows;big:cols")]:

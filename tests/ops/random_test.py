@@ -104,6 +104,9 @@ def test_unseeded_values_identical_on_every_layout_under_set_seed(
   def build(mesh):
     return [mtf.random_uniform(mesh, SHAPE), mtf.random_normal(mesh, SHAPE),
             mtf.dropout(mtf.ones(mesh, SHAPE), True, keep_prob=0.5)]
+  mtu.skip_under_simd("eager op seeds under tf.random.set_seed; in the SIMD "
+                      "tf.function the draw's op seed depends on its "
+                      "position in the traced graph")
   tf.random.set_seed(1234)
   expected = mtu.run_program(build, "", "")
   tf.random.set_seed(1234)

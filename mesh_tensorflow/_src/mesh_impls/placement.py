@@ -14,6 +14,7 @@ from mesh_tensorflow._src import layout as layout_lib
 from mesh_tensorflow._src import lowering as lowering_lib
 from mesh_tensorflow._src import mesh_impl as mesh_impl_lib
 from mesh_tensorflow._src.mesh_impls import collectives
+from mesh_tensorflow._src.mesh_impls import slice_variables
 from mesh_tensorflow._src.shapes import convert_to_shape
 
 tf1 = tf.compat.v1
@@ -112,20 +113,9 @@ class LaidOutVariable:
 
   @staticmethod
   def _slice_creator(variable, pnum, device, begin, slice_shape):
-    def create():
-      with tf.device(device):
-        if tf.executing_eagerly():
-          init = tf.cast(mesh_impl_lib.static_slice(
-              variable.get_master(), begin, slice_shape), variable.slice_dtype)
-          return tf.Variable(init, name="%s_slice_%d" % (variable.name, pnum),
-                             trainable=False)
-        # Legacy graphs follow the original protocol: run the initializers,
-        # then lowering.copy_masters_to_slices().
-        init = tf.zeros(slice_shape, variable.slice_dtype)
-        return tf1.Variable(
-            init, name="%s_slice_%d" % (variable.name, pnum), trainable=False,
-            collections=[tf1.GraphKeys.LOCAL_VARIABLES], use_resource=True)
-    return create
+    return slice_variables.slice_variable_creator(
+        variable, "%s_slice_%d" % (variable.name, pnum), device, begin,
+        slice_shape)
 
   @property
   def slice_variables(self) -> list:

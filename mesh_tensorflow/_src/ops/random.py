@@ -201,11 +201,10 @@ class RandomOperation(Operation):
     seed = self._kwargs.get("seed")
     if seed is not None:
       return _u64(_mix64_py(_mix64_py(int(seed) + _GAMMA) ^ self._name_hash()))
-    devices = getattr(mesh_impl, "devices", None) or [None]
-    with tf.device(devices[0]):
-      draw = tf.random.uniform([], 0, 2 ** 62, dtype=tf.int64)
-      return _mix64(tf.bitcast(draw, tf.uint64) +
-                    _u64(_mix64_py(self._name_hash())))
+    draw = mesh_impl.first_processor_value(
+        lambda: tf.random.uniform([], 0, 2 ** 62, dtype=tf.int64))
+    return _mix64(tf.bitcast(draw, tf.uint64) +
+                  _u64(_mix64_py(self._name_hash())))
 
   def lower(self, lowering):
     mesh_impl = lowering.mesh_impl(self)
