@@ -1,5 +1,16 @@
 """The Mesh TensorFlow Transformer library (also `mesh_tensorflow.transformer`).
 
-Models, layers and the training driver arrive with their own issues; this
-package exists now so that both import paths resolve to the same modules.
+As in the original, importing the package imports the model modules
+(attention, learning_rate_schedules, moe, transformer, transformer_layers,
+utils, vocabulary), so their gin configurables are registered; the research
+modules (adaptive_softmax, vocab_embeddings, funnel/universal/evolved
+transformers, fixup and memory layers) are imported on demand.
 """
+
+from transformer import attention
+from transformer import learning_rate_schedules
+from transformer import moe
+from transformer import transformer
+from transformer import transformer_layers
+from transformer import utils
+from transformer import vocabulary

@@ -328,6 +328,12 @@ def test_separable_conv1d():
     kdw = [mtf.import_tf_tensor(mesh, w, mtf.Shape([depth])) for w in weights]
     y2 = mtf.layers.separable_conv1d(x, O, kernel_depth_weights=kdw,
                                      use_bias=False)
+    num_variables = len(mesh.graph.name_to_variable)
+    # Called again under the same name: reuses every variable.
+    y1_again = mtf.layers.separable_conv1d(x, O, min_relative_pos=-2,
+                                           max_relative_pos=1, name="sep")
+    assert len(mesh.graph.name_to_variable) == num_variables
+    del y1_again
     names = sorted(mesh.graph.name_to_variable)
     return [y1, y2] + [mesh.graph.name_to_variable[n].outputs[0]
                        for n in names]

@@ -120,15 +120,35 @@ def test_custom_gradient_errors():
   graph = mtf.Graph()
   mesh = mtf.Mesh(graph, "mesh")
   x = mtf.import_tf_tensor(mesh, X, [BATCH, D_IN])
-  with mtf.variable_store(mtf.VariableStore()):
-    with pytest.raises(ValueError, match="variable 'w' was created inside fn"):
-      mtf.custom_gradient(
-          lambda t: t * mtf.get_variable(mesh, "w", [D_IN]),
-          _double_grad_fn, [x])
   bad = mtf.custom_gradient(
       mtf.square, lambda **kw: [kw["output_grads"][0]] * 2, [x])
   with pytest.raises(ValueError, match="returned 2 gradients for 1 inputs"):
     mtf.gradients([mtf.reduce_sum(bad)], [x])
+
+
+@pytest.mark.parametrize("mesh_shape,layout", [("", ""),
+                                               ("rows:2;cols:2",
+                                                "batch:rows;hidden:cols")])
+def test_recompute_grad_of_fn_creating_variables(mesh_shape, layout):
+  """A layer called for the first time inside recompute_grad creates its
+  variables there; they are hoisted out and get the plain gradients."""
+  def build(mesh):
+    x = mtf.import_tf_tensor(mesh, X, [BATCH, D_IN])
+
+    def layer(t):
+      w1 = mtf.get_variable(mesh, "w1", [D_IN, HIDDEN],
+                            initializer=tf.constant_initializer(W1))
+      w2 = mtf.get_variable(mesh, "w2", [HIDDEN, D_OUT],
+                            initializer=tf.constant_initializer(W2))
+      return _mlp(t, w1, w2), w1, w2
+    y = mtf.recompute_grad(lambda t: layer(t)[0], [x])
+    num_variables = len(mesh.graph.all_variables)
+    _, w1, w2 = layer(x)  # Reuses the variables made inside recompute_grad.
+    assert len(mesh.graph.all_variables) == num_variables == 2
+    loss = mtf.reduce_sum(y * y)
+    return [y] + mtf.gradients([loss], [x, w1, w2])
+  mtu.assert_all_close(mtu.run_program(build, mesh_shape, layout, "function"),
+                       _mlp_expected())
 
 
 def _mlp(x, w1, w2):

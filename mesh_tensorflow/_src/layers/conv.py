@@ -131,7 +131,8 @@ def separable_conv1d(x: Tensor, output_dim: Dimension,
   graph = x.mesh.graph
   with layer_variable_scope(graph, name, "separable_conv1d"):
     depthwise = None
-    with layer_variable_scope(graph, None, "depthwise_conv_hack"):
+    # A fixed inner name: calling again under the same outer name reuses.
+    with layer_variable_scope(graph, "depthwise_conv_hack", ""):
       for i in range(kernel_size):
         relative_pos = min_relative_pos + i
         shifted = shift(x, -relative_pos, length_dim, wrap=False)

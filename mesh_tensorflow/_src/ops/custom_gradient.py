@@ -130,8 +130,9 @@ def custom_gradient(fn: Callable, grad_fn: Callable,
 
   Args:
     fn: explicit inputs -> a Tensor or a list/tuple of Tensors. It may read
-      other tensors (e.g. variables); float ones become implicit inputs. It
-      must not create variables.
+      other tensors (e.g. variables); float ones become implicit inputs.
+      Variables it creates are treated as created before it (implicit
+      inputs too).
     grad_fn: see CustomGradientOperation.
     explicit_inputs: the tensors passed to fn.
 
@@ -144,6 +145,11 @@ def custom_gradient(fn: Callable, grad_fn: Callable,
   graph = explicit_inputs[0].graph
   outputs, forward_operations = graph.capture_operations(
       lambda: fn(*explicit_inputs))
+  # Variables fn creates (layers create theirs on first call) act as if made
+  # before fn: they stay ordinary graph operations and their values become
+  # implicit inputs, so grad_fn gives their gradients.
+  forward_operations = [op for op in forward_operations
+                        if not isinstance(op, Variable)]
   single = isinstance(outputs, Tensor)
   fn_outputs = [outputs] if single else list(outputs)
   all_inputs = explicit_inputs + _implicit_inputs(explicit_inputs,
@@ -199,7 +205,8 @@ def recompute_grad(fn: Callable, explicit_inputs: Sequence[Tensor],
     y = mtf.recompute_grad(lambda x: mtf.relu(mtf.einsum([x, w], shape)), [x])
 
   Args:
-    fn: explicit inputs -> Tensor(s); must not create variables.
+    fn: explicit inputs -> Tensor(s). It may create variables (a layer
+      called for the first time); they are not recomputed.
     explicit_inputs: tensors passed to fn.
     control_dependencies: make the recomputation wait for the output
       gradients, so it happens late in the backward pass.

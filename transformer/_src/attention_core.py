@@ -1,0 +1,708 @@
+"""Attention math of mesh_tensorflow.transformer.attention.
+
+The functions here take already-projected queries, keys and values (named mtf
+Tensors) and return the attended values: `attention` (softmax attention),
+`hybrid_attention` (a learned mix with doubly-normalised attention),
+`synthetic_attention` (Synthesizer logits) and `local_attention_1d` (blocked
+attention to a window of radius positions). `AttentionParams` owns the q, k,
+v (or kv) and o projection variables of a layer.
+
+Dimension conventions: the key/value positions are a "memory_length"
+dimension distinct from the query "length"; the contraction dims are
+`key_dim` (q . k) and `value_dim` (the output channels). The 1/sqrt(d_kv)
+scaling of dot-product attention is folded into the q initializer by default,
+so `attention` does not scale the logits.
+
+Example:
+  params = AttentionParams(mesh, d_model, d_model, d_model, d_kv, d_kv,
+                           [heads], [heads], variable_dtype)
+  q = params.compute_q(x)                         # [batch, length, heads, d_kv]
+  k = mtf.replace_dimensions(params.compute_k(x), length, memory_length)
+  v = mtf.replace_dimensions(params.compute_v(x), length, memory_length)
+  o = attention(q, k, v, memory_length, d_kv, d_kv)
+  y = params.compute_output(o, output_shape=x.shape)
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple
+
+import gin
+import tensorflow as tf
+
+import mesh_tensorflow as mtf
+
+tf1 = tf.compat.v1
+
+__all__ = [
+    "AttentionParams",
+    "attention",
+    "attention_params_simple",
+    "hybrid_attention",
+    "local_attention_1d",
+    "maybe_reshape_attention_input_for_2d_sharding",
+    "synthetic_attention",
+    "visibility_mask_to_attention_bias",
+]
+
+_GIN_MODULE = "mesh_tensorflow.transformer.attention"
+_NEG_INF = -1e9
+
+
+def _us_einsum(xs, *args, **kwargs) -> mtf.Tensor:
+  return mtf.layers.us_einsum(xs, *args, **kwargs)
+
+
+def _is_training(context) -> bool:
+  """Dropout is on unless a context says we are not training."""
+  return True if context is None else bool(context.train)
+
+
+def _attention_dropout(weights: mtf.Tensor, dropout_rate: float,
+                       dropout_broadcast_dims, context) -> mtf.Tensor:
+  if not dropout_rate or not _is_training(context):
+    return weights
+  broadcast = [d for d in (dropout_broadcast_dims or [])
+               if d in weights.shape.dims]
+  return mtf.dropout(weights, True, rate=dropout_rate,
+                     noise_shape=weights.shape - broadcast)
+
+
+def _check_attention_dims(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor,
+                          memory_length_dim: mtf.Dimension,
+                          key_dim: mtf.Dimension, value_dim: mtf.Dimension,
+                          what: str) -> None:
+  for name, t, needed in (("q", q, [key_dim]),
+                          ("k", k, [memory_length_dim, key_dim]),
+                          ("v", v, [memory_length_dim, value_dim])):
+    for d in needed:
+      if d not in t.shape.dims:
+        raise ValueError("%s: %s %s has no dimension %s"
+                         % (what, name, t.shape.to_string, d))
+  if memory_length_dim in q.shape.dims:
+    raise ValueError(
+        "%s: the memory length dimension %s must not be a dimension of q %s "
+        "(rename the key/value length, e.g. to 'memory_length')"
+        % (what, memory_length_dim, q.shape.to_string))
+
+
+def _add_bias(logits: mtf.Tensor, bias: Optional[mtf.Tensor]) -> mtf.Tensor:
+  if bias is None:
+    return logits
+  return logits + mtf.cast(bias, logits.dtype)
+
+
+@gin.configurable(module=_GIN_MODULE)
+def attention(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor,
+              memory_length_dim: mtf.Dimension, key_dim: mtf.Dimension,
+              value_dim: mtf.Dimension, bias: Optional[mtf.Tensor] = None,
+              dropout_rate: float = 0.0, dropout_broadcast_dims=None,
+              extra_logit=None, context=None,
+              float32_logits: bool = True) -> mtf.Tensor:
+  """Softmax dot-product attention (no 1/sqrt(d_kv) logit scaling).
+
+  logits = q . k (contracting key_dim) + bias; weights = softmax over
+  memory_length_dim; output = weights . v.
+
+  Args:
+    q: [query dims..., key_dim].
+    k: [memory dims..., memory_length_dim, key_dim].
+    v: [memory dims..., memory_length_dim, value_dim].
+    memory_length_dim: the key/value position Dimension.
+    key_dim: channels of q and k.
+    value_dim: channels of v and of the output.
+    bias: optional additive logits bias (e.g. -1e9 where not visible),
+      broadcastable to the logits.
+    dropout_rate: dropout on the attention weights (training only).
+    dropout_broadcast_dims: Dimensions along which the dropout mask is shared.
+    extra_logit: optional extra logit in the softmax denominator.
+    context: optional transformer Context (train flag, 2-d sharding).
+    float32_logits: compute the logits and softmax in float32.
+
+  Returns:
+    q's dims with key_dim replaced by value_dim.
+
+  Raises:
+    ValueError: if q, k, v lack the named dimensions.
+  """
+  _check_attention_dims(q, k, v, memory_length_dim, key_dim, value_dim,
+                        "attention")
+  output_shape = mtf.Shape(
+      [value_dim if d == key_dim else d for d in q.shape.dims])
+  q, k, v, bias = maybe_reshape_attention_input_for_2d_sharding(
+      context, q, k, v, bias, [key_dim, value_dim])
+  key_dim = _renamed(key_dim, q)
+  value_dim = _renamed(value_dim, v)
+  if float32_logits:
+    q = mtf.cast(q, tf.float32)
+    k = mtf.cast(k, tf.float32)
+  logits = _us_einsum([q, k], reduced_dims=[key_dim])
+  logits = _add_bias(logits, bias)
+  weights = mtf.softmax(logits, memory_length_dim, extra_logit=extra_logit)
+  weights = mtf.cast(weights, v.dtype)
+  weights = _attention_dropout(weights, dropout_rate, dropout_broadcast_dims,
+                               context)
+  outputs = mtf.einsum(
+      [weights, v],
+      mtf.Shape([value_dim if d == key_dim else d for d in q.shape.dims]))
+  if outputs.shape != output_shape:
+    outputs = mtf.reshape(outputs, output_shape)
+  return outputs
+
+
+@gin.configurable(module=_GIN_MODULE)
+def hybrid_attention(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor, context,
+                     memory_length_dim: mtf.Dimension,
+                     key_dim: mtf.Dimension, value_dim: mtf.Dimension,
+                     bias: Optional[mtf.Tensor] = None,
+                     dropout_rate: float = 0.0, dropout_broadcast_dims=None,
+                     extra_logit=None) -> mtf.Tensor:
+  """A learned mix of softmax attention and doubly-normalised attention.
+
+  Doubly-normalised weights normalise the logits first over the queries (a
+  log-softmax over the query length, which must be named "length" and have
+  the size of memory_length_dim) and then over the memory. The mixing weight
+  is the scalar variable `doubly_coeff` (initially 0.5, clipped to [0, 1]).
+
+  Args: as `attention`; context is required (mesh and variable dtype).
+
+  Returns:
+    q's dims with key_dim replaced by value_dim.
+
+  Raises:
+    ValueError: if q has no query "length" dimension of the memory's size.
+  """
+  _check_attention_dims(q, k, v, memory_length_dim, key_dim, value_dim,
+                        "hybrid_attention")
+  if context is None:
+    raise ValueError("hybrid_attention needs a context (it creates the "
+                     "variable 'doubly_coeff')")
+  query_length_dim = mtf.Dimension("length", memory_length_dim.size)
+  if query_length_dim not in q.shape.dims:
+    raise ValueError(
+        "hybrid_attention: q %s needs a query dimension %s matching the "
+        "memory dimension %s" % (q.shape.to_string, query_length_dim,
+                                 memory_length_dim))
+  logits = _us_einsum([q, k], reduced_dims=[key_dim])
+  logits = _add_bias(logits, bias)
+  coeff = mtf.get_variable(context.mesh, "doubly_coeff", [],
+                           initializer=tf1.constant_initializer(0.5),
+                           dtype=context.variable_dtype)
+  coeff = mtf.maximum(mtf.minimum(coeff, 1.0), 0.0)
+  upper = mtf.softmax(logits, memory_length_dim, extra_logit=extra_logit)
+  lower_log = mtf.log_softmax(logits, query_length_dim,
+                              extra_logit=extra_logit)
+  doubly = mtf.softmax(lower_log, memory_length_dim, extra_logit=extra_logit)
+  weights = coeff * doubly + (1.0 - coeff) * upper
+  weights = _attention_dropout(weights, dropout_rate, dropout_broadcast_dims,
+                               context)
+  outputs_shape = mtf.Shape(
+      [value_dim if d == key_dim else d for d in q.shape.dims])
+  return mtf.einsum([weights, v], outputs_shape)
+
+
+_SYNTHESIZE_MODES = ("random", "factorized", "dense", "dense_minus",
+                     "random_plus", "random_plus_alpha")
+
+
+def _slice_to(x: mtf.Tensor, name: str, size: int) -> mtf.Tensor:
+  if x.shape.get_dim_by_name(name).size == size:
+    return x
+  return mtf.slice(x, 0, size, name)
+
+
+def _synthetic_table(context, q: mtf.Tensor, memory_length_dim, heads_dims,
+                     max_length: int, name: str) -> mtf.Tensor:
+  """Variable `name` [length, heads..., memory_length] cut to the query."""
+  if context is None:
+    raise ValueError("synthetic_attention needs a context (it creates the "
+                     "variable %r)" % name)
+  if memory_length_dim.size > max_length:
+    raise ValueError(
+        "synthetic_attention: memory dimension %s is longer than max_length "
+        "%d" % (memory_length_dim, max_length))
+  shape = mtf.Shape([mtf.Dimension("length", max_length)] + heads_dims +
+                    [mtf.Dimension(memory_length_dim.name, max_length)])
+  r = mtf.get_variable(context.mesh, name, shape, initializer=None,
+                       dtype=context.variable_dtype)
+  r = _slice_to(r, memory_length_dim.name, memory_length_dim.size)
+  table_length = r.shape.get_dim_by_name("length")
+  if context.mode == "incremental":
+    return mtf.gather(r, context.position, table_length)
+  length_dim = q.shape.get_dim_by_name("length")
+  return _slice_to(r, "length", length_dim.size)
+
+
+@gin.configurable(module=_GIN_MODULE)
+def synthetic_attention(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor,
+                        memory_length_dim: mtf.Dimension,
+                        key_dim: mtf.Dimension, value_dim: mtf.Dimension,
+                        bias: Optional[mtf.Tensor] = None,
+                        dropout_rate: float = 0.0,
+                        dropout_broadcast_dims=None, extra_logit=None,
+                        synthesize: bool = True,
+                        synthesize_mode: str = "random_plus_alpha",
+                        factorized_dim: int = 16, max_length: int = 512,
+                        context=None) -> mtf.Tensor:
+  """Attention with synthesized logits (Synthesizer, arXiv:2005.00743).
+
+  synthesize_mode:
+    "random": logits are a learned table `R` [length, heads, memory_length]
+      (max_length positions each way, cut to the sequence);
+    "factorized": `R` = einsum of `R1` and `R2` [factorized_dim, heads,
+      max_length];
+    "dense" / "dense_minus": logits = dense(relu(q)) to max_length memory
+      positions (variable `pi/kernel`), no key;
+    "random_plus": q . k + `R`;
+    "random_plus_alpha": (1 - a) q . k + a `R`, a = sigmoid(`alpha`) learned
+      (initially 0.5).
+  With synthesize=False this is plain softmax attention.
+
+  Returns:
+    q's dims with key_dim replaced by value_dim.
+
+  Raises:
+    ValueError: for an unknown synthesize_mode (named) or missing context.
+  """
+  _check_attention_dims(q, k, v, memory_length_dim, key_dim, value_dim,
+                        "synthetic_attention")
+  if synthesize and synthesize_mode not in _SYNTHESIZE_MODES:
+    raise ValueError("synthetic_attention: unknown synthesize_mode %r; "
+                     "expected one of %s"
+                     % (synthesize_mode, list(_SYNTHESIZE_MODES)))
+  heads_dims = [d for d in v.shape.dims if d.name == "heads"]
+  if not synthesize or synthesize_mode in ("random_plus",
+                                           "random_plus_alpha"):
+    logits = _us_einsum([q, k], reduced_dims=[key_dim])
+  if synthesize:
+    if synthesize_mode in ("random", "random_plus", "random_plus_alpha"):
+      r = _synthetic_table(context, q, memory_length_dim, heads_dims,
+                           max_length, "R")
+      if synthesize_mode == "random":
+        logits = r
+      elif synthesize_mode == "random_plus":
+        logits = logits + r
+      else:
+        alpha = mtf.get_variable(
+            context.mesh, "alpha", mtf.Shape([mtf.Dimension("alpha", 1)]),
+            initializer=tf1.zeros_initializer(),
+            dtype=context.variable_dtype)
+        alpha = mtf.sigmoid(mtf.reduce_sum(alpha))
+        logits = (1.0 - alpha) * logits + alpha * r
+    elif synthesize_mode == "factorized":
+      if context is None:
+        raise ValueError("synthetic_attention: mode 'factorized' needs a "
+                         "context")
+      tmp = mtf.Dimension("tmp", factorized_dim)
+      shape = mtf.Shape([tmp] + heads_dims +
+                        [mtf.Dimension("memory_length", max_length)])
+      r1 = mtf.get_variable(context.mesh, "R1", shape, initializer=None,
+                            dtype=context.variable_dtype)
+      r2 = mtf.get_variable(context.mesh, "R2", shape, initializer=None,
+                            dtype=context.variable_dtype)
+      r2 = mtf.rename_dimension(r2, "memory_length", "length")
+      r = mtf.einsum([r1, r2], reduced_dims=[tmp])
+      r = _slice_to(r, memory_length_dim.name, memory_length_dim.size)
+      if context.mode == "incremental":
+        r = mtf.gather(r, context.position, r.shape.get_dim_by_name("length"))
+      else:
+        r = _slice_to(r, "length", q.shape.get_dim_by_name("length").size)
+      logits = r
+    else:  # dense, dense_minus
+      tmp = mtf.Dimension(memory_length_dim.name, max_length)
+      logits = mtf.layers.dense(
+          mtf.relu(q), [tmp], reduced_dims=[key_dim], use_bias=False,
+          name="pi",
+          variable_dtype=None if context is None else context.variable_dtype)
+      logits = _slice_to(logits, memory_length_dim.name,
+                         memory_length_dim.size)
+  logits = _add_bias(logits, bias)
+  weights = mtf.softmax(logits, memory_length_dim, extra_logit=extra_logit)
+  weights = mtf.cast(weights, v.dtype)
+  weights = _attention_dropout(weights, dropout_rate, dropout_broadcast_dims,
+                               context)
+  query_dims = [d for d in q.shape.dims if d != key_dim]
+  outputs_shape = mtf.Shape(
+      query_dims + [d for d in heads_dims if d not in query_dims] +
+      [value_dim])
+  return mtf.einsum([weights, v], outputs_shape)
+
+
+def visibility_mask_to_attention_bias(visible: mtf.Tensor,
+                                      dtype) -> mtf.Tensor:
+  """0 where visible, -1e9 where not: an additive attention-logits bias.
+
+  Example:
+    bias = visibility_mask_to_attention_bias(
+        mtf.greater_equal(query_pos, memory_pos), tf.float32)
+  """
+  return mtf.cast(mtf.logical_not(visible), dtype) * _NEG_INF
+
+
+def _renamed(dim: mtf.Dimension, t: mtf.Tensor) -> mtf.Dimension:
+  """dim, or its "_unsplit" renaming if t carries that instead."""
+  if dim in t.shape.dims:
+    return dim
+  return mtf.Dimension(_unsplit_name(dim.name), dim.size)
+
+
+def _unsplit_name(name: str) -> str:
+  return name + "_unsplit"
+
+
+def maybe_reshape_attention_input_for_2d_sharding(
+    context, q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor,
+    bias: Optional[mtf.Tensor], unsplittable_dims: Sequence[mtf.Dimension]
+) -> Tuple[mtf.Tensor, mtf.Tensor, mtf.Tensor, Optional[mtf.Tensor]]:
+  """Keeps the attention channel dims whole under 2-d model sharding.
+
+  With a 2-d layout that splits the per-head channels (e.g. "d_kv:model"),
+  the logits contraction would need an allreduce of every [query, memory]
+  score. When the model's layout (context.model.layout and .mesh_shape)
+  splits one of `unsplittable_dims`, that dimension is renamed to
+  "<name>_unsplit" in q, k and v (a dimension no layout rule names, so it is
+  gathered once and the scores are computed locally). Without a context,
+  layout or mesh shape, or when nothing is split, the inputs are returned
+  unchanged. `attention` renames the output back.
+
+  Returns:
+    (q, k, v, bias).
+  """
+  unchanged = (q, k, v, bias)
+  if context is None or getattr(context, "model", None) is None:
+    return unchanged
+  layout = getattr(context.model, "layout", None)
+  mesh_shape = getattr(context.model, "mesh_shape", None)
+  if not layout or not mesh_shape:
+    return unchanged
+  mesh_shape = mtf.convert_to_shape(mesh_shape)
+  if mesh_shape.size <= 1:
+    return unchanged
+  layout_rules = mtf.convert_to_layout_rules(layout)
+  split = [d for d in unsplittable_dims
+           if mtf.tensor_dim_to_mesh_dim_size(layout_rules, mesh_shape, d) > 1]
+  if not split:
+    return unchanged
+
+  def unsplit(t):
+    for d in split:
+      if d in t.shape.dims:
+        t = mtf.rename_dimension(t, d.name, _unsplit_name(d.name))
+    return t
+  return unsplit(q), unsplit(k), unsplit(v), bias
+
+
+def _combined_dim(dims: List[mtf.Dimension]) -> mtf.Dimension:
+  """One dimension named like dims[0] whose size is the product of dims."""
+  return mtf.Dimension(dims[0].name, mtf.Shape(dims).size)
+
+
+class AttentionParams:
+  """The projection variables of an attention layer.
+
+  Variables (in the current variable scope): `q` (unless no_query), `k` and
+  `v` (or one `kv` when shared_kv) and `o`. With combine_dims the heads and
+  channel dims of each kernel are merged into one dimension named like its
+  first dim (q/k/v [d_model, heads*d_kv] named "heads", o [heads*d_kv,
+  d_model]; [d_model, d_kv] for a single head). An ensemble_dim is prepended
+  to every variable. Initializers (normal): q stddev d_model^-0.5 *
+  d_kv^-0.5 (the logit scaling folded in; d_model^-0.5 without folding, the
+  scaling is then applied by compute_q), k and v d_model^-0.5, o
+  (query heads * d_kv)^-0.5; stddev 1 under the unit-scaling convention.
+
+  keep_query_heads_dims: compute_output keeps the query heads dims (no sum
+  over heads); the caller passes an output_shape that contains them.
+
+  Example:
+    params = AttentionParams(mesh, d_model, d_model, d_model, d_kv, d_kv,
+                             [heads], [heads], variable_dtype)
+  """
+
+  def __init__(self, mesh: mtf.Mesh, query_input_dim: mtf.Dimension,
+               memory_input_dim: mtf.Dimension, output_dim: mtf.Dimension,
+               key_dim: mtf.Dimension, value_dim: mtf.Dimension,
+               query_heads_dims, memory_heads_dims,
+               variable_dtype: mtf.VariableDType, shared_kv: bool = False,
+               no_query: bool = False, combine_dims: bool = True,
+               ensemble_dim: Optional[mtf.Dimension] = None,
+               keep_query_heads_dims: bool = False,
+               fold_scaling_into_initializer: bool = True,
+               make_attention_vars: bool = True):
+    self.mesh = mesh
+    self.query_input_dim = query_input_dim
+    self.memory_input_dim = memory_input_dim
+    self.output_dim = output_dim
+    self.key_dim = key_dim
+    self.value_dim = value_dim
+    self.query_heads_dims = list(query_heads_dims or [])
+    self.memory_heads_dims = list(memory_heads_dims or [])
+    self.variable_dtype = variable_dtype
+    self.shared_kv = shared_kv
+    self.no_query = no_query
+    self.combine_dims = combine_dims
+    self.ensemble_dim = ensemble_dim
+    self.keep_query_heads_dims = keep_query_heads_dims
+    self.fold_scaling_into_initializer = fold_scaling_into_initializer
+    self.make_attention_vars = make_attention_vars
+    if shared_kv and key_dim != value_dim:
+      raise ValueError("AttentionParams: shared_kv needs key_dim == value_dim, "
+                       "got %s and %s" % (key_dim, value_dim))
+    for d in self.memory_heads_dims:
+      if d not in self.query_heads_dims:
+        raise ValueError(
+            "AttentionParams: memory heads dimension %s must also be a query "
+            "heads dimension (query heads %s)"
+            % (d, mtf.Shape(self.query_heads_dims).to_string))
+    self.wq = self.wk = self.wv = self.wkv = self.wo = None
+    if make_attention_vars:
+      self.init_weights()
+
+  def _initializers(self):
+    if mtf.layers.unit_scaling_convention():
+      unit = tf1.random_normal_initializer(stddev=1.0)
+      return unit, unit, unit
+    q_stddev = self.query_input_dim.size ** -0.5
+    if self.fold_scaling_into_initializer:
+      q_stddev *= self.key_dim.size ** -0.5
+    kv_stddev = self.memory_input_dim.size ** -0.5
+    o_stddev = mtf.Shape(self.query_heads_dims + [self.value_dim]).size ** -0.5
+    return (tf1.random_normal_initializer(stddev=q_stddev),
+            tf1.random_normal_initializer(stddev=kv_stddev),
+            tf1.random_normal_initializer(stddev=o_stddev))
+
+  def _kernel_shapes(self):
+    if self.combine_dims:
+      q_shape = [self.query_input_dim, _combined_dim(self.q_dims)]
+      k_shape = [self.memory_input_dim, _combined_dim(self.k_dims)]
+      v_shape = [self.memory_input_dim, _combined_dim(self.v_dims)]
+      o_shape = [_combined_dim(self.o_dims), self.output_dim]
+    else:
+      q_shape = [self.query_input_dim] + self.q_dims
+      k_shape = [self.memory_input_dim] + self.k_dims
+      v_shape = [self.memory_input_dim] + self.v_dims
+      o_shape = self.o_dims + [self.output_dim]
+    if self.ensemble_dim is not None:
+      q_shape, k_shape, v_shape, o_shape = (
+          [self.ensemble_dim] + s for s in (q_shape, k_shape, v_shape,
+                                            o_shape))
+    return (mtf.Shape(q_shape), mtf.Shape(k_shape), mtf.Shape(v_shape),
+            mtf.Shape(o_shape))
+
+  def init_weights(self) -> None:
+    """Creates (or reuses) the variables q, k, v (or kv) and o."""
+    q_init, kv_init, o_init = self._initializers()
+    q_shape, k_shape, v_shape, o_shape = self._kernel_shapes()
+    dtype = self.variable_dtype
+    if not self.no_query:
+      self.wq = mtf.get_variable(self.mesh, "q", q_shape,
+                                 initializer=q_init, dtype=dtype)
+    if self.shared_kv:
+      self.wkv = mtf.get_variable(self.mesh, "kv", k_shape,
+                                  initializer=kv_init, dtype=dtype)
+    else:
+      self.wk = mtf.get_variable(self.mesh, "k", k_shape,
+                                 initializer=kv_init, dtype=dtype)
+      self.wv = mtf.get_variable(self.mesh, "v", v_shape,
+                                 initializer=kv_init, dtype=dtype)
+    self.wo = mtf.get_variable(self.mesh, "o", o_shape, initializer=o_init,
+                               dtype=dtype)
+
+  def _project(self, x: mtf.Tensor, w: Optional[mtf.Tensor],
+               input_dim: mtf.Dimension, dims: List[mtf.Dimension],
+               what: str) -> mtf.Tensor:
+    if w is None:
+      raise ValueError("AttentionParams: no %s weights (make_attention_vars, "
+                       "no_query or shared_kv exclude them)" % what)
+    if input_dim not in x.shape.dims:
+      raise ValueError("AttentionParams.compute_%s: input %s has no dimension "
+                       "%s" % (what, x.shape.to_string, input_dim))
+    ret = _us_einsum([x, w], reduced_dims=[input_dim])
+    if self.combine_dims:
+      ret = mtf.replace_dimensions(ret, ret.shape.dims[-1], dims)
+    return ret
+
+  def compute_q(self, query_antecedent: mtf.Tensor) -> mtf.Tensor:
+    """[..., query_input_dim] -> [..., query heads..., key_dim]."""
+    ret = self._project(query_antecedent, self.wq, self.query_input_dim,
+                        self.q_dims, "q")
+    if not self.fold_scaling_into_initializer:
+      ret *= self.key_dim.size ** -0.5
+    return ret
+
+  def compute_kv(self, memory_antecedent: mtf.Tensor) -> mtf.Tensor:
+    """Shared keys/values: [..., memory_input_dim] -> [..., heads..., key]."""
+    if not self.shared_kv:
+      raise ValueError("AttentionParams.compute_kv needs shared_kv=True")
+    return self._project(memory_antecedent, self.wkv, self.memory_input_dim,
+                         self.k_dims, "kv")
+
+  def compute_k(self, memory_antecedent: mtf.Tensor) -> mtf.Tensor:
+    """[..., memory_input_dim] -> [..., memory heads..., key_dim]."""
+    if self.shared_kv:
+      raise ValueError("AttentionParams.compute_k: use compute_kv with "
+                       "shared_kv=True")
+    return self._project(memory_antecedent, self.wk, self.memory_input_dim,
+                         self.k_dims, "k")
+
+  def compute_v(self, memory_antecedent: mtf.Tensor) -> mtf.Tensor:
+    """[..., memory_input_dim] -> [..., memory heads..., value_dim]."""
+    if self.shared_kv:
+      raise ValueError("AttentionParams.compute_v: use compute_kv with "
+                       "shared_kv=True")
+    return self._project(memory_antecedent, self.wv, self.memory_input_dim,
+                         self.v_dims, "v")
+
+  def compute_output(self, o: mtf.Tensor,
+                     output_shape=None) -> mtf.Tensor:
+    """[..., query heads..., value_dim] -> output_shape (default: the heads
+    and value dims replaced by output_dim)."""
+    if self.wo is None:
+      raise ValueError("AttentionParams: no o weights (make_attention_vars "
+                       "was False)")
+    wo = self.wo
+    if self.combine_dims:
+      wo = mtf.replace_dimensions(wo, wo.shape.dims[-2], self.o_dims)
+    if output_shape is None:
+      output_shape = o.shape - self.o_dims + [self.output_dim]
+    return _us_einsum([o, wo], mtf.convert_to_shape(output_shape))
+
+  @property
+  def q_dims(self) -> List[mtf.Dimension]:
+    return self.query_heads_dims + [self.key_dim]
+
+  @property
+  def k_dims(self) -> List[mtf.Dimension]:
+    return self.memory_heads_dims + [self.key_dim]
+
+  @property
+  def v_dims(self) -> List[mtf.Dimension]:
+    return self.memory_heads_dims + [self.value_dim]
+
+  @property
+  def o_dims(self) -> List[mtf.Dimension]:
+    return self.query_heads_dims + [self.value_dim]
+
+
+def attention_params_simple(mesh: mtf.Mesh, io_dim: mtf.Dimension,
+                            kv_dim: mtf.Dimension, heads_dim: mtf.Dimension,
+                            variable_dtype: mtf.VariableDType
+                            ) -> AttentionParams:
+  """AttentionParams for plain multi-head attention (io_dim in and out).
+
+  Example:
+    params = attention_params_simple(mesh, d_model, d_kv, heads, dtype)
+  """
+  return AttentionParams(mesh, query_input_dim=io_dim,
+                         memory_input_dim=io_dim, output_dim=io_dim,
+                         key_dim=kv_dim, value_dim=kv_dim,
+                         query_heads_dims=[heads_dim],
+                         memory_heads_dims=[heads_dim],
+                         variable_dtype=variable_dtype)
+
+
+def _block_length(length_per_split: int, radius: int) -> int:
+  """The largest divisor of length_per_split that is <= max(radius, 128)."""
+  block = min(max(radius, 128), length_per_split)
+  while length_per_split % block:
+    block -= 1
+  return block
+
+
+def local_attention_1d(q: mtf.Tensor, k: mtf.Tensor, v: Optional[mtf.Tensor],
+                       length_dim: mtf.Dimension, key_dim: mtf.Dimension,
+                       value_dim: mtf.Dimension,
+                       fully_autoregressive: bool = True,
+                       length_dim_num_splits: int = 1, radius: int = 128,
+                       sequence_id=1, write_priority=None,
+                       read_priority=None,
+                       attention_kwargs=None) -> mtf.Tensor:
+  """Attention to the positions within `radius` (blocked, no length^2 cost).
+
+  Query position i sees memory position j iff -radius < j - i <= 0
+  (fully_autoregressive) or |j - i| < radius, j is in the sequence, both
+  have the same sequence_id, and read_priority[i] >= write_priority[j]. The
+  length is cut into blocks (the largest divisor of the per-split length
+  that is <= max(radius, 128)); the blocks dimension keeps length_dim's name,
+  so it is split like length_dim, and each block receives a halo of `radius`
+  keys/values from its neighbours (mtf.halo_exchange).
+
+  Args:
+    q: [..., length_dim, ..., key_dim] (heads etc. allowed).
+    k: like q, with the same length_dim (not renamed).
+    v: like k with value_dim, or None to use k as the values.
+    length_dim: the sequence Dimension of q, k and v.
+    key_dim: channels of q and k.
+    value_dim: channels of v.
+    fully_autoregressive: only look left.
+    length_dim_num_splits: how many ways length_dim is split on the mesh.
+    radius: window radius (positions).
+    sequence_id: int Tensor [..., length_dim] of packed-sequence ids, or an
+      int (all positions in one sequence).
+    write_priority: optional int Tensor [..., length_dim].
+    read_priority: optional int Tensor [..., length_dim].
+    attention_kwargs: more keyword arguments for `attention`.
+
+  Returns:
+    q's dims with key_dim replaced by value_dim.
+
+  Raises:
+    ValueError: if length_dim is not in q or length_dim_num_splits does not
+      divide it.
+  """
+  if length_dim not in q.shape.dims or length_dim not in k.shape.dims:
+    raise ValueError("local_attention_1d: length dimension %s must be in q %s "
+                     "and k %s" % (length_dim, q.shape.to_string,
+                                   k.shape.to_string))
+  if radius < 1:
+    raise ValueError("local_attention_1d: radius must be >= 1, got %r"
+                     % (radius,))
+  if length_dim_num_splits < 1 or length_dim.size % length_dim_num_splits:
+    raise ValueError(
+        "local_attention_1d: length_dim_num_splits %r does not divide the "
+        "length dimension %s" % (length_dim_num_splits, length_dim))
+  mesh = q.mesh
+  block = _block_length(length_dim.size // length_dim_num_splits, radius)
+  num_blocks = mtf.Dimension(length_dim.name, length_dim.size // block)
+  query_block = mtf.Dimension("query_block_length", block)
+  memory_block = mtf.Dimension("memory_block_length", block)
+  right = 0 if fully_autoregressive else radius
+  padded_memory_block = mtf.Dimension("memory_block_length",
+                                      block + radius + right)
+
+  def to_query_blocks(x):
+    return mtf.replace_dimensions(x, length_dim, [num_blocks, query_block])
+
+  def to_memory_blocks(x):
+    x = mtf.replace_dimensions(x, length_dim, [num_blocks, memory_block])
+    if right:
+      return mtf.halo_exchange(x, num_blocks, memory_block, radius)
+    return mtf.left_halo_exchange(x, num_blocks, memory_block, radius)
+
+  q = to_query_blocks(q)
+  k = to_memory_blocks(k)
+  v = k if v is None else to_memory_blocks(v)
+
+  # Positions: query nb*B + i; memory (with halo) nb*B + j - radius.
+  query_pos = mtf.range(mesh, num_blocks, tf.int32) * block + mtf.range(
+      mesh, query_block, tf.int32)
+  memory_pos = (mtf.range(mesh, num_blocks, tf.int32) * block +
+                mtf.range(mesh, padded_memory_block, tf.int32) - radius)
+  relative = memory_pos - query_pos
+  visible = mtf.logical_and(mtf.greater(relative, -radius),
+                            mtf.less_equal(relative, 0 if fully_autoregressive
+                                           else radius - 1))
+  visible = mtf.logical_and(visible, mtf.greater_equal(memory_pos, 0))
+  visible = mtf.logical_and(visible, mtf.less(memory_pos, length_dim.size))
+  if isinstance(sequence_id, mtf.Tensor) and length_dim in sequence_id.shape:
+    visible = mtf.logical_and(visible, mtf.equal(
+        to_query_blocks(sequence_id), to_memory_blocks(sequence_id)))
+  if read_priority is not None or write_priority is not None:
+    if read_priority is None or write_priority is None:
+      raise ValueError("local_attention_1d: give both read_priority and "
+                       "write_priority, or neither")
+    visible = mtf.logical_and(visible, mtf.greater_equal(
+        to_query_blocks(read_priority), to_memory_blocks(write_priority)))
+  bias = visibility_mask_to_attention_bias(visible, q.dtype)
+  o = attention(q, k, v, padded_memory_block, key_dim, value_dim, bias,
+                **(attention_kwargs or {}))
+  return mtf.replace_dimensions(o, [num_blocks, query_block], length_dim)

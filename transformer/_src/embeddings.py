@@ -1,0 +1,116 @@
+"""Vocabulary embeddings and sinusoid positional tables of the transformer.
+
+`VocabEmbedding` owns the table that maps token ids to d_model vectors and,
+when the softmax shares it, hidden states back to vocabulary logits. Other
+vocabulary classes (vocab_embeddings.py, adaptive_softmax.py) implement the
+same interface; `get_vocab_embedding_cls` is the gin swap point.
+"""
+
+from __future__ import annotations
+
+import math
+import gin
+import tensorflow as tf
+
+import mesh_tensorflow as mtf
+
+__all__ = [
+    "VocabEmbedding",
+    "get_vocab_embedding_cls",
+    "sinusoid_positional_embedding_weights",
+]
+
+_GIN_MODULE = "mesh_tensorflow.transformer.transformer"
+
+
+@gin.configurable(module=_GIN_MODULE)
+class VocabEmbedding:
+  """A [ensemble..., vocab, d_model] table used for input and (maybe) softmax.
+
+  The variable is `<scope>/<name>`. Logits are `hidden * d_model**-0.5`
+  contracted with the table, so that a table initialised with stddev 1 gives
+  unit-scale logits. With scale_variable_like_classifier_weights the table is
+  initialised with stddev d_model**-0.5 instead and the embeddings are scaled
+  up by d_model**0.5 (same function, different parameterisation).
+
+  Example:
+    emb = VocabEmbedding(mesh, vocab, d_model, mtf.VariableDType(), "embedding",
+                         None)
+    x = emb.ids_to_embedding(ids, context)       # [batch, length, d_model]
+    logits = emb.hidden_to_logits(x, context)    # [batch, length, vocab]
+  """
+
+  def __init__(self, mesh: mtf.Mesh, vocab_dim: mtf.Dimension,
+               output_dim: mtf.Dimension, variable_dtype, name: str,
+               ensemble_dim, scale_variable_like_classifier_weights=False):
+    self._vocab_dim = vocab_dim
+    self._output_dim = output_dim
+    self._scale_variable_like_classifier_weights = (
+        scale_variable_like_classifier_weights)
+    stddev = (output_dim.size ** -0.5
+              if scale_variable_like_classifier_weights else 1.0)
+    self._embedding_weights = mtf.layers.embedding_weights(
+        mesh, vocab_dim, output_dim, variable_dtype, name=name,
+        ensemble_dim=ensemble_dim,
+        initializer=tf.compat.v1.random_normal_initializer(stddev=stddev))
+
+  @property
+  def embedding_weights(self) -> mtf.Tensor:
+    return self._embedding_weights
+
+  def ids_to_embedding(self, ids: mtf.Tensor, context) -> mtf.Tensor:
+    """Integer ids [...] -> embeddings [..., d_model]."""
+    del context
+    x = mtf.gather(self._embedding_weights, ids, self._vocab_dim)
+    if self._scale_variable_like_classifier_weights:
+      x *= self._output_dim.size ** 0.5
+    return x
+
+  def hidden_to_logits(self, hidden: mtf.Tensor, context) -> mtf.Tensor:
+    """Hidden states [..., d_model] -> logits [..., vocab]."""
+    del context
+    if not self._scale_variable_like_classifier_weights:
+      hidden *= self._output_dim.size ** -0.5
+    return mtf.einsum([hidden, self._embedding_weights],
+                      reduced_dims=[self._output_dim])
+
+
+@gin.configurable(module=_GIN_MODULE)
+def get_vocab_embedding_cls(cls=VocabEmbedding):
+  """The vocabulary-embedding class models build (a gin swap point)."""
+  return cls
+
+
+def sinusoid_positional_embedding_weights(
+    mesh: mtf.Mesh, max_length_dim: mtf.Dimension, model_dim: mtf.Dimension,
+    dtype, min_timescale: float = 1.0,
+    max_timescale: float = 1.0e4) -> mtf.Tensor:
+  """The fixed [max_length, d_model] sinusoid table (no variable).
+
+  Channel i < d/2 holds sin(p * w_i), channel d/2 + i holds cos(p * w_i),
+  with w_i = min_timescale * (min/max timescale)**(i / (d/2 - 1)) (the
+  tensor2tensor formula).
+  An odd d_model gets one trailing zero channel.
+
+  Example:
+    table = sinusoid_positional_embedding_weights(mesh, max_length, d_model,
+                                                  tf.float32)
+  """
+  dtype = tf.as_dtype(dtype)
+  num_timescales = model_dim.size // 2
+  if num_timescales < 1:
+    raise ValueError("sinusoid_positional_embedding_weights: %s needs at least "
+                     "2 channels" % (model_dim,))
+  timescales_dim = mtf.Dimension(model_dim.name, num_timescales)
+  increment = (math.log(float(max_timescale) / float(min_timescale)) /
+               max(float(num_timescales - 1), 1.0))
+  position = mtf.range(mesh, max_length_dim, dtype=tf.float32)
+  inv_timescales = mtf.exp(
+      mtf.range(mesh, timescales_dim, dtype=tf.float32) * -increment) * (
+          float(min_timescale))
+  scaled_time = position * inv_timescales
+  signal = mtf.concat([mtf.sin(scaled_time), mtf.cos(scaled_time)],
+                      model_dim.name)
+  if model_dim.size % 2:
+    signal = mtf.pad(signal, [0, 1], model_dim.name)
+  return mtf.cast(signal, dtype)

@@ -1,0 +1,468 @@
+"""Gating functions of the mixture-of-experts layers (moe.py).
+
+A gating function decides, for every position of a group, which experts it
+is sent to and with what weight. Inputs are [outer_batch, groups, group,
+d_model] ("groups" carries the name of the batch dim). Every function returns
+
+  dispatch_tensor: [outer_batch, groups, group, experts, expert_capacity],
+    1.0 where a position is sent to slot c of expert e, else 0.0;
+  combine_tensor: the same shape, holding the gate weight instead of 1.0;
+  loss: a scalar auxiliary load-balancing loss (before moe_loss_coef).
+
+Each expert receives at most expert_capacity positions per group; a position
+that does not fit (its slot would be >= capacity) is dropped for that expert
+and contributes zero to the layer's output. Slots are given in order of
+position within the group. The gates themselves are computed in float32.
+
+Gating kinds (hparams.moe_gating):
+  "top_2": the two best experts, gates renormalised over the pair; the
+    second expert is kept per moe_second_policy_{train,eval}: "all", "none",
+    "threshold" (gate_2 > threshold) or "random" (with probability
+    min(1, gate_2 / threshold)).
+  "switch": one expert per position. moe_switch_policy_{train,eval}:
+    "input_jitter" (multiplicative jitter of the inputs in training),
+    "input_dropout" (dropout of the inputs in training), "argmax" (plain
+    argmax) or "sample" (sample the expert from the router softmax at
+    moe_switch_temperature).
+  "ntlb": "no token left behind": each position tries its top
+    moe_ntlb_top_k experts in order and goes to the first with room left.
+  "switch_max": one expert per position, chosen by the gate relative to the
+    largest gate that expert gets in the group (spreads positions over
+    experts); weight = the router probability.
+  "expert_selection": every expert picks its expert_capacity best positions
+    of the group (no balancing loss is needed).
+
+Load-balancing loss (top_2, switch, ntlb, switch_max): with m the one-hot
+first choice and p the router softmax, both averaged over the group,
+loss = mean_over(outer, groups, experts)(mean_g(p) * mean_g(m)) * experts**2
+(1.0 when perfectly balanced). moe_z_loss (training only) adds
+z_loss * mean over positions of logsumexp(router logits)**2.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple
+
+import tensorflow as tf
+
+import mesh_tensorflow as mtf
+
+__all__ = [
+    "top_2_gating",
+    "switch_gating",
+    "ntlb_gating",
+    "switch_max_gating",
+    "expert_selection_gating",
+    "router_z_loss",
+    "compute_gating",
+]
+
+GatingResult = Tuple[mtf.Tensor, mtf.Tensor, mtf.Tensor]
+
+_SECOND_POLICIES = ("all", "none", "threshold", "random")
+_SWITCH_POLICIES = ("input_jitter", "input_dropout", "argmax", "sample")
+
+
+def _hparam(hparams, name: str, default):
+  return getattr(hparams, name, default)
+
+
+def _router(inputs: mtf.Tensor, experts_dim: mtf.Dimension,
+            outer_expert_dims, variable_dtype, name: str):
+  """Router logits (dense `<name>/kernel`, no bias) and float32 softmax."""
+  logits = mtf.layers.dense(
+      inputs, experts_dim, reduced_dims=inputs.shape.dims[-1:],
+      use_bias=False, expert_dims=outer_expert_dims,
+      variable_dtype=variable_dtype, name=name)
+  gates = mtf.to_float(mtf.softmax(logits, reduced_dim=experts_dim))
+  return logits, gates
+
+
+def _balance_loss(first_choice_mask: mtf.Tensor, gates: mtf.Tensor,
+                  group_dim: mtf.Dimension,
+                  experts_dim: mtf.Dimension) -> mtf.Tensor:
+  """mean(mean_g(gates) * mean_g(first-choice mask)) * experts**2."""
+  density = mtf.reduce_mean(first_choice_mask, reduced_dim=group_dim)
+  density_proxy = mtf.reduce_mean(gates, reduced_dim=group_dim)
+  return (mtf.reduce_mean(density_proxy * density)
+          * float(experts_dim.size * experts_dim.size))
+
+
+def router_z_loss(logits: mtf.Tensor, experts_dim: mtf.Dimension,
+                  num_microbatches: Optional[int] = None,
+                  importance: Optional[mtf.Tensor] = None) -> mtf.Tensor:
+  """Mean over (important) positions of logsumexp(logits)**2.
+
+  Penalises large router logits (ST-MoE's router z-loss); positions whose
+  importance is not 1.0 are left out.
+  """
+  log_z = mtf.reduce_logsumexp(mtf.to_float(logits), experts_dim)
+  z_loss = mtf.square(log_z)
+  if importance is not None:
+    weight = mtf.to_float(mtf.equal(importance, 1.0))
+    z_loss *= weight
+    denominator = mtf.reduce_sum(weight)
+  else:
+    denominator = float(z_loss.shape.size)
+  z_loss = mtf.reduce_sum(z_loss) / (denominator + 1e-6)
+  if num_microbatches and num_microbatches > 1:
+    z_loss /= float(num_microbatches)
+  return z_loss
+
+
+def _finish_loss(loss, logits, experts_dim, hparams, train, importance,
+                 num_microbatches):
+  if num_microbatches and num_microbatches > 1:
+    loss /= float(num_microbatches)
+  z_coef = _hparam(hparams, "moe_z_loss", None)
+  if train and z_coef is not None:
+    loss += z_coef * router_z_loss(logits, experts_dim, num_microbatches,
+                                   importance)
+  return loss
+
+
+def _slot(mask: mtf.Tensor, group_dim: mtf.Dimension,
+          already_used: Optional[mtf.Tensor], capacity: float):
+  """Assigns slots to the positions of a one-hot [.., group, experts] mask.
+
+  Returns (kept mask, slot index per position [.., group] as float, count of
+  kept positions per expert [.., experts]).
+  """
+  position = mtf.cumsum(mask, group_dim, exclusive=True)
+  if already_used is not None:
+    position += already_used
+  position *= mask
+  kept = mask * mtf.to_float(mtf.less(position, capacity))
+  experts_dim = mask.shape.dims[-1]
+  slot = mtf.reduce_sum(position, reduced_dim=experts_dim)
+  count = mtf.reduce_sum(kept, reduced_dim=group_dim)
+  return kept, slot, count
+
+
+def _combine_term(gate: mtf.Tensor, kept: mtf.Tensor, slot: mtf.Tensor,
+                  expert_capacity_dim: mtf.Dimension) -> mtf.Tensor:
+  """gate * kept one-hot expert * one-hot slot: [.., group, experts, cap]."""
+  kept_flat = mtf.reduce_sum(kept, reduced_dim=kept.shape.dims[-1])
+  return ((gate * kept_flat) * kept
+          * mtf.one_hot(mtf.to_int32(slot), expert_capacity_dim,
+                        dtype=tf.float32))
+
+
+def _finish(combine: mtf.Tensor, loss: mtf.Tensor,
+            inputs: mtf.Tensor) -> GatingResult:
+  combine = mtf.cast(combine, inputs.dtype)
+  dispatch = mtf.cast(mtf.cast(combine, tf.bool), inputs.dtype)
+  return dispatch, combine, mtf.cast(loss, inputs.dtype)
+
+
+def top_2_gating(inputs: mtf.Tensor, outer_expert_dims,
+                 experts_dim: mtf.Dimension,
+                 expert_capacity_dim: mtf.Dimension, hparams, train: bool,
+                 variable_dtype, importance: Optional[mtf.Tensor] = None,
+                 name: str = "top_2_gating",
+                 num_microbatches: Optional[int] = None) -> GatingResult:
+  """Top-2 gating: dispatch, combine and the load-balancing loss.
+
+  importance (optional, [outer, groups, group]): 1.0 positions get a first
+  and (policy permitting) a second expert, positions with 0 < importance < 1
+  only a second-place slot (their best expert), 0.0 positions none.
+  """
+  group_dim = inputs.shape.dims[-2]
+  logits, gates = _router(inputs, experts_dim, outer_expert_dims,
+                          variable_dtype, name)
+  capacity = float(expert_capacity_dim.size)
+
+  gate_1, index_1 = mtf.top_1(gates, experts_dim)
+  mask_1 = mtf.one_hot(index_1, experts_dim, dtype=tf.float32)
+  density_proxy = gates
+  if importance is not None:
+    full = mtf.to_float(mtf.equal(importance, 1.0))
+    mask_1 *= full
+    gate_1 *= full
+    density_proxy *= full
+  without_top_1 = gates * (1.0 - mask_1)
+  gate_2, index_2 = mtf.top_1(without_top_1, experts_dim)
+  mask_2 = mtf.one_hot(index_2, experts_dim, dtype=tf.float32)
+  if importance is not None:
+    mask_2 *= mtf.to_float(mtf.greater(importance, 0.0))
+  denominator = gate_1 + gate_2 + 1e-9
+  gate_1 /= denominator
+  gate_2 /= denominator
+
+  loss = _balance_loss(mask_1, density_proxy, group_dim, experts_dim)
+  if _hparam(hparams, "moe_use_second_place_loss", False):
+    # The same loss for the second place, the gates renormalised without
+    # the first choice standing in for the second-place density.
+    normalized = without_top_1 / (
+        mtf.reduce_sum(without_top_1, reduced_dim=experts_dim) + 1e-9)
+    loss += 0.5 * _balance_loss(mask_2, normalized, group_dim, experts_dim)
+
+  if train:
+    policy = _hparam(hparams, "moe_second_policy_train", "random")
+    threshold = _hparam(hparams, "moe_second_threshold_train", 0.2)
+  else:
+    policy = _hparam(hparams, "moe_second_policy_eval", "random")
+    threshold = _hparam(hparams, "moe_second_threshold_eval", 0.2)
+  if policy == "all":
+    pass
+  elif policy == "none":
+    mask_2 = mtf.zeros_like(mask_2)
+  elif policy == "threshold":
+    mask_2 *= mtf.to_float(mtf.greater(gate_2, threshold))
+  elif policy == "random":
+    uniform = mtf.random_uniform(gate_2.mesh, gate_2.shape, dtype=tf.float32)
+    mask_2 *= mtf.to_float(mtf.less(uniform, gate_2 / max(threshold, 1e-9)))
+  else:
+    raise ValueError("top_2 gating: unknown second-expert policy %r "
+                     "(moe_second_policy_%s); expected one of %s"
+                     % (policy, "train" if train else "eval",
+                        list(_SECOND_POLICIES)))
+
+  kept_1, slot_1, count_1 = _slot(mask_1, group_dim, None, capacity)
+  kept_2, slot_2, _ = _slot(mask_2, group_dim, count_1, capacity)
+  combine = (_combine_term(gate_1, kept_1, slot_1, expert_capacity_dim)
+             + _combine_term(gate_2, kept_2, slot_2, expert_capacity_dim))
+  loss = _finish_loss(loss, logits, experts_dim, hparams, train, importance,
+                      num_microbatches)
+  return _finish(combine, loss, inputs)
+
+
+def _switch_policy(hparams, train: bool) -> str:
+  if train:
+    policy = _hparam(hparams, "moe_switch_policy_train", "input_jitter")
+  else:
+    policy = _hparam(hparams, "moe_switch_policy_eval", "input_jitter")
+  if policy not in _SWITCH_POLICIES:
+    raise ValueError("switch gating: unknown policy %r (moe_switch_policy_%s);"
+                     " expected one of %s"
+                     % (policy, "train" if train else "eval",
+                        list(_SWITCH_POLICIES)))
+  return policy
+
+
+def _perturb_inputs(inputs: mtf.Tensor, policy: str, hparams,
+                    train: bool) -> mtf.Tensor:
+  if train and policy == "input_dropout":
+    return mtf.dropout(inputs, True,
+                       keep_prob=1.0 - _hparam(hparams, "moe_switch_dropout",
+                                               0.1))
+  if train and policy == "input_jitter":
+    return mtf.layers.multiplicative_jitter(
+        inputs, _hparam(hparams, "moe_switch_jitter", 1e-2))
+  return inputs
+
+
+def _mask_unimportant(importance, *tensors):
+  if importance is None:
+    return tensors
+  full = mtf.to_float(mtf.equal(importance, 1.0))
+  return tuple(t * full for t in tensors)
+
+
+def _one_expert_gating(inputs, outer_expert_dims, experts_dim,
+                       expert_capacity_dim, hparams, train, variable_dtype,
+                       importance, name, num_microbatches, choose):
+  """Shared body of switch and switch_max: one expert per position."""
+  group_dim = inputs.shape.dims[-2]
+  policy = _switch_policy(hparams, train)
+  inputs_for_router = _perturb_inputs(inputs, policy, hparams, train)
+  logits, gates = _router(inputs_for_router, experts_dim, outer_expert_dims,
+                          variable_dtype, name)
+  gate, index = choose(policy, logits, gates, group_dim)
+  mask = mtf.one_hot(index, experts_dim, dtype=tf.float32)
+  # The density counts every first choice; padding (importance != 1) is
+  # left out of the router's mean probabilities and is never dispatched.
+  density = mtf.reduce_mean(mask, reduced_dim=group_dim)
+  proxy_gates, = _mask_unimportant(importance, gates)
+  density_proxy = mtf.reduce_mean(proxy_gates, reduced_dim=group_dim)
+  mask, gate = _mask_unimportant(importance, mask, gate)
+  loss = (mtf.reduce_mean(density_proxy * density)
+          * float(experts_dim.size * experts_dim.size))
+  loss = _finish_loss(loss, logits, experts_dim, hparams, train, importance,
+                      num_microbatches)
+  kept, slot, _ = _slot(mask, group_dim, None,
+                        float(expert_capacity_dim.size))
+  combine = _combine_term(gate, kept, slot, expert_capacity_dim)
+  return _finish(combine, loss, inputs)
+
+
+def switch_gating(inputs: mtf.Tensor, outer_expert_dims,
+                  experts_dim: mtf.Dimension,
+                  expert_capacity_dim: mtf.Dimension, hparams, train: bool,
+                  variable_dtype, importance: Optional[mtf.Tensor] = None,
+                  name: str = "switch_gating",
+                  num_microbatches: Optional[int] = None) -> GatingResult:
+  """Switch (top-1) gating: dispatch, combine and the load-balancing loss."""
+
+  def choose(policy, logits, gates, group_dim):
+    del group_dim
+    if policy == "sample":
+      index = mtf.sample_with_temperature(
+          logits, experts_dim,
+          temperature=_hparam(hparams, "moe_switch_temperature", 1.0))
+      gate = mtf.reduce_sum(
+          gates * mtf.one_hot(index, experts_dim, dtype=tf.float32),
+          reduced_dim=experts_dim)
+      return gate, index
+    return mtf.top_1(gates, experts_dim)
+
+  return _one_expert_gating(inputs, outer_expert_dims, experts_dim,
+                            expert_capacity_dim, hparams, train,
+                            variable_dtype, importance, name,
+                            num_microbatches, choose)
+
+
+def switch_max_gating(inputs: mtf.Tensor, outer_expert_dims,
+                      experts_dim: mtf.Dimension,
+                      expert_capacity_dim: mtf.Dimension, hparams,
+                      train: bool, variable_dtype,
+                      importance: Optional[mtf.Tensor] = None,
+                      name: str = "switch_max_gating",
+                      num_microbatches: Optional[int] = None) -> GatingResult:
+  """Switch gating routed by each gate relative to its expert's group max.
+
+  A position goes to argmax_e gates[e] / max_over_group(gates[e]): an
+  expert whose best position has a small gate still gets the positions it
+  likes most, which spreads the group over the experts. The weight is the
+  router probability of the chosen expert.
+  """
+
+  def choose(policy, logits, gates, group_dim):
+    del policy, logits
+    # Softmax gates are > 0, so the max is too; a position that is the
+    # favourite of several experts (relative gate 1.0) takes the lowest.
+    relative = gates / mtf.reduce_max(gates, reduced_dim=group_dim)
+    _, index = mtf.top_1(relative, experts_dim)
+    gate = mtf.reduce_sum(
+        gates * mtf.one_hot(index, experts_dim, dtype=tf.float32),
+        reduced_dim=experts_dim)
+    return gate, index
+
+  return _one_expert_gating(inputs, outer_expert_dims, experts_dim,
+                            expert_capacity_dim, hparams, train,
+                            variable_dtype, importance, name,
+                            num_microbatches, choose)
+
+
+def ntlb_gating(inputs: mtf.Tensor, outer_expert_dims,
+                experts_dim: mtf.Dimension,
+                expert_capacity_dim: mtf.Dimension, hparams, train: bool,
+                variable_dtype, importance: Optional[mtf.Tensor] = None,
+                name: str = "ntlb_gating",
+                num_microbatches: Optional[int] = None) -> GatingResult:
+  """"No token left behind": the first of the top-k experts with room.
+
+  Rank r (r = 0..moe_ntlb_top_k-1) is tried for the positions not yet
+  placed, after all positions of rank r-1 (slots continue after the ones
+  already taken). The weight is the router probability of the expert used.
+  """
+  group_dim = inputs.shape.dims[-2]
+  policy = _switch_policy(hparams, train)
+  inputs_for_router = _perturb_inputs(inputs, policy, hparams, train)
+  logits, gates = _router(inputs_for_router, experts_dim, outer_expert_dims,
+                          variable_dtype, name)
+  top_k = max(1, min(int(_hparam(hparams, "moe_ntlb_top_k", 4)),
+                     experts_dim.size))
+  capacity = float(expert_capacity_dim.size)
+  remaining = gates
+  unplaced = None
+  used = None
+  combine = None
+  loss = None
+  for rank in range(top_k):
+    gate, index = mtf.top_1(remaining, experts_dim)
+    choice = mtf.one_hot(index, experts_dim, dtype=tf.float32)
+    remaining *= 1.0 - choice
+    if rank == 0:
+      density = mtf.reduce_mean(choice, reduced_dim=group_dim)
+      proxy_gates, = _mask_unimportant(importance, gates)
+      density_proxy = mtf.reduce_mean(proxy_gates, reduced_dim=group_dim)
+      loss = (mtf.reduce_mean(density_proxy * density)
+              * float(experts_dim.size * experts_dim.size))
+      choice, gate = _mask_unimportant(importance, choice, gate)
+    else:
+      choice *= unplaced
+    kept, slot, count = _slot(choice, group_dim, used, capacity)
+    term = _combine_term(gate, kept, slot, expert_capacity_dim)
+    placed = mtf.reduce_sum(kept, reduced_dim=experts_dim)
+    if rank == 0:
+      combine, used, unplaced = term, count, 1.0 - placed
+      if importance is not None:
+        unplaced *= mtf.to_float(mtf.equal(importance, 1.0))
+    else:
+      combine += term
+      used += count
+      unplaced *= 1.0 - placed
+  loss = _finish_loss(loss, logits, experts_dim, hparams, train, importance,
+                      num_microbatches)
+  return _finish(combine, loss, inputs)
+
+
+def expert_selection_gating(inputs: mtf.Tensor, outer_expert_dims,
+                            experts_dim: mtf.Dimension,
+                            expert_capacity_dim: mtf.Dimension, hparams,
+                            train: bool, variable_dtype,
+                            importance: Optional[mtf.Tensor] = None,
+                            name: str = "expert_selection_gating",
+                            num_microbatches: Optional[int] = None
+                            ) -> GatingResult:
+  """Experts choose positions: each takes its capacity best of the group.
+
+  Scores are the router probabilities (padding scores 0, never dispatched).
+  Balanced by construction, so the loss is only the optional z-loss.
+
+  Raises:
+    ValueError: if expert_capacity exceeds the group size.
+  """
+  group_dim = inputs.shape.dims[-2]
+  if expert_capacity_dim.size > group_dim.size:
+    raise ValueError(
+        "expert_selection gating: expert_capacity %d exceeds the group size %d"
+        " (lower min_expert_capacity or raise group_size)"
+        % (expert_capacity_dim.size, group_dim.size))
+  policy = _switch_policy(hparams, train)
+  inputs_for_router = _perturb_inputs(inputs, policy, hparams, train)
+  logits, gates = _router(inputs_for_router, experts_dim, outer_expert_dims,
+                          variable_dtype, name)
+  gates, = _mask_unimportant(importance, gates)
+  # [.., experts, capacity]: the chosen positions and their gates.
+  gate, index = mtf.top_k(gates, group_dim, expert_capacity_dim)
+  chosen = mtf.one_hot(index, group_dim, dtype=tf.float32)
+  combine = mtf.einsum(
+      [chosen, gate],
+      output_shape=gates.shape.dims[:-1] + [experts_dim, expert_capacity_dim])
+  loss = mtf.zeros(inputs.mesh, [], dtype=tf.float32)
+  loss = _finish_loss(loss, logits, experts_dim, hparams, train, importance,
+                      num_microbatches)
+  return _finish(combine, loss, inputs)
+
+
+_GATINGS = {
+    "top_2": top_2_gating,
+    "switch": switch_gating,
+    "ntlb": ntlb_gating,
+    "switch_max": switch_max_gating,
+    "expert_selection": expert_selection_gating,
+}
+
+
+def compute_gating(moe_gating: str, inputs: mtf.Tensor,
+                   outer_expert_dims: Optional[Sequence[mtf.Dimension]],
+                   experts_dim: mtf.Dimension,
+                   expert_capacity_dim: mtf.Dimension, hparams, train: bool,
+                   variable_dtype, importance: Optional[mtf.Tensor] = None,
+                   num_microbatches: Optional[int] = None,
+                   name: Optional[str] = None) -> GatingResult:
+  """Dispatches to the gating function named `moe_gating`.
+
+  Raises:
+    ValueError: for an unknown gating name.
+  """
+  if moe_gating not in _GATINGS:
+    raise ValueError("unknown moe_gating %r; expected one of %s"
+                     % (moe_gating, sorted(_GATINGS)))
+  kwargs = {} if name is None else {"name": name}
+  return _GATINGS[moe_gating](
+      inputs, outer_expert_dims, experts_dim, expert_capacity_dim, hparams,
+      train, variable_dtype, importance=importance,
+      num_microbatches=num_microbatches, **kwargs)
