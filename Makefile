@@ -16,7 +16,7 @@ $(STAMP): setup.py
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) examples/mlp_demo.py
+	$(PY) examples/transformer_demo.py
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --durations=15 tests

@@ -3,9 +3,10 @@
 This module owns what the gin files configure around a model: the variable
 dtypes, the TPU-style mesh shape, which model to build (`build_model`), batch
 size arithmetic, microbatching, vocabulary selection and checkpoint-loading
-filters. The training/eval driver (`run`, `train_model`, ...) is registered
-here with the original's signatures; its TF2 implementation is a separate
-piece of work, so calling it raises NotImplementedError for now.
+filters. The training/eval driver (`run`, `train_model`, `eval_model`,
+`infer_model`, `decode_from_file`, `score_from_strings`, `export_model`) keeps
+the original's names and signatures; it is implemented TF2-natively in
+transformer/_src/driver*.py (an `Estimator` replaces the TPUEstimator).
 
 Importing this module needs no network and no dataset downloads.
 """
@@ -27,15 +28,30 @@ from transformer._src.layer_stack import make_layer_stack
 from transformer._src.unitransformer import Unitransformer
 
 __all__ = [
+    "Estimator",
     "auto_train_steps",
     "build_model",
     "clean_decodes",
     "compute_batch_size",
+    "config_dir",
+    "decode",
+    "decode_from_file",
+    "decode_strings",
+    "eval_model",
+    "evaluate_dataset",
+    "export_model",
+    "get_checkpoint_iterator",
+    "get_estimator",
+    "get_inputs_from_file",
     "get_step_from_checkpoint_path",
     "get_variable_dtype",
+    "infer_model",
     "init_checkpoint_variable_mapping",
     "inputs_vocabulary",
+    "parse_gin_defaults_and_flags",
     "run",
+    "save_scores",
+    "score_from_strings",
     "separate_vocabularies",
     "serialize_num_microbatches",
     "should_load_variable",
@@ -43,6 +59,7 @@ __all__ = [
     "tpu_mesh_shape",
     "train_model",
     "variable_filter_max_size",
+    "write_lines_to_file",
 ]
 
 _GIN_MODULE = "mesh_tensorflow.transformer.utils"
@@ -409,52 +426,23 @@ def init_checkpoint_variable_mapping(
 
 
 # ----------------------------------------------------------------------------
-# The driver (registered with the original signatures; TF2 loop pending).
+# The TF2 driver (transformer/_src/driver*.py): the original's entry points.
 
-_DRIVER_PENDING = ("the TF2 training driver is not implemented yet "
-                   "(next issue)")
-
-
-def train_model(estimator, vocabulary, sequence_length, batch_size,
-                train_dataset_fn, train_steps, ensemble_inputs,
-                dataset_split="train", skip_seen_data=False,
-                seen_data_init_step=0, checkpoint_input_pipeline=False):
-  """Trains a model (the default `run.train_model_fn`). Not implemented yet."""
-  del (estimator, vocabulary, sequence_length, batch_size, train_dataset_fn,
-       train_steps, ensemble_inputs, dataset_split, skip_seen_data,
-       seen_data_init_step, checkpoint_input_pipeline)
-  raise NotImplementedError("utils.train_model: " + _DRIVER_PENDING)
-
-
-@gin.configurable(module=_GIN_MODULE)
-def run(tpu_job_name, tpu, gcp_project, tpu_zone, model_dir,
-        model_type="bitransformer", vocabulary=None, train_dataset_fn=None,
-        eval_dataset_fn=None, dataset_split="train", autostack=True,
-        eval_checkpoint_step=None, export_checkpoint_step=None,
-        export_path="", mode="train", iterations_per_loop=100,
-        save_checkpoints_steps=5000, keep_checkpoint_max=None,
-        eval_summary_dir=None, batch_size=("tokens_per_replica", 2048),
-        train_steps=auto_train_steps, total_run_steps=None,
-        sequence_length=None, mesh_shape=gin.REQUIRED, mesh_devices=None,
-        layout_rules=gin.REQUIRED, learning_rate_schedule=None,
-        optimizer=None, predict_fn=None, variable_filter=None,
-        perplexity_eval_steps=100, init_checkpoint=None,
-        ensemble_inputs=None, train_model_fn=train_model,
-        skip_seen_data=False, seen_data_init_step=0,
-        output_eval_examples=True, checkpoint_input_pipeline=False):
-  """Runs training / eval / inference / export as configured by gin.
-
-  Registered now so gin files binding `run.*` parse; the TF2 driver that
-  executes it comes with the next issue.
-  """
-  del (tpu_job_name, tpu, gcp_project, tpu_zone, model_dir, model_type,
-       vocabulary, train_dataset_fn, eval_dataset_fn, dataset_split,
-       autostack, eval_checkpoint_step, export_checkpoint_step, export_path,
-       mode, iterations_per_loop, save_checkpoints_steps, keep_checkpoint_max,
-       eval_summary_dir, batch_size, train_steps, total_run_steps,
-       sequence_length, mesh_shape, mesh_devices, layout_rules,
-       learning_rate_schedule, optimizer, predict_fn, variable_filter,
-       perplexity_eval_steps, init_checkpoint, ensemble_inputs,
-       train_model_fn, skip_seen_data, seen_data_init_step,
-       output_eval_examples, checkpoint_input_pipeline)
-  raise NotImplementedError("utils.run: " + _DRIVER_PENDING)
+from transformer._src.driver import Estimator  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_export import export_model  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_run import config_dir  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_run import decode  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_run import decode_from_file  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_run import decode_strings  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_run import evaluate_dataset  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_run import eval_model  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_run import get_checkpoint_iterator  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_run import get_estimator  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_run import get_inputs_from_file  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_run import infer_model  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_run import parse_gin_defaults_and_flags  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_run import run  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_run import save_scores  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_run import score_from_strings  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_run import train_model  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_run import write_lines_to_file  # pylint: disable=g-import-not-at-top,wrong-import-position
