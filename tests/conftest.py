@@ -6,6 +6,7 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import pytest  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 NUM_VIRTUAL_CPUS = 8
@@ -46,3 +47,16 @@ def pytest_collection_modifyitems(config, items):
   if drop:
     config.hook.pytest_deselected(items=drop)
     items[:] = keep
+
+
+@pytest.fixture(autouse=True)
+def _no_gin_config_leaks(request):
+  """Transformer tests start and end with an empty gin config, so bindings
+  made (or files parsed) by one test never change another's model."""
+  if os.sep + "transformer" + os.sep not in str(request.node.fspath):
+    yield
+    return
+  import gin  # pylint: disable=g-import-not-at-top
+  gin.clear_config()
+  yield
+  gin.clear_config()

@@ -178,6 +178,9 @@ def test_student_teacher_loss_and_initialize(tmp_path):
 
   store = mtf.VariableStore()
   temperature, fraction = 2.0, 0.25
+  # The soft loss counts once the global step exceeds distill_start_step (0);
+  # other tests in this process may have left the global step at 0.
+  mtf.optimize.get_or_create_global_step().assign(1)
 
   def build(mesh):
     st = transformer.StudentTeacher(
