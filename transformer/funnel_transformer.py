@@ -47,7 +47,6 @@ from transformer._src.bitransformer import Bitransformer
 from transformer._src.context import Context, ModeKeys, TransformerLayer
 from transformer._src.layer_stack import LayerStack
 from transformer._src.layer_stack import sublayer_mask_padding
-from transformer._src.unitransformer import autoregressive_inputs
 
 __all__ = ["BitransformerFunnel", "FunnelTransformerLayerStack"]
 
@@ -373,15 +372,10 @@ class BitransformerFunnel(Bitransformer):
               num_microbatches: int):
     """(encoder output, its sequence ids, encoder ids, shared params,
     encoder layer outputs, encoder loss), all at the pooled length."""
-    if encoder_sequence_id is None:
-      encoder_sequence_id = mtf.minimum(inputs, 1)
-    encoder_layer_outputs = []
-    shared_params = self._shared_params(inputs.mesh, variable_dtype)
-    encoder_output, encoder_loss = self.encoder.call_simple(
-        inputs, None, compute_loss, mode=mode, variable_dtype=variable_dtype,
-        sequence_id=encoder_sequence_id, position=encoder_position,
-        shared_params=shared_params, layer_outputs=encoder_layer_outputs,
-        num_microbatches=num_microbatches)
+    (encoder_output, encoder_sequence_id, shared_params,
+     encoder_layer_outputs, encoder_loss) = self._run_encoder(
+         inputs, compute_loss, mode, variable_dtype, encoder_sequence_id,
+         encoder_position, num_microbatches)
     length_dim = inputs.shape.dims[-1]
     if length_dim.name not in encoder_output.shape.dimension_names:
       raise ValueError("BitransformerFunnel: the encoder output %s has no %r "
@@ -399,38 +393,6 @@ class BitransformerFunnel(Bitransformer):
     return (encoder_output, encoder_sequence_id, encoder_inputs,
             shared_params, encoder_layer_outputs, encoder_loss)
 
-  def call_simple(self, inputs: mtf.Tensor, targets: mtf.Tensor,
-                  compute_loss: bool, mode=ModeKeys.TRAIN,
-                  variable_dtype=mtf.VariableDType(tf.float32),
-                  encoder_sequence_id=None, decoder_sequence_id=None,
-                  decoder_subsequence_id=None, encoder_position=None,
-                  decoder_position=None, num_microbatches: int = 1):
-    """As Bitransformer.call_simple, with a pooled encoder output.
-
-    Returns:
-      (logits [batch..., length, vocab], loss or None).
-    """
-    if decoder_sequence_id is None:
-      decoder_sequence_id = mtf.minimum(targets, 1)
-    (encoder_output, encoder_sequence_id, encoder_inputs, shared_params,
-     encoder_layer_outputs, encoder_loss) = self._encode(
-         inputs, compute_loss, mode, variable_dtype, encoder_sequence_id,
-         encoder_position, num_microbatches)
-    logits, loss = self.decoder.call_simple(
-        autoregressive_inputs(targets, sequence_id=decoder_sequence_id),
-        targets, compute_loss, mode=mode, variable_dtype=variable_dtype,
-        sequence_id=decoder_sequence_id,
-        subsequence_id=decoder_subsequence_id,
-        encoder_output=encoder_output,
-        encoder_sequence_id=encoder_sequence_id,
-        encoder_inputs=encoder_inputs, position=decoder_position,
-        shared_params=shared_params,
-        encoder_layer_outputs=encoder_layer_outputs,
-        num_microbatches=num_microbatches)
-    if loss is not None and encoder_loss is not None:
-      loss += encoder_loss
-    return logits, loss
-
   @gin.configurable(module="BitransformerFunnel")
   def decode(self, inputs: mtf.Tensor,
              variable_dtype=mtf.VariableDType(tf.float32),
@@ -441,36 +403,7 @@ class BitransformerFunnel(Bitransformer):
              max_decode_length: Optional[int] = None) -> mtf.Tensor:
     """As Bitransformer.decode, with a pooled encoder output."""
     return self._decode_encoded(
-        inputs, self._encode_for_decoding(inputs, variable_dtype),
+        inputs, self._encode(inputs, False, ModeKeys.PREDICT, variable_dtype,
+                             None, None, 1)[:5],
         variable_dtype, beam_size, alpha, temperature, sampling_keep_top_k,
         decode_length_multiplier, decode_length_constant, max_decode_length)
-
-  def _encode_for_decoding(self, inputs: mtf.Tensor, variable_dtype):
-    (encoder_output, encoder_sequence_id, encoder_inputs, shared_params,
-     encoder_layer_outputs, _) = self._encode(
-         inputs, False, ModeKeys.PREDICT, variable_dtype, None, None, 1)
-    return (encoder_output, encoder_sequence_id, encoder_inputs,
-            shared_params, encoder_layer_outputs)
-    if temperature != 0:
-      raise ValueError("BitransformerFunnel.decode: beam search (beam_size=%d) "
-                       "needs temperature 0, got %r" % (beam_size, temperature))
-    if sampling_keep_top_k != -1:
-      raise ValueError("BitransformerFunnel.decode: beam search (beam_size=%d) "
-                       "does not sample; sampling_keep_top_k must be -1, got "
-                       "%r" % (beam_size, sampling_keep_top_k))
-    beam_dim = mtf.Dimension("beam", beam_size)
-    partial_sequences = mtf.zeros(
-        inputs.mesh, mtf.Shape(batch_dims + [beam_dim, decode_length_dim]),
-        dtype=tf.int32)
-    input_length = mtf.reduce_sum(mtf.to_float(mtf.not_equal(inputs, 0)),
-                                  reduced_dim=length_dim)
-    decode_length = mtf.cast(
-        mtf.reduce_max(input_length) * decode_length_multiplier +
-        decode_length_constant, tf.int32)
-    return self.decoder.beam_search(
-        partial_sequences, decode_length, variable_dtype=variable_dtype,
-        encoder_output=encoder_output,
-        encoder_sequence_id=encoder_sequence_id,
-        encoder_inputs=encoder_inputs, alpha=alpha,
-        shared_params=shared_params,
-        encoder_layer_outputs=encoder_layer_outputs)

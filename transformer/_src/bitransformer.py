@@ -107,21 +107,12 @@ class Bitransformer:
     Returns:
       (logits [batch..., length, vocab], loss or None).
     """
-    if encoder_sequence_id is None:
-      encoder_sequence_id = mtf.minimum(inputs, 1)
     if decoder_sequence_id is None:
       decoder_sequence_id = mtf.minimum(targets, 1)
-    encoder_layer_outputs = []
-    shared_params = self._shared_params(inputs.mesh, variable_dtype)
-    encoder_output, encoder_loss = self.encoder.call_simple(
-        inputs, None, compute_loss, mode=mode, variable_dtype=variable_dtype,
-        sequence_id=encoder_sequence_id, position=encoder_position,
-        shared_params=shared_params, layer_outputs=encoder_layer_outputs,
-        num_microbatches=num_microbatches)
-    encoder_output = _rename_length_to_memory_length(encoder_output)
-    if isinstance(encoder_sequence_id, mtf.Tensor):
-      encoder_sequence_id = _rename_length_to_memory_length(
-          encoder_sequence_id)
+    (encoder_output, encoder_sequence_id, encoder_inputs, shared_params,
+     encoder_layer_outputs, encoder_loss) = self._encode(
+         inputs, compute_loss, mode, variable_dtype, encoder_sequence_id,
+         encoder_position, num_microbatches)
     logits, loss = self.decoder.call_simple(
         autoregressive_inputs(targets, sequence_id=decoder_sequence_id),
         targets, compute_loss, mode=mode, variable_dtype=variable_dtype,
@@ -129,8 +120,8 @@ class Bitransformer:
         subsequence_id=decoder_subsequence_id,
         encoder_output=encoder_output,
         encoder_sequence_id=encoder_sequence_id,
-        encoder_inputs=_rename_length_to_memory_length(inputs),
-        position=decoder_position, shared_params=shared_params,
+        encoder_inputs=encoder_inputs, position=decoder_position,
+        shared_params=shared_params,
         encoder_layer_outputs=encoder_layer_outputs,
         num_microbatches=num_microbatches)
     if loss is not None and encoder_loss is not None:
@@ -153,25 +144,46 @@ class Bitransformer:
     decode_length_constant steps.
     """
     return self._decode_encoded(
-        inputs, self._encode_for_decoding(inputs, variable_dtype),
+        inputs, self._encode(inputs, False, ModeKeys.PREDICT, variable_dtype,
+                             None, None, 1)[:5],
         variable_dtype, beam_size, alpha, temperature, sampling_keep_top_k,
         decode_length_multiplier, decode_length_constant, max_decode_length)
 
-  def _encode_for_decoding(self, inputs: mtf.Tensor, variable_dtype):
-    """(encoder_output, encoder_sequence_id, encoder_inputs, shared_params,
-    encoder_layer_outputs) for the decoder, in PREDICT mode."""
-    encoder_sequence_id = mtf.minimum(inputs, 1)
+  def _run_encoder(self, inputs: mtf.Tensor, compute_loss: bool, mode,
+                   variable_dtype, encoder_sequence_id, encoder_position,
+                   num_microbatches: int):
+    """Runs the encoder tower: (output, sequence ids, shared params, layer
+    outputs, loss), at the inputs' length (named "length")."""
+    if encoder_sequence_id is None:
+      encoder_sequence_id = mtf.minimum(inputs, 1)
     encoder_layer_outputs = []
     shared_params = self._shared_params(inputs.mesh, variable_dtype)
-    encoder_output, _ = self.encoder.call_simple(
-        inputs, None, False, mode=ModeKeys.PREDICT,
-        variable_dtype=variable_dtype, sequence_id=encoder_sequence_id,
-        shared_params=shared_params, layer_outputs=encoder_layer_outputs)
+    encoder_output, encoder_loss = self.encoder.call_simple(
+        inputs, None, compute_loss, mode=mode, variable_dtype=variable_dtype,
+        sequence_id=encoder_sequence_id, position=encoder_position,
+        shared_params=shared_params, layer_outputs=encoder_layer_outputs,
+        num_microbatches=num_microbatches)
+    return (encoder_output, encoder_sequence_id, shared_params,
+            encoder_layer_outputs, encoder_loss)
+
+  def _encode(self, inputs: mtf.Tensor, compute_loss: bool, mode,
+              variable_dtype, encoder_sequence_id, encoder_position,
+              num_microbatches: int):
+    """What the decoder needs from the encoder: (encoder output, its
+    sequence ids, encoder ids, shared params, encoder layer outputs, encoder
+    loss), with length renamed memory_length. Subclasses that change the
+    encoder output's length (BitransformerFunnel) override this."""
+    (encoder_output, encoder_sequence_id, shared_params,
+     encoder_layer_outputs, encoder_loss) = self._run_encoder(
+         inputs, compute_loss, mode, variable_dtype, encoder_sequence_id,
+         encoder_position, num_microbatches)
     encoder_output = _rename_length_to_memory_length(encoder_output)
-    encoder_sequence_id = _rename_length_to_memory_length(encoder_sequence_id)
-    encoder_inputs = _rename_length_to_memory_length(inputs)
-    return (encoder_output, encoder_sequence_id, encoder_inputs,
-            shared_params, encoder_layer_outputs)
+    if isinstance(encoder_sequence_id, mtf.Tensor):
+      encoder_sequence_id = _rename_length_to_memory_length(
+          encoder_sequence_id)
+    return (encoder_output, encoder_sequence_id,
+            _rename_length_to_memory_length(inputs), shared_params,
+            encoder_layer_outputs, encoder_loss)
 
   def _decode_encoded(self, inputs, encoded, variable_dtype, beam_size, alpha,
                       temperature, sampling_keep_top_k,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional
 
 from absl import logging
 import gin
@@ -29,8 +29,6 @@ from tensorflow.core.framework import summary_pb2
 
 import mesh_tensorflow as mtf
 from mesh_tensorflow import placement_mesh_impl
-from transformer._src.bitransformer import Bitransformer
-from transformer._src.bitransformer import StudentTeacher
 from transformer._src.context import ModeKeys
 from transformer._src.unitransformer import Unitransformer
 from transformer._src.unitransformer import autoregressive_inputs

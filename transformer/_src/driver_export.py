@@ -12,7 +12,6 @@ Python code.
 from __future__ import annotations
 
 import os
-from typing import Optional
 
 from absl import logging
 import tensorflow as tf

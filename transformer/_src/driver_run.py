@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import List, Optional, Sequence
 
 from absl import flags
 from absl import logging
@@ -18,7 +18,6 @@ import gin
 import numpy as np
 import tensorflow as tf
 
-import mesh_tensorflow as mtf
 from transformer import learning_rate_schedules
 from transformer import vocabulary as vocabulary_lib
 from transformer._src import driver
