@@ -95,6 +95,27 @@ def run_simd(build_fn, mesh_shape, layout) -> List[np.ndarray]:
   return per_replica[0]
 
 
+def with_variables(build_fn: Callable[[mtf.Mesh], Sequence[mtf.Tensor]]):
+  """A runner for build_fn that also exports every variable.
+
+  Example:
+    outs, variables = with_variables(build)("rows:2;cols:2", "b:rows")
+    # outs: build's outputs; variables: {full variable name: value}
+  """
+  names = []
+
+  def program(mesh):
+    outs = list(build_fn(mesh))
+    names[:] = [v.name for v in mesh.graph.all_variables]
+    return outs + [v.outputs[0] for v in mesh.graph.all_variables]
+
+  def run(mesh_shape="", layout="", mode="eager"):
+    results = run_program(program, mesh_shape, layout, mode)
+    n = len(results) - len(names)
+    return results[:n], dict(zip(names, results[n:]))
+  return run
+
+
 def mesh_impl_for(mesh_shape: str, layout) -> placement_mesh_impl.PlacementMeshImpl:
   n = mtf.convert_to_shape(mesh_shape).size
   return placement_mesh_impl.PlacementMeshImpl(mesh_shape, layout, DEVICES[:n])

@@ -63,21 +63,6 @@ def _enc(mesh):
   return mtf.import_tf_tensor(mesh, ENC, [BATCH, MEMORY, D_MODEL])
 
 
-def _with_vars(build):
-  names = []
-
-  def program(mesh):
-    outs = build(mesh)
-    names[:] = [v.name for v in mesh.graph.all_variables]
-    return outs + [v.outputs[0] for v in mesh.graph.all_variables]
-
-  def run(mesh_shape="", layout="", mode="eager"):
-    results = mtu.run_program(program, mesh_shape, layout, mode)
-    n = len(results) - len(names)
-    return results[:n], dict(zip(names, results[n:]))
-  return run
-
-
 def _make_vars(mesh, values):
   """Pre-creates variables {name: (dims, value)} with known values."""
   for name, (dims, value) in values.items():
@@ -150,7 +135,7 @@ TH_DIMS = dict(key_heads_dims=(("kh", 2),), softmax_heads_dims=(("sh", 3),),
 
 def test_talking_heads_matches_numpy_and_variable_shapes():
   layer = av.TalkingHeadsSelfAttention(**TH_DIMS)
-  (y,), v = _with_vars(lambda mesh: [layer.call(_context(mesh), _x(mesh))])()
+  (y,), v = mtu.with_variables(lambda mesh: [layer.call(_context(mesh), _x(mesh))])()
   assert {n: a.shape for n, a in v.items()} == {
       "q": (D, 2, 4), "k": (D, 2, 4), "v": (D, 2, 4), "o": (2, 4, D),
       "talking_heads_pre_softmax": (2, 3),
@@ -177,7 +162,7 @@ def test_talking_heads_identity_mixing_is_plain_attention():
         value_heads_dims=(("heads", 2),), key_size=4, value_size=4)
     return [layer.call(_context(mesh, causal=True), _x(mesh))]
 
-  (y,), v = _with_vars(build)()
+  (y,), v = mtu.with_variables(build)()
   assert len(v) == 6
   np.testing.assert_allclose(y, _mha(X, X, wq, wk, wv, wo, CAUSAL),
                              rtol=1e-5, atol=1e-5)
@@ -210,7 +195,7 @@ def test_talking_heads_same_dims_equals_self_attention():
         outs.append(layer.call(_context(mesh, causal=True), _x(mesh)))
     return outs
 
-  (y_th, y_sa), v = _with_vars(build)()
+  (y_th, y_sa), v = mtu.with_variables(build)()
   assert len(v) == 8
   np.testing.assert_allclose(y_th, y_sa, rtol=1e-5, atol=1e-5)
   np.testing.assert_allclose(y_th, _mha(X, X, wq, wk, wv, wo, CAUSAL),
@@ -222,7 +207,7 @@ def test_talking_heads_dynamic_projections():
   layer = av.TalkingHeadsSelfAttention(
       dynamic_projections=dynamic, dynamic_projections_init_scale=1.0,
       **TH_DIMS)
-  (y,), v = _with_vars(lambda mesh: [
+  (y,), v = mtu.with_variables(lambda mesh: [
       layer.call(_context(mesh, causal=True), _x(mesh))])()
   assert v["x2l"].shape == v["m2l"].shape == (D, 2, 3)
   assert v["x2w"].shape == v["m2w"].shape == (D, 3, 2)
@@ -243,7 +228,7 @@ def test_talking_heads_bad_arguments():
 
 def test_talking_heads_enc_dec():
   layer = av.TalkingHeadsEncDecAttention(**TH_DIMS)
-  (y,), v = _with_vars(lambda mesh: [
+  (y,), v = mtu.with_variables(lambda mesh: [
       layer.call(_context(mesh, encoder_output=_enc(mesh)), _x(mesh))])()
   np.testing.assert_allclose(y, _th_reference(X, ENC, v), rtol=1e-5,
                              atol=1e-5)
@@ -273,7 +258,7 @@ def test_general_bilinear_self_and_enc_dec():
                           _x(mesh)))
     return outs
 
-  (y_sa, y_ed), v = _with_vars(build)()
+  (y_sa, y_ed), v = mtu.with_variables(build)()
   sv = {n[5:]: a for n, a in v.items() if n.startswith("self/")}
   ev = {n[7:]: a for n, a in v.items() if n.startswith("encdec/")}
   assert {n: a.shape for n, a in sv.items()} == {"q": (D, 3, D),
@@ -319,7 +304,7 @@ def test_branched_self_and_enc_dec():
                           _x(mesh)))
     return outs
 
-  (y_sa, y_ed), v = _with_vars(build)()
+  (y_sa, y_ed), v = mtu.with_variables(build)()
   sv = {n[5:]: a for n, a in v.items() if n.startswith("self/")}
   ev = {n[7:]: a for n, a in v.items() if n.startswith("encdec/")}
   assert {n: a.shape for n, a in sv.items()} == {
@@ -343,7 +328,7 @@ def test_synthesizer_random_plus_alpha():
                    "synthetic_attention.max_length = 8")
   try:
     layer = av.Synthesizer(num_heads=2, key_value_size=4)
-    (y,), v = _with_vars(lambda mesh: [
+    (y,), v = mtu.with_variables(lambda mesh: [
         layer.call(_context(mesh, causal=True), _x(mesh))])()
   finally:
     gin.clear_config()
@@ -440,7 +425,7 @@ def test_self_attention_incremental_equals_full(name):
                    "synthetic_attention.max_length = 8")
   try:
     layer = SELF_LAYERS[name]()
-    (full, steps), _ = _with_vars(lambda mesh: _decode_self(mesh, layer))()
+    (full, steps), _ = mtu.with_variables(lambda mesh: _decode_self(mesh, layer))()
   finally:
     gin.clear_config()
   np.testing.assert_allclose(steps, full[:, START:], rtol=1e-5, atol=1e-5)
@@ -449,7 +434,7 @@ def test_self_attention_incremental_equals_full(name):
 @pytest.mark.parametrize("name", sorted(ENC_DEC_LAYERS))
 def test_enc_dec_incremental_equals_full(name):
   layer = ENC_DEC_LAYERS[name]()
-  (full, steps), _ = _with_vars(lambda mesh: _decode_enc_dec(mesh, layer))()
+  (full, steps), _ = mtu.with_variables(lambda mesh: _decode_enc_dec(mesh, layer))()
   np.testing.assert_allclose(steps, full, rtol=1e-5, atol=1e-5)
 
 
@@ -486,7 +471,7 @@ def _mesh_program(mesh):
 @pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS,
                          ids=["%s|%s" % ml for ml in MESH_LAYOUTS])
 def test_meshes_and_layouts(mesh_shape, layout):
-  outs, v = _with_vars(_mesh_program)(mesh_shape, layout, mode="function")
+  outs, v = mtu.with_variables(_mesh_program)(mesh_shape, layout, mode="function")
   th = {n[8:]: a for n, a in v.items() if n.startswith("layer_0/")}
   gb = {n[8:]: a for n, a in v.items() if n.startswith("layer_1/")}
   np.testing.assert_allclose(
@@ -522,7 +507,7 @@ def test_exports_and_parallel_layer_default():
       b = attn.call(_context(mesh, causal=True), _x(mesh))
     return [y, a + b]
 
-  (y, expected), v = _with_vars(build)()
+  (y, expected), v = mtu.with_variables(build)()
   assert sorted(v) == ["parallel_layer_0/wi/kernel",
                        "parallel_layer_0/wo/kernel", "parallel_layer_1/k",
                        "parallel_layer_1/o", "parallel_layer_1/q",

@@ -73,23 +73,6 @@ def _call(layer, ctx, x, scope):
     return layer.call(ctx, x)
 
 
-def _with_vars(build):
-  """build(mesh) -> [outputs]; returns run(mesh_shape, layout, mode) ->
-  (outputs, {variable name: value})."""
-  names = []
-
-  def program(mesh):
-    outs = build(mesh)
-    names[:] = [v.name for v in mesh.graph.all_variables]
-    return outs + [v.outputs[0] for v in mesh.graph.all_variables]
-
-  def run(mesh_shape="", layout="", mode="eager"):
-    results = mtu.run_program(program, mesh_shape, layout, mode)
-    n = len(results) - len(names)
-    return results[:n], dict(zip(names, results[n:]))
-  return run
-
-
 # ----------------------------------------------------------------------------
 # numpy references.
 
@@ -211,7 +194,7 @@ def _all_layers(mesh):
 
 @pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=str)
 def test_layers_match_numpy_on_meshes(mesh_layout):
-  outs, v = _with_vars(_all_layers)(*mesh_layout)
+  outs, v = mtu.with_variables(_all_layers)(*mesh_layout)
   glu, enc_conv, dec_conv, dec_small, dec_att, dec_lm = outs
   tol = dict(rtol=1e-4, atol=1e-5)
   np.testing.assert_allclose(glu, np_glu(X, v, "glu"), **tol)
@@ -228,7 +211,7 @@ def test_layers_match_numpy_on_meshes(mesh_layout):
 
 
 def test_variable_names_and_shapes():
-  _, v = _with_vars(_all_layers)()
+  _, v = mtu.with_variables(_all_layers)()
   shapes = {n: x.shape for n, x in v.items()}
   assert shapes["glu/glu_0/kernel"] == (D, D)
   assert shapes["glu/glu_1/kernel"] == (D, D)

@@ -51,22 +51,6 @@ def _full(mesh, layer, x_np=X, **kwargs):
   return layer.call(_context(mesh, **kwargs), x)
 
 
-def _with_vars(build):
-  """build(mesh) -> [outputs]; appends every variable; returns a runner."""
-  names = []
-
-  def program(mesh):
-    outs = build(mesh)
-    names[:] = [v.name for v in mesh.graph.all_variables]
-    return outs + [v.outputs[0] for v in mesh.graph.all_variables]
-
-  def run(mesh_shape="", layout="", mode="eager"):
-    results = mtu.run_program(program, mesh_shape, layout, mode)
-    n = len(results) - len(names)
-    return results[:n], dict(zip(names, results[n:]))
-  return run
-
-
 def _decode(mesh, layer, x_np=X, initial_position=INITIAL_POSITION):
   """Full pass, first_part pass, then incremental steps at every position.
 
@@ -141,7 +125,7 @@ def test_conv1d_layer_is_numpy_causal_conv(activation, fn):
                                   activation=activation)
   x2 = X.copy()
   x2[:, -1] += 1.0
-  (y, y2), v = _with_vars(lambda mesh: [_full(mesh, layer),
+  (y, y2), v = mtu.with_variables(lambda mesh: [_full(mesh, layer),
                                         _full(mesh, layer, x2)])()
   assert list(v) == ["conv1d/kernel"]
   kernel = v["conv1d/kernel"]
@@ -155,7 +139,7 @@ def test_conv1d_layer_is_numpy_causal_conv(activation, fn):
 
 def test_conv1d_layer_output_size():
   layer = conv_layers.Conv1DLayer(filter_size=2, output_size=5)
-  (y,), v = _with_vars(lambda mesh: [_full(mesh, layer)])()
+  (y,), v = mtu.with_variables(lambda mesh: [_full(mesh, layer)])()
   assert y.shape == (B, L, 5)
   expected = np.einsum("blkd,kde->ble", _causal_window(X, 2),
                        v["conv1d/kernel"][0])
@@ -164,7 +148,7 @@ def test_conv1d_layer_output_size():
 
 def test_conv1d_layer_incremental_equals_full():
   layer = conv_layers.Conv1DLayer(filter_size=3, output_size=D)
-  outs, v = _with_vars(lambda mesh: _decode(mesh, layer))()
+  outs, v = mtu.with_variables(lambda mesh: _decode(mesh, layer))()
   assert list(v) == ["conv1d/kernel"]  # All passes share the variable.
   _check_decoding(*outs)
 
@@ -231,7 +215,7 @@ def _separable_reference(x, v, lo, hi):
 def test_separable_conv1d_layer_matches_numpy(lo, hi):
   layer = conv_layers.SeparableConv1DLayer(lo, hi, output_size=D,
                                            activation="tanh")
-  (y,), v = _with_vars(lambda mesh: [_full(mesh, layer)])()
+  (y,), v = mtu.with_variables(lambda mesh: [_full(mesh, layer)])()
   k = hi - lo + 1
   assert sorted(v) == sorted(
       ["separable_conv1d/depthwise_conv_hack/depthwise_dense_%d/kernel" % i
@@ -246,7 +230,7 @@ def test_separable_conv1d_layer_matches_numpy(lo, hi):
 @pytest.mark.parametrize("lo,hi", [(-2, 0), (-3, -1)])
 def test_separable_conv1d_layer_incremental_equals_full(lo, hi):
   layer = conv_layers.SeparableConv1DLayer(lo, hi, output_size=D)
-  outs, v = _with_vars(lambda mesh: _decode(mesh, layer))()
+  outs, v = mtu.with_variables(lambda mesh: _decode(mesh, layer))()
   assert len(v) == (hi - lo + 1) + 3
   _check_decoding(*outs)
 
@@ -310,7 +294,7 @@ def _attn_layer(cls, **kwargs):
                          ids=_ATTN_IDS)
 def test_local_conv_attention_matches_numpy(cls, reference, var_names):
   layer = _attn_layer(cls)
-  (y,), v = _with_vars(lambda mesh: [_full(mesh, layer)])()
+  (y,), v = mtu.with_variables(lambda mesh: [_full(mesh, layer)])()
   assert sorted(v) == sorted(var_names)
   np.testing.assert_allclose(y, reference(X, v, 3), rtol=1e-5, atol=1e-5)
 
@@ -320,7 +304,7 @@ def test_local_conv_attention_matches_numpy(cls, reference, var_names):
 def test_local_conv_attention_incremental_equals_full(cls, reference,
                                                       var_names):
   del reference, var_names
-  outs, _ = _with_vars(lambda mesh: _decode(mesh, _attn_layer(cls)))()
+  outs, _ = mtu.with_variables(lambda mesh: _decode(mesh, _attn_layer(cls)))()
   _check_decoding(*outs)
 
 
@@ -332,7 +316,7 @@ def test_local_attention_masks_other_packed_sequences():
     sid = mtf.import_tf_tensor(mesh, sequence_id, [BATCH, LENGTH])
     return [_full(mesh, layer, sequence_id=sid)]
 
-  (y,), v = _with_vars(build)()
+  (y,), v = mtu.with_variables(build)()
   np.testing.assert_allclose(y, _local_attn_reference(X, v, 3, sequence_id),
                              rtol=1e-5, atol=1e-5)
   # Without the mask the answer differs (the test can fail).
@@ -342,10 +326,10 @@ def test_local_attention_masks_other_packed_sequences():
 def test_local_conv_attention_dropout_only_in_training():
   layer = _attn_layer(conv_layers.LightweightConv1DLocalAttn,
                       dropout_rate=0.5)
-  (y_eval, y_train), _ = _with_vars(lambda mesh: [
+  (y_eval, y_train), _ = mtu.with_variables(lambda mesh: [
       _full(mesh, layer), _full(mesh, layer, mode="train")])()
   assert not np.allclose(y_eval, y_train)
-  (y_eval2,), v = _with_vars(lambda mesh: [_full(mesh, layer)])()
+  (y_eval2,), v = mtu.with_variables(lambda mesh: [_full(mesh, layer)])()
   np.testing.assert_allclose(y_eval2, _lightweight_reference(X, v, 3),
                              rtol=1e-5, atol=1e-5)
 
@@ -363,7 +347,7 @@ def test_local_conv_attn_block(attention_type, cls, reference):
   layer = conv_layers.LocalConvAttnBlock(
       kernel_size=3, num_heads=2, key_value_size=4,
       attention_type=attention_type)
-  outs, v = _with_vars(lambda mesh: _decode(mesh, layer))()
+  outs, v = mtu.with_variables(lambda mesh: _decode(mesh, layer))()
   _check_decoding(*outs)
   h = (X @ v["glu_0/kernel"]) * (1.0 / (1.0 + np.exp(-(X @ v["glu_1/kernel"]))))
   inner = {n[len(cls) + 1:]: a for n, a in v.items() if n.startswith(cls)}
@@ -411,7 +395,7 @@ def _mesh_program(mesh):
 def test_meshes_and_layouts(mesh_shape, layout):
   # Each run draws its own initial values: check every layer against numpy
   # computed from the variables this run exported.
-  outs, v = _with_vars(_mesh_program)(mesh_shape, layout, mode="function")
+  outs, v = mtu.with_variables(_mesh_program)(mesh_shape, layout, mode="function")
   conv = np.einsum("blkd,kde->ble", _causal_window(X, 3),
                    v["layer_0/conv1d/kernel"][0])
   np.testing.assert_allclose(outs[0], conv, rtol=1e-5, atol=1e-5)
