@@ -2,6 +2,13 @@
 
 import setuptools
 
+# The gin tree lives in configs/ in the repository and is installed as the
+# package data of `transformer.gin` (transformer/gin/ in site-packages, where
+# utils.config_dir() looks first), as the original shipped it. package_dir
+# maps the package onto configs/ so the files exist once; `configs` itself is
+# never a top-level package. Editable installs read the repository's configs/.
+_GIN_PACKAGE = "transformer.gin"
+
 setuptools.setup(
     name="mesh-tensorflow-tf2",
     version="0.2.0",
@@ -10,8 +17,12 @@ setuptools.setup(
     long_description_content_type="text/markdown",
     license="Apache 2.0",
     python_requires=">=3.9",
-    packages=setuptools.find_packages(include=["mesh_tensorflow*", "transformer*"]),
-    package_data={"": ["*.gin"]},
+    packages=setuptools.find_packages(
+        include=["mesh_tensorflow*", "transformer*"]) + [_GIN_PACKAGE],
+    package_dir={_GIN_PACKAGE: "configs"},
+    # "**" (setuptools >= 62.3) takes every subfolder: layouts/, models/,
+    # problems/, demo/, ...
+    package_data={_GIN_PACKAGE: ["*.gin", "**/*.gin"]},
     install_requires=[
         "absl-py",
         "gin-config",

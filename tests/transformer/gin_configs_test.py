@@ -4,12 +4,16 @@ Every file parses (after defaults.gin, as the driver does). Every model file
 builds its graph shape-only — in a v1 tf.Graph, so variables are graph nodes
 and nothing is allocated — with layouts/single, with a model-parallel layout,
 and every layout with bi_base and tiny; each mtf tensor's layout is checked
-against the mesh with the pure layout functions (no devices).
+against the mesh with the pure layout functions (no devices). Every problem
+file parses with model files and binds its data and vocabulary without
+touching data or the network.
 """
 
 import inspect
 import os
 import re
+import socket
+import sys
 
 import gin
 import numpy as np
@@ -41,6 +45,14 @@ def _gin_files(subdir=""):
 
 def _names(subdir):
   return [os.path.basename(f)[:-len(".gin")] for f in _gin_files(subdir)]
+
+
+def _required_macro_bindings(path):
+  """Bindings for the file's `NAME = %gin.REQUIRED` macros (placeholders)."""
+  with open(os.path.join(CONFIGS, path)) as f:
+    names = re.findall(r"^([A-Z][A-Z0-9_]*)\s*=\s*%gin\.REQUIRED\s*$",
+                       f.read(), flags=re.MULTILINE)
+  return ["%s = '/unset/%s'" % (name, name) for name in names]
 
 
 MODELS = _names("models")
@@ -156,7 +168,7 @@ def test_the_expected_files_exist():
       "8x8_mp", "8x8_m4", "8x16_m2", "8x16_m8", "16x16_m8"}
   assert set(_names("learning_rate_schedules")) == {
       "constant", "slanted_triangular"}
-  assert "problems" not in os.listdir(CONFIGS)
+  assert set(PROBLEMS) == set(PROBLEM_BINDINGS)
 
 
 @pytest.mark.parametrize("path", _gin_files())
@@ -164,7 +176,7 @@ def test_every_file_parses_after_defaults(path):
   if path == "defaults.gin":
     gin.parse_config_file(DEFAULTS)
   else:
-    _parse(path)
+    _parse(path, bindings=_required_macro_bindings(path))
   assert _query("utils.run.layout_rules") is not None
 
 
@@ -250,6 +262,108 @@ def test_full_original_selectors_resolve():
   assert stack.num_layers == 3
   assert _query("run.mesh_shape") == mtf.convert_to_shape("batch:4;model:2")
   assert mtf_utils is utils
+
+
+# ----------------------------------------------------------------------------
+# Problems: data and vocabulary bindings, resolved without data or network.
+
+PROBLEMS = _names("problems")
+
+# problem -> (model_type, vocabulary function, dataset function, dataset_name,
+# text2self, vocabulary file under T2T_DATA_DIR or None).
+PROBLEM_BINDINGS = {
+    "lm1b": ("lm", "get_tfds_vocabulary", "pretokenized_tfds_dataset",
+             "lm1b/subwords32k", True, None),
+    "lm1b_untok": ("lm", "get_t2t_vocabulary", "untokenized_tfds_dataset",
+                   "lm1b", True, "vocab.lm1b.en.32768"),
+    "t2t_ende": ("bitransformer", "get_t2t_vocabulary",
+                 "pretokenized_t2t_dataset", "translate_ende_wmt32k", False,
+                 "vocab.translate_ende_wmt32k.32768.subwords"),
+    "t2t_enfr": ("bitransformer", "get_t2t_vocabulary",
+                 "pretokenized_t2t_dataset", "translate_enfr_wmt32k", False,
+                 "vocab.translate_enfr_wmt32k.32768.subwords"),
+    "t2t_lm1b": ("lm", "get_t2t_vocabulary", "pretokenized_t2t_dataset",
+                 "languagemodel_lm1b32k", True, "vocab.lm1b.en.32768"),
+    "mtf_stdlib_docs_lm": ("lm", "get_subword_vocabulary",
+                           "untokenized_tfds_dataset", "mtf_stdlib_docs",
+                           True, None),
+}
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+  """Fails the test on any socket connection or name lookup."""
+  def refuse(*args, **kwargs):
+    del kwargs
+    raise AssertionError("network access while parsing gin: %r" % (args,))
+  monkeypatch.setattr(socket.socket, "connect", refuse)
+  monkeypatch.setattr(socket, "create_connection", refuse)
+  monkeypatch.setattr(socket, "getaddrinfo", refuse)
+
+
+def _t2t_modules():
+  return sorted(m for m in sys.modules if m.split(".")[0] == "tensor2tensor")
+
+
+@pytest.mark.parametrize("model", ["tiny", "lm_base", "bi_base"])
+@pytest.mark.parametrize("problem", PROBLEMS)
+def test_problem_parses_with_model_file(problem, model, no_network):
+  model_type, vocab_fn, dataset_fn, dataset_name, text2self, vocab_file = (
+      PROBLEM_BINDINGS[problem])
+  t2t_before = _t2t_modules()
+  path = "problems/%s.gin" % problem
+  _parse("models/%s.gin" % model, path,
+         bindings=["T2T_DATA_DIR = '/nonexistent/t2t'"] if vocab_file else [])
+  assert _query("utils.run.model_type") == model_type
+  vocab_ref = gin.query_parameter("utils.run.vocabulary")
+  assert vocab_ref.evaluate  # @fn(): called when utils.run is called
+  assert vocab_ref.configurable.name == vocab_fn
+  for key in ("train_dataset_fn", "eval_dataset_fn"):
+    ref = gin.query_parameter("utils.run.%s" % key)
+    assert ref.configurable.name == dataset_fn and not ref.evaluate
+  assert gin.query_parameter("%s.dataset_name" % dataset_fn) == dataset_name
+  assert gin.query_parameter("%s.text2self" % dataset_fn) is text2self
+  length = _query("utils.run.sequence_length")
+  assert set(length) == {"inputs", "targets"}
+  if vocab_file:
+    # Making the vocabulary reads nothing and imports no tensor2tensor.
+    vocab = _query("utils.run.vocabulary")
+    assert vocab.filepath == os.path.join("/nonexistent/t2t", vocab_file)
+    if dataset_fn == "pretokenized_t2t_dataset":
+      assert _query("%s.data_dir" % dataset_fn) == "/nonexistent/t2t"
+  assert _t2t_modules() == t2t_before
+  # The model still builds (shape-only) with the problem's bindings.
+  _, logits, _, _, _, _ = _build_from_gin(length=16)
+  assert logits.shape.dims[-1].name == "vocab"
+
+
+@pytest.mark.parametrize("problem", [
+    p for p in PROBLEMS if PROBLEM_BINDINGS[p][-1] is not None])
+def test_problem_without_t2t_data_dir_is_named(problem):
+  with pytest.raises(ValueError, match="T2T_DATA_DIR"):
+    _parse("models/tiny.gin", "problems/%s.gin" % problem)
+
+
+def test_problem_files_are_found_in_the_config_dir(no_network):
+  """As `transformer.main --gin_file=problems/lm1b.gin` finds them."""
+  utils.parse_gin_defaults_and_flags(
+      gin_files=["models/lm_base.gin", "problems/lm1b.gin"], gin_params=[])
+  assert _query("utils.run.model_type") == "lm"
+  gin.clear_config()
+  utils.parse_gin_defaults_and_flags(
+      gin_files=["models/bi_base", "problems/t2t_ende"],
+      gin_params=["T2T_DATA_DIR = '/nonexistent/t2t'"])
+  assert _query("utils.run.vocabulary").filepath == (
+      "/nonexistent/t2t/vocab.translate_ende_wmt32k.32768.subwords")
+
+
+def test_problem_tfds_names_are_known_offline():
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  from transformer import datasets  # pylint: disable=g-import-not-at-top
+  assert "mtf_stdlib_docs" in datasets.OFFLINE_DATASETS
+  # TFDS >= 4 keeps lm1b (plain text) in code; "lm1b/subwords32k" is read
+  # from data an older TFDS prepared.
+  assert tfds.builder_cls("lm1b").name == "lm1b"
 
 
 # ----------------------------------------------------------------------------

@@ -53,6 +53,7 @@ MODULE_NAMES = {
         "linear_decay_learning_rate", "learning_rate_schedule_noam",
         "slanted_triangular"],
     "vocabulary": ["Vocabulary", "TFDSVocabulary", "get_tfds_vocabulary"],
+    "t2t_vocabulary": ["T2tVocabulary", "get_t2t_vocabulary"],
 }
 
 
@@ -72,6 +73,15 @@ def _params(fn):
     fn = fn.__init__
   params = inspect.signature(fn).parameters.values()
   return [(p.name, p.default) for p in params if p.name != "self"]
+
+
+def test_t2t_vocabulary_signatures():
+  from transformer import t2t_vocabulary  # pylint: disable=g-import-not-at-top
+  req = gin.REQUIRED
+  assert _params(t2t_vocabulary.T2tVocabulary) == [
+      ("filepath", inspect.Parameter.empty)]
+  assert _params(t2t_vocabulary.get_t2t_vocabulary) == [
+      ("data_dir", req), ("vocabulary_filename", req)]
 
 
 def test_signatures():

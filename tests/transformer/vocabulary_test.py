@@ -2,8 +2,12 @@
 
 TFDS encoders are built from a tiny corpus in the test; get_tfds_vocabulary
 reads a tiny TFDS builder class defined here (its info needs no data or
-network).
+network). transformer.t2t_vocabulary is tested against a fake tensor2tensor
+package put in sys.modules (tensor2tensor is not installed).
 """
+
+import sys
+import types
 
 import gin
 import numpy as np
@@ -11,6 +15,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from transformer import t2t_vocabulary
 from transformer import vocabulary
 
 TEXTS = ["hello world", "héllo wörld ✓", "", "a\nb\tc", "日本語のテキスト"]
@@ -153,3 +158,119 @@ def test_get_tfds_vocabulary_is_gin_configurable(tmp_path, monkeypatch):
     gin.clear_config()
   with pytest.raises(Exception, match="dataset_name"):
     vocabulary.get_tfds_vocabulary()
+
+
+# ----------------------------------------------------------------------------
+# T2tVocabulary (tensor2tensor faked)
+
+
+class _FakeSubwordTextEncoder:
+  """Whitespace words as ids; 0 pad and 1 EOS reserved, like t2t's."""
+
+  instances = []
+
+  def __init__(self, filename):
+    self.filename = filename
+    self.words = ["<pad>", "<EOS>", "hello", "world", "the"]
+    _FakeSubwordTextEncoder.instances.append(self)
+
+  @property
+  def vocab_size(self):
+    return len(self.words)
+
+  def encode(self, s):
+    assert isinstance(s, str), s
+    return [self.words.index(w) for w in s.split()]
+
+  def decode(self, ids):
+    return " ".join(self.words[i] for i in ids)
+
+
+@pytest.fixture
+def fake_t2t(monkeypatch):
+  """Installs tensor2tensor.data_generators.text_encoder in sys.modules."""
+  _FakeSubwordTextEncoder.instances = []
+  package = types.ModuleType("tensor2tensor")
+  generators = types.ModuleType("tensor2tensor.data_generators")
+  text_encoder = types.ModuleType("tensor2tensor.data_generators.text_encoder")
+  text_encoder.SubwordTextEncoder = _FakeSubwordTextEncoder
+  generators.text_encoder = text_encoder
+  package.data_generators = generators
+  for module in (package, generators, text_encoder):
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+  return _FakeSubwordTextEncoder
+
+
+def test_t2t_vocabulary_loads_lazily_once(fake_t2t):
+  vocab = t2t_vocabulary.T2tVocabulary("/data/vocab.ende.32768")
+  assert vocab.filepath == "/data/vocab.ende.32768"
+  assert not fake_t2t.instances  # nothing read yet
+  assert vocab.vocab_size == 5
+  assert vocab.encode("hello world") == [2, 3]
+  assert [e.filename for e in fake_t2t.instances] == ["/data/vocab.ende.32768"]
+  assert vocab.subword_text_encoder is fake_t2t.instances[0]
+
+
+def test_t2t_vocabulary_round_trips_in_python_and_tf(fake_t2t):
+  vocab = t2t_vocabulary.T2tVocabulary("vocab")
+  assert isinstance(vocab, vocabulary.Vocabulary)
+  assert vocab.eos_id == 1
+  ids = vocab.encode(b"the world")
+  assert ids == [4, 3]  # t2t ids are used as they are, no shift
+  assert vocab.decode(ids) == "the world"
+  # Stops at the first EOS, drops padding.
+  assert vocab.decode([2, 0, 3, 1, 4, 4]) == "hello world"
+  tf_ids = vocab.encode_tf(tf.constant("hello the world"))
+  assert tf_ids.dtype == tf.int32 and tf_ids.shape.rank == 1
+  assert tf_ids.numpy().tolist() == [2, 4, 3]
+  assert vocab.decode_tf(tf.constant([3, 2, 1, 4])).numpy() == b"world hello"
+  ds = tf.data.Dataset.from_tensor_slices(["hello", "world the"])
+  ds = ds.map(lambda s: vocab.decode_tf(vocab.encode_tf(s)))
+  assert list(ds.as_numpy_iterator()) == [b"hello", b"world the"]
+  assert len(fake_t2t.instances) == 1
+
+
+def test_t2t_vocabulary_without_tensor2tensor_names_package_and_file(
+    monkeypatch):
+  monkeypatch.setitem(sys.modules, "tensor2tensor", None)  # import fails
+  vocab = t2t_vocabulary.T2tVocabulary("/data/t2t/vocab.lm1b.en.32768")
+  for use in (lambda: vocab.vocab_size, lambda: vocab.encode("hello"),
+              lambda: vocab.decode([2, 3])):
+    with pytest.raises(ImportError, match=r"tensor2tensor.*"
+                       r"'/data/t2t/vocab\.lm1b\.en\.32768'"):
+      use()
+
+
+def test_get_t2t_vocabulary_joins_path_and_is_gin_configurable(fake_t2t):
+  vocab = t2t_vocabulary.get_t2t_vocabulary("/data/t2t", "vocab.x.32768")
+  assert isinstance(vocab, t2t_vocabulary.T2tVocabulary)
+  assert vocab.filepath == "/data/t2t/vocab.x.32768"
+  assert not fake_t2t.instances
+  gin.clear_config()
+  try:
+    gin.parse_config(
+        "import mesh_tensorflow.transformer.t2t_vocabulary\n"
+        "mesh_tensorflow.transformer.t2t_vocabulary.get_t2t_vocabulary"
+        ".data_dir = '/d'\n"
+        "t2t_vocabulary.get_t2t_vocabulary.vocabulary_filename = 'v'\n")
+    vocab = t2t_vocabulary.get_t2t_vocabulary()
+    assert vocab.filepath == "/d/v"
+    assert vocab.decode(vocab.encode("hello")) == "hello"
+  finally:
+    gin.clear_config()
+  with pytest.raises(RuntimeError, match="data_dir"):
+    t2t_vocabulary.get_t2t_vocabulary()
+
+
+def test_get_t2t_vocabulary_names_a_required_macro_left_unset():
+  gin.clear_config()
+  try:
+    gin.parse_config(
+        "import mesh_tensorflow.transformer.t2t_vocabulary\n"
+        "T2T_DATA_DIR = %gin.REQUIRED\n"
+        "t2t_vocabulary.get_t2t_vocabulary.data_dir = %T2T_DATA_DIR\n"
+        "t2t_vocabulary.get_t2t_vocabulary.vocabulary_filename = 'v'\n")
+    with pytest.raises(ValueError, match="data_dir.*T2T_DATA_DIR"):
+      t2t_vocabulary.get_t2t_vocabulary()
+  finally:
+    gin.clear_config()
