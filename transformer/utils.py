@@ -33,13 +33,18 @@ __all__ = [
     "build_model",
     "clean_decodes",
     "compute_batch_size",
+    "compute_log_likelihoods",
     "config_dir",
     "decode",
+    "decode_from_dataset",
     "decode_from_file",
     "decode_strings",
+    "encode_delimited_lm",
+    "encode_inputs",
     "eval_model",
     "evaluate_dataset",
     "export_model",
+    "flexible_ckpt_init_mapping",
     "get_checkpoint_iterator",
     "get_estimator",
     "get_inputs_from_file",
@@ -48,14 +53,19 @@ __all__ = [
     "infer_model",
     "init_checkpoint_variable_mapping",
     "inputs_vocabulary",
+    "metric_max",
+    "metric_sum",
     "parse_gin_defaults_and_flags",
     "run",
     "save_scores",
+    "score_from_dataset",
     "score_from_strings",
+    "score_with_estimator",
     "separate_vocabularies",
     "serialize_num_microbatches",
     "should_load_variable",
     "targets_vocabulary",
+    "tpu_estimator_model_fn",
     "tpu_mesh_shape",
     "train_model",
     "variable_filter_max_size",
@@ -429,20 +439,36 @@ def init_checkpoint_variable_mapping(
 # The TF2 driver (transformer/_src/driver*.py): the original's entry points.
 
 from transformer._src.driver import Estimator  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src import checkpoints as _checkpoints  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_decode import compute_log_likelihoods  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_decode import decode  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_decode import decode_from_dataset  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_decode import decode_from_file  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_decode import decode_strings  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_decode import encode_delimited_lm  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_decode import encode_inputs  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_decode import get_inputs_from_file  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_decode import infer_model  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_decode import save_scores  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_decode import score_from_dataset  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_decode import score_from_strings  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_decode import score_with_estimator  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_decode import write_lines_to_file  # pylint: disable=g-import-not-at-top,wrong-import-position
 from transformer._src.driver_export import export_model  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_model_fn import metric_max  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_model_fn import metric_sum  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_model_fn import tpu_estimator_model_fn  # pylint: disable=g-import-not-at-top,wrong-import-position
 from transformer._src.driver_run import config_dir  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_run import decode  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_run import decode_from_file  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_run import decode_strings  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_run import evaluate_dataset  # pylint: disable=g-import-not-at-top,wrong-import-position
 from transformer._src.driver_run import eval_model  # pylint: disable=g-import-not-at-top,wrong-import-position
+from transformer._src.driver_run import evaluate_dataset  # pylint: disable=g-import-not-at-top,wrong-import-position
 from transformer._src.driver_run import get_checkpoint_iterator  # pylint: disable=g-import-not-at-top,wrong-import-position
 from transformer._src.driver_run import get_estimator  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_run import get_inputs_from_file  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_run import infer_model  # pylint: disable=g-import-not-at-top,wrong-import-position
 from transformer._src.driver_run import parse_gin_defaults_and_flags  # pylint: disable=g-import-not-at-top,wrong-import-position
 from transformer._src.driver_run import run  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_run import save_scores  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_run import score_from_strings  # pylint: disable=g-import-not-at-top,wrong-import-position
 from transformer._src.driver_run import train_model  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_run import write_lines_to_file  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+# The checkpoint-name remapping lives with the checkpoint code; gin knows it
+# under the original's utils name.
+flexible_ckpt_init_mapping = gin.external_configurable(
+    _checkpoints.flexible_ckpt_init_mapping, name="flexible_ckpt_init_mapping",
+    module=_GIN_MODULE)

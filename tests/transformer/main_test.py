@@ -96,7 +96,17 @@ def test_train_writes_command_config_and_checkpoints(tmp_path):
                                          "utils.run.train_steps = 12"])
   assert code == 0, out
   assert "sequence_accuracy" in out and "token_accuracy" in out
+  # Every checkpoint is evaluated, then the iterator stops at train_steps.
+  assert "step 10)" in out and "step 12)" in out
   assert "command.1" in os.listdir(model_dir)
+  # infer mode: decode_from_file on the latest checkpoint.
+  (tmp_path / "in.txt").write_text("abc\nxyz\n")
+  code, out = _run(tmp_path, model_dir, [
+      "utils.run.mode = 'infer'", "utils.run.eval_checkpoint_step = -1",
+      "utils.decode_from_file.input_filename = '%s'" % (tmp_path / "in.txt"),
+      "utils.decode_from_file.output_filename = '%s'" % (tmp_path / "out")])
+  assert code == 0, out
+  assert len((tmp_path / "out-12").read_text().splitlines()) == 2
 
 
 @pytest.mark.slow

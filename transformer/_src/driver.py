@@ -17,7 +17,6 @@ MtfCheckpointSaverListener / MtfRestoreHook did.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from typing import Callable, Dict, List, Optional
 
@@ -119,7 +118,10 @@ class Estimator:
                variable_filter=None, init_checkpoint: Optional[str] = None,
                init_variable_filter: str = "", mesh_devices=None,
                variable_dtype: Optional[mtf.VariableDType] = None,
-               log_every_steps: int = 100, total_train_steps=None):
+               log_every_steps: int = 100, total_train_steps=None,
+               outer_batch_size: int = 1, ensemble_inputs: Optional[int] = None,
+               predict_fn: Optional[Callable] = None,
+               model_info_file: Optional[str] = None):
     self.model_type = model_type
     self.model = transformer_model
     self.vocabulary = vocabulary
@@ -142,6 +144,13 @@ class Estimator:
     self.variable_dtype = variable_dtype or mtf.VariableDType(tf.float32)
     self.log_every_steps = max(1, int(log_every_steps))
     self.total_train_steps = total_train_steps
+    self.outer_batch_size = int(outer_batch_size or 1)
+    if self.outer_batch_size < 1 or self.batch_size % self.outer_batch_size:
+      raise ValueError("outer_batch_size %r does not divide batch_size %d"
+                       % (outer_batch_size, self.batch_size))
+    self.ensemble_inputs = int(ensemble_inputs) if ensemble_inputs else None
+    self.predict_fn = predict_fn
+    self.model_info_file = model_info_file
     self.devices = mesh_devices_for(self.mesh_shape, mesh_devices)
     self.mesh_impl = placement_mesh_impl.PlacementMeshImpl(
         self.mesh_shape, self.layout_rules, self.devices)
@@ -157,16 +166,38 @@ class Estimator:
   # --------------------------------------------------------------------------
   # Building mtf graphs.
 
-  def _batch_dim(self, batch_size: Optional[int] = None) -> mtf.Dimension:
-    return mtf.Dimension("batch", batch_size or self.batch_size)
+  def batch_dims(self, batch_size: Optional[int] = None,
+                 training: bool = True) -> List[mtf.Dimension]:
+    """The leading dims of a feature, as the original's model_fn made them.
 
-  def _import_features(self, mesh: mtf.Mesh, features, batch_size=None):
-    batch_dim = self._batch_dim(batch_size)
+    [ensemble] when ensemble_inputs (each member gets its own examples), then
+    [outer_batch, batch / outer_batch] in training and evaluation when
+    outer_batch_size > 1, else [batch].
+    """
+    batch_size = batch_size or self.batch_size
+    dims = []
+    if self.ensemble_inputs:
+      dims.append(mtf.Dimension("ensemble", self.ensemble_inputs))
+    if training and self.outer_batch_size > 1:
+      if batch_size % self.outer_batch_size:
+        raise ValueError("outer_batch_size %d does not divide the batch of %d"
+                         % (self.outer_batch_size, batch_size))
+      dims += [mtf.Dimension("outer_batch", self.outer_batch_size),
+               mtf.Dimension("batch", batch_size // self.outer_batch_size)]
+    else:
+      dims.append(mtf.Dimension("batch", batch_size))
+    return dims
+
+  def _import_features(self, mesh: mtf.Mesh, features, batch_size=None,
+                       training: bool = True):
+    """mtf Tensors [batch dims..., length] of int features [ensemble?,
+    batch, length]."""
+    batch_dims = self.batch_dims(batch_size, training)
     mtf_features = {}
     for key, x in sorted(features.items()):
       length_dim = mtf.Dimension(
           "length", _feature_length(self.sequence_length, key))
-      shape = mtf.Shape([batch_dim, length_dim])
+      shape = mtf.Shape(batch_dims + [length_dim])
       x = tf.reshape(tf.cast(x, tf.int32), shape.to_integer_list)
       mtf_features[key] = mtf.import_fully_replicated(mesh, x, shape,
                                                        name=key)
@@ -201,12 +232,6 @@ class Estimator:
         variable_dtype=self.variable_dtype,
         num_microbatches=num_microbatches, **position_kwargs)
 
-  def _lower(self, graph, mesh, phase: _PhaseFn) -> mtf.Lowering:
-    lowering = mtf.Lowering(graph, {mesh: self.mesh_impl},
-                            autostack=self.autostack)
-    phase.laid_out_variables = list(lowering.variables.values())
-    return lowering
-
   def _learning_rate(self) -> tf.Tensor:
     schedule = self.learning_rate_schedule
     if schedule is None:
@@ -226,42 +251,54 @@ class Estimator:
       return optimizer()
     return optimizer(learning_rate=learning_rate)
 
+  def build_train_graph(self, features: Dict[str, tf.Tensor]):
+    """Builds and lowers one training step over tf `features`.
+
+    Returns (lowering, loss, updates, learning_rate): the float32 loss, the
+    lowered variable updates (the global step is not incremented) and the
+    learning-rate tensor.
+    """
+    graph = mtf.Graph()
+    mesh = mtf.Mesh(graph, "mesh")
+    with mtf.variable_store(self.store):
+      mtf_features = self._import_features(mesh, features)
+      batch_dim = self.batch_dims()[-1]
+      num_microbatches = self._num_microbatches(batch_dim)
+      if num_microbatches > 1:
+        def serialized_fn(microbatch_features):
+          return {"loss": self._logits_and_loss(
+              microbatch_features, ModeKeys.TRAIN, num_microbatches)[1]}
+        var_grads, loss_dict = mtf.serialize_training_step(
+            mtf_features, serialized_fn, batch_dim, num_microbatches)
+        loss = loss_dict["loss"]
+      else:
+        _, loss = self._logits_and_loss(mtf_features, ModeKeys.TRAIN)
+        var_grads = mtf.gradients(
+            [loss], [v.outputs[0] for v in graph.trainable_variables])
+      tf_lr = self._learning_rate()
+      lr = mtf.import_fully_replicated(mesh, tf_lr, mtf.Shape([]),
+                                       name="learning_rate")
+      variables = graph.trainable_variables
+      if self.variable_filter is not None:
+        keep = [i for i, v in enumerate(variables) if self.variable_filter(v)]
+        variables = [variables[i] for i in keep]
+        var_grads = [var_grads[i] for i in keep]
+      self._make_optimizer(lr).apply_grads(var_grads, variables)
+    self._write_model_info(graph)
+    lowering = mtf.Lowering(graph, {mesh: self.mesh_impl},
+                            autostack=self.autostack)
+    tf_loss = tf.cast(lowering.export_to_tf_tensor(loss), tf.float32)
+    updates = [lowering.lowered_operation(op) for op in graph.operations
+               if isinstance(op, mtf.Assign)]
+    return lowering, tf_loss, updates, tf_lr
+
   def _build_train_fn(self) -> _PhaseFn:
     phase = _PhaseFn(None)
 
     @tf.function(autograph=False)
     def train_step(features):
-      graph = mtf.Graph()
-      mesh = mtf.Mesh(graph, "mesh")
-      with mtf.variable_store(self.store):
-        mtf_features = self._import_features(mesh, features)
-        batch_dim = self._batch_dim()
-        num_microbatches = self._num_microbatches(batch_dim)
-        if num_microbatches > 1:
-          def serialized_fn(microbatch_features):
-            return {"loss": self._logits_and_loss(
-                microbatch_features, ModeKeys.TRAIN, num_microbatches)[1]}
-          var_grads, loss_dict = mtf.serialize_training_step(
-              mtf_features, serialized_fn, batch_dim, num_microbatches)
-          loss = loss_dict["loss"]
-        else:
-          _, loss = self._logits_and_loss(mtf_features, ModeKeys.TRAIN)
-          var_grads = mtf.gradients(
-              [loss], [v.outputs[0] for v in graph.trainable_variables])
-        tf_lr = self._learning_rate()
-        lr = mtf.import_fully_replicated(mesh, tf_lr, mtf.Shape([]),
-                                         name="learning_rate")
-        variables = graph.trainable_variables
-        if self.variable_filter is not None:
-          keep = [i for i, v in enumerate(variables)
-                  if self.variable_filter(v)]
-          variables = [variables[i] for i in keep]
-          var_grads = [var_grads[i] for i in keep]
-        self._make_optimizer(lr).apply_grads(var_grads, variables)
-      lowering = self._lower(graph, mesh, phase)
-      tf_loss = tf.cast(lowering.export_to_tf_tensor(loss), tf.float32)
-      updates = [lowering.lowered_operation(op) for op in graph.operations
-                 if isinstance(op, mtf.Assign)]
+      lowering, tf_loss, updates, tf_lr = self.build_train_graph(features)
+      phase.laid_out_variables = list(lowering.variables.values())
       with tf.control_dependencies(updates + [tf_loss]):
         step = self.global_step.assign_add(1)
       tokens = tf.add_n([tf.reduce_sum(tf.cast(features[k] > 0, tf.int64))
@@ -271,6 +308,23 @@ class Estimator:
 
     phase.fn = train_step
     return phase
+
+  def _write_model_info(self, graph: mtf.Graph) -> None:
+    """Writes each variable's name, shape and size to model_info_file."""
+    if not self.model_info_file:
+      return
+    lines, total = [], 0
+    for v in graph.all_variables:
+      total += v.shape.size
+      lines.append("%s %s %d%s" % (v.name, v.shape.to_string, v.shape.size,
+                                   "" if v.trainable else " (not trained)"))
+    lines.append("total parameters %d in %d variables" % (total, len(
+        graph.all_variables)))
+    directory = os.path.dirname(self.model_info_file)
+    if directory:
+      tf.io.gfile.makedirs(directory)
+    with tf.io.gfile.GFile(self.model_info_file, "w") as f:
+      f.write("\n".join(lines) + "\n")
 
   def _num_microbatches(self, batch_dim):
     from transformer.utils import serialize_num_microbatches  # pylint: disable=g-import-not-at-top
@@ -521,8 +575,8 @@ class _Progress:
     line = ("step %d/%d  loss %.4f  lr %.3g  %.2f steps/s  %.0f tokens/s  "
             "ETA %s" % (step, self.max_steps, loss, lr, steps_per_second,
                         tokens_per_second, _format_seconds(eta)))
-    logging.info("%s", line)
-    print(line, file=sys.stderr, flush=True)
+    # One line on stdout (not also logged: absl would print it twice).
+    print(line, flush=True)
     self.last_step, self.last_time, self.tokens = step, now, 0
     return {"steps_per_second": steps_per_second,
             "tokens_per_second": tokens_per_second}

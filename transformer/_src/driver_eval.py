@@ -17,15 +17,48 @@ import mesh_tensorflow as mtf
 from transformer._src.context import ModeKeys
 from transformer._src.unitransformer import Unitransformer
 
-__all__ = ["decode_ids", "evaluate", "score_ids", "teacher_forced"]
+__all__ = ["decode_graph", "decode_ids", "evaluate", "score_ids",
+           "teacher_forced", "teacher_forced_graph"]
 
 
 def _static_batch_size(features: Dict[str, tf.Tensor]) -> int:
-  sizes = {int(v.shape[0]) for v in features.values()}
+  """The batch size of [ensemble?, batch, length] features."""
+  sizes = {int(v.shape[-2]) for v in features.values()}
   if len(sizes) != 1:
     raise ValueError("features have different batch sizes: %s"
                      % {k: v.shape for k, v in features.items()})
   return sizes.pop()
+
+
+def teacher_forced_graph(est, features: Dict[str, tf.Tensor]):
+  """Builds and lowers the teacher-forced model over tf `features`.
+
+  Returns (lowering, loss, xent, predictions): the model's loss (scalar)
+  and per-token cross-entropy / argmax, each shaped like features'
+  "targets" ([ensemble?, batch, length]).
+  """
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "mesh")
+  with mtf.variable_store(est.store):
+    batch_size = _static_batch_size(features)
+    mtf_features = est._import_features(mesh, features, batch_size)  # pylint: disable=protected-access
+    logits, loss = est._logits_and_loss(mtf_features, ModeKeys.EVAL)  # pylint: disable=protected-access
+    if isinstance(logits, tuple):
+      logits = logits[0]
+    logits = mtf.cast(logits, tf.float32)
+    vocab_dim = logits.shape.dims[-1]
+    targets = mtf_features["targets"]
+    xent = mtf.layers.softmax_cross_entropy_with_logits(
+        logits, targets, vocab_dim)
+    predictions = mtf.argmax(logits, vocab_dim)
+  lowering = mtf.Lowering(graph, {mesh: est.mesh_impl},
+                          autostack=est.autostack)
+  # [ensemble?, outer_batch?, batch, length] -> the features' shape.
+  shape = tf.shape(features["targets"])
+  return (lowering, tf.cast(lowering.export_to_tf_tensor(loss), tf.float32),
+          tf.reshape(lowering.export_to_tf_tensor(xent), shape),
+          tf.reshape(tf.cast(lowering.export_to_tf_tensor(predictions),
+                             tf.int32), shape))
 
 
 def _build_teacher_forced(est, phase):
@@ -33,30 +66,22 @@ def _build_teacher_forced(est, phase):
 
   @tf.function(autograph=False)
   def fn(features):
-    graph = mtf.Graph()
-    mesh = mtf.Mesh(graph, "mesh")
-    with mtf.variable_store(est.store):
-      batch_size = _static_batch_size(features)
-      mtf_features = est._import_features(mesh, features, batch_size)  # pylint: disable=protected-access
-      logits, _ = est._logits_and_loss(mtf_features, ModeKeys.EVAL)  # pylint: disable=protected-access
-      if isinstance(logits, tuple):
-        logits = logits[0]
-      logits = mtf.cast(logits, tf.float32)
-      vocab_dim = logits.shape.dims[-1]
-      targets = mtf_features["targets"]
-      xent = mtf.layers.softmax_cross_entropy_with_logits(
-          logits, targets, vocab_dim)
-      predictions = mtf.argmax(logits, vocab_dim)
-    lowering = est._lower(graph, mesh, phase)  # pylint: disable=protected-access
-    return {"xent": lowering.export_to_tf_tensor(xent),
-            "predictions": tf.cast(
-                lowering.export_to_tf_tensor(predictions), tf.int32)}
+    lowering, _, xent, predictions = teacher_forced_graph(est, features)
+    phase.laid_out_variables = list(lowering.variables.values())
+    return {"xent": xent, "predictions": predictions}
   return fn
 
 
 def teacher_forced(est, features: Dict[str, tf.Tensor]):
-  """Per-token cross-entropy and argmax predictions for one batch."""
+  """Per-token cross-entropy and argmax predictions for one batch.
+
+  Features are [batch, length]; with ensemble_inputs every ensemble member
+  sees the batch, and the results are [ensemble, batch, length].
+  """
   features = {k: tf.convert_to_tensor(v) for k, v in features.items()}
+  if est.ensemble_inputs:
+    features = {k: tf.tile(v[tf.newaxis], [est.ensemble_inputs, 1, 1])
+                for k, v in features.items()}
   phase = est.phase_fn("teacher_forced", lambda p: _build_teacher_forced(est,
                                                                          p))
   return est.run_phase(phase, features)
@@ -77,13 +102,16 @@ def evaluate(est, dataset: tf.data.Dataset,
   for i, batch in enumerate(dataset):
     if max_batches is not None and i >= max_batches:
       break
-    features = {k: v for k, v in batch.items()
+    # Zero rows fill the last batch (no target tokens, so they do not count)
+    # and keep one traced shape.
+    features = {k: _pad_rows(v.numpy(), est.batch_size)
+                for k, v in batch.items()
                 if k in ("inputs", "targets") or k.endswith(
                     ("_segmentation", "_position"))}
     out = teacher_forced(est, features)
-    targets = batch["targets"].numpy()
-    weights = targets > 0
     xent = out["xent"].numpy()
+    targets = np.broadcast_to(features["targets"], xent.shape)
+    weights = targets > 0
     right = (out["predictions"].numpy() == targets) | ~weights
     xent_sum += float(np.sum(xent * weights))
     tokens += int(weights.sum())
@@ -113,8 +141,20 @@ def score_ids(est, inputs: Optional[np.ndarray], targets: np.ndarray,
     out = teacher_forced(est, batch)
     weights = batch["targets"] > 0
     row = -np.sum(out["xent"].numpy() * weights, axis=-1)
+    if row.ndim == 2:  # ensemble_inputs: the members' mean log-likelihood
+      row = row.mean(axis=0)
     scores.append(row[:_rows_left(start, len(targets), est.batch_size)])
   return np.concatenate(scores) if scores else np.zeros([0], np.float32)
+
+
+def _pad_rows(array: np.ndarray, rows: int) -> np.ndarray:
+  """array [n, ...] padded with zero rows to [rows, ...] (n <= rows)."""
+  array = np.asarray(array, np.int32)
+  if len(array) > rows:
+    raise ValueError("a batch of %d rows exceeds the batch size %d"
+                     % (len(array), rows))
+  return np.concatenate(
+      [array, np.zeros((rows - len(array),) + array.shape[1:], np.int32)])
 
 
 def _rows_left(start: int, total: int, batch_size: int) -> int:
@@ -128,14 +168,37 @@ def _batches(est, arrays: Dict[str, Optional[np.ndarray]]):
   total = len(next(iter(arrays.values())))
   b = est.batch_size
   for start in range(0, total, b):
-    batch = {}
-    for k, v in arrays.items():
-      part = v[start:start + b]
-      if len(part) < b:
-        part = np.concatenate(
-            [part, np.zeros((b - len(part),) + part.shape[1:], np.int32)])
-      batch[k] = part
-    yield start, batch
+    yield start, {k: _pad_rows(v[start:start + b], b)
+                  for k, v in arrays.items()}
+
+
+def decode_graph(est, inputs: tf.Tensor, **decode_kwargs):
+  """Builds and lowers decoding of int inputs [batch, length].
+
+  Returns (lowering, outputs [batch, length] int32). The Estimator's
+  predict_fn(model=, features=, variable_dtype=) replaces the model's own
+  decoding when given.
+  """
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "mesh")
+  with mtf.variable_store(est.store):
+    mtf_inputs = est._import_features(  # pylint: disable=protected-access
+        mesh, {"inputs": inputs}, int(inputs.shape[-2]),
+        training=False)["inputs"]
+    model = est.model
+    if est.predict_fn is not None:
+      outputs = est.predict_fn(model=model, features={"inputs": mtf_inputs},
+                               variable_dtype=est.variable_dtype)
+    elif isinstance(model, Unitransformer):
+      outputs = model.sample_autoregressive(
+          mtf_inputs, variable_dtype=est.variable_dtype,
+          remove_partial_sequences=True, **decode_kwargs)
+    else:
+      outputs = model.decode(mtf_inputs, variable_dtype=est.variable_dtype,
+                             **decode_kwargs)
+  lowering = mtf.Lowering(graph, {mesh: est.mesh_impl},
+                          autostack=est.autostack)
+  return lowering, tf.cast(lowering.export_to_tf_tensor(outputs), tf.int32)
 
 
 def _build_decode(est, phase, decode_kwargs):
@@ -143,24 +206,9 @@ def _build_decode(est, phase, decode_kwargs):
 
   @tf.function(autograph=False)
   def fn(inputs):
-    graph = mtf.Graph()
-    mesh = mtf.Mesh(graph, "mesh")
-    with mtf.variable_store(est.store):
-      batch_dim = mtf.Dimension("batch", int(inputs.shape[0]))
-      length_dim = mtf.Dimension("length", int(inputs.shape[1]))
-      mtf_inputs = mtf.import_fully_replicated(
-          mesh, inputs, mtf.Shape([batch_dim, length_dim]), name="inputs")
-      model = est.model
-      if isinstance(model, Unitransformer):
-        outputs = model.sample_autoregressive(
-            mtf_inputs, variable_dtype=est.variable_dtype,
-            remove_partial_sequences=True, **decode_kwargs)
-      else:
-        outputs = model.decode(mtf_inputs,
-                               variable_dtype=est.variable_dtype,
-                               **decode_kwargs)
-    lowering = est._lower(graph, mesh, phase)  # pylint: disable=protected-access
-    return tf.cast(lowering.export_to_tf_tensor(outputs), tf.int32)
+    lowering, outputs = decode_graph(est, inputs, **decode_kwargs)
+    phase.laid_out_variables = list(lowering.variables.values())
+    return outputs
   return fn
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import List, Optional, Sequence
+import time
+from typing import Dict, Iterator, List, Optional, Sequence
 
 from absl import flags
 from absl import logging
@@ -21,12 +22,19 @@ import tensorflow as tf
 from transformer import learning_rate_schedules
 from transformer import vocabulary as vocabulary_lib
 from transformer._src import driver
+from transformer._src import driver_decode
 from transformer._src import driver_eval
+from transformer._src import driver_export
+from transformer._src import driver_model_fn
 # utils imports this module at its end, after defining auto_train_steps.
 from transformer.utils import auto_train_steps  # pylint: disable=g-bad-import-order
 from transformer.utils import get_step_from_checkpoint_path  # pylint: disable=g-bad-import-order
 
 _GIN_MODULE = "mesh_tensorflow.transformer.utils"
+
+RUN_MODES = ("train", "eval", "score_eval", "perplexity_eval", "infer",
+             "score_from_dataset", "score_from_strings", "export_score",
+             "export_infer", "export")
 
 if "gin_file" not in flags.FLAGS:
   flags.DEFINE_multi_string(
@@ -103,17 +111,15 @@ def get_estimator(model_type, vocabulary, mesh_shape, layout_rules,
                   variable_filter, ensemble_inputs, use_tpu, tpu_job_name,
                   iterations_per_loop, cluster, init_checkpoint=None,
                   mesh_devices=None, score_in_predict_mode=False,
-                  *, log_every_steps: int = 100) -> driver.Estimator:
+                  *, log_every_steps: int = 100,
+                  total_train_steps=None) -> driver.Estimator:
   """A driver.Estimator for the model (the TPUEstimator's replacement).
 
-  use_tpu / tpu_job_name / cluster / iterations_per_loop are accepted for
-  the original's signature; TPUs are not driven from here.
+  Built through the gin-configurable tpu_estimator_model_fn, so its gin
+  bindings apply. tpu_job_name / cluster / iterations_per_loop are accepted
+  for the original's signature; TPUs are not driven from here.
   """
-  del predict_fn, ensemble_inputs, tpu_job_name, cluster, score_in_predict_mode
-  del iterations_per_loop
-  if use_tpu:
-    logging.warning("use_tpu is ignored: the TF2 driver runs on the local "
-                    "devices (PlacementMeshImpl)")
+  del tpu_job_name, cluster, iterations_per_loop
   from transformer import utils  # pylint: disable=g-import-not-at-top
   if vocabulary is None:
     raise ValueError("run.vocabulary is required (e.g. "
@@ -123,15 +129,18 @@ def get_estimator(model_type, vocabulary, mesh_shape, layout_rules,
       input_vocab_size=utils.inputs_vocabulary(vocabulary).vocab_size,
       output_vocab_size=utils.targets_vocabulary(vocabulary).vocab_size,
       layout_rules=layout_rules, mesh_shape=mesh_shape)
-  return driver.Estimator(
-      model_type, model, vocabulary, model_dir, mesh_shape, layout_rules,
-      batch_size, sequence_length, autostack=autostack,
-      keep_checkpoint_max=keep_checkpoint_max,
-      save_checkpoints_steps=save_checkpoints_steps,
+  model_fn = driver_model_fn.tpu_estimator_model_fn(
+      model_type, model, vocabulary, model_dir, use_tpu, mesh_shape,
+      layout_rules, batch_size, sequence_length, autostack,
+      keep_checkpoint_max, save_checkpoints_steps,
       learning_rate_schedule=learning_rate_schedule, optimizer=optimizer,
+      predict_fn=predict_fn, score_in_predict_mode=score_in_predict_mode,
       variable_filter=variable_filter, init_checkpoint=init_checkpoint,
-      mesh_devices=mesh_devices, variable_dtype=utils.get_variable_dtype(),
-      log_every_steps=log_every_steps)
+      ensemble_inputs=ensemble_inputs, mesh_devices=mesh_devices)
+  estimator = model_fn.estimator
+  estimator.log_every_steps = max(1, int(log_every_steps))
+  estimator.total_train_steps = total_train_steps
+  return estimator
 
 
 def _filter_features(ex):
@@ -148,6 +157,12 @@ def _pad_to_length(ex, sequence_length):
   return out
 
 
+def _examples(dataset: tf.data.Dataset, sequence_length) -> tf.data.Dataset:
+  """Model features only, each truncated / zero-padded to its length."""
+  return dataset.map(_filter_features).map(functools.partial(
+      _pad_to_length, sequence_length=sequence_length))
+
+
 def train_model(estimator, vocabulary, sequence_length, batch_size,
                 train_dataset_fn, train_steps, ensemble_inputs,
                 dataset_split="train", skip_seen_data=False,
@@ -156,20 +171,22 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
 
   train_dataset_fn(sequence_length=, vocabulary=, dataset_split=) returns
   examples (dicts of int features, packed or padded to sequence_length).
+  With ensemble_inputs N, each step feeds N batches, one per ensemble
+  member ([N, batch, length]). skip_seen_data skips the batches the steps
+  since seen_data_init_step consumed, so a resumed run sees new data.
   """
-  del checkpoint_input_pipeline
-  if ensemble_inputs:
-    raise ValueError("ensemble_inputs=%r is not supported by the TF2 driver"
-                     % (ensemble_inputs,))
+  if checkpoint_input_pipeline:
+    logging.warning("checkpoint_input_pipeline is not supported; use "
+                    "skip_seen_data to resume the input where it stopped")
 
   def input_fn():
     dataset = train_dataset_fn(sequence_length=sequence_length,
                                vocabulary=vocabulary,
                                dataset_split=dataset_split)
-    dataset = dataset.map(_filter_features)
-    dataset = dataset.map(functools.partial(
-        _pad_to_length, sequence_length=estimator.sequence_length))
+    dataset = _examples(dataset, estimator.sequence_length)
     dataset = dataset.repeat().batch(batch_size, drop_remainder=True)
+    if ensemble_inputs:
+      dataset = dataset.batch(ensemble_inputs, drop_remainder=True)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
   return estimator.train(input_fn, train_steps,
@@ -177,256 +194,157 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
                          seen_data_init_step=seen_data_init_step)
 
 
-def _eval_datasets(eval_dataset_fn, sequence_length, vocabulary,
-                   dataset_split):
-  """[(name, dataset of examples)] from eval_dataset_fn's result."""
-  result = eval_dataset_fn(sequence_length=sequence_length,
-                           vocabulary=vocabulary, dataset_split=dataset_split)
-  if isinstance(result, tf.data.Dataset):
-    return [("eval", result)]
-  out = []
-  for item in result:
-    if isinstance(item, tf.data.Dataset):
-      out.append(("eval_%d" % len(out), item))
-    else:
-      out.append((item.name, item.dataset_fn()))
-  return out
-
-
 def evaluate_dataset(estimator, dataset, sequence_length, batch_size,
                      checkpoint_path=None, max_batches=None):
   """Teacher-forced metrics of examples in `dataset` (see driver_eval)."""
-  dataset = dataset.map(_filter_features).map(functools.partial(
-      _pad_to_length, sequence_length=sequence_length))
-  dataset = dataset.batch(batch_size)
+  dataset = _examples(dataset, sequence_length).batch(batch_size)
   return driver_eval.evaluate(estimator, dataset, checkpoint_path,
                               max_batches)
+
+
+def _report(kind: str, name: str, dataset_split: str, step: int,
+            metrics: Dict[str, float], summary_dir: str) -> None:
+  """Prints one line of metrics and writes them as TensorBoard scalars."""
+  print("%s %s (%s, step %d): %s" % (
+      kind, name, dataset_split, step,
+      "  ".join("%s %.4f" % kv for kv in sorted(metrics.items()))),
+        flush=True)
+  writer = tf.summary.create_file_writer(summary_dir)
+  driver.write_scalars(writer, step,
+                       {"eval/" + k: v for k, v in metrics.items()})
+  writer.close()
 
 
 def eval_model(estimator, vocabulary, sequence_length, batch_size,
                dataset_split, model_dir, eval_dataset_fn, eval_summary_dir,
                eval_checkpoint_step, eval_with_score=False,
-               output_eval_examples=True):
+               output_eval_examples=True, *, max_batches=None):
   """Evaluates checkpoints on every eval dataset; prints and summarises.
+
+  For each checkpoint get_checkpoint_iterator(eval_checkpoint_step) names
+  (None: every checkpoint, then each new one until training's last step)
+  and each dataset eval_dataset_fn returns: the teacher-forced metrics (loss,
+  neg_log_perplexity, token_accuracy, sequence_accuracy, ...) and, for an
+  EvalDataset with metric_fns (unless eval_with_score), its metrics of
+  greedy decodes against the targets. With output_eval_examples the decodes
+  are written to `<summary dir>/<name>_predictions-<step>`. Scalars go to
+  eval_summary_dir (default `<model_dir>/<name>_<split>`).
 
   Returns {dataset name: {metric: value}} for the last checkpoint.
   """
-  del eval_with_score, output_eval_examples
   if eval_dataset_fn is None:
     raise ValueError("mode 'eval' needs run.eval_dataset_fn")
-  datasets = _eval_datasets(eval_dataset_fn, sequence_length, vocabulary,
-                            dataset_split)
-  checkpoints = get_checkpoint_iterator(eval_checkpoint_step, model_dir)
+  datasets = driver_decode.named_datasets(
+      eval_dataset_fn, sequence_length, vocabulary, dataset_split, "eval")
+  checkpoints = get_checkpoint_iterator(
+      eval_checkpoint_step, model_dir,
+      last_step=estimator.total_train_steps)
   results = {}
   for path in checkpoints:
     step = get_step_from_checkpoint_path(path)
-    for name, dataset in datasets:
+    for name, dataset, eval_dataset in datasets:
       metrics = evaluate_dataset(estimator, dataset,
-                                 estimator.sequence_length, batch_size, path)
-      results[name] = metrics
-      line = "eval %s (%s, step %d): %s" % (
-          name, dataset_split, step, "  ".join(
-              "%s %.4f" % kv for kv in sorted(metrics.items())))
-      logging.info("%s", line)
-      print(line, flush=True)
+                                 estimator.sequence_length, batch_size, path,
+                                 max_batches)
       summary_dir = eval_summary_dir or os.path.join(
           model_dir, "%s_%s" % (name, dataset_split))
-      writer = tf.summary.create_file_writer(summary_dir)
-      driver.write_scalars(writer, step, {
-          "eval/" + k: v for k, v in metrics.items()})
-      writer.close()
+      if (eval_dataset is not None and eval_dataset.metric_fns and
+          not eval_with_score):
+        texts = driver_decode.decode_examples(estimator, dataset, vocabulary,
+                                              path)
+        metrics.update(driver_decode.text_metrics(
+            eval_dataset, texts["targets"], texts["predictions"]))
+        if output_eval_examples:
+          driver_decode.write_lines_to_file(
+              texts["predictions"], os.path.join(
+                  summary_dir, "%s_predictions-%d" % (name, step)))
+      results[name] = metrics
+      _report("eval", name, dataset_split, step, metrics, summary_dir)
   return results
+
+
+def _checkpoint_steps(model_dir) -> List[int]:
+  return driver._checkpoints().checkpoint_steps(model_dir)  # pylint: disable=protected-access
+
+
+def _checkpoint_path(model_dir, step: int) -> str:
+  return os.path.join(model_dir, "model.ckpt-%d" % step)
+
+
+def _wait_for_checkpoints(model_dir, skip_until, stop_after, last_step,
+                          timeout, poll_seconds) -> Iterator[str]:
+  """Existing checkpoints after skip_until in order, then new ones as they
+  appear; ends after a step >= stop_after or last_step, or after timeout
+  seconds without a new checkpoint (None: wait forever)."""
+  done = skip_until
+  waited_since = time.monotonic()
+  while True:
+    new = [s for s in _checkpoint_steps(model_dir) if s > done]
+    for step in new:
+      yield _checkpoint_path(model_dir, step)
+      done = step
+      for limit in (stop_after, last_step):
+        if limit is not None and step >= limit:
+          return
+    if new:
+      waited_since = time.monotonic()
+      continue
+    if timeout is not None and time.monotonic() - waited_since > timeout:
+      logging.info("No new checkpoint in %s for %s s; stopping", model_dir,
+                   timeout)
+      return
+    logging.info("Waiting for checkpoints after step %d in %s", done,
+                 model_dir)
+    time.sleep(poll_seconds)
 
 
 @gin.configurable(module=_GIN_MODULE)
 def get_checkpoint_iterator(checkpoint_step, model_dir, skip_until=0,
-                            stop_after=None, find_closest=True):
-  """Checkpoint paths to evaluate: None -> the latest; "all" -> every one
-  (after skip_until, up to stop_after); an int / list -> those steps (the
-  closest existing one if find_closest).
+                            stop_after=None, find_closest=True, *,
+                            last_step=None, timeout=None, poll_seconds=5.0):
+  """Checkpoint paths, in step order, from checkpoint_step.
 
-  Unlike the original, None does not wait for future checkpoints.
+  - an int: that step's checkpoint (the closest one if find_closest);
+  - a list of ints: each of them likewise;
+  - -1: the latest checkpoint (the `checkpoint` state file's);
+  - "all": every checkpoint in model_dir with step > skip_until (and
+    <= stop_after if given);
+  - None: every checkpoint with step > skip_until, then each new one as
+    training writes it (an iterator that waits), until one with step >=
+    stop_after. Keyword-only additions: it also ends after a step >=
+    last_step (training's last checkpoint; eval_model passes the run's
+    train steps) or after `timeout` seconds without a new checkpoint.
+
+  Raises:
+    ValueError: no checkpoints (except for None), or a step without a
+      checkpoint when find_closest is False.
   """
-  index_files = tf.io.gfile.glob(os.path.join(model_dir,
-                                              "model.ckpt-*.index"))
-  steps = sorted(get_step_from_checkpoint_path(f) for f in index_files)
+  if checkpoint_step is None:
+    return _wait_for_checkpoints(model_dir, skip_until, stop_after,
+                                 last_step, timeout, poll_seconds)
+  steps = _checkpoint_steps(model_dir)
   if not steps:
     raise ValueError("no checkpoints (model.ckpt-*.index) in %r" % model_dir)
-  path = lambda s: os.path.join(model_dir, "model.ckpt-%d" % s)
-  if checkpoint_step is None:
+  if checkpoint_step == -1:
     latest = driver._checkpoints().latest_checkpoint(model_dir)  # pylint: disable=protected-access
-    return [latest or path(steps[-1])]
+    return [latest or _checkpoint_path(model_dir, steps[-1])]
   if checkpoint_step == "all":
-    return [path(s) for s in steps if s >= skip_until and
-            (stop_after is None or s <= stop_after)]
-  wanted = checkpoint_step if isinstance(checkpoint_step,
-                                         (list, tuple)) else [checkpoint_step]
+    return [_checkpoint_path(model_dir, s) for s in steps
+            if s > skip_until and (stop_after is None or s <= stop_after)]
+  wanted = (checkpoint_step if isinstance(checkpoint_step, (list, tuple))
+            else [checkpoint_step])
   out = []
   for w in wanted:
     w = int(w)
     if w in steps:
-      out.append(path(w))
+      out.append(_checkpoint_path(model_dir, w))
     elif find_closest:
-      out.append(path(min(steps, key=lambda s: abs(s - w))))
+      out.append(_checkpoint_path(model_dir,
+                                  min(steps, key=lambda s: abs(s - w))))
     else:
       raise ValueError("no checkpoint for step %d in %r (have %s)"
                        % (w, model_dir, steps))
   return out
-
-
-def get_inputs_from_file(input_filename, ignore_comments=False):
-  """Lines of input_filename (no trailing newline); '#' lines dropped if
-  ignore_comments."""
-  with tf.io.gfile.GFile(input_filename, "r") as f:
-    lines = f.read().split("\n")
-  if lines and not lines[-1]:
-    lines.pop()
-  if ignore_comments:
-    lines = [l for l in lines if not l.startswith("#")]
-  return lines
-
-
-def write_lines_to_file(lines, filename):
-  """Writes lines (one per line) to filename, creating its directory."""
-  directory = os.path.dirname(filename)
-  if directory:
-    tf.io.gfile.makedirs(directory)
-  with tf.io.gfile.GFile(filename, "w") as f:
-    for line in lines:
-      f.write("%s\n" % line)
-
-
-def _targets_vocab(vocabulary):
-  return vocabulary[1] if isinstance(vocabulary, tuple) else vocabulary
-
-
-def _inputs_vocab(vocabulary):
-  return vocabulary[0] if isinstance(vocabulary, tuple) else vocabulary
-
-
-def decode_strings(estimator, strings: Sequence[str], vocabulary=None,
-                   checkpoint_path=None, **decode_kwargs) -> List[str]:
-  """Decoded output strings for input strings (greedy unless configured)."""
-  vocabulary = vocabulary or estimator.vocabulary
-  length = estimator.sequence_length["inputs"]
-  ids = driver_eval.encode_strings(_inputs_vocab(vocabulary), strings, length)
-  outputs = driver_eval.decode_ids(estimator, ids,
-                                   checkpoint_path=checkpoint_path,
-                                   **decode_kwargs)
-  return [_targets_vocab(vocabulary).decode([int(i) for i in row])
-          for row in outputs]
-
-
-@gin.configurable(module=_GIN_MODULE)
-def decode(estimator, input_fn, vocabulary, checkpoint_path=None):
-  """Decoded strings for input_fn() -> dataset of {"inputs": ids} rows."""
-  rows = [ex["inputs"] for ex in input_fn().as_numpy_iterator()]
-  if not rows:
-    return []
-  length = estimator.sequence_length["inputs"]
-  ids = np.zeros([len(rows), length], np.int32)
-  for i, r in enumerate(rows):
-    ids[i, :min(len(r), length)] = r[:length]
-  outputs = driver_eval.decode_ids(estimator, ids,
-                                   checkpoint_path=checkpoint_path)
-  return [_targets_vocab(vocabulary).decode([int(i) for i in row])
-          for row in outputs]
-
-
-@gin.configurable(module=_GIN_MODULE)
-def decode_from_file(estimator, vocabulary, model_type, batch_size,
-                     sequence_length, checkpoint_path=None,
-                     input_filename=gin.REQUIRED,
-                     output_filename=gin.REQUIRED, eos_id=1, repeats=1):
-  """Decodes each line of input_filename into a line of output_filename
-  (`<output_filename>-<step>` as the original wrote)."""
-  del model_type, batch_size, sequence_length, eos_id
-  for name, value in (("input_filename", input_filename),
-                      ("output_filename", output_filename)):
-    if value is gin.REQUIRED:
-      raise ValueError("decode_from_file: parameter %r is required" % name)
-  inputs = get_inputs_from_file(input_filename)
-  inputs = [s for s in inputs for _ in range(repeats)]
-  decodes = decode_strings(estimator, inputs, vocabulary, checkpoint_path)
-  if checkpoint_path is None:
-    checkpoint_path = estimator.latest_checkpoint()
-  step = get_step_from_checkpoint_path(checkpoint_path)
-  out = "%s-%d" % (output_filename, step)
-  write_lines_to_file(decodes, out)
-  logging.info("decode_from_file: %d lines -> %s", len(decodes), out)
-  return decodes
-
-
-@gin.configurable(module=_GIN_MODULE)
-def infer_model(estimator, vocabulary, sequence_length, batch_size,
-                model_type, model_dir, eval_checkpoint_step,
-                checkpoint_paths=None, decode_fn=decode_from_file):
-  """Runs decode_fn for each checkpoint to evaluate."""
-  if checkpoint_paths is None:
-    checkpoint_paths = get_checkpoint_iterator(eval_checkpoint_step,
-                                               model_dir)
-  for path in checkpoint_paths:
-    decode_fn(estimator, vocabulary, model_type, batch_size,
-              sequence_length, checkpoint_path=path)
-
-
-@gin.configurable(module=_GIN_MODULE)
-def save_scores(results, vocabulary, scores_filename=None,
-                save_example_text=True):
-  """Writes scores (one per line) to scores_filename + ".scores" and, with
-  save_example_text, the example texts; returns the scores."""
-  scores = [float(r["scores"]) for r in results]
-  if scores_filename is not None:
-    write_lines_to_file(["%f" % s for s in scores],
-                        scores_filename + ".scores")
-    if save_example_text:
-      for key in ("inputs", "targets"):
-        if key in results[0]:
-          write_lines_to_file(
-              [_targets_vocab(vocabulary).decode(list(r[key]))
-               if key == "targets" else
-               _inputs_vocab(vocabulary).decode(list(r[key]))
-               for r in results], "%s.%s" % (scores_filename, key))
-  return scores
-
-
-@gin.configurable(module=_GIN_MODULE)
-def score_from_strings(estimator, vocabulary, model_type, batch_size,
-                       sequence_length, model_dir, eval_checkpoint_step,
-                       inputs=gin.REQUIRED, targets=gin.REQUIRED,
-                       score_postprocess_fn=gin.REQUIRED, eos_id=1,
-                       score_eos=True):
-  """Log-likelihoods of targets given inputs, passed to score_postprocess_fn.
-
-  Returns whatever score_postprocess_fn returns (save_scores: the scores).
-  """
-  del batch_size, sequence_length
-  for name, value in (("inputs", inputs), ("targets", targets),
-                      ("score_postprocess_fn", score_postprocess_fn)):
-    if value is gin.REQUIRED:
-      raise ValueError("score_from_strings: parameter %r is required" % name)
-  if isinstance(inputs, str):
-    inputs = get_inputs_from_file(inputs)
-  if isinstance(targets, str):
-    targets = get_inputs_from_file(targets)
-  if len(inputs) != len(targets):
-    raise ValueError("score_from_strings: %d inputs but %d targets"
-                     % (len(inputs), len(targets)))
-  length = estimator.sequence_length
-  input_ids = (None if model_type in ("lm", "delimited_lm") else
-               driver_eval.encode_strings(_inputs_vocab(vocabulary), inputs,
-                                          length["inputs"], eos_id))
-  target_ids = driver_eval.encode_strings(_targets_vocab(vocabulary), targets,
-                                          length["targets"], eos_id)
-  if not score_eos:
-    target_ids[target_ids == eos_id] = 0
-  path = get_checkpoint_iterator(eval_checkpoint_step, model_dir)[-1]
-  scores = driver_eval.score_ids(estimator, input_ids, target_ids, path)
-  results = [{"scores": s, "targets": t} for s, t in zip(scores, target_ids)]
-  if input_ids is not None:
-    for r, i in zip(results, input_ids):
-      r["inputs"] = i
-  return score_postprocess_fn(results, vocabulary)
 
 
 def _resolve_learning_rate_schedule(schedule, total_train_steps):
@@ -455,12 +373,25 @@ def run(tpu_job_name, tpu, gcp_project, tpu_zone, model_dir,
         ensemble_inputs=None, train_model_fn=train_model,
         skip_seen_data=False, seen_data_init_step=0,
         output_eval_examples=True, checkpoint_input_pipeline=False):
-  """Runs mode ("train", "eval", "infer", "score_from_strings", "export",
-  ...) as configured by gin; returns the mode's result.
+  """Runs `mode` as configured by gin; returns the mode's result.
 
+  Modes: "train" (train_model_fn up to total_run_steps or train_steps),
+  "eval" (eval_model: teacher-forced metrics plus decode metrics of
+  EvalDatasets), "score_eval" / "perplexity_eval" (teacher-forced only; the
+  latter over perplexity_eval_steps batches), "infer" (infer_model),
+  "score_from_strings", "score_from_dataset", "export_infer" / "export_score"
+  (a SavedModel; "export" is the deprecated alias of "export_infer").
+  tpu_job_name, tpu, gcp_project and tpu_zone name TPU resources this
+  driver does not use.
+
+  Raises:
+    ValueError: an unknown mode, or a missing required parameter.
   """
   from transformer import utils  # pylint: disable=g-import-not-at-top
-  del tpu_job_name, gcp_project, tpu_zone, perplexity_eval_steps
+  del tpu_job_name, gcp_project, tpu_zone
+  if mode not in RUN_MODES:
+    raise ValueError("run: unknown mode %r; expected one of %s"
+                     % (mode, list(RUN_MODES)))
   if tpu:
     logging.warning("run: tpu=%r is ignored (no TPU driver in TF2 mode)", tpu)
   for name, value in (("mesh_shape", mesh_shape),
@@ -485,7 +416,9 @@ def run(tpu_job_name, tpu, gcp_project, tpu_zone, model_dir,
       batch_size, sequence_length, autostack, learning_rate_schedule,
       keep_checkpoint_max, save_checkpoints_steps, optimizer, predict_fn,
       variable_filter, ensemble_inputs, False, None, iterations_per_loop,
-      None, init_checkpoint=init_checkpoint, mesh_devices=mesh_devices)
+      None, init_checkpoint=init_checkpoint, mesh_devices=mesh_devices,
+      score_in_predict_mode=mode == "export_score",
+      total_train_steps=train_steps)
   if mode == "train":
     if train_dataset_fn is None:
       raise ValueError("mode 'train' needs run.train_dataset_fn")
@@ -495,20 +428,34 @@ def run(tpu_job_name, tpu, gcp_project, tpu_zone, model_dir,
                           skip_seen_data=skip_seen_data,
                           seen_data_init_step=seen_data_init_step,
                           checkpoint_input_pipeline=checkpoint_input_pipeline)
-  if mode in ("eval", "evaluate", "score_eval", "perplexity_eval"):
+  if mode in ("eval", "score_eval", "perplexity_eval"):
+    max_batches = None
+    if mode == "perplexity_eval":
+      # Teacher-forced metrics over perplexity_eval_steps batches; the
+      # training data stands in when there is no eval dataset.
+      eval_dataset_fn = eval_dataset_fn or train_dataset_fn
+      max_batches = perplexity_eval_steps
     return eval_model(estimator, vocabulary, sequence_length, batch_size,
                       dataset_split, model_dir, eval_dataset_fn,
                       eval_summary_dir, eval_checkpoint_step,
-                      output_eval_examples=output_eval_examples)
+                      eval_with_score=(mode != "eval"),
+                      output_eval_examples=output_eval_examples,
+                      max_batches=max_batches)
   if mode == "infer":
-    return infer_model(estimator, vocabulary, sequence_length, batch_size,
-                       model_type, model_dir, eval_checkpoint_step)
+    return driver_decode.infer_model(
+        estimator, vocabulary, sequence_length, batch_size, model_type,
+        model_dir, eval_checkpoint_step)
   if mode == "score_from_strings":
-    return score_from_strings(estimator, vocabulary, model_type, batch_size,
-                              sequence_length, model_dir,
-                              eval_checkpoint_step)
+    return driver_decode.score_from_strings(
+        estimator, vocabulary, model_type, batch_size, sequence_length,
+        model_dir, eval_checkpoint_step)
+  if mode == "score_from_dataset":
+    return driver_decode.score_from_dataset(
+        estimator, vocabulary, batch_size, sequence_length, model_dir,
+        eval_checkpoint_step, dataset_split)
   if mode in ("export", "export_infer", "export_score"):
-    from transformer._src import driver_export  # pylint: disable=g-import-not-at-top
+    if mode == "export":
+      logging.warning("mode 'export' is deprecated; use 'export_infer'")
     checkpoint_path = (None if export_checkpoint_step is None else
                        get_checkpoint_iterator(export_checkpoint_step,
                                                model_dir)[-1])
@@ -517,6 +464,4 @@ def run(tpu_job_name, tpu, gcp_project, tpu_zone, model_dir,
         vocabulary, sequence_length, model_type,
         eval_with_score=(mode == "export_score"),
         checkpoint_path=checkpoint_path)
-  raise ValueError("run: unknown mode %r; expected train, eval, infer, "
-                   "score_from_strings, export, export_infer or export_score"
-                   % (mode,))
+  raise AssertionError("unreachable: mode %r" % mode)

@@ -1,0 +1,148 @@
+"""tpu_estimator_model_fn and the streaming metrics, in tf.compat.v1 graphs.
+
+The model_fn is driven as legacy code drove it without an Estimator: build
+the spec in a graph, initialise, run the MtfRestoreHook's copy, then run
+train_op / metric updates / predictions in a Session.
+"""
+
+import gin
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from transformer import utils
+from transformer._src import driver_model_fn
+from driver_test_util import BATCH
+from driver_test_util import LENGTH
+from driver_test_util import MESH_2X2
+from driver_test_util import VOCAB
+from driver_test_util import reverse_data
+from driver_test_util import tiny_gin
+
+tf1 = tf.compat.v1
+
+
+def _model_fn(tmp_path, mesh=MESH_2X2, **kwargs):
+  tiny_gin("utils.get_variable_dtype.activation_dtype = 'float32'")
+  mesh_shape, layout = mesh
+  model = utils.build_model("bitransformer", input_vocab_size=VOCAB,
+                            output_vocab_size=VOCAB, layout_rules=layout,
+                            mesh_shape=mesh_shape)
+  return utils.tpu_estimator_model_fn(
+      "bitransformer", model, None, str(tmp_path), False, mesh_shape, layout,
+      BATCH, LENGTH, True, None, 100,
+      learning_rate_schedule=lambda step: 0.01 + 0.0 * tf.cast(step,
+                                                               tf.float32),
+      optimizer=None, **kwargs)
+
+
+def _start(session, specs):
+  session.run([tf1.global_variables_initializer(),
+               tf1.local_variables_initializer()])
+  for spec in specs:
+    for hook in spec.hooks:
+      hook.begin()
+      hook.after_create_session(session, None)
+
+
+def test_train_eval_and_predict_in_one_v1_graph(tmp_path):
+  x, y = reverse_data(BATCH)
+  model_fn = _model_fn(tmp_path)
+  with tf.Graph().as_default():
+    features = {"inputs": tf.constant(x), "targets": tf.constant(y)}
+    train = model_fn(features, None, "train")
+    evaluate = model_fn(features, None, "eval")
+    decode = model_fn({"inputs": tf.constant(x)}, None, "infer")
+    assert train.mode == "train" and train.saver_listener is not None
+    with tf1.Session() as session:
+      _start(session, [train])
+      losses = [session.run([train.train_op, train.loss])[1]
+                for _ in range(30)]
+      assert losses[-1] < 0.7 * losses[0]
+      step = tf1.train.get_global_step()
+      assert session.run(step) == 30
+      # The saver listener copies trained slices into the masters, which
+      # the eval and predict lowerings copy to their slices.
+      train.saver_listener.begin()
+      train.saver_listener.before_save(session, 30)
+      _start(session, [evaluate, decode])
+      updates = {k: v[1] for k, v in evaluate.eval_metric_ops.items()}
+      values = {k: v[0] for k, v in evaluate.eval_metric_ops.items()}
+      session.run(updates)
+      metrics = session.run(values)
+      outputs = session.run(decode.predictions)
+  assert metrics["num_eval_tokens"] == BATCH * LENGTH
+  assert metrics["max_targets_length"] == LENGTH
+  assert 0 <= metrics["token_accuracy"] <= 1
+  np.testing.assert_allclose(metrics["mean_label"], y.mean(), rtol=1e-6)
+  assert metrics["neg_log_perplexity"] < 0
+  assert outputs["outputs"].shape == (BATCH, LENGTH)
+  np.testing.assert_array_equal(outputs["inputs"], x)
+
+
+def test_scores_in_predict_mode_match_eval_perplexity(tmp_path):
+  x, y = reverse_data(BATCH)
+  model_fn = _model_fn(tmp_path, score_in_predict_mode=True)
+  with tf.Graph().as_default():
+    features = {"inputs": tf.constant(x), "targets": tf.constant(y)}
+    evaluate = model_fn(features, None, "eval")
+    score = model_fn(features, None, "infer")
+    with tf1.Session() as session:
+      _start(session, [evaluate, score])
+      session.run({k: v[1] for k, v in evaluate.eval_metric_ops.items()})
+      metrics = session.run({k: v[0] for k, v in
+                             evaluate.eval_metric_ops.items()})
+      scores = session.run(score.predictions["scores"])
+  assert scores.shape == (BATCH,)
+  np.testing.assert_allclose(
+      scores.sum(), metrics["neg_log_perplexity"] * metrics["num_eval_tokens"],
+      rtol=1e-5)
+
+
+def test_unknown_mode_is_named(tmp_path):
+  model_fn = _model_fn(tmp_path, mesh=("", ""))
+  x, y = reverse_data(BATCH)
+  with tf.Graph().as_default():
+    with pytest.raises(ValueError, match="unknown mode 'training'"):
+      model_fn({"inputs": tf.constant(x), "targets": tf.constant(y)}, None,
+               "training")
+
+
+def test_metric_sum_and_max_accumulate():
+  with tf.Graph().as_default():
+    values = tf1.placeholder(tf.float32, [None])
+    total, add = utils.metric_sum(values)
+    largest, update = utils.metric_max(values, name="biggest")
+    assert "biggest" in largest.name
+    assert total in tf1.local_variables()
+    with tf1.Session() as session:
+      session.run(tf1.local_variables_initializer())
+      for batch in ([1.0, 2.0], [4.0], [-3.0, 0.5]):
+        session.run([add, update], {values: batch})
+      assert session.run([total, largest]) == [4.5, 4.0]
+
+
+def test_gin_bindings_reach_the_runs_estimator(tmp_path):
+  tiny_gin()
+  gin.parse_config("""
+utils.tpu_estimator_model_fn.outer_batch_size = 2
+utils.tpu_estimator_model_fn.init_variable_filter = "encoder/.*"
+""")
+  est = utils.get_estimator(
+      "bitransformer", _vocab(), "", "", str(tmp_path), BATCH, LENGTH, True,
+      None, None, 100, None, None, None, None, False, None, 100, None)
+  assert est.outer_batch_size == 2
+  assert est.init_variable_filter == "encoder/.*"
+  assert [d.size for d in est.batch_dims()] == [2, BATCH // 2]
+  # predict_fn is deny-listed, as in the original.
+  with pytest.raises(ValueError, match="predict_fn"):
+    gin.parse_config("utils.tpu_estimator_model_fn.predict_fn = None")
+
+
+class _vocab:  # pylint: disable=invalid-name
+  vocab_size = VOCAB
+
+
+def test_model_fn_module_exports():
+  assert utils.tpu_estimator_model_fn is driver_model_fn.tpu_estimator_model_fn
+  assert utils.metric_sum is driver_model_fn.metric_sum
