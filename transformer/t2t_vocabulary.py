@@ -21,7 +21,6 @@ import threading
 from typing import List, Sequence
 
 import gin
-import numpy as np
 import tensorflow as tf
 
 from transformer import vocabulary
@@ -94,19 +93,11 @@ class T2tVocabulary(vocabulary.Vocabulary):
 
   def encode_tf(self, s: tf.Tensor) -> tf.Tensor:
     """Scalar tf.string -> 1-D int32 ids (runs the encoder in Python)."""
-    def fn(text):
-      return np.asarray(self.encode(text.numpy()), dtype=np.int32)
-    ids = tf.py_function(fn, [s], tf.int32)
-    ids.set_shape([None])
-    return ids
+    return vocabulary.encode_tf_in_python(self, s)
 
   def decode_tf(self, ids: tf.Tensor) -> tf.Tensor:
     """1-D integer ids -> scalar tf.string (runs the encoder in Python)."""
-    def fn(values):
-      return self.decode(values.numpy()).encode("utf-8")
-    text = tf.py_function(fn, [ids], tf.string)
-    text.set_shape([])
-    return text
+    return vocabulary.decode_tf_in_python(self, ids)
 
 
 @gin.configurable(module=_GIN_MODULE)

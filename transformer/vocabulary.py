@@ -61,6 +61,28 @@ class Vocabulary:
     raise NotImplementedError
 
 
+def encode_tf_in_python(vocab: Vocabulary, s: tf.Tensor) -> tf.Tensor:
+  """vocab.encode of a scalar tf.string, run in Python (tf.py_function).
+
+  For vocabularies whose encoder is Python code; a SavedModel cannot carry
+  the result.
+  """
+  def fn(text):
+    return np.asarray(vocab.encode(text.numpy()), dtype=np.int32)
+  ids = tf.py_function(fn, [s], tf.int32)
+  ids.set_shape([None])
+  return ids
+
+
+def decode_tf_in_python(vocab: Vocabulary, ids: tf.Tensor) -> tf.Tensor:
+  """vocab.decode of 1-D ids as a scalar tf.string (tf.py_function)."""
+  def fn(values):
+    return vocab.decode(values.numpy()).encode("utf-8")
+  text = tf.py_function(fn, [ids], tf.string)
+  text.set_shape([])
+  return text
+
+
 def _ids_before_eos(ids) -> List[int]:
   """The ids (as Python ints) up to, not including, the first EOS."""
   out = []
@@ -115,19 +137,11 @@ class TFDSVocabulary(Vocabulary):
 
   def encode_tf(self, s: tf.Tensor) -> tf.Tensor:
     """Scalar tf.string -> 1-D int32 ids (runs the encoder in Python)."""
-    def fn(text):
-      return np.asarray(self.encode(text.numpy()), dtype=np.int32)
-    ids = tf.py_function(fn, [s], tf.int32)
-    ids.set_shape([None])
-    return ids
+    return encode_tf_in_python(self, s)
 
   def decode_tf(self, ids: tf.Tensor) -> tf.Tensor:
     """1-D integer ids -> scalar tf.string (runs the encoder in Python)."""
-    def fn(values):
-      return self.decode(values.numpy()).encode("utf-8")
-    text = tf.py_function(fn, [ids], tf.string)
-    text.set_shape([])
-    return text
+    return decode_tf_in_python(self, ids)
 
 
 @gin.configurable(module=_GIN_MODULE)
