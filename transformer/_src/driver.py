@@ -16,6 +16,7 @@ MtfCheckpointSaverListener / MtfRestoreHook did.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import Callable, Dict, List, Optional
@@ -362,11 +363,11 @@ class Estimator:
       return
     fn = phase.copy_fns.get(what)
     if fn is None:
-      laid_out_variables = phase.laid_out_variables
-
-      @tf.function(autograph=False)
-      def fn():
-        tf.group(*[getattr(v, what) for v in laid_out_variables])
+      # A partial, not a closure: TF keys its retracing warning on a
+      # function's code, which every phase's copy would share.
+      fn = tf.function(functools.partial(_copy_variables,
+                                         phase.laid_out_variables, what),
+                       autograph=False)
       phase.copy_fns[what] = fn
     fn()
 
@@ -531,6 +532,10 @@ class Estimator:
     """
     from transformer._src import driver_eval  # pylint: disable=g-import-not-at-top
     return driver_eval.evaluate(self, dataset, checkpoint_path, max_batches)
+
+
+def _copy_variables(laid_out_variables, what: str) -> None:
+  tf.group(*[getattr(v, what) for v in laid_out_variables])
 
 
 def write_scalars(writer, step: int, scalars: Dict[str, float]) -> None:
