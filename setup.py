@@ -34,6 +34,6 @@ setuptools.setup(
         # install `tensorflow` themselves and skip this extra.
         "cpu": ["tensorflow-cpu>=2.16"],
         "tensorflow": ["tensorflow>=2.16"],
-        "test": ["pytest", "pytest-xdist", "hypothesis"],
+        "test": ["pytest", "pytest-xdist", "pytest-timeout", "hypothesis"],
     },
 )

@@ -17,11 +17,11 @@ from mesh_tensorflow._src.mesh_impls import simd_collective
 from tests import mesh_test_util as mtu
 
 DEVICES = ["/cpu:%d" % i for i in range(8)]
-TIMEOUT = 120
 
 
 def _backend(devices):
-  return simd_collective.CollectiveBackend(devices, timeout_seconds=TIMEOUT)
+  return simd_collective.CollectiveBackend(
+      devices, timeout_seconds=mtu.COLLECTIVE_TIMEOUT_SECONDS)
 
 
 def _run_replicas(backend, fn, pnums):

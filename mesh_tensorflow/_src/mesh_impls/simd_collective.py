@@ -117,6 +117,11 @@ class CollectiveBackend(simd_backend.SimdBackend):
     """Args:
       devices: the device of each physical replica (index = physical pnum).
       timeout_seconds: abort a collective that waits longer (0 = never).
+        For debugging hangs only: on TF 2.21 every execution of a collective
+        with a timeout starts an OS thread that sleeps for the timeout
+        (PosixEnv::SchedClosureAfter), so a program issuing thousands of
+        collectives within one timeout exhausts the process's threads and
+        TF aborts the process (std::system_error in std::thread).
     """
     self._devices = list(devices)
     self._timeout = float(timeout_seconds)
