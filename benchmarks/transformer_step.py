@@ -16,7 +16,8 @@ step (forward, backward, update) is one compiled tf.function. Configurations:
   mtf_2x2   mesh "rows:2;cols:2",
             layout "batch:rows;heads:cols;d_ff:cols;vocab:cols"
   tf_onehot (only with --only) plain TF whose embedding lookup is a one-hot
-            matmul, as mtf.gather (and the original's) computes it
+            matmul, as the original's mtf.gather computes it (and this
+            mtf.gather still does where the vocabulary is split)
 
 all in one process on 4 virtual CPUs (PlacementMeshImpl). Every configuration
 starts from the same weights: the mtf masters of a reference build, copied
@@ -37,14 +38,17 @@ not multiplied, so they are not counted); attention FLOPs (forward q.k and
 weights.v, times 3 for the backward pass) = 12 * layers * batch * length^2 *
 heads * d_kv, the full square: neither side skips the masked half.
 
-mtf does more arithmetic than this count: mtf.gather (like the original's)
-is a one-hot einsum, so the embedding lookup and its gradient are two
-[tokens, vocab] x [vocab, d_model] matmuls (+11% FLOPs at the default size;
-tf_onehot shows that cost in plain TF). The virtual CPUs share the machine's
-2 cores, so a parallel layout does no less work than one device; its four
-devices' ops can overlap, though, which may beat one device whose smaller
-ops (softmax, norms, elementwise) do not keep both cores busy. Timings on a
-machine shared with other jobs vary by 20% or more between runs.
+Where the vocabulary is not split (mtf_1, mtf_dp4), mtf.gather looks the
+embedding up with tf.gather and its gradient is a scatter-add, as in plain
+TF. Where it is split (mtf_mp4, mtf_2x2), mtf.gather is the original's
+one-hot einsum, so the lookup and its gradient are two [tokens, vocab] x
+[vocab, d_model] matmuls, split over the vocabulary (+11% FLOPs at the
+default size; tf_onehot shows that cost in plain TF). The virtual CPUs
+share the machine's 2 cores, so a parallel layout does no less work than
+one device; its four devices' ops can overlap, though, which may beat one
+device whose smaller ops (softmax, norms, elementwise) do not keep both
+cores busy. Timings on a machine shared with other jobs vary by 20% or more
+between runs.
 
 Usage: python benchmarks/transformer_step.py [--rounds 3] [--steps_per_round 1]
            [--only mtf_1,...] [--layers 6] [--batch 16] [--length 256]

@@ -27,6 +27,8 @@ def _operand(labels, rng):
     "abcd,cde->abe", "abc,bc->a", "abc,b->ca", "ab,bc->ca", "ab->ba",
     "abc->b", "abc->", "ab,ba->ab", "abc,cab->cab", "ab,bcd->acd",
     "ab,cd->ad", "abc,bcd->ad", "abc,dbc->ad", "ab,bc,cd->ad",
+    "abc,abc->c", "abc,abc->ab", "abc,cab->b", "abc,bca->", "ab,ba->b",
+    "abc,cb->c",
 ])
 def test_einsum_matches_tf_einsum(equation):
   rng = np.random.default_rng(0)
@@ -68,6 +70,10 @@ def test_einsum_emits_matmul_and_multiply():
   assert "Transpose" not in types
   types = op_types("ab,ab->ab", a, a)
   assert "Mul" in types and "Einsum" not in types
+  c = tf.TensorSpec([4, 5, 8], tf.float32)
+  types = op_types("abc,abc->c", c, c)  # batched dot products
+  assert "Mul" in types and "Sum" in types
+  assert "Einsum" not in types and "BatchMatMulV2" not in types
 
 
 def test_share_host_memory():

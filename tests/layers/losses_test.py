@@ -82,6 +82,43 @@ def test_softmax_cross_entropy_modes(mode):
   mtu.assert_all_close(got, _softmax_reference(), rtol=1e-5, atol=1e-5)
 
 
+# Out-of-range ids (-1, 8) have an all-zero one-hot: cross-entropy 0.
+TARGETS_OUT_OF_RANGE = TARGETS.copy()
+TARGETS_OUT_OF_RANGE[0, 0], TARGETS_OUT_OF_RANGE[2, 1] = -1, 8
+
+
+@pytest.mark.parametrize("mode", mtu.MODES)
+@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS + [
+    ("rows:2;cols:2", "length:rows;batch:cols")], ids=_IDS + ["2x2|lb"])
+def test_softmax_cross_entropy_hard_targets_equal_one_hot_soft_targets(
+    mesh_shape, layout, mode):
+  """Hard targets (a gather) give what their one-hots as soft targets give,
+  out-of-range ids and targets in another dimension order included."""
+  def build(mesh):
+    logits = mtf.import_tf_tensor(mesh, LOGITS, [BATCH, LENGTH, VOCAB])
+    targets = mtf.import_tf_tensor(mesh, TARGETS_OUT_OF_RANGE.T,
+                                   [LENGTH, BATCH])
+    w = mtf.import_tf_tensor(mesh, WEIGHTS, [BATCH, LENGTH])
+    hard = mtf.layers.softmax_cross_entropy_with_logits(
+        logits, targets, VOCAB, z_loss=Z_LOSS)
+    soft = mtf.layers.softmax_cross_entropy_with_logits(
+        logits, mtf.one_hot(targets, VOCAB), VOCAB, z_loss=Z_LOSS)
+    assert hard.shape == soft.shape == mtf.Shape([BATCH, LENGTH])
+    [d_hard] = mtf.gradients([mtf.reduce_sum(hard * w)], [logits])
+    [d_soft] = mtf.gradients([mtf.reduce_sum(soft * w)], [logits])
+    return [hard, soft, d_hard, d_soft]
+  hard, soft, d_hard, d_soft = mtu.run_program(build, mesh_shape, layout, mode)
+  np.testing.assert_allclose(hard, soft, rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(d_hard, d_soft, rtol=1e-5, atol=1e-6)
+  log_z = np.log(np.exp(LOGITS.astype(np.float64)).sum(-1))
+  expected = Z_LOSS * log_z ** 2
+  in_range = (TARGETS_OUT_OF_RANGE >= 0) & (TARGETS_OUT_OF_RANGE < 8)
+  target_logits = np.take_along_axis(
+      LOGITS, np.where(in_range, TARGETS_OUT_OF_RANGE, 0)[..., None], -1)
+  expected += np.where(in_range, log_z - target_logits[..., 0], 0.0)
+  np.testing.assert_allclose(hard, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_softmax_cross_entropy_bfloat16_logits():
   def build(mesh):
     logits = mtf.cast(mtf.import_tf_tensor(mesh, LOGITS,

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from mesh_tensorflow._src.lowering import LazyAllreduceSum
+from mesh_tensorflow._src.ops import reduce as reduce_lib
 from tests import mesh_test_util as mtu
 
 A = mtf.Dimension("a", 4)
@@ -227,6 +228,83 @@ def test_softmax_gradients(mesh_layout):
             tf.reduce_sum(tf.reduce_logsumexp(x, axis=2)))
   np.testing.assert_allclose(got, tape.gradient(loss, x).numpy(), rtol=1e-4,
                              atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", mtu.MODES)
+@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+def test_softmax_equals_exp_log_softmax(mesh_layout, mode):
+  """The fused softmax (any reduced dim, split or not) and its gradient
+  against exp(log_softmax(x)), the original's formulation."""
+  w = X[::-1].copy()
+
+  def build(mesh):
+    x = mtf.import_tf_tensor(mesh, X * 10.0, SHAPE)
+    wt = mtf.import_tf_tensor(mesh, w, SHAPE)
+    outs = []
+    for dim in (A, B, C):
+      fused = mtf.softmax(x, dim)
+      composite = mtf.exp(mtf.log_softmax(x, dim))
+      assert isinstance(fused.operation, reduce_lib.SoftmaxOperation)
+      outs += [fused, composite]
+      outs += mtf.gradients([mtf.reduce_sum(fused * fused * wt)], [x])
+      outs += mtf.gradients([mtf.reduce_sum(composite * composite * wt)], [x])
+    return outs
+  got = mtu.run_program(build, *mesh_layout, mode)
+  for i in range(0, len(got), 2):
+    np.testing.assert_allclose(got[i], got[i + 1], rtol=1e-5, atol=1e-6)
+
+
+def test_softmax_bfloat16_and_fused_kernel():
+  def build(mesh):
+    x = mtf.cast(mtf.import_tf_tensor(mesh, X, SHAPE), tf.bfloat16)
+    y = mtf.softmax(x, C)
+    assert y.dtype == tf.bfloat16
+    return [mtf.cast(y, tf.float32)]
+  [got] = mtu.run_program(build, "all:4", "a:all")
+  np.testing.assert_allclose(got, _softmax_reference(X, 2)[2], rtol=1e-2,
+                             atol=1e-2)
+
+  @tf.function(autograph=False)
+  def fn():
+    graph = mtf.Graph()
+    mesh = mtf.Mesh(graph, "mesh")
+    x = mtf.import_tf_tensor(mesh, X, SHAPE)
+    outs = [mtf.softmax(x, C), mtf.softmax(x, A)]
+    lowering = mtf.Lowering(graph, {mesh: mtu.mesh_impl_for("", "")})
+    return [lowering.export_to_tf_tensor(t) for t in outs]
+  types = [op.type for op in fn.get_concrete_function().graph.get_operations()]
+  # One fused kernel for the last dim; no transposes for another.
+  assert types.count("Softmax") == 1 and "Transpose" not in types
+
+
+@pytest.mark.parametrize("mesh_shape,layout", [
+    ("", ""), ("all:4", "d1:all"), ("rows:2;cols:2", "d0:rows;d3:cols")])
+def test_softmax_over_last_dim_of_six_dims(mesh_shape, layout):
+  """Slices of more than 5 dims (local 2-d attention logits): the fused
+  kernel must still work (TF's oneDNN softmax takes at most 5 dims)."""
+  dims = [mtf.Dimension("d%d" % i, n) for i, n in enumerate([2, 4, 1, 2, 3, 5])]
+  rng = np.random.RandomState(7)
+  x_np = rng.randn(*[d.size for d in dims]).astype(np.float32)
+  w_np = rng.randn(*x_np.shape).astype(np.float32)
+
+  def build(mesh):
+    x = mtf.import_tf_tensor(mesh, x_np, dims)
+    y = mtf.softmax(x, dims[-1])
+    loss = mtf.reduce_sum(y * mtf.import_tf_tensor(mesh, w_np, dims))
+    return [y] + mtf.gradients([loss], [x])
+  y, dx = mtu.run_program(build, mesh_shape, layout)
+  want = _softmax_reference(x_np, 5)[2]
+  np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+  dot = (w_np * want).sum(-1, keepdims=True)
+  np.testing.assert_allclose(dx, want * (w_np - dot), rtol=1e-4, atol=1e-6)
+
+
+def test_softmax_rejects_missing_dim():
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "mesh")
+  x = mtf.import_tf_tensor(mesh, X, SHAPE)
+  with pytest.raises(ValueError, match="softmax.*d"):
+    mtf.softmax(x, mtf.Dimension("d", 3))
 
 
 # The allreduce paths and lazy sums.

@@ -102,6 +102,23 @@ def test_attention_output_dims_and_value_dim():
   mtu.assert_all_close(got, [np_attention(Q, K, v)])
 
 
+def test_attention_logits_are_batches_of_length_by_memory_matrices():
+  """The logits put the dims of both q and k first, so q . k, weights . v
+  and their gradients are batched matmuls that never transpose them."""
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "mesh")
+  q = imp(mesh, Q, [BATCH, LENGTH, HEADS, D_KV])
+  k = imp(mesh, K, [BATCH, MEMORY, HEADS, D_KV])
+  v = imp(mesh, V, [BATCH, MEMORY, HEADS, D_KV])
+  o = att.attention(q, k, v, MEMORY, D_KV, D_KV,
+                    bias=imp(mesh, BIAS, [LENGTH, MEMORY]))
+  mtf.gradients([mtf.reduce_sum(o)], [q, k, v])
+  shapes = {op.outputs[0].shape.to_string for op in graph.operations
+            if isinstance(op, mtf.EinsumOperation) and
+            {LENGTH, MEMORY} <= set(op.outputs[0].shape.dims)}
+  assert shapes == {mtf.Shape([BATCH, HEADS, LENGTH, MEMORY]).to_string}
+
+
 def test_attention_multi_query():
   k = _rand(2, 8, 4)
   v = _rand(2, 8, 4)

@@ -331,7 +331,10 @@ def switch_max_gating(inputs: mtf.Tensor, outer_expert_dims,
     del policy, logits
     # Softmax gates are > 0, so the max is too; a position that is the
     # favourite of several experts (relative gate 1.0) takes the lowest.
-    relative = gates / mtf.reduce_max(gates, reduced_dim=group_dim)
+    # mtf divides by multiplying with the reciprocal, which can round a
+    # favourite's gate / max an ulp below 1.0: set those to 1.0 exactly.
+    max_gates = mtf.reduce_max(gates, reduced_dim=group_dim)
+    relative = mtf.where(mtf.equal(gates, max_gates), 1.0, gates / max_gates)
     _, index = mtf.top_1(relative, experts_dim)
     gate = mtf.reduce_sum(
         gates * mtf.one_hot(index, experts_dim, dtype=tf.float32),

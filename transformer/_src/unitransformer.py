@@ -338,13 +338,19 @@ class Unitransformer:
     """Label-smoothed softmax cross-entropy over positions with targets > 0."""
     if self.loss_fn:
       return self.loss_fn(self, context, logits, targets, output_vocab_dim)
-    off_value = self.label_smoothing / output_vocab_dim.size
-    on_value = 1.0 - self.label_smoothing + off_value
-    soft_targets = mtf.one_hot(
-        mtf.maximum(targets, 0), output_vocab_dim,
-        dtype=context.activation_dtype, on_value=on_value, off_value=off_value)
+    if self.label_smoothing:
+      off_value = self.label_smoothing / output_vocab_dim.size
+      on_value = 1.0 - self.label_smoothing + off_value
+      loss_targets = mtf.one_hot(
+          mtf.maximum(targets, 0), output_vocab_dim,
+          dtype=context.activation_dtype, on_value=on_value,
+          off_value=off_value)
+    else:
+      # The same loss as their one-hots, as hard targets: a gather of the
+      # target logits instead of a [..., vocab]-sized one-hot product.
+      loss_targets = mtf.maximum(targets, 0)
     loss = mtf.layers.softmax_cross_entropy_with_logits(
-        logits, soft_targets, output_vocab_dim,
+        logits, loss_targets, output_vocab_dim,
         z_loss=self.z_loss if context.train else 0.0)
     weights = mtf.cast(mtf.greater(targets, 0), context.activation_dtype)
     if self.loss_on_targets_only:

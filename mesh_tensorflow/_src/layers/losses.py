@@ -5,6 +5,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from mesh_tensorflow._src.graph import Tensor
+from mesh_tensorflow._src.ops import binary
 from mesh_tensorflow._src.ops import elementwise
 from mesh_tensorflow._src.ops import gather as gather_lib
 from mesh_tensorflow._src.ops import reduce as reduce_lib
@@ -50,7 +51,21 @@ def softmax_cross_entropy_with_logits(logits: Tensor, targets: Tensor,
           "have the dimensions of logits %s other than vocab_dim %s, i.e. %s"
           % (targets.shape.to_string, logits.shape.to_string, vocab_dim,
              _dim_names(expected)))
-    targets = gather_lib.one_hot(targets, vocab_dim, dtype=logits.dtype)
+    log_z = reduce_lib.reduce_logsumexp(logits, vocab_dim)
+    # -sum(one_hot(targets) * log_softmax) is log_z - logits[targets]: a
+    # gather, without the [..., vocab]-sized one-hot, product and sum (and
+    # their gradients). An out-of-range target has an all-zero one-hot, so
+    # its cross-entropy is 0.
+    target_logits = gather_lib.gather(logits, targets, vocab_dim,
+                                      output_shape=log_z.shape)
+    vocab_size = vocab_dim.size
+
+    def in_range_fn(t):
+      return tf.cast(tf.logical_and(t >= 0, t < vocab_size), logits.dtype)
+    in_range = cwise(in_range_fn, [targets], output_dtype=logits.dtype,
+                     name="targets_in_range")
+    loss = binary.multiply(log_z - target_logits, in_range,
+                           output_shape=log_z.shape)
   else:
     if set(targets.shape.dims) != set(logits.shape.dims):
       raise ValueError(
@@ -59,10 +74,10 @@ def softmax_cross_entropy_with_logits(logits: Tensor, targets: Tensor,
           % (targets.shape.to_string, logits.shape.to_string))
     if targets.dtype != logits.dtype:
       targets = elementwise.cast(targets, logits.dtype)
-  log_z = reduce_lib.reduce_logsumexp(logits, vocab_dim)
-  log_softmax = logits - log_z
-  loss = elementwise.negative(
-      reduce_lib.reduce_sum(log_softmax * targets, reduced_dim=vocab_dim))
+    log_z = reduce_lib.reduce_logsumexp(logits, vocab_dim)
+    log_softmax = logits - log_z
+    loss = elementwise.negative(
+        reduce_lib.reduce_sum(log_softmax * targets, reduced_dim=vocab_dim))
   if z_loss != 0:
     loss += z_loss * elementwise.square(log_z)
   return loss

@@ -115,11 +115,17 @@ class AddOperation(BinaryOpWithBroadcasting):
     out_shape = self.outputs[0].shape
     slice_shape = mesh_impl.slice_shape(out_shape)
     x1, x2 = self.inputs
-
-    def add_fn(a, b):
-      a = mesh_impl_lib.broadcast_slice(a, x1.shape, out_shape, slice_shape)
-      b = mesh_impl_lib.broadcast_slice(b, x2.shape, out_shape, slice_shape)
-      return a + b
+    covered = set(x1.shape.dimension_names) | set(x2.shape.dimension_names)
+    if covered >= set(out_shape.dimension_names):
+      # tf.add broadcasts size-1 dims: no materialised broadcast operand.
+      def add_fn(a, b):
+        return (expand_slice(a, x1.shape, out_shape) +
+                expand_slice(b, x2.shape, out_shape))
+    else:
+      def add_fn(a, b):
+        a = mesh_impl_lib.broadcast_slice(a, x1.shape, out_shape, slice_shape)
+        b = mesh_impl_lib.broadcast_slice(b, x2.shape, out_shape, slice_shape)
+        return a + b
     lowering.set_tensor_lowering(
         self.outputs[0],
         mesh_impl.slicewise_delay_allreduce(

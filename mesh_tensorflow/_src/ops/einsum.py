@@ -18,20 +18,32 @@ from mesh_tensorflow._src import mesh_impl as mesh_impl_lib
 from mesh_tensorflow._src.shapes import Dimension, Shape, convert_to_shape
 
 
-def _union_dims(xs: Sequence[Tensor]) -> List[Dimension]:
-  """Dimensions of all inputs in order of first appearance (sizes checked)."""
+def _union_dim_list(shapes: Sequence[Shape],
+                    descriptions: Optional[Sequence[str]] = None
+                    ) -> List[Dimension]:
+  """Dimensions of all shapes in order of first appearance (sizes checked).
+
+  descriptions (default: the shapes' strings) name the inputs in errors.
+  """
+  if descriptions is None:
+    descriptions = [shape.to_string for shape in shapes]
   by_name: Dict[str, Dimension] = {}
   dims = []
-  for x in xs:
-    for d in x.shape.dims:
+  for shape, description in zip(shapes, descriptions):
+    for d in shape.dims:
       seen = by_name.get(d.name)
       if seen is None:
         by_name[d.name] = d
         dims.append(d)
       elif seen.size != d.size:
         raise ValueError("einsum: dimension %r has size %d in one input and %d "
-                         "in %s" % (d.name, seen.size, d.size, x.to_string))
+                         "in %s" % (d.name, seen.size, d.size, description))
   return dims
+
+
+def _union_dims(xs: Sequence[Tensor]) -> List[Dimension]:
+  """Dimensions of all inputs in order of first appearance (sizes checked)."""
+  return _union_dim_list([x.shape for x in xs], [x.to_string for x in xs])
 
 
 class EinsumOperation(Operation):
@@ -53,60 +65,76 @@ class EinsumOperation(Operation):
             for i, x in enumerate(xs)]
 
   def lower(self, lowering):
-    mesh_impl = lowering.mesh_impl(self)
     xs = self.inputs
-    out_shape = self.outputs[0].shape
-    all_dims = _union_dims(xs)
-    all_names = [d.name for d in all_dims]
-    letters = dict(zip(all_names, string.ascii_letters))
-    if len(all_names) > len(string.ascii_letters):
-      raise ValueError("einsum over more than %d distinct dimensions"
-                       % len(string.ascii_letters))
-    inner_shape = Shape([d for d in out_shape.dims if d.name in letters])
-    equation = "%s->%s" % (
-        ",".join("".join(letters[n] for n in x.shape.dimension_names)
-                 for x in xs),
-        "".join(letters[n] for n in inner_shape.dimension_names))
-    reduced_mesh_axes = sorted(set(
-        mesh_impl.tensor_dimension_to_mesh_axis(d) for d in all_dims
-        if d not in out_shape.dims) - {None})
+    lowering.set_tensor_lowering(
+        self.outputs[0],
+        lower_einsum(lowering, lowering.mesh_impl(self),
+                     [x.shape for x in xs], [lowering.tensors[x] for x in xs],
+                     xs[0].dtype, self.outputs[0].shape))
 
-    if xs[0].dtype.is_floating:
-      def slice_fn(*slices):
-        return mesh_impl.einsum(equation, *slices)
-    else:
-      union_shape = Shape(all_dims)
-      union_slice_shape = mesh_impl.slice_shape(union_shape)
 
-      def slice_fn(*slices):
-        product = None
-        for x, s in zip(xs, slices):
-          s = mesh_impl_lib.broadcast_slice(s, x.shape, union_shape,
-                                            union_slice_shape)
-          product = s if product is None else product * s
-        reduced_axes = [i for i, n in enumerate(all_names)
-                        if n not in inner_shape.dimension_names]
-        if reduced_axes:
-          product = tf.reduce_sum(product, axis=reduced_axes)
-        kept = [n for n in all_names if n in inner_shape.dimension_names]
-        perm = [kept.index(n) for n in inner_shape.dimension_names]
-        if perm != sorted(perm):
-          product = tf.transpose(product, perm)
-        return product
+def lower_einsum(lowering, mesh_impl, input_shapes: Sequence[Shape],
+                 laid_out_inputs: Sequence, dtype: tf.DType, output_shape):
+  """The einsum of laid-out inputs with the given shapes, as EinsumOperation.
 
-    y = mesh_impl.slicewise(slice_fn, *[lowering.tensors[x] for x in xs])
-    if inner_shape != out_shape:
-      y = mesh_impl.broadcast_impl(y, inner_shape, out_shape)
-    union_size = Shape(all_dims).size
-    lowering.add_counter("einsum", mesh_impl.laid_out_size(Shape(all_dims)))
-    lowering.add_counter("einsum_unique", union_size)
-    if reduced_mesh_axes:
-      counter = "allreduce/%s/einsum_op" % reduced_mesh_axes
-      y = LazyAllreduceSum(
-          mesh_impl, y, reduced_mesh_axes,
-          add_counter_fn=lambda: lowering.add_counter(
-              counter, lowering.laid_out_size(self.outputs[0])))
-    lowering.set_tensor_lowering(self.outputs[0], y)
+  For operations whose lowering is an einsum of slices they make themselves
+  (gather's one-hot einsum). A contracted split dimension gives a
+  LazyAllreduceSum.
+
+  Returns:
+    a LaidOutTensor (or LazyAllreduceSum) of output_shape.
+  """
+  out_shape = convert_to_shape(output_shape)
+  all_dims = _union_dim_list(input_shapes)
+  all_names = [d.name for d in all_dims]
+  letters = dict(zip(all_names, string.ascii_letters))
+  if len(all_names) > len(string.ascii_letters):
+    raise ValueError("einsum over more than %d distinct dimensions"
+                     % len(string.ascii_letters))
+  inner_shape = Shape([d for d in out_shape.dims if d.name in letters])
+  equation = "%s->%s" % (
+      ",".join("".join(letters[n] for n in shape.dimension_names)
+               for shape in input_shapes),
+      "".join(letters[n] for n in inner_shape.dimension_names))
+  reduced_mesh_axes = sorted(set(
+      mesh_impl.tensor_dimension_to_mesh_axis(d) for d in all_dims
+      if d not in out_shape.dims) - {None})
+
+  if dtype.is_floating:
+    def slice_fn(*slices):
+      return mesh_impl.einsum(equation, *slices)
+  else:
+    union_shape = Shape(all_dims)
+    union_slice_shape = mesh_impl.slice_shape(union_shape)
+
+    def slice_fn(*slices):
+      product = None
+      for shape, s in zip(input_shapes, slices):
+        s = mesh_impl_lib.broadcast_slice(s, shape, union_shape,
+                                          union_slice_shape)
+        product = s if product is None else product * s
+      reduced_axes = [i for i, n in enumerate(all_names)
+                      if n not in inner_shape.dimension_names]
+      if reduced_axes:
+        product = tf.reduce_sum(product, axis=reduced_axes)
+      kept = [n for n in all_names if n in inner_shape.dimension_names]
+      perm = [kept.index(n) for n in inner_shape.dimension_names]
+      if perm != sorted(perm):
+        product = tf.transpose(product, perm)
+      return product
+
+  y = mesh_impl.slicewise(slice_fn, *laid_out_inputs)
+  if inner_shape != out_shape:
+    y = mesh_impl.broadcast_impl(y, inner_shape, out_shape)
+  lowering.add_counter("einsum", mesh_impl.laid_out_size(Shape(all_dims)))
+  lowering.add_counter("einsum_unique", Shape(all_dims).size)
+  if reduced_mesh_axes:
+    counter = "allreduce/%s/einsum_op" % reduced_mesh_axes
+    y = LazyAllreduceSum(
+        mesh_impl, y, reduced_mesh_axes,
+        add_counter_fn=lambda: lowering.add_counter(
+            counter, mesh_impl.laid_out_size(out_shape)))
+  return y
 
 
 def einsum(xs: Sequence[Tensor], output_shape=None, reduced_dims=None,
@@ -127,7 +155,26 @@ def einsum(xs: Sequence[Tensor], output_shape=None, reduced_dims=None,
     if x.dtype != xs[0].dtype:
       raise ValueError("einsum inputs must share a dtype: %s is %s, %s is %s"
                        % (xs[0].name, xs[0].dtype.name, x.name, x.dtype.name))
-  input_dims = _union_dims(xs)
+  output_shape = einsum_output_shape(
+      [x.shape for x in xs], output_shape, reduced_dims,
+      descriptions=[x.to_string for x in xs])
+  return EinsumOperation(xs, output_shape, name=name).outputs[0]
+
+
+def einsum_output_shape(input_shapes: Sequence[Shape], output_shape=None,
+                        reduced_dims=None,
+                        descriptions: Optional[Sequence[str]] = None) -> Shape:
+  """The output Shape `einsum` gives inputs of these shapes (checked).
+
+  Example:
+    einsum_output_shape([Shape([b, v]), Shape([v, d])], reduced_dims=[v])
+      -> Shape([b, d])
+
+  Raises:
+    ValueError: if sizes conflict, a reduced dim is in no input, or
+      output_shape and reduced_dims disagree.
+  """
+  input_dims = _union_dim_list(input_shapes, descriptions)
   by_name = {d.name: d for d in input_dims}
   if reduced_dims is not None:
     reduced_dims = [d if isinstance(d, Dimension) else by_name.get(d, d)
@@ -138,8 +185,8 @@ def einsum(xs: Sequence[Tensor], output_shape=None, reduced_dims=None,
   if output_shape is None:
     if reduced_dims is None:
       counts = {}
-      for x in xs:
-        for d in x.shape.dims:
+      for shape in input_shapes:
+        for d in shape.dims:
           counts[d.name] = counts.get(d.name, 0) + 1
       output_shape = Shape([d for d in input_dims if counts[d.name] == 1])
     else:
@@ -159,7 +206,7 @@ def einsum(xs: Sequence[Tensor], output_shape=None, reduced_dims=None,
             "einsum: output_shape %s and reduced_dims %s disagree for inputs "
             "with dimensions %s" % (output_shape.to_string, reduced_dims,
                                     input_dims))
-  return EinsumOperation(xs, output_shape, name=name).outputs[0]
+  return output_shape
 
 
 def matmul(a: Tensor, b: Tensor, output_shape=None, reduced_dims=None,
