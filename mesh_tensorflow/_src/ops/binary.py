@@ -77,24 +77,37 @@ class BinaryOpWithBroadcasting(Operation):
   def gradient(self, grad_ys):
     raise ValueError("%s (%s) has no gradient" % (type(self).__name__, self.name))
 
-  def lower(self, lowering):
-    mesh_impl = lowering.mesh_impl(self)
+  def _slice_fn(self, mesh_impl) -> Callable:
+    """tf_fn of two slices aligned to the output slice's dims.
+
+    Missing dims become size 1 and tf_fn broadcasts them, so no broadcast
+    operand is materialised; only if some output dim is in neither input is
+    the first operand broadcast to the full slice shape.
+    """
     x1, x2 = self.inputs
     out_shape = self.outputs[0].shape
-    slice_shape = mesh_impl.slice_shape(out_shape)
     covered = set(x1.shape.dimension_names) | set(x2.shape.dimension_names)
-    # If some output dim is in neither input, broadcast one operand fully.
-    align_first = (expand_slice if covered >= set(out_shape.dimension_names)
-                   else lambda t, old, new: mesh_impl_lib.broadcast_slice(
-                       t, old, new, slice_shape))
+    if covered >= set(out_shape.dimension_names):
+      align_first = expand_slice
+    else:
+      slice_shape = mesh_impl.slice_shape(out_shape)
+
+      def align_first(t, old, new):
+        return mesh_impl_lib.broadcast_slice(t, old, new, slice_shape)
     tf_fn = self._tf_fn
 
     def fn(a, b):
       return tf_fn(align_first(a, x1.shape, out_shape),
                    expand_slice(b, x2.shape, out_shape))
+    return fn
+
+  def lower(self, lowering):
+    mesh_impl = lowering.mesh_impl(self)
+    x1, x2 = self.inputs
     lowering.set_tensor_lowering(
         self.outputs[0],
-        mesh_impl.slicewise(fn, lowering.tensors[x1], lowering.tensors[x2]))
+        mesh_impl.slicewise(self._slice_fn(mesh_impl), lowering.tensors[x1],
+                            lowering.tensors[x2]))
 
 
 class AddOperation(BinaryOpWithBroadcasting):
@@ -112,24 +125,12 @@ class AddOperation(BinaryOpWithBroadcasting):
 
   def lower(self, lowering):
     mesh_impl = lowering.mesh_impl(self)
-    out_shape = self.outputs[0].shape
-    slice_shape = mesh_impl.slice_shape(out_shape)
     x1, x2 = self.inputs
-    covered = set(x1.shape.dimension_names) | set(x2.shape.dimension_names)
-    if covered >= set(out_shape.dimension_names):
-      # tf.add broadcasts size-1 dims: no materialised broadcast operand.
-      def add_fn(a, b):
-        return (expand_slice(a, x1.shape, out_shape) +
-                expand_slice(b, x2.shape, out_shape))
-    else:
-      def add_fn(a, b):
-        a = mesh_impl_lib.broadcast_slice(a, x1.shape, out_shape, slice_shape)
-        b = mesh_impl_lib.broadcast_slice(b, x2.shape, out_shape, slice_shape)
-        return a + b
     lowering.set_tensor_lowering(
         self.outputs[0],
         mesh_impl.slicewise_delay_allreduce(
-            add_fn, lowering.tensors[x1], lowering.tensors[x2]))
+            self._slice_fn(mesh_impl), lowering.tensors[x1],
+            lowering.tensors[x2]))
 
 
 class MinMaxOperation(BinaryOpWithBroadcasting):

@@ -188,6 +188,23 @@ class _GatherDims:
                             self.weights_shape.dims)
 
 
+def _lower_one_hot_einsum(lowering, mesh_impl, indices: Tensor,
+                          laid_out_indices, dim, other: Tensor,
+                          laid_out_other, output_shape: Shape):
+  """einsum(one_hot(indices, dim), other) -> output_shape, laid out.
+
+  The original's gather (other = weights) and its gradient (other = dy)
+  where the layout splits `dim`: each processor makes the one-hot slice of
+  its part of `dim`, and contracting `dim` costs the einsum's allreduce.
+  """
+  one_hot_shape = Shape(indices.shape.dims + [dim])
+  one_hots = lower_one_hot(mesh_impl, laid_out_indices, one_hot_shape, 1, 0,
+                           other.dtype)
+  return einsum_lib.lower_einsum(
+      lowering, mesh_impl, [one_hot_shape, other.shape],
+      [one_hots, laid_out_other], other.dtype, output_shape)
+
+
 class GatherOperation(Operation):
   """weights[..., indices, ...] along `dim` (see the module docstring).
 
@@ -218,12 +235,9 @@ class GatherOperation(Operation):
     laid_out_weights = lowering.tensors[weights]
     laid_out_indices = lowering.tensors[indices]
     if mesh_impl.tensor_dimension_to_mesh_axis(self._dim) is not None:
-      one_hot_shape = Shape(indices.shape.dims + [self._dim])
-      one_hots = lower_one_hot(mesh_impl, laid_out_indices, one_hot_shape,
-                               1, 0, weights.dtype)
-      y = einsum_lib.lower_einsum(
-          lowering, mesh_impl, [one_hot_shape, weights.shape],
-          [one_hots, laid_out_weights], weights.dtype, out_shape)
+      y = _lower_one_hot_einsum(lowering, mesh_impl, indices,
+                                laid_out_indices, self._dim, weights,
+                                laid_out_weights, out_shape)
     else:
       dims = self._dims
       inner_shape = dims.inner_shape(out_shape)
@@ -264,12 +278,9 @@ class ScatterAddOperation(Operation):
     laid_out_dy = lowering.tensors[dy]
     laid_out_indices = lowering.tensors[indices]
     if mesh_impl.tensor_dimension_to_mesh_axis(self._dim) is not None:
-      one_hot_shape = Shape(indices.shape.dims + [self._dim])
-      one_hots = lower_one_hot(mesh_impl, laid_out_indices, one_hot_shape,
-                               1, 0, dy.dtype)
-      y = einsum_lib.lower_einsum(
-          lowering, mesh_impl, [dy.shape, one_hot_shape],
-          [laid_out_dy, one_hots], dy.dtype, weights_shape)
+      y = _lower_one_hot_einsum(lowering, mesh_impl, indices,
+                                laid_out_indices, self._dim, dy, laid_out_dy,
+                                weights_shape)
     else:
       dims = self._dims
       y = mesh_impl.slicewise(
