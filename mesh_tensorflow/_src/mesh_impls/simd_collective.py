@@ -33,6 +33,7 @@ import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from absl import logging
 import tensorflow as tf
 
 from mesh_tensorflow._src.mesh_impls import simd_backend
@@ -125,6 +126,12 @@ class CollectiveBackend(simd_backend.SimdBackend):
     """
     self._devices = list(devices)
     self._timeout = float(timeout_seconds)
+    if self._timeout > 0:
+      logging.warning(
+          "CollectiveBackend(timeout_seconds=%g): TF holds one sleeping "
+          "thread per collective execution for that long; many collectives "
+          "within %g s can exhaust the process's threads and abort it. Use "
+          "timeouts to debug hangs only.", self._timeout, self._timeout)
     self._context = threading.local()
     self._tokens = weakref.WeakKeyDictionary()  # tf.Graph -> token variables
     self._eager_tokens = None
