@@ -24,11 +24,11 @@ from mesh_tensorflow._src.layout import processor_coordinates_to_pnum as process
 from mesh_tensorflow._src.layout import processor_groups as processor_groups
 from mesh_tensorflow._src.layout import tensor_dim_to_mesh_dim_size as tensor_dim_to_mesh_dim_size
 from mesh_tensorflow._src.layout import tensor_dim_to_size_per_split as tensor_dim_to_size_per_split
-from mesh_tensorflow._src.lowering import LazyAllreduceSum as LazyAllreduceSum
-from mesh_tensorflow._src.lowering import LazyLaidOutTensor as LazyLaidOutTensor
+from mesh_tensorflow._src.laid_out import LazyAllreduceSum as LazyAllreduceSum
+from mesh_tensorflow._src.laid_out import LazyLaidOutTensor as LazyLaidOutTensor
 from mesh_tensorflow._src.lowering import Lowering as Lowering
-from mesh_tensorflow._src.lowering import compatible_lazy_allreduce_sums as compatible_lazy_allreduce_sums
-from mesh_tensorflow._src.lowering import convert_args_to_laid_out_tensors as convert_args_to_laid_out_tensors
+from mesh_tensorflow._src.laid_out import compatible_lazy_allreduce_sums as compatible_lazy_allreduce_sums
+from mesh_tensorflow._src.laid_out import convert_args_to_laid_out_tensors as convert_args_to_laid_out_tensors
 from mesh_tensorflow._src.lowering import log_variable_sizes as log_variable_sizes
 from mesh_tensorflow._src.lowering import pretty_print_counters as pretty_print_counters
 from mesh_tensorflow._src.mesh_impl import MeshImpl as MeshImpl
@@ -36,7 +36,8 @@ from mesh_tensorflow._src.misc import parallel as parallel
 from mesh_tensorflow._src.misc import transpose_list_of_lists as transpose_list_of_lists
 from mesh_tensorflow._src.misc import verify_no_new_dims as verify_no_new_dims
 from mesh_tensorflow._src.ops.binary import *  # pylint: disable=wildcard-import
-from mesh_tensorflow._src.ops.binary import _infer_binary_broadcast_shape  # pylint: disable=unused-import
+from mesh_tensorflow._src.ops.broadcast_binary import *  # pylint: disable=wildcard-import
+from mesh_tensorflow._src.ops.broadcast_binary import infer_binary_broadcast_shape as _infer_binary_broadcast_shape  # pylint: disable=unused-import
 from mesh_tensorflow._src.ops.einsum import *  # pylint: disable=wildcard-import
 from mesh_tensorflow._src.ops.elementwise import *  # pylint: disable=wildcard-import
 from mesh_tensorflow._src.ops.gradients import *  # pylint: disable=wildcard-import
@@ -44,6 +45,7 @@ from mesh_tensorflow._src.ops.io import *  # pylint: disable=wildcard-import
 from mesh_tensorflow._src.ops.reduce import *  # pylint: disable=wildcard-import
 from mesh_tensorflow._src.ops.reshape import *  # pylint: disable=wildcard-import
 from mesh_tensorflow._src.ops.slicewise import *  # pylint: disable=wildcard-import
+from mesh_tensorflow._src.ops.softmax import *  # pylint: disable=wildcard-import
 from mesh_tensorflow._src.ops.summary import *  # pylint: disable=wildcard-import
 from mesh_tensorflow._src.ops.reduce import reduction_fn as reduction_fn
 from mesh_tensorflow._src.mesh_impls.collectives import binary_reduction_fn as binary_reduction_fn

@@ -27,6 +27,7 @@ import tensorflow as tf
 from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.layout import tensor_dim_to_mesh_dim_size
 from mesh_tensorflow._src.ops import binary
+from mesh_tensorflow._src.ops import broadcast_binary
 from mesh_tensorflow._src.ops import control
 from mesh_tensorflow._src.ops import einsum as einsum_lib
 from mesh_tensorflow._src.ops import elementwise
@@ -34,6 +35,7 @@ from mesh_tensorflow._src.ops import gather as gather_lib
 from mesh_tensorflow._src.ops import io
 from mesh_tensorflow._src.ops import reduce as reduce_lib
 from mesh_tensorflow._src.ops import reshape as reshape_lib
+from mesh_tensorflow._src.ops import softmax as softmax_lib
 from mesh_tensorflow._src.ops import tensor_ops
 from mesh_tensorflow._src.ops import topk
 from mesh_tensorflow._src.shapes import Dimension, Shape
@@ -173,7 +175,7 @@ def beam_search(logits_fn: Callable,
   use_prefilter = use_tpu and layout is not None and mesh_shape is not None
 
   # Only beam 0 is alive at first: the others start at log prob -INF.
-  initial_log_probs = reshape_lib.broadcast(
+  initial_log_probs = reduce_lib.broadcast(
       gather_lib.one_hot(io.constant(mesh, 0, dtype=tf.int32), beam_dim,
                          on_value=0.0, off_value=-INF, dtype=dtype),
       batch_by_beam)
@@ -233,7 +235,7 @@ def beam_search(logits_fn: Callable,
                        "ids" % (vocab_dim,))
     logits = einsum_lib.transpose(
         elementwise.cast(logits, dtype), [batch_dim, beam_dim, vocab_dim])
-    log_probs = reduce_lib.log_softmax(logits, vocab_dim) + alive_log_probs
+    log_probs = softmax_lib.log_softmax(logits, vocab_dim) + alive_log_probs
     length_penalty = _length_penalty(i + 1, alpha, dtype)
     curr_scores = log_probs / length_penalty
     top_scores, top_beam_index, top_ids = top_candidates(curr_scores,
@@ -246,7 +248,7 @@ def beam_search(logits_fn: Callable,
                                               length_dim])
     top_ids = elementwise.cast(top_ids, ids_dtype)
     top_seq += top_ids * gather_lib.one_hot(i, length_dim, dtype=ids_dtype)
-    top_finished = binary.equal(top_ids, eos_id)
+    top_finished = broadcast_binary.equal(top_ids, eos_id)
     return (top_seq, top_log_probs, top_scores, top_finished, new_states,
             first_selector)
 
@@ -301,7 +303,7 @@ def beam_search(logits_fn: Callable,
 
   def cond(i, unused_alive_seq, alive_log_probs, unused_finished_seq,
            finished_scores, finished_flags, *unused_states):
-    in_range = binary.less(i, decode_length)
+    in_range = broadcast_binary.less(i, decode_length)
     if not stop_early:
       return in_range
     # No alive sequence can score better than its current log prob with the
@@ -316,8 +318,9 @@ def beam_search(logits_fn: Callable,
     any_finished = reduce_lib.reduce_any(finished_flags, reduced_dim=beam_dim)
     lowest_finished += (1. - elementwise.cast(any_finished, dtype)) * -INF
     bound_is_met = reduce_lib.reduce_all(
-        binary.greater(lowest_finished, best_alive_bound))
-    return binary.logical_and(in_range, elementwise.logical_not(bound_is_met))
+        broadcast_binary.greater(lowest_finished, best_alive_bound))
+    return broadcast_binary.logical_and(
+        in_range, elementwise.logical_not(bound_is_met))
 
   loop_inputs = [
       io.constant(mesh, 0, dtype=tf.int32), initial_ids, initial_log_probs,
@@ -376,11 +379,12 @@ def greedy_decode(logits_fn: Callable,
   num_steps = io.constant(mesh, length_dim.size, dtype=tf.int32)
 
   def cond(step_num, prev_ids, *unused_states):
-    done = binary.equal(step_num, num_steps)
-    has_eos = reduce_lib.reduce_any(binary.equal(prev_ids, eos_id),
+    done = broadcast_binary.equal(step_num, num_steps)
+    has_eos = reduce_lib.reduce_any(broadcast_binary.equal(prev_ids, eos_id),
                                     reduced_dim=length_dim)
     all_have_eos = reduce_lib.reduce_all(has_eos)
-    return elementwise.logical_not(binary.logical_or(done, all_have_eos))
+    return elementwise.logical_not(
+        broadcast_binary.logical_or(done, all_have_eos))
 
   def body(step_num, ids, *states):
     logits, new_states = logits_fn(step_num, ids, list(states))
@@ -391,7 +395,7 @@ def greedy_decode(logits_fn: Callable,
     if forced_ids is not None:
       forced = gather_lib.gather(forced_ids, step_num, length_dim)
       new_ids = forced + new_ids * elementwise.cast(
-          binary.equal(forced, 0), ids_dtype)
+          broadcast_binary.equal(forced, 0), ids_dtype)
     ids += new_ids * gather_lib.one_hot(step_num, length_dim, dtype=ids_dtype)
     return [step_num + 1, ids] + list(new_states or [])
 

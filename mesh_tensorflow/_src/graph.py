@@ -7,13 +7,84 @@ ops for one mesh implementation.
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+import copy
+from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
+                    Tuple)
 
 import tensorflow as tf
 
 from mesh_tensorflow._src.shapes import Shape, convert_to_shape
 
 tf1 = tf.compat.v1
+
+# The functions behind Tensor's arithmetic operators, by name: "add", "sub",
+# "multiply", "divide", "floordiv", "mod" (binary) and "negative" (unary).
+# They are operations built on this module, so the op module that defines them
+# registers them once when it is imported (as JAX registers its array methods);
+# `import mesh_tensorflow` imports it.
+_TENSOR_OPERATORS: Dict[str, Callable[..., Any]] = {}
+
+# Graph methods whose work needs operation types defined on top of this module
+# ("combine_assignments": Assign, in variables.py; "rewrite_stack_variables":
+# StackedVariable, in stacking.py). Each module registers its implementation,
+# a function taking the Graph first, when it is imported.
+_GRAPH_REWRITES: Dict[str, Callable[..., Any]] = {}
+
+TENSOR_OPERATOR_NAMES = ("add", "sub", "multiply", "divide", "floordiv", "mod",
+                         "negative")
+GRAPH_REWRITE_NAMES = ("combine_assignments", "rewrite_stack_variables")
+
+
+def _register(table: Dict[str, Callable[..., Any]], allowed: Sequence[str],
+              kind: str, implementations: Mapping[str, Callable[..., Any]]
+              ) -> None:
+  unknown = sorted(set(implementations) - set(allowed))
+  if unknown:
+    raise ValueError("unknown %s %s; expected names from %s"
+                     % (kind, unknown, list(allowed)))
+  table.update(implementations)
+
+
+def _registered(table: Dict[str, Callable[..., Any]], kind: str, name: str,
+                owner: str) -> Callable[..., Any]:
+  try:
+    return table[name]
+  except KeyError:
+    raise NotImplementedError(
+        "%s %r is not registered: import %s (or mesh_tensorflow), which "
+        "registers it" % (kind, name, owner)) from None
+
+
+def register_tensor_operators(
+    operators: Mapping[str, Callable[..., Any]]) -> None:
+  """Sets the functions behind Tensor's arithmetic operators.
+
+  Example:
+    register_tensor_operators({"add": add, "negative": negative})
+    x + 1   # add(x, 1);  1 - x is sub(1, x);  -x is negative(x)
+
+  Args:
+    operators: name (one of TENSOR_OPERATOR_NAMES) -> function. Binary
+      functions take (x1, x2); the reflected operators pass their operands
+      swapped, so `1 / x` calls divide(1, x).
+  """
+  _register(_TENSOR_OPERATORS, TENSOR_OPERATOR_NAMES, "Tensor operator",
+            operators)
+
+
+def register_graph_rewrites(rewrites: Mapping[str, Callable[..., Any]]) -> None:
+  """Sets implementations of Graph methods that need higher-level op types.
+
+  Args:
+    rewrites: name (one of GRAPH_REWRITE_NAMES) -> function taking the Graph
+      followed by the method's arguments.
+  """
+  _register(_GRAPH_REWRITES, GRAPH_REWRITE_NAMES, "Graph rewrite", rewrites)
+
+
+def _tensor_operator(name: str) -> Callable[..., Any]:
+  return _registered(_TENSOR_OPERATORS, "Tensor operator", name,
+                     "mesh_tensorflow._src.ops.binary")
 
 
 def current_variable_scope_name() -> str:
@@ -99,6 +170,14 @@ class Graph:
   def clone_operations(self, ops: Sequence["Operation"], input_mapping):
     """Copies `ops` (except Variables and random ops) with remapped inputs.
 
+    Used for rematerialisation. Operations whose `shared_by_clones` is True
+    (Variables, random operations) are not copied: the copies read the same
+    variables and reuse the same random values.
+
+    Example:
+      new_ops, mapping = graph.clone_operations(forward_ops, {x: x2})
+      y2 = mapping[y]   # y recomputed from x2
+
     Args:
       ops: operations to copy, in graph order.
       input_mapping: dict {Tensor: Tensor} of replacements for inputs.
@@ -107,9 +186,39 @@ class Graph:
       (new_ops, extended_mapping): the copies and the mapping extended with
       {old output: new output} for every copied operation.
     """
-    # Imported here: the copying logic needs op classes defined downstream.
-    from mesh_tensorflow._src.ops import clone  # pylint: disable=g-import-not-at-top
-    return clone.clone_operations(self, ops, input_mapping)
+    tensor_map = dict(input_mapping)
+    op_map = {}
+    new_ops = []
+    for op in ops:
+      if op.shared_by_clones:
+        continue
+      new_ops.append(self._copy_operation(op, tensor_map, op_map))
+    return new_ops, tensor_map
+
+  def _copy_operation(self, op: "Operation", tensor_map, op_map) -> "Operation":
+    """A registered copy of `op`; extends tensor_map with its outputs.
+
+    The copy is a shallow copy whose input tensors, and any other attribute
+    holding a Tensor or an Operation (also inside lists and tuples), are
+    replaced through the maps; its outputs are fresh Tensors.
+    """
+    # pylint: disable=protected-access
+    new_op = copy.copy(op)
+    for key, value in list(vars(op).items()):
+      if key in ("_inputs", "_outputs"):
+        continue
+      vars(new_op)[key] = _remap(value, tensor_map, op_map)
+    new_op._inputs = [tensor_map.get(t, t) for t in op.inputs]
+    new_op._name = self.unique_name(op.name)
+    new_outputs = []
+    for i, t in enumerate(op.outputs):
+      new_t = Tensor(new_op, t.shape, t.dtype, index=i)
+      tensor_map[t] = new_t
+      new_outputs.append(new_t)
+    new_op._outputs = new_outputs
+    self._operations.append(new_op)
+    op_map[op] = new_op
+    return new_op
 
   def capture_operations(self, fn: Callable[[], Any]) -> Tuple[Any, List["Operation"]]:
     """Runs `fn` and returns (its output, the operations it created)."""
@@ -119,23 +228,8 @@ class Graph:
 
   def combine_assignments(self, assignments):
     """Merges Assign operations that share an assign_fn into one Assign each."""
-    from mesh_tensorflow._src.variables import Assign  # pylint: disable=g-import-not-at-top
-    by_fn = {}
-    order = []
-    for a in assignments:
-      if not isinstance(a, Assign):
-        raise TypeError("combine_assignments expects Assign operations, got %r"
-                        % (a,))
-      key = a.assign_fn
-      if key not in by_fn:
-        by_fn[key] = ([], [])
-        order.append(key)
-      by_fn[key][0].extend(a.variables)
-      by_fn[key][1].extend(a._inputs)  # pylint: disable=protected-access
-    # The merged Assigns replace the originals in the graph.
-    merged = set(assignments)
-    self._operations[:] = [op for op in self._operations if op not in merged]
-    return [Assign(by_fn[k][0], by_fn[k][1], assign_fn=k) for k in order]
+    return _registered(_GRAPH_REWRITES, "Graph rewrite", "combine_assignments",
+                       "mesh_tensorflow._src.variables")(self, assignments)
 
   @property
   def stacked_variables_rewritten(self) -> bool:
@@ -149,12 +243,14 @@ class Graph:
     A speed optimisation with no effect on results or checkpoints; see
     _src/stacking.py for the grouping rule.
     """
-    from mesh_tensorflow._src import stacking  # pylint: disable=g-import-not-at-top
+    rewrite = _registered(_GRAPH_REWRITES, "Graph rewrite",
+                          "rewrite_stack_variables",
+                          "mesh_tensorflow._src.stacking")
     if self._rewrote_stack_variables:
       raise ValueError("rewrite_stack_variables() may only be called once.")
     self._rewrote_stack_variables = True
-    stacking.rewrite_stack_variables(
-        self, max_combined_variable_size, max_combined_slice_size, mesh_to_impl)
+    rewrite(self, max_combined_variable_size, max_combined_slice_size,
+            mesh_to_impl)
 
 
 class Mesh:
@@ -236,63 +332,54 @@ class Tensor:
     return "Tensor[%s, %s, %s]" % (self._name, self._shape.to_string,
                                    self._dtype.name)
 
-  # Arithmetic operators; imported lazily because the op families build on
-  # this module.
+  # Arithmetic operators, implemented by the op modules (see
+  # register_tensor_operators).
   def __add__(self, other):
-    from mesh_tensorflow._src.ops import binary  # pylint: disable=g-import-not-at-top
-    return binary.add(self, other)
+    return _tensor_operator("add")(self, other)
 
   def __radd__(self, other):
-    from mesh_tensorflow._src.ops import binary  # pylint: disable=g-import-not-at-top
-    return binary.add(self, other)
+    return _tensor_operator("add")(self, other)
 
   def __sub__(self, other):
-    from mesh_tensorflow._src.ops import binary  # pylint: disable=g-import-not-at-top
-    return binary.sub(self, other)
+    return _tensor_operator("sub")(self, other)
 
   def __rsub__(self, other):
-    from mesh_tensorflow._src.ops import binary  # pylint: disable=g-import-not-at-top
-    return binary.sub(other, self)
+    return _tensor_operator("sub")(other, self)
 
   def __mul__(self, other):
-    from mesh_tensorflow._src.ops import binary  # pylint: disable=g-import-not-at-top
-    return binary.multiply(self, other)
+    return _tensor_operator("multiply")(self, other)
 
   def __rmul__(self, other):
-    from mesh_tensorflow._src.ops import binary  # pylint: disable=g-import-not-at-top
-    return binary.multiply(other, self)
+    return _tensor_operator("multiply")(other, self)
 
   def __truediv__(self, other):
-    from mesh_tensorflow._src.ops import binary  # pylint: disable=g-import-not-at-top
-    return binary.divide(self, other)
+    return _tensor_operator("divide")(self, other)
 
   def __rtruediv__(self, other):
-    from mesh_tensorflow._src.ops import binary  # pylint: disable=g-import-not-at-top
-    return binary.divide(other, self)
+    return _tensor_operator("divide")(other, self)
 
   def __floordiv__(self, other):
-    from mesh_tensorflow._src.ops import binary  # pylint: disable=g-import-not-at-top
-    return binary.floordiv(self, other)
+    return _tensor_operator("floordiv")(self, other)
 
   def __rfloordiv__(self, other):
-    from mesh_tensorflow._src.ops import binary  # pylint: disable=g-import-not-at-top
-    return binary.floordiv(other, self)
+    return _tensor_operator("floordiv")(other, self)
 
   def __mod__(self, other):
-    from mesh_tensorflow._src.ops import binary  # pylint: disable=g-import-not-at-top
-    return binary.mod(self, other)
+    return _tensor_operator("mod")(self, other)
 
   def __rmod__(self, other):
-    from mesh_tensorflow._src.ops import binary  # pylint: disable=g-import-not-at-top
-    return binary.mod(other, self)
+    return _tensor_operator("mod")(other, self)
 
   def __neg__(self):
-    from mesh_tensorflow._src.ops import elementwise  # pylint: disable=g-import-not-at-top
-    return elementwise.negative(self)
+    return _tensor_operator("negative")(self)
 
 
 class Operation:
   """A node of the mtf graph: inputs, outputs and how to lower itself."""
+
+  # True for operations that Graph.clone_operations must not copy, because a
+  # copy would hold new state or draw new values (Variables, random ops).
+  shared_by_clones = False
 
   def __init__(self, inputs: Sequence[Tensor], mesh: Optional[Mesh] = None,
                name: Optional[str] = None):
@@ -413,4 +500,19 @@ class Operation:
     return self._initialize_splittable_and_unsplittable_dims("splittable")
 
 
-__all__ = ["Graph", "Mesh", "Tensor", "Operation", "current_variable_scope_name"]
+def _remap(value, tensor_map, op_map):
+  """value with tensors/operations replaced (also inside lists and tuples)."""
+  if isinstance(value, Tensor):
+    return tensor_map.get(value, value)
+  if isinstance(value, Operation):
+    return op_map.get(value, value)
+  if isinstance(value, (list, tuple)) and any(
+      isinstance(v, (Tensor, Operation)) for v in value):
+    remapped = [_remap(v, tensor_map, op_map) for v in value]
+    return remapped if isinstance(value, list) else type(value)(remapped)
+  return value
+
+
+__all__ = ["Graph", "Mesh", "Tensor", "Operation",
+           "current_variable_scope_name", "register_graph_rewrites",
+           "register_tensor_operators"]

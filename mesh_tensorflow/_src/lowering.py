@@ -9,70 +9,16 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Callable, Dict, Optional, Sequence
+from typing import Dict, Optional
 
 from absl import logging
 import tensorflow as tf
 
+# Imported for its registration of Graph.rewrite_stack_variables (autostack).
+from mesh_tensorflow._src import stacking  # pylint: disable=unused-import
 from mesh_tensorflow._src.graph import Graph, Mesh, Tensor
 
 _INVALID_SCOPE_CHARS = re.compile(r"[^A-Za-z0-9_.\-/]")
-
-
-class LazyAllreduceSum:
-  """A SUM allreduce that is only performed when its result is needed."""
-
-  def __init__(self, mesh_impl, laid_out_input, mesh_axes,
-               add_counter_fn: Optional[Callable[[], None]] = None):
-    self.mesh_impl = mesh_impl
-    self.laid_out_input = laid_out_input
-    self.mesh_axes = tuple(mesh_axes)
-    self.add_counter_fn = add_counter_fn
-    self._reduced = None
-
-  def to_laid_out_tensor(self):
-    if self._reduced is None:
-      if not self.mesh_axes:
-        self._reduced = self.laid_out_input
-      else:
-        if self.add_counter_fn is not None:
-          self.add_counter_fn()
-        self._reduced = self.mesh_impl.allreduce(
-            self.laid_out_input, self.mesh_axes, "SUM")
-    return self._reduced
-
-  @property
-  def slice_shape(self):
-    return self.laid_out_input.slice_shape
-
-
-class LazyLaidOutTensor:
-  """A laid-out tensor computed (again) on each to_laid_out_tensor() call."""
-
-  def __init__(self, to_laid_out_tensor_fn: Callable, slice_shape):
-    self._fn = to_laid_out_tensor_fn
-    self._slice_shape = slice_shape
-
-  def to_laid_out_tensor(self):
-    return self._fn()
-
-  @property
-  def slice_shape(self):
-    return self._slice_shape
-
-
-def compatible_lazy_allreduce_sums(xs: Sequence) -> bool:
-  """True iff xs are LazyAllreduceSums over the same axes and slice shape."""
-  if not xs or not all(isinstance(x, LazyAllreduceSum) for x in xs):
-    return False
-  first = xs[0]
-  return all(x.mesh_axes == first.mesh_axes and
-             list(x.slice_shape) == list(first.slice_shape) for x in xs[1:])
-
-
-def convert_args_to_laid_out_tensors(xs: Sequence) -> list:
-  return [x.to_laid_out_tensor() if hasattr(x, "to_laid_out_tensor") else x
-          for x in xs]
 
 
 def _scope_name(op_name: str) -> str:
@@ -235,6 +181,4 @@ def log_variable_sizes(var_list, tag: str, verbose: bool = True,
       f.write(text + "\n")
 
 
-__all__ = ["LazyAllreduceSum", "LazyLaidOutTensor", "Lowering",
-           "compatible_lazy_allreduce_sums", "convert_args_to_laid_out_tensors",
-           "log_variable_sizes", "pretty_print_counters"]
+__all__ = ["Lowering", "log_variable_sizes", "pretty_print_counters"]

@@ -13,6 +13,7 @@ from typing import Any, Callable, List, Optional, Sequence
 from absl import logging
 import tensorflow as tf
 
+from mesh_tensorflow._src import laid_out as laid_out_lib
 from mesh_tensorflow._src import layout as layout_lib
 from mesh_tensorflow._src import tf_einsum
 from mesh_tensorflow._src.shapes import Shape, convert_to_shape, list_product
@@ -121,14 +122,13 @@ class MeshImpl(abc.ABC):
   # ------------------------------------------------------- derived utilities
   def slicewise_delay_allreduce(self, fn: Callable, *inputs):
     """Like slicewise, but keeps compatible lazy sums lazy (fn must be linear)."""
-    from mesh_tensorflow._src import lowering as lowering_lib  # pylint: disable=g-import-not-at-top
-    if lowering_lib.compatible_lazy_allreduce_sums(inputs):
+    if laid_out_lib.compatible_lazy_allreduce_sums(inputs):
       first = inputs[0]
-      return lowering_lib.LazyAllreduceSum(
+      return laid_out_lib.LazyAllreduceSum(
           self, self.slicewise(fn, *[x.laid_out_input for x in inputs]),
           first.mesh_axes, add_counter_fn=first.add_counter_fn)
     return self.slicewise(
-        fn, *lowering_lib.convert_args_to_laid_out_tensors(inputs))
+        fn, *laid_out_lib.convert_args_to_laid_out_tensors(inputs))
 
   def Print(self, x, data, message, **kwargs):  # pylint: disable=invalid-name
     del data, message, kwargs

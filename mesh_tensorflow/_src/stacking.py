@@ -12,7 +12,9 @@ from typing import Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Graph, Operation, Tensor
+from mesh_tensorflow._src.graph import (Graph, Operation, Tensor,
+                                        register_graph_rewrites)
+from mesh_tensorflow._src.ops import io
 from mesh_tensorflow._src.shapes import Dimension, Shape
 from mesh_tensorflow._src.variables import Assign, ReadVariable, Variable
 
@@ -66,7 +68,7 @@ class UnstackVariableOperation(Operation):
     self._outputs = list(outputs)
 
   def gradient(self, grad_ys):
-    grads = [g if g is not None else _zeros_like(t)
+    grads = [g if g is not None else io.zeros_like(t)
              for g, t in zip(grad_ys, self._outputs)]
     return [StackOperation(grads).outputs[0]]
 
@@ -119,11 +121,6 @@ def _lower_unstack(op: Operation, lowering) -> None:
     pieces = (pieces,)
   for out, piece in zip(op.outputs, pieces):
     lowering.set_tensor_lowering(out, piece)
-
-
-def _zeros_like(t: Tensor) -> Tensor:
-  from mesh_tensorflow._src.ops import io  # pylint: disable=g-import-not-at-top
-  return io.zeros_like(t)
 
 
 def _move_new_ops_before(graph: Graph, count: int, anchor: Operation) -> None:
@@ -199,5 +196,7 @@ def _stack(graph: Graph, vs: List[Variable], assigns: List[Assign]) -> None:
     a._variables = keep + [stacked]  # pylint: disable=protected-access
     a._inputs = [values[v] for v in keep] + [stacked_value.outputs[0]]  # pylint: disable=protected-access
 
+
+register_graph_rewrites({"rewrite_stack_variables": rewrite_stack_variables})
 
 __all__ = ["StackedVariable", "rewrite_stack_variables"]

@@ -16,7 +16,9 @@ from typing import Callable, Dict, List, Optional
 from absl import logging
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Mesh, Operation, Tensor, current_variable_scope_name
+from mesh_tensorflow._src.graph import (Graph, Mesh, Operation, Tensor,
+                                        current_variable_scope_name,
+                                        register_graph_rewrites)
 from mesh_tensorflow._src.shapes import Shape, convert_to_shape
 
 tf1 = tf.compat.v1
@@ -206,6 +208,8 @@ def variable_store(store: VariableStore):
 
 class Variable(Operation):
   """An mtf variable; its output is the variable's value as an activation."""
+
+  shared_by_clones = True  # Rematerialised code reads the same variable.
 
   def __init__(self, mesh: Mesh, name: str, shape, dtype: VariableDType,
                initializer, trainable: bool, **kwargs):
@@ -440,6 +444,31 @@ def assign_add(var, new_val: Tensor) -> Operation:
 def assign_sub(var, new_val: Tensor) -> Operation:
   return assign(var, new_val, assign_fn=assign_sub_slice)
 
+
+def combine_assignments(graph: Graph, assignments) -> List[Assign]:
+  """Merges Assign operations that share an assign_fn into one Assign each.
+
+  The merged Assigns replace the originals in the graph (Graph's
+  combine_assignments method).
+  """
+  by_fn = {}
+  order = []
+  for a in assignments:
+    if not isinstance(a, Assign):
+      raise TypeError("combine_assignments expects Assign operations, got %r"
+                      % (a,))
+    key = a.assign_fn
+    if key not in by_fn:
+      by_fn[key] = ([], [])
+      order.append(key)
+    by_fn[key][0].extend(a.variables)
+    by_fn[key][1].extend(a.inputs)
+  merged = set(assignments)
+  graph.operations[:] = [op for op in graph.operations if op not in merged]
+  return [Assign(by_fn[k][0], by_fn[k][1], assign_fn=k) for k in order]
+
+
+register_graph_rewrites({"combine_assignments": combine_assignments})
 
 __all__ = [
     "Assign", "ReadVariable", "Variable", "VariableDType", "VariableStore",

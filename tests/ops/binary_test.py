@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from mesh_tensorflow._src.ops import binary as binary_lib
+from mesh_tensorflow._src.ops import broadcast_binary
 from tests import mesh_test_util as mtu
 
 A = mtf.Dimension("a", 4)
@@ -442,7 +442,7 @@ def test_binary_arguments_to_tensors_converts_scalars():
   graph = mtf.Graph()
   mesh = mtf.Mesh(graph, "mesh")
   i = _imp(mesh, np.zeros([4], np.int32), [A])
-  a, b = binary_lib.binary_arguments_to_tensors(i, 3)
+  a, b = broadcast_binary.binary_arguments_to_tensors(i, 3)
   assert a is i
   assert b.dtype == tf.int32 and b.shape == mtf.Shape([])
   a, b = mtf.binary_arguments_to_tensors(2, i)

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from mesh_tensorflow._src.lowering import LazyAllreduceSum
+from mesh_tensorflow._src.laid_out import LazyAllreduceSum
 from tests import mesh_test_util as mtu
 
 BATCH = mtf.Dimension("batch", 4)

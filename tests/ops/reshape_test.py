@@ -13,7 +13,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from mesh_tensorflow import placement_mesh_impl
-from mesh_tensorflow._src.lowering import LazyAllreduceSum
+from mesh_tensorflow._src.laid_out import LazyAllreduceSum
 from tests import mesh_test_util as mtu
 
 A = mtf.Dimension("a", 4)

@@ -19,8 +19,24 @@ from typing import List, Optional, Tuple
 
 import tensorflow as tf
 
-from mesh_tensorflow import ops_with_redefined_builtins as mtf
+from mesh_tensorflow._src.graph import Mesh, Tensor
 from mesh_tensorflow._src.layers.scope_util import layer_variable_scope
+from mesh_tensorflow._src.ops import binary
+from mesh_tensorflow._src.ops import einsum as einsum_lib
+from mesh_tensorflow._src.ops import elementwise
+from mesh_tensorflow._src.ops import gather as gather_lib
+from mesh_tensorflow._src.ops import io
+from mesh_tensorflow._src.ops import random as random_lib
+from mesh_tensorflow._src.ops import reduce as reduce_lib
+from mesh_tensorflow._src.ops import reshape as reshape_lib
+from mesh_tensorflow._src.ops import softmax as softmax_lib
+from mesh_tensorflow._src.ops import tensor_ops
+from mesh_tensorflow._src.ops.broadcast_binary import (equal, greater, less,
+                                                       logical_and, logical_or,
+                                                       not_equal)
+from mesh_tensorflow._src.ops.gather import mtf_range
+from mesh_tensorflow._src.shapes import Dimension, Shape
+from mesh_tensorflow._src.variables import VariableDType, get_variable
 
 tf1 = tf.compat.v1
 
@@ -49,9 +65,9 @@ _NEG_INF = -1e9
 # ----------------------------------------------------------------------------
 
 
-def _init_stddevs(heads: mtf.Dimension, io_channels: mtf.Dimension,
-                  kv_channels: mtf.Dimension) -> Tuple[float, float, float,
-                                                       float]:
+def _init_stddevs(heads: Dimension, io_channels: Dimension,
+                  kv_channels: Dimension) -> Tuple[float, float, float,
+                                                   float]:
   """Initializer stddevs of (q, k, v, o).
 
   The 1/sqrt(d_kv) logit scaling of scaled dot-product attention is folded
@@ -63,17 +79,17 @@ def _init_stddevs(heads: mtf.Dimension, io_channels: mtf.Dimension,
   return qk, qk, v, o
 
 
-def _check_dim(value, what: str) -> mtf.Dimension:
-  if not isinstance(value, mtf.Dimension):
+def _check_dim(value, what: str) -> Dimension:
+  if not isinstance(value, Dimension):
     raise ValueError("%s must be a mtf.Dimension, got %r" % (what, value))
   return value
 
 
-def multihead_attention_params(mesh: mtf.Mesh, heads: mtf.Dimension,
-                               io_channels: mtf.Dimension,
-                               kv_channels: mtf.Dimension,
-                               variable_dtype: mtf.VariableDType,
-                               combine: bool = False) -> List[mtf.Tensor]:
+def multihead_attention_params(mesh: Mesh, heads: Dimension,
+                               io_channels: Dimension,
+                               kv_channels: Dimension,
+                               variable_dtype: VariableDType,
+                               combine: bool = False) -> List[Tensor]:
   """Creates the q, k, v, o weights of multihead attention.
 
   Variables (relative to the current variable scope): with combine=False four
@@ -107,7 +123,7 @@ def multihead_attention_params(mesh: mtf.Mesh, heads: mtf.Dimension,
         % (heads, io_channels, kv_channels))
   stddevs = _init_stddevs(heads, io_channels, kv_channels)
   if combine:
-    qkvo = mtf.Dimension("qkvo", 4)
+    qkvo = Dimension("qkvo", 4)
 
     def qkvo_initializer(shape, dtype=None, partition_info=None,
                          verify_shape=None):
@@ -116,24 +132,24 @@ def multihead_attention_params(mesh: mtf.Mesh, heads: mtf.Dimension,
       scale = tf.reshape(tf.constant(stddevs, dtype=dtype), [4, 1, 1, 1])
       return tf1.random_normal(shape, dtype=dtype) * scale
 
-    var = mtf.get_variable(
-        mesh, "qkvo", mtf.Shape([qkvo, heads, io_channels, kv_channels]),
+    var = get_variable(
+        mesh, "qkvo", Shape([qkvo, heads, io_channels, kv_channels]),
         initializer=qkvo_initializer, dtype=variable_dtype)
-    return list(mtf.unstack(var, qkvo))
+    return list(tensor_ops.unstack(var, qkvo))
   return [
-      mtf.get_variable(mesh, name, mtf.Shape([heads, io_channels,
-                                              kv_channels]),
-                       initializer=tf1.random_normal_initializer(
+      get_variable(mesh, name, Shape([heads, io_channels,
+                                      kv_channels]),
+                   initializer=tf1.random_normal_initializer(
                            stddev=stddev),
-                       dtype=variable_dtype)
+                   dtype=variable_dtype)
       for name, stddev in zip(["q", "k", "v", "o"], stddevs)]
 
 
-def multihead_attention_vars(mesh: mtf.Mesh, heads: mtf.Dimension,
-                             io_channels: mtf.Dimension,
-                             kv_channels: mtf.Dimension, master_dtype,
+def multihead_attention_vars(mesh: Mesh, heads: Dimension,
+                             io_channels: Dimension,
+                             kv_channels: Dimension, master_dtype,
                              slice_dtype, activation_dtype
-                             ) -> List[mtf.Tensor]:
+                             ) -> List[Tensor]:
   """Deprecated: multihead_attention_params(..., combine=True).
 
   Creates one variable "qkvo" [qkvo=4, heads, io_channels, kv_channels] and
@@ -142,8 +158,8 @@ def multihead_attention_vars(mesh: mtf.Mesh, heads: mtf.Dimension,
   master_dtype = master_dtype or tf.float32
   return multihead_attention_params(
       mesh, heads, io_channels, kv_channels,
-      mtf.VariableDType(master_dtype, slice_dtype or master_dtype,
-                        activation_dtype or master_dtype),
+      VariableDType(master_dtype, slice_dtype or master_dtype,
+                    activation_dtype or master_dtype),
       combine=True)
 
 
@@ -152,7 +168,7 @@ def multihead_attention_vars(mesh: mtf.Mesh, heads: mtf.Dimension,
 # ----------------------------------------------------------------------------
 
 
-def _check_qkv(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor) -> None:
+def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
   """ValueError unless q [..., depth_k], k [..., length_kv, depth_k] and
   v [..., length_kv, depth_v] fit together."""
   for name, t in (("q", q), ("k", k), ("v", v)):
@@ -176,11 +192,11 @@ def _check_qkv(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor) -> None:
         "of k in second-to-last position" % (v.shape.to_string, length_kv))
 
 
-def dot_product_attention(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor,
-                          mask: Optional[mtf.Tensor], is_training: bool,
+def dot_product_attention(q: Tensor, k: Tensor, v: Tensor,
+                          mask: Optional[Tensor], is_training: bool,
                           dropout: float = 0.0,
                           dropout_broadcast_dims=None,
-                          extra_logit=None) -> mtf.Tensor:
+                          extra_logit=None) -> Tensor:
   """Dot-product attention (no 1/sqrt(depth) scaling; fold it into q).
 
   weights = softmax over length_kv of (q . k + mask); output = weights . v.
@@ -210,8 +226,8 @@ def dot_product_attention(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor,
   """
   _check_qkv(q, k, v)
   length_kv = k.shape.dims[-2]
-  logits_shape = mtf.Shape(q.shape.dims[:-1] + [length_kv])
-  logits = mtf.einsum([q, k], logits_shape)
+  logits_shape = Shape(q.shape.dims[:-1] + [length_kv])
+  logits = einsum_lib.einsum([q, k], logits_shape)
   if mask is not None:
     for d in mask.shape.dims:
       if d not in logits_shape.dims:
@@ -219,28 +235,28 @@ def dot_product_attention(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor,
             "dot_product_attention: mask dimension %s is not a dimension of "
             "the attention logits %s" % (d, logits_shape.to_string))
     if mask.dtype != logits.dtype:
-      mask = mtf.cast(mask, logits.dtype)
-    logits = mtf.add(logits, mask, output_shape=logits_shape)
-  weights = mtf.softmax(logits, length_kv, extra_logit=extra_logit)
+      mask = elementwise.cast(mask, logits.dtype)
+    logits = binary.add(logits, mask, output_shape=logits_shape)
+  weights = softmax_lib.softmax(logits, length_kv, extra_logit=extra_logit)
   if dropout != 0.0:
-    weights = mtf.dropout(
+    weights = random_lib.dropout(
         weights, is_training, keep_prob=1.0 - dropout,
         noise_shape=weights.shape - (dropout_broadcast_dims or []))
   depth_v = v.shape.dims[-1]
-  return mtf.einsum([weights, v], mtf.Shape(q.shape.dims[:-1] + [depth_v]))
+  return einsum_lib.einsum([weights, v], Shape(q.shape.dims[:-1] + [depth_v]))
 
 
 def rename_length_to_memory_length(
-    x: mtf.Tensor, length_name: str = "length",
-    memory_length_name: str = "memory_length") -> mtf.Tensor:
+    x: Tensor, length_name: str = "length",
+    memory_length_name: str = "memory_length") -> Tensor:
   """Renames dimension length_name of x to memory_length_name."""
   if length_name not in x.shape.dimension_names:
     raise ValueError("rename_length_to_memory_length: %s has no dimension %r"
                      % (x.shape.to_string, length_name))
-  return mtf.rename_dimension(x, length_name, memory_length_name)
+  return reshape_lib.rename_dimension(x, length_name, memory_length_name)
 
 
-def _split_query(query_antecedent: mtf.Tensor, what: str):
+def split_query(query_antecedent: Tensor, what: str):
   if query_antecedent.shape.ndims < 2:
     raise ValueError("%s: input must be [<batch_dims>, length, io_channels], "
                      "got %s" % (what, query_antecedent.shape.to_string))
@@ -249,7 +265,7 @@ def _split_query(query_antecedent: mtf.Tensor, what: str):
   return batch_dims, length, io_channels
 
 
-def _check_heads_kv(heads, kv_channels, x: mtf.Tensor, what: str) -> None:
+def check_heads_kv(heads, kv_channels, x: Tensor, what: str) -> None:
   _check_dim(heads, "heads")
   _check_dim(kv_channels, "kv_channels")
   for role, d in (("heads", heads), ("kv_channels", kv_channels)):
@@ -258,17 +274,17 @@ def _check_heads_kv(heads, kv_channels, x: mtf.Tensor, what: str) -> None:
                        "input %s" % (what, role, d, x.shape.to_string))
 
 
-def multihead_attention(query_antecedent: mtf.Tensor,
-                        memory_antecedent: Optional[mtf.Tensor],
-                        mask: Optional[mtf.Tensor],
-                        kv_channels: mtf.Dimension,
-                        heads: mtf.Dimension,
+def multihead_attention(query_antecedent: Tensor,
+                        memory_antecedent: Optional[Tensor],
+                        mask: Optional[Tensor],
+                        kv_channels: Dimension,
+                        heads: Dimension,
                         is_training: bool,
                         dropout: float = 0.0,
                         dropout_broadcast_dims=None,
                         master_dtype=tf.float32,
                         slice_dtype=tf.float32,
-                        name: str = "multihead_attention") -> mtf.Tensor:
+                        name: str = "multihead_attention") -> Tensor:
   """Multihead attention with input/output projections.
 
   Variables: "<name>/qkvo" [qkvo=4, heads, io_channels, kv_channels] (query and
@@ -295,9 +311,9 @@ def multihead_attention(query_antecedent: mtf.Tensor,
   Raises:
     ValueError: if memory and query batch dims or io channels differ.
   """
-  batch_dims, query_length, io_channels = _split_query(
+  batch_dims, query_length, io_channels = split_query(
       query_antecedent, "multihead_attention")
-  _check_heads_kv(heads, kv_channels, query_antecedent, "multihead_attention")
+  check_heads_kv(heads, kv_channels, query_antecedent, "multihead_attention")
   if memory_antecedent is None:
     memory_antecedent = rename_length_to_memory_length(
         query_antecedent, query_length.name)
@@ -310,8 +326,8 @@ def multihead_attention(query_antecedent: mtf.Tensor,
   if memory_batch_dims != batch_dims:
     raise ValueError(
         "multihead_attention: memory batch dims %s must equal query batch "
-        "dims %s" % (mtf.Shape(memory_batch_dims).to_string,
-                     mtf.Shape(batch_dims).to_string))
+        "dims %s" % (Shape(memory_batch_dims).to_string,
+                     Shape(batch_dims).to_string))
   if memory_channels != io_channels:
     raise ValueError(
         "multihead_attention: memory channels %s must equal query io channels "
@@ -325,23 +341,24 @@ def multihead_attention(query_antecedent: mtf.Tensor,
     wq, wk, wv, wo = multihead_attention_vars(
         query_antecedent.mesh, heads, io_channels, kv_channels,
         master_dtype, slice_dtype, query_antecedent.dtype)
-    q = mtf.einsum([query_antecedent, wq],
-                   mtf.Shape(batch_dims + [heads, query_length, kv_channels]))
-    k = mtf.einsum([memory_antecedent, wk],
-                   mtf.Shape(batch_dims + [heads, memory_length,
-                                           kv_channels]))
-    v = mtf.einsum([memory_antecedent, wv],
-                   mtf.Shape(batch_dims + [heads, memory_length,
-                                           kv_channels]))
+    q = einsum_lib.einsum(
+        [query_antecedent, wq],
+        Shape(batch_dims + [heads, query_length, kv_channels]))
+    k = einsum_lib.einsum([memory_antecedent, wk],
+                          Shape(batch_dims + [heads, memory_length,
+                                              kv_channels]))
+    v = einsum_lib.einsum([memory_antecedent, wv],
+                          Shape(batch_dims + [heads, memory_length,
+                                              kv_channels]))
     o = dot_product_attention(q, k, v, mask, is_training, dropout,
                               dropout_broadcast_dims)
-    return mtf.einsum([o, wo],
-                      mtf.Shape(batch_dims + [query_length, io_channels]))
+    return einsum_lib.einsum([o, wo],
+                             Shape(batch_dims + [query_length, io_channels]))
 
 
-def _as_step_tensor(mesh: mtf.Mesh, step_num) -> mtf.Tensor:
+def as_step_tensor(mesh: Mesh, step_num) -> Tensor:
   """step_num as a scalar int32 mtf Tensor (Python ints are accepted)."""
-  if isinstance(step_num, mtf.Tensor):
+  if isinstance(step_num, Tensor):
     if step_num.shape.ndims != 0 or not step_num.dtype.is_integer:
       raise ValueError("step_num must be a scalar integer Tensor, got %s %s"
                        % (step_num.shape.to_string, step_num.dtype.name))
@@ -349,11 +366,11 @@ def _as_step_tensor(mesh: mtf.Mesh, step_num) -> mtf.Tensor:
   if isinstance(step_num, bool) or not isinstance(step_num, int):
     raise ValueError("step_num must be a scalar int32 mtf Tensor or a Python "
                      "int, got %r" % (step_num,))
-  return mtf.constant(mesh, step_num, shape=[], dtype=tf.int32)
+  return io.constant(mesh, step_num, shape=[], dtype=tf.int32)
 
 
-def _check_cache(prev_k: mtf.Tensor, prev_v: mtf.Tensor, batch_dims,
-                 what: str):
+def check_cache(prev_k: Tensor, prev_v: Tensor, batch_dims,
+                what: str):
   """(heads, memory_length, kv_channels) of a [batch..., heads, memory_length,
   kv_channels] cache; ValueError if prev_k/prev_v do not match the query."""
   if prev_k.shape != prev_v.shape:
@@ -364,19 +381,19 @@ def _check_cache(prev_k: mtf.Tensor, prev_v: mtf.Tensor, batch_dims,
     raise ValueError(
         "%s: prev_k %s must be [<batch dims of the query> %s, heads, "
         "memory_length, kv_channels]" % (what, prev_k.shape.to_string,
-                                         mtf.Shape(batch_dims).to_string))
+                                         Shape(batch_dims).to_string))
   return prev_k.shape.dims[-3:]
 
 
-def multihead_self_attention_incremental(query_antecedent: mtf.Tensor,
-                                         prev_k: mtf.Tensor,
-                                         prev_v: mtf.Tensor,
+def multihead_self_attention_incremental(query_antecedent: Tensor,
+                                         prev_k: Tensor,
+                                         prev_v: Tensor,
                                          step_num,
                                          master_dtype,
                                          slice_dtype,
                                          name: str = "multihead_attention"
-                                         ) -> Tuple[mtf.Tensor, mtf.Tensor,
-                                                    mtf.Tensor]:
+                                         ) -> Tuple[Tensor, Tensor,
+                                                    Tensor]:
   """One decoding step of causal self-attention with a key/value cache.
 
   Uses the same variables as multihead_attention(name=name). The new key and
@@ -400,35 +417,35 @@ def multihead_self_attention_incremental(query_antecedent: mtf.Tensor,
   """
   batch_dims = query_antecedent.shape.dims[:-1]
   io_channels = query_antecedent.shape.dims[-1]
-  heads, memory_length, kv_channels = _check_cache(
+  heads, memory_length, kv_channels = check_cache(
       prev_k, prev_v, batch_dims, "multihead_self_attention_incremental")
   mesh = query_antecedent.mesh
-  step_num = _as_step_tensor(mesh, step_num)
+  step_num = as_step_tensor(mesh, step_num)
   with layer_variable_scope(query_antecedent.mesh.graph, name, "multihead_attention"):
     wq, wk, wv, wo = multihead_attention_vars(
         mesh, heads, io_channels, kv_channels, master_dtype, slice_dtype,
         query_antecedent.dtype)
-    step_shape = mtf.Shape(batch_dims + [heads, kv_channels])
-    q = mtf.einsum([query_antecedent, wq], step_shape)
-    k = mtf.einsum([query_antecedent, wk], step_shape)
-    v = mtf.einsum([query_antecedent, wv], step_shape)
-    write = mtf.one_hot(step_num, memory_length, dtype=prev_k.dtype)
-    k = prev_k + mtf.multiply(k, write, output_shape=prev_k.shape)
-    v = prev_v + mtf.multiply(v, write, output_shape=prev_v.shape)
-    future = mtf.greater(mtf.range(mesh, memory_length, dtype=tf.int32),
-                         step_num)
-    mask = mtf.cast(future, q.dtype) * _NEG_INF
+    step_shape = Shape(batch_dims + [heads, kv_channels])
+    q = einsum_lib.einsum([query_antecedent, wq], step_shape)
+    k = einsum_lib.einsum([query_antecedent, wk], step_shape)
+    v = einsum_lib.einsum([query_antecedent, wv], step_shape)
+    write = gather_lib.one_hot(step_num, memory_length, dtype=prev_k.dtype)
+    k = prev_k + binary.multiply(k, write, output_shape=prev_k.shape)
+    v = prev_v + binary.multiply(v, write, output_shape=prev_v.shape)
+    future = greater(mtf_range(mesh, memory_length, dtype=tf.int32),
+                     step_num)
+    mask = elementwise.cast(future, q.dtype) * _NEG_INF
     o = dot_product_attention(q, k, v, mask, False)
-    y = mtf.einsum([o, wo], query_antecedent.shape)
+    y = einsum_lib.einsum([o, wo], query_antecedent.shape)
     return y, k, v
 
 
-def multihead_encdec_attention_incremental(query_antecedent: mtf.Tensor,
-                                           wq: mtf.Tensor, wo: mtf.Tensor,
-                                           k: mtf.Tensor, v: mtf.Tensor,
-                                           mask: Optional[mtf.Tensor],
+def multihead_encdec_attention_incremental(query_antecedent: Tensor,
+                                           wq: Tensor, wo: Tensor,
+                                           k: Tensor, v: Tensor,
+                                           mask: Optional[Tensor],
                                            name: str = "multihead_attention"
-                                           ) -> mtf.Tensor:
+                                           ) -> Tensor:
   """One decoding step of attention over precomputed encoder keys/values.
 
   Args:
@@ -458,13 +475,13 @@ def multihead_encdec_attention_incremental(query_antecedent: mtf.Tensor,
       raise ValueError(
           "multihead_encdec_attention_incremental: %s has shape %s, expected "
           "%s" % (w_name, w.shape.to_string,
-                  mtf.Shape([heads, io_channels, kv_channels]).to_string))
+                  Shape([heads, io_channels, kv_channels]).to_string))
   query_dims = query_antecedent.shape.dims[:-1]
   with layer_variable_scope(query_antecedent.mesh.graph, name, "multihead_attention"):
-    q = mtf.einsum([query_antecedent, wq],
-                   mtf.Shape(query_dims + [heads, kv_channels]))
+    q = einsum_lib.einsum([query_antecedent, wq],
+                          Shape(query_dims + [heads, kv_channels]))
     o = dot_product_attention(q, k, v, mask, False)
-    return mtf.einsum([o, wo], query_antecedent.shape)
+    return einsum_lib.einsum([o, wo], query_antecedent.shape)
 
 
 # ----------------------------------------------------------------------------
@@ -472,8 +489,8 @@ def multihead_encdec_attention_incremental(query_antecedent: mtf.Tensor,
 # ----------------------------------------------------------------------------
 
 
-def compress_mean(x: mtf.Tensor, dim: mtf.Dimension,
-                  compression_factor: int) -> mtf.Tensor:
+def compress_mean(x: Tensor, dim: Dimension,
+                  compression_factor: int) -> Tensor:
   """Means of consecutive groups of compression_factor positions along dim.
 
   The result keeps dim's name with size dim.size // compression_factor.
@@ -495,21 +512,21 @@ def compress_mean(x: mtf.Tensor, dim: mtf.Dimension,
         "the size of dimension %s" % (compression_factor, dim))
   dims = x.shape.dims
   pos = dims.index(dim)
-  compressed_dim = mtf.Dimension(dim.name, dim.size // compression_factor)
-  factor_dim = mtf.Dimension("compression_factor", compression_factor)
+  compressed_dim = Dimension(dim.name, dim.size // compression_factor)
+  factor_dim = Dimension("compression_factor", compression_factor)
   if factor_dim.name in x.shape.dimension_names:
     raise ValueError("compress_mean: %s already has a dimension named %r"
                      % (x.shape.to_string, factor_dim.name))
-  x = mtf.reshape(x, dims[:pos] + [compressed_dim, factor_dim] +
-                  dims[pos + 1:])
-  return mtf.reduce_mean(x, reduced_dim=factor_dim)
+  x = reshape_lib.reshape(x, dims[:pos] + [compressed_dim, factor_dim] +
+                          dims[pos + 1:])
+  return reduce_lib.reduce_mean(x, reduced_dim=factor_dim)
 
 
-def multihead_self_attention_memory_compressed(x: mtf.Tensor,
+def multihead_self_attention_memory_compressed(x: Tensor,
                                                mask_right: bool,
                                                compression_factor: int,
-                                               kv_channels: mtf.Dimension,
-                                               heads: mtf.Dimension,
+                                               kv_channels: Dimension,
+                                               heads: Dimension,
                                                is_training: bool,
                                                dropout: float = 0.0,
                                                dropout_broadcast_dims=None,
@@ -517,7 +534,7 @@ def multihead_self_attention_memory_compressed(x: mtf.Tensor,
                                                slice_dtype=tf.float32,
                                                name: str =
                                                "multihead_attention"
-                                               ) -> mtf.Tensor:
+                                               ) -> Tensor:
   """Self-attention to a memory mean-pooled by compression_factor.
 
   Keys and values come from compress_mean(x, length, compression_factor)
@@ -545,10 +562,10 @@ def multihead_self_attention_memory_compressed(x: mtf.Tensor,
   Raises:
     ValueError: on a bad compression_factor or dims.
   """
-  batch_dims, length, io_channels = _split_query(
+  batch_dims, length, io_channels = split_query(
       x, "multihead_self_attention_memory_compressed")
-  _check_heads_kv(heads, kv_channels, x,
-                  "multihead_self_attention_memory_compressed")
+  check_heads_kv(heads, kv_channels, x,
+                 "multihead_self_attention_memory_compressed")
   if length.name == "memory_length":
     raise ValueError("multihead_self_attention_memory_compressed: the length "
                      "dimension must not be named 'memory_length'")
@@ -560,23 +577,24 @@ def multihead_self_attention_memory_compressed(x: mtf.Tensor,
     memory_antecedent = rename_length_to_memory_length(memory_antecedent,
                                                        length.name)
     memory_length = memory_antecedent.shape.dims[-2]
-    q = mtf.einsum([x, wq],
-                   mtf.Shape(batch_dims + [heads, length, kv_channels]))
-    k = mtf.einsum([memory_antecedent, wk],
-                   mtf.Shape(batch_dims + [heads, memory_length,
-                                           kv_channels]))
-    v = mtf.einsum([memory_antecedent, wv],
-                   mtf.Shape(batch_dims + [heads, memory_length,
-                                           kv_channels]))
+    q = einsum_lib.einsum([x, wq],
+                          Shape(batch_dims + [heads, length, kv_channels]))
+    k = einsum_lib.einsum([memory_antecedent, wk],
+                          Shape(batch_dims + [heads, memory_length,
+                                              kv_channels]))
+    v = einsum_lib.einsum([memory_antecedent, wv],
+                          Shape(batch_dims + [heads, memory_length,
+                                              kv_channels]))
     mask = None
     if mask_right:
-      query_pos = mtf.range(x.mesh, length, dtype=tf.int32)
-      memory_pos = (mtf.range(x.mesh, memory_length, dtype=tf.int32) *
+      query_pos = mtf_range(x.mesh, length, dtype=tf.int32)
+      memory_pos = (mtf_range(x.mesh, memory_length, dtype=tf.int32) *
                     compression_factor + (compression_factor - 1))
-      mask = mtf.cast(mtf.greater(memory_pos, query_pos), x.dtype) * _NEG_INF
+      mask = elementwise.cast(greater(memory_pos, query_pos),
+                              x.dtype) * _NEG_INF
     o = dot_product_attention(q, k, v, mask, is_training, dropout,
                               dropout_broadcast_dims, extra_logit=0.0)
-    return mtf.einsum([o, wo], mtf.Shape(batch_dims + [length, io_channels]))
+    return einsum_lib.einsum([o, wo], Shape(batch_dims + [length, io_channels]))
 
 
 # ----------------------------------------------------------------------------
@@ -584,8 +602,8 @@ def multihead_self_attention_memory_compressed(x: mtf.Tensor,
 # ----------------------------------------------------------------------------
 
 
-def attention_mask_ignore_padding(inputs: mtf.Tensor,
-                                  dtype=tf.float32) -> mtf.Tensor:
+def attention_mask_ignore_padding(inputs: Tensor,
+                                  dtype=tf.float32) -> Tensor:
   """Bias hiding padding (id 0) from attention: -1e9 where inputs == 0.
 
   Args:
@@ -596,11 +614,11 @@ def attention_mask_ignore_padding(inputs: mtf.Tensor,
     [..., memory_length] (length renamed).
   """
   inputs = rename_length_to_memory_length(inputs)
-  return mtf.cast(mtf.equal(inputs, 0), dtype) * _NEG_INF
+  return elementwise.cast(equal(inputs, 0), dtype) * _NEG_INF
 
 
-def attention_mask_autoregressive(query_pos: mtf.Tensor,
-                                  dtype=tf.float32) -> mtf.Tensor:
+def attention_mask_autoregressive(query_pos: Tensor,
+                                  dtype=tf.float32) -> Tensor:
   """Causal bias: -1e9 where memory position > query position.
 
   Args:
@@ -611,12 +629,12 @@ def attention_mask_autoregressive(query_pos: mtf.Tensor,
     [..., length, memory_length].
   """
   memory_pos = rename_length_to_memory_length(query_pos)
-  return mtf.cast(mtf.less(query_pos, memory_pos), dtype) * _NEG_INF
+  return elementwise.cast(less(query_pos, memory_pos), dtype) * _NEG_INF
 
 
-def attention_mask_same_segment(query_segment: mtf.Tensor,
-                                memory_segment: Optional[mtf.Tensor] = None,
-                                dtype=tf.float32) -> mtf.Tensor:
+def attention_mask_same_segment(query_segment: Tensor,
+                                memory_segment: Optional[Tensor] = None,
+                                dtype=tf.float32) -> Tensor:
   """Bias allowing attention only within a segment (packed examples).
 
   Args:
@@ -631,8 +649,8 @@ def attention_mask_same_segment(query_segment: mtf.Tensor,
   if memory_segment is None:
     memory_segment = query_segment
   memory_segment = rename_length_to_memory_length(memory_segment)
-  return mtf.cast(mtf.not_equal(query_segment, memory_segment),
-                  dtype) * _NEG_INF
+  return elementwise.cast(not_equal(query_segment, memory_segment),
+                          dtype) * _NEG_INF
 
 
 def _bias_dtype(dtype) -> tf.DType:
@@ -641,9 +659,9 @@ def _bias_dtype(dtype) -> tf.DType:
   return dtype if dtype.is_floating else tf.float32
 
 
-def attention_bias_local_block(mesh: mtf.Mesh, block_length: mtf.Dimension,
-                               memory_length: mtf.Dimension,
-                               dtype=tf.int32) -> mtf.Tensor:
+def attention_bias_local_block(mesh: Mesh, block_length: Dimension,
+                               memory_length: Dimension,
+                               dtype=tf.int32) -> Tensor:
   """Causal bias for 1-d local block attention with a left halo.
 
   The memory of a query block is [previous block, current block], so the
@@ -668,21 +686,21 @@ def attention_bias_local_block(mesh: mtf.Mesh, block_length: mtf.Dimension,
                      "memory_length need distinct names, both are %r"
                      % (memory_length.name,))
   out_dtype = _bias_dtype(dtype)
-  memory_block = mtf.Dimension(memory_length.name, block_length.size)
-  visible = mtf.zeros(mesh, [block_length, memory_block], dtype=out_dtype)
-  future = mtf.cast(
-      mtf.less(mtf.range(mesh, block_length, dtype=tf.int32),
-               mtf.range(mesh, memory_block, dtype=tf.int32),
-               output_shape=mtf.Shape([block_length, memory_block])),
+  memory_block = Dimension(memory_length.name, block_length.size)
+  visible = io.zeros(mesh, [block_length, memory_block], dtype=out_dtype)
+  future = elementwise.cast(
+      less(mtf_range(mesh, block_length, dtype=tf.int32),
+           mtf_range(mesh, memory_block, dtype=tf.int32),
+           output_shape=Shape([block_length, memory_block])),
       out_dtype) * _NEG_INF
-  return mtf.concat([visible, future], memory_block.name)
+  return tensor_ops.concat([visible, future], memory_block.name)
 
 
-def attention_bias_local_2d_block(mesh: mtf.Mesh, h_dim: mtf.Dimension,
-                                  w_dim: mtf.Dimension,
-                                  memory_h_dim: mtf.Dimension,
-                                  memory_w_dim: mtf.Dimension,
-                                  dtype=tf.int32) -> mtf.Tensor:
+def attention_bias_local_2d_block(mesh: Mesh, h_dim: Dimension,
+                                  w_dim: Dimension,
+                                  memory_h_dim: Dimension,
+                                  memory_w_dim: Dimension,
+                                  dtype=tf.int32) -> Tensor:
   """Causal (raster-order) bias for 2-d local block attention (top/left halo).
 
   The memory of an [h, w] query block is the 2h x 2w window made of the
@@ -714,18 +732,18 @@ def attention_bias_local_2d_block(mesh: mtf.Mesh, h_dim: mtf.Dimension,
     raise ValueError("attention_bias_local_2d_block: dimension names must be "
                      "distinct, got %s" % names)
   out_dtype = _bias_dtype(dtype)
-  mem_h = mtf.Dimension(memory_h_dim.name, 2 * h_dim.size)
-  mem_w = mtf.Dimension(memory_w_dim.name, 2 * w_dim.size)
-  qi = mtf.range(mesh, h_dim, dtype=tf.int32)
-  qj = mtf.range(mesh, w_dim, dtype=tf.int32)
-  r = mtf.range(mesh, mem_h, dtype=tf.int32) - h_dim.size
-  c = mtf.range(mesh, mem_w, dtype=tf.int32) - w_dim.size
-  out_shape = mtf.Shape([h_dim, w_dim, mem_h, mem_w])
-  later_row = mtf.greater(r, qi, output_shape=mtf.Shape([h_dim, mem_h]))
-  same_row = mtf.equal(r, qi, output_shape=mtf.Shape([h_dim, mem_h]))
-  later_col = mtf.greater(c, qj, output_shape=mtf.Shape([w_dim, mem_w]))
-  hidden = mtf.logical_or(
+  mem_h = Dimension(memory_h_dim.name, 2 * h_dim.size)
+  mem_w = Dimension(memory_w_dim.name, 2 * w_dim.size)
+  qi = mtf_range(mesh, h_dim, dtype=tf.int32)
+  qj = mtf_range(mesh, w_dim, dtype=tf.int32)
+  r = mtf_range(mesh, mem_h, dtype=tf.int32) - h_dim.size
+  c = mtf_range(mesh, mem_w, dtype=tf.int32) - w_dim.size
+  out_shape = Shape([h_dim, w_dim, mem_h, mem_w])
+  later_row = greater(r, qi, output_shape=Shape([h_dim, mem_h]))
+  same_row = equal(r, qi, output_shape=Shape([h_dim, mem_h]))
+  later_col = greater(c, qj, output_shape=Shape([w_dim, mem_w]))
+  hidden = logical_or(
       later_row,
-      mtf.logical_and(same_row, later_col, output_shape=out_shape),
+      logical_and(same_row, later_col, output_shape=out_shape),
       output_shape=out_shape)
-  return mtf.cast(hidden, out_dtype) * _NEG_INF
+  return elementwise.cast(hidden, out_dtype) * _NEG_INF

@@ -21,6 +21,7 @@ import tensorflow as tf
 from mesh_tensorflow._src.graph import Mesh, Tensor, current_variable_scope_name
 from mesh_tensorflow._src.layers.scope_util import layer_variable_scope
 from mesh_tensorflow._src.ops import binary
+from mesh_tensorflow._src.ops import broadcast_binary
 from mesh_tensorflow._src.ops import custom_gradient as custom_gradient_lib
 from mesh_tensorflow._src.ops import einsum as einsum_lib
 from mesh_tensorflow._src.ops import elementwise
@@ -727,7 +728,7 @@ def annealed_dropout(x: Tensor, is_training: bool, start_step: int,
                                          name=name + "/keep_prob")
   noise = random_lib.random_uniform(x.mesh, noise_shape, dtype=tf.float32,
                                     name=name + "/noise")
-  mask = elementwise.cast(binary.less(noise, keep_prob), tf.float32)
+  mask = elementwise.cast(broadcast_binary.less(noise, keep_prob), tf.float32)
   mask = elementwise.cast(mask * elementwise.reciprocal(keep_prob), x.dtype)
   return binary.multiply(x, elementwise.stop_gradient(mask),
                          output_shape=x.shape)

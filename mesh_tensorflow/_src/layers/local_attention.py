@@ -17,13 +17,24 @@ from typing import List, Optional, Tuple
 
 import tensorflow as tf
 
-from mesh_tensorflow import ops_with_redefined_builtins as mtf
-from mesh_tensorflow._src.layers.scope_util import layer_variable_scope
+from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.layers import attention
-from mesh_tensorflow._src.layers.attention import _as_step_tensor
-from mesh_tensorflow._src.layers.attention import _check_cache
-from mesh_tensorflow._src.layers.attention import _check_heads_kv
-from mesh_tensorflow._src.layers.attention import _split_query
+from mesh_tensorflow._src.layers.attention import as_step_tensor
+from mesh_tensorflow._src.layers.attention import check_cache
+from mesh_tensorflow._src.layers.attention import check_heads_kv
+from mesh_tensorflow._src.layers.attention import split_query
+from mesh_tensorflow._src.layers.scope_util import layer_variable_scope
+from mesh_tensorflow._src.ops import binary
+from mesh_tensorflow._src.ops import einsum as einsum_lib
+from mesh_tensorflow._src.ops import elementwise
+from mesh_tensorflow._src.ops import reshape as reshape_lib
+from mesh_tensorflow._src.ops import shift as shift_lib
+from mesh_tensorflow._src.ops import tensor_ops
+from mesh_tensorflow._src.ops.broadcast_binary import (equal, greater,
+                                                       less_equal, logical_or,
+                                                       mod)
+from mesh_tensorflow._src.ops.gather import mtf_range
+from mesh_tensorflow._src.shapes import Dimension, Shape
 
 tf1 = tf.compat.v1
 
@@ -43,7 +54,7 @@ def _is_int(x) -> bool:
   return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _dim_of(x: mtf.Tensor, dim, what: str) -> mtf.Dimension:
+def _dim_of(x: Tensor, dim, what: str) -> Dimension:
   """The Dimension of x named like dim (a Dimension or name)."""
   name = dim if isinstance(dim, str) else getattr(dim, "name", None)
   if name is None or name not in x.shape.dimension_names:
@@ -52,8 +63,8 @@ def _dim_of(x: mtf.Tensor, dim, what: str) -> mtf.Dimension:
   return x.shape.get_dim_by_name(name)
 
 
-def _halo(x: mtf.Tensor, blocks_dim, block_dim, left: int,
-          right: int) -> mtf.Tensor:
+def _halo(x: Tensor, blocks_dim, block_dim, left: int,
+          right: int) -> Tensor:
   """Appends to every block `left` positions of the blocks before it and
   `right` positions of the blocks after it (zeros beyond the ends).
 
@@ -75,35 +86,35 @@ def _halo(x: mtf.Tensor, blocks_dim, block_dim, left: int,
   pieces = []
   n_full, rest = divmod(left, block)
   if rest:
-    tail = mtf.slice(x, block - rest, rest, block_dim.name)
-    pieces.append(mtf.shift(tail, n_full + 1, blocks_dim, wrap=False))
+    tail = tensor_ops.mtf_slice(x, block - rest, rest, block_dim.name)
+    pieces.append(shift_lib.shift(tail, n_full + 1, blocks_dim, wrap=False))
   for k in range(n_full, 0, -1):
-    pieces.append(mtf.shift(x, k, blocks_dim, wrap=False))
+    pieces.append(shift_lib.shift(x, k, blocks_dim, wrap=False))
   pieces.append(x)
   n_full, rest = divmod(right, block)
   for k in range(1, n_full + 1):
-    pieces.append(mtf.shift(x, -k, blocks_dim, wrap=False))
+    pieces.append(shift_lib.shift(x, -k, blocks_dim, wrap=False))
   if rest:
-    head = mtf.slice(x, 0, rest, block_dim.name)
-    pieces.append(mtf.shift(head, -(n_full + 1), blocks_dim, wrap=False))
+    head = tensor_ops.mtf_slice(x, 0, rest, block_dim.name)
+    pieces.append(shift_lib.shift(head, -(n_full + 1), blocks_dim, wrap=False))
   if len(pieces) == 1:
     return x
-  return mtf.concat(pieces, block_dim.name)
+  return tensor_ops.concat(pieces, block_dim.name)
 
 
-def _pad_or_halo(x: mtf.Tensor, blocks_dim, block_dim: mtf.Dimension,
-                 halo_size: int, mask_right: bool) -> mtf.Tensor:
+def _pad_or_halo(x: Tensor, blocks_dim, block_dim: Dimension,
+                 halo_size: int, mask_right: bool) -> Tensor:
   """Left (mask_right) or two-sided halo; zero padding if blocks_dim is None."""
   right = 0 if mask_right else halo_size
   if blocks_dim is None:
     block_dim = _dim_of(x, block_dim, "halo exchange")
-    return mtf.pad(x, [halo_size, right], block_dim.name)
+    return tensor_ops.pad(x, [halo_size, right], block_dim.name)
   return _halo(x, blocks_dim, block_dim, halo_size, right)
 
 
-def local_1d_halo_exchange(k: mtf.Tensor, v: mtf.Tensor, num_w_blocks,
-                           w_dim: mtf.Dimension, mask_right: bool
-                           ) -> Tuple[mtf.Tensor, mtf.Tensor]:
+def local_1d_halo_exchange(k: Tensor, v: Tensor, num_w_blocks,
+                           w_dim: Dimension, mask_right: bool
+                           ) -> Tuple[Tensor, Tensor]:
   """Halo exchange of keys and values for 1-d local block attention.
 
   Each block along w_dim receives the whole previous block (mask_right) or the
@@ -125,10 +136,10 @@ def local_1d_halo_exchange(k: mtf.Tensor, v: mtf.Tensor, num_w_blocks,
           _pad_or_halo(v, num_w_blocks, w_dim, halo, mask_right))
 
 
-def local_2d_halo_exchange(k: mtf.Tensor, v: mtf.Tensor, num_h_blocks,
-                           h_dim: mtf.Dimension, num_w_blocks,
-                           w_dim: mtf.Dimension, mask_right: bool
-                           ) -> Tuple[mtf.Tensor, mtf.Tensor]:
+def local_2d_halo_exchange(k: Tensor, v: Tensor, num_h_blocks,
+                           h_dim: Dimension, num_w_blocks,
+                           w_dim: Dimension, mask_right: bool
+                           ) -> Tuple[Tensor, Tensor]:
   """Halo exchange of keys and values for 2-d local block attention.
 
   First along h (blocks num_h_blocks, halo h_dim.size), then along w (blocks
@@ -148,7 +159,7 @@ def local_2d_halo_exchange(k: mtf.Tensor, v: mtf.Tensor, num_h_blocks,
 
 
 def _get_params(mesh, heads, io_channels, kv_channels, master_dtype,
-                slice_dtype, activation_dtype, params) -> List[mtf.Tensor]:
+                slice_dtype, activation_dtype, params) -> List[Tensor]:
   if params is None:
     return attention.multihead_attention_vars(
         mesh, heads, io_channels, kv_channels, master_dtype, slice_dtype,
@@ -162,13 +173,13 @@ def _get_params(mesh, heads, io_channels, kv_channels, master_dtype,
     if w.shape.dims != expected:
       raise ValueError("params: w%s has shape %s, expected %s"
                        % (name, w.shape.to_string,
-                          mtf.Shape(expected).to_string))
+                          Shape(expected).to_string))
   return params
 
 
-def masked_local_attention_1d(x: mtf.Tensor,
-                              kv_channels: mtf.Dimension,
-                              heads: mtf.Dimension,
+def masked_local_attention_1d(x: Tensor,
+                              kv_channels: Dimension,
+                              heads: Dimension,
                               is_training: bool,
                               window_size: int = 128,
                               master_dtype=tf.float32,
@@ -176,7 +187,7 @@ def masked_local_attention_1d(x: mtf.Tensor,
                               length_per_split: Optional[int] = None,
                               return_kv: Optional[list] = None,
                               params=None,
-                              name: Optional[str] = None) -> mtf.Tensor:
+                              name: Optional[str] = None) -> Tensor:
   """Causal local self-attention: position p sees positions (p - window, p].
 
   The length is cut into blocks of the largest divisor of length_per_split
@@ -209,9 +220,9 @@ def masked_local_attention_1d(x: mtf.Tensor,
     ValueError: on a bad window_size or length_per_split, or mismatched dims.
   """
   del is_training  # No dropout in this layer.
-  batch_dims, length, io_channels = _split_query(
+  batch_dims, length, io_channels = split_query(
       x, "masked_local_attention_1d")
-  _check_heads_kv(heads, kv_channels, x, "masked_local_attention_1d")
+  check_heads_kv(heads, kv_channels, x, "masked_local_attention_1d")
   if not _is_int(window_size) or window_size < 1:
     raise ValueError("masked_local_attention_1d: window_size must be a "
                      "positive int, got %r" % (window_size,))
@@ -230,51 +241,51 @@ def masked_local_attention_1d(x: mtf.Tensor,
   with layer_variable_scope(x.mesh.graph, name, "masked_local_attention_1d"):
     wq, wk, wv, wo = _get_params(x.mesh, heads, io_channels, kv_channels,
                                  master_dtype, slice_dtype, x.dtype, params)
-    qkv_shape = mtf.Shape(batch_dims + [heads, length, kv_channels])
-    q = mtf.einsum([x, wq], qkv_shape)
-    k = mtf.einsum([x, wk], qkv_shape)
-    v = mtf.einsum([x, wv], qkv_shape)
+    qkv_shape = Shape(batch_dims + [heads, length, kv_channels])
+    q = einsum_lib.einsum([x, wq], qkv_shape)
+    k = einsum_lib.einsum([x, wk], qkv_shape)
+    v = einsum_lib.einsum([x, wv], qkv_shape)
     if return_kv is not None:
       return_kv.extend([k, v])
 
     block_length = max(window_size, 128)
     while length_per_split % block_length:
       block_length -= 1
-    query_block = mtf.Dimension("query_block_length", block_length)
-    memory_block = mtf.Dimension("memory_block_length", block_length)
-    num_blocks = mtf.Dimension(length.name, length.size // block_length)
-    q = mtf.reshape(q, batch_dims + [heads, num_blocks, query_block,
-                                     kv_channels])
+    query_block = Dimension("query_block_length", block_length)
+    memory_block = Dimension("memory_block_length", block_length)
+    num_blocks = Dimension(length.name, length.size // block_length)
+    q = reshape_lib.reshape(q, batch_dims + [heads, num_blocks, query_block,
+                                             kv_channels])
     kv_shape = batch_dims + [heads, num_blocks, memory_block, kv_channels]
-    k = _halo(mtf.reshape(k, kv_shape), num_blocks, memory_block,
+    k = _halo(reshape_lib.reshape(k, kv_shape), num_blocks, memory_block,
               window_size, 0)
-    v = _halo(mtf.reshape(v, kv_shape), num_blocks, memory_block,
+    v = _halo(reshape_lib.reshape(v, kv_shape), num_blocks, memory_block,
               window_size, 0)
     # Memory position m of a block's padded memory is query position
     # m - window_size; query i sees memory (i, i + window_size].
     padded = k.shape.get_dim_by_name(memory_block.name)
-    mpos = mtf.range(x.mesh, padded, tf.int32)
-    qpos = mtf.range(x.mesh, query_block, tf.int32) + window_size
-    mask_shape = mtf.Shape([query_block, padded])
-    hidden = mtf.logical_or(
-        mtf.greater(mpos, qpos, output_shape=mask_shape),
-        mtf.less_equal(mpos, qpos - window_size, output_shape=mask_shape))
-    mask = mtf.cast(hidden, x.dtype) * _NEG_INF
+    mpos = mtf_range(x.mesh, padded, tf.int32)
+    qpos = mtf_range(x.mesh, query_block, tf.int32) + window_size
+    mask_shape = Shape([query_block, padded])
+    hidden = logical_or(
+        greater(mpos, qpos, output_shape=mask_shape),
+        less_equal(mpos, qpos - window_size, output_shape=mask_shape))
+    mask = elementwise.cast(hidden, x.dtype) * _NEG_INF
     o = attention.dot_product_attention(q, k, v, mask, False)
-    o = mtf.reshape(o, batch_dims + [heads, length, kv_channels])
-    return mtf.einsum([o, wo], mtf.Shape(batch_dims + [length, io_channels]))
+    o = reshape_lib.reshape(o, batch_dims + [heads, length, kv_channels])
+    return einsum_lib.einsum([o, wo], Shape(batch_dims + [length, io_channels]))
 
 
-def masked_local_attention_1d_incremental(x: mtf.Tensor,
-                                          prev_k: mtf.Tensor,
-                                          prev_v: mtf.Tensor,
+def masked_local_attention_1d_incremental(x: Tensor,
+                                          prev_k: Tensor,
+                                          prev_v: Tensor,
                                           step_num,
                                           master_dtype=None,
                                           slice_dtype=None,
                                           params=None,
                                           name: Optional[str] = None
-                                          ) -> Tuple[mtf.Tensor, mtf.Tensor,
-                                                     mtf.Tensor]:
+                                          ) -> Tuple[Tensor, Tensor,
+                                                     Tensor]:
   """One decoding step of masked_local_attention_1d with a ring-buffer cache.
 
   The cache holds the last window_length keys/values; the new ones are
@@ -300,39 +311,39 @@ def masked_local_attention_1d_incremental(x: mtf.Tensor,
   """
   batch_dims = x.shape.dims[:-1]
   io_channels = x.shape.dims[-1]
-  heads, window_length, kv_channels = _check_cache(
+  heads, window_length, kv_channels = check_cache(
       prev_k, prev_v, batch_dims, "masked_local_attention_1d_incremental")
-  step_num = _as_step_tensor(x.mesh, step_num)
+  step_num = as_step_tensor(x.mesh, step_num)
   with layer_variable_scope(x.mesh.graph, name, "masked_local_attention_1d"):
     wq, wk, wv, wo = _get_params(x.mesh, heads, io_channels, kv_channels,
                                  master_dtype, slice_dtype, x.dtype, params)
-    step_shape = mtf.Shape(batch_dims + [heads, kv_channels])
-    q = mtf.einsum([x, wq], step_shape)
-    k = mtf.einsum([x, wk], step_shape)
-    v = mtf.einsum([x, wv], step_shape)
-    current = mtf.equal(mtf.range(x.mesh, window_length, dtype=tf.int32),
-                        mtf.mod(step_num, window_length.size))
-    k = mtf.where(current, k, prev_k, output_shape=prev_k.shape)
-    v = mtf.where(current, v, prev_v, output_shape=prev_v.shape)
+    step_shape = Shape(batch_dims + [heads, kv_channels])
+    q = einsum_lib.einsum([x, wq], step_shape)
+    k = einsum_lib.einsum([x, wk], step_shape)
+    v = einsum_lib.einsum([x, wv], step_shape)
+    current = equal(mtf_range(x.mesh, window_length, dtype=tf.int32),
+                    mod(step_num, window_length.size))
+    k = binary.where(current, k, prev_k, output_shape=prev_k.shape)
+    v = binary.where(current, v, prev_v, output_shape=prev_v.shape)
     o = attention.dot_product_attention(q, k, v, None, False)
-    y = mtf.einsum([o, wo], x.shape)
+    y = einsum_lib.einsum([o, wo], x.shape)
     return y, k, v
 
 
-def _memory_name(given, query_dim: mtf.Dimension) -> str:
+def _memory_name(given, query_dim: Dimension) -> str:
   return given.name if given is not None else "memory_" + query_dim.name
 
 
-def local_self_attention_spatial_blocks(query_antecedent: mtf.Tensor,
-                                        kv_channels: mtf.Dimension,
-                                        heads: mtf.Dimension,
+def local_self_attention_spatial_blocks(query_antecedent: Tensor,
+                                        kv_channels: Dimension,
+                                        heads: Dimension,
                                         is_training: bool,
                                         memory_w_dim=None,
                                         mask_right: bool = False,
                                         master_dtype=tf.float32,
                                         slice_dtype=tf.float32,
                                         name: Optional[str] = None
-                                        ) -> mtf.Tensor:
+                                        ) -> Tensor:
   """Self-attention within 1-d blocks plus neighbouring blocks.
 
   A query sees its own block and the previous block (mask_right: causally
@@ -360,8 +371,8 @@ def local_self_attention_spatial_blocks(query_antecedent: mtf.Tensor,
     raise ValueError("local_self_attention_spatial_blocks: input must be "
                      "[<batch_dims>, num_w_blocks, w_dim, io_channels], got %s"
                      % query_antecedent.shape.to_string)
-  _check_heads_kv(heads, kv_channels, query_antecedent,
-                  "local_self_attention_spatial_blocks")
+  check_heads_kv(heads, kv_channels, query_antecedent,
+                 "local_self_attention_spatial_blocks")
   batch_dims = query_antecedent.shape.dims[:-3]
   num_w_blocks, w_dim, io_channels = query_antecedent.shape.dims[-3:]
   memory_name = _memory_name(memory_w_dim, w_dim)
@@ -374,28 +385,28 @@ def local_self_attention_spatial_blocks(query_antecedent: mtf.Tensor,
     wq, wk, wv, wo = attention.multihead_attention_vars(
         mesh, heads, io_channels, kv_channels, master_dtype, slice_dtype,
         query_antecedent.dtype)
-    memory_antecedent = mtf.rename_dimension(query_antecedent, w_dim.name,
-                                             memory_name)
+    memory_antecedent = reshape_lib.rename_dimension(
+        query_antecedent, w_dim.name, memory_name)
     mem_w = memory_antecedent.shape.get_dim_by_name(memory_name)
-    q = mtf.einsum([query_antecedent, wq],
-                   mtf.Shape(batch_dims + [heads, num_w_blocks, w_dim,
-                                           kv_channels]))
-    kv_shape = mtf.Shape(batch_dims + [heads, num_w_blocks, mem_w,
-                                       kv_channels])
-    k = mtf.einsum([memory_antecedent, wk], kv_shape)
-    v = mtf.einsum([memory_antecedent, wv], kv_shape)
+    q = einsum_lib.einsum([query_antecedent, wq],
+                          Shape(batch_dims + [heads, num_w_blocks, w_dim,
+                                              kv_channels]))
+    kv_shape = Shape(batch_dims + [heads, num_w_blocks, mem_w,
+                                   kv_channels])
+    k = einsum_lib.einsum([memory_antecedent, wk], kv_shape)
+    v = einsum_lib.einsum([memory_antecedent, wv], kv_shape)
     k, v = local_1d_halo_exchange(k, v, num_w_blocks, mem_w, mask_right)
     mask = None
     if mask_right:
       mask = attention.attention_bias_local_block(mesh, w_dim, mem_w,
                                                   dtype=query_antecedent.dtype)
     o = attention.dot_product_attention(q, k, v, mask, False)
-    return mtf.einsum([o, wo], query_antecedent.shape)
+    return einsum_lib.einsum([o, wo], query_antecedent.shape)
 
 
-def local_2d_self_attention_spatial_blocks(query_antecedent: mtf.Tensor,
-                                           kv_channels: mtf.Dimension,
-                                           heads: mtf.Dimension,
+def local_2d_self_attention_spatial_blocks(query_antecedent: Tensor,
+                                           kv_channels: Dimension,
+                                           heads: Dimension,
                                            is_training: bool,
                                            memory_h_dim=None,
                                            memory_w_dim=None,
@@ -403,7 +414,7 @@ def local_2d_self_attention_spatial_blocks(query_antecedent: mtf.Tensor,
                                            master_dtype=tf.float32,
                                            slice_dtype=tf.float32,
                                            name: Optional[str] = None
-                                           ) -> mtf.Tensor:
+                                           ) -> Tensor:
   """Self-attention within 2-d blocks plus neighbouring blocks.
 
   A query sees the 3h x 3w window of blocks around its own (zero keys/values
@@ -435,8 +446,8 @@ def local_2d_self_attention_spatial_blocks(query_antecedent: mtf.Tensor,
         "local_2d_self_attention_spatial_blocks: input must be [<batch_dims>, "
         "num_h_blocks, num_w_blocks, h_dim, w_dim, io_channels], got %s"
         % query_antecedent.shape.to_string)
-  _check_heads_kv(heads, kv_channels, query_antecedent,
-                  "local_2d_self_attention_spatial_blocks")
+  check_heads_kv(heads, kv_channels, query_antecedent,
+                 "local_2d_self_attention_spatial_blocks")
   batch_dims = query_antecedent.shape.dims[:-5]
   num_h_blocks, num_w_blocks, h_dim, w_dim, io_channels = (
       query_antecedent.shape.dims[-5:])
@@ -458,33 +469,33 @@ def local_2d_self_attention_spatial_blocks(query_antecedent: mtf.Tensor,
     wq, wk, wv, wo = attention.multihead_attention_vars(
         mesh, heads, io_channels, kv_channels, master_dtype, slice_dtype,
         query_antecedent.dtype)
-    memory_antecedent = mtf.rename_dimension(query_antecedent, h_dim.name,
-                                             mem_h_name)
-    memory_antecedent = mtf.rename_dimension(memory_antecedent, w_dim.name,
-                                             mem_w_name)
+    memory_antecedent = reshape_lib.rename_dimension(
+        query_antecedent, h_dim.name, mem_h_name)
+    memory_antecedent = reshape_lib.rename_dimension(
+        memory_antecedent, w_dim.name, mem_w_name)
     mem_h = memory_antecedent.shape.get_dim_by_name(mem_h_name)
     mem_w = memory_antecedent.shape.get_dim_by_name(mem_w_name)
     blocks = [num_h_blocks, num_w_blocks]
-    q = mtf.einsum([query_antecedent, wq],
-                   mtf.Shape(batch_dims + [heads] + blocks +
-                             [h_dim, w_dim, kv_channels]))
-    kv_shape = mtf.Shape(batch_dims + [heads] + blocks +
-                         [mem_h, mem_w, kv_channels])
-    k = mtf.einsum([memory_antecedent, wk], kv_shape)
-    v = mtf.einsum([memory_antecedent, wv], kv_shape)
+    q = einsum_lib.einsum([query_antecedent, wq],
+                          Shape(batch_dims + [heads] + blocks +
+                                [h_dim, w_dim, kv_channels]))
+    kv_shape = Shape(batch_dims + [heads] + blocks +
+                     [mem_h, mem_w, kv_channels])
+    k = einsum_lib.einsum([memory_antecedent, wk], kv_shape)
+    v = einsum_lib.einsum([memory_antecedent, wv], kv_shape)
     k, v = local_2d_halo_exchange(k, v, num_h_blocks, mem_h, num_w_blocks,
                                   mem_w, mask_right)
     # One memory dim of (padded height x padded width) positions.
     padded_h = k.shape.get_dim_by_name(mem_h_name)
     padded_w = k.shape.get_dim_by_name(mem_w_name)
-    memory = mtf.Dimension(combined_name, padded_h.size * padded_w.size)
+    memory = Dimension(combined_name, padded_h.size * padded_w.size)
     flat_shape = batch_dims + [heads] + blocks + [memory, kv_channels]
-    k = mtf.reshape(k, flat_shape)
-    v = mtf.reshape(v, flat_shape)
+    k = reshape_lib.reshape(k, flat_shape)
+    v = reshape_lib.reshape(v, flat_shape)
     mask = None
     if mask_right:
       mask = attention.attention_bias_local_2d_block(
           mesh, h_dim, w_dim, mem_h, mem_w, dtype=query_antecedent.dtype)
-      mask = mtf.reshape(mask, [h_dim, w_dim, memory])
+      mask = reshape_lib.reshape(mask, [h_dim, w_dim, memory])
     o = attention.dot_product_attention(q, k, v, mask, False)
-    return mtf.einsum([o, wo], query_antecedent.shape)
+    return einsum_lib.einsum([o, wo], query_antecedent.shape)

@@ -9,6 +9,7 @@ from mesh_tensorflow._src.ops import binary
 from mesh_tensorflow._src.ops import elementwise
 from mesh_tensorflow._src.ops import gather as gather_lib
 from mesh_tensorflow._src.ops import reduce as reduce_lib
+from mesh_tensorflow._src.ops import softmax as softmax_lib
 from mesh_tensorflow._src.ops.slicewise import cwise
 from mesh_tensorflow._src.shapes import Dimension, convert_to_dimension
 
@@ -51,7 +52,7 @@ def softmax_cross_entropy_with_logits(logits: Tensor, targets: Tensor,
           "have the dimensions of logits %s other than vocab_dim %s, i.e. %s"
           % (targets.shape.to_string, logits.shape.to_string, vocab_dim,
              _dim_names(expected)))
-    log_z = reduce_lib.reduce_logsumexp(logits, vocab_dim)
+    log_z = softmax_lib.reduce_logsumexp(logits, vocab_dim)
     # -sum(one_hot(targets) * log_softmax) is log_z - logits[targets]: a
     # gather, without the [..., vocab]-sized one-hot, product and sum (and
     # their gradients). An out-of-range target has an all-zero one-hot, so
@@ -74,7 +75,7 @@ def softmax_cross_entropy_with_logits(logits: Tensor, targets: Tensor,
           % (targets.shape.to_string, logits.shape.to_string))
     if targets.dtype != logits.dtype:
       targets = elementwise.cast(targets, logits.dtype)
-    log_z = reduce_lib.reduce_logsumexp(logits, vocab_dim)
+    log_z = softmax_lib.reduce_logsumexp(logits, vocab_dim)
     log_softmax = logits - log_z
     loss = elementwise.negative(
         reduce_lib.reduce_sum(log_softmax * targets, reduced_dim=vocab_dim))

@@ -11,7 +11,7 @@ from typing import Callable, List, Sequence
 import tensorflow as tf
 
 from mesh_tensorflow._src import layout as layout_lib
-from mesh_tensorflow._src import lowering as lowering_lib
+from mesh_tensorflow._src import laid_out as laid_out_lib
 from mesh_tensorflow._src import mesh_impl as mesh_impl_lib
 from mesh_tensorflow._src.mesh_impls import collectives
 from mesh_tensorflow._src.mesh_impls import slice_variables
@@ -172,7 +172,7 @@ class LaidOutVariable:
     return tf.group(*[o for o in ops if o is not None])
 
 
-class ReduceFirstLazySum(lowering_lib.LazyAllreduceSum):
+class ReduceFirstLazySum(laid_out_lib.LazyAllreduceSum):
   """A lazy sum of fn(partial sums), computed as fn(allreduce(partial sums)).
 
   fn is linear and does not shrink its input (a scalar multiply, a reshape).
@@ -182,7 +182,7 @@ class ReduceFirstLazySum(lowering_lib.LazyAllreduceSum):
   """
 
   def __init__(self, mesh_impl: "PlacementMeshImpl", fn: Callable,
-               source: lowering_lib.LazyAllreduceSum, probe: tf.Tensor):
+               source: laid_out_lib.LazyAllreduceSum, probe: tf.Tensor):
     self._fn = fn
     self._source = source
     self._probe = probe  # fn of processor 0's partial sum: gives the shape.
@@ -272,7 +272,7 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
     on the reduced value instead of on every partial sum.
     """
     if (self._share_host_memory and len(inputs) == 1 and
-        isinstance(inputs[0], lowering_lib.LazyAllreduceSum) and
+        isinstance(inputs[0], laid_out_lib.LazyAllreduceSum) and
         inputs[0].mesh_axes):
       x = inputs[0]
       if isinstance(x, ReduceFirstLazySum):

@@ -1,113 +1,25 @@
-"""Binary operations with named-dimension broadcasting."""
+"""Differentiable binary arithmetic with named-dimension broadcasting.
+
+add, sub, multiply, divide, minimum, maximum and where, built on the
+broadcasting machinery of py. This module also registers the
+functions behind Tensor's arithmetic operators (x + y, 1 - x, -x, ...).
+"""
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Optional
 
 import tensorflow as tf
 
-from mesh_tensorflow._src import mesh_impl as mesh_impl_lib
-from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.graph import (Operation, Tensor,
+                                        register_tensor_operators)
+from mesh_tensorflow._src.ops.broadcast_binary import (
+    BinaryOpWithBroadcasting, binary_arguments_to_tensors, equal, floordiv,
+    infer_binary_broadcast_shape, mod)
+from mesh_tensorflow._src.ops import einsum as einsum_lib
 from mesh_tensorflow._src.ops import elementwise
-from mesh_tensorflow._src.ops import io
-from mesh_tensorflow._src.shapes import Shape, convert_to_shape, is_subsequence
-
-
-def _infer_binary_broadcast_shape(shape1: Shape, shape2: Shape,
-                                  given_output_shape=None) -> Shape:
-  """Explicit shape wins; else the longer if one is a subsequence; else union."""
-  if given_output_shape is not None:
-    return convert_to_shape(given_output_shape)
-  if is_subsequence(shape1.dims, shape2.dims):
-    return shape2
-  if is_subsequence(shape2.dims, shape1.dims):
-    return shape1
-  return Shape(shape1.dims + [d for d in shape2.dims if d not in shape1.dims])
-
-
-def _check_broadcastable(inputs, output_shape: Shape, op_name: str) -> None:
-  for x in inputs:
-    for d in x.shape.dims:
-      if d not in output_shape.dims:
-        raise ValueError(
-            "%s: input dimension %s of %s is not in the output shape %s" %
-            (op_name, d, x.shape.to_string, output_shape.to_string))
-
-
-def binary_arguments_to_tensors(x1, x2):
-  """Converts a Python scalar argument to a 0-d Tensor of the other's dtype."""
-  if not isinstance(x1, Tensor) and not isinstance(x2, Tensor):
-    raise ValueError("at least one of %r and %r must be an mtf Tensor"
-                     % (x1, x2))
-  if not isinstance(x1, Tensor):
-    x1 = io.constant(x2.mesh, x1, shape=[], dtype=x2.dtype)
-  elif not isinstance(x2, Tensor):
-    x2 = io.constant(x1.mesh, x2, shape=[], dtype=x1.dtype)
-  if x1.dtype != x2.dtype:
-    raise ValueError("binary operands have different dtypes: %s is %s, %s is %s"
-                     % (x1.name, x1.dtype.name, x2.name, x2.dtype.name))
-  return x1, x2
-
-
-def expand_slice(x: tf.Tensor, old_shape: Shape, new_shape: Shape) -> tf.Tensor:
-  """Transposes a slice to new_shape's dim order, with size-1 missing dims."""
-  old_names = old_shape.dimension_names
-  new_names = new_shape.dimension_names
-  perm = [old_names.index(n) for n in new_names if n in old_names]
-  if perm != sorted(perm):
-    x = tf.transpose(x, perm)
-  if len(perm) < len(new_names):
-    sizes = iter(x.shape.as_list())
-    x = tf.reshape(x, [next(sizes) if n in old_names else 1
-                       for n in new_names])
-  return x
-
-
-class BinaryOpWithBroadcasting(Operation):
-  """tf_fn(x1, x2) after aligning both slices to the output's dimensions."""
-
-  def __init__(self, tf_fn: Callable, x1: Tensor, x2: Tensor, output_shape,
-               output_dtype, name: Optional[str] = None):
-    super().__init__([x1, x2], name=name or "binary_op")
-    output_shape = convert_to_shape(output_shape)
-    _check_broadcastable([x1, x2], output_shape, type(self).__name__)
-    self._tf_fn = tf_fn
-    self._outputs = [Tensor(self, output_shape, output_dtype)]
-
-  def gradient(self, grad_ys):
-    raise ValueError("%s (%s) has no gradient" % (type(self).__name__, self.name))
-
-  def _slice_fn(self, mesh_impl) -> Callable:
-    """tf_fn of two slices aligned to the output slice's dims.
-
-    Missing dims become size 1 and tf_fn broadcasts them, so no broadcast
-    operand is materialised; only if some output dim is in neither input is
-    the first operand broadcast to the full slice shape.
-    """
-    x1, x2 = self.inputs
-    out_shape = self.outputs[0].shape
-    covered = set(x1.shape.dimension_names) | set(x2.shape.dimension_names)
-    if covered >= set(out_shape.dimension_names):
-      align_first = expand_slice
-    else:
-      slice_shape = mesh_impl.slice_shape(out_shape)
-
-      def align_first(t, old, new):
-        return mesh_impl_lib.broadcast_slice(t, old, new, slice_shape)
-    tf_fn = self._tf_fn
-
-    def fn(a, b):
-      return tf_fn(align_first(a, x1.shape, out_shape),
-                   expand_slice(b, x2.shape, out_shape))
-    return fn
-
-  def lower(self, lowering):
-    mesh_impl = lowering.mesh_impl(self)
-    x1, x2 = self.inputs
-    lowering.set_tensor_lowering(
-        self.outputs[0],
-        mesh_impl.slicewise(self._slice_fn(mesh_impl), lowering.tensors[x1],
-                            lowering.tensors[x2]))
+from mesh_tensorflow._src.ops import reduce
+from mesh_tensorflow._src.shapes import convert_to_shape
 
 
 class AddOperation(BinaryOpWithBroadcasting):
@@ -119,7 +31,6 @@ class AddOperation(BinaryOpWithBroadcasting):
                      name=name or "add")
 
   def gradient(self, grad_ys):
-    from mesh_tensorflow._src.ops import reduce  # pylint: disable=g-import-not-at-top
     dy = grad_ys[0]
     return [reduce.reduce_sum(dy, output_shape=x.shape) for x in self.inputs]
 
@@ -137,7 +48,6 @@ class MinMaxOperation(BinaryOpWithBroadcasting):
   """minimum/maximum; the gradient goes to every input equal to the output."""
 
   def gradient(self, grad_ys):
-    from mesh_tensorflow._src.ops import reduce  # pylint: disable=g-import-not-at-top
     dy = grad_ys[0]
     y = self.outputs[0]
     return [reduce.reduce_sum(
@@ -193,7 +103,7 @@ def add(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
     return ScalarAddOperation(x2, x1, name=name).outputs[0]
   x1, x2 = binary_arguments_to_tensors(x1, x2)
   return AddOperation(
-      x1, x2, _infer_binary_broadcast_shape(x1.shape, x2.shape, output_shape),
+      x1, x2, infer_binary_broadcast_shape(x1.shape, x2.shape, output_shape),
       name=name).outputs[0]
 
 
@@ -216,7 +126,6 @@ def add_n(xs) -> Tensor:
 
 def multiply(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
   """x1 * x2: a scalar product, or an einsum to the broadcast shape."""
-  from mesh_tensorflow._src.ops import einsum as einsum_lib  # pylint: disable=g-import-not-at-top
   if not isinstance(x2, Tensor) and isinstance(x1, Tensor) and (
       output_shape is None or convert_to_shape(output_shape) == x1.shape):
     return ScalarMultiplyOperation(x1, x2, name=name).outputs[0]
@@ -224,7 +133,7 @@ def multiply(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
       output_shape is None or convert_to_shape(output_shape) == x2.shape):
     return ScalarMultiplyOperation(x2, x1, name=name).outputs[0]
   x1, x2 = binary_arguments_to_tensors(x1, x2)
-  output_shape = _infer_binary_broadcast_shape(x1.shape, x2.shape, output_shape)
+  output_shape = infer_binary_broadcast_shape(x1.shape, x2.shape, output_shape)
   return einsum_lib.einsum([x1, x2], output_shape=output_shape, name=name)
 
 
@@ -236,17 +145,9 @@ def divide(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
                   name=name)
 
 
-def binary_op_with_broadcasting(tf_fn: Callable, x1, x2, output_shape=None,
-                                output_dtype=None) -> Tensor:
-  x1, x2 = binary_arguments_to_tensors(x1, x2)
-  output_shape = _infer_binary_broadcast_shape(x1.shape, x2.shape, output_shape)
-  return BinaryOpWithBroadcasting(tf_fn, x1, x2, output_shape,
-                                  output_dtype or x1.dtype).outputs[0]
-
-
 def _min_max(tf_fn, x1, x2, output_shape, name) -> Tensor:
   x1, x2 = binary_arguments_to_tensors(x1, x2)
-  output_shape = _infer_binary_broadcast_shape(x1.shape, x2.shape, output_shape)
+  output_shape = infer_binary_broadcast_shape(x1.shape, x2.shape, output_shape)
   return MinMaxOperation(tf_fn, x1, x2, output_shape, x1.dtype,
                          name=name).outputs[0]
 
@@ -259,40 +160,6 @@ def maximum(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
   return _min_max(tf.maximum, x1, x2, output_shape, name or "maximum")
 
 
-def _comparison(tf_fn):
-  def op(x1, x2, output_shape=None):
-    return binary_op_with_broadcasting(tf_fn, x1, x2, output_shape=output_shape,
-                                       output_dtype=tf.bool)
-  op.__name__ = tf_fn.__name__
-  op.__doc__ = "Elementwise %s with broadcasting; tf.bool result, no gradient." % (
-      tf_fn.__name__,)
-  return op
-
-
-less = _comparison(tf.math.less)
-greater = _comparison(tf.math.greater)
-less_equal = _comparison(tf.math.less_equal)
-greater_equal = _comparison(tf.math.greater_equal)
-equal = _comparison(tf.math.equal)
-not_equal = _comparison(tf.math.not_equal)
-logical_and = _comparison(tf.math.logical_and)
-logical_or = _comparison(tf.math.logical_or)
-
-
-def floordiv(x1, x2, output_shape=None) -> Tensor:
-  dtype = x1.dtype if isinstance(x1, Tensor) else x2.dtype
-  return binary_op_with_broadcasting(tf.math.floordiv, x1, x2,
-                                     output_shape=output_shape,
-                                     output_dtype=dtype)
-
-
-def mod(x1, x2, output_shape=None) -> Tensor:
-  dtype = x1.dtype if isinstance(x1, Tensor) else x2.dtype
-  return binary_op_with_broadcasting(tf.math.floormod, x1, x2,
-                                     output_shape=output_shape,
-                                     output_dtype=dtype)
-
-
 def where(condition: Tensor, if_true, if_false, output_shape=None) -> Tensor:
   """cond * if_true + (1 - cond) * if_false (NaN/inf in either branch leak)."""
   dtype = if_true.dtype if isinstance(if_true, Tensor) else if_false.dtype
@@ -302,11 +169,18 @@ def where(condition: Tensor, if_true, if_false, output_shape=None) -> Tensor:
              output_shape=output_shape)
 
 
+register_tensor_operators({
+    "add": add,
+    "sub": sub,
+    "multiply": multiply,
+    "divide": divide,
+    "floordiv": floordiv,
+    "mod": mod,
+    "negative": elementwise.negative,
+})
+
 __all__ = [
-    "AddOperation", "BinaryOpWithBroadcasting", "MinMaxOperation",
-    "ScalarAddOperation", "ScalarMultiplyOperation", "add", "add_n",
-    "binary_arguments_to_tensors", "binary_op_with_broadcasting", "divide",
-    "equal", "floordiv", "greater", "greater_equal", "less", "less_equal",
-    "logical_and", "logical_or", "maximum", "minimum", "mod", "multiply",
-    "not_equal", "sub", "where",
+    "AddOperation", "MinMaxOperation", "ScalarAddOperation",
+    "ScalarMultiplyOperation", "add", "add_n", "divide", "maximum", "minimum",
+    "multiply", "sub", "where",
 ]

@@ -15,7 +15,7 @@ from typing import Callable, List, Optional, Sequence
 import tensorflow as tf
 
 from mesh_tensorflow._src.graph import Operation, Tensor
-from mesh_tensorflow._src.lowering import LazyAllreduceSum
+from mesh_tensorflow._src.laid_out import LazyAllreduceSum
 from mesh_tensorflow._src.variables import ReadVariable, Variable
 
 

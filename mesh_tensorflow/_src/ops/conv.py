@@ -34,8 +34,8 @@ from tensorflow.python.ops.gen_nn_ops import conv3d_backprop_input_v2  # pylint:
 from tensorflow.python.ops.nn_ops import conv3d_backprop_filter_v2  # pylint: disable=g-direct-tensorflow-import
 
 from mesh_tensorflow._src.graph import Operation, Tensor
-from mesh_tensorflow._src.lowering import LazyAllreduceSum
-from mesh_tensorflow._src.lowering import convert_args_to_laid_out_tensors
+from mesh_tensorflow._src.laid_out import LazyAllreduceSum
+from mesh_tensorflow._src.laid_out import convert_args_to_laid_out_tensors
 from mesh_tensorflow._src.ops.slicewise import check_splits_allowed
 from mesh_tensorflow._src.shapes import Dimension, Shape, convert_to_shape
 from mesh_tensorflow._src.shapes import list_product

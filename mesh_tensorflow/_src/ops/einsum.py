@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence
 import tensorflow as tf
 
 from mesh_tensorflow._src.graph import Operation, Tensor
-from mesh_tensorflow._src.lowering import LazyAllreduceSum
+from mesh_tensorflow._src.laid_out import LazyAllreduceSum
 from mesh_tensorflow._src import mesh_impl as mesh_impl_lib
 from mesh_tensorflow._src.shapes import Dimension, Shape, convert_to_shape
 

@@ -1,4 +1,8 @@
-"""Elementwise (component-wise) operations; no communication."""
+"""Elementwise (component-wise) operations; no communication.
+
+The gradients use Tensor's arithmetic operators (dy * y), which binary.py
+registers.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,8 @@ from typing import Optional
 import tensorflow as tf
 
 from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.ops import broadcast_binary
 from mesh_tensorflow._src.ops.slicewise import cwise
-
-
-def _binary():
-  from mesh_tensorflow._src.ops import binary  # pylint: disable=g-import-not-at-top
-  return binary
 
 
 def identity(x: Tensor, name: str = "identity") -> Tensor:
@@ -104,7 +104,7 @@ def relu(x: Tensor, name: str = "relu") -> Tensor:
 
 def leaky_relu(x: Tensor, alpha: float = 0.2, name: str = "leaky_relu") -> Tensor:
   def grad_fn(op, dy):
-    positive = cast(_binary().greater(op.inputs[0], 0), dy.dtype)
+    positive = cast(broadcast_binary.greater(op.inputs[0], 0), dy.dtype)
     return [dy * (positive + (1.0 - positive) * alpha)]
   return cwise(lambda t: tf.nn.leaky_relu(t, alpha=alpha), [x], name=name,
                grad_function=grad_fn)

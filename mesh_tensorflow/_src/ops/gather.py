@@ -25,7 +25,7 @@ import numpy as np
 import tensorflow as tf
 
 from mesh_tensorflow._src.graph import Mesh, Operation, Tensor
-from mesh_tensorflow._src.lowering import LazyAllreduceSum
+from mesh_tensorflow._src.laid_out import LazyAllreduceSum
 from mesh_tensorflow._src.ops import einsum as einsum_lib
 from mesh_tensorflow._src.ops import elementwise
 from mesh_tensorflow._src.ops import io

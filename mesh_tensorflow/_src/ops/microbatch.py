@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import tensorflow as tf
 
 from mesh_tensorflow._src.graph import Tensor
-from mesh_tensorflow._src.ops import binary
+from mesh_tensorflow._src.ops import broadcast_binary
 from mesh_tensorflow._src.ops import control
 from mesh_tensorflow._src.ops import einsum as einsum_lib
 from mesh_tensorflow._src.ops import elementwise
@@ -145,7 +145,7 @@ def serialize_training_step(features: Dict[str, Tensor], model_fn: Callable,
         spread, [small_batch_dim, microbatch_dim], batch_dim)
 
   def cond_fn(index):
-    return binary.less(index, num_splits)
+    return broadcast_binary.less(index, num_splits)
 
   def body_fn(index):
     outputs = model_fn({k: select(v, index) for k, v in features.items()})

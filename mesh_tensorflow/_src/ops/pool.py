@@ -16,7 +16,7 @@ from typing import Callable, List, Optional, Sequence
 import tensorflow as tf
 
 from mesh_tensorflow._src.graph import Operation, Tensor
-from mesh_tensorflow._src.lowering import convert_args_to_laid_out_tensors
+from mesh_tensorflow._src.laid_out import convert_args_to_laid_out_tensors
 from mesh_tensorflow._src.ops.slicewise import check_splits_allowed
 from mesh_tensorflow._src.shapes import Dimension, Shape, list_product
 

@@ -40,6 +40,7 @@ import tensorflow as tf
 
 from mesh_tensorflow._src.graph import Mesh, Operation, Tensor
 from mesh_tensorflow._src.ops import binary
+from mesh_tensorflow._src.ops import broadcast_binary
 from mesh_tensorflow._src.ops import elementwise
 from mesh_tensorflow._src.shapes import convert_to_shape
 
@@ -163,6 +164,8 @@ class RandomOperation(Operation):
     **kwargs: as for tf_fn: minval/maxval or mean/stddev, dtype, seed, name
       (`name` also names the operation).
   """
+
+  shared_by_clones = True  # A copy would have to draw the same values.
 
   def __init__(self, mesh: Mesh, shape, tf_fn: Callable, **kwargs):
     distribution = _DISTRIBUTIONS.get(tf_fn)
@@ -292,7 +295,8 @@ def dropout(x: Tensor, is_training: bool, keep_prob: Optional[float] = None,
   name = name or "dropout"
   noise = random_uniform(x.mesh, noise_shape, dtype=tf.float32,
                          name=name + "/noise")
-  mask = elementwise.cast(binary.less(noise, float(keep_prob)), x.dtype)
+  mask = elementwise.cast(broadcast_binary.less(noise, float(keep_prob)),
+                          x.dtype)
   if x.dtype.is_floating:
     mask = mask * (1.0 / keep_prob)
   return binary.multiply(x, elementwise.stop_gradient(mask),

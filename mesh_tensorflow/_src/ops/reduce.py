@@ -6,12 +6,12 @@ from typing import Optional
 
 import tensorflow as tf
 
+from mesh_tensorflow._src import mesh_impl as mesh_impl_lib
 from mesh_tensorflow._src.graph import Operation, Tensor
-from mesh_tensorflow._src.lowering import LazyAllreduceSum
-from mesh_tensorflow._src.ops import binary
+from mesh_tensorflow._src.laid_out import LazyAllreduceSum
+from mesh_tensorflow._src.ops import broadcast_binary
 from mesh_tensorflow._src.ops import elementwise
-from mesh_tensorflow._src.shapes import (Shape, convert_to_dimension,
-                                         convert_to_shape)
+from mesh_tensorflow._src.shapes import Shape, convert_to_shape
 
 _LOCAL_REDUCTIONS = {
     "SUM": tf.reduce_sum,
@@ -43,13 +43,12 @@ class ReduceOperation(Operation):
     return self._reduction_fn_string
 
   def gradient(self, grad_ys):
-    from mesh_tensorflow._src.ops import reshape as reshape_lib  # pylint: disable=g-import-not-at-top
     dy = grad_ys[0]
     x = self.inputs[0]
     if self._reduction_fn_string == "SUM":
-      return [reshape_lib.broadcast(dy, x.shape)]
+      return [broadcast(dy, x.shape)]
     y = self.outputs[0]
-    mask = elementwise.cast(binary.equal(x, y), dy.dtype)
+    mask = elementwise.cast(broadcast_binary.equal(x, y), dy.dtype)
     return [dy * mask]
 
   def lower(self, lowering):
@@ -185,113 +184,41 @@ def reduce_any(x: Tensor, disable_positional_args=None, output_shape=None,
       reduced_dim=reduced_dim, name=name), tf.bool)
 
 
-def reduce_logsumexp(x: Tensor, reduced_dim, extra_logit=None,
-                     name: Optional[str] = None) -> Tensor:
-  """log(sum(exp(x))) over reduced_dim, computed stably.
+class BroadcastOperation(Operation):
+  """Broadcasts x to a shape containing all its dims; no communication."""
 
-  extra_logit acts as one more logit of that value in the sum.
-  """
-  del name
-  reduced_shape = x.shape - reduced_dim
-  max_logit = reduce_max(elementwise.stop_gradient(x), output_shape=reduced_shape)
-  if extra_logit is not None:
-    if isinstance(extra_logit, Tensor):
-      extra_logit = elementwise.stop_gradient(extra_logit)
-    max_logit = binary.maximum(max_logit, extra_logit)
-  total = reduce_sum(elementwise.exp(x - max_logit), output_shape=reduced_shape)
-  if extra_logit is not None:
-    total += elementwise.exp(extra_logit - max_logit)
-  return elementwise.log(total) + max_logit
-
-
-def log_softmax(x: Tensor, reduced_dim, extra_logit=None,
-                name: Optional[str] = None) -> Tensor:
-  del name
-  return x - reduce_logsumexp(x, reduced_dim, extra_logit=extra_logit)
-
-
-class SoftmaxOperation(Operation):
-  """exp(x) / sum(exp(x)) over reduced_dim as one operation.
-
-  Lowers to tf.nn.softmax per slice when reduced_dim is the last dim and not
-  split (one fused kernel and one output buffer, where exp(log_softmax(x))
-  took eight elementwise ops and as many temporaries), else to the max, exp
-  and sum of each slice, with a MAX and a SUM allreduce if reduced_dim is
-  split. The gradient is y * (dy - sum(dy * y)).
-  """
-
-  def __init__(self, x: Tensor, reduced_dim, name: Optional[str] = None):
-    super().__init__([x], name=name or "softmax")
-    self._reduced_dim = reduced_dim
-    self._outputs = [Tensor(self, x.shape, x.dtype)]
+  def __init__(self, x: Tensor, new_shape: Shape, name: Optional[str] = None):
+    super().__init__([x], name=name or "broadcast")
+    self._outputs = [Tensor(self, new_shape, x.dtype)]
 
   def gradient(self, grad_ys):
-    from mesh_tensorflow._src.ops import einsum as einsum_lib  # pylint: disable=g-import-not-at-top
-    dy = grad_ys[0]
-    y = self.outputs[0]
-    dot = einsum_lib.einsum([dy, y], output_shape=y.shape - self._reduced_dim)
-    return [(dy - dot) * y]
+    return [reduce_sum(grad_ys[0], output_shape=self.inputs[0].shape)]
 
   def lower(self, lowering):
     mesh_impl = lowering.mesh_impl(self)
-    x = self.inputs[0]
-    axis = x.shape.dims.index(self._reduced_dim)
-    mesh_axis = mesh_impl.tensor_dimension_to_mesh_axis(self._reduced_dim)
-    mesh_axes = [] if mesh_axis is None else [mesh_axis]
-    laid_out_x = lowering.tensors[x]
-    if not mesh_axes and axis == x.shape.ndims - 1:
-      y = mesh_impl.slicewise(_softmax_last_axis, laid_out_x)
-    else:
-      # tf.nn.softmax would transpose a slice whose axis is not the last.
-      if mesh_axes:
-        lowering.add_counter(
-            "allreduce/%s/softmax_op" % mesh_axes,
-            2 * mesh_impl.laid_out_size(x.shape - self._reduced_dim))
-      max_x = mesh_impl.allreduce(
-          mesh_impl.slicewise(
-              lambda t: tf.reduce_max(t, axis=axis, keepdims=True),
-              laid_out_x), mesh_axes, "MAX")
-      exp_x = mesh_impl.slicewise(lambda t, m: tf.exp(t - m), laid_out_x,
-                                  max_x)
-      sum_exp = mesh_impl.allreduce(
-          mesh_impl.slicewise(
-              lambda e: tf.reduce_sum(e, axis=axis, keepdims=True), exp_x),
-          mesh_axes, "SUM")
-      y = mesh_impl.slicewise(lambda e, total: e / total, exp_x, sum_exp)
-    lowering.set_tensor_lowering(self.outputs[0], y)
+    old_shape = self.inputs[0].shape
+    new_shape = self.outputs[0].shape
+    slice_shape = mesh_impl.slice_shape(new_shape)
+    lowering.set_tensor_lowering(
+        self.outputs[0], mesh_impl.slicewise_delay_allreduce(
+            lambda t: mesh_impl_lib.broadcast_slice(t, old_shape, new_shape,
+                                                    slice_shape),
+            lowering.tensors[self.inputs[0]]))
 
 
-def _softmax_last_axis(t: tf.Tensor) -> tf.Tensor:
-  """tf.nn.softmax over the last axis of a slice of any rank.
-
-  The slice is viewed as a matrix first: TF's oneDNN CPU softmax kernel
-  rejects inputs of more than 5 dims ("Input dims must be <= 5").
-  """
-  if t.shape.ndims <= 2:
-    return tf.nn.softmax(t)
-  return tf.reshape(tf.nn.softmax(tf.reshape(t, [-1, t.shape[-1]])),
-                    t.shape.as_list())
-
-
-def softmax(x: Tensor, reduced_dim, extra_logit=None,
-            name: Optional[str] = None) -> Tensor:
-  """exp(x) / sum(exp(x)) over reduced_dim (plus exp(extra_logit) if given).
-
-  Example:
-    weights = mtf.softmax(logits, memory_length_dim)  # same shape as logits
-  """
-  if extra_logit is not None:
-    return elementwise.exp(log_softmax(x, reduced_dim,
-                                       extra_logit=extra_logit))
-  reduced_dim = convert_to_dimension(reduced_dim)
-  if reduced_dim not in x.shape.dims:
-    raise ValueError("softmax: reduced_dim %s is not in %s"
-                     % (reduced_dim, x.shape.to_string))
-  return SoftmaxOperation(x, reduced_dim, name=name).outputs[0]
+def broadcast(x: Tensor, new_shape) -> Tensor:
+  new_shape = convert_to_shape(new_shape)
+  if new_shape == x.shape:
+    return x
+  for d in x.shape.dims:
+    if d not in new_shape.dims:
+      raise ValueError("cannot broadcast %s to %s: %s is missing"
+                       % (x.shape.to_string, new_shape.to_string, d))
+  return BroadcastOperation(x, new_shape).outputs[0]
 
 
 __all__ = [
-    "ReduceOperation", "log_softmax", "reduce_all", "reduce_any",
-    "reduce_logsumexp", "reduce_max", "reduce_mean", "reduce_min",
-    "reduce_sum", "reduction_fn", "softmax",
+    "BroadcastOperation", "ReduceOperation", "broadcast", "reduce_all",
+    "reduce_any", "reduce_max", "reduce_mean", "reduce_min", "reduce_sum",
+    "reduction_fn",
 ]

@@ -13,7 +13,6 @@ from typing import Optional
 
 import tensorflow as tf
 
-from mesh_tensorflow._src import mesh_impl as mesh_impl_lib
 from mesh_tensorflow._src.graph import Operation, Tensor
 from mesh_tensorflow._src.shapes import Shape, convert_to_dimension, convert_to_shape
 
@@ -138,39 +137,5 @@ def replace_dimensions(tensor_or_shape, old_dim_or_dims, new_dim_or_dims):
   return Shape(dims[:positions[0]] + new + dims[positions[-1] + 1:])
 
 
-class BroadcastOperation(Operation):
-  """Broadcasts x to a shape containing all its dims; no communication."""
-
-  def __init__(self, x: Tensor, new_shape: Shape, name: Optional[str] = None):
-    super().__init__([x], name=name or "broadcast")
-    self._outputs = [Tensor(self, new_shape, x.dtype)]
-
-  def gradient(self, grad_ys):
-    from mesh_tensorflow._src.ops import reduce  # pylint: disable=g-import-not-at-top
-    return [reduce.reduce_sum(grad_ys[0], output_shape=self.inputs[0].shape)]
-
-  def lower(self, lowering):
-    mesh_impl = lowering.mesh_impl(self)
-    old_shape = self.inputs[0].shape
-    new_shape = self.outputs[0].shape
-    slice_shape = mesh_impl.slice_shape(new_shape)
-    lowering.set_tensor_lowering(
-        self.outputs[0], mesh_impl.slicewise_delay_allreduce(
-            lambda t: mesh_impl_lib.broadcast_slice(t, old_shape, new_shape,
-                                                    slice_shape),
-            lowering.tensors[self.inputs[0]]))
-
-
-def broadcast(x: Tensor, new_shape) -> Tensor:
-  new_shape = convert_to_shape(new_shape)
-  if new_shape == x.shape:
-    return x
-  for d in x.shape.dims:
-    if d not in new_shape.dims:
-      raise ValueError("cannot broadcast %s to %s: %s is missing"
-                       % (x.shape.to_string, new_shape.to_string, d))
-  return BroadcastOperation(x, new_shape).outputs[0]
-
-
-__all__ = ["BroadcastOperation", "ReshapeOperation", "broadcast", "reshape",
-           "rename_dimension", "replace_dimensions"]
+__all__ = ["ReshapeOperation", "reshape", "rename_dimension",
+           "replace_dimensions"]

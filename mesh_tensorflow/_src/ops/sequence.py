@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from mesh_tensorflow._src.graph import Operation, Tensor
 from mesh_tensorflow._src.ops import binary
+from mesh_tensorflow._src.ops import broadcast_binary
 from mesh_tensorflow._src.ops import einsum as einsum_lib
 from mesh_tensorflow._src.ops import elementwise
 from mesh_tensorflow._src.ops import gather as gather_lib
@@ -195,7 +196,7 @@ def dynamic_shift(x: Tensor, offset: Tensor, dim: DimLike, wrap: bool
   positions = gather_lib.mtf_range(x.mesh, target_dim, offset.dtype)
   source = binary.sub(positions, offset)
   if wrap:
-    source = binary.mod(source, dim.size)
+    source = broadcast_binary.mod(source, dim.size)
   # Out-of-range sources give all-zero one_hot rows: zero fill.
   permutation = gather_lib.one_hot(source, dim, dtype=x.dtype)
   y = einsum_lib.einsum(

@@ -1,0 +1,73 @@
+"""Laid-out tensor values: what a MeshImpl computes on and returns.
+
+A laid-out tensor is a backend's per-processor representation of an mtf
+Tensor. Besides the backends' own types there are two lazy forms: a
+LazyAllreduceSum (a SUM allreduce postponed until its result is needed, so
+that linear operations happen before the one allreduce) and a
+LazyLaidOutTensor (recomputed on each use). Operations, MeshImpl and Lowering
+all build on these, so they live below all three.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence
+
+
+class LazyAllreduceSum:
+  """A SUM allreduce that is only performed when its result is needed."""
+
+  def __init__(self, mesh_impl, laid_out_input, mesh_axes,
+               add_counter_fn: Optional[Callable[[], None]] = None):
+    self.mesh_impl = mesh_impl
+    self.laid_out_input = laid_out_input
+    self.mesh_axes = tuple(mesh_axes)
+    self.add_counter_fn = add_counter_fn
+    self._reduced = None
+
+  def to_laid_out_tensor(self):
+    if self._reduced is None:
+      if not self.mesh_axes:
+        self._reduced = self.laid_out_input
+      else:
+        if self.add_counter_fn is not None:
+          self.add_counter_fn()
+        self._reduced = self.mesh_impl.allreduce(
+            self.laid_out_input, self.mesh_axes, "SUM")
+    return self._reduced
+
+  @property
+  def slice_shape(self):
+    return self.laid_out_input.slice_shape
+
+
+class LazyLaidOutTensor:
+  """A laid-out tensor computed (again) on each to_laid_out_tensor() call."""
+
+  def __init__(self, to_laid_out_tensor_fn: Callable, slice_shape):
+    self._fn = to_laid_out_tensor_fn
+    self._slice_shape = slice_shape
+
+  def to_laid_out_tensor(self):
+    return self._fn()
+
+  @property
+  def slice_shape(self):
+    return self._slice_shape
+
+
+def compatible_lazy_allreduce_sums(xs: Sequence) -> bool:
+  """True iff xs are LazyAllreduceSums over the same axes and slice shape."""
+  if not xs or not all(isinstance(x, LazyAllreduceSum) for x in xs):
+    return False
+  first = xs[0]
+  return all(x.mesh_axes == first.mesh_axes and
+             list(x.slice_shape) == list(first.slice_shape) for x in xs[1:])
+
+
+def convert_args_to_laid_out_tensors(xs: Sequence) -> list:
+  return [x.to_laid_out_tensor() if hasattr(x, "to_laid_out_tensor") else x
+          for x in xs]
+
+
+__all__ = ["LazyAllreduceSum", "LazyLaidOutTensor",
+           "compatible_lazy_allreduce_sums", "convert_args_to_laid_out_tensors"]
