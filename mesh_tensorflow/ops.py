@@ -51,7 +51,7 @@ from mesh_tensorflow._src.ops.reduce import reduction_fn as reduction_fn
 from mesh_tensorflow._src.mesh_impls.collectives import binary_reduction_fn as binary_reduction_fn
 from mesh_tensorflow._src.shapes import Dimension as Dimension
 from mesh_tensorflow._src.shapes import Shape as Shape
-from mesh_tensorflow._src.shapes import _parse_string_to_list_of_pairs  # pylint: disable=unused-import
+from mesh_tensorflow._src.shapes import parse_string_to_list_of_pairs as _parse_string_to_list_of_pairs  # pylint: disable=unused-import
 from mesh_tensorflow._src.shapes import anonymous_shape as anonymous_shape
 from mesh_tensorflow._src.shapes import combined_dimension as combined_dimension
 from mesh_tensorflow._src.shapes import convert_to_dimension as convert_to_dimension

@@ -35,7 +35,7 @@ shapes = _import_pure("shapes")
 Dimension = shapes.Dimension
 Shape = shapes.Shape
 # pylint: disable-next=protected-access
-parse = shapes._parse_string_to_list_of_pairs
+parse = shapes.parse_string_to_list_of_pairs
 
 
 # Grammar.

@@ -64,10 +64,17 @@ def compatible_lazy_allreduce_sums(xs: Sequence) -> bool:
              list(x.slice_shape) == list(first.slice_shape) for x in xs[1:])
 
 
+def to_laid_out_tensor(value):
+  """value, with a lazy form (LazyAllreduceSum, ...) turned into its result."""
+  if hasattr(value, "to_laid_out_tensor"):
+    return value.to_laid_out_tensor()
+  return value
+
+
 def convert_args_to_laid_out_tensors(xs: Sequence) -> list:
-  return [x.to_laid_out_tensor() if hasattr(x, "to_laid_out_tensor") else x
-          for x in xs]
+  return [to_laid_out_tensor(x) for x in xs]
 
 
 __all__ = ["LazyAllreduceSum", "LazyLaidOutTensor",
-           "compatible_lazy_allreduce_sums", "convert_args_to_laid_out_tensors"]
+           "compatible_lazy_allreduce_sums", "convert_args_to_laid_out_tensors",
+           "to_laid_out_tensor"]

@@ -27,8 +27,7 @@ __all__ = [
 ]
 
 
-# pylint: disable-next=protected-access
-_parse_pairs = shapes._parse_string_to_list_of_pairs
+_parse_pairs = shapes.parse_string_to_list_of_pairs
 
 
 def _is_int(x: Any) -> bool:

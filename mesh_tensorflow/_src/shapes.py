@@ -265,11 +265,11 @@ def convert_to_shape(x: Any) -> Shape | None:
   if isinstance(x, Shape):
     return x
   if isinstance(x, str):
-    return Shape(_parse_string_to_list_of_pairs(x, seconds_to_int=True))
+    return Shape(parse_string_to_list_of_pairs(x, seconds_to_int=True))
   return Shape(x)
 
 
-def _parse_string_to_list_of_pairs(
+def parse_string_to_list_of_pairs(
     s: str, seconds_to_int: bool = False) -> list[tuple[str, Any]]:
   """Parses `name:value` tokens separated by `,`, `.`, `;` or whitespace.
 

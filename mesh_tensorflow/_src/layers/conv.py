@@ -200,7 +200,7 @@ def _same_padding(n: int, f: int, s: int):
 
 def _check_blocks_args(label: str, padding: str, filter_size, strides,
                        n: int, odd_filters: bool):
-  conv_ops._check_padding(padding, label)  # pylint: disable=protected-access
+  conv_ops.check_padding(padding, label)
   filter_size = _check_sizes(filter_size, n, "filter_size", label)
   strides = _check_sizes(strides, n, "strides", label)
   if padding != "SAME":

@@ -320,16 +320,21 @@ def dense(x: Tensor, new_dims, reduced_dims=None, expert_dims=None,
     return y
 
 
+# Activation functions dense_product accepts by name: the elementwise mtf ops,
+# under their mtf names ("abs" is mtf.abs).
+_ACTIVATIONS_BY_NAME = dict(
+    {name: getattr(elementwise, name) for name in elementwise.__all__
+     if not isinstance(getattr(elementwise, name), type)},
+    abs=elementwise.mtf_abs)
+
+
 def _resolve_activation(activation) -> Optional[Callable]:
   """None for None/"linear"; an mtf function for a name; else the callable."""
   if activation is None or activation == "linear":
     return None
   if isinstance(activation, str):
-    # pylint: disable-next=g-import-not-at-top
-    from mesh_tensorflow import ops_with_redefined_builtins as mtf_ops
-    fn = getattr(mtf_ops, activation, None)
-    if (fn is None or not callable(fn) or isinstance(fn, type) or
-        activation.startswith("_")):
+    fn = _ACTIVATIONS_BY_NAME.get(activation)
+    if fn is None:
       raise ValueError("dense_product: unknown activation function name %r "
                        "(expected an mtf function name such as 'relu', "
                        "'sigmoid', 'gelu', or 'linear')" % activation)

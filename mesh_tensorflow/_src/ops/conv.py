@@ -51,7 +51,7 @@ def _conv_output_size(n: int, f: int, s: int, padding: str) -> int:
   return -(-n // s)
 
 
-def _check_padding(padding, label: str) -> None:
+def check_padding(padding, label: str) -> None:
   if padding not in _PADDINGS:
     raise ValueError("%s: padding must be 'SAME' or 'VALID', got %r"
                      % (label, padding))
@@ -284,7 +284,7 @@ class _ConvNdOperation(_ConvFamilyOperation):
                padding: str, name: Optional[str]):
     label = "conv%dd" % n
     super().__init__([conv_input, conv_filter], name=name or label)
-    _check_padding(padding, label)
+    check_padding(padding, label)
     self._n = n
     self._strides = _normalize_strides(strides, n, label)
     self._padding = padding
@@ -346,7 +346,7 @@ class _ConvNdTransposeOperation(_ConvFamilyOperation):
                padding: str, name: Optional[str]):
     label = "conv%dd_transpose" % n
     super().__init__([conv_input, conv_filter], name=name or label)
-    _check_padding(padding, label)
+    check_padding(padding, label)
     self._n = n
     self._strides = _normalize_strides(strides, n, label)
     self._padding = padding
@@ -415,7 +415,7 @@ class Conv2or3dBackpropInputOperation(_ConvFamilyOperation):
     trans = "_trans" if is_transpose else ""
     label = "conv%dd%s_backprop" % (n, trans)
     super().__init__([dy, conv_filter], name=name or label)
-    _check_padding(padding, label)
+    check_padding(padding, label)
     self._n = n
     self._is_transpose = bool(is_transpose)
     self._strides = _normalize_strides(strides, n, label)
@@ -451,7 +451,7 @@ class Conv2or3dBackpropFilterOperation(_ConvFamilyOperation):
     trans = "_trans" if is_transpose else ""
     label = "conv%dd%s_backprop_filter" % (n, trans)
     super().__init__([conv_input, dy], name=name or label)
-    _check_padding(padding, label)
+    check_padding(padding, label)
     self._n = n
     self._is_transpose = bool(is_transpose)
     self._strides = _normalize_strides(strides, n, label)

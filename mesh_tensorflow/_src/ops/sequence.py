@@ -22,6 +22,7 @@ from typing import Callable, Optional
 import tensorflow as tf
 
 from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.laid_out import to_laid_out_tensor
 from mesh_tensorflow._src.ops import binary
 from mesh_tensorflow._src.ops import broadcast_binary
 from mesh_tensorflow._src.ops import einsum as einsum_lib
@@ -30,7 +31,7 @@ from mesh_tensorflow._src.ops import gather as gather_lib
 from mesh_tensorflow._src.ops import reduce as reduce_lib
 from mesh_tensorflow._src.ops import reshape as reshape_lib
 from mesh_tensorflow._src.ops import shift as shift_lib
-from mesh_tensorflow._src.ops.tensor_ops import DimLike, _find_axis, _laid_out
+from mesh_tensorflow._src.ops.tensor_ops import DimLike, find_axis
 from mesh_tensorflow._src.shapes import Dimension
 
 
@@ -55,7 +56,7 @@ class CumsumOperation(Operation):
 
   def __init__(self, x: Tensor, dim: DimLike, exclusive: bool = False,
                reverse: bool = False, name: Optional[str] = None):
-    axis, dim = _find_axis(x, dim, "cumsum")
+    axis, dim = find_axis(x, dim, "cumsum")
     if x.dtype == tf.bool:
       raise ValueError("cumsum along %r: tensor %s is boolean; cast it to a "
                        "number type first" % (dim.name, x.name))
@@ -92,7 +93,7 @@ class CumsumOperation(Operation):
       y = mesh_impl.slicewise_delay_allreduce(self._local_cumsum, lowered_x)
       lowering.set_tensor_lowering(self.outputs[0], y)
       return
-    laid_out = _laid_out(lowered_x)
+    laid_out = to_laid_out_tensor(lowered_x)
     axis = self._axis
     num_blocks = mesh_impl.shape.dims[mesh_axis].size
     local = mesh_impl.slicewise(self._local_cumsum, laid_out)
@@ -168,7 +169,7 @@ def dynamic_shift(x: Tensor, offset: Tensor, dim: DimLike, wrap: bool
     ValueError: if dim is not in x, offset is not an integer tensor, or
       offset has dim or a dimension that x lacks.
   """
-  _, dim = _find_axis(x, dim, "dynamic_shift")
+  _, dim = find_axis(x, dim, "dynamic_shift")
   if isinstance(offset, int) and not isinstance(offset, bool):
     return shift_lib.shift(x, offset, dim, wrap)
   if not isinstance(offset, Tensor):
@@ -214,14 +215,14 @@ def reduce_first(tensor: Tensor, reduced_dim: DimLike) -> Tensor:
   Raises:
     ValueError: if reduced_dim is not a dimension of tensor.
   """
-  _, reduced_dim = _find_axis(tensor, reduced_dim, "reduce_first")
+  _, reduced_dim = find_axis(tensor, reduced_dim, "reduce_first")
   return gather_lib.gather(tensor, 0, reduced_dim)
 
 
 def _split_pool_dim(tensor: Tensor, pool_dim: DimLike, pool_size: int,
                     op_name: str):
   """tensor reshaped so pool_dim becomes [pool_dim / pool_size, pool_size]."""
-  _, pool_dim = _find_axis(tensor, pool_dim, op_name)
+  _, pool_dim = find_axis(tensor, pool_dim, op_name)
   if (not isinstance(pool_size, int) or isinstance(pool_size, bool)
       or pool_size < 1):
     raise ValueError("%s along %r: pool_size must be a positive int, got %r"

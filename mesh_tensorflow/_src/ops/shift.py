@@ -16,7 +16,8 @@ from typing import Optional
 import tensorflow as tf
 
 from mesh_tensorflow._src.graph import Operation, Tensor
-from mesh_tensorflow._src.ops.tensor_ops import DimLike, _find_axis, _laid_out
+from mesh_tensorflow._src.laid_out import to_laid_out_tensor
+from mesh_tensorflow._src.ops.tensor_ops import DimLike, find_axis
 
 
 def _is_int(x) -> bool:
@@ -33,7 +34,7 @@ class ShiftOperation(Operation):
   def __init__(self, x: Tensor, offset: int, dim: DimLike, wrap: bool,
                name: Optional[str] = None):
     super().__init__([x], name=name or "shift")
-    self._axis, self._dim = _find_axis(x, dim, "shift")
+    self._axis, self._dim = find_axis(x, dim, "shift")
     if not _is_int(offset):
       raise ValueError("shift along %r: offset must be an int, got %r"
                        % (self._dim.name, offset))
@@ -80,7 +81,7 @@ class ShiftOperation(Operation):
       y = mesh_impl.slicewise_delay_allreduce(
           lambda t: self._shift_local(t, offset, size), lowered_x)
     else:
-      y = self._shift_split(lowering, mesh_impl, _laid_out(lowered_x),
+      y = self._shift_split(lowering, mesh_impl, to_laid_out_tensor(lowered_x),
                             mesh_axis, offset)
     lowering.set_tensor_lowering(self.outputs[0], y)
 

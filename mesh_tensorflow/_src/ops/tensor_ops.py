@@ -17,6 +17,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 import tensorflow as tf
 
 from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.laid_out import to_laid_out_tensor
 from mesh_tensorflow._src.ops import io
 from mesh_tensorflow._src.ops.slicewise import check_splits_allowed
 from mesh_tensorflow._src.shapes import Dimension, Shape, convert_to_dimension
@@ -32,7 +33,7 @@ def _dim_name(dim: DimLike) -> str:
   return dim if isinstance(dim, str) else convert_to_dimension(dim).name
 
 
-def _find_axis(x: Tensor, dim: DimLike, op_name: str) -> Tuple[int, Dimension]:
+def find_axis(x: Tensor, dim: DimLike, op_name: str) -> Tuple[int, Dimension]:
   """(tensor axis, Dimension) of `dim` (a Dimension or a name) in x.
 
   Raises:
@@ -65,12 +66,6 @@ def _lowered_inputs(op: Operation, lowering) -> list:
   return [lowering.tensors[x] for x in op.inputs]
 
 
-def _laid_out(value):
-  if hasattr(value, "to_laid_out_tensor"):
-    return value.to_laid_out_tensor()
-  return value
-
-
 class ConcatOperation(Operation):
   """Concatenates tensors along `concat_dim_name`.
 
@@ -85,7 +80,7 @@ class ConcatOperation(Operation):
       raise ValueError("concat needs at least one tensor")
     super().__init__(xs, name=name or "concat")
     self._concat_dim_name = concat_dim_name
-    self._axis, _ = _find_axis(xs[0], concat_dim_name, "concat")
+    self._axis, _ = find_axis(xs[0], concat_dim_name, "concat")
     reference = xs[0].shape.resize_dimension(concat_dim_name, 0)
     for i, x in enumerate(xs[1:], 1):
       if x.dtype != xs[0].dtype:
@@ -155,7 +150,7 @@ class SplitOperation(Operation):
   def __init__(self, x: Tensor, split_dim: DimLike, num_or_size_splits,
                name: Optional[str] = None):
     super().__init__([x], name=name or "split")
-    self._axis, self._split_dim = _find_axis(x, split_dim, "split")
+    self._axis, self._split_dim = find_axis(x, split_dim, "split")
     size = self._split_dim.size
     if isinstance(num_or_size_splits, (list, tuple)):
       sizes = list(num_or_size_splits)
@@ -196,7 +191,7 @@ class SplitOperation(Operation):
     axis, sizes = self._axis, self._output_sizes
     values = mesh_impl.slicewise(
         lambda t: tuple(tf.split(t, sizes, axis=axis)),
-        _laid_out(lowering.tensors[self.inputs[0]]))
+        to_laid_out_tensor(lowering.tensors[self.inputs[0]]))
     for output, value in zip(self._outputs, values):
       lowering.set_tensor_lowering(output, value)
 
@@ -290,7 +285,7 @@ class UnstackOperation(Operation):
 
   def __init__(self, x: Tensor, dim: DimLike, name: Optional[str] = None):
     super().__init__([x], name=name or "unstack")
-    self._axis, self._dim = _find_axis(x, dim, "unstack")
+    self._axis, self._dim = find_axis(x, dim, "unstack")
     output_shape = x.shape - self._dim
     self._outputs = [Tensor(self, output_shape, x.dtype, index=i)
                      for i in range(self._dim.size)]
@@ -308,7 +303,7 @@ class UnstackOperation(Operation):
     axis = self._axis
     values = mesh_impl.slicewise(
         lambda t: tuple(tf.unstack(t, axis=axis)),
-        _laid_out(lowering.tensors[self.inputs[0]]))
+        to_laid_out_tensor(lowering.tensors[self.inputs[0]]))
     for output, value in zip(self._outputs, values):
       lowering.set_tensor_lowering(output, value)
 
@@ -325,7 +320,7 @@ class SliceOperation(Operation):
   def __init__(self, x: Tensor, begin: int, size: int, slice_dim_name: str,
                name: Optional[str] = None):
     super().__init__([x], name=name or "slice")
-    self._axis, input_dim = _find_axis(x, slice_dim_name, "slice")
+    self._axis, input_dim = find_axis(x, slice_dim_name, "slice")
     if not (_is_int(begin) and _is_int(size) and begin >= 0 and size >= 0 and
             begin + size <= input_dim.size):
       raise ValueError(
@@ -376,7 +371,7 @@ class PadOperation(Operation):
   def __init__(self, x: Tensor, paddings: Sequence[int], dim_name: str,
                name: Optional[str] = None):
     super().__init__([x], name=name or "pad")
-    self._axis, input_dim = _find_axis(x, dim_name, "pad")
+    self._axis, input_dim = find_axis(x, dim_name, "pad")
     paddings = list(paddings)
     if len(paddings) != 2 or not all(_is_int(p) and p >= 0 for p in paddings):
       raise ValueError(

@@ -15,6 +15,7 @@ import gin
 import tensorflow as tf
 
 from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.layers.core import unit_scaling_convention
 from mesh_tensorflow._src.ops import binary
 from mesh_tensorflow._src.ops import elementwise
 from mesh_tensorflow._src.ops import reduce as reduce_lib
@@ -33,13 +34,6 @@ def _as_list(x) -> List[str]:
   if isinstance(x, str):
     return [x]
   return list(x)
-
-
-def _unit_scaling_convention() -> bool:
-  """mtf.layers.unit_scaling_convention() if defined there, else False."""
-  from mesh_tensorflow import layers  # pylint: disable=g-import-not-at-top
-  fn = getattr(layers, "unit_scaling_convention", None)
-  return bool(fn()) if fn is not None else False
 
 
 @gin.configurable(module="mesh_tensorflow.optimize")
@@ -136,7 +130,7 @@ class AdafactorOptimizer(Optimizer):
 
   def _learning_rate_default(self, multiply_by_parameter_scale):
     learning_rate = tf.minimum(tf.math.rsqrt(step_num() + 1.0), 0.01)
-    if not multiply_by_parameter_scale and not _unit_scaling_convention():
+    if not multiply_by_parameter_scale and not unit_scaling_convention():
       learning_rate *= 0.05
     return learning_rate
 
