@@ -32,9 +32,8 @@ from mesh_tensorflow._src.laid_out import convert_args_to_laid_out_tensors as co
 from mesh_tensorflow._src.lowering import log_variable_sizes as log_variable_sizes
 from mesh_tensorflow._src.lowering import pretty_print_counters as pretty_print_counters
 from mesh_tensorflow._src.mesh_impl import MeshImpl as MeshImpl
-from mesh_tensorflow._src.misc import parallel as parallel
-from mesh_tensorflow._src.misc import transpose_list_of_lists as transpose_list_of_lists
-from mesh_tensorflow._src.misc import verify_no_new_dims as verify_no_new_dims
+from mesh_tensorflow._src.parallel import parallel as parallel
+from mesh_tensorflow._src.parallel import transpose_list_of_lists as transpose_list_of_lists
 from mesh_tensorflow._src.ops.binary import *  # pylint: disable=wildcard-import
 from mesh_tensorflow._src.ops.broadcast_binary import *  # pylint: disable=wildcard-import
 from mesh_tensorflow._src.ops.broadcast_binary import infer_binary_broadcast_shape as _infer_binary_broadcast_shape  # pylint: disable=unused-import
@@ -58,6 +57,7 @@ from mesh_tensorflow._src.shapes import convert_to_dimension as convert_to_dimen
 from mesh_tensorflow._src.shapes import convert_to_shape as convert_to_shape
 from mesh_tensorflow._src.shapes import is_subsequence as is_subsequence
 from mesh_tensorflow._src.shapes import list_product as list_product
+from mesh_tensorflow._src.shapes import verify_no_new_dims as verify_no_new_dims
 from mesh_tensorflow._src.variables import *  # pylint: disable=wildcard-import
 from mesh_tensorflow._src.stacking import StackedVariable as StackedVariable
 from mesh_tensorflow._src.ops.tensor_ops import *  # pylint: disable=wildcard-import

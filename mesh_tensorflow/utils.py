@@ -8,7 +8,7 @@ import tensorflow as tf
 from mesh_tensorflow._src.host_call import create_host_call as create_host_call
 from mesh_tensorflow._src.host_call import remove_summaries as remove_summaries
 from mesh_tensorflow._src.ops.summary import SCALAR_SUMMARIES_COLLECTION_KEY
-from mesh_tensorflow._src.tpu_topology import topology_rank as topology_rank
+from mesh_tensorflow._src.topology_rank import topology_rank as topology_rank
 from mesh_tensorflow._src.variable_placer import BalancedVariablePlacer as BalancedVariablePlacer
 
 

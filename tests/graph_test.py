@@ -1,5 +1,10 @@
 """Tests for mesh_tensorflow._src.graph: Graph, Mesh, Tensor, Operation."""
 
+import pathlib
+import subprocess
+import sys
+import textwrap
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -176,6 +181,74 @@ def test_tensor_operators_and_hashing():
     _ = x ** 2
   with pytest.raises(TypeError):
     _ = x < y
+
+
+def test_operators_and_graph_rewrites_are_registered_by_their_modules():
+  # mesh_tensorflow/__init__ imports everything; stub the packages so that
+  # graph.py is imported alone, then the modules that register.
+  package_dir = pathlib.Path(__file__).resolve().parents[1] / "mesh_tensorflow"
+  script = textwrap.dedent(f"""
+      import importlib, sys, types
+      for name, path in (("mesh_tensorflow", {str(package_dir)!r}),
+                         ("mesh_tensorflow._src",
+                          {str(package_dir / "_src")!r})):
+        package = types.ModuleType(name)
+        package.__path__ = [path]
+        sys.modules[name] = package
+      graph_lib = importlib.import_module("mesh_tensorflow._src.graph")
+      graph = graph_lib.Graph()
+      mesh = graph_lib.Mesh(graph, "mesh")
+      x = graph_lib.Tensor(graph_lib.Operation([], mesh), [("a", 2)],
+                           "float32")
+      try:
+        x + 1
+        raise AssertionError("an operator worked before registration")
+      except NotImplementedError as e:
+        assert "mesh_tensorflow._src.ops.binary" in str(e), e
+      try:
+        graph.combine_assignments([])
+        raise AssertionError("combine_assignments worked unregistered")
+      except NotImplementedError as e:
+        assert "mesh_tensorflow._src.variables" in str(e), e
+      try:
+        graph_lib.register_tensor_operators({{"power": pow}})
+        raise AssertionError("an unknown operator name was accepted")
+      except ValueError as e:
+        assert "'power'" in str(e), e
+      importlib.import_module("mesh_tensorflow._src.ops.binary")
+      importlib.import_module("mesh_tensorflow._src.lowering")
+      for y, op_type in ((x + 1, "ScalarAddOperation"),
+                         (1 - x, "ScalarAddOperation"),
+                         (x * x, "EinsumOperation"),
+                         (1 / x, "EinsumOperation"),
+                         (x / 2, "ScalarMultiplyOperation"),
+                         (x // 2, "BinaryOpWithBroadcasting"),
+                         (3 % x, "BinaryOpWithBroadcasting"),
+                         (-x, "SlicewiseOperation")):
+        assert type(y.operation).__name__ == op_type, (y, op_type)
+      assert graph.combine_assignments([]) == []
+      graph.rewrite_stack_variables()
+      assert graph.stacked_variables_rewritten
+      print("ok")
+      """)
+  result = subprocess.run([sys.executable, "-c", script], capture_output=True,
+                          text=True, check=False)
+  assert result.returncode == 0, result.stderr
+  assert result.stdout.strip().endswith("ok")
+
+
+def test_clone_operations_shares_variables():
+  graph, mesh = _new_mesh()
+  v = mtf.get_variable(mesh, "v", [A])
+  n = len(graph.operations)
+  y = v * 2.0 + 1.0
+  forward = [v.operation] + graph.operations[n:]
+  new_ops, mapping = graph.clone_operations(forward, {})
+  assert v.operation.shared_by_clones
+  assert v.operation not in new_ops and v not in mapping
+  assert len(new_ops) == len(forward) - 1
+  assert mapping[y] is not y and mapping[y].operation in graph.operations
+  assert mapping[y].operation.inputs[0].operation in new_ops
 
 
 def test_shape_with_duplicate_names_raises():

@@ -20,6 +20,7 @@ __all__ = [
     "convert_to_shape",
     "is_subsequence",
     "list_product",
+    "verify_no_new_dims",
 ]
 
 Dimension = collections.namedtuple("Dimension", ["name", "size"])
@@ -356,3 +357,15 @@ def list_product(l: Iterable[int]) -> int:
   for x in l:
     result *= x
   return result
+
+
+def verify_no_new_dims(input_shapes: Sequence[Any], output_shape: Any) -> None:
+  """ValueError if output_shape has a dimension no input has."""
+  all_dims = set()
+  for s in input_shapes:
+    all_dims.update(convert_to_shape(s).dims)
+  for d in convert_to_shape(output_shape).dims:
+    if d not in all_dims:
+      raise ValueError("output dimension %s is not in any input shape %s"
+                       % (d, [convert_to_shape(s).to_string
+                              for s in input_shapes]))

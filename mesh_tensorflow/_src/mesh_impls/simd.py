@@ -27,6 +27,8 @@ import tensorflow as tf
 from mesh_tensorflow._src import layout as layout_lib
 from mesh_tensorflow._src import mesh_impl as mesh_impl_lib
 from mesh_tensorflow._src.mesh_impls import simd_backend
+from mesh_tensorflow._src.mesh_impls import simd_collective
+from mesh_tensorflow._src.mesh_impls import simd_tpu
 from mesh_tensorflow._src.mesh_impls import slice_variables
 from mesh_tensorflow._src.shapes import convert_to_shape
 
@@ -252,7 +254,6 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
     if isinstance(backend, simd_backend.SimdBackend):
       self._backend = backend
     elif backend == "collective":
-      from mesh_tensorflow._src.mesh_impls import simd_collective  # pylint: disable=g-import-not-at-top
       if devices is None:
         devices = simd_collective.default_devices(size)
       devices = list(devices)
@@ -265,7 +266,6 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
     elif backend == "tpu":
       if devices is not None:
         logging.warning("SimdMeshImpl ignores `devices` on the TPU backend")
-      from mesh_tensorflow._src.mesh_impls import simd_tpu  # pylint: disable=g-import-not-at-top
       self._backend = simd_tpu.TpuBackend(
           num_replicas=size, device_assignment=device_assignment,
           allreduce_in_bfloat16_max_group_size=(

@@ -17,6 +17,8 @@ from typing import List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
+from mesh_tensorflow._src import tpu_variables
+
 __all__ = ["SimdBackend"]
 
 
@@ -103,7 +105,6 @@ class SimdBackend(abc.ABC):
       by default a tpu_variables.ReplicatedVariable, which resolves to the
       replica's own slice inside a TPU replicate context.
     """
-    from mesh_tensorflow._src import tpu_variables  # pylint: disable=g-import-not-at-top
     return tpu_variables.ReplicatedVariable(name, list(slice_variables))
 
   def local_replica_pnums(self) -> Optional[List[int]]:

@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from mesh_tensorflow._src.graph import Mesh, Operation, Tensor
+from mesh_tensorflow._src.ops import reshape as reshape_lib
 from mesh_tensorflow._src.shapes import anonymous_shape, convert_to_shape
 
 
@@ -94,7 +95,6 @@ def import_tf_tensor(mesh: Mesh, tf_tensor, shape=None,
 def import_fully_replicated(mesh: Mesh, tf_tensor, shape,
                             name: Optional[str] = None) -> Tensor:
   """Imports replicated (under anonymous dims), then reshapes; no comm."""
-  from mesh_tensorflow._src.ops import reshape as reshape_lib  # pylint: disable=g-import-not-at-top
   shape = convert_to_shape(shape)
   return reshape_lib.reshape(
       import_tf_tensor(mesh, tf_tensor, anonymous_shape(shape), name=name),
@@ -124,7 +124,6 @@ def import_laid_out_tensor(mesh: Mesh, laid_out_tensor, shape,
 
 def anonymize(x: Tensor) -> Tensor:
   """Reshapes to anonymous dims, which no layout splits (replicates x)."""
-  from mesh_tensorflow._src.ops import reshape as reshape_lib  # pylint: disable=g-import-not-at-top
   return reshape_lib.reshape(x, anonymous_shape(x.shape))
 
 

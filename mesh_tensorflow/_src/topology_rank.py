@@ -1,4 +1,8 @@
-"""topology_rank: the rank of a TPU topology's mesh."""
+"""topology_rank: the rank of a TPU topology's mesh (mtf.utils.topology_rank).
+
+Reads a tf.tpu.experimental.Topology, so it needs TensorFlow; the pure mapping
+of logical to physical TPU processors is mesh_impls/tpu_topology.py.
+"""
 
 from __future__ import annotations
 

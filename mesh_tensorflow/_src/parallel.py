@@ -1,12 +1,14 @@
-"""Small helpers of the original's public API."""
+"""Running a function once per device, and regrouping per-device results.
+
+`parallel` calls a function under each of several devices; its results (one
+list per device) are regrouped per output by `transpose_list_of_lists`.
+"""
 
 from __future__ import annotations
 
 from typing import Callable, List, Sequence
 
 import tensorflow as tf
-
-from mesh_tensorflow._src.shapes import convert_to_shape
 
 
 def parallel(devices: Sequence[str], fn: Callable, *args, **kwargs) -> list:
@@ -33,16 +35,4 @@ def transpose_list_of_lists(lol: Sequence[Sequence]) -> List[list]:
   return [list(x) for x in zip(*lol)]
 
 
-def verify_no_new_dims(input_shapes, output_shape) -> None:
-  """ValueError if output_shape has a dimension no input has."""
-  all_dims = set()
-  for s in input_shapes:
-    all_dims.update(convert_to_shape(s).dims)
-  for d in convert_to_shape(output_shape).dims:
-    if d not in all_dims:
-      raise ValueError("output dimension %s is not in any input shape %s"
-                       % (d, [convert_to_shape(s).to_string
-                              for s in input_shapes]))
-
-
-__all__ = ["parallel", "transpose_list_of_lists", "verify_no_new_dims"]
+__all__ = ["parallel", "transpose_list_of_lists"]
