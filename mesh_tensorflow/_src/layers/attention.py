@@ -274,6 +274,14 @@ def check_heads_kv(heads, kv_channels, x: Tensor, what: str) -> None:
                        "input %s" % (what, role, d, x.shape.to_string))
 
 
+def _project_to_heads(x: Tensor, weights: Tensor, batch_dims: List[Dimension],
+                      heads: Dimension, length: Dimension,
+                      kv_channels: Dimension) -> Tensor:
+  """x [batch..., length, io_channels] -> [batch..., heads, length, kv]."""
+  return einsum_lib.einsum(
+      [x, weights], Shape(batch_dims + [heads, length, kv_channels]))
+
+
 def multihead_attention(query_antecedent: Tensor,
                         memory_antecedent: Optional[Tensor],
                         mask: Optional[Tensor],
@@ -341,15 +349,12 @@ def multihead_attention(query_antecedent: Tensor,
     wq, wk, wv, wo = multihead_attention_vars(
         query_antecedent.mesh, heads, io_channels, kv_channels,
         master_dtype, slice_dtype, query_antecedent.dtype)
-    q = einsum_lib.einsum(
-        [query_antecedent, wq],
-        Shape(batch_dims + [heads, query_length, kv_channels]))
-    k = einsum_lib.einsum([memory_antecedent, wk],
-                          Shape(batch_dims + [heads, memory_length,
-                                              kv_channels]))
-    v = einsum_lib.einsum([memory_antecedent, wv],
-                          Shape(batch_dims + [heads, memory_length,
-                                              kv_channels]))
+    q = _project_to_heads(query_antecedent, wq, batch_dims, heads,
+                          query_length, kv_channels)
+    k = _project_to_heads(memory_antecedent, wk, batch_dims, heads,
+                          memory_length, kv_channels)
+    v = _project_to_heads(memory_antecedent, wv, batch_dims, heads,
+                          memory_length, kv_channels)
     o = dot_product_attention(q, k, v, mask, is_training, dropout,
                               dropout_broadcast_dims)
     return einsum_lib.einsum([o, wo],
@@ -577,14 +582,11 @@ def multihead_self_attention_memory_compressed(x: Tensor,
     memory_antecedent = rename_length_to_memory_length(memory_antecedent,
                                                        length.name)
     memory_length = memory_antecedent.shape.dims[-2]
-    q = einsum_lib.einsum([x, wq],
-                          Shape(batch_dims + [heads, length, kv_channels]))
-    k = einsum_lib.einsum([memory_antecedent, wk],
-                          Shape(batch_dims + [heads, memory_length,
-                                              kv_channels]))
-    v = einsum_lib.einsum([memory_antecedent, wv],
-                          Shape(batch_dims + [heads, memory_length,
-                                              kv_channels]))
+    q = _project_to_heads(x, wq, batch_dims, heads, length, kv_channels)
+    k = _project_to_heads(memory_antecedent, wk, batch_dims, heads,
+                          memory_length, kv_channels)
+    v = _project_to_heads(memory_antecedent, wv, batch_dims, heads,
+                          memory_length, kv_channels)
     mask = None
     if mask_right:
       query_pos = mtf_range(x.mesh, length, dtype=tf.int32)
