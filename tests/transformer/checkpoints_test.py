@@ -17,8 +17,8 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from transformer import transformer_layers  # noqa: F401  (gin registrations)
 from transformer import utils
-from transformer._src import bitransformer
-from transformer._src import checkpoints
+from transformer._src.models import bitransformer
+from transformer._src.driver import checkpoints
 import mesh_test_util as mtu
 
 

@@ -15,9 +15,9 @@ import pytest
 import tensorflow as tf
 
 from transformer import utils
-from transformer._src import checkpoints
-from transformer._src import driver
-from transformer._src import driver_eval
+from transformer._src.driver import checkpoints
+from transformer._src.driver import estimator as driver
+from transformer._src.driver import evaluation as driver_eval
 from driver_test_util import LENGTH
 from driver_test_util import VOCAB
 from driver_test_util import eval_dataset as _eval_dataset
