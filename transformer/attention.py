@@ -1,6 +1,7 @@
 """mesh_tensorflow.transformer.attention: attention math and parameters.
 
-A facade over transformer/_src/attention_core.py and experts_attention_params.py.
+A facade over transformer/_src/layers/attention_core.py and
+experts_attention_params.py.
 """
 # pylint: disable=g-importing-member,useless-import-alias
 

@@ -1,7 +1,7 @@
 """mesh_tensorflow.transformer.moe: mixture-of-experts layers (facade).
 
-The code lives in transformer/_src/moe_layers.py (layers, HParams) and
-transformer/_src/moe_gating.py (routing). The original's private gating
+The code lives in transformer/_src/layers/moe_layers.py (layers, HParams) and
+transformer/_src/layers/moe_gating.py (routing). The original's private gating
 helpers stay importable under their old names (`_top_2_gating`, ...).
 """
 

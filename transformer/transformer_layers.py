@@ -1,8 +1,9 @@
 """mesh_tensorflow.transformer.transformer_layers: the layers of a LayerStack.
 
-A facade: attention layers (transformer/_src/attention_layers.py), research
-attention variants (attention_variants.py), feed-forward (dense_layers.py),
-convolutions (conv_layers.py) and experts attention (experts_attention.py).
+A facade over transformer/_src/layers/: attention layers
+(attention_layers.py), research attention variants (attention_variants.py),
+feed-forward (dense_layers.py), convolutions (conv_layers.py) and experts
+attention (experts_attention.py).
 """
 # pylint: disable=g-importing-member,useless-import-alias
 

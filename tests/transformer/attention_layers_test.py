@@ -1,4 +1,4 @@
-"""Tests for transformer/_src/attention_layers.py (transformer_layers).
+"""Tests for transformer/_src/layers/attention_layers.py (transformer_layers).
 
 SelfAttention, EncDecAttention, LocalSelfAttention and
 TransparentEncDecAttention against numpy multi-head attention (causality,

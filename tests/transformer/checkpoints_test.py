@@ -1,4 +1,4 @@
-"""Tests of the driver's checkpoint layer (transformer/_src/checkpoints.py).
+"""Tests of the driver's checkpoint layer (_src/driver/checkpoints.py).
 
 Checkpoints must be standard TF V2 bundles with the original's names and full
 shapes (tf.train.list_variables reads them), keep master dtypes (bf16), rotate

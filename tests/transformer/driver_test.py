@@ -1,4 +1,4 @@
-"""The TF2 driver (transformer/_src/driver*.py): training, checkpoints, eval.
+"""The TF2 driver (transformer/_src/driver/): training, checkpoints, eval.
 
 A tiny Bitransformer (d_model 16, 1+1 layers) learns to reverse short random
 id sequences held in memory, on virtual CPUs.

@@ -1,4 +1,4 @@
-"""Tests for the offline TFDS builders (transformer/_src/data/offline/), network blocked.
+"""Offline TFDS builders (transformer/_src/data/offline/), network blocked.
 
 The builders generate into a temporary data_dir while every socket connect /
 DNS lookup raises, proving that nothing is downloaded.

@@ -17,10 +17,10 @@ names the latest checkpoint and the ones kept.
 
 Saving is atomic: tensors are written under a temporary directory inside
 model_dir, the data file then the index are renamed into place, and only then
-is the state file replaced (TF writes a temporary file and renames it). A crash at any
-point leaves the previous latest checkpoint named and intact. Restoring checks
-every name and shape before assigning anything, so a failed restore changes no
-variable and touches no file.
+is the state file replaced (TF writes a temporary file and renames it). A
+crash at any point leaves the previous latest checkpoint named and intact.
+Restoring checks every name and shape before assigning anything, so a failed
+restore changes no variable and touches no file.
 
 Example:
   path = checkpoints.save(model_dir, 100, {**store.masters,

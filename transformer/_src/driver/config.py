@@ -1,9 +1,11 @@
-"""Driver configuration: dtypes, mesh shapes, batch sizes, vocabularies.
+"""Driver configuration: gin files and flags, dtypes, mesh shapes, batch sizes.
 
 What the gin files configure around a model for the driver: the variable
 dtypes, the TPU-style mesh shape, batch size arithmetic, microbatching,
-vocabulary selection and checkpoint-loading filters. Registered with gin under
-the original's `mesh_tensorflow.transformer.utils` names.
+vocabulary selection and checkpoint-loading filters, registered with gin under
+the original's `mesh_tensorflow.transformer.utils` names; and how gin files
+are found and parsed (`config_dir`, `parse_gin_defaults_and_flags`, the
+--gin_file / --gin_param / --gin_location_prefix flags).
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from transformer._src.data import vocabulary as vocabulary_lib
 from transformer._src.driver import checkpoints
-
 
 _GIN_MODULE = "mesh_tensorflow.transformer.utils"
 

@@ -37,7 +37,8 @@ import gin
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from transformer._src.layers.attention_layers import EncDecAttention, SelfAttention
+from transformer._src.layers.attention_layers import EncDecAttention
+from transformer._src.layers.attention_layers import SelfAttention
 from transformer._src.layers.context import Context, TransformerLayer
 from transformer._src.layers.conv_layers import Conv1D
 
