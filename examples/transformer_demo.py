@@ -35,7 +35,7 @@ from absl import logging  # pylint: disable=g-import-not-at-top
 
 from transformer import dataset as dataset_lib  # pylint: disable=g-import-not-at-top
 from transformer import utils  # pylint: disable=g-import-not-at-top
-from transformer.datasets import reverse  # pylint: disable=g-import-not-at-top
+from transformer._src.data.offline import reverse  # pylint: disable=g-import-not-at-top
 
 
 def main():

@@ -73,7 +73,6 @@ def main(argv):
   # Register every configurable before gin locks the config (the dataset
   # modules register some lazily otherwise).
   from transformer import dataset  # pylint: disable=g-import-not-at-top,unused-import
-  from transformer import datasets  # pylint: disable=g-import-not-at-top,unused-import
   for module in FLAGS.module_import or []:
     importlib.import_module(module)
   utils.parse_gin_defaults_and_flags()

@@ -31,8 +31,8 @@ import gin
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from transformer._src.context import Context, TransformerLayer
-from transformer._src.dense_layers import _resolve_activation
+from transformer._src.layers.context import Context, TransformerLayer
+from transformer._src.layers.dense_layers import resolve_activation
 
 __all__ = [
     "Conv1D", "Conv1DLayer", "SeparableConv1DLayer", "Conv1DLocalAttn",
@@ -53,11 +53,6 @@ def _check_positive_int(value, what: str, layer: str) -> int:
     raise ValueError("%s: %s must be a positive int, got %r"
                      % (layer, what, value))
   return value
-
-
-def _activation_fn(activation, layer: str):
-  fn = _resolve_activation(activation, layer)
-  return None if fn == "linear" else fn
 
 
 class Conv1D(TransformerLayer):
@@ -210,7 +205,7 @@ class Conv1DLayer(Conv1D):
     name = type(self).__name__
     filter_size = _check_positive_int(self._filter_size, "filter_size", name)
     output_size = _check_positive_int(self._output_size, "output_size", name)
-    activation = _activation_fn(self._activation, name)
+    activation = resolve_activation(self._activation, name)
     channels = x.shape.dims[-1]
     length_name = context.length_dim.name
     x = self._window_input(context, x, filter_size)
@@ -278,7 +273,7 @@ class SeparableConv1DLayer(Conv1D):
       raise ValueError("%s: max_relative_pos %d < min_relative_pos %d"
                        % (name, hi, lo))
     output_size = _check_positive_int(self._output_size, "output_size", name)
-    activation = _activation_fn(self._activation, name)
+    activation = resolve_activation(self._activation, name)
     if context.mode in ("first_part", "incremental") and hi > 0:
       raise ValueError("%s: max_relative_pos %d > 0 sees future positions; "
                        "mode %r decodes causally" % (name, hi, context.mode))

@@ -21,9 +21,10 @@ import gin
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from transformer._src import driver
-from transformer._src import driver_eval
-from transformer._src.context import ModeKeys
+from transformer._src.driver import estimator as driver
+from transformer._src.driver import evaluation as driver_eval
+from transformer._src.driver.config import get_variable_dtype
+from transformer._src.layers.context import ModeKeys
 
 __all__ = ["ModelFn", "ModelFnSpec", "metric_max", "metric_sum",
            "tpu_estimator_model_fn"]
@@ -194,7 +195,6 @@ def tpu_estimator_model_fn(model_type, transformer_model, vocabulary,
     logging.warning("tpu_estimator_model_fn: use_tpu / tpu_summaries / "
                     "hierarchical_tiling_spec are ignored; the model runs on "
                     "local devices (PlacementMeshImpl)")
-  from transformer import utils  # pylint: disable=g-import-not-at-top
   kwargs = dict(
       model_type=model_type, transformer_model=transformer_model,
       vocabulary=vocabulary, model_dir=model_dir, mesh_shape=mesh_shape,
@@ -205,7 +205,7 @@ def tpu_estimator_model_fn(model_type, transformer_model, vocabulary,
       learning_rate_schedule=learning_rate_schedule, optimizer=optimizer,
       variable_filter=variable_filter, init_checkpoint=init_checkpoint,
       init_variable_filter=init_variable_filter, mesh_devices=mesh_devices,
-      variable_dtype=utils.get_variable_dtype(),
+      variable_dtype=get_variable_dtype(),
       outer_batch_size=outer_batch_size, ensemble_inputs=ensemble_inputs,
       predict_fn=predict_fn, model_info_file=model_info_file)
   return ModelFn(kwargs, score_in_predict_mode)

@@ -19,8 +19,8 @@ from typing import Optional
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from transformer._src.attention_core import AttentionParams
-from transformer._src import moe_layers
+from transformer._src.layers.attention_core import AttentionParams
+from transformer._src.layers import moe_layers
 
 __all__ = ["ExpertsAttentionParams"]
 

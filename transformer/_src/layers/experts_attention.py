@@ -17,10 +17,11 @@ from typing import Optional
 import gin
 
 import mesh_tensorflow as mtf
-from transformer._src import moe_layers
-from transformer._src.attention_layers import EncDecAttention, SelfAttention
-from transformer._src.context import Context
-from transformer._src.experts_attention_params import ExpertsAttentionParams
+from transformer._src.layers import moe_layers
+from transformer._src.layers.attention_layers import EncDecAttention
+from transformer._src.layers.attention_layers import SelfAttention
+from transformer._src.layers.context import Context
+from transformer._src.layers.experts_attention_params import ExpertsAttentionParams
 
 __all__ = ["ExpertsEncDecAttention", "ExpertsSelfAttention"]
 

@@ -30,8 +30,8 @@ import gin
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from transformer._src import attention_core as attention
-from transformer._src.context import Context, TransformerLayer
+from transformer._src.layers import attention_core as attention
+from transformer._src.layers.context import Context, TransformerLayer
 
 __all__ = [
     "EncDecAttention",

@@ -12,14 +12,15 @@ wrote it: restoring the masters and re-slicing them (a new lowering, or
 `restore` reads checkpoints written by the original (TF1 `Saver`, sharded).
 
 Beside the bundles, the `checkpoint` state file (a CheckpointState text proto,
-as TF writes it) names the latest checkpoint and the ones kept.
+read and written with tf.train.get_checkpoint_state / update_checkpoint_state)
+names the latest checkpoint and the ones kept.
 
 Saving is atomic: tensors are written under a temporary directory inside
 model_dir, the data file then the index are renamed into place, and only then
-is the state file replaced (write to a temporary file, rename). A crash at any
-point leaves the previous latest checkpoint named and intact. Restoring checks
-every name and shape before assigning anything, so a failed restore changes no
-variable and touches no file.
+is the state file replaced (TF writes a temporary file and renames it). A
+crash at any point leaves the previous latest checkpoint named and intact.
+Restoring checks every name and shape before assigning anything, so a failed
+restore changes no variable and touches no file.
 
 Example:
   path = checkpoints.save(model_dir, 100, {**store.masters,
@@ -30,6 +31,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import re
 import time
 import uuid
@@ -97,30 +99,8 @@ def _bundle_files(prefix: str) -> List[str]:
   return files
 
 
-def _unquote(text: str, state_file: str) -> str:
-  if len(text) < 2 or text[0] != '"' or text[-1] != '"':
-    raise ValueError("checkpoint state file %s: expected a quoted string, "
-                     "got %r" % (state_file, text))
-  out, i, body = [], 0, text[1:-1]
-  escapes = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "'": "'", "\\": "\\"}
-  while i < len(body):
-    ch = body[i]
-    if ch == "\\" and i + 1 < len(body) and body[i + 1] in escapes:
-      out.append(escapes[body[i + 1]])
-      i += 2
-    else:
-      out.append(ch)
-      i += 1
-  return "".join(out)
-
-
-def _quote(text: str) -> str:
-  return '"%s"' % (text.replace("\\", "\\\\").replace('"', '\\"')
-                   .replace("\n", "\\n"))
-
-
 class _State:
-  """The CheckpointState proto: latest path, kept paths and their times."""
+  """What the state file says: latest path, kept paths and their times."""
 
   def __init__(self, latest: Optional[str], paths: List[str],
                timestamps: List[float], last_preserved: float = 0.0):
@@ -131,7 +111,7 @@ class _State:
 
 
 def _read_state(model_dir: str) -> Optional[_State]:
-  """The parsed state file of model_dir, or None if there is none.
+  """The state file of model_dir (tf.train.get_checkpoint_state), or None.
 
   Raises:
     ValueError: if the state file exists but cannot be parsed (training on
@@ -140,42 +120,25 @@ def _read_state(model_dir: str) -> Optional[_State]:
   state_file = _join(model_dir, STATE_FILENAME)
   if not gfile.exists(state_file):
     return None
-  with gfile.GFile(state_file, "r") as f:
-    text = f.read()
-  latest, paths, timestamps, last_preserved = None, [], [], 0.0
-  for lineno, line in enumerate(text.splitlines(), 1):
-    line = line.strip()
-    if not line:
-      continue
-    key, sep, value = line.partition(":")
-    value = value.strip()
-    if not sep:
-      raise ValueError("checkpoint state file %s, line %d: cannot parse %r"
-                       % (state_file, lineno, line))
-    try:
-      if key == "model_checkpoint_path":
-        latest = _unquote(value, state_file)
-      elif key == "all_model_checkpoint_paths":
-        paths.append(_unquote(value, state_file))
-      elif key == "all_model_checkpoint_timestamps":
-        timestamps.append(float(value))
-      elif key == "last_preserved_timestamp":
-        last_preserved = float(value)
-      else:
-        raise ValueError("unknown field %r" % key)
-    except ValueError as e:
-      raise ValueError("checkpoint state file %s, line %d: cannot parse %r "
-                       "(%s)" % (state_file, lineno, line, e)) from None
+  try:
+    proto = tf.compat.v1.train.get_checkpoint_state(model_dir)
+  except ValueError:  # No model_checkpoint_path in it.
+    proto = None
+  if proto is None:  # TF logs the parse error and returns None.
+    raise ValueError("checkpoint state file %s cannot be parsed as a "
+                     "CheckpointState" % state_file)
+  paths = list(proto.all_model_checkpoint_paths)
+  timestamps = list(proto.all_model_checkpoint_timestamps)
   if len(timestamps) != len(paths):
     timestamps = [0.0] * len(paths)
-  return _State(latest, paths, timestamps, last_preserved)
+  return _State(proto.model_checkpoint_path, paths, timestamps,
+                proto.last_preserved_timestamp)
 
 
 def _absolute(model_dir: str, path: str) -> str:
-  """A state-file path made absolute; a stale absolute path that no longer
-  exists (model_dir was moved) is looked up in model_dir by basename."""
-  if not path.startswith("/") and "://" not in path:
-    return _join(model_dir, path)
+  """A path of the state file (tf.train.get_checkpoint_state joined relative
+  ones to model_dir); a stale absolute path that no longer exists (model_dir
+  was moved) is looked up in model_dir by basename."""
   if not _bundle_exists(path) and _bundle_exists(
       _join(model_dir, _basename(path))):
     return _join(model_dir, _basename(path))
@@ -187,22 +150,17 @@ def _relative(model_dir: str, path: str) -> str:
 
 
 def _write_state(model_dir: str, state: _State) -> None:
-  """Replaces the state file atomically (temporary file, then rename)."""
-  lines = []
-  if state.latest is not None:
-    lines.append("model_checkpoint_path: %s"
-                 % _quote(_relative(model_dir, state.latest)))
-  for path in state.paths:
-    lines.append("all_model_checkpoint_paths: %s"
-                 % _quote(_relative(model_dir, path)))
-  for stamp in state.timestamps:
-    lines.append("all_model_checkpoint_timestamps: %r" % float(stamp))
-  lines.append("last_preserved_timestamp: %r" % float(state.last_preserved))
-  state_file = _join(model_dir, STATE_FILENAME)
-  tmp = "%s.tmp-%s" % (state_file, uuid.uuid4().hex)
-  with gfile.GFile(tmp, "w") as f:
-    f.write("\n".join(lines) + "\n")
-  gfile.rename(tmp, state_file, overwrite=True)
+  """Replaces the state file (tf.train.update_checkpoint_state writes a
+  temporary file, then renames it: atomic). Paths inside model_dir are
+  written relative to it, so a moved model_dir stays readable."""
+  def name(path):
+    # TF writes paths as given under an absolute model_dir and makes them
+    # relative to a relative one.
+    return _relative(model_dir, path) if os.path.isabs(model_dir) else path
+  tf.compat.v1.train.update_checkpoint_state(
+      model_dir, name(state.latest), [name(p) for p in state.paths],
+      all_model_checkpoint_timestamps=state.timestamps,
+      last_preserved_timestamp=state.last_preserved)
 
 
 def latest_checkpoint(model_dir: str) -> Optional[str]:

@@ -14,11 +14,11 @@ import gin
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from transformer._src.context import ModeKeys
-from transformer._src.embeddings import get_vocab_embedding_cls
-from transformer._src.layer_stack import make_layer_stack
-from transformer._src.unitransformer import Unitransformer
-from transformer._src.unitransformer import autoregressive_inputs
+from transformer._src.layers.context import ModeKeys
+from transformer._src.layers.embeddings import get_vocab_embedding_cls
+from transformer._src.models.layer_stack import make_layer_stack
+from transformer._src.models.unitransformer import Unitransformer
+from transformer._src.models.unitransformer import autoregressive_inputs
 
 tf1 = tf.compat.v1
 

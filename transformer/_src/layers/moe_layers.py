@@ -25,8 +25,8 @@ from absl import logging
 import gin
 
 import mesh_tensorflow as mtf
-from transformer._src import moe_gating
-from transformer._src.context import Context, TransformerLayer
+from transformer._src.layers import moe_gating
+from transformer._src.layers.context import Context, TransformerLayer
 
 __all__ = [
     "HParams",

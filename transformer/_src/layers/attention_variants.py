@@ -28,12 +28,12 @@ import gin
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from transformer._src import attention_core as attention
-from transformer._src.attention_layers import EncDecAttention
-from transformer._src.attention_layers import SelfAttention
-from transformer._src.attention_layers import enc_dec_attention_bias
-from transformer._src.context import Context
-from transformer._src.dense_layers import DenseReluDense
+from transformer._src.layers import attention_core as attention
+from transformer._src.layers.attention_layers import EncDecAttention
+from transformer._src.layers.attention_layers import SelfAttention
+from transformer._src.layers.attention_layers import enc_dec_attention_bias
+from transformer._src.layers.context import Context
+from transformer._src.layers.dense_layers import DenseReluDense
 
 __all__ = [
     "BranchedEncDecAttention",

@@ -7,7 +7,7 @@ import string
 import numpy as np
 import tensorflow_datasets as tfds
 
-from transformer.datasets.offline import OfflineBuilder
+from transformer._src.data.offline.builder import OfflineBuilder
 
 __all__ = ["MtfReverse", "reverse_examples"]
 

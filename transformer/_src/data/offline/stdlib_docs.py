@@ -12,7 +12,7 @@ from typing import Optional, Tuple
 
 import tensorflow_datasets as tfds
 
-from transformer.datasets.offline import OfflineBuilder
+from transformer._src.data.offline.builder import OfflineBuilder
 
 __all__ = ["MtfStdlibDocs", "stdlib_paragraphs"]
 

@@ -10,99 +10,31 @@ from __future__ import annotations
 
 import functools
 import os
-import time
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Dict
 
-from absl import flags
 from absl import logging
 import gin
-import numpy as np
 import tensorflow as tf
 
-from transformer import learning_rate_schedules
-from transformer import vocabulary as vocabulary_lib
-from transformer._src import driver
-from transformer._src import driver_decode
-from transformer._src import driver_eval
-from transformer._src import driver_export
-from transformer._src import driver_model_fn
-# utils imports this module at its end, after defining auto_train_steps.
-from transformer.utils import auto_train_steps  # pylint: disable=g-bad-import-order
-from transformer.utils import get_step_from_checkpoint_path  # pylint: disable=g-bad-import-order
+from transformer._src.driver import estimator as driver
+from transformer._src.driver import decode as driver_decode
+from transformer._src.driver import evaluation as driver_eval
+from transformer._src.driver import export as driver_export
+from transformer._src.driver import learning_rate_schedules
+from transformer._src.driver.checkpoint_iterator import get_checkpoint_iterator
+from transformer._src.driver import model_fn as driver_model_fn
+from transformer._src.driver.config import auto_train_steps
+from transformer._src.driver.config import compute_batch_size
+from transformer._src.driver.config import get_step_from_checkpoint_path
+from transformer._src.driver.config import inputs_vocabulary
+from transformer._src.driver.config import targets_vocabulary
+from transformer._src.models.builders import build_model
 
 _GIN_MODULE = "mesh_tensorflow.transformer.utils"
 
 RUN_MODES = ("train", "eval", "score_eval", "perplexity_eval", "infer",
              "score_from_dataset", "score_from_strings", "export_score",
              "export_infer", "export")
-
-if "gin_file" not in flags.FLAGS:
-  flags.DEFINE_multi_string(
-      "gin_file", None, "gin files (searched under --gin_location_prefix and "
-      "the package's configs/); configs/defaults.gin is always parsed first")
-  flags.DEFINE_multi_string(
-      "gin_param", None, "gin bindings, e.g. 'utils.run.train_steps = 100'")
-  flags.DEFINE_list("gin_location_prefix", [],
-                    "directories to search gin files in")
-
-try:  # the demo's vocabulary in gin files: @vocabulary.ByteVocabulary()
-  gin.external_configurable(vocabulary_lib.ByteVocabulary,
-                            module="mesh_tensorflow.transformer.vocabulary")
-except ValueError:  # already registered
-  pass
-
-
-def config_dir() -> str:
-  """The directory holding defaults.gin and the gin tree."""
-  package_dir = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  for candidate in (os.path.join(package_dir, "gin"),
-                    os.path.join(package_dir, "configs"),
-                    os.path.join(os.path.dirname(package_dir), "configs")):
-    if os.path.exists(os.path.join(candidate, "defaults.gin")):
-      return candidate
-  raise FileNotFoundError("cannot find defaults.gin near %s" % package_dir)
-
-
-def parse_gin_defaults_and_flags(skip_unknown=False, finalize_config=True,
-                                 *, gin_files: Optional[Sequence[str]] = None,
-                                 gin_params: Optional[Sequence[str]] = None,
-                                 gin_location_prefix=None) -> None:
-  """Parses configs/defaults.gin, then --gin_file files, then --gin_param.
-
-  Files are looked up as given, then under each gin_location_prefix and the
-  package's config directory. Missing files and unknown bindings raise with
-  the culprit named (gin's own errors, which name file and binding).
-
-  Raises:
-    FileNotFoundError: a gin file that exists nowhere on the search path.
-  """
-  if gin_files is None:
-    gin_files = flags.FLAGS.gin_file if flags.FLAGS.is_parsed() else None
-  if gin_params is None:
-    gin_params = flags.FLAGS.gin_param if flags.FLAGS.is_parsed() else None
-  if gin_location_prefix is None and flags.FLAGS.is_parsed():
-    gin_location_prefix = flags.FLAGS.gin_location_prefix
-  prefixes = list(gin_location_prefix or []) + [config_dir()]
-  for prefix in prefixes:
-    gin.add_config_file_search_path(prefix)
-  files = [os.path.join(config_dir(), "defaults.gin")]
-  for name in gin_files or []:
-    files.append(_find_gin_file(name, prefixes))
-  gin.parse_config_files_and_bindings(
-      files, list(gin_params or []), skip_unknown=skip_unknown,
-      finalize_config=finalize_config)
-
-
-def _find_gin_file(name: str, prefixes: Sequence[str]) -> str:
-  candidates = [name] + [os.path.join(p, name) for p in prefixes]
-  if not name.endswith(".gin"):
-    candidates += [c + ".gin" for c in candidates]
-  for c in candidates:
-    if tf.io.gfile.exists(c):
-      return c
-  raise FileNotFoundError("gin file %r not found (looked in: %s)"
-                          % (name, ", ".join(["."] + list(prefixes))))
-
 
 def get_estimator(model_type, vocabulary, mesh_shape, layout_rules,
                   model_dir, batch_size, sequence_length, autostack,
@@ -120,14 +52,13 @@ def get_estimator(model_type, vocabulary, mesh_shape, layout_rules,
   for the original's signature; TPUs are not driven from here.
   """
   del tpu_job_name, cluster, iterations_per_loop
-  from transformer import utils  # pylint: disable=g-import-not-at-top
   if vocabulary is None:
     raise ValueError("run.vocabulary is required (e.g. "
                      "run.vocabulary = @vocabulary.ByteVocabulary())")
-  model = utils.build_model(
+  model = build_model(
       model_type=model_type,
-      input_vocab_size=utils.inputs_vocabulary(vocabulary).vocab_size,
-      output_vocab_size=utils.targets_vocabulary(vocabulary).vocab_size,
+      input_vocab_size=inputs_vocabulary(vocabulary).vocab_size,
+      output_vocab_size=targets_vocabulary(vocabulary).vocab_size,
       layout_rules=layout_rules, mesh_shape=mesh_shape)
   model_fn = driver_model_fn.tpu_estimator_model_fn(
       model_type, model, vocabulary, model_dir, use_tpu, mesh_shape,
@@ -150,7 +81,7 @@ def _filter_features(ex):
 def _pad_to_length(ex, sequence_length):
   out = {}
   for k, v in ex.items():
-    length = driver._feature_length(sequence_length, k)  # pylint: disable=protected-access
+    length = driver.feature_length(sequence_length, k)
     v = tf.cast(v[:length], tf.int32)
     out[k] = tf.pad(v, [[0, length - tf.shape(v)[0]]])
     out[k].set_shape([length])
@@ -263,90 +194,6 @@ def eval_model(estimator, vocabulary, sequence_length, batch_size,
   return results
 
 
-def _checkpoint_steps(model_dir) -> List[int]:
-  return driver._checkpoints().checkpoint_steps(model_dir)  # pylint: disable=protected-access
-
-
-def _checkpoint_path(model_dir, step: int) -> str:
-  return os.path.join(model_dir, "model.ckpt-%d" % step)
-
-
-def _wait_for_checkpoints(model_dir, skip_until, stop_after, last_step,
-                          timeout, poll_seconds) -> Iterator[str]:
-  """Existing checkpoints after skip_until in order, then new ones as they
-  appear; ends after a step >= stop_after or last_step, or after timeout
-  seconds without a new checkpoint (None: wait forever)."""
-  done = skip_until
-  waited_since = time.monotonic()
-  while True:
-    new = [s for s in _checkpoint_steps(model_dir) if s > done]
-    for step in new:
-      yield _checkpoint_path(model_dir, step)
-      done = step
-      for limit in (stop_after, last_step):
-        if limit is not None and step >= limit:
-          return
-    if new:
-      waited_since = time.monotonic()
-      continue
-    if timeout is not None and time.monotonic() - waited_since > timeout:
-      logging.info("No new checkpoint in %s for %s s; stopping", model_dir,
-                   timeout)
-      return
-    logging.info("Waiting for checkpoints after step %d in %s", done,
-                 model_dir)
-    time.sleep(poll_seconds)
-
-
-@gin.configurable(module=_GIN_MODULE)
-def get_checkpoint_iterator(checkpoint_step, model_dir, skip_until=0,
-                            stop_after=None, find_closest=True, *,
-                            last_step=None, timeout=None, poll_seconds=5.0):
-  """Checkpoint paths, in step order, from checkpoint_step.
-
-  - an int: that step's checkpoint (the closest one if find_closest);
-  - a list of ints: each of them likewise;
-  - -1: the latest checkpoint (the `checkpoint` state file's);
-  - "all": every checkpoint in model_dir with step > skip_until (and
-    <= stop_after if given);
-  - None: every checkpoint with step > skip_until, then each new one as
-    training writes it (an iterator that waits), until one with step >=
-    stop_after. Keyword-only additions: it also ends after a step >=
-    last_step (training's last checkpoint; eval_model passes the run's
-    train steps) or after `timeout` seconds without a new checkpoint.
-
-  Raises:
-    ValueError: no checkpoints (except for None), or a step without a
-      checkpoint when find_closest is False.
-  """
-  if checkpoint_step is None:
-    return _wait_for_checkpoints(model_dir, skip_until, stop_after,
-                                 last_step, timeout, poll_seconds)
-  steps = _checkpoint_steps(model_dir)
-  if not steps:
-    raise ValueError("no checkpoints (model.ckpt-*.index) in %r" % model_dir)
-  if checkpoint_step == -1:
-    latest = driver._checkpoints().latest_checkpoint(model_dir)  # pylint: disable=protected-access
-    return [latest or _checkpoint_path(model_dir, steps[-1])]
-  if checkpoint_step == "all":
-    return [_checkpoint_path(model_dir, s) for s in steps
-            if s > skip_until and (stop_after is None or s <= stop_after)]
-  wanted = (checkpoint_step if isinstance(checkpoint_step, (list, tuple))
-            else [checkpoint_step])
-  out = []
-  for w in wanted:
-    w = int(w)
-    if w in steps:
-      out.append(_checkpoint_path(model_dir, w))
-    elif find_closest:
-      out.append(_checkpoint_path(model_dir,
-                                  min(steps, key=lambda s: abs(s - w))))
-    else:
-      raise ValueError("no checkpoint for step %d in %r (have %s)"
-                       % (w, model_dir, steps))
-  return out
-
-
 def _resolve_learning_rate_schedule(schedule, total_train_steps):
   if isinstance(schedule, (list, tuple)):
     schedule = functools.partial(
@@ -387,7 +234,6 @@ def run(tpu_job_name, tpu, gcp_project, tpu_zone, model_dir,
   Raises:
     ValueError: an unknown mode, or a missing required parameter.
   """
-  from transformer import utils  # pylint: disable=g-import-not-at-top
   del tpu_job_name, gcp_project, tpu_zone
   if mode not in RUN_MODES:
     raise ValueError("run: unknown mode %r; expected one of %s"
@@ -403,10 +249,10 @@ def run(tpu_job_name, tpu, gcp_project, tpu_zone, model_dir,
   if isinstance(sequence_length, int):
     sequence_length = {"inputs": sequence_length, "targets": sequence_length}
   if isinstance(batch_size, (tuple, list)):
-    batch_size = utils.compute_batch_size(sequence_length, mesh_shape,
+    batch_size = compute_batch_size(sequence_length, mesh_shape,
                                           layout_rules, batch_size)
   if train_steps is None:
-    train_steps = utils.auto_train_steps
+    train_steps = auto_train_steps
   if callable(train_steps):
     train_steps = train_steps(batch_size, sequence_length)
   learning_rate_schedule = _resolve_learning_rate_schedule(

@@ -22,7 +22,7 @@ import gin
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from transformer._src.context import Context, TransformerLayer
+from transformer._src.layers.context import Context, TransformerLayer
 
 tf1 = tf.compat.v1
 

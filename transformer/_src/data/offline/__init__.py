@@ -13,19 +13,21 @@ without network access; the first load generates the data in seconds.
 
 `get_subword_vocabulary` builds a subword vocabulary from a dataset offline
 (tfds.deprecated.text.SubwordTextEncoder) and caches it in the data_dir;
-`transformer.vocabulary.ByteVocabulary` needs nothing at all.
+`transformer.vocabulary.ByteVocabulary` needs nothing at all. The public
+`transformer.dataset` module imports this package, so importing it (or
+`transformer`) registers the builders.
 
 Example:
-  import transformer.datasets  # registers the builders
+  import transformer.dataset  # registers the builders
   ds = tfds.load("mtf_reverse", split="validation", data_dir="/tmp/tfds")
 """
 
-from transformer.datasets.offline import OFFLINE_DATASETS
-from transformer.datasets.offline import OfflineBuilder
-from transformer.datasets.offline import get_subword_vocabulary
-from transformer.datasets.offline import prepare
-from transformer.datasets.reverse import MtfReverse
-from transformer.datasets.stdlib_docs import MtfStdlibDocs
+from transformer._src.data.offline.builder import OFFLINE_DATASETS
+from transformer._src.data.offline.builder import OfflineBuilder
+from transformer._src.data.offline.builder import get_subword_vocabulary
+from transformer._src.data.offline.builder import prepare
+from transformer._src.data.offline.reverse import MtfReverse
+from transformer._src.data.offline.stdlib_docs import MtfStdlibDocs
 
 __all__ = [
     "MtfReverse",

@@ -17,9 +17,9 @@ import gin
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from transformer._src.context import Context, ModeKeys
-from transformer._src.embeddings import get_vocab_embedding_cls
-from transformer._src.embeddings import sinusoid_positional_embedding_weights
+from transformer._src.layers.context import Context, ModeKeys
+from transformer._src.layers.embeddings import get_vocab_embedding_cls
+from transformer._src.layers.embeddings import sinusoid_positional_embedding_weights
 
 tf1 = tf.compat.v1
 

@@ -29,9 +29,13 @@ from tensorflow.core.framework import summary_pb2
 
 import mesh_tensorflow as mtf
 from mesh_tensorflow import placement_mesh_impl
-from transformer._src.context import ModeKeys
-from transformer._src.unitransformer import Unitransformer
-from transformer._src.unitransformer import autoregressive_inputs
+from transformer._src.driver import checkpoints
+from transformer._src.driver import evaluation
+from transformer._src.driver.config import init_checkpoint_variable_mapping
+from transformer._src.driver.config import serialize_num_microbatches
+from transformer._src.layers.context import ModeKeys
+from transformer._src.models.unitransformer import Unitransformer
+from transformer._src.models.unitransformer import autoregressive_inputs
 
 __all__ = ["Estimator", "mesh_devices_for", "model_features"]
 
@@ -79,13 +83,8 @@ def mesh_devices_for(mesh_shape, mesh_devices=None) -> List[str]:
          len(tf.config.list_logical_devices("CPU")), size))
 
 
-def _checkpoints():
-  """Helper K's checkpoint module (imported lazily)."""
-  from transformer._src import checkpoints  # pylint: disable=g-import-not-at-top
-  return checkpoints
-
-
-def _feature_length(sequence_length, key: str) -> int:
+def feature_length(sequence_length, key: str) -> int:
+  """The length of feature `key` ("inputs..." or "targets...")."""
   if isinstance(sequence_length, dict):
     base = "inputs" if key.startswith("inputs") else "targets"
     return int(sequence_length[base])
@@ -189,23 +188,23 @@ class Estimator:
       dims.append(mtf.Dimension("batch", batch_size))
     return dims
 
-  def _import_features(self, mesh: mtf.Mesh, features, batch_size=None,
-                       training: bool = True):
+  def import_features(self, mesh: mtf.Mesh, features, batch_size=None,
+                      training: bool = True):
     """mtf Tensors [batch dims..., length] of int features [ensemble?,
     batch, length]."""
     batch_dims = self.batch_dims(batch_size, training)
     mtf_features = {}
     for key, x in sorted(features.items()):
       length_dim = mtf.Dimension(
-          "length", _feature_length(self.sequence_length, key))
+          "length", feature_length(self.sequence_length, key))
       shape = mtf.Shape(batch_dims + [length_dim])
       x = tf.reshape(tf.cast(x, tf.int32), shape.to_integer_list)
       mtf_features[key] = mtf.import_fully_replicated(mesh, x, shape,
                                                        name=key)
     return mtf_features
 
-  def _logits_and_loss(self, mtf_features, mode: str,
-                       num_microbatches: int = 1):
+  def logits_and_loss(self, mtf_features, mode: str,
+                      num_microbatches: int = 1):
     """(logits, loss) of the model, as the original's model_fn computed."""
     model = self.model
     targets = mtf_features["targets"]
@@ -262,18 +261,18 @@ class Estimator:
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
     with mtf.variable_store(self.store):
-      mtf_features = self._import_features(mesh, features)
+      mtf_features = self.import_features(mesh, features)
       batch_dim = self.batch_dims()[-1]
       num_microbatches = self._num_microbatches(batch_dim)
       if num_microbatches > 1:
         def serialized_fn(microbatch_features):
-          return {"loss": self._logits_and_loss(
+          return {"loss": self.logits_and_loss(
               microbatch_features, ModeKeys.TRAIN, num_microbatches)[1]}
         var_grads, loss_dict = mtf.serialize_training_step(
             mtf_features, serialized_fn, batch_dim, num_microbatches)
         loss = loss_dict["loss"]
       else:
-        _, loss = self._logits_and_loss(mtf_features, ModeKeys.TRAIN)
+        _, loss = self.logits_and_loss(mtf_features, ModeKeys.TRAIN)
         var_grads = mtf.gradients(
             [loss], [v.outputs[0] for v in graph.trainable_variables])
       tf_lr = self._learning_rate()
@@ -328,7 +327,6 @@ class Estimator:
       f.write("\n".join(lines) + "\n")
 
   def _num_microbatches(self, batch_dim):
-    from transformer.utils import serialize_num_microbatches  # pylint: disable=g-import-not-at-top
     return serialize_num_microbatches(batch_dim, self.sequence_length,
                                       self.mesh_shape, self.layout_rules)
 
@@ -372,13 +370,12 @@ class Estimator:
     fn()
 
   def latest_checkpoint(self) -> Optional[str]:
-    return _checkpoints().latest_checkpoint(self.model_dir)
+    return checkpoints.latest_checkpoint(self.model_dir)
 
   def save(self) -> str:
     """Writes model.ckpt-<global step> to model_dir; returns its path."""
     self._sync_masters()
     step = int(self.global_step.numpy())
-    checkpoints = _checkpoints()
     path = checkpoints.save(self.model_dir, step,
                             self.checkpoint_variables(),
                             keep_checkpoint_max=self.keep_checkpoint_max)
@@ -387,7 +384,7 @@ class Estimator:
 
   def restore(self, path: str) -> None:
     """Loads checkpoint `path` into the masters (then slices on next use)."""
-    _checkpoints().restore(path, self.checkpoint_variables())
+    checkpoints.restore(path, self.checkpoint_variables())
     self._masters_stale = False
     self._masters_version += 1
     self._restored_path = path
@@ -402,12 +399,11 @@ class Estimator:
       return
     self.global_step.assign(0)
     if self.init_checkpoint:
-      from transformer import utils  # pylint: disable=g-import-not-at-top
       masters = dict(self.store.masters)
-      _checkpoints().init_from_checkpoint(
+      checkpoints.init_from_checkpoint(
           self.init_checkpoint, masters,
           variable_filter=self.init_variable_filter or None,
-          name_mapping=utils.init_checkpoint_variable_mapping)
+          name_mapping=init_checkpoint_variable_mapping)
       self._masters_version += 1
       logging.info("Initialised from init_checkpoint %s",
                    self.init_checkpoint)
@@ -530,8 +526,7 @@ class Estimator:
     sequence_accuracy (exact match of every target token of a row),
     neg_log_perplexity, num_eval_tokens and num_eval_sequences.
     """
-    from transformer._src import driver_eval  # pylint: disable=g-import-not-at-top
-    return driver_eval.evaluate(self, dataset, checkpoint_path, max_batches)
+    return evaluation.evaluate(self, dataset, checkpoint_path, max_batches)
 
 
 def _copy_variables(laid_out_variables, what: str) -> None:

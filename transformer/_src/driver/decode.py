@@ -11,18 +11,18 @@ from __future__ import annotations
 
 import inspect
 import os
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Sequence
 
 from absl import logging
 import gin
 import numpy as np
 import tensorflow as tf
 
-from transformer._src import driver_eval
-# utils imports this module at its end, after defining these.
-from transformer.utils import get_step_from_checkpoint_path  # pylint: disable=g-bad-import-order
-from transformer.utils import inputs_vocabulary  # pylint: disable=g-bad-import-order
-from transformer.utils import targets_vocabulary  # pylint: disable=g-bad-import-order
+from transformer._src.driver import evaluation as driver_eval
+from transformer._src.driver.checkpoint_iterator import get_checkpoint_iterator
+from transformer._src.driver.config import get_step_from_checkpoint_path
+from transformer._src.driver.config import inputs_vocabulary
+from transformer._src.driver.config import targets_vocabulary
 
 _GIN_MODULE = "mesh_tensorflow.transformer.utils"
 
@@ -316,7 +316,6 @@ def infer_model(estimator, vocabulary, sequence_length, batch_size,
                 model_type, model_dir, eval_checkpoint_step,
                 checkpoint_paths=None, decode_fn=decode_from_file):
   """Runs decode_fn for each checkpoint to evaluate."""
-  from transformer._src.driver_run import get_checkpoint_iterator  # pylint: disable=g-import-not-at-top
   if checkpoint_paths is None:
     checkpoint_paths = get_checkpoint_iterator(eval_checkpoint_step,
                                                model_dir)
@@ -364,7 +363,6 @@ def save_scores(results, vocabulary, scores_filename=None,
 
 def _scoring_checkpoint(eval_checkpoint_step, model_dir) -> str:
   """The one checkpoint to score with (None / -1: the latest)."""
-  from transformer._src.driver_run import get_checkpoint_iterator  # pylint: disable=g-import-not-at-top
   if eval_checkpoint_step is None:
     eval_checkpoint_step = -1
   return list(get_checkpoint_iterator(eval_checkpoint_step, model_dir))[-1]

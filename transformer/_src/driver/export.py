@@ -21,8 +21,8 @@ from absl import logging
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from transformer._src import driver
-from transformer._src import driver_eval
+from transformer._src.driver import estimator as driver
+from transformer._src.driver import evaluation as driver_eval
 
 __all__ = ["export_model"]
 
@@ -121,13 +121,13 @@ def export_model(estimator, export_dir, vocabulary, sequence_length,
   est.prepare(checkpoint_path)
   lengths = est.sequence_length
   if eval_with_score:
-    phase = est.phase_fn("teacher_forced", lambda p: driver_eval._build_teacher_forced(  # pylint: disable=protected-access
-        est, p))
+    phase = est.phase_fn(
+        "teacher_forced", lambda p: driver_eval.build_teacher_forced(est, p))
     example = ({k: tf.zeros([batch_size, lengths[k]], tf.int32)
                 for k in ("inputs", "targets")},)
   else:
-    phase = est.phase_fn("decode", lambda p: driver_eval._build_decode(  # pylint: disable=protected-access
-        est, p, {}))
+    phase = est.phase_fn("decode",
+                         lambda p: driver_eval.build_decode(est, p, {}))
     example = (tf.zeros([batch_size, lengths["inputs"]], tf.int32),)
   est.run_phase(phase, *example)  # traces, restores the checkpoint
   module = _ServingModule(est, vocabulary, phase.fn, eval_with_score)

@@ -10,15 +10,15 @@ sums their outputs.
 
 from __future__ import annotations
 
-from typing import Sequence, Union
+from typing import Callable, Optional, Sequence, Union
 
 import gin
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from mesh_tensorflow import ops_with_redefined_builtins as mtf_ops
-from transformer._src.attention_layers import SelfAttention
-from transformer._src.context import Context, TransformerLayer
+from transformer._src.layers.attention_layers import SelfAttention
+from transformer._src.layers.context import Context, TransformerLayer
 
 __all__ = ["DenseReluDense", "ParallelLayer"]
 
@@ -30,18 +30,28 @@ _GIN_MODULE = "mesh_tensorflow.transformer.transformer_layers"
 _ACTIVATION_ALIASES = {"silu": "swish", "identity": "linear"}
 
 
-def _resolve_activation(activation, layer_name: str):
-  """An activation as dense_product takes it: None, "linear" or a callable.
+def resolve_activation(activation, layer_name: str) -> Optional[Callable]:
+  """The activation function of a layer: None (linear) or a callable.
 
   Names resolve to mtf functions (as mtf.layers does); "silu" is an alias of
-  "swish". Unknown names raise ValueError naming the layer.
+  "swish", "linear" and "identity" mean no activation.
+
+  Args:
+    activation: None, a name or a callable.
+    layer_name: the layer, named in errors.
+
+  Returns:
+    None for no activation, else a function of one mtf.Tensor.
+
+  Raises:
+    ValueError: an unknown name, or neither a string nor a callable.
   """
   if activation is None:
     return None
   if isinstance(activation, str):
     name = _ACTIVATION_ALIASES.get(activation, activation)
     if name == "linear":
-      return name
+      return None
     fn = getattr(mtf_ops, name, None)
     if (fn is None or name.startswith("_") or isinstance(fn, type)
         or not callable(fn)):
@@ -117,9 +127,9 @@ class DenseReluDense(TransformerLayer):
     if isinstance(self.activation, (list, tuple)):
       if not self.activation:
         raise ValueError("%s: activation is an empty list" % name)
-      activations = [_resolve_activation(a, name) for a in self.activation]
+      activations = [resolve_activation(a, name) for a in self.activation]
     else:
-      activations = _resolve_activation(self.activation, name)
+      activations = resolve_activation(self.activation, name)
     io_dim = x.shape.dims[-1]
     hidden_dim = mtf.Dimension("d_ff", self.hidden_size)
     expert_dims = _ensemble_dims(context)

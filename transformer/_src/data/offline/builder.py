@@ -12,7 +12,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core import utils as tfds_utils
 
-from transformer import vocabulary as vocabulary_lib
+from transformer._src.data import vocabulary as vocabulary_lib
 
 __all__ = ["OFFLINE_DATASETS", "OfflineBuilder", "get_subword_vocabulary",
            "prepare"]
@@ -52,7 +52,7 @@ def prepare(builder: tfds.core.DatasetBuilder) -> tfds.core.DatasetBuilder:
   """
   if not isinstance(builder, OfflineBuilder):
     raise ValueError(
-        "prepare: %r is not an offline dataset of transformer.datasets (%s); "
+        "prepare: %r is not an offline dataset of this package (%s); "
         "refusing to download it" % (builder.name, sorted(OFFLINE_DATASETS)))
   builder.download_and_prepare(
       download_config=tfds.download.DownloadConfig(try_download_gcs=False))

@@ -14,8 +14,8 @@ import numpy as np
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from transformer._src.context import ModeKeys
-from transformer._src.unitransformer import Unitransformer
+from transformer._src.layers.context import ModeKeys
+from transformer._src.models.unitransformer import Unitransformer
 
 __all__ = ["decode_graph", "decode_ids", "evaluate", "score_ids",
            "teacher_forced", "teacher_forced_graph"]
@@ -41,8 +41,8 @@ def teacher_forced_graph(est, features: Dict[str, tf.Tensor]):
   mesh = mtf.Mesh(graph, "mesh")
   with mtf.variable_store(est.store):
     batch_size = _static_batch_size(features)
-    mtf_features = est._import_features(mesh, features, batch_size)  # pylint: disable=protected-access
-    logits, loss = est._logits_and_loss(mtf_features, ModeKeys.EVAL)  # pylint: disable=protected-access
+    mtf_features = est.import_features(mesh, features, batch_size)
+    logits, loss = est.logits_and_loss(mtf_features, ModeKeys.EVAL)
     if isinstance(logits, tuple):
       logits = logits[0]
     logits = mtf.cast(logits, tf.float32)
@@ -61,7 +61,7 @@ def teacher_forced_graph(est, features: Dict[str, tf.Tensor]):
                              tf.int32), shape))
 
 
-def _build_teacher_forced(est, phase):
+def build_teacher_forced(est, phase):
   """tf.function(features) -> {"xent", "predictions"} per target token."""
 
   @tf.function(autograph=False)
@@ -82,7 +82,7 @@ def teacher_forced(est, features: Dict[str, tf.Tensor]):
   if est.ensemble_inputs:
     features = {k: tf.tile(v[tf.newaxis], [est.ensemble_inputs, 1, 1])
                 for k, v in features.items()}
-  phase = est.phase_fn("teacher_forced", lambda p: _build_teacher_forced(est,
+  phase = est.phase_fn("teacher_forced", lambda p: build_teacher_forced(est,
                                                                          p))
   return est.run_phase(phase, features)
 
@@ -182,7 +182,7 @@ def decode_graph(est, inputs: tf.Tensor, **decode_kwargs):
   graph = mtf.Graph()
   mesh = mtf.Mesh(graph, "mesh")
   with mtf.variable_store(est.store):
-    mtf_inputs = est._import_features(  # pylint: disable=protected-access
+    mtf_inputs = est.import_features(
         mesh, {"inputs": inputs}, int(inputs.shape[-2]),
         training=False)["inputs"]
     model = est.model
@@ -201,7 +201,7 @@ def decode_graph(est, inputs: tf.Tensor, **decode_kwargs):
   return lowering, tf.cast(lowering.export_to_tf_tensor(outputs), tf.int32)
 
 
-def _build_decode(est, phase, decode_kwargs):
+def build_decode(est, phase, decode_kwargs):
   """tf.function(inputs [batch, length]) -> decoded ids [batch, length]."""
 
   @tf.function(autograph=False)
@@ -219,7 +219,7 @@ def decode_ids(est, inputs: np.ndarray, *,
   decode_kwargs go to model.decode, e.g. beam_size=4)."""
   est.prepare(checkpoint_path)
   key = "decode:%s" % sorted(decode_kwargs.items())
-  phase = est.phase_fn(key, lambda p: _build_decode(est, p, decode_kwargs))
+  phase = est.phase_fn(key, lambda p: build_decode(est, p, decode_kwargs))
   results = []
   for start, batch in _batches(est, {"inputs": inputs}):
     out = est.run_phase(phase, tf.constant(batch["inputs"])).numpy()
