@@ -360,8 +360,7 @@ def test_no_private_names_across_modules(tree):
   assert not messages, _report(messages)
 
 
-@pytest.mark.parametrize("tree", [pytest.param(
-    _TRANSFORMER, id="transformer", marks=_TRANSFORMER_MARKS)])
+@pytest.mark.parametrize("tree", [pytest.param(_TRANSFORMER, id="transformer")])
 def test_transformer_layers(tree):
   for layer in TRANSFORMER_FORBIDDEN_IMPORTS:
     assert any(m.startswith("transformer._src.%s." % layer)
