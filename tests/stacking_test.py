@@ -35,7 +35,8 @@ def _lower(mesh_shape, layout, **kwargs):
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
     loss, grads, updates = _sgd_program(mesh, **kwargs)
-    lowering = mtf.Lowering(graph, {mesh: mtu.mesh_impl_for(mesh_shape, layout)})
+    mesh_impl = mtu.mesh_impl_for(mesh_shape, layout)
+    lowering = mtf.Lowering(graph, {mesh: mesh_impl})
     values = [lowering.export_to_tf_tensor(t).numpy() for t in [loss] + grads]
     lowering.copy_slices_to_masters()
     masters = {name: v.numpy() for name, v in store.masters.items()}

@@ -24,6 +24,7 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from mesh_tensorflow._src.mesh_impls import collectives
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 SIZES = [2, 4, 8]
 MAX_RANK = 4
@@ -330,7 +331,7 @@ def test_layouts_never_change_results(program, data):
   shapes = _all_shapes(program)
   # Separate memory only changes the placement backend's collectives.
   for separate_memory in [False] if mtu.SIMD_ENV else [False, True]:
-    for mesh_shape, _ in [mtu.MESH_4, mtu.MESH_2X2]:
+    for mesh_shape in [meshes.ALL_4, meshes.ROWS_COLS]:
       _check(program, data, shapes, mesh_shape, separate_memory, reference)
 
 

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 B = mtf.Dimension("b", 4)
 E = mtf.Dimension("e", 2)
@@ -122,20 +123,8 @@ CASES = {
         [1, 2, 1, 2, 1], "SAME", _conv3d_transpose),
 }
 
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", "b:all"),
-    ("all:4", "c:all"),
-    ("all:4", "o:all"),
-    ("rows:2;cols:2", "b:rows;c:cols"),
-    ("rows:2;cols:2", "c:rows;o:cols"),
-    ("rows:2;cols:2", "o:rows;b:cols"),
-    ("rows:2;cols:2", "e:rows;b:cols"),
-]
 
-
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS,
-                         ids=["%s|%s" % ml for ml in MESH_LAYOUTS])
+@meshes.parametrize(meshes.CONV_OPS)
 def test_conv_values_and_gradients(mesh_shape, layout):
   names = sorted(CASES)
 
