@@ -6,6 +6,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 B = mtf.Dimension("b", 4)
 H = mtf.Dimension("h", 4)
@@ -47,7 +48,7 @@ def _stacked(graph):
   return [op for op in graph.operations if isinstance(op, mtf.StackedVariable)]
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("all:4", "b:all"), ("all:4", "h:all"), ("rows:2;cols:2", "b:rows;h:cols")])
 def test_stacking_keeps_results_and_masters(mesh_shape, layout):
   _, ref_values, ref_masters = _lower("", "")

@@ -256,9 +256,8 @@ def test_variable_dtype_defaults():
   assert "bfloat16" in repr(d)
 
 
-@pytest.mark.parametrize("mesh_layout", [("", ""), ("rows:2;cols:2",
-                                                    "a:rows;b:cols")],
-                         ids=str)
+@meshes.parametrize([("", ""), ("rows:2;cols:2", "a:rows;b:cols")],
+                    "mesh_layout")
 def test_variable_dtype_roles(mesh_layout):
   store = mtf.VariableStore()
 
@@ -345,9 +344,8 @@ def test_assign_family(mesh_layout):
 
 
 @pytest.mark.parametrize("mode", mtu.MODES)
-@pytest.mark.parametrize("mesh_layout", [("", ""),
-                                         ("rows:2;cols:2", "a:rows;b:cols")],
-                         ids=str)
+@meshes.parametrize([("", ""),
+                     ("rows:2;cols:2", "a:rows;b:cols")], "mesh_layout")
 def test_assign_family_three_modes(mesh_layout, mode):
   [values], masters = _run(_assign_program, *mesh_layout, mode,
                            mtf.VariableStore())
@@ -467,9 +465,8 @@ def test_graph_mode_replicas_read_before_shared_slice_is_assigned():
     mtu.assert_all_close(masters, want_masters, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("mesh_layout", [("all:4", "b:all"),
-                                         ("rows:2;cols:2", "a:cols;b:rows")],
-                         ids=str)
+@meshes.parametrize([("all:4", "b:all"),
+                     ("rows:2;cols:2", "a:cols;b:rows")], "mesh_layout")
 def test_copy_masters_to_slices(mesh_layout):
   with mtf.variable_store(mtf.VariableStore()):
     graph, mesh = _new_mesh()

@@ -382,7 +382,7 @@ def test_dot_product_attention_dropout():
 # ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("rows:2;cols:2", "batch:rows;heads:cols"),
     ("rows:2;cols:2", "memory_length:rows;d_kv:cols")])
 def test_self_attention_incremental_matches_full_causal(mesh_shape, layout):
@@ -417,7 +417,7 @@ def test_self_attention_incremental_matches_full_causal(mesh_shape, layout):
                              rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("rows:2;cols:2", "batch:rows;heads:cols"),
     ("rows:2;cols:2", "memory_length:cols;d_model:rows")])
 def test_encdec_attention_incremental(mesh_shape, layout):

@@ -392,7 +392,7 @@ def _drd_reference(wi, wo):
   return [y.numpy(), dx.numpy(), dwi.numpy()]
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""),
     ("rows:2;cols:2", "batch:rows;hidden:cols"),
     ("rows:2;cols:2", "d_model:rows;hidden:cols"),
@@ -451,7 +451,7 @@ def _embedding_program(mesh):
 _EMB_C = np.arange(64, dtype=np.float32).reshape(4, 2, 8)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""),
     ("all:4", "vocab:all"),
     ("rows:2;cols:2", "vocab:rows;d_model:cols"),

@@ -297,7 +297,7 @@ def test_masked_local_attention_1d_all_modes(mode):
                              rtol=2e-4, atol=2e-5)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("rows:2;cols:2", "batch:rows;heads:cols"),
     ("rows:2;cols:2", "window:rows;d_kv:cols")])
 def test_masked_local_attention_1d_incremental_matches_full(mesh_shape,
@@ -440,7 +440,7 @@ def np_halo_2d(k, mask_right):
 
 
 @pytest.mark.parametrize("mode", mtu.MODES)
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("all:4", "nb:all;nw:all"),
     ("rows:2;cols:2", "nb:rows;nh:rows;nw:cols"),
     ("rows:2;cols:2", "c:rows;nb:cols;nh:cols")])

@@ -207,9 +207,8 @@ def _depend_program(mesh):
 
 
 @pytest.mark.parametrize("mode", mtu.MODES)
-@pytest.mark.parametrize("mesh_shape,layout",
-                         [("", ""), ("all:4", "n:all"),
-                          ("rows:2;cols:2", "batch:rows;n:cols")])
+@meshes.parametrize([("", ""), ("all:4", "n:all"),
+                     ("rows:2;cols:2", "batch:rows;n:cols")])
 def test_depend_sees_assigned_value(mesh_shape, layout, mode):
   v_new, x_after = mtu.run_program(_depend_program, mesh_shape, layout, mode)
   np.testing.assert_allclose(v_new, X * 2.0 + 1.0, rtol=1e-6)

@@ -141,7 +141,7 @@ def test_conv_values_and_gradients(mesh_shape, layout):
 
 
 @pytest.mark.parametrize("mode", mtu.MODES)
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("rows:2;cols:2", "b:rows;c:cols")])
 def test_conv_all_modes(mode, mesh_shape, layout):
   case = CASES["conv2d_valid_strided"]
@@ -149,7 +149,7 @@ def test_conv_all_modes(mode, mesh_shape, layout):
   mtu.assert_all_close(out, case.expected, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("all:4", "c:all"), ("rows:2;cols:2", "b:rows;o:cols")])
 def test_conv2d_second_order_gradient(mesh_shape, layout):
   """d/df of sum(dL/dx * q): differentiates conv2d_backprop_input."""

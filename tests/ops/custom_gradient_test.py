@@ -117,9 +117,7 @@ def test_custom_gradient_errors():
     mtf.gradients([mtf.reduce_sum(bad)], [x])
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [("", ""),
-                                               ("rows:2;cols:2",
-                                                "batch:rows;hidden:cols")])
+@meshes.parametrize([("", ""), ("rows:2;cols:2", "batch:rows;hidden:cols")])
 def test_recompute_grad_of_fn_creating_variables(mesh_shape, layout):
   """A layer called for the first time inside recompute_grad creates its
   variables there; they are hoisted out and get the plain gradients."""
@@ -221,8 +219,7 @@ def test_recompute_grad_clones_forward_operations(control_dependencies):
   assert counts[True] == counts[False] + 2
 
 
-@pytest.mark.parametrize("mesh_shape,layout",
-                         [("", ""), ("all:4", "d_in:all")])
+@meshes.parametrize([("", ""), ("all:4", "d_in:all")])
 def test_recompute_grad_reuses_random_values(mesh_shape, layout):
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, X, [BATCH, D_IN])

@@ -173,11 +173,11 @@ def test_einsum_gradients(mesh_layout):
 NEW = mtf.Dimension("new", 4)
 
 
-@pytest.mark.parametrize("mesh_layout", [
+@meshes.parametrize([
     ("", ""), ("all:4", "new:all"), ("all:4", "io:all"),
     ("rows:2;cols:2", "new:rows;io:cols"),
     ("rows:2;cols:2", "new:cols;batch:rows"),
-    ("rows:2;cols:2", "hidden:cols;new:rows")], ids=str)
+    ("rows:2;cols:2", "hidden:cols;new:rows")], "mesh_layout")
 def test_output_dims_in_no_input_are_broadcast(mesh_layout):
   def build(mesh):
     x = _imp(mesh, X, [BATCH, IO])

@@ -319,9 +319,9 @@ def _cumsum_program(mesh):
   return [y, total, dx]
 
 
-@pytest.mark.parametrize("mesh_layout", [
+@meshes.parametrize([
     ("", ""), ("all:4", "batch:all"), ("rows:2;cols:2", "batch:rows"),
-    ("rows:2;cols:2", "batch:cols")], ids=str)
+    ("rows:2;cols:2", "batch:cols")], "mesh_layout")
 def test_slicewise_with_unsplittable_dim(mesh_layout):
   y, total, dx = mtu.run_program(_cumsum_program, *mesh_layout)
   np.testing.assert_allclose(y, np.cumsum(X_ANY, axis=1), rtol=1e-5,
@@ -331,9 +331,9 @@ def test_slicewise_with_unsplittable_dim(mesh_layout):
                              rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("mesh_layout", [
+@meshes.parametrize([
     ("all:4", "hidden:all"), ("rows:2;cols:2", "hidden:cols"),
-    ("rows:2;cols:2", "batch:rows;hidden:cols")], ids=str)
+    ("rows:2;cols:2", "batch:rows;hidden:cols")], "mesh_layout")
 def test_slicewise_forbidden_split_raises_naming_dim(mesh_layout):
   mesh_dim = mesh_layout[1].split("hidden:")[1]
   with pytest.raises(ValueError, match="'hidden'.*'%s'" % mesh_dim):

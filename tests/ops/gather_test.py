@@ -172,9 +172,9 @@ def test_gather_communicates_only_when_vocab_is_split(split):
   assert bool(allreduces) == split
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("all:4", "vocab:all"), ("rows:2;cols:2", "vocab:cols"),
-    ("rows:2;cols:2", "batch:rows;vocab:cols")], ids=str)
+    ("rows:2;cols:2", "batch:rows;vocab:cols")])
 def test_range_matches_numpy(mesh_shape, layout):
   def build(mesh):
     return [mtf.mtf_range(mesh, VOCAB, dtype)
@@ -311,9 +311,9 @@ def test_gather_matches_numpy_and_one_hot_einsum(mesh_shape, layout, mode):
                                err_msg="case %d" % i)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("all:4", "batch:all"), ("all:4", "vocab:all"),
-    ("rows:2;cols:2", "batch:rows;hidden:cols")], ids=str)
+    ("rows:2;cols:2", "batch:rows;hidden:cols")])
 def test_gather_dtypes_match_one_hot_einsum(mesh_shape, layout):
   w_int = (W * 100).astype(np.int32)
 
@@ -347,9 +347,9 @@ def test_gather_dtypes_match_one_hot_einsum(mesh_shape, layout):
                                rtol=2e-2, atol=2e-2)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("all:4", "batch:all"), ("all:4", "vocab:all"),
-    ("rows:2;cols:2", "batch:rows;hidden:cols")], ids=str)
+    ("rows:2;cols:2", "batch:rows;hidden:cols")])
 def test_gather_second_order_gradient(mesh_shape, layout):
   c_np = _RNG.uniform(-1.0, 1.0, size=(8, 4)).astype(np.float32)
 
@@ -365,9 +365,9 @@ def test_gather_second_order_gradient(mesh_shape, layout):
   np.testing.assert_allclose(ddy, _np_gather(c_np, IDS), rtol=1e-6)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("all:4", "hidden:all"), ("all:4", "vocab:all"),
-    ("rows:2;cols:2", "batch:rows;hidden:cols")], ids=str)
+    ("rows:2;cols:2", "batch:rows;hidden:cols")])
 def test_gather_scalar_index_gradient(mesh_shape, layout):
   def build(mesh):
     w = mtf.import_tf_tensor(mesh, W, [VOCAB, HIDDEN])

@@ -265,7 +265,7 @@ def test_softmax_bfloat16_and_fused_kernel():
   assert types.count("Softmax") == 1 and "Transpose" not in types
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("all:4", "d1:all"), ("rows:2;cols:2", "d0:rows;d3:cols")])
 def test_softmax_over_last_dim_of_six_dims(mesh_shape, layout):
   """Slices of more than 5 dims (local 2-d attention logits): the fused
@@ -364,7 +364,7 @@ def test_reduce_max_allreduces_immediately():
                              X.min((0, 1)))
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("all:4", "b:all"), ("rows:2;cols:2", "b:rows;c:cols"),
     ("rows:2;cols:2", "a:rows;b:cols"), ("rows:2;cols:2", "b:cols")])
 def test_reduce_over_lazy_einsum_result(mesh_shape, layout):

@@ -76,7 +76,7 @@ def test_shift_values_and_gradients(mesh_shape, layout):
 
 
 @pytest.mark.parametrize("mode", mtu.MODES)
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("all:4", "n:all"),
     ("rows:2;cols:2", "a:rows;n:cols")])
 def test_shift_all_modes(mode, mesh_shape, layout):
@@ -90,7 +90,7 @@ def test_shift_all_modes(mode, mesh_shape, layout):
                        [np_shift(X, o, w) for o, w in cases], atol=1e-6)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("all:4", "n:all"),
     ("rows:2;cols:2", "n:rows")])
 def test_shift_along_first_axis_by_name(mesh_shape, layout):
@@ -106,7 +106,7 @@ def test_shift_along_first_axis_by_name(mesh_shape, layout):
                        atol=1e-6)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("all:4", "b:all"), ("rows:2;cols:2", "b:rows;n:cols"),
     ("rows:2;cols:2", "n:rows;b:cols")])
 def test_shift_of_lazy_allreduce_sum(mesh_shape, layout):

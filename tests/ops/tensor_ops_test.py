@@ -352,7 +352,7 @@ def _pad(mesh):
 
 @pytest.mark.parametrize("build", [_concat, _split, _stack, _unstack, _slice,
                                    _pad])
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("all:4", "n:all"),
     ("rows:2;cols:2", "a:rows;n:cols")])
 def test_operated_dim_split_raises(build, mesh_shape, layout):
