@@ -92,7 +92,7 @@ def parametrize(pairs: Sequence[MeshLayout],
 
 
 # ------------------------------------------------------------------- ops
-# Dims a, b, c of the binary, reduction and io tests.
+# Binary ops over dims a, b and c.
 BINARY_OPS = trio(
     all_4=["", "a:all", "b:all"],
     rows_cols=["a:rows", "b:cols", "a:rows;b:cols", "a:cols;b:rows;c:none",
@@ -102,6 +102,7 @@ REDUCE_OPS = trio(
     all_4=["", "a:all", "b:all"],
     rows_cols=["a:rows", "b:cols", "a:rows;b:cols", "b:rows;c:cols",
                "a:cols;c:rows"])
+# Import and export of tensors of dims a and b.
 IO_OPS = trio(
     all_4=["", "a:all", "b:all"],
     rows_cols=["a:rows", "b:cols", "a:rows;b:cols", "a:cols;b:rows"])
