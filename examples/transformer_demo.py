@@ -24,12 +24,10 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import tensorflow as tf  # pylint: disable=g-import-not-at-top
+import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
 
 # Four virtual CPUs; this must happen before TensorFlow initialises.
-tf.config.set_logical_device_configuration(
-    tf.config.list_physical_devices("CPU")[0],
-    [tf.config.LogicalDeviceConfiguration()] * 4)
+mtf.utils.configure_virtual_cpus(4)
 
 from absl import logging  # pylint: disable=g-import-not-at-top
 

@@ -1,24 +1,27 @@
-"""Test setup: 8 virtual CPU devices, configured before TensorFlow initialises."""
+"""Test setup for every test folder.
+
+Creates the 8 virtual CPU devices the meshes run on (before TensorFlow
+initialises) and, under MTF_TEST_MESH_IMPL=simd, selects the SIMD pass's tests.
+Fixtures that serve one folder live in that folder's conftest.py.
+"""
 
 import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# The repository root first, so that `from tests import mesh_test_util` and
+# `import mesh_tensorflow` resolve to this checkout.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import pytest  # pylint: disable=g-import-not-at-top
-import tensorflow as tf  # pylint: disable=g-import-not-at-top
+from mesh_tensorflow import utils  # pylint: disable=g-import-not-at-top
 
 NUM_VIRTUAL_CPUS = 8
 
 # Configure before anything initialises the runtime: list_logical_devices()
 # would initialise it (with one CPU) and make the configuration fail.
-_cpus = tf.config.list_physical_devices("CPU")
 try:
-  tf.config.set_logical_device_configuration(
-      _cpus[0],
-      [tf.config.LogicalDeviceConfiguration()] * NUM_VIRTUAL_CPUS)
-except RuntimeError:  # Already initialised by an earlier import.
+  utils.configure_virtual_cpus(NUM_VIRTUAL_CPUS)
+except RuntimeError:  # Initialised with fewer CPUs by an earlier import.
   pass
 
 
@@ -47,16 +50,3 @@ def pytest_collection_modifyitems(config, items):
   if drop:
     config.hook.pytest_deselected(items=drop)
     items[:] = keep
-
-
-@pytest.fixture(autouse=True)
-def _no_gin_config_leaks(request):
-  """Transformer tests start and end with an empty gin config, so bindings
-  made (or files parsed) by one test never change another's model."""
-  if os.sep + "transformer" + os.sep not in str(request.node.fspath):
-    yield
-    return
-  import gin  # pylint: disable=g-import-not-at-top
-  gin.clear_config()
-  yield
-  gin.clear_config()

@@ -3,7 +3,8 @@
 `run_program(build_fn, mesh_shape, layout, mode)` builds the mtf graph with
 `build_fn(mesh)` (which returns a list of mtf Tensors), lowers it on a
 PlacementMeshImpl over virtual CPUs and returns the exported values as numpy
-arrays. Tests compare these across MESHES x layouts x MODES and against numpy.
+arrays. Tests compare these across the meshes and layouts of tests/meshes.py,
+the MODES, and numpy.
 
 mode="simd" runs the program on a SimdMeshImpl (collective backend) instead:
 one replica per processor, in a tf.function, via mesh_impl.replicate; it
@@ -26,11 +27,6 @@ from mesh_tensorflow._src.mesh_impls import simd_collective
 
 DEVICES = ["/cpu:%d" % i for i in range(8)]
 
-# (mesh_shape, number of processors)
-MESH_1 = ("", 1)
-MESH_4 = ("all:4", 4)
-MESH_2X2 = ("rows:2;cols:2", 4)
-MESHES = [MESH_1, MESH_4, MESH_2X2]
 MODES = ["eager", "function", "graph"]
 
 # True when MTF_TEST_MESH_IMPL=simd: multi-processor programs run on SIMD.

@@ -36,11 +36,9 @@ FLAGS = flags.FLAGS
 
 
 def _create_virtual_cpus(n: int) -> None:
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  cpus = tf.config.list_physical_devices("CPU")
+  import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
   try:
-    tf.config.set_logical_device_configuration(
-        cpus[0], [tf.config.LogicalDeviceConfiguration()] * n)
+    mtf.utils.configure_virtual_cpus(n)
   except RuntimeError as e:
     raise RuntimeError("--mesh_devices=%d: TensorFlow was initialised before "
                        "the virtual CPUs could be created (%s)" % (n, e)) from e

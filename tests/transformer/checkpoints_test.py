@@ -19,7 +19,7 @@ from transformer import transformer_layers  # noqa: F401  (gin registrations)
 from transformer import utils
 from transformer._src.models import bitransformer
 from transformer._src.driver import checkpoints
-import mesh_test_util as mtu
+from tests import mesh_test_util as mtu
 
 
 def _var(value, dtype=tf.float32):

@@ -78,8 +78,8 @@ def default_devices(num_devices: int) -> List[str]:
   if len(devices) < num_devices:
     raise ValueError(
         "SimdMeshImpl needs %d devices but only %d local %s devices exist: "
-        "pass `devices`, or configure logical devices with "
-        "tf.config.set_logical_device_configuration"
+        "pass `devices`, or create virtual CPUs before TensorFlow "
+        "initialises with mesh_tensorflow.utils.configure_virtual_cpus"
         % (num_devices, len(devices), "GPU" if gpus else "CPU"))
   return devices[:num_devices]
 
