@@ -29,6 +29,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MTF_QUIET_STARTUP = True
 
 from transformer._src import quiet  # pylint: disable=g-import-not-at-top
+
+# isort: split
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 # Four virtual CPUs; this must happen before TensorFlow initialises.

@@ -52,7 +52,7 @@ def test_every_submodule_is_the_same_object_executed_once():
     for info in pkgutil.walk_packages(alias.__path__,
                                       "mesh_tensorflow.transformer."):
       alias_name = info.name
-      real_name = "transformer" + alias_name[len("mesh_tensorflow.transformer"):]
+      real_name = alias_name[len("mesh_tensorflow."):]
       by_alias = importlib.import_module(alias_name)
       by_real = importlib.import_module(real_name)
       parent_name, _, leaf = alias_name.rpartition(".")
@@ -129,7 +129,8 @@ def test_reload_by_either_name_reexecutes_the_module():
     runs.append(EXECUTED[path])
     restored = [reloaded.AdaptiveSoftmaxVocabEmbedding is not None]
     by_real.AdaptiveSoftmaxVocabEmbedding = None
-    reloaded_again = importlib.reload(sys.modules["transformer.adaptive_softmax"])
+    real = sys.modules["transformer.adaptive_softmax"]
+    reloaded_again = importlib.reload(real)
     runs.append(EXECUTED[path])
     restored.append(reloaded_again.AdaptiveSoftmaxVocabEmbedding is not None)
     # A nested private module, reloaded by its alias name.
@@ -140,8 +141,8 @@ def test_reload_by_either_name_reexecutes_the_module():
     driver_runs.append(EXECUTED[driver_path])
     print(json.dumps({
         "runs": runs, "restored": restored, "driver_runs": driver_runs,
-        "same": (reloaded is reloaded_again is by_alias is by_real
-                 is sys.modules["mesh_tensorflow.transformer.adaptive_softmax"]),
+        "same": (reloaded is reloaded_again is by_alias is by_real is
+                 sys.modules["mesh_tensorflow.transformer.adaptive_softmax"]),
         "spec": by_alias.__spec__.name}))
   """)
   assert out == {"runs": [1, 2, 3], "restored": [True, True],
