@@ -18,7 +18,7 @@ import mesh_tensorflow.test_utils  # noqa: F401  (mtf.test_utils in examples)
 import transformer
 
 # Fewest examples expected: a guard against examples silently not being found.
-MIN_EXAMPLES = 28
+MIN_EXAMPLES = 53
 OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 
 
