@@ -25,7 +25,7 @@ VERBOSE_ENV = "MTF_VERBOSE"
 # quiet TensorFlow start-up (`python -m transformer.main` gets it without).
 OPT_IN_GLOBAL = "MTF_QUIET_STARTUP"
 QUIET_TF_CPP_MIN_LOG_LEVEL = "3"
-ENTRY_POINT_MODULES = ("transformer.main", "mesh_tensorflow.transformer.main")
+ENTRY_POINT_MODULE = "transformer.main"
 
 _VERBOSITY_FLAGS = ("-v", "--v", "-verbosity", "--verbosity")
 # TF's C++ log lines ("I0000 00:00:1795.. 123 port.cc:153] ...") by severity.
@@ -70,12 +70,10 @@ def _started_as_entry_point() -> bool:
   """`python -m transformer.main`, or a __main__ script that opted in."""
   if getattr(sys.modules.get("__main__"), OPT_IN_GLOBAL, False):
     return True
-  argv = list(getattr(sys, "orig_argv", []))
-  for i, arg in enumerate(argv):
-    module = argv[i + 1] if arg == "-m" and i + 1 < len(argv) else (
-        arg[2:] if arg.startswith("-m") and arg != "-m" else None)
-    if module is not None:
-      return module in ENTRY_POINT_MODULES
+  argv = getattr(sys, "orig_argv", [])  # Python >= 3.10
+  for i, arg in enumerate(argv[:-1]):
+    if arg == "-m":
+      return argv[i + 1] == ENTRY_POINT_MODULE
   return False
 
 
