@@ -19,6 +19,8 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from transformer._src import quiet
+
 flags.DEFINE_string("tpu_job_name", None, "ignored (no TPU driver)")
 flags.DEFINE_string("model_dir", "/tmp/transformer_standalone",
                     "directory for checkpoints, summaries and configs")
@@ -59,6 +61,8 @@ def _write_command_line(model_dir: str) -> None:
 
 def main(argv):
   del argv
+  # Only the run's progress and results unless -v/--verbosity or MTF_VERBOSE.
+  quiet.quiet_libraries(verbose=quiet.verbose_requested())
   if FLAGS.mesh_devices:
     _create_virtual_cpus(FLAGS.mesh_devices)
   for name in ("tpu", "tpu_job_name", "gcp_project", "tpu_zone"):

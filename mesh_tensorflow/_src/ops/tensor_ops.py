@@ -135,7 +135,11 @@ def concat(xs: Sequence[Tensor], concat_dim_name: str,
   """Concatenates xs along the dimension named concat_dim_name.
 
   Example:
-    [a=2, n=3] and [a=2, n=5] -> [a=2, n=8]
+    >>> mesh = mtf.Mesh(mtf.Graph(), "mesh")
+    >>> a = mtf.zeros(mesh, "a:2;n:3")
+    >>> b = mtf.zeros(mesh, "a:2;n:5")
+    >>> mtf.concat([a, b], "n").shape
+    Shape[a=2, n=8]
 
   Raises:
     ValueError: if the shapes differ elsewhere; at lowering, if the
@@ -201,8 +205,11 @@ def split(x: Tensor, split_dim: DimLike, num_or_size_splits,
   """Splits x along split_dim.
 
   Example:
-    x: [a=2, n=8]; split(x, n, 2) -> two [a=2, n=4]; split(x, n, [3, 5]) ->
-    [a=2, n=3] and [a=2, n=5]
+    >>> x = mtf.zeros(mtf.Mesh(mtf.Graph(), "mesh"), "a:2;n:8")
+    >>> [piece.shape for piece in mtf.split(x, "n", 2)]
+    [Shape[a=2, n=4], Shape[a=2, n=4]]
+    >>> [piece.shape for piece in mtf.split(x, "n", [3, 5])]
+    [Shape[a=2, n=3], Shape[a=2, n=5]]
 
   Args:
     x: the tensor.
@@ -274,8 +281,11 @@ def stack(xs: Sequence[Tensor], dim_name: str, axis: int = 0,
   """Stacks xs along a new dimension `dim_name` of size len(xs).
 
   Example:
-    three [a=2, b=3] with axis=1 -> [a=2, dim_name=3, b=3]; axis=-1 puts the
-    new dimension last.
+    >>> x = mtf.zeros(mtf.Mesh(mtf.Graph(), "mesh"), "a:2;b:3")
+    >>> mtf.stack([x, x, x], "s", axis=1).shape
+    Shape[a=2, s=3, b=3]
+    >>> mtf.stack([x, x, x], "s", axis=-1).shape
+    Shape[a=2, b=3, s=3]
   """
   return StackOperation(xs, dim_name, axis, name=name).outputs[0]
 
@@ -356,7 +366,9 @@ def mtf_slice(x: Tensor, begin: int, size: int, slice_dim_name: str,
   """Slice of one dimension; the output dimension keeps its name.
 
   Example:
-    x: [a=2, n=8]; mtf_slice(x, 2, 3, "n") -> [a=2, n=3] (positions 2..4)
+    >>> x = mtf.zeros(mtf.Mesh(mtf.Graph(), "mesh"), "a:2;n:8")
+    >>> mtf.mtf_slice(x, 2, 3, "n").shape  # positions 2, 3 and 4
+    Shape[a=2, n=3]
 
   Raises:
     ValueError: if [begin, begin + size) is not inside the dimension; at

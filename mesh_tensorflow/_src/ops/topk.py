@@ -290,7 +290,12 @@ def nth_largest_element(x: Tensor, n: int, reduced_dim,
   """The n-th largest value along reduced_dim; n is zero-based (0 = max).
 
   Example:
-    x = [3, 1, 2] along d: nth_largest_element(x, 1, d) = 2
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = converter.convert_np_array_to_mtf_tensor([3, 1, 2], ["d"],
+    ...                                              dtype=tf.float32)
+    >>> converter.convert_mtf_tensor_to_np_array(
+    ...     mtf.nth_largest_element(x, 1, x.shape.dims[0]))
+    array(2., dtype=float32)
   """
   reduced_dim = _check_reduced_dim(x, reduced_dim, "nth_largest_element")
   if (not isinstance(n, (int, np.integer)) or isinstance(n, bool) or
