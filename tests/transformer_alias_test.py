@@ -74,8 +74,8 @@ def test_every_submodule_is_the_same_object_executed_once():
   assert not out["not_once"]
   # Public, research, nested private and data modules are all covered.
   for name in ["transformer.utils", "transformer.adaptive_softmax",
-               "transformer.main", "transformer.datasets.reverse",
-               "transformer._src.driver"]:
+               "transformer.main", "transformer._src.data.offline.reverse",
+               "transformer._src.driver.estimator"]:
     assert name in out["checked"], name
   # Every module file in the tree was imported (and executed once).
   assert len(out["files"]) >= len(out["checked"])
@@ -134,8 +134,8 @@ def test_reload_by_either_name_reexecutes_the_module():
     runs.append(EXECUTED[path])
     restored.append(reloaded_again.AdaptiveSoftmaxVocabEmbedding is not None)
     # A nested private module, reloaded by its alias name.
-    import mesh_tensorflow.transformer._src.driver as driver
-    driver_path = os.path.join("transformer", "_src", "driver.py")
+    import mesh_tensorflow.transformer._src.driver.estimator as driver
+    driver_path = os.path.join("transformer", "_src", "driver", "estimator.py")
     driver_runs = [EXECUTED[driver_path]]
     importlib.reload(driver)
     driver_runs.append(EXECUTED[driver_path])

@@ -40,6 +40,7 @@ from typing import (Callable, Dict, Iterable, List, Mapping, Optional,
 
 from absl import logging
 import tensorflow as tf
+from tensorflow.python.util import deprecation  # pylint: disable=g-direct-tensorflow-import
 
 __all__ = [
     "CHECKPOINT_BASENAME",
@@ -157,10 +158,13 @@ def _write_state(model_dir: str, state: _State) -> None:
     # TF writes paths as given under an absolute model_dir and makes them
     # relative to a relative one.
     return _relative(model_dir, path) if os.path.isabs(model_dir) else path
-  tf.compat.v1.train.update_checkpoint_state(
-      model_dir, name(state.latest), [name(p) for p in state.paths],
-      all_model_checkpoint_timestamps=state.timestamps,
-      last_preserved_timestamp=state.last_preserved)
+  # TF marks the function deprecated in favour of CheckpointManager, which
+  # cannot write the original's relative paths; its warning is noise here.
+  with deprecation.silence():
+    tf.compat.v1.train.update_checkpoint_state(
+        model_dir, name(state.latest), [name(p) for p in state.paths],
+        all_model_checkpoint_timestamps=state.timestamps,
+        last_preserved_timestamp=state.last_preserved)
 
 
 def latest_checkpoint(model_dir: str) -> Optional[str]:
