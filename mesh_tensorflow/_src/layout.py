@@ -7,7 +7,6 @@ peek at the layout. Pure Python: never imports TensorFlow.
 
 from __future__ import annotations
 
-import dataclasses
 import numbers
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -188,17 +187,18 @@ def convert_to_layout_rules(x: Any) -> LayoutRules:
   return LayoutRules(x)
 
 
-@dataclasses.dataclass(frozen=True)
 class TensorLayout:
   """For each tensor axis, the mesh axis it is split over (or None).
 
   `TensorLayout((None, 0))`: axis 0 replicated, axis 1 split over mesh axis 0.
+  Immutable and hashable; built without a mesh (as the original), so mesh axes
+  are checked only against the number of mesh axes a caller asks about.
   """
 
-  tensor_axis_to_mesh_axis: tuple[int | None, ...]
+  __slots__ = ("_tensor_axis_to_mesh_axis",)
 
-  def __post_init__(self):
-    axes = tuple(self.tensor_axis_to_mesh_axis)
+  def __init__(self, tensor_axis_to_mesh_axis: Iterable[int | None]):
+    axes = tuple(tensor_axis_to_mesh_axis)
     used = set()
     for mesh_axis in axes:
       if mesh_axis is None:
@@ -212,8 +212,23 @@ class TensorLayout:
             f"TensorLayout {axes!r} lays out two tensor axes over mesh axis "
             f"{mesh_axis}")
       used.add(mesh_axis)
-    object.__setattr__(self, "tensor_axis_to_mesh_axis",
-                       tuple(None if a is None else int(a) for a in axes))
+    self._tensor_axis_to_mesh_axis = tuple(
+        None if a is None else int(a) for a in axes)
+
+  @property
+  def tensor_axis_to_mesh_axis(self) -> tuple[int | None, ...]:
+    return self._tensor_axis_to_mesh_axis
+
+  def __eq__(self, other) -> bool:
+    if not isinstance(other, TensorLayout):
+      return NotImplemented
+    return self._tensor_axis_to_mesh_axis == other.tensor_axis_to_mesh_axis
+
+  def __hash__(self) -> int:
+    return hash(self._tensor_axis_to_mesh_axis)
+
+  def __repr__(self) -> str:
+    return "TensorLayout%s" % (self._tensor_axis_to_mesh_axis,)
 
   @property
   def is_fully_replicated(self) -> bool:
@@ -223,16 +238,12 @@ class TensorLayout:
     """For each mesh axis, the tensor axis split over it (or None).
 
     `TensorLayout((None, 0)).mesh_axis_to_tensor_axis(2)` -> `(1, None)`.
+    Mesh axes from `mesh_ndims` on are left out, as in the original.
     """
     result = [None] * mesh_ndims
     for tensor_axis, mesh_axis in enumerate(self.tensor_axis_to_mesh_axis):
-      if mesh_axis is None:
-        continue
-      if mesh_axis >= mesh_ndims:
-        raise ValueError(
-            f"{self!r} uses mesh axis {mesh_axis} but the mesh has only "
-            f"{mesh_ndims} axes")
-      result[mesh_axis] = tensor_axis
+      if mesh_axis is not None and mesh_axis < mesh_ndims:
+        result[mesh_axis] = tensor_axis
     return tuple(result)
 
   def __len__(self) -> int:
