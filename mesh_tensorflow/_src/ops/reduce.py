@@ -34,7 +34,8 @@ class ReduceOperation(Operation):
   def __init__(self, x: Tensor, output_shape, reduction_fn_string: str,
                name: Optional[str] = None):
     super().__init__([x], name=name or "reduce")
-    reduction_fn(reduction_fn_string)
+    # Checked when lowered, not here: the original builds the op with any
+    # string (its tests use "sum") and fails only on lowering.
     self._reduction_fn_string = reduction_fn_string
     self._outputs = [Tensor(self, convert_to_shape(output_shape), x.dtype)]
 
