@@ -18,7 +18,9 @@ __all__ = [
     "convert_to_layout_rules",
     "pnum_to_group",
     "pnum_to_processor_coordinates",
+    "pnum_to_processor_coordinates_nd",
     "processor_coordinates_to_pnum",
+    "processor_coordinates_to_pnum_map_nd",
     "processor_groups",
     "split_error_message",
     "tensor_dim_to_mesh_dim_size",
@@ -309,6 +311,55 @@ def processor_coordinates_to_pnum(mesh_shape: Any, coord: Sequence[int]) -> int:
   for c, size in zip(coord, sizes):
     pnum = pnum * size + c
   return pnum
+
+
+def pnum_to_processor_coordinates_nd(mesh_shape: Any, pnum: int,
+                                     device_assignment) -> list[int]:
+  """Physical coordinates of replica `pnum` under a TPU device assignment.
+
+  Args:
+    mesh_shape: unused (kept for the original's signature).
+    pnum: a replica number.
+    device_assignment: a tf.tpu.experimental.DeviceAssignment (or anything
+      with its `coordinates(replica, logical_core)` method).
+
+  Returns:
+    the coordinates of the replica's first logical core, e.g. [x, y, z, core].
+  """
+  del mesh_shape
+  return list(device_assignment.coordinates(pnum, 0))
+
+
+def processor_coordinates_to_pnum_map_nd(mesh_shape: Any,
+                                         logical_to_physical: Sequence[
+                                             Sequence[int]],
+                                         device_assignment) -> list[int]:
+  """Replica numbers of the physical coordinates in `logical_to_physical`.
+
+  Each replica's first core sits at physical (x, y, z) of the TPU topology;
+  the replica found at the i-th coordinates of `logical_to_physical` is
+  entry i. As the original, a coordinate [x, y, ...] is looked up by
+  position x + y * mesh_shape[0] among the replicas numbered by physical
+  position (x first, then y, then z), which is right for meshes whose first
+  axis spans the topology's first axis and which have one z-plane.
+
+  Args:
+    mesh_shape: a Shape or list of ints (its first size is used).
+    logical_to_physical: physical coordinates, one per logical processor.
+    device_assignment: a tf.tpu.experimental.DeviceAssignment (or anything
+      with `num_replicas`, `topology.mesh_shape` and `coordinates`).
+
+  Returns:
+    a list of replica numbers, one per logical processor.
+  """
+  sizes = _mesh_sizes(mesh_shape)
+  hw_x, hw_y = [int(n) for n in device_assignment.topology.mesh_shape][:2]
+  replica_at = [-1] * device_assignment.num_replicas
+  for replica in range(device_assignment.num_replicas):
+    x, y, z = list(device_assignment.coordinates(replica, 0))[:3]
+    replica_at[x + hw_x * (y + hw_y * z)] = replica
+  return [replica_at[coord[0] + coord[1] * sizes[0]]
+          for coord in logical_to_physical]
 
 
 def _validate_group_dims(sizes: list[int], group_dims: Iterable[int]
