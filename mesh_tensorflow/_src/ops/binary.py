@@ -74,7 +74,7 @@ class BinaryOpWithBroadcasting(Operation):
     self._tf_fn = tf_fn
     self._outputs = [Tensor(self, output_shape, output_dtype)]
 
-  def gradient(self, grad_ys):
+  def gradient(self, unused_grad_ys):
     raise ValueError("%s (%s) has no gradient" % (type(self).__name__, self.name))
 
   def _slice_fn(self, mesh_impl) -> Callable:
@@ -135,6 +135,11 @@ class AddOperation(BinaryOpWithBroadcasting):
 
 class MinMaxOperation(BinaryOpWithBroadcasting):
   """minimum/maximum; the gradient goes to every input equal to the output."""
+
+  def __init__(self, tf_fn: Callable, x1: Tensor, x2: Tensor, output_shape,
+               name: Optional[str] = None):
+    super().__init__(tf_fn, x1, x2, output_shape, x1.dtype,
+                     name=name or "min_max")
 
   def gradient(self, grad_ys):
     from mesh_tensorflow._src.ops import reduce  # pylint: disable=g-import-not-at-top
@@ -247,8 +252,7 @@ def binary_op_with_broadcasting(tf_fn: Callable, x1, x2, output_shape=None,
 def _min_max(tf_fn, x1, x2, output_shape, name) -> Tensor:
   x1, x2 = binary_arguments_to_tensors(x1, x2)
   output_shape = _infer_binary_broadcast_shape(x1.shape, x2.shape, output_shape)
-  return MinMaxOperation(tf_fn, x1, x2, output_shape, x1.dtype,
-                         name=name).outputs[0]
+  return MinMaxOperation(tf_fn, x1, x2, output_shape, name=name).outputs[0]
 
 
 def minimum(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:

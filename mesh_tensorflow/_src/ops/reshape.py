@@ -141,9 +141,10 @@ def replace_dimensions(tensor_or_shape, old_dim_or_dims, new_dim_or_dims):
 class BroadcastOperation(Operation):
   """Broadcasts x to a shape containing all its dims; no communication."""
 
-  def __init__(self, x: Tensor, new_shape: Shape, name: Optional[str] = None):
+  def __init__(self, x: Tensor, output_shape: Shape,
+               name: Optional[str] = None):
     super().__init__([x], name=name or "broadcast")
-    self._outputs = [Tensor(self, new_shape, x.dtype)]
+    self._outputs = [Tensor(self, output_shape, x.dtype)]
 
   def gradient(self, grad_ys):
     from mesh_tensorflow._src.ops import reduce  # pylint: disable=g-import-not-at-top
