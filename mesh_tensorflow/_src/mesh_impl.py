@@ -196,7 +196,8 @@ class MeshImpl:
     num_splits = self._shape[mesh_axis].size
 
     def split_fn(t, w):
-      size = t.shape[split_axis] // num_splits
+      # as_list: TF1 (legacy) TensorShapes index to Dimension objects.
+      size = t.shape.as_list()[split_axis] // num_splits
       if isinstance(w, int):
         begin = [0] * t.shape.rank
         begin[split_axis] = w * size
