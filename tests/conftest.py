@@ -1,5 +1,6 @@
 """Test setup: 8 virtual CPU devices, configured before TensorFlow initialises."""
 
+import contextlib
 import os
 import sys
 
@@ -61,6 +62,35 @@ def pytest_collection_modifyitems(config, items):
   if drop:
     config.hook.pytest_deselected(items=drop)
     items[:] = keep
+
+
+def _eager_in_tf1_pass():
+  """Eager execution for test code under MTF_TEST_TF_MODE=v1, as TF1 tests had.
+
+  Legacy mode keeps its process-wide switches (TF1 shapes, control flow and
+  variables); only numpy-side reference code (tf ops followed by .numpy(), in
+  test bodies or at module import) needs eager execution, and every mtf
+  program runs in a tf.Graph of its own (mesh_test_util turns eager/function
+  runs into graph runs).
+  """
+  if not TF1_ENV:
+    return contextlib.nullcontext()
+  from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+  return context.eager_mode()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+  del collector
+  with _eager_in_tf1_pass():
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_pyfunc_call(pyfuncitem):
+  del pyfuncitem
+  with _eager_in_tf1_pass():
+    yield
 
 
 @pytest.fixture(autouse=True)

@@ -55,6 +55,13 @@ def skip_under_simd(why: str) -> None:
     pytest.skip("%s: %s" % (SIMD_SKIP_REASON, why))
 
 
+def skip_under_tf1(why: str) -> None:
+  """Skips a test of eager-only behaviour when TF1_ENV (no eager programs)."""
+  if TF1_ENV:
+    pytest.skip("eager-only behaviour (MTF_TEST_TF_MODE=v1 runs programs in "
+                "tf.compat.v1 graphs): %s" % why)
+
+
 def simd_mesh_impl_for(mesh_shape: str, layout) -> simd_mesh_impl.SimdMeshImpl:
   n = mtf.convert_to_shape(mesh_shape).size
   # A collective that waits this long fails the test instead of hanging.

@@ -104,7 +104,7 @@ def allowed_blocks_2d(rows, cols, h, w, mask_right):
 
 def blocks_1d_reference(xp, x_seq, w, block, mask_right):
   return ref.padded_local_attention(
-      xp, x_seq, w, allowed_blocks_1d(x_seq.shape[1], block, mask_right),
+      xp, x_seq, w, allowed_blocks_1d(int(x_seq.shape[1]), block, mask_right),
       block, 0 if mask_right else block)
 
 

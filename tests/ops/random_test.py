@@ -101,6 +101,9 @@ def test_seeded_ops_with_different_names_differ():
 @pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS[2:6])
 def test_unseeded_values_identical_on_every_layout_under_set_seed(
     mesh_shape, layout):
+  mtu.skip_under_tf1(
+      "eager op seeds under tf.random.set_seed (a new tf.Graph draws "
+      "its own op seeds)")
   def build(mesh):
     return [mtf.random_uniform(mesh, SHAPE), mtf.random_normal(mesh, SHAPE),
             mtf.dropout(mtf.ones(mesh, SHAPE), True, keep_prob=0.5)]
