@@ -110,7 +110,7 @@ def blocks_1d_reference(xp, x_seq, w, block, mask_right):
 
 def blocks_2d_reference(xp, image, w, h, wd, mask_right):
   """image [b, rows, cols, d] -> [b, rows, cols, d]."""
-  b, rows, cols, d = image.shape
+  b, rows, cols, d = [int(n) for n in image.shape]  # TF1: Dimensions.
   after_h, after_w = (0, 0) if mask_right else (h, wd)
   flat = xp.reshape(image, [b, rows * cols, d])
   q = xp.einsum("bld,hdc->bhlc", flat, w[0])
