@@ -3,7 +3,8 @@
 A variable has one full-shape *master* tf.Variable (what checkpoints hold, under
 the original's names) and, per lowering, per-processor *slices* that training
 reads and writes. Masters live in a VariableStore so that re-tracing a
-tf.function, or rebuilding the mtf graph eagerly, reuses the same tf.Variables.
+tf.function reuses the same tf.Variables (VariableStore says which store a
+new variable uses).
 """
 
 from __future__ import annotations
@@ -206,6 +207,13 @@ def _outermost_traced_function() -> Optional[object]:
   return found
 
 
+def _store_for(stores: weakref.WeakKeyDictionary, key) -> VariableStore:
+  store = stores.get(key)
+  if store is None:
+    store = stores[key] = VariableStore()
+  return store
+
+
 def _store_in_context(mtf_graph=None) -> VariableStore:
   """The store for variables made now (of `mtf_graph`, if given)."""
   global _latest_eager_store
@@ -215,26 +223,16 @@ def _store_in_context(mtf_graph=None) -> VariableStore:
   with tf.init_scope():
     outer_graph = None if tf.executing_eagerly() else tf1.get_default_graph()
   if outer_graph is not None:
-    store = _graph_stores.get(outer_graph)
-    if store is None:
-      store = _graph_stores[outer_graph] = VariableStore()
-    return store
+    return _store_for(_graph_stores, outer_graph)
   if not tf.executing_eagerly():  # Tracing a tf.function from eager code.
     function = _outermost_traced_function()
     if function is not None:
-      store = _function_stores.get(function)
-      if store is None:
-        store = _function_stores[function] = VariableStore()
-      return store
-  if mtf_graph is None:
-    if _latest_eager_store is None:
-      _latest_eager_store = VariableStore()
-    return _latest_eager_store
-  store = _mtf_graph_stores.get(mtf_graph)
-  if store is None:
-    store = _mtf_graph_stores[mtf_graph] = VariableStore()
-  _latest_eager_store = store
-  return store
+      return _store_for(_function_stores, function)
+  if mtf_graph is not None:
+    _latest_eager_store = _store_for(_mtf_graph_stores, mtf_graph)
+  elif _latest_eager_store is None:
+    _latest_eager_store = VariableStore()
+  return _latest_eager_store
 
 
 def get_default_variable_store() -> VariableStore:
