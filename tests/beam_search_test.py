@@ -487,6 +487,9 @@ def test_greedy_equals_beam_search_with_beam_one():
 
 
 def test_sampled_greedy_is_identical_across_meshes():
+  mtu.skip_under_tf1(
+      "eager op seeds under tf.random.set_seed (a new tf.Graph draws "
+      "its own op seeds)")
   results = []
   for mesh_shape, layout in meshes.BEAM_SEARCH[:4]:
     tf.random.set_seed(5)

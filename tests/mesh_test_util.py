@@ -11,6 +11,8 @@ one replica per processor, in a tf.function, via mesh_impl.replicate; it
 returns replica 0's values (and checks that every replica exported the same).
 With the environment variable MTF_TEST_MESH_IMPL=simd, every multi-processor
 run_program call runs in mode "simd", whatever mode it asks for (SIMD_ENV).
+With MTF_TEST_TF_MODE=v1 (TF2 behaviour disabled, see conftest.py), there is
+no eager execution: "eager" and "function" runs become "graph" runs (TF1_ENV).
 """
 
 import os
@@ -31,6 +33,8 @@ MODES = ["eager", "function", "graph"]
 
 # True when MTF_TEST_MESH_IMPL=simd: multi-processor programs run on SIMD.
 SIMD_ENV = os.environ.get("MTF_TEST_MESH_IMPL", "") == "simd"
+# True when MTF_TEST_TF_MODE=v1: programs run in tf.compat.v1 graphs only.
+TF1_ENV = os.environ.get("MTF_TEST_TF_MODE", "") == "v1"
 # 0: no per-collective timeout. A timeout costs one sleeping OS thread per
 # collective execution (see CollectiveBackend), and the SIMD pass runs tens of
 # thousands of collectives per worker: with 120 s, workers ran out of threads
@@ -45,6 +49,13 @@ def skip_under_simd(why: str) -> None:
   """Skips a test that checks placement-only behaviour when SIMD_ENV."""
   if SIMD_ENV:
     pytest.skip("%s: %s" % (SIMD_SKIP_REASON, why))
+
+
+def skip_under_tf1(why: str) -> None:
+  """Skips a test of eager-only behaviour when TF1_ENV (no eager programs)."""
+  if TF1_ENV:
+    pytest.skip("eager-only behaviour (MTF_TEST_TF_MODE=v1 runs programs in "
+                "tf.compat.v1 graphs): %s" % why)
 
 
 def simd_mesh_impl_for(mesh_shape: str, layout) -> simd_mesh_impl.SimdMeshImpl:
@@ -136,6 +147,8 @@ def run_program(build_fn: Callable[[mtf.Mesh], Sequence[mtf.Tensor]],
   if mode == "simd" or (
       SIMD_ENV and mtf.convert_to_shape(mesh_shape).size > 1):
     return run_simd(build_fn, mesh_shape, layout)
+  if TF1_ENV and mode in ("eager", "function"):
+    mode = "graph"
   if mode == "eager":
     with mtf.variable_store(mtf.VariableStore()):
       _, tensors = _build_and_export(build_fn, mesh_shape, layout)

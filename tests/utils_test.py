@@ -27,7 +27,7 @@ DEVICES = ["/cpu:0", "/cpu:1", "/cpu:2"]
 @pytest.mark.parametrize("fn,params", [
     (utils.BalancedVariablePlacer, [("devices", _EMPTY), ("init_usage", None)]),
     (utils.BalancedVariablePlacer.device_function, [("self", _EMPTY),
-                                                    ("op", _EMPTY)]),
+                                                    ("var", _EMPTY)]),
     (utils.create_host_call, [("model_dir", _EMPTY)]),
     (utils.topology_rank, [("topology", _EMPTY)]),
     (utils.remove_summaries, []),

@@ -11,6 +11,7 @@ import copy
 from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
                     Tuple)
 
+import gin
 import tensorflow as tf
 
 from mesh_tensorflow._src.shapes import Shape, convert_to_shape
@@ -235,6 +236,9 @@ class Graph:
   def stacked_variables_rewritten(self) -> bool:
     return self._rewrote_stack_variables
 
+  # Configurable as the original's (gin name
+  # mesh_tensorflow.ops.rewrite_stack_variables).
+  @gin.configurable(module="mesh_tensorflow.ops")
   def rewrite_stack_variables(self, max_combined_variable_size=2 ** 29,
                               max_combined_slice_size=2 ** 27,
                               mesh_to_impl=None):
@@ -456,7 +460,7 @@ class Operation:
     return (any(t.dtype.is_floating for t in self._inputs) and
             any(t.dtype.is_floating for t in self._outputs))
 
-  def gradient(self, grad_ys):
+  def gradient(self, unused_grad_ys):
     raise NotImplementedError("No gradient for %s" % type(self).__name__)
 
   def lower(self, lowering):

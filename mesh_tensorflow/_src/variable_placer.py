@@ -66,12 +66,13 @@ class BalancedVariablePlacer:
     """Bytes placed so far on each device (aligned with `devices`)."""
     return list(self._usage)
 
-  def device_function(self, op) -> str:
-    """The device for `op` (a tf.Operation being created).
+  def device_function(self, var) -> str:
+    """The device for the tf.Operation being created (`var`, as the original).
 
     Raises:
       ValueError: if a variable op has a shape that is not fully known.
     """
+    op = var
     if op.type not in _VARIABLE_OP_TYPES:
       return self._last_device
     shape = tf.TensorShape(op.get_attr("shape"))

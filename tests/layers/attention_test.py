@@ -78,7 +78,7 @@ def encdec_bias(mem_ids):
 
 
 def compressed(xp, x, w, factor, mask_right):
-  b, l, d = x.shape
+  b, l, d = [int(n) for n in x.shape]  # TF1 shapes hold Dimensions.
   memory = xp.mean(xp.reshape(x, [b, l // factor, factor, d]), 2)
   bias = None
   if mask_right:

@@ -105,13 +105,13 @@ def allowed_blocks_2d(rows, cols, h, w, mask_right):
 
 def blocks_1d_reference(xp, x_seq, w, block, mask_right):
   return ref.padded_local_attention(
-      xp, x_seq, w, allowed_blocks_1d(x_seq.shape[1], block, mask_right),
+      xp, x_seq, w, allowed_blocks_1d(int(x_seq.shape[1]), block, mask_right),
       block, 0 if mask_right else block)
 
 
 def blocks_2d_reference(xp, image, w, h, wd, mask_right):
   """image [b, rows, cols, d] -> [b, rows, cols, d]."""
-  b, rows, cols, d = image.shape
+  b, rows, cols, d = [int(n) for n in image.shape]  # TF1: Dimensions.
   after_h, after_w = (0, 0) if mask_right else (h, wd)
   flat = xp.reshape(image, [b, rows * cols, d])
   q = xp.einsum("bld,hdc->bhlc", flat, w[0])

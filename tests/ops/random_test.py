@@ -90,6 +90,9 @@ def test_seeded_ops_with_different_names_differ():
 @meshes.parametrize(meshes.RANDOM_OPS[2:6])
 def test_unseeded_values_identical_on_every_layout_under_set_seed(
     mesh_shape, layout):
+  mtu.skip_under_tf1(
+      "eager op seeds under tf.random.set_seed (a new tf.Graph draws "
+      "its own op seeds)")
   def build(mesh):
     return [mtf.random_uniform(mesh, SHAPE), mtf.random_normal(mesh, SHAPE),
             mtf.dropout(mtf.ones(mesh, SHAPE), True, keep_prob=0.5)]

@@ -491,7 +491,7 @@ def _encode_for_sum(x: tf.Tensor):
 # --------------------------------------------------------- axis plumbing
 def _merge_leading_axis(stacked: tf.Tensor, axis: int) -> tf.Tensor:
   """[n, d0, .., dk] -> concatenation of the n pieces along `axis`."""
-  n = stacked.shape[0]
+  n = stacked.shape.as_list()[0]
   rest = stacked.shape.as_list()[1:]
   if not rest:
     raise ValueError("cannot concatenate scalars; stack them instead")

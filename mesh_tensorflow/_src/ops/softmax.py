@@ -99,7 +99,7 @@ def _softmax_last_axis(t: tf.Tensor) -> tf.Tensor:
   """
   if t.shape.ndims <= 2:
     return tf.nn.softmax(t)
-  return tf.reshape(tf.nn.softmax(tf.reshape(t, [-1, t.shape[-1]])),
+  return tf.reshape(tf.nn.softmax(tf.reshape(t, [-1, t.shape.as_list()[-1]])),
                     t.shape.as_list())
 
 

@@ -53,6 +53,9 @@ class ScalarSummaryOperation(Operation):
   def summary_name(self) -> str:
     return self._summary_name
 
+  def gradient(self, grad_ys):
+    return grad_ys
+
   def lower(self, lowering):
     value = tf.cast(lowering.export_to_tf_tensor(self.inputs[0]), tf.float32)
     lowering.operations[self] = value

@@ -380,21 +380,22 @@ def mtf_slice(x: Tensor, begin: int, size: int, slice_dim_name: str,
 class PadOperation(Operation):
   """Pads one dimension with zeros: paddings = [before, after]."""
 
-  def __init__(self, x: Tensor, paddings: Sequence[int], dim_name: str,
+  def __init__(self, x: Tensor, paddings: Sequence[int], pad_dim_name: str,
                name: Optional[str] = None):
     super().__init__([x], name=name or "pad")
-    self._axis, input_dim = find_axis(x, dim_name, "pad")
+    self._axis, input_dim = find_axis(x, pad_dim_name, "pad")
     paddings = list(paddings)
     if len(paddings) != 2 or not all(_is_int(p) and p >= 0 for p in paddings):
       raise ValueError(
           "pad of dimension %r: paddings must be [before, after] with "
-          "non-negative ints, got %r" % (dim_name, paddings))
+          "non-negative ints, got %r" % (pad_dim_name, paddings))
     self._paddings = paddings
-    self._output_dim = Dimension(dim_name, input_dim.size + sum(paddings))
+    self._output_dim = Dimension(pad_dim_name, input_dim.size + sum(paddings))
     self._outputs = [Tensor(
-        self, x.shape.resize_dimension(dim_name, self._output_dim.size),
+        self, x.shape.resize_dimension(pad_dim_name, self._output_dim.size),
         x.dtype)]
-    self._initialize_splittable_and_unsplittable_dims("splittable", [dim_name])
+    self._initialize_splittable_and_unsplittable_dims("splittable",
+                                                      [pad_dim_name])
 
   def gradient(self, grad_ys):
     size = self.inputs[0].shape.dims[self._axis].size
