@@ -128,7 +128,7 @@ class Context:
     self.new_states = new_states
     self.losses = losses
     self.initial_position = initial_position
-    self.layer_outputs = layer_outputs
+    self.layer_outputs = [] if layer_outputs is None else layer_outputs
     self.encoder_output = encoder_output
     self.encoder_sequence_id = encoder_sequence_id
     self.constant_states = constant_states
