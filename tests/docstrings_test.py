@@ -202,7 +202,10 @@ def _class_problems(qualname, cls, prefix):
       continue
     member_qualname = "%s.%s" % (qualname, name)
     if isinstance(member, property):
-      if member.fget is not None and not (member.fget.__doc__ or "").strip():
+      docs = [member.fget and member.fget.__doc__]
+      docs += [getattr(base, "__doc__", None)
+               for base in _base_methods(cls, name, prefix)]
+      if member.fget is not None and not any((d or "").strip() for d in docs):
         problems.append("%s: property without docstring" % member_qualname)
       continue
     fn = _unwrap(member)

@@ -37,6 +37,7 @@ class LazyAllreduceSum:
 
   @property
   def slice_shape(self):
+    """The shape of each processor's slice (a list of ints)."""
     return self.laid_out_input.slice_shape
 
 
@@ -52,6 +53,7 @@ class LazyLaidOutTensor:
 
   @property
   def slice_shape(self):
+    """The shape of each processor's slice (a list of ints)."""
     return self._slice_shape
 
 

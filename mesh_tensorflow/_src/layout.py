@@ -216,6 +216,7 @@ class TensorLayout:
 
   @property
   def is_fully_replicated(self) -> bool:
+    """Whether no tensor axis is split (each processor has the whole)."""
     return all(a is None for a in self.tensor_axis_to_mesh_axis)
 
   def mesh_axis_to_tensor_axis(self, mesh_ndims: int) -> tuple[int | None, ...]:

@@ -112,6 +112,7 @@ class Lowering:
 
   @property
   def counters(self):
+    """The counters recorded by add_counter: a dict {name: value}."""
     return self._counters
 
   def laid_out_size(self, tensor: Tensor) -> int:

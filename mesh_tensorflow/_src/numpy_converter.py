@@ -39,7 +39,9 @@ class NumpyConverter:
 
   def __init__(self, *, mesh_shape="", layout="",
                devices: Optional[Sequence[str]] = None):
-    """Args:
+    """Creates a graph and a mesh to build the tested program in.
+
+    Args:
       mesh_shape: shape of the mesh the graph is lowered on (default one
         processor), e.g. "all:4".
       layout: layout rules for that mesh, e.g. "batch:all".
@@ -63,10 +65,12 @@ class NumpyConverter:
 
   @property
   def graph(self) -> Graph:
+    """The mtf Graph to build the tested program in."""
     return self._graph
 
   @property
   def mesh(self) -> Mesh:
+    """The mtf Mesh of the graph."""
     return self._mesh
 
   @property

@@ -104,22 +104,27 @@ class Shape:
 
   @property
   def dims(self) -> list[Dimension]:
+    """A copy of the list of Dimensions."""
     return list(self._dims)
 
   @property
   def ndims(self) -> int:
+    """The number of dimensions."""
     return len(self._dims)
 
   @property
   def to_integer_list(self) -> list[int]:
+    """The dimension sizes, as a list of ints."""
     return [d.size for d in self._dims]
 
   @property
   def size(self) -> int:
+    """The number of elements (product of the dimension sizes)."""
     return list_product(self.to_integer_list)
 
   @property
   def to_string(self) -> str:
+    """"Shape[name=size, ...]", as printed by repr()."""
     return "Shape[%s]" % ", ".join(f"{d.name}={d.size}" for d in self._dims)
 
   @property
@@ -137,6 +142,7 @@ class Shape:
 
   @property
   def dimension_names(self) -> list[str]:
+    """The names of the dimensions, in order."""
     return [d.name for d in self._dims]
 
   def cumprod_to_tensor_axis(self, cumprod: int) -> int | None:

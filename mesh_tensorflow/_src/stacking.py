@@ -37,10 +37,12 @@ class StackedVariable(Variable):
 
   @property
   def original_names(self) -> List[str]:
+    """The names of the stacked variables, in stacking order."""
     return [v.name for v in self._vars]
 
   @property
   def original_variables(self) -> List[Variable]:
+    """The stacked mtf Variables, in stacking order."""
     return list(self._vars)
 
   @property
@@ -50,6 +52,7 @@ class StackedVariable(Variable):
 
   @property
   def master_device(self) -> str:
+    """The device of the stacked master variable."""
     return self._vars[0].master_device
 
   def get_master(self) -> tf.Tensor:

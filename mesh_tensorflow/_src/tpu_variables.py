@@ -115,18 +115,22 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
 
   @property
   def graph(self):
+    """The tf graph of the primary replica."""
     return self._primary_var.graph
 
   @property
   def name(self) -> str:
+    """The name of the variable."""
     return self._name
 
   @property
   def dtype(self) -> tf.DType:
+    """The dtype of the variable (that of its replicas)."""
     return self._primary_var.dtype
 
   @property
   def shape(self) -> tf.TensorShape:
+    """The tf.TensorShape of the variable."""
     return self._primary_var.shape
 
   def get_shape(self) -> tf.TensorShape:
@@ -137,10 +141,12 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
 
   @property
   def constraint(self):
+    """None: replicated variables have no constraint."""
     return self._primary_var.constraint
 
   @property
   def op(self):
+    """The op of the primary replica."""
     return self.get().op
 
   def get(self) -> tf.Variable:

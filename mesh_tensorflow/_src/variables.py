@@ -35,14 +35,17 @@ class VariableDType:
 
   @property
   def master_dtype(self) -> tf.DType:
+    """The dtype of the master variable (as checkpointed)."""
     return self._master_dtype
 
   @property
   def slice_dtype(self) -> tf.DType:
+    """The dtype of the per-processor slice variables."""
     return self._slice_dtype
 
   @property
   def activation_dtype(self) -> tf.DType:
+    """The dtype in which the variable is read in the computation."""
     return self._activation_dtype
 
   def __repr__(self) -> str:
@@ -257,46 +260,57 @@ class Variable(Operation):
 
   @property
   def store(self) -> VariableStore:
+    """The VariableStore holding the master variable."""
     return self._store
 
   @property
   def value(self) -> Tensor:
+    """The mtf Tensor of the variable's value (the operation's output)."""
     return self.outputs[0]
 
   @property
   def shape(self) -> Shape:
+    """The Shape of the variable."""
     return self._shape
 
   @property
   def size(self) -> int:
+    """The number of elements of the variable."""
     return self._shape.size
 
   @property
   def dtype(self) -> VariableDType:
+    """The VariableDType (master, slice and activation dtypes)."""
     return self._variable_dtype
 
   @property
   def variable_dtype(self) -> VariableDType:
+    """The VariableDType of the variable (alias of dtype)."""
     return self._variable_dtype
 
   @property
   def master_dtype(self) -> tf.DType:
+    """The dtype of the master variable (as checkpointed)."""
     return self._variable_dtype.master_dtype
 
   @property
   def slice_dtype(self) -> tf.DType:
+    """The dtype of the per-processor slice variables."""
     return self._variable_dtype.slice_dtype
 
   @property
   def activation_dtype(self) -> tf.DType:
+    """The dtype of the variable's value as read in the computation."""
     return self._variable_dtype.activation_dtype
 
   @property
   def trainable(self) -> bool:
+    """Whether the variable is in the graph's trainable_variables."""
     return self._trainable
 
   @property
   def master_device(self) -> str:
+    """The device of the master variable."""
     return self._master.device
 
 
@@ -401,10 +415,12 @@ class Assign(Operation):
 
   @property
   def variables(self) -> List[Variable]:
+    """The mtf Variables assigned, in order."""
     return self._variables
 
   @property
   def assign_fn(self):
+    """The function (variable, slice_var, value) assigning each slice."""
     return self._assign_fn
 
   def lower(self, lowering):

@@ -115,7 +115,9 @@ class CollectiveBackend(simd_backend.SimdBackend):
   """
 
   def __init__(self, devices: Sequence[str], *, timeout_seconds: float = 0.0):
-    """Args:
+    """Prepares collectives among `devices`.
+
+    Args:
       devices: the device of each physical replica (index = physical pnum).
       timeout_seconds: abort a collective that waits longer (0 = never).
         For debugging hangs only: on TF 2.21 every execution of a collective

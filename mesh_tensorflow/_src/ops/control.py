@@ -56,6 +56,7 @@ class Depend(Operation):
 
   @property
   def dependencies(self) -> list:
+    """The operations that must run before the output is computed."""
     return list(self._dependencies)
 
   def gradient(self, grad_ys):
@@ -239,10 +240,12 @@ class WhileLoopOperation(Operation):
 
   @property
   def cond_operations(self) -> List[Operation]:
+    """The mtf operations of the loop condition, in creation order."""
     return list(self._cond_ops)
 
   @property
   def body_operations(self) -> List[Operation]:
+    """The mtf operations of the loop body, in creation order."""
     return list(self._body_ops)
 
   def _external_tensors(self) -> List[Tensor]:

@@ -75,14 +75,17 @@ class CustomGradientOperation(Operation):
 
   @property
   def explicit_inputs(self) -> List[Tensor]:
+    """The tensors passed to the function explicitly (not captured)."""
     return list(self._explicit_inputs)
 
   @property
   def forward_operations(self) -> List[Operation]:
+    """The mtf operations the forward function created."""
     return list(self._forward_operations)
 
   @property
   def fn_outputs(self) -> List[Tensor]:
+    """The outputs of the forward function, inside the operation."""
     return list(self._fn_outputs)
 
   def lower(self, lowering):

@@ -190,6 +190,7 @@ class RandomOperation(Operation):
 
   @property
   def tf_fn(self) -> Callable:
+    """The TF random function drawing each slice, e.g. tf.random.uniform."""
     return self._tf_fn
 
   @property

@@ -40,6 +40,7 @@ class ReduceOperation(Operation):
 
   @property
   def reduction_fn_string(self) -> str:
+    """The name of the reduction, e.g. "SUM" or "MAX"."""
     return self._reduction_fn_string
 
   def gradient(self, grad_ys):

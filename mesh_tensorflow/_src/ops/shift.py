@@ -44,10 +44,12 @@ class ShiftOperation(Operation):
 
   @property
   def offset(self) -> int:
+    """How many positions to shift by (negative shifts the other way)."""
     return self._offset
 
   @property
   def wrap(self) -> bool:
+    """Whether the shift wraps around (else zeros are shifted in)."""
     return self._wrap
 
   def gradient(self, grad_ys):

@@ -50,6 +50,7 @@ class SlicewiseOperation(Operation):
 
   @property
   def tf_fn(self) -> Callable:
+    """The TF function applied to each slice."""
     return self._tf_fn
 
   @property

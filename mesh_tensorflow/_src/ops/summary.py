@@ -51,6 +51,7 @@ class ScalarSummaryOperation(Operation):
 
   @property
   def summary_name(self) -> str:
+    """The name of the scalar summary."""
     return self._summary_name
 
   def lower(self, lowering):

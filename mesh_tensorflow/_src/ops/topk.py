@@ -104,10 +104,12 @@ class TopKOperation(Operation):
 
   @property
   def reduced_dim(self) -> Dimension:
+    """The dimension of the input the top k are taken along."""
     return self._reduced_dim
 
   @property
   def k_dim(self) -> Dimension:
+    """The dimension of the output holding the k largest values."""
     return self._k_dim
 
   def gradient(self, grad_ys):

@@ -27,10 +27,12 @@ class SgdOptimizer(Optimizer):
 
   @property
   def lr(self):
+    """The learning rate (alias of learning_rate)."""
     return self._lr
 
   @property
   def learning_rate(self):
+    """The learning rate (a float or a scalar tensor)."""
     return self._lr
 
   def apply_grad(self, grad: Optional[Tensor],
@@ -56,14 +58,17 @@ class MomentumOptimizer(Optimizer):
 
   @property
   def lr(self):
+    """The learning rate (alias of learning_rate)."""
     return self._lr
 
   @property
   def learning_rate(self):
+    """The learning rate (a float or a scalar tensor)."""
     return self._lr
 
   @property
   def momentum(self):
+    """The momentum coefficient."""
     return self._momentum
 
   def apply_grad(self, grad: Optional[Tensor],
