@@ -146,7 +146,7 @@ class Graph:
 
     Returns:
       str: `name` prefixed by the current tf variable scope, with a "_<n>"
-        suffix if that name is already in use.
+      suffix if that name is already in use.
     """
     scope_name = current_variable_scope_name()
     if scope_name:
@@ -249,7 +249,7 @@ class Graph:
 
     Returns:
       (output, operations): the value `fn` returned and the list of operations
-        it added to the graph, in creation order.
+      it added to the graph, in creation order.
     """
     n = len(self._operations)
     output = fn()
@@ -263,7 +263,7 @@ class Graph:
 
     Returns:
       a list of Assign operations, one per distinct assign_fn (and variable
-        dtype), together assigning everything `assignments` assigned.
+      dtype), together assigning everything `assignments` assigned.
     """
     return _registered(_GRAPH_REWRITES, "Graph rewrite", "combine_assignments",
                        "mesh_tensorflow._src.variables")(self, assignments)
@@ -564,7 +564,7 @@ class Operation:
 
     Returns:
       a list with one mtf Tensor (or None) per input: the gradient of the loss
-        with respect to that input, shaped like it.
+      with respect to that input, shaped like it.
 
     Raises:
       NotImplementedError: if the operation has no gradient.

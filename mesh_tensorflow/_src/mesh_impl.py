@@ -85,7 +85,7 @@ class MeshImpl(abc.ABC):
 
     Returns:
       the int index of the mesh axis the layout rules assign to the dimension,
-        or None if it is not split (no rule, or the mesh dimension does not
+      or None if it is not split (no rule, or the mesh dimension does not
         divide its size).
     """
     return self._layout_rules.tensor_dimension_to_mesh_axis(
@@ -99,7 +99,7 @@ class MeshImpl(abc.ABC):
 
     Returns:
       the TensorLayout: for each tensor axis, the mesh axis it is split on, or
-        None.
+      None.
     """
     shape = arg.shape if hasattr(arg, "operation") else convert_to_shape(arg)
     return self._layout_rules.tensor_layout(shape, self._shape)
@@ -115,7 +115,7 @@ class MeshImpl(abc.ABC):
 
     Returns:
       a list with one entry per mesh axis: the product of the sizes of the
-        tensor dimensions after the one split on that axis, or None if no
+      tensor dimensions after the one split on that axis, or None if no
         dimension is split on it.
     """
     tensor_shape = convert_to_shape(tensor_shape)
@@ -131,7 +131,7 @@ class MeshImpl(abc.ABC):
 
     Returns:
       a list of ints: the shape of each processor's slice (split dimensions
-        divided by their mesh dimension's size).
+      divided by their mesh dimension's size).
 
     Raises:
       ValueError: if a mesh dimension size does not divide the tensor dimension
@@ -159,7 +159,7 @@ class MeshImpl(abc.ABC):
 
     Returns:
       a list of ints, one per tensor dimension: where the slice of processor
-        `pnum` starts in the full tensor.
+      `pnum` starts in the full tensor.
     """
     tensor_shape = convert_to_shape(tensor_shape)
     coords = layout_lib.pnum_to_processor_coordinates(self._shape, pnum)
@@ -199,7 +199,7 @@ class MeshImpl(abc.ABC):
 
     Returns:
       a LazyAllreduceSum if the inputs are compatible lazy sums (the sum is
-        reduced later, once), else the LaidOutTensor slicewise(fn, ...) returns.
+      reduced later, once), else the LaidOutTensor slicewise(fn, ...) returns.
     """
     if laid_out_lib.compatible_lazy_allreduce_sums(inputs):
       first = inputs[0]
@@ -236,7 +236,7 @@ class MeshImpl(abc.ABC):
 
     Returns:
       a tf.Tensor holding processor 0's value of fn(), available to all
-        processors.
+      processors.
     """
     devices = getattr(self, "devices", None) or [None]
     with tf.device(devices[0]):
@@ -251,7 +251,7 @@ class MeshImpl(abc.ABC):
 
     Returns:
       the coordinate of the processor along the axis, of the same kind as
-        `pnum`.
+      `pnum`.
     """
     divisor = list_product(self._shape.to_integer_list[mesh_axis + 1:])
     modulus = self._shape[mesh_axis].size
@@ -267,7 +267,7 @@ class MeshImpl(abc.ABC):
 
     Returns:
       a LaidOutTensor of int32 scalars: each processor's coordinate along the
-        axis.
+      axis.
     """
     return self.slicewise(lambda pnum: self.pcoord(pnum, mesh_axis),
                           self.laid_out_pnum())
@@ -280,7 +280,7 @@ class MeshImpl(abc.ABC):
 
     Returns:
       a LaidOutTensor of int32 scalars; two processors hold equal slices exactly
-        when their numbers are equal.
+      when their numbers are equal.
     """
     tensor_shape = convert_to_shape(tensor_shape)
     split_axes = [ma for ma in self.tensor_layout(tensor_shape) if ma is not None]
@@ -325,7 +325,7 @@ class MeshImpl(abc.ABC):
 
     Returns:
       a LaidOutTensor whose slices are 1/n of `x`'s along `split_axis` (n the
-        mesh dimension's size).
+      mesh dimension's size).
     """
     if which is None:
       which = self.laid_out_pcoord(mesh_axis)
@@ -398,7 +398,7 @@ class MeshImpl(abc.ABC):
 
     Returns:
       a list of tf.Tensors, the slice of each processor, indexed by processor
-        number.
+      number.
     """
     tensor_shape = convert_to_shape(tensor_shape)
     sizes = self.slice_shape(tensor_shape)
@@ -468,7 +468,7 @@ class MeshImpl(abc.ABC):
 
     Returns:
       a LaidOutTensor whose slices hold the reduction over each group of
-        processors spanning `mesh_axes`.
+      processors spanning `mesh_axes`.
     """
 
   @abc.abstractmethod
