@@ -112,14 +112,14 @@ def _function_node(fn):
 
 def _own_nodes(function_node):
   """AST nodes of a function's body, not of the functions it defines."""
-  stack = list(function_node.body)
+  nested = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+  stack = [node for node in function_node.body
+           if not isinstance(node, nested)]
   while stack:
     node = stack.pop()
     yield node
-    for child in ast.iter_child_nodes(node):
-      if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                ast.Lambda, ast.ClassDef)):
-        stack.append(child)
+    stack += [child for child in ast.iter_child_nodes(node)
+              if not isinstance(child, nested)]
 
 
 def _returns_value(fn):
