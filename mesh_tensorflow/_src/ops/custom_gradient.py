@@ -42,6 +42,15 @@ class CustomGradientOperation(Operation):
   grad_fn is called with keywords explicit_inputs, all_inputs,
   forward_operations, outputs (fn's own outputs) and output_grads, and returns
   one gradient (or None) per tensor of all_inputs.
+
+  Args:
+    explicit_inputs: the tensors passed to fn.
+    all_inputs: explicit_inputs followed by the tensors fn read from outside
+      (such as variables).
+    fn_outputs: the outputs of fn.
+    grad_fn: the gradient function (called as described above).
+    forward_operations: the operations fn created.
+    name: an optional name for the operation.
   """
 
   def __init__(self, explicit_inputs: Sequence[Tensor],

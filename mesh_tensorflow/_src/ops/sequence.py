@@ -212,6 +212,13 @@ def reduce_first(tensor: Tensor, reduced_dim: DimLike) -> Tensor:
   Example:
     x = [[1, 2], [3, 4]] over [b, n]: reduce_first(x, n) -> [1, 3] over [b]
 
+  Args:
+    tensor: an mtf Tensor.
+    reduced_dim: a Dimension (or its name) of tensor.
+
+  Returns:
+    an mtf Tensor with the dims of tensor but reduced_dim.
+
   Raises:
     ValueError: if reduced_dim is not a dimension of tensor.
   """
@@ -274,6 +281,14 @@ def stride_tensor_1d(tensor: Tensor, pool_dim: DimLike,
 
   Example:
     x = [1, 2, 3, 4] along n: stride_tensor_1d(x, n) -> [1, 3] along n:2
+
+  Args:
+    tensor: an mtf Tensor.
+    pool_dim: a Dimension (or its name) of tensor.
+    pool_size: the stride; it divides pool_dim.size.
+
+  Returns:
+    an mtf Tensor whose pool_dim has size pool_dim.size / pool_size.
 
   Raises:
     ValueError: if pool_size does not divide pool_dim.size.

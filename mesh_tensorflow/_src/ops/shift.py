@@ -29,6 +29,13 @@ class ShiftOperation(Operation):
 
   With wrap=True positions wrap around (a roll); otherwise vacated positions
   are zero and |offset| >= dim.size gives all zeros.
+
+  Args:
+    x: the mtf Tensor to shift.
+    offset: the number of positions (negative shifts towards the start).
+    dim: the Dimension (or its name) to shift along.
+    wrap: whether positions wrap around.
+    name: an optional name for the operation.
   """
 
   def __init__(self, x: Tensor, offset: int, dim: DimLike, wrap: bool,
