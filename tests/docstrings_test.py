@@ -79,7 +79,10 @@ def _sections(doc):
 def _documented_args(doc):
   """Names listed in the docstring's `Args:` (or `Arguments:`) section."""
   sections = _sections(doc)
-  lines = sections.get("Args", []) + sections.get("Arguments", [])
+  # Dataclasses document their fields (the constructor's parameters) as
+  # Attributes.
+  lines = (sections.get("Args", []) + sections.get("Arguments", []) +
+           sections.get("Attributes", []))
   lines = [line for line in lines if line.strip()]
   if not lines:
     return set()
