@@ -123,6 +123,13 @@ class NumpyConverter:
                                       ) -> Tuple[Lowering, tf.Tensor]:
     """(lowering, tf tensor): lowers the whole graph and exports mtf_tensor.
 
+    Args:
+      mtf_tensor: an mtf Tensor of the converter's graph.
+
+    Returns:
+      (lowering, tf_tensor): the Lowering of the graph and the full tf.Tensor
+      value of mtf_tensor.
+
     Raises:
       ValueError: if mtf_tensor belongs to another mtf Graph.
     """
@@ -135,7 +142,14 @@ class NumpyConverter:
     return lowering, lowering.export_to_tf_tensor(mtf_tensor)
 
   def convert_mtf_tensor_to_np_array(self, x_mtf: Tensor) -> np.ndarray:
-    """The value of x_mtf as a numpy array."""
+    """The value of x_mtf as a numpy array.
+
+    Args:
+      x_mtf: an mtf Tensor of the converter's graph.
+
+    Returns:
+      a numpy array of shape x_mtf.shape.
+    """
     lowering, x_tf = self.convert_mtf_tensor_to_tf_tensor(x_mtf)
     if tf.executing_eagerly():
       return np.asarray(x_tf)

@@ -22,7 +22,12 @@ STACKED_DIM_NAME = "stacked"
 
 
 class StackedVariable(Variable):
-  """Variables of equal shape and dtype stacked along a new "stacked" dim."""
+  """Variables of equal shape and dtype stacked along a new "stacked" dim.
+
+  Args:
+    vs: two or more mtf Variables of one shape and dtype; they are stacked in
+      this order.
+  """
 
   def __init__(self, vs: Sequence[Variable]):
     vs = list(vs)

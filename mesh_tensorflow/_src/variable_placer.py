@@ -72,6 +72,14 @@ class BalancedVariablePlacer:
   def device_function(self, op) -> str:
     """The device for `op` (a tf.Operation being created).
 
+    Args:
+      op: the tf.Operation being placed.
+
+    Returns:
+      the device string: for a variable op, the device with the least usage so
+      far (whose usage then grows by the variable's size); for other ops, the
+      device of the last variable placed.
+
     Raises:
       ValueError: if a variable op has a shape that is not fully known.
     """

@@ -47,6 +47,17 @@ def share_host_memory(devices: Sequence[str]) -> bool:
 
 
 def binary_reduction_fn(reduction_fn_string: str):
+  """The TF function combining two tensors for a reduction name.
+
+  Args:
+    reduction_fn_string: "SUM", "MAX" or "MIN".
+
+  Returns:
+    tf.add, tf.maximum or tf.minimum.
+
+  Raises:
+    ValueError: for any other string.
+  """
   try:
     return _BINARY_REDUCTIONS[reduction_fn_string]
   except KeyError:
@@ -88,6 +99,14 @@ def allreduce(xs: Sequence[tf.Tensor], devices: Sequence[str],
   Small tensors, and any tensor on devices sharing host memory, are reduced on
   the first device and copied out; large ones on separate devices are reduced
   in shards, one per device, then gathered.
+
+  Args:
+    xs: one tf.Tensor per device, all of one shape.
+    devices: the device of each tensor.
+    reduction_fn_string: "SUM", "MAX" or "MIN".
+
+  Returns:
+    a list with the reduced tf.Tensor on each device.
   """
   n = len(xs)
   if n == 1:
@@ -124,7 +143,16 @@ def sharded_allreduce(xs: Sequence[tf.Tensor], devices: Sequence[str],
 
 def allconcat(xs: Sequence[tf.Tensor], devices: Sequence[str],
               concat_axis: int) -> List[tf.Tensor]:
-  """Every device gets the concatenation of all xs along concat_axis."""
+  """Every device gets the concatenation of all xs along concat_axis.
+
+  Args:
+    xs: one tf.Tensor per device, all of one shape.
+    devices: the device of each tensor.
+    concat_axis: the axis to concatenate on.
+
+  Returns:
+    a list with the concatenation on each device.
+  """
   if len(xs) == 1:
     return list(xs)
   if share_host_memory(devices):
@@ -139,7 +167,17 @@ def allconcat(xs: Sequence[tf.Tensor], devices: Sequence[str],
 
 def alltoall(xs: Sequence[tf.Tensor], devices: Sequence[str], split_axis: int,
              concat_axis: int) -> List[tf.Tensor]:
-  """Device j gets piece j (along split_axis) of every x, concatenated."""
+  """Device j gets piece j (along split_axis) of every x, concatenated.
+
+  Args:
+    xs: one tf.Tensor per device, all of one shape.
+    devices: the device of each tensor.
+    split_axis: the axis each x is split on into len(xs) pieces.
+    concat_axis: the axis the received pieces are concatenated on.
+
+  Returns:
+    a list with the tf.Tensor received by each device.
+  """
   n = len(xs)
   if n == 1:
     return list(xs)

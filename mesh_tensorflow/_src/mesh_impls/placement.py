@@ -45,6 +45,7 @@ class LaidOutTensor:
 
   @property
   def slice_shape(self) -> List[int]:
+    """The shape of each slice (a list of ints)."""
     return self._tensor_list[0].shape.as_list()
 
   def to_laid_out_tensor(self) -> "LaidOutTensor":

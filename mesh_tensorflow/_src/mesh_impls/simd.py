@@ -71,6 +71,7 @@ class LaidOutTensor:
 
   @property
   def slice_shape(self) -> List[int]:
+    """The shape of this replica's slice (a list of ints)."""
     return self.one_slice.shape.as_list()
 
   def to_laid_out_tensor(self) -> "LaidOutTensor":
