@@ -22,7 +22,11 @@ class SgdOptimizer(Optimizer):
   """
 
   def __init__(self, learning_rate):
-    """learning_rate: a Python number or a float scalar tf.Tensor."""
+    """Stores the learning rate.
+
+    Args:
+      learning_rate: a Python number or a float scalar tf.Tensor.
+    """
     self._lr = learning_rate
 
   @property
@@ -50,6 +54,10 @@ class MomentumOptimizer(Optimizer):
 
   The velocity slot is `<var.name>_momentum_v`, with the variable's dtypes,
   zero-initialized and untrainable.
+
+  Args:
+    learning_rate: a Python number or float scalar tf.Tensor.
+    momentum: the momentum coefficient.
   """
 
   def __init__(self, learning_rate, momentum):
