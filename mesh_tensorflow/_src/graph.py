@@ -262,8 +262,8 @@ class Graph:
       assignments: a list of mtf Assign operations.
 
     Returns:
-      a list of Assign operations, one per distinct assign_fn (and variable
-      dtype), together assigning everything `assignments` assigned.
+      a list of Assign operations, one per distinct assign_fn, together
+      assigning everything `assignments` assigned.
     """
     return _registered(_GRAPH_REWRITES, "Graph rewrite", "combine_assignments",
                        "mesh_tensorflow._src.variables")(self, assignments)
@@ -286,8 +286,9 @@ class Graph:
         variables (summed over the stacked variables).
       max_combined_slice_size: the largest number of elements of one processor's
         slice of a stack.
-      mesh_to_impl: optional dict {Mesh: MeshImpl}; when given, only variables
-        whose slices are laid out alike on their mesh are stacked together.
+      mesh_to_impl: optional dict {Mesh: MeshImpl}; when given, slice sizes
+        are measured with it and variables of one-processor meshes are left
+        alone.
 
     Raises:
       ValueError: if called a second time.

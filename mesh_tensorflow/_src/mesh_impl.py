@@ -85,8 +85,7 @@ class MeshImpl(abc.ABC):
 
     Returns:
       the int index of the mesh axis the layout rules assign to the dimension,
-      or None if it is not split (no rule, or the mesh dimension does not
-        divide its size).
+      or None if no rule for it names a dimension of this mesh.
     """
     return self._layout_rules.tensor_dimension_to_mesh_axis(
         tensor_dimension, self._shape)
@@ -115,8 +114,8 @@ class MeshImpl(abc.ABC):
 
     Returns:
       a list with one entry per mesh axis: the product of the sizes of the
-      tensor dimensions after the one split on that axis, or None if no
-        dimension is split on it.
+      tensor dimensions before the one split on that axis, or None if no
+      dimension is split on it.
     """
     tensor_shape = convert_to_shape(tensor_shape)
     ta2ma = self.tensor_layout(tensor_shape).mesh_axis_to_tensor_axis(self.ndims)

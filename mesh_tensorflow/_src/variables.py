@@ -310,7 +310,7 @@ class Variable(Operation):
     """Assigns a full value to the master tf.Variable.
 
     Args:
-      val: a tf.Tensor of the variable's full shape.
+      val: a tf.Tensor of the variable's full shape (cast to master_dtype).
 
     Returns:
       the tf assign op.

@@ -177,10 +177,10 @@ def conv2d(x: Tensor, output_dim: Dimension, filter_size=(3, 3),
     filter_initializer: a TF initializer for the kernel variable; None uses
       get_variable's default (the variable scope's initializer, else
       glorot_uniform).
-    variable_dtype: an mtf VariableDType: the master, slice and activation
-      dtypes of the variables.
-    name: the variable scope of the kernel variable (default: the function
-      name).
+    variable_dtype: an mtf VariableDType for the kernel; None keeps float32
+      master and slices and reads it in x's dtype.
+    name: the variable scope of the kernel variable; None makes a unique one
+      from the layer's name (e.g. "conv2d").
 
   Returns:
     an mtf Tensor with x's batch and spatial dim names, spatial sizes set by the
@@ -204,10 +204,10 @@ def conv3d(x: Tensor, output_dim: Dimension, filter_size=(3, 3, 3),
     filter_initializer: a TF initializer for the kernel variable; None uses
       get_variable's default (the variable scope's initializer, else
       glorot_uniform).
-    variable_dtype: an mtf VariableDType: the master, slice and activation
-      dtypes of the variables.
-    name: the variable scope of the kernel variable (default: the function
-      name).
+    variable_dtype: an mtf VariableDType for the kernel; None keeps float32
+      master and slices and reads it in x's dtype.
+    name: the variable scope of the kernel variable; None makes a unique one
+      from the layer's name (e.g. "conv2d").
 
   Returns:
     an mtf Tensor with x's batch and spatial dim names, spatial sizes set by the
@@ -234,10 +234,10 @@ def conv2d_transpose(x: Tensor, output_dim: Dimension, filter_size=(2, 2),
     filter_initializer: a TF initializer for the kernel variable; None uses
       get_variable's default (the variable scope's initializer, else
       glorot_uniform).
-    variable_dtype: an mtf VariableDType: the master, slice and activation
-      dtypes of the variables.
-    name: the variable scope of the kernel variable (default: the function
-      name).
+    variable_dtype: an mtf VariableDType for the kernel; None keeps float32
+      master and slices and reads it in x's dtype.
+    name: the variable scope of the kernel variable; None makes a unique one
+      from the layer's name (e.g. "conv2d").
 
   Returns:
     an mtf Tensor with x's batch and spatial dim names, spatial sizes set by the
@@ -262,10 +262,10 @@ def conv3d_transpose(x: Tensor, output_dim: Dimension, filter_size=(2, 2, 2),
     filter_initializer: a TF initializer for the kernel variable; None uses
       get_variable's default (the variable scope's initializer, else
       glorot_uniform).
-    variable_dtype: an mtf VariableDType: the master, slice and activation
-      dtypes of the variables.
-    name: the variable scope of the kernel variable (default: the function
-      name).
+    variable_dtype: an mtf VariableDType for the kernel; None keeps float32
+      master and slices and reads it in x's dtype.
+    name: the variable scope of the kernel variable; None makes a unique one
+      from the layer's name (e.g. "conv2d").
 
   Returns:
     an mtf Tensor with x's batch and spatial dim names, spatial sizes set by the
@@ -424,10 +424,10 @@ def conv3d_with_blocks(x: Tensor, output_dim: Dimension,
     filter_initializer: a TF initializer for the kernel variable; None uses
       get_variable's default (the variable scope's initializer, else
       glorot_uniform).
-    variable_dtype: an mtf VariableDType: the master, slice and activation
-      dtypes of the variables.
-    name: the variable scope of the kernel variable (default: the function
-      name).
+    variable_dtype: an mtf VariableDType for the kernel; None keeps float32
+      master and slices and reads it in x's dtype.
+    name: the variable scope of the kernel variable; None makes a unique one
+      from the layer's name (e.g. "conv2d").
 
   Returns:
     an mtf Tensor with the same block dims, the spatial sizes of the convolution
@@ -465,10 +465,10 @@ def conv2d_transpose_with_blocks(
     filter_initializer: a TF initializer for the kernel variable; None uses
       get_variable's default (the variable scope's initializer, else
       glorot_uniform).
-    variable_dtype: an mtf VariableDType: the master, slice and activation
-      dtypes of the variables.
-    name: the variable scope of the kernel variable (default: the function
-      name).
+    variable_dtype: an mtf VariableDType for the kernel; None keeps float32
+      master and slices and reads it in x's dtype.
+    name: the variable scope of the kernel variable; None makes a unique one
+      from the layer's name (e.g. "conv2d").
 
   Returns:
     an mtf Tensor with the same block dims, the spatial sizes of the convolution
@@ -505,10 +505,10 @@ def conv3d_transpose_with_blocks(
     filter_initializer: a TF initializer for the kernel variable; None uses
       get_variable's default (the variable scope's initializer, else
       glorot_uniform).
-    variable_dtype: an mtf VariableDType: the master, slice and activation
-      dtypes of the variables.
-    name: the variable scope of the kernel variable (default: the function
-      name).
+    variable_dtype: an mtf VariableDType for the kernel; None keeps float32
+      master and slices and reads it in x's dtype.
+    name: the variable scope of the kernel variable; None makes a unique one
+      from the layer's name (e.g. "conv2d").
 
   Returns:
     an mtf Tensor with the same block dims, the spatial sizes of the convolution

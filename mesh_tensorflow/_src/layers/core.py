@@ -485,7 +485,7 @@ def embedding(indices: Tensor, vocab_dim: Dimension, output_dim: Dimension,
     output_dim: the embedding Dimension.
     variable_dtype: an mtf VariableDType for the [vocab_dim, output_dim]
       variable.
-    name: the variable scope of the embedding variable.
+    name: the name of the embedding variable.
 
   Returns:
     an mtf Tensor of shape indices.shape + output_dim, in the activation dtype.

@@ -162,10 +162,10 @@ def add_n(xs) -> Tensor:
   """The sum of a list of tensors.
 
   Args:
-    xs: a non-empty list of mtf Tensors (their shapes are broadcast together).
+    xs: a list of mtf Tensors (their shapes are broadcast together).
 
   Returns:
-    an mtf Tensor: xs[0] + xs[1] + ...
+    an mtf Tensor: xs[0] + xs[1] + ... (0 for an empty list).
   """
   xs = list(xs)
   if not xs:
@@ -278,7 +278,8 @@ def where(condition: Tensor, if_true, if_false, output_shape=None) -> Tensor:
       every dim of both inputs.
 
   Returns:
-    an mtf Tensor of shape `output_shape` and the dtype of `if_true`.
+    an mtf Tensor of shape `output_shape`, with the dtype of `if_true` (of
+    `if_false` if `if_true` is a Python scalar).
   """
   dtype = if_true.dtype if isinstance(if_true, Tensor) else if_false.dtype
   cond = elementwise.cast(condition, dtype)

@@ -192,8 +192,7 @@ class ImportLaidOutTensorOperation(Operation):
   Args:
     mesh: the mtf Mesh.
     laid_out_tensor: a LaidOutTensor (of the lowering's mesh implementation)
-      holding each processor's slice, or a callable returning one at lowering
-      time.
+      holding each processor's slice.
     shape: the mtf Shape of the full tensor.
     name: an optional name for the operation.
   """
@@ -217,8 +216,7 @@ def import_laid_out_tensor(mesh: Mesh, laid_out_tensor, shape,
   Args:
     mesh: the mtf Mesh.
     laid_out_tensor: a LaidOutTensor (of the lowering's mesh implementation)
-      holding each processor's slice, or a callable returning one at lowering
-      time.
+      holding each processor's slice.
     shape: the mtf Shape of the full tensor.
     name: an optional name for the operation.
 
