@@ -1,14 +1,17 @@
 """Every public function and method documents its arguments and return value.
 
-Walks the public facades of a package, resolves each exported name to the
-function or class that defines it (skipping third-party objects such as `tf`
-and `np`), and checks Google-style docstrings:
+Walks the public facades of a package (the package and its modules whose
+dotted names have no `_` part), resolves each exported name to the function or
+class that defines it (skipping objects defined elsewhere, such as `tf`, `np`
+or names re-exported from another package), and checks Google-style
+docstrings:
 
   * a function or method with parameters other than self/cls/*args/**kwargs
     has an `Args:` section naming every such parameter (a class may document
     its constructor's parameters in the class docstring or in `__init__`);
-  * a function that returns a value (`return <value>` in its own body) has a
-    `Returns:` section, a generator that yields a value a `Yields:` section;
+  * a function that returns or yields a value (`return <value>` or
+    `yield <value>` in its own body, not in nested functions) has a `Returns:`
+    (or `Yields:`) section;
   * a property has a docstring.
 
 A method that overrides a method of a base class of the same package inherits
@@ -23,6 +26,7 @@ Run as a script to list the undocumented names:
 import ast
 import importlib
 import inspect
+import pkgutil
 import re
 import sys
 import textwrap
@@ -30,26 +34,15 @@ import types
 
 import pytest
 
-# Package prefix -> its public facade modules.
-FACADES = {
-    "mesh_tensorflow": [
-        "mesh_tensorflow",
-        "mesh_tensorflow.beam_search",
-        "mesh_tensorflow.layers",
-        "mesh_tensorflow.ops",
-        "mesh_tensorflow.ops_with_redefined_builtins",
-        "mesh_tensorflow.optimize",
-        "mesh_tensorflow.placement_mesh_impl",
-        "mesh_tensorflow.simd_mesh_impl",
-        "mesh_tensorflow.test_utils",
-        "mesh_tensorflow.tpu_variables",
-        "mesh_tensorflow.utils",
-    ],
-    "mesh_tensorflow.transformer": ["mesh_tensorflow.transformer"],
+# Packages checked, and the subpackages that are not part of them (the
+# mesh_tensorflow.transformer alias of the transformer package).
+PACKAGES = {
+    "mesh_tensorflow": ("mesh_tensorflow.transformer",),
+    "transformer": (),
 }
 
 # Packages whose public objects are not documented yet: expected to fail.
-NOT_YET_DOCUMENTED = ("mesh_tensorflow.transformer",)
+NOT_YET_DOCUMENTED = ("transformer",)
 
 _SECTION_RE = re.compile(r"^(\s*)([A-Z][A-Za-z ]*):\s*$")
 _ARG_RE = re.compile(r"^\s*\**([A-Za-z_][A-Za-z0-9_]*)\s*(\([^)]*\))?\s*:")
@@ -151,12 +144,21 @@ def _parameters(fn):
 
 def _belongs(obj, prefix):
   module = getattr(obj, "__module__", None) or ""
-  if not (module == prefix or module.startswith(prefix + ".")):
-    return False
-  # Subpackages with their own entry in FACADES are checked separately.
-  return not any(other != prefix and other.startswith(prefix + ".") and
-                 (module == other or module.startswith(other + "."))
-                 for other in FACADES)
+  return module == prefix or module.startswith(prefix + ".")
+
+
+def facade_modules(prefix):
+  """Names of the package `prefix` and of its public modules (no `_` part)."""
+  package = importlib.import_module(prefix)
+  names = [prefix]
+  for info in pkgutil.walk_packages(package.__path__, prefix + "."):
+    if any(part.startswith("_") for part in info.name.split(".")):
+      continue
+    if any(info.name == excluded or info.name.startswith(excluded + ".")
+           for excluded in PACKAGES[prefix]):
+      continue
+    names.append(info.name)
+  return names
 
 
 def _exported(module):
@@ -223,7 +225,7 @@ def _class_problems(qualname, cls, prefix):
 def public_objects(prefix):
   """{qualified name: function or class} reachable from the facades."""
   found = {}
-  for module_name in FACADES[prefix]:
+  for module_name in facade_modules(prefix):
     module = importlib.import_module(module_name)
     for _, obj in _exported(module):
       obj = _unwrap(obj)
@@ -257,7 +259,7 @@ def undocumented(prefix):
     pytest.param(prefix, marks=pytest.mark.xfail(
         reason="not documented yet", strict=False))
     if prefix in NOT_YET_DOCUMENTED else prefix
-    for prefix in FACADES])
+    for prefix in PACKAGES])
 def test_public_objects_are_documented(prefix):
   problems = undocumented(prefix)
   assert not problems, "\n".join(problems)
@@ -290,6 +292,42 @@ def test_checker_finds_missing_args_and_returns():
     del x
     return None
 
+  def returns_only_in_nested_function(x):
+    """Registers a callback.
+
+    Args:
+      x: an int.
+    """
+    def callback():
+      return x
+    del callback
+
+  class Base:
+
+    def lower(self, lowering):
+      """Lowers.
+
+      Args:
+        lowering: the lowering.
+
+      Returns:
+        the lowered value.
+      """
+      return lowering
+
+  class Override(Base):
+
+    def lower(self, lowering):
+      """Lowers differently."""
+      return [lowering]
+
+  assert not _function_problems("returns_only_in_nested_function",
+                                returns_only_in_nested_function)
+  assert not _function_problems("Override.lower", Override.lower,
+                                base_fns=[Base.lower])
+  assert _function_problems("Override.lower", Override.lower) == [
+      "Override.lower: Args missing lowering",
+      "Override.lower: no Returns section"]
   assert not _function_problems("documented", documented)
   assert not _function_problems("returns_none", returns_none)
   assert _function_problems("undocumented", undocumented_fn) == [

@@ -126,20 +126,22 @@ class Lowering:
       return last
     return tf.group(*copy_ops)
 
-  def copy_masters_to_slices(self):
+  def copy_masters_to_slices(self) -> Optional[tf.Operation]:
     """Op that copies every master variable into its per-processor slices.
 
     Returns:
-      a tf op (group).
+      a tf op (group) in graph mode; None when executing eagerly (the copies
+      have then run).
     """
     return self._group_copies(
         [v.copy_master_to_slices for v in self.variables.values()])
 
-  def copy_slices_to_masters(self):
+  def copy_slices_to_masters(self) -> Optional[tf.Operation]:
     """Op that writes the per-processor slices back into the masters.
 
     Returns:
-      a tf op (group).
+      a tf op (group) in graph mode; None when executing eagerly (the copies
+      have then run).
     """
     return self._group_copies(
         [v.copy_slices_to_master for v in self.variables.values()])
@@ -233,7 +235,8 @@ def pretty_print_counters(counters) -> str:
 
 
 def log_variable_sizes(var_list, tag: str, verbose: bool = True,
-                       mesh_to_impl=None, log_file: Optional[str] = None):
+                       mesh_to_impl=None, log_file: Optional[str] = None
+                       ) -> None:
   """Logs the sizes of mtf variables (and per-processor sizes if known).
 
   Args:

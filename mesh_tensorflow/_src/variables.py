@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import weakref
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 from absl import logging
 import tensorflow as tf
@@ -229,7 +229,7 @@ def get_default_variable_store() -> VariableStore:
 
 
 @contextlib.contextmanager
-def variable_store(store: VariableStore):
+def variable_store(store: VariableStore) -> Iterator[VariableStore]:
   """Makes `store` the VariableStore for mtf variables created inside.
 
   Example:
@@ -486,7 +486,7 @@ def assign_slice(variable: Variable, slice_var, val):
     val: a tf.Tensor of the slice's shape.
 
   Returns:
-    the tf assign op.
+    the assignment, as slice_var's assign method returns it.
   """
   return slice_var.assign(tf.cast(val, variable.slice_dtype))
 
@@ -500,7 +500,7 @@ def assign_add_slice(variable: Variable, slice_var, val):
     val: a tf.Tensor of the slice's shape.
 
   Returns:
-    the tf assign op.
+    the assignment, as slice_var's assign method returns it.
   """
   return slice_var.assign_add(tf.cast(val, variable.slice_dtype))
 
@@ -514,7 +514,7 @@ def assign_sub_slice(variable: Variable, slice_var, val):
     val: a tf.Tensor of the slice's shape.
 
   Returns:
-    the tf assign op.
+    the assignment, as slice_var's assign method returns it.
   """
   return slice_var.assign_sub(tf.cast(val, variable.slice_dtype))
 

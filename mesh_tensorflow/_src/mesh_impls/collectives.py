@@ -14,7 +14,7 @@ the others take it with a (zero-copy) tf.identity.
 from __future__ import annotations
 
 import functools
-from typing import List, Sequence
+from typing import Callable, List, Sequence
 
 import tensorflow as tf
 
@@ -46,7 +46,8 @@ def share_host_memory(devices: Sequence[str]) -> bool:
   return all(k == (keys[0][0], "CPU") for k in keys)
 
 
-def binary_reduction_fn(reduction_fn_string: str):
+def binary_reduction_fn(
+    reduction_fn_string: str) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
   """The TF function combining two tensors for a reduction name.
 
   Args:

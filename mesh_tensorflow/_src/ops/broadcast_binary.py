@@ -51,7 +51,7 @@ def _check_broadcastable(inputs, output_shape: Shape, op_name: str) -> None:
             (op_name, d, x.shape.to_string, output_shape.to_string))
 
 
-def binary_arguments_to_tensors(x1, x2):
+def binary_arguments_to_tensors(x1, x2) -> tuple[Tensor, Tensor]:
   """Converts a Python scalar argument to a 0-d Tensor of the other's dtype.
 
   Args:

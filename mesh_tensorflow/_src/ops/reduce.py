@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import tensorflow as tf
 
@@ -20,7 +20,7 @@ _LOCAL_REDUCTIONS = {
 }
 
 
-def reduction_fn(reduction_fn_string: str):
+def reduction_fn(reduction_fn_string: str) -> Callable[..., tf.Tensor]:
   """The per-slice TF reduction named by a string.
 
   Args:

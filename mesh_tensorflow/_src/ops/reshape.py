@@ -140,7 +140,8 @@ def rename_dimension(x: Tensor, old_name: str, new_name: str) -> Tensor:
   return reshape(x, x.shape.rename_dimension(old_name, new_name))
 
 
-def replace_dimensions(tensor_or_shape, old_dim_or_dims, new_dim_or_dims):
+def replace_dimensions(tensor_or_shape, old_dim_or_dims,
+                       new_dim_or_dims) -> Shape | Tensor:
   """Replaces consecutive dims by others, in a Shape or (by reshape) a Tensor.
 
   Args:

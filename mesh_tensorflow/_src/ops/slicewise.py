@@ -171,7 +171,7 @@ class GenericGradOperation(Operation):
 
 def slicewise(tf_fn: Callable, xs: Sequence[Tensor], output_shape=None,
               output_dtype=None, splittable_dims=None, grad_function=None,
-              name: Optional[str] = None):
+              name: Optional[str] = None) -> Tensor | tuple[Tensor, ...]:
   """Applies tf_fn to each slice of xs.
 
   Example:
@@ -217,7 +217,7 @@ def _is_dim_like(x) -> bool:
 
 
 def cwise(tf_fn: Callable, xs: Sequence[Tensor], output_dtype=None,
-          grad_function=None, name: Optional[str] = None):
+          grad_function=None, name: Optional[str] = None) -> Tensor:
   """Component-wise: slicewise with every dimension of xs[0] splittable.
 
   Args:
