@@ -187,7 +187,8 @@ class LaidOutVariable:
       values: one tf.Tensor per processor number, the new value of its slice.
 
     Returns:
-      a tf op (group) running all the assignments.
+      a tf op (group) running all the assignments; None when executing
+      eagerly (they have then run).
     """
     values = list(values)
     pnums_by_var = {}

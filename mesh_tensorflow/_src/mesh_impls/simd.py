@@ -201,7 +201,7 @@ class LaidOutVariable:
       values: a list of one tf.Tensor: the new value of this replica's slice.
 
     Returns:
-      the tf assign op.
+      what assign_fn returns (the assignment).
     """
     values = list(values)
     return assign_fn(self._variable, self._replica_variable, values[0])
