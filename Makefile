@@ -1,12 +1,13 @@
 # `make demo` trains a small model on a virtual-CPU mesh; `make test` runs the
-# test suite. Both create .venv and install the package on first use.
+# test suite; `make lint` checks style with ruff (ruff.toml). All create .venv
+# and install the package on first use.
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat setup.py | cksum | cut -d' ' -f1)
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test test-fast bench clean
+.PHONY: demo test test-fast lint bench clean
 
 $(STAMP): setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +25,10 @@ test: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) -m "not slow" tests
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 bench: $(STAMP)
 	$(PY) benchmarks/mlp_step.py

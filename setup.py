@@ -34,6 +34,9 @@ setuptools.setup(
         # install `tensorflow` themselves and skip this extra.
         "cpu": ["tensorflow-cpu>=2.16"],
         "tensorflow": ["tensorflow>=2.16"],
-        "test": ["pytest", "pytest-xdist", "pytest-timeout", "hypothesis"],
+        # ruff is pinned to a minor version: `make lint` checks formatting,
+        # which may change between ruff's minor versions.
+        "test": ["pytest", "pytest-xdist", "pytest-timeout", "hypothesis",
+                 "ruff>=0.17,<0.18"],
     },
 )

@@ -39,18 +39,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-NUM_VIRTUAL_CPUS = 8
-tf.config.set_logical_device_configuration(
-    tf.config.list_physical_devices("CPU")[0],
-    [tf.config.LogicalDeviceConfiguration()] * NUM_VIRTUAL_CPUS)
-
 import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
 from mesh_tensorflow import placement_mesh_impl  # pylint: disable=g-import-not-at-top
 from mesh_tensorflow import simd_mesh_impl  # pylint: disable=g-import-not-at-top
 
+NUM_VIRTUAL_CPUS = 8
+DEVICES = mtf.utils.configure_virtual_cpus(NUM_VIRTUAL_CPUS)
+
 BATCH, D_MODEL, HIDDEN = 256, 1024, 4096
 LEARNING_RATE = 0.01
-DEVICES = ["/cpu:%d" % i for i in range(NUM_VIRTUAL_CPUS)]
 
 CONFIGS = [  # name, mesh shape, layout
     ("mtf_1", "", ""),

@@ -67,18 +67,16 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-NUM_VIRTUAL_CPUS = 4
-tf.config.set_logical_device_configuration(
-    tf.config.list_physical_devices("CPU")[0],
-    [tf.config.LogicalDeviceConfiguration()] * NUM_VIRTUAL_CPUS)
-
 from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
 import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
 from mesh_tensorflow import placement_mesh_impl  # pylint: disable=g-import-not-at-top
+
+NUM_VIRTUAL_CPUS = 4
+# Before the transformer imports: they may run TensorFlow ops.
+DEVICES = mtf.utils.configure_virtual_cpus(NUM_VIRTUAL_CPUS)
+
 from transformer import transformer  # pylint: disable=g-import-not-at-top
 from transformer import transformer_layers  # pylint: disable=g-import-not-at-top
-
-DEVICES = ["/cpu:%d" % i for i in range(NUM_VIRTUAL_CPUS)]
 LEARNING_RATE = 0.1
 Z_LOSS = 1e-4        # Unitransformer's default, applied in training.
 NORM_EPSILON = 1e-6  # sublayer_rms_norm's default.

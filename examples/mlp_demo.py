@@ -25,17 +25,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-# Four virtual CPUs; this must happen before TensorFlow initialises.
-tf.config.set_logical_device_configuration(
-    tf.config.list_physical_devices("CPU")[0],
-    [tf.config.LogicalDeviceConfiguration()] * 4)
-
 import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
 from mesh_tensorflow import placement_mesh_impl  # pylint: disable=g-import-not-at-top
 
+# Four virtual CPUs; this must happen before TensorFlow initialises.
+DEVICES = mtf.utils.configure_virtual_cpus(4)
+
 MESH_SHAPE = "rows:2;cols:2"
 LAYOUT = "batch:rows;hidden:cols"
-DEVICES = ["/cpu:%d" % i for i in range(4)]
 
 BATCH = mtf.Dimension("batch", 128)
 D_IN = mtf.Dimension("d_in", 64)

@@ -21,21 +21,26 @@ import os
 import sys
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# Read when `transformer` is first imported (transformer/_src/quiet.py):
+# TensorFlow is imported without its C++ start-up lines unless -v/--verbosity
+# or MTF_VERBOSE=1 asks for them.
+MTF_QUIET_STARTUP = True
+
+from transformer._src import quiet  # pylint: disable=g-import-not-at-top
+
+# isort: split
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-# Four virtual CPUs; this must happen before TensorFlow initialises.
-tf.config.set_logical_device_configuration(
-    tf.config.list_physical_devices("CPU")[0],
-    [tf.config.LogicalDeviceConfiguration()] * 4)
+import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
 
-from absl import logging  # pylint: disable=g-import-not-at-top
+# Four virtual CPUs; this must happen before TensorFlow initialises.
+mtf.utils.configure_virtual_cpus(4)
 
 from transformer import dataset as dataset_lib  # pylint: disable=g-import-not-at-top
 from transformer import utils  # pylint: disable=g-import-not-at-top
-from transformer.datasets import reverse  # pylint: disable=g-import-not-at-top
+from transformer._src.data.offline import reverse  # pylint: disable=g-import-not-at-top
 
 
 def main():
@@ -46,8 +51,10 @@ def main():
   parser.add_argument("--eval_every", type=int, default=500)
   parser.add_argument("--target_accuracy", type=float, default=0.98)
   parser.add_argument("--gin_param", action="append", default=[])
+  parser.add_argument("-v", "--verbosity", type=int, default=-1,
+                      help="0 or more: also TensorFlow, TFDS and absl logs")
   args = parser.parse_args()
-  logging.set_verbosity(logging.WARNING)
+  quiet.quiet_libraries(verbose=quiet.verbose_requested())
   start = time.perf_counter()
 
   utils.parse_gin_defaults_and_flags(

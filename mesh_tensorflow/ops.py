@@ -20,7 +20,9 @@ from mesh_tensorflow._src.layout import TensorLayout as TensorLayout
 from mesh_tensorflow._src.layout import convert_to_layout_rules as convert_to_layout_rules
 from mesh_tensorflow._src.layout import pnum_to_group as pnum_to_group
 from mesh_tensorflow._src.layout import pnum_to_processor_coordinates as pnum_to_processor_coordinates
+from mesh_tensorflow._src.layout import pnum_to_processor_coordinates_nd as pnum_to_processor_coordinates_nd
 from mesh_tensorflow._src.layout import processor_coordinates_to_pnum as processor_coordinates_to_pnum
+from mesh_tensorflow._src.layout import processor_coordinates_to_pnum_map_nd as processor_coordinates_to_pnum_map_nd
 from mesh_tensorflow._src.layout import processor_groups as processor_groups
 from mesh_tensorflow._src.layout import tensor_dim_to_mesh_dim_size as tensor_dim_to_mesh_dim_size
 from mesh_tensorflow._src.layout import tensor_dim_to_size_per_split as tensor_dim_to_size_per_split

@@ -2,5 +2,6 @@
 # pylint: disable=g-importing-member,useless-import-alias
 
 from mesh_tensorflow._src.tpu_variables import ReplicatedVariable as ReplicatedVariable
+from mesh_tensorflow._src.tpu_variables import TF_23 as TF_23
 
-__all__ = ["ReplicatedVariable"]
+__all__ = ["ReplicatedVariable", "TF_23"]

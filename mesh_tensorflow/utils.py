@@ -11,6 +11,7 @@ from mesh_tensorflow._src.host_call import remove_summaries as remove_summaries
 from mesh_tensorflow._src.ops.summary import SCALAR_SUMMARIES_COLLECTION_KEY
 from mesh_tensorflow._src.topology_rank import topology_rank as topology_rank
 from mesh_tensorflow._src.variable_placer import BalancedVariablePlacer as BalancedVariablePlacer
+from mesh_tensorflow._src.virtual_devices import configure_virtual_cpus as configure_virtual_cpus
 
 
 @contextlib.contextmanager
@@ -21,5 +22,5 @@ def outside_all_rewrites() -> Iterator[None]:
 
 
 __all__ = ["BalancedVariablePlacer", "SCALAR_SUMMARIES_COLLECTION_KEY",
-           "create_host_call", "outside_all_rewrites", "remove_summaries",
-           "topology_rank"]
+           "configure_virtual_cpus", "create_host_call",
+           "outside_all_rewrites", "remove_summaries", "topology_rank"]

@@ -114,7 +114,8 @@ OPTIONAL_SIGNATURES = {
                   ("name", None)],
     "random_uniform": [("mesh", _EMPTY), ("shape", _EMPTY), ("kwargs", _VAR)],
     "random_normal": [("mesh", _EMPTY), ("shape", _EMPTY), ("kwargs", _VAR)],
-    "dropout": [("x", _EMPTY), ("is_training", _EMPTY), ("keep_prob", None),
+    # is_training defaults to True: 0.1.18's dropout (no is_training) dropped.
+    "dropout": [("x", _EMPTY), ("is_training", True), ("keep_prob", None),
                 ("rate", None), ("noise_shape", None), ("name", None)],
     "while_loop": [("cond_fn", _EMPTY), ("body_fn", _EMPTY),
                    ("inputs", _EMPTY), ("num_loop_vars", None),

@@ -17,7 +17,9 @@ docstrings:
 A method that overrides a method of a base class of the same package inherits
 the base method's documentation for the parameters and return value they
 share (as `inspect.getdoc` does), so `lower` and `gradient` of each operation
-need not repeat `Operation`'s docstrings.
+need not repeat `Operation`'s docstrings. A base's `unused_<name>` parameter
+documents an override's `<name>` (`Operation.gradient(self, unused_grad_ys)`
+and `gradient(self, grad_ys)` of each operation).
 
 Run as a script to list the undocumented names:
   python tests/docstrings_test.py [PACKAGE_PREFIX]
@@ -191,6 +193,12 @@ def _function_problems(qualname, fn, extra_docs=(), base_fns=()):
   documented = set()
   for doc in docs:
     documented |= _documented_args(doc)
+  # A base method names the parameters it ignores `unused_<name>`; its
+  # overrides use them as `<name>`.
+  for base_fn in base_fns:
+    documented |= {name[len("unused_"):]
+                   for name in _documented_args(base_fn.__doc__)
+                   if name.startswith("unused_")}
   missing = [name for name in _parameters(fn) if name not in documented]
   problems = []
   if missing:
@@ -315,16 +323,29 @@ def test_checker_finds_missing_args_and_returns():
       """
       return lowering
 
+    def gradient(self, unused_grad_ys):
+      """Gradients.
+
+      Args:
+        unused_grad_ys: the output gradients, ignored here.
+      """
+      del unused_grad_ys
+
   class Override(Base):
 
     def lower(self, lowering):
       """Lowers differently."""
       return [lowering]
 
+    def gradient(self, grad_ys):
+      del grad_ys
+
   assert not _function_problems("returns_only_in_nested_function",
                                 returns_only_in_nested_function)
   assert not _function_problems("Override.lower", Override.lower,
                                 base_fns=[Base.lower])
+  assert not _function_problems("Override.gradient", Override.gradient,
+                                base_fns=[Base.gradient])
   assert _function_problems("Override.lower", Override.lower) == [
       "Override.lower: Args missing lowering",
       "Override.lower: no Returns section"]

@@ -23,11 +23,6 @@ import pytest
 
 _REPO = pathlib.Path(__file__).resolve().parents[1]
 
-# transformer/_src is being reorganised into layers/, models/, data/ and
-# driver/ subpackages on another branch; its checks are expected to fail
-# until that lands. Set to False once it has been merged.
-TRANSFORMER_CHECKS_EXPECTED_TO_FAIL = True
-
 # The layers of transformer/_src, as subpackage -> subpackages it must not
 # import (driver -> models, data -> layers -> mesh_tensorflow).
 TRANSFORMER_FORBIDDEN_IMPORTS = {
@@ -331,14 +326,9 @@ def tensorflow_violations(tree: Tree, pure_modules: Sequence[str]) -> List[str]:
 _MTF = load_tree(_REPO, "mesh_tensorflow._src")
 _TRANSFORMER = load_tree(_REPO, "transformer._src")
 
-_TRANSFORMER_MARKS = (
-    [pytest.mark.xfail(strict=False, reason=(
-        "transformer/_src is being reorganised into layered subpackages"))]
-    if TRANSFORMER_CHECKS_EXPECTED_TO_FAIL else [])
-
 _TREES = [
     pytest.param(_MTF, id="mesh_tensorflow"),
-    pytest.param(_TRANSFORMER, id="transformer", marks=_TRANSFORMER_MARKS),
+    pytest.param(_TRANSFORMER, id="transformer"),
 ]
 
 
@@ -370,8 +360,7 @@ def test_no_private_names_across_modules(tree):
   assert not messages, _report(messages)
 
 
-@pytest.mark.parametrize("tree", [pytest.param(
-    _TRANSFORMER, id="transformer", marks=_TRANSFORMER_MARKS)])
+@pytest.mark.parametrize("tree", [pytest.param(_TRANSFORMER, id="transformer")])
 def test_transformer_layers(tree):
   for layer in TRANSFORMER_FORBIDDEN_IMPORTS:
     assert any(m.startswith("transformer._src.%s." % layer)

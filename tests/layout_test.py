@@ -212,8 +212,14 @@ def test_tensor_layout_invalid():
     TensorLayout((-1,))
   with pytest.raises(ValueError, match="'x'"):
     TensorLayout(("x",))
-  with pytest.raises(ValueError, match="mesh axis 2"):
-    TensorLayout((2,)).mesh_axis_to_tensor_axis(2)
+
+
+def test_mesh_axis_to_tensor_axis_leaves_out_axes_past_mesh_ndims():
+  # As the original: a layout is built without a mesh, and asking about fewer
+  # mesh axes than it uses leaves the others out instead of failing.
+  assert TensorLayout((0, 2, 1)).mesh_axis_to_tensor_axis(0) == ()
+  assert TensorLayout((0, 2, 1)).mesh_axis_to_tensor_axis(2) == (0, 2)
+  assert TensorLayout((2,)).mesh_axis_to_tensor_axis(2) == (None, None)
 
 
 # Processor numbering and groups.

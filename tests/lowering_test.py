@@ -7,6 +7,7 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from mesh_tensorflow import placement_mesh_impl
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 tf1 = tf.compat.v1
 
@@ -79,7 +80,7 @@ def test_laid_out_size():
 # Export and lowered operations.
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("all:4", "a:all"), ("rows:2;cols:2", "a:rows;b:cols"),
     ("rows:2;cols:2", "b:rows")])
 def test_export_to_tf_tensor(mesh_shape, layout):

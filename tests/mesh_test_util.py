@@ -3,13 +3,16 @@
 `run_program(build_fn, mesh_shape, layout, mode)` builds the mtf graph with
 `build_fn(mesh)` (which returns a list of mtf Tensors), lowers it on a
 PlacementMeshImpl over virtual CPUs and returns the exported values as numpy
-arrays. Tests compare these across MESHES x layouts x MODES and against numpy.
+arrays. Tests compare these across the meshes and layouts of tests/meshes.py,
+the MODES, and numpy.
 
 mode="simd" runs the program on a SimdMeshImpl (collective backend) instead:
 one replica per processor, in a tf.function, via mesh_impl.replicate; it
 returns replica 0's values (and checks that every replica exported the same).
 With the environment variable MTF_TEST_MESH_IMPL=simd, every multi-processor
 run_program call runs in mode "simd", whatever mode it asks for (SIMD_ENV).
+With MTF_TEST_TF_MODE=v1 (TF2 behaviour disabled, see conftest.py), there is
+no eager execution: "eager" and "function" runs become "graph" runs (TF1_ENV).
 """
 
 import os
@@ -26,15 +29,12 @@ from mesh_tensorflow._src.mesh_impls import simd_collective
 
 DEVICES = ["/cpu:%d" % i for i in range(8)]
 
-# (mesh_shape, number of processors)
-MESH_1 = ("", 1)
-MESH_4 = ("all:4", 4)
-MESH_2X2 = ("rows:2;cols:2", 4)
-MESHES = [MESH_1, MESH_4, MESH_2X2]
 MODES = ["eager", "function", "graph"]
 
 # True when MTF_TEST_MESH_IMPL=simd: multi-processor programs run on SIMD.
 SIMD_ENV = os.environ.get("MTF_TEST_MESH_IMPL", "") == "simd"
+# True when MTF_TEST_TF_MODE=v1: programs run in tf.compat.v1 graphs only.
+TF1_ENV = os.environ.get("MTF_TEST_TF_MODE", "") == "v1"
 # 0: no per-collective timeout. A timeout costs one sleeping OS thread per
 # collective execution (see CollectiveBackend), and the SIMD pass runs tens of
 # thousands of collectives per worker: with 120 s, workers ran out of threads
@@ -49,6 +49,13 @@ def skip_under_simd(why: str) -> None:
   """Skips a test that checks placement-only behaviour when SIMD_ENV."""
   if SIMD_ENV:
     pytest.skip("%s: %s" % (SIMD_SKIP_REASON, why))
+
+
+def skip_under_tf1(why: str) -> None:
+  """Skips a test of eager-only behaviour when TF1_ENV (no eager programs)."""
+  if TF1_ENV:
+    pytest.skip("eager-only behaviour (MTF_TEST_TF_MODE=v1 runs programs in "
+                "tf.compat.v1 graphs): %s" % why)
 
 
 def simd_mesh_impl_for(mesh_shape: str, layout) -> simd_mesh_impl.SimdMeshImpl:
@@ -140,6 +147,8 @@ def run_program(build_fn: Callable[[mtf.Mesh], Sequence[mtf.Tensor]],
   if mode == "simd" or (
       SIMD_ENV and mtf.convert_to_shape(mesh_shape).size > 1):
     return run_simd(build_fn, mesh_shape, layout)
+  if TF1_ENV and mode in ("eager", "function"):
+    mode = "graph"
   if mode == "eager":
     with mtf.variable_store(mtf.VariableStore()):
       _, tensors = _build_and_export(build_fn, mesh_shape, layout)

@@ -5,7 +5,8 @@ import pytest
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-import mesh_test_util as u
+from tests import mesh_test_util as mtu
+from tests import meshes
 
 B = mtf.Dimension("b", 4)
 H = mtf.Dimension("h", 4)
@@ -35,7 +36,8 @@ def _lower(mesh_shape, layout, **kwargs):
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
     loss, grads, updates = _sgd_program(mesh, **kwargs)
-    lowering = mtf.Lowering(graph, {mesh: u.mesh_impl_for(mesh_shape, layout)})
+    mesh_impl = mtu.mesh_impl_for(mesh_shape, layout)
+    lowering = mtf.Lowering(graph, {mesh: mesh_impl})
     values = [lowering.export_to_tf_tensor(t).numpy() for t in [loss] + grads]
     lowering.copy_slices_to_masters()
     masters = {name: v.numpy() for name, v in store.masters.items()}
@@ -46,7 +48,7 @@ def _stacked(graph):
   return [op for op in graph.operations if isinstance(op, mtf.StackedVariable)]
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("all:4", "b:all"), ("all:4", "h:all"), ("rows:2;cols:2", "b:rows;h:cols")])
 def test_stacking_keeps_results_and_masters(mesh_shape, layout):
   _, ref_values, ref_masters = _lower("", "")
@@ -55,7 +57,7 @@ def test_stacking_keeps_results_and_masters(mesh_shape, layout):
   assert stacked.original_names == ["w0", "w1", "w2"]
   assert stacked.name == "stacked/w0"
   assert stacked.shape.to_integer_list == [3, 4]
-  u.assert_all_close(values, ref_values)
+  mtu.assert_all_close(values, ref_values)
   # Checkpoint names and values are those of the unstacked variables.
   assert sorted(masters) == ["w0", "w1", "w2"]
   for name in masters:
@@ -74,7 +76,7 @@ def test_read_variable_prevents_stacking_of_that_variable():
   [stacked] = _stacked(graph)
   assert stacked.original_names == ["w1", "w2"]
   _, ref_values, _ = _lower("", "", read_first=True)
-  u.assert_all_close(values, ref_values)
+  mtu.assert_all_close(values, ref_values)
 
 
 def test_size_cap_splits_stacks():
@@ -84,7 +86,7 @@ def test_size_cap_splits_stacks():
     _sgd_program(mesh, num_vars=5)
     graph.rewrite_stack_variables(
         max_combined_variable_size=2 * H.size,
-        mesh_to_impl={mesh: u.mesh_impl_for("all:4", "b:all")})
+        mesh_to_impl={mesh: mtu.mesh_impl_for("all:4", "b:all")})
     sizes = [len(s.original_names) for s in _stacked(graph)]
     assert sizes == [2, 2]
 
@@ -94,7 +96,7 @@ def test_rewrite_twice_raises_but_lowering_twice_is_fine():
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
     loss, _, _ = _sgd_program(mesh)
-    impl = u.mesh_impl_for("all:4", "b:all")
+    impl = mtu.mesh_impl_for("all:4", "b:all")
     first = mtf.Lowering(graph, {mesh: impl}).export_to_tf_tensor(loss)
     second = mtf.Lowering(graph, {mesh: impl}).export_to_tf_tensor(loss)
     assert len(_stacked(graph)) == 1
@@ -109,8 +111,8 @@ def test_stacked_training_in_function_and_graph_modes():
     loss, grads, updates = _sgd_program(mesh)
     return [loss] + grads
 
-  ref = u.run_program(build, "", "", "eager")
+  ref = mtu.run_program(build, "", "", "eager")
   for mode in ("function", "graph"):
-    u.assert_all_close(
-        u.run_program(build, "rows:2;cols:2", "b:rows;h:cols", mode), ref,
+    mtu.assert_all_close(
+        mtu.run_program(build, "rows:2;cols:2", "b:rows;h:cols", mode), ref,
         msg=mode)

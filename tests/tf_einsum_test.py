@@ -11,6 +11,7 @@ import mesh_tensorflow as mtf
 from mesh_tensorflow._src import tf_einsum
 from mesh_tensorflow._src.mesh_impls import collectives
 from mesh_tensorflow._src.mesh_impls import placement
+from tests import meshes
 
 SIZES = dict(zip("abcdef", [2, 3, 4, 5, 6, 7]))
 
@@ -110,7 +111,7 @@ def test_replicated_slices_share_one_variable(mesh_shape, layout, distinct):
   np.testing.assert_array_equal(full.numpy(), w0 - 2.0)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("all:4", "b:all"), ("rows:2;cols:2", "b:rows;c:cols"),
     ("rows:2;cols:2", "b:cols")])
 def test_reduce_first_lazy_sums(mesh_shape, layout):

@@ -8,6 +8,8 @@ v1 graph, in a tf.function and eagerly, reading the events files back.
 import glob
 import inspect
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -25,10 +27,11 @@ DEVICES = ["/cpu:0", "/cpu:1", "/cpu:2"]
 @pytest.mark.parametrize("fn,params", [
     (utils.BalancedVariablePlacer, [("devices", _EMPTY), ("init_usage", None)]),
     (utils.BalancedVariablePlacer.device_function, [("self", _EMPTY),
-                                                    ("op", _EMPTY)]),
+                                                    ("var", _EMPTY)]),
     (utils.create_host_call, [("model_dir", _EMPTY)]),
     (utils.topology_rank, [("topology", _EMPTY)]),
     (utils.remove_summaries, []),
+    (utils.configure_virtual_cpus, [("num_cpus", _EMPTY)]),
 ])
 def test_signature(fn, params):
   actual = [(p.name, p.default)
@@ -40,8 +43,8 @@ def test_public_names():
   assert utils.SCALAR_SUMMARIES_COLLECTION_KEY == "mtf_scalar_summaries"
   assert set(utils.__all__) == {
       "BalancedVariablePlacer", "SCALAR_SUMMARIES_COLLECTION_KEY",
-      "create_host_call", "outside_all_rewrites", "remove_summaries",
-      "topology_rank"}
+      "configure_virtual_cpus", "create_host_call", "outside_all_rewrites",
+      "remove_summaries", "topology_rank"}
   assert mtf.utils is utils
 
 
@@ -241,3 +244,38 @@ def test_topology_rank():
   assert utils.topology_rank([4, 4, 2]) == 3
   with pytest.raises(ValueError, match=r"topology_rank: expected"):
     utils.topology_rank(7)
+
+
+# ------------------------------------------------------------ virtual CPUs
+_FRESH_PROCESS_PROGRAM = """
+import tensorflow as tf
+from mesh_tensorflow import utils
+print(utils.configure_virtual_cpus(3))
+print(len(tf.config.list_logical_devices("CPU")))
+try:
+  utils.configure_virtual_cpus(5)
+except RuntimeError as e:
+  print("RuntimeError", "already initialised with 3" in str(e))
+print(utils.configure_virtual_cpus(2))
+"""
+
+
+def test_configure_virtual_cpus_in_a_fresh_process():
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  env = dict(os.environ, PYTHONPATH=root, TF_CPP_MIN_LOG_LEVEL="2")
+  out = subprocess.run([sys.executable, "-c", _FRESH_PROCESS_PROGRAM],
+                       env=env, capture_output=True, text=True, check=True)
+  assert out.stdout.splitlines() == [
+      "['/cpu:0', '/cpu:1', '/cpu:2']", "3", "RuntimeError True",
+      "['/cpu:0', '/cpu:1']"]
+
+
+def test_configure_virtual_cpus_after_initialisation():
+  num_cpus = len(tf.config.list_logical_devices("CPU"))  # Initialises TF.
+  assert utils.configure_virtual_cpus(num_cpus) == [
+      "/cpu:%d" % i for i in range(num_cpus)]
+  with pytest.raises(RuntimeError, match="cannot create %d virtual CPU"
+                     % (num_cpus + 1)):
+    utils.configure_virtual_cpus(num_cpus + 1)
+  with pytest.raises(ValueError, match="at least 1"):
+    utils.configure_virtual_cpus(0)

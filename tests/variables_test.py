@@ -6,6 +6,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 tf1 = tf.compat.v1
 
@@ -13,16 +14,6 @@ A = mtf.Dimension("a", 4)
 B = mtf.Dimension("b", 8)
 H = mtf.Dimension("h", 2)
 
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", ""),
-    ("all:4", "a:all"),
-    ("all:4", "b:all"),
-    ("rows:2;cols:2", "a:rows"),
-    ("rows:2;cols:2", "a:rows;b:cols"),
-    ("rows:2;cols:2", "a:cols;b:rows"),
-]
-_IDS = ["%s|%s" % ml for ml in MESH_LAYOUTS]
 
 _RNG = np.random.RandomState(5)
 W0 = _RNG.randn(4, 8).astype(np.float32)
@@ -265,9 +256,8 @@ def test_variable_dtype_defaults():
   assert "bfloat16" in repr(d)
 
 
-@pytest.mark.parametrize("mesh_layout", [("", ""), ("rows:2;cols:2",
-                                                    "a:rows;b:cols")],
-                         ids=str)
+@meshes.parametrize([("", ""), ("rows:2;cols:2", "a:rows;b:cols")],
+                    "mesh_layout")
 def test_variable_dtype_roles(mesh_layout):
   store = mtf.VariableStore()
 
@@ -344,7 +334,7 @@ def _assign_expected():
   return values, masters
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.VARIABLES, "mesh_layout")
 def test_assign_family(mesh_layout):
   [values], masters = _run(_assign_program, *mesh_layout, "eager",
                            mtf.VariableStore())
@@ -354,9 +344,8 @@ def test_assign_family(mesh_layout):
 
 
 @pytest.mark.parametrize("mode", mtu.MODES)
-@pytest.mark.parametrize("mesh_layout", [("", ""),
-                                         ("rows:2;cols:2", "a:rows;b:cols")],
-                         ids=str)
+@meshes.parametrize([("", ""),
+                     ("rows:2;cols:2", "a:rows;b:cols")], "mesh_layout")
 def test_assign_family_three_modes(mesh_layout, mode):
   [values], masters = _run(_assign_program, *mesh_layout, mode,
                            mtf.VariableStore())
@@ -445,7 +434,7 @@ def _train_reference(steps=2):
   return losses, [w.numpy(), b.numpy()]
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.VARIABLES, "mesh_layout")
 def test_training_updates_masters(mesh_layout):
   losses, masters = _train(*mesh_layout, "eager")
   want_losses, want_masters = _train_reference()
@@ -476,9 +465,8 @@ def test_graph_mode_replicas_read_before_shared_slice_is_assigned():
     mtu.assert_all_close(masters, want_masters, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("mesh_layout", [("all:4", "b:all"),
-                                         ("rows:2;cols:2", "a:cols;b:rows")],
-                         ids=str)
+@meshes.parametrize([("all:4", "b:all"),
+                     ("rows:2;cols:2", "a:cols;b:rows")], "mesh_layout")
 def test_copy_masters_to_slices(mesh_layout):
   with mtf.variable_store(mtf.VariableStore()):
     graph, mesh = _new_mesh()

@@ -8,6 +8,12 @@ funnel/universal/evolved transformers, fixup and memory layers) are imported
 on demand.
 """
 
+from transformer._src import quiet as _quiet
+
+# `python -m transformer.main` and opted-in scripts import TensorFlow without
+# its C++ start-up lines (a no-op for library users).
+_quiet.import_tensorflow_for_entry_point()
+
 from transformer import attention
 from transformer import dataset
 from transformer import learning_rate_schedules

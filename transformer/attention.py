@@ -1,18 +1,19 @@
 """mesh_tensorflow.transformer.attention: attention math and parameters.
 
-A facade over transformer/_src/attention_core.py and experts_attention_params.py.
+A facade over transformer/_src/layers/attention_core.py and
+experts_attention_params.py.
 """
 # pylint: disable=g-importing-member,useless-import-alias
 
-from transformer._src.attention_core import AttentionParams as AttentionParams
-from transformer._src.attention_core import attention as attention
-from transformer._src.attention_core import attention_params_simple as attention_params_simple
-from transformer._src.attention_core import hybrid_attention as hybrid_attention
-from transformer._src.attention_core import local_attention_1d as local_attention_1d
-from transformer._src.attention_core import maybe_reshape_attention_input_for_2d_sharding as maybe_reshape_attention_input_for_2d_sharding
-from transformer._src.attention_core import synthetic_attention as synthetic_attention
-from transformer._src.attention_core import visibility_mask_to_attention_bias as visibility_mask_to_attention_bias
-from transformer._src.experts_attention_params import ExpertsAttentionParams as ExpertsAttentionParams
+from transformer._src.layers.attention_core import AttentionParams as AttentionParams
+from transformer._src.layers.attention_core import attention as attention
+from transformer._src.layers.attention_core import attention_params_simple as attention_params_simple
+from transformer._src.layers.attention_core import hybrid_attention as hybrid_attention
+from transformer._src.layers.attention_core import local_attention_1d as local_attention_1d
+from transformer._src.layers.attention_core import maybe_reshape_attention_input_for_2d_sharding as maybe_reshape_attention_input_for_2d_sharding
+from transformer._src.layers.attention_core import synthetic_attention as synthetic_attention
+from transformer._src.layers.attention_core import visibility_mask_to_attention_bias as visibility_mask_to_attention_bias
+from transformer._src.layers.experts_attention_params import ExpertsAttentionParams as ExpertsAttentionParams
 
 __all__ = [
     "AttentionParams",

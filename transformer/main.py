@@ -19,6 +19,8 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from transformer._src import quiet
+
 flags.DEFINE_string("tpu_job_name", None, "ignored (no TPU driver)")
 flags.DEFINE_string("model_dir", "/tmp/transformer_standalone",
                     "directory for checkpoints, summaries and configs")
@@ -36,11 +38,9 @@ FLAGS = flags.FLAGS
 
 
 def _create_virtual_cpus(n: int) -> None:
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  cpus = tf.config.list_physical_devices("CPU")
+  import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
   try:
-    tf.config.set_logical_device_configuration(
-        cpus[0], [tf.config.LogicalDeviceConfiguration()] * n)
+    mtf.utils.configure_virtual_cpus(n)
   except RuntimeError as e:
     raise RuntimeError("--mesh_devices=%d: TensorFlow was initialised before "
                        "the virtual CPUs could be created (%s)" % (n, e)) from e
@@ -61,6 +61,8 @@ def _write_command_line(model_dir: str) -> None:
 
 def main(argv):
   del argv
+  # Only the run's progress and results unless -v/--verbosity or MTF_VERBOSE.
+  quiet.quiet_libraries(verbose=quiet.verbose_requested())
   if FLAGS.mesh_devices:
     _create_virtual_cpus(FLAGS.mesh_devices)
   for name in ("tpu", "tpu_job_name", "gcp_project", "tpu_zone"):
@@ -73,7 +75,6 @@ def main(argv):
   # Register every configurable before gin locks the config (the dataset
   # modules register some lazily otherwise).
   from transformer import dataset  # pylint: disable=g-import-not-at-top,unused-import
-  from transformer import datasets  # pylint: disable=g-import-not-at-top,unused-import
   for module in FLAGS.module_import or []:
     importlib.import_module(module)
   utils.parse_gin_defaults_and_flags()

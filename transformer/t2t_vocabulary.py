@@ -1,129 +1,13 @@
-"""T2tVocabulary: a tensor2tensor subword vocabulary file as a Vocabulary.
+"""mesh_tensorflow.transformer.t2t_vocabulary: Tensor2Tensor subword vocabularies.
 
-tensor2tensor is an optional dependency (it is not installed with this
-package): it is imported the first time the vocabulary is used, not when the
-object is made, so gin files naming a T2T vocabulary parse without it.
-
-tensor2tensor's SubwordTextEncoder reserves id 0 for padding and id 1 for EOS,
-the same convention as `transformer.vocabulary`, so its ids are used as they
-are (no shift).
-
-Example:
-  vocab = get_t2t_vocabulary(
-      "/data/t2t", "vocab.translate_ende_wmt32k.32768.subwords")
-  vocab.decode(vocab.encode("Hallo Welt"))  # "Hallo Welt"
+A facade over transformer/_src/data/t2t_vocabulary.py.
 """
+# pylint: disable=g-importing-member,useless-import-alias
 
-from __future__ import annotations
+from transformer._src.data.t2t_vocabulary import T2tVocabulary as T2tVocabulary
+from transformer._src.data.t2t_vocabulary import get_t2t_vocabulary as get_t2t_vocabulary
 
-import os
-import threading
-from typing import List, Sequence
-
-import gin
-import tensorflow as tf
-
-from transformer import vocabulary
-
-__all__ = ["T2tVocabulary", "get_t2t_vocabulary"]
-
-_GIN_MODULE = "mesh_tensorflow.transformer.t2t_vocabulary"
-
-# The string and EOS helpers every vocabulary of the package shares.
-_as_text = vocabulary._as_text  # pylint: disable=protected-access
-_ids_before_eos = vocabulary._ids_before_eos  # pylint: disable=protected-access
-
-
-class T2tVocabulary(vocabulary.Vocabulary):
-  """A tensor2tensor `SubwordTextEncoder` read from `filepath`, lazily.
-
-  The encoder (and tensor2tensor) is loaded on first use of `vocab_size`,
-  `encode`, `decode`, `encode_tf` or `decode_tf`.
-
-  Example:
-    vocab = T2tVocabulary("/data/t2t/vocab.lm1b.en.32768")
-    vocab.vocab_size  # loads the file now
-  """
-
-  def __init__(self, filepath: str):
-    self._filepath = filepath
-    self._encoder = None
-    self._lock = threading.Lock()
-
-  @property
-  def filepath(self) -> str:
-    return self._filepath
-
-  @property
-  def subword_text_encoder(self):
-    """The tensor2tensor SubwordTextEncoder (loaded on first access).
-
-    Raises:
-      ImportError: tensor2tensor is not installed.
-    """
-    with self._lock:
-      if self._encoder is None:
-        try:
-          # pylint: disable=g-import-not-at-top
-          from tensor2tensor.data_generators import text_encoder
-          # pylint: enable=g-import-not-at-top
-        except ImportError as e:
-          raise ImportError(
-              "T2tVocabulary needs the tensor2tensor package to read the "
-              "vocabulary file %r, and it cannot be imported (%s). Install "
-              "tensor2tensor yourself (it is not a dependency of this "
-              "package), or use a TFDS vocabulary "
-              "(vocabulary.get_tfds_vocabulary)." % (self._filepath, e)
-          ) from e
-        self._encoder = text_encoder.SubwordTextEncoder(self._filepath)
-      return self._encoder
-
-  @property
-  def vocab_size(self) -> int:
-    return self.subword_text_encoder.vocab_size
-
-  def encode(self, s: str) -> List[int]:
-    """A string -> a list of ids (no EOS appended)."""
-    return list(self.subword_text_encoder.encode(_as_text(s)))
-
-  def decode(self, ids: Sequence[int]) -> str:
-    """Ids -> text; stops at the first EOS and drops padding ids."""
-    kept = [i for i in _ids_before_eos(ids) if i != vocabulary.PAD_ID]
-    return self.subword_text_encoder.decode(kept)
-
-  def encode_tf(self, s: tf.Tensor) -> tf.Tensor:
-    """Scalar tf.string -> 1-D int32 ids (runs the encoder in Python)."""
-    return vocabulary.encode_tf_in_python(self, s)
-
-  def decode_tf(self, ids: tf.Tensor) -> tf.Tensor:
-    """1-D integer ids -> scalar tf.string (runs the encoder in Python)."""
-    return vocabulary.decode_tf_in_python(self, ids)
-
-
-@gin.configurable(module=_GIN_MODULE)
-def get_t2t_vocabulary(data_dir: str = gin.REQUIRED,
-                       vocabulary_filename: str = gin.REQUIRED
-                      ) -> T2tVocabulary:
-  """`T2tVocabulary(os.path.join(data_dir, vocabulary_filename))`.
-
-  Nothing is read until the vocabulary is used.
-
-  Example (gin):
-    utils.run.vocabulary = @t2t_vocabulary.get_t2t_vocabulary()
-    get_t2t_vocabulary.data_dir = "/data/t2t"
-    get_t2t_vocabulary.vocabulary_filename = "vocab.lm1b.en.32768"
-
-  Raises:
-    ValueError: an argument is missing (gin passes `gin.REQUIRED` on when a
-      file binds it to a `%gin.REQUIRED` macro such as T2T_DATA_DIR that was
-      never set).
-  """
-  for name, value in (("data_dir", data_dir),
-                      ("vocabulary_filename", vocabulary_filename)):
-    if value is gin.REQUIRED or value is None:
-      raise ValueError(
-          "get_t2t_vocabulary: %s is required; bind "
-          "t2t_vocabulary.get_t2t_vocabulary.%s (the problems/t2t_*.gin "
-          "files take it from the macro T2T_DATA_DIR, e.g. "
-          "--gin_param=\"T2T_DATA_DIR = '/path/to/t2t_data'\")" % (name, name))
-  return T2tVocabulary(os.path.join(data_dir, vocabulary_filename))
+__all__ = [
+    "T2tVocabulary",
+    "get_t2t_vocabulary",
+]

@@ -1,31 +1,65 @@
-"""mesh_tensorflow.transformer.utils: model building and driver helpers.
+"""mesh_tensorflow.transformer.utils: model building and the training driver.
 
-This module owns what the gin files configure around a model: the variable
-dtypes, the TPU-style mesh shape, which model to build (`build_model`), batch
-size arithmetic, microbatching, vocabulary selection and checkpoint-loading
-filters. The training/eval driver (`run`, `train_model`, `eval_model`,
-`infer_model`, `decode_from_file`, `score_from_strings`, `export_model`) keeps
-the original's names and signatures; it is implemented TF2-natively in
-transformer/_src/driver*.py (an `Estimator` replaces the TPUEstimator).
+A facade. What the gin files configure around a model (variable dtypes, the
+TPU-style mesh shape, batch sizes, microbatching, vocabulary selection,
+checkpoint-loading filters) is in transformer/_src/driver/config.py;
+`build_model` in transformer/_src/models/builders.py; the TF2 driver keeps
+the original's entry points (`run`, `train_model`, `eval_model`,
+`infer_model`, `decode_from_file`, `score_from_strings`, `export_model`) in
+transformer/_src/driver/ (an `Estimator` replaces the TPUEstimator).
 
 Importing this module needs no network and no dataset downloads.
 """
+# pylint: disable=g-importing-member,useless-import-alias
 
-from __future__ import annotations
-
-import re
-from typing import Callable, Mapping, Optional, Tuple, Union
-
-from absl import logging
-import gin
-import numpy as np
-import tensorflow as tf
-
-import mesh_tensorflow as mtf
-from transformer._src.bitransformer import make_bi_student_teacher
-from transformer._src.bitransformer import make_bitransformer
-from transformer._src.layer_stack import make_layer_stack
-from transformer._src.unitransformer import Unitransformer
+from transformer._src.driver.checkpoint_iterator import get_checkpoint_iterator as get_checkpoint_iterator
+from transformer._src.driver.config import SequenceLength as SequenceLength
+from transformer._src.driver.config import auto_train_steps as auto_train_steps
+from transformer._src.driver.config import clean_decodes as clean_decodes
+from transformer._src.driver.config import compute_batch_size as compute_batch_size
+from transformer._src.driver.config import config_dir as config_dir
+from transformer._src.driver.config import flexible_ckpt_init_mapping as flexible_ckpt_init_mapping
+from transformer._src.driver.config import get_step_from_checkpoint_path as get_step_from_checkpoint_path
+from transformer._src.driver.config import get_variable_dtype as get_variable_dtype
+from transformer._src.driver.config import init_checkpoint_variable_mapping as init_checkpoint_variable_mapping
+from transformer._src.driver.config import inputs_vocabulary as inputs_vocabulary
+from transformer._src.driver.config import parse_gin_defaults_and_flags as parse_gin_defaults_and_flags
+from transformer._src.driver.config import separate_vocabularies as separate_vocabularies
+from transformer._src.driver.config import serialize_num_microbatches as serialize_num_microbatches
+from transformer._src.driver.config import should_load_variable as should_load_variable
+from transformer._src.driver.config import targets_vocabulary as targets_vocabulary
+from transformer._src.driver.config import tpu_mesh_shape as tpu_mesh_shape
+from transformer._src.driver.config import variable_filter_max_size as variable_filter_max_size
+from transformer._src.driver.decode import compute_log_likelihoods as compute_log_likelihoods
+from transformer._src.driver.decode import decode as decode
+from transformer._src.driver.decode import decode_from_dataset as decode_from_dataset
+from transformer._src.driver.decode import decode_from_file as decode_from_file
+from transformer._src.driver.decode import decode_strings as decode_strings
+from transformer._src.driver.decode import encode_delimited_lm as encode_delimited_lm
+from transformer._src.driver.decode import encode_inputs as encode_inputs
+from transformer._src.driver.decode import get_inputs_from_file as get_inputs_from_file
+from transformer._src.driver.decode import infer_model as infer_model
+from transformer._src.driver.decode import save_scores as save_scores
+from transformer._src.driver.decode import score_from_dataset as score_from_dataset
+from transformer._src.driver.decode import score_from_strings as score_from_strings
+from transformer._src.driver.decode import score_with_estimator as score_with_estimator
+from transformer._src.driver.decode import write_lines_to_file as write_lines_to_file
+from transformer._src.driver.estimator import Estimator as Estimator
+from transformer._src.driver.export import export_model as export_model
+from transformer._src.driver.model_fn import metric_max as metric_max
+from transformer._src.driver.model_fn import metric_sum as metric_sum
+from transformer._src.driver.model_fn import tpu_estimator_model_fn as tpu_estimator_model_fn
+from transformer._src.driver.run import eval_model as eval_model
+from transformer._src.driver.run import evaluate_dataset as evaluate_dataset
+from transformer._src.driver.run import get_estimator as get_estimator
+from transformer._src.driver.run import run as run
+from transformer._src.driver.run import train_model as train_model
+from transformer._src.models.bitransformer import make_bi_student_teacher as make_bi_student_teacher
+from transformer._src.models.bitransformer import make_bitransformer as make_bitransformer
+from transformer._src.models.builders import MODEL_TYPES as MODEL_TYPES
+from transformer._src.models.builders import build_model as build_model
+from transformer._src.models.layer_stack import make_layer_stack as make_layer_stack
+from transformer._src.models.unitransformer import Unitransformer as Unitransformer
 
 __all__ = [
     "Estimator",
@@ -71,404 +105,3 @@ __all__ = [
     "variable_filter_max_size",
     "write_lines_to_file",
 ]
-
-_GIN_MODULE = "mesh_tensorflow.transformer.utils"
-
-# Features a model reads from a (packed) example, as in the original.
-_MODEL_FEATURES = [
-    "inputs", "inputs_position", "inputs_segmentation", "targets",
-    "targets_position", "targets_segmentation", "targets_subsegmentation"
-]
-
-MODEL_TYPES = ("bitransformer", "bi_student_teacher", "lm", "delimited_lm",
-               "aligned")
-
-SequenceLength = Union[int, Mapping[str, int]]
-
-
-# ----------------------------------------------------------------------------
-# Dtypes and mesh shapes.
-
-
-@gin.configurable(module=_GIN_MODULE)
-def get_variable_dtype(master_dtype=tf.bfloat16, slice_dtype=tf.float32,
-                       activation_dtype=tf.float32) -> mtf.VariableDType:
-  """The VariableDType the driver builds models with.
-
-  Dtypes may be given as tf.DTypes or names ("bfloat16"), so gin files can set
-  them without gin.tf. Note the default: masters (= checkpoints) are bfloat16.
-
-  Example:
-    get_variable_dtype(activation_dtype="bfloat16").activation_dtype
-    # tf.bfloat16
-  """
-  dtypes = {}
-  for what, value in (("master_dtype", master_dtype),
-                      ("slice_dtype", slice_dtype),
-                      ("activation_dtype", activation_dtype)):
-    try:
-      dtypes[what] = tf.as_dtype(value)
-    except TypeError as e:
-      raise ValueError("get_variable_dtype: %s=%r is not a TensorFlow dtype"
-                       % (what, value)) from e
-  return mtf.VariableDType(**dtypes)
-
-
-def _num_cores(tpu_topology: str) -> int:
-  """Cores of a TPU topology string: "AxB" -> A*B*2, "v3-N"/"v2-N" -> N."""
-  if not isinstance(tpu_topology, str):
-    raise ValueError("tpu_mesh_shape: tpu_topology must be a string like "
-                     "'2x2' or 'v3-8', got %r" % (tpu_topology,))
-  match = re.fullmatch(r"v\d+[a-z]*-(\d+)", tpu_topology)
-  if match:
-    num_cores = int(match.group(1))
-  else:
-    # "4x4_twisted" / "4x4_untwisted" describe wiring, not size.
-    match = re.fullmatch(r"(\d+)x(\d+)(?:_twisted|_untwisted)?", tpu_topology)
-    if not match:
-      raise ValueError("tpu_mesh_shape: cannot parse tpu_topology %r; expected "
-                       "'AxB' (A*B chips of 2 cores) or 'v3-N' (N cores)"
-                       % tpu_topology)
-    num_cores = int(match.group(1)) * int(match.group(2)) * 2
-  if num_cores <= 0:
-    raise ValueError("tpu_mesh_shape: tpu_topology %r has no cores"
-                     % tpu_topology)
-  return num_cores
-
-
-@gin.configurable(module=_GIN_MODULE)
-def tpu_mesh_shape(tpu_topology=gin.REQUIRED, model_parallelism=gin.REQUIRED,
-                   ensemble_parallelism: Optional[int] = None) -> mtf.Shape:
-  """A mesh shape for data, model and ensemble parallelism on a TPU.
-
-  The cores are split into [ensemble, batch, model] with model size
-  model_parallelism, ensemble size ensemble_parallelism and batch the rest;
-  dims of size 1 are left out. A list model_parallelism is a
-  HierarchicalTiling spec instead.
-
-  Example:
-    tpu_mesh_shape("4x4", 8)      # 32 cores -> Shape[batch=4, model=8]
-    tpu_mesh_shape("v3-8", 1)     # Shape[batch=8]
-    tpu_mesh_shape("2x2", [("batch", None), ("model", [2, 1, 2])])
-                                  # Shape[batch=2, model=4]
-
-  Raises:
-    ValueError: unparsable topology, or sizes that do not divide the cores.
-  """
-  for param, value in (("tpu_topology", tpu_topology),
-                       ("model_parallelism", model_parallelism)):
-    if value is gin.REQUIRED:
-      raise ValueError("tpu_mesh_shape: parameter %r is required" % param)
-  num_cores = _num_cores(tpu_topology)
-  if isinstance(model_parallelism, (list, tuple)):
-    return mtf.simd_mesh_impl.HierarchicalTiling.spec_to_mesh_shape(
-        model_parallelism, num_cores)
-  ensemble = ensemble_parallelism or 1
-  for param, value in (("model_parallelism", model_parallelism),
-                       ("ensemble_parallelism", ensemble)):
-    if not isinstance(value, (int, np.integer)) or value < 1:
-      raise ValueError("tpu_mesh_shape: %s must be a positive int, got %r"
-                       % (param, value))
-  if num_cores % (model_parallelism * ensemble):
-    raise ValueError(
-        "tpu_mesh_shape: model_parallelism %d x ensemble_parallelism %d does "
-        "not divide the %d cores of tpu_topology %r"
-        % (model_parallelism, ensemble, num_cores, tpu_topology))
-  data_parallelism = num_cores // (model_parallelism * ensemble)
-  dims = [mtf.Dimension(name, int(size)) for name, size in
-          (("ensemble", ensemble), ("batch", data_parallelism),
-           ("model", model_parallelism)) if size > 1]
-  return mtf.Shape(dims)
-
-
-# ----------------------------------------------------------------------------
-# Models.
-
-
-def build_model(model_type: str = "bitransformer",
-                input_vocab_size=gin.REQUIRED, output_vocab_size=gin.REQUIRED,
-                layout_rules=None, mesh_shape=None):
-  """The model of model_type, configured by gin.
-
-  "bitransformer" -> make_bitransformer (gin scopes "encoder"/"decoder");
-  "bi_student_teacher" -> make_bi_student_teacher ("student"/"teacher");
-  "lm", "delimited_lm" (autoregressive) and "aligned" (not autoregressive)
-  -> Unitransformer(layer_stack=make_layer_stack()).
-
-  Example:
-    model = build_model("lm", input_vocab_size=32000,
-                        output_vocab_size=32000,
-                        layout_rules="batch:batch", mesh_shape="batch:8")
-
-  Raises:
-    ValueError: unknown model_type or a missing vocabulary size.
-  """
-  if model_type not in MODEL_TYPES:
-    raise ValueError("build_model: unknown model_type %r; expected one of %s"
-                     % (model_type, list(MODEL_TYPES)))
-  for param, value in (("input_vocab_size", input_vocab_size),
-                       ("output_vocab_size", output_vocab_size)):
-    if value is gin.REQUIRED:
-      raise ValueError("build_model: parameter %r is required" % param)
-  if model_type == "bitransformer":
-    return make_bitransformer(
-        input_vocab_size=input_vocab_size,
-        output_vocab_size=output_vocab_size, mesh_shape=mesh_shape,
-        layout=layout_rules)
-  if model_type == "bi_student_teacher":
-    return make_bi_student_teacher(
-        input_vocab_size=input_vocab_size,
-        output_vocab_size=output_vocab_size, mesh_shape=mesh_shape,
-        layout=layout_rules)
-  return Unitransformer(
-      layer_stack=make_layer_stack(),
-      input_vocab_size=input_vocab_size,
-      output_vocab_size=output_vocab_size,
-      autoregressive=model_type in ("lm", "delimited_lm"),
-      mesh_shape=mesh_shape, layout=layout_rules)
-
-
-# ----------------------------------------------------------------------------
-# Batch sizes and steps.
-
-
-def _max_sequence_length(sequence_length: SequenceLength, what: str) -> int:
-  if isinstance(sequence_length, Mapping):
-    if not sequence_length:
-      raise ValueError("%s: sequence_length is an empty dict" % what)
-    return max(int(v) for v in sequence_length.values())
-  return int(sequence_length)
-
-
-def _batch_replicas(mesh_shape, layout_rules) -> int:
-  """Data-parallel replicas: mesh dims that "batch" or "outer_batch" use."""
-  mesh_shape = mtf.convert_to_shape(mesh_shape)
-  layout_rules = mtf.convert_to_layout_rules(layout_rules)
-  replicas = 1
-  for mesh_dim in mesh_shape.dims:
-    if (("batch", mesh_dim.name) in layout_rules.pairs or
-        ("outer_batch", mesh_dim.name) in layout_rules.pairs):
-      replicas *= mesh_dim.size
-  return replicas
-
-
-_BATCH_SIZE_METHODS = ("sequences_per_batch", "tokens_per_batch",
-                       "sequences_per_replica", "tokens_per_replica")
-
-
-def compute_batch_size(sequence_length: SequenceLength, mesh_shape,
-                       layout_rules, method_and_value: Tuple[str, int]
-                       ) -> int:
-  """The global batch size (in sequences) from a (method, value) pair.
-
-  Methods: "sequences_per_batch" (value), "tokens_per_batch"
-  (value // max length), "sequences_per_replica" (value * replicas),
-  "tokens_per_replica" (value * replicas // max length), where replicas is the
-  product of the mesh dims "batch" and "outer_batch" are split over.
-
-  Example:
-    compute_batch_size({"inputs": 512, "targets": 512}, "batch:8;model:4",
-                       "batch:batch,d_ff:model", ("tokens_per_replica", 2048))
-    # 2048 * 8 // 512 = 32
-
-  Raises:
-    ValueError: unknown method, or a batch size below 1.
-  """
-  try:
-    method, value = method_and_value
-  except (TypeError, ValueError) as e:
-    raise ValueError("compute_batch_size: method_and_value must be a (method, "
-                     "value) pair, got %r" % (method_and_value,)) from e
-  if method not in _BATCH_SIZE_METHODS:
-    raise ValueError("compute_batch_size: unknown method %r; expected one of %s"
-                     % (method, list(_BATCH_SIZE_METHODS)))
-  length = _max_sequence_length(sequence_length, "compute_batch_size")
-  replicas = _batch_replicas(mesh_shape, layout_rules)
-  if method == "sequences_per_batch":
-    batch_size = value
-  elif method == "tokens_per_batch":
-    batch_size = value // length
-  elif method == "sequences_per_replica":
-    batch_size = value * replicas
-  else:
-    batch_size = value * replicas // length
-  batch_size = int(batch_size)
-  if batch_size < 1:
-    raise ValueError(
-        "compute_batch_size: (%r, %r) gives batch size %d for sequence length "
-        "%d and %d replicas" % (method, value, batch_size, length, replicas))
-  logging.info("compute_batch_size: (%s, %s) -> %d sequences (sequence length "
-               "%d, %d replicas)", method, value, batch_size, length, replicas)
-  return batch_size
-
-
-@gin.configurable(module=_GIN_MODULE)
-def serialize_num_microbatches(batch_dim: mtf.Dimension,
-                               sequence_length: SequenceLength, mesh_shape,
-                               layout_rules,
-                               tokens_per_microbatch_per_replica=None) -> int:
-  """How many microbatches to split a training batch into.
-
-  Each replica processes at most tokens_per_microbatch_per_replica tokens at
-  a time: the microbatch holds the largest divisor of the per-replica batch
-  not above that many sequences (at least one). None/0 -> 1 microbatch.
-
-  Example:
-    serialize_num_microbatches(Dimension("batch", 64), 512, "batch:8",
-                               "batch:batch", 2048)
-    # 8 sequences per replica, 4 per microbatch -> 2
-  """
-  if not tokens_per_microbatch_per_replica:
-    return 1
-  batch_per_replica = mtf.tensor_dim_to_size_per_split(
-      layout_rules, mesh_shape, batch_dim)
-  length = _max_sequence_length(sequence_length, "serialize_num_microbatches")
-  microbatch_size = max(1, tokens_per_microbatch_per_replica // length)
-  microbatch_size = min(microbatch_size, batch_per_replica)
-  while batch_per_replica % microbatch_size:
-    microbatch_size -= 1
-  num_microbatches = batch_per_replica // microbatch_size
-  logging.info("serialize_num_microbatches: %d tokens per microbatch per "
-               "replica, %d sequences per replica -> %d microbatches",
-               tokens_per_microbatch_per_replica, batch_per_replica,
-               num_microbatches)
-  return num_microbatches
-
-
-@gin.configurable(module=_GIN_MODULE)
-def auto_train_steps(batch_size: int, sequence_length: SequenceLength,
-                     train_tokens: int = 2 ** 36) -> int:
-  """Training steps to see train_tokens tokens.
-
-  Example: auto_train_steps(128, 512) -> 2**36 // 65536 = 1048576.
-  """
-  length = _max_sequence_length(sequence_length, "auto_train_steps")
-  return int(train_tokens) // (int(batch_size) * length)
-
-
-# ----------------------------------------------------------------------------
-# Decodes and vocabularies.
-
-
-@gin.configurable(module=_GIN_MODULE)
-def clean_decodes(ids, eos_id: int = 1, pad_id: int = 0,
-                  length_axis: int = -1) -> tf.Tensor:
-  """ids with every position after the first EOS replaced by pad_id.
-
-  Example: [[5, 1, 7, 1, 8]] -> [[5, 1, 0, 0, 0]].
-  """
-  ids = tf.convert_to_tensor(ids)
-  eos_before = tf.cumsum(tf.cast(tf.equal(ids, eos_id), tf.int32),
-                         axis=length_axis, exclusive=True)
-  return tf.where(tf.equal(eos_before, 0), ids,
-                  tf.cast(pad_id, ids.dtype))
-
-
-def inputs_vocabulary(vocabulary):
-  """The inputs vocabulary of `vocabulary` (the first of a pair)."""
-  if isinstance(vocabulary, tuple):
-    return vocabulary[0]
-  return vocabulary
-
-
-def targets_vocabulary(vocabulary):
-  """The targets vocabulary of `vocabulary` (the second of a pair)."""
-  if isinstance(vocabulary, tuple):
-    return vocabulary[1]
-  return vocabulary
-
-
-@gin.configurable(module=_GIN_MODULE)
-def separate_vocabularies(inputs=gin.REQUIRED, targets=gin.REQUIRED):
-  """A (inputs, targets) vocabulary pair, for `run.vocabulary` in gin.
-
-  Example (gin):
-    run.vocabulary = @separate_vocabularies()
-    separate_vocabularies.inputs = @inputs/get_tfds_vocabulary()
-  """
-  for param, value in (("inputs", inputs), ("targets", targets)):
-    if value is gin.REQUIRED:
-      raise ValueError("separate_vocabularies: parameter %r is required"
-                       % param)
-  return (inputs, targets)
-
-
-# ----------------------------------------------------------------------------
-# Checkpoints.
-
-
-def get_step_from_checkpoint_path(checkpoint_path: str) -> int:
-  """The global step in a `.../model.ckpt-<step>[...]` path.
-
-  Raises:
-    ValueError: if the path names no step.
-  """
-  match = re.match(r".*model\.ckpt-(\d+)", str(checkpoint_path))
-  if match is None:
-    raise ValueError("get_step_from_checkpoint_path: %r does not contain "
-                     "'model.ckpt-<step>'" % (checkpoint_path,))
-  return int(match.group(1))
-
-
-@gin.configurable(module=_GIN_MODULE)
-def variable_filter_max_size(v, max_size: float = 1e7) -> bool:
-  """Whether variable v (an mtf.Variable or anything with a shape) has at
-  most max_size elements; a `variable_filter` for small-variable training."""
-  shape = v.shape
-  size = shape.size if isinstance(shape, mtf.Shape) else int(
-      np.prod(tf.TensorShape(shape).as_list()))
-  return size <= max_size
-
-
-@gin.configurable(module=_GIN_MODULE)
-def should_load_variable(name: str,
-                         filter_fn: Optional[Callable[[str], bool]] = None
-                         ) -> bool:
-  """Whether init_checkpoint should load variable `name` (default: yes)."""
-  return True if filter_fn is None else bool(filter_fn(name))
-
-
-@gin.configurable(module=_GIN_MODULE)
-def init_checkpoint_variable_mapping(
-    name: str, mapping_fn: Optional[Callable[[str], str]] = None) -> str:
-  """The checkpoint name to load model variable `name` from (default: same)."""
-  return name if mapping_fn is None else mapping_fn(name)
-
-
-# ----------------------------------------------------------------------------
-# The TF2 driver (transformer/_src/driver*.py): the original's entry points.
-
-from transformer._src.driver import Estimator  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src import checkpoints as _checkpoints  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_decode import compute_log_likelihoods  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_decode import decode  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_decode import decode_from_dataset  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_decode import decode_from_file  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_decode import decode_strings  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_decode import encode_delimited_lm  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_decode import encode_inputs  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_decode import get_inputs_from_file  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_decode import infer_model  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_decode import save_scores  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_decode import score_from_dataset  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_decode import score_from_strings  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_decode import score_with_estimator  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_decode import write_lines_to_file  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_export import export_model  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_model_fn import metric_max  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_model_fn import metric_sum  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_model_fn import tpu_estimator_model_fn  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_run import config_dir  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_run import eval_model  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_run import evaluate_dataset  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_run import get_checkpoint_iterator  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_run import get_estimator  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_run import parse_gin_defaults_and_flags  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_run import run  # pylint: disable=g-import-not-at-top,wrong-import-position
-from transformer._src.driver_run import train_model  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-# The checkpoint-name remapping lives with the checkpoint code; gin knows it
-# under the original's utils name.
-flexible_ckpt_init_mapping = gin.external_configurable(
-    _checkpoints.flexible_ckpt_init_mapping, name="flexible_ckpt_init_mapping",
-    module=_GIN_MODULE)

@@ -11,6 +11,7 @@ import copy
 from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
                     Tuple)
 
+import gin
 import tensorflow as tf
 
 from mesh_tensorflow._src.shapes import Shape, convert_to_shape
@@ -273,6 +274,9 @@ class Graph:
     """Whether rewrite_stack_variables() has run on this graph."""
     return self._rewrote_stack_variables
 
+  # Configurable as the original's (gin name
+  # mesh_tensorflow.ops.rewrite_stack_variables).
+  @gin.configurable(module="mesh_tensorflow.ops")
   def rewrite_stack_variables(self, max_combined_variable_size=2 ** 29,
                               max_combined_slice_size=2 ** 27,
                               mesh_to_impl=None):
@@ -556,12 +560,12 @@ class Operation:
     return (any(t.dtype.is_floating for t in self._inputs) and
             any(t.dtype.is_floating for t in self._outputs))
 
-  def gradient(self, grad_ys):
+  def gradient(self, unused_grad_ys):
     """The gradients of the operation's inputs, given those of its outputs.
 
     Args:
-      grad_ys: a list with one mtf Tensor (or None, for no gradient) per output,
-        shaped like that output.
+      unused_grad_ys: a list with one mtf Tensor (or None, for no gradient) per
+        output, shaped like that output.
 
     Returns:
       a list with one mtf Tensor (or None) per input: the gradient of the loss

@@ -7,7 +7,6 @@ peek at the layout. Pure Python: never imports TensorFlow.
 
 from __future__ import annotations
 
-import dataclasses
 import numbers
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -19,7 +18,9 @@ __all__ = [
     "convert_to_layout_rules",
     "pnum_to_group",
     "pnum_to_processor_coordinates",
+    "pnum_to_processor_coordinates_nd",
     "processor_coordinates_to_pnum",
+    "processor_coordinates_to_pnum_map_nd",
     "processor_groups",
     "split_error_message",
     "tensor_dim_to_mesh_dim_size",
@@ -212,21 +213,26 @@ def convert_to_layout_rules(x: Any) -> LayoutRules:
   return LayoutRules(x)
 
 
-@dataclasses.dataclass(frozen=True)
 class TensorLayout:
   """For each tensor axis, the mesh axis it is split over (or None).
 
   `TensorLayout((None, 0))`: axis 0 replicated, axis 1 split over mesh axis 0.
+  Immutable and hashable; built without a mesh (as the original), so mesh axes
+  are checked only against the number of mesh axes a caller asks about.
 
-  Attributes:
+  Args:
     tensor_axis_to_mesh_axis: for each tensor axis, the int mesh axis it is
       split over, or None if it is not split.
+
+  Raises:
+    ValueError: if an entry is not None or a non-negative int, or if two tensor
+      axes are split over the same mesh axis.
   """
 
-  tensor_axis_to_mesh_axis: tuple[int | None, ...]
+  __slots__ = ("_tensor_axis_to_mesh_axis",)
 
-  def __post_init__(self):
-    axes = tuple(self.tensor_axis_to_mesh_axis)
+  def __init__(self, tensor_axis_to_mesh_axis: Iterable[int | None]):
+    axes = tuple(tensor_axis_to_mesh_axis)
     used = set()
     for mesh_axis in axes:
       if mesh_axis is None:
@@ -240,8 +246,24 @@ class TensorLayout:
             f"TensorLayout {axes!r} lays out two tensor axes over mesh axis "
             f"{mesh_axis}")
       used.add(mesh_axis)
-    object.__setattr__(self, "tensor_axis_to_mesh_axis",
-                       tuple(None if a is None else int(a) for a in axes))
+    self._tensor_axis_to_mesh_axis = tuple(
+        None if a is None else int(a) for a in axes)
+
+  @property
+  def tensor_axis_to_mesh_axis(self) -> tuple[int | None, ...]:
+    """For each tensor axis, its mesh axis (or None if not split)."""
+    return self._tensor_axis_to_mesh_axis
+
+  def __eq__(self, other) -> bool:
+    if not isinstance(other, TensorLayout):
+      return NotImplemented
+    return self._tensor_axis_to_mesh_axis == other.tensor_axis_to_mesh_axis
+
+  def __hash__(self) -> int:
+    return hash(self._tensor_axis_to_mesh_axis)
+
+  def __repr__(self) -> str:
+    return "TensorLayout%s" % (self._tensor_axis_to_mesh_axis,)
 
   @property
   def is_fully_replicated(self) -> bool:
@@ -252,6 +274,7 @@ class TensorLayout:
     """For each mesh axis, the tensor axis split over it (or None).
 
     `TensorLayout((None, 0)).mesh_axis_to_tensor_axis(2)` -> `(1, None)`.
+    Mesh axes from `mesh_ndims` on are left out, as in the original.
 
     Args:
       mesh_ndims: the number of mesh axes.
@@ -262,13 +285,8 @@ class TensorLayout:
     """
     result = [None] * mesh_ndims
     for tensor_axis, mesh_axis in enumerate(self.tensor_axis_to_mesh_axis):
-      if mesh_axis is None:
-        continue
-      if mesh_axis >= mesh_ndims:
-        raise ValueError(
-            f"{self!r} uses mesh axis {mesh_axis} but the mesh has only "
-            f"{mesh_ndims} axes")
-      result[mesh_axis] = tensor_axis
+      if mesh_axis is not None and mesh_axis < mesh_ndims:
+        result[mesh_axis] = tensor_axis
     return tuple(result)
 
   def __len__(self) -> int:
@@ -345,6 +363,55 @@ def processor_coordinates_to_pnum(mesh_shape: Any, coord: Sequence[int]) -> int:
   for c, size in zip(coord, sizes):
     pnum = pnum * size + c
   return pnum
+
+
+def pnum_to_processor_coordinates_nd(mesh_shape: Any, pnum: int,
+                                     device_assignment) -> list[int]:
+  """Physical coordinates of replica `pnum` under a TPU device assignment.
+
+  Args:
+    mesh_shape: unused (kept for the original's signature).
+    pnum: a replica number.
+    device_assignment: a tf.tpu.experimental.DeviceAssignment (or anything
+      with its `coordinates(replica, logical_core)` method).
+
+  Returns:
+    the coordinates of the replica's first logical core, e.g. [x, y, z, core].
+  """
+  del mesh_shape
+  return list(device_assignment.coordinates(pnum, 0))
+
+
+def processor_coordinates_to_pnum_map_nd(mesh_shape: Any,
+                                         logical_to_physical: Sequence[
+                                             Sequence[int]],
+                                         device_assignment) -> list[int]:
+  """Replica numbers of the physical coordinates in `logical_to_physical`.
+
+  Each replica's first core sits at physical (x, y, z) of the TPU topology;
+  the replica found at the i-th coordinates of `logical_to_physical` is
+  entry i. As the original, a coordinate [x, y, ...] is looked up by
+  position x + y * mesh_shape[0] among the replicas numbered by physical
+  position (x first, then y, then z), which is right for meshes whose first
+  axis spans the topology's first axis and which have one z-plane.
+
+  Args:
+    mesh_shape: a Shape or list of ints (its first size is used).
+    logical_to_physical: physical coordinates, one per logical processor.
+    device_assignment: a tf.tpu.experimental.DeviceAssignment (or anything
+      with `num_replicas`, `topology.mesh_shape` and `coordinates`).
+
+  Returns:
+    a list of replica numbers, one per logical processor.
+  """
+  sizes = _mesh_sizes(mesh_shape)
+  hw_x, hw_y = [int(n) for n in device_assignment.topology.mesh_shape][:2]
+  replica_at = [-1] * device_assignment.num_replicas
+  for replica in range(device_assignment.num_replicas):
+    x, y, z = list(device_assignment.coordinates(replica, 0))[:3]
+    replica_at[x + hw_x * (y + hw_y * z)] = replica
+  return [replica_at[coord[0] + coord[1] * sizes[0]]
+          for coord in logical_to_physical]
 
 
 def _validate_group_dims(sizes: list[int], group_dims: Iterable[int]

@@ -1,13 +1,12 @@
 """MeshImpl: the interface between mtf operations and a mesh backend.
 
 Operations only call the methods defined here (slice shapes, slicewise,
-collectives, import/export). Backends (placement, SIMD) implement the abstract
+collectives, import/export). Backends (placement, SIMD) implement the
 communication primitives and know nothing about operations.
 """
 
 from __future__ import annotations
 
-import abc
 from typing import Any, Callable, List, Optional, Sequence
 
 from absl import logging
@@ -19,8 +18,12 @@ from mesh_tensorflow._src import tf_einsum
 from mesh_tensorflow._src.shapes import Shape, convert_to_shape, list_product
 
 
-class MeshImpl(abc.ABC):
+class MeshImpl:
   """How one mesh (its shape and layout rules) is realised on devices.
+
+  Instantiable, as the original's base class: a bare MeshImpl answers layout
+  questions (slice shapes, tensor layouts); its communication primitives
+  raise NotImplementedError until a backend (placement, SIMD) overrides them.
 
   Example:
     mesh_impl = mtf.placement_mesh_impl.PlacementMeshImpl(
@@ -331,7 +334,8 @@ class MeshImpl(abc.ABC):
     num_splits = self._shape[mesh_axis].size
 
     def split_fn(t, w):
-      size = t.shape[split_axis] // num_splits
+      # as_list: TF1 (legacy) TensorShapes index to Dimension objects.
+      size = t.shape.as_list()[split_axis] // num_splits
       if isinstance(w, int):
         begin = [0] * t.shape.rank
         begin[split_axis] = w * size
@@ -444,7 +448,6 @@ class MeshImpl(abc.ABC):
     return tf_einsum.einsum(equation, *slices)
 
   # ------------------------------------------------------ backend primitives
-  @abc.abstractmethod
   def slicewise(self, fn: Callable, *inputs):
     """Applies fn to corresponding slices; returns LaidOutTensor(s).
 
@@ -455,8 +458,8 @@ class MeshImpl(abc.ABC):
     Returns:
       a LaidOutTensor, or a tuple of them if fn returns a tuple.
     """
+    raise NotImplementedError("%s.slicewise" % type(self).__name__)
 
-  @abc.abstractmethod
   def allreduce(self, x, mesh_axes: Sequence[int], reduction_fn_string: str):
     """Reduces ("SUM", "MAX", "MIN") over the groups spanning mesh_axes.
 
@@ -469,8 +472,8 @@ class MeshImpl(abc.ABC):
       a LaidOutTensor whose slices hold the reduction over each group of
       processors spanning `mesh_axes`.
     """
+    raise NotImplementedError("%s.allreduce" % type(self).__name__)
 
-  @abc.abstractmethod
   def allconcat(self, x, mesh_axis: int, concat_axis: int):
     """Concatenates the slices of a group along concat_axis on every member.
 
@@ -482,8 +485,8 @@ class MeshImpl(abc.ABC):
     Returns:
       a LaidOutTensor whose slices are the concatenation of the group's slices.
     """
+    raise NotImplementedError("%s.allconcat" % type(self).__name__)
 
-  @abc.abstractmethod
   def alltoall(self, x, mesh_axis: int, split_axis: int, concat_axis: int):
     """Splits along split_axis, exchanges pieces, concatenates on concat_axis.
 
@@ -496,8 +499,8 @@ class MeshImpl(abc.ABC):
     Returns:
       a LaidOutTensor with the exchanged slices.
     """
+    raise NotImplementedError("%s.alltoall" % type(self).__name__)
 
-  @abc.abstractmethod
   def receive(self, x, mesh_axis: int, source_pcoord: Sequence[Optional[int]]):
     """Processor i along mesh_axis gets the slice of source_pcoord[i] (or 0s).
 
@@ -510,16 +513,16 @@ class MeshImpl(abc.ABC):
     Returns:
       a LaidOutTensor with the received slices.
     """
+    raise NotImplementedError("%s.receive" % type(self).__name__)
 
-  @abc.abstractmethod
   def laid_out_pnum(self):
     """LaidOutTensor of processor numbers.
 
     Returns:
       a LaidOutTensor of int32 scalars: each processor's number.
     """
+    raise NotImplementedError("%s.laid_out_pnum" % type(self).__name__)
 
-  @abc.abstractmethod
   def export_to_tf_tensor(self, x, laid_out_x):
     """The full tf.Tensor for mtf Tensor x.
 
@@ -530,8 +533,8 @@ class MeshImpl(abc.ABC):
     Returns:
       the full tf.Tensor of shape x.shape.
     """
+    raise NotImplementedError("%s.export_to_tf_tensor" % type(self).__name__)
 
-  @abc.abstractmethod
   def import_tf_tensor(self, x, tf_x):
     """LaidOutTensor holding the slices of tf_x for mtf Tensor x.
 
@@ -542,6 +545,7 @@ class MeshImpl(abc.ABC):
     Returns:
       a LaidOutTensor holding each processor's slice of `tf_x`.
     """
+    raise NotImplementedError("%s.import_tf_tensor" % type(self).__name__)
 
 
 def static_slice(x: tf.Tensor, begin: Sequence[int],

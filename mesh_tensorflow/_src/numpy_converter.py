@@ -27,11 +27,13 @@ class NumpyConverter:
   """Converts between numpy arrays, mtf Tensors and tf Tensors.
 
   Example:
-    converter = NumpyConverter()
-    x = converter.convert_np_array_to_mtf_tensor(
-        np.arange(6).reshape(2, 3), dim_names=["batch", "length"])
-    y = mtf.cumsum(x, x.shape.dims[1])
-    converter.convert_mtf_tensor_to_np_array(y)  # [[0, 1, 3], [3, 7, 12]]
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     np.arange(6).reshape(2, 3), dim_names=["batch", "length"])
+    >>> y = mtf.cumsum(x, x.shape.dims[1])
+    >>> converter.convert_mtf_tensor_to_np_array(y)
+    array([[ 0,  1,  3],
+           [ 3,  7, 12]], dtype=int32)
 
   Works eagerly, and inside `with tf.Graph().as_default():` (values are then
   computed with `converter.session`, initialising new variables first).

@@ -79,7 +79,7 @@ class Shape:
   `__eq__` without `__hash__`, so it is unhashable.
   """
 
-  def __init__(self, dims: Iterable[Any] = ()):
+  def __init__(self, dims: Iterable[Any]):
     """Builds a Shape.
 
     Args:

@@ -19,6 +19,10 @@ from typing import Optional, Sequence
 
 import tensorflow as tf
 
+# The original's flag for "TensorFlow >= 2.3" (it chose a variable base class
+# by it); always true for the TensorFlow versions this package supports.
+TF_23 = True
+
 try:  # Private TF modules: only needed to recognise a TPU replicate context.
   from tensorflow.python.ops import control_flow_ops as _control_flow_ops  # pylint: disable=g-direct-tensorflow-import
   _XLA_CONTEXT_CLASS = _control_flow_ops.XLAControlFlowContext

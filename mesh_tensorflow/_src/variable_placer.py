@@ -69,11 +69,11 @@ class BalancedVariablePlacer:
     """Bytes placed so far on each device (aligned with `devices`)."""
     return list(self._usage)
 
-  def device_function(self, op) -> str:
-    """The device for `op` (a tf.Operation being created).
+  def device_function(self, var) -> str:
+    """The device for the tf.Operation being created (`var`, as the original).
 
     Args:
-      op: the tf.Operation being placed.
+      var: the tf.Operation being placed.
 
     Returns:
       the device string: for a variable op, the device with the least usage so
@@ -83,6 +83,7 @@ class BalancedVariablePlacer:
     Raises:
       ValueError: if a variable op has a shape that is not fully known.
     """
+    op = var
     if op.type not in _VARIABLE_OP_TYPES:
       return self._last_device
     shape = tf.TensorShape(op.get_attr("shape"))

@@ -3,12 +3,14 @@
 A variable has one full-shape *master* tf.Variable (what checkpoints hold, under
 the original's names) and, per lowering, per-processor *slices* that training
 reads and writes. Masters live in a VariableStore so that re-tracing a
-tf.function, or rebuilding the mtf graph eagerly, reuses the same tf.Variables.
+tf.function reuses the same tf.Variables (VariableStore says which store a
+new variable uses).
 """
 
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
 import weakref
 from typing import Callable, Dict, Iterator, List, Optional
@@ -67,6 +69,20 @@ class VariableStore(tf.Module):
 
   Trackable, so `tf.train.Checkpoint(store=store)` sees every master. Slice
   variables are kept apart and are not meant to be checkpointed.
+
+  Variable lifetime (which store a new mtf variable uses, so which earlier
+  variable of the same name it reuses): inside `mtf.variable_store(store)`,
+  that store, always. Otherwise, in a tf.compat.v1 graph (TF1 code, or a
+  tf.function called from one), one store per tf.Graph: a model built in a
+  fresh tf.Graph gets fresh variables, as the original's tf.get_variable
+  did. Eagerly, one store per mtf.Graph: a new mtf.Graph starts with no
+  variables, so a different model may reuse the names of an earlier one (the
+  original made new variables eagerly too). While a tf.function traces from
+  eager code, one store per tf.function (its outermost one): every trace
+  rebuilds its mtf graph, and the re-traced graph finds the variables of the
+  first trace, so re-tracing creates no tf.Variables. To share variables
+  between functions or mtf graphs (a train step and an eval step, say),
+  create a VariableStore and build both inside `mtf.variable_store(store)`.
 
   Args:
     name: the name of the tf.Module.
@@ -201,31 +217,72 @@ def _initial_value_fn(initializer, shape: Shape, dtype: tf.DType):
 
 
 _store_override = threading.local()
-_eager_store: Optional[VariableStore] = None
+# tf.compat.v1 Graph -> its store.
 _graph_stores = weakref.WeakKeyDictionary()
+# tf.function -> the store of the mtf graphs its traces build.
+_function_stores = weakref.WeakKeyDictionary()
+# mtf Graph built eagerly -> its store.
+_mtf_graph_stores = weakref.WeakKeyDictionary()
+# The store of the mtf graph that last made a variable eagerly (what
+# get_default_variable_store() returns in eager code).
+_latest_eager_store: Optional[VariableStore] = None
+
+
+def _outermost_traced_function() -> Optional[object]:
+  """The outermost tf.function being traced by this thread, or None.
+
+  Its Python frames are on the stack while its function body runs; a traced
+  function called from inside another's trace belongs to that outer one.
+  """
+  found = None
+  frame = sys._getframe(1)  # pylint: disable=protected-access
+  while frame is not None:
+    owner = frame.f_locals.get("self")
+    if isinstance(owner, tf.types.experimental.PolymorphicFunction):
+      found = owner
+    frame = frame.f_back
+  return found
+
+
+def _store_for(stores: weakref.WeakKeyDictionary, key) -> VariableStore:
+  store = stores.get(key)
+  if store is None:
+    store = stores[key] = VariableStore()
+  return store
+
+
+def _store_in_context(mtf_graph=None) -> VariableStore:
+  """The store for variables made now (of `mtf_graph`, if given)."""
+  global _latest_eager_store
+  stack = getattr(_store_override, "stack", None)
+  if stack:
+    return stack[-1]
+  with tf.init_scope():
+    outer_graph = None if tf.executing_eagerly() else tf1.get_default_graph()
+  if outer_graph is not None:
+    return _store_for(_graph_stores, outer_graph)
+  if not tf.executing_eagerly():  # Tracing a tf.function from eager code.
+    function = _outermost_traced_function()
+    if function is not None:
+      return _store_for(_function_stores, function)
+  if mtf_graph is not None:
+    _latest_eager_store = _store_for(_mtf_graph_stores, mtf_graph)
+  elif _latest_eager_store is None:
+    _latest_eager_store = VariableStore()
+  return _latest_eager_store
 
 
 def get_default_variable_store() -> VariableStore:
-  """The VariableStore in effect: an explicit one, else one per TF graph.
+  """The VariableStore new mtf variables would use here; see VariableStore.
+
+  Inside `mtf.variable_store(store)`: that store. In a tf.compat.v1 graph:
+  that graph's store. While a tf.function traces: that function's store.
+  Eagerly: the store of the mtf graph that last created a variable.
 
   Returns:
     the VariableStore that new mtf variables use.
   """
-  stack = getattr(_store_override, "stack", None)
-  if stack:
-    return stack[-1]
-  global _eager_store
-  with tf.init_scope():
-    if tf.executing_eagerly():
-      if _eager_store is None:
-        _eager_store = VariableStore()
-      return _eager_store
-    graph = tf1.get_default_graph()
-  store = _graph_stores.get(graph)
-  if store is None:
-    store = VariableStore()
-    _graph_stores[graph] = store
-  return store
+  return _store_in_context()
 
 
 @contextlib.contextmanager
@@ -281,7 +338,7 @@ class Variable(Operation):
     self._shape = convert_to_shape(shape)
     scope = current_variable_scope_name()
     self._name = scope + "/" + name if scope else name
-    self._store = get_default_variable_store()
+    self._store = _store_in_context(mesh.graph)
     self._master = self._store.get_or_create_master(
         self._name, self._shape, dtype.master_dtype, initializer, trainable,
         mesh.variable_placer_fn)

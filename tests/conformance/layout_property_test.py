@@ -23,7 +23,8 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from mesh_tensorflow._src.mesh_impls import collectives
-import mesh_test_util
+from tests import mesh_test_util as mtu
+from tests import meshes
 
 SIZES = [2, 4, 8]
 MAX_RANK = 4
@@ -293,7 +294,7 @@ def _run(program: Program, mesh_shape: str, layout,
                              lambda devices: False)
            if separate_memory else contextlib.nullcontext())
   with patch:
-    return mesh_test_util.run_program(
+    return mtu.run_program(
         lambda mesh: _outputs(program, mesh), mesh_shape, layout,
         mode="eager")
 
@@ -318,7 +319,7 @@ def _check(program: Program, data, shapes: List[mtf.Shape], mesh_shape: str,
 
 # The SIMD pass (MTF_TEST_MESH_IMPL=simd) runs half the programs: its
 # replicas trace each program four times.
-@settings(max_examples=20 if mesh_test_util.SIMD_ENV else 40,
+@settings(max_examples=20 if mtu.SIMD_ENV else 40,
           deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow,
                                  HealthCheck.data_too_large])
@@ -329,8 +330,8 @@ def test_layouts_never_change_results(program, data):
     assert np.all(np.isfinite(value))
   shapes = _all_shapes(program)
   # Separate memory only changes the placement backend's collectives.
-  for separate_memory in [False] if mesh_test_util.SIMD_ENV else [False, True]:
-    for mesh_shape, _ in [mesh_test_util.MESH_4, mesh_test_util.MESH_2X2]:
+  for separate_memory in [False] if mtu.SIMD_ENV else [False, True]:
+    for mesh_shape in [meshes.ALL_4, meshes.ROWS_COLS]:
       _check(program, data, shapes, mesh_shape, separate_memory, reference)
 
 
@@ -350,6 +351,6 @@ def test_reduce_sum_twice_over_one_split_dim():
     for mesh_shape, layout in [("all:4", [("d0", "all")]),
                                ("rows:2;cols:2", [("d0", "rows"),
                                                   ("d1", "cols")])]:
-      mesh_test_util.assert_all_close(
+      mtu.assert_all_close(
           _run(program, mesh_shape, layout, separate_memory), reference,
           rtol=1e-4, msg="%s %s" % (mesh_shape, layout))

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 from tests.layers import attention_reference as ref
 
 tf1 = tf.compat.v1
@@ -45,17 +46,6 @@ IDS[:, 0] = 1  # Every query sees at least one non-padding position.
 MEM_IDS = _RNG.randint(0, 3, size=(4, 4)).astype(np.int32)
 MEM_IDS[:, 0] = 2
 COTANGENTS = [_rand(4, 8, 4) for _ in range(4)]
-
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", "batch:all"),
-    ("all:4", "heads:all"),
-    ("all:4", "length:all"),
-    ("rows:2;cols:2", "batch:rows;heads:cols"),
-    ("rows:2;cols:2", "length:rows;d_kv:cols"),
-    ("rows:2;cols:2", "memory_length:rows;d_model:cols"),
-]
-_IDS = ["%s|%s" % ml for ml in MESH_LAYOUTS]
 
 
 def qkvo_variable(mesh, scope, value):
@@ -88,7 +78,7 @@ def encdec_bias(mem_ids):
 
 
 def compressed(xp, x, w, factor, mask_right):
-  b, l, d = x.shape
+  b, l, d = [int(n) for n in x.shape]  # TF1 shapes hold Dimensions.
   memory = xp.mean(xp.reshape(x, [b, l // factor, factor, d]), 2)
   bias = None
   if mask_right:
@@ -289,7 +279,7 @@ _NAMES = ["self", "encdec", "compressed_causal", "compressed", "d_x", "d_mem",
           "d_w_self", "d_w_encdec", "d_w_comp"]
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.ATTENTION)
 def test_dense_attention_values_and_gradients(mesh_shape, layout):
   out = mtu.run_program(build_dense, mesh_shape, layout)
   for name, a, e in zip(_NAMES, out, expected_dense()):
@@ -392,7 +382,7 @@ def test_dot_product_attention_dropout():
 # ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("rows:2;cols:2", "batch:rows;heads:cols"),
     ("rows:2;cols:2", "memory_length:rows;d_kv:cols")])
 def test_self_attention_incremental_matches_full_causal(mesh_shape, layout):
@@ -427,7 +417,7 @@ def test_self_attention_incremental_matches_full_causal(mesh_shape, layout):
                              rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("rows:2;cols:2", "batch:rows;heads:cols"),
     ("rows:2;cols:2", "memory_length:cols;d_model:rows")])
 def test_encdec_attention_incremental(mesh_shape, layout):

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 B = mtf.Dimension("b", 2)
 C = mtf.Dimension("c", 4)
@@ -149,14 +150,6 @@ LAYER_CASES = {
         _pool_tf(tf.nn.avg_pool3d, (1, 2, 4)), has_kernel=False),
 }
 
-LAYOUTS = [
-    ("", ""),
-    ("all:4", "c:all"),
-    ("all:4", "o:all"),
-    ("rows:2;cols:2", "b:rows;c:cols"),
-    ("rows:2;cols:2", "o:rows;b:cols"),
-]
-
 
 def _run_cases(cases, mesh_shape, layout, mode="eager"):
   names = sorted(cases)
@@ -180,8 +173,7 @@ def _run_cases(cases, mesh_shape, layout, mode="eager"):
     start += count
 
 
-@pytest.mark.parametrize("mesh_shape,layout", LAYOUTS,
-                         ids=["%s|%s" % ml for ml in LAYOUTS])
+@meshes.parametrize(meshes.CONV_LAYERS)
 def test_conv_and_pool_layers(mesh_shape, layout):
   _run_cases(LAYER_CASES, mesh_shape, layout)
 
@@ -282,18 +274,8 @@ BLOCK_CASES = {
         _conv_transpose_tf(3, (2, 2, 2), "SAME")),
 }
 
-BLOCK_LAYOUTS = [
-    ("", ""),
-    ("all:4", "hb:all"),
-    ("rows:2;cols:2", "hb:rows;wb:cols"),
-    ("rows:2;cols:2", "db:rows;hb:cols"),
-    ("rows:2;cols:2", "wb:rows;o:cols"),
-    ("rows:2;cols:2", "b:rows;c:cols"),
-]
 
-
-@pytest.mark.parametrize("mesh_shape,layout", BLOCK_LAYOUTS,
-                         ids=["%s|%s" % ml for ml in BLOCK_LAYOUTS])
+@meshes.parametrize(meshes.BLOCKED_CONV_LAYERS)
 def test_conv_with_blocks_matches_unblocked_conv(mesh_shape, layout):
   _run_cases(BLOCK_CASES, mesh_shape, layout)
 

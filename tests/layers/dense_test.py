@@ -14,6 +14,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 tf1 = tf.compat.v1
 
@@ -31,17 +32,6 @@ B = _RNG.uniform(-0.5, 0.5, size=(4,)).astype(np.float32)
 C = _RNG.uniform(-1.0, 1.0, size=(4, 4)).astype(np.float32)  # loss weights
 W2 = _RNG.uniform(-1.0, 1.0, size=(8, 4)).astype(np.float32)
 IDS = np.array([[0, 7], [3, 3], [5, 1], [2, 6]], dtype=np.int32)
-
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", "batch:all"),
-    ("all:4", "d_model:all"),             # the reduced dim
-    ("all:4", "hidden:all"),              # the new dim
-    ("rows:2;cols:2", "batch:rows;hidden:cols"),
-    ("rows:2;cols:2", "d_model:rows;hidden:cols"),
-    ("rows:2;cols:2", "batch:cols;d_model:rows"),
-]
-_IDS = ["%s|%s" % ml for ml in MESH_LAYOUTS]
 
 
 def _var(graph, name):
@@ -83,7 +73,7 @@ def _dense_reference():
           np.zeros(4, np.float32)]
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.DENSE)
 def test_dense_values_and_gradients(mesh_shape, layout):
   got = mtu.run_program(_dense_program, mesh_shape, layout)
   mtu.assert_all_close(got, _dense_reference(), msg=layout)
@@ -402,7 +392,7 @@ def _drd_reference(wi, wo):
   return [y.numpy(), dx.numpy(), dwi.numpy()]
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""),
     ("rows:2;cols:2", "batch:rows;hidden:cols"),
     ("rows:2;cols:2", "d_model:rows;hidden:cols"),
@@ -461,7 +451,7 @@ def _embedding_program(mesh):
 _EMB_C = np.arange(64, dtype=np.float32).reshape(4, 2, 8)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""),
     ("all:4", "vocab:all"),
     ("rows:2;cols:2", "vocab:rows;d_model:cols"),

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 from tests.layers import attention_reference as ref
 
 tf1 = tf.compat.v1
@@ -104,13 +105,13 @@ def allowed_blocks_2d(rows, cols, h, w, mask_right):
 
 def blocks_1d_reference(xp, x_seq, w, block, mask_right):
   return ref.padded_local_attention(
-      xp, x_seq, w, allowed_blocks_1d(x_seq.shape[1], block, mask_right),
+      xp, x_seq, w, allowed_blocks_1d(int(x_seq.shape[1]), block, mask_right),
       block, 0 if mask_right else block)
 
 
 def blocks_2d_reference(xp, image, w, h, wd, mask_right):
   """image [b, rows, cols, d] -> [b, rows, cols, d]."""
-  b, rows, cols, d = image.shape
+  b, rows, cols, d = [int(n) for n in image.shape]  # TF1: Dimensions.
   after_h, after_w = (0, 0) if mask_right else (h, wd)
   flat = xp.reshape(image, [b, rows * cols, d])
   q = xp.einsum("bld,hdc->bhlc", flat, w[0])
@@ -227,13 +228,6 @@ def test_variable_names_shapes_and_return_kv():
 
 # (window_size, length_per_split); the block is length_per_split (or 16).
 LOCAL_CASES = [(3, None), (128, None), (3, 4), (6, 4), (16, 2), (5, 8)]
-LOCAL_LAYOUTS = [
-    ("", ""),
-    ("all:4", "length:all"),
-    ("rows:2;cols:2", "batch:rows;heads:cols"),
-    ("rows:2;cols:2", "length:rows;heads:cols"),
-    ("rows:2;cols:2", "d_kv:rows;length:cols"),
-]
 
 
 def local_cases(mesh_shape, layout):
@@ -248,8 +242,7 @@ def masked_local_reference(xp, x, w, window):
                                     window, 0)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", LOCAL_LAYOUTS,
-                         ids=["%s|%s" % ml for ml in LOCAL_LAYOUTS])
+@meshes.parametrize(meshes.LOCAL_ATTENTION)
 def test_masked_local_attention_1d_values_and_gradients(mesh_shape, layout):
   cases = local_cases(mesh_shape, layout)
 
@@ -304,7 +297,7 @@ def test_masked_local_attention_1d_all_modes(mode):
                              rtol=2e-4, atol=2e-5)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("rows:2;cols:2", "batch:rows;heads:cols"),
     ("rows:2;cols:2", "window:rows;d_kv:cols")])
 def test_masked_local_attention_1d_incremental_matches_full(mesh_shape,
@@ -357,18 +350,7 @@ def from_blocks_2d(blocks):
   return blocks.transpose(0, 1, 3, 2, 4, 5).reshape(2, 4, 8, 4)
 
 
-SPATIAL_LAYOUTS = [
-    ("", ""),
-    ("all:4", "nb:all"),
-    ("rows:2;cols:2", "batch:rows;heads:cols"),
-    ("rows:2;cols:2", "nb:rows;d_kv:cols;nh:rows"),
-    ("rows:2;cols:2", "nh:rows;nw:cols"),
-    ("rows:2;cols:2", "nb:cols;nh:cols;nw:rows"),
-]
-
-
-@pytest.mark.parametrize("mesh_shape,layout", SPATIAL_LAYOUTS,
-                         ids=["%s|%s" % ml for ml in SPATIAL_LAYOUTS])
+@meshes.parametrize(meshes.SPATIAL_ATTENTION)
 def test_spatial_block_attention_values_and_gradients(mesh_shape, layout):
   x_blocks = X.reshape(2, 4, 4, 4)
   cot_blocks = COT.reshape(2, 4, 4, 4)
@@ -458,7 +440,7 @@ def np_halo_2d(k, mask_right):
 
 
 @pytest.mark.parametrize("mode", mtu.MODES)
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("all:4", "nb:all;nw:all"),
     ("rows:2;cols:2", "nb:rows;nh:rows;nw:cols"),
     ("rows:2;cols:2", "c:rows;nb:cols;nh:cols")])

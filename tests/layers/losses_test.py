@@ -12,6 +12,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 BATCH = mtf.Dimension("batch", 4)
 LENGTH = mtf.Dimension("length", 2)
@@ -25,15 +26,6 @@ SOFT /= SOFT.sum(axis=-1, keepdims=True)
 WEIGHTS = _RNG.uniform(0.5, 1.5, size=(4, 2)).astype(np.float32)
 LABELS = _RNG.uniform(0.0, 1.0, size=(4, 2, 8)).astype(np.float32)
 Z_LOSS = 1e-2
-
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", "vocab:all"),
-    ("all:4", "batch:all"),
-    ("rows:2;cols:2", "batch:rows;vocab:cols"),
-    ("rows:2;cols:2", "vocab:rows;length:cols"),
-]
-_IDS = ["%s|%s" % ml for ml in MESH_LAYOUTS]
 
 
 def _softmax_program(mesh):
@@ -68,7 +60,7 @@ def _softmax_reference():
           tape.gradient(soft_sum, logits).numpy()]
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.LOSSES)
 def test_softmax_cross_entropy_values_and_gradients(mesh_shape, layout):
   got = mtu.run_program(_softmax_program, mesh_shape, layout)
   mtu.assert_all_close(got, _softmax_reference(), rtol=1e-5, atol=1e-5,
@@ -88,8 +80,8 @@ TARGETS_OUT_OF_RANGE[0, 0], TARGETS_OUT_OF_RANGE[2, 1] = -1, 8
 
 
 @pytest.mark.parametrize("mode", mtu.MODES)
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS + [
-    ("rows:2;cols:2", "length:rows;batch:cols")], ids=_IDS + ["2x2|lb"])
+@meshes.parametrize(meshes.LOSSES,
+                    extra=[("rows:2;cols:2", "length:rows;batch:cols")])
 def test_softmax_cross_entropy_hard_targets_equal_one_hot_soft_targets(
     mesh_shape, layout, mode):
   """Hard targets (a gather) give what their one-hots as soft targets give,
@@ -158,7 +150,7 @@ def _sigmoid_program(mesh):
   return [loss, dl]
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS[:4], ids=_IDS[:4])
+@meshes.parametrize(meshes.LOSSES[:4])
 def test_sigmoid_cross_entropy_values_and_gradients(mesh_shape, layout):
   logits = tf.constant(LOGITS)
   with tf.GradientTape() as tape:

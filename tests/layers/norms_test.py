@@ -13,6 +13,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 tf1 = tf.compat.v1
 
@@ -23,16 +24,6 @@ D_MODEL = mtf.Dimension("d_model", 8)
 _RNG = np.random.RandomState(0)
 X = (_RNG.uniform(-1.0, 1.0, size=(4, 2, 8)) * 3.0 + 1.0).astype(np.float32)
 C = _RNG.uniform(-1.0, 1.0, size=(4, 2, 8)).astype(np.float32)
-
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", "batch:all"),
-    ("all:4", "d_model:all"),
-    ("rows:2;cols:2", "batch:rows;d_model:cols"),
-    ("rows:2;cols:2", "length:rows;d_model:cols"),
-    ("rows:2;cols:2", "batch:rows;length:cols"),
-]
-_IDS = ["%s|%s" % ml for ml in MESH_LAYOUTS]
 
 
 def _var(graph, name):
@@ -68,7 +59,7 @@ def _layer_norm_reference():
   return [z.numpy()] + [g.numpy() for g in tape.gradient(loss, [x, s, b])]
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.NORMS)
 def test_layer_norm_values_and_gradients(mesh_shape, layout):
   got = mtu.run_program(_layer_norm_program, mesh_shape, layout)
   mtu.assert_all_close(got, _layer_norm_reference(), rtol=1e-4, atol=1e-4,
@@ -134,7 +125,7 @@ def _batch_norm_reference():
   return [y.numpy()] + [g.numpy() for g in tape.gradient(loss, [x, s, b])]
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.NORMS)
 def test_batch_norm_training_values_and_gradients(mesh_shape, layout):
   got = mtu.run_program(_batch_norm_program, mesh_shape, layout)
   mtu.assert_all_close(got, _batch_norm_reference(), rtol=1e-4, atol=1e-4,

@@ -15,6 +15,7 @@ from mesh_tensorflow import placement_mesh_impl
 from mesh_tensorflow import simd_mesh_impl
 from mesh_tensorflow._src.mesh_impls import simd_collective
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 DEVICES = ["/cpu:%d" % i for i in range(8)]
 
@@ -363,7 +364,7 @@ def _train(mesh_impl, steps, data, simd):
   return [float(step(*data[i % len(data)])) for i in range(steps)]
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("rows:2;cols:2", "batch:rows;hidden:cols"),
     ("all:4", "batch:all"),
 ])

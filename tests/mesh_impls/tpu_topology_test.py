@@ -65,7 +65,7 @@ def test_signatures():
       ("mesh_shape", empty)]
   assert params(auto_logical_to_physical_tpu) == [
       ("logical_shape", empty), ("physical_shape", empty),
-      ("return_coordinates", False)]
+      ("return_coordinates", False), ("device_assignment", None)]
 
 
 def test_module_does_not_import_tensorflow():

@@ -7,23 +7,12 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from mesh_tensorflow._src.ops import broadcast_binary
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 A = mtf.Dimension("a", 4)
 B = mtf.Dimension("b", 8)
 C = mtf.Dimension("c", 2)
 
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", ""),
-    ("all:4", "a:all"),
-    ("all:4", "b:all"),
-    ("rows:2;cols:2", "a:rows"),
-    ("rows:2;cols:2", "b:cols"),
-    ("rows:2;cols:2", "a:rows;b:cols"),
-    ("rows:2;cols:2", "a:cols;b:rows;c:none"),
-    ("rows:2;cols:2", "b:rows;c:cols"),
-]
-_IDS = ["%s|%s" % ml for ml in MESH_LAYOUTS]
 
 _RNG = np.random.RandomState(1)
 X_AB = _RNG.randn(4, 8).astype(np.float32)
@@ -110,7 +99,7 @@ def _check_arith_shapes(outs):
   assert names[9] == ["b", "a"]
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.BINARY_OPS, "mesh_layout")
 def test_arithmetic_values(mesh_layout):
   def build(mesh):
     outs = _arith_program(mesh)
@@ -134,7 +123,7 @@ def test_arithmetic_three_modes(mode):
   mtu.assert_all_close(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.BINARY_OPS, "mesh_layout")
 def test_tensor_operators(mesh_layout):
   xi = (np.arange(32).reshape(4, 8) - 13).astype(np.int32)
   yi = np.array([1, 2, 3, -4, 5, -6, 7, 3], np.int32)
@@ -161,7 +150,7 @@ def test_tensor_operators(mesh_layout):
     assert g.dtype == np.int32, (g.dtype, w)
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.BINARY_OPS, "mesh_layout")
 def test_comparisons_and_logic(mesh_layout):
   yb_int = np.array([0, 1, 2, 3, 4, 5, 6, 7], np.int32)
   xi = _RNG.randint(0, 8, size=(4, 8)).astype(np.int32)
@@ -190,7 +179,7 @@ def test_comparisons_and_logic(mesh_layout):
     np.testing.assert_array_equal(g, w)
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.BINARY_OPS, "mesh_layout")
 def test_floordiv_mod_keep_dtype(mesh_layout):
   xi = (np.arange(32).reshape(4, 8) - 13).astype(np.int32)
   yi = np.array([1, 2, 3, -4, 5, -6, 7, 3], np.int32)
@@ -215,7 +204,7 @@ def test_floordiv_mod_keep_dtype(mesh_layout):
   mtu.assert_all_close(got, want, rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.BINARY_OPS, "mesh_layout")
 def test_where(mesh_layout):
   def build(mesh):
     x = _imp(mesh, X_AB, [A, B])
@@ -251,7 +240,7 @@ def test_where_is_an_arithmetic_blend():
   np.testing.assert_array_equal(got[1:], a_value[1:])
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.BINARY_OPS, "mesh_layout")
 def test_add_n(mesh_layout):
   def build(mesh):
     xs = [_imp(mesh, X_AB, [A, B]), _imp(mesh, Y_AB, [A, B]),
@@ -304,7 +293,7 @@ def _grad_expected():
   return [g.numpy() for g in tape.gradient(loss, [x, y, yb, yba, ycb])]
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.BINARY_OPS, "mesh_layout")
 def test_gradients(mesh_layout):
   got = mtu.run_program(_grad_program, *mesh_layout)
   mtu.assert_all_close(got, _grad_expected(), rtol=1e-4, atol=1e-4)
@@ -317,7 +306,7 @@ def test_gradients_three_modes(mode):
   mtu.assert_all_close(got, _grad_expected(), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.BINARY_OPS, "mesh_layout")
 def test_min_max_gradient_ties_go_to_both(mesh_layout):
   x_value = np.array([[1., 2., 3., 4., 5., 6., 7., 8.]] * 4, np.float32)
   y_value = np.array([1., 0., 3., 9., 5., 0., 9., 8.], np.float32)

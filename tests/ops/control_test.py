@@ -12,6 +12,7 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from mesh_tensorflow import placement_mesh_impl
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 BATCH = mtf.Dimension("batch", 4)
 N = mtf.Dimension("n", 4)
@@ -21,23 +22,6 @@ _RNG = np.random.RandomState(0)
 X = _RNG.uniform(-1.0, 1.0, size=(4, 4)).astype(np.float32)
 W1 = (_RNG.uniform(-1.0, 1.0, size=(4, 8)) * 0.4).astype(np.float32)
 W2 = (_RNG.uniform(-1.0, 1.0, size=(8, 4)) * 0.4).astype(np.float32)
-
-# (mesh_shape, layout): nothing split, batch split, contracted dims split.
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", ""),
-    ("all:4", "batch:all"),
-    ("all:4", "n:all"),
-    ("all:4", "m:all"),
-    ("rows:2;cols:2", "batch:rows;n:cols"),
-    ("rows:2;cols:2", "n:rows;m:cols"),
-]
-_IDS = ["%s|%s" % ml for ml in MESH_LAYOUTS]
-# One representative layout per mesh, run in every execution mode.
-MODE_CASES = [(m, l, mode) for (m, l) in [("", ""), ("all:4", "n:all"),
-                                          ("rows:2;cols:2", "n:rows;m:cols")]
-              for mode in mtu.MODES]
-_MODE_IDS = ["%s|%s|%s" % c for c in MODE_CASES]
 
 NUM_STEPS = 3
 
@@ -73,7 +57,8 @@ def _einsum_loop_expected():
   return [np.int32(NUM_STEPS), s]
 
 
-@pytest.mark.parametrize("mesh_shape,layout,mode", MODE_CASES, ids=_MODE_IDS)
+@meshes.parametrize(meshes.CONTROL_OPS_PER_MESH)
+@pytest.mark.parametrize("mode", mtu.MODES)
 def test_while_loop_modes(mesh_shape, layout, mode):
   i, total = mtu.run_program(_counter_loop, mesh_shape, layout, mode)
   assert i == 5
@@ -83,7 +68,7 @@ def test_while_loop_modes(mesh_shape, layout, mode):
       _einsum_loop_expected())
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.CONTROL_OPS)
 def test_while_loop_einsum_layouts(mesh_shape, layout):
   mtu.assert_all_close(mtu.run_program(_einsum_loop, mesh_shape, layout),
                        _einsum_loop_expected())
@@ -108,7 +93,7 @@ def _accumulator_expected():
   return [np.int32(NUM_STEPS), X.sum(axis=1) * steps, X.sum(axis=0) * NUM_STEPS]
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.CONTROL_OPS)
 def test_while_loop_accumulators(mesh_shape, layout):
   mtu.assert_all_close(mtu.run_program(_accumulator_loop, mesh_shape, layout),
                        _accumulator_expected())
@@ -222,9 +207,8 @@ def _depend_program(mesh):
 
 
 @pytest.mark.parametrize("mode", mtu.MODES)
-@pytest.mark.parametrize("mesh_shape,layout",
-                         [("", ""), ("all:4", "n:all"),
-                          ("rows:2;cols:2", "batch:rows;n:cols")])
+@meshes.parametrize([("", ""), ("all:4", "n:all"),
+                     ("rows:2;cols:2", "batch:rows;n:cols")])
 def test_depend_sees_assigned_value(mesh_shape, layout, mode):
   v_new, x_after = mtu.run_program(_depend_program, mesh_shape, layout, mode)
   np.testing.assert_allclose(v_new, X * 2.0 + 1.0, rtol=1e-6)

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 B = mtf.Dimension("b", 4)
 E = mtf.Dimension("e", 2)
@@ -122,20 +123,8 @@ CASES = {
         [1, 2, 1, 2, 1], "SAME", _conv3d_transpose),
 }
 
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", "b:all"),
-    ("all:4", "c:all"),
-    ("all:4", "o:all"),
-    ("rows:2;cols:2", "b:rows;c:cols"),
-    ("rows:2;cols:2", "c:rows;o:cols"),
-    ("rows:2;cols:2", "o:rows;b:cols"),
-    ("rows:2;cols:2", "e:rows;b:cols"),
-]
 
-
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS,
-                         ids=["%s|%s" % ml for ml in MESH_LAYOUTS])
+@meshes.parametrize(meshes.CONV_OPS)
 def test_conv_values_and_gradients(mesh_shape, layout):
   names = sorted(CASES)
 
@@ -152,7 +141,7 @@ def test_conv_values_and_gradients(mesh_shape, layout):
 
 
 @pytest.mark.parametrize("mode", mtu.MODES)
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("rows:2;cols:2", "b:rows;c:cols")])
 def test_conv_all_modes(mode, mesh_shape, layout):
   case = CASES["conv2d_valid_strided"]
@@ -160,7 +149,7 @@ def test_conv_all_modes(mode, mesh_shape, layout):
   mtu.assert_all_close(out, case.expected, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("all:4", "c:all"), ("rows:2;cols:2", "b:rows;o:cols")])
 def test_conv2d_second_order_gradient(mesh_shape, layout):
   """d/df of sum(dL/dx * q): differentiates conv2d_backprop_input."""

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 BATCH = mtf.Dimension("batch", 4)
 D_IN = mtf.Dimension("d_in", 4)
@@ -23,16 +24,6 @@ X = np.where(np.abs(X) < 0.1, X + 0.3, X).astype(np.float32)
 V = _RNG.uniform(-1.0, 1.0, size=(4, 4)).astype(np.float32)
 W1 = _RNG.uniform(-1.0, 1.0, size=(4, 8)).astype(np.float32)
 W2 = _RNG.uniform(-1.0, 1.0, size=(8, 4)).astype(np.float32)
-
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", "batch:all"),
-    ("all:4", "hidden:all"),
-    ("all:4", "d_in:all"),
-    ("rows:2;cols:2", "batch:rows;hidden:cols"),
-    ("rows:2;cols:2", "d_in:rows;d_out:cols"),
-]
-_IDS = ["%s|%s" % ml for ml in MESH_LAYOUTS]
 
 
 def _double_grad_fn(explicit_inputs, all_inputs, forward_operations, outputs,
@@ -57,7 +48,7 @@ def test_custom_gradient_replaces_gradient_modes(mode):
   np.testing.assert_allclose(dx, 4.0 * X, rtol=1e-6)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.CUSTOM_GRADIENT)
 def test_custom_gradient_with_implicit_input(mesh_shape, layout):
   seen = {}
 
@@ -126,9 +117,7 @@ def test_custom_gradient_errors():
     mtf.gradients([mtf.reduce_sum(bad)], [x])
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [("", ""),
-                                               ("rows:2;cols:2",
-                                                "batch:rows;hidden:cols")])
+@meshes.parametrize([("", ""), ("rows:2;cols:2", "batch:rows;hidden:cols")])
 def test_recompute_grad_of_fn_creating_variables(mesh_shape, layout):
   """A layer called for the first time inside recompute_grad creates its
   variables there; they are hoisted out and get the plain gradients."""
@@ -182,7 +171,7 @@ def _mlp_expected():
   return [y, dh @ W1.T, X.T @ dh, dw2]
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.CUSTOM_GRADIENT)
 def test_recompute_grad_matches_plain_gradients(mesh_shape, layout):
   plain = mtu.run_program(_mlp_program(False), mesh_shape, layout)
   recomputed = mtu.run_program(_mlp_program(True), mesh_shape, layout)
@@ -230,8 +219,7 @@ def test_recompute_grad_clones_forward_operations(control_dependencies):
   assert counts[True] == counts[False] + 2
 
 
-@pytest.mark.parametrize("mesh_shape,layout",
-                         [("", ""), ("all:4", "d_in:all")])
+@meshes.parametrize([("", ""), ("all:4", "d_in:all")])
 def test_recompute_grad_reuses_random_values(mesh_shape, layout):
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, X, [BATCH, D_IN])

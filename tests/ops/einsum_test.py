@@ -7,6 +7,7 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from mesh_tensorflow._src.laid_out import LazyAllreduceSum
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 BATCH = mtf.Dimension("batch", 4)
 IO = mtf.Dimension("io", 8)
@@ -18,24 +19,6 @@ X = _RNG.randn(4, 8).astype(np.float32)       # [batch, io]
 W = _RNG.randn(8, 8).astype(np.float32)       # [io, hidden]
 V = _RNG.randn(8, 4).astype(np.float32)       # [hidden, batch]
 U = _RNG.randn(2, 8).astype(np.float32)       # [extra, io]
-
-# Every way to lay out a [batch, io] x [io, hidden] matmul on the meshes.
-MATMUL_LAYOUTS = [
-    ("", ""),
-    ("all:4", ""),
-    ("all:4", "batch:all"),
-    ("all:4", "io:all"),
-    ("all:4", "hidden:all"),
-    ("rows:2;cols:2", "batch:rows"),
-    ("rows:2;cols:2", "io:cols"),
-    ("rows:2;cols:2", "hidden:rows"),
-    ("rows:2;cols:2", "batch:rows;io:cols"),
-    ("rows:2;cols:2", "batch:rows;hidden:cols"),
-    ("rows:2;cols:2", "io:rows;hidden:cols"),
-    ("rows:2;cols:2", "io:cols;hidden:rows"),
-    ("rows:2;cols:2", "batch:cols;io:rows"),
-]
-_IDS = ["%s|%s" % ml for ml in MATMUL_LAYOUTS]
 
 
 def _imp(mesh, value, dims):
@@ -58,7 +41,7 @@ def _matmul_expected():
   return [X @ W, (X @ W).T, gy @ W.T, X.T @ gy]
 
 
-@pytest.mark.parametrize("mesh_layout", MATMUL_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.MATMUL, "mesh_layout")
 def test_matmul_all_layouts(mesh_layout):
   got = mtu.run_program(_matmul_program, *mesh_layout)
   mtu.assert_all_close(got, _matmul_expected(), rtol=1e-4, atol=1e-4)
@@ -123,7 +106,7 @@ def test_output_shape_and_reduced_dims_inconsistent_raise():
     mtf.einsum([x, w], reduced_dims=[EXTRA])
 
 
-@pytest.mark.parametrize("mesh_layout", MATMUL_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.MATMUL, "mesh_layout")
 def test_einsum_variants_values(mesh_layout):
   def build(mesh):
     x = _imp(mesh, X, [BATCH, IO])
@@ -157,7 +140,7 @@ def test_einsum_variants_values(mesh_layout):
   mtu.assert_all_close(got, want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("mesh_layout", MATMUL_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.MATMUL, "mesh_layout")
 def test_einsum_gradients(mesh_layout):
   g_ebh = _RNG.randn(2, 4, 8).astype(np.float32)
 
@@ -190,11 +173,11 @@ def test_einsum_gradients(mesh_layout):
 NEW = mtf.Dimension("new", 4)
 
 
-@pytest.mark.parametrize("mesh_layout", [
+@meshes.parametrize([
     ("", ""), ("all:4", "new:all"), ("all:4", "io:all"),
     ("rows:2;cols:2", "new:rows;io:cols"),
     ("rows:2;cols:2", "new:cols;batch:rows"),
-    ("rows:2;cols:2", "hidden:cols;new:rows")], ids=str)
+    ("rows:2;cols:2", "hidden:cols;new:rows")], "mesh_layout")
 def test_output_dims_in_no_input_are_broadcast(mesh_layout):
   def build(mesh):
     x = _imp(mesh, X, [BATCH, IO])
@@ -215,7 +198,7 @@ def test_output_dims_in_no_input_are_broadcast(mesh_layout):
 # Integer dtypes.
 
 
-@pytest.mark.parametrize("mesh_layout", MATMUL_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.MATMUL, "mesh_layout")
 def test_integer_einsum(mesh_layout):
   xi = _RNG.randint(-5, 5, size=(4, 8)).astype(np.int32)
   wi = _RNG.randint(-5, 5, size=(8, 8)).astype(np.int32)

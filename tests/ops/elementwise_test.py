@@ -12,23 +12,12 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from mesh_tensorflow._src.ops import slicewise as slicewise_lib
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 BATCH = mtf.Dimension("batch", 4)
 HIDDEN = mtf.Dimension("hidden", 8)
 SHAPE = [BATCH, HIDDEN]
 
-# (mesh_shape, layout): nothing split, one dim split, two dims split.
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", ""),
-    ("all:4", "batch:all"),
-    ("all:4", "hidden:all"),
-    ("rows:2;cols:2", "batch:rows"),
-    ("rows:2;cols:2", "hidden:cols"),
-    ("rows:2;cols:2", "batch:rows;hidden:cols"),
-    ("rows:2;cols:2", "batch:cols;hidden:rows"),
-]
-_IDS = ["%s|%s" % ml for ml in MESH_LAYOUTS]
 
 _RNG = np.random.RandomState(0)
 X_ANY = _RNG.uniform(-2.0, 2.0, size=(4, 8)).astype(np.float32)
@@ -102,7 +91,7 @@ def _value_and_grad_program(mtf_fn, x_value):
   return build
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.ELEMENTWISE_OPS, "mesh_layout")
 @pytest.mark.parametrize("case", sorted(UNARY_CASES))
 def test_unary_values_and_gradients(case, mesh_layout):
   mtf_fn, tf_fn, x_value = UNARY_CASES[case]
@@ -170,7 +159,7 @@ def test_default_names():
   assert mtf.to_bfloat16(x).operation.name == "to_bfloat16"
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.ELEMENTWISE_OPS, "mesh_layout")
 def test_sign_values_and_no_gradient(mesh_layout):
   x_value = X_ANY.copy()
   x_value[0, 0] = 0.0
@@ -185,7 +174,7 @@ def test_sign_values_and_no_gradient(mesh_layout):
   np.testing.assert_array_equal(y, np.sign(x_value))
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.ELEMENTWISE_OPS, "mesh_layout")
 def test_cast_values_and_dtypes(mesh_layout):
   x_value = X_ANY * 3.0
   ints = np.arange(32, dtype=np.int32).reshape(4, 8) - 10
@@ -278,7 +267,7 @@ def _two_outputs_program(mesh, x_value):
   return x, y_float, y_int
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.ELEMENTWISE_OPS, "mesh_layout")
 def test_slicewise_multiple_outputs(mesh_layout):
   def build(mesh):
     x, y_float, y_int = _two_outputs_program(mesh, X_ANY)
@@ -294,7 +283,7 @@ def test_slicewise_multiple_outputs(mesh_layout):
   np.testing.assert_allclose(dx, np.cos(X_ANY) * 2.0, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.ELEMENTWISE_OPS, "mesh_layout")
 def test_slicewise_two_float_outputs_generic_gradient(mesh_layout):
   w2 = W[::-1].copy()
 
@@ -330,9 +319,9 @@ def _cumsum_program(mesh):
   return [y, total, dx]
 
 
-@pytest.mark.parametrize("mesh_layout", [
+@meshes.parametrize([
     ("", ""), ("all:4", "batch:all"), ("rows:2;cols:2", "batch:rows"),
-    ("rows:2;cols:2", "batch:cols")], ids=str)
+    ("rows:2;cols:2", "batch:cols")], "mesh_layout")
 def test_slicewise_with_unsplittable_dim(mesh_layout):
   y, total, dx = mtu.run_program(_cumsum_program, *mesh_layout)
   np.testing.assert_allclose(y, np.cumsum(X_ANY, axis=1), rtol=1e-5,
@@ -342,9 +331,9 @@ def test_slicewise_with_unsplittable_dim(mesh_layout):
                              rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("mesh_layout", [
+@meshes.parametrize([
     ("all:4", "hidden:all"), ("rows:2;cols:2", "hidden:cols"),
-    ("rows:2;cols:2", "batch:rows;hidden:cols")], ids=str)
+    ("rows:2;cols:2", "batch:rows;hidden:cols")], "mesh_layout")
 def test_slicewise_forbidden_split_raises_naming_dim(mesh_layout):
   mesh_dim = mesh_layout[1].split("hidden:")[1]
   with pytest.raises(ValueError, match="'hidden'.*'%s'" % mesh_dim):

@@ -10,24 +10,13 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 BATCH = mtf.Dimension("batch", 4)
 LENGTH = mtf.Dimension("length", 2)
 VOCAB = mtf.Dimension("vocab", 8)
 HIDDEN = mtf.Dimension("hidden", 4)
 
-# (mesh_shape, layout): nothing split, one dim split (vocab or not), two dims.
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", ""),
-    ("all:4", "vocab:all"),
-    ("all:4", "batch:all"),
-    ("rows:2;cols:2", "vocab:rows"),
-    ("rows:2;cols:2", "batch:rows;vocab:cols"),
-    ("rows:2;cols:2", "vocab:rows;hidden:cols"),
-    ("rows:2;cols:2", "batch:cols;hidden:rows"),
-]
-_IDS = ["%s|%s" % ml for ml in MESH_LAYOUTS]
 
 _RNG = np.random.RandomState(0)
 # Includes out-of-range indices (-1 and 8): one_hot gives all off_value.
@@ -42,7 +31,7 @@ def _np_one_hot(ids, depth, on=1.0, off=0.0):
   return np.where(ids[..., None] == np.arange(depth), on, off)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.ONE_HOT_GATHER)
 def test_one_hot_matches_numpy(mesh_shape, layout):
   def build(mesh):
     ids = mtf.import_tf_tensor(mesh, IDS, [BATCH, LENGTH])
@@ -90,7 +79,7 @@ def test_one_hot_rejects_existing_dimension():
     mtf.one_hot(ids, LENGTH)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.ONE_HOT_GATHER)
 def test_gather_values_and_gradient(mesh_shape, layout):
   def build(mesh):
     w = mtf.import_tf_tensor(mesh, W, [VOCAB, HIDDEN])
@@ -125,7 +114,7 @@ def test_gather_modes_with_split_vocab(mode):
   np.testing.assert_array_equal(r, np.arange(8))
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.ONE_HOT_GATHER)
 def test_gather_variants(mesh_shape, layout):
   w_int = (W * 100).astype(np.int32)
   w_bool = W > 0
@@ -183,9 +172,9 @@ def test_gather_communicates_only_when_vocab_is_split(split):
   assert bool(allreduces) == split
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("all:4", "vocab:all"), ("rows:2;cols:2", "vocab:cols"),
-    ("rows:2;cols:2", "batch:rows;vocab:cols")], ids=str)
+    ("rows:2;cols:2", "batch:rows;vocab:cols")])
 def test_range_matches_numpy(mesh_shape, layout):
   def build(mesh):
     return [mtf.mtf_range(mesh, VOCAB, dtype)
@@ -243,24 +232,6 @@ def test_tensor_processor_numbers():
 
 EXTRA = mtf.Dimension("extra", 2)
 
-GATHER_LAYOUTS = [
-    ("", ""),
-    ("all:4", ""),
-    ("all:4", "vocab:all"),
-    ("all:4", "batch:all"),
-    ("all:4", "hidden:all"),
-    ("rows:2;cols:2", "vocab:rows"),
-    ("rows:2;cols:2", "hidden:rows"),
-    ("rows:2;cols:2", "batch:rows;hidden:cols"),
-    ("rows:2;cols:2", "batch:cols;hidden:rows"),
-    ("rows:2;cols:2", "batch:rows;length:cols"),
-    ("rows:2;cols:2", "length:rows;hidden:cols"),
-    ("rows:2;cols:2", "batch:rows;vocab:cols"),
-    ("rows:2;cols:2", "vocab:rows;hidden:cols"),
-    ("rows:2;cols:2", "vocab:rows;batch:cols"),
-    ("rows:2;cols:2", "batch:rows;extra:cols"),
-]
-_GATHER_IDS = ["%s|%s" % ml for ml in GATHER_LAYOUTS]
 
 # Per-batch tables for a gather whose weights share the batch dim with ids.
 W_BATCHED = _RNG.uniform(-1.0, 1.0, size=(4, 8, 4)).astype(np.float32)
@@ -314,7 +285,7 @@ def _gather_program(mesh):
 
 
 @pytest.mark.parametrize("mode", mtu.MODES)
-@pytest.mark.parametrize("mesh_shape,layout", GATHER_LAYOUTS, ids=_GATHER_IDS)
+@meshes.parametrize(meshes.GATHER)
 def test_gather_matches_numpy_and_one_hot_einsum(mesh_shape, layout, mode):
   outs = mtu.run_program(_gather_program, mesh_shape, layout, mode)
   expected_y = _np_gather(W, IDS)
@@ -340,9 +311,9 @@ def test_gather_matches_numpy_and_one_hot_einsum(mesh_shape, layout, mode):
                                err_msg="case %d" % i)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("all:4", "batch:all"), ("all:4", "vocab:all"),
-    ("rows:2;cols:2", "batch:rows;hidden:cols")], ids=str)
+    ("rows:2;cols:2", "batch:rows;hidden:cols")])
 def test_gather_dtypes_match_one_hot_einsum(mesh_shape, layout):
   w_int = (W * 100).astype(np.int32)
 
@@ -376,9 +347,9 @@ def test_gather_dtypes_match_one_hot_einsum(mesh_shape, layout):
                                rtol=2e-2, atol=2e-2)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("all:4", "batch:all"), ("all:4", "vocab:all"),
-    ("rows:2;cols:2", "batch:rows;hidden:cols")], ids=str)
+    ("rows:2;cols:2", "batch:rows;hidden:cols")])
 def test_gather_second_order_gradient(mesh_shape, layout):
   c_np = _RNG.uniform(-1.0, 1.0, size=(8, 4)).astype(np.float32)
 
@@ -394,9 +365,9 @@ def test_gather_second_order_gradient(mesh_shape, layout):
   np.testing.assert_allclose(ddy, _np_gather(c_np, IDS), rtol=1e-6)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("all:4", "hidden:all"), ("all:4", "vocab:all"),
-    ("rows:2;cols:2", "batch:rows;hidden:cols")], ids=str)
+    ("rows:2;cols:2", "batch:rows;hidden:cols")])
 def test_gather_scalar_index_gradient(mesh_shape, layout):
   def build(mesh):
     w = mtf.import_tf_tensor(mesh, W, [VOCAB, HIDDEN])

@@ -15,6 +15,7 @@ import pytest
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 A = mtf.Dimension("a", 2)
 NB = mtf.Dimension("nb", 4)
@@ -58,17 +59,9 @@ def test_reference_on_the_docstring_example():
 
 
 HALOS = [0, 1, 2, 3, 4, 7]  # Block size 3: partial, whole and several blocks.
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", "nb:all"),
-    ("rows:2;cols:2", "a:rows;c:cols"),
-    ("rows:2;cols:2", "nb:rows;c:cols"),
-    ("rows:2;cols:2", "a:rows;nb:cols"),
-]
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS,
-                         ids=["%s|%s" % ml for ml in MESH_LAYOUTS])
+@meshes.parametrize(meshes.HALO)
 def test_halo_exchange_values_and_gradients(mesh_shape, layout):
   cases = [(h, wrap, both) for h in HALOS for wrap in (False, True)
            for both in (True, False)]

@@ -6,21 +6,11 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 A = mtf.Dimension("a", 4)
 B = mtf.Dimension("b", 8)
 
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", ""),
-    ("all:4", "a:all"),
-    ("all:4", "b:all"),
-    ("rows:2;cols:2", "a:rows"),
-    ("rows:2;cols:2", "b:cols"),
-    ("rows:2;cols:2", "a:rows;b:cols"),
-    ("rows:2;cols:2", "a:cols;b:rows"),
-]
-_IDS = ["%s|%s" % ml for ml in MESH_LAYOUTS]
 
 _RNG = np.random.RandomState(4)
 X = _RNG.randn(4, 8).astype(np.float32)
@@ -73,7 +63,7 @@ def _check(got):
     np.testing.assert_array_equal(g, w, err_msg="output %d" % i)
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.IO_OPS, "mesh_layout")
 def test_constants_imports_exports(mesh_layout):
   _check(mtu.run_program(_program, *mesh_layout))
 
@@ -136,7 +126,7 @@ def test_constant_dtype_conversion():
   np.testing.assert_array_equal(got[2], X.astype(np.float64))
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.IO_OPS, "mesh_layout")
 def test_import_laid_out_tensor(mesh_layout):
   mesh_impl = mtu.mesh_impl_for(*mesh_layout)
   shape = mtf.Shape([A, B])
@@ -169,7 +159,7 @@ def test_import_laid_out_tensor_wrong_slice_shape_raises():
     mtf.Lowering(graph, {mesh: mesh_impl})
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.IO_OPS, "mesh_layout")
 def test_export_of_every_layout(mesh_layout):
   # Export concatenates split dims and drops replicas, whatever the layout.
   value = np.arange(4 * 8 * 2, dtype=np.float32).reshape(4, 8, 2)

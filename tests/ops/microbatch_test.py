@@ -14,6 +14,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 BATCH = mtf.Dimension("batch", 8)
 D_IN = mtf.Dimension("d_in", 4)
@@ -26,10 +27,6 @@ Y = _RNG.normal(size=(8, 2)).astype(np.float32)
 W1 = _RNG.normal(size=(4, 6)).astype(np.float32)
 W2 = _RNG.normal(size=(6, 2)).astype(np.float32)
 SCALE = np.float32(0.5)  # a feature without the batch dimension
-
-MESHES = [("", ""), ("rows:2;cols:2", "batch:rows;hidden:cols"),
-          ("rows:2;cols:2", "hidden:rows;d_out:cols")]
-_IDS = ["%s|%s" % m for m in MESHES]
 
 
 def np_model():
@@ -91,7 +88,7 @@ def test_signature():
                     ("batch_dim", empty), ("num_splits", empty)]
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESHES, ids=_IDS)
+@meshes.parametrize(meshes.MICROBATCH)
 def test_microbatches_match_unsplit_model(mesh_shape, layout):
   pred, loss, hidden_sum, d_w1, d_w2 = np_model()
   unsplit = mtu.run_program(_program(1), mesh_shape, layout)

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 B = mtf.Dimension("b", 4)
 E = mtf.Dimension("e", 2)
@@ -72,17 +73,8 @@ CASES = {
     "avg3d": Case([B, D, H, W, C], [2, 2, 5], "AVG_3D"),
 }
 
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", "b:all"),
-    ("all:4", "c:all"),
-    ("rows:2;cols:2", "b:rows;c:cols"),
-    ("rows:2;cols:2", "e:rows;c:cols"),
-]
 
-
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS,
-                         ids=["%s|%s" % ml for ml in MESH_LAYOUTS])
+@meshes.parametrize(meshes.POOL_OPS)
 def test_pool_values_and_gradients(mesh_shape, layout):
   names = sorted(CASES)
 

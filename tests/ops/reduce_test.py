@@ -8,25 +8,13 @@ import mesh_tensorflow as mtf
 from mesh_tensorflow._src.laid_out import LazyAllreduceSum
 from mesh_tensorflow._src.ops import softmax as softmax_lib
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 A = mtf.Dimension("a", 4)
 B = mtf.Dimension("b", 8)
 C = mtf.Dimension("c", 2)
 SHAPE = [A, B, C]
 
-# Reduced dims split on all:4 and on rows / cols / both of the 2x2 mesh.
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", ""),
-    ("all:4", "a:all"),
-    ("all:4", "b:all"),
-    ("rows:2;cols:2", "a:rows"),
-    ("rows:2;cols:2", "b:cols"),
-    ("rows:2;cols:2", "a:rows;b:cols"),
-    ("rows:2;cols:2", "b:rows;c:cols"),
-    ("rows:2;cols:2", "a:cols;c:rows"),
-]
-_IDS = ["%s|%s" % ml for ml in MESH_LAYOUTS]
 
 _RNG = np.random.RandomState(2)
 X = _RNG.randn(4, 8, 2).astype(np.float32)
@@ -81,7 +69,7 @@ def _check_reduce_shapes(outs):
   assert outs[13].dtype == tf.bool and outs[16].dtype == tf.bool
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.REDUCE_OPS, "mesh_layout")
 def test_reduce_values(mesh_layout):
   def build(mesh):
     outs = _reduce_program(mesh)
@@ -149,7 +137,7 @@ def _grad_expected():
   return [dx, dt]
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.REDUCE_OPS, "mesh_layout")
 def test_reduce_gradients(mesh_layout):
   got = mtu.run_program(_grad_program, *mesh_layout)
   mtu.assert_all_close(got, _grad_expected(), rtol=1e-5, atol=1e-5)
@@ -177,7 +165,7 @@ def _softmax_reference(x, axis, extra_logit=None):
   return lse, log_sm, np.exp(log_sm)
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.REDUCE_OPS, "mesh_layout")
 def test_logsumexp_softmax(mesh_layout):
   big = X * 30.0  # needs the max-subtraction for stability in float32
   extra = X[:, 0, :].copy()
@@ -206,7 +194,7 @@ def test_logsumexp_softmax(mesh_layout):
   np.testing.assert_allclose(got[2].sum(1), 1.0, rtol=1e-5)
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.REDUCE_OPS, "mesh_layout")
 def test_softmax_gradients(mesh_layout):
   w = X[::-1].copy()
 
@@ -231,7 +219,7 @@ def test_softmax_gradients(mesh_layout):
 
 
 @pytest.mark.parametrize("mode", mtu.MODES)
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.REDUCE_OPS, "mesh_layout")
 def test_softmax_equals_exp_log_softmax(mesh_layout, mode):
   """The fused softmax (any reduced dim, split or not) and its gradient
   against exp(log_softmax(x)), the original's formulation."""
@@ -277,7 +265,7 @@ def test_softmax_bfloat16_and_fused_kernel():
   assert types.count("Softmax") == 1 and "Transpose" not in types
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("all:4", "d1:all"), ("rows:2;cols:2", "d0:rows;d3:cols")])
 def test_softmax_over_last_dim_of_six_dims(mesh_shape, layout):
   """Slices of more than 5 dims (local 2-d attention logits): the fused
@@ -376,7 +364,7 @@ def test_reduce_max_allreduces_immediately():
                              X.min((0, 1)))
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("all:4", "b:all"), ("rows:2;cols:2", "b:rows;c:cols"),
     ("rows:2;cols:2", "a:rows;b:cols"), ("rows:2;cols:2", "b:cols")])
 def test_reduce_over_lazy_einsum_result(mesh_shape, layout):
@@ -415,7 +403,7 @@ def test_lazy_sums_values_on_all_meshes():
             mtf.reduce_sum(e) - mtf.reduce_sum(a)]
   want = [(X + X * X).sum((1, 2)) + np.einsum("abc,bc->a", X, X[0]),
           np.einsum("abc,bc->", X, X[0]) - X.sum()]
-  for mesh_layout in MESH_LAYOUTS:
+  for mesh_layout in meshes.REDUCE_OPS:
     got = mtu.run_program(build, *mesh_layout)
     mtu.assert_all_close(got, want, rtol=1e-4, atol=1e-4, msg=str(mesh_layout))
 

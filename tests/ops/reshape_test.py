@@ -15,6 +15,7 @@ import mesh_tensorflow as mtf
 from mesh_tensorflow import placement_mesh_impl
 from mesh_tensorflow._src.laid_out import LazyAllreduceSum
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 A = mtf.Dimension("a", 4)
 B = mtf.Dimension("b", 6)
@@ -27,7 +28,7 @@ Q = mtf.Dimension("q", 8)
 R = mtf.Dimension("r", 4)
 S = mtf.Dimension("s", 8)
 
-M1, M4, M22 = "", "all:4", "rows:2;cols:2"
+M1, M4, M22 = meshes.ONE_DEVICE, meshes.ALL_4, meshes.ROWS_COLS
 
 # (mesh_shape, layout, old dims, new dims, expected collectives)
 RESHAPE_CASES = [
@@ -258,9 +259,9 @@ def test_replace_dimensions_errors():
     mtf.replace_dimensions(shape, mtf.Dimension("a", 5), AB)
 
 
-@pytest.mark.parametrize("mesh_layout", [
+@meshes.parametrize([
     (M1, ""), (M4, "a:all;ab:all"), (M22, "b:cols;x:rows"),
-    (M22, "a:rows;y:cols")], ids=str)
+    (M22, "a:rows;y:cols")], "mesh_layout")
 def test_replace_dimensions_on_tensors(mesh_layout):
   x_value = _value([A, B, P])
 
@@ -315,9 +316,9 @@ def test_split_does_not_divide_raises_naming_dim():
 # broadcast.
 
 
-@pytest.mark.parametrize("mesh_layout", [
+@meshes.parametrize([
     (M1, ""), (M4, "a:all"), (M4, "p:all"), (M22, "a:rows;p:cols"),
-    (M22, "b:rows;p:cols"), (M22, "p:rows;a:cols")], ids=str)
+    (M22, "b:rows;p:cols"), (M22, "p:rows;a:cols")], "mesh_layout")
 def test_broadcast(mesh_layout):
   x_value = _value([A])
   w_value = _value([P, B, A], seed=2)

@@ -14,22 +14,13 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 A = mtf.Dimension("a", 4)
 N = mtf.Dimension("n", 8)
 C = mtf.Dimension("c", 2)
 SHAPE = mtf.Shape([A, N, C])
 
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", ""),
-    ("all:4", "n:all"),
-    ("all:4", "a:all"),
-    ("rows:2;cols:2", "n:rows;a:cols"),
-    ("rows:2;cols:2", "a:rows;n:cols"),
-    ("rows:2;cols:2", "a:rows;c:cols"),
-]
-_IDS = ["%s|%s" % ml for ml in MESH_LAYOUTS]
 
 _RNG = np.random.RandomState(0)
 X = _RNG.uniform(-1.0, 1.0, size=(4, 8, 2)).astype(np.float32)
@@ -111,7 +102,7 @@ def test_signature(fn, params):
 
 
 # ------------------------------------------------------------------ cumsum
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.SEQUENCE_OPS)
 def test_cumsum_values_and_gradients(mesh_shape, layout):
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, X, SHAPE)
@@ -168,7 +159,7 @@ def test_cumsum_errors():
 
 
 # ----------------------------------------------------------- dynamic_shift
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.SEQUENCE_OPS)
 def test_dynamic_shift_values_and_gradients(mesh_shape, layout):
   cases = [(OFFSET_A, [A]), (OFFSET_AC, [A, C])]
 
@@ -253,7 +244,7 @@ def _pool_sizes(mesh_shape, layout):
   return [p for p in (2, 4, 8) if (8 // p) % split == 0]
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.SEQUENCE_OPS)
 def test_reduce_first_and_pooling(mesh_shape, layout):
   pool_sizes = _pool_sizes(mesh_shape, layout)
   reducers = [(mtf.reduce_mean, np.mean), (mtf.reduce_max, np.max),

@@ -11,6 +11,7 @@ import pytest
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 A = mtf.Dimension("a", 4)
 N = mtf.Dimension("n", 8)
@@ -18,18 +19,6 @@ C = mtf.Dimension("c", 2)
 OFFSETS = list(range(-9, 10)) + [16, -17]
 WRAPS = [False, True]
 
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", ""),
-    ("all:4", "a:all"),
-    ("all:4", "n:all"),
-    ("rows:2;cols:2", "a:rows;c:cols"),
-    ("rows:2;cols:2", "n:rows"),
-    ("rows:2;cols:2", "n:cols"),
-    ("rows:2;cols:2", "a:rows;n:cols"),
-    ("rows:2;cols:2", "n:rows;a:cols"),
-]
-_IDS = ["%s|%s" % ml for ml in MESH_LAYOUTS]
 
 _RNG = np.random.RandomState(0)
 X = _RNG.uniform(-1.0, 1.0, size=(4, 8, 2)).astype(np.float32)
@@ -63,7 +52,7 @@ def test_reference_matches_roll():
                                   np.roll(X, offset, axis=1))
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.SHIFT_OPS)
 def test_shift_values_and_gradients(mesh_shape, layout):
   cases = [(o, w) for w in WRAPS for o in OFFSETS]
 
@@ -87,7 +76,7 @@ def test_shift_values_and_gradients(mesh_shape, layout):
 
 
 @pytest.mark.parametrize("mode", mtu.MODES)
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("all:4", "n:all"),
     ("rows:2;cols:2", "a:rows;n:cols")])
 def test_shift_all_modes(mode, mesh_shape, layout):
@@ -101,7 +90,7 @@ def test_shift_all_modes(mode, mesh_shape, layout):
                        [np_shift(X, o, w) for o, w in cases], atol=1e-6)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("all:4", "n:all"),
     ("rows:2;cols:2", "n:rows")])
 def test_shift_along_first_axis_by_name(mesh_shape, layout):
@@ -117,7 +106,7 @@ def test_shift_along_first_axis_by_name(mesh_shape, layout):
                        atol=1e-6)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("all:4", "b:all"), ("rows:2;cols:2", "b:rows;n:cols"),
     ("rows:2;cols:2", "n:rows;b:cols")])
 def test_shift_of_lazy_allreduce_sum(mesh_shape, layout):

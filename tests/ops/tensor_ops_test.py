@@ -12,21 +12,11 @@ import pytest
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 A = mtf.Dimension("a", 4)
 C = mtf.Dimension("c", 4)
 
-# (mesh_shape, layout) with the operated dim ("n" or "s") never split.
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", ""),
-    ("all:4", "a:all"),
-    ("all:4", "c:all"),
-    ("rows:2;cols:2", "a:rows"),
-    ("rows:2;cols:2", "a:rows;c:cols"),
-    ("rows:2;cols:2", "c:rows;a:cols"),
-]
-_IDS = ["%s|%s" % ml for ml in MESH_LAYOUTS]
 
 _RNG = np.random.RandomState(0)
 
@@ -48,7 +38,7 @@ def _weighted_sum(mesh, ys, ws):
   return total
 
 
-def _run_everywhere(build, expected, mesh_layouts=MESH_LAYOUTS,
+def _run_everywhere(build, expected, mesh_layouts=meshes.TENSOR_OPS,
                     modes=("eager",)):
   for mode in modes:
     for mesh_shape, layout in mesh_layouts:
@@ -84,7 +74,7 @@ def test_concat_and_split_all_modes(mode):
                   modes=(mode,))
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.TENSOR_OPS)
 def test_concat_three_inputs_with_gradient(mesh_shape, layout):
   xs = [_rand(4, 2, 4), _rand(4, 1, 4), _rand(4, 3, 4)]
   w = _rand(4, 6, 4)
@@ -151,7 +141,7 @@ def test_concat_shape_errors():
 
 # ------------------------------------------------------------------- split
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.TENSOR_OPS)
 def test_split_equal_and_sizes_with_gradient(mesh_shape, layout):
   x = _rand(4, 8, 4)
   w0, w2 = _rand(4, 3, 4), _rand(4, 4, 4)
@@ -210,7 +200,7 @@ def test_split_errors():
 
 # ------------------------------------------------------------ stack/unstack
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.TENSOR_OPS)
 def test_stack_axes_with_gradient(mesh_shape, layout):
   xs = [_rand(4, 4) for _ in range(3)]
   ws = [_rand(3, 4, 4), _rand(4, 3, 4), _rand(4, 4, 3), _rand(4, 3, 4)]
@@ -230,7 +220,7 @@ def test_stack_axes_with_gradient(mesh_shape, layout):
   _run_everywhere(build, expected, [(mesh_shape, layout)])
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.TENSOR_OPS)
 def test_unstack_with_gradient(mesh_shape, layout):
   x = _rand(4, 3, 4)
   w0, w2 = _rand(4, 4), _rand(4, 4)
@@ -280,7 +270,7 @@ def test_stack_errors():
 
 # --------------------------------------------------------------- slice/pad
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.TENSOR_OPS)
 def test_slice_and_pad_with_gradient(mesh_shape, layout):
   x = _rand(4, 8, 4)
   ws, wp = _rand(4, 3, 4), _rand(4, 11, 4)
@@ -362,7 +352,7 @@ def _pad(mesh):
 
 @pytest.mark.parametrize("build", [_concat, _split, _stack, _unstack, _slice,
                                    _pad])
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("all:4", "n:all"),
     ("rows:2;cols:2", "a:rows;n:cols")])
 def test_operated_dim_split_raises(build, mesh_shape, layout):

@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
+from tests import meshes
 from tests.optimizers import optimizer_test_util as otu
 
 # With min_dim_size_to_factor=4: w_ab [8, 4] is factored (d0=a, d1=b), w_ac
@@ -19,7 +20,6 @@ SPECS = [("w_ab", [("a", 8), ("b", 4)]),
          ("w_sab", [("s", 2), ("a", 8), ("b", 4)])]
 DIMS = dict(SPECS)
 MESH_2X2 = ("rows:2;cols:2", "a:rows;b:cols")
-MESHES = [("", ""), MESH_2X2]
 
 FULL = dict(beta1=0.9, min_dim_size_to_factor=4, stacked_dim_names=["s"])
 FULL_NP = dict(beta1=0.9, min_dim=4, stacked=["s"])
@@ -40,7 +40,7 @@ def _check(mesh_shape, layout, mode, kwargs, np_kwargs, specs=SPECS, steps=6,
   return actual
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESHES)
+@meshes.parametrize(meshes.OPTIMIZERS)
 def test_factored_momentum_param_scale_default_schedule(mesh_shape, layout):
   """Default lr and decay from the global step, beta1 > 0, clipping."""
   actual = _check(mesh_shape, layout, "function", FULL, FULL_NP)

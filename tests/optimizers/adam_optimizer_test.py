@@ -6,15 +6,15 @@ import pytest
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
+from tests import meshes
 from tests.optimizers import optimizer_test_util as otu
 
 SPECS = [("layer/w_ab", [("a", 8), ("b", 4)]),
          ("layer/bias_b", [("b", 4)]),
          ("norm_ac", [("a", 8), ("c", 3)])]
-MESHES = [("", ""), ("rows:2;cols:2", "a:rows;b:cols")]
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESHES)
+@meshes.parametrize(meshes.OPTIMIZERS)
 def test_adam_weight_decay_with_exclusions_matches_numpy(mesh_shape, layout):
   problem = otu.Problem(SPECS, steps=5)
   make = functools.partial(

@@ -10,6 +10,7 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from mesh_tensorflow._src.optimizers import global_step as global_step_lib
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 tf1 = tf.compat.v1
 E = inspect.Parameter.empty
@@ -223,7 +224,7 @@ def _run_eager(build_fn, mesh_shape, layout):
   return mtu.run_program(build_fn, mesh_shape, layout, "eager")
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
+@meshes.parametrize([
     ("", ""), ("rows:2;cols:2", "a:rows;b:cols")])
 @pytest.mark.parametrize("clip_norm", [1.5, 100.0])
 def test_clip_by_global_norm_matches_tf(mesh_shape, layout, clip_norm):

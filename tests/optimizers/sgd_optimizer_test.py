@@ -8,16 +8,16 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 from tests.optimizers import optimizer_test_util as otu
 
 SPECS = [("w_ab", [("a", 8), ("b", 4)]),
          ("w_ac", [("a", 8), ("c", 3)]),
          ("w_b", [("b", 4)])]
 # 1 device, and a 2x2 mesh splitting dim a over rows and b over cols.
-MESHES = [("", ""), ("rows:2;cols:2", "a:rows;b:cols")]
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESHES)
+@meshes.parametrize(meshes.OPTIMIZERS)
 def test_sgd_matches_numpy(mesh_shape, layout):
   problem = otu.Problem(SPECS, steps=5)
   actual = otu.train(problem, lambda: mtf.optimize.SgdOptimizer(0.1),
@@ -26,7 +26,7 @@ def test_sgd_matches_numpy(mesh_shape, layout):
   otu.assert_same_history(actual, expected, msg="sgd")
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESHES)
+@meshes.parametrize(meshes.OPTIMIZERS)
 def test_momentum_matches_numpy(mesh_shape, layout):
   problem = otu.Problem(SPECS, steps=5)
   actual = otu.train(

@@ -16,8 +16,8 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
-from transformer import adaptive_softmax
-from transformer._src import context as context_lib
+from transformer._src.layers import adaptive_softmax
+from transformer._src.layers import context as context_lib
 
 tf1 = tf.compat.v1
 

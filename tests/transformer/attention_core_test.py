@@ -1,4 +1,4 @@
-"""Tests for transformer/_src/attention_core.py (transformer.attention).
+"""Tests for transformer/_src/layers/attention_core.py (transformer.attention).
 
 attention / hybrid / synthetic / local attention and AttentionParams against
 numpy, on the 1-device mesh and 4-device meshes under several layouts.

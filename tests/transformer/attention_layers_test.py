@@ -1,4 +1,4 @@
-"""Tests for transformer/_src/attention_layers.py (transformer_layers).
+"""Tests for transformer/_src/layers/attention_layers.py (transformer_layers).
 
 SelfAttention, EncDecAttention, LocalSelfAttention and
 TransparentEncDecAttention against numpy multi-head attention (causality,
@@ -19,8 +19,8 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
 from transformer import transformer_layers as tl
-from transformer._src import attention_layers
-from transformer._src.context import Context
+from transformer._src.layers import attention_layers
+from transformer._src.layers.context import Context
 
 tf1 = tf.compat.v1
 

@@ -1,4 +1,4 @@
-"""Tests of the driver's checkpoint layer (transformer/_src/checkpoints.py).
+"""Tests of the driver's checkpoint layer (_src/driver/checkpoints.py).
 
 Checkpoints must be standard TF V2 bundles with the original's names and full
 shapes (tf.train.list_variables reads them), keep master dtypes (bf16), rotate
@@ -17,9 +17,9 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from transformer import transformer_layers  # noqa: F401  (gin registrations)
 from transformer import utils
-from transformer._src import bitransformer
-from transformer._src import checkpoints
-import mesh_test_util as mtu
+from transformer._src.models import bitransformer
+from transformer._src.driver import checkpoints
+from tests import mesh_test_util as mtu
 
 
 def _var(value, dtype=tf.float32):

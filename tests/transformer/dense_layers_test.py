@@ -17,8 +17,8 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
 from transformer import transformer_layers
-from transformer._src import context as context_lib
-from transformer._src import dense_layers
+from transformer._src.layers import context as context_lib
+from transformer._src.layers import dense_layers
 
 tf1 = tf.compat.v1
 

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 from transformer import utils
-from transformer._src import driver_model_fn
+from transformer._src.driver import model_fn as driver_model_fn
 from driver_test_util import BATCH
 from driver_test_util import LENGTH
 from driver_test_util import MESH_2X2

@@ -1,4 +1,4 @@
-"""The TF2 driver (transformer/_src/driver*.py): training, checkpoints, eval.
+"""The TF2 driver (transformer/_src/driver/): training, checkpoints, eval.
 
 A tiny Bitransformer (d_model 16, 1+1 layers) learns to reverse short random
 id sequences held in memory, on virtual CPUs.
@@ -15,9 +15,9 @@ import pytest
 import tensorflow as tf
 
 from transformer import utils
-from transformer._src import checkpoints
-from transformer._src import driver
-from transformer._src import driver_eval
+from transformer._src.driver import checkpoints
+from transformer._src.driver import estimator as driver
+from transformer._src.driver import evaluation as driver_eval
 from driver_test_util import LENGTH
 from driver_test_util import VOCAB
 from driver_test_util import eval_dataset as _eval_dataset

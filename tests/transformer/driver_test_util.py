@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from transformer import learning_rate_schedules
 from transformer import utils
-from transformer._src import driver
+from transformer._src.driver import estimator as driver
 
 VOCAB = 20
 LENGTH = 8

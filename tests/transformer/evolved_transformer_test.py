@@ -17,7 +17,7 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
 from transformer import evolved_transformer as et
-from transformer._src.context import Context
+from transformer._src.layers.context import Context
 
 tf1 = tf.compat.v1
 

@@ -15,7 +15,7 @@ from tests import mesh_test_util as mtu
 from transformer import attention
 from transformer import moe
 from transformer import transformer_layers
-from transformer._src.context import Context
+from transformer._src.layers.context import Context
 
 BATCH = mtf.Dimension("batch", 2)
 LENGTH = mtf.Dimension("length", 8)

@@ -18,7 +18,7 @@ import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
 from transformer import fixup_layers as fx
 from transformer import transformer as transformer_lib
-from transformer._src.context import Context
+from transformer._src.layers.context import Context
 
 tf1 = tf.compat.v1
 

@@ -359,7 +359,7 @@ def test_problem_files_are_found_in_the_config_dir(no_network):
 
 def test_problem_tfds_names_are_known_offline():
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
-  from transformer import datasets  # pylint: disable=g-import-not-at-top
+  from transformer._src.data import offline as datasets  # pylint: disable=g-import-not-at-top
   assert "mtf_stdlib_docs" in datasets.OFFLINE_DATASETS
   # TFDS >= 4 keeps lm1b (plain text) in code; "lm1b/subwords32k" is read
   # from data an older TFDS prepared.

@@ -122,7 +122,7 @@ def test_sigkill_then_resume_reaches_the_same_step(tmp_path):
     time.sleep(0.5)
   proc.send_signal(signal.SIGKILL)
   proc.communicate()
-  from transformer._src import checkpoints  # pylint: disable=g-import-not-at-top
+  from transformer._src.driver import checkpoints  # pylint: disable=g-import-not-at-top
   steps = checkpoints.checkpoint_steps(str(model_dir))
   assert steps and steps[-1] >= 20
   latest = checkpoints.latest_checkpoint(str(model_dir))

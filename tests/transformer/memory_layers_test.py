@@ -18,7 +18,7 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
 from transformer import memory_layers
-from transformer._src.context import Context
+from transformer._src.layers.context import Context
 
 B, L, D = 4, 5, 8
 KEY_SIZE, N_KEYS, N_HEADS, KNN = 6, 5, 4, 3

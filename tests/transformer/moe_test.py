@@ -15,9 +15,9 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
 from transformer import moe
-from transformer._src import moe_gating
-from transformer._src import moe_layers
-from transformer._src.context import Context
+from transformer._src.layers import moe_gating
+from transformer._src.layers import moe_layers
+from transformer._src.layers.context import Context
 
 OUTER = mtf.Dimension("outer_batch", 1)
 GROUPS = mtf.Dimension("batch", 2)

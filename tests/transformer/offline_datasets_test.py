@@ -1,4 +1,4 @@
-"""Tests for transformer.datasets: offline TFDS builders, with network blocked.
+"""Offline TFDS builders (transformer/_src/data/offline/), network blocked.
 
 The builders generate into a temporary data_dir while every socket connect /
 DNS lookup raises, proving that nothing is downloaded.
@@ -13,10 +13,10 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from transformer import dataset
-from transformer import datasets
+from transformer._src.data import offline as datasets
 from transformer import vocabulary
-from transformer.datasets import reverse
-from transformer.datasets import stdlib_docs
+from transformer._src.data.offline import reverse
+from transformer._src.data.offline import stdlib_docs
 
 BYTES = vocabulary.ByteVocabulary()
 

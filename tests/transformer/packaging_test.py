@@ -48,14 +48,14 @@ import gin
 import transformer
 import transformer.gin
 from transformer import utils
-from transformer._src import driver_run
+from transformer._src.driver import config as driver_config
 
 utils.parse_gin_defaults_and_flags(gin_files=json.loads(sys.argv[1]),
                                    gin_params=[])
 print(json.dumps({
     "transformer": transformer.__file__,
     "transformer.gin": transformer.gin.__file__,
-    "config_dir": driver_run.config_dir(),
+    "config_dir": driver_config.config_dir(),
     "model_type": gin.query_parameter("utils.run.model_type"),
     "d_model": gin.query_parameter("d_model/macro.value"),
     "configs_importable": importlib.util.find_spec("configs") is not None,
@@ -123,8 +123,8 @@ def _inside(path, directory):
 
 
 def test_checkout_uses_the_repository_configs():
-  from transformer._src import driver_run  # pylint: disable=g-import-not-at-top
-  assert os.path.realpath(driver_run.config_dir()) == os.path.realpath(
+  from transformer._src.driver import config as driver_config  # pylint: disable=g-import-not-at-top
+  assert os.path.realpath(driver_config.config_dir()) == os.path.realpath(
       CONFIGS)
 
 

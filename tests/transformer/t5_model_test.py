@@ -19,7 +19,7 @@ import mesh_tensorflow as mtf
 import mesh_tensorflow.transformer as mtf_transformer  # noqa: F401  (alias check below)
 from transformer import transformer
 from transformer import transformer_layers  # noqa: F401  (registers layers with gin)
-import mesh_test_util as mtu
+from tests import mesh_test_util as mtu
 
 VOCAB, BATCH, LENGTH, D_MODEL = 20, 4, 8, 16
 

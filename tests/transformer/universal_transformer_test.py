@@ -22,7 +22,7 @@ from tests.transformer import core_model_util as cmu
 from transformer import transformer
 from transformer import transformer_layers as tl
 from transformer import universal_transformer as ut
-from transformer._src.context import Context
+from transformer._src.layers.context import Context
 
 B, L, D, H, K, F = 4, 8, 8, 2, 4, 8
 SA = (tl.SelfAttention, {"num_heads": H, "key_value_size": K})

@@ -264,7 +264,7 @@ def dense(x: Tensor, new_dims, reduced_dims=None, expert_dims=None,
     x: a Tensor with all of reduced_dims (and expert_dims).
     new_dims: a Dimension or list of Dimensions appended to the output.
     reduced_dims: Dimensions of x to contract; None means the last dim of x
-      (deprecated). A reduced dim that is also a new dim is first renamed
+      (deprecated). A reduced dim named like a new dim is first renamed
       "_<name>" in x.
     expert_dims: optional Dimensions of x with separate weights per index.
     use_bias: add a `bias` variable of shape expert_dims + new_dims (zeros).
@@ -307,10 +307,14 @@ def dense(x: Tensor, new_dims, reduced_dims=None, expert_dims=None,
     if d in reduced_dims:
       raise ValueError("dense: dimension %s is both an expert dim and a "
                        "reduced dim" % (d,))
-  # A reduced dim that is also a new dim: rename it in x so the kernel does
-  # not have two dims of one name.
+  # A reduced dim named like a new dim (of any size): rename it in x so the
+  # kernel does not have two dims of one name. The original renamed only
+  # equal dims and built a kernel [channels:3, channels:8] from same-named
+  # dims of different sizes; this kernel [_channels:3, channels:8] has the
+  # same shape and values and gives the same outputs.
+  new_names = [d.name for d in new_dims]
   for i, d in enumerate(reduced_dims):
-    if d in new_dims:
+    if d.name in new_names:
       tmp = Dimension("_" + d.name, d.size)
       x = reshape_lib.rename_dimension(x, d.name, tmp.name)
       reduced_dims[i] = tmp

@@ -1,4 +1,4 @@
-"""Normalization layers: layer_norm and batch_norm."""
+"""Normalization layers (layer_norm, batch_norm) and Pearson correlation."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ import tensorflow as tf
 
 from mesh_tensorflow._src.graph import Operation, Tensor
 from mesh_tensorflow._src.layers.scope_util import layer_variable_scope
+from mesh_tensorflow._src.ops import einsum as einsum_lib
 from mesh_tensorflow._src.ops import elementwise
 from mesh_tensorflow._src.ops import reduce as reduce_lib
+from mesh_tensorflow._src.ops import reshape as reshape_lib
 from mesh_tensorflow._src.shapes import Dimension, Shape, convert_to_dimension
 from mesh_tensorflow._src.variables import assign, get_variable
 
@@ -142,4 +144,40 @@ def batch_norm(x: Tensor, is_training: bool, momentum: float,
     return norm_x * scale + bias, update_ops
 
 
-__all__ = ["batch_norm", "layer_norm"]
+def corr(x: Tensor, dim: Dimension, epsilon: float = 1e-20,
+         name: str = "pearson_correlation") -> Tensor:
+  """Pearson correlation between the entries of `dim`, over all other dims.
+
+  Each index of `dim` is one random variable; every position of the other
+  dimensions is one sample of all of them (as tfp.stats.correlation with
+  event_axis at `dim` and every other axis a sample axis).
+
+  Example:
+    c = corr(x, channels)  # x: [batch, length, channels]
+    # c: [channels_1, channels_2]; c[i, j] is the correlation of channel i
+    # with channel j, estimated over batch and length.
+
+  Args:
+    x: a Tensor with dimension `dim`, which should be its last dimension (as
+      in the original, the norms are summed over all dims but the last one).
+    dim: the event Dimension.
+    epsilon: added to each norm, so constant variables do not divide by 0.
+    name: kept for the original's signature; corr makes no variables.
+
+  Returns:
+    a Tensor of shape [<dim>_1, <dim>_2].
+  """
+  del name  # The original used it only as a variable scope (no variables).
+  dim = convert_to_dimension(dim)
+  centered = x - reduce_lib.reduce_mean(x, output_shape=[dim])
+  left = reshape_lib.rename_dimension(centered, dim.name, dim.name + "_1")
+  right = reshape_lib.rename_dimension(centered, dim.name, dim.name + "_2")
+
+  def norm(z: Tensor) -> Tensor:
+    return elementwise.sqrt(reduce_lib.reduce_sum(
+        elementwise.square(z), output_shape=z.shape.dims[-1:])) + epsilon
+  return (einsum_lib.matmul(left, right) /
+          einsum_lib.matmul(norm(left), norm(right)))
+
+
+__all__ = ["batch_norm", "corr", "layer_norm"]

@@ -78,8 +78,8 @@ def default_devices(num_devices: int) -> List[str]:
   if len(devices) < num_devices:
     raise ValueError(
         "SimdMeshImpl needs %d devices but only %d local %s devices exist: "
-        "pass `devices`, or configure logical devices with "
-        "tf.config.set_logical_device_configuration"
+        "pass `devices`, or create virtual CPUs before TensorFlow "
+        "initialises with mesh_tensorflow.utils.configure_virtual_cpus"
         % (num_devices, len(devices), "GPU" if gpus else "CPU"))
   return devices[:num_devices]
 
@@ -493,7 +493,7 @@ def _encode_for_sum(x: tf.Tensor):
 # --------------------------------------------------------- axis plumbing
 def _merge_leading_axis(stacked: tf.Tensor, axis: int) -> tf.Tensor:
   """[n, d0, .., dk] -> concatenation of the n pieces along `axis`."""
-  n = stacked.shape[0]
+  n = stacked.shape.as_list()[0]
   rest = stacked.shape.as_list()[1:]
   if not rest:
     raise ValueError("cannot concatenate scalars; stack them instead")

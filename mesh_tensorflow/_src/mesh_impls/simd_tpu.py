@@ -235,7 +235,7 @@ class TpuBackend(simd_backend.SimdBackend):
     rank = x.shape.rank
     split_axis = _normalize_axis(split_axis, rank, "all_to_all split_axis")
     concat_axis = _normalize_axis(concat_axis, rank, "all_to_all concat_axis")
-    size = x.shape[split_axis]
+    size = x.shape.as_list()[split_axis]
     if size is not None and size % n:
       raise ValueError(
           f"all_to_all: split axis {split_axis} of size {size} does not divide "

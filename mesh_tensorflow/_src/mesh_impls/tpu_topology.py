@@ -464,7 +464,8 @@ def _tiled_layout(logical_shape: List[int], p0: int, p1: int,
 
 def auto_logical_to_physical_tpu(logical_shape: Sequence[int],
                                  physical_shape: Sequence[int],
-                                 return_coordinates: bool = False) -> list:
+                                 return_coordinates: bool = False,
+                                 device_assignment=None) -> list:
   """A logical-to-physical mapping that keeps later logical dims close.
 
   Heuristic for a TPU mesh of p0 x p1 chips with 2 cores each (physical shape
@@ -492,6 +493,9 @@ def auto_logical_to_physical_tpu(logical_shape: Sequence[int],
     physical_shape: a list of ints, typically the topology's [x, y, 1, cores]
       or [p0, p1, cores].
     return_coordinates: if True, return physical coordinates instead of pnums.
+    device_assignment: accepted for the original's signature and unused: the
+      original needs it only for chips with one logical core (its
+      logical_cores_per_chip flag), which this heuristic maps by identity.
 
   Returns:
     indexed by logical pnum: the physical pnum (row-major over the 3-d
@@ -502,6 +506,7 @@ def auto_logical_to_physical_tpu(logical_shape: Sequence[int],
     ValueError: if a size is not a positive int or the two shapes have
       different products.
   """
+  del device_assignment  # See Args.
   logical_shape = _check_sizes(logical_shape, "logical_shape")
   physical_shape = _check_sizes(physical_shape, "physical_shape",
                                 allow_empty=False)

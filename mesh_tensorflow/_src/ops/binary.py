@@ -52,7 +52,20 @@ class AddOperation(BinaryOpWithBroadcasting):
 
 
 class MinMaxOperation(BinaryOpWithBroadcasting):
-  """minimum/maximum; the gradient goes to every input equal to the output."""
+  """minimum/maximum; the gradient goes to every input equal to the output.
+
+  Args:
+    tf_fn: tf.minimum or tf.maximum.
+    x1: an mtf Tensor.
+    x2: an mtf Tensor of the dtype of x1.
+    output_shape: the Shape of the result; it contains every dim of x1 and x2.
+    name: an optional name for the operation.
+  """
+
+  def __init__(self, tf_fn: Callable, x1: Tensor, x2: Tensor, output_shape,
+               name: Optional[str] = None):
+    super().__init__(tf_fn, x1, x2, output_shape, x1.dtype,
+                     name=name or "min_max")
 
   def gradient(self, grad_ys):
     dy = grad_ys[0]
@@ -225,8 +238,7 @@ def divide(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
 def _min_max(tf_fn, x1, x2, output_shape, name) -> Tensor:
   x1, x2 = binary_arguments_to_tensors(x1, x2)
   output_shape = infer_binary_broadcast_shape(x1.shape, x2.shape, output_shape)
-  return MinMaxOperation(tf_fn, x1, x2, output_shape, x1.dtype,
-                         name=name).outputs[0]
+  return MinMaxOperation(tf_fn, x1, x2, output_shape, name=name).outputs[0]
 
 
 def minimum(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:

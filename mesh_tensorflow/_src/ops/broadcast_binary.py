@@ -112,7 +112,7 @@ class BinaryOpWithBroadcasting(Operation):
     self._tf_fn = tf_fn
     self._outputs = [Tensor(self, output_shape, output_dtype)]
 
-  def gradient(self, grad_ys):
+  def gradient(self, unused_grad_ys):
     raise ValueError("%s (%s) has no gradient"
                      % (type(self).__name__, self.name))
 

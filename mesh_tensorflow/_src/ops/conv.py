@@ -483,6 +483,11 @@ class Conv2or3dBackpropInputOperation(_ConvFamilyOperation):
     self._compute_counter = "conv%dd%s/backprop_input" % (n, trans)
     self._init_splittability(False)
 
+  def gradient(self, unused_grad_ys):
+    # The original's parameter name; unlike the original (which raised),
+    # second derivatives are supported.
+    return super().gradient(unused_grad_ys)
+
 
 class Conv2or3dBackpropFilterOperation(_ConvFamilyOperation):
   """like tf.nn.conv2d/conv3d_backprop_filter: inputs [conv_input, dy].
@@ -526,6 +531,11 @@ class Conv2or3dBackpropFilterOperation(_ConvFamilyOperation):
     self._allreduce_counter = "conv%dd%s_backprop_filter" % (n, trans)
     self._compute_counter = "conv%dd%s/backprop_filter" % (n, trans)
     self._init_splittability(False)
+
+  def gradient(self, unused_grad_ys):
+    # The original's parameter name; unlike the original (which raised),
+    # second derivatives are supported.
+    return super().gradient(unused_grad_ys)
 
 
 def conv2d_backprop_input(input_shape, conv_filter: Tensor, dy: Tensor,

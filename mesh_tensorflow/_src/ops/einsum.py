@@ -153,7 +153,18 @@ def einsum(xs: Sequence[Tensor], output_shape=None, reduced_dims=None,
   broadcast after the contraction.
 
   Example:
-    y = mtf.einsum([x, w], output_shape=[batch, d_ff])  # x @ w
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     [[1, 2], [3, 4]], ["batch", "d_model"], dtype=tf.float32)
+    >>> w = converter.convert_np_array_to_mtf_tensor(
+    ...     [[1, 0, 1], [0, 1, 1]], ["d_model", "d_ff"], dtype=tf.float32)
+    >>> batch, d_ff = x.shape.dims[0], w.shape.dims[1]
+    >>> y = mtf.einsum([x, w], output_shape=[batch, d_ff])  # x @ w
+    >>> y.shape
+    Shape[batch=2, d_ff=3]
+    >>> converter.convert_mtf_tensor_to_np_array(y)
+    array([[1., 2., 3.],
+           [3., 4., 7.]], dtype=float32)
 
   Args:
     xs: a list of mtf Tensors (usually two).
@@ -184,8 +195,9 @@ def einsum_output_shape(input_shapes: Sequence[Shape], output_shape=None,
   """The output Shape `einsum` gives inputs of these shapes (checked).
 
   Example:
-    einsum_output_shape([Shape([b, v]), Shape([v, d])], reduced_dims=[v])
-      -> Shape([b, d])
+    >>> b, v, d = Dimension("b", 2), Dimension("v", 5), Dimension("d", 3)
+    >>> einsum_output_shape([Shape([b, v]), Shape([v, d])], reduced_dims=[v])
+    Shape[b=2, d=3]
 
   Raises:
     ValueError: if sizes conflict, a reduced dim is in no input, or

@@ -228,6 +228,18 @@ def relu(x: Tensor, name: str = "relu") -> Tensor:
   return cwise(tf.nn.relu, [x], name=name, grad_function=_relu_grad)
 
 
+def squared_relu(x: Tensor) -> Tensor:
+  """relu(x) ** 2 (the activation of "Primer", 2021).
+
+  Args:
+    x: a floating mtf Tensor.
+
+  Returns:
+    an mtf Tensor with the shape and dtype of `x`.
+  """
+  return square(relu(x))
+
+
 def leaky_relu(x: Tensor, alpha: float = 0.2, name: str = "leaky_relu") -> Tensor:
   """Elementwise x if x > 0 else alpha * x.
 
@@ -259,7 +271,7 @@ def sign(x: Tensor, name: str = "sign") -> Tensor:
   return cwise(tf.math.sign, [x], name=name, grad_function=0)
 
 
-def elu(x: Tensor, name: str = "elu") -> Tensor:
+def elu(x: Tensor, *, name: str = "elu") -> Tensor:
   """Elementwise exponential linear unit (no gradient defined).
 
   Args:
@@ -272,7 +284,7 @@ def elu(x: Tensor, name: str = "elu") -> Tensor:
   return cwise(tf.nn.elu, [x], name=name)
 
 
-def selu(x: Tensor, name: str = "selu") -> Tensor:
+def selu(x: Tensor, *, name: str = "selu") -> Tensor:
   """Elementwise scaled exponential linear unit (no gradient defined).
 
   Args:
@@ -285,7 +297,7 @@ def selu(x: Tensor, name: str = "selu") -> Tensor:
   return cwise(tf.nn.selu, [x], name=name)
 
 
-def softplus(x: Tensor, name: str = "softplus") -> Tensor:
+def softplus(x: Tensor, *, name: str = "softplus") -> Tensor:
   """Elementwise log(1 + exp(x)) (no gradient defined).
 
   Args:
@@ -444,6 +456,6 @@ __all__ = [
     "StopGradient", "cast", "cos", "elu", "exp", "gelu", "identity",
     "leaky_relu", "log", "logical_not", "mtf_abs", "mtf_pow", "negative",
     "reciprocal", "relu", "rsqrt", "selu", "sigmoid", "sign", "sin", "softplus",
-    "sqrt", "square", "stop_gradient", "swish", "tanh", "to_bfloat16",
-    "to_float", "to_int32",
+    "sqrt", "square", "squared_relu", "stop_gradient", "swish", "tanh",
+    "to_bfloat16", "to_float", "to_int32",
 ]

@@ -202,7 +202,7 @@ class ImportLaidOutTensorOperation(Operation):
     super().__init__([], mesh, name=name or "import_laid_out")
     self._laid_out_tensor = laid_out_tensor
     self._outputs = [Tensor(self, convert_to_shape(shape),
-                            laid_out_tensor.all_slices[0].dtype)]
+                            laid_out_tensor.tensor_list[0].dtype)]
     self._initialize_splittable_and_unsplittable_dims("unsplittable")
 
   def lower(self, lowering):

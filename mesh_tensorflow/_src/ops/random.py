@@ -272,10 +272,15 @@ def random_normal(mesh: Mesh, shape, **kwargs) -> Tensor:
   return RandomOperation(mesh, shape, tf.random.normal, **kwargs).outputs[0]
 
 
-def dropout(x: Tensor, is_training: bool, keep_prob: Optional[float] = None,
-            rate: Optional[float] = None, noise_shape=None,
-            name: Optional[str] = None) -> Tensor:
+def dropout(x: Tensor, is_training: bool = True,
+            keep_prob: Optional[float] = None, rate: Optional[float] = None,
+            noise_shape=None, name: Optional[str] = None) -> Tensor:
   """Zeroes elements with probability rate; float x is rescaled by 1/keep_prob.
+
+  Code written for mesh_tensorflow 0.1.18 and earlier, whose dropout had no
+  `is_training` and always dropped, runs unchanged: `dropout(x, rate=0.1)`
+  drops (is_training defaults to True), and `dropout(x, 0.9)` (0.1.18's
+  positional keep_prob; a non-bool number where is_training goes) keeps 90%.
 
   Args:
     x: the input.
@@ -296,6 +301,9 @@ def dropout(x: Tensor, is_training: bool, keep_prob: Optional[float] = None,
   Example:
     h = mtf.dropout(h, is_training, rate=0.1, noise_shape=[batch, d_model])
   """
+  if (isinstance(is_training, float) and keep_prob is None and
+      rate is None):
+    is_training, keep_prob = True, is_training  # 0.1.18: dropout(x, keep_prob)
   if (keep_prob is None) == (rate is None):
     raise ValueError("dropout needs exactly one of keep_prob and rate, got "
                      "keep_prob=%r, rate=%r" % (keep_prob, rate))

@@ -52,7 +52,8 @@ class ReduceOperation(Operation):
   def __init__(self, x: Tensor, output_shape, reduction_fn_string: str,
                name: Optional[str] = None):
     super().__init__([x], name=name or "reduce")
-    reduction_fn(reduction_fn_string)
+    # Checked when lowered, not here: the original builds the op with any
+    # string (its tests use "sum") and fails only on lowering.
     self._reduction_fn_string = reduction_fn_string
     self._outputs = [Tensor(self, convert_to_shape(output_shape), x.dtype)]
 
@@ -309,13 +310,14 @@ class BroadcastOperation(Operation):
 
   Args:
     x: the mtf Tensor to broadcast.
-    new_shape: the Shape of the result; it contains every dim of x.
+    output_shape: the Shape of the result; it contains every dim of x.
     name: an optional name for the operation.
   """
 
-  def __init__(self, x: Tensor, new_shape: Shape, name: Optional[str] = None):
+  def __init__(self, x: Tensor, output_shape: Shape,
+               name: Optional[str] = None):
     super().__init__([x], name=name or "broadcast")
-    self._outputs = [Tensor(self, new_shape, x.dtype)]
+    self._outputs = [Tensor(self, output_shape, x.dtype)]
 
   def gradient(self, grad_ys):
     return [reduce_sum(grad_ys[0], output_shape=self.inputs[0].shape)]

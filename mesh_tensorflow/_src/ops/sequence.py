@@ -124,8 +124,13 @@ def cumsum(x: Tensor, dim: DimLike, exclusive: bool = False) -> Tensor:
   """Cumulative sum along dim.
 
   Example:
-    x = [1, 2, 3, 4] along n: cumsum(x, n) -> [1, 3, 6, 10];
-    cumsum(x, n, exclusive=True) -> [0, 1, 3, 6]
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = converter.convert_np_array_to_mtf_tensor([1, 2, 3, 4], ["n"])
+    >>> converter.convert_mtf_tensor_to_np_array(mtf.cumsum(x, "n"))
+    array([ 1,  3,  6, 10], dtype=int32)
+    >>> converter.convert_mtf_tensor_to_np_array(
+    ...     mtf.cumsum(x, "n", exclusive=True))
+    array([0, 1, 3, 6], dtype=int32)
 
   Args:
     x: the tensor (any number type).
@@ -210,7 +215,12 @@ def reduce_first(tensor: Tensor, reduced_dim: DimLike) -> Tensor:
   """The slice at position 0 of reduced_dim (which is removed).
 
   Example:
-    x = [[1, 2], [3, 4]] over [b, n]: reduce_first(x, n) -> [1, 3] over [b]
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = converter.convert_np_array_to_mtf_tensor([[1, 2], [3, 4]],
+    ...                                              ["b", "n"])
+    >>> first = mtf.reduce_first(x, "n")
+    >>> first.shape, converter.convert_mtf_tensor_to_np_array(first)
+    (Shape[b=2], array([1, 3], dtype=int32))
 
   Args:
     tensor: an mtf Tensor.
@@ -254,8 +264,15 @@ def pool_tensor_1d(tensor: Tensor, pool_dim: DimLike,
   pool_dim is split over a mesh axis, the pooled size must still divide.
 
   Example:
-    x = [1, 2, 3, 4] along n: pool_tensor_1d(x, n) -> [1.5, 3.5] along n:2;
-    pool_tensor_1d(x, n, mtf.reduce_max) -> [2, 4]
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = converter.convert_np_array_to_mtf_tensor([1, 2, 3, 4], ["n"],
+    ...                                              dtype=tf.float32)
+    >>> pooled = mtf.pool_tensor_1d(x, "n")
+    >>> pooled.shape, converter.convert_mtf_tensor_to_np_array(pooled)
+    (Shape[n=2], array([1.5, 3.5], dtype=float32))
+    >>> converter.convert_mtf_tensor_to_np_array(
+    ...     mtf.pool_tensor_1d(x, "n", mtf.reduce_max))
+    array([2., 4.], dtype=float32)
 
   Args:
     tensor: the tensor.
@@ -280,7 +297,11 @@ def stride_tensor_1d(tensor: Tensor, pool_dim: DimLike,
   """Every pool_size-th position along pool_dim (starting at 0).
 
   Example:
-    x = [1, 2, 3, 4] along n: stride_tensor_1d(x, n) -> [1, 3] along n:2
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = converter.convert_np_array_to_mtf_tensor([1, 2, 3, 4], ["n"])
+    >>> strided = mtf.stride_tensor_1d(x, "n")
+    >>> strided.shape, converter.convert_mtf_tensor_to_np_array(strided)
+    (Shape[n=2], array([1, 3], dtype=int32))
 
   Args:
     tensor: an mtf Tensor.

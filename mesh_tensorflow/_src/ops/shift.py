@@ -150,8 +150,12 @@ def shift(x: Tensor, offset: int, dim: DimLike, wrap: bool,
   """Shifts x by offset along dim (negative offset = towards the start).
 
   Example:
-    x = [1, 2, 3, 4] along n; shift(x, 1, n, wrap=False) -> [0, 1, 2, 3];
-    shift(x, -1, n, wrap=True) -> [2, 3, 4, 1]
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = converter.convert_np_array_to_mtf_tensor([1, 2, 3, 4], ["n"])
+    >>> converter.convert_mtf_tensor_to_np_array(mtf.shift(x, 1, "n", False))
+    array([0, 1, 2, 3], dtype=int32)
+    >>> converter.convert_mtf_tensor_to_np_array(mtf.shift(x, -1, "n", True))
+    array([2, 3, 4, 1], dtype=int32)
 
   Args:
     x: the tensor.

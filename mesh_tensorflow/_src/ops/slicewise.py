@@ -125,8 +125,8 @@ class GenericGradOperation(Operation):
     self._outputs = [Tensor(self, forward_op.inputs[i].shape,
                             forward_op.inputs[i].dtype, index=k)
                      for k, i in enumerate(self._float_inputs)]
-    self._splittable_dims = forward_op.splittable_dims
-    self._unsplittable_dims = forward_op.unsplittable_dims
+    # As the original: the default (every dimension splittable), not the
+    # forward op's sets; splittability only informs layout search.
 
   def outputs_for_inputs(self) -> list:
     """The gradient of each input of the forward operation.

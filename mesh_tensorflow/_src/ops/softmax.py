@@ -126,7 +126,7 @@ def _softmax_last_axis(t: tf.Tensor) -> tf.Tensor:
   """
   if t.shape.ndims <= 2:
     return tf.nn.softmax(t)
-  return tf.reshape(tf.nn.softmax(tf.reshape(t, [-1, t.shape[-1]])),
+  return tf.reshape(tf.nn.softmax(tf.reshape(t, [-1, t.shape.as_list()[-1]])),
                     t.shape.as_list())
 
 
@@ -135,7 +135,12 @@ def softmax(x: Tensor, reduced_dim, extra_logit=None,
   """exp(x) / sum(exp(x)) over reduced_dim (plus exp(extra_logit) if given).
 
   Example:
-    weights = mtf.softmax(logits, memory_length_dim)  # same shape as logits
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> logits = converter.convert_np_array_to_mtf_tensor(
+    ...     [0, 0, np.log(2)], ["memory_length"], dtype=tf.float32)
+    >>> weights = mtf.softmax(logits, logits.shape.dims[0])  # logits' shape
+    >>> converter.convert_mtf_tensor_to_np_array(weights)
+    array([0.25, 0.25, 0.5 ], dtype=float32)
 
   Args:
     x: a floating mtf Tensor of logits.

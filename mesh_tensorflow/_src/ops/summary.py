@@ -75,6 +75,9 @@ class ScalarSummaryOperation(Operation):
     """The name of the scalar summary."""
     return self._summary_name
 
+  def gradient(self, grad_ys):
+    return grad_ys
+
   def lower(self, lowering):
     value = tf.cast(lowering.export_to_tf_tensor(self.inputs[0]), tf.float32)
     lowering.operations[self] = value

@@ -142,7 +142,11 @@ def concat(xs: Sequence[Tensor], concat_dim_name: str,
   """Concatenates xs along the dimension named concat_dim_name.
 
   Example:
-    [a=2, n=3] and [a=2, n=5] -> [a=2, n=8]
+    >>> mesh = mtf.Mesh(mtf.Graph(), "mesh")
+    >>> a = mtf.zeros(mesh, "a:2;n:3")
+    >>> b = mtf.zeros(mesh, "a:2;n:5")
+    >>> mtf.concat([a, b], "n").shape
+    Shape[a=2, n=8]
 
   Args:
     xs: a list of mtf Tensors with the same dims (names, order, sizes) except
@@ -227,8 +231,11 @@ def split(x: Tensor, split_dim: DimLike, num_or_size_splits,
   """Splits x along split_dim.
 
   Example:
-    x: [a=2, n=8]; split(x, n, 2) -> two [a=2, n=4]; split(x, n, [3, 5]) ->
-    [a=2, n=3] and [a=2, n=5]
+    >>> x = mtf.zeros(mtf.Mesh(mtf.Graph(), "mesh"), "a:2;n:8")
+    >>> [piece.shape for piece in mtf.split(x, "n", 2)]
+    [Shape[a=2, n=4], Shape[a=2, n=4]]
+    >>> [piece.shape for piece in mtf.split(x, "n", [3, 5])]
+    [Shape[a=2, n=3], Shape[a=2, n=5]]
 
   Args:
     x: the tensor.
@@ -308,8 +315,11 @@ def stack(xs: Sequence[Tensor], dim_name: str, axis: int = 0,
   """Stacks xs along a new dimension `dim_name` of size len(xs).
 
   Example:
-    three [a=2, b=3] with axis=1 -> [a=2, dim_name=3, b=3]; axis=-1 puts the
-    new dimension last.
+    >>> x = mtf.zeros(mtf.Mesh(mtf.Graph(), "mesh"), "a:2;b:3")
+    >>> mtf.stack([x, x, x], "s", axis=1).shape
+    Shape[a=2, s=3, b=3]
+    >>> mtf.stack([x, x, x], "s", axis=-1).shape
+    Shape[a=2, b=3, s=3]
 
   Args:
     xs: a non-empty list of mtf Tensors of one shape and dtype.
@@ -424,7 +434,9 @@ def mtf_slice(x: Tensor, begin: int, size: int, slice_dim_name: str,
   """Slice of one dimension; the output dimension keeps its name.
 
   Example:
-    x: [a=2, n=8]; mtf_slice(x, 2, 3, "n") -> [a=2, n=3] (positions 2..4)
+    >>> x = mtf.zeros(mtf.Mesh(mtf.Graph(), "mesh"), "a:2;n:8")
+    >>> mtf.mtf_slice(x, 2, 3, "n").shape  # positions 2, 3 and 4
+    Shape[a=2, n=3]
 
   Args:
     x: the mtf Tensor to slice.
@@ -450,26 +462,27 @@ class PadOperation(Operation):
   Args:
     x: the mtf Tensor to pad.
     paddings: [before, after]: the numbers of zeros to add at each end.
-    dim_name: the name of the dimension to pad; it must not be split across the
-      mesh.
+    pad_dim_name: the name of the dimension to pad; it must not be split across
+      the mesh.
     name: an optional name for the operation.
   """
 
-  def __init__(self, x: Tensor, paddings: Sequence[int], dim_name: str,
+  def __init__(self, x: Tensor, paddings: Sequence[int], pad_dim_name: str,
                name: Optional[str] = None):
     super().__init__([x], name=name or "pad")
-    self._axis, input_dim = find_axis(x, dim_name, "pad")
+    self._axis, input_dim = find_axis(x, pad_dim_name, "pad")
     paddings = list(paddings)
     if len(paddings) != 2 or not all(_is_int(p) and p >= 0 for p in paddings):
       raise ValueError(
           "pad of dimension %r: paddings must be [before, after] with "
-          "non-negative ints, got %r" % (dim_name, paddings))
+          "non-negative ints, got %r" % (pad_dim_name, paddings))
     self._paddings = paddings
-    self._output_dim = Dimension(dim_name, input_dim.size + sum(paddings))
+    self._output_dim = Dimension(pad_dim_name, input_dim.size + sum(paddings))
     self._outputs = [Tensor(
-        self, x.shape.resize_dimension(dim_name, self._output_dim.size),
+        self, x.shape.resize_dimension(pad_dim_name, self._output_dim.size),
         x.dtype)]
-    self._initialize_splittable_and_unsplittable_dims("splittable", [dim_name])
+    self._initialize_splittable_and_unsplittable_dims("splittable",
+                                                      [pad_dim_name])
 
   def gradient(self, grad_ys):
     size = self.inputs[0].shape.dims[self._axis].size

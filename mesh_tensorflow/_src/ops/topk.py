@@ -197,7 +197,8 @@ class TopKOperation(Operation):
   def _lower_sorted(self, lowering, mesh_impl, mesh_axis, t, begins, k):
     """tf.math.top_k per slice, then (split dim) over all candidates."""
     def local_top_k(s, b):
-      values, positions = tf.math.top_k(s, min(k, s.shape[-1]), sorted=True)
+      values, positions = tf.math.top_k(s, min(k, s.shape.as_list()[-1]),
+                                        sorted=True)
       return values, positions + tf.cast(b, tf.int32)
     values, indices = mesh_impl.slicewise(local_top_k, t, begins)
     if mesh_axis is None:
@@ -216,7 +217,7 @@ class TopKOperation(Operation):
 
 def _local_top1(t: tf.Tensor, taken: tf.Tensor, offset, reduced_size: int):
   """Max of the untaken elements of a slice and its lowest global index."""
-  shard = t.shape[-1]
+  shard = t.shape.as_list()[-1]
   available = tf.logical_not(taken)
   lowest = tf.constant(_lowest_value(t.dtype), dtype=t.dtype)
   best = tf.reduce_max(tf.where(available, t, lowest), axis=-1)
@@ -239,7 +240,7 @@ def _pick_best(values: tf.Tensor, indices: tf.Tensor, reduced_size: int):
 
 
 def _mark_taken(taken: tf.Tensor, index: tf.Tensor, offset) -> tf.Tensor:
-  positions = tf.range(taken.shape[-1], dtype=tf.int32) + tf.cast(
+  positions = tf.range(taken.shape.as_list()[-1], dtype=tf.int32) + tf.cast(
       offset, tf.int32)
   return tf.logical_or(taken, tf.equal(positions, index[..., None]))
 
@@ -316,7 +317,12 @@ def nth_largest_element(x: Tensor, n: int, reduced_dim,
   """The n-th largest value along reduced_dim; n is zero-based (0 = max).
 
   Example:
-    x = [3, 1, 2] along d: nth_largest_element(x, 1, d) = 2
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = converter.convert_np_array_to_mtf_tensor([3, 1, 2], ["d"],
+    ...                                              dtype=tf.float32)
+    >>> converter.convert_mtf_tensor_to_np_array(
+    ...     mtf.nth_largest_element(x, 1, x.shape.dims[0]))
+    array(2., dtype=float32)
 
   Args:
     x: an mtf Tensor.

@@ -1,0 +1,458 @@
+"""Decoding and scoring entry points of utils (the original's names).
+
+Decoding turns input strings or dataset examples into output strings with
+the Estimator's compiled decode phase; scoring computes the log-likelihood
+of target sequences with its teacher-forced phase. The gin-configurable
+functions keep the original utils.py signatures and gin module; their
+`estimator` is a driver.Estimator. transformer/utils.py re-exports them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from typing import Callable, Dict, List, Sequence
+
+from absl import logging
+import gin
+import numpy as np
+import tensorflow as tf
+
+from transformer._src.driver import evaluation as driver_eval
+from transformer._src.driver.checkpoint_iterator import get_checkpoint_iterator
+from transformer._src.driver.config import get_step_from_checkpoint_path
+from transformer._src.driver.config import inputs_vocabulary
+from transformer._src.driver.config import targets_vocabulary
+
+_GIN_MODULE = "mesh_tensorflow.transformer.utils"
+
+__all__ = [
+    "compute_log_likelihoods", "decode", "decode_examples",
+    "decode_from_dataset",
+    "decode_from_file", "decode_strings", "encode_delimited_lm",
+    "encode_inputs", "get_inputs_from_file", "infer_model",
+    "named_datasets", "save_scores",
+    "score_from_dataset", "score_from_strings", "score_with_estimator",
+    "text_metrics", "write_lines_to_file",
+]
+
+
+def _required(what: str, **params) -> None:
+  for name, value in params.items():
+    if value is gin.REQUIRED:
+      raise ValueError("%s: parameter %r is required" % (what, name))
+
+
+# ----------------------------------------------------------------------------
+# Files and encodings.
+
+
+def get_inputs_from_file(input_filename, ignore_comments=False):
+  """Lines of input_filename (no trailing newline); '#' lines dropped if
+  ignore_comments."""
+  with tf.io.gfile.GFile(input_filename, "r") as f:
+    lines = f.read().split("\n")
+  if lines and not lines[-1]:
+    lines.pop()
+  if ignore_comments:
+    lines = [l for l in lines if not l.startswith("#")]
+  return lines
+
+
+def write_lines_to_file(lines, filename):
+  """Writes lines (one per line) to filename, creating its directory."""
+  directory = os.path.dirname(filename)
+  if directory:
+    tf.io.gfile.makedirs(directory)
+  with tf.io.gfile.GFile(filename, "w") as f:
+    for line in lines:
+      f.write("%s\n" % line)
+
+
+def _fit(ids: List[int], length: int) -> List[int]:
+  """ids truncated or zero-padded to length."""
+  return ids[:length] + [0] * max(0, length - len(ids))
+
+
+def _pad_to_batches(rows: List[List[int]], batch_size: int) -> np.ndarray:
+  """rows plus copies of the first row up to a multiple of batch_size."""
+  if rows:
+    rows = rows + [rows[0]] * (-len(rows) % batch_size)
+  return np.array(rows, dtype=np.int32)
+
+
+def encode_inputs(inputs, vocabulary, model_type, batch_size,
+                  sequence_length, eos_id=1, unscored_prefix=None):
+  """Encodes input strings for decoding or scoring.
+
+  Each string is encoded with the inputs vocabulary; an unscored_prefix is
+  encoded in front with negated ids (positions the score skips); EOS ends
+  the ids unless model_type is "lm" (an LM continues its input). Rows are
+  truncated / zero-padded to sequence_length, and copies of the first row
+  pad the list to a whole number of batches.
+
+  Example:
+    encode_inputs(["ab"], ByteVocabulary(), "bitransformer", 2, 4)
+    # [[100, 101, 1, 0], [100, 101, 1, 0]]
+
+  Returns:
+    int32 array [ceil(n / batch_size) * batch_size, sequence_length].
+  """
+  vocab = inputs_vocabulary(vocabulary)
+  rows = []
+  for line in inputs:
+    ids = list(vocab.encode(line.strip()))
+    if unscored_prefix:
+      ids = [-i for i in vocab.encode(unscored_prefix.strip())] + ids
+    if model_type != "lm":
+      ids.append(eos_id)
+    rows.append(_fit(ids, sequence_length))
+  return _pad_to_batches(rows, batch_size)
+
+
+def encode_delimited_lm(inputs, targets, vocabulary, batch_size,
+                        sequence_length, eos_id=1, include_final_eos=True):
+  """Encodes (input, target) string pairs as one delimited LM sequence.
+
+  Each row is input ids, EOS, target ids (and a final EOS if
+  include_final_eos), truncated / zero-padded to sequence_length; copies of
+  the first row pad the list to a whole number of batches.
+
+  Returns:
+    int32 array [ceil(n / batch_size) * batch_size, sequence_length].
+  """
+  if len(inputs) != len(targets):
+    raise ValueError("encode_delimited_lm: %d inputs but %d targets"
+                     % (len(inputs), len(targets)))
+  rows = []
+  for x, y in zip(inputs, targets):
+    ids = (list(inputs_vocabulary(vocabulary).encode(x.strip())) + [eos_id]
+           + list(targets_vocabulary(vocabulary).encode(y.strip())))
+    if include_final_eos:
+      ids.append(eos_id)
+    rows.append(_fit(ids, sequence_length))
+  return _pad_to_batches(rows, batch_size)
+
+
+def _call_input_fn(input_fn: Callable, estimator) -> tf.data.Dataset:
+  """input_fn() or, for the original's input_fn(params), with batch_size."""
+  if inspect.signature(input_fn).parameters:
+    return input_fn({"batch_size": estimator.batch_size})
+  return input_fn()
+
+
+def _feature_rows(dataset: tf.data.Dataset, keys: Sequence[str],
+                  lengths: Dict[str, int]) -> Dict[str, np.ndarray]:
+  """{key: int32 [n, length]} from a dataset of examples or batches."""
+  rows = {k: [] for k in keys}
+  for element in dataset.as_numpy_iterator():
+    for k in keys:
+      if k not in element:
+        raise ValueError("the dataset has no %r feature (it has %s)"
+                         % (k, sorted(element)))
+      value = np.asarray(element[k])
+      for row in (value if value.ndim == 2 else [value]):
+        rows[k].append(_fit([int(i) for i in row], lengths[k]))
+  return {k: np.array(v, np.int32).reshape([-1, lengths[k]])
+          for k, v in rows.items()}
+
+
+# ----------------------------------------------------------------------------
+# Decoding.
+
+
+def _decode_ids_to_text(estimator, input_ids: np.ndarray, vocabulary,
+                        checkpoint_path=None, **decode_kwargs) -> List[str]:
+  outputs = driver_eval.decode_ids(estimator, input_ids,
+                                   checkpoint_path=checkpoint_path,
+                                   **decode_kwargs)
+  vocab = targets_vocabulary(vocabulary)
+  return [vocab.decode([int(i) for i in row]) for row in outputs]
+
+
+def decode_strings(estimator, strings: Sequence[str], vocabulary=None,
+                   checkpoint_path=None, **decode_kwargs) -> List[str]:
+  """Decoded output strings for input strings (greedy unless configured)."""
+  vocabulary = vocabulary or estimator.vocabulary
+  ids = driver_eval.encode_strings(inputs_vocabulary(vocabulary), strings,
+                                   estimator.sequence_length["inputs"])
+  return _decode_ids_to_text(estimator, ids, vocabulary, checkpoint_path,
+                             **decode_kwargs)
+
+
+@gin.configurable(module=_GIN_MODULE)
+def decode(estimator, input_fn, vocabulary, checkpoint_path=None):
+  """Decoded strings for the "inputs" of input_fn()'s examples or batches."""
+  length = estimator.sequence_length["inputs"]
+  ids = _feature_rows(_call_input_fn(input_fn, estimator), ["inputs"],
+                      {"inputs": length})["inputs"]
+  if not len(ids):  # pylint: disable=g-explicit-length-test
+    return []
+  return _decode_ids_to_text(estimator, ids, vocabulary, checkpoint_path)
+
+
+def _checkpoint_step(estimator, checkpoint_path) -> int:
+  if checkpoint_path is None:
+    checkpoint_path = estimator.latest_checkpoint()
+  if checkpoint_path is None:
+    raise ValueError("no checkpoint in model_dir %r" % estimator.model_dir)
+  return get_step_from_checkpoint_path(checkpoint_path)
+
+
+@gin.configurable(module=_GIN_MODULE)
+def decode_from_file(estimator, vocabulary, model_type, batch_size,
+                     sequence_length, checkpoint_path=None,
+                     input_filename=gin.REQUIRED,
+                     output_filename=gin.REQUIRED, eos_id=1, repeats=1):
+  """Decodes each line of input_filename into `<output_filename>-<step>`.
+
+  With repeats > 1 each input is decoded that many times (useful with
+  sampling). Returns the decoded strings.
+  """
+  del batch_size, sequence_length
+  _required("decode_from_file", input_filename=input_filename,
+            output_filename=output_filename)
+  inputs = [s for s in get_inputs_from_file(input_filename)
+            for _ in range(repeats)]
+  length = estimator.sequence_length["inputs"]
+  ids = encode_inputs(inputs, vocabulary, model_type, 1, length, eos_id)
+  decodes = _decode_ids_to_text(estimator, ids, vocabulary, checkpoint_path)
+  out = "%s-%d" % (output_filename,
+                   _checkpoint_step(estimator, checkpoint_path))
+  write_lines_to_file(decodes, out)
+  logging.info("decode_from_file: %d lines -> %s", len(decodes), out)
+  return decodes
+
+
+def named_datasets(dataset_fn, sequence_length, vocabulary, dataset_split,
+                    what: str):
+  """[(name, dataset, EvalDataset or None)] from a dataset function."""
+  result = dataset_fn(sequence_length=sequence_length, vocabulary=vocabulary,
+                      dataset_split=dataset_split)
+  if isinstance(result, tf.data.Dataset):
+    return [(what, result, None)]
+  out = []
+  for item in result:
+    if isinstance(item, tf.data.Dataset):
+      out.append(("%s_%d" % (what, len(out)), item, None))
+    else:
+      out.append((item.name, item.dataset_fn(), item))
+  if not out:
+    raise ValueError("%s: the dataset function returned no datasets" % what)
+  return out
+
+
+def decode_examples(estimator, dataset: tf.data.Dataset, vocabulary,
+                    checkpoint_path=None) -> Dict[str, List[str]]:
+  """{"inputs", "predictions"[, "targets"]} texts of a dataset's examples,
+  predictions decoded greedily from the inputs."""
+  keys = ["inputs"] + (["targets"] if "targets" in dataset.element_spec
+                       else [])
+  rows = _feature_rows(dataset, keys, estimator.sequence_length)
+  texts = {"predictions": _decode_ids_to_text(estimator, rows["inputs"],
+                                              vocabulary, checkpoint_path)}
+  for key, vocab in (("inputs", inputs_vocabulary(vocabulary)),
+                     ("targets", targets_vocabulary(vocabulary))):
+    if key in rows:
+      texts[key] = [vocab.decode([int(i) for i in r]) for r in rows[key]]
+  return texts
+
+
+def text_metrics(eval_dataset, targets: List[str],
+                 predictions: List[str]) -> Dict[str, float]:
+  """An EvalDataset's metric_fns on postprocessed targets and predictions."""
+  if eval_dataset is None or not eval_dataset.metric_fns:
+    return {}
+  postprocess = eval_dataset.postprocess_fn or (lambda s, **_: s)
+  targets = [postprocess(t, example=None, is_target=True) for t in targets]
+  predictions = [postprocess(p, example=None) for p in predictions]
+  metrics = {}
+  for metric_fn in eval_dataset.metric_fns:
+    metrics.update(metric_fn(targets, predictions))
+  return {k: float(v) for k, v in metrics.items()}
+
+
+@gin.configurable(module=_GIN_MODULE)
+def decode_from_dataset(estimator, vocabulary, model_type, batch_size,
+                        sequence_length, checkpoint_path=None,
+                        infer_dataset_fn=gin.REQUIRED,
+                        dataset_split="validation",
+                        decode_output_dir=gin.REQUIRED):
+  """Decodes the inputs of every dataset infer_dataset_fn returns.
+
+  infer_dataset_fn(sequence_length=, vocabulary=, dataset_split=) returns a
+  dataset or a list of EvalDatasets of examples with "inputs" (and
+  optionally "targets") ids. For each, `<decode_output_dir>/<name>_inputs`,
+  `<name>_targets` and `<name>_predictions-<step>` get one line per example;
+  an EvalDataset's metric_fns are computed on the postprocessed texts and
+  printed. Returns {name: decoded strings}.
+  """
+  del model_type, batch_size
+  _required("decode_from_dataset", infer_dataset_fn=infer_dataset_fn,
+            decode_output_dir=decode_output_dir)
+  step = _checkpoint_step(estimator, checkpoint_path)
+  results = {}
+  for name, dataset, eval_dataset in named_datasets(
+      infer_dataset_fn, sequence_length, vocabulary, dataset_split,
+      "decode_from_dataset"):
+    texts = decode_examples(estimator, dataset, vocabulary, checkpoint_path)
+    base = os.path.join(decode_output_dir, name)
+    write_lines_to_file(texts["inputs"], base + "_inputs")
+    write_lines_to_file(texts["predictions"],
+                        "%s_predictions-%d" % (base, step))
+    if "targets" in texts:
+      write_lines_to_file(texts["targets"], base + "_targets")
+      metrics = text_metrics(eval_dataset, texts["targets"],
+                             texts["predictions"])
+      if metrics:
+        print("decode %s (step %d): %s" % (name, step, "  ".join(
+            "%s %.4f" % kv for kv in sorted(metrics.items()))), flush=True)
+    results[name] = texts["predictions"]
+  return results
+
+
+@gin.configurable(module=_GIN_MODULE)
+def infer_model(estimator, vocabulary, sequence_length, batch_size,
+                model_type, model_dir, eval_checkpoint_step,
+                checkpoint_paths=None, decode_fn=decode_from_file):
+  """Runs decode_fn for each checkpoint to evaluate."""
+  if checkpoint_paths is None:
+    checkpoint_paths = get_checkpoint_iterator(eval_checkpoint_step,
+                                               model_dir)
+  for path in checkpoint_paths:
+    decode_fn(estimator, vocabulary, model_type, batch_size,
+              sequence_length, checkpoint_path=path)
+
+
+# ----------------------------------------------------------------------------
+# Scoring.
+
+
+@gin.configurable(module=_GIN_MODULE)
+def compute_log_likelihoods(estimator, input_fn, checkpoint_path=None):
+  """Log-likelihood of each example's "targets" (given its "inputs").
+
+  input_fn() returns a dataset of examples or batches; the result has one
+  float per example (sum over target ids > 0).
+  """
+  lengths = estimator.sequence_length
+  dataset = _call_input_fn(input_fn, estimator)
+  keys = [k for k in ("inputs", "targets") if k in dataset.element_spec]
+  rows = _feature_rows(dataset, keys, lengths)
+  return [float(s) for s in driver_eval.score_ids(
+      estimator, rows.get("inputs"), rows["targets"], checkpoint_path)]
+
+
+@gin.configurable(module=_GIN_MODULE)
+def save_scores(results, vocabulary, scores_filename=None,
+                save_example_text=True):
+  """Writes scores (one per line) to scores_filename + ".scores" and, with
+  save_example_text, the example texts; returns the scores."""
+  scores = [float(r["scores"]) for r in results]
+  if scores_filename is not None:
+    write_lines_to_file(["%f" % s for s in scores],
+                        scores_filename + ".scores")
+    if save_example_text:
+      for key, vocab in (("inputs", inputs_vocabulary(vocabulary)),
+                         ("targets", targets_vocabulary(vocabulary))):
+        if results and key in results[0]:
+          write_lines_to_file([vocab.decode(list(r[key])) for r in results],
+                              "%s.%s" % (scores_filename, key))
+  return scores
+
+
+def _scoring_checkpoint(eval_checkpoint_step, model_dir) -> str:
+  """The one checkpoint to score with (None / -1: the latest)."""
+  if eval_checkpoint_step is None:
+    eval_checkpoint_step = -1
+  return list(get_checkpoint_iterator(eval_checkpoint_step, model_dir))[-1]
+
+
+def score_with_estimator(estimator, input_fn, eval_checkpoint_step, model_dir,
+                         vocabulary, score_postprocess_fn=save_scores,
+                         num_examples=None):
+  """Scores input_fn()'s examples with one checkpoint; post-processes them.
+
+  Returns score_postprocess_fn(results, vocabulary), where results is a list
+  of {"inputs", "targets", "scores"} per example (the first num_examples).
+  """
+  lengths = estimator.sequence_length
+  dataset = _call_input_fn(input_fn, estimator)
+  keys = [k for k in ("inputs", "targets") if k in dataset.element_spec]
+  rows = _feature_rows(dataset, keys, lengths)
+  path = _scoring_checkpoint(eval_checkpoint_step, model_dir)
+  scores = driver_eval.score_ids(estimator, rows.get("inputs"),
+                                 rows["targets"], path)
+  results = []
+  for i, score in enumerate(scores[:num_examples]):
+    result = {k: rows[k][i] for k in keys}
+    result["scores"] = float(score)
+    results.append(result)
+  return score_postprocess_fn(results, vocabulary)
+
+
+def _arrays_input_fn(arrays: Dict[str, np.ndarray]):
+  arrays = {k: v for k, v in arrays.items() if v is not None}
+  return lambda: tf.data.Dataset.from_tensor_slices(arrays)
+
+
+@gin.configurable(module=_GIN_MODULE)
+def score_from_strings(estimator, vocabulary, model_type, batch_size,
+                       sequence_length, model_dir, eval_checkpoint_step,
+                       inputs=gin.REQUIRED, targets=gin.REQUIRED,
+                       score_postprocess_fn=gin.REQUIRED, eos_id=1,
+                       score_eos=True):
+  """Log-likelihoods of targets given inputs (lists of strings or files).
+
+  For "lm" models only the targets are scored. Returns
+  score_postprocess_fn(results, vocabulary) (save_scores: the scores).
+  """
+  del batch_size, sequence_length
+  _required("score_from_strings", inputs=inputs, targets=targets,
+            score_postprocess_fn=score_postprocess_fn)
+  if isinstance(inputs, str):
+    inputs = get_inputs_from_file(inputs)
+  if isinstance(targets, str):
+    targets = get_inputs_from_file(targets)
+  if len(inputs) != len(targets):
+    raise ValueError("score_from_strings: %d inputs but %d targets"
+                     % (len(inputs), len(targets)))
+  lengths = estimator.sequence_length
+  input_ids = (None if model_type in ("lm", "delimited_lm") else
+               driver_eval.encode_strings(inputs_vocabulary(vocabulary),
+                                          inputs, lengths["inputs"], eos_id))
+  target_ids = driver_eval.encode_strings(targets_vocabulary(vocabulary),
+                                          targets, lengths["targets"], eos_id)
+  if not score_eos:
+    target_ids[target_ids == eos_id] = 0
+  return score_with_estimator(
+      estimator, _arrays_input_fn({"inputs": input_ids,
+                                   "targets": target_ids}),
+      eval_checkpoint_step, model_dir, vocabulary, score_postprocess_fn,
+      num_examples=len(targets))
+
+
+@gin.configurable(module=_GIN_MODULE)
+def score_from_dataset(estimator, vocabulary, batch_size, sequence_length,
+                       model_dir, eval_checkpoint_step, dataset_split,
+                       score_dataset_fn=None,
+                       score_postprocess_fn=gin.REQUIRED):
+  """Log-likelihoods of the examples of score_dataset_fn's one dataset.
+
+  score_dataset_fn(sequence_length=, vocabulary=, dataset_split=) returns a
+  dataset, or a list with one EvalDataset, of examples with "targets" (and
+  "inputs") ids. Returns score_postprocess_fn(results, vocabulary).
+  """
+  del batch_size
+  _required("score_from_dataset", score_postprocess_fn=score_postprocess_fn)
+  if score_dataset_fn is None:
+    raise ValueError("score_from_dataset: score_dataset_fn is required")
+  datasets = named_datasets(score_dataset_fn, sequence_length, vocabulary,
+                             dataset_split, "score_from_dataset")
+  if len(datasets) != 1:
+    raise ValueError("score_from_dataset: scores one dataset, got %d (%s)"
+                     % (len(datasets), [name for name, _, _ in datasets]))
+  dataset = datasets[0][1]
+  return score_with_estimator(estimator, lambda: dataset,
+                              eval_checkpoint_step, model_dir, vocabulary,
+                              score_postprocess_fn)

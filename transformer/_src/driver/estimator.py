@@ -1,0 +1,591 @@
+"""The TF2 driver behind utils.run: training, evaluation and checkpoints.
+
+The original drove its models with TPUEstimator, which TensorFlow removed.
+`Estimator` here plays that role for the transformer utils: it owns the mesh
+implementation, the mtf.VariableStore (full-shape masters under the
+original's names), the compiled step functions, and the model directory with
+its checkpoints and TensorBoard summaries.
+
+Every step function builds the mtf graph when it is traced (once per input
+shape) and reuses the store's variables afterwards, so re-tracing creates no
+variables. Training updates the per-device slices; before a checkpoint is
+written the slices are copied to the masters (`copy_slices_to_masters`), and
+after a restore the masters are copied to the slices, as the original's
+MtfCheckpointSaverListener / MtfRestoreHook did.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from typing import Callable, Dict, List, Optional
+
+from absl import logging
+import gin
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.framework import summary_pb2
+
+import mesh_tensorflow as mtf
+from mesh_tensorflow import placement_mesh_impl
+from transformer._src.driver import checkpoints
+from transformer._src.driver import evaluation
+from transformer._src.driver.config import init_checkpoint_variable_mapping
+from transformer._src.driver.config import serialize_num_microbatches
+from transformer._src.layers.context import ModeKeys
+from transformer._src.models.unitransformer import Unitransformer
+from transformer._src.models.unitransformer import autoregressive_inputs
+
+__all__ = ["Estimator", "mesh_devices_for", "model_features"]
+
+MODEL_FEATURES = (
+    "inputs", "inputs_position", "inputs_segmentation", "targets",
+    "targets_position", "targets_segmentation", "targets_subsegmentation")
+
+GLOBAL_STEP = "global_step"
+
+
+def model_features(features: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
+  """The entries of a dataset element the model reads (int32)."""
+  return {k: tf.cast(v, tf.int32) for k, v in features.items()
+          if k in MODEL_FEATURES}
+
+
+def mesh_devices_for(mesh_shape, mesh_devices=None) -> List[str]:
+  """Devices for a PlacementMeshImpl: mesh_devices, else the first N local.
+
+  GPUs are used when there are enough of them, else (virtual) CPUs.
+
+  Raises:
+    ValueError: if fewer devices exist than the mesh has processors.
+  """
+  mesh_shape = mtf.convert_to_shape(mesh_shape)
+  size = mesh_shape.size
+  if mesh_devices:
+    devices = list(mesh_devices)
+    if len(devices) != size:
+      raise ValueError("mesh_devices has %d devices but mesh_shape %s has %d "
+                       "processors" % (len(devices), mesh_shape.to_string,
+                                       size))
+    return devices
+  if not mesh_shape.dims:
+    return [""]
+  for kind in ("GPU", "CPU"):
+    local = tf.config.list_logical_devices(kind)
+    if len(local) >= size:
+      return [d.name for d in local[:size]]
+  raise ValueError(
+      "mesh_shape %s needs %d devices but this process has %d CPU device(s); "
+      "create virtual CPUs before TensorFlow starts (python -m transformer.main "
+      "--mesh_devices=%d) or set run.mesh_devices"
+      % (mesh_shape.to_string, size,
+         len(tf.config.list_logical_devices("CPU")), size))
+
+
+def feature_length(sequence_length, key: str) -> int:
+  """The length of feature `key` ("inputs..." or "targets...")."""
+  if isinstance(sequence_length, dict):
+    base = "inputs" if key.startswith("inputs") else "targets"
+    return int(sequence_length[base])
+  return int(sequence_length)
+
+
+class _PhaseFn:
+  """A compiled mtf computation plus the laid-out variables its trace made."""
+
+  def __init__(self, fn: Callable):
+    self.fn = fn
+    self.laid_out_variables = None  # set while tracing
+    self.slices_version = -1
+    self.copy_fns = {}
+
+
+class Estimator:
+  """Trains, evaluates, decodes and exports one transformer model.
+
+  The stand-in for the original's TPUEstimator: utils.get_estimator builds
+  one, and utils.train_model / eval_model / infer_model / export_model take
+  it as their `estimator` argument.
+  """
+
+  def __init__(self, model_type: str, transformer_model, vocabulary,
+               model_dir: str, mesh_shape, layout_rules, batch_size: int,
+               sequence_length, *, autostack: bool = True,
+               keep_checkpoint_max: Optional[int] = None,
+               save_checkpoints_steps: int = 5000,
+               learning_rate_schedule=None, optimizer=None,
+               variable_filter=None, init_checkpoint: Optional[str] = None,
+               init_variable_filter: str = "", mesh_devices=None,
+               variable_dtype: Optional[mtf.VariableDType] = None,
+               log_every_steps: int = 100, total_train_steps=None,
+               outer_batch_size: int = 1, ensemble_inputs: Optional[int] = None,
+               predict_fn: Optional[Callable] = None,
+               model_info_file: Optional[str] = None):
+    self.model_type = model_type
+    self.model = transformer_model
+    self.vocabulary = vocabulary
+    self.model_dir = model_dir
+    self.mesh_shape = mtf.convert_to_shape(mesh_shape)
+    self.layout_rules = mtf.convert_to_layout_rules(layout_rules)
+    self.batch_size = int(batch_size)
+    if isinstance(sequence_length, int):
+      sequence_length = {"inputs": sequence_length,
+                         "targets": sequence_length}
+    self.sequence_length = dict(sequence_length)
+    self.autostack = autostack
+    self.keep_checkpoint_max = keep_checkpoint_max
+    self.save_checkpoints_steps = save_checkpoints_steps
+    self.learning_rate_schedule = learning_rate_schedule
+    self.optimizer = optimizer
+    self.variable_filter = variable_filter
+    self.init_checkpoint = init_checkpoint
+    self.init_variable_filter = init_variable_filter
+    self.variable_dtype = variable_dtype or mtf.VariableDType(tf.float32)
+    self.log_every_steps = max(1, int(log_every_steps))
+    self.total_train_steps = total_train_steps
+    self.outer_batch_size = int(outer_batch_size or 1)
+    if self.outer_batch_size < 1 or self.batch_size % self.outer_batch_size:
+      raise ValueError("outer_batch_size %r does not divide batch_size %d"
+                       % (outer_batch_size, self.batch_size))
+    self.ensemble_inputs = int(ensemble_inputs) if ensemble_inputs else None
+    self.predict_fn = predict_fn
+    self.model_info_file = model_info_file
+    self.devices = mesh_devices_for(self.mesh_shape, mesh_devices)
+    self.mesh_impl = placement_mesh_impl.PlacementMeshImpl(
+        self.mesh_shape, self.layout_rules, self.devices)
+    self.store = mtf.VariableStore()
+    self.global_step = mtf.optimize.get_or_create_global_step()
+    self._train_fn: Optional[_PhaseFn] = None
+    self._phase_fns: Dict[str, _PhaseFn] = {}
+    self._masters_version = 0   # bumped when masters change
+    self._masters_stale = False  # slices trained since the last sync
+    self._restored_path: Optional[str] = None
+    self._restore_later: Optional[str] = None
+
+  # --------------------------------------------------------------------------
+  # Building mtf graphs.
+
+  def batch_dims(self, batch_size: Optional[int] = None,
+                 training: bool = True) -> List[mtf.Dimension]:
+    """The leading dims of a feature, as the original's model_fn made them.
+
+    [ensemble] when ensemble_inputs (each member gets its own examples), then
+    [outer_batch, batch / outer_batch] in training and evaluation when
+    outer_batch_size > 1, else [batch].
+    """
+    batch_size = batch_size or self.batch_size
+    dims = []
+    if self.ensemble_inputs:
+      dims.append(mtf.Dimension("ensemble", self.ensemble_inputs))
+    if training and self.outer_batch_size > 1:
+      if batch_size % self.outer_batch_size:
+        raise ValueError("outer_batch_size %d does not divide the batch of %d"
+                         % (self.outer_batch_size, batch_size))
+      dims += [mtf.Dimension("outer_batch", self.outer_batch_size),
+               mtf.Dimension("batch", batch_size // self.outer_batch_size)]
+    else:
+      dims.append(mtf.Dimension("batch", batch_size))
+    return dims
+
+  def import_features(self, mesh: mtf.Mesh, features, batch_size=None,
+                      training: bool = True):
+    """mtf Tensors [batch dims..., length] of int features [ensemble?,
+    batch, length]."""
+    batch_dims = self.batch_dims(batch_size, training)
+    mtf_features = {}
+    for key, x in sorted(features.items()):
+      length_dim = mtf.Dimension(
+          "length", feature_length(self.sequence_length, key))
+      shape = mtf.Shape(batch_dims + [length_dim])
+      x = tf.reshape(tf.cast(x, tf.int32), shape.to_integer_list)
+      mtf_features[key] = mtf.import_fully_replicated(mesh, x, shape,
+                                                       name=key)
+    return mtf_features
+
+  def logits_and_loss(self, mtf_features, mode: str,
+                      num_microbatches: int = 1):
+    """(logits, loss) of the model, as the original's model_fn computed."""
+    model = self.model
+    targets = mtf_features["targets"]
+    if isinstance(model, Unitransformer):
+      position_kwargs = dict(
+          sequence_id=mtf_features.get("targets_segmentation"),
+          position=mtf_features.get("targets_position"))
+    else:
+      position_kwargs = dict(
+          encoder_sequence_id=mtf_features.get("inputs_segmentation"),
+          decoder_sequence_id=mtf_features.get("targets_segmentation"),
+          decoder_subsequence_id=mtf_features.get("targets_subsegmentation"),
+          encoder_position=mtf_features.get("inputs_position"),
+          decoder_position=mtf_features.get("targets_position"))
+    if self.model_type in ("lm", "delimited_lm"):
+      inputs = autoregressive_inputs(
+          targets, sequence_id=position_kwargs["sequence_id"])
+    elif "inputs" in mtf_features:
+      inputs = mtf_features["inputs"]
+    else:
+      raise ValueError("model_type %r needs an 'inputs' feature; the dataset "
+                       "has %s" % (self.model_type, sorted(mtf_features)))
+    return model.call_simple(
+        inputs=inputs, targets=targets, compute_loss=True, mode=mode,
+        variable_dtype=self.variable_dtype,
+        num_microbatches=num_microbatches, **position_kwargs)
+
+  def _learning_rate(self) -> tf.Tensor:
+    schedule = self.learning_rate_schedule
+    if schedule is None:
+      return tf.constant(0.0)  # the optimizer's own default rate is used
+    if callable(schedule):
+      return tf.cast(schedule(step=self.global_step.read_value()),
+                     tf.float32)
+    return tf.constant(float(schedule), tf.float32)
+
+  def _make_optimizer(self, learning_rate):
+    optimizer = self.optimizer
+    if optimizer is None:
+      optimizer = mtf.optimize.AdafactorOptimizer
+    if isinstance(optimizer, mtf.optimize.Optimizer):
+      return optimizer
+    if self.learning_rate_schedule is None:
+      return optimizer()
+    return optimizer(learning_rate=learning_rate)
+
+  def build_train_graph(self, features: Dict[str, tf.Tensor]):
+    """Builds and lowers one training step over tf `features`.
+
+    Returns (lowering, loss, updates, learning_rate): the float32 loss, the
+    lowered variable updates (the global step is not incremented) and the
+    learning-rate tensor.
+    """
+    graph = mtf.Graph()
+    mesh = mtf.Mesh(graph, "mesh")
+    with mtf.variable_store(self.store):
+      mtf_features = self.import_features(mesh, features)
+      batch_dim = self.batch_dims()[-1]
+      num_microbatches = self._num_microbatches(batch_dim)
+      if num_microbatches > 1:
+        def serialized_fn(microbatch_features):
+          return {"loss": self.logits_and_loss(
+              microbatch_features, ModeKeys.TRAIN, num_microbatches)[1]}
+        var_grads, loss_dict = mtf.serialize_training_step(
+            mtf_features, serialized_fn, batch_dim, num_microbatches)
+        loss = loss_dict["loss"]
+      else:
+        _, loss = self.logits_and_loss(mtf_features, ModeKeys.TRAIN)
+        var_grads = mtf.gradients(
+            [loss], [v.outputs[0] for v in graph.trainable_variables])
+      tf_lr = self._learning_rate()
+      lr = mtf.import_fully_replicated(mesh, tf_lr, mtf.Shape([]),
+                                       name="learning_rate")
+      variables = graph.trainable_variables
+      if self.variable_filter is not None:
+        keep = [i for i, v in enumerate(variables) if self.variable_filter(v)]
+        variables = [variables[i] for i in keep]
+        var_grads = [var_grads[i] for i in keep]
+      self._make_optimizer(lr).apply_grads(var_grads, variables)
+    self._write_model_info(graph)
+    lowering = mtf.Lowering(graph, {mesh: self.mesh_impl},
+                            autostack=self.autostack)
+    tf_loss = tf.cast(lowering.export_to_tf_tensor(loss), tf.float32)
+    updates = [lowering.lowered_operation(op) for op in graph.operations
+               if isinstance(op, mtf.Assign)]
+    return lowering, tf_loss, updates, tf_lr
+
+  def _build_train_fn(self) -> _PhaseFn:
+    phase = _PhaseFn(None)
+
+    @tf.function(autograph=False)
+    def train_step(features):
+      lowering, tf_loss, updates, tf_lr = self.build_train_graph(features)
+      phase.laid_out_variables = list(lowering.variables.values())
+      with tf.control_dependencies(updates + [tf_loss]):
+        step = self.global_step.assign_add(1)
+      tokens = tf.add_n([tf.reduce_sum(tf.cast(features[k] > 0, tf.int64))
+                         for k in ("inputs", "targets") if k in features])
+      return {"loss": tf_loss, "learning_rate": tf_lr, "step": step,
+              "tokens": tokens}
+
+    phase.fn = train_step
+    return phase
+
+  def _write_model_info(self, graph: mtf.Graph) -> None:
+    """Writes each variable's name, shape and size to model_info_file."""
+    if not self.model_info_file:
+      return
+    lines, total = [], 0
+    for v in graph.all_variables:
+      total += v.shape.size
+      lines.append("%s %s %d%s" % (v.name, v.shape.to_string, v.shape.size,
+                                   "" if v.trainable else " (not trained)"))
+    lines.append("total parameters %d in %d variables" % (total, len(
+        graph.all_variables)))
+    directory = os.path.dirname(self.model_info_file)
+    if directory:
+      tf.io.gfile.makedirs(directory)
+    with tf.io.gfile.GFile(self.model_info_file, "w") as f:
+      f.write("\n".join(lines) + "\n")
+
+  def _num_microbatches(self, batch_dim):
+    return serialize_num_microbatches(batch_dim, self.sequence_length,
+                                      self.mesh_shape, self.layout_rules)
+
+  # --------------------------------------------------------------------------
+  # Masters <-> slices and checkpoints.
+
+  def checkpoint_variables(self) -> Dict[str, tf.Variable]:
+    """{original name: master tf.Variable} plus "global_step"."""
+    variables = dict(self.store.masters)
+    variables[GLOBAL_STEP] = self.global_step
+    return variables
+
+  def _sync_masters(self) -> None:
+    """Copies trained slices into the masters (before save / other phases)."""
+    if not self._masters_stale or self._train_fn is None:
+      return
+    self._copy(self._train_fn, "copy_slices_to_master")
+    self._masters_stale = False
+    self._masters_version += 1
+    self._train_fn.slices_version = self._masters_version
+
+  def _load_slices(self, phase: _PhaseFn) -> None:
+    """Copies the masters into a phase's slices if they are out of date."""
+    if phase.slices_version != self._masters_version:
+      self._copy(phase, "copy_master_to_slices")
+      phase.slices_version = self._masters_version
+
+  @staticmethod
+  def _copy(phase: _PhaseFn, what: str) -> None:
+    """Runs copy_master_to_slices / copy_slices_to_master of a phase."""
+    if not phase.laid_out_variables:
+      return
+    fn = phase.copy_fns.get(what)
+    if fn is None:
+      # A partial, not a closure: TF keys its retracing warning on a
+      # function's code, which every phase's copy would share.
+      fn = tf.function(functools.partial(_copy_variables,
+                                         phase.laid_out_variables, what),
+                       autograph=False)
+      phase.copy_fns[what] = fn
+    fn()
+
+  def latest_checkpoint(self) -> Optional[str]:
+    return checkpoints.latest_checkpoint(self.model_dir)
+
+  def save(self) -> str:
+    """Writes model.ckpt-<global step> to model_dir; returns its path."""
+    self._sync_masters()
+    step = int(self.global_step.numpy())
+    path = checkpoints.save(self.model_dir, step,
+                            self.checkpoint_variables(),
+                            keep_checkpoint_max=self.keep_checkpoint_max)
+    logging.info("Saved checkpoint %s", path)
+    return path
+
+  def restore(self, path: str) -> None:
+    """Loads checkpoint `path` into the masters (then slices on next use)."""
+    checkpoints.restore(path, self.checkpoint_variables())
+    self._masters_stale = False
+    self._masters_version += 1
+    self._restored_path = path
+    logging.info("Restored %s (global step %d)", path,
+                 int(self.global_step.numpy()))
+
+  def _initialize_from(self, checkpoint_path: Optional[str]) -> None:
+    """Restores checkpoint_path, the latest checkpoint, or init_checkpoint."""
+    path = checkpoint_path or self.latest_checkpoint()
+    if path:
+      self.restore(path)
+      return
+    self.global_step.assign(0)
+    if self.init_checkpoint:
+      masters = dict(self.store.masters)
+      checkpoints.init_from_checkpoint(
+          self.init_checkpoint, masters,
+          variable_filter=self.init_variable_filter or None,
+          name_mapping=init_checkpoint_variable_mapping)
+      self._masters_version += 1
+      logging.info("Initialised from init_checkpoint %s",
+                   self.init_checkpoint)
+
+  # --------------------------------------------------------------------------
+  # Training.
+
+  def train(self, input_fn: Callable[[], tf.data.Dataset], max_steps: int,
+            *, skip_seen_data: bool = False, seen_data_init_step: int = 0
+            ) -> Dict[str, float]:
+    """Trains until the global step reaches max_steps; resumes if possible.
+
+    Returns {"loss", "learning_rate", "step"} of the last step run.
+    """
+    tf.io.gfile.makedirs(self.model_dir)
+    dataset = input_fn()
+    if self._train_fn is None:
+      self._train_fn = self._build_train_fn()
+      # Trace now: creates every master and slice, so a checkpoint can be
+      # restored into them before the first step.
+      self._train_fn.fn.get_concrete_function(dataset.element_spec)
+      with tf.io.gfile.GFile(os.path.join(self.model_dir,
+                                          "operative_config.gin"), "w") as f:
+        f.write(gin.operative_config_str())
+      self._initialize_from(None)
+      self._train_fn.slices_version = -1
+    self._load_slices(self._train_fn)
+    step = int(self.global_step.numpy())
+    if step >= max_steps:
+      logging.info("Global step %d >= train steps %d: nothing to train",
+                   step, max_steps)
+      return {"step": step}
+    if skip_seen_data and step > seen_data_init_step:
+      dataset = dataset.skip(step - seen_data_init_step)
+    writer = tf.summary.create_file_writer(self.model_dir)
+    progress = _Progress(step, max_steps, self.log_every_steps)
+    result = {}
+    last_saved = step
+    for features in dataset:
+      out = self._train_fn.fn(features)
+      self._masters_stale = True
+      step = int(out["step"].numpy())
+      progress.add_tokens(int(out["tokens"].numpy()))
+      if progress.due(step) or step >= max_steps:
+        result = {"loss": float(out["loss"].numpy()),
+                  "learning_rate": float(out["learning_rate"].numpy()),
+                  "step": step}
+        if not np.isfinite(result["loss"]):
+          raise FloatingPointError("training loss is %s at step %d"
+                                   % (result["loss"], step))
+        stats = progress.report(step, result["loss"],
+                                result["learning_rate"])
+        write_scalars(writer, step, {
+            "loss": result["loss"],
+            "learning_rate": result["learning_rate"],
+            "tokens_per_second": stats["tokens_per_second"],
+            "steps_per_second": stats["steps_per_second"]})
+      if (self.save_checkpoints_steps and
+          step % self.save_checkpoints_steps == 0 and step < max_steps):
+        self.save()
+        last_saved = step
+      if step >= max_steps:
+        break
+    if step != last_saved:
+      self.save()
+    writer.close()
+    return result
+
+  # --------------------------------------------------------------------------
+  # Phases other than training (eval, decode, score) share this machinery.
+
+  def prepare(self, checkpoint_path: Optional[str] = None) -> None:
+    """Makes the masters current before eval / decode / export.
+
+    With checkpoint_path None after training in this process the trained
+    slices are synced to the masters; otherwise checkpoint_path (default: the
+    latest in model_dir) is restored when the phase runs.
+
+    Raises:
+      ValueError: no checkpoint_path and none in model_dir.
+    """
+    if checkpoint_path is None and self._train_fn is not None:
+      self._sync_masters()
+      self._restore_later = None
+      return
+    if checkpoint_path is None:
+      checkpoint_path = self.latest_checkpoint()
+      if checkpoint_path is None:
+        raise ValueError("no checkpoint in model_dir %r to evaluate, decode "
+                         "or export" % self.model_dir)
+    self._restore_later = (None if checkpoint_path == self._restored_path
+                           else checkpoint_path)
+
+  def phase_fn(self, name: str, build: Callable) -> _PhaseFn:
+    """A cached _PhaseFn built by build(phase) -> tf.function."""
+    phase = self._phase_fns.get(name)
+    if phase is None:
+      phase = _PhaseFn(None)
+      phase.fn = build(phase)
+      self._phase_fns[name] = phase
+    return phase
+
+  def run_phase(self, phase: _PhaseFn, *args):
+    """Calls phase.fn(*args): traces, restores pending checkpoints, syncs."""
+    if phase.laid_out_variables is None:
+      phase.fn.get_concrete_function(*args)
+    pending = self._restore_later
+    if pending:
+      self._restore_later = None
+      self.restore(pending)
+    self._load_slices(phase)
+    return phase.fn(*args)
+
+  def evaluate(self, dataset: tf.data.Dataset,
+               checkpoint_path: Optional[str] = None,
+               max_batches: Optional[int] = None) -> Dict[str, float]:
+    """Teacher-forced metrics over `dataset` (batched dicts of features).
+
+    Returns loss (mean cross-entropy per target token), token_accuracy,
+    sequence_accuracy (exact match of every target token of a row),
+    neg_log_perplexity, num_eval_tokens and num_eval_sequences.
+    """
+    return evaluation.evaluate(self, dataset, checkpoint_path, max_batches)
+
+
+def _copy_variables(laid_out_variables, what: str) -> None:
+  tf.group(*[getattr(v, what) for v in laid_out_variables])
+
+
+def write_scalars(writer, step: int, scalars: Dict[str, float]) -> None:
+  """TensorBoard scalar summaries, written without the tensorboard package.
+
+  tf.summary.scalar lives in tensorboard, which is not a dependency; the
+  core tf.summary.write with the scalar plugin's metadata writes the same
+  event records.
+  """
+  metadata = summary_pb2.SummaryMetadata()
+  metadata.plugin_data.plugin_name = "scalars"
+  with writer.as_default(step=step):
+    for name, value in scalars.items():
+      tf.summary.write(name, tf.constant(value, tf.float32), step=step,
+                       metadata=metadata)
+  writer.flush()
+
+
+class _Progress:
+  """Progress lines: step, loss, learning rate, steps/s, tokens/s, ETA."""
+
+  def __init__(self, step: int, max_steps: int, every: int):
+    self.max_steps = max_steps
+    self.every = every
+    self.last_step = step
+    self.last_time = time.perf_counter()
+    self.tokens = 0
+
+  def add_tokens(self, n: int) -> None:
+    self.tokens += n
+
+  def due(self, step: int) -> bool:
+    return step % self.every == 0
+
+  def report(self, step: int, loss: float, lr: float) -> Dict[str, float]:
+    now = time.perf_counter()
+    seconds = max(now - self.last_time, 1e-9)
+    steps_per_second = (step - self.last_step) / seconds
+    tokens_per_second = self.tokens / seconds
+    remaining = max(self.max_steps - step, 0)
+    eta = remaining / steps_per_second if steps_per_second > 0 else 0.0
+    line = ("step %d/%d  loss %.4f  lr %.3g  %.2f steps/s  %.0f tokens/s  "
+            "ETA %s" % (step, self.max_steps, loss, lr, steps_per_second,
+                        tokens_per_second, _format_seconds(eta)))
+    # One line on stdout (not also logged: absl would print it twice).
+    print(line, flush=True)
+    self.last_step, self.last_time, self.tokens = step, now, 0
+    return {"steps_per_second": steps_per_second,
+            "tokens_per_second": tokens_per_second}
+
+
+def _format_seconds(seconds: float) -> str:
+  seconds = int(round(seconds))
+  hours, rest = divmod(seconds, 3600)
+  minutes, seconds = divmod(rest, 60)
+  if hours:
+    return "%dh%02dm%02ds" % (hours, minutes, seconds)
+  return "%dm%02ds" % (minutes, seconds)

@@ -1,0 +1,237 @@
+"""Evaluation, scoring and decoding phases of the driver's Estimator.
+
+Each phase is one compiled tf.function per batch shape that builds its mtf
+graph when traced, over the Estimator's VariableStore and mesh. Metrics are
+computed from exported per-token tensors, so they are exact sums over the
+whole dataset (no streaming-metric variables).
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+import mesh_tensorflow as mtf
+from transformer._src.layers.context import ModeKeys
+from transformer._src.models.unitransformer import Unitransformer
+
+__all__ = ["decode_graph", "decode_ids", "evaluate", "score_ids",
+           "teacher_forced", "teacher_forced_graph"]
+
+
+def _static_batch_size(features: Dict[str, tf.Tensor]) -> int:
+  """The batch size of [ensemble?, batch, length] features."""
+  sizes = {int(v.shape[-2]) for v in features.values()}
+  if len(sizes) != 1:
+    raise ValueError("features have different batch sizes: %s"
+                     % {k: v.shape for k, v in features.items()})
+  return sizes.pop()
+
+
+def teacher_forced_graph(est, features: Dict[str, tf.Tensor]):
+  """Builds and lowers the teacher-forced model over tf `features`.
+
+  Returns (lowering, loss, xent, predictions): the model's loss (scalar)
+  and per-token cross-entropy / argmax, each shaped like features'
+  "targets" ([ensemble?, batch, length]).
+  """
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "mesh")
+  with mtf.variable_store(est.store):
+    batch_size = _static_batch_size(features)
+    mtf_features = est.import_features(mesh, features, batch_size)
+    logits, loss = est.logits_and_loss(mtf_features, ModeKeys.EVAL)
+    if isinstance(logits, tuple):
+      logits = logits[0]
+    logits = mtf.cast(logits, tf.float32)
+    vocab_dim = logits.shape.dims[-1]
+    targets = mtf_features["targets"]
+    xent = mtf.layers.softmax_cross_entropy_with_logits(
+        logits, targets, vocab_dim)
+    predictions = mtf.argmax(logits, vocab_dim)
+  lowering = mtf.Lowering(graph, {mesh: est.mesh_impl},
+                          autostack=est.autostack)
+  # [ensemble?, outer_batch?, batch, length] -> the features' shape.
+  shape = tf.shape(features["targets"])
+  return (lowering, tf.cast(lowering.export_to_tf_tensor(loss), tf.float32),
+          tf.reshape(lowering.export_to_tf_tensor(xent), shape),
+          tf.reshape(tf.cast(lowering.export_to_tf_tensor(predictions),
+                             tf.int32), shape))
+
+
+def build_teacher_forced(est, phase):
+  """tf.function(features) -> {"xent", "predictions"} per target token."""
+
+  @tf.function(autograph=False)
+  def fn(features):
+    lowering, _, xent, predictions = teacher_forced_graph(est, features)
+    phase.laid_out_variables = list(lowering.variables.values())
+    return {"xent": xent, "predictions": predictions}
+  return fn
+
+
+def teacher_forced(est, features: Dict[str, tf.Tensor]):
+  """Per-token cross-entropy and argmax predictions for one batch.
+
+  Features are [batch, length]; with ensemble_inputs every ensemble member
+  sees the batch, and the results are [ensemble, batch, length].
+  """
+  features = {k: tf.convert_to_tensor(v) for k, v in features.items()}
+  if est.ensemble_inputs:
+    features = {k: tf.tile(v[tf.newaxis], [est.ensemble_inputs, 1, 1])
+                for k, v in features.items()}
+  phase = est.phase_fn("teacher_forced", lambda p: build_teacher_forced(est,
+                                                                         p))
+  return est.run_phase(phase, features)
+
+
+def evaluate(est, dataset: tf.data.Dataset,
+             checkpoint_path: Optional[str] = None,
+             max_batches: Optional[int] = None) -> Dict[str, float]:
+  """Teacher-forced loss, token accuracy and exact-match over `dataset`.
+
+  A target token counts where targets > 0; a row counts (for
+  sequence_accuracy) where it has any target token, and is exactly right
+  when every counted token is predicted.
+  """
+  est.prepare(checkpoint_path)
+  xent_sum = 0.0
+  tokens = correct_tokens = sequences = correct_sequences = 0
+  for i, batch in enumerate(dataset):
+    if max_batches is not None and i >= max_batches:
+      break
+    # Zero rows fill the last batch (no target tokens, so they do not count)
+    # and keep one traced shape.
+    features = {k: _pad_rows(v.numpy(), est.batch_size)
+                for k, v in batch.items()
+                if k in ("inputs", "targets") or k.endswith(
+                    ("_segmentation", "_position"))}
+    out = teacher_forced(est, features)
+    xent = out["xent"].numpy()
+    targets = np.broadcast_to(features["targets"], xent.shape)
+    weights = targets > 0
+    right = (out["predictions"].numpy() == targets) | ~weights
+    xent_sum += float(np.sum(xent * weights))
+    tokens += int(weights.sum())
+    correct_tokens += int((right & weights).sum())
+    rows = weights.any(axis=-1)
+    sequences += int(rows.sum())
+    correct_sequences += int((right.all(axis=-1) & rows).sum())
+  if not tokens:
+    raise ValueError("evaluate: the eval dataset has no target tokens")
+  loss = xent_sum / tokens
+  return {
+      "loss": loss,
+      "neg_log_perplexity": -loss,
+      "token_accuracy": correct_tokens / tokens,
+      "sequence_accuracy": correct_sequences / max(sequences, 1),
+      "num_eval_tokens": float(tokens),
+      "num_eval_sequences": float(sequences),
+  }
+
+
+def score_ids(est, inputs: Optional[np.ndarray], targets: np.ndarray,
+              checkpoint_path: Optional[str] = None) -> np.ndarray:
+  """Log-likelihood of each target row (sum over tokens with id > 0)."""
+  est.prepare(checkpoint_path)
+  scores = []
+  for start, batch in _batches(est, {"inputs": inputs, "targets": targets}):
+    out = teacher_forced(est, batch)
+    weights = batch["targets"] > 0
+    row = -np.sum(out["xent"].numpy() * weights, axis=-1)
+    if row.ndim == 2:  # ensemble_inputs: the members' mean log-likelihood
+      row = row.mean(axis=0)
+    scores.append(row[:_rows_left(start, len(targets), est.batch_size)])
+  return np.concatenate(scores) if scores else np.zeros([0], np.float32)
+
+
+def _pad_rows(array: np.ndarray, rows: int) -> np.ndarray:
+  """array [n, ...] padded with zero rows to [rows, ...] (n <= rows)."""
+  array = np.asarray(array, np.int32)
+  if len(array) > rows:
+    raise ValueError("a batch of %d rows exceeds the batch size %d"
+                     % (len(array), rows))
+  return np.concatenate(
+      [array, np.zeros((rows - len(array),) + array.shape[1:], np.int32)])
+
+
+def _rows_left(start: int, total: int, batch_size: int) -> int:
+  return min(batch_size, total - start)
+
+
+def _batches(est, arrays: Dict[str, Optional[np.ndarray]]):
+  """(start, {key: [batch_size, length] int32}) with zero rows padding."""
+  arrays = {k: np.asarray(v, np.int32) for k, v in arrays.items()
+            if v is not None}
+  total = len(next(iter(arrays.values())))
+  b = est.batch_size
+  for start in range(0, total, b):
+    yield start, {k: _pad_rows(v[start:start + b], b)
+                  for k, v in arrays.items()}
+
+
+def decode_graph(est, inputs: tf.Tensor, **decode_kwargs):
+  """Builds and lowers decoding of int inputs [batch, length].
+
+  Returns (lowering, outputs [batch, length] int32). The Estimator's
+  predict_fn(model=, features=, variable_dtype=) replaces the model's own
+  decoding when given.
+  """
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "mesh")
+  with mtf.variable_store(est.store):
+    mtf_inputs = est.import_features(
+        mesh, {"inputs": inputs}, int(inputs.shape[-2]),
+        training=False)["inputs"]
+    model = est.model
+    if est.predict_fn is not None:
+      outputs = est.predict_fn(model=model, features={"inputs": mtf_inputs},
+                               variable_dtype=est.variable_dtype)
+    elif isinstance(model, Unitransformer):
+      outputs = model.sample_autoregressive(
+          mtf_inputs, variable_dtype=est.variable_dtype,
+          remove_partial_sequences=True, **decode_kwargs)
+    else:
+      outputs = model.decode(mtf_inputs, variable_dtype=est.variable_dtype,
+                             **decode_kwargs)
+  lowering = mtf.Lowering(graph, {mesh: est.mesh_impl},
+                          autostack=est.autostack)
+  return lowering, tf.cast(lowering.export_to_tf_tensor(outputs), tf.int32)
+
+
+def build_decode(est, phase, decode_kwargs):
+  """tf.function(inputs [batch, length]) -> decoded ids [batch, length]."""
+
+  @tf.function(autograph=False)
+  def fn(inputs):
+    lowering, outputs = decode_graph(est, inputs, **decode_kwargs)
+    phase.laid_out_variables = list(lowering.variables.values())
+    return outputs
+  return fn
+
+
+def decode_ids(est, inputs: np.ndarray, *,
+               checkpoint_path: Optional[str] = None,
+               **decode_kwargs) -> List[np.ndarray]:
+  """Decoded id rows for encoded input rows [n, length] (greedy by default;
+  decode_kwargs go to model.decode, e.g. beam_size=4)."""
+  est.prepare(checkpoint_path)
+  key = "decode:%s" % sorted(decode_kwargs.items())
+  phase = est.phase_fn(key, lambda p: build_decode(est, p, decode_kwargs))
+  results = []
+  for start, batch in _batches(est, {"inputs": inputs}):
+    out = est.run_phase(phase, tf.constant(batch["inputs"])).numpy()
+    results.extend(out[:_rows_left(start, len(inputs), est.batch_size)])
+  return results
+
+
+def encode_strings(vocabulary, strings: Sequence[str], length: int,
+                   eos_id: int = 1) -> np.ndarray:
+  """Rows of ids (EOS appended, truncated to length, zero padded)."""
+  rows = np.zeros([len(strings), length], np.int32)
+  for i, s in enumerate(strings):
+    ids = list(vocabulary.encode(s))[:length - 1] + [eos_id]
+    rows[i, :len(ids)] = ids
+  return rows

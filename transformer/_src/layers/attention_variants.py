@@ -1,0 +1,481 @@
+"""Research variants of multi-head attention (transformer_layers).
+
+TalkingHeads*Attention: separate heads dims for the q.k logits, for the
+  softmax and for the values, with learned linear maps between them
+  ("Talking-Heads Attention", Shazeer et al. 2020), optionally plus maps
+  computed from the query / memory inputs (dynamic projections).
+GeneralBilinear*Attention: logits x W_h m^T with a full bilinear form per
+  head; keys and values are the memory itself (no k / v projections).
+Branched*Attention: each head is projected to d_model separately, weighted
+  (kappa), passed through a shared DenseReluDense, weighted again (alpha)
+  and summed ("Weighted Transformer", Ahmed et al. 2017).
+Synthesizer: attention with synthesized logits (attention.synthetic_attention).
+
+All subclass SelfAttention / EncDecAttention (attention_layers.py) and use
+their causality / packing / relative-position biases (`compute_bias`,
+`enc_dec_attention_bias`) and decoding protocol: self-attention records its
+memory (keys and values, renamed "memory_length") in mode "first_part" and
+writes one position per "incremental" step; encoder-decoder attention
+records its memory as a constant state.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import List, Optional, Sequence, Tuple
+
+import gin
+import tensorflow as tf
+
+import mesh_tensorflow as mtf
+from transformer._src.layers import attention_core as attention
+from transformer._src.layers.attention_layers import EncDecAttention
+from transformer._src.layers.attention_layers import SelfAttention
+from transformer._src.layers.attention_layers import enc_dec_attention_bias
+from transformer._src.layers.context import Context
+from transformer._src.layers.dense_layers import DenseReluDense
+
+__all__ = [
+    "BranchedEncDecAttention",
+    "BranchedSelfAttention",
+    "GeneralBilinearEncDecAttention",
+    "GeneralBilinearSelfAttention",
+    "Synthesizer",
+    "TalkingHeadsEncDecAttention",
+    "TalkingHeadsSelfAttention",
+]
+
+_GIN_MODULE = "mesh_tensorflow.transformer.transformer_layers"
+tf1 = tf.compat.v1
+
+_DYNAMIC_PROJECTIONS = ("x2l", "m2l", "x2w", "m2w")
+
+
+def _to_dims(spec, what: str, layer: str) -> List[mtf.Dimension]:
+  """(("heads", 12), ...) -> [Dimension("heads", 12), ...]."""
+  try:
+    dims = [mtf.convert_to_dimension(d) for d in spec]
+  except (TypeError, ValueError) as e:
+    raise ValueError("%s: %s must be a sequence of (name, size) pairs, got %r"
+                     % (layer, what, spec)) from e
+  if len({d.name for d in dims}) != len(dims):
+    raise ValueError("%s: %s has repeated dimension names: %r"
+                     % (layer, what, spec))
+  return dims
+
+
+def _ensemble_dims(context: Context) -> List[mtf.Dimension]:
+  return list(getattr(context.model, "ensemble_dims", None) or [])
+
+
+def _variable(context: Context, name: str, dims, stddev: float) -> mtf.Tensor:
+  """Variable `name` (normal init), cast to the activation dtype."""
+  w = mtf.get_variable(context.mesh, name, mtf.Shape(list(dims)),
+                       initializer=tf1.random_normal_initializer(
+                           stddev=stddev),
+                       dtype=context.variable_dtype)
+  return mtf.cast(w, context.activation_dtype)
+
+
+def _write_position(context: Context, step: mtf.Tensor, old: mtf.Tensor,
+                    memory_length: mtf.Dimension) -> mtf.Tensor:
+  """old [..., memory_length, ...] with this step's value at the position."""
+  write = mtf.equal(mtf.range(context.mesh, memory_length, tf.int32),
+                    context.get_position())
+  return mtf.where(write, step, old, output_shape=old.shape)
+
+
+def _self_attention_memory(layer: SelfAttention, context: Context,
+                           steps: Sequence[mtf.Tensor]
+                           ) -> Tuple[List[mtf.Tensor], mtf.Tensor]:
+  """Memory tensors over "memory_length" and their positions.
+
+  steps: this call's tensors with the length dim ([batch..., length, ...],
+  or one position incrementally). Records / updates the decoding states.
+  """
+  memory_length = layer.memory_length(context)
+  if context.mode == "incremental":
+    olds = context.get_states(len(steps))
+    memory = [_write_position(context, s, o, memory_length)
+              for s, o in zip(steps, olds)]
+    context.record_new_states(memory)
+    return memory, mtf.range(context.mesh, memory_length, tf.int32)
+  memory = [layer.rename_length_to_memory_length(s, context) for s in steps]
+  if context.mode == "first_part":
+    context.record_new_states(memory)
+  return memory, layer.rename_length_to_memory_length(
+      context.get_position(), context)
+
+
+def _encoder_memory(layer, context: Context, compute):
+  """compute(encoder_output) -> tuple of tensors; cached as constant state."""
+  if context.mode == "incremental":
+    return context.get_constant_state()
+  memory = context.encoder_output
+  if memory is None:
+    raise ValueError("%s needs context.encoder_output" % type(layer).__name__)
+  if "memory_length" not in memory.shape.dimension_names:
+    raise ValueError("%s: encoder_output %s has no 'memory_length' dimension"
+                     % (type(layer).__name__, memory.shape.to_string))
+  values = tuple(compute(memory)) + (
+      memory.shape.get_dim_by_name("memory_length"),)
+  if context.mode == "first_part":
+    context.record_constant_state(values)
+  return values
+
+
+def _dropout(layer, context: Context, weights: mtf.Tensor) -> mtf.Tensor:
+  if not context.train or not layer.dropout_rate:
+    return weights
+  broadcast = [d for d in [context.length_dim] if d in weights.shape.dims]
+  return mtf.dropout(weights, True, rate=layer.dropout_rate,
+                     noise_shape=weights.shape - broadcast)
+
+
+# ----------------------------------------------------------------------------
+# Talking heads.
+
+
+@gin.configurable(module=_GIN_MODULE)
+class TalkingHeadsSelfAttention(SelfAttention):
+  """Talking-heads self-attention.
+
+  logits[kh] = q[kh] . k[kh] over key_heads_dims; the logits are mapped
+  linearly to softmax_heads_dims (variable `talking_heads_pre_softmax`
+  [shared..., key-only heads..., softmax-only heads...]), the biases added,
+  softmax over memory; the weights are mapped to value_heads_dims
+  (`talking_heads_post_softmax`) and combine v [value heads, d_v]. A heads
+  Dimension present (same name and size) in both sides of a map is not
+  mixed, so identical heads dims (the default) give plain multi-head
+  attention with no map.
+
+  dynamic_projections (self-attention only): a subset of "x2l", "m2l",
+  "x2w", "m2w" adds to the pre-softmax ("l") / post-softmax ("w") map one
+  computed from the query input x or the memory input m (variables of
+  those names [d_model, shared..., from-only..., to-only...], initial
+  stddev dynamic_projections_init_scale / sqrt(d_model)).
+
+  Variables: q, k [d_model, key heads..., d_k]; v [d_model, value heads...,
+  d_v]; o [value heads..., d_v, d_model] (ensemble dims first).
+  """
+
+  def __init__(self, key_heads_dims=(("heads", 12),),
+               softmax_heads_dims=(("heads", 12),),
+               value_heads_dims=(("heads", 12),), key_size: int = 64,
+               value_size: int = 64, dropout_rate: float = 0.0,
+               relative_attention_type: Optional[str] = None,
+               relative_attention_num_buckets: int = 32,
+               dynamic_projections=None,
+               dynamic_projections_init_scale: float = 1e-2):
+    name = type(self).__name__
+    self.key_heads_dims = _to_dims(key_heads_dims, "key_heads_dims", name)
+    self.softmax_heads_dims = _to_dims(softmax_heads_dims,
+                                       "softmax_heads_dims", name)
+    self.value_heads_dims = _to_dims(value_heads_dims, "value_heads_dims",
+                                     name)
+    super().__init__(
+        num_heads=max(1, mtf.Shape(self.softmax_heads_dims).size),
+        key_value_size=key_size, dropout_rate=dropout_rate,
+        relative_attention_type=relative_attention_type,
+        relative_attention_num_buckets=relative_attention_num_buckets)
+    self.key_size = key_size
+    self.value_size = value_size
+    dynamic_projections = list(dynamic_projections or [])
+    for p in dynamic_projections:
+      if p not in _DYNAMIC_PROJECTIONS:
+        raise ValueError("%s: unknown dynamic projection %r; expected some of "
+                         "%s" % (name, p, list(_DYNAMIC_PROJECTIONS)))
+    self.dynamic_projections = dynamic_projections
+    self.dynamic_projections_init_scale = dynamic_projections_init_scale
+
+  @property
+  def key_dim(self) -> mtf.Dimension:
+    return mtf.Dimension("d_k", self.key_size)
+
+  @property
+  def value_dim(self) -> mtf.Dimension:
+    return mtf.Dimension("d_v", self.value_size)
+
+  def _weights(self, context: Context, model_dim: mtf.Dimension):
+    ens = _ensemble_dims(context)
+    d, kh, vh = model_dim.size, self.key_heads_dims, self.value_heads_dims
+    wq = _variable(context, "q", ens + [model_dim] + kh + [self.key_dim],
+                   d ** -0.5 * self.key_size ** -0.5)
+    wk = _variable(context, "k", ens + [model_dim] + kh + [self.key_dim],
+                   d ** -0.5)
+    wv = _variable(context, "v", ens + [model_dim] + vh + [self.value_dim],
+                   d ** -0.5)
+    wo = _variable(context, "o", ens + vh + [self.value_dim, model_dim],
+                   mtf.Shape(vh + [self.value_dim]).size ** -0.5)
+    return wq, wk, wv, wo
+
+  def _talking(self, context: Context, t: mtf.Tensor, name: str,
+               from_dims, to_dims, x: mtf.Tensor, m: Optional[mtf.Tensor],
+               dynamic_x: str, dynamic_m: str) -> mtf.Tensor:
+    """Maps t's heads dims from_dims -> to_dims (memory_length stays last)."""
+    reduced = [d for d in from_dims if d not in to_dims]
+    new = [d for d in to_dims if d not in from_dims]
+    if not reduced and not new:
+      return t
+    shared = [d for d in from_dims if d in to_dims]
+    others = [d for d in t.shape.dims if d not in from_dims]
+    out_shape = mtf.Shape(others[:-1] + list(to_dims) + others[-1:])
+    ens = _ensemble_dims(context)
+    w = _variable(context, name, ens + shared + reduced + new,
+                  max(1, mtf.Shape(reduced).size) ** -0.5)
+    out = mtf.layers.us_einsum([t, w], out_shape)
+    model_dim = x.shape.dims[-1]
+    scale = self.dynamic_projections_init_scale * model_dim.size ** -0.5
+    for source, pname in ((x, dynamic_x), (m, dynamic_m)):
+      if pname not in self.dynamic_projections:
+        continue
+      wd = _variable(context, pname,
+                     ens + [model_dim] + shared + reduced + new, scale)
+      proj = mtf.einsum([source, wd], reduced_dims=[model_dim])
+      out += mtf.einsum([t, proj], out_shape)
+    return out
+
+  def _attend(self, context: Context, x: mtf.Tensor, m: Optional[mtf.Tensor],
+              q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor,
+              memory_length: mtf.Dimension, bias) -> mtf.Tensor:
+    logits = mtf.layers.us_einsum([q, k], reduced_dims=[self.key_dim])
+    logits = self._talking(context, logits, "talking_heads_pre_softmax",
+                           self.key_heads_dims, self.softmax_heads_dims, x, m,
+                           "x2l", "m2l")
+    if bias is not None:
+      logits += mtf.cast(bias, logits.dtype)
+    weights = _dropout(self, context, mtf.softmax(logits, memory_length))
+    weights = self._talking(context, weights, "talking_heads_post_softmax",
+                            self.softmax_heads_dims, self.value_heads_dims,
+                            x, m, "x2w", "m2w")
+    return mtf.einsum([weights, v], reduced_dims=[memory_length])
+
+  def call(self, context: Context, x: mtf.Tensor,
+           losses=None) -> mtf.Tensor:
+    del losses
+    model_dim = x.shape.dims[-1]
+    wq, wk, wv, wo = self._weights(context, model_dim)
+    q = mtf.layers.us_einsum([x, wq], reduced_dims=[model_dim])
+    k = mtf.layers.us_einsum([x, wk], reduced_dims=[model_dim])
+    v = mtf.layers.us_einsum([x, wv], reduced_dims=[model_dim])
+    use_m = any(p.startswith("m") for p in self.dynamic_projections)
+    memory, memory_position = _self_attention_memory(
+        self, context, [k, v, x] if use_m else [k, v])
+    k, v = memory[0], memory[1]
+    m = memory[2] if use_m else None
+    bias = self.compute_bias(context, memory_position, x,
+                             self.softmax_heads_dims, q)
+    u = self._attend(context, x, m, q, k, v, self.memory_length(context),
+                     bias)
+    return mtf.layers.us_einsum([u, wo], x.shape)
+
+
+@gin.configurable(module=_GIN_MODULE)
+class TalkingHeadsEncDecAttention(TalkingHeadsSelfAttention):
+  """Talking-heads attention to context.encoder_output (same variables;
+  relative bias as EncDecAttention; no dynamic projections)."""
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    if self.dynamic_projections:
+      raise ValueError("TalkingHeadsEncDecAttention: dynamic_projections are "
+                       "only supported in self-attention, got %r"
+                       % (self.dynamic_projections,))
+
+  def call(self, context: Context, x: mtf.Tensor,
+           losses=None) -> mtf.Tensor:
+    del losses
+    model_dim = x.shape.dims[-1]
+    wq, wk, wv, wo = self._weights(context, model_dim)
+    q = mtf.layers.us_einsum([x, wq], reduced_dims=[model_dim])
+    k, v, memory_length = _encoder_memory(
+        self, context, lambda m: (
+            mtf.layers.us_einsum([m, wk], reduced_dims=[model_dim]),
+            mtf.layers.us_einsum([m, wv], reduced_dims=[model_dim])))
+    bias = enc_dec_attention_bias(self, context, self.softmax_heads_dims)
+    u = self._attend(context, x, None, q, k, v, memory_length, bias)
+    return mtf.layers.us_einsum([u, wo], x.shape)
+
+
+# ----------------------------------------------------------------------------
+# General bilinear.
+
+
+@gin.configurable(module=_GIN_MODULE)
+class GeneralBilinearSelfAttention(SelfAttention):
+  """Attention whose per-head logits are a general bilinear form x W_h m.
+
+  Equivalent to multi-head attention with d_kv = d_model, with the (then
+  redundant) k and v projections left out: keys and values are the memory
+  inputs m. Variables: q [d_model (input), heads..., d_model] (initial
+  stddev 1/d_model, the 1/sqrt(d_model) logit scaling folded in) and o
+  [heads..., d_model (value), d_model].
+  """
+
+  def __init__(self, heads_dims=(("heads", 12),), dropout_rate: float = 0.0,
+               relative_attention_type: Optional[str] = None,
+               relative_attention_num_buckets: int = 32):
+    self.heads_dims = _to_dims(heads_dims, "heads_dims", type(self).__name__)
+    super().__init__(
+        num_heads=max(1, mtf.Shape(self.heads_dims).size),
+        dropout_rate=dropout_rate,
+        relative_attention_type=relative_attention_type,
+        relative_attention_num_buckets=relative_attention_num_buckets)
+
+  def _weights(self, context: Context, model_dim: mtf.Dimension):
+    ens = _ensemble_dims(context)
+    inner = mtf.Dimension("_" + model_dim.name, model_dim.size)
+    d = model_dim.size
+    wq = _variable(context, "q", ens + [inner] + self.heads_dims + [model_dim],
+                   1.0 / d)
+    wo = _variable(context, "o", ens + self.heads_dims + [inner, model_dim],
+                   (mtf.Shape(self.heads_dims).size * d) ** -0.5)
+    return inner, wq, wo
+
+  def _bilinear(self, context: Context, x: mtf.Tensor, m: mtf.Tensor,
+                memory_length: mtf.Dimension, bias, inner, wq,
+                wo) -> mtf.Tensor:
+    model_dim = x.shape.dims[-1]
+    q = mtf.layers.us_einsum(
+        [mtf.rename_dimension(x, model_dim.name, inner.name), wq],
+        reduced_dims=[inner])
+    logits = mtf.layers.us_einsum([q, m], reduced_dims=[model_dim])
+    if bias is not None:
+      logits += mtf.cast(bias, logits.dtype)
+    weights = _dropout(self, context, mtf.softmax(logits, memory_length))
+    u = mtf.einsum([weights, m], reduced_dims=[memory_length])
+    u = mtf.rename_dimension(u, model_dim.name, inner.name)
+    return mtf.layers.us_einsum([u, wo], x.shape)
+
+  def call(self, context: Context, x: mtf.Tensor,
+           losses=None) -> mtf.Tensor:
+    del losses
+    inner, wq, wo = self._weights(context, x.shape.dims[-1])
+    (m,), memory_position = _self_attention_memory(self, context, [x])
+    bias = self.compute_bias(context, memory_position, x, self.heads_dims,
+                             None)
+    return self._bilinear(context, x, m, self.memory_length(context), bias,
+                          inner, wq, wo)
+
+
+@gin.configurable(module=_GIN_MODULE)
+class GeneralBilinearEncDecAttention(GeneralBilinearSelfAttention):
+  """General bilinear attention to context.encoder_output."""
+
+  def call(self, context: Context, x: mtf.Tensor,
+           losses=None) -> mtf.Tensor:
+    del losses
+    inner, wq, wo = self._weights(context, x.shape.dims[-1])
+    m, memory_length = _encoder_memory(self, context, lambda mem: (mem,))
+    bias = enc_dec_attention_bias(self, context, self.heads_dims)
+    return self._bilinear(context, x, m, memory_length, bias, inner, wq, wo)
+
+
+# ----------------------------------------------------------------------------
+# Branched attention.
+
+
+def _simplex(z: mtf.Tensor) -> mtf.Tensor:
+  """max(z, 0), normalized to sum 1."""
+  z = mtf.relu(z)
+  return z / mtf.reduce_sum(z)
+
+
+class _BranchedMixin:
+  """Per-head outputs, weighted, through a shared DenseReluDense, summed.
+
+  Variables besides the attention's (kept per head: combine_dims=False,
+  keep_query_heads_dims=True): `kappa` and `alpha` [heads] (uniform(0, 1)
+  init; used as max(z, 0) / sum(max(z, 0)), the simplex constraint of the
+  Weighted Transformer applied in the forward pass) and the DenseReluDense
+  variables `wi/kernel`, `wo/kernel` (hidden size as gin configures it).
+  """
+
+  def _init_branched(self) -> None:
+    if self.num_memory_heads != 0:
+      raise ValueError("%s: num_memory_heads must be 0 for branched "
+                       "attention, got %d"
+                       % (type(self).__name__, self.num_memory_heads))
+    if self.num_heads < 2:
+      raise ValueError("%s: branched attention needs num_heads >= 2, got %d"
+                       % (type(self).__name__, self.num_heads))
+    self.dense_layer = DenseReluDense()
+
+  def layer_output_from_attention_output(self, context: Context,
+                                         attention_output: mtf.Tensor,
+                                         losses) -> mtf.Tensor:
+    heads_dim = mtf.Dimension("heads", self.num_heads)
+    weights = []
+    for name in ("kappa", "alpha"):
+      w = mtf.get_variable(
+          context.mesh, name, mtf.Shape([heads_dim]),
+          initializer=tf1.random_uniform_initializer(minval=0.0, maxval=1.0),
+          dtype=context.variable_dtype)
+      weights.append(_simplex(mtf.cast(w, context.activation_dtype)))
+    kappa, alpha = weights
+    o = self.dense_layer.call(context, attention_output * kappa, losses)
+    return mtf.reduce_sum(o * alpha, reduced_dim=heads_dim)
+
+
+@gin.configurable(module=_GIN_MODULE)
+class BranchedSelfAttention(_BranchedMixin, SelfAttention):
+  """Branched (weighted-transformer) self-attention; see _BranchedMixin.
+
+  Takes SelfAttention's arguments except combine_dims and
+  keep_query_heads_dims (forced to False / True).
+  """
+
+  def __init__(self, **kwargs):
+    super().__init__(combine_dims=False, keep_query_heads_dims=True,
+                     **kwargs)
+    self._init_branched()
+
+
+@gin.configurable(module=_GIN_MODULE)
+class BranchedEncDecAttention(_BranchedMixin, EncDecAttention):
+  """Branched (weighted-transformer) attention to the encoder output."""
+
+  def __init__(self, **kwargs):
+    super().__init__(combine_dims=False, keep_query_heads_dims=True,
+                     **kwargs)
+    self._init_branched()
+
+
+# ----------------------------------------------------------------------------
+# Synthesizer.
+
+
+@gin.configurable(module=_GIN_MODULE)
+class Synthesizer(SelfAttention):
+  """Multi-head Synthesizer (arXiv:2005.00743): SelfAttention whose logits
+  come from attention.synthetic_attention with `synthesize_mode` ("random",
+  "factorized", "dense", "dense_minus", "random_plus" or
+  "random_plus_alpha"); its other arguments (max_length, factorized_dim)
+  are configured on synthetic_attention through gin. Variables: those of
+  SelfAttention (q, k, v, o) plus the synthesizer's (R, alpha, ...).
+  """
+
+  def __init__(self, num_heads: int = 8, num_memory_heads: int = 0,
+               key_value_size: int = 128, shared_kv: bool = False,
+               dropout_rate: float = 0.0, attention_kwargs=None,
+               relative_attention_type: Optional[str] = None,
+               relative_attention_num_buckets: int = 32,
+               attention_func: Optional[str] = None,
+               combine_dims: bool = True, keep_query_heads_dims: bool = False,
+               synthesize_mode: str = "random_plus_alpha",
+               fold_scaling_into_initializer: bool = True):
+    super().__init__(
+        num_heads=num_heads, num_memory_heads=num_memory_heads,
+        key_value_size=key_value_size, shared_kv=shared_kv,
+        dropout_rate=dropout_rate, attention_kwargs=attention_kwargs,
+        relative_attention_type=relative_attention_type,
+        relative_attention_num_buckets=relative_attention_num_buckets,
+        attention_func=attention_func, combine_dims=combine_dims,
+        keep_query_heads_dims=keep_query_heads_dims,
+        fold_scaling_into_initializer=fold_scaling_into_initializer)
+    self.synthesize_mode = synthesize_mode
+
+  @property
+  def attention_fn(self):
+    return functools.partial(attention.synthetic_attention, synthesize=True,
+                             synthesize_mode=self.synthesize_mode)

@@ -1,0 +1,191 @@
+"""Position-wise feed-forward layers: DenseReluDense and ParallelLayer.
+
+DenseReluDense is the transformer's feed-forward block: x -> act(x W_i) W_o,
+with the hidden dimension named "d_ff" (layouts split it over the model
+axis). A list of activations gives a gated unit: the hidden activation is
+the product of one projection per activation (["gelu", "linear"] is the
+gated GELU of T5.1.1). ParallelLayer runs several layers on one input and
+sums their outputs.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional, Sequence, Union
+
+import gin
+import tensorflow as tf
+
+import mesh_tensorflow as mtf
+from mesh_tensorflow import ops_with_redefined_builtins as mtf_ops
+from transformer._src.layers.attention_layers import SelfAttention
+from transformer._src.layers.context import Context, TransformerLayer
+
+__all__ = ["DenseReluDense", "ParallelLayer"]
+
+_GIN_MODULE = "mesh_tensorflow.transformer.transformer_layers"
+
+# Names accepted besides the mtf function names (e.g. "relu", "gelu",
+# "swish", "sigmoid", "tanh", "elu", "selu", "softplus", "leaky_relu",
+# "square", "exp") that mtf.layers.dense_product resolves itself.
+_ACTIVATION_ALIASES = {"silu": "swish", "identity": "linear"}
+
+
+def resolve_activation(activation, layer_name: str) -> Optional[Callable]:
+  """The activation function of a layer: None (linear) or a callable.
+
+  Names resolve to mtf functions (as mtf.layers does); "silu" is an alias of
+  "swish", "linear" and "identity" mean no activation.
+
+  Args:
+    activation: None, a name or a callable.
+    layer_name: the layer, named in errors.
+
+  Returns:
+    None for no activation, else a function of one mtf.Tensor.
+
+  Raises:
+    ValueError: an unknown name, or neither a string nor a callable.
+  """
+  if activation is None:
+    return None
+  if isinstance(activation, str):
+    name = _ACTIVATION_ALIASES.get(activation, activation)
+    if name == "linear":
+      return None
+    fn = getattr(mtf_ops, name, None)
+    if (fn is None or name.startswith("_") or isinstance(fn, type)
+        or not callable(fn)):
+      raise ValueError(
+          "%s: unknown activation %r; expected the name of an mtf function "
+          "such as 'relu', 'gelu', 'swish', 'silu', 'sigmoid', 'tanh' or "
+          "'linear'" % (layer_name, activation))
+    return fn
+  if callable(activation):
+    return activation
+  raise ValueError("%s: activation must be a string, a callable or a list of "
+                   "them, got %r" % (layer_name, activation))
+
+
+def _ensemble_dims(context: Context):
+  dims = getattr(context.model, "ensemble_dims", None)
+  return list(dims) if dims else []
+
+
+@gin.configurable(module=_GIN_MODULE)
+class DenseReluDense(TransformerLayer):
+  """Feed-forward block: act(x wi) wo, hidden dimension "d_ff".
+
+  Variables (relative to the layer's scope): `wi/kernel` [d_model, d_ff]
+  (`wi_0/kernel`, `wi_1/kernel`, ... when `activation` is a list: the
+  hidden activation is the product of the factors), `wo/kernel`
+  [d_ff, d_model], plus `wi/bias` [d_ff] and `wo/bias` [d_model] with
+  use_bias. Ensemble dims of the model lead every variable shape.
+
+  Example:
+    layer = DenseReluDense(hidden_size=2048, activation=["gelu", "linear"])
+    y = layer.call(context, x)  # x, y: [batch, length, d_model]
+  """
+
+  def __init__(self, hidden_size: int = 4096, dropout_rate: float = 0.0,
+               activation: Union[str, Sequence[str]] = "relu",
+               use_bias: bool = False):
+    """Creates the layer.
+
+    Args:
+      hidden_size: size of the hidden dimension "d_ff".
+      dropout_rate: dropout on the hidden activations in training (the mask
+        is shared along the length dimension).
+      activation: an mtf function name ("relu", "gelu", "swish"/"silu",
+        "sigmoid", "tanh", "linear", ...) or a callable, or a list of them
+        for a gated unit (product of the activated projections).
+      use_bias: add biases to both projections.
+    """
+    self.hidden_size = hidden_size
+    self.dropout_rate = dropout_rate
+    self.activation = activation
+    self.use_bias = use_bias
+
+  # Kernel initializers of wi and wo (None: mtf.layers' defaults); the
+  # Fixup variant (fixup_layers.py) overrides them.
+  def _wi_initializer(self):
+    return None
+
+  def _wo_initializer(self):
+    return None
+
+  def call(self, context: Context, x: mtf.Tensor,
+           losses=None) -> mtf.Tensor:
+    """x [batch..., (length,) d_model] -> same shape."""
+    del losses
+    name = type(self).__name__
+    if not isinstance(self.hidden_size, int) or self.hidden_size < 1:
+      raise ValueError("%s: hidden_size must be a positive int, got %r"
+                       % (name, self.hidden_size))
+    if not 0.0 <= self.dropout_rate < 1.0:
+      raise ValueError("%s: dropout_rate must be in [0, 1), got %r"
+                       % (name, self.dropout_rate))
+    if isinstance(self.activation, (list, tuple)):
+      if not self.activation:
+        raise ValueError("%s: activation is an empty list" % name)
+      activations = [resolve_activation(a, name) for a in self.activation]
+    else:
+      activations = resolve_activation(self.activation, name)
+    io_dim = x.shape.dims[-1]
+    hidden_dim = mtf.Dimension("d_ff", self.hidden_size)
+    expert_dims = _ensemble_dims(context)
+    h = mtf.layers.dense_product(
+        x, reduced_dims=[io_dim], new_dims=[hidden_dim],
+        activation_functions=activations, name="wi",
+        use_bias=self.use_bias, variable_dtype=context.variable_dtype,
+        expert_dims=expert_dims, kernel_initializer=self._wi_initializer())
+    if context.train and self.dropout_rate != 0.0:
+      h = mtf.dropout(h, context.train, keep_prob=1.0 - self.dropout_rate,
+                      noise_shape=h.shape - [context.length_dim])
+    return mtf.layers.dense(
+        h, [io_dim], reduced_dims=[hidden_dim], use_bias=self.use_bias,
+        activation=None, variable_dtype=context.variable_dtype, name="wo",
+        expert_dims=expert_dims, kernel_initializer=self._wo_initializer())
+
+
+@gin.configurable(module=_GIN_MODULE)
+class ParallelLayer(TransformerLayer):
+  """Several layers applied to the same input; their outputs are summed.
+
+  Each entry of layer_classes is a TransformerLayer class (instantiated
+  with no arguments, so gin configures it) or an instance. With use_scope,
+  layer i creates its variables under `parallel_layer_<i>/`.
+
+  Example:
+    layer = ParallelLayer(layer_classes=(DenseReluDense, SelfAttention))
+    y = layer.call(context, x)  # DenseReluDense(x) + SelfAttention(x)
+  """
+
+  def __init__(self, layer_classes=(DenseReluDense, SelfAttention),
+               use_scope: bool = True):
+    if not layer_classes:
+      raise ValueError("ParallelLayer: layer_classes is empty")
+    layers = []
+    for entry in layer_classes:
+      if isinstance(entry, TransformerLayer):
+        layers.append(entry)
+      elif isinstance(entry, type) and issubclass(entry, TransformerLayer):
+        layers.append(entry())
+      else:
+        raise ValueError("ParallelLayer: layer_classes entries must be "
+                         "TransformerLayer classes or instances, got %r"
+                         % (entry,))
+    self.layer_classes = layers
+    self.use_scope = use_scope
+
+  def call(self, context: Context, x: mtf.Tensor,
+           losses=None) -> mtf.Tensor:
+    del losses
+    outputs = []
+    for i, layer in enumerate(self.layer_classes):
+      if self.use_scope:
+        with tf.compat.v1.variable_scope("parallel_layer_%d" % i):
+          outputs.append(layer.call(context, x))
+      else:
+        outputs.append(layer.call(context, x))
+    return mtf.add_n(outputs)
+

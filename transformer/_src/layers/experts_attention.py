@@ -1,0 +1,123 @@
+"""Experts attention layers: ExpertsSelfAttention and ExpertsEncDecAttention.
+
+Self-attention (and encoder-decoder attention) whose q / kv projections are
+computed by a mixture-of-experts layer (see ExpertsAttentionParams). The
+layers need shared_kv=True (the experts emit one shared key/value
+projection). Variables under `<layer>/<ClassName>/`: the MoE's router
+(`switch_gating/kernel`, ...), `wi/kernel` [experts, d_model, expert_hidden],
+`q/kernel` and `kv/kernel` [experts, expert_hidden, d_model(=heads*d_kv)] for
+expert_computation "qkv", and the output kernel `o`. The MoE's balancing
+loss is appended to context.losses.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import gin
+
+import mesh_tensorflow as mtf
+from transformer._src.layers import moe_layers
+from transformer._src.layers.attention_layers import EncDecAttention
+from transformer._src.layers.attention_layers import SelfAttention
+from transformer._src.layers.context import Context
+from transformer._src.layers.experts_attention_params import ExpertsAttentionParams
+
+__all__ = ["ExpertsEncDecAttention", "ExpertsSelfAttention"]
+
+_GIN_MODULE = "mesh_tensorflow.transformer.transformer_layers"
+
+
+@gin.configurable(module=_GIN_MODULE)
+class ExpertsSelfAttention(SelfAttention):
+  """Self-attention whose projections are computed by experts.
+
+  Example (gin):
+    ExpertsSelfAttention.num_experts = 4
+    ExpertsSelfAttention.shared_kv = True
+  """
+
+  def __init__(self, num_experts=16, loss_coef=1e-2, group_size=1024,
+               capacity_factor_train=1.25, capacity_factor_eval=2.0,
+               moe_gating="switch", min_expert_capacity=4,
+               switch_policy_train="input_jitter",
+               switch_policy_eval="input_jitter", switch_dropout=0.1,
+               switch_temperature=1.0, switch_jitter=1e-2, ntlb_top_k=4,
+               hidden_size=3072, use_experts_attention=True,
+               activation="relu", z_loss=None, expert_computation="qkv",
+               **kwargs):
+    super().__init__(**kwargs)
+    self.expert_computation = expert_computation
+    self._hparams = moe_layers.HParams(
+        moe_gating=moe_gating,
+        num_experts=num_experts,
+        loss_coef=loss_coef,
+        group_size=group_size,
+        min_expert_capacity=min_expert_capacity,
+        capacity_factor_train=capacity_factor_train,
+        capacity_factor_eval=capacity_factor_eval,
+        switch_policy_train=switch_policy_train,
+        switch_policy_eval=switch_policy_eval,
+        switch_dropout=switch_dropout,
+        switch_temperature=switch_temperature,
+        switch_jitter=switch_jitter,
+        ntlb_top_k=ntlb_top_k,
+        hidden_size=hidden_size,
+        use_experts_attention=use_experts_attention,
+        activation=activation,
+        z_loss=z_loss)
+
+  def _heads_dims(self):
+    """(query heads dims, memory heads dims) as SelfAttention's params."""
+    if self.num_heads == 1:
+      return None, None
+    if self.num_memory_heads == 0:
+      heads = [mtf.Dimension("heads", self.num_heads)]
+      return heads, heads
+    if self.num_memory_heads == 1:
+      return [mtf.Dimension("heads", self.num_heads)], None
+    if self.num_heads % self.num_memory_heads != 0:
+      raise ValueError("%s: num_memory_heads %d must divide num_heads %d"
+                       % (type(self).__name__, self.num_memory_heads,
+                          self.num_heads))
+    memory = [mtf.Dimension("heads", self.num_memory_heads)]
+    return memory + [mtf.Dimension(
+        "query_heads", self.num_heads // self.num_memory_heads)], memory
+
+  def make_params(self, context: Context) -> ExpertsAttentionParams:
+    query_heads_dims, memory_heads_dims = self._heads_dims()
+    model_dim = context.model.model_dim
+    return ExpertsAttentionParams(
+        context.mesh,
+        query_input_dim=model_dim,
+        memory_input_dim=model_dim,
+        output_dim=model_dim,
+        key_dim=self.kv_dim,
+        value_dim=self.kv_dim,
+        query_heads_dims=query_heads_dims,
+        memory_heads_dims=memory_heads_dims,
+        variable_dtype=context.variable_dtype,
+        shared_kv=self.shared_kv,
+        no_query=False,
+        ensemble_dim=getattr(context.model, "ensemble_dim", None),
+        combine_dims=self.combine_dims,
+        keep_query_heads_dims=self.keep_query_heads_dims,
+        fold_scaling_into_initializer=self.fold_scaling_into_initializer,
+        context=context,
+        experts_hparams=self._hparams,
+        expert_computation=self.expert_computation)
+
+
+@gin.configurable(module=_GIN_MODULE)
+class ExpertsEncDecAttention(ExpertsSelfAttention, EncDecAttention):
+  """Encoder-decoder attention whose projections are computed by experts.
+
+  Attends to context.encoder_output as EncDecAttention does; with
+  expert_computation "qkv" the experts run on the decoder input for q and
+  on the encoder output for kv.
+  """
+
+  def __init__(self, relative_attention_type: Optional[str] = None,
+               **kwargs):
+    super().__init__(relative_attention_type=relative_attention_type,
+                     **kwargs)

@@ -1,0 +1,496 @@
+"""Drop-in replacements for the transformer's VocabEmbedding.
+
+Each class has VocabEmbedding's interface, so a model picks one with
+`get_vocab_embedding_cls.cls = @vocab_embeddings.<Class>` in gin:
+`cls(mesh, vocab_dim, output_dim, variable_dtype, name, ensemble_dim, ...)`,
+`ids_to_embedding(ids, context) -> [..., output_dim]` and
+`hidden_to_logits(hidden, context) -> [..., vocab_dim]`.
+
+- FactorizedVocabEmbedding: the table is the product of a [vocab, inner] and
+  an [inner, d_model] matrix (as in ALBERT).
+- AdaptiveVocabEmbedding: consecutive clusters of ids with embeddings of
+  their own (smaller) inner sizes (adaptive input representations); logits
+  are one softmax over the whole vocabulary.
+- MixtureOfSoftmaxes: the output distribution is a mixture of several
+  softmaxes (breaking the softmax bottleneck).
+- Mixtape: mixes several logit vectors with per-token sigmoid-tree gates,
+  cheaper than a mixture of softmaxes.
+
+Variable names (relative to the caller's variable scope, `name` being the
+constructor argument, [ensemble] leading every shape when given) are listed
+in each class's docstring.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence
+
+import gin
+import tensorflow as tf
+
+import mesh_tensorflow as mtf
+from transformer._src.layers import embeddings as embeddings_lib
+
+__all__ = ["AdaptiveVocabEmbedding", "FactorizedVocabEmbedding", "Mixtape",
+           "MixtureOfSoftmaxes"]
+
+_GIN_MODULE = "mesh_tensorflow.transformer.vocab_embeddings"
+
+tf1 = tf.compat.v1
+
+
+def _ensemble_list(ensemble_dim) -> List[mtf.Dimension]:
+  if ensemble_dim is None:
+    return []
+  if isinstance(ensemble_dim, mtf.Dimension):
+    return [ensemble_dim]
+  if isinstance(ensemble_dim, (list, tuple)):
+    return [mtf.convert_to_dimension(d) for d in ensemble_dim]
+  return [mtf.convert_to_dimension(ensemble_dim)]
+
+
+def _scale_hidden(hidden: mtf.Tensor, output_dim: mtf.Dimension) -> mtf.Tensor:
+  """hidden * d_model**-0.5, as VocabEmbedding does before its softmax."""
+  return hidden * (output_dim.size ** -0.5)
+
+
+@gin.configurable(module=_GIN_MODULE)
+class FactorizedVocabEmbedding:
+  """Embedding table factorized through a small inner dimension.
+
+  table [vocab, d_model] = `<name>1` [vocab, inner_vocab] @ `<name>2`
+  [inner_vocab, d_model]; both factors are initialized with stddev
+  inner_dimension_size**-0.25, so the product has unit variance like
+  VocabEmbedding's table. The inner dimension is named "inner_vocab".
+
+  Example:
+    emb = FactorizedVocabEmbedding(mesh, vocab, d_model, mtf.VariableDType(),
+                                   "embedding", None, inner_dimension_size=16)
+    x = emb.ids_to_embedding(ids, context)         # [batch, length, d_model]
+    logits = emb.hidden_to_logits(x, context)      # [batch, length, vocab]
+  """
+
+  def __init__(self, mesh: mtf.Mesh, vocab_dim: mtf.Dimension,
+               output_dim: mtf.Dimension, variable_dtype, name: str,
+               ensemble_dim: Optional[mtf.Dimension],
+               inner_dimension_size: int = gin.REQUIRED):
+    if not isinstance(inner_dimension_size, int) or inner_dimension_size < 1:
+      raise ValueError("FactorizedVocabEmbedding %r: inner_dimension_size must "
+                       "be a positive int, got %r" % (name,
+                                                      inner_dimension_size))
+    self._vocab_dim = mtf.convert_to_dimension(vocab_dim)
+    self._output_dim = mtf.convert_to_dimension(output_dim)
+    self._inner_dim = mtf.Dimension("inner_vocab", inner_dimension_size)
+    initializer = tf1.random_normal_initializer(
+        stddev=inner_dimension_size ** -0.25)
+    ensemble = _ensemble_list(ensemble_dim)
+    self._factored_embedding = mtf.layers.embedding_weights(
+        mesh, self._vocab_dim, self._inner_dim, variable_dtype,
+        name="%s1" % name, ensemble_dim=ensemble, initializer=initializer)
+    self._embedding_proj = mtf.layers.embedding_weights(
+        mesh, self._inner_dim, self._output_dim, variable_dtype,
+        name="%s2" % name, ensemble_dim=ensemble, initializer=initializer)
+
+  @property
+  def inner_dim(self) -> mtf.Dimension:
+    return self._inner_dim
+
+  def ids_to_embedding(self, ids: mtf.Tensor, context) -> mtf.Tensor:
+    """ids [...] -> [..., d_model]: a row of factor 1 times factor 2."""
+    del context
+    inner = mtf.gather(self._factored_embedding, ids, self._vocab_dim)
+    return mtf.einsum([inner, self._embedding_proj],
+                      reduced_dims=[self._inner_dim])
+
+  def hidden_to_logits(self, hidden: mtf.Tensor, context) -> mtf.Tensor:
+    """hidden [..., d_model] -> logits [..., vocab] (hidden * d_model^-0.5)."""
+    del context
+    hidden = _scale_hidden(hidden, self._output_dim)
+    inner = mtf.einsum([hidden, self._embedding_proj],
+                       reduced_dims=[self._output_dim])
+    return mtf.einsum([inner, self._factored_embedding],
+                      reduced_dims=[self._inner_dim])
+
+
+def cluster_specs(clusters: Sequence[Dict[str, Any]], vocab_dim: mtf.Dimension,
+                  output_dim: mtf.Dimension, owner: str,
+                  allow_length_projection: bool) -> List[Dict[str, Any]]:
+  """Validated cluster specs with defaults filled in.
+
+  Each spec is a dict with "token_count" (required), "embedding_size"
+  (default: d_model) and, for the adaptive softmax, "length_projection_factor"
+  (default 1.0). The token counts must add up to the vocabulary size.
+  """
+  if clusters is None or not isinstance(clusters, (list, tuple)) or not clusters:
+    raise ValueError("%s: clusters must be a non-empty list of dicts, got %r"
+                     % (owner, clusters))
+  allowed = {"token_count", "embedding_size"}
+  if allow_length_projection:
+    allowed.add("length_projection_factor")
+  specs = []
+  for i, spec in enumerate(clusters):
+    if not isinstance(spec, dict) or "token_count" not in spec:
+      raise ValueError("%s: cluster %d must be a dict with a 'token_count', "
+                       "got %r" % (owner, i, spec))
+    unknown = sorted(set(spec) - allowed)
+    if unknown:
+      raise ValueError("%s: cluster %d has unknown keys %s (allowed: %s)"
+                       % (owner, i, unknown, sorted(allowed)))
+    token_count = spec["token_count"]
+    embedding_size = spec.get("embedding_size", output_dim.size)
+    factor = spec.get("length_projection_factor", 1.0)
+    if not isinstance(token_count, int) or token_count < 1:
+      raise ValueError("%s: cluster %d token_count must be a positive int, "
+                       "got %r" % (owner, i, token_count))
+    if not isinstance(embedding_size, int) or embedding_size < 1:
+      raise ValueError("%s: cluster %d embedding_size must be a positive int, "
+                       "got %r" % (owner, i, embedding_size))
+    if not 0 < factor <= 1:
+      raise ValueError("%s: cluster %d length_projection_factor must be in "
+                       "(0, 1], got %r" % (owner, i, factor))
+    specs.append({"token_count": token_count,
+                  "embedding_size": embedding_size,
+                  "length_projection_factor": factor})
+  counts = [s["token_count"] for s in specs]
+  if sum(counts) != vocab_dim.size:
+    raise ValueError("%s: the cluster token counts %s sum to %d, not to the "
+                     "size %d of vocab dimension %r"
+                     % (owner, counts, sum(counts), vocab_dim.size,
+                        vocab_dim.name))
+  return specs
+
+
+def cluster_embedding(mesh: mtf.Mesh, cluster_vocab_dim: mtf.Dimension,
+                      output_dim: mtf.Dimension, variable_dtype, name: str,
+                      ensemble_dim, embedding_size: int):
+  """The embedding of one cluster: a VocabEmbedding when embedding_size is
+  d_model, else a FactorizedVocabEmbedding through embedding_size."""
+  if embedding_size == output_dim.size:
+    return embeddings_lib.VocabEmbedding(
+        mesh=mesh, vocab_dim=cluster_vocab_dim, output_dim=output_dim,
+        variable_dtype=variable_dtype, name=name, ensemble_dim=ensemble_dim)
+  return FactorizedVocabEmbedding(
+      mesh=mesh, vocab_dim=cluster_vocab_dim, output_dim=output_dim,
+      variable_dtype=variable_dtype, name=name, ensemble_dim=ensemble_dim,
+      inner_dimension_size=embedding_size)
+
+
+def cluster_ids_to_embedding(embedding, ids: mtf.Tensor, start_token_id: int,
+                             cluster_size: int, context) -> mtf.Tensor:
+  """Embeddings of the ids in [start, start + cluster_size); zeros elsewhere."""
+  in_cluster = mtf.logical_and(mtf.greater_equal(ids, start_token_id),
+                               mtf.less(ids, start_token_id + cluster_size))
+  local_ids = mtf.where(in_cluster, ids - start_token_id, mtf.zeros_like(ids))
+  emb = embedding.ids_to_embedding(local_ids, context)
+  return emb * mtf.cast(in_cluster, emb.dtype)
+
+
+@gin.configurable(module=_GIN_MODULE)
+class AdaptiveVocabEmbedding:
+  """Adaptive input embeddings: clusters of ids with their own capacity.
+
+  `clusters` is a list of dicts, in vocabulary order: "token_count" (ids in
+  the cluster; the counts must sum to the vocabulary size) and optionally
+  "embedding_size" (default d_model). A cluster of size d_model uses a
+  VocabEmbedding named `<name>_<i>` [vocab_i, d_model]; a smaller one a
+  FactorizedVocabEmbedding with variables `<name>_<i>1` [vocab_i,
+  inner_vocab] and `<name>_<i>2` [inner_vocab, d_model]. Cluster vocab dims
+  keep vocab_dim's name. Unlike the adaptive softmax, logits are computed for
+  the whole vocabulary (concatenated cluster logits), so the vocab dimension
+  must not be split over the mesh.
+
+  Example:
+    clusters=[{"token_count": 24, "embedding_size": 8},
+              {"token_count": 8, "embedding_size": 4}]
+  """
+
+  def __init__(self, mesh: mtf.Mesh, vocab_dim: mtf.Dimension,
+               output_dim: mtf.Dimension, variable_dtype, name: str,
+               ensemble_dim: Optional[mtf.Dimension],
+               clusters: Sequence[Dict[str, Any]] = gin.REQUIRED):
+    self._vocab_dim = mtf.convert_to_dimension(vocab_dim)
+    self._output_dim = mtf.convert_to_dimension(output_dim)
+    specs = cluster_specs(clusters, self._vocab_dim, self._output_dim,
+                           "AdaptiveVocabEmbedding %r" % name,
+                           allow_length_projection=False)
+    self._clusters = []  # (embedding, start_token_id, token_count)
+    start = 0
+    for i, spec in enumerate(specs):
+      cluster_vocab_dim = mtf.Dimension(self._vocab_dim.name,
+                                        spec["token_count"])
+      embedding = cluster_embedding(
+          mesh, cluster_vocab_dim, self._output_dim, variable_dtype,
+          "%s_%d" % (name, i), ensemble_dim, spec["embedding_size"])
+      self._clusters.append((embedding, start, spec["token_count"]))
+      start += spec["token_count"]
+
+  def ids_to_embedding(self, ids: mtf.Tensor, context) -> mtf.Tensor:
+    """Each id is embedded by its cluster (the others contribute zeros)."""
+    return mtf.add_n([
+        cluster_ids_to_embedding(embedding, ids, start, count, context)
+        for embedding, start, count in self._clusters])
+
+  def hidden_to_logits(self, hidden: mtf.Tensor, context) -> mtf.Tensor:
+    """The clusters' logits concatenated along the vocab dimension."""
+    logits = [embedding.hidden_to_logits(hidden, context)
+              for embedding, _, _ in self._clusters]
+    if len(logits) == 1:
+      return logits[0]
+    return mtf.concat(logits, self._vocab_dim.name)
+
+
+@gin.configurable(module=_GIN_MODULE)
+class MixtureOfSoftmaxes:
+  """Output distribution as a mixture of num_softmaxes softmaxes.
+
+  p(token) = sum_k prior_k * softmax(tanh(h W_k) E)_token, with prior =
+  softmax(h M) over the components; hidden_to_logits returns log p (a
+  log-probability is a valid logit: its softmax is p itself). Input
+  embeddings are a plain lookup in E.
+
+  Variables: `<name>_embedding_weights` E [vocab, d_model],
+  `<name>_mixture_weights` M [softmax_components, d_model],
+  `<name>_context_weights` W [softmax_components, _<d_model>_copy, d_model].
+
+  Example:
+    emb = MixtureOfSoftmaxes(mesh, vocab, d_model, vdt, "embedding", None,
+                             num_softmaxes=3)
+  """
+
+  def __init__(self, mesh: mtf.Mesh, vocab_dim: mtf.Dimension,
+               output_dim: mtf.Dimension, variable_dtype, name: str,
+               ensemble_dim: Optional[mtf.Dimension],
+               num_softmaxes: int = gin.REQUIRED):
+    if not isinstance(num_softmaxes, int) or num_softmaxes < 1:
+      raise ValueError("MixtureOfSoftmaxes %r: num_softmaxes must be a "
+                       "positive int, got %r" % (name, num_softmaxes))
+    self._vocab_dim = mtf.convert_to_dimension(vocab_dim)
+    self._output_dim = mtf.convert_to_dimension(output_dim)
+    self._copy_output_dim = mtf.Dimension(
+        "_%s_copy" % self._output_dim.name, self._output_dim.size)
+    self._components_dim = mtf.Dimension("softmax_components", num_softmaxes)
+    ensemble = _ensemble_list(ensemble_dim)
+    self._embedding_weights = mtf.layers.embedding_weights(
+        mesh, self._vocab_dim, self._output_dim, variable_dtype,
+        name="%s_embedding_weights" % name, ensemble_dim=ensemble)
+    self._mixture_weights = mtf.layers.embedding_weights(
+        mesh, self._components_dim, self._output_dim, variable_dtype,
+        name="%s_mixture_weights" % name, ensemble_dim=ensemble)
+    self._context_weights = mtf.layers.embedding_weights(
+        mesh, self._copy_output_dim, self._output_dim, variable_dtype,
+        name="%s_context_weights" % name,
+        ensemble_dim=ensemble + [self._components_dim])
+
+  def ids_to_embedding(self, ids: mtf.Tensor, context) -> mtf.Tensor:
+    del context
+    return mtf.gather(self._embedding_weights, ids, self._vocab_dim)
+
+  def hidden_to_logits(self, hidden: mtf.Tensor, context) -> mtf.Tensor:
+    """log of the mixture of softmaxes, [..., vocab].
+
+    Taking the log of a mixture can lose precision in low-precision
+    activations; use float32 activations if training is unstable.
+    """
+    del context
+    hidden = _scale_hidden(hidden, self._output_dim)
+    prior_logits = mtf.einsum([hidden, self._mixture_weights],
+                              reduced_dims=[self._output_dim])
+    contexts = mtf.tanh(mtf.einsum(
+        [mtf.rename_dimension(hidden, self._output_dim.name,
+                              self._copy_output_dim.name),
+         self._context_weights], reduced_dims=[self._copy_output_dim]))
+    component_logits = mtf.einsum([contexts, self._embedding_weights],
+                                  reduced_dims=[self._output_dim])
+    log_priors = mtf.log_softmax(prior_logits, reduced_dim=self._components_dim)
+    log_probs = mtf.log_softmax(component_logits, reduced_dim=self._vocab_dim)
+    return mtf.reduce_logsumexp(log_priors + log_probs,
+                                reduced_dim=self._components_dim)
+
+
+@gin.configurable(module=_GIN_MODULE)
+class Mixtape:
+  """Mixtape output layer: logits mixed by per-token sigmoid-tree gates.
+
+  Four context vectors c_k = tanh(h W_k + b_k) give four logit vectors
+  c_k E; token x's logit is sum_k pi_{k,x} (c_k E)_x. The gate priors pi
+  come from three gate logits through a sigmoid tree
+  (pi = [g1 g2, g1 (1-g2), (1-g1) g3, (1-g1)(1-g3)], g = sigmoid(logits)).
+  Frequent tokens (the first frequent_token_fraction of the vocabulary, after
+  the last `extra_ids` ids, e.g. sentinels, are moved to the front) have
+  their own gate logits u_x . tanh(h P_j + p_j) + h . q_j + r_{x,j}; the
+  other tokens share h . q_j. With dropout_rate, dropout (shared over the
+  length dim) is applied to c in training; with noise_std_dev, Gaussian
+  noise is added to the gate logits in training.
+
+  Variables: `<name>_embedding_weights` E [vocab, d_model],
+  `<name>_context_weights` W [gates=4, _<d_model>_copy, d_model],
+  `<name>_context_weights_bias` b [gates=4, d_model],
+  `<name>_prior_weights` P [gates=3, gate_embedding, d_model],
+  `<name>_prior_weights_bias` p [gates=3, gate_embedding],
+  `<name>_prior_vocab_vector` u [vocab=frequent, gate_embedding],
+  `<name>_prior_gates_vector` q [gates=3, d_model],
+  `<name>_prior_bias` r [vocab=frequent, gates=3].
+  The frequent and rare parts of the vocabulary keep vocab_dim's name; the
+  logits are assembled with split/concat, so vocab must not be split over
+  the mesh.
+
+  Example:
+    emb = Mixtape(mesh, vocab, d_model, vdt, "embedding", None,
+                  gate_embedding_size=16, frequent_token_fraction=0.25)
+  """
+
+  def __init__(self, mesh: mtf.Mesh, vocab_dim: mtf.Dimension,
+               output_dim: mtf.Dimension, variable_dtype, name: str,
+               ensemble_dim: Optional[mtf.Dimension], extra_ids: int = 0,
+               dropout_rate: float = 0.0,
+               gate_embedding_size: int = gin.REQUIRED,
+               frequent_token_fraction: float = 0.1,
+               noise_std_dev: float = 0.0):
+    owner = "Mixtape %r" % name
+    self._vocab_dim = mtf.convert_to_dimension(vocab_dim)
+    self._output_dim = mtf.convert_to_dimension(output_dim)
+    vocab_size = self._vocab_dim.size
+    num_frequent = int(frequent_token_fraction * vocab_size)
+    if not 0 < num_frequent < vocab_size:
+      raise ValueError(
+          "%s: frequent_token_fraction=%r of vocab dimension %r (size %d) "
+          "gives %d frequent tokens; need at least one frequent and one rare "
+          "token" % (owner, frequent_token_fraction, self._vocab_dim.name,
+                     vocab_size, num_frequent))
+    if not isinstance(extra_ids, int) or not 0 <= extra_ids < vocab_size:
+      raise ValueError("%s: extra_ids must be an int in [0, %d), got %r"
+                       % (owner, vocab_size, extra_ids))
+    if not isinstance(gate_embedding_size, int) or gate_embedding_size < 1:
+      raise ValueError("%s: gate_embedding_size must be a positive int, got "
+                       "%r" % (owner, gate_embedding_size))
+    if not 0.0 <= dropout_rate < 1.0:
+      raise ValueError("%s: dropout_rate must be in [0, 1), got %r"
+                       % (owner, dropout_rate))
+    self._mesh = mesh
+    self._extra_ids = extra_ids
+    self._dropout_rate = dropout_rate
+    self._noise_std_dev = noise_std_dev
+    self._frequent_vocab_dim = mtf.Dimension(self._vocab_dim.name,
+                                             num_frequent)
+    self._rare_vocab_dim = mtf.Dimension(self._vocab_dim.name,
+                                         vocab_size - num_frequent)
+    self._copy_output_dim = mtf.Dimension(
+        "_%s_copy" % self._output_dim.name, self._output_dim.size)
+    self._pre_gates_dim = mtf.Dimension("gates", 3)
+    self._gates_dim = mtf.Dimension("gates", 4)
+    self._gate_embedding_dim = mtf.Dimension("gate_embedding",
+                                             gate_embedding_size)
+    ensemble = _ensemble_list(ensemble_dim)
+
+    def variable(suffix, dims, initializer):
+      return mtf.get_variable(mesh, "%s_%s" % (name, suffix),
+                              mtf.Shape(ensemble + dims), dtype=variable_dtype,
+                              initializer=initializer)
+
+    self._embedding_weights = mtf.layers.embedding_weights(
+        mesh, self._vocab_dim, self._output_dim, variable_dtype,
+        name="%s_embedding_weights" % name, ensemble_dim=ensemble)
+    self._context_weights = mtf.layers.embedding_weights(
+        mesh, self._copy_output_dim, self._output_dim, variable_dtype,
+        name="%s_context_weights" % name,
+        ensemble_dim=ensemble + [self._gates_dim])
+    self._context_weights_bias = variable(
+        "context_weights_bias", [self._gates_dim, self._output_dim],
+        tf1.zeros_initializer())
+    self._prior_weights = mtf.layers.embedding_weights(
+        mesh, self._gate_embedding_dim, self._output_dim, variable_dtype,
+        name="%s_prior_weights" % name,
+        ensemble_dim=ensemble + [self._pre_gates_dim])
+    self._prior_weights_bias = variable(
+        "prior_weights_bias", [self._pre_gates_dim, self._gate_embedding_dim],
+        tf1.zeros_initializer())
+    self._prior_vocab_vector = variable(
+        "prior_vocab_vector",
+        [self._frequent_vocab_dim, self._gate_embedding_dim],
+        tf1.random_normal_initializer(stddev=gate_embedding_size ** -0.5))
+    self._prior_gates_vector = variable(
+        "prior_gates_vector", [self._pre_gates_dim, self._output_dim],
+        tf1.random_normal_initializer())
+    self._prior_bias = variable(
+        "prior_bias", [self._frequent_vocab_dim, self._pre_gates_dim],
+        tf1.zeros_initializer())
+
+  def ids_to_embedding(self, ids: mtf.Tensor, context) -> mtf.Tensor:
+    del context
+    return mtf.gather(self._embedding_weights, ids, self._vocab_dim)
+
+  def _sigmoid_tree(self, gate_logits: mtf.Tensor) -> mtf.Tensor:
+    """3 gate logits -> 4 gate probabilities along "gates" (a binary tree)."""
+    g1, g2, g3 = mtf.split(mtf.sigmoid(gate_logits), self._pre_gates_dim, 3)
+    return mtf.concat([g1 * g2, g1 * (1.0 - g2), (1.0 - g1) * g3,
+                       (1.0 - g1) * (1.0 - g3)], self._gates_dim.name)
+
+  def _dropout(self, x: mtf.Tensor, context) -> mtf.Tensor:
+    if not context.train or self._dropout_rate == 0.0:
+      return x
+    noise_shape = x.shape
+    if context.length_dim in noise_shape.dims:
+      noise_shape = noise_shape - context.length_dim
+    return mtf.dropout(x, True, rate=self._dropout_rate,
+                       noise_shape=noise_shape)
+
+  def _add_noise(self, gate_logits: mtf.Tensor, context) -> mtf.Tensor:
+    if not context.train or self._noise_std_dev == 0.0:
+      return gate_logits
+    return gate_logits + mtf.random_normal(
+        self._mesh, gate_logits.shape, stddev=self._noise_std_dev,
+        dtype=gate_logits.dtype)
+
+  def _sentinels_first(self, x: mtf.Tensor) -> mtf.Tensor:
+    """Moves the last extra_ids entries along vocab to the front."""
+    if not self._extra_ids:
+      return x
+    rest, sentinels = mtf.split(
+        x, self._vocab_dim,
+        [self._vocab_dim.size - self._extra_ids, self._extra_ids])
+    return mtf.concat([sentinels, rest], self._vocab_dim.name)
+
+  def _sentinels_last(self, x: mtf.Tensor) -> mtf.Tensor:
+    """Inverse of _sentinels_first."""
+    if not self._extra_ids:
+      return x
+    sentinels, rest = mtf.split(
+        x, self._vocab_dim,
+        [self._extra_ids, self._vocab_dim.size - self._extra_ids])
+    return mtf.concat([rest, sentinels], self._vocab_dim.name)
+
+  def hidden_to_logits(self, hidden: mtf.Tensor, context) -> mtf.Tensor:
+    """hidden [..., d_model] -> gated mixture of logits [..., vocab]."""
+    hidden = _scale_hidden(hidden, self._output_dim)
+    contexts = mtf.einsum(
+        [mtf.rename_dimension(hidden, self._output_dim.name,
+                              self._copy_output_dim.name),
+         self._context_weights], reduced_dims=[self._copy_output_dim])
+    contexts = self._dropout(
+        mtf.tanh(contexts + self._context_weights_bias), context)
+    component_logits = self._sentinels_first(mtf.einsum(
+        [contexts, self._embedding_weights], reduced_dims=[self._output_dim]))
+    frequent_logits, rare_logits = mtf.split(
+        component_logits, self._vocab_dim,
+        [self._frequent_vocab_dim.size, self._rare_vocab_dim.size])
+
+    gate_contexts = mtf.tanh(
+        mtf.einsum([hidden, self._prior_weights],
+                   reduced_dims=[self._output_dim]) + self._prior_weights_bias)
+    shared_gate_logits = mtf.einsum([hidden, self._prior_gates_vector],
+                                    reduced_dims=[self._output_dim])
+    frequent_gate_logits = (
+        mtf.einsum([gate_contexts, self._prior_vocab_vector],
+                   reduced_dims=[self._gate_embedding_dim])
+        + shared_gate_logits + self._prior_bias)
+    frequent_gates = self._sigmoid_tree(
+        self._add_noise(frequent_gate_logits, context))
+    rare_gates = self._sigmoid_tree(
+        self._add_noise(shared_gate_logits, context))
+
+    logits = mtf.concat([
+        mtf.reduce_sum(frequent_logits * frequent_gates,
+                       reduced_dim=self._gates_dim),
+        mtf.reduce_sum(rare_logits * rare_gates, reduced_dim=self._gates_dim),
+    ], self._vocab_dim.name)
+    return self._sentinels_last(logits)

@@ -1,0 +1,462 @@
+"""Universal Transformer (Dehghani et al. 2019): one block, applied recurrently.
+
+`UTLayerStack` applies its layers (one "block", e.g. SelfAttention +
+DenseReluDense) again and again with the same weights. Before every
+recurrence step a timing signal may be added: the sinusoid position signal
+and/or a per-step signal (learned or sinusoid). The recurrence is one of:
+
+  "basic":   x <- T(P(x, step))                      for num_rec_steps steps
+  "highway": s = P(x, step); t = T(s); x <- t * g + s * c
+  "skip":    s = P(x, step); t = T(s); x <- t * g + x0 * c    (x0: UT input)
+  "act":     adaptive computation time (act_type "basic"): every position
+             halts once its summed halting probability exceeds
+             1 - act_epsilon (or after act_max_steps steps); the output
+             interpolates the step outputs with the update weights, and the
+             ponder loss act_loss_weight * mean(steps + remainder) is
+             appended to context.losses.
+
+P is the timing signal, T the transition (the block, num_inrecurrence_layers
+times), g = sigmoid(gate_ffn_layer(gates_inputs)) the transform gate and
+c = 1 - g (couple_carry_transform_gates) or a second gate. Optionally
+num_vanilla_transformer_layers ordinary (non-shared) passes of the block
+run before and/or after the recurrence, and every layer's residual can be
+gated (use_gated_transformer, gating_type "highway" or "gru").
+
+ACT is unrolled to act_max_steps static steps: positions that halted get
+update weight 0, so the result equals a dynamic halting loop, gradients
+flow, and incremental decoding sees the same layer calls in every mode.
+
+Variables: the block's layers and norms exactly as a legacy LayerStack
+(`<layer name>/<ClassName>/...`, `<layer name>/layer_norm/scale`,
+`final_layer_norm/scale`), created once and shared by all steps; the vanilla
+passes under `vanilla_before_%03d/` / `vanilla_after_%03d/`; the UT's own
+under `universal_transformer/` (`step_embedding`, `timing_concat/kernel`,
+`act_halting/{kernel,bias}`, `transform_gate/...`, `carry_gate/...`) and the
+residual gates under `<layer name>/gating/`.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Sequence, Tuple
+
+import gin
+import tensorflow as tf
+
+import mesh_tensorflow as mtf
+from transformer._src.layers.context import Context, TransformerLayer
+from transformer._src.layers.embeddings import sinusoid_positional_embedding_weights
+from transformer._src.models.layer_stack import LayerStack
+from transformer._src.models.layer_stack import sublayer_mask_padding
+
+__all__ = ["UTLayerStack"]
+
+_GIN_MODULE = "mesh_tensorflow.transformer.universal_transformer"
+_SCOPE = "universal_transformer"
+_CHOICES = {
+    "act_type": ("basic",),
+    "recurrence_type": ("basic", "highway", "skip", "act"),
+    "add_or_concat_timing_signal": ("add", "concat"),
+    "step_timing_signal_type": ("learned", "sinusoid"),
+    "gate_ffn_layer": ("dense", "dense_relu_dense"),
+    "gating_type": ("highway", "gru"),
+}
+_BOOLS = ("add_position_timing_signal", "add_step_timing_signal",
+          "mix_with_transformer_before_ut", "mix_with_transformer_after_ut",
+          "use_gated_transformer")
+
+tf1 = tf.compat.v1
+
+
+def _ensemble_dims(context: Context):
+  return list(getattr(context.model, "ensemble_dims", None) or [])
+
+
+@gin.configurable(module=_GIN_MODULE)
+class UTLayerStack(LayerStack):
+  """A Universal Transformer: the layers form one block applied recurrently.
+
+  gin REQUIRED parameters (17): act_type, recurrence_type, act_max_steps,
+  act_epsilon, num_rec_steps, num_inrecurrence_layers, position_start_index,
+  add_or_concat_timing_signal, step_timing_signal_type,
+  add_position_timing_signal, add_step_timing_signal,
+  mix_with_transformer_before_ut, mix_with_transformer_after_ut,
+  gates_inputs, gate_ffn_layer, use_gated_transformer, gating_type.
+
+  Example:
+    stack = UTLayerStack(make_layer_stack([SelfAttention, DenseReluDense],
+                                          num_layers=1).layers,
+                         recurrence_type="basic", num_rec_steps=4, ...)
+    y = stack.call(context, x)
+  """
+
+  def __init__(self, layers: Sequence[TransformerLayer],
+               dropout_rate: float = 0.0, norm_epsilon: float = 1e-6,
+               num_vanilla_transformer_layers: int = 2,
+               couple_carry_transform_gates: bool = True,
+               act_type: str = gin.REQUIRED,
+               recurrence_type: str = gin.REQUIRED,
+               act_max_steps: int = gin.REQUIRED,
+               act_epsilon: float = gin.REQUIRED,
+               num_rec_steps: int = gin.REQUIRED,
+               num_inrecurrence_layers: int = gin.REQUIRED,
+               position_start_index: int = gin.REQUIRED,
+               add_or_concat_timing_signal: str = gin.REQUIRED,
+               step_timing_signal_type: str = gin.REQUIRED,
+               add_position_timing_signal: bool = gin.REQUIRED,
+               add_step_timing_signal: bool = gin.REQUIRED,
+               mix_with_transformer_before_ut: bool = gin.REQUIRED,
+               mix_with_transformer_after_ut: bool = gin.REQUIRED,
+               gates_inputs: str = gin.REQUIRED,
+               gate_ffn_layer: str = gin.REQUIRED,
+               use_gated_transformer: bool = gin.REQUIRED,
+               gating_type: str = gin.REQUIRED,
+               *, act_loss_weight: float = 0.01,
+               act_halting_bias_init: float = 1.0):
+    """Creates the stack.
+
+    Args:
+      layers: the TransformerLayers of the recurrent block.
+      dropout_rate: dropout after the embedding, every layer and the final
+        norm (legacy LayerStack sublayers).
+      norm_epsilon: epsilon of the RMS norms.
+      num_vanilla_transformer_layers: ordinary passes of the block (own
+        weights) before/after the recurrence when mixing.
+      couple_carry_transform_gates: highway/skip carry gate = 1 - transform.
+      act_type: the ACT variant: "basic".
+      recurrence_type: "basic", "highway", "skip" or "act".
+      act_max_steps: ACT: the most steps a position takes.
+      act_epsilon: ACT: a position halts at summed probability > 1 - eps.
+      num_rec_steps: recurrence steps (all types but "act").
+      num_inrecurrence_layers: passes of the block per recurrence step.
+      position_start_index: offset added to positions in the position
+        timing signal.
+      add_or_concat_timing_signal: "add" the signal, or "concat" it and
+        project back to d_model (`timing_concat/kernel`).
+      step_timing_signal_type: "learned" (`step_embedding`) or "sinusoid".
+      add_position_timing_signal: add the position signal every step.
+      add_step_timing_signal: add the step signal every step.
+      mix_with_transformer_before_ut: vanilla passes before the recurrence.
+      mix_with_transformer_after_ut: vanilla passes after the recurrence.
+      gates_inputs: what highway/skip gates read, letters of "ist" (i: the
+        UT input, s: the step's input state, t: the transformed state).
+      gate_ffn_layer: the gate network, "dense" or "dense_relu_dense".
+      use_gated_transformer: gate each layer's residual connection.
+      gating_type: that gate, "highway" (g*y + (1-g)*x) or "gru".
+      act_loss_weight: weight of the ACT ponder loss.
+      act_halting_bias_init: initial bias of the halting unit.
+
+    Raises:
+      ValueError: naming the parameter, if one is missing or invalid.
+    """
+    super().__init__(layers, dropout_rate=dropout_rate,
+                     norm_epsilon=norm_epsilon)
+    given = dict(
+        act_type=act_type, recurrence_type=recurrence_type,
+        act_max_steps=act_max_steps, act_epsilon=act_epsilon,
+        num_rec_steps=num_rec_steps,
+        num_inrecurrence_layers=num_inrecurrence_layers,
+        position_start_index=position_start_index,
+        add_or_concat_timing_signal=add_or_concat_timing_signal,
+        step_timing_signal_type=step_timing_signal_type,
+        add_position_timing_signal=add_position_timing_signal,
+        add_step_timing_signal=add_step_timing_signal,
+        mix_with_transformer_before_ut=mix_with_transformer_before_ut,
+        mix_with_transformer_after_ut=mix_with_transformer_after_ut,
+        gates_inputs=gates_inputs, gate_ffn_layer=gate_ffn_layer,
+        use_gated_transformer=use_gated_transformer, gating_type=gating_type)
+    for name, value in given.items():
+      if value is gin.REQUIRED:
+        raise ValueError("UTLayerStack: parameter %r is required" % name)
+      if name in _CHOICES and value not in _CHOICES[name]:
+        raise ValueError("UTLayerStack: unknown %s %r; expected one of %s"
+                         % (name, value, list(_CHOICES[name])))
+      if name in _BOOLS and not isinstance(value, bool):
+        raise ValueError("UTLayerStack: %s must be a bool, got %r"
+                         % (name, value))
+    for name, value, minimum in (
+        ("act_max_steps", act_max_steps, 1),
+        ("num_rec_steps", num_rec_steps, 1),
+        ("num_inrecurrence_layers", num_inrecurrence_layers, 1),
+        ("position_start_index", position_start_index, 0),
+        ("num_vanilla_transformer_layers", num_vanilla_transformer_layers,
+         0)):
+      if (not isinstance(value, int) or isinstance(value, bool)
+          or value < minimum):
+        raise ValueError("UTLayerStack: %s must be an int >= %d, got %r"
+                         % (name, minimum, value))
+    if not 0.0 < act_epsilon < 1.0:
+      raise ValueError("UTLayerStack: act_epsilon must be in (0, 1), got %r"
+                       % (act_epsilon,))
+    if (not isinstance(gates_inputs, str) or not gates_inputs or
+        set(gates_inputs) - set("ist")):
+      raise ValueError("UTLayerStack: gates_inputs must be letters of 'ist', "
+                       "got %r" % (gates_inputs,))
+    for name, value in given.items():
+      setattr(self, name, value)
+    self.num_vanilla_transformer_layers = num_vanilla_transformer_layers
+    self.couple_carry_transform_gates = couple_carry_transform_gates
+    self.act_loss_weight = act_loss_weight
+    self.act_halting_bias_init = act_halting_bias_init
+    if use_gated_transformer:
+      self._sublayers_per_layer[-1] = self._sublayer_gated_residual
+
+  # -- timing signals --------------------------------------------------------
+
+  @property
+  def num_steps(self) -> int:
+    """Recurrence steps: act_max_steps for ACT, else num_rec_steps."""
+    if self.recurrence_type == "act":
+      return self.act_max_steps
+    return self.num_rec_steps
+
+  def position_timing_signal(self, context: Context) -> mtf.Tensor:
+    """Sinusoid signal of (position + position_start_index), [pos..., d_model]."""
+    table_dim = mtf.Dimension(
+        "ut_positions", context.length_dim.size + self.position_start_index)
+    table = sinusoid_positional_embedding_weights(
+        context.mesh, table_dim, context.model.model_dim,
+        context.activation_dtype)
+    return mtf.gather(table, context.get_position() + self.position_start_index,
+                      table_dim)
+
+  def step_timing_signal(self, context: Context, step: int) -> mtf.Tensor:
+    """The signal of recurrence step `step`, [ensemble..., d_model]."""
+    model_dim = context.model.model_dim
+    steps_dim = mtf.Dimension("ut_steps", self.num_steps)
+    if self.step_timing_signal_type == "learned":
+      table = mtf.get_variable(
+          context.mesh, "step_embedding",
+          mtf.Shape(_ensemble_dims(context) + [steps_dim, model_dim]),
+          initializer=tf1.random_normal_initializer(
+              stddev=model_dim.size ** -0.5),
+          dtype=context.variable_dtype)
+    else:
+      table = sinusoid_positional_embedding_weights(
+          context.mesh, steps_dim, model_dim, context.activation_dtype)
+    return mtf.gather(table, mtf.constant(context.mesh, step, dtype=tf.int32),
+                      steps_dim)
+
+  def step_preprocess(self, context: Context, x: mtf.Tensor,
+                      step: int) -> mtf.Tensor:
+    """x plus (or concatenated with) this step's timing signals."""
+    with tf1.variable_scope(_SCOPE):
+      signals = []
+      if self.add_position_timing_signal:
+        signals.append(self.position_timing_signal(context))
+      if self.add_step_timing_signal:
+        signals.append(self.step_timing_signal(context, step))
+      if not signals:
+        return x
+      signal = signals[0] if len(signals) == 1 else signals[0] + signals[1]
+      if self.add_or_concat_timing_signal == "add":
+        return x + mtf.cast(signal, x.dtype)
+      model_dim = context.model.model_dim
+      signal = mtf.broadcast(mtf.cast(signal, x.dtype), x.shape)
+      concat_dim = mtf.Dimension("ut_timing_concat", 2 * model_dim.size)
+      both = mtf.rename_dimension(mtf.concat([x, signal], model_dim.name),
+                                  model_dim.name, concat_dim.name)
+      return mtf.layers.dense(
+          both, [model_dim], reduced_dims=[concat_dim], use_bias=False,
+          expert_dims=_ensemble_dims(context),
+          variable_dtype=context.variable_dtype, name="timing_concat")
+
+  # -- the block -------------------------------------------------------------
+
+  def _run_block(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
+    for layer in self._layers:
+      with tf1.variable_scope(layer.name or ""):
+        x = self._layer_fn(x, layer, context)
+      self._record(context, x)
+      context.layer_index += 1
+    return x
+
+  def transition(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
+    """The block applied num_inrecurrence_layers times (shared weights)."""
+    for _ in range(self.num_inrecurrence_layers):
+      x = self._run_block(context, x)
+    return x
+
+  def ut_step(self, context: Context, x: mtf.Tensor,
+              step: int) -> mtf.Tensor:
+    """One "basic" recurrence step: transition(step_preprocess(x))."""
+    return self.transition(context, self.step_preprocess(context, x, step))
+
+  def _dense(self, context: Context, x: mtf.Tensor, name: str,
+             reduced_dim: mtf.Dimension, new_dim: mtf.Dimension
+             ) -> mtf.Tensor:
+    return mtf.layers.dense(
+        x, [new_dim], reduced_dims=[reduced_dim], use_bias=False,
+        expert_dims=_ensemble_dims(context),
+        variable_dtype=context.variable_dtype, name=name)
+
+  def _gate(self, context: Context, inputs: Dict[str, mtf.Tensor], name: str,
+            bias_init: float) -> mtf.Tensor:
+    """sigmoid(gate_ffn_layer(inputs[c] for c in gates_inputs) + bias)."""
+    model_dim = context.model.model_dim
+    with tf1.variable_scope(name):
+      bias = mtf.get_variable(
+          context.mesh, "bias", mtf.Shape(_ensemble_dims(context) +
+                                          [model_dim]),
+          initializer=tf1.constant_initializer(bias_init),
+          dtype=context.variable_dtype)
+      hidden_dim = (None if self.gate_ffn_layer == "dense" else
+                    mtf.Dimension("ut_gate_hidden", model_dim.size))
+      terms = [self._dense(context, inputs[c], "w_" + c, model_dim,
+                           hidden_dim or model_dim)
+               for c in self.gates_inputs]
+      logits = terms[0] if len(terms) == 1 else mtf.add_n(terms)
+      if hidden_dim is not None:
+        logits = self._dense(context, mtf.relu(logits), "wo", hidden_dim,
+                             model_dim)
+      return mtf.sigmoid(logits + bias)
+
+  def ut_highway(self, context: Context, x: mtf.Tensor,
+                 skip: bool = False) -> mtf.Tensor:
+    """Highway (or, with skip, skip-to-input) gated recurrence."""
+    ut_input = x
+    for step in range(self.num_rec_steps):
+      state = self.step_preprocess(context, x, step)
+      transformed = self.transition(context, state)
+      gate_inputs = {"i": ut_input, "s": state, "t": transformed}
+      with tf1.variable_scope(_SCOPE):
+        transform = self._gate(context, gate_inputs, "transform_gate", -1.0)
+        if self.couple_carry_transform_gates:
+          carry = 1.0 - transform
+        else:
+          carry = self._gate(context, gate_inputs, "carry_gate", 1.0)
+      x = transformed * transform + (ut_input if skip else state) * carry
+    return x
+
+  def ut_basic(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
+    for step in range(self.num_rec_steps):
+      x = self.ut_step(context, x, step)
+    return x
+
+  def _halting_probability(self, context: Context,
+                           state: mtf.Tensor) -> mtf.Tensor:
+    model_dim = context.model.model_dim
+    with tf1.variable_scope(_SCOPE + "/act_halting"):
+      kernel = mtf.get_variable(
+          context.mesh, "kernel", mtf.Shape(_ensemble_dims(context) +
+                                            [model_dim]),
+          initializer=tf1.random_normal_initializer(
+              stddev=model_dim.size ** -0.5),
+          dtype=context.variable_dtype)
+      bias = mtf.get_variable(
+          context.mesh, "bias", mtf.Shape(_ensemble_dims(context)),
+          initializer=tf1.constant_initializer(self.act_halting_bias_init),
+          dtype=context.variable_dtype)
+    return mtf.sigmoid(mtf.einsum([state, kernel], reduced_dims=[model_dim])
+                       + bias)
+
+  def ut_act(self, context: Context, x: mtf.Tensor
+             ) -> Tuple[mtf.Tensor, mtf.Tensor, mtf.Tensor]:
+    """ACT ("basic"): (output, ponder steps, remainders).
+
+    Steps and remainders are [batch..., length]; every position takes
+    between 1 and act_max_steps steps. Appends the ponder loss to
+    context.losses (when it is not None).
+    """
+    model_dim = context.model.model_dim
+    dtype = x.dtype
+    position_shape = mtf.Shape([d for d in x.shape.dims if d != model_dim])
+    zeros = mtf.zeros(context.mesh, position_shape, dtype=dtype)
+    halting, remainders, n_updates, halted = zeros, zeros, zeros, zeros
+    output = mtf.zeros_like(x)
+    threshold = 1.0 - self.act_epsilon
+    state = x
+    for step in range(self.act_max_steps):
+      state = self.step_preprocess(context, state, step)
+      p = mtf.cast(self._halting_probability(context, state), dtype)
+      running = 1.0 - halted
+      if step == self.act_max_steps - 1:
+        new_halted = running  # Out of steps: everyone still running halts.
+      else:
+        new_halted = mtf.cast(
+            mtf.greater(halting + p * running, threshold), dtype) * running
+      still_running = running - new_halted
+      halting += p * still_running
+      remainder = new_halted * (1.0 - halting)
+      remainders += remainder
+      update = p * still_running + remainder
+      n_updates += running
+      halted += new_halted
+      transformed = self.transition(context, state)
+      output = transformed * update + output * (1.0 - update)
+      state = transformed
+    if context.losses is not None:
+      ponder = n_updates + remainders
+      nonpadding = context.nonpadding
+      if isinstance(nonpadding, mtf.Tensor):
+        ponder_mean = mtf.reduce_sum(ponder * nonpadding) / mtf.maximum(
+            mtf.reduce_sum(nonpadding), 1.0)
+      else:
+        ponder_mean = mtf.reduce_mean(ponder)
+      context.losses.append(ponder_mean * self.act_loss_weight)
+    return output, n_updates, remainders
+
+  # -- gated residuals -------------------------------------------------------
+
+  def _sublayer_gated_residual(self, x: mtf.Tensor, layer_stack,
+                               context: Context) -> mtf.Tensor:
+    """Gated replacement of sublayer_residual (variables `gating/...`)."""
+    del layer_stack
+    residual = context.current_layer_input
+    model_dim = context.model.model_dim
+    with tf1.variable_scope("gating"):
+      def bias(name, value):
+        return mtf.get_variable(
+            context.mesh, name, mtf.Shape(_ensemble_dims(context) +
+                                          [model_dim]),
+            initializer=tf1.constant_initializer(value),
+            dtype=context.variable_dtype)
+
+      def linear(t, name):
+        return self._dense(context, t, name, model_dim, model_dim)
+
+      if self.gating_type == "highway":
+        g = mtf.sigmoid(linear(residual, "w_gate") + bias("b_gate", 1.0))
+        return g * x + (1.0 - g) * residual
+      # GRU-type gating (Parisotto et al. 2019).
+      r = mtf.sigmoid(linear(x, "w_r") + linear(residual, "u_r"))
+      z = mtf.sigmoid(linear(x, "w_z") + linear(residual, "u_z") -
+                      bias("b_z", 2.0))
+      h = mtf.tanh(linear(x, "w_h") + linear(r * residual, "u_h"))
+      return (1.0 - z) * residual + z * h
+
+  # -- the stack -------------------------------------------------------------
+
+  def _vanilla(self, context: Context, x: mtf.Tensor,
+               where: str) -> mtf.Tensor:
+    for i in range(self.num_vanilla_transformer_layers):
+      with tf1.variable_scope("vanilla_%s_%03d" % (where, i)):
+        x = self._run_block(context, x)
+    return x
+
+  def call(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
+    """Initial sublayers, [vanilla passes], recurrence, [vanilla], final.
+
+    context.layer_outputs gets the stack input, every layer output but the
+    last and the final output (as LayerStack).
+    """
+    x = self._call_sublayers(self._sublayers_initial, x, context)
+    self._record(context, x)
+    num_recorded = (len(context.layer_outputs)
+                    if context.layer_outputs is not None else 0)
+    if self.mix_with_transformer_before_ut:
+      x = self._vanilla(context, x, "before")
+    if self.recurrence_type == "basic":
+      x = self.ut_basic(context, x)
+    elif self.recurrence_type in ("highway", "skip"):
+      x = self.ut_highway(context, x, skip=self.recurrence_type == "skip")
+    else:
+      x, _, _ = self.ut_act(context, x)
+    if self.mix_with_transformer_after_ut:
+      x = self._vanilla(context, x, "after")
+    if (context.layer_outputs is not None and
+        len(context.layer_outputs) > num_recorded):
+      context.layer_outputs.pop()
+    x = self._call_sublayers(self._sublayers_final, x, context)
+    x = sublayer_mask_padding(x, self, context)
+    self._record(context, x)
+    return x
