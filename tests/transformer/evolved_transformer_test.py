@@ -16,6 +16,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 from transformer import evolved_transformer as et
 from transformer._src.layers.context import Context
 
@@ -33,14 +34,6 @@ X = _RNG.normal(size=(B, L, D)).astype(np.float32)
 ENC = _RNG.normal(size=(B, M, D)).astype(np.float32)
 GARBAGE = _RNG.normal(size=(B, L, D)).astype(np.float32)
 NEG = -1e9
-
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", "batch:all"),
-    ("all:4", "d_ff:all"),
-    ("rows:2;cols:2", "batch:rows;heads:cols"),
-    ("rows:2;cols:2", "batch:rows;d_ff:cols"),
-]
 
 
 def _model(autoregressive=True):
@@ -192,7 +185,7 @@ def _all_layers(mesh):
   ]
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=str)
+@meshes.parametrize(meshes.EVOLVED_TRANSFORMER, "mesh_layout")
 def test_layers_match_numpy_on_meshes(mesh_layout):
   outs, v = mtu.with_variables(_all_layers)(*mesh_layout)
   glu, enc_conv, dec_conv, dec_small, dec_att, dec_lm = outs

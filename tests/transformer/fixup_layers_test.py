@@ -16,6 +16,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 from transformer import fixup_layers as fx
 from transformer import transformer as transformer_lib
 from transformer._src.layers.context import Context
@@ -33,13 +34,6 @@ _RNG = np.random.RandomState(11)
 X = _RNG.normal(size=(B, L, D)).astype(np.float32)
 ENC = _RNG.normal(size=(B, M, D)).astype(np.float32)
 G = _RNG.normal(size=(B, L, D)).astype(np.float32)  # d loss / d output
-
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", "batch:all"),
-    ("all:4", "d_ff:all"),
-    ("rows:2;cols:2", "batch:rows;heads:cols"),
-]
 
 
 def _model():
@@ -94,7 +88,7 @@ LAYERS = {
 }
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=str)
+@meshes.parametrize(meshes.FIXUP_LAYERS, "mesh_layout")
 def test_zero_output_at_init_and_output_projection_gradients(mesh_layout):
   names = []
   wo_names = {"drd": "drd/wo/kernel", "gated": "gated/wo/kernel",

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 from transformer import transformer_layers
 from transformer._src.layers import context as context_lib
 from transformer._src.layers import conv_layers
@@ -366,16 +367,6 @@ def test_local_conv_attn_block_unknown_type():
 # Meshes and layouts.
 
 
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", "d_model:all"),
-    ("all:4", "heads:all"),
-    ("rows:2;cols:2", "batch:rows;d_model:cols"),
-    ("rows:2;cols:2", "batch:rows;heads:cols"),
-    ("rows:2;cols:2", "d_model:cols"),
-]
-
-
 def _mesh_program(mesh):
   x = mtf.import_tf_tensor(mesh, X, [BATCH, LENGTH, D_MODEL])
   outs = []
@@ -390,8 +381,7 @@ def _mesh_program(mesh):
   return outs
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS,
-                         ids=["%s|%s" % ml for ml in MESH_LAYOUTS])
+@meshes.parametrize(meshes.TRANSFORMER_CONV_LAYERS)
 def test_meshes_and_layouts(mesh_shape, layout):
   # Each run draws its own initial values: check every layer against numpy
   # computed from the variables this run exported.
