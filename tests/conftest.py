@@ -10,6 +10,8 @@ import contextlib
 import os
 import sys
 
+import pytest
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # The repository root first, so that `from tests import mesh_test_util` and
 # `import mesh_tensorflow` resolve to this checkout.
