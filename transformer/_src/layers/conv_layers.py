@@ -32,7 +32,8 @@ import gin
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from transformer._src.layers.context import Context, TransformerLayer
+from transformer._src.layers.context import Context
+from transformer._src.layers.context import TransformerLayer
 
 __all__ = [
     "Conv1D", "Conv1DLayer", "SeparableConv1DLayer", "Conv1DLocalAttn",
@@ -42,6 +43,13 @@ __all__ = [
 
 _GIN_MODULE = "mesh_tensorflow.transformer.transformer_layers"
 tf1 = tf.compat.v1
+
+# The variable scopes the original's layers get from mtf.layers' default
+# names (the first use inside a layer's scope). Named explicitly so that
+# every call of a layer (full pass, first_part, incremental steps) in one
+# mtf graph shares the variables.
+_CONV1D_SCOPE = "conv2d"
+_SEPARABLE_SCOPE = "separable_conv1d"
 
 
 def _check_positive_int(value, what: str, layer: str) -> int:
@@ -230,7 +238,8 @@ class Conv1DLayer(Conv1D):
         x, output_dim=mtf.Dimension(model_dim.name, output_size),
         filter_size=filter_size,
         padding="VALID" if context.mode == "incremental" else "SAME",
-        filter_initializer=tf1.glorot_uniform_initializer())
+        filter_initializer=tf1.glorot_uniform_initializer(),
+        name=_CONV1D_SCOPE)
     if context.mode == "incremental":
       y = mtf.reduce_sum(y, reduced_dim=mtf.Dimension("length", 1))
     return _apply_activation(y, self._activation, name)
@@ -315,7 +324,8 @@ class SeparableConv1DLayer(Conv1D):
             self._depthwise_filter_initializer_scale),
         pointwise_filter_initializer_scale=(
             self._pointwise_filter_initializer_scale),
-        use_bias=True, kernel_depth_weights=all_kernel_wts)
+        use_bias=True, kernel_depth_weights=all_kernel_wts,
+        name=_SEPARABLE_SCOPE)
     if context.mode == "incremental":
       y = _last_position(y, filter_size)
     return _apply_activation(y, self._activation, name)
@@ -429,7 +439,7 @@ class DynamicConv1DLocalAttn(Conv1DLocalAttn):
                     variable_dtype: mtf.VariableDType,
                     master_dtype=tf.float32,
                     slice_dtype=tf.float32) -> mtf.Tensor:
-    """The predicted filter of relative position i [..., repeated_kernel_dim]."""
+    """The filter of relative position i [..., repeated_kernel_dim]."""
     del variable_dtype, master_dtype, slice_dtype
     return mtf.layers.dense(
         x, new_dims=repeated_kernel_dim,
