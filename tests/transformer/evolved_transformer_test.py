@@ -375,12 +375,16 @@ def test_gin_configurable_under_evolved_transformer_module():
         prefix + "DecoderConvolutionalLayer.dropout_rate = 0.25",
         prefix + "DecoderAttentionLayer.base_num_heads = 3"])
   try:
-    conv = et.DecoderConvolutionalLayer()  # pylint: disable=no-value-for-parameter
-    att = et.DecoderAttentionLayer()  # pylint: disable=no-value-for-parameter
+    # pylint: disable=no-value-for-parameter
+    conv = et.DecoderConvolutionalLayer()
+    att = et.DecoderAttentionLayer()
+    # pylint: enable=no-value-for-parameter
   finally:
     gin.clear_config()
-  assert conv._dropout_rate == 0.25  # pylint: disable=protected-access
-  assert att._enc_dec_attention.num_heads == 3  # pylint: disable=protected-access
+  # pylint: disable=protected-access
+  assert conv._dropout_rate == 0.25
+  assert att._enc_dec_attention.num_heads == 3
+  # pylint: enable=protected-access
   import mesh_tensorflow.transformer.evolved_transformer as aliased  # pylint: disable=g-import-not-at-top
   assert aliased is et
 
