@@ -261,9 +261,8 @@ MEMORY_LAYERS = trio(
     all_4=["batch:all", "heads:all"], rows_cols=["batch:rows;heads:cols"])
 # Convolution and local-attention layers of the transformer.
 TRANSFORMER_CONV_LAYERS = trio(
-    all_4=["d_model:all", "heads:all"],
-    rows_cols=["batch:rows;d_model:cols", "batch:rows;heads:cols",
-               "d_model:cols"])
+    all_4=["d_model:all"],
+    rows_cols=["batch:rows;d_model:cols", "batch:rows"])
 # Whole models (Unitransformer, LayerStack): batch, d_model or vocab split.
 TRANSFORMER_MODELS = trio(
     all_4=["batch:all", "d_model:all", "vocab:all"],
