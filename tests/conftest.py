@@ -9,6 +9,7 @@ Fixtures that serve one folder live in that folder's conftest.py.
 import contextlib
 import os
 import sys
+import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # The repository root first, so that `from tests import mesh_test_util` and

@@ -275,8 +275,10 @@ class TalkingHeadsEncDecAttention(TalkingHeadsSelfAttention):
   """Talking-heads attention to context.encoder_output (same variables;
   relative bias as EncDecAttention; no dynamic projections)."""
 
-  def __init__(self, *args, **kwargs):
-    super().__init__(*args, **kwargs)
+  def __init__(self, relative_attention_type: Optional[str] = None,
+               **kwargs):
+    super().__init__(relative_attention_type=relative_attention_type,
+                     **kwargs)
     if self.dynamic_projections:
       raise ValueError("TalkingHeadsEncDecAttention: dynamic_projections are "
                        "only supported in self-attention, got %r"
@@ -362,6 +364,11 @@ class GeneralBilinearSelfAttention(SelfAttention):
 class GeneralBilinearEncDecAttention(GeneralBilinearSelfAttention):
   """General bilinear attention to context.encoder_output."""
 
+  def __init__(self, relative_attention_type: Optional[str] = None,
+               **kwargs):
+    super().__init__(relative_attention_type=relative_attention_type,
+                     **kwargs)
+
   def call(self, context: Context, x: mtf.Tensor,
            losses=None) -> mtf.Tensor:
     del losses
@@ -435,8 +442,10 @@ class BranchedSelfAttention(_BranchedMixin, SelfAttention):
 class BranchedEncDecAttention(_BranchedMixin, EncDecAttention):
   """Branched (weighted-transformer) attention to the encoder output."""
 
-  def __init__(self, **kwargs):
-    super().__init__(combine_dims=False, keep_query_heads_dims=True,
+  def __init__(self, relative_attention_type: Optional[str] = None,
+               **kwargs):
+    super().__init__(relative_attention_type=relative_attention_type,
+                     combine_dims=False, keep_query_heads_dims=True,
                      **kwargs)
     self._init_branched()
 
@@ -463,8 +472,8 @@ class Synthesizer(SelfAttention):
                attention_func: Optional[str] = None,
                combine_dims: bool = True, keep_query_heads_dims: bool = False,
                synthesize_mode: str = "random_plus_alpha",
-               fold_scaling_into_initializer: bool = True):
-    super().__init__(
+               fold_scaling_into_initializer: bool = True, **kwargs):
+    super().__init__(**kwargs,
         num_heads=num_heads, num_memory_heads=num_memory_heads,
         key_value_size=key_value_size, shared_kv=shared_kv,
         dropout_rate=dropout_rate, attention_kwargs=attention_kwargs,

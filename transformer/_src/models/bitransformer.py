@@ -319,10 +319,10 @@ class StudentTeacher:
     return mtf.import_fully_replicated(mesh, fraction, mtf.Shape([]),
                                        name="fraction_soft")
 
-  def decode(self, *args, **kwargs):
+  def decode(self, *args, **kargs):
     """The student's decode (under scope "student")."""
     with tf1.variable_scope("student"):
-      return self.student.decode(*args, **kwargs)
+      return self.student.decode(*args, **kargs)
 
   def initialize(self, *, variable_store: Optional[mtf.VariableStore] = None
                  ) -> None:
