@@ -727,7 +727,11 @@ SIGNATURES = {
         ("attention_kwargs", None), ("relative_attention_type", None),
         ("relative_attention_num_buckets", 32), ("attention_func", None),
         ("combine_dims", True), ("keep_query_heads_dims", False),
-        ("fold_scaling_into_initializer", True)],
+        ("fold_scaling_into_initializer", True), ("z_loss_coeff", None),
+        ("use_hyperprompt", False), ("hyperprompt_mtlshare", False),
+        ("hyperprompt_length_encoder", None),
+        ("hyperprompt_length_decoder", None),
+        ("hyperprompt_hidden_dim", None), ("hyperprompt_task_num", 8)],
     "LocalSelfAttention": [
         ("radius", 128), ("num_heads", 8), ("num_memory_heads", 0),
         ("key_value_size", 128), ("shared_kv", False), ("dropout_rate", 0.0),
@@ -739,7 +743,8 @@ SIGNATURES = {
         ("fold_scaling_into_initializer", True)],
     "enc_dec_attention": [
         ("self_attention_layer", _E), ("memory_antecedent", _E),
-        ("context", _E), ("x", _E), ("losses", _E), ("attention_fn", None)],
+        ("context", _E), ("x", _E), ("losses", _E), ("attention_fn", None),
+        ("z_loss_coeff", None)],
     "enc_dec_attention_bias": [
         ("layer", _E), ("context", _E), ("heads_dims", _E),
         ("relative_position_fn", None)],
@@ -769,3 +774,105 @@ def test_method_names_for_subclasses():
   assert issubclass(tl.EncDecAttention, tl.SelfAttention)
   assert issubclass(tl.LocalSelfAttention, tl.SelfAttention)
   assert issubclass(tl.TransparentEncDecAttention, tl.EncDecAttention)
+
+
+# ----------------------------------------------------------------------------
+# attention z-loss and task prompts
+# ----------------------------------------------------------------------------
+
+
+def test_self_attention_z_loss_matches_numpy():
+  layer = tl.SelfAttention(num_heads=2, key_value_size=4, z_loss_coeff=0.5)
+  mesh_layout = MESH_LAYOUTS[0]
+
+  def build(mesh):
+    ctx = make_context(mesh, mode="train", causal=False, seq=SEQ, losses=[])
+    with tf1.variable_scope(SCOPE):
+      layer.call(ctx, imp(mesh, X, [BATCH, LENGTH, D_MODEL]))
+    assert len(ctx.losses) == 1
+    return [ctx.losses[0]] + [var(mesh, SCOPE + "/" + n) for n in "qk"]
+  z_loss, wq, wk = mtu.run_program(build, *mesh_layout)
+  q = np.einsum("bld,dhk->blhk", X, wq.reshape(DM, 2, 4))
+  k = np.einsum("bmd,dhk->bmhk", X, wk.reshape(DM, 2, 4))
+  logits = np.einsum("blhk,bmhk->bhlm", q, k)
+  logits = logits + bias_from_visible(causal_seq_visible(SEQ, causal=False))
+  peak = logits.max(-1, keepdims=True)
+  log_z = np.log(np.exp(logits - peak).sum(-1)) + peak[..., 0]
+  expected = 0.5 * np.mean(log_z ** 2 * (SEQ != 0)[:, None, :])
+  np.testing.assert_allclose(z_loss, expected, rtol=1e-4)
+
+
+def test_self_attention_without_z_loss_adds_no_loss():
+  layer = tl.SelfAttention(num_heads=2, key_value_size=4)
+
+  def build(mesh):
+    ctx = make_context(mesh, mode="train", causal=False, losses=[])
+    with tf1.variable_scope(SCOPE):
+      y = layer.call(ctx, imp(mesh, X, [BATCH, LENGTH, D_MODEL]))
+    assert not ctx.losses
+    return [y]
+  mtu.run_program(build, *MESH_LAYOUTS[0])
+
+
+PROMPT_LENGTH, TASKS, PREFIX_HIDDEN = 3, 2, 4
+TASK_ID = np.array([[1] * L, [0] * L], np.int32)
+PROMPTS = _rand(TASKS, PROMPT_LENGTH, DM)
+
+
+def run_prompted_layer(scope, prompted=True):
+  """MTL-Prompt (per-task networks) SelfAttention in the encoder tower."""
+  layer = tl.SelfAttention(
+      num_heads=2, key_value_size=4, hyperprompt_length_encoder=PROMPT_LENGTH,
+      hyperprompt_hidden_dim=PREFIX_HIDDEN, hyperprompt_task_num=TASKS)
+  task_num = mtf.Dimension("task_num", TASKS)
+  prompt_dim = mtf.Dimension("memory_length", PROMPT_LENGTH)
+  names = ["q", "k", "v", "o"] + ["prompt/w_%s_%s" % (kind, side)
+                                  for kind in "kv" for side in ("up", "down")
+                                  if prompted]
+
+  def build(mesh):
+    ctx = make_context(mesh, causal=False, shared_params={
+        "encoder": {"prompts": imp(mesh, PROMPTS,
+                                   [task_num, prompt_dim, D_MODEL])}})
+    ctx.cache["task-id"] = imp(mesh, TASK_ID, [BATCH, LENGTH], tf.int32)
+    with tf1.variable_scope(scope):
+      y = layer.call(ctx, imp(mesh, X, [BATCH, LENGTH, D_MODEL]))
+    build.shapes = var_shapes(mesh)
+    return [y] + [var(mesh, scope + "/" + n) for n in names]
+  outs = mtu.run_program(build, *MESH_LAYOUTS[0])
+  return outs[0], dict(zip(names, outs[1:])), build.shapes
+
+
+def test_mtl_prompts_are_prepended_per_task():
+  scope = "encoder/layer_001/SelfAttention"
+  y, w, shapes = run_prompted_layer(scope)
+  assert shapes[scope + "/prompt/w_k_up"] == [TASKS, DM, PREFIX_HIDDEN]
+  assert shapes[scope + "/prompt/w_v_down"] == [TASKS, PREFIX_HIDDEN, 2, 4]
+  norm = PROMPTS - PROMPTS.mean(-1, keepdims=True)
+  norm /= np.sqrt((norm ** 2).mean(-1, keepdims=True) + 1e-6)
+  # Layer-norm scale starts at 1 and bias at 0 (variables not fetched).
+
+  def prompt_kv(kind):
+    hidden = np.maximum(np.einsum("tpd,tdh->tph", norm, w["prompt/w_%s_up"
+                                                           % kind]), 0)
+    per_task = np.einsum("tph,thnk->tpnk", hidden,
+                         w["prompt/w_%s_down" % kind])
+    return per_task[TASK_ID[:, 0]]           # [b, p, heads, d_kv]
+  q = np.einsum("bld,dhk->blhk", X, w["q"].reshape(DM, 2, 4))
+  k = np.einsum("bmd,dhk->bmhk", X, w["k"].reshape(DM, 2, 4))
+  v = np.einsum("bmd,dhk->bmhk", X, w["v"].reshape(DM, 2, 4))
+  k = np.concatenate([prompt_kv("k"), k], axis=1)
+  v = np.concatenate([prompt_kv("v"), v], axis=1)
+  weights = softmax(np.einsum("blhk,bmhk->bhlm", q, k))
+  o = np.einsum("bhlm,bmhk->blhk", weights, v)
+  expected = np.einsum("blhk,hko->blo", o, w["o"].reshape(2, 4, DM))
+  np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_prompts_only_in_their_tower():
+  # A decoder layer with only an encoder prompt length is plain attention.
+  scope = "decoder/layer_001/SelfAttention"
+  y, w, shapes = run_prompted_layer(scope, prompted=False)
+  assert not any("prompt" in name for name in shapes)
+  expected = np_mha(X, X, w["q"], w["k"], w["v"], w["o"], 2, 2)
+  np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)

@@ -535,8 +535,8 @@ def test_hparams():
   assert hparams.values() == {"a": 1, "b": "x"}
   hparams.set_hparam("a", 2)
   assert hparams.a == 2
-  with pytest.raises(ValueError, match="'a' already exists"):
-    hparams.add_hparam("a", 3)
+  hparams.add_hparam("a", 3)  # overwrites, as the original
+  assert hparams.a == 3
   with pytest.raises(ValueError, match="unknown hyperparameter 'c'"):
     hparams.set_hparam("c", 3)
   moe.set_default_moe_hparams(hparams)
@@ -545,3 +545,30 @@ def test_hparams():
   assert hparams.moe_capacity_factor_train == 1.25
   assert hparams.moe_second_policy_eval == "random"
   assert "moe_group_size" in hparams.values()
+
+
+def test_hparams_add_hparam_overwrites_like_the_original():
+  hparams = moe.HParams()
+  moe.set_default_moe_hparams(hparams)
+  hparams.add_hparam(k="moe_gating", v="switch")
+  assert hparams.moe_gating == "switch"
+
+
+def test_gate_inputs_with_token_embeddings_modes():
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  dims = [mtf.Dimension("group", 2), mtf.Dimension("d_model", 3)]
+  a = np.arange(6, dtype=np.float32).reshape(2, 3)
+  b = np.ones((2, 3), np.float32)
+  x = mtf.import_tf_tensor(mesh, tf.constant(a), mtf.Shape(dims))
+  e = mtf.import_tf_tensor(mesh, tf.constant(b), mtf.Shape(dims))
+  outs = {mode: moe_layers.gate_inputs_with_token_embeddings(x, e, mode)
+          for mode in ("concat", "add_stop_grad", "embed_only")}
+  lowering = mtf.Lowering(graph, {mesh: mtf.placement_mesh_impl.PlacementMeshImpl(
+      mtf.Shape([]), mtf.convert_to_layout_rules([]), [""])})
+  got = {m: lowering.export_to_tf_tensor(t).numpy() for m, t in outs.items()}
+  np.testing.assert_allclose(got["concat"], np.concatenate([a, b], -1))
+  np.testing.assert_allclose(got["add_stop_grad"], a + b)
+  np.testing.assert_allclose(got["embed_only"], b)
+  with pytest.raises(ValueError):
+    moe_layers.gate_inputs_with_token_embeddings(x, e, "multiply")

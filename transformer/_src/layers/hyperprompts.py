@@ -39,7 +39,7 @@ def _dropout(x: mtf.Tensor, context, dropout_rate: float) -> mtf.Tensor:
 def _batch_task_id(context) -> mtf.Tensor:
   """context.cache["task-id"] [batch, length] -> [batch] (first position)."""
   task_id = context.cache["task-id"]
-  return mtf.reshape(task_id, task_id.shape - task_id.shape.dims[-1])
+  return mtf.gather(task_id, 0, task_id.shape.dims[-1])
 
 
 def _normalized_prompts(context, tower: str,
