@@ -572,3 +572,25 @@ def test_gate_inputs_with_token_embeddings_modes():
   np.testing.assert_allclose(got["embed_only"], b)
   with pytest.raises(ValueError):
     moe_layers.gate_inputs_with_token_embeddings(x, e, "multiply")
+
+
+@pytest.mark.parametrize("temperature", [None, 1.0])
+def test_second_place_expert_prob_one_never_uses_the_top_expert(temperature):
+  hparams = _hparams(moe_use_second_place_expert_prob=1.0,
+                     moe_use_second_place_expert_prob_temp=temperature)
+  dispatch, _, _, kernel = _run_gating("switch", hparams, 8)
+  chosen = dispatch.sum(axis=-1).argmax(-1)[0]          # [groups, group]
+  np.testing.assert_array_equal(dispatch.sum(axis=(3, 4)), 1.0)
+  logits = X_GATE[0].astype(np.float64) @ kernel        # [groups, group, e]
+  ranking = np.argsort(-logits, axis=-1)
+  assert (chosen != ranking[..., 0]).all()
+  if temperature is None:
+    np.testing.assert_array_equal(chosen, ranking[..., 1])
+
+
+def test_second_place_expert_prob_off_in_eval():
+  hparams = _hparams(moe_use_second_place_expert_prob=1.0)
+  dispatch, _, _, kernel = _run_gating("switch", hparams, 8, train=False)
+  chosen = dispatch.sum(axis=-1).argmax(-1)[0]
+  logits = X_GATE[0].astype(np.float64) @ kernel
+  np.testing.assert_array_equal(chosen, logits.argmax(-1))

@@ -67,13 +67,44 @@ def _hparam(hparams, name: str, default):
   return getattr(hparams, name, default)
 
 
+def _use_non_top_expert(logits: mtf.Tensor, experts_dim: mtf.Dimension,
+                        prob: float, temperature) -> mtf.Tensor:
+  """With probability `prob` per position, hides the top expert's logit.
+
+  The second-best expert then wins; with a temperature, one of the other
+  experts is sampled from softmax(logits / temperature) instead and every
+  other logit is hidden.
+  """
+  _, top = mtf.top_1(logits, reduced_dim=experts_dim)
+  hidden = logits - 1e9 * mtf.one_hot(top, experts_dim, dtype=logits.dtype)
+  if temperature is not None:
+    sampled = mtf.sample_with_temperature(hidden, experts_dim,
+                                          temperature=temperature)
+    hidden += -1e9 * (1.0 - mtf.one_hot(sampled, experts_dim,
+                                        dtype=logits.dtype))
+  switch = mtf.cast(mtf.less(
+      mtf.random_uniform(logits.mesh, logits.shape.dims[:-1]), prob),
+                    logits.dtype)
+  return switch * hidden + (1.0 - switch) * logits
+
+
 def _router(inputs: mtf.Tensor, experts_dim: mtf.Dimension,
-            outer_expert_dims, variable_dtype, name: str):
-  """Router logits (dense `<name>/kernel`, no bias) and float32 softmax."""
+            outer_expert_dims, variable_dtype, name: str, hparams=None,
+            train: bool = False):
+  """Router logits (dense `<name>/kernel`, no bias) and float32 softmax.
+
+  Given hparams with moe_use_second_place_expert_prob, training sometimes
+  routes to a non-top expert (see _use_non_top_expert).
+  """
   logits = mtf.layers.dense(
       inputs, experts_dim, reduced_dims=inputs.shape.dims[-1:],
       use_bias=False, expert_dims=outer_expert_dims,
       variable_dtype=variable_dtype, name=name)
+  prob = _hparam(hparams, "moe_use_second_place_expert_prob", None)
+  if prob is not None and train:
+    logits = _use_non_top_expert(
+        logits, experts_dim, prob,
+        _hparam(hparams, "moe_use_second_place_expert_prob_temp", None))
   gates = mtf.to_float(mtf.softmax(logits, reduced_dim=experts_dim))
   return logits, gates
 
@@ -267,7 +298,7 @@ def _one_expert_gating(inputs, outer_expert_dims, experts_dim,
   policy = _switch_policy(hparams, train)
   inputs_for_router = _perturb_inputs(inputs, policy, hparams, train)
   logits, gates = _router(inputs_for_router, experts_dim, outer_expert_dims,
-                          variable_dtype, name)
+                          variable_dtype, name, hparams, train)
   gate, index = choose(policy, logits, gates, group_dim)
   mask = mtf.one_hot(index, experts_dim, dtype=tf.float32)
   # The density counts every first choice; padding (importance != 1) is
@@ -363,7 +394,7 @@ def ntlb_gating(inputs: mtf.Tensor, outer_expert_dims,
   policy = _switch_policy(hparams, train)
   inputs_for_router = _perturb_inputs(inputs, policy, hparams, train)
   logits, gates = _router(inputs_for_router, experts_dim, outer_expert_dims,
-                          variable_dtype, name)
+                          variable_dtype, name, hparams, train)
   top_k = max(1, min(int(_hparam(hparams, "moe_ntlb_top_k", 4)),
                      experts_dim.size))
   capacity = float(expert_capacity_dim.size)

@@ -520,13 +520,9 @@ class MoE1D(TransformerLayer):
         moe_use_second_place_expert_prob_temp=(
             use_second_place_expert_prob_temp),
         moe_top_n_num_experts_per_token=top_n_num_experts_per_token)
-    if use_second_place_expert_prob is not None:
-      raise NotImplementedError(
-          "MoE1D: use_second_place_expert_prob is not supported")
     self._activation = activation
 
-  def call(self, context: Context, x: mtf.Tensor, losses=None, *,
-           use_enc_nonpadding: bool = False):
+  def call(self, context: Context, x: mtf.Tensor, losses=None):
     """Runs the experts on x ([batch..., (length,) d_model]).
 
     Args:
@@ -534,14 +530,27 @@ class MoE1D(TransformerLayer):
         nonpadding, losses, num_microbatches are read).
       x: the input.
       losses: unused (the loss goes to context.losses).
-      use_enc_nonpadding: take the padding mask from
-        context.encoder_sequence_id (x is the encoder output).
 
     Returns:
       a Tensor of x's shape with the last dim replaced by the output dim,
       or [q, kv] when use_experts_attention.
     """
     del losses
+    return self.run_experts(context, x)
+
+  def run_experts(self, context: Context, x: mtf.Tensor,
+                  use_enc_nonpadding: bool = False):
+    """`call`, optionally with the encoder's padding mask.
+
+    Args:
+      context: the Context.
+      x: the input.
+      use_enc_nonpadding: take the padding mask from
+        context.encoder_sequence_id (x is the encoder output).
+
+    Returns:
+      as `call`.
+    """
     x, orig_shape = _with_length_dim(context, x)
     output_dim = self._hparams.moe_output_dim
     if output_dim is None:
