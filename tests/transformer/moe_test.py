@@ -594,3 +594,26 @@ def test_second_place_expert_prob_off_in_eval():
   chosen = dispatch.sum(axis=-1).argmax(-1)[0]
   logits = X_GATE[0].astype(np.float64) @ kernel
   np.testing.assert_array_equal(chosen, logits.argmax(-1))
+
+
+def test_top_n_gating_with_two_experts_is_top_2():
+  hparams = _hparams(moe_top_n_num_experts_per_token=2,
+                     moe_use_second_place_loss=True)
+  top_n = _run_gating("top_n", hparams, 2)
+  top_2 = _run_gating("top_2", hparams, 2)
+  for got, expected in zip(top_n[:3], top_2[:3]):
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
+
+
+def test_top_n_gating_routes_to_the_n_best_experts():
+  capacity = 8  # a whole group: nothing dropped
+  dispatch, combine, _, kernel = _run_gating("top_n", _hparams(), capacity)
+  probs = _softmax(X_GATE[0].astype(np.float64) @ kernel)
+  best = np.argsort(-probs, axis=-1)[..., :3]
+  expected = np.zeros_like(probs)
+  np.put_along_axis(expected, best, np.take_along_axis(probs, best, -1),
+                    axis=-1)
+  expected /= expected.sum(-1, keepdims=True)
+  np.testing.assert_allclose(combine.sum(-1)[0], expected, rtol=1e-5,
+                             atol=1e-6)
+  np.testing.assert_array_equal(dispatch.sum(axis=(3, 4)), 3.0)
