@@ -819,21 +819,52 @@ TASK_ID = np.array([[1] * L, [0] * L], np.int32)
 PROMPTS = _rand(TASKS, PROMPT_LENGTH, DM)
 
 
-def run_prompted_layer(scope, prompted=True):
-  """MTL-Prompt (per-task networks) SelfAttention in the encoder tower."""
+TASK_NUM = mtf.Dimension("task_num", TASKS)
+PREFIX_HIDDEN_DIM = mtf.Dimension("prefix_hidden", PREFIX_HIDDEN)
+_TASK_EMB, _TASK_HIDDEN, _TASK_FINAL = (mtf.Dimension("task_emb", 3),
+                                        mtf.Dimension("task_hidden", 4),
+                                        mtf.Dimension("task_final", 3))
+# HyperPrompt's shared parameters: name -> (dims, value).
+HYPERNET = {
+    "task_raw_embedding": ([TASK_NUM, _TASK_EMB], _rand(TASKS, 3)),
+    "layer_embedding": ([mtf.Dimension("layers", 2),
+                         mtf.Dimension("task_emb", 2)], _rand(2, 2)),
+    "task_projector_layer_one": ([mtf.Dimension("task_emb", 5),
+                                  _TASK_HIDDEN], _rand(5, 4)),
+    "task_projector_layer_two": ([_TASK_HIDDEN, _TASK_FINAL], _rand(4, 3)),
+}
+for _kind in "kv":
+  HYPERNET["hypernet_w_%s_up" % _kind] = (
+      [_TASK_FINAL, D_MODEL, PREFIX_HIDDEN_DIM], _rand(3, DM, PREFIX_HIDDEN))
+  HYPERNET["hypernet_w_%s_down" % _kind] = (
+      [_TASK_FINAL, PREFIX_HIDDEN_DIM, mtf.Dimension("heads", 2),
+       mtf.Dimension("d_kv", 4)], _rand(3, PREFIX_HIDDEN, 2, 4))
+
+
+def np_layer_norm(x):
+  x = x - x.mean(-1, keepdims=True)
+  return x / np.sqrt((x ** 2).mean(-1, keepdims=True) + 1e-6)
+
+
+def run_prompted_layer(scope, prompted=True, use_hyperprompt=False):
+  """Task-prompted SelfAttention in the encoder tower (MTL-Prompt with
+  per-task networks, or HyperPrompt)."""
   layer = tl.SelfAttention(
       num_heads=2, key_value_size=4, hyperprompt_length_encoder=PROMPT_LENGTH,
-      hyperprompt_hidden_dim=PREFIX_HIDDEN, hyperprompt_task_num=TASKS)
-  task_num = mtf.Dimension("task_num", TASKS)
+      hyperprompt_hidden_dim=PREFIX_HIDDEN, hyperprompt_task_num=TASKS,
+      use_hyperprompt=use_hyperprompt)
+  task_num = TASK_NUM
   prompt_dim = mtf.Dimension("memory_length", PROMPT_LENGTH)
   names = ["q", "k", "v", "o"] + ["prompt/w_%s_%s" % (kind, side)
                                   for kind in "kv" for side in ("up", "down")
-                                  if prompted]
+                                  if prompted and not use_hyperprompt]
 
   def build(mesh):
-    ctx = make_context(mesh, causal=False, shared_params={
-        "encoder": {"prompts": imp(mesh, PROMPTS,
-                                   [task_num, prompt_dim, D_MODEL])}})
+    shared = {"prompts": imp(mesh, PROMPTS, [task_num, prompt_dim, D_MODEL])}
+    if use_hyperprompt:
+      shared.update({name: imp(mesh, value, dims)
+                     for name, (dims, value) in HYPERNET.items()})
+    ctx = make_context(mesh, causal=False, shared_params={"encoder": shared})
     ctx.cache["task-id"] = imp(mesh, TASK_ID, [BATCH, LENGTH], tf.int32)
     with tf1.variable_scope(scope):
       y = layer.call(ctx, imp(mesh, X, [BATCH, LENGTH, D_MODEL]))
@@ -848,15 +879,19 @@ def test_mtl_prompts_are_prepended_per_task():
   y, w, shapes = run_prompted_layer(scope)
   assert shapes[scope + "/prompt/w_k_up"] == [TASKS, DM, PREFIX_HIDDEN]
   assert shapes[scope + "/prompt/w_v_down"] == [TASKS, PREFIX_HIDDEN, 2, 4]
-  norm = PROMPTS - PROMPTS.mean(-1, keepdims=True)
-  norm /= np.sqrt((norm ** 2).mean(-1, keepdims=True) + 1e-6)
-  # Layer-norm scale starts at 1 and bias at 0 (variables not fetched).
+  check_prompted_attention(y, w, lambda kind: (w["prompt/w_%s_up" % kind],
+                                               w["prompt/w_%s_down" % kind]))
+
+
+def check_prompted_attention(y, w, task_networks):
+  """y against numpy; task_networks(kind) -> per-task (up, down) kernels."""
+  # Layer-norm scales start at 1 and biases at 0.
+  norm = np_layer_norm(PROMPTS)
 
   def prompt_kv(kind):
-    hidden = np.maximum(np.einsum("tpd,tdh->tph", norm, w["prompt/w_%s_up"
-                                                           % kind]), 0)
-    per_task = np.einsum("tph,thnk->tpnk", hidden,
-                         w["prompt/w_%s_down" % kind])
+    up, down = task_networks(kind)
+    hidden = np.maximum(np.einsum("tpd,tdh->tph", norm, up), 0)
+    per_task = np.einsum("tph,thnk->tpnk", hidden, down)
     return per_task[TASK_ID[:, 0]]           # [b, p, heads, d_kv]
   q = np.einsum("bld,dhk->blhk", X, w["q"].reshape(DM, 2, 4))
   k = np.einsum("bmd,dhk->bmhk", X, w["k"].reshape(DM, 2, 4))
@@ -876,3 +911,23 @@ def test_prompts_only_in_their_tower():
   assert not any("prompt" in name for name in shapes)
   expected = np_mha(X, X, w["q"], w["k"], w["v"], w["o"], 2, 2)
   np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_hyperprompt_networks_come_from_the_hypernetwork():
+  y, w, shapes = run_prompted_layer("encoder/layer_001/SelfAttention",
+                                    use_hyperprompt=True)
+  assert not any("prompt/w_" in name for name in shapes)
+  value = {name: v for name, (_, v) in HYPERNET.items()}
+  # Layer 1's embedding next to each task's embedding.
+  task_and_layer = np.concatenate(
+      [value["task_raw_embedding"],
+       np.repeat(value["layer_embedding"][1:], TASKS, 0)], -1)
+  hidden = np.maximum(task_and_layer @ value["task_projector_layer_one"], 0)
+  embedding = np_layer_norm(hidden @ value["task_projector_layer_two"])
+
+  def networks(kind):
+    return (np.einsum("tf,fdh->tdh", embedding,
+                      value["hypernet_w_%s_up" % kind]),
+            np.einsum("tf,fhnk->thnk", embedding,
+                      value["hypernet_w_%s_down" % kind]))
+  check_prompted_attention(y, w, networks)
