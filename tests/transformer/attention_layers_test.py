@@ -846,11 +846,13 @@ def np_layer_norm(x):
   return x / np.sqrt((x ** 2).mean(-1, keepdims=True) + 1e-6)
 
 
-def run_prompted_layer(scope, prompted=True, use_hyperprompt=False):
+def run_prompted_layer(scope, prompted=True, use_hyperprompt=False,
+                       causal=False, seq=None):
   """Task-prompted SelfAttention in the encoder tower (MTL-Prompt with
   per-task networks, or HyperPrompt)."""
   layer = tl.SelfAttention(
       num_heads=2, key_value_size=4, hyperprompt_length_encoder=PROMPT_LENGTH,
+      hyperprompt_length_decoder=PROMPT_LENGTH,
       hyperprompt_hidden_dim=PREFIX_HIDDEN, hyperprompt_task_num=TASKS,
       use_hyperprompt=use_hyperprompt)
   task_num = TASK_NUM
@@ -864,7 +866,8 @@ def run_prompted_layer(scope, prompted=True, use_hyperprompt=False):
     if use_hyperprompt:
       shared.update({name: imp(mesh, value, dims)
                      for name, (dims, value) in HYPERNET.items()})
-    ctx = make_context(mesh, causal=False, shared_params={"encoder": shared})
+    ctx = make_context(mesh, causal=causal, seq=seq, shared_params={
+        scope.split("/")[0]: shared})
     ctx.cache["task-id"] = imp(mesh, TASK_ID, [BATCH, LENGTH], tf.int32)
     with tf1.variable_scope(scope):
       y = layer.call(ctx, imp(mesh, X, [BATCH, LENGTH, D_MODEL]))
@@ -883,8 +886,9 @@ def test_mtl_prompts_are_prepended_per_task():
                                                w["prompt/w_%s_down" % kind]))
 
 
-def check_prompted_attention(y, w, task_networks):
-  """y against numpy; task_networks(kind) -> per-task (up, down) kernels."""
+def check_prompted_attention(y, w, task_networks, visible=None):
+  """y against numpy; task_networks(kind) -> per-task (up, down) kernels;
+  visible [b|1, 1, l, l]: which tokens each query sees (prompts: all)."""
   # Layer-norm scales start at 1 and biases at 0.
   norm = np_layer_norm(PROMPTS)
 
@@ -898,15 +902,28 @@ def check_prompted_attention(y, w, task_networks):
   v = np.einsum("bmd,dhk->bmhk", X, w["v"].reshape(DM, 2, 4))
   k = np.concatenate([prompt_kv("k"), k], axis=1)
   v = np.concatenate([prompt_kv("v"), v], axis=1)
-  weights = softmax(np.einsum("blhk,bmhk->bhlm", q, k))
+  logits = np.einsum("blhk,bmhk->bhlm", q, k)
+  if visible is not None:
+    visible = np.broadcast_to(visible, (B, 1, L, L))
+    logits = logits + bias_from_visible(np.concatenate(
+        [np.ones((B, 1, L, PROMPT_LENGTH), bool), visible], -1))
+  weights = softmax(logits)
   o = np.einsum("bhlm,bmhk->blhk", weights, v)
   expected = np.einsum("blhk,hko->blo", o, w["o"].reshape(2, 4, DM))
   np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
 
 
+def test_decoder_prompts_with_causal_packed_tokens():
+  scope = "decoder/layer_000/SelfAttention"
+  y, w, _ = run_prompted_layer(scope, causal=True, seq=SEQ)
+  check_prompted_attention(y, w, lambda kind: (w["prompt/w_%s_up" % kind],
+                                               w["prompt/w_%s_down" % kind]),
+                           visible=causal_seq_visible(SEQ))
+
+
 def test_prompts_only_in_their_tower():
-  # A decoder layer with only an encoder prompt length is plain attention.
-  scope = "decoder/layer_001/SelfAttention"
+  # A layer outside the encoder and decoder towers is plain attention.
+  scope = "other/layer_001/SelfAttention"
   y, w, shapes = run_prompted_layer(scope, prompted=False)
   assert not any("prompt" in name for name in shapes)
   expected = np_mha(X, X, w["q"], w["k"], w["v"], w["o"], 2, 2)
