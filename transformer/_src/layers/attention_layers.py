@@ -357,23 +357,19 @@ class SelfAttention(TransformerLayer):
                        "given together" % type(self).__name__)
     if context.read_priority is not None:
       write_priority = context.write_priority
-      if prompt_length and context.length_dim in write_priority.shape.dims:
-        # The prompts' write priority -1 is below every read priority.
-        prompt_dim = mtf.Dimension(context.length_dim.name, prompt_length)
-        prompt_priority = mtf.zeros(
-            x.mesh, mtf.Shape([prompt_dim if d == context.length_dim else d
-                               for d in write_priority.shape.dims]),
-            dtype=write_priority.dtype) - 1
-        write_priority = mtf.replace_dimensions(
-            mtf.concat([prompt_priority, write_priority],
-                       context.length_dim.name),
-            mtf.Dimension(context.length_dim.name,
-                          context.length_dim.size + prompt_length),
-            mtf.Dimension("memory_length",
-                          context.length_dim.size + prompt_length))
-      elif context.length_dim in write_priority.shape.dims:
+      if context.length_dim in write_priority.shape.dims:
         write_priority = self.rename_length_to_memory_length(
             write_priority, context)
+      if prompt_length and "memory_length" in (
+          write_priority.shape.dimension_names):
+        # The prompts' write priority -1 is below every read priority.
+        prompt_dim = mtf.Dimension("memory_length", prompt_length)
+        prompt_priority = mtf.zeros(
+            x.mesh, mtf.Shape([prompt_dim if d.name == "memory_length" else d
+                               for d in write_priority.shape.dims]),
+            dtype=write_priority.dtype) - 1
+        write_priority = mtf.concat([prompt_priority, write_priority],
+                                    "memory_length")
       biases.append(_to_bias(
           mtf.greater_equal(context.read_priority, write_priority), context))
     sequence_id = _sequence_id_for_bias(context)
