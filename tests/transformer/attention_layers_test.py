@@ -399,22 +399,35 @@ def prompt(prefix):
   return np.where(np.arange(L)[None, :, None] < prefix, X, GARBAGE)
 
 
-def decode_program(layer, mesh, scope, encoder=False, causal=True, prefix=1):
-  """Full causal pass, a "first_part" pass and incremental steps."""
+def decode_program(layer, mesh, scope, encoder=False, causal=True, prefix=1,
+                   task_prompts=False):
+  """Full causal pass, a "first_part" pass and incremental steps (with
+  task_prompts: decoder prompts of tasks TASK_ID from PROMPTS)."""
   x = imp(mesh, X, [BATCH, LENGTH, D_MODEL])
   extra = {}
+  task_id = None
+  if task_prompts:
+    task_id = imp(mesh, TASK_ID, [BATCH, LENGTH], tf.int32)
+    extra["shared_params"] = {"decoder": {"prompts": imp(
+        mesh, PROMPTS, [TASK_NUM, mtf.Dimension("memory_length",
+                                                PROMPT_LENGTH), D_MODEL])}}
+
+  def with_task(ctx):
+    if task_id is not None:
+      ctx.cache["task-id"] = task_id
+    return ctx
   if encoder:
     extra = dict(encoder_output=imp(mesh, ENC, [BATCH, MEMORY, D_MODEL]),
                  encoder_sequence_id=imp(mesh, ENC_SEQ, [BATCH, MEMORY],
                                          tf.int32))
   seq = np.ones((B, L), np.int32) if encoder else None
-  full_ctx = make_context(mesh, mode="eval", seq=seq, **extra)
+  full_ctx = with_task(make_context(mesh, mode="eval", seq=seq, **extra))
   with tf1.variable_scope(scope):
     y_full = layer.call(full_ctx, x)
-  first = make_context(mesh, mode="first_part", seq=seq, new_states=[],
-                       constant_states=[],
-                       initial_position=mtf.constant(mesh, prefix, [BATCH],
-                                                     tf.int32), **extra)
+  first = with_task(make_context(
+      mesh, mode="first_part", seq=seq, new_states=[], constant_states=[],
+      initial_position=mtf.constant(mesh, prefix, [BATCH], tf.int32),
+      **extra))
   with tf1.variable_scope(scope):
     y_first = layer.call(first, imp(mesh, prompt(prefix),
                                     [BATCH, LENGTH, D_MODEL]))
@@ -429,7 +442,9 @@ def decode_program(layer, mesh, scope, encoder=False, causal=True, prefix=1):
                   write_priority=mtf.range(mesh, LENGTH, tf.int32),
                   sequence_id=(mtf.constant(mesh, 1, [BATCH], tf.int32)
                                if encoder else None),
-                  encoder_sequence_id=extra.get("encoder_sequence_id"))
+                  encoder_sequence_id=extra.get("encoder_sequence_id"),
+                  shared_params=extra.get("shared_params"))
+    with_task(inc)
     with tf1.variable_scope(scope):
       steps.append(layer.call(inc, imp(mesh, X[:, p], [BATCH, D_MODEL])))
     assert len(inc.new_states) == len(states)
@@ -440,7 +455,8 @@ def decode_program(layer, mesh, scope, encoder=False, causal=True, prefix=1):
 @pytest.mark.parametrize("mesh_layout", [
     ("", ""), ("rows:2;cols:2", "batch:rows;heads:cols")], ids=str)
 @pytest.mark.parametrize("kind", ["self", "self_shared_kv_rel", "encdec",
-                                  "local", "local_long_prefix"])
+                                  "local", "local_long_prefix",
+                                  "self_task_prompts"])
 def test_incremental_decoding_matches_full_forward(kind, mesh_layout):
   local_scope = "decoder/block_000/layer_000/LocalSelfAttention"
   layer, scope, encoder, prefix = {
@@ -456,9 +472,15 @@ def test_incremental_decoding_matches_full_forward(kind, mesh_layout):
                 1),
       "local_long_prefix": (tl.LocalSelfAttention(
           radius=2, num_heads=2, key_value_size=4), local_scope, False, 4),
+      "self_task_prompts": (tl.SelfAttention(
+          num_heads=2, key_value_size=4, relative_attention_type="bias",
+          hyperprompt_length_decoder=PROMPT_LENGTH,
+          hyperprompt_hidden_dim=PREFIX_HIDDEN, hyperprompt_task_num=TASKS),
+                            SCOPE, False, 2),
   }[kind]
   outs = mtu.run_program(
-      lambda mesh: decode_program(layer, mesh, scope, encoder, prefix=prefix),
+      lambda mesh: decode_program(layer, mesh, scope, encoder, prefix=prefix,
+                                  task_prompts=kind == "self_task_prompts"),
       *mesh_layout)
   y_full, y_first, steps = outs[0], outs[1], outs[2:]
   np.testing.assert_allclose(y_first[:, :prefix], y_full[:, :prefix],
