@@ -9,6 +9,7 @@ Fixtures that serve one folder live in that folder's conftest.py.
 import contextlib
 import os
 import sys
+import pytest
 
 import pytest
 

@@ -495,7 +495,8 @@ SIGNATURES = {
         ("q", _E), ("k", _E), ("v", _E), ("memory_length_dim", _E),
         ("key_dim", _E), ("value_dim", _E), ("bias", None),
         ("dropout_rate", 0.0), ("dropout_broadcast_dims", None),
-        ("extra_logit", None), ("context", None), ("float32_logits", True)],
+        ("extra_logit", None), ("context", None), ("float32_logits", True),
+        ("z_loss_coeff", None)],
     "hybrid_attention": [
         ("q", _E), ("k", _E), ("v", _E), ("context", _E),
         ("memory_length_dim", _E), ("key_dim", _E), ("value_dim", _E),

@@ -503,3 +503,46 @@ def test_exports_and_parallel_layer_default():
                        "parallel_layer_1/o", "parallel_layer_1/q",
                        "parallel_layer_1/v"]
   np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_talking_heads_steps_are_public_methods():
+  """compute_q/k/v, talking_heads (with a dynamic map from x) and
+  attention_internal compose to the layer's numpy reference."""
+  layer = av.TalkingHeadsSelfAttention(**TH_DIMS)
+  kh, sh = mtf.Dimension("kh", 2), mtf.Dimension("sh", 3)
+
+  def build(mesh):
+    ctx, x = _context(mesh), _x(mesh)
+    q = layer.compute_q(ctx, x)
+    k = mtf.rename_dimension(layer.compute_k(ctx, x), "length",
+                             "memory_length")
+    v = mtf.rename_dimension(layer.compute_v(ctx, x), "length",
+                             "memory_length")
+    memory = mtf.Dimension("memory_length", L)
+    y = layer.attention_internal(ctx, x, None, q, k, v, memory, None)
+    logits = mtf.einsum([q, k], reduced_dims=[layer.key_dim])
+    mixed = layer.talking_heads(ctx, logits, "extra", [kh], [sh],
+                                dynamic_projections_from=[x])
+    order = lambda heads: mtf.Shape([BATCH, LENGTH, heads, memory])
+    return [y, mtf.transpose(logits, order(kh)),
+            mtf.transpose(mixed, order(sh))]
+  (y, logits, mixed), v = mtu.with_variables(build)()
+  np.testing.assert_allclose(y, _th_reference(X, X, v), rtol=1e-5, atol=1e-5)
+  assert v["extra"].shape == (2, 3) and v["extra_dynamic_0"].shape == (D, 2, 3)
+  dynamic = np.einsum("bld,dhs->blhs", X, v["extra_dynamic_0"])
+  expected = (np.einsum("blhm,hs->blsm", logits, v["extra"]) +
+              np.einsum("blhm,blhs->blsm", logits, dynamic))
+  np.testing.assert_allclose(mixed, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_general_bilinear_steps_are_public_methods():
+  layer = av.GeneralBilinearSelfAttention(heads_dims=(("heads", 2),))
+
+  def build(mesh):
+    ctx, x = _context(mesh), _x(mesh)
+    m = mtf.rename_dimension(x, "length", "memory_length")
+    return [layer.attention_internal(ctx, layer.compute_q(ctx, x), m,
+                                     mtf.Dimension("memory_length", L), None)]
+  (y,), v = mtu.with_variables(build)()
+  np.testing.assert_allclose(y, _bilinear_reference(X, X, v), rtol=1e-4,
+                             atol=1e-5)

@@ -31,6 +31,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from transformer._src.layers import attention_core as attention
+from transformer._src.layers import hyperprompts
 from transformer._src.layers.context import Context, TransformerLayer
 
 __all__ = [
@@ -159,7 +160,28 @@ class SelfAttention(TransformerLayer):
                relative_attention_num_buckets: int = 32,
                attention_func: Optional[str] = None,
                combine_dims: bool = True, keep_query_heads_dims: bool = False,
-               fold_scaling_into_initializer: bool = True):
+               fold_scaling_into_initializer: bool = True,
+               z_loss_coeff: Optional[float] = None,
+               use_hyperprompt: bool = False,
+               hyperprompt_mtlshare: bool = False,
+               hyperprompt_length_encoder: Optional[int] = None,
+               hyperprompt_length_decoder: Optional[int] = None,
+               hyperprompt_hidden_dim: Optional[int] = None,
+               hyperprompt_task_num: int = 8):
+    """Args after fold_scaling_into_initializer (the others as the original).
+
+    Args:
+      z_loss_coeff: if set, a z-loss on the attention logits (see
+        attention.attention) is added to the training losses.
+      use_hyperprompt: prompts from a hypernetwork (HyperPrompt) instead of
+        per-layer projections (MTL-Prompt); see hyperprompts.py.
+      hyperprompt_mtlshare: MTL-Prompt: one projection network for all tasks.
+      hyperprompt_length_encoder: number of task prompts prepended to the
+        keys/values in the "encoder" tower (None: no prompts).
+      hyperprompt_length_decoder: the same in the "decoder" tower.
+      hyperprompt_hidden_dim: hidden size of the prompt projections.
+      hyperprompt_task_num: number of tasks.
+    """
     if relative_attention_type not in _RELATIVE_ATTENTION_TYPES:
       raise ValueError(
           "%s: unknown relative_attention_type %r; expected one of %s"
@@ -181,6 +203,13 @@ class SelfAttention(TransformerLayer):
     self.combine_dims = combine_dims
     self.keep_query_heads_dims = keep_query_heads_dims
     self.fold_scaling_into_initializer = fold_scaling_into_initializer
+    self.z_loss_coeff = z_loss_coeff
+    self.use_hyperprompt = use_hyperprompt
+    self.hyperprompt_mtlshare = hyperprompt_mtlshare
+    self.hyperprompt_length_encoder = hyperprompt_length_encoder
+    self.hyperprompt_length_decoder = hyperprompt_length_decoder
+    self.hyperprompt_hidden_dim = hyperprompt_hidden_dim
+    self.hyperprompt_task_num = hyperprompt_task_num
 
   # -- hooks for subclasses -------------------------------------------------
 
@@ -258,25 +287,63 @@ class SelfAttention(TransformerLayer):
         context.record_new_states([k] if self.shared_kv else [k, v])
       memory_position = self.rename_length_to_memory_length(
           context.get_position(), context)
+    use_prompt_kv = self._prompt_kind()
+    if use_prompt_kv is not None:
+      k, v, memory_position, memory_length = (
+          hyperprompts.concat_hyper_prompts_kv(
+              k, v, use_prompt_kv.split("_")[0], self.use_hyperprompt,
+              memory_length, self.hyperprompt_task_num, self.num_heads,
+              self.hyperprompt_hidden_dim, self.kv_dim, context,
+              self.hyperprompt_mtlshare, self.dropout_rate,
+              prompt_length=self._prompt_length(use_prompt_kv)))
     bias = self.compute_bias(context, memory_position, x,
-                             params.query_heads_dims, q)
+                             params.query_heads_dims, q,
+                             use_prompt_kv=use_prompt_kv)
+    kwargs = self.attention_kwargs_from_context(context)
+    if self.z_loss_coeff is not None:
+      kwargs["z_loss_coeff"] = self.z_loss_coeff
     o = self.attention_fn(
         q, k, v, context=context, memory_length_dim=memory_length,
-        key_dim=self.kv_dim, value_dim=self.kv_dim, bias=bias,
-        **self.attention_kwargs_from_context(context))
+        key_dim=self.kv_dim, value_dim=self.kv_dim, bias=bias, **kwargs)
     output = params.compute_output(
         o, output_shape=self.expected_attention_output_shape(x, params))
     return self.layer_output_from_attention_output(context, output, losses)
 
+  def _prompt_kind(self) -> Optional[str]:
+    """"encoder_prompts"/"decoder_prompts" if this layer prepends task
+    prompts (its tower, the outer variable scope, has a prompt length)."""
+    tower = tf.compat.v1.get_variable_scope().name.split("/")[0]
+    if tower == "encoder" and self.hyperprompt_length_encoder:
+      return "encoder_prompts"
+    if tower == "decoder" and self.hyperprompt_length_decoder:
+      return "decoder_prompts"
+    return None
+
+  def _prompt_length(self, use_prompt_kv: Optional[str]) -> int:
+    if use_prompt_kv == "encoder_prompts":
+      return self.hyperprompt_length_encoder
+    if use_prompt_kv == "decoder_prompts":
+      return self.hyperprompt_length_decoder
+    return 0
+
   def compute_bias(self, context: Context, memory_position: mtf.Tensor,
                    x: mtf.Tensor, heads_dims: List[mtf.Dimension],
-                   q: mtf.Tensor) -> Optional[mtf.Tensor]:
+                   q: mtf.Tensor, use_prompt_kv: Optional[str] = None
+                   ) -> Optional[mtf.Tensor]:
     """Sum of the logit biases: relative-position window limits, causality
     (read/write priority), packed sequences, relative attention; None if
-    there are none."""
-    del x
+    there are none.
+
+    use_prompt_kv ("encoder_prompts"/"decoder_prompts") says that the memory
+    starts with that tower's task prompts: relative positions are shifted by
+    the prompt length, and the prompts are visible to every query (all
+    priorities and sequence ids).
+    """
+    prompt_length = self._prompt_length(use_prompt_kv)
     biases = []
     relative_position = memory_position - context.get_position()
+    if prompt_length:
+      relative_position -= prompt_length
     min_rp = self.min_relative_position(context)
     max_rp = self.max_relative_position(context)
     if min_rp is not None:
@@ -293,11 +360,35 @@ class SelfAttention(TransformerLayer):
       if context.length_dim in write_priority.shape.dims:
         write_priority = self.rename_length_to_memory_length(
             write_priority, context)
+      if prompt_length and "memory_length" in (
+          write_priority.shape.dimension_names):
+        # The prompts' write priority -1 is below every read priority.
+        prompt_dim = mtf.Dimension("memory_length", prompt_length)
+        prompt_priority = mtf.zeros(
+            x.mesh, mtf.Shape([prompt_dim if d.name == "memory_length" else d
+                               for d in write_priority.shape.dims]),
+            dtype=write_priority.dtype) - 1
+        write_priority = mtf.concat([prompt_priority, write_priority],
+                                    "memory_length")
       biases.append(_to_bias(
           mtf.greater_equal(context.read_priority, write_priority), context))
     sequence_id = _sequence_id_for_bias(context)
-    if (sequence_id is not None and context.mode != "incremental" and
+    if (prompt_length and sequence_id is not None and
+        context.mode != "incremental" and
         context.length_dim in sequence_id.shape.dims):
+      # Prompts are visible to every query; tokens within their sequence.
+      memory_ids = self.rename_length_to_memory_length(sequence_id, context)
+      prompt_dim = mtf.Dimension("memory_length", prompt_length)
+      prompt_ids = mtf.zeros(
+          x.mesh, mtf.Shape([prompt_dim if d.name == "memory_length" else d
+                             for d in memory_ids.shape.dims]),
+          dtype=sequence_id.dtype) - 1
+      memory_ids = mtf.concat([prompt_ids, memory_ids], "memory_length")
+      biases.append(_to_bias(mtf.logical_or(
+          mtf.equal(sequence_id, memory_ids),
+          mtf.less(memory_position, prompt_length)), context))
+    elif (sequence_id is not None and context.mode != "incremental" and
+          context.length_dim in sequence_id.shape.dims):
       biases.append(_to_bias(mtf.equal(
           sequence_id,
           self.rename_length_to_memory_length(sequence_id, context)),
@@ -438,6 +529,7 @@ def relative_position_spans(context: Context,
                  output_shape=mtf.Shape(dec_pos.shape.dims + [memory_dim]))
 
 
+@gin.configurable(module=_GIN_MODULE)
 def enc_dec_attention_bias(layer: SelfAttention, context: Context,
                            heads_dims: List[mtf.Dimension],
                            relative_position_fn=relative_position_spans
@@ -470,15 +562,17 @@ def enc_dec_attention_bias(layer: SelfAttention, context: Context,
   return bias
 
 
+@gin.configurable(module=_GIN_MODULE)
 def enc_dec_attention(self_attention_layer: SelfAttention,
                       memory_antecedent: Optional[mtf.Tensor],
                       context: Context, x: mtf.Tensor, losses,
-                      attention_fn=attention.attention) -> mtf.Tensor:
+                      attention_fn=attention.attention,
+                      z_loss_coeff: Optional[float] = None) -> mtf.Tensor:
   """Attention from x to memory_antecedent [batch..., memory_length, d_model].
 
   In "first_part" mode the keys, values and memory length are recorded as
   one constant state; in "incremental" mode they are read back (and
-  memory_antecedent is not used).
+  memory_antecedent is not used). z_loss_coeff: see attention.attention.
   """
   layer = self_attention_layer
   params = layer.make_params(context)
@@ -503,10 +597,12 @@ def enc_dec_attention(self_attention_layer: SelfAttention,
     if context.mode == "first_part":
       context.record_constant_state((k, v, memory_length))
   bias = enc_dec_attention_bias(layer, context, params.query_heads_dims)
+  kwargs = layer.attention_kwargs_from_context(context)
+  if z_loss_coeff is not None:
+    kwargs["z_loss_coeff"] = z_loss_coeff
   a = attention_fn(q, k, v, memory_length_dim=memory_length,
                    key_dim=layer.kv_dim, value_dim=layer.kv_dim, bias=bias,
-                   context=context,
-                   **layer.attention_kwargs_from_context(context))
+                   context=context, **kwargs)
   output = params.compute_output(
       a, output_shape=layer.expected_attention_output_shape(x, params))
   return layer.layer_output_from_attention_output(context, output, losses)
@@ -530,7 +626,8 @@ class EncDecAttention(SelfAttention):
     memory = (None if context.mode == "incremental"
               else self._get_memory_antecedent(context))
     return enc_dec_attention(self, memory, context, x, losses,
-                             attention_fn=self.attention_fn)
+                             attention_fn=self.attention_fn,
+                             z_loss_coeff=self.z_loss_coeff)
 
 
 def _length_num_splits(context: Context) -> int:

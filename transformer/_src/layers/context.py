@@ -146,6 +146,9 @@ class Context:
     self.cache = {}
     self.current_layer = None
     self.current_layer_input = None
+    # The token embeddings (before positional embeddings) of the input,
+    # set by the model; MoE routers may use them (word_embed_mode).
+    self.input_embeddings = None
 
   @property
   def train(self) -> bool:
