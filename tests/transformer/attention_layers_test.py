@@ -797,7 +797,7 @@ def test_method_names_for_subclasses():
 
 def test_self_attention_z_loss_matches_numpy():
   layer = tl.SelfAttention(num_heads=2, key_value_size=4, z_loss_coeff=0.5)
-  mesh_layout = MESH_LAYOUTS[0]
+  mesh_layout = (meshes.ONE_DEVICE, "")
 
   def build(mesh):
     ctx = make_context(mesh, mode="train", causal=False, seq=SEQ, losses=[])
@@ -825,7 +825,7 @@ def test_self_attention_without_z_loss_adds_no_loss():
       y = layer.call(ctx, imp(mesh, X, [BATCH, LENGTH, D_MODEL]))
     assert not ctx.losses
     return [y]
-  mtu.run_program(build, *MESH_LAYOUTS[0])
+  mtu.run_program(build, *(meshes.ONE_DEVICE, ""))
 
 
 PROMPT_LENGTH, TASKS, PREFIX_HIDDEN = 3, 2, 4
@@ -887,7 +887,7 @@ def run_prompted_layer(scope, prompted=True, use_hyperprompt=False,
       y = layer.call(ctx, imp(mesh, X, [BATCH, LENGTH, D_MODEL]))
     build.shapes = var_shapes(mesh)
     return [y] + [var(mesh, scope + "/" + n) for n in names]
-  outs = mtu.run_program(build, *MESH_LAYOUTS[0])
+  outs = mtu.run_program(build, *(meshes.ONE_DEVICE, ""))
   return outs[0], dict(zip(names, outs[1:])), build.shapes
 
 
