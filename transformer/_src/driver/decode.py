@@ -23,6 +23,7 @@ from transformer._src.driver.checkpoint_iterator import get_checkpoint_iterator
 from transformer._src.driver.config import get_step_from_checkpoint_path
 from transformer._src.driver.config import inputs_vocabulary
 from transformer._src.driver.config import targets_vocabulary
+from transformer._src.driver.estimator import eager_in_legacy_mode
 
 _GIN_MODULE = "mesh_tensorflow.transformer.utils"
 
@@ -170,6 +171,7 @@ def _decode_ids_to_text(estimator, input_ids: np.ndarray, vocabulary,
   return [vocab.decode([int(i) for i in row]) for row in outputs]
 
 
+@eager_in_legacy_mode
 def decode_strings(estimator, strings: Sequence[str], vocabulary=None,
                    checkpoint_path=None, **decode_kwargs) -> List[str]:
   """Decoded output strings for input strings (greedy unless configured)."""
@@ -181,6 +183,7 @@ def decode_strings(estimator, strings: Sequence[str], vocabulary=None,
 
 
 @gin.configurable(module=_GIN_MODULE)
+@eager_in_legacy_mode
 def decode(estimator, input_fn, vocabulary, checkpoint_path=None):
   """Decoded strings for the "inputs" of input_fn()'s examples or batches."""
   length = estimator.sequence_length["inputs"]
@@ -200,6 +203,7 @@ def _checkpoint_step(estimator, checkpoint_path) -> int:
 
 
 @gin.configurable(module=_GIN_MODULE)
+@eager_in_legacy_mode
 def decode_from_file(estimator, vocabulary, model_type, batch_size,
                      sequence_length, checkpoint_path=None,
                      input_filename=gin.REQUIRED,
@@ -273,6 +277,7 @@ def text_metrics(eval_dataset, targets: List[str],
 
 
 @gin.configurable(module=_GIN_MODULE)
+@eager_in_legacy_mode
 def decode_from_dataset(estimator, vocabulary, model_type, batch_size,
                         sequence_length, checkpoint_path=None,
                         infer_dataset_fn=gin.REQUIRED,
@@ -312,6 +317,7 @@ def decode_from_dataset(estimator, vocabulary, model_type, batch_size,
 
 
 @gin.configurable(module=_GIN_MODULE)
+@eager_in_legacy_mode
 def infer_model(estimator, vocabulary, sequence_length, batch_size,
                 model_type, model_dir, eval_checkpoint_step,
                 checkpoint_paths=None, decode_fn=decode_from_file):
@@ -329,6 +335,7 @@ def infer_model(estimator, vocabulary, sequence_length, batch_size,
 
 
 @gin.configurable(module=_GIN_MODULE)
+@eager_in_legacy_mode
 def compute_log_likelihoods(estimator, input_fn, checkpoint_path=None):
   """Log-likelihood of each example's "targets" (given its "inputs").
 
@@ -368,6 +375,7 @@ def _scoring_checkpoint(eval_checkpoint_step, model_dir) -> str:
   return list(get_checkpoint_iterator(eval_checkpoint_step, model_dir))[-1]
 
 
+@eager_in_legacy_mode
 def score_with_estimator(estimator, input_fn, eval_checkpoint_step, model_dir,
                          vocabulary, score_postprocess_fn=save_scores,
                          num_examples=None):
@@ -397,6 +405,7 @@ def _arrays_input_fn(arrays: Dict[str, np.ndarray]):
 
 
 @gin.configurable(module=_GIN_MODULE)
+@eager_in_legacy_mode
 def score_from_strings(estimator, vocabulary, model_type, batch_size,
                        sequence_length, model_dir, eval_checkpoint_step,
                        inputs=gin.REQUIRED, targets=gin.REQUIRED,
@@ -433,6 +442,7 @@ def score_from_strings(estimator, vocabulary, model_type, batch_size,
 
 
 @gin.configurable(module=_GIN_MODULE)
+@eager_in_legacy_mode
 def score_from_dataset(estimator, vocabulary, batch_size, sequence_length,
                        model_dir, eval_checkpoint_step, dataset_split,
                        score_dataset_fn=None,

@@ -36,6 +36,8 @@ RUN_MODES = ("train", "eval", "score_eval", "perplexity_eval", "infer",
              "score_from_dataset", "score_from_strings", "export_score",
              "export_infer", "export")
 
+
+@driver.eager_in_legacy_mode
 def get_estimator(model_type, vocabulary, mesh_shape, layout_rules,
                   model_dir, batch_size, sequence_length, autostack,
                   learning_rate_schedule, keep_checkpoint_max,
@@ -94,6 +96,7 @@ def _examples(dataset: tf.data.Dataset, sequence_length) -> tf.data.Dataset:
       _pad_to_length, sequence_length=sequence_length))
 
 
+@driver.eager_in_legacy_mode
 def train_model(estimator, vocabulary, sequence_length, batch_size,
                 train_dataset_fn, train_steps, ensemble_inputs,
                 dataset_split="train", skip_seen_data=False,
@@ -146,6 +149,7 @@ def _report(kind: str, name: str, dataset_split: str, step: int,
   writer.close()
 
 
+@driver.eager_in_legacy_mode
 def eval_model(estimator, vocabulary, sequence_length, batch_size,
                dataset_split, model_dir, eval_dataset_fn, eval_summary_dir,
                eval_checkpoint_step, eval_with_score=False,
@@ -205,6 +209,7 @@ def _resolve_learning_rate_schedule(schedule, total_train_steps):
 
 
 @gin.configurable(module=_GIN_MODULE)
+@driver.eager_in_legacy_mode
 def run(tpu_job_name, tpu, gcp_project, tpu_zone, model_dir,
         model_type="bitransformer", vocabulary=None, train_dataset_fn=None,
         eval_dataset_fn=None, dataset_split="train", autostack=True,
