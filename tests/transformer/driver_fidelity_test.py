@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from transformer import learning_rate_schedules
 from transformer import utils
+import driver_test_util
 from driver_test_util import BATCH
 from driver_test_util import LENGTH
 from driver_test_util import MESH_1
@@ -138,3 +139,24 @@ def test_gin_file_found_on_gins_own_search_path(tmp_path, monkeypatch):
   with pytest.raises(OSError, match="no_such.gin"):
     utils.parse_gin_defaults_and_flags(gin_files=["no_such.gin"],
                                        finalize_config=False)
+
+
+def test_init_checkpoint_restores_the_global_step(tmp_path):
+  """Fine-tuning goes on from the pretrained step, as the original's did."""
+  pretrained = driver_test_util.estimator(tmp_path / "pretrained",
+                                          mesh=MESH_1)
+  pretrained.train(driver_test_util.input_fn, 3)
+  finetune = driver_test_util.estimator(
+      tmp_path / "finetune", mesh=MESH_1,
+      init_checkpoint=pretrained.latest_checkpoint())
+  # train_steps counts from the pretrained step: 2 fine-tuning steps.
+  out = finetune.train(driver_test_util.input_fn, 5)
+  assert out["step"] == 5
+  assert finetune.latest_checkpoint().endswith("model.ckpt-5")
+  assert not os.path.exists(tmp_path / "finetune" / "model.ckpt-2.index")
+  # Nothing left to train when train_steps <= the pretrained step (from 0,
+  # 3 steps would run and report their loss).
+  again = driver_test_util.estimator(
+      tmp_path / "again", mesh=MESH_1,
+      init_checkpoint=pretrained.latest_checkpoint())
+  assert again.train(driver_test_util.input_fn, 3) == {"step": 3}

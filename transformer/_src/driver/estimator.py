@@ -425,9 +425,11 @@ class Estimator:
       return
     self.global_step.assign(0)
     if self.init_checkpoint:
-      masters = dict(self.store.masters)
+      # The global step is one of the checkpoint's variables, as it was in
+      # the original's graph: training goes on from the pretrained step, so
+      # train_steps counts from there (pretrained step + fine-tuning steps).
       checkpoints.init_from_checkpoint(
-          self.init_checkpoint, masters,
+          self.init_checkpoint, self.checkpoint_variables(),
           variable_filter=self.init_variable_filter or None,
           name_mapping=init_checkpoint_variable_mapping)
       self._masters_version += 1
