@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from transformer import learning_rate_schedules
 from transformer import utils
+from transformer._src.driver import decode as driver_decode
 import driver_test_util
 from driver_test_util import BATCH
 from driver_test_util import LENGTH
@@ -160,3 +161,81 @@ def test_init_checkpoint_restores_the_global_step(tmp_path):
       tmp_path / "again", mesh=MESH_1,
       init_checkpoint=pretrained.latest_checkpoint())
   assert again.train(driver_test_util.input_fn, 3) == {"step": 3}
+
+
+class _Chars:
+  """A vocabulary whose ids 3.. are the letters a..; 0 pads, 1 is EOS."""
+
+  vocab_size = VOCAB
+
+  def decode(self, ids):
+    return "".join(chr(ord("a") + i - 3) for i in ids if i >= 3)
+
+
+def _results():
+  return [
+      {"inputs": np.array([3, 4, 1, 0]), "targets": np.array([5, 1, 0, 0]),
+       "scores": -1.5},
+      {"inputs": np.array([6, 1, 0, 0]), "targets": np.array([3, 4, 5, 1]),
+       "scores": -0.25}]
+
+
+def test_save_scores_returns_and_writes_what_the_original_did(tmp_path):
+  prefix = str(tmp_path / "out")
+  scores, inputs, targets = utils.save_scores(_results(), _Chars(), prefix)
+  assert scores == [-1.5, -0.25]
+  assert inputs == ["ab", "d"] and targets == ["c", "abc"]
+  read = lambda suffix: utils.get_inputs_from_file(prefix + suffix)
+  assert read(".scores") == ["-1.5", "-0.25"]
+  assert read(".targets") == ["c", "abc"]
+  assert read(".lengths") == ["2", "4"]  # ids before the first padding
+  assert read(".inputs") == ["ab", "d"]
+  lm = [{k: v for k, v in r.items() if k != "inputs"} for r in _results()]
+  assert utils.save_scores(lm, _Chars()) == ([-1.5, -0.25], ["c", "abc"])
+  assert utils.save_scores(lm, _Chars(), save_example_text=False) == [
+      -1.5, -0.25]
+  with pytest.raises(ValueError, match="No examples"):
+    utils.save_scores([], _Chars())
+
+
+def test_save_scores_to_tfrecords_and_the_lazy_scorer_write_shards(
+    tmp_path, monkeypatch):
+  prefix = str(tmp_path / "scores")
+  utils.save_scores_to_tfrecords(_results(), _Chars(), prefix, shard_idx=3)
+  records = [tf.train.Example.FromString(r.numpy()) for r in
+             tf.data.TFRecordDataset(prefix + "_3.tfrecord")]
+  feature = lambda r, k: r.features.feature[k]
+  assert [feature(r, "input").bytes_list.value[0] for r in records] == [
+      b"ab", b"d"]
+  assert [feature(r, "target").bytes_list.value[0] for r in records] == [
+      b"c", b"abc"]
+  np.testing.assert_allclose(
+      [feature(r, "score").float_list.value[0] for r in records],
+      [-1.5, -0.25])
+  # The lazy scorer post-processes in shards of num_examples_per_shard.
+  results = _results() * 3
+  monkeypatch.setattr(
+      driver_decode, "score_with_estimator",
+      lambda *args, **kwargs: args[5](results, args[4]))
+  shards = []
+  utils.score_with_estimator_lazy(
+      None, None, None, None, _Chars(),
+      score_postprocess_fn=lambda r, v, shard_idx: shards.append(
+          (shard_idx, len(r))), num_examples_per_shard=4)
+  assert shards == [(0, 4), (1, 2)]
+
+
+def test_eval_model_and_run_signatures_follow_the_original():
+  import inspect  # pylint: disable=g-import-not-at-top
+  params = inspect.signature(utils.eval_model).parameters
+  names = list(params)
+  assert names[names.index("output_eval_examples") + 1:][:2] == [
+      "eval_dir_suffix", "score_with_estimator_fn"]
+  assert params["score_with_estimator_fn"].default is (
+      utils.score_with_estimator)
+  assert params["max_batches"].kind is inspect.Parameter.KEYWORD_ONLY
+  assert inspect.signature(utils.run).parameters[
+      "eval_dir_suffix"].default is None
+  for fn in (utils.score_from_strings, utils.score_from_dataset):
+    assert inspect.signature(fn).parameters[
+        "score_with_estimator_fn"].default is utils.score_with_estimator
