@@ -40,9 +40,11 @@ from transformer._src.driver.decode import encode_inputs as encode_inputs
 from transformer._src.driver.decode import get_inputs_from_file as get_inputs_from_file
 from transformer._src.driver.decode import infer_model as infer_model
 from transformer._src.driver.decode import save_scores as save_scores
+from transformer._src.driver.decode import save_scores_to_tfrecords as save_scores_to_tfrecords
 from transformer._src.driver.decode import score_from_dataset as score_from_dataset
 from transformer._src.driver.decode import score_from_strings as score_from_strings
 from transformer._src.driver.decode import score_with_estimator as score_with_estimator
+from transformer._src.driver.decode import score_with_estimator_lazy as score_with_estimator_lazy
 from transformer._src.driver.decode import write_lines_to_file as write_lines_to_file
 from transformer._src.driver.estimator import Estimator as Estimator
 from transformer._src.driver.export import export_model as export_model
@@ -97,9 +99,11 @@ __all__ = [
     "parse_gin_defaults_and_flags",
     "run",
     "save_scores",
+    "save_scores_to_tfrecords",
     "score_from_dataset",
     "score_from_strings",
     "score_with_estimator",
+    "score_with_estimator_lazy",
     "separate_vocabularies",
     "serialize_num_microbatches",
     "should_load_variable",

@@ -159,21 +159,23 @@ def test_scores_agree_across_entry_points(est, model_dir, tmp_path):
                              rtol=1e-5)
   # score_from_strings (save_scores writes files) and score_from_dataset.
   prefix = str(tmp_path / "scores" / "s")
-  saved = utils.score_from_strings(
+  saved, saved_inputs, saved_targets = utils.score_from_strings(
       est, BYTES, "bitransformer", 8, 8, str(model_dir), None,
       inputs=STRINGS, targets=[s[::-1] for s in STRINGS],
       score_postprocess_fn=lambda r, v: utils.save_scores(r, v, prefix))
   np.testing.assert_allclose(saved, scores, rtol=1e-5)
+  assert saved_inputs == STRINGS
+  assert saved_targets == [s[::-1] for s in STRINGS]
   assert [float(l) for l in utils.get_inputs_from_file(prefix + ".scores")
          ] == pytest.approx(scores, rel=1e-4)
   assert utils.get_inputs_from_file(prefix + ".inputs") == STRINGS
-  from_dataset = utils.score_from_dataset(
+  from_dataset, _, _ = utils.score_from_dataset(
       est, BYTES, 8, 8, str(model_dir), -1, "validation",
       score_dataset_fn=lambda **_: dataset(),
       score_postprocess_fn=utils.save_scores)
   np.testing.assert_allclose(from_dataset, scores, rtol=1e-5)
   # Without the EOS token the targets are shorter: a higher likelihood.
-  no_eos = utils.score_from_strings(
+  no_eos, _, _ = utils.score_from_strings(
       est, BYTES, "bitransformer", 8, 8, str(model_dir), 1,
       inputs=STRINGS, targets=[s[::-1] for s in STRINGS],
       score_postprocess_fn=utils.save_scores, score_eos=False)

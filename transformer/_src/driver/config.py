@@ -415,11 +415,14 @@ def parse_gin_defaults_and_flags(skip_unknown=False, finalize_config=True,
   """Parses configs/defaults.gin, then --gin_file files, then --gin_param.
 
   Files are looked up as given, then under each gin_location_prefix and the
-  package's config directory. Missing files and unknown bindings raise with
-  the culprit named (gin's own errors, which name file and binding).
+  package's config directory, then on gin's own search path (directories
+  that a launcher registered with `gin.add_config_file_search_path`, as the
+  original let gin resolve every --gin_file). Missing files and unknown
+  bindings raise with the culprit named (gin's own errors, which name file
+  and binding).
 
   Raises:
-    FileNotFoundError: a gin file that exists nowhere on the search path.
+    OSError: a gin file that exists nowhere on the search path.
   """
   if gin_files is None:
     gin_files = flags.FLAGS.gin_file if flags.FLAGS.is_parsed() else None
@@ -439,11 +442,15 @@ def parse_gin_defaults_and_flags(skip_unknown=False, finalize_config=True,
 
 
 def _find_gin_file(name: str, prefixes: Sequence[str]) -> str:
+  """The path of gin file `name` under `prefixes`, else `name` for gin.
+
+  A name found nowhere here is handed to gin unchanged: gin looks it up on
+  its search path and raises an OSError listing the paths it searched.
+  """
   candidates = [name] + [os.path.join(p, name) for p in prefixes]
   if not name.endswith(".gin"):
     candidates += [c + ".gin" for c in candidates]
   for c in candidates:
     if tf.io.gfile.exists(c):
       return c
-  raise FileNotFoundError("gin file %r not found (looked in: %s)"
-                          % (name, ", ".join(["."] + list(prefixes))))
+  return name

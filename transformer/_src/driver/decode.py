@@ -23,6 +23,7 @@ from transformer._src.driver.checkpoint_iterator import get_checkpoint_iterator
 from transformer._src.driver.config import get_step_from_checkpoint_path
 from transformer._src.driver.config import inputs_vocabulary
 from transformer._src.driver.config import targets_vocabulary
+from transformer._src.driver.estimator import eager_in_legacy_mode
 
 _GIN_MODULE = "mesh_tensorflow.transformer.utils"
 
@@ -31,8 +32,9 @@ __all__ = [
     "decode_from_dataset",
     "decode_from_file", "decode_strings", "encode_delimited_lm",
     "encode_inputs", "get_inputs_from_file", "infer_model",
-    "named_datasets", "save_scores",
+    "named_datasets", "save_scores", "save_scores_to_tfrecords",
     "score_from_dataset", "score_from_strings", "score_with_estimator",
+    "score_with_estimator_lazy",
     "text_metrics", "write_lines_to_file",
 ]
 
@@ -170,6 +172,7 @@ def _decode_ids_to_text(estimator, input_ids: np.ndarray, vocabulary,
   return [vocab.decode([int(i) for i in row]) for row in outputs]
 
 
+@eager_in_legacy_mode
 def decode_strings(estimator, strings: Sequence[str], vocabulary=None,
                    checkpoint_path=None, **decode_kwargs) -> List[str]:
   """Decoded output strings for input strings (greedy unless configured)."""
@@ -181,6 +184,7 @@ def decode_strings(estimator, strings: Sequence[str], vocabulary=None,
 
 
 @gin.configurable(module=_GIN_MODULE)
+@eager_in_legacy_mode
 def decode(estimator, input_fn, vocabulary, checkpoint_path=None):
   """Decoded strings for the "inputs" of input_fn()'s examples or batches."""
   length = estimator.sequence_length["inputs"]
@@ -200,6 +204,7 @@ def _checkpoint_step(estimator, checkpoint_path) -> int:
 
 
 @gin.configurable(module=_GIN_MODULE)
+@eager_in_legacy_mode
 def decode_from_file(estimator, vocabulary, model_type, batch_size,
                      sequence_length, checkpoint_path=None,
                      input_filename=gin.REQUIRED,
@@ -273,6 +278,7 @@ def text_metrics(eval_dataset, targets: List[str],
 
 
 @gin.configurable(module=_GIN_MODULE)
+@eager_in_legacy_mode
 def decode_from_dataset(estimator, vocabulary, model_type, batch_size,
                         sequence_length, checkpoint_path=None,
                         infer_dataset_fn=gin.REQUIRED,
@@ -312,6 +318,7 @@ def decode_from_dataset(estimator, vocabulary, model_type, batch_size,
 
 
 @gin.configurable(module=_GIN_MODULE)
+@eager_in_legacy_mode
 def infer_model(estimator, vocabulary, sequence_length, batch_size,
                 model_type, model_dir, eval_checkpoint_step,
                 checkpoint_paths=None, decode_fn=decode_from_file):
@@ -329,6 +336,7 @@ def infer_model(estimator, vocabulary, sequence_length, batch_size,
 
 
 @gin.configurable(module=_GIN_MODULE)
+@eager_in_legacy_mode
 def compute_log_likelihoods(estimator, input_fn, checkpoint_path=None):
   """Log-likelihood of each example's "targets" (given its "inputs").
 
@@ -343,22 +351,110 @@ def compute_log_likelihoods(estimator, input_fn, checkpoint_path=None):
       estimator, rows.get("inputs"), rows["targets"], checkpoint_path)]
 
 
+def _add_example_text(results, vocabulary) -> None:
+  """Adds "<key>_pretokenized" text of the positive ids of inputs/targets.
+
+  Negative ids (marking contrastive negatives) and padding are left out of
+  the text, as the original did.
+  """
+  vocabs = {"inputs": inputs_vocabulary(vocabulary),
+            "targets": targets_vocabulary(vocabulary)}
+  for result in results:
+    for key, vocab in vocabs.items():
+      if key in result and key + "_pretokenized" not in result:
+        ids = [int(i) for i in np.asarray(result[key]).tolist() if i > 0]
+        result[key + "_pretokenized"] = vocab.decode(ids)
+
+
+def _unpadded_length(ids, pad_id: int = 0) -> int:
+  """The number of ids before the first pad_id (all of them if none)."""
+  ids = np.asarray(ids)
+  pads = np.flatnonzero(ids == pad_id)
+  return int(pads[0]) if pads.size else len(ids)
+
+
 @gin.configurable(module=_GIN_MODULE)
 def save_scores(results, vocabulary, scores_filename=None,
                 save_example_text=True):
-  """Writes scores (one per line) to scores_filename + ".scores" and, with
-  save_example_text, the example texts; returns the scores."""
+  """The scores (and example texts) of scored examples; maybe written.
+
+  With scores_filename, writes scores_filename + ".scores" (one "%g" per
+  line) and, with save_example_text, ".targets" (texts), ".lengths" (target
+  ids before the first padding) and, if the examples have inputs,
+  ".inputs".
+
+  Args:
+    results: one dict per example with "scores", "targets" ids and maybe
+      "inputs" ids (and "<key>_pretokenized" texts).
+    vocabulary: a vocabulary or (inputs, targets) vocabularies.
+    scores_filename: the path prefix of the files, or None to write nothing.
+    save_example_text: also return (and write) the example texts.
+
+  Returns:
+    scores; with save_example_text (scores, targets), or (scores, inputs,
+    targets) when the examples have inputs.
+
+  Raises:
+    ValueError: if results is empty.
+  """
+  if not results:
+    raise ValueError("No examples were scored.")
   scores = [float(r["scores"]) for r in results]
   if scores_filename is not None:
-    write_lines_to_file(["%f" % s for s in scores],
+    write_lines_to_file(["%g" % s for s in scores],
                         scores_filename + ".scores")
-    if save_example_text:
-      for key, vocab in (("inputs", inputs_vocabulary(vocabulary)),
-                         ("targets", targets_vocabulary(vocabulary))):
-        if results and key in results[0]:
-          write_lines_to_file([vocab.decode(list(r[key])) for r in results],
-                              "%s.%s" % (scores_filename, key))
-  return scores
+  if not save_example_text:
+    return scores
+  _add_example_text(results, vocabulary)
+  targets = [r["targets_pretokenized"] for r in results]
+  lengths = [_unpadded_length(r["targets"]) for r in results]
+  if scores_filename is not None:
+    write_lines_to_file(targets, scores_filename + ".targets")
+    write_lines_to_file(lengths, scores_filename + ".lengths")
+  if "inputs" not in results[0]:
+    return scores, targets
+  inputs = [r["inputs_pretokenized"] for r in results]
+  if scores_filename is not None:
+    write_lines_to_file(inputs, scores_filename + ".inputs")
+  return scores, inputs, targets
+
+
+@gin.configurable(module=_GIN_MODULE)
+def save_scores_to_tfrecords(results, vocabulary, scores_filename,
+                             shard_idx=0, save_ids_only=False):
+  """Writes scored examples to scores_filename + "_<shard_idx>.tfrecord".
+
+  Each record is a tf.train.Example with bytes features "input" (the inputs
+  text, or the "targets_neg_pretokenized" text if present) and "target" and
+  float feature "score".
+
+  Args:
+    results: one dict per example (see save_scores).
+    vocabulary: a vocabulary or (inputs, targets) vocabularies.
+    scores_filename: the path prefix of the file.
+    shard_idx: the index of this shard of the results.
+    save_ids_only: write only the first space-separated word of each input
+      (an example id prepended to the inputs).
+  """
+  _add_example_text(results, vocabulary)
+  path = "%s_%d.tfrecord" % (scores_filename, shard_idx)
+  logging.info("Saving scores to %s", path)
+
+  def feature(value):
+    if isinstance(value, float):
+      return tf.train.Feature(float_list=tf.train.FloatList(value=[value]))
+    return tf.train.Feature(bytes_list=tf.train.BytesList(
+        value=[value.encode("utf-8")]))
+
+  with tf.io.TFRecordWriter(path) as writer:
+    for r in results:
+      text = r.get("targets_neg_pretokenized", r.get("inputs_pretokenized", ""))
+      if save_ids_only:
+        text = text.split(" ", 1)[0]
+      example = tf.train.Example(features=tf.train.Features(feature={
+          "input": feature(text), "target": feature(r["targets_pretokenized"]),
+          "score": feature(float(r.get("scores", 0.0)))}))
+      writer.write(example.SerializeToString())
 
 
 def _scoring_checkpoint(eval_checkpoint_step, model_dir) -> str:
@@ -368,6 +464,8 @@ def _scoring_checkpoint(eval_checkpoint_step, model_dir) -> str:
   return list(get_checkpoint_iterator(eval_checkpoint_step, model_dir))[-1]
 
 
+@gin.configurable(module=_GIN_MODULE)
+@eager_in_legacy_mode
 def score_with_estimator(estimator, input_fn, eval_checkpoint_step, model_dir,
                          vocabulary, score_postprocess_fn=save_scores,
                          num_examples=None):
@@ -391,17 +489,42 @@ def score_with_estimator(estimator, input_fn, eval_checkpoint_step, model_dir,
   return score_postprocess_fn(results, vocabulary)
 
 
+@gin.configurable(module=_GIN_MODULE)
+@eager_in_legacy_mode
+def score_with_estimator_lazy(estimator, input_fn, eval_checkpoint_step,
+                              model_dir, vocabulary,
+                              score_postprocess_fn=save_scores_to_tfrecords,
+                              num_examples=None,
+                              num_examples_per_shard=100000):
+  """score_with_estimator, post-processed in shards of examples.
+
+  score_postprocess_fn(results, vocabulary, shard_idx=i) is called on each
+  num_examples_per_shard examples (the last shard may be smaller), so large
+  scoring runs write one file per shard.
+  """
+  results = score_with_estimator(
+      estimator, input_fn, eval_checkpoint_step, model_dir, vocabulary,
+      lambda results, vocabulary: results, num_examples=num_examples)
+  shard = (num_examples_per_shard if num_examples_per_shard and
+           num_examples_per_shard > 0 else max(len(results), 1))
+  for shard_idx, start in enumerate(range(0, len(results), shard)):
+    score_postprocess_fn(results[start:start + shard], vocabulary,
+                         shard_idx=shard_idx)
+
+
 def _arrays_input_fn(arrays: Dict[str, np.ndarray]):
   arrays = {k: v for k, v in arrays.items() if v is not None}
   return lambda: tf.data.Dataset.from_tensor_slices(arrays)
 
 
 @gin.configurable(module=_GIN_MODULE)
+@eager_in_legacy_mode
 def score_from_strings(estimator, vocabulary, model_type, batch_size,
                        sequence_length, model_dir, eval_checkpoint_step,
                        inputs=gin.REQUIRED, targets=gin.REQUIRED,
                        score_postprocess_fn=gin.REQUIRED, eos_id=1,
-                       score_eos=True):
+                       score_eos=True,
+                       score_with_estimator_fn=score_with_estimator):
   """Log-likelihoods of targets given inputs (lists of strings or files).
 
   For "lm" models only the targets are scored. Returns
@@ -425,7 +548,7 @@ def score_from_strings(estimator, vocabulary, model_type, batch_size,
                                           targets, lengths["targets"], eos_id)
   if not score_eos:
     target_ids[target_ids == eos_id] = 0
-  return score_with_estimator(
+  return score_with_estimator_fn(
       estimator, _arrays_input_fn({"inputs": input_ids,
                                    "targets": target_ids}),
       eval_checkpoint_step, model_dir, vocabulary, score_postprocess_fn,
@@ -433,10 +556,12 @@ def score_from_strings(estimator, vocabulary, model_type, batch_size,
 
 
 @gin.configurable(module=_GIN_MODULE)
+@eager_in_legacy_mode
 def score_from_dataset(estimator, vocabulary, batch_size, sequence_length,
                        model_dir, eval_checkpoint_step, dataset_split,
                        score_dataset_fn=None,
-                       score_postprocess_fn=gin.REQUIRED):
+                       score_postprocess_fn=gin.REQUIRED,
+                       score_with_estimator_fn=score_with_estimator):
   """Log-likelihoods of the examples of score_dataset_fn's one dataset.
 
   score_dataset_fn(sequence_length=, vocabulary=, dataset_split=) returns a
@@ -453,6 +578,6 @@ def score_from_dataset(estimator, vocabulary, batch_size, sequence_length,
     raise ValueError("score_from_dataset: scores one dataset, got %d (%s)"
                      % (len(datasets), [name for name, _, _ in datasets]))
   dataset = datasets[0][1]
-  return score_with_estimator(estimator, lambda: dataset,
+  return score_with_estimator_fn(estimator, lambda: dataset,
                               eval_checkpoint_step, model_dir, vocabulary,
                               score_postprocess_fn)

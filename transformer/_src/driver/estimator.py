@@ -26,6 +26,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
+from tensorflow.python.eager import context as eager_context  # pylint: disable=g-direct-tensorflow-import
 
 import mesh_tensorflow as mtf
 from mesh_tensorflow import placement_mesh_impl
@@ -37,13 +38,36 @@ from transformer._src.layers.context import ModeKeys
 from transformer._src.models.unitransformer import Unitransformer
 from transformer._src.models.unitransformer import autoregressive_inputs
 
-__all__ = ["Estimator", "mesh_devices_for", "model_features"]
+__all__ = ["Estimator", "eager_in_legacy_mode", "mesh_devices_for",
+           "model_features"]
 
 MODEL_FEATURES = (
     "inputs", "inputs_position", "inputs_segmentation", "targets",
     "targets_position", "targets_segmentation", "targets_subsegmentation")
 
 GLOBAL_STEP = "global_step"
+
+
+def eager_in_legacy_mode(fn: Callable) -> Callable:
+  """fn, run with eager execution also after TF2 behaviour was switched off.
+
+  The driver is an eager program (it iterates datasets, compiles its steps
+  with tf.function and reads results with .numpy()). A TF1 program that
+  called `tf.compat.v1.disable_v2_behavior()` keeps its legacy switches (TF1
+  shapes, control flow and variable kinds in its own graphs); only the
+  driver's calls run eagerly, so they train, evaluate and decode exactly as
+  under TF2 behaviour. Calls made while a function is being traced are left
+  as they are.
+  """
+
+  @functools.wraps(fn)
+  def wrapper(*args, **kwargs):
+    if tf.executing_eagerly() or tf.inside_function():
+      return fn(*args, **kwargs)
+    with eager_context.eager_mode():
+      return fn(*args, **kwargs)
+
+  return wrapper
 
 
 def model_features(features: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
@@ -372,6 +396,7 @@ class Estimator:
   def latest_checkpoint(self) -> Optional[str]:
     return checkpoints.latest_checkpoint(self.model_dir)
 
+  @eager_in_legacy_mode
   def save(self) -> str:
     """Writes model.ckpt-<global step> to model_dir; returns its path."""
     self._sync_masters()
@@ -382,6 +407,7 @@ class Estimator:
     logging.info("Saved checkpoint %s", path)
     return path
 
+  @eager_in_legacy_mode
   def restore(self, path: str) -> None:
     """Loads checkpoint `path` into the masters (then slices on next use)."""
     checkpoints.restore(path, self.checkpoint_variables())
@@ -399,9 +425,11 @@ class Estimator:
       return
     self.global_step.assign(0)
     if self.init_checkpoint:
-      masters = dict(self.store.masters)
+      # The global step is one of the checkpoint's variables, as it was in
+      # the original's graph: training goes on from the pretrained step, so
+      # train_steps counts from there (pretrained step + fine-tuning steps).
       checkpoints.init_from_checkpoint(
-          self.init_checkpoint, masters,
+          self.init_checkpoint, self.checkpoint_variables(),
           variable_filter=self.init_variable_filter or None,
           name_mapping=init_checkpoint_variable_mapping)
       self._masters_version += 1
@@ -411,6 +439,7 @@ class Estimator:
   # --------------------------------------------------------------------------
   # Training.
 
+  @eager_in_legacy_mode
   def train(self, input_fn: Callable[[], tf.data.Dataset], max_steps: int,
             *, skip_seen_data: bool = False, seen_data_init_step: int = 0
             ) -> Dict[str, float]:
@@ -475,6 +504,7 @@ class Estimator:
   # --------------------------------------------------------------------------
   # Phases other than training (eval, decode, score) share this machinery.
 
+  @eager_in_legacy_mode
   def prepare(self, checkpoint_path: Optional[str] = None) -> None:
     """Makes the masters current before eval / decode / export.
 
@@ -506,6 +536,7 @@ class Estimator:
       self._phase_fns[name] = phase
     return phase
 
+  @eager_in_legacy_mode
   def run_phase(self, phase: _PhaseFn, *args):
     """Calls phase.fn(*args): traces, restores pending checkpoints, syncs."""
     if phase.laid_out_variables is None:
@@ -517,6 +548,7 @@ class Estimator:
     self._load_slices(phase)
     return phase.fn(*args)
 
+  @eager_in_legacy_mode
   def evaluate(self, dataset: tf.data.Dataset,
                checkpoint_path: Optional[str] = None,
                max_batches: Optional[int] = None) -> Dict[str, float]:

@@ -93,6 +93,7 @@ class _ServingModule(tf.Module):
     self.serve = score if eval_with_score else decode
 
 
+@driver.eager_in_legacy_mode
 def export_model(estimator, export_dir, vocabulary, sequence_length,
                  model_type, eval_with_score=False, batch_size=1,
                  checkpoint_path=None):

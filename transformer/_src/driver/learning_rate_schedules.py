@@ -1,9 +1,10 @@
 """Learning-rate schedules for the transformer driver (gin-configurable).
 
 Every schedule is a function `(step, total_train_steps, ...) -> rate`. `step`
-may be a Python number (the result is then a Python float, computed with
-Python math) or a TF scalar such as the global step (the result is then a
-float32 TF scalar). Schedules compose with `product_learning_rate`, whose
+may be a Python number (the result is then computed with Python math, and is a
+Python float when executing eagerly, or a float32 constant while building a
+graph, so that a TF1 program can `session.run` it) or a TF scalar such as the
+global step (the result is then a float32 TF scalar). Schedules compose with `product_learning_rate`, whose
 factors are other schedules, e.g. in gin:
 
   run.learning_rate_schedule = @learning_rate_schedules.product_learning_rate
@@ -67,8 +68,12 @@ def _rsqrt(x):
 
 
 def _like_step(step, value):
-  """value as float32 TF scalar when step (or value) is a TF value."""
-  if _is_tf(value) or _is_tf(step):
+  """value as float32 TF scalar when step (or value) is a TF value.
+
+  While building a graph (TF1 graph mode or a tf.function), a Python result
+  becomes a float32 constant too: graph programs fetch or feed the rate.
+  """
+  if _is_tf(value) or _is_tf(step) or not tf.executing_eagerly():
     return tf.cast(value, tf.float32)
   return float(value)
 

@@ -36,6 +36,8 @@ RUN_MODES = ("train", "eval", "score_eval", "perplexity_eval", "infer",
              "score_from_dataset", "score_from_strings", "export_score",
              "export_infer", "export")
 
+
+@driver.eager_in_legacy_mode
 def get_estimator(model_type, vocabulary, mesh_shape, layout_rules,
                   model_dir, batch_size, sequence_length, autostack,
                   learning_rate_schedule, keep_checkpoint_max,
@@ -94,6 +96,7 @@ def _examples(dataset: tf.data.Dataset, sequence_length) -> tf.data.Dataset:
       _pad_to_length, sequence_length=sequence_length))
 
 
+@driver.eager_in_legacy_mode
 def train_model(estimator, vocabulary, sequence_length, batch_size,
                 train_dataset_fn, train_steps, ensemble_inputs,
                 dataset_split="train", skip_seen_data=False,
@@ -146,10 +149,13 @@ def _report(kind: str, name: str, dataset_split: str, step: int,
   writer.close()
 
 
+@driver.eager_in_legacy_mode
 def eval_model(estimator, vocabulary, sequence_length, batch_size,
                dataset_split, model_dir, eval_dataset_fn, eval_summary_dir,
                eval_checkpoint_step, eval_with_score=False,
-               output_eval_examples=True, *, max_batches=None):
+               output_eval_examples=True, eval_dir_suffix=None,
+               score_with_estimator_fn=driver_decode.score_with_estimator, *,
+               max_batches=None):
   """Evaluates checkpoints on every eval dataset; prints and summarises.
 
   For each checkpoint get_checkpoint_iterator(eval_checkpoint_step) names
@@ -158,8 +164,11 @@ def eval_model(estimator, vocabulary, sequence_length, batch_size,
   neg_log_perplexity, token_accuracy, sequence_accuracy, ...) and, for an
   EvalDataset with metric_fns (unless eval_with_score), its metrics of
   greedy decodes against the targets. With output_eval_examples the decodes
-  are written to `<summary dir>/<name>_predictions-<step>`. Scalars go to
-  eval_summary_dir (default `<model_dir>/<name>_<split>`).
+  are written to `<summary dir>/<name>_predictions-<step>`. With
+  eval_with_score, an EvalDataset's metric_fns get the scores that
+  score_with_estimator_fn computes as predictions instead. Scalars go to
+  eval_summary_dir (default `<model_dir>/<name>_<split>`), with
+  "_<eval_dir_suffix>" appended if eval_dir_suffix is given.
 
   Returns {dataset name: {metric: value}} for the last checkpoint.
   """
@@ -179,8 +188,19 @@ def eval_model(estimator, vocabulary, sequence_length, batch_size,
                                  max_batches)
       summary_dir = eval_summary_dir or os.path.join(
           model_dir, "%s_%s" % (name, dataset_split))
+      if eval_dir_suffix is not None:
+        summary_dir += "_%s" % eval_dir_suffix
       if (eval_dataset is not None and eval_dataset.metric_fns and
-          not eval_with_score):
+          eval_with_score):
+        # save_scores' (scores, [inputs,] targets): the scores are the
+        # predictions.
+        scored = score_with_estimator_fn(
+            estimator, lambda: dataset,  # pylint: disable=cell-var-from-loop
+            step, model_dir, vocabulary)
+        metrics.update(driver_decode.text_metrics(
+            eval_dataset, scored[-1], scored[0]))
+      elif (eval_dataset is not None and eval_dataset.metric_fns and
+            not eval_with_score):
         texts = driver_decode.decode_examples(estimator, dataset, vocabulary,
                                               path)
         metrics.update(driver_decode.text_metrics(
@@ -205,6 +225,7 @@ def _resolve_learning_rate_schedule(schedule, total_train_steps):
 
 
 @gin.configurable(module=_GIN_MODULE)
+@driver.eager_in_legacy_mode
 def run(tpu_job_name, tpu, gcp_project, tpu_zone, model_dir,
         model_type="bitransformer", vocabulary=None, train_dataset_fn=None,
         eval_dataset_fn=None, dataset_split="train", autostack=True,
@@ -219,7 +240,8 @@ def run(tpu_job_name, tpu, gcp_project, tpu_zone, model_dir,
         perplexity_eval_steps=100, init_checkpoint=None,
         ensemble_inputs=None, train_model_fn=train_model,
         skip_seen_data=False, seen_data_init_step=0,
-        output_eval_examples=True, checkpoint_input_pipeline=False):
+        output_eval_examples=True, checkpoint_input_pipeline=False,
+        eval_dir_suffix=None):
   """Runs `mode` as configured by gin; returns the mode's result.
 
   Modes: "train" (train_model_fn up to total_run_steps or train_steps),
@@ -286,6 +308,7 @@ def run(tpu_job_name, tpu, gcp_project, tpu_zone, model_dir,
                       eval_summary_dir, eval_checkpoint_step,
                       eval_with_score=(mode != "eval"),
                       output_eval_examples=output_eval_examples,
+                      eval_dir_suffix=eval_dir_suffix,
                       max_batches=max_batches)
   if mode == "infer":
     return driver_decode.infer_model(
