@@ -15,8 +15,12 @@ from tests import mesh_test_util as mtu
 from tests import meshes
 from transformer import transformer
 from transformer import transformer_layers
+from transformer import utils
+from transformer import vocabulary as vocabulary_lib
+from driver_test_util import estimator as make_estimator
+from driver_test_util import MESH_1
 
-BATCH = 16
+BATCH = 32
 LENGTH = 8
 VOCAB = 16
 D_MODEL = 16
@@ -71,6 +75,13 @@ def _import(mesh, array):
                                      mtf.Shape(dims))
 
 
+def _run_seeded(build, mesh_shape, layout, seed=0):
+  """Runs build with a fixed global seed: a program of the same ops draws
+  the same initial variables and the same samples."""
+  tf.random.set_seed(seed)
+  return mtu.run_program(build, mesh_shape, layout, "eager")
+
+
 def _decode_both_paddings(mesh_shape, layout, **decode_kwargs):
   """Decodes of the inputs padded to LENGTH and to 2 * LENGTH."""
   inputs = _inputs()
@@ -80,7 +91,7 @@ def _decode_both_paddings(mesh_shape, layout, **decode_kwargs):
     return [model.decode(_import(mesh, _pad(inputs, length)),
                          max_decode_length=LENGTH, **decode_kwargs)
             for length in (LENGTH, 2 * LENGTH)]
-  return mtu.run_program(build, mesh_shape, layout, "eager")
+  return _run_seeded(build, mesh_shape, layout)
 
 
 @meshes.parametrize(MESHES)
@@ -96,14 +107,8 @@ def test_beam_decode_ignores_input_padding(mesh_shape, layout):
   short, long = _decode_both_paddings(mesh_shape, layout, beam_size=3,
                                       alpha=0.6)
   assert short.shape == (BATCH, LENGTH)
+  assert (short[:, 0] != 1).any()  # Not every beam ends at once.
   np.testing.assert_array_equal(short, long)
-
-
-def _run_seeded(build, mesh_shape, layout, seed=7):
-  """Runs build with a fixed global seed: a program of the same ops draws
-  the same initial variables and the same samples."""
-  tf.random.set_seed(seed)
-  return mtu.run_program(build, mesh_shape, layout, "eager")
 
 
 def test_sampled_decode_ignores_input_padding():
@@ -134,7 +139,7 @@ def test_greedy_decode_is_teacher_forced_argmax(mesh_shape, layout):
         ids_in, decoded, compute_loss=False, mode="infer",
         decoder_sequence_id=mtf.ones_like(decoded))
     return [decoded, logits]
-  decoded, logits = mtu.run_program(build, mesh_shape, layout, "eager")
+  decoded, logits = _run_seeded(build, mesh_shape, layout)
   for b in range(BATCH):
     eos = np.flatnonzero(decoded[b] == 1)
     end = eos[0] + 1 if eos.size else LENGTH
@@ -156,8 +161,8 @@ def test_teacher_forced_scores_ignore_input_padding(mesh_shape, layout):
           compute_loss=True, mode="eval")
       outputs += [logits, loss]
     return outputs
-  short_logits, short_loss, long_logits, long_loss = mtu.run_program(
-      build, mesh_shape, layout, "eager")
+  short_logits, short_loss, long_logits, long_loss = _run_seeded(
+      build, mesh_shape, layout)
   np.testing.assert_allclose(short_logits, long_logits, rtol=1e-5,
                              atol=1e-5)
   np.testing.assert_allclose(short_loss, long_loss, rtol=1e-6)
@@ -186,3 +191,63 @@ def test_language_model_continuation_ignores_prompt_padding(
     end = lengths[b] + steps
     np.testing.assert_array_equal(short[b, :end], long[b, :end], err_msg=b)
     assert not short[b, end:].any() and not long[b, end:].any()
+
+
+# ----------------------------------------------------------------------------
+# Through the driver: decode entry points and the exported SavedModel.
+
+BYTES = vocabulary_lib.ByteVocabulary()
+STRINGS = ["abc", "hello", "x", "mesh tf", "zz", "", "revers", "q"]
+
+
+def _driver_estimator(model_dir, inputs_length):
+  """The tiny byte-vocabulary estimator reading inputs of inputs_length."""
+  return make_estimator(
+      model_dir, mesh=MESH_1, vocabulary=BYTES, save_checkpoints_steps=0,
+      sequence_length={"inputs": inputs_length, "targets": 8},
+      gin_extra="transformer.Unitransformer.max_length = 16")
+
+
+@pytest.fixture(scope="module")
+def trained_model_dir(tmp_path_factory):
+  """A checkpoint after a few steps of learning to reverse STRINGS."""
+  model_dir = tmp_path_factory.mktemp("model")
+  est = _driver_estimator(model_dir, 8)
+  ids = utils.encode_inputs(STRINGS, BYTES, "bitransformer", 8, 8)
+  reversed_ids = utils.encode_inputs([s[::-1] for s in STRINGS], BYTES,
+                                     "bitransformer", 8, 8)
+  est.train(lambda: tf.data.Dataset.from_tensor_slices(
+      {"inputs": ids, "targets": reversed_ids}).repeat().batch(8), 2)
+  return model_dir
+
+
+@pytest.mark.slow
+def test_driver_decodes_ignore_the_inputs_sequence_length(trained_model_dir):
+  decodes = {}
+  for length in (8, 16):
+    est = _driver_estimator(trained_model_dir, length)
+    ids = utils.encode_inputs(STRINGS, BYTES, "bitransformer", 1, length)
+    assert ids.shape == (len(STRINGS), length)
+    dataset = tf.data.Dataset.from_tensor_slices({"inputs": ids})
+    decodes[length] = utils.decode(est, lambda: dataset, BYTES)
+    assert utils.decode_strings(est, STRINGS) == decodes[length]
+  assert len(set(decodes[8])) > 1  # The decodes depend on the input.
+  assert decodes[8] == decodes[16]
+
+
+@pytest.mark.slow
+def test_saved_model_decodes_ignore_the_inputs_sequence_length(
+    trained_model_dir, tmp_path):
+  decodes = {}
+  for length in (8, 16):
+    est = _driver_estimator(trained_model_dir, length)
+    path = utils.export_model(
+        est, str(tmp_path / ("export_%d" % length)), BYTES,
+        {"inputs": length, "targets": 8}, "bitransformer",
+        batch_size=len(STRINGS))
+    serve = tf.saved_model.load(path).signatures["serving_default"]
+    out = serve(inputs=tf.constant(STRINGS))["outputs"].numpy()
+    decodes[length] = [s.decode("utf-8") for s in out.tolist()]
+  assert decodes[8] == utils.decode_strings(
+      _driver_estimator(trained_model_dir, 8), STRINGS)
+  assert decodes[8] == decodes[16]
