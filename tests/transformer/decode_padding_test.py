@@ -201,11 +201,16 @@ STRINGS = ["abc", "hello", "x", "mesh tf", "zz", "", "revers", "q"]
 
 
 def _driver_estimator(model_dir, inputs_length):
-  """The tiny byte-vocabulary estimator reading inputs of inputs_length."""
+  """The tiny byte-vocabulary estimator reading inputs of inputs_length.
+
+  Decodes are as long as the inputs unless max_decode_length says
+  otherwise: it is 8 here, so that only the padding of the inputs differs.
+  """
   return make_estimator(
       model_dir, mesh=MESH_1, vocabulary=BYTES, save_checkpoints_steps=0,
       sequence_length={"inputs": inputs_length, "targets": 8},
-      gin_extra="transformer.Unitransformer.max_length = 16")
+      gin_extra="transformer.Unitransformer.max_length = 16\n"
+                "Bitransformer.decode.max_decode_length = 8")
 
 
 @pytest.fixture(scope="module")
@@ -217,7 +222,7 @@ def trained_model_dir(tmp_path_factory):
   reversed_ids = utils.encode_inputs([s[::-1] for s in STRINGS], BYTES,
                                      "bitransformer", 8, 8)
   est.train(lambda: tf.data.Dataset.from_tensor_slices(
-      {"inputs": ids, "targets": reversed_ids}).repeat().batch(8), 2)
+      {"inputs": ids, "targets": reversed_ids}).repeat().batch(8), 10)
   return model_dir
 
 
@@ -250,4 +255,5 @@ def test_saved_model_decodes_ignore_the_inputs_sequence_length(
     decodes[length] = [s.decode("utf-8") for s in out.tolist()]
   assert decodes[8] == utils.decode_strings(
       _driver_estimator(trained_model_dir, 8), STRINGS)
+  assert len(set(decodes[8])) > 1  # The decodes depend on the input.
   assert decodes[8] == decodes[16]
