@@ -4,6 +4,8 @@ A small randomly initialised Bitransformer (and a decoder-only language
 model) decodes the same examples padded to L and to 2L; greedy, beam and
 sampled decodes must agree, greedy decodes must be the argmax of the
 teacher-forced logits, and teacher-forced scores must not move either.
+Through the driver, decode entry points and an exported SavedModel give the
+same strings whatever inputs sequence_length pads the inputs to.
 """
 
 import numpy as np
