@@ -59,8 +59,8 @@ def _write_command_line(model_dir: str) -> None:
     f.write(" ".join(sys.argv) + "\n")
 
 
-def main(argv):
-  del argv
+def main(_) -> None:
+  """Runs the driver (absl app entry point; the argv argument is unused)."""
   # Only the run's progress and results unless -v/--verbosity or MTF_VERBOSE.
   quiet.quiet_libraries(verbose=quiet.verbose_requested())
   if FLAGS.mesh_devices:

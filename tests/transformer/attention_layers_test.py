@@ -18,6 +18,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 from transformer import transformer_layers as tl
 from transformer._src.layers import attention_layers
 from transformer._src.layers.context import Context
@@ -31,14 +32,6 @@ MEMORY = mtf.Dimension("memory_length", M)
 D_MODEL = mtf.Dimension("d_model", DM)
 F32 = mtf.VariableDType(tf.float32)
 SCOPE = "decoder/block_000/layer_000/SelfAttention"
-
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", "heads:all"),
-    ("all:4", "d_model:all"),
-    ("rows:2;cols:2", "batch:rows;heads:cols"),
-]
-_IDS = ["%s|%s" % ml for ml in MESH_LAYOUTS]
 
 _RNG = np.random.RandomState(3)
 
@@ -222,7 +215,7 @@ def run_self_attention(layer, mesh_layout, causal=True, seq=None,
   return outs[0], dict(zip(names + list(extra_vars), outs[1:])), build.shapes
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.ATTENTION_LAYERS, "mesh_layout")
 def test_self_attention_causal_packed_relative_bias(mesh_layout):
   # 8 buckets: distances 4..7 fall in log buckets, which differ between
   # unidirectional (this causal layer) and bidirectional bucketing.
@@ -437,8 +430,7 @@ def decode_program(layer, mesh, scope, encoder=False, causal=True, prefix=1):
   return [y_full, y_first] + steps
 
 
-@pytest.mark.parametrize("mesh_layout", [
-    ("", ""), ("rows:2;cols:2", "batch:rows;heads:cols")], ids=str)
+@meshes.parametrize(meshes.ATTENTION_DECODING, "mesh_layout")
 @pytest.mark.parametrize("kind", ["self", "self_shared_kv_rel", "encdec",
                                   "local", "local_long_prefix"])
 def test_incremental_decoding_matches_full_forward(kind, mesh_layout):
@@ -516,7 +508,7 @@ def test_self_attention_ensemble():
 # ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.ATTENTION_LAYERS, "mesh_layout")
 def test_enc_dec_attention_matches_numpy(mesh_layout):
   layer = tl.EncDecAttention(num_heads=4, key_value_size=4)
   scope = "decoder/block_000/layer_001/EncDecAttention"
@@ -630,7 +622,7 @@ def window_visible(length, radius, autoregressive):
   return (rel > -radius) & (rel <= (0 if autoregressive else radius - 1))
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.ATTENTION_LAYERS, "mesh_layout")
 def test_local_self_attention_short_equals_windowed_attention(mesh_layout):
   layer = tl.LocalSelfAttention(radius=3, num_heads=4, key_value_size=4)
   scope = "encoder/block_000/layer_000/LocalSelfAttention"

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 from transformer import transformer_layers
 from transformer._src.layers import attention_layers
 from transformer._src.layers import attention_variants as av
@@ -442,16 +443,6 @@ def test_enc_dec_incremental_equals_full(name):
 # Meshes and layouts.
 
 
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", "d_model:all"),
-    ("all:4", "kh:all;vh:all"),
-    ("rows:2;cols:2", "batch:rows;heads:cols"),
-    ("rows:2;cols:2", "d_model:cols"),
-    ("rows:2;cols:2", "batch:rows;sh:cols"),
-]
-
-
 def _mesh_program(mesh):
   layers = [
       av.TalkingHeadsSelfAttention(
@@ -468,8 +459,7 @@ def _mesh_program(mesh):
   return outs
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS,
-                         ids=["%s|%s" % ml for ml in MESH_LAYOUTS])
+@meshes.parametrize(meshes.ATTENTION_VARIANTS)
 def test_meshes_and_layouts(mesh_shape, layout):
   outs, v = mtu.with_variables(_mesh_program)(mesh_shape, layout, mode="function")
   th = {n[8:]: a for n, a in v.items() if n.startswith("layer_0/")}

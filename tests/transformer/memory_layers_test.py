@@ -17,6 +17,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 from transformer import memory_layers
 from transformer._src.layers.context import Context
 
@@ -30,13 +31,6 @@ F32 = mtf.VariableDType(tf.float32)
 _RNG = np.random.RandomState(5)
 X = _RNG.normal(size=(B, L, D)).astype(np.float32)
 G = _RNG.normal(size=(B, L, D)).astype(np.float32)
-
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", "batch:all"),
-    ("all:4", "heads:all"),
-    ("rows:2;cols:2", "batch:rows;heads:cols"),
-]
 
 
 def _context(mesh, mode="train"):
@@ -87,7 +81,7 @@ def _program(layer):
   return build
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=str)
+@meshes.parametrize(meshes.MEMORY_LAYERS, "mesh_layout")
 def test_matches_brute_force_numpy_on_meshes(mesh_layout):
   y, g_query, g_keys, g_values, query, keys, values = mtu.run_program(
       _program(_layer()), *mesh_layout)

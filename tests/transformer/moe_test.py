@@ -14,6 +14,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 from transformer import moe
 from transformer._src.layers import moe_gating
 from transformer._src.layers import moe_layers
@@ -390,17 +391,10 @@ def test_moe1d_keeps_a_leading_outer_batch_dim():
   np.testing.assert_allclose(loss, 0.5 * expected_loss, rtol=1e-5)
 
 
-MESH_LAYOUTS = [
-    ("all:4", "experts:all"),
-    ("rows:2;cols:2", "batch:rows;experts:rows"),
-    ("rows:2;cols:2", "experts:rows;expert_hidden:cols"),
-]
-
-
 @pytest.mark.parametrize("gating", ["top_2", "switch"])
 def test_moe1d_same_on_meshes_that_split_experts(gating):
   results = []
-  for mesh_shape, layout in [("", "")] + MESH_LAYOUTS:
+  for mesh_shape, layout in meshes.MOE:
     tf.random.set_seed(1234)  # same initial weights on every mesh
     results.append(mtu.run_program(
         _moe1d_program(LAYER_KWARGS[gating], layout, mesh_shape),
@@ -409,8 +403,9 @@ def test_moe1d_same_on_meshes_that_split_experts(gating):
   expected, expected_loss = np_moe1d(X_LAYER, gate_w, wi, wo, 8, 2, gating)
   np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
   np.testing.assert_allclose(loss, 0.5 * expected_loss, rtol=1e-5)
-  for (mesh_shape, layout), result in zip(MESH_LAYOUTS, results[1:]):
-    mtu.assert_all_close(result, results[0], msg="%s|%s" % (mesh_shape, layout))
+  for (mesh_shape, layout), result in zip(meshes.MOE[1:], results[1:]):
+    mtu.assert_all_close(result, results[0],
+                         msg=meshes.mesh_layout_id(mesh_shape, layout))
 
 
 @pytest.mark.parametrize("kwargs", [
@@ -420,13 +415,13 @@ def test_moe1d_same_on_meshes_that_split_experts(gating):
 ], ids=["top_2_random", "switch_jitter_dropout"])
 def test_random_policies_same_on_meshes(kwargs):
   results = []
-  for mesh_shape, layout in [("", "")] + MESH_LAYOUTS[1:2]:
+  for mesh_shape, layout in meshes.MOE_2X2:
     tf.random.set_seed(4321)
     results.append(mtu.run_program(
         _moe1d_program(kwargs, layout, mesh_shape), mesh_shape, layout,
         mode="function"))
   assert np.isfinite(results[0][0]).all() and results[0][1] > 0
-  mtu.assert_all_close(results[1], results[0], msg=MESH_LAYOUTS[1][1])
+  mtu.assert_all_close(results[1], results[0], msg=meshes.MOE_2X2[1][1])
 
 
 def test_moe1d_gradients_same_on_meshes():
@@ -438,14 +433,14 @@ def test_moe1d_gradients_same_on_meshes():
       return mtf.gradients([mtf.reduce_sum(y * y) + loss], variables)
     return build
   results = []
-  for mesh_shape, layout in [("", "")] + MESH_LAYOUTS[1:2]:
+  for mesh_shape, layout in meshes.MOE_2X2:
     tf.random.set_seed(55)
     results.append(mtu.run_program(build_grads(layout, mesh_shape),
                                    mesh_shape, layout, mode="function"))
   assert all(np.abs(g).sum() > 0 for g in results[0])
-  for (mesh_shape, layout), result in zip(MESH_LAYOUTS[1:2], results[1:]):
+  for (mesh_shape, layout), result in zip(meshes.MOE_2X2[1:], results[1:]):
     mtu.assert_all_close(result, results[0], rtol=1e-4, atol=1e-5,
-                         msg="%s|%s" % (mesh_shape, layout))
+                         msg=meshes.mesh_layout_id(mesh_shape, layout))
 
 
 def test_moe1d_is_gin_configurable_under_original_module():
