@@ -15,12 +15,11 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
 from tests import meshes
+from tests.transformer import driver_test_util as dtu
 from transformer import transformer
 from transformer import transformer_layers
 from transformer import utils
 from transformer import vocabulary as vocabulary_lib
-from driver_test_util import estimator as make_estimator
-from driver_test_util import MESH_1
 
 BATCH = 32
 LENGTH = 8
@@ -208,8 +207,8 @@ def _driver_estimator(model_dir, inputs_length):
   Decodes are as long as the inputs unless max_decode_length says
   otherwise: it is 8 here, so that only the padding of the inputs differs.
   """
-  return make_estimator(
-      model_dir, mesh=MESH_1, vocabulary=BYTES, save_checkpoints_steps=0,
+  return dtu.estimator(
+      model_dir, mesh=dtu.MESH_1, vocabulary=BYTES, save_checkpoints_steps=0,
       sequence_length={"inputs": inputs_length, "targets": 8},
       gin_extra="transformer.Unitransformer.max_length = 16\n"
                 "Bitransformer.decode.max_decode_length = 8")
