@@ -536,12 +536,18 @@ def enc_dec_attention_bias(layer: SelfAttention, context: Context,
                            ) -> Optional[mtf.Tensor]:
   """Bias of encoder-decoder attention: same packed sequence, plus the
   relative attention bias `enc_dec_relative_attention_bias` for
-  relative_attention_type "bias"/"bias_shared"."""
+  relative_attention_type "bias"/"bias_shared".
+
+  The decoder's sequence_id may be a Python int: while decoding, every query
+  belongs to sequence 1, and the encoder positions of any other id (the
+  padding, id 0) must stay invisible all the same.
+  """
   bias = None
+  sequence_id = context.sequence_id
   if (isinstance(context.encoder_sequence_id, mtf.Tensor) and
-      isinstance(context.sequence_id, mtf.Tensor)):
-    bias = _to_bias(mtf.equal(context.sequence_id,
-                              context.encoder_sequence_id), context)
+      (isinstance(sequence_id, mtf.Tensor) or sequence_id)):
+    bias = _to_bias(mtf.equal(sequence_id, context.encoder_sequence_id),
+                    context)
   if layer.relative_attention_type in ("bias", "bias_shared"):
     buckets_dim = mtf.Dimension("buckets", layer.relative_attention_num_buckets)
     ensemble_dims = list(getattr(context.model, "ensemble_dims", []) or [])
