@@ -179,6 +179,11 @@ def truncated_rsqrt(step: Step, total_train_steps: Number,
   Example:
     truncated_rsqrt(40000, 100000)  # 1/sqrt(40000) = 0.005
 
+  Args:
+    step: the global step: an int, a numpy value or an int/float tensor.
+    total_train_steps: unused.
+    warmup_steps: the rate is constant (1/sqrt(warmup_steps)) up to this step.
+
   Returns:
     rsqrt(max(step, warmup_steps)).
   """
@@ -193,6 +198,14 @@ def constant(step: Step, total_train_steps: Number, value: Number = 1.0):
 
   Example:
     constant(7, 100, value=0.5)  # 0.5
+
+  Args:
+    step: the global step: an int, a numpy value or an int/float tensor.
+    total_train_steps: unused.
+    value: the value returned.
+
+  Returns:
+    `value`, as a tensor if `step` is one.
   """
   del total_train_steps
   return _like_step(step, value)
@@ -205,6 +218,14 @@ def constant_learning_rate(step: Step, total_train_steps: Number,
 
   Example:
     constant_learning_rate(7, 100, learning_rate=0.01)  # 0.01
+
+  Args:
+    step: the global step: an int, a numpy value or an int/float tensor.
+    total_train_steps: unused.
+    learning_rate: the learning rate.
+
+  Returns:
+    `learning_rate`, as a tensor if `step` is one.
   """
   del total_train_steps
   return _like_step(step, learning_rate)
@@ -217,6 +238,12 @@ def linear_decay_learning_rate(step: Step, total_train_steps: Number,
 
   Example:
     linear_decay_learning_rate(600, 1000, initial_lr=0.1, offset=200)  # 0.05
+
+  Args:
+    step: the global step: an int, a numpy value or an int/float tensor.
+    total_train_steps: the step at which the rate reaches 0.
+    initial_lr: the rate until `offset`.
+    offset: the step at which the decay starts.
 
   Returns:
     initial_lr * min(1, (total_train_steps - step) / (total_train_steps -
