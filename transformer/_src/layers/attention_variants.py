@@ -157,6 +157,17 @@ class TalkingHeadsSelfAttention(SelfAttention):
 
   Variables: q, k [d_model, key heads..., d_k]; v [d_model, value heads...,
   d_v]; o [value heads..., d_v, d_model] (ensemble dims first).
+
+  Args:
+    key_heads_dims: the heads dims of q and k, as (name, size) pairs.
+    softmax_heads_dims: the heads dims of the softmax, as (name, size) pairs.
+    value_heads_dims: the heads dims of v and the output, as (name, size) pairs.
+    key_size: d_k, the per-head query/key channels.
+    value_size: d_v, the per-head value channels.
+    dynamic_projections: None or a subset of "x2l", "m2l", "x2w", "m2w" (see
+      above).
+    dynamic_projections_init_scale: the initial scale of the dynamic
+      projections.
   """
 
   def __init__(self, key_heads_dims=(("heads", 12),),
@@ -190,10 +201,12 @@ class TalkingHeadsSelfAttention(SelfAttention):
 
   @property
   def key_dim(self) -> mtf.Dimension:
+    """The per-head query/key channels Dimension ("d_k")."""
     return mtf.Dimension("d_k", self.key_size)
 
   @property
   def value_dim(self) -> mtf.Dimension:
+    """The per-head value channels Dimension ("d_v")."""
     return mtf.Dimension("d_v", self.value_size)
 
   def _weights(self, context: Context, model_dim: mtf.Dimension):
@@ -310,6 +323,10 @@ class GeneralBilinearSelfAttention(SelfAttention):
   inputs m. Variables: q [d_model (input), heads..., d_model] (initial
   stddev 1/d_model, the 1/sqrt(d_model) logit scaling folded in) and o
   [heads..., d_model (value), d_model].
+
+  Args:
+    heads_dims: the heads Dimensions as (name, size) pairs, e.g. (("heads",
+      12),).
   """
 
   def __init__(self, heads_dims=(("heads", 12),), dropout_rate: float = 0.0,
@@ -360,7 +377,12 @@ class GeneralBilinearSelfAttention(SelfAttention):
 
 @gin.configurable(module=_GIN_MODULE)
 class GeneralBilinearEncDecAttention(GeneralBilinearSelfAttention):
-  """General bilinear attention to context.encoder_output."""
+  """General bilinear attention to context.encoder_output.
+
+  Args:
+    heads_dims: the heads Dimensions as (name, size) pairs, e.g. (("heads",
+      12),); the other arguments are GeneralBilinearSelfAttention's.
+  """
 
   def call(self, context: Context, x: mtf.Tensor,
            losses=None) -> mtf.Tensor:
@@ -453,6 +475,11 @@ class Synthesizer(SelfAttention):
   "random_plus_alpha"); its other arguments (max_length, factorized_dim)
   are configured on synthetic_attention through gin. Variables: those of
   SelfAttention (q, k, v, o) plus the synthesizer's (R, alpha, ...).
+
+  Args:
+    synthesize_mode: how the logits are synthesized: "random", "factorized",
+      "dense", "dense_minus", "random_plus" or "random_plus_alpha" (see
+      attention.synthetic_attention).
   """
 
   def __init__(self, num_heads: int = 8, num_memory_heads: int = 0,

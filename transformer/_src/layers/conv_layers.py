@@ -365,10 +365,12 @@ class Conv1DLocalAttn(Conv1D):
 
   @property
   def heads_dim(self) -> mtf.Dimension:
+    """The heads Dimension ("heads", num_heads)."""
     return mtf.Dimension("heads", self.num_heads)
 
   @property
   def kv_dim(self) -> mtf.Dimension:
+    """The per-head channels Dimension ("d_kv", d_model / num_heads)."""
     return mtf.Dimension("d_kv", self.key_value_size)
 
   def window_weights(self, context: Context, x: mtf.Tensor,
@@ -386,6 +388,9 @@ class Conv1DLocalAttn(Conv1D):
         ([(batch...,) (length,) window]).
       window_dim: the window Dimension.
       params: [q, k, v, o] weights (q and k None when not uses_query_key).
+
+    Returns:
+      Normalized weights [batch..., length, heads, window].
     """
     wq, wk = params[0], params[1]
     q =  mtf.einsum([x, wq], output_shape=mtf.Shape(
@@ -478,6 +483,11 @@ class LightweightConv1DLocalAttn(Conv1DLocalAttn):
   uses_query_key = False
 
   def window_weights(self, context, x, x_window, bias, window_dim, params):
+    """Softmax-normalized learned kernel weights per head and window position.
+
+    Returns:
+      Normalized weights [batch..., length, heads, window].
+    """
     kernel = mtf.get_variable(
         context.mesh, "lightweight_kernel",
         mtf.Shape([self.heads_dim, window_dim]),
@@ -499,6 +509,12 @@ class DynamicConv1DLocalAttn(Conv1DLocalAttn):
   uses_query_key = False
 
   def window_weights(self, context, x, x_window, bias, window_dim, params):
+    """Softmax-normalized weights per position, head and window position,
+    computed from x.
+
+    Returns:
+      Normalized weights [batch..., length, heads, window].
+    """
     model_dim = x.shape.dims[-1]
     w = mtf.get_variable(
         context.mesh, "dynamic_kernel",

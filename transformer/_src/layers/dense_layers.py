@@ -158,6 +158,12 @@ class ParallelLayer(TransformerLayer):
   Example:
     layer = ParallelLayer(layer_classes=(DenseReluDense, SelfAttention))
     y = layer.call(context, x)  # DenseReluDense(x) + SelfAttention(x)
+
+  Args:
+    layer_classes: the TransformerLayer classes (or instances) whose outputs are
+      summed.
+    use_scope: create each layer's variables under its own scope
+      ("parallel_<i>").
   """
 
   def __init__(self, layer_classes=(DenseReluDense, SelfAttention),

@@ -55,6 +55,9 @@ def fixup_scale_factor(num_blocks: int, branch_depth: int = _BRANCH_DEPTH
     num_blocks: L, the number of residual branches (a positive int).
     branch_depth: m, the number of weight layers in a branch (>= 2).
 
+  Returns:
+    num_blocks ** (-1 / (2 * branch_depth - 2)).
+
   Raises:
     ValueError: for a non-positive num_blocks or branch_depth < 2.
   """
@@ -91,7 +94,12 @@ class DenseReluDense(dense_layers.DenseReluDense):
                use_bias: bool = False, num_blocks: int = gin.REQUIRED):
     """Creates the layer; num_blocks is L, the number of residual branches
     of the network (see the module docstring); the rest as
-    transformer_layers.DenseReluDense."""
+    transformer_layers.DenseReluDense.
+
+    Args:
+      num_blocks: L, the number of residual branches of the model (sets the
+        Fixup scale of the initializers).
+    """
     super().__init__(hidden_size=hidden_size, dropout_rate=dropout_rate,
                      activation=activation, use_bias=use_bias)
     self.num_blocks = num_blocks
@@ -195,7 +203,12 @@ class SelfAttention(_FixupAttentionMixin, attention_layers.SelfAttention):
                fold_scaling_into_initializer: bool = True,
                num_blocks: int = gin.REQUIRED):
     """Creates the layer; num_blocks is L (module docstring), the rest as
-    transformer_layers.SelfAttention."""
+    transformer_layers.SelfAttention.
+
+    Args:
+      num_blocks: L, the number of residual branches of the model (sets the
+        Fixup scale of the initializers).
+    """
     super().__init__(
         num_heads=num_heads, num_memory_heads=num_memory_heads,
         key_value_size=key_value_size, shared_kv=shared_kv,
@@ -211,7 +224,12 @@ class SelfAttention(_FixupAttentionMixin, attention_layers.SelfAttention):
 @gin.configurable(module=_GIN_MODULE)
 class EncDecAttention(_FixupAttentionMixin, attention_layers.EncDecAttention):
   """EncDecAttention with Fixup initialization (v scaled, o zero; see
-  SelfAttention here). Other keyword arguments as SelfAttention's."""
+  SelfAttention here). Other keyword arguments as SelfAttention's.
+
+  Args:
+    num_blocks: L, the number of residual branches of the model (sets the Fixup
+      scale of the initializers).
+  """
 
   def __init__(self, relative_attention_type=None,
                num_blocks: int = gin.REQUIRED, **kwargs):
@@ -237,6 +255,15 @@ def sublayer_fixup_scale(x: mtf.Tensor, layer_stack, context: Context, *,
   The variable `<name>` (default "fixup_scale") lives in the scope of the
   layer in progress (`<block>/<layer>/fixup_scale`); calling the sublayer
   twice for one layer reuses it unless another name is configured.
+
+  Args:
+    x: the branch's output [batch..., length, d_model].
+    layer_stack: the LayerStack (unused).
+    context: the Context of the call (mesh, dims, mode, states...).
+    name: the variable's name.
+
+  Returns:
+    x times the scalar, shaped as x.
   """
   del layer_stack
   return x * _scalar_variable(context, name, 1.0)
@@ -250,6 +277,15 @@ def sublayer_fixup_shift(x: mtf.Tensor, layer_stack, context: Context, *,
   The variable `<name>` (default "fixup_bias") lives in the scope of the
   layer in progress; calling the sublayer twice for one layer reuses it
   unless another name is configured (e.g. with gin scopes).
+
+  Args:
+    x: the branch's input or output [batch..., length, d_model].
+    layer_stack: the LayerStack (unused).
+    context: the Context of the call (mesh, dims, mode, states...).
+    name: the variable's name.
+
+  Returns:
+    x plus the scalar, shaped as x.
   """
   del layer_stack
   return x + _scalar_variable(context, name, 0.0)
