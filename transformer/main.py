@@ -60,6 +60,16 @@ def _write_command_line(model_dir: str) -> None:
 
 
 def main(argv):
+  """Parses the gin config and runs `utils.run` as the flags configure it.
+
+  Writes the command line to <model_dir>/command (command.N if one exists)
+  and, afterwards, the
+  operative gin config to <model_dir>/operative_config.gin.
+
+  Args:
+    argv: the command-line arguments left after absl parsed the flags
+      (unused).
+  """
   del argv
   # Only the run's progress and results unless -v/--verbosity or MTF_VERBOSE.
   quiet.quiet_libraries(verbose=quiet.verbose_requested())
