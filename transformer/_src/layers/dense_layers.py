@@ -163,7 +163,7 @@ class ParallelLayer(TransformerLayer):
     layer_classes: the TransformerLayer classes (or instances) whose outputs are
       summed.
     use_scope: create each layer's variables under its own scope
-      ("parallel_<i>").
+      ("parallel_layer_<i>").
   """
 
   def __init__(self, layer_classes=(DenseReluDense, SelfAttention),

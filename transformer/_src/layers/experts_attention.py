@@ -45,8 +45,8 @@ class ExpertsSelfAttention(SelfAttention):
     capacity_factor_train: expert capacity in training, as a multiple of the
       tokens per expert for perfect balance.
     capacity_factor_eval: expert capacity outside training, likewise.
-    moe_gating: the routing: "top_2", "switch" (top-1), "ntlb" or
-      "expert_selection".
+    moe_gating: the routing: "top_2", "switch" (top-1), "ntlb",
+      "switch_max" or "expert_selection" (see moe_gating.py).
     min_expert_capacity: the smallest capacity of an expert, in tokens.
     switch_policy_train: the switch gate's noise policy in training:
       "input_jitter", "argmax", "sample" or "input_dropout".

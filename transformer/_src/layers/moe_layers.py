@@ -490,8 +490,8 @@ class MoE1D(TransformerLayer):
     dropout_rate: the dropout rate of the experts' hidden layer (training only).
     activation: the experts' hidden activation: a name such as "relu" or a
       function.
-    moe_gating: the routing: "top_2", "switch" (top-1), "ntlb" or
-      "expert_selection".
+    moe_gating: the routing: "top_2", "switch" (top-1), "ntlb",
+      "switch_max" or "expert_selection" (see moe_gating.py).
     min_expert_capacity: the smallest capacity of an expert, in tokens.
     switch_policy_train: the switch gate's noise policy in training:
       "input_jitter", "argmax", "sample" or "input_dropout".
