@@ -642,7 +642,8 @@ class Unitransformer:
         for encoder-decoder attention (None for a language model).
       encoder_sequence_id: int packed-sequence ids of encoder_output
         [batch..., memory_length] (0: padding), or None.
-      encoder_inputs: the encoder's input ids [batch..., memory_length], or None.
+      encoder_inputs: the encoder's input ids [batch..., memory_length], or
+        None.
       shared_params: dict of variables shared between the encoder and decoder
         (e.g. the shared embedding), or None.
       encoder_layer_outputs: the encoder's per-layer outputs, for layers that
@@ -761,7 +762,8 @@ class Unitransformer:
         for encoder-decoder attention (None for a language model).
       encoder_sequence_id: int packed-sequence ids of encoder_output
         [batch..., memory_length] (0: padding), or None.
-      encoder_inputs: the encoder's input ids [batch..., memory_length], or None.
+      encoder_inputs: the encoder's input ids [batch..., memory_length], or
+        None.
       shared_params: dict of variables shared between the encoder and decoder
         (e.g. the shared embedding), or None.
       encoder_layer_outputs: the encoder's per-layer outputs, for layers that
