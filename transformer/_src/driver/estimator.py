@@ -126,13 +126,13 @@ class Estimator:
       larger variables).
     keep_checkpoint_max: the number of recent checkpoints kept (None: keep all).
     save_checkpoints_steps: write a checkpoint every this many training steps.
-    learning_rate_schedule: a float, or a function (step, total_train_steps) ->
-      learning rate (default:
-      learning_rate_schedules.learning_rate_schedule_noam through gin).
+    learning_rate_schedule: a float, a function of the step (a schedule of
+      learning_rate_schedules with its other arguments bound), or None (the
+      optimizer's own default rate).
     optimizer: an mtf.optimize.Optimizer class or factory (default:
       AdafactorOptimizer).
-    variable_filter: a regular expression (or a function of the variable)
-      selecting the variables to train; None trains all.
+    variable_filter: a function of an mtf.Variable that says whether to train
+      it (e.g. variable_filter_max_size); None trains every variable.
     init_checkpoint: a checkpoint to initialize the variables from when
       model_dir has none.
     init_variable_filter: a regular expression of the variable names to load

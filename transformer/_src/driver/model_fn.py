@@ -226,9 +226,9 @@ def tpu_estimator_model_fn(model_type, transformer_model, vocabulary,
       larger variables).
     keep_checkpoint_max: the number of recent checkpoints kept (None: keep all).
     save_checkpoints_steps: write a checkpoint every this many training steps.
-    learning_rate_schedule: a float, or a function (step, total_train_steps) ->
-      learning rate (default:
-      learning_rate_schedules.learning_rate_schedule_noam through gin).
+    learning_rate_schedule: a float, a function of the step (a schedule of
+      learning_rate_schedules with its other arguments bound), or None (the
+      optimizer's own default rate).
     optimizer: an mtf.optimize.Optimizer class or factory (default:
       AdafactorOptimizer).
     outer_batch_size: split the batch into [outer_batch, batch / outer_batch]
@@ -239,8 +239,8 @@ def tpu_estimator_model_fn(model_type, transformer_model, vocabulary,
       called as predict_fn(model, features, variable_dtype).
     score_in_predict_mode: make predict mode score the given targets instead of
       decoding.
-    variable_filter: a regular expression (or a function of the variable)
-      selecting the variables to train; None trains all.
+    variable_filter: a function of an mtf.Variable that says whether to train
+      it (e.g. variable_filter_max_size); None trains every variable.
     init_checkpoint: a checkpoint to initialize the variables from when
       model_dir has none.
     init_variable_filter: a regular expression of the variable names to load
@@ -251,8 +251,8 @@ def tpu_estimator_model_fn(model_type, transformer_model, vocabulary,
       CPUs/GPUs).
     model_info_file: a file to write the model's variable names and shapes to
       (None: do not write).
-    hierarchical_tiling_spec: a HierarchicalTiling spec for the mesh's device
-      order (None: the plain order).
+    hierarchical_tiling_spec: accepted and logged (a TPU device-order
+      HierarchicalTiling spec; TPUs are not run here).
 
   Returns:
     A ModelFn: callable as model_fn(features, labels, mode, params).

@@ -65,17 +65,17 @@ def get_estimator(model_type, vocabulary, mesh_shape, layout_rules,
       lengths in tokens.
     autostack: combine the model's variables into stacked variables (fewer,
       larger variables).
-    learning_rate_schedule: a float, or a function (step, total_train_steps) ->
-      learning rate (default:
-      learning_rate_schedules.learning_rate_schedule_noam through gin).
+    learning_rate_schedule: a float, a function of the step (a schedule of
+      learning_rate_schedules with its other arguments bound), or None (the
+      optimizer's own default rate).
     keep_checkpoint_max: the number of recent checkpoints kept (None: keep all).
     save_checkpoints_steps: write a checkpoint every this many training steps.
     optimizer: an mtf.optimize.Optimizer class or factory (default:
       AdafactorOptimizer).
     predict_fn: a function replacing the default decoding in predict mode,
       called as predict_fn(model, features, variable_dtype).
-    variable_filter: a regular expression (or a function of the variable)
-      selecting the variables to train; None trains all.
+    variable_filter: a function of an mtf.Variable that says whether to train
+      it (e.g. variable_filter_max_size); None trains every variable.
     ensemble_inputs: for an ensemble model, the number of members, each fed its
       own batch (None: one input batch).
     use_tpu: accepted for the original's signature; TPUs are not driven from
@@ -383,15 +383,15 @@ def run(tpu_job_name, tpu, gcp_project, tpu_zone, model_dir,
       CPUs/GPUs).
     layout_rules: an mtf.LayoutRules or a string like "batch:batch,d_ff:model":
       which tensor dims split over which mesh dims.
-    learning_rate_schedule: a float, or a function (step, total_train_steps) ->
-      learning rate (default:
-      learning_rate_schedules.learning_rate_schedule_noam through gin).
+    learning_rate_schedule: a float, a function of the step (a schedule of
+      learning_rate_schedules with its other arguments bound), or None (the
+      optimizer's own default rate).
     optimizer: an mtf.optimize.Optimizer class or factory (default:
       AdafactorOptimizer).
     predict_fn: a function replacing the default decoding in predict mode,
       called as predict_fn(model, features, variable_dtype).
-    variable_filter: a regular expression (or a function of the variable)
-      selecting the variables to train; None trains all.
+    variable_filter: a function of an mtf.Variable that says whether to train
+      it (e.g. variable_filter_max_size); None trains every variable.
     perplexity_eval_steps: the number of batches "perplexity_eval" mode
       evaluates.
     init_checkpoint: a checkpoint to initialize the variables from when
