@@ -179,6 +179,9 @@ def pretokenized_tfds_dataset(dataset_name=gin.REQUIRED,
   Returns:
     A dataset of packed examples (features and their _segmentation and _position
     features, each 1-D of its sequence length).
+
+  Raises:
+    ValueError: if the dataset's features are not integer token ids.
   """
   del batch_size, vocabulary
   dataset = _load_tfds(dataset_name, dataset_split, tfds_data_dir)

@@ -260,7 +260,11 @@ class ByteVocabulary(Vocabulary):
     return data.decode("utf-8", errors="ignore")
 
   def encode_tf(self, s: tf.Tensor) -> tf.Tensor:
-    """Scalar tf.string -> 1-D int32 ids."""
+    """Scalar tf.string -> 1-D int32 ids.
+
+    Raises:
+      ValueError: if `s` is not a scalar.
+    """
     s = tf.convert_to_tensor(s, dtype=tf.string)
     if s.shape.rank not in (None, 0):
       raise ValueError("ByteVocabulary.encode_tf: expected a scalar string, "
@@ -269,7 +273,11 @@ class ByteVocabulary(Vocabulary):
     return tf.cast(data, tf.int32) + self._OFFSET
 
   def decode_tf(self, ids: tf.Tensor) -> tf.Tensor:
-    """1-D integer ids -> scalar tf.string (same rules as decode)."""
+    """1-D integer ids -> scalar tf.string (same rules as decode).
+
+    Raises:
+      ValueError: if `ids` is not 1-D.
+    """
     ids = tf.cast(tf.convert_to_tensor(ids), tf.int32)
     if ids.shape.rank not in (None, 1):
       raise ValueError("ByteVocabulary.decode_tf: expected 1-D ids, got "

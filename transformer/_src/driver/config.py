@@ -53,6 +53,9 @@ def get_variable_dtype(master_dtype=tf.bfloat16, slice_dtype=tf.float32,
 
   Returns:
     An mtf.VariableDType.
+
+  Raises:
+    ValueError: if a dtype name is not a TensorFlow dtype.
   """
   dtypes = {}
   for what, value in (("master_dtype", master_dtype),
@@ -361,6 +364,9 @@ def separate_vocabularies(inputs=gin.REQUIRED, targets=gin.REQUIRED):
 
   Returns:
     The (inputs, targets) tuple.
+
+  Raises:
+    ValueError: if `inputs` or `targets` is not given.
   """
   for param, value in (("inputs", inputs), ("targets", targets)):
     if value is gin.REQUIRED:
@@ -475,6 +481,9 @@ def config_dir() -> str:
 
   Returns:
     The absolute path of the gin config directory.
+
+  Raises:
+    FileNotFoundError: if no defaults.gin is found near the package.
   """
   package_dir = os.path.dirname(os.path.dirname(os.path.dirname(
       os.path.abspath(__file__))))

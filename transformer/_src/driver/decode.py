@@ -153,6 +153,9 @@ def encode_delimited_lm(inputs, targets, vocabulary, batch_size,
 
   Returns:
     int32 array [ceil(n / batch_size) * batch_size, sequence_length].
+
+  Raises:
+    ValueError: if inputs and targets differ in number.
   """
   if len(inputs) != len(targets):
     raise ValueError("encode_delimited_lm: %d inputs but %d targets"
@@ -576,6 +579,10 @@ def score_from_strings(estimator, vocabulary, model_type, batch_size,
 
   Returns:
     What score_postprocess_fn returns.
+
+  Raises:
+    ValueError: if a required argument is missing, or inputs and targets differ
+      in number.
   """
   del batch_size, sequence_length
   _required("score_from_strings", inputs=inputs, targets=targets,
@@ -632,6 +639,10 @@ def score_from_dataset(estimator, vocabulary, batch_size, sequence_length,
 
   Returns:
     What score_postprocess_fn returns.
+
+  Raises:
+    ValueError: without score_dataset_fn or score_postprocess_fn, or if
+      score_dataset_fn gives more than one dataset.
   """
   del batch_size
   _required("score_from_dataset", score_postprocess_fn=score_postprocess_fn)

@@ -151,6 +151,9 @@ class Estimator:
       called as predict_fn(model, features, variable_dtype).
     model_info_file: a file to write the model's variable names and shapes to
       (None: do not write).
+
+  Raises:
+    ValueError: if outer_batch_size does not divide batch_size.
   """
 
   def __init__(self, model_type: str, transformer_model, vocabulary,
@@ -225,6 +228,9 @@ class Estimator:
 
     Returns:
       A list of mtf.Dimensions.
+
+    Raises:
+      ValueError: if outer_batch_size does not divide the batch size.
     """
     batch_size = batch_size or self.batch_size
     dims = []
@@ -279,6 +285,9 @@ class Estimator:
     Returns:
       A (logits, loss) pair: logits [batch dims..., length, vocab] and the
       scalar loss.
+
+    Raises:
+      ValueError: if a model with an encoder gets no "inputs" feature.
     """
     model = self.model
     targets = mtf_features["targets"]
@@ -525,6 +534,9 @@ class Estimator:
 
     Returns:
       {"loss", "learning_rate", "step"} of the last step run.
+
+    Raises:
+      FloatingPointError: if the training loss is not finite.
     """
     tf.io.gfile.makedirs(self.model_dir)
     dataset = input_fn()

@@ -101,6 +101,9 @@ def product_learning_rate(step: Step, total_train_steps: Number,
 
   Returns:
     The learning rate (a float, or a float32 TF scalar for a TF step).
+
+  Raises:
+    ValueError: if a factor is neither a number nor a schedule function.
   """
   if callable(factors):
     factors = [factors]
@@ -322,6 +325,10 @@ def slanted_triangular(step: Step, total_train_steps: Number,
 
   Returns:
     The learning rate.
+
+  Raises:
+    ValueError: if cut_fraction of total_train_steps leaves no warm-up step
+      (need 0 < cut_fraction < 1).
   """
   train_steps = float(total_train_steps) - start_step
   cut = math.floor(train_steps * cut_fraction)

@@ -96,6 +96,9 @@ def get_estimator(model_type, vocabulary, mesh_shape, layout_rules,
 
   Returns:
     A driver.Estimator.
+
+  Raises:
+    ValueError: without a vocabulary.
   """
   del tpu_job_name, cluster, iterations_per_loop
   if vocabulary is None:
@@ -267,6 +270,9 @@ def eval_model(estimator, vocabulary, sequence_length, batch_size,
 
   Returns:
     {dataset name: {metric name: value}} of the last checkpoint evaluated.
+
+  Raises:
+    ValueError: without eval_dataset_fn.
   """
   if eval_dataset_fn is None:
     raise ValueError("mode 'eval' needs run.eval_dataset_fn")

@@ -220,6 +220,9 @@ class AdaptiveSoftmaxVocabEmbedding:
 
     Returns:
       The scalar loss.
+
+    Raises:
+      ValueError: if hidden or targets lacks the context's length dimension.
     """
     length_dim = context.length_dim
     if length_dim not in hidden.shape.dims or length_dim not in targets.shape.dims:

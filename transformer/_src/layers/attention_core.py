@@ -524,6 +524,10 @@ class AttentionParams:
         compute_q scales).
       make_attention_vars: create the variables now (False: the caller sets
         them).
+
+    Raises:
+      ValueError: if shared_kv with key_dim != value_dim, or a memory heads dim
+        is not a query heads dim.
     """
     self.mesh = mesh
     self.query_input_dim = query_input_dim
@@ -641,6 +645,9 @@ class AttentionParams:
 
     Returns:
       The shared keys/values [batch..., memory_length, memory heads..., d_k].
+
+    Raises:
+      ValueError: unless shared_kv.
     """
     if not self.shared_kv:
       raise ValueError("AttentionParams.compute_kv needs shared_kv=True")
@@ -655,6 +662,9 @@ class AttentionParams:
 
     Returns:
       The keys [batch..., memory_length, memory heads..., d_k].
+
+    Raises:
+      ValueError: with shared_kv (use compute_kv).
     """
     if self.shared_kv:
       raise ValueError("AttentionParams.compute_k: use compute_kv with "
@@ -670,6 +680,9 @@ class AttentionParams:
 
     Returns:
       The values [batch..., memory_length, memory heads..., d_v].
+
+    Raises:
+      ValueError: with shared_kv (use compute_kv).
     """
     if self.shared_kv:
       raise ValueError("AttentionParams.compute_v: use compute_kv with "
@@ -689,6 +702,10 @@ class AttentionParams:
 
     Returns:
       The output, of `output_shape`.
+
+    Raises:
+      ValueError: if the variables were not made (make_attention_vars False) and
+        o was not set.
     """
     if self.wo is None:
       raise ValueError("AttentionParams: no o weights (make_attention_vars "

@@ -370,6 +370,10 @@ class SelfAttention(TransformerLayer):
     Returns:
       A logit bias [batch..., heads..., length, memory_length] (or
       broadcastable), or None.
+
+    Raises:
+      ValueError: if only one of context.read_priority and
+        context.write_priority is given.
     """
     del x
     biases = []
@@ -585,6 +589,10 @@ def enc_dec_attention_bias(layer: SelfAttention, context: Context,
 
   Returns:
     A logit bias [batch..., (heads...,) length, memory_length], or None.
+
+  Raises:
+    ValueError: for a relative_attention_type other than None, "bias" and
+      "bias_shared".
   """
   bias = None
   if (isinstance(context.encoder_sequence_id, mtf.Tensor) and
@@ -632,6 +640,10 @@ def enc_dec_attention(self_attention_layer: SelfAttention,
 
   Returns:
     The output [batch..., length, d_model].
+
+  Raises:
+    ValueError: without an encoder output, or if it has no "memory_length"
+      dimension.
   """
   layer = self_attention_layer
   params = layer.make_params(context)
@@ -710,6 +722,9 @@ class LocalSelfAttention(SelfAttention):
   Args:
     radius: each position attends to the `radius` previous positions (and,
       unless fully autoregressive, the `radius` next ones).
+
+  Raises:
+    ValueError: if radius < 1.
   """
 
   def __init__(self, radius: int = 128, num_heads: int = 8,

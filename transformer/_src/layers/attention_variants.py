@@ -168,6 +168,9 @@ class TalkingHeadsSelfAttention(SelfAttention):
       above).
     dynamic_projections_init_scale: the initial scale of the dynamic
       projections.
+
+  Raises:
+    ValueError: for an unknown dynamic projection.
   """
 
   def __init__(self, key_heads_dims=(("heads", 12),),
@@ -286,7 +289,11 @@ class TalkingHeadsSelfAttention(SelfAttention):
 @gin.configurable(module=_GIN_MODULE)
 class TalkingHeadsEncDecAttention(TalkingHeadsSelfAttention):
   """Talking-heads attention to context.encoder_output (same variables;
-  relative bias as EncDecAttention; no dynamic projections)."""
+  relative bias as EncDecAttention; no dynamic projections).
+
+  Raises:
+    ValueError: if dynamic_projections are given (self-attention only).
+  """
 
   def __init__(self, *args, **kwargs):
     super().__init__(*args, **kwargs)

@@ -184,7 +184,12 @@ class Context:
 
   @property
   def encoder_length_dim(self) -> mtf.Dimension:
-    """The "memory_length" dimension of encoder_output."""
+    """The "memory_length" dimension of encoder_output.
+
+    Raises:
+      ValueError: without encoder_output, or if it has no "memory_length"
+        dimension.
+    """
     if self.encoder_output is None:
       raise ValueError("this context has no encoder_output")
     for dim in self.encoder_output.shape.dims:
@@ -195,7 +200,11 @@ class Context:
 
   @property
   def nonpadding(self):
-    """None (unknown), 1 (no padding) or a float mask: sequence_id != 0."""
+    """None (unknown), 1 (no padding) or a float mask: sequence_id != 0.
+
+    Raises:
+      ValueError: if sequence_id is an int other than 1.
+    """
     if self.sequence_id is None:
       return None
     if isinstance(self.sequence_id, int):
@@ -213,6 +222,9 @@ class Context:
 
     Returns:
       A list of the next n states.
+
+    Raises:
+      ValueError: if fewer than n states are left.
     """
     start = len(self.new_states)
     if self.states is None or start + n > len(self.states):
@@ -243,6 +255,9 @@ class Context:
 
     Returns:
       The next constant state recorded in "first_part" mode.
+
+    Raises:
+      ValueError: if no constant state is left.
     """
     if (self.constant_states is None
         or self.next_constant_state >= len(self.constant_states)):

@@ -79,6 +79,9 @@ class Conv1D(TransformerLayer):
       x: the layer input [batch..., length, d_model].
       filter_size: the number of positions kept.
       length_dim_name: name of the state's window dimension.
+
+    Raises:
+      ValueError: without context.initial_position.
     """
     filter_size = _check_positive_int(filter_size, "filter_size",
                                       type(self).__name__)
@@ -110,6 +113,9 @@ class Conv1D(TransformerLayer):
     Returns:
       the window [batch..., length_dim_name=filter_size, d_model]: inputs
       at positions t - filter_size + 1 ... t.
+
+    Raises:
+      ValueError: if a recorded state lacks the window dimension.
     """
     filter_size = _check_positive_int(filter_size, "filter_size",
                                       type(self).__name__)

@@ -139,6 +139,9 @@ def sinusoid_positional_embedding_weights(
 
   Returns:
     A [max_length, d_model] tensor of `dtype`.
+
+  Raises:
+    ValueError: if d_model is smaller than 2.
   """
   dtype = tf.as_dtype(dtype)
   num_timescales = model_dim.size // 2

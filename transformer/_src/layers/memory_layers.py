@@ -81,7 +81,11 @@ class ProductKeyValueMemory(TransformerLayer):
 
   def call(self, context: Context, x: mtf.Tensor,
            losses=None) -> mtf.Tensor:
-    """x [batch..., (length,) d_model] -> same shape."""
+    """x [batch..., (length,) d_model] -> same shape.
+
+    Raises:
+      ValueError: if the model is an ensemble.
+    """
     del losses
     self._check()
     if getattr(context.model, "ensemble_dims", None):

@@ -78,6 +78,9 @@ class FactorizedVocabEmbedding:
     ensemble_dim: an ensemble Dimension (one table per member) or None.
     inner_dimension_size: the size of the factorization's inner dim (the table
       is [vocab, inner] times [inner, d_model]).
+
+  Raises:
+    ValueError: if inner_dimension_size is not a positive int.
   """
 
   def __init__(self, mesh: mtf.Mesh, vocab_dim: mtf.Dimension,
@@ -319,6 +322,9 @@ class MixtureOfSoftmaxes:
     name: the name (scope) of the variables, e.g. "embedding" or "softmax".
     ensemble_dim: an ensemble Dimension (one table per member) or None.
     num_softmaxes: the number of softmaxes mixed.
+
+  Raises:
+    ValueError: if num_softmaxes is not a positive int.
   """
 
   def __init__(self, mesh: mtf.Mesh, vocab_dim: mtf.Dimension,
@@ -432,6 +438,11 @@ class Mixtape:
     frequent_token_fraction: the fraction of the vocabulary (the lowest ids)
       with their own gates; the rest share one.
     noise_std_dev: the stddev of the noise added to the gate logits in training.
+
+  Raises:
+    ValueError: if frequent_token_fraction leaves no frequent or no rare token,
+      extra_ids is not in [0, vocab size), gate_embedding_size is not a positive
+      int, or dropout_rate is not in [0, 1).
   """
 
   def __init__(self, mesh: mtf.Mesh, vocab_dim: mtf.Dimension,

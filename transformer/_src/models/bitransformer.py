@@ -347,6 +347,10 @@ class StudentTeacher:
     Returns:
       (student logits [batch..., length, vocab], loss), or the student's logits
       alone without compute_loss.
+
+    Raises:
+      ValueError: if distilling without temperature and fraction_soft, or the
+        student's and teacher's vocabularies differ.
     """
     with tf1.variable_scope("student"):
       student_logits, hard_loss = self.student.call_simple(
@@ -483,6 +487,9 @@ def make_bitransformer(input_vocab_size=gin.REQUIRED,
 
   Returns:
     A bitransformer_cls instance.
+
+  Raises:
+    ValueError: if a vocabulary size is not given.
   """
   for param, value in (("input_vocab_size", input_vocab_size),
                        ("output_vocab_size", output_vocab_size)):

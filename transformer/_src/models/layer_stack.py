@@ -192,6 +192,9 @@ def sublayer_rms_norm_subsampled(x: mtf.Tensor, layer_stack, context: Context,
 
   Returns:
     The new activations, shaped as x.
+
+  Raises:
+    ValueError: if percentage is not in (0, 100].
   """
   del layer_stack
   if not 0.0 < percentage <= 100.0:
@@ -313,6 +316,9 @@ def sublayer_annealed_dropout(x: mtf.Tensor, layer_stack, context: Context,
 
   Returns:
     The new activations, shaped as x.
+
+  Raises:
+    ValueError: without start_step and end_step when init_dropout_rate > 0.
   """
   del layer_stack
   if context.train and init_dropout_rate > 0:
@@ -641,6 +647,9 @@ def make_layer_stack(layers=gin.REQUIRED, layer_stack_cls=LayerStack,
 
   Returns:
     A layer_stack_cls of num_layers * len(layers) layers.
+
+  Raises:
+    ValueError: if `layers` is not given.
   """
   if layers is gin.REQUIRED or layers is None:
     raise ValueError("make_layer_stack: parameter 'layers' is required")

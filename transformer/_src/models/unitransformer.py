@@ -506,6 +506,9 @@ class Unitransformer:
 
     Returns:
       (logits [batch..., length, vocab] or hidden states, loss or None).
+
+    Raises:
+      ValueError: with input_full_attention but no targets.
     """
     batch_dims = inputs.shape.dims[:-1]
     length_dim = inputs.shape.dims[-1]
@@ -657,6 +660,10 @@ class Unitransformer:
 
     Returns:
       int Tensor [batch..., length].
+
+    Raises:
+      ValueError: if the model is not autoregressive, or sampling_keep_top_k is
+        neither -1 nor positive.
     """
     if not self.autoregressive:
       raise ValueError("Unitransformer %r: sample_autoregressive needs an "
@@ -773,6 +780,11 @@ class Unitransformer:
 
     Returns:
       The best beam's ids, int Tensor [batch, length].
+
+    Raises:
+      ValueError: if the model is not autoregressive.
+      NotImplementedError: unless inputs are [batch, beam, length] (one batch
+        dim).
     """
     if not self.autoregressive:
       raise ValueError("Unitransformer %r: beam_search needs an autoregressive "
