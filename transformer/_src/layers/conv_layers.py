@@ -396,7 +396,7 @@ class Conv1DLocalAttn(Conv1D):
       params: [q, k, v, o] weights (q and k None when not uses_query_key).
 
     Returns:
-      Normalized weights [batch..., length, heads, window].
+      Normalized weights [batch..., (length,) heads, window].
     """
     wq, wk = params[0], params[1]
     q =  mtf.einsum([x, wq], output_shape=mtf.Shape(
@@ -492,7 +492,7 @@ class LightweightConv1DLocalAttn(Conv1DLocalAttn):
     """Softmax-normalized learned kernel weights per head and window position.
 
     Returns:
-      Normalized weights [batch..., length, heads, window].
+      Normalized weights [batch..., (length,) heads, window].
     """
     kernel = mtf.get_variable(
         context.mesh, "lightweight_kernel",
@@ -519,7 +519,7 @@ class DynamicConv1DLocalAttn(Conv1DLocalAttn):
     computed from x.
 
     Returns:
-      Normalized weights [batch..., length, heads, window].
+      Normalized weights [batch..., (length,) heads, window].
     """
     model_dim = x.shape.dims[-1]
     w = mtf.get_variable(

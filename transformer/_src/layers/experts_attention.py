@@ -56,8 +56,8 @@ class ExpertsSelfAttention(SelfAttention):
     switch_jitter: the multiplicative noise range of the "input_jitter" policy.
     ntlb_top_k: the number of experts per token of "ntlb" gating.
     hidden_size: the size of each expert's hidden layer.
-    use_experts_attention: accepted for MoE1D compatibility (the experts always
-      compute attention projections here).
+    use_experts_attention: the MoE hparam moe_use_experts_attention: the
+      experts output the attention projections (keep True here).
     activation: the experts' hidden activation (e.g. "relu").
     z_loss: weight of the router z-loss (the squared log of the gate softmax's
       normalizer) added to the losses; None adds none.

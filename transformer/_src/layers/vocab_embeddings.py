@@ -431,9 +431,9 @@ class Mixtape:
     variable_dtype: the mtf.VariableDType of the variables.
     name: the name (scope) of the variables, e.g. "embedding" or "softmax".
     ensemble_dim: an ensemble Dimension (one table per member) or None.
-    extra_ids: ids beyond vocab_dim's size (sentinels) that get embeddings.
-    dropout_rate: the dropout rate of the hidden states before the softmaxes
-      (training only).
+    extra_ids: the number of ids at the end of the vocabulary (e.g.
+      sentinels) treated as frequent tokens (moved to the front).
+    dropout_rate: the dropout rate of the context vectors c (training only).
     gate_embedding_size: the size of the gate embeddings of the frequent tokens.
     frequent_token_fraction: the fraction of the vocabulary (the lowest ids)
       with their own gates; the rest share one.
