@@ -6,6 +6,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat setup.py | cksum | cut -d' ' -f1)
 PYTEST_WORKERS ?= 2
+# The legacy TF1 pass (tf.compat.v1.disable_v2_behavior() before any test).
+V1_TESTS := tests/ops tests/layers tests/optimizers tests/beam_search_test.py \
+	tests/variables_test.py tests/fidelity_test.py
 
 .PHONY: demo test test-fast lint bench clean
 
@@ -22,6 +25,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --durations=15 tests
 	MTF_TEST_MESH_IMPL=simd $(PY) -m pytest -q -n $(PYTEST_WORKERS) tests/ops tests/conformance tests/layers
+	MTF_TEST_TF_MODE=v1 $(PY) -m pytest -q -n $(PYTEST_WORKERS) $(V1_TESTS)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) -m "not slow" tests

@@ -25,7 +25,7 @@ from mesh_tensorflow._src.optimizers.sgd import MomentumOptimizer as MomentumOpt
 from mesh_tensorflow._src.optimizers.sgd import SgdOptimizer as SgdOptimizer
 
 __all__ = [
-    # Section 5 of the original API.
+    # The original mtf.optimize API.
     "AdafactorOptimizer",
     "AdafactorWithMultiLRSchedule",
     "AdamWeightDecayOptimizer",

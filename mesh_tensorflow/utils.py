@@ -2,6 +2,7 @@
 # pylint: disable=g-importing-member,useless-import-alias
 
 import contextlib
+from typing import Iterator
 
 import tensorflow as tf
 
@@ -14,7 +15,7 @@ from mesh_tensorflow._src.virtual_devices import configure_virtual_cpus as confi
 
 
 @contextlib.contextmanager
-def outside_all_rewrites():
+def outside_all_rewrites() -> Iterator[None]:
   """Escapes control-flow (and TPU rewrite) contexts: no control deps inside."""
   with tf.control_dependencies(None):
     yield

@@ -1,7 +1,7 @@
 """Pins the public mtf names and signatures that the original defined.
 
 Legacy code calls these positionally and by keyword, so parameter names,
-order and defaults must match the original exactly (spec: mtf_api.md).
+order and defaults must match the original exactly.
 """
 
 import inspect
@@ -92,7 +92,7 @@ SIGNATURES = {
                            ("grad_function", None), ("name", None)],
 }
 
-# Present once the op families of this issue are all in (other modules).
+# Op families defined in other modules; checked when present.
 OPTIONAL_SIGNATURES = {
     "one_hot": [("indices", _EMPTY), ("output_dim", _EMPTY), ("on_value", 1.0),
                 ("off_value", 0.0), ("dtype", tf.float32), ("name", None)],

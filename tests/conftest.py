@@ -15,6 +15,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # `import mesh_tensorflow` resolve to this checkout.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import pytest  # pylint: disable=g-import-not-at-top
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
 from mesh_tensorflow import utils  # pylint: disable=g-import-not-at-top
 
 NUM_VIRTUAL_CPUS = 8

@@ -17,7 +17,7 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from mesh_tensorflow import placement_mesh_impl
 from mesh_tensorflow import simd_mesh_impl
-import mesh_test_util
+from tests import mesh_test_util
 
 TF1_ENV = mesh_test_util.TF1_ENV
 eager_only = pytest.mark.skipif(

@@ -116,18 +116,22 @@ class Graph:
 
   @property
   def operations(self) -> List["Operation"]:
+    """All operations of the graph, in creation order."""
     return self._operations
 
   @property
   def trainable_variables(self):
+    """The trainable mtf Variables, in creation order."""
     return self._trainable_variables
 
   @property
   def all_variables(self):
+    """Every mtf Variable of the graph (trainable or not), in creation order."""
     return self._all_variables
 
   @property
   def to_string(self) -> str:
+    """A multi-line description of the graph: one line per operation."""
     return "\n".join(op.to_string for op in self._operations)
 
   def unique_name(self, name: str, mark_as_used: bool = True) -> str:
@@ -135,6 +139,15 @@ class Graph:
 
     Matching is case-insensitive: after "a" come "a_1", "a_2"; asking for "a_1"
     afterwards yields "a_1_1"; "A" after "a" yields "A_1".
+
+    Args:
+      name: the requested name (without the variable scope prefix).
+      mark_as_used: if True, records the returned name so later calls do not
+        return it again; if False, only previews the name.
+
+    Returns:
+      str: `name` prefixed by the current tf variable scope, with a "_<n>"
+      suffix if that name is already in use.
     """
     scope_name = current_variable_scope_name()
     if scope_name:
@@ -154,7 +167,11 @@ class Graph:
     return name
 
   def make_variables_untrainable(self, variables) -> None:
-    """Removes the given mtf Variables from `trainable_variables`."""
+    """Removes the given mtf Variables from `trainable_variables`.
+
+    Args:
+      variables: an iterable of mtf Variables of this graph.
+    """
     untrainable = set(variables)
     for v in untrainable:
       v._trainable = False  # pylint: disable=protected-access
@@ -162,7 +179,11 @@ class Graph:
         v for v in self._trainable_variables if v not in untrainable]
 
   def register_variable(self, variable) -> None:
-    """Records a newly created mtf Variable (called by Variable.__init__)."""
+    """Records a newly created mtf Variable (called by Variable.__init__).
+
+    Args:
+      variable: the new mtf Variable.
+    """
     self._all_variables.append(variable)
     if variable.trainable:
       self._trainable_variables.append(variable)
@@ -222,18 +243,35 @@ class Graph:
     return new_op
 
   def capture_operations(self, fn: Callable[[], Any]) -> Tuple[Any, List["Operation"]]:
-    """Runs `fn` and returns (its output, the operations it created)."""
+    """Runs `fn` and returns (its output, the operations it created).
+
+    Args:
+      fn: a function of no arguments that builds mtf operations in this graph.
+
+    Returns:
+      (output, operations): the value `fn` returned and the list of operations
+      it added to the graph, in creation order.
+    """
     n = len(self._operations)
     output = fn()
     return output, self._operations[n:]
 
   def combine_assignments(self, assignments):
-    """Merges Assign operations that share an assign_fn into one Assign each."""
+    """Merges Assign operations that share an assign_fn into one Assign each.
+
+    Args:
+      assignments: a list of mtf Assign operations.
+
+    Returns:
+      a list of Assign operations, one per distinct assign_fn, together
+      assigning everything `assignments` assigned.
+    """
     return _registered(_GRAPH_REWRITES, "Graph rewrite", "combine_assignments",
                        "mesh_tensorflow._src.variables")(self, assignments)
 
   @property
   def stacked_variables_rewritten(self) -> bool:
+    """Whether rewrite_stack_variables() has run on this graph."""
     return self._rewrote_stack_variables
 
   # Configurable as the original's (gin name
@@ -246,6 +284,18 @@ class Graph:
 
     A speed optimisation with no effect on results or checkpoints; see
     _src/stacking.py for the grouping rule.
+
+    Args:
+      max_combined_variable_size: the largest number of elements of a stack of
+        variables (summed over the stacked variables).
+      max_combined_slice_size: the largest number of elements of one processor's
+        slice of a stack.
+      mesh_to_impl: optional dict {Mesh: MeshImpl}; when given, slice sizes
+        are measured with it and variables of one-processor meshes are left
+        alone.
+
+    Raises:
+      ValueError: if called a second time.
     """
     rewrite = _registered(_GRAPH_REWRITES, "Graph rewrite",
                           "rewrite_stack_variables",
@@ -262,6 +312,14 @@ class Mesh:
 
   Example:
     mesh = mtf.Mesh(graph, "my_mesh")
+
+  Args:
+    graph: the mtf Graph the mesh belongs to.
+    name: the mesh name; layouts and mesh implementations are looked up by it at
+      lowering time.
+    variable_placer: optional object with a `device_function(var)` method (such
+      as utils.BalancedVariablePlacer) choosing the device of each master
+      variable; None places them on "cpu:0".
   """
 
   def __init__(self, graph: Graph, name: str, variable_placer=None):
@@ -274,21 +332,33 @@ class Mesh:
 
   @property
   def graph(self) -> Graph:
+    """The mtf Graph this mesh belongs to."""
     return self._graph
 
   @property
   def name(self) -> str:
+    """The name of the mesh."""
     return self._name
 
   @property
   def variable_placer_fn(self):
+    """Device function (or "cpu:0") placing the master variables."""
     if self._variable_placer is not None:
       return self._variable_placer.device_function
     return "cpu:0"
 
 
 class Tensor:
-  """A lazy named-dimension tensor: the output of an mtf Operation."""
+  """A lazy named-dimension tensor: the output of an mtf Operation.
+
+  Args:
+    operation: the Operation producing this tensor.
+    shape: its Shape (or anything convert_to_shape accepts), with named
+      dimensions.
+    dtype: its tf.DType (or anything tf.as_dtype accepts).
+    name: optional name; defaults to "<operation name>:<index>".
+    index: the position of the tensor among the operation's outputs.
+  """
 
   def __init__(self, operation: "Operation", shape, dtype, name: Optional[str] = None,
                index: int = 0):
@@ -305,34 +375,42 @@ class Tensor:
 
   @property
   def shape(self) -> Shape:
+    """The Shape of the tensor: its named dimensions and their sizes."""
     return self._shape
 
   @property
   def size(self) -> int:
+    """The number of elements of the (whole, not sliced) tensor."""
     return self._shape.size
 
   @property
   def mesh(self) -> Mesh:
+    """The Mesh of the operation producing the tensor."""
     return self._operation.mesh
 
   @property
   def graph(self) -> Graph:
+    """The Graph of the operation producing the tensor."""
     return self._operation.graph
 
   @property
   def operation(self) -> "Operation":
+    """The Operation producing the tensor."""
     return self._operation
 
   @property
   def dtype(self) -> tf.DType:
+    """The tf.DType of the tensor."""
     return self._dtype
 
   @property
   def name(self) -> str:
+    """The name of the tensor ("<operation name>:<index>" by default)."""
     return self._name
 
   @property
   def to_string(self) -> str:
+    """"Tensor[name, shape, dtype]", as printed by repr()."""
     return "Tensor[%s, %s, %s]" % (self._name, self._shape.to_string,
                                    self._dtype.name)
 
@@ -379,7 +457,20 @@ class Tensor:
 
 
 class Operation:
-  """A node of the mtf graph: inputs, outputs and how to lower itself."""
+  """A node of the mtf graph: inputs, outputs and how to lower itself.
+
+  Args:
+    inputs: the mtf Tensors the operation reads; they must all be on one mesh
+      and usable (not internal to a custom_gradient).
+    mesh: the Mesh of the operation; defaults to the mesh of the first input.
+    name: the operation's name, made unique in its graph; defaults to the class
+      name.
+
+  Raises:
+    TypeError: if an input is not an mtf Tensor.
+    ValueError: if there is no mesh and no input, if the inputs are on different
+      meshes, or if an input is internal to a custom_gradient.
+  """
 
   # True for operations that Graph.clone_operations must not copy, because a
   # copy would hold new state or draw new values (Variables, random ops).
@@ -418,38 +509,46 @@ class Operation:
 
   @property
   def graph(self) -> Graph:
+    """The Graph of the operation's mesh."""
     return self._mesh.graph
 
   @property
   def mesh(self) -> Mesh:
+    """The Mesh the operation runs on."""
     return self._mesh
 
   @property
   def name(self) -> str:
+    """The unique name of the operation in its graph."""
     return self._name
 
   @property
   def inputs(self) -> List[Tensor]:
+    """A copy of the list of input Tensors."""
     return self._inputs[:]
 
   @property
   def outputs(self) -> List[Tensor]:
+    """A copy of the list of output Tensors."""
     return self._outputs[:]
 
   @property
   def splittable_dims(self) -> frozenset:
+    """Frozenset of the dim names that may be split across processors."""
     if self._splittable_dims is None:
       self._initialize_all_dimensions_as_splittable()
     return self._splittable_dims
 
   @property
   def unsplittable_dims(self) -> frozenset:
+    """Frozenset of the dim names that must not be split."""
     if self._unsplittable_dims is None:
       self._initialize_all_dimensions_as_splittable()
     return self._unsplittable_dims
 
   @property
   def to_string(self) -> str:
+    """"Type[Inputs=(...) Outputs=(...)]", as printed by repr()."""
     return "%s[Inputs=(%s) Outputs=(%s)]" % (
         type(self).__name__,
         ", ".join(t.to_string for t in self._inputs),
@@ -457,13 +556,37 @@ class Operation:
 
   @property
   def has_gradient(self) -> bool:
+    """Whether gradients flow through (floating inputs and outputs)."""
     return (any(t.dtype.is_floating for t in self._inputs) and
             any(t.dtype.is_floating for t in self._outputs))
 
   def gradient(self, unused_grad_ys):
+    """The gradients of the operation's inputs, given those of its outputs.
+
+    Args:
+      unused_grad_ys: a list with one mtf Tensor (or None, for no gradient) per
+        output, shaped like that output.
+
+    Returns:
+      a list with one mtf Tensor (or None) per input: the gradient of the loss
+      with respect to that input, shaped like it.
+
+    Raises:
+      NotImplementedError: if the operation has no gradient.
+    """
     raise NotImplementedError("No gradient for %s" % type(self).__name__)
 
   def lower(self, lowering):
+    """Emits the TensorFlow ops of the operation for one mesh implementation.
+
+    Args:
+      lowering: the Lowering in progress; the operation reads the laid-out
+        tensors of its inputs from it and records those of its outputs with
+        lowering.set_tensor_lowering.
+
+    Raises:
+      NotImplementedError: if the operation cannot be lowered.
+    """
     raise NotImplementedError("Lower not implemented for %s"
                               % type(self).__name__)
 

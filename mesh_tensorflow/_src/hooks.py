@@ -13,7 +13,11 @@ tf1 = tf.compat.v1
 
 
 class MtfCheckpointSaverListener(tf1.train.CheckpointSaverListener):
-  """Runs lowering.copy_slices_to_masters() before every checkpoint save."""
+  """Runs lowering.copy_slices_to_masters() before every checkpoint save.
+
+  Args:
+    lowering: the Lowering whose variables are saved.
+  """
 
   def __init__(self, lowering):
     self._op = lowering.copy_slices_to_masters()
@@ -22,18 +26,40 @@ class MtfCheckpointSaverListener(tf1.train.CheckpointSaverListener):
     pass
 
   def before_save(self, session, global_step_value):
+    """Copies the slices into the masters, so the checkpoint holds them.
+
+    Args:
+      session: the tf.compat.v1.Session.
+      global_step_value: the global step of the checkpoint.
+    """
     del global_step_value
     session.run(self._op)
 
   def after_save(self, session, global_step_value):
+    """Does nothing (the slices are unchanged by saving).
+
+    Args:
+      session: the tf.compat.v1.Session.
+      global_step_value: the global step of the checkpoint.
+    """
     pass
 
   def end(self, session, global_step_value):
+    """Does nothing at the end of training.
+
+    Args:
+      session: the tf.compat.v1.Session.
+      global_step_value: the global step of the checkpoint.
+    """
     pass
 
 
 class MtfRestoreHook(tf1.train.SessionRunHook):
-  """Runs lowering.copy_masters_to_slices() once the session exists."""
+  """Runs lowering.copy_masters_to_slices() once the session exists.
+
+  Args:
+    lowering: the Lowering whose variables are restored.
+  """
 
   def __init__(self, lowering):
     self._lowering = lowering
@@ -44,6 +70,12 @@ class MtfRestoreHook(tf1.train.SessionRunHook):
       self._op = self._lowering.copy_masters_to_slices()
 
   def after_create_session(self, session, coord):
+    """Copies the (restored or initialised) masters into the slices.
+
+    Args:
+      session: the tf.compat.v1.Session.
+      coord: the thread coordinator (unused).
+    """
     del coord
     session.run(self._op)
 

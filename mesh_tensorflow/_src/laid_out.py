@@ -14,7 +14,15 @@ from typing import Callable, Optional, Sequence
 
 
 class LazyAllreduceSum:
-  """A SUM allreduce that is only performed when its result is needed."""
+  """A SUM allreduce that is only performed when its result is needed.
+
+  Args:
+    mesh_impl: the MeshImpl that will perform the allreduce.
+    laid_out_input: the LaidOutTensor of partial sums.
+    mesh_axes: the mesh axes to sum over.
+    add_counter_fn: optional function called when the allreduce is performed (to
+      count communication).
+  """
 
   def __init__(self, mesh_impl, laid_out_input, mesh_axes,
                add_counter_fn: Optional[Callable[[], None]] = None):
@@ -25,6 +33,11 @@ class LazyAllreduceSum:
     self._reduced = None
 
   def to_laid_out_tensor(self):
+    """Performs the allreduce (once) and returns its result.
+
+    Returns:
+      the summed LaidOutTensor.
+    """
     if self._reduced is None:
       if not self.mesh_axes:
         self._reduced = self.laid_out_input
@@ -37,26 +50,46 @@ class LazyAllreduceSum:
 
   @property
   def slice_shape(self):
+    """The shape of each processor's slice (a list of ints)."""
     return self.laid_out_input.slice_shape
 
 
 class LazyLaidOutTensor:
-  """A laid-out tensor computed (again) on each to_laid_out_tensor() call."""
+  """A laid-out tensor computed (again) on each to_laid_out_tensor() call.
+
+  Args:
+    to_laid_out_tensor_fn: a function of no arguments computing the
+      LaidOutTensor.
+    slice_shape: the shape of each slice (a list of ints).
+  """
 
   def __init__(self, to_laid_out_tensor_fn: Callable, slice_shape):
     self._fn = to_laid_out_tensor_fn
     self._slice_shape = slice_shape
 
   def to_laid_out_tensor(self):
+    """Computes the laid-out tensor.
+
+    Returns:
+      the LaidOutTensor to_laid_out_tensor_fn returns.
+    """
     return self._fn()
 
   @property
   def slice_shape(self):
+    """The shape of each processor's slice (a list of ints)."""
     return self._slice_shape
 
 
 def compatible_lazy_allreduce_sums(xs: Sequence) -> bool:
-  """True iff xs are LazyAllreduceSums over the same axes and slice shape."""
+  """True iff xs are LazyAllreduceSums over the same axes and slice shape.
+
+  Args:
+    xs: a list of laid-out values.
+
+  Returns:
+    a bool.
+  """
   if not xs or not all(isinstance(x, LazyAllreduceSum) for x in xs):
     return False
   first = xs[0]
@@ -72,6 +105,14 @@ def to_laid_out_tensor(value):
 
 
 def convert_args_to_laid_out_tensors(xs: Sequence) -> list:
+  """Performs pending lazy computations of the arguments.
+
+  Args:
+    xs: a list of LaidOutTensors, lazy laid-out tensors or other values.
+
+  Returns:
+    a list like xs, lazy values replaced by their LaidOutTensors.
+  """
   return [to_laid_out_tensor(x) for x in xs]
 
 

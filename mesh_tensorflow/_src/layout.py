@@ -110,6 +110,14 @@ class LayoutRules:
     With rules `d_ff:model`, `Shape[batch=8, d_ff=64]` on `Shape[model=4]`
     -> `TensorLayout((None, 0))`.
 
+    Args:
+      tensor_shape: a Shape (or anything convert_to_shape accepts).
+      mesh_shape: the mesh Shape.
+
+    Returns:
+      a TensorLayout: for each tensor axis, the mesh axis it is split over, or
+      None.
+
     Raises:
       ValueError: if two tensor dims are laid out over the same mesh dim.
     """
@@ -134,11 +142,25 @@ class LayoutRules:
 
   def mesh_dimension_name_to_tensor_dimension_names(
       self, mesh_dimension_name: str) -> list[str]:
-    """Tensor dim names laid out over `mesh_dimension_name`, in rule order."""
+    """Tensor dim names laid out over `mesh_dimension_name`, in rule order.
+
+    Args:
+      mesh_dimension_name: a mesh dim name.
+
+    Returns:
+      a list of tensor dim names.
+    """
     return [t for t, m in self._pairs if m == mesh_dimension_name]
 
   def unknown_mesh_dimensions(self, mesh_shape: Any) -> list[str]:
-    """Sorted mesh dim names used by the rules but absent from `mesh_shape`."""
+    """Sorted mesh dim names used by the rules but absent from `mesh_shape`.
+
+    Args:
+      mesh_shape: the mesh Shape (or anything convert_to_shape accepts).
+
+    Returns:
+      a sorted list of mesh dim names.
+    """
     mesh_names = set(shapes.convert_to_shape(mesh_shape).dimension_names)
     return sorted({m for _, m in self._pairs} - mesh_names)
 
@@ -176,6 +198,9 @@ def convert_to_layout_rules(x: Any) -> LayoutRules:
     x: LayoutRules, a string, a dict {tensor_dim_name: mesh_dim_name}, or an
       iterable of pairs.
 
+  Returns:
+    the LayoutRules.
+
   Raises:
     TypeError: if `x` is None.
   """
@@ -194,6 +219,14 @@ class TensorLayout:
   `TensorLayout((None, 0))`: axis 0 replicated, axis 1 split over mesh axis 0.
   Immutable and hashable; built without a mesh (as the original), so mesh axes
   are checked only against the number of mesh axes a caller asks about.
+
+  Args:
+    tensor_axis_to_mesh_axis: for each tensor axis, the int mesh axis it is
+      split over, or None if it is not split.
+
+  Raises:
+    ValueError: if an entry is not None or a non-negative int, or if two tensor
+      axes are split over the same mesh axis.
   """
 
   __slots__ = ("_tensor_axis_to_mesh_axis",)
@@ -218,6 +251,7 @@ class TensorLayout:
 
   @property
   def tensor_axis_to_mesh_axis(self) -> tuple[int | None, ...]:
+    """For each tensor axis, its mesh axis (or None if not split)."""
     return self._tensor_axis_to_mesh_axis
 
   def __eq__(self, other) -> bool:
@@ -233,6 +267,7 @@ class TensorLayout:
 
   @property
   def is_fully_replicated(self) -> bool:
+    """Whether no tensor axis is split (each processor has the whole)."""
     return all(a is None for a in self.tensor_axis_to_mesh_axis)
 
   def mesh_axis_to_tensor_axis(self, mesh_ndims: int) -> tuple[int | None, ...]:
@@ -240,6 +275,13 @@ class TensorLayout:
 
     `TensorLayout((None, 0)).mesh_axis_to_tensor_axis(2)` -> `(1, None)`.
     Mesh axes from `mesh_ndims` on are left out, as in the original.
+
+    Args:
+      mesh_ndims: the number of mesh axes.
+
+    Returns:
+      a tuple with one entry per mesh axis: the tensor axis split over it, or
+      None.
     """
     result = [None] * mesh_ndims
     for tensor_axis, mesh_axis in enumerate(self.tensor_axis_to_mesh_axis):
@@ -282,6 +324,10 @@ def pnum_to_processor_coordinates(mesh_shape: Any, pnum: int) -> list[int]:
     mesh_shape: a Shape (or shape string) or a list of ints.
     pnum: a processor number in [0, mesh size).
 
+  Returns:
+    a list of ints: the coordinate of the processor along each mesh axis
+    (row-major order).
+
   Raises:
     ValueError: if `pnum` is out of range.
   """
@@ -297,6 +343,13 @@ def pnum_to_processor_coordinates(mesh_shape: Any, pnum: int) -> list[int]:
 
 def processor_coordinates_to_pnum(mesh_shape: Any, coord: Sequence[int]) -> int:
   """Processor number at `coord`; e.g. `([2, 3], [1, 1])` -> 4.
+
+  Args:
+    mesh_shape: a Shape (or shape string) or a list of ints.
+    coord: one int coordinate per mesh axis.
+
+  Returns:
+    the int processor number.
 
   Raises:
     ValueError: if `coord` has the wrong length or is out of range.
@@ -377,6 +430,14 @@ def pnum_to_group(mesh_shape: Any, group_dims: Iterable[int], pnum: int
   """Index of the group (see `processor_groups`) containing `pnum`.
 
   `([2, 3], [1], 4)` -> 1: processors 3, 4, 5 form group 1.
+
+  Args:
+    mesh_shape: a Shape (or shape string) or a list of ints.
+    group_dims: the mesh axes along which members of a group differ.
+    pnum: a processor number.
+
+  Returns:
+    the int index of the group in processor_groups(mesh_shape, group_dims).
   """
   sizes = _mesh_sizes(mesh_shape)
   group_axes = _validate_group_dims(sizes, group_dims)
@@ -393,6 +454,13 @@ def processor_groups(mesh_shape: Any, group_dims: Iterable[int]
   `([2, 3], [1])` -> `[[0, 1, 2], [3, 4, 5]]`; `([2, 3], [0])` ->
   `[[0, 3], [1, 4], [2, 5]]`. Groups are ordered by first pnum; each group is
   in row-major order of its coordinates along `group_dims`.
+
+  Args:
+    mesh_shape: a Shape (or shape string) or a list of ints.
+    group_dims: the mesh axes along which members of a group differ.
+
+  Returns:
+    a list of groups, each a list of processor numbers.
   """
   sizes = _mesh_sizes(mesh_shape)
   group_axes = _validate_group_dims(sizes, group_dims)
@@ -435,6 +503,15 @@ def tensor_dim_to_mesh_dim_size(layout: Any, mesh_shape: Any, tensor_dim: Any
   """Number of pieces `tensor_dim` is split into (1 if unsplit).
 
   `("d_ff:model", "model:4", Dimension("d_ff", 64))` -> 4.
+
+  Args:
+    layout: layout rules (LayoutRules or anything convert_to_layout_rules
+      accepts).
+    mesh_shape: the mesh Shape (or anything convert_to_shape accepts).
+    tensor_dim: a Dimension.
+
+  Returns:
+    the int number of pieces.
   """
   mesh_dim = _split_mesh_dim(layout, mesh_shape, tensor_dim)
   return 1 if mesh_dim is None else mesh_dim.size
@@ -445,6 +522,15 @@ def tensor_dim_to_size_per_split(layout: Any, mesh_shape: Any, tensor_dim: Any
   """Size of each piece of `tensor_dim`.
 
   `("d_ff:model", "model:4", Dimension("d_ff", 64))` -> 16.
+
+  Args:
+    layout: layout rules (LayoutRules or anything convert_to_layout_rules
+      accepts).
+    mesh_shape: the mesh Shape (or anything convert_to_shape accepts).
+    tensor_dim: a Dimension.
+
+  Returns:
+    the int size of each piece.
 
   Raises:
     ValueError: if the mesh dim size does not divide the tensor dim size.

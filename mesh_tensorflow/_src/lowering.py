@@ -34,6 +34,14 @@ class Lowering:
   Example:
     lowering = mtf.Lowering(graph, {mesh: mesh_impl})
     tf_y = lowering.export_to_tf_tensor(y)
+
+  Args:
+    graph: the mtf Graph to lower.
+    mesh_to_impl: a dict {Mesh: MeshImpl} giving the implementation of each
+      mesh.
+    autostack: whether to stack same-shape variables first
+      (Graph.rewrite_stack_variables) for speed.
+    log_file: optional file to log the variable sizes to.
   """
 
   def __init__(self, graph: Graph, mesh_to_impl: Dict[Mesh, "object"],
@@ -63,7 +71,14 @@ class Lowering:
     logging.vlog(1, "Counters:\n%s", pretty_print_counters(self._counters))
 
   def mesh_impl(self, m):
-    """MeshImpl for a Mesh, or for the mesh of a Tensor or Operation."""
+    """MeshImpl for a Mesh, or for the mesh of a Tensor or Operation.
+
+    Args:
+      m: a Mesh, or an mtf Tensor or Operation.
+
+    Returns:
+      the MeshImpl of that mesh.
+    """
     mesh = m if isinstance(m, Mesh) else m.mesh
     try:
       return self.mesh_to_impl[mesh]
@@ -72,13 +87,27 @@ class Lowering:
                        % (mesh, list(self.mesh_to_impl))) from None
 
   def export_to_tf_tensor(self, x: Tensor) -> tf.Tensor:
-    """The full TF tensor for mtf Tensor x."""
+    """The full TF tensor for mtf Tensor x.
+
+    Args:
+      x: an mtf Tensor of the graph.
+
+    Returns:
+      a tf.Tensor of shape x.shape.
+    """
     mesh_impl = self.mesh_impl(x)
     return mesh_impl.export_to_tf_tensor(
         x, self.tensors[x].to_laid_out_tensor())
 
   def lowered_operation(self, op):
-    """The TF op (e.g. tf.group for Assign) an mtf Operation lowered to."""
+    """The TF op (e.g. tf.group for Assign) an mtf Operation lowered to.
+
+    Args:
+      op: an mtf Operation of the graph (or one of its output Tensors).
+
+    Returns:
+      the TF operation or tensor it lowered to.
+    """
     if isinstance(op, Tensor):
       return self.export_to_tf_tensor(op)
     if op not in self.operations:
@@ -97,31 +126,71 @@ class Lowering:
       return last
     return tf.group(*copy_ops)
 
-  def copy_masters_to_slices(self):
-    """Op that copies every master variable into its per-processor slices."""
+  def copy_masters_to_slices(self) -> Optional[tf.Operation]:
+    """Op that copies every master variable into its per-processor slices.
+
+    Returns:
+      a tf op (group) in graph mode; None when executing eagerly (the copies
+      have then run).
+    """
     return self._group_copies(
         [v.copy_master_to_slices for v in self.variables.values()])
 
-  def copy_slices_to_masters(self):
-    """Op that writes the per-processor slices back into the masters."""
+  def copy_slices_to_masters(self) -> Optional[tf.Operation]:
+    """Op that writes the per-processor slices back into the masters.
+
+    Returns:
+      a tf op (group) in graph mode; None when executing eagerly (the copies
+      have then run).
+    """
     return self._group_copies(
         [v.copy_slices_to_master for v in self.variables.values()])
 
   def add_counter(self, key: str, value: int) -> None:
+    """Adds `value` to the counter `key` (communication and compute counts).
+
+    Args:
+      key: the counter name, "/"-separated.
+      value: the amount to add.
+    """
     self._counters.append((key, value))
 
   @property
   def counters(self):
+    """The counters recorded by add_counter: a dict {name: value}."""
     return self._counters
 
   def laid_out_size(self, tensor: Tensor) -> int:
+    """The number of elements of a tensor summed over all processors.
+
+    Args:
+      tensor: an mtf Tensor.
+
+    Returns:
+      an int.
+    """
     return self.mesh_impl(tensor).laid_out_size(tensor.shape)
 
   def set_tensor_lowering(self, tensor: Tensor, laid_out_tensor) -> None:
+    """Records the laid-out value of a tensor (checks its slice shape).
+
+    Args:
+      tensor: an mtf Tensor output by the operation being lowered.
+      laid_out_tensor: its LaidOutTensor (or lazy laid-out tensor).
+    """
     self.verify_slice_shapes(tensor, laid_out_tensor)
     self.tensors[tensor] = laid_out_tensor
 
   def verify_slice_shapes(self, tensor: Tensor, laid_out_tensor) -> None:
+    """Checks that the slices have the shape the layout implies.
+
+    Args:
+      tensor: an mtf Tensor.
+      laid_out_tensor: its laid-out value.
+
+    Raises:
+      ValueError: if a slice has another shape.
+    """
     mesh_impl = self.mesh_impl(tensor)
     correct = mesh_impl.slice_shape(tensor.shape)
     actual = list(laid_out_tensor.slice_shape)
@@ -148,7 +217,14 @@ class Lowering:
 
 
 def pretty_print_counters(counters) -> str:
-  """Totals of (key, value) counters by every "/"-separated key prefix."""
+  """Totals of (key, value) counters by every "/"-separated key prefix.
+
+  Args:
+    counters: a list of (key, value) pairs.
+
+  Returns:
+    a multi-line string with one total per key prefix.
+  """
   totals = {}
   for key, value in counters:
     parts = key.split("/")
@@ -159,8 +235,17 @@ def pretty_print_counters(counters) -> str:
 
 
 def log_variable_sizes(var_list, tag: str, verbose: bool = True,
-                       mesh_to_impl=None, log_file: Optional[str] = None):
-  """Logs the sizes of mtf variables (and per-processor sizes if known)."""
+                       mesh_to_impl=None, log_file: Optional[str] = None
+                       ) -> None:
+  """Logs the sizes of mtf variables (and per-processor sizes if known).
+
+  Args:
+    var_list: the mtf Variables.
+    tag: a title for the log lines.
+    verbose: whether to log each variable.
+    mesh_to_impl: optional dict {Mesh: MeshImpl}, for per-processor sizes.
+    log_file: optional file to append the log to.
+  """
   if not var_list:
     return
   lines = []

@@ -31,7 +31,9 @@ class MeshImpl:
   """
 
   def __init__(self, shape, layout_rules, *, strict_layout_rules: bool = False):
-    """Args:
+    """Checks the layout rules against the mesh shape.
+
+    Args:
       shape: the mesh shape, e.g. "rows:2;cols:2".
       layout_rules: e.g. "batch:rows;hidden:cols".
       strict_layout_rules: raise ValueError for rules naming mesh dims absent
@@ -54,31 +56,53 @@ class MeshImpl:
 
   @property
   def shape(self) -> Shape:
+    """The mesh Shape: one named Dimension per mesh axis."""
     return self._shape
 
   @property
   def ndims(self) -> int:
+    """The number of mesh axes."""
     return self._shape.ndims
 
   @property
   def layout_rules(self):
+    """The LayoutRules mapping tensor dim names to mesh dim names."""
     return self._layout_rules
 
   @property
   def size(self) -> int:
+    """The number of processors (the product of the mesh dimension sizes)."""
     return self._shape.size
 
   @property
   def supports_control_dependencies(self) -> bool:
+    """Whether tf control dependencies may be used between lowered ops."""
     return True
 
   # ---------------------------------------------------------------- layouts
   def tensor_dimension_to_mesh_axis(self, tensor_dimension) -> Optional[int]:
+    """The mesh axis a tensor dimension is split on, or None.
+
+    Args:
+      tensor_dimension: an mtf Dimension.
+
+    Returns:
+      the int index of the mesh axis the layout rules assign to the dimension,
+      or None if no rule for it names a dimension of this mesh.
+    """
     return self._layout_rules.tensor_dimension_to_mesh_axis(
         tensor_dimension, self._shape)
 
   def tensor_layout(self, arg) -> layout_lib.TensorLayout:
-    """TensorLayout of an mtf Tensor or a Shape."""
+    """TensorLayout of an mtf Tensor or a Shape.
+
+    Args:
+      arg: an mtf Tensor or a Shape (or anything convert_to_shape accepts).
+
+    Returns:
+      the TensorLayout: for each tensor axis, the mesh axis it is split on, or
+      None.
+    """
     shape = arg.shape if hasattr(arg, "operation") else convert_to_shape(arg)
     return self._layout_rules.tensor_layout(shape, self._shape)
 
@@ -87,6 +111,14 @@ class MeshImpl:
 
     Two layouts split a flattened tensor the same way along a mesh axis iff
     these numbers agree; reshape uses that to decide on communication.
+
+    Args:
+      tensor_shape: the Shape of an mtf tensor.
+
+    Returns:
+      a list with one entry per mesh axis: the product of the sizes of the
+      tensor dimensions before the one split on that axis, or None if no
+      dimension is split on it.
     """
     tensor_shape = convert_to_shape(tensor_shape)
     ta2ma = self.tensor_layout(tensor_shape).mesh_axis_to_tensor_axis(self.ndims)
@@ -94,7 +126,19 @@ class MeshImpl:
     return [None if ta is None else cumprod[ta] for ta in ta2ma]
 
   def slice_shape(self, tensor_shape) -> List[int]:
-    """Per-processor slice shape; ValueError if a split does not divide."""
+    """Per-processor slice shape; ValueError if a split does not divide.
+
+    Args:
+      tensor_shape: the Shape of an mtf tensor.
+
+    Returns:
+      a list of ints: the shape of each processor's slice (split dimensions
+      divided by their mesh dimension's size).
+
+    Raises:
+      ValueError: if a mesh dimension size does not divide the tensor dimension
+        split on it.
+    """
     tensor_shape = convert_to_shape(tensor_shape)
     result = []
     for dim, mesh_axis in zip(tensor_shape.dims,
@@ -109,7 +153,16 @@ class MeshImpl:
     return result
 
   def slice_begin(self, tensor_shape, pnum: int) -> List[int]:
-    """Offsets of processor `pnum`'s slice within the full tensor."""
+    """Offsets of processor `pnum`'s slice within the full tensor.
+
+    Args:
+      tensor_shape: the Shape of an mtf tensor.
+      pnum: the processor number.
+
+    Returns:
+      a list of ints, one per tensor dimension: where the slice of processor
+      `pnum` starts in the full tensor.
+    """
     tensor_shape = convert_to_shape(tensor_shape)
     coords = layout_lib.pnum_to_processor_coordinates(self._shape, pnum)
     sizes = self.slice_shape(tensor_shape)
@@ -117,14 +170,39 @@ class MeshImpl:
             for ma, size in zip(self.tensor_layout(tensor_shape), sizes)]
 
   def slice_size(self, tensor_shape) -> int:
+    """The number of elements of each processor's slice of a tensor.
+
+    Args:
+      tensor_shape: the Shape of an mtf tensor.
+
+    Returns:
+      an int: the product of slice_shape(tensor_shape).
+    """
     return list_product(self.slice_shape(tensor_shape))
 
   def laid_out_size(self, tensor_shape) -> int:
+    """The number of elements of a tensor summed over all processors.
+
+    Args:
+      tensor_shape: the Shape of an mtf tensor.
+
+    Returns:
+      an int: slice_size times the number of processors (replicas count).
+    """
     return self.slice_size(tensor_shape) * self.size
 
   # ------------------------------------------------------- derived utilities
   def slicewise_delay_allreduce(self, fn: Callable, *inputs):
-    """Like slicewise, but keeps compatible lazy sums lazy (fn must be linear)."""
+    """Like slicewise, but keeps compatible lazy sums lazy (fn must be linear).
+
+    Args:
+      fn: a function of tf.Tensors, linear in each argument, applied to the
+        slices.
+
+    Returns:
+      a LazyAllreduceSum if the inputs are compatible lazy sums (the sum is
+      reduced later, once), else the LaidOutTensor slicewise(fn, ...) returns.
+    """
     if laid_out_lib.compatible_lazy_allreduce_sums(inputs):
       first = inputs[0]
       return laid_out_lib.LazyAllreduceSum(
@@ -134,6 +212,16 @@ class MeshImpl:
         fn, *laid_out_lib.convert_args_to_laid_out_tensors(inputs))
 
   def Print(self, x, data, message, **kwargs):  # pylint: disable=invalid-name
+    """Prints `data` and `message` when `x` is computed (a no-op by default).
+
+    Args:
+      x: a LaidOutTensor to pass through.
+      data: a list of LaidOutTensors to print.
+      message: a string printed before the data.
+
+    Returns:
+      the LaidOutTensor `x` (with the print attached, where supported).
+    """
     del data, message, kwargs
     logging.warning("Print not implemented for %s", type(self).__name__)
     return x
@@ -144,13 +232,29 @@ class MeshImpl:
     For stateful fns (a random draw) whose value all processors must share.
     Here fn runs once, on the first device; a backend whose processors run
     separate programs (SIMD) runs it on each and broadcasts processor 0's.
+
+    Args:
+      fn: a function of no arguments returning a tf.Tensor.
+
+    Returns:
+      a tf.Tensor holding processor 0's value of fn(), available to all
+      processors.
     """
     devices = getattr(self, "devices", None) or [None]
     with tf.device(devices[0]):
       return fn()
 
   def pcoord(self, pnum, mesh_axis: int):
-    """Coordinate of processor `pnum` (an int or an int tensor) on mesh_axis."""
+    """Coordinate of processor `pnum` (an int or an int tensor) on mesh_axis.
+
+    Args:
+      pnum: the processor number, a Python int or an int32 tf scalar.
+      mesh_axis: the index of the mesh axis.
+
+    Returns:
+      the coordinate of the processor along the axis, of the same kind as
+      `pnum`.
+    """
     divisor = list_product(self._shape.to_integer_list[mesh_axis + 1:])
     modulus = self._shape[mesh_axis].size
     if isinstance(pnum, int):
@@ -158,12 +262,28 @@ class MeshImpl:
     return tf.math.floormod(tf.math.floordiv(pnum, divisor), modulus)
 
   def laid_out_pcoord(self, mesh_axis: int):
-    """LaidOutTensor of each processor's coordinate along `mesh_axis`."""
+    """LaidOutTensor of each processor's coordinate along `mesh_axis`.
+
+    Args:
+      mesh_axis: the index of the mesh axis.
+
+    Returns:
+      a LaidOutTensor of int32 scalars: each processor's coordinate along the
+      axis.
+    """
     return self.slicewise(lambda pnum: self.pcoord(pnum, mesh_axis),
                           self.laid_out_pnum())
 
   def laid_out_slice_num(self, tensor_shape):
-    """LaidOutTensor of ints, equal exactly for processors with equal slices."""
+    """LaidOutTensor of ints, equal exactly for processors with equal slices.
+
+    Args:
+      tensor_shape: the Shape of an mtf tensor.
+
+    Returns:
+      a LaidOutTensor of int32 scalars; two processors hold equal slices exactly
+      when their numbers are equal.
+    """
     tensor_shape = convert_to_shape(tensor_shape)
     split_axes = [ma for ma in self.tensor_layout(tensor_shape) if ma is not None]
 
@@ -175,7 +295,14 @@ class MeshImpl:
     return self.slicewise(slice_num_fn, self.laid_out_pnum())
 
   def laid_out_slice_begin(self, tensor_shape):
-    """LaidOutTensor of each processor's slice_begin (lists, or int tensors)."""
+    """LaidOutTensor of each processor's slice_begin (lists, or int tensors).
+
+    Args:
+      tensor_shape: the Shape of an mtf tensor.
+
+    Returns:
+      a LaidOutTensor of int32 vectors: each processor's slice_begin.
+    """
     tensor_shape = convert_to_shape(tensor_shape)
     sizes = self.slice_shape(tensor_shape)
     tensor_layout = self.tensor_layout(tensor_shape)
@@ -190,6 +317,17 @@ class MeshImpl:
     """Keeps, on each processor, the piece of `x` its coordinate selects.
 
     No communication: every processor already holds the whole of `split_axis`.
+
+    Args:
+      x: a LaidOutTensor replicated along `mesh_axis`.
+      mesh_axis: the index of the mesh axis to split on.
+      split_axis: the index of the slice axis to split.
+      which: optional LaidOutTensor of int32 scalars: which piece each processor
+        keeps; defaults to its coordinate along `mesh_axis`.
+
+    Returns:
+      a LaidOutTensor whose slices are 1/n of `x`'s along `split_axis` (n the
+      mesh dimension's size).
     """
     if which is None:
       which = self.laid_out_pcoord(mesh_axis)
@@ -211,7 +349,18 @@ class MeshImpl:
     return self.slicewise(split_fn, x, which)
 
   def shift_by_n_processors(self, x, mesh_axis: int, offset: int, wrap: bool):
-    """Each processor receives x from the processor `offset` before it."""
+    """Each processor receives x from the processor `offset` before it.
+
+    Args:
+      x: a LaidOutTensor.
+      mesh_axis: the index of the mesh axis to shift along.
+      offset: how many processors to shift by (negative shifts the other way).
+      wrap: if True, the shift wraps around the axis; if False, processors with
+        no source receive zeros.
+
+    Returns:
+      a LaidOutTensor with the shifted slices.
+    """
     n = self._shape[mesh_axis].size
     source_pcoord = []
     for i in range(n):
@@ -225,7 +374,17 @@ class MeshImpl:
     return self.receive(x, mesh_axis, source_pcoord)
 
   def broadcast_impl(self, old_slices, old_shape, new_shape):
-    """Broadcasts each slice from old_shape to new_shape (no communication)."""
+    """Broadcasts each slice from old_shape to new_shape (no communication).
+
+    Args:
+      old_slices: a LaidOutTensor laid out for `old_shape`.
+      old_shape: the Shape of the input tensor.
+      new_shape: the Shape to broadcast to; it contains every dimension of
+        `old_shape`.
+
+    Returns:
+      a LaidOutTensor laid out for `new_shape`.
+    """
     old_shape = convert_to_shape(old_shape)
     new_shape = convert_to_shape(new_shape)
     new_slice_shape = self.slice_shape(new_shape)
@@ -234,7 +393,16 @@ class MeshImpl:
         old_slices)
 
   def make_slices(self, tf_tensor, tensor_shape) -> List[tf.Tensor]:
-    """Cuts a full tf tensor into the per-processor slices (list by pnum)."""
+    """Cuts a full tf tensor into the per-processor slices (list by pnum).
+
+    Args:
+      tf_tensor: a tf.Tensor with the full shape of `tensor_shape`.
+      tensor_shape: the mtf Shape of the tensor.
+
+    Returns:
+      a list of tf.Tensors, the slice of each processor, indexed by processor
+      number.
+    """
     tensor_shape = convert_to_shape(tensor_shape)
     sizes = self.slice_shape(tensor_shape)
     return [static_slice(tf_tensor, self.slice_begin(tensor_shape, pnum), sizes)
@@ -242,7 +410,16 @@ class MeshImpl:
 
   def combine_slices(self, slices: Sequence[tf.Tensor], tensor_shape,
                      device: Optional[str] = None) -> tf.Tensor:
-    """Inverse of make_slices: concatenates split axes, drops replicas."""
+    """Inverse of make_slices: concatenates split axes, drops replicas.
+
+    Args:
+      slices: the per-processor slices, indexed by processor number.
+      tensor_shape: the mtf Shape of the full tensor.
+      device: optional device to assemble the full tensor on.
+
+    Returns:
+      the full tf.Tensor of shape `tensor_shape`.
+    """
     tensor_shape = convert_to_shape(tensor_shape)
     if tensor_shape.ndims == 0:
       return slices[0]
@@ -260,40 +437,114 @@ class MeshImpl:
       return current[0]
 
   def einsum(self, equation: str, *slices):
-    """tf.einsum on slices; products and matmuls use tf.multiply/tf.matmul."""
+    """tf.einsum on slices; products and matmuls use tf.multiply/tf.matmul.
+
+    Args:
+      equation: a tf.einsum equation over the slices.
+
+    Returns:
+      a LaidOutTensor: einsum of the corresponding slices on each processor.
+    """
     return tf_einsum.einsum(equation, *slices)
 
   # ------------------------------------------------------ backend primitives
   def slicewise(self, fn: Callable, *inputs):
-    """Applies fn to corresponding slices; returns LaidOutTensor(s)."""
+    """Applies fn to corresponding slices; returns LaidOutTensor(s).
+
+    Args:
+      fn: a function of tf.Tensors applied to corresponding slices of the inputs
+        (LaidOutTensors, or values used as they are).
+
+    Returns:
+      a LaidOutTensor, or a tuple of them if fn returns a tuple.
+    """
     raise NotImplementedError("%s.slicewise" % type(self).__name__)
 
   def allreduce(self, x, mesh_axes: Sequence[int], reduction_fn_string: str):
-    """Reduces ("SUM", "MAX", "MIN") over the groups spanning mesh_axes."""
+    """Reduces ("SUM", "MAX", "MIN") over the groups spanning mesh_axes.
+
+    Args:
+      x: a LaidOutTensor.
+      mesh_axes: the indices of the mesh axes to reduce over.
+      reduction_fn_string: "SUM", "MAX" or "MIN".
+
+    Returns:
+      a LaidOutTensor whose slices hold the reduction over each group of
+      processors spanning `mesh_axes`.
+    """
     raise NotImplementedError("%s.allreduce" % type(self).__name__)
 
   def allconcat(self, x, mesh_axis: int, concat_axis: int):
-    """Concatenates the slices of a group along concat_axis on every member."""
+    """Concatenates the slices of a group along concat_axis on every member.
+
+    Args:
+      x: a LaidOutTensor.
+      mesh_axis: the index of the mesh axis to gather along.
+      concat_axis: the index of the slice axis to concatenate on.
+
+    Returns:
+      a LaidOutTensor whose slices are the concatenation of the group's slices.
+    """
     raise NotImplementedError("%s.allconcat" % type(self).__name__)
 
   def alltoall(self, x, mesh_axis: int, split_axis: int, concat_axis: int):
-    """Splits along split_axis, exchanges pieces, concatenates on concat_axis."""
+    """Splits along split_axis, exchanges pieces, concatenates on concat_axis.
+
+    Args:
+      x: a LaidOutTensor.
+      mesh_axis: the index of the mesh axis to exchange along.
+      split_axis: the slice axis split into pieces sent to the group.
+      concat_axis: the slice axis the received pieces are concatenated on.
+
+    Returns:
+      a LaidOutTensor with the exchanged slices.
+    """
     raise NotImplementedError("%s.alltoall" % type(self).__name__)
 
   def receive(self, x, mesh_axis: int, source_pcoord: Sequence[Optional[int]]):
-    """Processor i along mesh_axis gets the slice of source_pcoord[i] (or 0s)."""
+    """Processor i along mesh_axis gets the slice of source_pcoord[i] (or 0s).
+
+    Args:
+      x: a LaidOutTensor.
+      mesh_axis: the index of the mesh axis.
+      source_pcoord: for each coordinate along the axis, the coordinate to
+        receive from, or None to receive zeros.
+
+    Returns:
+      a LaidOutTensor with the received slices.
+    """
     raise NotImplementedError("%s.receive" % type(self).__name__)
 
   def laid_out_pnum(self):
-    """LaidOutTensor of processor numbers."""
+    """LaidOutTensor of processor numbers.
+
+    Returns:
+      a LaidOutTensor of int32 scalars: each processor's number.
+    """
     raise NotImplementedError("%s.laid_out_pnum" % type(self).__name__)
 
   def export_to_tf_tensor(self, x, laid_out_x):
-    """The full tf.Tensor for mtf Tensor x."""
+    """The full tf.Tensor for mtf Tensor x.
+
+    Args:
+      x: the mtf Tensor.
+      laid_out_x: its LaidOutTensor.
+
+    Returns:
+      the full tf.Tensor of shape x.shape.
+    """
     raise NotImplementedError("%s.export_to_tf_tensor" % type(self).__name__)
 
   def import_tf_tensor(self, x, tf_x):
-    """LaidOutTensor holding the slices of tf_x for mtf Tensor x."""
+    """LaidOutTensor holding the slices of tf_x for mtf Tensor x.
+
+    Args:
+      x: the mtf Tensor the slices are for.
+      tf_x: a tf.Tensor of shape x.shape.
+
+    Returns:
+      a LaidOutTensor holding each processor's slice of `tf_x`.
+    """
     raise NotImplementedError("%s.import_tf_tensor" % type(self).__name__)
 
 

@@ -41,7 +41,9 @@ class NumpyConverter:
 
   def __init__(self, *, mesh_shape="", layout="",
                devices: Optional[Sequence[str]] = None):
-    """Args:
+    """Creates a graph and a mesh to build the tested program in.
+
+    Args:
       mesh_shape: shape of the mesh the graph is lowered on (default one
         processor), e.g. "all:4".
       layout: layout rules for that mesh, e.g. "batch:all".
@@ -65,10 +67,12 @@ class NumpyConverter:
 
   @property
   def graph(self) -> Graph:
+    """The mtf Graph to build the tested program in."""
     return self._graph
 
   @property
   def mesh(self) -> Mesh:
+    """The mtf Mesh of the graph."""
     return self._mesh
 
   @property
@@ -121,6 +125,13 @@ class NumpyConverter:
                                       ) -> Tuple[Lowering, tf.Tensor]:
     """(lowering, tf tensor): lowers the whole graph and exports mtf_tensor.
 
+    Args:
+      mtf_tensor: an mtf Tensor of the converter's graph.
+
+    Returns:
+      (lowering, tf_tensor): the Lowering of the graph and the full tf.Tensor
+      value of mtf_tensor.
+
     Raises:
       ValueError: if mtf_tensor belongs to another mtf Graph.
     """
@@ -133,7 +144,14 @@ class NumpyConverter:
     return lowering, lowering.export_to_tf_tensor(mtf_tensor)
 
   def convert_mtf_tensor_to_np_array(self, x_mtf: Tensor) -> np.ndarray:
-    """The value of x_mtf as a numpy array."""
+    """The value of x_mtf as a numpy array.
+
+    Args:
+      x_mtf: an mtf Tensor of the converter's graph.
+
+    Returns:
+      a numpy array of shape x_mtf.shape.
+    """
     lowering, x_tf = self.convert_mtf_tensor_to_tf_tensor(x_mtf)
     if tf.executing_eagerly():
       return np.asarray(x_tf)

@@ -15,6 +15,13 @@ def parallel(devices: Sequence[str], fn: Callable, *args, **kwargs) -> list:
   """Calls fn once per device; list args/kwargs are indexed per device.
 
   Each call runs under tf.device(devices[i]) and variable scope `parallel_<i>`.
+
+  Args:
+    devices: the device strings.
+    fn: a function, or a list with one function per device.
+
+  Returns:
+    a list with the result of each call.
   """
   n = len(devices)
   for a in list(args) + list(kwargs.values()):
@@ -30,6 +37,14 @@ def parallel(devices: Sequence[str], fn: Callable, *args, **kwargs) -> list:
 
 
 def transpose_list_of_lists(lol: Sequence[Sequence]) -> List[list]:
+  """Transposes a list of equal-length lists.
+
+  Args:
+    lol: a non-empty list of lists of equal length.
+
+  Returns:
+    a list of lists: result[j][i] = lol[i][j].
+  """
   if not lol:
     raise ValueError("cannot transpose an empty list of lists")
   return [list(x) for x in zip(*lol)]

@@ -104,22 +104,27 @@ class Shape:
 
   @property
   def dims(self) -> list[Dimension]:
+    """A copy of the list of Dimensions."""
     return list(self._dims)
 
   @property
   def ndims(self) -> int:
+    """The number of dimensions."""
     return len(self._dims)
 
   @property
   def to_integer_list(self) -> list[int]:
+    """The dimension sizes, as a list of ints."""
     return [d.size for d in self._dims]
 
   @property
   def size(self) -> int:
+    """The number of elements (product of the dimension sizes)."""
     return list_product(self.to_integer_list)
 
   @property
   def to_string(self) -> str:
+    """"Shape[name=size, ...]", as printed by repr()."""
     return "Shape[%s]" % ", ".join(f"{d.name}={d.size}" for d in self._dims)
 
   @property
@@ -137,28 +142,57 @@ class Shape:
 
   @property
   def dimension_names(self) -> list[str]:
+    """The names of the dimensions, in order."""
     return [d.name for d in self._dims]
 
   def cumprod_to_tensor_axis(self, cumprod: int) -> int | None:
-    """Returns the largest tensor axis whose exclusive cumprod is `cumprod`.
+    """The largest tensor axis whose exclusive cumprod is `cumprod`.
 
     For `Shape[a=2, b=3]`, `cumprod_to_tensor_axis(2)` -> 1; 5 -> None.
+
+    Args:
+      cumprod: a product of dimension sizes.
+
+    Returns:
+      the int tensor axis, or None if no axis has that exclusive cumprod.
     """
     matches = [axis for axis, c in enumerate(self.cumprod) if c == cumprod]
     return matches[-1] if matches else None
 
   def rename_dimension(self, old_name: str, new_name: str) -> Shape:
-    """Returns a copy with dimension `old_name` renamed (no-op if absent)."""
+    """Returns a copy with dimension `old_name` renamed (no-op if absent).
+
+    Args:
+      old_name: the name of a dimension.
+      new_name: its new name.
+
+    Returns:
+      a new Shape.
+    """
     return Shape([Dimension(new_name, d.size) if d.name == old_name else d
                   for d in self._dims])
 
   def resize_dimension(self, name: str, new_size: int) -> Shape:
-    """Returns a copy with dimension `name` resized (no-op if absent)."""
+    """Returns a copy with dimension `name` resized (no-op if absent).
+
+    Args:
+      name: the name of a dimension.
+      new_size: its new size.
+
+    Returns:
+      a new Shape.
+    """
     return Shape([Dimension(name, new_size) if d.name == name else d
                   for d in self._dims])
 
   def get_dim_by_name(self, name: str) -> Dimension:
     """Returns the Dimension called `name`.
+
+    Args:
+      name: a dimension name.
+
+    Returns:
+      the Dimension.
 
     Raises:
       ValueError: if there is no such dimension.
@@ -336,6 +370,12 @@ def anonymous_shape(shape: Any) -> Shape:
   """Same sizes, names `_anonymous_0`, `_anonymous_1`, ...
 
   `Shape[a=2, b=3]` -> `Shape[_anonymous_0=2, _anonymous_1=3]`.
+
+  Args:
+    shape: a Shape (or anything convert_to_shape accepts).
+
+  Returns:
+    a Shape with anonymous dimension names and the same sizes.
   """
   shape = convert_to_shape(shape)
   return Shape([Dimension(f"_anonymous_{i}", d.size)
@@ -346,13 +386,27 @@ def is_subsequence(short_seq: Sequence[Any], long_seq: Sequence[Any]) -> bool:
   """Whether `short_seq` appears in `long_seq` in order (gaps allowed).
 
   `is_subsequence([1, 3], [1, 2, 3])` -> True; `([3, 1], [1, 2, 3])` -> False.
+
+  Args:
+    short_seq: a sequence.
+    long_seq: a sequence.
+
+  Returns:
+    a bool.
   """
   remaining = iter(long_seq)
   return all(any(x == y for y in remaining) for x in short_seq)
 
 
 def list_product(l: Iterable[int]) -> int:
-  """Product of the elements; 1 for an empty iterable."""
+  """Product of the elements; 1 for an empty iterable.
+
+  Args:
+    l: an iterable of ints.
+
+  Returns:
+    an int.
+  """
   result = 1
   for x in l:
     result *= x
@@ -360,7 +414,15 @@ def list_product(l: Iterable[int]) -> int:
 
 
 def verify_no_new_dims(input_shapes: Sequence[Any], output_shape: Any) -> None:
-  """ValueError if output_shape has a dimension no input has."""
+  """ValueError if output_shape has a dimension no input has.
+
+  Args:
+    input_shapes: the Shapes of the inputs.
+    output_shape: the Shape of the output.
+
+  Raises:
+    ValueError: if a dimension of output_shape is in no input shape.
+  """
   all_dims = set()
   for s in input_shapes:
     all_dims.update(convert_to_shape(s).dims)

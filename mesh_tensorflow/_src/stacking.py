@@ -22,7 +22,12 @@ STACKED_DIM_NAME = "stacked"
 
 
 class StackedVariable(Variable):
-  """Variables of equal shape and dtype stacked along a new "stacked" dim."""
+  """Variables of equal shape and dtype stacked along a new "stacked" dim.
+
+  Args:
+    vs: two or more mtf Variables of one shape and dtype; they are stacked in
+      this order.
+  """
 
   def __init__(self, vs: Sequence[Variable]):
     vs = list(vs)
@@ -37,10 +42,12 @@ class StackedVariable(Variable):
 
   @property
   def original_names(self) -> List[str]:
+    """The names of the stacked variables, in stacking order."""
     return [v.name for v in self._vars]
 
   @property
   def original_variables(self) -> List[Variable]:
+    """The stacked mtf Variables, in stacking order."""
     return list(self._vars)
 
   @property
@@ -50,6 +57,7 @@ class StackedVariable(Variable):
 
   @property
   def master_device(self) -> str:
+    """The device of the stacked master variable."""
     return self._vars[0].master_device
 
   def get_master(self) -> tf.Tensor:

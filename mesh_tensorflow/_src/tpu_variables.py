@@ -65,6 +65,11 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
     w = ReplicatedVariable("w", slices)
     w.assign_add(tf.ones([4]))   # outside replicate: slices[0] only
     tf.convert_to_tensor(w)      # value of slices[0]
+
+  Args:
+    name: the name of the variable.
+    variables: one tf.Variable per replica, of one shape and dtype (the first is
+      the primary).
   """
 
   def __init__(self, name: str, variables: Sequence[tf.Variable]):
@@ -119,36 +124,59 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
 
   @property
   def graph(self):
+    """The tf graph of the primary replica."""
     return self._primary_var.graph
 
   @property
   def name(self) -> str:
+    """The name of the variable."""
     return self._name
 
   @property
   def dtype(self) -> tf.DType:
+    """The dtype of the variable (that of its replicas)."""
     return self._primary_var.dtype
 
   @property
   def shape(self) -> tf.TensorShape:
+    """The tf.TensorShape of the variable."""
     return self._primary_var.shape
 
   def get_shape(self) -> tf.TensorShape:
+    """The shape of the variable.
+
+    Returns:
+      a tf.TensorShape.
+    """
     return self.shape
 
   def to_proto(self, export_scope: Optional[str] = None):
+    """Serialises the primary variable to a VariableDef.
+
+    Args:
+      export_scope: optional name scope to strip from the names.
+
+    Returns:
+      the VariableDef proto of the primary variable.
+    """
     return self._primary_var.to_proto(export_scope=export_scope)
 
   @property
   def constraint(self):
+    """None: replicated variables have no constraint."""
     return self._primary_var.constraint
 
   @property
   def op(self):
+    """The op of the primary replica."""
     return self.get().op
 
   def get(self) -> tf.Variable:
-    """The first variable (what this proxies outside a replicate context)."""
+    """The first variable (what this proxies outside a replicate context).
+
+    Returns:
+      the primary tf.Variable.
+    """
     return self._primary_var
 
   # ----------------------------------------------------------- read/write
@@ -157,12 +185,21 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
                                      dtype=self.dtype.base_dtype)
 
   def read_value(self):
-    """The current value (of this replica's variable inside replicate)."""
+    """The current value (of this replica's variable inside replicate).
+
+    Returns:
+      a tf.Tensor with the variable's value.
+    """
     if _enclosing_tpu_context() is None:
       return self._primary_var.read_value()
     return self._read_replicated()
 
   def value(self):
+    """The current value (see read_value).
+
+    Returns:
+      a tf.Tensor with the variable's value.
+    """
     return self.read_value()
 
   def _assign(self, method: str, raw_op, value, use_locking, name,
@@ -178,15 +215,47 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
       return self._read_replicated()
 
   def assign(self, value, use_locking=None, name=None, read_value=False):
-    """Assigns value; returns the new value if read_value else the op."""
+    """Assigns value; returns the new value if read_value else the op.
+
+    Args:
+      value: the new value, of the variable's shape and dtype.
+      use_locking: passed on to the assignment (as tf.Variable.assign).
+      name: optional name of the assignment op.
+      read_value: whether to return the new value instead of the assign op.
+
+    Returns:
+      the new value (a tf.Tensor) if read_value, else the assign op.
+    """
     return self._assign("assign", tf.raw_ops.AssignVariableOp, value,
                         use_locking, name, read_value)
 
   def assign_add(self, delta, use_locking=None, name=None, read_value=True):
+    """Adds delta to the variable.
+
+    Args:
+      delta: the value to add.
+      use_locking: passed on to the assignment (as tf.Variable.assign).
+      name: optional name of the assignment op.
+      read_value: whether to return the new value instead of the assign op.
+
+    Returns:
+      the new value (a tf.Tensor) if read_value, else the assign op.
+    """
     return self._assign("assign_add", tf.raw_ops.AssignAddVariableOp, delta,
                         use_locking, name, read_value)
 
   def assign_sub(self, delta, use_locking=None, name=None, read_value=True):
+    """Subtracts delta from the variable.
+
+    Args:
+      delta: the value to subtract.
+      use_locking: passed on to the assignment (as tf.Variable.assign).
+      name: optional name of the assignment op.
+      read_value: whether to return the new value instead of the assign op.
+
+    Returns:
+      the new value (a tf.Tensor) if read_value, else the assign op.
+    """
     return self._assign("assign_sub", tf.raw_ops.AssignSubVariableOp, delta,
                         use_locking, name, read_value)
 

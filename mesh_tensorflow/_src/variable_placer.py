@@ -32,7 +32,9 @@ class BalancedVariablePlacer:
 
   def __init__(self, devices: Sequence[str],
                init_usage: Optional[Sequence[int]] = None):
-    """Args:
+    """Starts with the given usage of each device.
+
+    Args:
       devices: device strings to spread variables over.
       init_usage: bytes already used on each device (default all 0), e.g. to
         keep room on a host that also runs the input pipeline.
@@ -59,6 +61,7 @@ class BalancedVariablePlacer:
 
   @property
   def devices(self) -> List[str]:
+    """The device strings variables are spread over."""
     return list(self._devices)
 
   @property
@@ -68,6 +71,14 @@ class BalancedVariablePlacer:
 
   def device_function(self, var) -> str:
     """The device for the tf.Operation being created (`var`, as the original).
+
+    Args:
+      var: the tf.Operation being placed.
+
+    Returns:
+      the device string: for a variable op, the device with the least usage so
+      far (whose usage then grows by the variable's size); for other ops, the
+      device of the last variable placed.
 
     Raises:
       ValueError: if a variable op has a shape that is not fully known.

@@ -13,7 +13,7 @@ import contextlib
 import sys
 import threading
 import weakref
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 from absl import logging
 import tensorflow as tf
@@ -27,7 +27,15 @@ tf1 = tf.compat.v1
 
 
 class VariableDType:
-  """Dtypes of a variable: checkpoint (master), in-memory (slice), activation."""
+  """Dtypes of a variable: checkpoint (master), in-memory (slice), activation.
+
+  Args:
+    master_dtype: the dtype of the master variable, as checkpointed.
+    slice_dtype: the dtype of the per-processor slice variables; defaults to
+      master_dtype.
+    activation_dtype: the dtype the variable is read as in the computation;
+      defaults to slice_dtype.
+  """
 
   def __init__(self, master_dtype=tf.float32, slice_dtype=None,
                activation_dtype=None):
@@ -37,14 +45,17 @@ class VariableDType:
 
   @property
   def master_dtype(self) -> tf.DType:
+    """The dtype of the master variable (as checkpointed)."""
     return self._master_dtype
 
   @property
   def slice_dtype(self) -> tf.DType:
+    """The dtype of the per-processor slice variables."""
     return self._slice_dtype
 
   @property
   def activation_dtype(self) -> tf.DType:
+    """The dtype in which the variable is read in the computation."""
     return self._activation_dtype
 
   def __repr__(self) -> str:
@@ -72,6 +83,9 @@ class VariableStore(tf.Module):
   first trace, so re-tracing creates no tf.Variables. To share variables
   between functions or mtf graphs (a train step and an eval step, say),
   create a VariableStore and build both inside `mtf.variable_store(store)`.
+
+  Args:
+    name: the name of the tf.Module.
   """
 
   def __init__(self, name: str = "mtf_variable_store"):
@@ -82,6 +96,18 @@ class VariableStore(tf.Module):
   def get_or_create_master(self, name: str, shape: Shape, dtype: tf.DType,
                            initializer, trainable: bool, device) -> tf.Variable:
     """The master tf.Variable `name`; created on first use.
+
+    Args:
+      name: the full name of the variable (with scopes), as checkpointed.
+      shape: its mtf Shape.
+      dtype: the master dtype.
+      initializer: a TF initializer (called with the shape and dtype), a value
+        broadcast to the shape, or None for glorot_uniform.
+      trainable: whether the tf.Variable is trainable.
+      device: the device (string or device function) to create it on.
+
+    Returns:
+      the master tf.Variable.
 
     Raises:
       ValueError: if a variable of that name exists with another shape/dtype.
@@ -107,6 +133,15 @@ class VariableStore(tf.Module):
 
   def get_or_create_slice(self, key: str,
                           create_fn: Callable[[], tf.Variable]) -> tf.Variable:
+    """The slice tf.Variable stored under `key`; created on first use.
+
+    Args:
+      key: a string identifying the slice (variable name and processor).
+      create_fn: a function of no arguments creating the tf.Variable.
+
+    Returns:
+      the slice tf.Variable.
+    """
     existing = self._slices.get(key)
     if existing is None:
       with tf.init_scope(), _root_name_scope():
@@ -243,17 +278,26 @@ def get_default_variable_store() -> VariableStore:
   Inside `mtf.variable_store(store)`: that store. In a tf.compat.v1 graph:
   that graph's store. While a tf.function traces: that function's store.
   Eagerly: the store of the mtf graph that last created a variable.
+
+  Returns:
+    the VariableStore that new mtf variables use.
   """
   return _store_in_context()
 
 
 @contextlib.contextmanager
-def variable_store(store: VariableStore):
+def variable_store(store: VariableStore) -> Iterator[VariableStore]:
   """Makes `store` the VariableStore for mtf variables created inside.
 
   Example:
     with mtf.variable_store(mtf.VariableStore()):
       w = mtf.get_variable(mesh, "w", shape)
+
+  Args:
+    store: a VariableStore.
+
+  Yields:
+    the VariableStore `store`.
   """
   if not hasattr(_store_override, "stack"):
     _store_override.stack = []
@@ -265,7 +309,16 @@ def variable_store(store: VariableStore):
 
 
 class Variable(Operation):
-  """An mtf variable; its output is the variable's value as an activation."""
+  """An mtf variable; its output is the variable's value as an activation.
+
+  Args:
+    mesh: the mtf Mesh.
+    name: the full name of the variable (with scopes).
+    shape: the Shape of the variable (or anything convert_to_shape accepts).
+    dtype: a VariableDType.
+    initializer: a TF initializer for the master variable.
+    trainable: whether the variable joins the graph's trainable_variables.
+  """
 
   shared_by_clones = True  # Rematerialised code reads the same variable.
 
@@ -303,9 +356,22 @@ class Variable(Operation):
                             laid_out.laid_out_tensor))
 
   def get_master(self) -> tf.Tensor:
+    """Reads the master tf.Variable.
+
+    Returns:
+      a tf.Tensor with the full value of the variable, in the master dtype.
+    """
     return self._master.read_value()
 
   def assign_to_master(self, val):
+    """Assigns a full value to the master tf.Variable.
+
+    Args:
+      val: a tf.Tensor of the variable's full shape (cast to master_dtype).
+
+    Returns:
+      the tf assign op.
+    """
     return self._master.assign(tf.cast(val, self.master_dtype))
 
   @property
@@ -315,46 +381,57 @@ class Variable(Operation):
 
   @property
   def store(self) -> VariableStore:
+    """The VariableStore holding the master variable."""
     return self._store
 
   @property
   def value(self) -> Tensor:
+    """The mtf Tensor of the variable's value (the operation's output)."""
     return self.outputs[0]
 
   @property
   def shape(self) -> Shape:
+    """The Shape of the variable."""
     return self._shape
 
   @property
   def size(self) -> int:
+    """The number of elements of the variable."""
     return self._shape.size
 
   @property
   def dtype(self) -> VariableDType:
+    """The VariableDType (master, slice and activation dtypes)."""
     return self._variable_dtype
 
   @property
   def variable_dtype(self) -> VariableDType:
+    """The VariableDType of the variable (alias of dtype)."""
     return self._variable_dtype
 
   @property
   def master_dtype(self) -> tf.DType:
+    """The dtype of the master variable (as checkpointed)."""
     return self._variable_dtype.master_dtype
 
   @property
   def slice_dtype(self) -> tf.DType:
+    """The dtype of the per-processor slice variables."""
     return self._variable_dtype.slice_dtype
 
   @property
   def activation_dtype(self) -> tf.DType:
+    """The dtype of the variable's value as read in the computation."""
     return self._variable_dtype.activation_dtype
 
   @property
   def trainable(self) -> bool:
+    """Whether the variable is in the graph's trainable_variables."""
     return self._trainable
 
   @property
   def master_device(self) -> str:
+    """The device of the master variable."""
     return self._master.device
 
 
@@ -370,6 +447,23 @@ def get_variable(mesh: Mesh, name: str, shape, dtype=tf.float32,
   Example:
     w = mtf.get_variable(mesh, "w", [d_model, d_ff],
                          initializer=tf.random_normal_initializer())
+
+  Args:
+    mesh: the mtf Mesh.
+    name: the variable's name, prefixed by the current variable scope.
+    shape: its Shape (or anything convert_to_shape accepts).
+    dtype: a tf.DType, or a VariableDType giving master, slice and activation
+      dtypes.
+    master_dtype: overrides the master (checkpoint) dtype.
+    slice_dtype: overrides the slice dtype.
+    activation_dtype: overrides the activation dtype.
+    initializer: a TF initializer; defaults to that of the variable scope, else
+      glorot_uniform as in tf.compat.v1.get_variable.
+    trainable: whether the variable is trained.
+
+  Returns:
+    an mtf Tensor of shape `shape` and the activation dtype: the variable's
+    value.
   """
   if dtype is None:
     dtype = tf.float32
@@ -403,7 +497,12 @@ def get_variable(mesh: Mesh, name: str, shape, dtype=tf.float32,
 
 
 class ReadVariable(Operation):
-  """Reads a variable's slices again (after assignments); identity gradient."""
+  """Reads a variable's slices again (after assignments); identity gradient.
+
+  Args:
+    var: the mtf Variable to read.
+    name: an optional name for the operation.
+  """
 
   def __init__(self, var: Variable, name: Optional[str] = None):
     super().__init__([var.outputs[0]], name=name or "read_variable")
@@ -424,23 +523,69 @@ class ReadVariable(Operation):
 
 
 def read_variable(var) -> Tensor:
+  """The current value of a variable, read after assignments it depends on.
+
+  Args:
+    var: an mtf Variable, or its output Tensor.
+
+  Returns:
+    an mtf Tensor with the variable's value.
+  """
   return ReadVariable(_variable_of(var)).outputs[0]
 
 
 def assign_slice(variable: Variable, slice_var, val):
+  """Assigns val to one slice variable (the default assign_fn).
+
+  Args:
+    variable: the mtf Variable the slice belongs to.
+    slice_var: the tf.Variable holding the slice.
+    val: a tf.Tensor of the slice's shape.
+
+  Returns:
+    the assignment, as slice_var's assign method returns it.
+  """
   return slice_var.assign(tf.cast(val, variable.slice_dtype))
 
 
 def assign_add_slice(variable: Variable, slice_var, val):
+  """Assigns slice_var + val to one slice variable.
+
+  Args:
+    variable: the mtf Variable the slice belongs to.
+    slice_var: the tf.Variable holding the slice.
+    val: a tf.Tensor of the slice's shape.
+
+  Returns:
+    the assignment, as slice_var's assign method returns it.
+  """
   return slice_var.assign_add(tf.cast(val, variable.slice_dtype))
 
 
 def assign_sub_slice(variable: Variable, slice_var, val):
+  """Assigns slice_var - val to one slice variable.
+
+  Args:
+    variable: the mtf Variable the slice belongs to.
+    slice_var: the tf.Variable holding the slice.
+    val: a tf.Tensor of the slice's shape.
+
+  Returns:
+    the assignment, as slice_var's assign method returns it.
+  """
   return slice_var.assign_sub(tf.cast(val, variable.slice_dtype))
 
 
 class Assign(Operation):
-  """Assigns new values to variables' slices; lowers to a tf.group."""
+  """Assigns new values to variables' slices; lowers to a tf.group.
+
+  Args:
+    variables: the mtf Variables to assign.
+    new_values: one mtf Tensor per variable, of its shape.
+    assign_fn: a function (variable, slice_var, value) assigning one slice, e.g.
+      assign_slice or assign_add_slice.
+    name: an optional name for the operation.
+  """
 
   def __init__(self, variables: List[Variable], new_values: List[Tensor],
                assign_fn=assign_slice, name: Optional[str] = None):
@@ -459,10 +604,12 @@ class Assign(Operation):
 
   @property
   def variables(self) -> List[Variable]:
+    """The mtf Variables assigned, in order."""
     return self._variables
 
   @property
   def assign_fn(self):
+    """The function (variable, slice_var, value) assigning each slice."""
     return self._assign_fn
 
   def lower(self, lowering):
@@ -491,15 +638,43 @@ def _variable_of(var) -> Variable:
 
 def assign(var, new_val: Tensor, assign_fn=assign_slice,
            name: Optional[str] = None) -> Operation:
-  """Assign op; `var` may be a Variable or its output tensor."""
+  """Assign op; `var` may be a Variable or its output tensor.
+
+  Args:
+    var: an mtf Variable, or its output Tensor.
+    new_val: an mtf Tensor of the variable's shape.
+    assign_fn: a function (variable, slice_var, value) assigning one slice.
+    name: an optional name for the operation.
+
+  Returns:
+    the Assign Operation; lowering.lowered_operation gives its tf op.
+  """
   return Assign([_variable_of(var)], [new_val], assign_fn=assign_fn, name=name)
 
 
 def assign_add(var, new_val: Tensor) -> Operation:
+  """Adds new_val to the variable (see assign).
+
+  Args:
+    var: an mtf Variable, or its output Tensor.
+    new_val: an mtf Tensor of the variable's shape.
+
+  Returns:
+    the Assign Operation.
+  """
   return assign(var, new_val, assign_fn=assign_add_slice)
 
 
 def assign_sub(var, new_val: Tensor) -> Operation:
+  """Subtracts new_val from the variable (see assign).
+
+  Args:
+    var: an mtf Variable, or its output Tensor.
+    new_val: an mtf Tensor of the variable's shape.
+
+  Returns:
+    the Assign Operation.
+  """
   return assign(var, new_val, assign_fn=assign_sub_slice)
 
 

@@ -45,7 +45,7 @@ def test_factored_momentum_param_scale_default_schedule(mesh_shape, layout):
   """Default lr and decay from the global step, beta1 > 0, clipping."""
   actual = _check(mesh_shape, layout, "function", FULL, FULL_NP)
   last = actual[-1]
-  # Slot names and shapes of the spec (var minus d0, var minus d1).
+  # The original's slot names and shapes (var minus d0, var minus d1).
   assert last["w_ab_slot_vr"].shape == (4,)
   assert last["w_ab_slot_vc"].shape == (8,)
   assert last["w_sab_slot_vr"].shape == (2, 4)

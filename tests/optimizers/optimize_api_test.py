@@ -15,7 +15,7 @@ from tests import meshes
 tf1 = tf.compat.v1
 E = inspect.Parameter.empty
 
-# name -> [(parameter, default)], as in the spec (section 5).
+# name -> [(parameter, default)], as in the original mtf.optimize.
 SIGNATURES = {
     "SgdOptimizer": [("learning_rate", E)],
     "MomentumOptimizer": [("learning_rate", E), ("momentum", E)],

@@ -154,6 +154,19 @@ def multihead_attention_vars(mesh: Mesh, heads: Dimension,
 
   Creates one variable "qkvo" [qkvo=4, heads, io_channels, kv_channels] and
   returns [wq, wk, wv, wo]. None dtypes default to float32.
+
+  Args:
+    mesh: the mtf Mesh.
+    heads: the heads Dimension.
+    io_channels: the Dimension of the layer's input and output (e.g. d_model).
+    kv_channels: the Dimension of each head's keys and values.
+    master_dtype: the master dtype of the variable (None: float32).
+    slice_dtype: its slice dtype (None: float32).
+    activation_dtype: its activation dtype (None: float32).
+
+  Returns:
+    [wq, wk, wv, wo]: four mtf Tensors of shape [heads, io_channels,
+    kv_channels].
   """
   master_dtype = master_dtype or tf.float32
   return multihead_attention_params(
@@ -249,7 +262,16 @@ def dot_product_attention(q: Tensor, k: Tensor, v: Tensor,
 def rename_length_to_memory_length(
     x: Tensor, length_name: str = "length",
     memory_length_name: str = "memory_length") -> Tensor:
-  """Renames dimension length_name of x to memory_length_name."""
+  """Renames dimension length_name of x to memory_length_name.
+
+  Args:
+    x: an mtf Tensor.
+    length_name: the name of the dimension to rename.
+    memory_length_name: its new name.
+
+  Returns:
+    an mtf Tensor like x with the dimension renamed.
+  """
   if length_name not in x.shape.dimension_names:
     raise ValueError("rename_length_to_memory_length: %s has no dimension %r"
                      % (x.shape.to_string, length_name))
@@ -502,6 +524,15 @@ def compress_mean(x: Tensor, dim: Dimension,
 
   Example:
     x [batch, length=8, d]; compress_mean(x, length, 2) -> [batch, length=4, d]
+
+  Args:
+    x: an mtf Tensor.
+    dim: the Dimension of x to compress.
+    compression_factor: the number of consecutive positions averaged together;
+      it divides dim.size.
+
+  Returns:
+    an mtf Tensor like x whose dim has size dim.size // compression_factor.
 
   Raises:
     ValueError: if dim is not in x or compression_factor does not divide it.

@@ -79,6 +79,15 @@ def conv1d(x: Tensor, output_dim: Dimension, filter_size: int = 3,
 
   Runs conv2d on x with an extra dim "fake_height" (size 1) before length;
   kw_args go to conv2d (padding, filter_initializer, variable_dtype, name).
+
+  Args:
+    x: an mtf Tensor [batch..., length, channels].
+    output_dim: the Dimension of the output channels.
+    filter_size: the width of the filter.
+    stride: the stride along length.
+
+  Returns:
+    an mtf Tensor [batch..., length', output_dim].
   """
   fake_height_dim = Dimension("fake_height", 1)
   x = reshape(x, Shape(x.shape.dims[:-2] + [fake_height_dim] +
@@ -158,6 +167,24 @@ def conv2d(x: Tensor, output_dim: Dimension, filter_size=(3, 3),
 
   Kernel variable <name>/kernel [fh, fw, in, output_dim]; strides are spatial
   (s_h, s_w); padding "SAME" or "VALID".
+
+  Args:
+    x: the input, an mtf Tensor [batch..., h, w, in_channels].
+    output_dim: the Dimension of the output channels.
+    filter_size: the 2 spatial sizes of the filter.
+    strides: the 2 spatial strides.
+    padding: "SAME" or "VALID".
+    filter_initializer: a TF initializer for the kernel variable; None uses
+      get_variable's default (the variable scope's initializer, else
+      glorot_uniform).
+    variable_dtype: an mtf VariableDType for the kernel; None keeps float32
+      master and slices and reads it in x's dtype.
+    name: the variable scope of the kernel variable; None makes a unique one
+      from the layer's name (e.g. "conv2d").
+
+  Returns:
+    an mtf Tensor with x's batch and spatial dim names, spatial sizes set by the
+    strides and padding, and output_dim last.
   """
   return _conv(x, output_dim, filter_size, strides, padding,
                filter_initializer, variable_dtype, name, 2, False)
@@ -166,7 +193,26 @@ def conv2d(x: Tensor, output_dim: Dimension, filter_size=(3, 3),
 def conv3d(x: Tensor, output_dim: Dimension, filter_size=(3, 3, 3),
            strides=(1, 1, 1), padding: str = "SAME", filter_initializer=None,
            variable_dtype=None, name: Optional[str] = None) -> Tensor:
-  """3-D convolution of [batch..., d, h, w, in]; kernel [fd, fh, fw, in, o]."""
+  """3-D convolution of [batch..., d, h, w, in]; kernel [fd, fh, fw, in, o].
+
+  Args:
+    x: the input, an mtf Tensor [batch..., d, h, w, in_channels].
+    output_dim: the Dimension of the output channels.
+    filter_size: the 3 spatial sizes of the filter.
+    strides: the 3 spatial strides.
+    padding: "SAME" or "VALID".
+    filter_initializer: a TF initializer for the kernel variable; None uses
+      get_variable's default (the variable scope's initializer, else
+      glorot_uniform).
+    variable_dtype: an mtf VariableDType for the kernel; None keeps float32
+      master and slices and reads it in x's dtype.
+    name: the variable scope of the kernel variable; None makes a unique one
+      from the layer's name (e.g. "conv2d").
+
+  Returns:
+    an mtf Tensor with x's batch and spatial dim names, spatial sizes set by the
+    strides and padding, and output_dim last.
+  """
   return _conv(x, output_dim, filter_size, strides, padding,
                filter_initializer, variable_dtype, name, 3, False)
 
@@ -178,6 +224,24 @@ def conv2d_transpose(x: Tensor, output_dim: Dimension, filter_size=(2, 2),
   """Transposed 2-D conv: [batch..., h, w, in] -> [..., h*s_h, w*s_w, out].
 
   Kernel variable <name>/kernel [fh, fw, output_dim, in].
+
+  Args:
+    x: the input, an mtf Tensor [batch..., h, w, in_channels].
+    output_dim: the Dimension of the output channels.
+    filter_size: the 2 spatial sizes of the filter.
+    strides: the 2 spatial strides.
+    padding: "SAME" or "VALID".
+    filter_initializer: a TF initializer for the kernel variable; None uses
+      get_variable's default (the variable scope's initializer, else
+      glorot_uniform).
+    variable_dtype: an mtf VariableDType for the kernel; None keeps float32
+      master and slices and reads it in x's dtype.
+    name: the variable scope of the kernel variable; None makes a unique one
+      from the layer's name (e.g. "conv2d").
+
+  Returns:
+    an mtf Tensor with x's batch and spatial dim names, spatial sizes set by the
+    strides and padding, and output_dim last.
   """
   return _conv(x, output_dim, filter_size, strides, padding,
                filter_initializer, variable_dtype, name, 2, True)
@@ -187,7 +251,26 @@ def conv3d_transpose(x: Tensor, output_dim: Dimension, filter_size=(2, 2, 2),
                      strides=(2, 2, 2), padding: str = "SAME",
                      filter_initializer=None, variable_dtype=None,
                      name: Optional[str] = None) -> Tensor:
-  """Transposed 3-D conv; kernel [fd, fh, fw, output_dim, in]."""
+  """Transposed 3-D conv; kernel [fd, fh, fw, output_dim, in].
+
+  Args:
+    x: the input, an mtf Tensor [batch..., d, h, w, in_channels].
+    output_dim: the Dimension of the output channels.
+    filter_size: the 3 spatial sizes of the filter.
+    strides: the 3 spatial strides.
+    padding: "SAME" or "VALID".
+    filter_initializer: a TF initializer for the kernel variable; None uses
+      get_variable's default (the variable scope's initializer, else
+      glorot_uniform).
+    variable_dtype: an mtf VariableDType for the kernel; None keeps float32
+      master and slices and reads it in x's dtype.
+    name: the variable scope of the kernel variable; None makes a unique one
+      from the layer's name (e.g. "conv2d").
+
+  Returns:
+    an mtf Tensor with x's batch and spatial dim names, spatial sizes set by the
+    strides and padding, and output_dim last.
+  """
   return _conv(x, output_dim, filter_size, strides, padding,
                filter_initializer, variable_dtype, name, 3, True)
 
@@ -326,6 +409,29 @@ def conv3d_with_blocks(x: Tensor, output_dim: Dimension,
   """conv3d of [batch..., d_blocks, h_blocks, d, h, w, in] stored as blocks.
 
   As conv2d_with_blocks, with depth and height blocks (w is never blocked).
+
+  Args:
+    x: the input, an mtf Tensor of blocks: [batch..., blocks dims..., spatial
+      dims..., in_channels].
+    output_dim: the Dimension of the output channels.
+    filter_size: the 3 spatial sizes of the filter.
+    strides: the 3 spatial strides.
+    padding: "SAME" or "VALID".
+    d_blocks_dim: optional Dimension counting the blocks of the depth axis
+      (None: not blocked).
+    h_blocks_dim: optional Dimension counting the blocks of the height axis
+      (None: not blocked).
+    filter_initializer: a TF initializer for the kernel variable; None uses
+      get_variable's default (the variable scope's initializer, else
+      glorot_uniform).
+    variable_dtype: an mtf VariableDType for the kernel; None keeps float32
+      master and slices and reads it in x's dtype.
+    name: the variable scope of the kernel variable; None makes a unique one
+      from the layer's name (e.g. "conv2d").
+
+  Returns:
+    an mtf Tensor with the same block dims, the spatial sizes of the convolution
+    and output_dim last.
   """
   if d_blocks_dim is None and h_blocks_dim is None:
     return conv3d(x, output_dim, filter_size, strides, padding,
@@ -344,6 +450,29 @@ def conv2d_transpose_with_blocks(
 
   Each block of size b becomes b * stride; the result equals
   conv2d_transpose of the unblocked image, re-blocked.
+
+  Args:
+    x: the input, an mtf Tensor of blocks: [batch..., blocks dims..., spatial
+      dims..., in_channels].
+    output_dim: the Dimension of the output channels.
+    filter_size: the 2 spatial sizes of the filter.
+    strides: the 2 spatial strides.
+    padding: "SAME" or "VALID".
+    h_blocks_dim: optional Dimension counting the blocks of the height axis
+      (None: not blocked).
+    w_blocks_dim: optional Dimension counting the blocks of the width axis
+      (None: not blocked).
+    filter_initializer: a TF initializer for the kernel variable; None uses
+      get_variable's default (the variable scope's initializer, else
+      glorot_uniform).
+    variable_dtype: an mtf VariableDType for the kernel; None keeps float32
+      master and slices and reads it in x's dtype.
+    name: the variable scope of the kernel variable; None makes a unique one
+      from the layer's name (e.g. "conv2d").
+
+  Returns:
+    an mtf Tensor with the same block dims, the spatial sizes of the convolution
+    and output_dim last.
   """
   if h_blocks_dim is None and w_blocks_dim is None:
     return conv2d_transpose(x, output_dim, filter_size, strides, padding,
@@ -360,7 +489,31 @@ def conv3d_transpose_with_blocks(
     d_blocks_dim: Optional[Dimension] = None,
     h_blocks_dim: Optional[Dimension] = None, filter_initializer=None,
     variable_dtype=None, name: Optional[str] = None) -> Tensor:
-  """conv3d_transpose of [batch..., d_blocks, h_blocks, d, h, w, in] blocks."""
+  """conv3d_transpose of [batch..., d_blocks, h_blocks, d, h, w, in] blocks.
+
+  Args:
+    x: the input, an mtf Tensor of blocks: [batch..., blocks dims..., spatial
+      dims..., in_channels].
+    output_dim: the Dimension of the output channels.
+    filter_size: the 3 spatial sizes of the filter.
+    strides: the 3 spatial strides.
+    padding: "SAME" or "VALID".
+    d_blocks_dim: optional Dimension counting the blocks of the depth axis
+      (None: not blocked).
+    h_blocks_dim: optional Dimension counting the blocks of the height axis
+      (None: not blocked).
+    filter_initializer: a TF initializer for the kernel variable; None uses
+      get_variable's default (the variable scope's initializer, else
+      glorot_uniform).
+    variable_dtype: an mtf VariableDType for the kernel; None keeps float32
+      master and slices and reads it in x's dtype.
+    name: the variable scope of the kernel variable; None makes a unique one
+      from the layer's name (e.g. "conv2d").
+
+  Returns:
+    an mtf Tensor with the same block dims, the spatial sizes of the convolution
+    and output_dim last.
+  """
   if d_blocks_dim is None and h_blocks_dim is None:
     return conv3d_transpose(x, output_dim, filter_size, strides, padding,
                             filter_initializer, variable_dtype, name)
@@ -381,22 +534,58 @@ def _pool(x: Tensor, ksize, name: str, pool_fn_string: str) -> Tensor:
 
 
 def max_pool2d(x: Tensor, ksize=(2, 2), name: str = "max_pool2d") -> Tensor:
-  """Non-overlapping max pooling of [batch..., h, w, c] (identity for 1x1)."""
+  """Non-overlapping max pooling of [batch..., h, w, c] (identity for 1x1).
+
+  Args:
+    x: an mtf Tensor [batch..., h, w, channels].
+    ksize: the 2 window sizes (also the strides).
+    name: the name of the operation.
+
+  Returns:
+    an mtf Tensor like x with each spatial size divided by its window size.
+  """
   return _pool(x, ksize, name, "MAX_2D")
 
 
 def max_pool3d(x: Tensor, ksize=(2, 2, 2), name: str = "max_pool3d") -> Tensor:
-  """Non-overlapping max pooling of [batch..., d, h, w, c]."""
+  """Non-overlapping max pooling of [batch..., d, h, w, c].
+
+  Args:
+    x: an mtf Tensor [batch..., d, h, w, channels].
+    ksize: the 3 window sizes (also the strides).
+    name: the name of the operation.
+
+  Returns:
+    an mtf Tensor like x with each spatial size divided by its window size.
+  """
   return _pool(x, ksize, name, "MAX_3D")
 
 
 def avg_pool2d(x: Tensor, ksize=(2, 2), name: str = "avg_pool2d") -> Tensor:
-  """Non-overlapping average pooling of [batch..., h, w, c]."""
+  """Non-overlapping average pooling of [batch..., h, w, c].
+
+  Args:
+    x: an mtf Tensor [batch..., h, w, channels].
+    ksize: the 2 window sizes (also the strides).
+    name: the name of the operation.
+
+  Returns:
+    an mtf Tensor like x with each spatial size divided by its window size.
+  """
   return _pool(x, ksize, name, "AVG_2D")
 
 
 def avg_pool3d(x: Tensor, ksize=(2, 2, 2), name: str = "avg_pool3d") -> Tensor:
-  """Non-overlapping average pooling of [batch..., d, h, w, c]."""
+  """Non-overlapping average pooling of [batch..., d, h, w, c].
+
+  Args:
+    x: an mtf Tensor [batch..., d, h, w, channels].
+    ksize: the 3 window sizes (also the strides).
+    name: the name of the operation.
+
+  Returns:
+    an mtf Tensor like x with each spatial size divided by its window size.
+  """
   return _pool(x, ksize, name, "AVG_3D")
 
 

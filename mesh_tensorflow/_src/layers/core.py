@@ -56,6 +56,12 @@ def unit_scaling_convention(value: bool = False) -> bool:
 
   Example (gin):
     mesh_tensorflow.layers.unit_scaling_convention.value = True
+
+  Args:
+    value: the setting (bound with gin).
+
+  Returns:
+    the bool value.
   """
   return value
 
@@ -65,6 +71,12 @@ def us_einsum(xs: Sequence[Tensor], *args, **kwargs) -> Tensor:
 
   Example:
     y = us_einsum([x, w], output_shape=[batch, d_ff])
+
+  Args:
+    xs: the mtf Tensors to contract (more arguments as for mtf.einsum).
+
+  Returns:
+    the mtf Tensor mtf.einsum returns, scaled under the unit-scaling convention.
   """
   xs = list(xs)
   y = einsum_lib.einsum(xs, *args, **kwargs)
@@ -112,6 +124,11 @@ class VarianceScalingInitializer(DenseInitializer):
   Example:
     init = VarianceScalingInitializer(scale=2.0, mode="fan_avg")
     y = dense(x, [d_ff], reduced_dims=[d_model], kernel_initializer=init)
+
+  Args:
+    scale: the variance scale.
+    mode: "fan_in", "fan_out" or "fan_avg": which dims n counts.
+    distribution: "normal" or "uniform".
   """
 
   def __init__(self, scale: float = 1.0, mode: str = "fan_in",
@@ -466,6 +483,17 @@ def embedding(indices: Tensor, vocab_dim: Dimension, output_dim: Dimension,
     ids: [batch, length] int32 -> embedding(ids, vocab, d_model, vdt):
       [batch, length, d_model]
 
+  Args:
+    indices: an integer mtf Tensor of ids in [0, vocab_dim.size).
+    vocab_dim: the vocabulary Dimension.
+    output_dim: the embedding Dimension.
+    variable_dtype: an mtf VariableDType for the [vocab_dim, output_dim]
+      variable.
+    name: the name of the embedding variable.
+
+  Returns:
+    an mtf Tensor of shape indices.shape + output_dim, in the activation dtype.
+
   Raises:
     ValueError: if indices are not integers or already have vocab_dim.
   """
@@ -489,6 +517,13 @@ def multiplicative_jitter(x: Tensor, epsilon: float = 1e-2) -> Tensor:
 
   Example:
     logits = multiplicative_jitter(logits, epsilon=1e-2)
+
+  Args:
+    x: a floating mtf Tensor.
+    epsilon: the noise amplitude; 0 returns x unchanged.
+
+  Returns:
+    an mtf Tensor like x.
   """
   if epsilon == 0:
     return x
@@ -630,6 +665,14 @@ def clip_activation_gradient(x: Tensor,
 
   Example (gin):
     mesh_tensorflow.layers.clip_activation_gradient.clip_rms_norm = 1.0
+
+  Args:
+    x: a floating mtf Tensor.
+    clip_rms_norm: the largest RMS norm of the gradient, or None/0 for no
+      clipping.
+
+  Returns:
+    an mtf Tensor equal to x.
   """
   if not clip_rms_norm:
     return x
@@ -705,6 +748,19 @@ def annealed_dropout(x: Tensor, is_training: bool, start_step: int,
 
   Example:
     h = annealed_dropout(h, is_training, 0, 10000, init_rate=0.1)
+
+  Args:
+    x: a floating mtf Tensor.
+    is_training: whether dropout applies.
+    start_step: the global step where the rate starts to fall.
+    end_step: the global step where it reaches 0.
+    init_rate: the initial dropout rate in [0, 1), or None for no dropout.
+    noise_shape: optional Shape (a subset of x's dims) of the dropout mask; it
+      is broadcast over the other dims.
+    name: optional name scope.
+
+  Returns:
+    an mtf Tensor like x.
 
   Raises:
     ValueError: if end_step <= start_step, init_rate is outside [0, 1), or

@@ -147,6 +147,19 @@ def local_2d_halo_exchange(k: Tensor, v: Tensor, num_h_blocks,
   gives top/left halos only (memory 2h x 2w), otherwise both sides (3h x 3w).
   A None blocks dimension means zero padding along that axis.
 
+  Args:
+    k: the keys, an mtf Tensor whose positions are laid out in blocks:
+      num_h_blocks and num_w_blocks (when not None), then h_dim and w_dim.
+    v: the values, laid out like k.
+    num_h_blocks: the Dimension counting blocks along height, or None.
+    h_dim: the Dimension of positions within a block along height (also the halo
+      size).
+    num_w_blocks: the Dimension counting blocks along width, or None.
+    w_dim: the Dimension of positions within a block along width (also the halo
+      size).
+    mask_right: whether only the top and left halos are needed (masked
+      attention).
+
   Returns:
     (k, v) with h_dim and w_dim resized.
   """

@@ -32,6 +32,13 @@ def softmax_cross_entropy_with_logits(logits: Tensor, targets: Tensor,
     loss = softmax_cross_entropy_with_logits(logits, ids, vocab)
     # logits [batch, length, vocab], ids [batch, length] -> [batch, length]
 
+  Args:
+    logits: a floating mtf Tensor with vocab_dim.
+    targets: integer ids (dims of logits but vocab_dim) or float probabilities
+      (the dims of logits).
+    vocab_dim: the vocabulary Dimension of logits.
+    z_loss: the coefficient of the log(Z)**2 auxiliary loss.
+
   Returns:
     a Tensor of shape logits.shape - vocab_dim.
 
@@ -91,6 +98,13 @@ def sigmoid_cross_entropy_with_logits(logits: Tensor, targets: Tensor
   Example:
     loss = sigmoid_cross_entropy_with_logits(logits, labels)  # same shape
 
+  Args:
+    logits: a floating mtf Tensor.
+    targets: an mtf Tensor of labels in [0, 1], shaped like logits.
+
+  Returns:
+    an mtf Tensor shaped like logits: the loss of each element.
+
   Raises:
     ValueError: if the shapes differ.
   """
@@ -110,6 +124,13 @@ def weights_nonzero(targets: Tensor, dtype=tf.float32) -> Tensor:
 
   Example:
     weights = weights_nonzero(target_ids)  # float32, same shape
+
+  Args:
+    targets: an mtf Tensor (e.g. target ids, 0 for padding).
+    dtype: the tf.DType of the result.
+
+  Returns:
+    an mtf Tensor shaped like targets.
   """
   dtype = tf.as_dtype(dtype)
 

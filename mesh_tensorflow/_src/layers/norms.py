@@ -35,6 +35,15 @@ def layer_norm(x: Tensor, dim: Dimension, epsilon: float = 1e-6,
     y = layer_norm(x, d_model, name="encoder/final")
     # variables encoder/final/layer_norm/layer_norm_scale, .../layer_norm_bias
 
+  Args:
+    x: a floating mtf Tensor.
+    dim: the Dimension to normalize over.
+    epsilon: added to the variance for stability.
+    name: the variable scope (the variables live in <name>/layer_norm).
+
+  Returns:
+    an mtf Tensor like x.
+
   Raises:
     ValueError: if dim is not a dimension of x.
   """
@@ -74,6 +83,18 @@ def batch_norm(x: Tensor, is_training: bool, momentum: float,
   Example:
     y, update_ops = batch_norm(x, is_training=True, momentum=0.99)
     # run update_ops with the training step (lowering.lowered_operation(op))
+
+  Args:
+    x: a floating mtf Tensor.
+    is_training: whether to use (and update) the batch statistics.
+    momentum: the decay of the moving statistics.
+    epsilon: added to the variance for stability.
+    dims_idx_start: the first index (into x.shape.dims) of the dims to normalize
+      over.
+    dims_idx_end: the end index (exclusive, Python slice semantics) of those
+      dims.
+    init_zero: whether the scale starts at zero (else one).
+    name: the variable scope (default: "batch_norm").
 
   Returns:
     (y, update_ops): y has x's shape; update_ops is a list of Assign ops.

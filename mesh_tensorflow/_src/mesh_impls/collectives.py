@@ -14,7 +14,7 @@ the others take it with a (zero-copy) tf.identity.
 from __future__ import annotations
 
 import functools
-from typing import List, Sequence
+from typing import Callable, List, Sequence
 
 import tensorflow as tf
 
@@ -46,7 +46,19 @@ def share_host_memory(devices: Sequence[str]) -> bool:
   return all(k == (keys[0][0], "CPU") for k in keys)
 
 
-def binary_reduction_fn(reduction_fn_string: str):
+def binary_reduction_fn(
+    reduction_fn_string: str) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+  """The TF function combining two tensors for a reduction name.
+
+  Args:
+    reduction_fn_string: "SUM", "MAX" or "MIN".
+
+  Returns:
+    tf.add, tf.maximum or tf.minimum.
+
+  Raises:
+    ValueError: for any other string.
+  """
   try:
     return _BINARY_REDUCTIONS[reduction_fn_string]
   except KeyError:
@@ -88,6 +100,14 @@ def allreduce(xs: Sequence[tf.Tensor], devices: Sequence[str],
   Small tensors, and any tensor on devices sharing host memory, are reduced on
   the first device and copied out; large ones on separate devices are reduced
   in shards, one per device, then gathered.
+
+  Args:
+    xs: one tf.Tensor per device, all of one shape.
+    devices: the device of each tensor.
+    reduction_fn_string: "SUM", "MAX" or "MIN".
+
+  Returns:
+    a list with the reduced tf.Tensor on each device.
   """
   n = len(xs)
   if n == 1:
@@ -124,7 +144,16 @@ def sharded_allreduce(xs: Sequence[tf.Tensor], devices: Sequence[str],
 
 def allconcat(xs: Sequence[tf.Tensor], devices: Sequence[str],
               concat_axis: int) -> List[tf.Tensor]:
-  """Every device gets the concatenation of all xs along concat_axis."""
+  """Every device gets the concatenation of all xs along concat_axis.
+
+  Args:
+    xs: one tf.Tensor per device, all of one shape.
+    devices: the device of each tensor.
+    concat_axis: the axis to concatenate on.
+
+  Returns:
+    a list with the concatenation on each device.
+  """
   if len(xs) == 1:
     return list(xs)
   if share_host_memory(devices):
@@ -139,7 +168,17 @@ def allconcat(xs: Sequence[tf.Tensor], devices: Sequence[str],
 
 def alltoall(xs: Sequence[tf.Tensor], devices: Sequence[str], split_axis: int,
              concat_axis: int) -> List[tf.Tensor]:
-  """Device j gets piece j (along split_axis) of every x, concatenated."""
+  """Device j gets piece j (along split_axis) of every x, concatenated.
+
+  Args:
+    xs: one tf.Tensor per device, all of one shape.
+    devices: the device of each tensor.
+    split_axis: the axis each x is split on into len(xs) pieces.
+    concat_axis: the axis the received pieces are concatenated on.
+
+  Returns:
+    a list with the tf.Tensor received by each device.
+  """
   n = len(xs)
   if n == 1:
     return list(xs)

@@ -21,7 +21,11 @@ tf1 = tf.compat.v1
 
 
 class LaidOutTensor:
-  """One tf.Tensor per processor, indexed by pnum."""
+  """One tf.Tensor per processor, indexed by pnum.
+
+  Args:
+    tensor_list: the slice of each processor, a tf.Tensor per processor number.
+  """
 
   def __init__(self, tensor_list: Sequence):
     self._tensor_list = list(tensor_list)
@@ -31,21 +35,37 @@ class LaidOutTensor:
 
   @property
   def tensor_list(self) -> list:
+    """The list of slices, one tf.Tensor per processor number."""
     return self._tensor_list
 
   @property
   def all_slices(self) -> list:
+    """The list of slices, one tf.Tensor per processor number."""
     return self._tensor_list
 
   @property
   def slice_shape(self) -> List[int]:
+    """The shape of each slice (a list of ints)."""
     return self._tensor_list[0].shape.as_list()
 
   def to_laid_out_tensor(self) -> "LaidOutTensor":
+    """Returns the tensor itself (it is already laid out).
+
+    Returns:
+      this LaidOutTensor.
+    """
     return self
 
   @classmethod
   def from_tensor_list(cls, tensor_list) -> "LaidOutTensor":
+    """Builds a LaidOutTensor from the slices of all processors.
+
+    Args:
+      tensor_list: one tf.Tensor per processor number.
+
+    Returns:
+      a LaidOutTensor holding `tensor_list`.
+    """
     return cls(tensor_list)
 
 
@@ -71,6 +91,10 @@ class LaidOutVariable:
   after the first of them: it is read by all and updated once (an assignment
   takes the value of that first processor; replicas compute equal values). A
   variable that no layout splits then simply uses its master.
+
+  Args:
+    variable: the mtf Variable.
+    mesh_impl: the PlacementMeshImpl the variable is lowered on.
   """
 
   def __init__(self, variable, mesh_impl: "PlacementMeshImpl"):
@@ -119,14 +143,17 @@ class LaidOutVariable:
 
   @property
   def slice_variables(self) -> list:
+    """The tf.Variables holding the slices (one per distinct slice)."""
     return self._slices
 
   @property
   def laid_out_tensor(self) -> LaidOutTensor:
+    """A LaidOutTensor reading the slice variables."""
     return self._laid_out_tensor
 
   @property
   def copy_master_to_slices(self):
+    """A tf op assigning the master variable's value to the slices."""
     if self._slice_is_master:
       return tf.group()
     master = self._variable.get_master()
@@ -137,6 +164,7 @@ class LaidOutVariable:
 
   @property
   def copy_slices_to_master(self):
+    """A tf op assigning the combined slices to the master variable."""
     if self._slice_is_master:
       return tf.group()
     slices = [tf.cast(s.read_value(), self._variable.master_dtype)
@@ -152,6 +180,15 @@ class LaidOutVariable:
     value of the first of them, after the values of the others are computed:
     in a legacy graph nothing else orders the other processors' reads of the
     shared variable before the assignment.
+
+    Args:
+      assign_fn: a function (variable, slice_var, value) returning a tf assign
+        op.
+      values: one tf.Tensor per processor number, the new value of its slice.
+
+    Returns:
+      a tf op (group) running all the assignments; None when executing
+      eagerly (they have then run).
     """
     values = list(values)
     pnums_by_var = {}
@@ -218,6 +255,13 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
   Example:
     mesh_impl = PlacementMeshImpl("rows:2;cols:2", "batch:rows;hidden:cols",
                                   ["/cpu:0", "/cpu:1", "/cpu:2", "/cpu:3"])
+
+  Args:
+    shape: the mesh shape, e.g. "rows:2;cols:2".
+    layout: the layout rules, e.g. "batch:rows;hidden:cols".
+    devices: one TensorFlow device string per processor.
+    strict_layout_rules: raise ValueError for layout rules naming mesh dims
+      absent from this mesh (by default they are ignored).
   """
 
   LaidOutTensor = LaidOutTensor
@@ -237,6 +281,7 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
 
   @property
   def devices(self) -> List[str]:
+    """The TensorFlow device of each processor, by processor number."""
     return self._devices
 
   @property
@@ -293,6 +338,14 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
     """fn of a tensor equal within each group over mesh_axes, run once per group.
 
     The first processor of a group computes fn; the others take its result.
+
+    Args:
+      fn: a function of one tf.Tensor.
+      x: a LaidOutTensor whose slices are equal within each group.
+      mesh_axes: the indices of the mesh axes spanning each group.
+
+    Returns:
+      a LaidOutTensor whose slice on each processor is fn of its group's slice.
     """
     return self._per_group(
         x, mesh_axes, lambda xs, devs: collectives.compute_then_broadcast(
@@ -347,7 +400,17 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
     return LaidOutTensor(list(range(self.size)))
 
   def random(self, shape, tf_fn: Callable, kwargs):
-    """tf_fn(slice_shape, **kwargs) once per distinct slice; replicas agree."""
+    """tf_fn(slice_shape, **kwargs) once per distinct slice; replicas agree.
+
+    Args:
+      shape: the Shape of the random tensor.
+      tf_fn: a TF random function taking the slice shape first, e.g.
+        tf.random.uniform.
+      kwargs: a dict of further keyword arguments of `tf_fn`.
+
+    Returns:
+      a LaidOutTensor of the random slices.
+    """
     shape = convert_to_shape(shape)
     slice_shape = self.slice_shape(shape)
     by_begin = {}
@@ -396,6 +459,16 @@ alltoall_pointtwise = collectives.alltoall
 
 def allreduce_ring_single_shard(xs, devices,
                                 reduction_fn_string: str = "SUM") -> list:
+  """Reduces tensors on devices, then broadcasts the result back to each device.
+
+  Args:
+    xs: one tf.Tensor per device, all of one shape.
+    devices: the device of each tensor.
+    reduction_fn_string: "SUM", "MAX" or "MIN".
+
+  Returns:
+    a list with the reduced tf.Tensor on each device.
+  """
   return collectives.reduce_then_broadcast(xs, devices, reduction_fn_string)
 
 

@@ -38,7 +38,11 @@ _REDUCE_FNS = {"SUM": None, "MAX": tf.reduce_max, "MIN": tf.reduce_min}
 
 
 class LaidOutTensor:
-  """The one slice of this replica (SIMD: a program sees only its own)."""
+  """The one slice of this replica (SIMD: a program sees only its own).
+
+  Args:
+    tensor_list: a list of exactly one tf.Tensor: this replica's slice.
+  """
 
   def __init__(self, tensor_list: Sequence):
     tensor_list = list(tensor_list)
@@ -52,25 +56,42 @@ class LaidOutTensor:
 
   @property
   def tensor_list(self) -> list:
+    """A list of one tf.Tensor: this replica's slice."""
     return self._tensor_list
 
   @property
   def one_slice(self):
+    """This replica's slice (a tf.Tensor)."""
     return self._tensor_list[0]
 
   @property
   def all_slices(self) -> list:
+    """A list of one tf.Tensor: this replica's slice."""
     return self._tensor_list
 
   @property
   def slice_shape(self) -> List[int]:
+    """The shape of this replica's slice (a list of ints)."""
     return self.one_slice.shape.as_list()
 
   def to_laid_out_tensor(self) -> "LaidOutTensor":
+    """Returns the tensor itself (it is already laid out).
+
+    Returns:
+      this LaidOutTensor.
+    """
     return self
 
   @classmethod
   def from_tensor_list(cls, tensor_list) -> "LaidOutTensor":
+    """Builds a LaidOutTensor from a one-element list of slices.
+
+    Args:
+      tensor_list: a list holding this replica's tf.Tensor slice.
+
+    Returns:
+      a LaidOutTensor holding it.
+    """
     return cls(tensor_list)
 
 
@@ -82,6 +103,10 @@ class LaidOutVariable:
   its part of the master (eagerly and in tf.function; in a legacy graph as
   zeros, then copy_master_to_slices). The replica's program reads and assigns
   the variable the backend picks for it (`SimdBackend.replica_variable`).
+
+  Args:
+    variable: the mtf Variable.
+    mesh_impl: the SimdMeshImpl the variable is lowered on.
   """
 
   def __init__(self, variable, mesh_impl: "SimdMeshImpl"):
@@ -110,6 +135,7 @@ class LaidOutVariable:
 
   @property
   def laid_out_tensor(self) -> LaidOutTensor:
+    """A LaidOutTensor reading this replica's slice variable."""
     return self._laid_out_tensor
 
   def _local_pnums(self) -> List[int]:
@@ -167,7 +193,16 @@ class LaidOutVariable:
     return tf.group(*ops)
 
   def assign_to_slices(self, assign_fn: Callable, values: Sequence):
-    """assign_fn(variable, this replica's variable, value); values = [one]."""
+    """assign_fn(variable, this replica's variable, value); values = [one].
+
+    Args:
+      assign_fn: a function (variable, slice_var, value) returning a tf assign
+        op.
+      values: a list of one tf.Tensor: the new value of this replica's slice.
+
+    Returns:
+      what assign_fn returns (the assignment).
+    """
     values = list(values)
     return assign_fn(self._variable, self._replica_variable, values[0])
 
@@ -207,7 +242,9 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
   def __init__(self, shape, layout, devices=None, device_assignment=None,
                logical_to_physical=None,
                allreduce_in_bfloat16_max_group_size=8, *, backend=None):
-    """Args:
+    """Maps logical processors to replicas and checks the layout rules.
+
+    Args:
       shape: the mesh shape, e.g. "rows:2;cols:2".
       layout: the layout rules, e.g. "batch:rows;hidden:cols".
       devices: collective backend: the device of each physical processor
@@ -279,6 +316,7 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
   # ------------------------------------------------------------ properties
   @property
   def backend(self) -> simd_backend.SimdBackend:
+    """The SimdBackend running the collectives (TPU or CPU/GPU replicas)."""
     return self._backend
 
   @property
@@ -288,10 +326,12 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
 
   @property
   def device_assignment(self):
+    """The TPU device assignment given to the constructor, or None."""
     return self._device_assignment
 
   @property
   def logical_to_physical(self) -> List[int]:
+    """For each logical processor number, its physical replica number."""
     return list(self._logical_to_physical)
 
   @property
@@ -299,9 +339,25 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
     return False
 
   def l2p(self, logical_pnum: int) -> int:
+    """The physical processor number of a logical one.
+
+    Args:
+      logical_pnum: the logical processor number (index in the mesh).
+
+    Returns:
+      the physical processor (replica) number.
+    """
     return self._logical_to_physical[logical_pnum]
 
   def p2l(self, physical_pnum: int) -> int:
+    """The logical processor number of a physical one.
+
+    Args:
+      physical_pnum: the physical processor (replica) number.
+
+    Returns:
+      the logical processor number (index in the mesh).
+    """
     return self._physical_to_logical[physical_pnum]
 
   @property
@@ -376,7 +432,12 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
     return LaidOutTensor([_REDUCE_FNS[reduction_fn_string](gathered, 0)])
 
   def allconcat(self, x, mesh_axis: int, concat_axis: int, stack=False):
-    """Concatenation (or stack) along concat_axis over the mesh_axis group."""
+    """Concatenation (or stack) along concat_axis over the mesh_axis group.
+
+    Args:
+      stack: if True, stacks the slices on a new axis `concat_axis` instead of
+        concatenating.
+    """
     x = x.to_laid_out_tensor()
     t = x.one_slice
     if stack:
@@ -427,6 +488,15 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
 
     Drawn on each processor, kept on coordinate 0 of every mesh axis the
     tensor is not split on and summed over those axes.
+
+    Args:
+      shape: the Shape of the random tensor.
+      tf_fn: a TF random function taking the slice shape first, e.g.
+        tf.random.uniform.
+      kwargs: a dict of further keyword arguments of `tf_fn`.
+
+    Returns:
+      a LaidOutTensor of this replica's random slice.
     """
     shape = convert_to_shape(shape)
     slice_shape = self.slice_shape(shape)
@@ -443,7 +513,15 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
     return self.allreduce(LaidOutTensor([value]), replicated, "SUM")
 
   def slice(self, tf_tensor, tensor_shape) -> tf.Tensor:
-    """This replica's slice of a full tf tensor (offsets gathered by pnum)."""
+    """This replica's slice of a full tf tensor (offsets gathered by pnum).
+
+    Args:
+      tf_tensor: a tf.Tensor with the full shape.
+      tensor_shape: its mtf Shape.
+
+    Returns:
+      the tf.Tensor slice of this replica.
+    """
     tensor_shape = convert_to_shape(tensor_shape)
     tf_tensor = tf.convert_to_tensor(tf_tensor)
     sizes = self.slice_shape(tensor_shape)

@@ -11,7 +11,7 @@ sets them up on TF 2.21:
   handle of a per-device resource variable). tf.function's automatic control
   dependencies then order the collectives of one device in program order but
   leave the devices independent; without tokens it chains the collectives of
-  all devices into one sequence and deadlocks (DESIGN.md section 6).
+  all devices into one sequence and deadlocks (observed on TF 2.21).
 - one group key per set of devices, and a fresh instance key per collective:
   every replica issues its collectives in the same order, so the n-th
   collective of each replica gets the same key (a process-wide base, advanced
@@ -115,7 +115,9 @@ class CollectiveBackend(simd_backend.SimdBackend):
   """
 
   def __init__(self, devices: Sequence[str], *, timeout_seconds: float = 0.0):
-    """Args:
+    """Prepares collectives among `devices`.
+
+    Args:
       devices: the device of each physical replica (index = physical pnum).
       timeout_seconds: abort a collective that waits longer (0 = never).
         For debugging hangs only: on TF 2.21 every execution of a collective

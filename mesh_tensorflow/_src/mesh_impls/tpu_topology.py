@@ -394,6 +394,12 @@ def physical_shape_3d_from_topology_proto_4d(
 
   Example: `[4, 2, 1, 2]` -> `[2, 4, 2]`.
 
+  Args:
+    mesh_shape: the 4 ints [x, y, z, cores per chip] of a TPU topology.
+
+  Returns:
+    the 3 ints [y * z, x, cores per chip].
+
   Raises:
     ValueError: if mesh_shape does not have 4 positive int entries.
   """

@@ -23,7 +23,14 @@ from mesh_tensorflow._src.shapes import convert_to_shape
 
 
 class AddOperation(BinaryOpWithBroadcasting):
-  """x1 + x2 with broadcasting; lazy sums stay lazy."""
+  """x1 + x2 with broadcasting; lazy sums stay lazy.
+
+  Args:
+    x1: an mtf Tensor.
+    x2: an mtf Tensor.
+    output_shape: the Shape of the sum: the union of the dims of x1 and x2.
+    name: an optional name for the operation.
+  """
 
   def __init__(self, x1: Tensor, x2: Tensor, output_shape,
                name: Optional[str] = None):
@@ -45,7 +52,15 @@ class AddOperation(BinaryOpWithBroadcasting):
 
 
 class MinMaxOperation(BinaryOpWithBroadcasting):
-  """minimum/maximum; the gradient goes to every input equal to the output."""
+  """minimum/maximum; the gradient goes to every input equal to the output.
+
+  Args:
+    tf_fn: tf.minimum or tf.maximum.
+    x1: an mtf Tensor.
+    x2: an mtf Tensor of the dtype of x1.
+    output_shape: the Shape of the result; it contains every dim of x1 and x2.
+    name: an optional name for the operation.
+  """
 
   def __init__(self, tf_fn: Callable, x1: Tensor, x2: Tensor, output_shape,
                name: Optional[str] = None):
@@ -61,7 +76,13 @@ class MinMaxOperation(BinaryOpWithBroadcasting):
 
 
 class ScalarAddOperation(Operation):
-  """x + a Python scalar."""
+  """x + a Python scalar.
+
+  Args:
+    x: an mtf Tensor.
+    scalar: a Python number added to every element.
+    name: an optional name for the operation.
+  """
 
   def __init__(self, x: Tensor, scalar, name: Optional[str] = None):
     super().__init__([x], name=name or "scalar_add")
@@ -80,7 +101,13 @@ class ScalarAddOperation(Operation):
 
 
 class ScalarMultiplyOperation(Operation):
-  """x * a Python scalar; linear, so lazy sums stay lazy."""
+  """x * a Python scalar; linear, so lazy sums stay lazy.
+
+  Args:
+    x: an mtf Tensor.
+    scalar: a Python number multiplying every element.
+    name: an optional name for the operation.
+  """
 
   def __init__(self, x: Tensor, scalar, name: Optional[str] = None):
     super().__init__([x], name=name or "scalar_mul")
@@ -99,7 +126,19 @@ class ScalarMultiplyOperation(Operation):
 
 
 def add(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
-  """x1 + x2; a Python scalar operand uses ScalarAddOperation."""
+  """x1 + x2; a Python scalar operand uses ScalarAddOperation.
+
+  Args:
+    x1: an mtf Tensor or a Python scalar.
+    x2: an mtf Tensor or a Python scalar.
+    output_shape: optional Shape of the result; defaults to the union of the
+      input shapes (dims of x1 first, then new dims of x2). It must contain
+      every dim of both inputs.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `output_shape`: x1 + x2 (broadcast).
+  """
   if isinstance(x1, Tensor) and not isinstance(x2, Tensor) and (
       output_shape is None or convert_to_shape(output_shape) == x1.shape):
     return ScalarAddOperation(x1, x2, name=name).outputs[0]
@@ -113,6 +152,19 @@ def add(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
 
 
 def sub(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
+  """x1 - x2, with broadcasting.
+
+  Args:
+    x1: an mtf Tensor or a Python scalar.
+    x2: an mtf Tensor or a Python scalar.
+    output_shape: optional Shape of the result; defaults to the union of the
+      input shapes (dims of x1 first, then new dims of x2). It must contain
+      every dim of both inputs.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `output_shape`: x1 - x2.
+  """
   if not isinstance(x2, Tensor):
     return add(x1, -x2, output_shape=output_shape, name=name)
   return add(x1, elementwise.negative(x2), output_shape=output_shape,
@@ -120,6 +172,14 @@ def sub(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
 
 
 def add_n(xs) -> Tensor:
+  """The sum of a list of tensors.
+
+  Args:
+    xs: a list of mtf Tensors (their shapes are broadcast together).
+
+  Returns:
+    an mtf Tensor: xs[0] + xs[1] + ... (0 for an empty list).
+  """
   xs = list(xs)
   if not xs:
     return 0
@@ -130,7 +190,19 @@ def add_n(xs) -> Tensor:
 
 
 def multiply(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
-  """x1 * x2: a scalar product, or an einsum to the broadcast shape."""
+  """x1 * x2: a scalar product, or an einsum to the broadcast shape.
+
+  Args:
+    x1: an mtf Tensor or a Python scalar.
+    x2: an mtf Tensor or a Python scalar.
+    output_shape: optional Shape of the result; defaults to the union of the
+      input shapes (dims of x1 first, then new dims of x2). It must contain
+      every dim of both inputs.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `output_shape`: x1 * x2 (broadcast).
+  """
   if not isinstance(x2, Tensor) and isinstance(x1, Tensor) and (
       output_shape is None or convert_to_shape(output_shape) == x1.shape):
     return ScalarMultiplyOperation(x1, x2, name=name).outputs[0]
@@ -143,6 +215,19 @@ def multiply(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
 
 
 def divide(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
+  """x1 / x2, with broadcasting.
+
+  Args:
+    x1: an mtf Tensor or a Python scalar.
+    x2: an mtf Tensor or a Python scalar.
+    output_shape: optional Shape of the result; defaults to the union of the
+      input shapes (dims of x1 first, then new dims of x2). It must contain
+      every dim of both inputs.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `output_shape`: x1 / x2.
+  """
   if not isinstance(x2, Tensor):
     return multiply(x1, 1.0 / x2, output_shape=output_shape, name=name)
   x1, x2 = binary_arguments_to_tensors(x1, x2)
@@ -157,15 +242,57 @@ def _min_max(tf_fn, x1, x2, output_shape, name) -> Tensor:
 
 
 def minimum(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
+  """Elementwise minimum of x1 and x2, with broadcasting.
+
+  Args:
+    x1: an mtf Tensor or a Python scalar.
+    x2: an mtf Tensor or a Python scalar.
+    output_shape: optional Shape of the result; defaults to the union of the
+      input shapes (dims of x1 first, then new dims of x2). It must contain
+      every dim of both inputs.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `output_shape`; the gradient goes to the smaller
+    input.
+  """
   return _min_max(tf.minimum, x1, x2, output_shape, name or "minimum")
 
 
 def maximum(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
+  """Elementwise maximum of x1 and x2, with broadcasting.
+
+  Args:
+    x1: an mtf Tensor or a Python scalar.
+    x2: an mtf Tensor or a Python scalar.
+    output_shape: optional Shape of the result; defaults to the union of the
+      input shapes (dims of x1 first, then new dims of x2). It must contain
+      every dim of both inputs.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `output_shape`; the gradient goes to the larger
+    input.
+  """
   return _min_max(tf.maximum, x1, x2, output_shape, name or "maximum")
 
 
 def where(condition: Tensor, if_true, if_false, output_shape=None) -> Tensor:
-  """cond * if_true + (1 - cond) * if_false (NaN/inf in either branch leak)."""
+  """cond * if_true + (1 - cond) * if_false (NaN/inf in either branch leak).
+
+  Args:
+    condition: a boolean mtf Tensor.
+    if_true: an mtf Tensor or Python scalar: the value where condition is True.
+    if_false: an mtf Tensor or Python scalar: the value where condition is
+      False.
+    output_shape: optional Shape of the result; defaults to the union of the
+      input shapes (dims of x1 first, then new dims of x2). It must contain
+      every dim of both inputs.
+
+  Returns:
+    an mtf Tensor of shape `output_shape`, with the dtype of `if_true` (of
+    `if_false` if `if_true` is a Python scalar).
+  """
   dtype = if_true.dtype if isinstance(if_true, Tensor) else if_false.dtype
   cond = elementwise.cast(condition, dtype)
   not_cond = elementwise.cast(elementwise.logical_not(condition), dtype)

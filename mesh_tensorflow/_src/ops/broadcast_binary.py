@@ -51,8 +51,20 @@ def _check_broadcastable(inputs, output_shape: Shape, op_name: str) -> None:
             (op_name, d, x.shape.to_string, output_shape.to_string))
 
 
-def binary_arguments_to_tensors(x1, x2):
-  """Converts a Python scalar argument to a 0-d Tensor of the other's dtype."""
+def binary_arguments_to_tensors(x1, x2) -> tuple[Tensor, Tensor]:
+  """Converts a Python scalar argument to a 0-d Tensor of the other's dtype.
+
+  Args:
+    x1: an mtf Tensor or a Python scalar.
+    x2: an mtf Tensor or a Python scalar.
+
+  Returns:
+    (x1, x2) as mtf Tensors; a Python scalar becomes a scalar Tensor on the
+    other's mesh with its dtype.
+
+  Raises:
+    ValueError: if neither argument is an mtf Tensor, or their dtypes differ.
+  """
   if not isinstance(x1, Tensor) and not isinstance(x2, Tensor):
     raise ValueError("at least one of %r and %r must be an mtf Tensor"
                      % (x1, x2))
@@ -81,7 +93,16 @@ def expand_slice(x: tf.Tensor, old_shape: Shape, new_shape: Shape) -> tf.Tensor:
 
 
 class BinaryOpWithBroadcasting(Operation):
-  """tf_fn(x1, x2) after aligning both slices to the output's dimensions."""
+  """tf_fn(x1, x2) after aligning both slices to the output's dimensions.
+
+  Args:
+    tf_fn: a TF function of two tf.Tensors (e.g. tf.math.floormod).
+    x1: an mtf Tensor.
+    x2: an mtf Tensor.
+    output_shape: the Shape of the result; it contains every dim of x1 and x2.
+    output_dtype: the tf.DType of the result.
+    name: an optional name for the operation.
+  """
 
   def __init__(self, tf_fn: Callable, x1: Tensor, x2: Tensor, output_shape,
                output_dtype, name: Optional[str] = None):
@@ -130,6 +151,21 @@ class BinaryOpWithBroadcasting(Operation):
 
 def binary_op_with_broadcasting(tf_fn: Callable, x1, x2, output_shape=None,
                                 output_dtype=None) -> Tensor:
+  """tf_fn(x1, x2) with the inputs broadcast to output_shape.
+
+  Args:
+    tf_fn: a TF function of two tf.Tensors, applied to corresponding slices (no
+      gradient).
+    x1: an mtf Tensor or a Python scalar.
+    x2: an mtf Tensor or a Python scalar.
+    output_shape: optional Shape of the result; defaults to the union of the
+      input shapes (dims of x1 first, then new dims of x2). It must contain
+      every dim of both inputs.
+    output_dtype: the tf.DType of the result; defaults to the dtype of x1.
+
+  Returns:
+    an mtf Tensor of shape `output_shape`.
+  """
   x1, x2 = binary_arguments_to_tensors(x1, x2)
   output_shape = infer_binary_broadcast_shape(x1.shape, x2.shape, output_shape)
   return BinaryOpWithBroadcasting(tf_fn, x1, x2, output_shape,
@@ -141,8 +177,17 @@ def _comparison(tf_fn):
     return binary_op_with_broadcasting(tf_fn, x1, x2, output_shape=output_shape,
                                        output_dtype=tf.bool)
   op.__name__ = tf_fn.__name__
-  op.__doc__ = ("Elementwise %s with broadcasting; tf.bool result, no "
-                "gradient." % tf_fn.__name__)
+  op.__doc__ = """Elementwise %s with broadcasting; tf.bool result, no gradient.
+
+  Args:
+    x1: an mtf Tensor or a Python scalar.
+    x2: an mtf Tensor or a Python scalar.
+    output_shape: optional Shape of the result; defaults to the union of the
+      input shapes.
+
+  Returns:
+    a boolean mtf Tensor of shape `output_shape`.
+  """ % tf_fn.__name__
   return op
 
 
@@ -157,6 +202,18 @@ logical_or = _comparison(tf.math.logical_or)
 
 
 def floordiv(x1, x2, output_shape=None) -> Tensor:
+  """Elementwise floor(x1 / x2), with broadcasting (no gradient).
+
+  Args:
+    x1: an mtf Tensor or a Python scalar.
+    x2: an mtf Tensor or a Python scalar.
+    output_shape: optional Shape of the result; defaults to the union of the
+      input shapes (dims of x1 first, then new dims of x2). It must contain
+      every dim of both inputs.
+
+  Returns:
+    an mtf Tensor of shape `output_shape`.
+  """
   dtype = x1.dtype if isinstance(x1, Tensor) else x2.dtype
   return binary_op_with_broadcasting(tf.math.floordiv, x1, x2,
                                      output_shape=output_shape,
@@ -164,6 +221,18 @@ def floordiv(x1, x2, output_shape=None) -> Tensor:
 
 
 def mod(x1, x2, output_shape=None) -> Tensor:
+  """Elementwise x1 mod x2 (floor modulo), with broadcasting (no gradient).
+
+  Args:
+    x1: an mtf Tensor or a Python scalar.
+    x2: an mtf Tensor or a Python scalar.
+    output_shape: optional Shape of the result; defaults to the union of the
+      input shapes (dims of x1 first, then new dims of x2). It must contain
+      every dim of both inputs.
+
+  Returns:
+    an mtf Tensor of shape `output_shape`.
+  """
   dtype = x1.dtype if isinstance(x1, Tensor) else x2.dtype
   return binary_op_with_broadcasting(tf.math.floormod, x1, x2,
                                      output_shape=output_shape,

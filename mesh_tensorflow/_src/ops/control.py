@@ -42,6 +42,12 @@ class Depend(Operation):
   of an Assign, or else their outputs) or mtf Tensors (all their slices). When
   x is a variable's value it is read again after the dependencies, so
   `depend(v, [assign_op])` sees the assigned value in every execution mode.
+
+  Args:
+    x: the mtf Tensor to pass through.
+    dependencies: a list of mtf Operations and Tensors that must be computed
+      first.
+    name: an optional name for the operation.
   """
 
   def __init__(self, x: Tensor, dependencies: Sequence, name: Optional[str] = None):
@@ -56,6 +62,7 @@ class Depend(Operation):
 
   @property
   def dependencies(self) -> list:
+    """The operations that must run before the output is computed."""
     return list(self._dependencies)
 
   def gradient(self, grad_ys):
@@ -106,6 +113,14 @@ def depend(x: Tensor, dependencies: Sequence) -> Tensor:
   Example:
     update = mtf.assign(v, v + 1.0)
     v_new = mtf.depend(v, [update])   # the value after the assignment
+
+  Args:
+    x: the mtf Tensor to pass through.
+    dependencies: a list of mtf Operations and Tensors that must be computed
+      first.
+
+  Returns:
+    an mtf Tensor equal to x, computed after the dependencies.
   """
   return Depend(x, dependencies).outputs[0]
 
@@ -149,6 +164,18 @@ class WhileLoopOperation(Operation):
   starting from zeros. The outputs are the final loop values and then the
   accumulated sums; a sum over a split dimension is allreduced once, after
   the loop.
+
+  Args:
+    cond_fn: a function of the loop values returning a scalar boolean mtf
+      Tensor.
+    body_fn: a function of the loop values returning their new values (and then
+      the accumulated values, with has_accumulators).
+    inputs: the initial loop values, mtf Tensors.
+    tf_kwargs: optional dict of keyword arguments for tf.while_loop (e.g.
+      maximum_iterations).
+    has_accumulators: whether body_fn returns extra tensors summed over the
+      iterations.
+    name: an optional name for the operation.
   """
 
   def __init__(self, cond_fn: Callable, body_fn: Callable,
@@ -239,10 +266,12 @@ class WhileLoopOperation(Operation):
 
   @property
   def cond_operations(self) -> List[Operation]:
+    """The mtf operations of the loop condition, in creation order."""
     return list(self._cond_ops)
 
   @property
   def body_operations(self) -> List[Operation]:
+    """The mtf operations of the loop body, in creation order."""
     return list(self._body_ops)
 
   def _external_tensors(self) -> List[Tensor]:

@@ -324,6 +324,14 @@ class Conv2dOperation(_ConvNdOperation):
 
   Example:
     y = mtf.Conv2dOperation(x, w, [1, 2, 2, 1], "VALID").outputs[0]
+
+  Args:
+    conv_input: the input, an mtf Tensor [batch..., h, w, in_channels].
+    conv_filter: the filter, an mtf Tensor [fh, fw, in_channels, out_channels].
+    strides: the strides, a list of 4 ints as for tf.nn.conv2d (1 for batch and
+      channels).
+    padding: "SAME" or "VALID".
+    name: an optional name for the operation.
   """
 
   def __init__(self, conv_input: Tensor, conv_filter: Tensor, strides,
@@ -332,7 +340,17 @@ class Conv2dOperation(_ConvNdOperation):
 
 
 class Conv3dOperation(_ConvNdOperation):
-  """like tf.nn.conv3d: [batch..., d, h, w, in] * [fd, fh, fw, in, out]."""
+  """like tf.nn.conv3d: [batch..., d, h, w, in] * [fd, fh, fw, in, out].
+
+  Args:
+    conv_input: the input, an mtf Tensor [batch..., d, h, w, in_channels].
+    conv_filter: the filter, an mtf Tensor [fd, fh, fw, in_channels,
+      out_channels].
+    strides: the strides, a list of 5 ints as for tf.nn.conv3d (1 for batch and
+      channels).
+    padding: "SAME" or "VALID".
+    name: an optional name for the operation.
+  """
 
   def __init__(self, conv_input: Tensor, conv_filter: Tensor, strides,
                padding: str, name: Optional[str] = None):
@@ -384,6 +402,14 @@ class Conv2dTransposeOperation(_ConvNdTransposeOperation):
 
   Output [batch..., h * s_h, w * s_w, out] (dim names kept). With VALID the
   filter may not be larger than the stride (else ValueError).
+
+  Args:
+    conv_input: the input, an mtf Tensor [batch..., h, w, in_channels].
+    conv_filter: the filter, an mtf Tensor [fh, fw, out_channels, in_channels].
+    strides: the strides, a list of 4 ints as for tf.nn.conv2d (1 for batch and
+      channels).
+    padding: "SAME" or "VALID".
+    name: an optional name for the operation.
   """
 
   def __init__(self, conv_input: Tensor, conv_filter: Tensor, strides,
@@ -392,7 +418,17 @@ class Conv2dTransposeOperation(_ConvNdTransposeOperation):
 
 
 class Conv3dTransposeOperation(_ConvNdTransposeOperation):
-  """like tf.nn.conv3d_transpose: filter [fd, fh, fw, out, in]."""
+  """like tf.nn.conv3d_transpose: filter [fd, fh, fw, out, in].
+
+  Args:
+    conv_input: the input, an mtf Tensor [batch..., d, h, w, in_channels].
+    conv_filter: the filter, an mtf Tensor [fd, fh, fw, out_channels,
+      in_channels].
+    strides: the strides, a list of 5 ints as for tf.nn.conv3d (1 for batch and
+      channels).
+    padding: "SAME" or "VALID".
+    name: an optional name for the operation.
+  """
 
   def __init__(self, conv_input: Tensor, conv_filter: Tensor, strides,
                padding: str, name: Optional[str] = None):
@@ -406,6 +442,17 @@ class Conv2or3dBackpropInputOperation(_ConvFamilyOperation):
   input_shape) from dy = d(output). Transposed: the gradient of a
   conv*_transpose w.r.t. its input, i.e. a forward conv of dy. A split
   channel dim of dy gives a LazyAllreduceSum.
+
+  Args:
+    conv_dimension: 2 or 3: the number of spatial dims.
+    is_transpose: whether the forward op is a transposed convolution.
+    input_shape: the Shape of the forward convolution's input.
+    conv_filter: the filter of the forward convolution, an mtf Tensor.
+    dy: the gradient of the forward convolution's output, an mtf Tensor.
+    strides: the strides of the forward convolution (a list of ints, as for
+      tf.nn.conv2d/conv3d).
+    padding: "SAME" or "VALID", as in the forward convolution.
+    name: an optional name for the operation.
   """
 
   def __init__(self, conv_dimension: int, is_transpose: bool, input_shape,
@@ -447,6 +494,17 @@ class Conv2or3dBackpropFilterOperation(_ConvFamilyOperation):
 
   Sums over the batch dims: split batch dims give a LazyAllreduceSum. With
   is_transpose, conv_input/dy are those of a conv*_transpose.
+
+  Args:
+    conv_dimension: 2 or 3: the number of spatial dims.
+    is_transpose: whether the forward op is a transposed convolution.
+    conv_input: the input of the forward convolution, an mtf Tensor.
+    filter_shape: the Shape of the forward convolution's filter.
+    dy: the gradient of the forward convolution's output, an mtf Tensor.
+    strides: the strides of the forward convolution (a list of ints, as for
+      tf.nn.conv2d/conv3d).
+    padding: "SAME" or "VALID", as in the forward convolution.
+    name: an optional name for the operation.
   """
 
   def __init__(self, conv_dimension: int, is_transpose: bool,
@@ -483,7 +541,21 @@ class Conv2or3dBackpropFilterOperation(_ConvFamilyOperation):
 def conv2d_backprop_input(input_shape, conv_filter: Tensor, dy: Tensor,
                           strides, padding: str,
                           name: Optional[str] = None) -> Tensor:
-  """Gradient of conv2d w.r.t. its input (shape input_shape)."""
+  """Gradient of conv2d w.r.t. its input (shape input_shape).
+
+  Args:
+    input_shape: the Shape of the forward convolution's input.
+    conv_filter: the filter of the forward convolution, an mtf Tensor.
+    dy: the gradient of the forward convolution's output, an mtf Tensor.
+    strides: the strides of the forward convolution (a list of ints, as for
+      tf.nn.conv2d/conv3d).
+    padding: "SAME" or "VALID", as in the forward convolution.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `input_shape`: the gradient with respect to the
+    input.
+  """
   return Conv2or3dBackpropInputOperation(
       2, False, input_shape, conv_filter, dy, strides, padding,
       name=name).outputs[0]
@@ -492,7 +564,21 @@ def conv2d_backprop_input(input_shape, conv_filter: Tensor, dy: Tensor,
 def conv2d_backprop_filter(conv_input: Tensor, filter_shape, dy: Tensor,
                            strides, padding: str,
                            name: Optional[str] = None) -> Tensor:
-  """Gradient of conv2d w.r.t. its filter (shape filter_shape)."""
+  """Gradient of conv2d w.r.t. its filter (shape filter_shape).
+
+  Args:
+    conv_input: the input of the forward convolution, an mtf Tensor.
+    filter_shape: the Shape of the forward convolution's filter.
+    dy: the gradient of the forward convolution's output, an mtf Tensor.
+    strides: the strides of the forward convolution (a list of ints, as for
+      tf.nn.conv2d/conv3d).
+    padding: "SAME" or "VALID", as in the forward convolution.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `filter_shape`: the gradient with respect to the
+    filter.
+  """
   return Conv2or3dBackpropFilterOperation(
       2, False, conv_input, filter_shape, dy, strides, padding,
       name=name).outputs[0]
@@ -501,7 +587,21 @@ def conv2d_backprop_filter(conv_input: Tensor, filter_shape, dy: Tensor,
 def conv3d_backprop_input(input_shape, conv_filter: Tensor, dy: Tensor,
                           strides, padding: str,
                           name: Optional[str] = None) -> Tensor:
-  """Gradient of conv3d w.r.t. its input (shape input_shape)."""
+  """Gradient of conv3d w.r.t. its input (shape input_shape).
+
+  Args:
+    input_shape: the Shape of the forward convolution's input.
+    conv_filter: the filter of the forward convolution, an mtf Tensor.
+    dy: the gradient of the forward convolution's output, an mtf Tensor.
+    strides: the strides of the forward convolution (a list of ints, as for
+      tf.nn.conv2d/conv3d).
+    padding: "SAME" or "VALID", as in the forward convolution.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `input_shape`: the gradient with respect to the
+    input.
+  """
   return Conv2or3dBackpropInputOperation(
       3, False, input_shape, conv_filter, dy, strides, padding,
       name=name).outputs[0]
@@ -510,7 +610,21 @@ def conv3d_backprop_input(input_shape, conv_filter: Tensor, dy: Tensor,
 def conv3d_backprop_filter(conv_input: Tensor, filter_shape, dy: Tensor,
                            strides, padding: str,
                            name: Optional[str] = None) -> Tensor:
-  """Gradient of conv3d w.r.t. its filter (shape filter_shape)."""
+  """Gradient of conv3d w.r.t. its filter (shape filter_shape).
+
+  Args:
+    conv_input: the input of the forward convolution, an mtf Tensor.
+    filter_shape: the Shape of the forward convolution's filter.
+    dy: the gradient of the forward convolution's output, an mtf Tensor.
+    strides: the strides of the forward convolution (a list of ints, as for
+      tf.nn.conv2d/conv3d).
+    padding: "SAME" or "VALID", as in the forward convolution.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `filter_shape`: the gradient with respect to the
+    filter.
+  """
   return Conv2or3dBackpropFilterOperation(
       3, False, conv_input, filter_shape, dy, strides, padding,
       name=name).outputs[0]
@@ -519,7 +633,21 @@ def conv3d_backprop_filter(conv_input: Tensor, filter_shape, dy: Tensor,
 def conv2d_transpose_backprop_input(input_shape, conv_filter: Tensor,
                                     dy: Tensor, strides, padding: str,
                                     name: Optional[str] = None) -> Tensor:
-  """Gradient of conv2d_transpose w.r.t. its input (a conv2d of dy)."""
+  """Gradient of conv2d_transpose w.r.t. its input (a conv2d of dy).
+
+  Args:
+    input_shape: the Shape of the forward convolution's input.
+    conv_filter: the filter of the forward convolution, an mtf Tensor.
+    dy: the gradient of the forward convolution's output, an mtf Tensor.
+    strides: the strides of the forward convolution (a list of ints, as for
+      tf.nn.conv2d/conv3d).
+    padding: "SAME" or "VALID", as in the forward convolution.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `input_shape`: the gradient with respect to the
+    input.
+  """
   return Conv2or3dBackpropInputOperation(
       2, True, input_shape, conv_filter, dy, strides, padding,
       name=name).outputs[0]
@@ -528,7 +656,21 @@ def conv2d_transpose_backprop_input(input_shape, conv_filter: Tensor,
 def conv2d_transpose_backprop_filter(conv_input: Tensor, filter_shape,
                                      dy: Tensor, strides, padding: str,
                                      name: Optional[str] = None) -> Tensor:
-  """Gradient of conv2d_transpose w.r.t. its filter."""
+  """Gradient of conv2d_transpose w.r.t. its filter.
+
+  Args:
+    conv_input: the input of the forward convolution, an mtf Tensor.
+    filter_shape: the Shape of the forward convolution's filter.
+    dy: the gradient of the forward convolution's output, an mtf Tensor.
+    strides: the strides of the forward convolution (a list of ints, as for
+      tf.nn.conv2d/conv3d).
+    padding: "SAME" or "VALID", as in the forward convolution.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `filter_shape`: the gradient with respect to the
+    filter.
+  """
   return Conv2or3dBackpropFilterOperation(
       2, True, conv_input, filter_shape, dy, strides, padding,
       name=name).outputs[0]
@@ -537,7 +679,21 @@ def conv2d_transpose_backprop_filter(conv_input: Tensor, filter_shape,
 def conv3d_transpose_backprop_input(input_shape, conv_filter: Tensor,
                                     dy: Tensor, strides, padding: str,
                                     name: Optional[str] = None) -> Tensor:
-  """Gradient of conv3d_transpose w.r.t. its input (a conv3d of dy)."""
+  """Gradient of conv3d_transpose w.r.t. its input (a conv3d of dy).
+
+  Args:
+    input_shape: the Shape of the forward convolution's input.
+    conv_filter: the filter of the forward convolution, an mtf Tensor.
+    dy: the gradient of the forward convolution's output, an mtf Tensor.
+    strides: the strides of the forward convolution (a list of ints, as for
+      tf.nn.conv2d/conv3d).
+    padding: "SAME" or "VALID", as in the forward convolution.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `input_shape`: the gradient with respect to the
+    input.
+  """
   return Conv2or3dBackpropInputOperation(
       3, True, input_shape, conv_filter, dy, strides, padding,
       name=name).outputs[0]
@@ -546,7 +702,21 @@ def conv3d_transpose_backprop_input(input_shape, conv_filter: Tensor,
 def conv3d_transpose_backprop_filter(conv_input: Tensor, filter_shape,
                                      dy: Tensor, strides, padding: str,
                                      name: Optional[str] = None) -> Tensor:
-  """Gradient of conv3d_transpose w.r.t. its filter."""
+  """Gradient of conv3d_transpose w.r.t. its filter.
+
+  Args:
+    conv_input: the input of the forward convolution, an mtf Tensor.
+    filter_shape: the Shape of the forward convolution's filter.
+    dy: the gradient of the forward convolution's output, an mtf Tensor.
+    strides: the strides of the forward convolution (a list of ints, as for
+      tf.nn.conv2d/conv3d).
+    padding: "SAME" or "VALID", as in the forward convolution.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `filter_shape`: the gradient with respect to the
+    filter.
+  """
   return Conv2or3dBackpropFilterOperation(
       3, True, conv_input, filter_shape, dy, strides, padding,
       name=name).outputs[0]

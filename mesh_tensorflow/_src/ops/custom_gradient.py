@@ -42,6 +42,15 @@ class CustomGradientOperation(Operation):
   grad_fn is called with keywords explicit_inputs, all_inputs,
   forward_operations, outputs (fn's own outputs) and output_grads, and returns
   one gradient (or None) per tensor of all_inputs.
+
+  Args:
+    explicit_inputs: the tensors passed to fn.
+    all_inputs: explicit_inputs followed by the tensors fn read from outside
+      (such as variables).
+    fn_outputs: the outputs of fn.
+    grad_fn: the gradient function (called as described above).
+    forward_operations: the operations fn created.
+    name: an optional name for the operation.
   """
 
   def __init__(self, explicit_inputs: Sequence[Tensor],
@@ -75,14 +84,17 @@ class CustomGradientOperation(Operation):
 
   @property
   def explicit_inputs(self) -> List[Tensor]:
+    """The tensors passed to the function explicitly (not captured)."""
     return list(self._explicit_inputs)
 
   @property
   def forward_operations(self) -> List[Operation]:
+    """The mtf operations the forward function created."""
     return list(self._forward_operations)
 
   @property
   def fn_outputs(self) -> List[Tensor]:
+    """The outputs of the forward function, inside the operation."""
     return list(self._fn_outputs)
 
   def lower(self, lowering):

@@ -47,7 +47,14 @@ def _union_dims(xs: Sequence[Tensor]) -> List[Dimension]:
 
 
 class EinsumOperation(Operation):
-  """Multiplies the broadcast inputs and sums down to output_shape."""
+  """Multiplies the broadcast inputs and sums down to output_shape.
+
+  Args:
+    inputs: the mtf Tensors to multiply (broadcasting them together).
+    output_shape: the Shape of the result; dims of the inputs that are not in it
+      are summed over.
+    name: an optional name for the operation.
+  """
 
   def __init__(self, inputs: Sequence[Tensor], output_shape,
                name: Optional[str] = None):
@@ -158,6 +165,16 @@ def einsum(xs: Sequence[Tensor], output_shape=None, reduced_dims=None,
     >>> converter.convert_mtf_tensor_to_np_array(y)
     array([[1., 2., 3.],
            [3., 4., 7.]], dtype=float32)
+
+  Args:
+    xs: a list of mtf Tensors (usually two).
+    output_shape: optional Shape of the result.
+    reduced_dims: optional list of Dimensions to sum over; the output keeps the
+      other input dims. Give at most one of output_shape and reduced_dims.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `output_shape` and the dtype of the inputs.
   """
   xs = list(xs)
   if not xs:
@@ -223,12 +240,35 @@ def einsum_output_shape(input_shapes: Sequence[Shape], output_shape=None,
 
 def matmul(a: Tensor, b: Tensor, output_shape=None, reduced_dims=None,
            name: Optional[str] = None) -> Tensor:
+  """einsum([a, b], ...): contracts the dims a and b share.
+
+  Args:
+    a: an mtf Tensor.
+    b: an mtf Tensor with the dtype of `a`.
+    output_shape: optional Shape of the result; defaults to the dims that occur
+      in exactly one of a and b.
+    reduced_dims: optional list of Dimensions to sum over; the output keeps the
+      other input dims. Give at most one of output_shape and reduced_dims.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `output_shape`.
+  """
   return einsum([a, b], output_shape=output_shape, reduced_dims=reduced_dims,
                 name=name)
 
 
 def transpose(x: Tensor, new_shape, name: str = "transpose") -> Tensor:
-  """Permutes dims of x to new_shape (same set of dimensions)."""
+  """Permutes dims of x to new_shape (same set of dimensions).
+
+  Args:
+    x: an mtf Tensor.
+    new_shape: a Shape with the same dims as x, in the new order.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `new_shape`.
+  """
   new_shape = convert_to_shape(new_shape)
   if sorted(new_shape.dims) != sorted(x.shape.dims):
     raise ValueError("transpose: %s is not a permutation of %s"

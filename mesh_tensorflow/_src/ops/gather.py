@@ -34,7 +34,16 @@ from mesh_tensorflow._src.shapes import Shape, convert_to_dimension
 
 
 class OneHotOperation(Operation):
-  """indices -> one-hot tensor with `output_dim` appended; no communication."""
+  """indices -> one-hot tensor with `output_dim` appended; no communication.
+
+  Args:
+    indices: an integer mtf Tensor of indices into output_dim.
+    output_dim: the Dimension appended to the shape (the depth of the encoding).
+    on_value: the value at each index.
+    off_value: the value elsewhere.
+    dtype: the tf.DType of the result.
+    name: an optional name for the operation.
+  """
 
   def __init__(self, indices: Tensor, output_dim, on_value, off_value, dtype,
                name: Optional[str] = None):
@@ -94,6 +103,18 @@ def one_hot(indices: Tensor, output_dim, on_value=1.0, off_value=0.0,
 
   Example:
     ids: [batch] int32 -> mtf.one_hot(ids, vocab_dim): [batch, vocab] float32
+
+  Args:
+    indices: an integer mtf Tensor of indices into output_dim.
+    output_dim: the Dimension appended to the shape (the depth of the encoding).
+    on_value: the value at each index.
+    off_value: the value elsewhere.
+    dtype: the tf.DType of the result.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape indices.shape + output_dim; out-of-range indices give
+    an all-off row.
   """
   return OneHotOperation(indices, output_dim, on_value, off_value, dtype,
                          name=name).outputs[0]
@@ -347,7 +368,14 @@ def gather(weights: Tensor, indices, dim, output_shape=None) -> Tensor:
 
 
 class RangeOperation(Operation):
-  """The 1-D tensor [0, 1, ..., dim.size - 1]; each processor makes its part."""
+  """The 1-D tensor [0, 1, ..., dim.size - 1]; each processor makes its part.
+
+  Args:
+    mesh: the mtf Mesh.
+    dim: the Dimension (or its name and size) of the result.
+    dtype: the tf.DType of the result.
+    name: an optional name for the operation.
+  """
 
   def __init__(self, mesh: Mesh, dim, dtype, name: Optional[str] = None):
     super().__init__([], mesh, name=name or "range")
@@ -382,6 +410,15 @@ def mtf_range(mesh: Mesh, dim, dtype, name: Optional[str] = None) -> Tensor:
 
   Example:
     mtf.range(mesh, length_dim, tf.int32): [length] = 0, 1, ..., length - 1
+
+  Args:
+    mesh: the mtf Mesh.
+    dim: the Dimension (or its name and size) of the result.
+    dtype: the tf.DType of the result.
+    name: an optional name for the operation.
+
+  Returns:
+    a 1-D mtf Tensor of shape [dim].
   """
   return RangeOperation(mesh, dim, dtype, name=name).outputs[0]
 

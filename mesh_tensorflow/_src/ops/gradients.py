@@ -17,6 +17,17 @@ def gradients(ys: Sequence[Tensor], xs: Sequence[Tensor], grad_ys=None,
 
   Example:
     [dw] = mtf.gradients([loss], [w])
+
+  Args:
+    ys: the mtf Tensors to differentiate (e.g. [loss]).
+    xs: the mtf Tensors to differentiate with respect to.
+    grad_ys: optional list with the gradient of each of ys; defaults to ones.
+    operations: optional list of the operations to go through; defaults to all
+      operations of the graph.
+
+  Returns:
+    a list with one entry per x: an mtf Tensor shaped like x, or None if x does
+    not affect ys.
   """
   ys = list(ys)
   xs = list(xs)

@@ -106,6 +106,17 @@ def left_halo_exchange(x: Tensor, blocks_dim: DimLike,
 
   Example:
     [[1, 2, 3], [4, 5, 6]] -> (halo_size=1) [[0, 1, 2, 3], [3, 4, 5, 6]]
+
+  Args:
+    x: an mtf Tensor laid out as blocks: blocks_dim x block_size_dim.
+    blocks_dim: the Dimension (or name) counting the blocks; it may be split
+      across the mesh.
+    block_size_dim: the Dimension (or name) of positions within a block.
+    halo_size: the number of positions taken from the end of the previous block.
+    wrap: if True the first block gets the end of the last block; else zeros.
+
+  Returns:
+    an mtf Tensor like x whose block_size_dim is halo_size longer.
   """
   return halo_exchange_sides(x, blocks_dim, block_size_dim, halo_size, 0,
                              wrap, label="left_halo_exchange")

@@ -13,7 +13,16 @@ from mesh_tensorflow._src.shapes import anonymous_shape, convert_to_shape
 
 
 class Constant(Operation):
-  """A tensor filled with a scalar, or cut from a full-size numpy value."""
+  """A tensor filled with a scalar, or cut from a full-size numpy value.
+
+  Args:
+    mesh: the mtf Mesh.
+    value: a Python scalar (filling the tensor) or a numpy array of the full
+      shape.
+    shape: the Shape of the tensor (None: a scalar).
+    dtype: the tf.DType of the tensor.
+    name: an optional name for the operation.
+  """
 
   def __init__(self, mesh: Mesh, value, shape, dtype,
                name: Optional[str] = None):
@@ -43,30 +52,84 @@ class Constant(Operation):
 
 
 def constant(mesh: Mesh, value, shape=None, dtype=tf.float32) -> Tensor:
-  """A constant tensor; `value` is a scalar or an array of the full shape."""
+  """A constant tensor; `value` is a scalar or an array of the full shape.
+
+  Args:
+    mesh: the mtf Mesh.
+    value: a Python scalar (filling the tensor) or a numpy array of the full
+      shape.
+    shape: the Shape of the tensor (None: a scalar).
+    dtype: the tf.DType of the tensor.
+
+  Returns:
+    an mtf Tensor of shape `shape` and dtype `dtype`.
+  """
   if shape is None:
     shape = []
   return Constant(mesh, value, shape, dtype).outputs[0]
 
 
 def zeros(mesh: Mesh, shape, dtype=tf.float32) -> Tensor:
+  """A tensor of zeros.
+
+  Args:
+    mesh: the mtf Mesh.
+    shape: the Shape of the result (or anything convert_to_shape accepts).
+    dtype: the tf.DType of the tensor.
+
+  Returns:
+    an mtf Tensor of shape `shape` filled with 0.
+  """
   return constant(mesh, 0, shape=shape, dtype=dtype)
 
 
 def ones(mesh: Mesh, shape, dtype=tf.float32) -> Tensor:
+  """A tensor of ones.
+
+  Args:
+    mesh: the mtf Mesh.
+    shape: the Shape of the result (or anything convert_to_shape accepts).
+    dtype: the tf.DType of the tensor.
+
+  Returns:
+    an mtf Tensor of shape `shape` filled with 1.
+  """
   return constant(mesh, 1, shape=shape, dtype=dtype)
 
 
 def zeros_like(t: Tensor) -> Tensor:
+  """A tensor of zeros with the shape and dtype of t.
+
+  Args:
+    t: an mtf Tensor.
+
+  Returns:
+    an mtf Tensor of zeros, shaped like `t`.
+  """
   return zeros(t.mesh, t.shape, dtype=t.dtype)
 
 
 def ones_like(t: Tensor) -> Tensor:
+  """A tensor of ones with the shape and dtype of t.
+
+  Args:
+    t: an mtf Tensor.
+
+  Returns:
+    an mtf Tensor of ones, shaped like `t`.
+  """
   return ones(t.mesh, t.shape, dtype=t.dtype)
 
 
 class ImportOperation(Operation):
-  """Imports a full tf.Tensor; each processor keeps its slice."""
+  """Imports a full tf.Tensor; each processor keeps its slice.
+
+  Args:
+    mesh: the mtf Mesh.
+    tf_tensor: a tf.Tensor whose shape matches `shape`.
+    shape: the mtf Shape of the imported tensor.
+    name: an optional name for the operation.
+  """
 
   def __init__(self, mesh: Mesh, tf_tensor, shape, name: Optional[str] = None):
     super().__init__([], mesh, name=name or "import")
@@ -87,14 +150,36 @@ class ImportOperation(Operation):
 
 def import_tf_tensor(mesh: Mesh, tf_tensor, shape=None,
                      name: Optional[str] = None) -> Tensor:
-  """mtf Tensor from a tf.Tensor; shape None means a scalar."""
+  """mtf Tensor from a tf.Tensor; shape None means a scalar.
+
+  Args:
+    mesh: the mtf Mesh.
+    tf_tensor: a tf.Tensor (or a value tf.convert_to_tensor accepts) whose shape
+      matches `shape`.
+    shape: the mtf Shape to give it (None: a scalar).
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `shape` with the dtype of `tf_tensor`.
+  """
   return ImportOperation(mesh, tf_tensor, [] if shape is None else shape,
                          name=name).outputs[0]
 
 
 def import_fully_replicated(mesh: Mesh, tf_tensor, shape,
                             name: Optional[str] = None) -> Tensor:
-  """Imports replicated (under anonymous dims), then reshapes; no comm."""
+  """Imports replicated (under anonymous dims), then reshapes; no comm.
+
+  Args:
+    mesh: the mtf Mesh.
+    tf_tensor: a tf.Tensor, the same on every processor, whose shape matches
+      `shape`.
+    shape: the mtf Shape to give it.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `shape`.
+  """
   shape = convert_to_shape(shape)
   return reshape_lib.reshape(
       import_tf_tensor(mesh, tf_tensor, anonymous_shape(shape), name=name),
@@ -102,7 +187,15 @@ def import_fully_replicated(mesh: Mesh, tf_tensor, shape,
 
 
 class ImportLaidOutTensorOperation(Operation):
-  """Uses slices the caller already laid out (e.g. an input pipeline)."""
+  """Uses slices the caller already laid out (e.g. an input pipeline).
+
+  Args:
+    mesh: the mtf Mesh.
+    laid_out_tensor: a LaidOutTensor (of the lowering's mesh implementation)
+      holding each processor's slice.
+    shape: the mtf Shape of the full tensor.
+    name: an optional name for the operation.
+  """
 
   def __init__(self, mesh: Mesh, laid_out_tensor, shape,
                name: Optional[str] = None):
@@ -118,12 +211,32 @@ class ImportLaidOutTensorOperation(Operation):
 
 def import_laid_out_tensor(mesh: Mesh, laid_out_tensor, shape,
                            name: Optional[str] = None) -> Tensor:
+  """An mtf Tensor made of slices already laid out by the caller.
+
+  Args:
+    mesh: the mtf Mesh.
+    laid_out_tensor: a LaidOutTensor (of the lowering's mesh implementation)
+      holding each processor's slice.
+    shape: the mtf Shape of the full tensor.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `shape`.
+  """
   return ImportLaidOutTensorOperation(mesh, laid_out_tensor, shape,
                                       name=name).outputs[0]
 
 
 def anonymize(x: Tensor) -> Tensor:
-  """Reshapes to anonymous dims, which no layout splits (replicates x)."""
+  """Reshapes to anonymous dims, which no layout splits (replicates x).
+
+  Args:
+    x: an mtf Tensor.
+
+  Returns:
+    an mtf Tensor with x's values under anonymous dims (a fully replicated
+    copy).
+  """
   return reshape_lib.reshape(x, anonymous_shape(x.shape))
 
 

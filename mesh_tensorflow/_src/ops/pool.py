@@ -34,6 +34,12 @@ def pool_fn(pool_fn_string: str) -> Callable:
   Example:
     pool_fn("MAX_2D") is tf.nn.max_pool2d
 
+  Args:
+    pool_fn_string: "MAX_2D", "AVG_2D", "MAX_3D" or "AVG_3D".
+
+  Returns:
+    the TF pooling function, e.g. tf.nn.max_pool2d.
+
   Raises:
     ValueError: if pool_fn_string is not one of MAX_2D, AVG_2D, MAX_3D, AVG_3D.
   """
@@ -83,6 +89,14 @@ class PoolOperation(Operation):
   pool_fn_string is "MAX_2D", "AVG_2D", "MAX_3D" or "AVG_3D"; padding is
   VALID and strides must equal ksize (the spatial window sizes). The output
   spatial dims keep their names.
+
+  Args:
+    x: the input, an mtf Tensor [batch..., spatial..., channels] (2 or 3 spatial
+      dims).
+    ksize: the window size along each spatial dim.
+    strides: equal to ksize (windows do not overlap).
+    pool_fn_string: "MAX_2D", "AVG_2D", "MAX_3D" or "AVG_3D".
+    name: an optional name for the operation.
   """
 
   def __init__(self, x: Tensor, ksize: Sequence[int], strides: Sequence[int],
@@ -137,6 +151,16 @@ class PoolBackPropOperation(Operation):
   MAX: dy flows to every input equal to its window's max (ties all get it);
   AVG: dy / window size to every input. Positions dropped by VALID pooling
   (when a spatial size is not a multiple of the window) get zero.
+
+  Args:
+    x: the input, an mtf Tensor [batch..., spatial..., channels] (2 or 3 spatial
+      dims).
+    y: the output of the pooling.
+    dy: the gradient of y, an mtf Tensor shaped like y.
+    ksize: the window size along each spatial dim.
+    strides: equal to ksize (windows do not overlap).
+    pool_fn_string: "MAX_2D", "AVG_2D", "MAX_3D" or "AVG_3D".
+    name: an optional name for the operation.
   """
 
   def __init__(self, x: Tensor, y: Tensor, dy: Tensor, ksize: Sequence[int],
@@ -183,7 +207,21 @@ class PoolBackPropOperation(Operation):
 def pool_backprop(x: Tensor, y: Tensor, dy: Tensor, ksize: Sequence[int],
                   strides: Sequence[int], pool_fn_string: str,
                   name: Optional[str] = None) -> Tensor:
-  """Gradient w.r.t. x of y = PoolOperation(x, ksize, strides, ...) given dy."""
+  """Gradient w.r.t. x of y = PoolOperation(x, ksize, strides, ...) given dy.
+
+  Args:
+    x: the input, an mtf Tensor [batch..., spatial..., channels] (2 or 3 spatial
+      dims).
+    y: the output of the pooling.
+    dy: the gradient of y, an mtf Tensor shaped like y.
+    ksize: the window size along each spatial dim.
+    strides: equal to ksize (windows do not overlap).
+    pool_fn_string: "MAX_2D", "AVG_2D", "MAX_3D" or "AVG_3D".
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor shaped like x: the gradient with respect to x.
+  """
   return PoolBackPropOperation(x, y, dy, ksize, strides, pool_fn_string,
                                name=name).outputs[0]
 

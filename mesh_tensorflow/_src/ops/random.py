@@ -190,6 +190,7 @@ class RandomOperation(Operation):
 
   @property
   def tf_fn(self) -> Callable:
+    """The TF random function drawing each slice, e.g. tf.random.uniform."""
     return self._tf_fn
 
   @property
@@ -242,6 +243,14 @@ def random_uniform(mesh: Mesh, shape, **kwargs) -> Tensor:
 
   Example:
     u = mtf.random_uniform(mesh, [batch, hidden], minval=-1.0, maxval=1.0)
+
+  Args:
+    mesh: the mtf Mesh.
+    shape: the Shape of the result.
+
+  Returns:
+    an mtf Tensor of shape `shape` (dtype from the `dtype` keyword, default
+    tf.float32); processors holding the same slice get the same values.
   """
   return RandomOperation(mesh, shape, tf.random.uniform, **kwargs).outputs[0]
 
@@ -251,6 +260,14 @@ def random_normal(mesh: Mesh, shape, **kwargs) -> Tensor:
 
   Example:
     n = mtf.random_normal(mesh, [batch, hidden], stddev=0.02, seed=1)
+
+  Args:
+    mesh: the mtf Mesh.
+    shape: the Shape of the result.
+
+  Returns:
+    an mtf Tensor of shape `shape` (dtype from the `dtype` keyword, default
+    tf.float32); processors holding the same slice get the same values.
   """
   return RandomOperation(mesh, shape, tf.random.normal, **kwargs).outputs[0]
 

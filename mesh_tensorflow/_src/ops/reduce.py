@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import tensorflow as tf
 
@@ -20,7 +20,18 @@ _LOCAL_REDUCTIONS = {
 }
 
 
-def reduction_fn(reduction_fn_string: str):
+def reduction_fn(reduction_fn_string: str) -> Callable[..., tf.Tensor]:
+  """The per-slice TF reduction named by a string.
+
+  Args:
+    reduction_fn_string: "SUM", "MAX" or "MIN".
+
+  Returns:
+    tf.reduce_sum, tf.reduce_max or tf.reduce_min.
+
+  Raises:
+    ValueError: for any other string.
+  """
   try:
     return _LOCAL_REDUCTIONS[reduction_fn_string]
   except KeyError:
@@ -29,7 +40,14 @@ def reduction_fn(reduction_fn_string: str):
 
 
 class ReduceOperation(Operation):
-  """Reduces x to output_shape with SUM, MAX or MIN."""
+  """Reduces x to output_shape with SUM, MAX or MIN.
+
+  Args:
+    x: the mtf Tensor to reduce.
+    output_shape: the Shape of the result: a subset of x's dims.
+    reduction_fn_string: "SUM", "MAX" or "MIN".
+    name: an optional name for the operation.
+  """
 
   def __init__(self, x: Tensor, output_shape, reduction_fn_string: str,
                name: Optional[str] = None):
@@ -41,6 +59,7 @@ class ReduceOperation(Operation):
 
   @property
   def reduction_fn_string(self) -> str:
+    """The name of the reduction, e.g. "SUM" or "MAX"."""
     return self._reduction_fn_string
 
   def gradient(self, grad_ys):
@@ -141,13 +160,46 @@ def _reduce(x, disable_positional_args, output_shape, reduced_dim, name,
 
 def reduce_sum(x: Tensor, disable_positional_args=None, output_shape=None,
                reduced_dim=None, name: Optional[str] = None) -> Tensor:
-  """Sum to output_shape (default: a scalar)."""
+  """Sum to output_shape (default: a scalar).
+
+  Args:
+    x: the mtf Tensor to reduce.
+    disable_positional_args: must be None: forces output_shape and reduced_dim
+      to be passed by keyword.
+    output_shape: optional Shape of the result, a subset of x's dims (the others
+      are reduced). Give at most one of output_shape and reduced_dim; with
+      neither, every dim is reduced (a scalar).
+    reduced_dim: a Dimension of x to reduce; the result has all dims of x but
+      this one.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `output_shape`: the sum over the reduced dims, with
+    the dtype of x.
+  """
   return _reduce(x, disable_positional_args, output_shape, reduced_dim, name,
                  "SUM", "reduce_sum")
 
 
 def reduce_mean(x: Tensor, disable_positional_args=None, output_shape=None,
                 reduced_dim=None, name: Optional[str] = None) -> Tensor:
+  """The mean of x over the reduced dims.
+
+  Args:
+    x: the mtf Tensor to reduce.
+    disable_positional_args: must be None: forces output_shape and reduced_dim
+      to be passed by keyword.
+    output_shape: optional Shape of the result, a subset of x's dims (the others
+      are reduced). Give at most one of output_shape and reduced_dim; with
+      neither, every dim is reduced (a scalar).
+    reduced_dim: a Dimension of x to reduce; the result has all dims of x but
+      this one.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `output_shape`: the mean over the reduced dims, with
+    the dtype of x.
+  """
   _check_keywords(disable_positional_args, "reduce_mean")
   output_shape = _reduction_output_shape(x, output_shape, reduced_dim,
                                          "reduce_mean")
@@ -159,18 +211,69 @@ def reduce_mean(x: Tensor, disable_positional_args=None, output_shape=None,
 
 def reduce_max(x: Tensor, disable_positional_args=None, output_shape=None,
                reduced_dim=None, name: Optional[str] = None) -> Tensor:
+  """The maximum of x over the reduced dims.
+
+  Args:
+    x: the mtf Tensor to reduce.
+    disable_positional_args: must be None: forces output_shape and reduced_dim
+      to be passed by keyword.
+    output_shape: optional Shape of the result, a subset of x's dims (the others
+      are reduced). Give at most one of output_shape and reduced_dim; with
+      neither, every dim is reduced (a scalar).
+    reduced_dim: a Dimension of x to reduce; the result has all dims of x but
+      this one.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `output_shape`: the maximum over the reduced dims,
+    with the dtype of x.
+  """
   return _reduce(x, disable_positional_args, output_shape, reduced_dim, name,
                  "MAX", "reduce_max")
 
 
 def reduce_min(x: Tensor, disable_positional_args=None, output_shape=None,
                reduced_dim=None, name: Optional[str] = None) -> Tensor:
+  """The minimum of x over the reduced dims.
+
+  Args:
+    x: the mtf Tensor to reduce.
+    disable_positional_args: must be None: forces output_shape and reduced_dim
+      to be passed by keyword.
+    output_shape: optional Shape of the result, a subset of x's dims (the others
+      are reduced). Give at most one of output_shape and reduced_dim; with
+      neither, every dim is reduced (a scalar).
+    reduced_dim: a Dimension of x to reduce; the result has all dims of x but
+      this one.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `output_shape`: the minimum over the reduced dims,
+    with the dtype of x.
+  """
   return _reduce(x, disable_positional_args, output_shape, reduced_dim, name,
                  "MIN", "reduce_min")
 
 
 def reduce_all(x: Tensor, disable_positional_args=None, output_shape=None,
                reduced_dim=None, name: Optional[str] = None) -> Tensor:
+  """The logical and of x over the reduced dims.
+
+  Args:
+    x: the mtf Tensor to reduce (boolean).
+    disable_positional_args: must be None: forces output_shape and reduced_dim
+      to be passed by keyword.
+    output_shape: optional Shape of the result, a subset of x's dims (the others
+      are reduced). Give at most one of output_shape and reduced_dim; with
+      neither, every dim is reduced (a scalar).
+    reduced_dim: a Dimension of x to reduce; the result has all dims of x but
+      this one.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `output_shape`: the logical and over the reduced dims
+    (boolean).
+  """
   _check_keywords(disable_positional_args, "reduce_all")
   return elementwise.cast(reduce_min(
       elementwise.to_float(x), output_shape=output_shape,
@@ -179,6 +282,23 @@ def reduce_all(x: Tensor, disable_positional_args=None, output_shape=None,
 
 def reduce_any(x: Tensor, disable_positional_args=None, output_shape=None,
                reduced_dim=None, name: Optional[str] = None) -> Tensor:
+  """The logical or of x over the reduced dims.
+
+  Args:
+    x: the mtf Tensor to reduce (boolean).
+    disable_positional_args: must be None: forces output_shape and reduced_dim
+      to be passed by keyword.
+    output_shape: optional Shape of the result, a subset of x's dims (the others
+      are reduced). Give at most one of output_shape and reduced_dim; with
+      neither, every dim is reduced (a scalar).
+    reduced_dim: a Dimension of x to reduce; the result has all dims of x but
+      this one.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `output_shape`: the logical or over the reduced dims
+    (boolean).
+  """
   _check_keywords(disable_positional_args, "reduce_any")
   return elementwise.cast(reduce_max(
       elementwise.to_float(x), output_shape=output_shape,
@@ -186,7 +306,13 @@ def reduce_any(x: Tensor, disable_positional_args=None, output_shape=None,
 
 
 class BroadcastOperation(Operation):
-  """Broadcasts x to a shape containing all its dims; no communication."""
+  """Broadcasts x to a shape containing all its dims; no communication.
+
+  Args:
+    x: the mtf Tensor to broadcast.
+    output_shape: the Shape of the result; it contains every dim of x.
+    name: an optional name for the operation.
+  """
 
   def __init__(self, x: Tensor, output_shape: Shape,
                name: Optional[str] = None):
@@ -209,6 +335,16 @@ class BroadcastOperation(Operation):
 
 
 def broadcast(x: Tensor, new_shape) -> Tensor:
+  """x repeated along the new dims of new_shape (and transposed to its order).
+
+  Args:
+    x: an mtf Tensor.
+    new_shape: the Shape of the result (or anything convert_to_shape accepts);
+      it contains every dim of x.
+
+  Returns:
+    an mtf Tensor of shape `new_shape` (x itself if the shapes are equal).
+  """
   new_shape = convert_to_shape(new_shape)
   if new_shape == x.shape:
     return x

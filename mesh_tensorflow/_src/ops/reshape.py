@@ -18,7 +18,13 @@ from mesh_tensorflow._src.shapes import Shape, convert_to_dimension, convert_to_
 
 
 class ReshapeOperation(Operation):
-  """Reshape to a shape of the same size, moving data if layouts differ."""
+  """Reshape to a shape of the same size, moving data if layouts differ.
+
+  Args:
+    x: an mtf Tensor.
+    new_shape: the new Shape; its size equals that of x.
+    name: an optional name for the operation.
+  """
 
   def __init__(self, x: Tensor, new_shape: Shape, name: Optional[str] = None):
     super().__init__([x], name=name or "reshape")
@@ -95,7 +101,18 @@ class ReshapeOperation(Operation):
 
 
 def reshape(x: Tensor, new_shape, name: str = "reshape") -> Tensor:
-  """Same data, new shape (sizes must multiply to the same total)."""
+  """Same data, new shape (sizes must multiply to the same total).
+
+  Args:
+    x: an mtf Tensor.
+    new_shape: the new Shape (or anything convert_to_shape accepts); its size
+      equals that of x.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor of shape `new_shape` holding x's values in the same
+    (row-major) order.
+  """
   new_shape = convert_to_shape(new_shape)
   if new_shape.size != x.shape.size:
     raise ValueError("cannot reshape %s (size %d) to %s (size %d)"
@@ -107,14 +124,38 @@ def reshape(x: Tensor, new_shape, name: str = "reshape") -> Tensor:
 
 
 def rename_dimension(x: Tensor, old_name: str, new_name: str) -> Tensor:
+  """x with one dimension renamed (a reshape; data may move if layouts differ).
+
+  Args:
+    x: an mtf Tensor.
+    old_name: the name of a dimension of x.
+    new_name: its new name.
+
+  Returns:
+    an mtf Tensor like x, with the dimension renamed.
+  """
   if old_name not in x.shape.dimension_names:
     raise ValueError("rename_dimension: %r is not a dimension of %s"
                      % (old_name, x.shape.to_string))
   return reshape(x, x.shape.rename_dimension(old_name, new_name))
 
 
-def replace_dimensions(tensor_or_shape, old_dim_or_dims, new_dim_or_dims):
-  """Replaces consecutive dims by others, in a Shape or (by reshape) a Tensor."""
+def replace_dimensions(tensor_or_shape, old_dim_or_dims,
+                       new_dim_or_dims) -> Shape | Tensor:
+  """Replaces consecutive dims by others, in a Shape or (by reshape) a Tensor.
+
+  Args:
+    tensor_or_shape: an mtf Tensor or a Shape.
+    old_dim_or_dims: a Dimension, or a list of consecutive Dimensions, of it.
+    new_dim_or_dims: a Dimension or list of Dimensions to put in their place
+      (same total size for a Tensor).
+
+  Returns:
+    the new Shape, or (for a Tensor) the reshaped mtf Tensor.
+
+  Raises:
+    ValueError: if the old dims are not consecutive dims of the shape.
+  """
   if isinstance(tensor_or_shape, Tensor):
     return reshape(tensor_or_shape, replace_dimensions(
         tensor_or_shape.shape, old_dim_or_dims, new_dim_or_dims))

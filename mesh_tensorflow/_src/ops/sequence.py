@@ -222,6 +222,13 @@ def reduce_first(tensor: Tensor, reduced_dim: DimLike) -> Tensor:
     >>> first.shape, converter.convert_mtf_tensor_to_np_array(first)
     (Shape[b=2], array([1, 3], dtype=int32))
 
+  Args:
+    tensor: an mtf Tensor.
+    reduced_dim: a Dimension (or its name) of tensor.
+
+  Returns:
+    an mtf Tensor with the dims of tensor but reduced_dim.
+
   Raises:
     ValueError: if reduced_dim is not a dimension of tensor.
   """
@@ -295,6 +302,14 @@ def stride_tensor_1d(tensor: Tensor, pool_dim: DimLike,
     >>> strided = mtf.stride_tensor_1d(x, "n")
     >>> strided.shape, converter.convert_mtf_tensor_to_np_array(strided)
     (Shape[n=2], array([1, 3], dtype=int32))
+
+  Args:
+    tensor: an mtf Tensor.
+    pool_dim: a Dimension (or its name) of tensor.
+    pool_size: the stride; it divides pool_dim.size.
+
+  Returns:
+    an mtf Tensor whose pool_dim has size pool_dim.size / pool_size.
 
   Raises:
     ValueError: if pool_size does not divide pool_dim.size.

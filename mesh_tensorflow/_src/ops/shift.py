@@ -29,6 +29,13 @@ class ShiftOperation(Operation):
 
   With wrap=True positions wrap around (a roll); otherwise vacated positions
   are zero and |offset| >= dim.size gives all zeros.
+
+  Args:
+    x: the mtf Tensor to shift.
+    offset: the number of positions (negative shifts towards the start).
+    dim: the Dimension (or its name) to shift along.
+    wrap: whether positions wrap around.
+    name: an optional name for the operation.
   """
 
   def __init__(self, x: Tensor, offset: int, dim: DimLike, wrap: bool,
@@ -44,10 +51,12 @@ class ShiftOperation(Operation):
 
   @property
   def offset(self) -> int:
+    """How many positions to shift by (negative shifts the other way)."""
     return self._offset
 
   @property
   def wrap(self) -> bool:
+    """Whether the shift wraps around (else zeros are shifted in)."""
     return self._wrap
 
   def gradient(self, grad_ys):

@@ -16,7 +16,19 @@ def _dim_names(dims) -> List[str]:
 
 def check_splits_allowed(op: Operation, lowering, tensors: Sequence[Tensor],
                          allowed_names) -> None:
-  """ValueError naming the first dim of `tensors` split but not allowed."""
+  """ValueError naming the first dim of `tensors` split but not allowed.
+
+  Args:
+    op: the Operation being lowered (named in the error).
+    lowering: the Lowering in progress (its mesh implementation gives the
+      layouts).
+    tensors: the mtf Tensors whose dims are checked.
+    allowed_names: the names of the dims that may be split.
+
+  Raises:
+    ValueError: if a dim of `tensors` that is not allowed is split across the
+      mesh.
+  """
   mesh_impl = lowering.mesh_impl(op)
   allowed = set(allowed_names)
   for t in tensors:
@@ -33,7 +45,21 @@ def check_splits_allowed(op: Operation, lowering, tensors: Sequence[Tensor],
 
 
 class SlicewiseOperation(Operation):
-  """Applies tf_fn to each slice; only `splittable_dims` may be split."""
+  """Applies tf_fn to each slice; only `splittable_dims` may be split.
+
+  Args:
+    tf_fn: a function of tf.Tensors (one slice of each input) returning the
+      output slice(s).
+    inputs: the mtf Tensors whose slices tf_fn gets.
+    output_shapes: the list of Shapes of the outputs.
+    output_dtypes: the list of tf.DTypes of the outputs.
+    splittable_dims: the Dimensions (or dim names) that may be split across the
+      mesh; lowering raises ValueError if another dim is split.
+    grad_function: optional function (operation, *output_grads) returning the
+      list of input gradients; None differentiates tf_fn slice by slice, and 0
+      (for cwise) means a zero gradient.
+    name: an optional name for the operation.
+  """
 
   def __init__(self, tf_fn: Callable, inputs: Sequence[Tensor],
                output_shapes, output_dtypes, splittable_dims,
@@ -50,6 +76,7 @@ class SlicewiseOperation(Operation):
 
   @property
   def tf_fn(self) -> Callable:
+    """The TF function applied to each slice."""
     return self._tf_fn
 
   @property
@@ -76,7 +103,13 @@ class SlicewiseOperation(Operation):
 
 
 class GenericGradOperation(Operation):
-  """Gradient of a SlicewiseOperation, by differentiating tf_fn per slice."""
+  """Gradient of a SlicewiseOperation, by differentiating tf_fn per slice.
+
+  Args:
+    forward_op: the SlicewiseOperation to differentiate.
+    grad_ys: the gradients of its outputs (mtf Tensors, or None for zero).
+    name: an optional name for the operation.
+  """
 
   def __init__(self, forward_op: SlicewiseOperation, grad_ys,
                name: Optional[str] = None):
@@ -96,6 +129,12 @@ class GenericGradOperation(Operation):
     # forward op's sets; splittability only informs layout search.
 
   def outputs_for_inputs(self) -> list:
+    """The gradient of each input of the forward operation.
+
+    Returns:
+      a list with one entry per input of the forward operation: the output of
+      this operation holding its gradient, or None for non-floating inputs.
+    """
     grads = [None] * len(self._forward_op.inputs)
     for k, i in enumerate(self._float_inputs):
       grads[i] = self._outputs[k]
@@ -132,11 +171,26 @@ class GenericGradOperation(Operation):
 
 def slicewise(tf_fn: Callable, xs: Sequence[Tensor], output_shape=None,
               output_dtype=None, splittable_dims=None, grad_function=None,
-              name: Optional[str] = None):
+              name: Optional[str] = None) -> Tensor | tuple[Tensor, ...]:
   """Applies tf_fn to each slice of xs.
 
   Example:
     y = mtf.slicewise(tf.nn.relu, [x], splittable_dims=x.shape.dims)
+
+  Args:
+    tf_fn: a function of tf.Tensors (one slice of each input) returning the
+      output slice(s).
+    xs: the mtf Tensors (or Python scalars) whose slices tf_fn gets.
+    output_shape: the Shape of the output, or a list of Shapes for several
+      outputs; defaults to the shape of xs[0].
+    output_dtype: the tf.DType of the output, or a list for several outputs;
+      defaults to the dtype of xs[0].
+    splittable_dims: the Dimensions (or dim names) that may be split across the
+      mesh; lowering raises ValueError if another dim is split.
+    grad_function: optional function (operation, *output_grads) returning the
+      list of input gradients; None differentiates tf_fn slice by slice, and 0
+      (for cwise) means a zero gradient.
+    name: an optional name for the operation.
 
   Returns:
     a Tensor, or a tuple of Tensors when output_dtype is a list.
@@ -163,8 +217,21 @@ def _is_dim_like(x) -> bool:
 
 
 def cwise(tf_fn: Callable, xs: Sequence[Tensor], output_dtype=None,
-          grad_function=None, name: Optional[str] = None):
-  """Component-wise: slicewise with every dimension of xs[0] splittable."""
+          grad_function=None, name: Optional[str] = None) -> Tensor:
+  """Component-wise: slicewise with every dimension of xs[0] splittable.
+
+  Args:
+    tf_fn: an elementwise TF function of the slices of xs.
+    xs: mtf Tensors (or Python scalars) of the same shape.
+    output_dtype: the tf.DType of the result; defaults to that of xs[0].
+    grad_function: optional function (operation, *output_grads) returning the
+      list of input gradients; None differentiates tf_fn slice by slice, and 0
+      (for cwise) means a zero gradient.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor with the shape of xs[0].
+  """
   return slicewise(tf_fn, xs, output_dtype=output_dtype,
                    splittable_dims=xs[0].shape.dims,
                    grad_function=grad_function, name=name or "cwise")

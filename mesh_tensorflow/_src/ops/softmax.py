@@ -19,6 +19,16 @@ def reduce_logsumexp(x: Tensor, reduced_dim, extra_logit=None,
   """log(sum(exp(x))) over reduced_dim, computed stably.
 
   extra_logit acts as one more logit of that value in the sum.
+
+  Args:
+    x: a floating mtf Tensor.
+    reduced_dim: the Dimension of x to normalise over.
+    extra_logit: optional Python float or scalar mtf Tensor: one more logit with
+      this value, included in the normaliser.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor with the dims of x but reduced_dim.
   """
   del name
   reduced_shape = x.shape - reduced_dim
@@ -37,6 +47,18 @@ def reduce_logsumexp(x: Tensor, reduced_dim, extra_logit=None,
 
 def log_softmax(x: Tensor, reduced_dim, extra_logit=None,
                 name: Optional[str] = None) -> Tensor:
+  """x - reduce_logsumexp(x, reduced_dim): log-probabilities along reduced_dim.
+
+  Args:
+    x: a floating mtf Tensor of logits.
+    reduced_dim: the Dimension of x to normalise over.
+    extra_logit: optional Python float or scalar mtf Tensor: one more logit with
+      this value, included in the normaliser.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor with the shape and dtype of x.
+  """
   del name
   return x - reduce_logsumexp(x, reduced_dim, extra_logit=extra_logit)
 
@@ -49,6 +71,11 @@ class SoftmaxOperation(Operation):
   took eight elementwise ops and as many temporaries), else to the max, exp
   and sum of each slice, with a MAX and a SUM allreduce if reduced_dim is
   split. The gradient is y * (dy - sum(dy * y)).
+
+  Args:
+    x: a floating mtf Tensor of logits.
+    reduced_dim: the Dimension of x to normalise over.
+    name: an optional name for the operation.
   """
 
   def __init__(self, x: Tensor, reduced_dim, name: Optional[str] = None):
@@ -114,6 +141,17 @@ def softmax(x: Tensor, reduced_dim, extra_logit=None,
     >>> weights = mtf.softmax(logits, logits.shape.dims[0])  # logits' shape
     >>> converter.convert_mtf_tensor_to_np_array(weights)
     array([0.25, 0.25, 0.5 ], dtype=float32)
+
+  Args:
+    x: a floating mtf Tensor of logits.
+    reduced_dim: the Dimension of x to normalise over.
+    extra_logit: optional Python float or scalar mtf Tensor: one more logit with
+      this value, included in the normaliser.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor with the shape and dtype of x; it sums to 1 along reduced_dim
+    (less with extra_logit).
   """
   if extra_logit is not None:
     return elementwise.exp(log_softmax(x, reduced_dim,

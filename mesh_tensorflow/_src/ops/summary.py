@@ -12,7 +12,14 @@ SCALAR_SUMMARIES_COLLECTION_KEY = "mtf_scalar_summaries"
 
 
 class PrintOperation(Operation):
-  """Identity on x that prints `data` (full tensors) when x is computed."""
+  """Identity on x that prints `data` (full tensors) when x is computed.
+
+  Args:
+    x: the mtf Tensor to pass through.
+    data: the mtf Tensors to print (gathered to full tensors).
+    message: a string printed before the data.
+    name: an optional name for the operation.
+  """
 
   def __init__(self, x: Tensor, data: Sequence[Tensor], message: str,
                name: Optional[str] = None, **kwargs):
@@ -35,12 +42,26 @@ class PrintOperation(Operation):
 
 
 def Print(x: Tensor, data: Sequence[Tensor], message: str, **kwargs) -> Tensor:  # pylint: disable=invalid-name
-  """Returns x; printing `data` with `message` when the program runs."""
+  """Returns x; printing `data` with `message` when the program runs.
+
+  Args:
+    x: the mtf Tensor to pass through.
+    data: the mtf Tensors to print (gathered to full tensors).
+    message: a string printed before the data.
+
+  Returns:
+    an mtf Tensor equal to x.
+  """
   return PrintOperation(x, data, message, **kwargs).outputs[0]
 
 
 class ScalarSummaryOperation(Operation):
-  """Exports a scalar for summaries; its TF value is lowering.operations[op]."""
+  """Exports a scalar for summaries; its TF value is lowering.operations[op].
+
+  Args:
+    name: the name of the summary.
+    x: a scalar mtf Tensor.
+  """
 
   def __init__(self, name: str, x: Tensor):
     if x.shape.ndims:
@@ -51,6 +72,7 @@ class ScalarSummaryOperation(Operation):
 
   @property
   def summary_name(self) -> str:
+    """The name of the scalar summary."""
     return self._summary_name
 
   def gradient(self, grad_ys):
@@ -65,7 +87,16 @@ class ScalarSummaryOperation(Operation):
 
 
 def scalar_summary(name: str, x: Tensor) -> Operation:
-  """Records scalar x under `name`; returns the Operation (as the original)."""
+  """Records scalar x under `name`; returns the Operation (as the original).
+
+  Args:
+    name: the name of the summary.
+    x: a scalar mtf Tensor.
+
+  Returns:
+    the ScalarSummaryOperation; the lowering exports its value to the summaries
+    collection.
+  """
   return ScalarSummaryOperation(name, x)
 
 

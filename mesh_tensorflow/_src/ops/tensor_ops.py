@@ -71,6 +71,13 @@ class ConcatOperation(Operation):
 
   All inputs must have the same dims (same names, order and sizes) except for
   the size of the concatenated dim; the output's size there is the sum.
+
+  Args:
+    xs: a list of mtf Tensors with the same dims (names, order, sizes) except
+      for the size of the concatenated dim.
+    concat_dim_name: the name of the dimension to concatenate along; it must not
+      be split across the mesh.
+    name: an optional name for the operation.
   """
 
   def __init__(self, xs: Sequence[Tensor], concat_dim_name: str,
@@ -141,6 +148,17 @@ def concat(xs: Sequence[Tensor], concat_dim_name: str,
     >>> mtf.concat([a, b], "n").shape
     Shape[a=2, n=8]
 
+  Args:
+    xs: a list of mtf Tensors with the same dims (names, order, sizes) except
+      for the size of the concatenated dim.
+    concat_dim_name: the name of the dimension to concatenate along; it must not
+      be split across the mesh.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor like xs[0], whose concatenated dim has the sum of the inputs'
+    sizes.
+
   Raises:
     ValueError: if the shapes differ elsewhere; at lowering, if the
       concatenated dimension is split across the mesh.
@@ -149,7 +167,15 @@ def concat(xs: Sequence[Tensor], concat_dim_name: str,
 
 
 class SplitOperation(Operation):
-  """Splits x along split_dim into pieces; the inverse of ConcatOperation."""
+  """Splits x along split_dim into pieces; the inverse of ConcatOperation.
+
+  Args:
+    x: the mtf Tensor to split.
+    split_dim: the Dimension (or its name) to split along.
+    num_or_size_splits: the number of equal pieces, or a list of piece sizes
+      summing to the dimension's size.
+    name: an optional name for the operation.
+  """
 
   def __init__(self, x: Tensor, split_dim: DimLike, num_or_size_splits,
                name: Optional[str] = None):
@@ -237,7 +263,15 @@ def _normalize_stack_axis(axis: int, ndims: int, dim_name: str) -> int:
 
 
 class StackOperation(Operation):
-  """Stacks equal-shape tensors along a new dimension of size len(xs)."""
+  """Stacks equal-shape tensors along a new dimension of size len(xs).
+
+  Args:
+    xs: a non-empty list of mtf Tensors of one shape and dtype.
+    dim_name: the name of the new dimension (of size len(xs)).
+    axis: where the new dimension goes among the output's dims; negative counts
+      from the end (-1: last).
+    name: an optional name for the operation.
+  """
 
   def __init__(self, xs: Sequence[Tensor], dim_name: str, axis: int,
                name: Optional[str] = None):
@@ -286,12 +320,28 @@ def stack(xs: Sequence[Tensor], dim_name: str, axis: int = 0,
     Shape[a=2, s=3, b=3]
     >>> mtf.stack([x, x, x], "s", axis=-1).shape
     Shape[a=2, b=3, s=3]
+
+  Args:
+    xs: a non-empty list of mtf Tensors of one shape and dtype.
+    dim_name: the name of the new dimension (of size len(xs)).
+    axis: where the new dimension goes among the output's dims; negative counts
+      from the end (-1: last).
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor with the dims of xs[0] plus the new one.
   """
   return StackOperation(xs, dim_name, axis, name=name).outputs[0]
 
 
 class UnstackOperation(Operation):
-  """Splits x along `dim` into dim.size tensors without that dimension."""
+  """Splits x along `dim` into dim.size tensors without that dimension.
+
+  Args:
+    x: the mtf Tensor to unstack.
+    dim: the Dimension (or its name) of x to unstack along.
+    name: an optional name for the operation.
+  """
 
   def __init__(self, x: Tensor, dim: DimLike, name: Optional[str] = None):
     super().__init__([x], name=name or "unstack")
@@ -320,12 +370,30 @@ class UnstackOperation(Operation):
 
 def unstack(x: Tensor, dim: DimLike, name: Optional[str] = None
             ) -> List[Tensor]:
-  """Unstacks x along dim: [a=2, n=3] along n -> three tensors [a=2]."""
+  """Unstacks x along dim: [a=2, n=3] along n -> three tensors [a=2].
+
+  Args:
+    x: the mtf Tensor to unstack.
+    dim: the Dimension (or its name) of x to unstack along.
+    name: an optional name for the operation.
+
+  Returns:
+    a list of dim.size mtf Tensors with the dims of x but `dim`.
+  """
   return UnstackOperation(x, dim, name=name).outputs
 
 
 class SliceOperation(Operation):
-  """Keeps positions [begin, begin + size) of one dimension (same name)."""
+  """Keeps positions [begin, begin + size) of one dimension (same name).
+
+  Args:
+    x: the mtf Tensor to slice.
+    begin: the first position kept.
+    size: the number of positions kept.
+    slice_dim_name: the name of the dimension to slice; it must not be split
+      across the mesh.
+    name: an optional name for the operation.
+  """
 
   def __init__(self, x: Tensor, begin: int, size: int, slice_dim_name: str,
                name: Optional[str] = None):
@@ -370,6 +438,17 @@ def mtf_slice(x: Tensor, begin: int, size: int, slice_dim_name: str,
     >>> mtf.mtf_slice(x, 2, 3, "n").shape  # positions 2, 3 and 4
     Shape[a=2, n=3]
 
+  Args:
+    x: the mtf Tensor to slice.
+    begin: the first position kept.
+    size: the number of positions kept.
+    slice_dim_name: the name of the dimension to slice; it must not be split
+      across the mesh.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor like x whose sliced dimension has size `size`.
+
   Raises:
     ValueError: if [begin, begin + size) is not inside the dimension; at
       lowering, if the dimension is split across the mesh.
@@ -378,7 +457,15 @@ def mtf_slice(x: Tensor, begin: int, size: int, slice_dim_name: str,
 
 
 class PadOperation(Operation):
-  """Pads one dimension with zeros: paddings = [before, after]."""
+  """Pads one dimension with zeros: paddings = [before, after].
+
+  Args:
+    x: the mtf Tensor to pad.
+    paddings: [before, after]: the numbers of zeros to add at each end.
+    pad_dim_name: the name of the dimension to pad; it must not be split across
+      the mesh.
+    name: an optional name for the operation.
+  """
 
   def __init__(self, x: Tensor, paddings: Sequence[int], pad_dim_name: str,
                name: Optional[str] = None):
@@ -414,7 +501,18 @@ class PadOperation(Operation):
 
 def pad(x: Tensor, paddings: Sequence[int], dim_name: str,
         name: Optional[str] = None) -> Tensor:
-  """Zero-pads dimension dim_name: [a=2, n=3], [1, 2] -> [a=2, n=6]."""
+  """Zero-pads dimension dim_name: [a=2, n=3], [1, 2] -> [a=2, n=6].
+
+  Args:
+    x: the mtf Tensor to pad.
+    paddings: [before, after]: the numbers of zeros to add at each end.
+    dim_name: the name of the dimension to pad; it must not be split across the
+      mesh.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor like x whose padded dimension is before + after longer.
+  """
   return PadOperation(x, paddings, dim_name, name=name).outputs[0]
 
 

@@ -75,6 +75,12 @@ class TopKOperation(Operation):
   Example:
     op = mtf.TopKOperation(logits, vocab_dim, mtf.Dimension("k", 8))
     values, indices = op.outputs
+
+  Args:
+    x: a floating or integer mtf Tensor.
+    reduced_dim: the Dimension of x to take the top k along.
+    k_dim: the Dimension of the outputs holding the k values, k = k_dim.size.
+    name: an optional name for the operation.
   """
 
   def __init__(self, x: Tensor, reduced_dim, k_dim,
@@ -104,10 +110,12 @@ class TopKOperation(Operation):
 
   @property
   def reduced_dim(self) -> Dimension:
+    """The dimension of the input the top k are taken along."""
     return self._reduced_dim
 
   @property
   def k_dim(self) -> Dimension:
+    """The dimension of the output holding the k largest values."""
     return self._k_dim
 
   def gradient(self, grad_ys):
@@ -273,6 +281,15 @@ def top_1(x: Tensor, reduced_dim,
 
   Example:
     x [batch, vocab] -> (values [batch], int32 indices [batch])
+
+  Args:
+    x: an mtf Tensor.
+    reduced_dim: the Dimension of x to reduce.
+    name: an optional name for the operation.
+
+  Returns:
+    (values, indices): mtf Tensors with the dims of x but reduced_dim; values
+    has x's dtype, indices are int32.
   """
   reduced_dim = _check_reduced_dim(x, reduced_dim, "top_1")
   one = Dimension(_ONE, 1)
@@ -282,7 +299,16 @@ def top_1(x: Tensor, reduced_dim,
 
 
 def argmax(x: Tensor, reduced_dim, name: Optional[str] = None) -> Tensor:
-  """int32 index of the maximum along reduced_dim (lowest index on ties)."""
+  """int32 index of the maximum along reduced_dim (lowest index on ties).
+
+  Args:
+    x: an mtf Tensor.
+    reduced_dim: the Dimension of x to reduce.
+    name: an optional name for the operation.
+
+  Returns:
+    an int32 mtf Tensor with the dims of x but reduced_dim.
+  """
   return top_1(x, reduced_dim, name=name or "argmax")[1]
 
 
@@ -297,6 +323,15 @@ def nth_largest_element(x: Tensor, n: int, reduced_dim,
     >>> converter.convert_mtf_tensor_to_np_array(
     ...     mtf.nth_largest_element(x, 1, x.shape.dims[0]))
     array(2., dtype=float32)
+
+  Args:
+    x: an mtf Tensor.
+    n: the zero-based rank (0 = largest).
+    reduced_dim: the Dimension of x to reduce.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor with the dims of x but reduced_dim, and x's dtype.
   """
   reduced_dim = _check_reduced_dim(x, reduced_dim, "nth_largest_element")
   if (not isinstance(n, (int, np.integer)) or isinstance(n, bool) or
@@ -312,7 +347,17 @@ def nth_largest_element(x: Tensor, n: int, reduced_dim,
 
 def nth_smallest_element(x: Tensor, n: int, reduced_dim,
                          name: Optional[str] = None) -> Tensor:
-  """The n-th smallest value along reduced_dim; n is zero-based (0 = min)."""
+  """The n-th smallest value along reduced_dim; n is zero-based (0 = min).
+
+  Args:
+    x: an mtf Tensor.
+    n: the zero-based rank (0 = smallest).
+    reduced_dim: the Dimension of x to reduce.
+    name: an optional name for the operation.
+
+  Returns:
+    an mtf Tensor with the dims of x but reduced_dim, and x's dtype.
+  """
   return elementwise.negative(nth_largest_element(
       elementwise.negative(x), n, reduced_dim,
       name=name or "nth_smallest_element"))

@@ -317,6 +317,14 @@ def adafactor_optimizer_from_hparams(hparams, lr) -> AdafactorOptimizer:
 def make_optimizer(hparams, lr) -> Optimizer:
   """SgdOptimizer or AdafactorOptimizer, by `hparams.optimizer`.
 
+  Args:
+    hparams: an object with attribute `optimizer` ("SGD" or "Adafactor") and,
+      for Adafactor, the optimizer_adafactor_* settings.
+    lr: the learning rate (a float or scalar tf.Tensor).
+
+  Returns:
+    the Optimizer.
+
   Raises:
     ValueError: if hparams.optimizer is neither "SGD" nor "Adafactor".
   """

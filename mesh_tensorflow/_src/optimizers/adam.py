@@ -32,6 +32,15 @@ class AdamWeightDecayOptimizer(Optimizer):
   Example:
     opt = AdamWeightDecayOptimizer(1e-3, weight_decay_rate=0.01,
                                    exclude_from_weight_decay=["bias", "norm"])
+
+  Args:
+    learning_rate: a Python number or float scalar tf.Tensor.
+    weight_decay_rate: the decoupled weight decay coefficient.
+    beta_1: the decay of the first-moment estimate m.
+    beta_2: the decay of the second-moment estimate v.
+    epsilon: added to sqrt(v) for stability.
+    exclude_from_weight_decay: a regexp or list of regexps; variables whose name
+      matches one get no weight decay.
   """
 
   def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9,

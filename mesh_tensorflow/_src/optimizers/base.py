@@ -66,7 +66,19 @@ class Optimizer:
 
   def apply_grad(self, grad: Optional[Tensor],
                  var: Variable) -> List[Operation]:
-    """Assign operations updating `var` (and its slots) with `grad`."""
+    """Assign operations updating `var` (and its slots) with `grad`.
+
+    Args:
+      grad: the gradient of var, an mtf Tensor of its shape (or None: no
+        update).
+      var: the mtf Variable to update.
+
+    Returns:
+      a list of Assign operations updating var and its slot variables.
+
+    Raises:
+      ValueError: if the optimizer does not implement apply_grad.
+    """
     raise ValueError("%s does not implement apply_grad (grad %s, variable %s)"
                      % (type(self).__name__, grad, var))
 
@@ -139,6 +151,12 @@ def reduce_rms(x: Tensor, **kwargs) -> Tensor:
   Example:
     reduce_rms(x)                                # scalar
     reduce_rms(x, output_shape=[stacked_dim])    # one RMS per stacked slice
+
+  Args:
+    x: a floating mtf Tensor.
+
+  Returns:
+    an mtf Tensor: sqrt(mean(x ** 2)) over the reduced dims.
   """
   return elementwise.sqrt(
       reduce_lib.reduce_mean(elementwise.square(x), **kwargs))

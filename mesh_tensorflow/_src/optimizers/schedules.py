@@ -99,10 +99,12 @@ class MultiLRScheduleMixin:
 
   @property
   def variable_search(self) -> List[str]:
+    """A dict {schedule name: regexp}: variables whose name matches use it."""
     return list(self._variable_search)
 
   @property
   def alt_lr_schedules(self) -> list:
+    """A dict {schedule name: learning rate schedule}."""
     return list(self._alt_lr_schedules)
 
   def _select_learning_rate(self, var_name: str, base_learning_rate):

@@ -22,15 +22,21 @@ class SgdOptimizer(Optimizer):
   """
 
   def __init__(self, learning_rate):
-    """learning_rate: a Python number or a float scalar tf.Tensor."""
+    """Stores the learning rate.
+
+    Args:
+      learning_rate: a Python number or a float scalar tf.Tensor.
+    """
     self._lr = learning_rate
 
   @property
   def lr(self):
+    """The learning rate (alias of learning_rate)."""
     return self._lr
 
   @property
   def learning_rate(self):
+    """The learning rate (a float or a scalar tensor)."""
     return self._lr
 
   def apply_grad(self, grad: Optional[Tensor],
@@ -48,6 +54,10 @@ class MomentumOptimizer(Optimizer):
 
   The velocity slot is `<var.name>_momentum_v`, with the variable's dtypes,
   zero-initialized and untrainable.
+
+  Args:
+    learning_rate: a Python number or float scalar tf.Tensor.
+    momentum: the momentum coefficient.
   """
 
   def __init__(self, learning_rate, momentum):
@@ -56,14 +66,17 @@ class MomentumOptimizer(Optimizer):
 
   @property
   def lr(self):
+    """The learning rate (alias of learning_rate)."""
     return self._lr
 
   @property
   def learning_rate(self):
+    """The learning rate (a float or a scalar tensor)."""
     return self._lr
 
   @property
   def momentum(self):
+    """The momentum coefficient."""
     return self._momentum
 
   def apply_grad(self, grad: Optional[Tensor],
