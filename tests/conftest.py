@@ -9,13 +9,15 @@ Fixtures that serve one folder live in that folder's conftest.py.
 import contextlib
 import os
 import sys
+import pytest
+
+import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # The repository root first, so that `from tests import mesh_test_util` and
 # `import mesh_tensorflow` resolve to this checkout.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import pytest  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from mesh_tensorflow import utils  # pylint: disable=g-import-not-at-top

@@ -230,3 +230,54 @@ BEAM_SEARCH = trio(
                "batch:cols;beam_and_vocab:rows"])
 # Optimizer updates of variables of dims a and b.
 OPTIMIZERS = trio(rows_cols=["a:rows;b:cols"])
+
+# ----------------------------------------------------------- transformer
+# Attention core functions: q, k, v [batch, length or memory_length, heads,
+# d_kv].
+TRANSFORMER_ATTENTION = trio(
+    all_4=["heads:all", "d_kv:all", "memory_length:all"],
+    rows_cols=["batch:rows;heads:cols", "length:rows;d_model:cols"])
+# Attention layers and their parameters: heads or d_model split.
+ATTENTION_LAYERS = trio(
+    all_4=["heads:all", "d_model:all"], rows_cols=["batch:rows;heads:cols"])
+# Incremental decoding, one split mesh besides the 1-device mesh.
+ATTENTION_DECODING = trio(rows_cols=["batch:rows;heads:cols"])
+# Talking-heads (key kh, softmax sh and value vh heads) and bilinear
+# attention.
+ATTENTION_VARIANTS = trio(
+    all_4=["d_model:all", "kh:all;vh:all"],
+    rows_cols=["batch:rows;heads:cols", "d_model:cols", "batch:rows;sh:cols"])
+# Feed-forward layers: d_ff (hidden) and d_model split.
+DENSE_LAYERS = trio(
+    all_4=["d_ff:all", "d_model:all"],
+    rows_cols=["batch:rows;d_ff:cols", "d_model:cols",
+               "batch:rows;d_model:cols"])
+EVOLVED_TRANSFORMER = trio(
+    all_4=["batch:all", "d_ff:all"],
+    rows_cols=["batch:rows;heads:cols", "batch:rows;d_ff:cols"])
+FIXUP_LAYERS = trio(
+    all_4=["batch:all", "d_ff:all"], rows_cols=["batch:rows;heads:cols"])
+MEMORY_LAYERS = trio(
+    all_4=["batch:all", "n_heads:all"],
+    rows_cols=["batch:rows;n_heads:cols"])
+# Convolution and local-attention layers of the transformer.
+TRANSFORMER_CONV_LAYERS = trio(
+    all_4=["d_model:all"],
+    rows_cols=["batch:rows;d_model:cols", "batch:rows"])
+# Whole models (Unitransformer, LayerStack): batch, d_model or vocab split.
+TRANSFORMER_MODELS = trio(
+    all_4=["batch:all", "d_model:all", "vocab:all"],
+    rows_cols=["batch:rows;vocab:cols", "batch:rows;d_model:cols"])
+# Mixture-of-experts layers on meshes that split experts; results on the
+# split meshes are compared with the 1-device mesh's.
+MOE = trio(
+    all_4=["experts:all"],
+    rows_cols=["batch:rows;experts:rows", "experts:rows;expert_hidden:cols"])
+# The 1-device mesh and one split of MOE, for the slower MoE comparisons.
+MOE_2X2 = trio(rows_cols=["batch:rows;experts:rows"])
+# The T5 (gin-configured) model on the original's b:2;m:2 mesh and on all:4.
+T5_MODEL = mesh_layouts(
+    ("b:2;m:2", ["batch:b;heads:m;d_ff:m;vocab:m", "batch:b;d_ff:m"]),
+    (ALL_4, ["heads:all;d_ff:all", "batch:all"]))
+T5_DECODE = mesh_layouts((ONE_DEVICE, [""]),
+                         ("b:2;m:2", ["batch:b;heads:m;d_ff:m;vocab:m"]))

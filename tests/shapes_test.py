@@ -236,7 +236,7 @@ def test_equality():
   assert s != Shape([("a", 2), ("b", 3), ("c", 5)])
   assert s != Shape([("b", 3), ("a", 2), ("c", 4)])
   assert s != [1, 2, 3]
-  assert s != None  # pylint: disable=singleton-comparison
+  assert s != None  # noqa: E711  pylint: disable=singleton-comparison
   assert s != "a:2,b:3,c:4"
   assert s != Dimension("a", 2)
 

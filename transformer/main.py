@@ -59,18 +59,8 @@ def _write_command_line(model_dir: str) -> None:
     f.write(" ".join(sys.argv) + "\n")
 
 
-def main(argv):
-  """Parses the gin config and runs `utils.run` as the flags configure it.
-
-  Writes the command line to <model_dir>/command (command.N if one exists)
-  and, afterwards, the
-  operative gin config to <model_dir>/operative_config.gin.
-
-  Args:
-    argv: the command-line arguments left after absl parsed the flags
-      (unused).
-  """
-  del argv
+def main(_) -> None:
+  """Runs the driver (absl app entry point; the argv argument is unused)."""
   # Only the run's progress and results unless -v/--verbosity or MTF_VERBOSE.
   quiet.quiet_libraries(verbose=quiet.verbose_requested())
   if FLAGS.mesh_devices:

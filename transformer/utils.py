@@ -61,6 +61,11 @@ from transformer._src.models.builders import build_model as build_model
 from transformer._src.models.layer_stack import make_layer_stack as make_layer_stack
 from transformer._src.models.unitransformer import Unitransformer as Unitransformer
 
+# Private in the original but used by code written for it (its own tests
+# call them through this module), so they keep these names here.
+from transformer._src.data.delimited_lm import dynamic_text2self as _dynamic_text2self  # pylint: disable=unused-import
+from transformer._src.driver.config import maybe_add_pretokenized_features as _maybe_add_pretokenized_features  # pylint: disable=unused-import
+
 __all__ = [
     "Estimator",
     "auto_train_steps",

@@ -19,7 +19,7 @@ large negative scores (-INF) instead of masks, as in the original.
 
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Optional, Tuple
 
 import gin
 import tensorflow as tf

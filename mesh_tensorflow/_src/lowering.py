@@ -15,7 +15,7 @@ from absl import logging
 import tensorflow as tf
 
 # Imported for its registration of Graph.rewrite_stack_variables (autostack).
-from mesh_tensorflow._src import stacking  # pylint: disable=unused-import
+from mesh_tensorflow._src import stacking  # noqa: F401  pylint: disable=unused-import
 from mesh_tensorflow._src.graph import Graph, Mesh, Tensor
 
 _INVALID_SCOPE_CHARS = re.compile(r"[^A-Za-z0-9_.\-/]")

@@ -7,7 +7,7 @@ communication primitives and know nothing about operations.
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from absl import logging
 import tensorflow as tf

@@ -190,7 +190,7 @@ def _stack(graph: Graph, vs: List[Variable], assigns: List[Assign]) -> None:
   stacked = StackedVariable(vs)
   outputs = [v.outputs[0] for v in vs]
   unstack = UnstackVariableOperation(stacked, outputs)
-  for v, out in zip(vs, outputs):
+  for out in outputs:
     out._operation = unstack  # pylint: disable=protected-access
   _move_new_ops_before(graph, 2, anchor)
   for v in vs:

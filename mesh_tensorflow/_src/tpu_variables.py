@@ -49,6 +49,8 @@ def _enclosing_tpu_context():
   return None
 
 
+_not_converted = tf.autograph.experimental.do_not_convert
+
 class ReplicatedVariable(tf.__internal__.types.Tensor):
   """A variable that, on TPU, is a different variable on every replica.
 
@@ -180,10 +182,16 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
     return self._primary_var
 
   # ----------------------------------------------------------- read/write
+  # These methods choose between the primary variable and the replica's
+  # handle with plain Python conditions; autograph need not convert them (and
+  # its conversion cache once handed one method's converted code to another
+  # when a tf.function called assign_add).
+  @_not_converted
   def _read_replicated(self):
     return tf.raw_ops.ReadVariableOp(resource=self.handle,
                                      dtype=self.dtype.base_dtype)
 
+  @_not_converted
   def read_value(self):
     """The current value (of this replica's variable inside replicate).
 
@@ -194,6 +202,7 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
       return self._primary_var.read_value()
     return self._read_replicated()
 
+  @_not_converted
   def value(self):
     """The current value (see read_value).
 
@@ -202,6 +211,7 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
     """
     return self.read_value()
 
+  @_not_converted
   def _assign(self, method: str, raw_op, value, use_locking, name,
               read_value: bool):
     if _enclosing_tpu_context() is None:
@@ -214,6 +224,7 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
     with tf.control_dependencies([assign_op]):
       return self._read_replicated()
 
+  @_not_converted
   def assign(self, value, use_locking=None, name=None, read_value=False):
     """Assigns value; returns the new value if read_value else the op.
 
@@ -229,6 +240,7 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
     return self._assign("assign", tf.raw_ops.AssignVariableOp, value,
                         use_locking, name, read_value)
 
+  @_not_converted
   def assign_add(self, delta, use_locking=None, name=None, read_value=True):
     """Adds delta to the variable.
 
@@ -244,6 +256,7 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
     return self._assign("assign_add", tf.raw_ops.AssignAddVariableOp, delta,
                         use_locking, name, read_value)
 
+  @_not_converted
   def assign_sub(self, delta, use_locking=None, name=None, read_value=True):
     """Subtracts delta from the variable.
 

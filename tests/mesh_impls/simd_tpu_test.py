@@ -492,8 +492,9 @@ def test_emulated_all_gather_bfloat16(monkeypatch):
       backend = TpuBackend(N, all_gather_mode=mode)
       xs = [np.full([1, 2], r - 3.5, np.float32) for r in range(N)]
       groups = physical_groups([1])
-      got = world.run(backend, lambda r, g=groups: tf.cast(backend.all_gather(
-          tf.cast(xs[r], tf.bfloat16), g, 0), tf.float32).numpy())
+      got = world.run(
+          backend, lambda r, g=groups, b=backend, xs=xs: tf.cast(b.all_gather(
+              tf.cast(xs[r], tf.bfloat16), g, 0), tf.float32).numpy())
       for group in groups:
         for r in group:
           np.testing.assert_array_equal(
@@ -508,7 +509,7 @@ def test_emulated_all_to_all(monkeypatch):
       n = len(groups[0])
       xs = [_values([n * 2, 3], np.float32, seed=r) for r in range(N)]
       world.calls.clear()
-      got = world.run(backend, lambda r, g=groups: backend.all_to_all(
+      got = world.run(backend, lambda r, g=groups, xs=xs: backend.all_to_all(
           tf.constant(xs[r]), g, 0, 1).numpy())
       for group in groups:
         for i, r in enumerate(group):

@@ -200,7 +200,7 @@ def test_recompute_grad_clones_forward_operations(control_dependencies):
     w1 = mtf.import_tf_tensor(mesh, W1, [D_IN, HIDDEN])
     w2 = mtf.import_tf_tensor(mesh, W2, [HIDDEN, D_OUT])
     if recompute:
-      y = mtf.recompute_grad(lambda t: _mlp(t, w1, w2), [x],
+      y = mtf.recompute_grad(lambda t, w1=w1, w2=w2: _mlp(t, w1, w2), [x],
                              control_dependencies=control_dependencies)
     else:
       y = _mlp(x, w1, w2)

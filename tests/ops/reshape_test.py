@@ -9,7 +9,6 @@ numpy on every case.
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from mesh_tensorflow import placement_mesh_impl

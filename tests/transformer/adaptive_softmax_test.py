@@ -114,11 +114,14 @@ def _full_log_softmax(hidden):
 def _reference_loss(hidden, targets, z_loss=0.0, capacity=None):
   """Summed -log p(target) (+ z-losses) / (batch * length).
 
-  capacity: the number of last-cluster targets per sequence that count.
+  capacity: the number of last-cluster targets per sequence that count; the
+  last cluster's own terms are then divided by batch * capacity (the size of
+  the targets it sees), as the original does.
   """
   full = _full_log_softmax(hidden)
   log_z = [_logsumexp(x) for x in _cluster_logits(hidden)]
   total = 0.0
+  projected_total = 0.0
   for b in range(targets.shape[0]):
     seen_last = 0
     for t in range(targets.shape[1]):
@@ -127,16 +130,25 @@ def _reference_loss(hidden, targets, z_loss=0.0, capacity=None):
         continue
       total += z_loss * log_z[0][b, t] ** 2  # the head softmax, always
       cluster = 0 if target < 20 else 1 if target < 28 else 2
-      if cluster == 2:
+      if cluster == 0:
+        total += -full[b, t, target]
+        continue
+      # Head term -log p(cluster) plus tail term -log p(token | cluster).
+      log_p_cluster = _log_softmax(_cluster_logits(hidden)[0])[
+          b, t, 19 + cluster]
+      total += -log_p_cluster
+      tail = z_loss * log_z[cluster][b, t] ** 2 - (
+          full[b, t, target] - log_p_cluster)
+      if cluster == 2 and capacity is not None:
         seen_last += 1
-        if capacity is not None and seen_last > capacity:
-          # Only the head term (p(cluster)) remains.
-          total += -_log_softmax(_cluster_logits(hidden)[0])[b, t, 21]
-          continue
-      if cluster:
-        total += z_loss * log_z[cluster][b, t] ** 2
-      total += -full[b, t, target]
-  return total / targets.size
+        if seen_last <= capacity:
+          projected_total += tail
+      else:
+        total += tail
+  result = total / targets.size
+  if capacity is not None:
+    result += projected_total / (targets.shape[0] * capacity)
+  return result
 
 
 # ----------------------------------------------------------------------------
@@ -161,10 +173,11 @@ def _run_eval(mesh_shape="", layout="", mode="eager", seen=None):
 
 
 def _run_train(targets, clusters, z_loss=0.0, mesh_shape="", layout="",
-               mode="eager"):
+               mode="eager", context_length_dim=LENGTH):
   def build(mesh):
     embedding = _make(mesh, clusters)
     ctx = _context(mesh, "train")
+    ctx.length_dim = context_length_dim
     hidden = mtf.import_tf_tensor(mesh, HIDDEN, [BATCH, LENGTH, D_MODEL])
     logits = embedding.hidden_to_logits(hidden, ctx)
     assert logits is hidden  # training: the loss_fn gets the hidden states
@@ -198,15 +211,35 @@ def test_training_loss_equals_full_softmax_cross_entropy(z_loss):
 
 
 def test_length_projection_keeps_the_first_targets_of_a_cluster():
-  # At most 2 targets of the last cluster per sequence: nothing dropped.
+  # At most 2 targets of the last cluster per sequence: nothing dropped, but
+  # that cluster's terms are divided by batch * 2 (its targets' size).
   loss = _run_train(TARGETS_FEW, _clusters(last_factor=0.5))
-  np.testing.assert_allclose(loss, _reference_loss(HIDDEN, TARGETS_FEW),
-                             rtol=1e-5)
+  np.testing.assert_allclose(
+      loss, _reference_loss(HIDDEN, TARGETS_FEW, capacity=2), rtol=1e-5)
   # Three in sequence 1: the third one's tail term is left out.
   loss = _run_train(TARGETS, _clusters(last_factor=0.5), z_loss=0.01)
   np.testing.assert_allclose(
       loss, _reference_loss(HIDDEN, TARGETS, 0.01, capacity=2), rtol=1e-5)
   assert not np.isclose(loss, _reference_loss(HIDDEN, TARGETS, 0.01))
+
+
+def test_projected_length_rounds_up():
+  # ceil(0.3 * 4) = 2 slots per sequence: TARGETS_FEW loses nothing.
+  loss = _run_train(TARGETS_FEW, _clusters(last_factor=0.3))
+  np.testing.assert_allclose(
+      loss, _reference_loss(HIDDEN, TARGETS_FEW, capacity=2), rtol=1e-5)
+
+
+@pytest.mark.parametrize("context_length_dim", [
+    None, mtf.Dimension("memory_length", 4)])
+def test_loss_uses_the_targets_length_dim_when_the_context_has_another(
+    context_length_dim):
+  # As in the original, a context whose length_dim is not the targets' one
+  # (or that has none) falls back to the targets' dim named "length".
+  loss = _run_train(TARGETS, _clusters(last_factor=0.5), z_loss=0.01,
+                    context_length_dim=context_length_dim)
+  np.testing.assert_allclose(
+      loss, _reference_loss(HIDDEN, TARGETS, 0.01, capacity=2), rtol=1e-5)
 
 
 @pytest.mark.parametrize("mesh_shape, layout", [

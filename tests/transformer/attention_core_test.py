@@ -13,6 +13,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 from transformer import attention as att
 
 tf1 = tf.compat.v1
@@ -24,16 +25,6 @@ HEADS = mtf.Dimension("heads", 4)
 D_KV = mtf.Dimension("d_kv", 4)
 D_MODEL = mtf.Dimension("d_model", 8)
 F32 = mtf.VariableDType(tf.float32)
-
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", "heads:all"),
-    ("all:4", "d_kv:all"),
-    ("all:4", "memory_length:all"),
-    ("rows:2;cols:2", "batch:rows;heads:cols"),
-    ("rows:2;cols:2", "length:rows;d_model:cols"),
-]
-_IDS = ["%s|%s" % ml for ml in MESH_LAYOUTS]
 
 _RNG = np.random.RandomState(7)
 
@@ -73,7 +64,7 @@ def np_attention(q, k, v, bias=None, extra_logit=None):
   return np.einsum("blhm,bmhd->blhd", w, v)
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.TRANSFORMER_ATTENTION, "mesh_layout")
 def test_attention_matches_numpy(mesh_layout):
   def build(mesh):
     q = imp(mesh, Q, [BATCH, LENGTH, HEADS, D_KV])
@@ -274,9 +265,7 @@ def test_attention_params_initializer_stddevs():
   np.testing.assert_allclose(_init_stds(unit=True), [1.0] * 4, rtol=0.05)
 
 
-@pytest.mark.parametrize("mesh_layout", [
-    ("", ""), ("all:4", "heads:all"), ("all:4", "d_model:all"),
-    ("rows:2;cols:2", "batch:rows;heads:cols")], ids=str)
+@meshes.parametrize(meshes.ATTENTION_LAYERS, "mesh_layout")
 @pytest.mark.parametrize("variant", ["combined", "separate", "unfolded",
                                      "multi_query"])
 def test_attention_params_compute_matches_numpy(variant, mesh_layout):
@@ -506,7 +495,8 @@ SIGNATURES = {
         ("q", _E), ("k", _E), ("v", _E), ("memory_length_dim", _E),
         ("key_dim", _E), ("value_dim", _E), ("bias", None),
         ("dropout_rate", 0.0), ("dropout_broadcast_dims", None),
-        ("extra_logit", None), ("context", None), ("float32_logits", True)],
+        ("extra_logit", None), ("context", None), ("float32_logits", True),
+        ("z_loss_coeff", None)],
     "hybrid_attention": [
         ("q", _E), ("k", _E), ("v", _E), ("context", _E),
         ("memory_length_dim", _E), ("key_dim", _E), ("value_dim", _E),

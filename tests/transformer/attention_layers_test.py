@@ -18,6 +18,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 from transformer import transformer_layers as tl
 from transformer._src.layers import attention_layers
 from transformer._src.layers.context import Context
@@ -31,14 +32,6 @@ MEMORY = mtf.Dimension("memory_length", M)
 D_MODEL = mtf.Dimension("d_model", DM)
 F32 = mtf.VariableDType(tf.float32)
 SCOPE = "decoder/block_000/layer_000/SelfAttention"
-
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", "heads:all"),
-    ("all:4", "d_model:all"),
-    ("rows:2;cols:2", "batch:rows;heads:cols"),
-]
-_IDS = ["%s|%s" % ml for ml in MESH_LAYOUTS]
 
 _RNG = np.random.RandomState(3)
 
@@ -222,7 +215,7 @@ def run_self_attention(layer, mesh_layout, causal=True, seq=None,
   return outs[0], dict(zip(names + list(extra_vars), outs[1:])), build.shapes
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.ATTENTION_LAYERS, "mesh_layout")
 def test_self_attention_causal_packed_relative_bias(mesh_layout):
   # 8 buckets: distances 4..7 fall in log buckets, which differ between
   # unidirectional (this causal layer) and bidirectional bucketing.
@@ -399,22 +392,35 @@ def prompt(prefix):
   return np.where(np.arange(L)[None, :, None] < prefix, X, GARBAGE)
 
 
-def decode_program(layer, mesh, scope, encoder=False, causal=True, prefix=1):
-  """Full causal pass, a "first_part" pass and incremental steps."""
+def decode_program(layer, mesh, scope, encoder=False, causal=True, prefix=1,
+                   task_prompts=False):
+  """Full causal pass, a "first_part" pass and incremental steps (with
+  task_prompts: decoder prompts of tasks TASK_ID from PROMPTS)."""
   x = imp(mesh, X, [BATCH, LENGTH, D_MODEL])
   extra = {}
+  task_id = None
+  if task_prompts:
+    task_id = imp(mesh, TASK_ID, [BATCH, LENGTH], tf.int32)
+    extra["shared_params"] = {"decoder": {"prompts": imp(
+        mesh, PROMPTS, [TASK_NUM, mtf.Dimension("memory_length",
+                                                PROMPT_LENGTH), D_MODEL])}}
+
+  def with_task(ctx):
+    if task_id is not None:
+      ctx.cache["task-id"] = task_id
+    return ctx
   if encoder:
     extra = dict(encoder_output=imp(mesh, ENC, [BATCH, MEMORY, D_MODEL]),
                  encoder_sequence_id=imp(mesh, ENC_SEQ, [BATCH, MEMORY],
                                          tf.int32))
   seq = np.ones((B, L), np.int32) if encoder else None
-  full_ctx = make_context(mesh, mode="eval", seq=seq, **extra)
+  full_ctx = with_task(make_context(mesh, mode="eval", seq=seq, **extra))
   with tf1.variable_scope(scope):
     y_full = layer.call(full_ctx, x)
-  first = make_context(mesh, mode="first_part", seq=seq, new_states=[],
-                       constant_states=[],
-                       initial_position=mtf.constant(mesh, prefix, [BATCH],
-                                                     tf.int32), **extra)
+  first = with_task(make_context(
+      mesh, mode="first_part", seq=seq, new_states=[], constant_states=[],
+      initial_position=mtf.constant(mesh, prefix, [BATCH], tf.int32),
+      **extra))
   with tf1.variable_scope(scope):
     y_first = layer.call(first, imp(mesh, prompt(prefix),
                                     [BATCH, LENGTH, D_MODEL]))
@@ -429,7 +435,9 @@ def decode_program(layer, mesh, scope, encoder=False, causal=True, prefix=1):
                   write_priority=mtf.range(mesh, LENGTH, tf.int32),
                   sequence_id=(mtf.constant(mesh, 1, [BATCH], tf.int32)
                                if encoder else None),
-                  encoder_sequence_id=extra.get("encoder_sequence_id"))
+                  encoder_sequence_id=extra.get("encoder_sequence_id"),
+                  shared_params=extra.get("shared_params"))
+    with_task(inc)
     with tf1.variable_scope(scope):
       steps.append(layer.call(inc, imp(mesh, X[:, p], [BATCH, D_MODEL])))
     assert len(inc.new_states) == len(states)
@@ -437,10 +445,10 @@ def decode_program(layer, mesh, scope, encoder=False, causal=True, prefix=1):
   return [y_full, y_first] + steps
 
 
-@pytest.mark.parametrize("mesh_layout", [
-    ("", ""), ("rows:2;cols:2", "batch:rows;heads:cols")], ids=str)
+@meshes.parametrize(meshes.ATTENTION_DECODING, "mesh_layout")
 @pytest.mark.parametrize("kind", ["self", "self_shared_kv_rel", "encdec",
-                                  "local", "local_long_prefix"])
+                                  "local", "local_long_prefix",
+                                  "self_task_prompts"])
 def test_incremental_decoding_matches_full_forward(kind, mesh_layout):
   local_scope = "decoder/block_000/layer_000/LocalSelfAttention"
   layer, scope, encoder, prefix = {
@@ -456,9 +464,15 @@ def test_incremental_decoding_matches_full_forward(kind, mesh_layout):
                 1),
       "local_long_prefix": (tl.LocalSelfAttention(
           radius=2, num_heads=2, key_value_size=4), local_scope, False, 4),
+      "self_task_prompts": (tl.SelfAttention(
+          num_heads=2, key_value_size=4, relative_attention_type="bias",
+          hyperprompt_length_decoder=PROMPT_LENGTH,
+          hyperprompt_hidden_dim=PREFIX_HIDDEN, hyperprompt_task_num=TASKS),
+                            SCOPE, False, 2),
   }[kind]
   outs = mtu.run_program(
-      lambda mesh: decode_program(layer, mesh, scope, encoder, prefix=prefix),
+      lambda mesh: decode_program(layer, mesh, scope, encoder, prefix=prefix,
+                                  task_prompts=kind == "self_task_prompts"),
       *mesh_layout)
   y_full, y_first, steps = outs[0], outs[1], outs[2:]
   np.testing.assert_allclose(y_first[:, :prefix], y_full[:, :prefix],
@@ -516,7 +530,7 @@ def test_self_attention_ensemble():
 # ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.ATTENTION_LAYERS, "mesh_layout")
 def test_enc_dec_attention_matches_numpy(mesh_layout):
   layer = tl.EncDecAttention(num_heads=4, key_value_size=4)
   scope = "decoder/block_000/layer_001/EncDecAttention"
@@ -630,7 +644,7 @@ def window_visible(length, radius, autoregressive):
   return (rel > -radius) & (rel <= (0 if autoregressive else radius - 1))
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=_IDS)
+@meshes.parametrize(meshes.ATTENTION_LAYERS, "mesh_layout")
 def test_local_self_attention_short_equals_windowed_attention(mesh_layout):
   layer = tl.LocalSelfAttention(radius=3, num_heads=4, key_value_size=4)
   scope = "encoder/block_000/layer_000/LocalSelfAttention"
@@ -727,7 +741,11 @@ SIGNATURES = {
         ("attention_kwargs", None), ("relative_attention_type", None),
         ("relative_attention_num_buckets", 32), ("attention_func", None),
         ("combine_dims", True), ("keep_query_heads_dims", False),
-        ("fold_scaling_into_initializer", True)],
+        ("fold_scaling_into_initializer", True), ("z_loss_coeff", None),
+        ("use_hyperprompt", False), ("hyperprompt_mtlshare", False),
+        ("hyperprompt_length_encoder", None),
+        ("hyperprompt_length_decoder", None),
+        ("hyperprompt_hidden_dim", None), ("hyperprompt_task_num", 8)],
     "LocalSelfAttention": [
         ("radius", 128), ("num_heads", 8), ("num_memory_heads", 0),
         ("key_value_size", 128), ("shared_kv", False), ("dropout_rate", 0.0),
@@ -739,7 +757,8 @@ SIGNATURES = {
         ("fold_scaling_into_initializer", True)],
     "enc_dec_attention": [
         ("self_attention_layer", _E), ("memory_antecedent", _E),
-        ("context", _E), ("x", _E), ("losses", _E), ("attention_fn", None)],
+        ("context", _E), ("x", _E), ("losses", _E), ("attention_fn", None),
+        ("z_loss_coeff", None)],
     "enc_dec_attention_bias": [
         ("layer", _E), ("context", _E), ("heads_dims", _E),
         ("relative_position_fn", None)],
@@ -769,3 +788,177 @@ def test_method_names_for_subclasses():
   assert issubclass(tl.EncDecAttention, tl.SelfAttention)
   assert issubclass(tl.LocalSelfAttention, tl.SelfAttention)
   assert issubclass(tl.TransparentEncDecAttention, tl.EncDecAttention)
+
+
+# ----------------------------------------------------------------------------
+# attention z-loss and task prompts
+# ----------------------------------------------------------------------------
+
+
+def test_self_attention_z_loss_matches_numpy():
+  layer = tl.SelfAttention(num_heads=2, key_value_size=4, z_loss_coeff=0.5)
+  mesh_layout = MESH_LAYOUTS[0]
+
+  def build(mesh):
+    ctx = make_context(mesh, mode="train", causal=False, seq=SEQ, losses=[])
+    with tf1.variable_scope(SCOPE):
+      layer.call(ctx, imp(mesh, X, [BATCH, LENGTH, D_MODEL]))
+    assert len(ctx.losses) == 1
+    return [ctx.losses[0]] + [var(mesh, SCOPE + "/" + n) for n in "qk"]
+  z_loss, wq, wk = mtu.run_program(build, *mesh_layout)
+  q = np.einsum("bld,dhk->blhk", X, wq.reshape(DM, 2, 4))
+  k = np.einsum("bmd,dhk->bmhk", X, wk.reshape(DM, 2, 4))
+  logits = np.einsum("blhk,bmhk->bhlm", q, k)
+  logits = logits + bias_from_visible(causal_seq_visible(SEQ, causal=False))
+  peak = logits.max(-1, keepdims=True)
+  log_z = np.log(np.exp(logits - peak).sum(-1)) + peak[..., 0]
+  expected = 0.5 * np.mean(log_z ** 2 * (SEQ != 0)[:, None, :])
+  np.testing.assert_allclose(z_loss, expected, rtol=1e-4)
+
+
+def test_self_attention_without_z_loss_adds_no_loss():
+  layer = tl.SelfAttention(num_heads=2, key_value_size=4)
+
+  def build(mesh):
+    ctx = make_context(mesh, mode="train", causal=False, losses=[])
+    with tf1.variable_scope(SCOPE):
+      y = layer.call(ctx, imp(mesh, X, [BATCH, LENGTH, D_MODEL]))
+    assert not ctx.losses
+    return [y]
+  mtu.run_program(build, *MESH_LAYOUTS[0])
+
+
+PROMPT_LENGTH, TASKS, PREFIX_HIDDEN = 3, 2, 4
+TASK_ID = np.array([[1] * L, [0] * L], np.int32)
+PROMPTS = _rand(TASKS, PROMPT_LENGTH, DM)
+
+
+TASK_NUM = mtf.Dimension("task_num", TASKS)
+PREFIX_HIDDEN_DIM = mtf.Dimension("prefix_hidden", PREFIX_HIDDEN)
+_TASK_EMB, _TASK_HIDDEN, _TASK_FINAL = (mtf.Dimension("task_emb", 3),
+                                        mtf.Dimension("task_hidden", 4),
+                                        mtf.Dimension("task_final", 3))
+# HyperPrompt's shared parameters: name -> (dims, value).
+HYPERNET = {
+    "task_raw_embedding": ([TASK_NUM, _TASK_EMB], _rand(TASKS, 3)),
+    "layer_embedding": ([mtf.Dimension("layers", 2),
+                         mtf.Dimension("task_emb", 2)], _rand(2, 2)),
+    "task_projector_layer_one": ([mtf.Dimension("task_emb", 5),
+                                  _TASK_HIDDEN], _rand(5, 4)),
+    "task_projector_layer_two": ([_TASK_HIDDEN, _TASK_FINAL], _rand(4, 3)),
+}
+for _kind in "kv":
+  HYPERNET["hypernet_w_%s_up" % _kind] = (
+      [_TASK_FINAL, D_MODEL, PREFIX_HIDDEN_DIM], _rand(3, DM, PREFIX_HIDDEN))
+  HYPERNET["hypernet_w_%s_down" % _kind] = (
+      [_TASK_FINAL, PREFIX_HIDDEN_DIM, mtf.Dimension("heads", 2),
+       mtf.Dimension("d_kv", 4)], _rand(3, PREFIX_HIDDEN, 2, 4))
+
+
+def np_layer_norm(x):
+  x = x - x.mean(-1, keepdims=True)
+  return x / np.sqrt((x ** 2).mean(-1, keepdims=True) + 1e-6)
+
+
+def run_prompted_layer(scope, prompted=True, use_hyperprompt=False,
+                       causal=False, seq=None):
+  """Task-prompted SelfAttention in the encoder tower (MTL-Prompt with
+  per-task networks, or HyperPrompt)."""
+  layer = tl.SelfAttention(
+      num_heads=2, key_value_size=4, hyperprompt_length_encoder=PROMPT_LENGTH,
+      hyperprompt_length_decoder=PROMPT_LENGTH,
+      hyperprompt_hidden_dim=PREFIX_HIDDEN, hyperprompt_task_num=TASKS,
+      use_hyperprompt=use_hyperprompt)
+  task_num = TASK_NUM
+  prompt_dim = mtf.Dimension("memory_length", PROMPT_LENGTH)
+  names = ["q", "k", "v", "o"] + ["prompt/w_%s_%s" % (kind, side)
+                                  for kind in "kv" for side in ("up", "down")
+                                  if prompted and not use_hyperprompt]
+
+  def build(mesh):
+    shared = {"prompts": imp(mesh, PROMPTS, [task_num, prompt_dim, D_MODEL])}
+    if use_hyperprompt:
+      shared.update({name: imp(mesh, value, dims)
+                     for name, (dims, value) in HYPERNET.items()})
+    ctx = make_context(mesh, causal=causal, seq=seq, shared_params={
+        scope.split("/")[0]: shared})
+    ctx.cache["task-id"] = imp(mesh, TASK_ID, [BATCH, LENGTH], tf.int32)
+    with tf1.variable_scope(scope):
+      y = layer.call(ctx, imp(mesh, X, [BATCH, LENGTH, D_MODEL]))
+    build.shapes = var_shapes(mesh)
+    return [y] + [var(mesh, scope + "/" + n) for n in names]
+  outs = mtu.run_program(build, *MESH_LAYOUTS[0])
+  return outs[0], dict(zip(names, outs[1:])), build.shapes
+
+
+def test_mtl_prompts_are_prepended_per_task():
+  scope = "encoder/layer_001/SelfAttention"
+  y, w, shapes = run_prompted_layer(scope)
+  assert shapes[scope + "/prompt/w_k_up"] == [TASKS, DM, PREFIX_HIDDEN]
+  assert shapes[scope + "/prompt/w_v_down"] == [TASKS, PREFIX_HIDDEN, 2, 4]
+  check_prompted_attention(y, w, lambda kind: (w["prompt/w_%s_up" % kind],
+                                               w["prompt/w_%s_down" % kind]))
+
+
+def check_prompted_attention(y, w, task_networks, visible=None):
+  """y against numpy; task_networks(kind) -> per-task (up, down) kernels;
+  visible [b|1, 1, l, l]: which tokens each query sees (prompts: all)."""
+  # Layer-norm scales start at 1 and biases at 0.
+  norm = np_layer_norm(PROMPTS)
+
+  def prompt_kv(kind):
+    up, down = task_networks(kind)
+    hidden = np.maximum(np.einsum("tpd,tdh->tph", norm, up), 0)
+    per_task = np.einsum("tph,thnk->tpnk", hidden, down)
+    return per_task[TASK_ID[:, 0]]           # [b, p, heads, d_kv]
+  q = np.einsum("bld,dhk->blhk", X, w["q"].reshape(DM, 2, 4))
+  k = np.einsum("bmd,dhk->bmhk", X, w["k"].reshape(DM, 2, 4))
+  v = np.einsum("bmd,dhk->bmhk", X, w["v"].reshape(DM, 2, 4))
+  k = np.concatenate([prompt_kv("k"), k], axis=1)
+  v = np.concatenate([prompt_kv("v"), v], axis=1)
+  logits = np.einsum("blhk,bmhk->bhlm", q, k)
+  if visible is not None:
+    visible = np.broadcast_to(visible, (B, 1, L, L))
+    logits = logits + bias_from_visible(np.concatenate(
+        [np.ones((B, 1, L, PROMPT_LENGTH), bool), visible], -1))
+  weights = softmax(logits)
+  o = np.einsum("bhlm,bmhk->blhk", weights, v)
+  expected = np.einsum("blhk,hko->blo", o, w["o"].reshape(2, 4, DM))
+  np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_decoder_prompts_with_causal_packed_tokens():
+  scope = "decoder/layer_000/SelfAttention"
+  y, w, _ = run_prompted_layer(scope, causal=True, seq=SEQ)
+  check_prompted_attention(y, w, lambda kind: (w["prompt/w_%s_up" % kind],
+                                               w["prompt/w_%s_down" % kind]),
+                           visible=causal_seq_visible(SEQ))
+
+
+def test_prompts_only_in_their_tower():
+  # A layer outside the encoder and decoder towers is plain attention.
+  scope = "other/layer_001/SelfAttention"
+  y, w, shapes = run_prompted_layer(scope, prompted=False)
+  assert not any("prompt" in name for name in shapes)
+  expected = np_mha(X, X, w["q"], w["k"], w["v"], w["o"], 2, 2)
+  np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_hyperprompt_networks_come_from_the_hypernetwork():
+  y, w, shapes = run_prompted_layer("encoder/layer_001/SelfAttention",
+                                    use_hyperprompt=True)
+  assert not any("prompt/w_" in name for name in shapes)
+  value = {name: v for name, (_, v) in HYPERNET.items()}
+  # Layer 1's embedding next to each task's embedding.
+  task_and_layer = np.concatenate(
+      [value["task_raw_embedding"],
+       np.repeat(value["layer_embedding"][1:], TASKS, 0)], -1)
+  hidden = np.maximum(task_and_layer @ value["task_projector_layer_one"], 0)
+  embedding = np_layer_norm(hidden @ value["task_projector_layer_two"])
+
+  def networks(kind):
+    return (np.einsum("tf,fdh->tdh", embedding,
+                      value["hypernet_w_%s_up" % kind]),
+            np.einsum("tf,fhnk->thnk", embedding,
+                      value["hypernet_w_%s_down" % kind]))
+  check_prompted_attention(y, w, networks)

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 from transformer import transformer_layers
 from transformer._src.layers import attention_layers
 from transformer._src.layers import attention_variants as av
@@ -442,16 +443,6 @@ def test_enc_dec_incremental_equals_full(name):
 # Meshes and layouts.
 
 
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", "d_model:all"),
-    ("all:4", "kh:all;vh:all"),
-    ("rows:2;cols:2", "batch:rows;heads:cols"),
-    ("rows:2;cols:2", "d_model:cols"),
-    ("rows:2;cols:2", "batch:rows;sh:cols"),
-]
-
-
 def _mesh_program(mesh):
   layers = [
       av.TalkingHeadsSelfAttention(
@@ -468,8 +459,7 @@ def _mesh_program(mesh):
   return outs
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS,
-                         ids=["%s|%s" % ml for ml in MESH_LAYOUTS])
+@meshes.parametrize(meshes.ATTENTION_VARIANTS)
 def test_meshes_and_layouts(mesh_shape, layout):
   outs, v = mtu.with_variables(_mesh_program)(mesh_shape, layout, mode="function")
   th = {n[8:]: a for n, a in v.items() if n.startswith("layer_0/")}
@@ -513,3 +503,46 @@ def test_exports_and_parallel_layer_default():
                        "parallel_layer_1/o", "parallel_layer_1/q",
                        "parallel_layer_1/v"]
   np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-6)
+
+
+def test_talking_heads_steps_are_public_methods():
+  """compute_q/k/v, talking_heads (with a dynamic map from x) and
+  attention_internal compose to the layer's numpy reference."""
+  layer = av.TalkingHeadsSelfAttention(**TH_DIMS)
+  kh, sh = mtf.Dimension("kh", 2), mtf.Dimension("sh", 3)
+
+  def build(mesh):
+    ctx, x = _context(mesh), _x(mesh)
+    q = layer.compute_q(ctx, x)
+    k = mtf.rename_dimension(layer.compute_k(ctx, x), "length",
+                             "memory_length")
+    v = mtf.rename_dimension(layer.compute_v(ctx, x), "length",
+                             "memory_length")
+    memory = mtf.Dimension("memory_length", L)
+    y = layer.attention_internal(ctx, x, None, q, k, v, memory, None)
+    logits = mtf.einsum([q, k], reduced_dims=[layer.key_dim])
+    mixed = layer.talking_heads(ctx, logits, "extra", [kh], [sh],
+                                dynamic_projections_from=[x])
+    order = lambda heads: mtf.Shape([BATCH, LENGTH, heads, memory])
+    return [y, mtf.transpose(logits, order(kh)),
+            mtf.transpose(mixed, order(sh))]
+  (y, logits, mixed), v = mtu.with_variables(build)()
+  np.testing.assert_allclose(y, _th_reference(X, X, v), rtol=1e-5, atol=1e-5)
+  assert v["extra"].shape == (2, 3) and v["extra_dynamic_0"].shape == (D, 2, 3)
+  dynamic = np.einsum("bld,dhs->blhs", X, v["extra_dynamic_0"])
+  expected = (np.einsum("blhm,hs->blsm", logits, v["extra"]) +
+              np.einsum("blhm,blhs->blsm", logits, dynamic))
+  np.testing.assert_allclose(mixed, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_general_bilinear_steps_are_public_methods():
+  layer = av.GeneralBilinearSelfAttention(heads_dims=(("heads", 2),))
+
+  def build(mesh):
+    ctx, x = _context(mesh), _x(mesh)
+    m = mtf.rename_dimension(x, "length", "memory_length")
+    return [layer.attention_internal(ctx, layer.compute_q(ctx, x), m,
+                                     mtf.Dimension("memory_length", L), None)]
+  (y,), v = mtu.with_variables(build)()
+  np.testing.assert_allclose(y, _bilinear_reference(X, X, v), rtol=1e-4,
+                             atol=1e-5)

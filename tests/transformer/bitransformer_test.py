@@ -200,7 +200,8 @@ def test_student_teacher_loss_and_initialize(tmp_path):
   _run_with_store(store, build)
   assert build.trainable and all(n.startswith("student/")
                                  for n in build.trainable)
-  build.st.initialize(variable_store=store)
+  with mtf.variable_store(store):
+    build.st.initialize()
   for name, var in teacher_store.masters.items():
     np.testing.assert_array_equal(store.masters["teacher/" + name].numpy(),
                                   var.numpy())

@@ -15,16 +15,6 @@ from transformer import transformer
 VOCAB, VOCAB_PADDED, VOCAB_DIVISOR = 13, 16, 8
 BATCH, LENGTH, D_MODEL, D_HIDDEN = 4, 6, 8, 6
 
-# (mesh_shape, layout) pairs every layout test runs on.
-LAYOUT_CASES = [
-    ("", ""),
-    ("all:4", "batch:all"),
-    ("all:4", "d_model:all"),
-    ("all:4", "vocab:all"),
-    ("rows:2;cols:2", "batch:rows;vocab:cols"),
-    ("rows:2;cols:2", "batch:rows;d_model:cols"),
-]
-
 
 def _init(stddev=0.5):
   return tf.compat.v1.random_normal_initializer(stddev=stddev)

@@ -11,7 +11,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import mesh_tensorflow as mtf
+from tests import mesh_test_util as mtu
 from transformer import dataset
+from transformer import utils
 from transformer import vocabulary
 
 BYTES = vocabulary.ByteVocabulary()
@@ -426,3 +429,75 @@ def test_public_names():
   # pylint: disable=g-import-not-at-top
   from mesh_tensorflow.transformer import dataset as alias
   assert alias is dataset
+
+
+# ----------------------------------------------------------------------------
+# text2text -> text2self on the mesh, decoded features
+
+
+def _text2self(features, packed):
+  def build(mesh):
+    mtf_features = {
+        k: mtf.import_tf_tensor(
+            mesh, tf.constant(v, tf.int32),
+            mtf.Shape([mtf.Dimension("batch", v.shape[0]),
+                       mtf.Dimension("length", v.shape[1])]))
+        for k, v in features.items()}
+    out = utils._dynamic_text2self(mtf_features)  # pylint: disable=protected-access
+    assert sorted(out) == (["targets", "targets_position",
+                            "targets_segmentation"] if packed
+                           else ["targets"])
+    assert all(t.shape.dimension_names == ["batch", "length"]
+               for t in out.values())
+    return [out[k] for k in sorted(out)]
+  return mtu.run_program(build)
+
+
+def test_dynamic_text2self_unpacked_joins_inputs_then_targets():
+  inputs = np.array([[7, 8, 0], [5, 0, 0]])
+  targets = np.array([[3, 4, 1], [9, 1, 0]])
+  joined, = _text2self({"inputs": inputs, "targets": targets}, packed=False)
+  np.testing.assert_array_equal(joined, [[7, 8, 3, 4, 1, 0],
+                                         [5, 9, 1, 0, 0, 0]])
+
+
+def test_dynamic_text2self_packed_joins_each_segment():
+  # Two packed examples: inputs (7 8 | 5), targets (3 1 | 9 4 1).
+  features = {
+      "inputs": np.array([[7, 8, 5, 0]]),
+      "inputs_segmentation": np.array([[1, 1, 2, 0]]),
+      "inputs_position": np.array([[0, 1, 0, 0]]),
+      "targets": np.array([[3, 1, 9, 4, 1, 0]]),
+      "targets_segmentation": np.array([[1, 1, 2, 2, 2, 0]]),
+      "targets_position": np.array([[0, 1, 0, 1, 2, 0]]),
+  }
+  targets, position, segmentation = _text2self(features, packed=True)
+  np.testing.assert_array_equal(targets,
+                                [[7, 8, 3, 1, 5, 9, 4, 1, 0, 0]])
+  np.testing.assert_array_equal(segmentation,
+                                [[1, 1, 1, 1, 2, 2, 2, 2, 0, 0]])
+  np.testing.assert_array_equal(position,
+                                [[0, 1, 2, 3, 0, 1, 2, 3, 0, 0]])
+
+
+class _SpellingVocabulary:
+  """decode(ids) spells the ids, e.g. [5, 6] -> "5 6"."""
+
+  def decode(self, ids):
+    return " ".join(str(i) for i in ids)
+
+
+def test_maybe_add_pretokenized_features_decodes_missing_text():
+  examples = [
+      {"inputs": np.array([4, 5, 0]), "targets": np.array([6, -7, -8, 0])},
+      {"targets": np.array([9]), "targets_pretokenized": "kept"},
+  ]
+  out = utils._maybe_add_pretokenized_features(  # pylint: disable=protected-access
+      examples, (_SpellingVocabulary(), _SpellingVocabulary()))
+  assert out is examples
+  assert examples[0]["inputs_pretokenized"] == "4 5"
+  assert examples[0]["targets_pretokenized"] == "6"
+  assert examples[0]["targets_neg_pretokenized"] == "7 8"
+  assert "inputs_neg_pretokenized" not in examples[0]
+  assert examples[1] == {"targets": examples[1]["targets"],
+                         "targets_pretokenized": "kept"}

@@ -16,6 +16,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 from transformer import transformer_layers
 from transformer._src.layers import context as context_lib
 from transformer._src.layers import dense_layers
@@ -246,18 +247,7 @@ def test_dropout_in_training_is_shared_along_length():
 # Same numbers on every mesh and layout.
 
 
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", "d_ff:all"),
-    ("all:4", "d_model:all"),
-    ("rows:2;cols:2", "batch:rows;d_ff:cols"),
-    ("rows:2;cols:2", "d_model:cols"),
-    ("rows:2;cols:2", "batch:rows;d_model:cols"),
-]
-
-
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS,
-                         ids=["%s|%s" % ml for ml in MESH_LAYOUTS])
+@meshes.parametrize(meshes.DENSE_LAYERS)
 def test_meshes_and_layouts(mesh_shape, layout):
   w0, w1, wo = _weights(17, (8, D_FF)), _weights(18, (8, D_FF)), _weights(
       19, (D_FF, 8))

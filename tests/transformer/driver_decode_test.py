@@ -11,11 +11,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.transformer import driver_test_util as dtu
 from transformer import dataset as dataset_lib
 from transformer import utils
 from transformer import vocabulary as vocabulary_lib
-from driver_test_util import MESH_1
-from driver_test_util import estimator as make_estimator
 
 BYTES = vocabulary_lib.ByteVocabulary()
 STRINGS = ["abc", "hello", "x", "mesh tf", "zz", "revers"]  # < 8 bytes
@@ -69,7 +68,7 @@ def test_lines_round_trip_and_comments(tmp_path):
 def model_dir(tmp_path_factory):
   """A checkpoint at step 1 of the tiny byte-vocabulary Bitransformer."""
   directory = tmp_path_factory.mktemp("model")
-  est = make_estimator(directory, mesh=MESH_1, vocabulary=BYTES,
+  est = dtu.estimator(directory, mesh=dtu.MESH_1, vocabulary=BYTES,
                        save_checkpoints_steps=0)
   ids = utils.encode_inputs(STRINGS, BYTES, "bitransformer", 8, 8)
   est.train(lambda: tf.data.Dataset.from_tensor_slices(
@@ -79,7 +78,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture
 def est(model_dir):
-  return make_estimator(model_dir, mesh=MESH_1, vocabulary=BYTES)
+  return dtu.estimator(model_dir, mesh=dtu.MESH_1, vocabulary=BYTES)
 
 
 def test_decode_from_file_writes_decodes_per_step(est, model_dir, tmp_path):

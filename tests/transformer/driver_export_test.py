@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.transformer import driver_test_util as dtu
 from transformer import utils
 from transformer import vocabulary as vocabulary_lib
-from driver_test_util import MESH_2X2
-from driver_test_util import estimator as make_estimator
 
 BYTES = vocabulary_lib.ByteVocabulary()
 STRINGS = ["abc", "hello", "x", "mesh tf", "zz", "", "revers"]
@@ -33,7 +32,7 @@ print(json.dumps({
 
 @pytest.mark.slow
 def test_saved_model_decodes_like_the_driver_in_a_fresh_process(tmp_path):
-  est = make_estimator(tmp_path / "model", mesh=MESH_2X2, vocabulary=BYTES,
+  est = dtu.estimator(tmp_path / "model", mesh=dtu.MESH_2X2, vocabulary=BYTES,
                        save_checkpoints_steps=0)
   ids = utils.encode_inputs(STRINGS + ["more", "data"], BYTES,
                             "bitransformer", 8, 8)
@@ -73,7 +72,7 @@ def test_saved_model_decodes_like_the_driver_in_a_fresh_process(tmp_path):
 
 
 def test_export_without_a_checkpoint_names_the_model_dir(tmp_path):
-  est = make_estimator(tmp_path / "empty", mesh=("", ""), vocabulary=BYTES)
+  est = dtu.estimator(tmp_path / "empty", mesh=("", ""), vocabulary=BYTES)
   with pytest.raises(ValueError, match="no checkpoint in .*empty"):
     utils.export_model(est, str(tmp_path / "export"), BYTES, 8,
                        "bitransformer")

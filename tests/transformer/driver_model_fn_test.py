@@ -10,27 +10,22 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.transformer import driver_test_util as dtu
 from transformer import utils
 from transformer._src.driver import model_fn as driver_model_fn
-from driver_test_util import BATCH
-from driver_test_util import LENGTH
-from driver_test_util import MESH_2X2
-from driver_test_util import VOCAB
-from driver_test_util import reverse_data
-from driver_test_util import tiny_gin
 
 tf1 = tf.compat.v1
 
 
-def _model_fn(tmp_path, mesh=MESH_2X2, **kwargs):
-  tiny_gin("utils.get_variable_dtype.activation_dtype = 'float32'")
+def _model_fn(tmp_path, mesh=dtu.MESH_2X2, **kwargs):
+  dtu.tiny_gin("utils.get_variable_dtype.activation_dtype = 'float32'")
   mesh_shape, layout = mesh
-  model = utils.build_model("bitransformer", input_vocab_size=VOCAB,
-                            output_vocab_size=VOCAB, layout_rules=layout,
+  model = utils.build_model("bitransformer", input_vocab_size=dtu.VOCAB,
+                            output_vocab_size=dtu.VOCAB, layout_rules=layout,
                             mesh_shape=mesh_shape)
   return utils.tpu_estimator_model_fn(
       "bitransformer", model, None, str(tmp_path), False, mesh_shape, layout,
-      BATCH, LENGTH, True, None, 100,
+      dtu.BATCH, dtu.LENGTH, True, None, 100,
       learning_rate_schedule=lambda step: 0.01 + 0.0 * tf.cast(step,
                                                                tf.float32),
       optimizer=None, **kwargs)
@@ -46,7 +41,7 @@ def _start(session, specs):
 
 
 def test_train_eval_and_predict_in_one_v1_graph(tmp_path):
-  x, y = reverse_data(BATCH)
+  x, y = dtu.reverse_data(dtu.BATCH)
   model_fn = _model_fn(tmp_path)
   with tf.Graph().as_default():
     features = {"inputs": tf.constant(x), "targets": tf.constant(y)}
@@ -71,17 +66,17 @@ def test_train_eval_and_predict_in_one_v1_graph(tmp_path):
       session.run(updates)
       metrics = session.run(values)
       outputs = session.run(decode.predictions)
-  assert metrics["num_eval_tokens"] == BATCH * LENGTH
-  assert metrics["max_targets_length"] == LENGTH
+  assert metrics["num_eval_tokens"] == dtu.BATCH * dtu.LENGTH
+  assert metrics["max_targets_length"] == dtu.LENGTH
   assert 0 <= metrics["token_accuracy"] <= 1
   np.testing.assert_allclose(metrics["mean_label"], y.mean(), rtol=1e-6)
   assert metrics["neg_log_perplexity"] < 0
-  assert outputs["outputs"].shape == (BATCH, LENGTH)
+  assert outputs["outputs"].shape == (dtu.BATCH, dtu.LENGTH)
   np.testing.assert_array_equal(outputs["inputs"], x)
 
 
 def test_scores_in_predict_mode_match_eval_perplexity(tmp_path):
-  x, y = reverse_data(BATCH)
+  x, y = dtu.reverse_data(dtu.BATCH)
   model_fn = _model_fn(tmp_path, score_in_predict_mode=True)
   with tf.Graph().as_default():
     features = {"inputs": tf.constant(x), "targets": tf.constant(y)}
@@ -93,7 +88,7 @@ def test_scores_in_predict_mode_match_eval_perplexity(tmp_path):
       metrics = session.run({k: v[0] for k, v in
                              evaluate.eval_metric_ops.items()})
       scores = session.run(score.predictions["scores"])
-  assert scores.shape == (BATCH,)
+  assert scores.shape == (dtu.BATCH,)
   np.testing.assert_allclose(
       scores.sum(), metrics["neg_log_perplexity"] * metrics["num_eval_tokens"],
       rtol=1e-5)
@@ -101,7 +96,7 @@ def test_scores_in_predict_mode_match_eval_perplexity(tmp_path):
 
 def test_unknown_mode_is_named(tmp_path):
   model_fn = _model_fn(tmp_path, mesh=("", ""))
-  x, y = reverse_data(BATCH)
+  x, y = dtu.reverse_data(dtu.BATCH)
   with tf.Graph().as_default():
     with pytest.raises(ValueError, match="unknown mode 'training'"):
       model_fn({"inputs": tf.constant(x), "targets": tf.constant(y)}, None,
@@ -123,24 +118,25 @@ def test_metric_sum_and_max_accumulate():
 
 
 def test_gin_bindings_reach_the_runs_estimator(tmp_path):
-  tiny_gin()
+  dtu.tiny_gin()
   gin.parse_config("""
 utils.tpu_estimator_model_fn.outer_batch_size = 2
 utils.tpu_estimator_model_fn.init_variable_filter = "encoder/.*"
 """)
   est = utils.get_estimator(
-      "bitransformer", _vocab(), "", "", str(tmp_path), BATCH, LENGTH, True,
-      None, None, 100, None, None, None, None, False, None, 100, None)
+      "bitransformer", _vocab(), "", "", str(tmp_path), dtu.BATCH,
+      dtu.LENGTH, True, None, None, 100, None, None, None, None, False, None,
+      100, None)
   assert est.outer_batch_size == 2
   assert est.init_variable_filter == "encoder/.*"
-  assert [d.size for d in est.batch_dims()] == [2, BATCH // 2]
+  assert [d.size for d in est.batch_dims()] == [2, dtu.BATCH // 2]
   # predict_fn is deny-listed, as in the original.
   with pytest.raises(ValueError, match="predict_fn"):
     gin.parse_config("utils.tpu_estimator_model_fn.predict_fn = None")
 
 
 class _vocab:  # pylint: disable=invalid-name
-  vocab_size = VOCAB
+  vocab_size = dtu.VOCAB
 
 
 def test_model_fn_module_exports():

@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from driver_test_util import estimator as _estimator
-from driver_test_util import input_fn as _input_fn
+from tests.transformer import driver_test_util as dtu
 
 PROGRESS = re.compile(r"^step (\d+)/\d+  loss ([\d.]+)  lr ([\d.e-]+)",
                       re.MULTILINE)
@@ -41,8 +40,8 @@ def _read_scalars(log_dir):
 @pytest.mark.slow
 def test_train_summaries_hold_the_logged_loss_and_learning_rate(
     tmp_path, capsys):
-  est = _estimator(tmp_path, save_checkpoints_steps=0)  # reports every 10
-  last = est.train(_input_fn, 30)
+  est = dtu.estimator(tmp_path, save_checkpoints_steps=0)  # reports every 10
+  last = est.train(dtu.input_fn, 30)
   printed = {int(step): (float(loss), float(lr)) for step, loss, lr
              in PROGRESS.findall(capsys.readouterr().out)}
   scalars = _read_scalars(tmp_path)

@@ -14,25 +14,19 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.transformer import driver_test_util as dtu
 from transformer import utils
 from transformer._src.driver import checkpoints
 from transformer._src.driver import estimator as driver
 from transformer._src.driver import evaluation as driver_eval
-from driver_test_util import LENGTH
-from driver_test_util import VOCAB
-from driver_test_util import eval_dataset as _eval_dataset
-from driver_test_util import estimator as _estimator
-from driver_test_util import input_fn as _input_fn
-from driver_test_util import reverse_data as _data
-from driver_test_util import tiny_gin as _tiny_gin
 
 
 @pytest.mark.slow
 def test_train_loss_falls_and_checkpoint_format(tmp_path):
-  est = _estimator(tmp_path, master_dtype="bfloat16",
+  est = dtu.estimator(tmp_path, master_dtype="bfloat16",
                    save_checkpoints_steps=20, keep_checkpoint_max=2)
-  first = est.train(_input_fn, 1)
-  last = est.train(_input_fn, 30)
+  first = est.train(dtu.input_fn, 1)
+  last = est.train(dtu.input_fn, 30)
   assert last["step"] == 30
   assert last["loss"] < first["loss"] * 0.9
   # Checkpoints: rotation keeps 2; the original's variable names and full
@@ -65,54 +59,54 @@ def test_train_loss_falls_and_checkpoint_format(tmp_path):
 
 @pytest.mark.slow
 def test_restore_on_other_layouts_gives_same_eval_loss(tmp_path):
-  est = _estimator(tmp_path, save_checkpoints_steps=0)
-  est.train(_input_fn, 10)
-  trained = driver_eval.evaluate(est, _eval_dataset())
+  est = dtu.estimator(tmp_path, save_checkpoints_steps=0)
+  est.train(dtu.input_fn, 10)
+  trained = driver_eval.evaluate(est, dtu.eval_dataset())
   for mesh in [("", ""), ("all:4", "batch:all"),
                ("rows:2;cols:2", "batch:cols,d_model:rows")]:
-    other = _estimator(tmp_path, mesh=mesh)
-    metrics = driver_eval.evaluate(other, _eval_dataset())
+    other = dtu.estimator(tmp_path, mesh=mesh)
+    metrics = driver_eval.evaluate(other, dtu.eval_dataset())
     np.testing.assert_allclose(metrics["loss"], trained["loss"], rtol=1e-5)
     assert metrics["token_accuracy"] == trained["token_accuracy"]
 
 
 @pytest.mark.slow
 def test_resume_continues_from_latest_checkpoint(tmp_path):
-  est = _estimator(tmp_path, save_checkpoints_steps=5)
-  est.train(_input_fn, 10)
-  again = _estimator(tmp_path, save_checkpoints_steps=5)
-  out = again.train(_input_fn, 15)
+  est = dtu.estimator(tmp_path, save_checkpoints_steps=5)
+  est.train(dtu.input_fn, 10)
+  again = dtu.estimator(tmp_path, save_checkpoints_steps=5)
+  out = again.train(dtu.input_fn, 15)
   assert out["step"] == 15
   assert checkpoints.checkpoint_steps(str(tmp_path))[-1] == 15
 
 
 @pytest.mark.slow
 def test_other_models_checkpoint_is_a_clear_error_and_kept(tmp_path):
-  est = _estimator(tmp_path, save_checkpoints_steps=0)
-  est.train(_input_fn, 2)
+  est = dtu.estimator(tmp_path, save_checkpoints_steps=0)
+  est.train(dtu.input_fn, 2)
   before = sorted(os.listdir(tmp_path))
-  _tiny_gin()
+  dtu.tiny_gin()
   gin.parse_config("d_model = 32")  # another model
-  model = utils.build_model("bitransformer", input_vocab_size=VOCAB,
-                            output_vocab_size=VOCAB)
+  model = utils.build_model("bitransformer", input_vocab_size=dtu.VOCAB,
+                            output_vocab_size=dtu.VOCAB)
   other = driver.Estimator("bitransformer", model, None, str(tmp_path), "",
-                           "", 8, LENGTH)
+                           "", 8, dtu.LENGTH)
   with pytest.raises(ValueError, match="model.ckpt-2"):
-    other.train(_input_fn, 4)
+    other.train(dtu.input_fn, 4)
   assert sorted(os.listdir(tmp_path)) == before
 
 
 @pytest.mark.slow
 def test_corrupt_latest_index_is_named_and_nothing_changes(tmp_path):
-  est = _estimator(tmp_path, mesh=("", ""), save_checkpoints_steps=1)
-  est.train(_input_fn, 2)
+  est = dtu.estimator(tmp_path, mesh=("", ""), save_checkpoints_steps=1)
+  est.train(dtu.input_fn, 2)
   index = tmp_path / "model.ckpt-2.index"
   index.write_bytes(b"not a checkpoint index")
   before = {p: (tmp_path / p).read_bytes() for p in os.listdir(tmp_path)
             if os.path.isfile(tmp_path / p)}
-  again = _estimator(tmp_path, mesh=("", ""), save_checkpoints_steps=1)
+  again = dtu.estimator(tmp_path, mesh=("", ""), save_checkpoints_steps=1)
   with pytest.raises(ValueError, match="model.ckpt-2"):
-    again.train(_input_fn, 4)
+    again.train(dtu.input_fn, 4)
   after = {p: (tmp_path / p).read_bytes() for p in os.listdir(tmp_path)
            if os.path.isfile(tmp_path / p)}
   assert after == before
@@ -124,11 +118,11 @@ def test_too_few_devices_is_a_clear_error():
 
 
 def test_decode_and_score_shapes(tmp_path):
-  est = _estimator(tmp_path, mesh=("", ""), save_checkpoints_steps=0)
-  est.train(_input_fn, 1)
-  x, y = _data(3)
+  est = dtu.estimator(tmp_path, mesh=("", ""), save_checkpoints_steps=0)
+  est.train(dtu.input_fn, 1)
+  x, y = dtu.reverse_data(3)
   decoded = driver_eval.decode_ids(est, x)
-  assert len(decoded) == 3 and decoded[0].shape == (LENGTH,)
+  assert len(decoded) == 3 and decoded[0].shape == (dtu.LENGTH,)
   scores = driver_eval.score_ids(est, x, y)
   assert scores.shape == (3,) and np.all(scores < 0)
 
@@ -142,17 +136,18 @@ def _checkpoint_values(path):
 @pytest.mark.slow
 def test_outer_batch_split_gives_the_same_training_step(tmp_path):
   """outer_batch_size 2 on "outer_batch:rows" = the plain batch on rows."""
-  _estimator(tmp_path / "plain", save_checkpoints_steps=0).train(_input_fn, 1)
+  dtu.estimator(tmp_path / "plain", save_checkpoints_steps=0).train(
+      dtu.input_fn, 1)
   shutil.copytree(tmp_path / "plain", tmp_path / "outer")
-  plain = _estimator(tmp_path / "plain", save_checkpoints_steps=0)
-  outer = _estimator(
+  plain = dtu.estimator(tmp_path / "plain", save_checkpoints_steps=0)
+  outer = dtu.estimator(
       tmp_path / "outer", save_checkpoints_steps=0, outer_batch_size=2,
       mesh=("rows:2;cols:2", "outer_batch:rows,heads:cols,d_ff:cols"),
       model_info_file=str(tmp_path / "info" / "model_info.txt"))
   assert [d.name for d in outer.batch_dims()] == ["outer_batch", "batch"]
   assert [d.size for d in outer.batch_dims()] == [2, 4]
-  plain_loss = plain.train(_input_fn, 3)["loss"]
-  outer_loss = outer.train(_input_fn, 3)["loss"]
+  plain_loss = plain.train(dtu.input_fn, 3)["loss"]
+  outer_loss = outer.train(dtu.input_fn, 3)["loss"]
   np.testing.assert_allclose(outer_loss, plain_loss, rtol=1e-5)
   want = _checkpoint_values(tmp_path / "plain" / "model.ckpt-3")
   got = _checkpoint_values(tmp_path / "outer" / "model.ckpt-3")
@@ -160,9 +155,9 @@ def test_outer_batch_split_gives_the_same_training_step(tmp_path):
   for name in want:
     np.testing.assert_allclose(got[name], want[name], rtol=1e-4, atol=1e-6,
                                err_msg=name)
-  metrics = driver_eval.evaluate(outer, _eval_dataset())
+  metrics = driver_eval.evaluate(outer, dtu.eval_dataset())
   np.testing.assert_allclose(
-      metrics["loss"], driver_eval.evaluate(plain, _eval_dataset())["loss"],
+      metrics["loss"], driver_eval.evaluate(plain, dtu.eval_dataset())["loss"],
       rtol=1e-5)
   info = (tmp_path / "info" / "model_info.txt").read_text()
   assert "shared/embedding Shape[vocab=128, d_model=16] 2048" in info
@@ -171,23 +166,23 @@ def test_outer_batch_split_gives_the_same_training_step(tmp_path):
 
 def test_outer_batch_size_must_divide_the_batch(tmp_path):
   with pytest.raises(ValueError, match="outer_batch_size 3"):
-    _estimator(tmp_path, outer_batch_size=3)
+    dtu.estimator(tmp_path, outer_batch_size=3)
 
 
 @pytest.mark.slow
 def test_ensemble_inputs_feed_each_member_its_own_batch(tmp_path):
-  est = _estimator(tmp_path, save_checkpoints_steps=0, ensemble_inputs=2,
+  est = dtu.estimator(tmp_path, save_checkpoints_steps=0, ensemble_inputs=2,
                    gin_extra="transformer.Unitransformer.ensemble = 2")
   assert [d.name for d in est.batch_dims()] == ["ensemble", "batch"]
-  first = est.train(lambda: _input_fn().batch(2, drop_remainder=True), 1)
-  last = est.train(lambda: _input_fn().batch(2, drop_remainder=True), 20)
+  first = est.train(lambda: dtu.input_fn().batch(2, drop_remainder=True), 1)
+  last = est.train(lambda: dtu.input_fn().batch(2, drop_remainder=True), 20)
   assert last["loss"] < first["loss"]
   listed = dict(tf.train.list_variables(str(tmp_path / "model.ckpt-20")))
   assert listed["shared/embedding"] == [2, 128, 16]
   assert listed["encoder/block_000/layer_000/SelfAttention/q"] == [2, 16, 16]
-  metrics = driver_eval.evaluate(est, _eval_dataset())
+  metrics = driver_eval.evaluate(est, dtu.eval_dataset())
   # Every member sees the eval batch: twice the target tokens.
-  assert metrics["num_eval_tokens"] == 2 * 16 * LENGTH
+  assert metrics["num_eval_tokens"] == 2 * 16 * dtu.LENGTH
   assert np.isfinite(metrics["loss"])
 
 
@@ -198,10 +193,10 @@ def test_predict_fn_replaces_the_models_decoding(tmp_path):
     calls.append((model, sorted(features), variable_dtype))
     return features["inputs"]
 
-  est = _estimator(tmp_path, mesh=("", ""), save_checkpoints_steps=0,
+  est = dtu.estimator(tmp_path, mesh=("", ""), save_checkpoints_steps=0,
                    predict_fn=echo_inputs)
-  est.train(_input_fn, 1)
-  x, _ = _data(3)
+  est.train(dtu.input_fn, 1)
+  x, _ = dtu.reverse_data(3)
   decoded = driver_eval.decode_ids(est, x)
   np.testing.assert_array_equal(np.stack(decoded), x)
   assert calls and calls[0][0] is est.model and calls[0][1] == ["inputs"]

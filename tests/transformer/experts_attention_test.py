@@ -12,6 +12,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 from transformer import attention
 from transformer import moe
 from transformer import transformer_layers
@@ -138,16 +139,9 @@ def test_experts_self_attention_matches_numpy():
   assert np.abs(outs[0]).sum() > 0
 
 
-MESH_LAYOUTS = [
-    ("all:4", "experts:all"),
-    ("rows:2;cols:2", "batch:rows;experts:rows"),
-    ("rows:2;cols:2", "experts:rows;expert_hidden:cols"),
-]
-
-
 def test_experts_self_attention_same_on_meshes_that_split_experts():
   results = []
-  for mesh_shape, layout in [("", "")] + MESH_LAYOUTS:
+  for mesh_shape, layout in meshes.MOE:
     tf.random.set_seed(99)
     results.append(mtu.run_program(
         _program(transformer_layers.ExpertsSelfAttention,
@@ -156,8 +150,9 @@ def test_experts_self_attention_same_on_meshes_that_split_experts():
   expected, expected_loss = _expected_self_attention(results[0])
   np.testing.assert_allclose(results[0][0], expected, rtol=1e-4, atol=1e-5)
   np.testing.assert_allclose(results[0][1], expected_loss, rtol=1e-5)
-  for (mesh_shape, layout), result in zip(MESH_LAYOUTS, results[1:]):
-    mtu.assert_all_close(result, results[0], msg="%s|%s" % (mesh_shape, layout))
+  for (mesh_shape, layout), result in zip(meshes.MOE[1:], results[1:]):
+    mtu.assert_all_close(result, results[0],
+                         msg=meshes.mesh_layout_id(mesh_shape, layout))
 
 
 def test_experts_enc_dec_attention_kv_by_experts_matches_numpy():

@@ -3,8 +3,8 @@
 Fixup layers output zeros at initialization (zero output projections) on
 every mesh and layout; the gradients of the output projections are nonzero
 and equal numpy's (from the exported inner weights); the inner projections
-are scaled by num_blocks^-1/2; the scalar sublayers scale / shift and
-create `fixup_scale` (1) / `fixup_bias` (0).
+have the Fixup-scaled Glorot / He variances; the scalar sublayers scale /
+shift and create `fixup_scale_weight` (1) / `fixup_bias` (0).
 """
 
 import types
@@ -16,6 +16,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 from transformer import fixup_layers as fx
 from transformer import transformer as transformer_lib
 from transformer._src.layers.context import Context
@@ -33,13 +34,6 @@ _RNG = np.random.RandomState(11)
 X = _RNG.normal(size=(B, L, D)).astype(np.float32)
 ENC = _RNG.normal(size=(B, M, D)).astype(np.float32)
 G = _RNG.normal(size=(B, L, D)).astype(np.float32)  # d loss / d output
-
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", "batch:all"),
-    ("all:4", "d_ff:all"),
-    ("rows:2;cols:2", "batch:rows;heads:cols"),
-]
 
 
 def _model():
@@ -66,13 +60,13 @@ def _softmax(x):
   return e / e.sum(-1, keepdims=True)
 
 
-def _np_attention_context(x, mem, wq, wk, wv, heads, causal):
+def _np_attention_context(x, mem, wq, wk, wv, heads, causal, q_scale=1.0):
   """Concatenated heads before the output projection [B, L, heads*kv]."""
   kv = wq.shape[-1] // heads
 
   def split(t):
     return t.reshape(t.shape[:2] + (heads, kv))
-  q, k, v = split(x @ wq), split(mem @ wk), split(mem @ wv)
+  q, k, v = split(x @ wq * q_scale), split(mem @ wk), split(mem @ wv)
   logits = np.einsum("bqhk,bmhk->bhqm", q, k)
   if causal:
     n = x.shape[1]
@@ -83,22 +77,21 @@ def _np_attention_context(x, mem, wq, wk, wv, heads, causal):
 
 
 LAYERS = {
-    "drd": lambda: fx.DenseReluDense(hidden_size=FF, num_blocks=4),
-    "gated": lambda: fx.DenseReluDense(hidden_size=FF,
-                                       activation=["gelu", "linear"],
-                                       num_blocks=4),
-    "self": lambda: fx.SelfAttention(num_heads=2, key_value_size=4,
-                                     num_blocks=4),
-    "encdec": lambda: fx.EncDecAttention(num_heads=2, key_value_size=4,
-                                         num_blocks=4),
+    "drd": lambda: fx.DenseReluDenseFixup(hidden_size=FF, num_blocks=4),
+    "gated": lambda: fx.DenseReluDenseFixup(
+        hidden_size=FF, activation=["gelu", "linear"], num_blocks=4,
+        default_init="glorot"),
+    "self": lambda: fx.SelfAttentionFixup(
+        num_heads=2, key_value_size=4, num_blocks=4,
+        fold_scaling_into_initializer=False),
 }
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=str)
+@meshes.parametrize(meshes.FIXUP_LAYERS, "mesh_layout")
 def test_zero_output_at_init_and_output_projection_gradients(mesh_layout):
   names = []
   wo_names = {"drd": "drd/wo/kernel", "gated": "gated/wo/kernel",
-              "self": "self/o", "encdec": "encdec/o"}
+              "self": "self/o_fixup"}
 
   def build(mesh):
     x = _imp(mesh, X, [BATCH, LENGTH, D_MODEL])
@@ -118,27 +111,37 @@ def test_zero_output_at_init_and_output_projection_gradients(mesh_layout):
   n = len(LAYERS)
   outs, grads = results[:n], results[n:2 * n]
   v = dict(zip(names, results[2 * n:]))
+  assert sorted(n for n in v if n.startswith("drd/")) == [
+      "drd/shift", "drd/wi/kernel", "drd/wo/kernel"]
+  assert sorted(n for n in v if n.startswith("self/")) == [
+      "self/k_fixup", "self/o_fixup", "self/q_fixup", "self/v_fixup"]
   for key, y in zip(LAYERS, outs):
     assert y.shape == X.shape
     np.testing.assert_array_equal(y, 0.0, err_msg=key)
     np.testing.assert_array_equal(v[wo_names[key]], 0.0, err_msg=key)
+  assert v["drd/shift"].shape == (1,) and v["drd/shift"][0] == 0.0
   h = np.maximum(X @ v["drd/wi/kernel"], 0)
   gelu = lambda t: 0.5 * t * (1 + np.tanh(  # noqa: E731
       np.sqrt(2 / np.pi) * (t + 0.044715 * t ** 3)))
   h_gated = gelu(X @ v["gated/wi_0/kernel"]) * (X @ v["gated/wi_1/kernel"])
-  ctx_self = _np_attention_context(X, X, v["self/q"], v["self/k"],
-                                   v["self/v"], 2, causal=True)
-  ctx_encdec = _np_attention_context(X, ENC, v["encdec/q"], v["encdec/k"],
-                                     v["encdec/v"], 2, causal=False)
-  for key, hidden, grad in zip(LAYERS, (h, h_gated, ctx_self, ctx_encdec),
-                               grads):
+  ctx_self = _np_attention_context(
+      X, X, v["self/q_fixup"], v["self/k_fixup"], v["self/v_fixup"], 2,
+      causal=True, q_scale=4 ** -0.5)
+  for key, hidden, grad in zip(LAYERS, (h, h_gated, ctx_self), grads):
     expected = np.einsum("blf,bld->fd", hidden, G)
     assert np.abs(grad).max() > 0, key
     np.testing.assert_allclose(grad, expected, rtol=2e-3, atol=2e-4,
                                err_msg=key)
 
 
-def test_inner_projections_scaled_by_num_blocks():
+def test_initializer_variances():
+  """He: Var = 2 s / fan_in; Glorot: Var = s / fan_avg (uniform draws).
+
+  s = 1 / num_blocks for DenseReluDenseFixup, num_blocks^(-1/3) for
+  attention.
+  """
+  blocks = 8
+
   def build(mesh):
     ctx = _context(mesh)
     d_model = mtf.Dimension("d_model", 64)
@@ -146,35 +149,77 @@ def test_inner_projections_scaled_by_num_blocks():
                [BATCH, LENGTH, d_model])
     ctx.model = types.SimpleNamespace(**dict(vars(_model()),
                                              model_dim=d_model))
-    for blocks in (1, 16):
-      with tf1.variable_scope("drd_%d" % blocks):
-        fx.DenseReluDense(hidden_size=64, num_blocks=blocks).call(ctx, big)
-      with tf1.variable_scope("att_%d" % blocks):
-        fx.SelfAttention(num_heads=4, key_value_size=16,
-                         num_blocks=blocks).call(ctx, big)
+    for init in ("he", "glorot"):
+      with tf1.variable_scope("drd_" + init):
+        fx.DenseReluDenseFixup(hidden_size=128, num_blocks=blocks,
+                               default_init=init).call(ctx, big)
+      with tf1.variable_scope("att_" + init):
+        fx.SelfAttentionFixup(
+            num_heads=4, key_value_size=16, num_blocks=blocks,
+            default_init=init, fold_scaling_into_initializer=False).call(
+                ctx, big)
     build.names = [v.name for v in mesh.graph.all_variables]
     return [v.outputs[0] for v in mesh.graph.all_variables]
   values = mtu.run_program(build)
   v = dict(zip(build.names, values))
-  ratio = lambda name: (v[name % 1].std() /  # noqa: E731
-                        v[name % 16].std())
-  assert 3.4 < ratio("drd_%d/wi/kernel") < 4.7
-  assert 3.4 < ratio("att_%d/v") < 4.7
-  assert 0.85 < ratio("att_%d/q") < 1.18
-  assert 0.85 < ratio("att_%d/k") < 1.18
-  # Unscaled: the usual initializers.
-  assert abs(v["att_1/v"].std() / 64 ** -0.5 - 1) < 0.15
-  np.testing.assert_array_equal(v["drd_16/wo/kernel"], 0.0)
+  expected = {
+      "drd_he/wi/kernel": 2.0 / blocks / 64,
+      "drd_glorot/wi/kernel": 1.0 / blocks / ((64 + 128) / 2),
+      "att_he/q_fixup": 2.0 * blocks ** (-1 / 3) / 64,
+      "att_glorot/v_fixup": blocks ** (-1 / 3) / ((64 + 64) / 2),
+  }
+  for name, var in expected.items():
+    assert abs(v[name].var() / var - 1) < 0.12, name
+    limit = np.sqrt(3 * var)
+    assert np.abs(v[name]).max() <= limit * (1 + 1e-6), name
+  np.testing.assert_array_equal(v["att_he/o_fixup"], 0.0)
+  np.testing.assert_array_equal(v["drd_glorot/wo/kernel"], 0.0)
 
 
-def test_fixup_scale_factor():
-  assert fx.fixup_scale_factor(16) == pytest.approx(0.25)
-  assert fx.fixup_scale_factor(16, 3) == pytest.approx(0.5)
-  assert fx.fixup_scale_factor(1) == 1.0
-  with pytest.raises(ValueError, match="num_blocks"):
-    fx.fixup_scale_factor(0)
-  with pytest.raises(ValueError, match="branch_depth"):
-    fx.fixup_scale_factor(4, 1)
+def test_bad_initialization_arguments():
+  with pytest.raises(ValueError, match="Unsupported default initialization"):
+    fx.DenseReluDenseFixup(num_blocks=2, default_init="lecun")
+
+  def build(mesh):
+    layer = fx.SelfAttentionFixup(num_heads=2, key_value_size=4,
+                                  num_blocks=2)
+    return [layer.call(_context(mesh), _imp(mesh, X, [BATCH, LENGTH,
+                                                      D_MODEL]))]
+  with pytest.raises(ValueError, match="fold_scaling_into_initializer"):
+    mtu.run_program(build)
+
+
+def test_enc_dec_attention_fixup_is_enc_dec_attention():
+  def build(mesh):
+    x = _imp(mesh, X, [BATCH, LENGTH, D_MODEL])
+    layer = fx.EncDecAttentionFixup(num_heads=2, key_value_size=4)
+    with tf1.variable_scope("encdec"):
+      y = layer.call(_context(mesh), x)
+    build.names = [v.name for v in mesh.graph.all_variables]
+    return [y] + [v.outputs[0] for v in mesh.graph.all_variables]
+  y, *values = mtu.run_program(build)
+  v = dict(zip(build.names, values))
+  assert sorted(v) == ["encdec/k", "encdec/o", "encdec/q", "encdec/v"]
+  ctx = _np_attention_context(X, ENC, v["encdec/q"], v["encdec/k"],
+                              v["encdec/v"], 2, causal=False)
+  np.testing.assert_allclose(y, ctx @ v["encdec/o"].reshape(8, D),
+                             rtol=1e-4, atol=1e-5)
+
+
+def test_single_scalar_bias_and_dense_product_fixup():
+  def build(mesh):
+    x = _imp(mesh, X, [BATCH, LENGTH, D_MODEL])
+    bias = fx.get_single_scalar_bias(x, "b")
+    y = fx.dense_product_fixup(
+        x, [D_MODEL], [mtf.Dimension("d_ff", FF)],
+        tf1.constant_initializer(0.5), ["linear", "relu"], name="dp",
+        use_bias=False)
+    return [bias, y]
+  bias, y = mtu.run_program(build)
+  np.testing.assert_array_equal(bias, [0.0])
+  s = X.sum(-1, keepdims=True) * 0.5
+  np.testing.assert_allclose(y, np.broadcast_to(s * np.maximum(s, 0),
+                                                (B, L, FF)), rtol=1e-5)
 
 
 def test_scalar_sublayers_scale_and_shift():
@@ -184,30 +229,28 @@ def test_scalar_sublayers_scale_and_shift():
     ctx = _context(mesh)
     scaled = fx.sublayer_fixup_scale(x, None, ctx)
     shifted = fx.sublayer_fixup_shift(x, None, ctx)
-    shifted2 = fx.sublayer_fixup_shift(x * 2.0, None, ctx, name="other_bias")
     var = mesh.graph.name_to_variable
-    scale, bias = var["fixup_scale"].outputs[0], var["fixup_bias"].outputs[0]
-    loss = mtf.reduce_sum((scaled + shifted + shifted2) * g)
-    grads = mtf.gradients([loss], [scale, bias,
-                                   var["other_bias"].outputs[0]])
-    return [scaled, shifted, shifted2, scale, bias] + grads
-  scaled, shifted, shifted2, scale, bias, g_scale, g_bias, g_other = (
-      mtu.run_program(build))
-  assert scale.shape == () and bias.shape == ()
-  assert scale == 1.0 and bias == 0.0
+    scale = var["fixup_scale_weight"].outputs[0]
+    bias = var["fixup_bias"].outputs[0]
+    loss = mtf.reduce_sum((scaled + shifted) * g)
+    grads = mtf.gradients([loss], [scale, bias])
+    return [scaled, shifted, scale, bias] + grads
+  scaled, shifted, scale, bias, g_scale, g_bias = mtu.run_program(build)
+  np.testing.assert_array_equal(scale, [1.0])
+  np.testing.assert_array_equal(bias, [0.0])
   np.testing.assert_allclose(scaled, X)
   np.testing.assert_allclose(shifted, X)
-  np.testing.assert_allclose(shifted2, 2 * X)
   # d/ds sum(s x g) = sum(x g); d/db sum((x + b) g) = sum(g).
-  np.testing.assert_allclose(g_scale, np.sum(X * G), rtol=1e-4)
-  np.testing.assert_allclose(g_bias, np.sum(G), rtol=1e-4)
-  np.testing.assert_allclose(g_other, np.sum(G), rtol=1e-4)
+  np.testing.assert_allclose(g_scale, [np.sum(X * G)], rtol=1e-4)
+  np.testing.assert_allclose(g_bias, [np.sum(G)], rtol=1e-4)
 
 
 def test_layer_stack_with_fixup_sublayers_is_identity_at_init():
-  layer = fx.DenseReluDense(hidden_size=FF, num_blocks=2)
+  layer = fx.DenseReluDenseFixup(hidden_size=FF, num_blocks=2)
   layer.set_name("layer_000")
-  attention = fx.SelfAttention(num_heads=2, key_value_size=4, num_blocks=2)
+  attention = fx.SelfAttentionFixup(num_heads=2, key_value_size=4,
+                                    num_blocks=2,
+                                    fold_scaling_into_initializer=False)
   attention.set_name("layer_001")
   stack = transformer_lib.LayerStack(
       [layer, attention], sublayers_initial=[],
@@ -225,27 +268,26 @@ def test_layer_stack_with_fixup_sublayers_is_identity_at_init():
     return [y]
   y, = mtu.run_program(build, "rows:2;cols:2", "batch:rows;heads:cols")
   np.testing.assert_allclose(y, X, rtol=1e-6)
-  for name in ("encoder/layer_000/fixup_bias", "encoder/layer_000/fixup_scale",
-               "encoder/layer_000/DenseReluDense/wi/kernel",
-               "encoder/layer_001/SelfAttention/o"):
+  for name in ("encoder/layer_000/fixup_bias",
+               "encoder/layer_000/fixup_scale_weight",
+               "encoder/layer_000/DenseReluDenseFixup/wi/kernel",
+               "encoder/layer_001/SelfAttentionFixup/o_fixup"):
     assert name in build.names
 
 
 def test_num_blocks_is_a_required_gin_parameter():
   with pytest.raises(Exception, match="num_blocks"):
-    fx.DenseReluDense(hidden_size=FF)
+    fx.DenseReluDenseFixup(hidden_size=FF)
   with gin.unlock_config():
-    gin.parse_config("""
-        mesh_tensorflow.transformer.fixup_layers.DenseReluDense.num_blocks = 6
-        mesh_tensorflow.transformer.fixup_layers.SelfAttention.num_blocks = 7
-        mesh_tensorflow.transformer.fixup_layers.EncDecAttention.num_blocks = 8
-        mesh_tensorflow.transformer.fixup_layers.sublayer_fixup_shift.name = "b"
-    """)
+    prefix = "mesh_tensorflow.transformer.fixup_layers."
+    gin.parse_config([
+        prefix + "DenseReluDenseFixup.num_blocks = 6",
+        prefix + "SelfAttentionFixup.num_blocks = 7",
+        prefix + "EncDecAttentionFixup.num_heads = 2"])
   try:
-    assert fx.DenseReluDense().num_blocks == 6
-    assert fx.SelfAttention().num_blocks == 7
-    assert fx.EncDecAttention(num_heads=2).num_blocks == 8
-    assert fx.EncDecAttention(num_heads=2).num_heads == 2
+    assert fx.SelfAttentionFixup().num_blocks == 7
+    assert fx.EncDecAttentionFixup().num_heads == 2
+    fx.DenseReluDenseFixup()
   finally:
     gin.clear_config()
   import mesh_tensorflow.transformer.fixup_layers as aliased  # pylint: disable=g-import-not-at-top

@@ -1,11 +1,12 @@
 """Tests for transformer/funnel_transformer.py.
 
 FunnelTransformerLayerStack against a numpy Funnel-Transformer encoder
-(pool-query-only attention at block starts, mean and max pooling, packed
-sequences, shared weights of repeated layers), pooled output lengths and
+(pooling after the first submodule of a block, mean, max and min pooling,
+packed sequences, shared weights of repeated layers), pooled output lengths and
 layer outputs, the same numbers on 1-device and 4-device meshes, nonzero
 gradients for every variable, BitransformerFunnel wiring (decoder attends to
-the pooled encoder output with pooled sequence ids) and decoding.
+the pooled encoder output with strided sequence ids), the context after a
+call (pooled length, positions 0..n-1) and decoding.
 """
 
 import functools
@@ -87,7 +88,7 @@ def _softmax(x):
 
 def _np_pool(x, kind, size=2):
   x = x.reshape(x.shape[0], x.shape[1] // size, size, *x.shape[2:])
-  return x.mean(2) if kind == "mean" else x.max(2)
+  return {"mean": x.mean, "max": x.max, "min": x.min}[kind](2)
 
 
 def _np_attention(p, prefix, hq, hkv, seq_q, seq_kv):
@@ -103,35 +104,32 @@ def _np_attention(p, prefix, hq, hkv, seq_q, seq_kv):
 
 def _np_funnel(p, kinds, block_param_size, block_repeat_size, seq,
                pooling="mean"):
-  """kinds: the TransformerLayer class names of one layer (the submodules)."""
+  """kinds: the TransformerLayer class names of one layer (the submodules).
+
+  Each layer j of block b runs block_repeat_size[b] times in a row under
+  funnel_block_<b>/param_idx_<j>/submodule_<s>; in blocks after the first,
+  the output of the first submodule is pooled and the sequence ids strided.
+  """
   x = p["encoder/embedding"][IDS]
   seq = np.ones((B, L), np.int32) if seq is None else seq
-  n_sub, start = len(kinds), 0
   for block, (n_param, n_repeat) in enumerate(zip(block_param_size,
                                                   block_repeat_size)):
-    names = ["block_%03d/layer_%03d" % (start + i, s)
-             for i in range(n_param) for s in range(n_sub)]
-    start += n_param
-    for repeat in range(n_repeat):
-      for index, name in enumerate(names):
-        kind = kinds[index % n_sub]
-        prefix = "encoder/%s/%s" % (name, kind)
-        pool_here = block > 0 and repeat == 0 and index == 0
-        if pool_here and kind != "SelfAttention":
-          x, seq = _np_pool(x, pooling), _np_pool(seq, "max")
-        npad = (seq != 0).astype(np.float32)[..., None]
-        h = cmu.np_rms_norm(x, p["encoder/%s/rms_norm/scale" % name]) * npad
-        if kind == "SelfAttention":
-          if pool_here:
-            seq_q = _np_pool(seq, "max")
-            y = _np_attention(p, prefix, _np_pool(h, pooling), h, seq_q, seq)
-            x, seq = _np_pool(x, pooling), seq_q
-          else:
+    for param in range(n_param):
+      for repeat in range(n_repeat):
+        for sub, kind in enumerate(kinds):
+          name = "funnel_block_%03d/param_idx_%03d/submodule_%03d" % (
+              block, param, sub)
+          prefix = "encoder/%s/%s" % (name, kind)
+          npad = (seq != 0).astype(np.float32)[..., None]
+          h = cmu.np_rms_norm(x, p["encoder/%s/rms_norm/scale" % name]) * npad
+          if kind == "SelfAttention":
             y = _np_attention(p, prefix, h, h, seq, seq)
-        else:
-          y = np.maximum(h @ p[prefix + "/wi/kernel"], 0) @ p[
-              prefix + "/wo/kernel"]
-        x = x + y
+          else:
+            y = np.maximum(h @ p[prefix + "/wi/kernel"], 0) @ p[
+                prefix + "/wo/kernel"]
+          x = x + y
+          if block > 0 and param == 0 and repeat == 0 and sub == 0:
+            x, seq = _np_pool(x, pooling), seq[:, ::2]
   npad = (seq != 0).astype(np.float32)[..., None]
   return cmu.np_rms_norm(x, p["encoder/rms_norm/scale"]) * npad
 
@@ -140,7 +138,7 @@ def _np_funnel(p, kinds, block_param_size, block_repeat_size, seq,
 # Numerics
 
 
-@pytest.mark.parametrize("pooling_type", ["mean", "max"])
+@pytest.mark.parametrize("pooling_type", ["mean", "max", "min"])
 def test_funnel_encoder_matches_numpy(pooling_type):
   sizes, repeats = [1, 1, 1], [1, 1, 1]
   hidden, params, shapes, _ = _run(lambda: _stack(
@@ -154,12 +152,13 @@ def test_funnel_encoder_matches_numpy(pooling_type):
   assert all(s[0] == B and s[2] == D for s in shapes)
   assert sorted(params) == sorted(
       ["encoder/embedding", "encoder/rms_norm/scale"] +
-      ["encoder/block_%03d/layer_000/SelfAttention/%s" % (b, v)
-       for b in range(3) for v in "qkvo"] +
-      ["encoder/block_%03d/layer_001/DenseReluDense/%s/kernel" % (b, v)
+      ["encoder/funnel_block_%03d/param_idx_000/submodule_000/"
+       "SelfAttention/%s" % (b, v) for b in range(3) for v in "qkvo"] +
+      ["encoder/funnel_block_%03d/param_idx_000/submodule_001/"
+       "DenseReluDense/%s/kernel" % (b, v)
        for b in range(3) for v in ("wi", "wo")] +
-      ["encoder/block_%03d/layer_%03d/rms_norm/scale" % (b, s)
-       for b in range(3) for s in range(2)])
+      ["encoder/funnel_block_%03d/param_idx_000/submodule_%03d/rms_norm/"
+       "scale" % (b, s) for b in range(3) for s in range(2)])
 
 
 def test_funnel_repeated_layers_share_weights_and_match_numpy():
@@ -175,7 +174,7 @@ def test_funnel_repeated_layers_share_weights_and_match_numpy():
   assert len(shapes) == 2 + 2 * (2 + 2) - 1
 
 
-def test_funnel_pools_the_whole_input_before_a_non_attention_layer():
+def test_funnel_pools_the_output_of_a_first_non_attention_layer():
   sizes, repeats = [1, 1], [1, 1]
   hidden, params, _, _ = _run(lambda: _stack([DRD, SA], sizes, repeats,
                                              pooling_type="max"))
@@ -226,8 +225,8 @@ def test_funnel_rejects_bad_configurations():
     make([1], [1, 1])
   with pytest.raises(ValueError, match="block_repeat_size"):
     make([1, 1], [1, 0])
-  with pytest.raises(ValueError, match="pooling_type 'min'"):
-    make([1, 1], [1, 1], pooling_type="min")
+  with pytest.raises(ValueError, match="pooling_type 'median'"):
+    make([1, 1], [1, 1], pooling_type="median")
   with pytest.raises(ValueError, match="got 4 layers .* needs 6"):
     make([2, 1], [1, 1])
   # gin itself reports unbound REQUIRED parameters.
@@ -249,6 +248,26 @@ def test_funnel_rejects_indivisible_length_and_causal_towers():
     return []
   with pytest.raises(ValueError, match="causal attention"):
     mtu.run_program(causal)
+
+
+def test_context_after_call_describes_the_pooled_sequence():
+  stack = _stack([SA, DRD], [1, 1], [1, 1])
+  assert stack.context is None
+
+  def build(mesh):
+    inputs = cmu.import_ids(mesh, IDS, ["batch", "length"])
+    sequence_id = cmu.import_ids(mesh, SEQ, ["batch", "length"])
+    _encoder(stack).call_simple(inputs, None, False, mode="eval",
+                                sequence_id=sequence_id)
+    assert stack.context.length_dim == mtf.Dimension("length", L // 2)
+    return [stack.context.position, stack.context.sequence_id]
+
+  position, sequence_id = mtu.run_program(build)
+  # The first positions (not the window starts) and each window's first id.
+  np.testing.assert_array_equal(np.broadcast_to(position, (B, L // 2)),
+                                np.broadcast_to(np.arange(L // 2),
+                                                (B, L // 2)))
+  np.testing.assert_array_equal(sequence_id, SEQ[:, ::2])
 
 
 def test_gin_registration():
@@ -291,7 +310,7 @@ def test_bitransformer_funnel_decoder_attends_to_pooled_encoder():
   targets = cmu.random_ids(5, (B, L))
   targets[0, 6:] = 0
   inputs = IDS * (SEQ > 0)
-  pooled_seq = _np_pool(np.minimum(inputs, 1), "max", 4)
+  pooled_seq = np.minimum(inputs, 1)[:, ::4]  # each window's first id
 
   def build(mesh):
     ids = cmu.import_ids(mesh, inputs, ["batch", "length"])

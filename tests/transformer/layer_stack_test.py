@@ -6,6 +6,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 from tests.transformer import core_model_util as cmu
 from transformer import transformer
 
@@ -151,7 +152,7 @@ def test_layer_stack_matches_numpy_with_padding(legacy):
   np.testing.assert_allclose(outs[2], hidden, rtol=1e-6)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", cmu.LAYOUT_CASES[1:])
+@meshes.parametrize(meshes.TRANSFORMER_MODELS[1:])
 def test_layer_stack_same_on_every_mesh(mesh_shape, layout):
   ids = cmu.random_ids(1, (B, L))
   hidden, params, _ = _run_encoder(_dense_stack(), ids, mesh_shape=mesh_shape,

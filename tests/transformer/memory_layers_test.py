@@ -17,6 +17,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 from transformer import memory_layers
 from transformer._src.layers.context import Context
 
@@ -30,13 +31,6 @@ F32 = mtf.VariableDType(tf.float32)
 _RNG = np.random.RandomState(5)
 X = _RNG.normal(size=(B, L, D)).astype(np.float32)
 G = _RNG.normal(size=(B, L, D)).astype(np.float32)
-
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", "batch:all"),
-    ("all:4", "heads:all"),
-    ("rows:2;cols:2", "batch:rows;heads:cols"),
-]
 
 
 def _context(mesh, mode="train"):
@@ -56,10 +50,19 @@ def _softmax(x):
   return e / e.sum(-1, keepdims=True)
 
 
+def np_query(x, query):
+  """[b, l, h, 2, s] queries, layer-normalized over s (the layer norm's
+  scale and bias, like the query bias, are still at their initial ones and
+  zeros)."""
+  q = np.einsum("bld,dhcs->blhcs", x, query)
+  return (q - q.mean(-1, keepdims=True)) / np.sqrt(
+      q.var(-1, keepdims=True) + 1e-6)
+
+
 def np_memory(x, query, keys, values, knn):
   """Brute force over all n_keys^2 product keys."""
   n_keys = keys.shape[2]
-  q = np.einsum("bld,dhcs->blhcs", x, query)          # [b, l, h, 2, s]
+  q = np_query(x, query)                               # [b, l, h, 2, s]
   half = np.einsum("blhcs,hcks->blhck", q, keys)       # [b, l, h, 2, k]
   full = half[..., 0, :, None] + half[..., 1, None, :]  # [b, l, h, k, k]
   full = full.reshape(full.shape[:3] + (n_keys * n_keys,))
@@ -87,7 +90,7 @@ def _program(layer):
   return build
 
 
-@pytest.mark.parametrize("mesh_layout", MESH_LAYOUTS, ids=str)
+@meshes.parametrize(meshes.MEMORY_LAYERS, "mesh_layout")
 def test_matches_brute_force_numpy_on_meshes(mesh_layout):
   y, g_query, g_keys, g_values, query, keys, values = mtu.run_program(
       _program(_layer()), *mesh_layout)
@@ -100,7 +103,7 @@ def test_matches_brute_force_numpy_on_meshes(mesh_layout):
                   ("values", g_values)):
     assert np.abs(g).max() > 0, name
   # Values: only the selected slots get gradient, d/dV = sum w * G.
-  q = np.einsum("bld,dhcs->blhcs", X, query)
+  q = np_query(X, query)
   half = np.einsum("blhcs,hcks->blhck", q, keys)
   full = (half[..., 0, :, None] + half[..., 1, None, :]).reshape(
       B, L, N_HEADS, -1)
@@ -130,7 +133,8 @@ def test_keys_gradient_matches_finite_differences():
 
 def test_knn_equal_to_n_keys_covers_every_slot_of_each_half():
   y, _, _, _, query, keys, values = mtu.run_program(
-      _program(_layer(knn=N_KEYS)), "rows:2;cols:2", "batch:rows;heads:cols")
+      _program(_layer(knn=N_KEYS)), "rows:2;cols:2",
+      "batch:rows;n_heads:cols")
   np.testing.assert_allclose(y, np_memory(X, query, keys, values, N_KEYS),
                              rtol=1e-5, atol=1e-5)
 
@@ -147,14 +151,47 @@ def test_incremental_position_matches_full_pass():
       ctx.position = mtf.constant(mesh, t, [BATCH], tf.int32)
       steps.append(layer.call(ctx, _imp(mesh, X[:, t], [BATCH, D_MODEL])))
     return [y] + steps
-  y, *steps = mtu.run_program(build, "all:4", "heads:all")
+  y, *steps = mtu.run_program(build, "all:4", "n_heads:all")
   for t, y_t in enumerate(steps):
     assert y_t.shape == (B, D)
     np.testing.assert_allclose(y_t, y[:, t], rtol=1e-5, atol=1e-5)
 
 
+def test_odd_key_size_uses_key_size_floordiv_2_per_half():
+  layer = memory_layers.ProductKeyValueMemory(
+      key_size=KEY_SIZE + 1, n_keys=N_KEYS, n_heads=N_HEADS, knn=KNN)
+  y, _, _, _, query, keys, values = mtu.run_program(_program(layer))
+  assert keys.shape == (N_HEADS, 2, N_KEYS, KEY_SIZE // 2)
+  np.testing.assert_allclose(y, np_memory(X, query, keys, values, KNN),
+                             rtol=1e-5, atol=1e-5)
+
+
+def test_get_indices_returns_best_product_scores_and_slots():
+  rng = np.random.RandomState(7)
+  keys = rng.normal(size=(N_HEADS, 2, N_KEYS, 2)).astype(np.float32)
+  query = rng.normal(size=(B, N_HEADS, 2, 2)).astype(np.float32)
+  heads = mtf.Dimension("n_heads", N_HEADS)
+  halves = mtf.Dimension("product_key", 2)
+  key = mtf.Dimension("key", 2)
+
+  def build(mesh):
+    return list(_layer().get_indices(
+        _imp(mesh, keys, [heads, halves, mtf.Dimension("n_keys", N_KEYS),
+                          key]),
+        _imp(mesh, query, [BATCH, heads, halves, key])))
+
+  scores, indices = mtu.run_program(build)
+  half = np.einsum("bhcs,hcks->bhck", query, keys)
+  full = (half[:, :, 0, :, None] + half[:, :, 1, None, :]).reshape(
+      B, N_HEADS, -1)
+  best = np.argsort(-full, axis=-1, kind="stable")[..., :KNN]
+  np.testing.assert_allclose(scores, np.take_along_axis(full, best, -1),
+                             rtol=1e-5)
+  np.testing.assert_array_equal(indices, best)
+
+
 @pytest.mark.parametrize("kwargs,match", [
-    (dict(key_size=5), "key_size must be even"),
+    (dict(key_size=1), "key_size must be at least 2"),
     (dict(knn=N_KEYS + 1), "knn"),
     (dict(n_heads=0), "n_heads"),
 ])

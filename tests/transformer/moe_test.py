@@ -14,6 +14,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 from transformer import moe
 from transformer._src.layers import moe_gating
 from transformer._src.layers import moe_layers
@@ -390,17 +391,10 @@ def test_moe1d_keeps_a_leading_outer_batch_dim():
   np.testing.assert_allclose(loss, 0.5 * expected_loss, rtol=1e-5)
 
 
-MESH_LAYOUTS = [
-    ("all:4", "experts:all"),
-    ("rows:2;cols:2", "batch:rows;experts:rows"),
-    ("rows:2;cols:2", "experts:rows;expert_hidden:cols"),
-]
-
-
 @pytest.mark.parametrize("gating", ["top_2", "switch"])
 def test_moe1d_same_on_meshes_that_split_experts(gating):
   results = []
-  for mesh_shape, layout in [("", "")] + MESH_LAYOUTS:
+  for mesh_shape, layout in meshes.MOE:
     tf.random.set_seed(1234)  # same initial weights on every mesh
     results.append(mtu.run_program(
         _moe1d_program(LAYER_KWARGS[gating], layout, mesh_shape),
@@ -409,8 +403,9 @@ def test_moe1d_same_on_meshes_that_split_experts(gating):
   expected, expected_loss = np_moe1d(X_LAYER, gate_w, wi, wo, 8, 2, gating)
   np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
   np.testing.assert_allclose(loss, 0.5 * expected_loss, rtol=1e-5)
-  for (mesh_shape, layout), result in zip(MESH_LAYOUTS, results[1:]):
-    mtu.assert_all_close(result, results[0], msg="%s|%s" % (mesh_shape, layout))
+  for (mesh_shape, layout), result in zip(meshes.MOE[1:], results[1:]):
+    mtu.assert_all_close(result, results[0],
+                         msg=meshes.mesh_layout_id(mesh_shape, layout))
 
 
 @pytest.mark.parametrize("kwargs", [
@@ -420,13 +415,13 @@ def test_moe1d_same_on_meshes_that_split_experts(gating):
 ], ids=["top_2_random", "switch_jitter_dropout"])
 def test_random_policies_same_on_meshes(kwargs):
   results = []
-  for mesh_shape, layout in [("", "")] + MESH_LAYOUTS[1:2]:
+  for mesh_shape, layout in meshes.MOE_2X2:
     tf.random.set_seed(4321)
     results.append(mtu.run_program(
         _moe1d_program(kwargs, layout, mesh_shape), mesh_shape, layout,
         mode="function"))
   assert np.isfinite(results[0][0]).all() and results[0][1] > 0
-  mtu.assert_all_close(results[1], results[0], msg=MESH_LAYOUTS[1][1])
+  mtu.assert_all_close(results[1], results[0], msg=meshes.MOE_2X2[1][1])
 
 
 def test_moe1d_gradients_same_on_meshes():
@@ -438,14 +433,14 @@ def test_moe1d_gradients_same_on_meshes():
       return mtf.gradients([mtf.reduce_sum(y * y) + loss], variables)
     return build
   results = []
-  for mesh_shape, layout in [("", "")] + MESH_LAYOUTS[1:2]:
+  for mesh_shape, layout in meshes.MOE_2X2:
     tf.random.set_seed(55)
     results.append(mtu.run_program(build_grads(layout, mesh_shape),
                                    mesh_shape, layout, mode="function"))
   assert all(np.abs(g).sum() > 0 for g in results[0])
-  for (mesh_shape, layout), result in zip(MESH_LAYOUTS[1:2], results[1:]):
+  for (mesh_shape, layout), result in zip(meshes.MOE_2X2[1:], results[1:]):
     mtu.assert_all_close(result, results[0], rtol=1e-4, atol=1e-5,
-                         msg="%s|%s" % (mesh_shape, layout))
+                         msg=meshes.mesh_layout_id(mesh_shape, layout))
 
 
 def test_moe1d_is_gin_configurable_under_original_module():
@@ -535,8 +530,8 @@ def test_hparams():
   assert hparams.values() == {"a": 1, "b": "x"}
   hparams.set_hparam("a", 2)
   assert hparams.a == 2
-  with pytest.raises(ValueError, match="'a' already exists"):
-    hparams.add_hparam("a", 3)
+  hparams.add_hparam("a", 3)  # overwrites, as the original
+  assert hparams.a == 3
   with pytest.raises(ValueError, match="unknown hyperparameter 'c'"):
     hparams.set_hparam("c", 3)
   moe.set_default_moe_hparams(hparams)
@@ -545,3 +540,75 @@ def test_hparams():
   assert hparams.moe_capacity_factor_train == 1.25
   assert hparams.moe_second_policy_eval == "random"
   assert "moe_group_size" in hparams.values()
+
+
+def test_hparams_add_hparam_overwrites_like_the_original():
+  hparams = moe.HParams()
+  moe.set_default_moe_hparams(hparams)
+  hparams.add_hparam(k="moe_gating", v="switch")
+  assert hparams.moe_gating == "switch"
+
+
+def test_gate_inputs_with_token_embeddings_modes():
+  graph = mtf.Graph()
+  mesh = mtf.Mesh(graph, "m")
+  dims = [mtf.Dimension("group", 2), mtf.Dimension("d_model", 3)]
+  a = np.arange(6, dtype=np.float32).reshape(2, 3)
+  b = np.ones((2, 3), np.float32)
+  x = mtf.import_tf_tensor(mesh, tf.constant(a), mtf.Shape(dims))
+  e = mtf.import_tf_tensor(mesh, tf.constant(b), mtf.Shape(dims))
+  outs = {mode: moe_layers.gate_inputs_with_token_embeddings(x, e, mode)
+          for mode in ("concat", "add_stop_grad", "embed_only")}
+  lowering = mtf.Lowering(graph, {mesh: mtf.placement_mesh_impl.PlacementMeshImpl(
+      mtf.Shape([]), mtf.convert_to_layout_rules([]), [""])})
+  got = {m: lowering.export_to_tf_tensor(t).numpy() for m, t in outs.items()}
+  np.testing.assert_allclose(got["concat"], np.concatenate([a, b], -1))
+  np.testing.assert_allclose(got["add_stop_grad"], a + b)
+  np.testing.assert_allclose(got["embed_only"], b)
+  with pytest.raises(ValueError):
+    moe_layers.gate_inputs_with_token_embeddings(x, e, "multiply")
+
+
+@pytest.mark.parametrize("temperature", [None, 1.0])
+def test_second_place_expert_prob_one_never_uses_the_top_expert(temperature):
+  hparams = _hparams(moe_use_second_place_expert_prob=1.0,
+                     moe_use_second_place_expert_prob_temp=temperature)
+  dispatch, _, _, kernel = _run_gating("switch", hparams, 8)
+  chosen = dispatch.sum(axis=-1).argmax(-1)[0]          # [groups, group]
+  np.testing.assert_array_equal(dispatch.sum(axis=(3, 4)), 1.0)
+  logits = X_GATE[0].astype(np.float64) @ kernel        # [groups, group, e]
+  ranking = np.argsort(-logits, axis=-1)
+  assert (chosen != ranking[..., 0]).all()
+  if temperature is None:
+    np.testing.assert_array_equal(chosen, ranking[..., 1])
+
+
+def test_second_place_expert_prob_off_in_eval():
+  hparams = _hparams(moe_use_second_place_expert_prob=1.0)
+  dispatch, _, _, kernel = _run_gating("switch", hparams, 8, train=False)
+  chosen = dispatch.sum(axis=-1).argmax(-1)[0]
+  logits = X_GATE[0].astype(np.float64) @ kernel
+  np.testing.assert_array_equal(chosen, logits.argmax(-1))
+
+
+def test_top_n_gating_with_two_experts_is_top_2():
+  hparams = _hparams(moe_top_n_num_experts_per_token=2,
+                     moe_use_second_place_loss=True)
+  top_n = _run_gating("top_n", hparams, 2)
+  top_2 = _run_gating("top_2", hparams, 2)
+  for got, expected in zip(top_n[:3], top_2[:3]):
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
+
+
+def test_top_n_gating_routes_to_the_n_best_experts():
+  capacity = 8  # a whole group: nothing dropped
+  dispatch, combine, _, kernel = _run_gating("top_n", _hparams(), capacity)
+  probs = _softmax(X_GATE[0].astype(np.float64) @ kernel)
+  best = np.argsort(-probs, axis=-1)[..., :3]
+  expected = np.zeros_like(probs)
+  np.put_along_axis(expected, best, np.take_along_axis(probs, best, -1),
+                    axis=-1)
+  expected /= expected.sum(-1, keepdims=True)
+  np.testing.assert_allclose(combine.sum(-1)[0], expected, rtol=1e-5,
+                             atol=1e-6)
+  np.testing.assert_array_equal(dispatch.sum(axis=(3, 4)), 3.0)

@@ -20,6 +20,7 @@ import mesh_tensorflow.transformer as mtf_transformer  # noqa: F401  (alias chec
 from transformer import transformer
 from transformer import transformer_layers  # noqa: F401  (registers layers with gin)
 from tests import mesh_test_util as mtu
+from tests import meshes
 
 VOCAB, BATCH, LENGTH, D_MODEL = 20, 4, 8, 16
 
@@ -49,13 +50,6 @@ transformer_layers.DenseReluDense.dropout_rate = 0.0
 make_bitransformer.input_vocab_size = 20
 make_bitransformer.output_vocab_size = 20
 """
-
-MESH_LAYOUTS = [
-    ("b:2;m:2", "batch:b;heads:m;d_ff:m;vocab:m"),
-    ("b:2;m:2", "batch:b;d_ff:m"),
-    ("all:4", "heads:all;d_ff:all"),
-    ("all:4", "batch:all"),
-]
 
 
 @pytest.fixture
@@ -144,24 +138,24 @@ def _baseline(program):
   return _BASELINES[program]
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS)
+@meshes.parametrize(meshes.T5_MODEL)
 def test_bitransformer_same_numbers_on_every_layout(t5_gin, mesh_shape,
                                                     layout):
   store, base = _baseline(_bitransformer_program)
   out = _run(_bitransformer_program, mesh_shape, layout, store)
-  _assert_same(out, base, "%s|%s" % (mesh_shape, layout))
+  _assert_same(out, base, meshes.mesh_layout_id(mesh_shape, layout))
   logits, loss = base[0], float(base[1])
   assert logits.shape == (BATCH, LENGTH, 128)  # vocab padded to 128
   assert np.isfinite(loss) and loss > 0
   assert any(np.abs(g).max() > 0 for g in base[2:])
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS[:2])
+@meshes.parametrize(meshes.T5_MODEL[:2])
 def test_decoder_only_lm_same_numbers_on_every_layout(t5_gin, mesh_shape,
                                                       layout):
   store, base = _baseline(_lm_program)
   out = _run(_lm_program, mesh_shape, layout, store)
-  _assert_same(out, base, "%s|%s" % (mesh_shape, layout))
+  _assert_same(out, base, meshes.mesh_layout_id(mesh_shape, layout))
 
 
 def _prompts():
@@ -171,10 +165,7 @@ def _prompts():
   return prompt
 
 
-DECODE_LAYOUTS = [("", ""), ("b:2;m:2", "batch:b;heads:m;d_ff:m;vocab:m")]
-
-
-@pytest.mark.parametrize("mesh_shape,layout", DECODE_LAYOUTS)
+@meshes.parametrize(meshes.T5_DECODE)
 def test_lm_greedy_decoding_equals_teacher_forced_argmax(t5_gin, mesh_shape,
                                                          layout):
   """Incremental decoding (cached keys/values) = the full causal forward."""
@@ -214,7 +205,7 @@ def test_lm_beam_search_with_one_beam_equals_greedy(t5_gin):
   np.testing.assert_array_equal(beams, greedy)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", DECODE_LAYOUTS)
+@meshes.parametrize(meshes.T5_DECODE)
 def test_bitransformer_greedy_decode_equals_teacher_forced_argmax(
     t5_gin, mesh_shape, layout):
   def build(mesh):

@@ -1,9 +1,9 @@
-"""Tests for the causal convolution layers of conv_layers.py.
+"""Tests for the convolution layers of conv_layers.py.
 
 Each layer is checked against a numpy formulation computed from the layer's
 own (randomly initialised, exported) variables; incremental decoding
 ("first_part" then one "incremental" step per position, in one mtf graph so
-variables are shared) must reproduce the full forward pass; multi-device
+variables are shared) must reproduce the causal computation; multi-device
 runs must give the 1-device numbers.
 """
 
@@ -15,6 +15,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 from transformer import transformer_layers
 from transformer._src.layers import context as context_lib
 from transformer._src.layers import conv_layers
@@ -29,7 +30,6 @@ D_MODEL = mtf.Dimension("d_model", D)
 _RNG = np.random.RandomState(3)
 X = _RNG.normal(size=(B, L, D)).astype(np.float32)
 INITIAL_POSITION = np.array([0, 2], np.int32)
-NEG = -1e9
 
 
 def _model():
@@ -46,9 +46,22 @@ def _context(mesh, mode="eval", **kwargs):
       **kwargs)
 
 
+def _call(layer, context, x):
+  """layer.call in the variable scope "layer", as in a model."""
+  with tf1.variable_scope("layer"):
+    return layer.call(context, x)
+
+
+def _with_variables(build_fn):
+  """Runs build_fn; returns its outputs and the variables under "layer/"."""
+  outs, v = mtu.with_variables(build_fn)()
+  return outs, {n[len("layer/"):]: a for n, a in v.items()
+                if n.startswith("layer/")}
+
+
 def _full(mesh, layer, x_np=X, **kwargs):
   x = mtf.import_tf_tensor(mesh, x_np, [BATCH, LENGTH, D_MODEL])
-  return layer.call(_context(mesh, **kwargs), x)
+  return _call(layer, _context(mesh, **kwargs), x)
 
 
 def _decode(mesh, layer, x_np=X, initial_position=INITIAL_POSITION):
@@ -58,11 +71,11 @@ def _decode(mesh, layer, x_np=X, initial_position=INITIAL_POSITION):
   before initial_position)].
   """
   x = mtf.import_tf_tensor(mesh, x_np, [BATCH, LENGTH, D_MODEL])
-  full = layer.call(_context(mesh), x)
+  full = _call(layer, _context(mesh), x)
   init = mtf.import_tf_tensor(mesh, initial_position, [BATCH])
   ctx = _context(mesh, mode="first_part", new_states=[],
                  initial_position=init, sequence_id=1)
-  first = layer.call(ctx, x)
+  first = _call(layer, ctx, x)
   states = ctx.new_states
   steps = []
   for t in range(L):
@@ -71,7 +84,7 @@ def _decode(mesh, layer, x_np=X, initial_position=INITIAL_POSITION):
                                [BATCH, D_MODEL])
     ctx = _context(mesh, mode="incremental", states=states, new_states=[],
                    position=mtf.import_tf_tensor(mesh, pos, [BATCH]))
-    y_t = layer.call(ctx, x_t)
+    y_t = _call(layer, ctx, x_t)
     assert y_t.shape == x_t.shape
     assert len(ctx.new_states) == len(states)
     # Step t only advances the sequences whose position is t.
@@ -83,10 +96,12 @@ def _decode(mesh, layer, x_np=X, initial_position=INITIAL_POSITION):
   return [full, first, mtf.stack(steps, "length", axis=1)]
 
 
-def _check_decoding(full, first, steps):
+def _check_decoding(full, first, steps, causal=None):
+  """first_part == full pass; steps == the causal result (default: full)."""
+  causal = full if causal is None else causal
   np.testing.assert_allclose(first, full, rtol=1e-5, atol=1e-5)
   mask = (np.arange(L)[None, :] >= INITIAL_POSITION[:, None])[..., None]
-  np.testing.assert_allclose(steps, full * mask, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(steps, causal * mask, rtol=1e-5, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------
@@ -99,58 +114,97 @@ def _causal_window(x, k):
   return np.stack([padded[:, i:i + L] for i in range(k)], axis=2)
 
 
-def _softmax(x):
-  e = np.exp(x - x.max(-1, keepdims=True))
-  return e / e.sum(-1, keepdims=True)
+def _same_window(x, k):
+  """[B, L, D] -> [B, L, k, D], "SAME" padding.
+
+  Slot i holds x[t - (k - 1) // 2 + i] (0 outside the sequence).
+  """
+  left = (k - 1) // 2
+  padded = np.pad(x, [(0, 0), (left, k - 1 - left), (0, 0)])
+  return np.stack([padded[:, i:i + L] for i in range(k)], axis=2)
 
 
-def _visible(k, sequence_id=None):
-  """[B?, L, k]: slot i of position t is a real, same-sequence position."""
-  t = np.arange(L)[:, None]
-  vis = (t - (k - 1 - np.arange(k))[None, :]) >= 0
-  if sequence_id is None:
-    return vis[None]
-  sid_w = _causal_window(sequence_id[..., None].astype(np.float32), k)[..., 0]
-  return vis[None] & (sid_w == sequence_id[..., None])
+def _softmax(x, axis=-1):
+  e = np.exp(x - x.max(axis, keepdims=True))
+  return e / e.sum(axis, keepdims=True)
+
+
+def _sigmoid(x):
+  return 1.0 / (1.0 + np.exp(-x))
+
+
+_DEPTHWISE = "separable_conv1d/depthwise_conv_hack/depthwise_dense_%d/"
+
+
+def _separable_reference(x, v, lo, hi, kernels=None):
+  """mtf.layers.separable_conv1d on x; kernels[i] default to the variables."""
+  if kernels is None:
+    kernels = [v[_DEPTHWISE % i + "kernel"] for i in range(hi - lo + 1)]
+  off = max(0, -lo)
+  padded = np.pad(x, [(0, 0), (off, max(0, hi)), (0, 0)])
+  depthwise = v[_DEPTHWISE % 0 + "bias"]
+  for i, r in enumerate(range(lo, hi + 1)):
+    depthwise = depthwise + padded[:, off + r:off + r + L] * kernels[i]
+  return (depthwise @ v["separable_conv1d/pointwise_dense/kernel"]
+          + v["separable_conv1d/pointwise_dense/bias"])
+
+
+def _lightweight_kernels(x, v, k, unique):
+  del x
+  stacked = np.stack([np.tile(v["lightwt_depthwise_dense_%d/kernel" % i],
+                              unique) for i in range(k)])
+  return list(_softmax(stacked, axis=0))
+
+
+def _dynamic_kernels(x, v, k, unique):
+  stacked = np.stack([
+      np.tile(x @ v["dyn_conv_depthwise_dense_%d/kernel" % i]
+              + v["dyn_conv_depthwise_dense_%d/bias" % i], [1, 1, unique])
+      for i in range(k)])
+  return list(_softmax(stacked, axis=0))
 
 
 # ----------------------------------------------------------------------------
 # Conv1DLayer.
 
 
-@pytest.mark.parametrize("activation,fn", [("linear", lambda y: y),
-                                           ("relu", lambda y: np.maximum(y, 0))])
-def test_conv1d_layer_is_numpy_causal_conv(activation, fn):
-  layer = conv_layers.Conv1DLayer(filter_size=3, output_size=D,
+@pytest.mark.parametrize("activation,fn", [
+    ("linear", lambda y: y), ("relu", lambda y: np.maximum(y, 0))])
+def test_conv1d_layer_is_numpy_same_conv(activation, fn):
+  layer = conv_layers.Conv1DLayer(filter_size=3, output_size=5,
                                   activation=activation)
-  x2 = X.copy()
-  x2[:, -1] += 1.0
-  (y, y2), v = mtu.with_variables(lambda mesh: [_full(mesh, layer),
-                                        _full(mesh, layer, x2)])()
-  assert list(v) == ["conv1d/kernel"]
-  kernel = v["conv1d/kernel"]
-  assert kernel.shape == (1, 3, D, D)
-  expected = np.einsum("blkd,kde->ble", _causal_window(X, 3), kernel[0])
+  (y,), v = _with_variables(lambda mesh: [_full(mesh, layer)])
+  assert list(v) == ["conv2d/kernel"]
+  kernel = v["conv2d/kernel"]
+  assert kernel.shape == (1, 3, D, 5)
+  assert layer.filter_size == 3
+  expected = np.einsum("blkd,kde->ble", _same_window(X, 3), kernel[0])
   np.testing.assert_allclose(y, fn(expected), rtol=1e-5, atol=1e-5)
-  # Causality: changing the last position changes nothing before it.
-  np.testing.assert_allclose(y2[:, :-1], y[:, :-1], rtol=1e-6, atol=1e-6)
-  assert not np.allclose(y2[:, -1], y[:, -1])
 
 
-def test_conv1d_layer_output_size():
-  layer = conv_layers.Conv1DLayer(filter_size=2, output_size=5)
-  (y,), v = mtu.with_variables(lambda mesh: [_full(mesh, layer)])()
-  assert y.shape == (B, L, 5)
-  expected = np.einsum("blkd,kde->ble", _causal_window(X, 2),
-                       v["conv1d/kernel"][0])
+def test_conv1d_layer_masks_padding_inputs():
+  """Positions whose context.inputs is 0 are zeroed before convolving."""
+  inputs = np.array([[3, 4, 5, 0, 0, 0], [1, 2, 3, 4, 5, 6]], np.int32)
+  layer = conv_layers.Conv1DLayer(filter_size=2, output_size=D)
+
+  def build(mesh):
+    ids = mtf.import_tf_tensor(mesh, inputs, [BATCH, LENGTH])
+    return [_full(mesh, layer, inputs=ids)]
+
+  (y,), v = _with_variables(build)
+  masked = X * (inputs != 0)[..., None]
+  expected = np.einsum("blkd,kde->ble", _same_window(masked, 2),
+                       v["conv2d/kernel"][0])
   np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_conv1d_layer_incremental_equals_full():
+def test_conv1d_layer_incremental_is_causal_conv():
   layer = conv_layers.Conv1DLayer(filter_size=3, output_size=D)
-  outs, v = mtu.with_variables(lambda mesh: _decode(mesh, layer))()
-  assert list(v) == ["conv1d/kernel"]  # All passes share the variable.
-  _check_decoding(*outs)
+  outs, v = _with_variables(lambda mesh: _decode(mesh, layer))
+  assert list(v) == ["conv2d/kernel"]  # All passes share the variable.
+  causal = np.einsum("blkd,kde->ble", _causal_window(X, 3),
+                     v["conv2d/kernel"][0])
+  _check_decoding(*outs, causal=causal)
 
 
 def test_conv1d_states_and_update_state():
@@ -199,181 +253,121 @@ def test_conv1d_layer_bad_arguments():
 # SeparableConv1DLayer.
 
 
-def _separable_reference(x, v, lo, hi):
-  prefix = "separable_conv1d/depthwise_conv_hack/depthwise_dense_%d/"
-  padded = np.pad(x, [(0, 0), (max(0, -lo), max(0, hi)), (0, 0)])
-  off = max(0, -lo)
-  depthwise = v[prefix % 0 + "bias"]
-  for i, r in enumerate(range(lo, hi + 1)):
-    depthwise = depthwise + padded[:, off + r:off + r + L] * v[
-        prefix % i + "kernel"]
-  return (depthwise @ v["separable_conv1d/pointwise_dense/kernel"]
-          + v["separable_conv1d/pointwise_dense/bias"])
-
-
 @pytest.mark.parametrize("lo,hi", [(-2, 0), (-1, 1), (-3, -1)])
 def test_separable_conv1d_layer_matches_numpy(lo, hi):
   layer = conv_layers.SeparableConv1DLayer(lo, hi, output_size=D,
                                            activation="tanh")
-  (y,), v = mtu.with_variables(lambda mesh: [_full(mesh, layer)])()
+  (y,), v = _with_variables(lambda mesh: [_full(mesh, layer)])
   k = hi - lo + 1
+  assert layer.filter_size == k
   assert sorted(v) == sorted(
-      ["separable_conv1d/depthwise_conv_hack/depthwise_dense_%d/kernel" % i
-       for i in range(k)] +
-      ["separable_conv1d/depthwise_conv_hack/depthwise_dense_0/bias",
-       "separable_conv1d/pointwise_dense/kernel",
+      [_DEPTHWISE % i + "kernel" for i in range(k)] +
+      [_DEPTHWISE % 0 + "bias", "separable_conv1d/pointwise_dense/kernel",
        "separable_conv1d/pointwise_dense/bias"])
   np.testing.assert_allclose(y, np.tanh(_separable_reference(X, v, lo, hi)),
                              rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("lo,hi", [(-2, 0), (-3, -1)])
-def test_separable_conv1d_layer_incremental_equals_full(lo, hi):
-  layer = conv_layers.SeparableConv1DLayer(lo, hi, output_size=D)
-  outs, v = mtu.with_variables(lambda mesh: _decode(mesh, layer))()
-  assert len(v) == (hi - lo + 1) + 3
+def test_separable_conv1d_layer_incremental_equals_full():
+  layer = conv_layers.SeparableConv1DLayer(-2, 0, output_size=D)
+  outs, v = _with_variables(lambda mesh: _decode(mesh, layer))
+  assert len(v) == 3 + 3
   _check_decoding(*outs)
 
 
-def test_separable_conv1d_layer_rejects_future_when_decoding():
+def test_separable_conv1d_layer_given_kernels():
+  """all_kernel_wts replace the depthwise variables."""
+  kernels = _RNG.normal(size=(3, D)).astype(np.float32)
   layer = conv_layers.SeparableConv1DLayer(-1, 1, output_size=D)
-  with pytest.raises(ValueError, match="max_relative_pos 1 > 0"):
-    mtu.run_program(lambda mesh: _decode(mesh, layer))
+
+  def build(mesh):
+    x = mtf.import_tf_tensor(mesh, X, [BATCH, LENGTH, D_MODEL])
+    wts = [mtf.import_tf_tensor(mesh, w, [D_MODEL]) for w in kernels]
+    with tf1.variable_scope("layer"):
+      return [layer.call(_context(mesh), x, all_kernel_wts=wts)]
+
+  (y,), v = _with_variables(build)
+  assert _DEPTHWISE % 0 + "kernel" not in v
+  np.testing.assert_allclose(
+      y, _separable_reference(X, v, -1, 1, kernels=list(kernels)),
+      rtol=1e-5, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------
-# Convolution-style local attention.
+# Lightweight and dynamic convolution.
 
 
-def _v_o(x_w, x, v, weights):
-  """weights [B, L, H, k] -> output via values/output projections."""
-  val = np.einsum("blkd,hde->blkhe", x_w, v["v"])
-  out = np.einsum("blhk,blkhe->blhe", weights, val)
-  return np.einsum("blhe,hde->bld", out, v["o"])
-
-
-def _local_attn_reference(x, v, k, sequence_id=None):
-  x_w = _causal_window(x, k)
-  q = np.einsum("bld,hde->blhe", x, v["q"])
-  kk = np.einsum("blkd,hde->blkhe", x_w, v["k"])
-  logits = np.einsum("blhe,blkhe->blhk", q, kk)
-  vis = _visible(k, sequence_id)[:, :, None, :]
-  return _v_o(x_w, x, v, _softmax(np.where(vis, logits, NEG)))
-
-
-def _lightweight_reference(x, v, k):
-  x_w = _causal_window(x, k)
-  logits = np.broadcast_to(v["lightweight_kernel"][None, None],
-                           (B, L) + v["lightweight_kernel"].shape)
-  vis = _visible(k)[:, :, None, :]
-  return _v_o(x_w, x, v, _softmax(np.where(vis, logits, NEG)))
-
-
-def _dynamic_reference(x, v, k):
-  x_w = _causal_window(x, k)
-  logits = np.einsum("bld,dhk->blhk", x, v["dynamic_kernel"])
-  vis = _visible(k)[:, :, None, :]
-  return _v_o(x_w, x, v, _softmax(np.where(vis, logits, NEG)))
-
-
-ATTN_CASES = [
-    (conv_layers.Conv1DLocalAttn, _local_attn_reference, ["q", "k", "v", "o"]),
-    (conv_layers.LightweightConv1DLocalAttn, _lightweight_reference,
-     ["v", "o", "lightweight_kernel"]),
-    (conv_layers.DynamicConv1DLocalAttn, _dynamic_reference,
-     ["v", "o", "dynamic_kernel"]),
+CONV_ATTN_CASES = [
+    (conv_layers.LightweightConv1DLocalAttn, _lightweight_kernels,
+     "lightwt_depthwise_dense_%d/kernel"),
+    (conv_layers.DynamicConv1DLocalAttn, _dynamic_kernels,
+     "dyn_conv_depthwise_dense_%d/kernel"),
 ]
-_ATTN_IDS = [c[0].__name__ for c in ATTN_CASES]
+_CONV_ATTN_IDS = [c[0].__name__ for c in CONV_ATTN_CASES]
 
 
-def _attn_layer(cls, **kwargs):
-  return cls(kernel_size=3, num_heads=2, key_value_size=4, **kwargs)
+@pytest.mark.parametrize("unique", [1, 2])
+@pytest.mark.parametrize("cls,kernels_fn,var_name", CONV_ATTN_CASES,
+                         ids=_CONV_ATTN_IDS)
+def test_conv_local_attn_matches_numpy(cls, kernels_fn, var_name, unique):
+  layer = cls(-1, 1, output_size=D, num_unique_depth_filters=unique)
+  (y,), v = _with_variables(lambda mesh: [_full(mesh, layer)])
+  assert v[var_name % 2].shape[-1] == D // unique
+  expected = _separable_reference(X, v, -1, 1,
+                                  kernels=kernels_fn(X, v, 3, unique))
+  np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("cls,reference,var_names", ATTN_CASES,
-                         ids=_ATTN_IDS)
-def test_local_conv_attention_matches_numpy(cls, reference, var_names):
-  layer = _attn_layer(cls)
-  (y,), v = mtu.with_variables(lambda mesh: [_full(mesh, layer)])()
-  assert sorted(v) == sorted(var_names)
-  np.testing.assert_allclose(y, reference(X, v, 3), rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("cls,reference,var_names", ATTN_CASES,
-                         ids=_ATTN_IDS)
-def test_local_conv_attention_incremental_equals_full(cls, reference,
-                                                      var_names):
-  del reference, var_names
-  outs, _ = mtu.with_variables(lambda mesh: _decode(mesh, _attn_layer(cls)))()
+@pytest.mark.parametrize("cls,kernels_fn,var_name", CONV_ATTN_CASES,
+                         ids=_CONV_ATTN_IDS)
+def test_conv_local_attn_incremental_equals_full(cls, kernels_fn, var_name):
+  del kernels_fn, var_name
+  layer = cls(-2, 0, output_size=D, num_unique_depth_filters=2)
+  outs, _ = _with_variables(lambda mesh: _decode(mesh, layer))
   _check_decoding(*outs)
 
 
-def test_local_attention_masks_other_packed_sequences():
-  sequence_id = np.array([[1, 1, 1, 2, 2, 2], [1, 1, 2, 2, 2, 0]], np.int32)
-  layer = _attn_layer(conv_layers.Conv1DLocalAttn)
-
-  def build(mesh):
-    sid = mtf.import_tf_tensor(mesh, sequence_id, [BATCH, LENGTH])
-    return [_full(mesh, layer, sequence_id=sid)]
-
-  (y,), v = mtu.with_variables(build)()
-  np.testing.assert_allclose(y, _local_attn_reference(X, v, 3, sequence_id),
-                             rtol=1e-5, atol=1e-5)
-  # Without the mask the answer differs (the test can fail).
-  assert not np.allclose(y, _local_attn_reference(X, v, 3))
-
-
-def test_local_conv_attention_dropout_only_in_training():
-  layer = _attn_layer(conv_layers.LightweightConv1DLocalAttn,
-                      dropout_rate=0.5)
-  (y_eval, y_train), _ = mtu.with_variables(lambda mesh: [
-      _full(mesh, layer), _full(mesh, layer, mode="train")])()
-  assert not np.allclose(y_eval, y_train)
-  (y_eval2,), v = mtu.with_variables(lambda mesh: [_full(mesh, layer)])()
-  np.testing.assert_allclose(y_eval2, _lightweight_reference(X, v, 3),
-                             rtol=1e-5, atol=1e-5)
+def test_conv_local_attn_unique_filters_must_divide_output_size():
+  with pytest.raises(ValueError, match="num_unique_depth_filters=3"):
+    conv_layers.LightweightConv1DLocalAttn(-1, 0, output_size=8,
+                                           num_unique_depth_filters=3)
 
 
 # ----------------------------------------------------------------------------
 # LocalConvAttnBlock.
 
 
-@pytest.mark.parametrize("attention_type,cls,reference", [
-    ("lightweight_conv", "LightweightConv1DLocalAttn", _lightweight_reference),
-    ("dynamic_conv", "DynamicConv1DLocalAttn", _dynamic_reference),
-    ("local_attention", "Conv1DLocalAttn", _local_attn_reference),
+def _block_reference(x, v, kernels_fn, lo, hi):
+  h = ((x @ v["local_conv_inp_0/kernel"] + v["local_conv_inp_0/bias"])
+       * _sigmoid(x @ v["local_conv_inp_1/kernel"]
+                  + v["local_conv_inp_1/bias"]))
+  inner = _separable_reference(
+      h, v, lo, hi, kernels=kernels_fn(h, v, hi - lo + 1, 1))
+  return (inner @ v["local_conv_attn_op_projection/kernel"]
+          + v["local_conv_attn_op_projection/bias"])
+
+
+@pytest.mark.parametrize("attention_type,kernels_fn", [
+    ("lightweight_conv", _lightweight_kernels),
+    ("dynamic_conv", _dynamic_kernels),
 ])
-def test_local_conv_attn_block(attention_type, cls, reference):
+def test_local_conv_attn_block(attention_type, kernels_fn):
   layer = conv_layers.LocalConvAttnBlock(
-      kernel_size=3, num_heads=2, key_value_size=4,
+      -2, 0, output_size=D, num_unique_depth_filters=2,
       attention_type=attention_type)
-  outs, v = mtu.with_variables(lambda mesh: _decode(mesh, layer))()
+  outs, v = _with_variables(lambda mesh: _decode(mesh, layer))
   _check_decoding(*outs)
-  h = (X @ v["glu_0/kernel"]) * (1.0 / (1.0 + np.exp(-(X @ v["glu_1/kernel"]))))
-  inner = {n[len(cls) + 1:]: a for n, a in v.items() if n.startswith(cls)}
-  assert len(inner) == len(v) - 2
-  np.testing.assert_allclose(outs[0], reference(h, inner, 3), rtol=1e-5,
-                             atol=1e-5)
+  np.testing.assert_allclose(outs[0], _block_reference(X, v, kernels_fn, -2, 0),
+                             rtol=1e-5, atol=1e-5)
 
 
 def test_local_conv_attn_block_unknown_type():
-  layer = conv_layers.LocalConvAttnBlock(attention_type="fft")
-  with pytest.raises(ValueError, match="attention_type 'fft'"):
-    mtu.run_program(lambda mesh: [_full(mesh, layer)])
+  with pytest.raises(NotImplementedError, match="attention_type 'fft'"):
+    conv_layers.LocalConvAttnBlock(-1, 0, D, attention_type="fft")
 
 
 # ----------------------------------------------------------------------------
 # Meshes and layouts.
-
-
-MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", "d_model:all"),
-    ("all:4", "heads:all"),
-    ("rows:2;cols:2", "batch:rows;d_model:cols"),
-    ("rows:2;cols:2", "batch:rows;heads:cols"),
-    ("rows:2;cols:2", "d_model:cols"),
-]
 
 
 def _mesh_program(mesh):
@@ -381,40 +375,33 @@ def _mesh_program(mesh):
   outs = []
   layers = [conv_layers.Conv1DLayer(3, D),
             conv_layers.SeparableConv1DLayer(-2, 0, D),
-            conv_layers.LocalConvAttnBlock(3, 4, 4,
-                                           attention_type="dynamic_conv"),
-            conv_layers.Conv1DLocalAttn(3, 4, 4)]
+            conv_layers.LocalConvAttnBlock(-2, 0, D,
+                                           attention_type="dynamic_conv")]
   for i, layer in enumerate(layers):
     with tf1.variable_scope("layer_%d" % i):
       outs.append(layer.call(_context(mesh), x))
   return outs
 
 
-@pytest.mark.parametrize("mesh_shape,layout", MESH_LAYOUTS,
-                         ids=["%s|%s" % ml for ml in MESH_LAYOUTS])
+def _scoped(v, prefix):
+  return {n[len(prefix):]: a for n, a in v.items() if n.startswith(prefix)}
+
+
+@meshes.parametrize(meshes.TRANSFORMER_CONV_LAYERS)
 def test_meshes_and_layouts(mesh_shape, layout):
   # Each run draws its own initial values: check every layer against numpy
   # computed from the variables this run exported.
-  outs, v = mtu.with_variables(_mesh_program)(mesh_shape, layout, mode="function")
-  conv = np.einsum("blkd,kde->ble", _causal_window(X, 3),
-                   v["layer_0/conv1d/kernel"][0])
+  outs, v = mtu.with_variables(_mesh_program)(mesh_shape, layout,
+                                              mode="function")
+  conv = np.einsum("blkd,kde->ble", _same_window(X, 3),
+                   v["layer_0/conv2d/kernel"][0])
   np.testing.assert_allclose(outs[0], conv, rtol=1e-5, atol=1e-5)
-  sep = {n[len("layer_1/"):]: a for n, a in v.items()
-         if n.startswith("layer_1/")}
-  np.testing.assert_allclose(outs[1], _separable_reference(X, sep, -2, 0),
-                             rtol=1e-5, atol=1e-5)
-  block = {n[len("layer_2/"):]: a for n, a in v.items()
-           if n.startswith("layer_2/")}
-  h = (X @ block["glu_0/kernel"]) * (
-      1.0 / (1.0 + np.exp(-(X @ block["glu_1/kernel"]))))
-  inner = {n[len("DynamicConv1DLocalAttn/"):]: a for n, a in block.items()
-           if n.startswith("DynamicConv1DLocalAttn/")}
-  np.testing.assert_allclose(outs[2], _dynamic_reference(h, inner, 3),
-                             rtol=1e-5, atol=1e-5)
-  attn = {n[len("layer_3/"):]: a for n, a in v.items()
-          if n.startswith("layer_3/")}
-  np.testing.assert_allclose(outs[3], _local_attn_reference(X, attn, 3),
-                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(
+      outs[1], _separable_reference(X, _scoped(v, "layer_1/"), -2, 0),
+      rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(
+      outs[2], _block_reference(X, _scoped(v, "layer_2/"), _dynamic_kernels,
+                                -2, 0), rtol=1e-5, atol=1e-5)
 
 
 def test_exports_and_gin():
@@ -427,8 +414,18 @@ def test_exports_and_gin():
         "mesh_tensorflow.transformer.transformer_layers.Conv1DLayer"
         ".filter_size = 4\n"
         "mesh_tensorflow.transformer.transformer_layers.Conv1DLayer"
+        ".output_size = 8\n"
+        "mesh_tensorflow.transformer.transformer_layers.LocalConvAttnBlock"
+        ".min_relative_pos = -3\n"
+        "mesh_tensorflow.transformer.transformer_layers.LocalConvAttnBlock"
+        ".max_relative_pos = 0\n"
+        "mesh_tensorflow.transformer.transformer_layers.LocalConvAttnBlock"
         ".output_size = 8")
-    layer = conv_layers.Conv1DLayer()  # pylint: disable=no-value-for-parameter
+    # pylint: disable=no-value-for-parameter
+    layer = conv_layers.Conv1DLayer()
+    block = conv_layers.LocalConvAttnBlock()
+    # pylint: enable=no-value-for-parameter
   finally:
     gin.clear_config()
-  assert (layer._filter_size, layer._output_size) == (4, 8)  # pylint: disable=protected-access
+  assert layer.filter_size == 4
+  assert block.conv_local_attn_layer.filter_size == 4

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
+from tests import meshes
 from tests.transformer import core_model_util as cmu
 from transformer import transformer
 
@@ -132,7 +133,7 @@ def test_call_simple_matches_numpy(mode):
   np.testing.assert_allclose(loss, expected_loss, rtol=1e-5)
 
 
-@pytest.mark.parametrize("mesh_shape,layout", cmu.LAYOUT_CASES)
+@meshes.parametrize(meshes.TRANSFORMER_MODELS)
 def test_call_simple_same_on_every_mesh(mesh_shape, layout):
   inputs, targets = cmu.random_ids(12, (B, L)), _targets(13)
 

@@ -312,20 +312,20 @@ def _mixtape_reference(hidden, extra_ids):
                        for k in range(4)], -2)  # [b, l, 4, D]
   gate_context = np.tanh(np.einsum("bld,jgd->bljg", h, MT["P"]) + MT["p"])
   shared = np.einsum("bld,jd->blj", h, MT["q"])  # [b, l, 3]
-  order = list(range(V - extra_ids, V)) + list(range(V - extra_ids))
   logits = np.zeros(hidden.shape[:2] + (V,), np.float64)
-  for slot, token in enumerate(order):
+  for token in range(V):
     gate_logits = shared
-    if slot < F:
-      gate_logits = (np.einsum("bljg,g->blj", gate_context, MT["u"][slot])
-                     + shared + MT["r"][slot])
+    if token < F:
+      gate_logits = (np.einsum("bljg,g->blj", gate_context, MT["u"][token])
+                     + shared + MT["r"][token])
     g = _sigmoid(gate_logits)
     pi = np.stack([g[..., 0] * g[..., 1], g[..., 0] * (1 - g[..., 1]),
                    (1 - g[..., 0]) * g[..., 2],
                    (1 - g[..., 0]) * (1 - g[..., 2])], -1)
     component_logits = contexts @ MT["E"][token]  # [b, l, 4]
     logits[..., token] = (pi * component_logits).sum(-1)
-  return logits
+  # The original then moves the first extra_ids logits to the end.
+  return np.roll(logits, -extra_ids, axis=-1)
 
 
 @pytest.mark.parametrize("extra_ids", [0, EXTRA])
@@ -371,6 +371,22 @@ def test_mixtape_dropout_and_noise_only_in_training():
   train_logits = _run(noisy, MIXTAPE_VARS, context_mode="train")[1]
   np.testing.assert_allclose(plain, eval_logits, rtol=1e-5, atol=1e-5)
   assert np.abs(train_logits - eval_logits).max() > 1e-2
+
+
+def test_mixtape_gate_vectors_and_prior_bias_start_standard_normal():
+  # As in the original: prior_vocab_vector, prior_gates_vector and
+  # prior_bias use tf's random_normal_initializer() (stddev 1).
+  def build(mesh):
+    embedding = vocab_embeddings.Mixtape(
+        mesh, mtf.Dimension("vocab", 800), mtf.Dimension("d_model", 400),
+        VDT, "emb", None, gate_embedding_size=16, frequent_token_fraction=0.5)
+    return [embedding._prior_vocab_vector, embedding._prior_gates_vector,
+            embedding._prior_bias]
+  vocab_vector, gates_vector, prior_bias = mtu.run_program(build)
+  assert vocab_vector.shape == (400, 16) and prior_bias.shape == (400, 3)
+  for values in (vocab_vector, gates_vector, prior_bias):
+    assert abs(values.std() - 1.0) < 0.1
+    assert abs(values.mean()) < 0.1
 
 
 @pytest.mark.parametrize("kwargs, match", [

@@ -17,7 +17,7 @@ maps one to the other (a good map puts mesh neighbours on neighbouring chips).
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from absl import logging
 import gin

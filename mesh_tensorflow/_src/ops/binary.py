@@ -7,7 +7,7 @@ functions behind Tensor's arithmetic operators (x + y, 1 - x, -x, ...).
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import tensorflow as tf
 

@@ -398,7 +398,9 @@ class _ConvNdTransposeOperation(_ConvFamilyOperation):
 
 
 class Conv2dTransposeOperation(_ConvNdTransposeOperation):
-  """like tf.nn.conv2d_transpose: [batch..., h, w, in], filter [fh, fw, out, in]
+  """Like tf.nn.conv2d_transpose.
+
+  Input [batch..., h, w, in], filter [fh, fw, out, in].
 
   Output [batch..., h * s_h, w * s_w, out] (dim names kept). With VALID the
   filter may not be larger than the stride (else ValueError).

@@ -350,6 +350,45 @@ def targets_vocabulary(vocabulary):
   return vocabulary
 
 
+def maybe_add_pretokenized_features(examples, vocabulary):
+  """Adds decoded text of "inputs" and "targets" to examples that lack it.
+
+  For each example (a dict of numpy int arrays) with "inputs" or "targets"
+  but no "<name>_pretokenized", sets "<name>_pretokenized" to the decoded
+  positive ids and, if there are negative ids, "<name>_neg_pretokenized" to
+  the decoded absolute values of those. Zeros (padding) are dropped.
+
+  Example:
+    maybe_add_pretokenized_features([{"targets": np.array([5, 6, 0])}], vocab)
+    # [{"targets": ..., "targets_pretokenized": vocab.decode([5, 6])}]
+
+  Args:
+    examples: a list of feature dicts (modified in place).
+    vocabulary: a vocabulary or an (inputs, targets) pair of them.
+
+  Returns:
+    examples.
+  """
+  vocabularies = {"inputs": inputs_vocabulary(vocabulary),
+                  "targets": targets_vocabulary(vocabulary)}
+  warned = set()
+  for example in examples:
+    for name, vocab in vocabularies.items():
+      text_name = name + "_pretokenized"
+      if name not in example or text_name in example:
+        continue
+      ids = example[name].tolist()
+      example[text_name] = vocab.decode([i for i in ids if i > 0])
+      negative_ids = [-i for i in ids if i < 0]
+      if negative_ids:
+        example[name + "_neg_pretokenized"] = vocab.decode(negative_ids)
+      if name not in warned:
+        warned.add(name)
+        logging.warning("Feature %r is approximated by decoding the "
+                        "tokenized feature %r.", text_name, name)
+  return examples
+
+
 @gin.configurable(module=_GIN_MODULE)
 def separate_vocabularies(inputs=gin.REQUIRED, targets=gin.REQUIRED):
   """A (inputs, targets) vocabulary pair, for `run.vocabulary` in gin.

@@ -14,6 +14,7 @@ them). In other modes `hidden_to_logits` returns the full log-probabilities.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Dict, Optional, Sequence
 
 import gin
@@ -87,7 +88,7 @@ class AdaptiveSoftmaxVocabEmbedding:
   counts must sum to the vocabulary size), optionally "embedding_size"
   (default d_model; smaller sizes use a factorized embedding) and
   "length_projection_factor" in (0, 1] (default 1: a tail cluster's loss is
-  computed at up to int(factor * length) target positions per sequence; the
+  computed at up to ceil(factor * length) target positions per sequence; the
   targets beyond that are left out of the loss).
 
   Variables are those of one embedding per cluster, as in
@@ -224,12 +225,12 @@ class AdaptiveSoftmaxVocabEmbedding:
     Raises:
       ValueError: if hidden or targets lacks the context's length dimension.
     """
-    length_dim = context.length_dim
-    if length_dim not in hidden.shape.dims or length_dim not in targets.shape.dims:
+    length_dim = _length_dim(targets, context)
+    if length_dim not in hidden.shape.dims:
       raise ValueError(
-          "AdaptiveSoftmaxVocabEmbedding.compute_loss: hidden %s and targets "
-          "%s must both have the context's length dimension %s"
-          % (hidden.shape.to_string, targets.shape.to_string, length_dim))
+          "AdaptiveSoftmaxVocabEmbedding.compute_loss: hidden %s lacks the "
+          "targets' length dimension %s"
+          % (hidden.shape.to_string, length_dim))
     weights = mtf.greater(targets, 0)
     head = self._clusters[0]
     head_targets = mtf.where(head.mask(targets), targets,
@@ -238,25 +239,34 @@ class AdaptiveSoftmaxVocabEmbedding:
       head_targets = mtf.where(
           cluster.mask(targets),
           mtf.zeros_like(targets) + (head.token_count + i), head_targets)
-    total = head.summed_loss(decoder, hidden, head_targets, weights, context)
+    total = (head.summed_loss(decoder, hidden, head_targets, weights, context)
+             / _loss_denominator(decoder, targets, context))
     for cluster in self._clusters[1:]:
-      total += self._tail_loss(cluster, decoder, hidden, targets, context)
-    return total / _loss_denominator(decoder, targets, context)
+      total += self._tail_loss(cluster, decoder, hidden, targets, length_dim,
+                               context)
+    return total
 
   def _tail_loss(self, cluster: _Cluster, decoder, hidden: mtf.Tensor,
-                 targets: mtf.Tensor, context) -> mtf.Tensor:
-    """Summed loss of one tail cluster at the positions of its targets."""
-    length_dim = context.length_dim
+                 targets: mtf.Tensor, length_dim: mtf.Dimension,
+                 context) -> mtf.Tensor:
+    """Loss of one tail cluster at the positions of its targets.
+
+    The summed loss is divided by the decoder's loss denominator of the
+    targets the cluster sees: all targets, or the shorter cluster_length
+    ones when the cluster projects (as the original does).
+    """
     mask = cluster.mask(targets)
     local_targets = mtf.where(mask, targets - cluster.start_token_id,
                               mtf.zeros_like(targets))
     if cluster.length_projection_factor >= 1:
-      return cluster.summed_loss(decoder, hidden, local_targets, mask, context)
+      return (cluster.summed_loss(decoder, hidden, local_targets, mask,
+                                  context)
+              / _loss_denominator(decoder, targets, context))
     # Gather the in-cluster positions into a shorter "cluster_length" dim:
     # the k-th in-cluster position of a sequence goes to slot k.
     cluster_length_dim = mtf.Dimension(
         "cluster_length",
-        max(1, int(length_dim.size * cluster.length_projection_factor)))
+        max(1, math.ceil(length_dim.size * cluster.length_projection_factor)))
     slot = mtf.cumsum(mtf.cast(mask, tf.int32), length_dim) - 1
     dtype = hidden.dtype
     projection = mtf.one_hot(slot, cluster_length_dim, dtype=dtype) * mtf.cast(
@@ -267,8 +277,23 @@ class AdaptiveSoftmaxVocabEmbedding:
     cluster_targets = mtf.cast(
         mtf.einsum([projection, mtf.cast(local_targets, dtype)],
                    reduced_dims=[length_dim]) + 0.5, tf.int32)
-    return cluster.summed_loss(decoder, cluster_hidden, cluster_targets,
-                               cluster_weights, context)
+    return (cluster.summed_loss(decoder, cluster_hidden, cluster_targets,
+                                cluster_weights, context)
+            / _loss_denominator(decoder, cluster_targets, context))
+
+
+def _length_dim(targets: mtf.Tensor, context) -> mtf.Dimension:
+  """The sequence dim of targets: the context's length_dim if targets have
+  it, else their dim named "length" (the original looks it up by name)."""
+  length_dim = getattr(context, "length_dim", None)
+  if isinstance(length_dim, mtf.Dimension) and length_dim in targets.shape.dims:
+    return length_dim
+  if "length" not in targets.shape.dimension_names:
+    raise ValueError(
+        "AdaptiveSoftmaxVocabEmbedding.compute_loss: targets %s have neither "
+        "the context's length dimension %s nor a dimension named 'length'"
+        % (targets.shape.to_string, length_dim))
+  return targets.shape.get_dim_by_name("length")
 
 
 def _loss_denominator(decoder, targets: mtf.Tensor, context):

@@ -112,13 +112,32 @@ def _add_bias(logits: mtf.Tensor, bias: Optional[mtf.Tensor]) -> mtf.Tensor:
   return logits + mtf.cast(bias, logits.dtype)
 
 
+def _add_attention_z_loss(logits: mtf.Tensor,
+                          memory_length_dim: mtf.Dimension,
+                          z_loss_coeff: float, context, dtype) -> None:
+  """Appends the attention z-loss (see `attention`) to context.losses.
+
+  The mean is divided by the number of microbatches, so that accumulated
+  gradients match a single large batch.
+  """
+  z_loss = mtf.square(mtf.reduce_logsumexp(logits, memory_length_dim))
+  if isinstance(context.nonpadding, mtf.Tensor):
+    z_loss *= mtf.cast(context.nonpadding, z_loss.dtype)
+  z_loss = mtf.reduce_mean(z_loss)
+  if context.num_microbatches and context.num_microbatches > 1:
+    z_loss /= context.num_microbatches
+  mtf.scalar_summary("attention_z_loss", z_loss)
+  context.losses.append(mtf.cast(z_loss * z_loss_coeff, dtype))
+
+
 @gin.configurable(module=_GIN_MODULE)
 def attention(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor,
               memory_length_dim: mtf.Dimension, key_dim: mtf.Dimension,
               value_dim: mtf.Dimension, bias: Optional[mtf.Tensor] = None,
               dropout_rate: float = 0.0, dropout_broadcast_dims=None,
               extra_logit=None, context=None,
-              float32_logits: bool = True) -> mtf.Tensor:
+              float32_logits: bool = True,
+              z_loss_coeff: Optional[float] = None) -> mtf.Tensor:
   """Softmax dot-product attention (no 1/sqrt(d_kv) logit scaling).
 
   logits = q . k (contracting key_dim) + bias; weights = softmax over
@@ -138,6 +157,9 @@ def attention(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor,
     extra_logit: optional extra logit in the softmax denominator.
     context: optional transformer Context (train flag, 2-d sharding).
     float32_logits: compute the logits and softmax in float32.
+    z_loss_coeff: if set (and training), appends to context.losses
+      z_loss_coeff * mean(logsumexp(logits over memory)^2 * nonpadding), which
+      keeps the logits near zero and so stabilizes training.
 
   Returns:
     q's dims with key_dim replaced by value_dim.
@@ -158,6 +180,9 @@ def attention(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor,
     k = mtf.cast(k, tf.float32)
   logits = _us_einsum([q, k], output_shape=_logits_shape(q, k, key_dim))
   logits = _add_bias(logits, bias)
+  if z_loss_coeff is not None and context is not None and context.train:
+    _add_attention_z_loss(logits, memory_length_dim, z_loss_coeff, context,
+                          v.dtype)
   weights = mtf.softmax(logits, memory_length_dim, extra_logit=extra_logit)
   weights = mtf.cast(weights, v.dtype)
   weights = _attention_dropout(weights, dropout_rate, dropout_broadcast_dims,

@@ -31,6 +31,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from transformer._src.layers import attention_core as attention
+from transformer._src.layers import hyperprompts
 from transformer._src.layers.context import Context, TransformerLayer
 
 __all__ = [
@@ -178,10 +179,27 @@ class SelfAttention(TransformerLayer):
                relative_attention_num_buckets: int = 32,
                attention_func: Optional[str] = None,
                combine_dims: bool = True, keep_query_heads_dims: bool = False,
-               fold_scaling_into_initializer: bool = True):
-    """Stores the configuration (variables are created in call).
+               fold_scaling_into_initializer: bool = True,
+               z_loss_coeff: Optional[float] = None,
+               use_hyperprompt: bool = False,
+               hyperprompt_mtlshare: bool = False,
+               hyperprompt_length_encoder: Optional[int] = None,
+               hyperprompt_length_decoder: Optional[int] = None,
+               hyperprompt_hidden_dim: Optional[int] = None,
+               hyperprompt_task_num: int = 8):
+    """Args after fold_scaling_into_initializer (the others as the original).
 
     Args:
+      z_loss_coeff: if set, a z-loss on the attention logits (see
+        attention.attention) is added to the training losses.
+      use_hyperprompt: prompts from a hypernetwork (HyperPrompt) instead of
+        per-layer projections (MTL-Prompt); see hyperprompts.py.
+      hyperprompt_mtlshare: MTL-Prompt: one projection network for all tasks.
+      hyperprompt_length_encoder: number of task prompts prepended to the
+        keys/values in the "encoder" tower (None: no prompts).
+      hyperprompt_length_decoder: the same in the "decoder" tower.
+      hyperprompt_hidden_dim: hidden size of the prompt projections.
+      hyperprompt_task_num: number of tasks.
       num_heads: the number of query heads.
       num_memory_heads: the number of key/value heads (0: as many as num_heads;
         otherwise it must divide num_heads, and groups of query heads share a
@@ -193,21 +211,18 @@ class SelfAttention(TransformerLayer):
         {"extra_logit": 0.0}).
       relative_attention_type: None, "bias" (a learned logit bias per
         relative-position bucket and head), "bias_shared" (one such bias shared
-        by the layers of the stack) or "contextual" (learned per-bucket vectors
-        dotted with the queries).
+        by the layers of the stack), "contextual" (learned per-bucket vectors
+        dotted with the queries) or "rpr_T5"-style variants the layer supports.
       relative_attention_num_buckets: the number of relative-position buckets
         (log-spaced beyond half of them).
-      attention_func: None (softmax attention) or "hybrid"
-        (attention.hybrid_attention).
+      attention_func: None (softmax attention), "hybrid" (hybrid_attention) or
+        "synthetic" (synthetic_attention).
       combine_dims: compute the projections with the heads and channel dims
         combined into one (a faster einsum on TPUs; same results).
       keep_query_heads_dims: keep the query heads dims in the output instead of
         reducing them in the output projection.
       fold_scaling_into_initializer: scale the query projection's initializer by
         d_kv**-0.5 instead of multiplying the logits.
-
-    Raises:
-      ValueError: for an unknown relative_attention_type or attention_func.
     """
     if relative_attention_type not in _RELATIVE_ATTENTION_TYPES:
       raise ValueError(
@@ -230,6 +245,13 @@ class SelfAttention(TransformerLayer):
     self.combine_dims = combine_dims
     self.keep_query_heads_dims = keep_query_heads_dims
     self.fold_scaling_into_initializer = fold_scaling_into_initializer
+    self.z_loss_coeff = z_loss_coeff
+    self.use_hyperprompt = use_hyperprompt
+    self.hyperprompt_mtlshare = hyperprompt_mtlshare
+    self.hyperprompt_length_encoder = hyperprompt_length_encoder
+    self.hyperprompt_length_decoder = hyperprompt_length_decoder
+    self.hyperprompt_hidden_dim = hyperprompt_hidden_dim
+    self.hyperprompt_task_num = hyperprompt_task_num
 
   # -- hooks for subclasses -------------------------------------------------
 
@@ -341,22 +363,57 @@ class SelfAttention(TransformerLayer):
         context.record_new_states([k] if self.shared_kv else [k, v])
       memory_position = self.rename_length_to_memory_length(
           context.get_position(), context)
+    use_prompt_kv = self._prompt_kind()
+    if use_prompt_kv is not None:
+      k, v, memory_position, memory_length = (
+          hyperprompts.concat_hyper_prompts_kv(
+              k, v, use_prompt_kv.split("_")[0], self.use_hyperprompt,
+              memory_length, self.hyperprompt_task_num, self.num_heads,
+              self.hyperprompt_hidden_dim, self.kv_dim, context,
+              self.hyperprompt_mtlshare, self.dropout_rate,
+              prompt_length=self._prompt_length(use_prompt_kv)))
     bias = self.compute_bias(context, memory_position, x,
-                             params.query_heads_dims, q)
+                             params.query_heads_dims, q,
+                             use_prompt_kv=use_prompt_kv)
+    kwargs = self.attention_kwargs_from_context(context)
+    if self.z_loss_coeff is not None:
+      kwargs["z_loss_coeff"] = self.z_loss_coeff
     o = self.attention_fn(
         q, k, v, context=context, memory_length_dim=memory_length,
-        key_dim=self.kv_dim, value_dim=self.kv_dim, bias=bias,
-        **self.attention_kwargs_from_context(context))
+        key_dim=self.kv_dim, value_dim=self.kv_dim, bias=bias, **kwargs)
     output = params.compute_output(
         o, output_shape=self.expected_attention_output_shape(x, params))
     return self.layer_output_from_attention_output(context, output, losses)
 
+  def _prompt_kind(self) -> Optional[str]:
+    """"encoder_prompts"/"decoder_prompts" if this layer prepends task
+    prompts (its tower, the outer variable scope, has a prompt length)."""
+    tower = tf.compat.v1.get_variable_scope().name.split("/")[0]
+    if tower == "encoder" and self.hyperprompt_length_encoder:
+      return "encoder_prompts"
+    if tower == "decoder" and self.hyperprompt_length_decoder:
+      return "decoder_prompts"
+    return None
+
+  def _prompt_length(self, use_prompt_kv: Optional[str]) -> int:
+    if use_prompt_kv == "encoder_prompts":
+      return self.hyperprompt_length_encoder
+    if use_prompt_kv == "decoder_prompts":
+      return self.hyperprompt_length_decoder
+    return 0
+
   def compute_bias(self, context: Context, memory_position: mtf.Tensor,
                    x: mtf.Tensor, heads_dims: List[mtf.Dimension],
-                   q: mtf.Tensor) -> Optional[mtf.Tensor]:
+                   q: mtf.Tensor, use_prompt_kv: Optional[str] = None
+                   ) -> Optional[mtf.Tensor]:
     """Sum of the logit biases: relative-position window limits, causality
     (read/write priority), packed sequences, relative attention; None if
     there are none.
+
+    use_prompt_kv ("encoder_prompts"/"decoder_prompts") says that the memory
+    starts with that tower's task prompts: relative positions are shifted by
+    the prompt length, and the prompts are visible to every query (all
+    priorities and sequence ids).
 
     Args:
       context: the Context of the call (mesh, dims, mode, states...).
@@ -370,14 +427,12 @@ class SelfAttention(TransformerLayer):
     Returns:
       A logit bias [batch..., heads..., length, memory_length] (or
       broadcastable), or None.
-
-    Raises:
-      ValueError: if only one of context.read_priority and
-        context.write_priority is given.
     """
-    del x
+    prompt_length = self._prompt_length(use_prompt_kv)
     biases = []
     relative_position = memory_position - context.get_position()
+    if prompt_length:
+      relative_position -= prompt_length
     min_rp = self.min_relative_position(context)
     max_rp = self.max_relative_position(context)
     if min_rp is not None:
@@ -394,11 +449,35 @@ class SelfAttention(TransformerLayer):
       if context.length_dim in write_priority.shape.dims:
         write_priority = self.rename_length_to_memory_length(
             write_priority, context)
+      if prompt_length and "memory_length" in (
+          write_priority.shape.dimension_names):
+        # The prompts' write priority -1 is below every read priority.
+        prompt_dim = mtf.Dimension("memory_length", prompt_length)
+        prompt_priority = mtf.zeros(
+            x.mesh, mtf.Shape([prompt_dim if d.name == "memory_length" else d
+                               for d in write_priority.shape.dims]),
+            dtype=write_priority.dtype) - 1
+        write_priority = mtf.concat([prompt_priority, write_priority],
+                                    "memory_length")
       biases.append(_to_bias(
           mtf.greater_equal(context.read_priority, write_priority), context))
     sequence_id = _sequence_id_for_bias(context)
-    if (sequence_id is not None and context.mode != "incremental" and
+    if (prompt_length and sequence_id is not None and
+        context.mode != "incremental" and
         context.length_dim in sequence_id.shape.dims):
+      # Prompts are visible to every query; tokens within their sequence.
+      memory_ids = self.rename_length_to_memory_length(sequence_id, context)
+      prompt_dim = mtf.Dimension("memory_length", prompt_length)
+      prompt_ids = mtf.zeros(
+          x.mesh, mtf.Shape([prompt_dim if d.name == "memory_length" else d
+                             for d in memory_ids.shape.dims]),
+          dtype=sequence_id.dtype) - 1
+      memory_ids = mtf.concat([prompt_ids, memory_ids], "memory_length")
+      biases.append(_to_bias(mtf.logical_or(
+          mtf.equal(sequence_id, memory_ids),
+          mtf.less(memory_position, prompt_length)), context))
+    elif (sequence_id is not None and context.mode != "incremental" and
+          context.length_dim in sequence_id.shape.dims):
       biases.append(_to_bias(mtf.equal(
           sequence_id,
           self.rename_length_to_memory_length(sequence_id, context)),
@@ -571,6 +650,7 @@ def relative_position_spans(context: Context,
                  output_shape=mtf.Shape(dec_pos.shape.dims + [memory_dim]))
 
 
+@gin.configurable(module=_GIN_MODULE)
 def enc_dec_attention_bias(layer: SelfAttention, context: Context,
                            heads_dims: List[mtf.Dimension],
                            relative_position_fn=relative_position_spans
@@ -589,10 +669,6 @@ def enc_dec_attention_bias(layer: SelfAttention, context: Context,
 
   Returns:
     A logit bias [batch..., (heads...,) length, memory_length], or None.
-
-  Raises:
-    ValueError: for a relative_attention_type other than None, "bias" and
-      "bias_shared".
   """
   bias = None
   if (isinstance(context.encoder_sequence_id, mtf.Tensor) and
@@ -619,15 +695,17 @@ def enc_dec_attention_bias(layer: SelfAttention, context: Context,
   return bias
 
 
+@gin.configurable(module=_GIN_MODULE)
 def enc_dec_attention(self_attention_layer: SelfAttention,
                       memory_antecedent: Optional[mtf.Tensor],
                       context: Context, x: mtf.Tensor, losses,
-                      attention_fn=attention.attention) -> mtf.Tensor:
+                      attention_fn=attention.attention,
+                      z_loss_coeff: Optional[float] = None) -> mtf.Tensor:
   """Attention from x to memory_antecedent [batch..., memory_length, d_model].
 
   In "first_part" mode the keys, values and memory length are recorded as
   one constant state; in "incremental" mode they are read back (and
-  memory_antecedent is not used).
+  memory_antecedent is not used). z_loss_coeff: see attention.attention.
 
   Args:
     self_attention_layer: the attention layer (its heads, dims and dropout are
@@ -640,10 +718,6 @@ def enc_dec_attention(self_attention_layer: SelfAttention,
 
   Returns:
     The output [batch..., length, d_model].
-
-  Raises:
-    ValueError: without an encoder output, or if it has no "memory_length"
-      dimension.
   """
   layer = self_attention_layer
   params = layer.make_params(context)
@@ -668,10 +742,12 @@ def enc_dec_attention(self_attention_layer: SelfAttention,
     if context.mode == "first_part":
       context.record_constant_state((k, v, memory_length))
   bias = enc_dec_attention_bias(layer, context, params.query_heads_dims)
+  kwargs = layer.attention_kwargs_from_context(context)
+  if z_loss_coeff is not None:
+    kwargs["z_loss_coeff"] = z_loss_coeff
   a = attention_fn(q, k, v, memory_length_dim=memory_length,
                    key_dim=layer.kv_dim, value_dim=layer.kv_dim, bias=bias,
-                   context=context,
-                   **layer.attention_kwargs_from_context(context))
+                   context=context, **kwargs)
   output = params.compute_output(
       a, output_shape=layer.expected_attention_output_shape(x, params))
   return layer.layer_output_from_attention_output(context, output, losses)
@@ -695,7 +771,8 @@ class EncDecAttention(SelfAttention):
     memory = (None if context.mode == "incremental"
               else self._get_memory_antecedent(context))
     return enc_dec_attention(self, memory, context, x, losses,
-                             attention_fn=self.attention_fn)
+                             attention_fn=self.attention_fn,
+                             z_loss_coeff=self.z_loss_coeff)
 
 
 def _length_num_splits(context: Context) -> int:
@@ -722,9 +799,6 @@ class LocalSelfAttention(SelfAttention):
   Args:
     radius: each position attends to the `radius` previous positions (and,
       unless fully autoregressive, the `radius` next ones).
-
-  Raises:
-    ValueError: if radius < 1.
   """
 
   def __init__(self, radius: int = 128, num_heads: int = 8,
@@ -749,6 +823,9 @@ class LocalSelfAttention(SelfAttention):
   def min_relative_position(self, context: Context) -> int:
     """The smallest memory - query position a query attends to.
 
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+
     Returns:
       The smallest memory - query position attended to (-radius).
     """
@@ -756,6 +833,9 @@ class LocalSelfAttention(SelfAttention):
 
   def max_relative_position(self, context: Context) -> int:
     """The largest memory - query position a query attends to.
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
 
     Returns:
       The largest memory - query position attended to: radius, or 0 when the

@@ -212,23 +212,87 @@ class TalkingHeadsSelfAttention(SelfAttention):
     """The per-head value channels Dimension ("d_v")."""
     return mtf.Dimension("d_v", self.value_size)
 
-  def _weights(self, context: Context, model_dim: mtf.Dimension):
-    ens = _ensemble_dims(context)
-    d, kh, vh = model_dim.size, self.key_heads_dims, self.value_heads_dims
-    wq = _variable(context, "q", ens + [model_dim] + kh + [self.key_dim],
-                   d ** -0.5 * self.key_size ** -0.5)
-    wk = _variable(context, "k", ens + [model_dim] + kh + [self.key_dim],
-                   d ** -0.5)
-    wv = _variable(context, "v", ens + [model_dim] + vh + [self.value_dim],
-                   d ** -0.5)
-    wo = _variable(context, "o", ens + vh + [self.value_dim, model_dim],
-                   mtf.Shape(vh + [self.value_dim]).size ** -0.5)
-    return wq, wk, wv, wo
+  def compute_q(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
+    """Queries [..., key heads..., d_k] (variable `q`; the 1/sqrt(d_k)
+    logit scaling is folded into its initializer).
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+      x: the layer input [batch..., length, d_model].
+    """
+    return self._project(context, x, "q", self.key_heads_dims, self.key_dim,
+                         self.key_size ** -0.5)
+
+  def compute_k(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
+    """Keys [..., key heads..., d_k] (variable `k`).
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+      x: the layer input [batch..., length, d_model].
+    """
+    return self._project(context, x, "k", self.key_heads_dims, self.key_dim)
+
+  def compute_v(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
+    """Values [..., value heads..., d_v] (variable `v`).
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+      x: the layer input [batch..., length, d_model].
+    """
+    return self._project(context, x, "v", self.value_heads_dims,
+                         self.value_dim)
+
+  def compute_y(self, context: Context, u: mtf.Tensor) -> mtf.Tensor:
+    """The output: u [..., value heads..., d_v] -> [..., d_model]
+    (variable `o`).
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+    """
+    model_dim = context.model.model_dim
+    reduced = self.value_heads_dims + [self.value_dim]
+    wo = _variable(context, "o",
+                   _ensemble_dims(context) + reduced + [model_dim],
+                   mtf.Shape(reduced).size ** -0.5)
+    return mtf.layers.us_einsum([u, wo], reduced_dims=reduced)
+
+  def _project(self, context: Context, x: mtf.Tensor, name: str, heads_dims,
+               size_dim: mtf.Dimension, scale: float = 1.0) -> mtf.Tensor:
+    model_dim = context.model.model_dim
+    w = _variable(context, name,
+                  _ensemble_dims(context) + [model_dim] + heads_dims +
+                  [size_dim], scale * model_dim.size ** -0.5)
+    return mtf.layers.us_einsum([x, w], reduced_dims=[model_dim])
+
+  def talking_heads(self, context: Context, inp: mtf.Tensor, name: str,
+                    input_heads_dims, output_heads_dims,
+                    dynamic_projections_from=None) -> mtf.Tensor:
+    """Maps inp's heads dims input_heads_dims -> output_heads_dims.
+
+    A linear map (variable `name` [shared..., input-only..., output-only...]);
+    each tensor in dynamic_projections_from ([..., d_model]) adds a map
+    computed from it (variables `<name>_dynamic_<i>`). Identity when the
+    heads dims are the same.
+
+    Args:
+      context: the Context.
+      inp: [..., input heads..., memory_length].
+      name: the variable name.
+      input_heads_dims: inp's heads dims.
+      output_heads_dims: the heads dims of the result.
+      dynamic_projections_from: optional list of tensors [..., d_model].
+
+    Returns:
+      inp with output_heads_dims in place of input_heads_dims.
+    """
+    sources = [("%s_dynamic_%d" % (name, i), t)
+               for i, t in enumerate(dynamic_projections_from or [])]
+    return self._talking(context, inp, name, input_heads_dims,
+                         output_heads_dims, sources)
 
   def _talking(self, context: Context, t: mtf.Tensor, name: str,
-               from_dims, to_dims, x: mtf.Tensor, m: Optional[mtf.Tensor],
-               dynamic_x: str, dynamic_m: str) -> mtf.Tensor:
-    """Maps t's heads dims from_dims -> to_dims (memory_length stays last)."""
+               from_dims, to_dims, dynamic_sources) -> mtf.Tensor:
+    """talking_heads with the dynamic maps' (variable name, source) pairs."""
     reduced = [d for d in from_dims if d not in to_dims]
     new = [d for d in to_dims if d not in from_dims]
     if not reduced and not new:
@@ -240,40 +304,50 @@ class TalkingHeadsSelfAttention(SelfAttention):
     w = _variable(context, name, ens + shared + reduced + new,
                   max(1, mtf.Shape(reduced).size) ** -0.5)
     out = mtf.layers.us_einsum([t, w], out_shape)
-    model_dim = x.shape.dims[-1]
+    model_dim = context.model.model_dim
     scale = self.dynamic_projections_init_scale * model_dim.size ** -0.5
-    for source, pname in ((x, dynamic_x), (m, dynamic_m)):
-      if pname not in self.dynamic_projections:
-        continue
+    for pname, source in dynamic_sources:
       wd = _variable(context, pname,
                      ens + [model_dim] + shared + reduced + new, scale)
       proj = mtf.einsum([source, wd], reduced_dims=[model_dim])
       out += mtf.einsum([t, proj], out_shape)
     return out
 
-  def _attend(self, context: Context, x: mtf.Tensor, m: Optional[mtf.Tensor],
-              q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor,
-              memory_length: mtf.Dimension, bias) -> mtf.Tensor:
+  def _dynamic_sources(self, x: mtf.Tensor, m: Optional[mtf.Tensor],
+                       from_x: str, from_m: str):
+    return [(p, t) for p, t in ((from_x, x), (from_m, m))
+            if p in self.dynamic_projections]
+
+  def attention_internal(self, context: Context, x: mtf.Tensor,
+                         m: Optional[mtf.Tensor], q: mtf.Tensor,
+                         k: mtf.Tensor, v: mtf.Tensor,
+                         memory_length: mtf.Dimension, bias) -> mtf.Tensor:
+    """Attention from q/k/v (x, m: the query and memory inputs, for the
+    dynamic projections) to the layer output [..., d_model].
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+      x: the layer input [batch..., length, d_model].
+    """
     logits = mtf.layers.us_einsum([q, k], reduced_dims=[self.key_dim])
     logits = self._talking(context, logits, "talking_heads_pre_softmax",
-                           self.key_heads_dims, self.softmax_heads_dims, x, m,
-                           "x2l", "m2l")
+                           self.key_heads_dims, self.softmax_heads_dims,
+                           self._dynamic_sources(x, m, "x2l", "m2l"))
     if bias is not None:
       logits += mtf.cast(bias, logits.dtype)
     weights = _dropout(self, context, mtf.softmax(logits, memory_length))
     weights = self._talking(context, weights, "talking_heads_post_softmax",
                             self.softmax_heads_dims, self.value_heads_dims,
-                            x, m, "x2w", "m2w")
-    return mtf.einsum([weights, v], reduced_dims=[memory_length])
+                            self._dynamic_sources(x, m, "x2w", "m2w"))
+    u = mtf.einsum([weights, v], reduced_dims=[memory_length])
+    return self.compute_y(context, u)
 
   def call(self, context: Context, x: mtf.Tensor,
            losses=None) -> mtf.Tensor:
     del losses
-    model_dim = x.shape.dims[-1]
-    wq, wk, wv, wo = self._weights(context, model_dim)
-    q = mtf.layers.us_einsum([x, wq], reduced_dims=[model_dim])
-    k = mtf.layers.us_einsum([x, wk], reduced_dims=[model_dim])
-    v = mtf.layers.us_einsum([x, wv], reduced_dims=[model_dim])
+    q = self.compute_q(context, x)
+    k = self.compute_k(context, x)
+    v = self.compute_v(context, x)
     use_m = any(p.startswith("m") for p in self.dynamic_projections)
     memory, memory_position = _self_attention_memory(
         self, context, [k, v, x] if use_m else [k, v])
@@ -281,9 +355,8 @@ class TalkingHeadsSelfAttention(SelfAttention):
     m = memory[2] if use_m else None
     bias = self.compute_bias(context, memory_position, x,
                              self.softmax_heads_dims, q)
-    u = self._attend(context, x, m, q, k, v, self.memory_length(context),
-                     bias)
-    return mtf.layers.us_einsum([u, wo], x.shape)
+    return self.attention_internal(context, x, m, q, k, v,
+                                   self.memory_length(context), bias)
 
 
 @gin.configurable(module=_GIN_MODULE)
@@ -295,8 +368,10 @@ class TalkingHeadsEncDecAttention(TalkingHeadsSelfAttention):
     ValueError: if dynamic_projections are given (self-attention only).
   """
 
-  def __init__(self, *args, **kwargs):
-    super().__init__(*args, **kwargs)
+  def __init__(self, relative_attention_type: Optional[str] = None,
+               **kwargs):
+    super().__init__(relative_attention_type=relative_attention_type,
+                     **kwargs)
     if self.dynamic_projections:
       raise ValueError("TalkingHeadsEncDecAttention: dynamic_projections are "
                        "only supported in self-attention, got %r"
@@ -305,16 +380,13 @@ class TalkingHeadsEncDecAttention(TalkingHeadsSelfAttention):
   def call(self, context: Context, x: mtf.Tensor,
            losses=None) -> mtf.Tensor:
     del losses
-    model_dim = x.shape.dims[-1]
-    wq, wk, wv, wo = self._weights(context, model_dim)
-    q = mtf.layers.us_einsum([x, wq], reduced_dims=[model_dim])
+    q = self.compute_q(context, x)
     k, v, memory_length = _encoder_memory(
-        self, context, lambda m: (
-            mtf.layers.us_einsum([m, wk], reduced_dims=[model_dim]),
-            mtf.layers.us_einsum([m, wv], reduced_dims=[model_dim])))
+        self, context, lambda m: (self.compute_k(context, m),
+                                  self.compute_v(context, m)))
     bias = enc_dec_attention_bias(self, context, self.softmax_heads_dims)
-    u = self._attend(context, x, None, q, k, v, memory_length, bias)
-    return mtf.layers.us_einsum([u, wo], x.shape)
+    return self.attention_internal(context, x, None, q, k, v, memory_length,
+                                   bias)
 
 
 # ----------------------------------------------------------------------------
@@ -346,40 +418,67 @@ class GeneralBilinearSelfAttention(SelfAttention):
         relative_attention_type=relative_attention_type,
         relative_attention_num_buckets=relative_attention_num_buckets)
 
-  def _weights(self, context: Context, model_dim: mtf.Dimension):
-    ens = _ensemble_dims(context)
-    inner = mtf.Dimension("_" + model_dim.name, model_dim.size)
-    d = model_dim.size
-    wq = _variable(context, "q", ens + [inner] + self.heads_dims + [model_dim],
-                   1.0 / d)
-    wo = _variable(context, "o", ens + self.heads_dims + [inner, model_dim],
-                   (mtf.Shape(self.heads_dims).size * d) ** -0.5)
-    return inner, wq, wo
+  def _inner_dim(self, context: Context) -> mtf.Dimension:
+    """d_model renamed, for the input side of the bilinear forms."""
+    model_dim = context.model.model_dim
+    return mtf.Dimension("_" + model_dim.name, model_dim.size)
 
-  def _bilinear(self, context: Context, x: mtf.Tensor, m: mtf.Tensor,
-                memory_length: mtf.Dimension, bias, inner, wq,
-                wo) -> mtf.Tensor:
-    model_dim = x.shape.dims[-1]
-    q = mtf.layers.us_einsum(
+  def compute_q(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
+    """x W_h: [..., heads..., d_model] (variable `q`).
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+      x: the layer input [batch..., length, d_model].
+    """
+    model_dim = context.model.model_dim
+    inner = self._inner_dim(context)
+    wq = _variable(context, "q", _ensemble_dims(context) + [inner] +
+                   self.heads_dims + [model_dim], 1.0 / model_dim.size)
+    return mtf.layers.us_einsum(
         [mtf.rename_dimension(x, model_dim.name, inner.name), wq],
         reduced_dims=[inner])
-    logits = mtf.layers.us_einsum([q, m], reduced_dims=[model_dim])
+
+  def compute_y(self, context: Context, u: mtf.Tensor) -> mtf.Tensor:
+    """The output: u [..., heads..., d_model] -> [..., d_model]
+    (variable `o`).
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+    """
+    model_dim = context.model.model_dim
+    inner = self._inner_dim(context)
+    wo = _variable(context, "o", _ensemble_dims(context) + self.heads_dims +
+                   [inner, model_dim],
+                   (mtf.Shape(self.heads_dims).size * model_dim.size) ** -0.5)
+    u = mtf.rename_dimension(u, model_dim.name, inner.name)
+    return mtf.layers.us_einsum([u, wo],
+                                reduced_dims=self.heads_dims + [inner])
+
+  def attention_internal(self, context: Context, q: mtf.Tensor,
+                         m: mtf.Tensor, memory_length: mtf.Dimension,
+                         bias) -> mtf.Tensor:
+    """Attention of queries q to the memory inputs m (keys and values).
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+    """
+    logits = mtf.layers.us_einsum([q, m],
+                                  reduced_dims=[context.model.model_dim])
     if bias is not None:
       logits += mtf.cast(bias, logits.dtype)
     weights = _dropout(self, context, mtf.softmax(logits, memory_length))
     u = mtf.einsum([weights, m], reduced_dims=[memory_length])
-    u = mtf.rename_dimension(u, model_dim.name, inner.name)
-    return mtf.layers.us_einsum([u, wo], x.shape)
+    return self.compute_y(context, u)
 
   def call(self, context: Context, x: mtf.Tensor,
            losses=None) -> mtf.Tensor:
     del losses
-    inner, wq, wo = self._weights(context, x.shape.dims[-1])
+    q = self.compute_q(context, x)
     (m,), memory_position = _self_attention_memory(self, context, [x])
     bias = self.compute_bias(context, memory_position, x, self.heads_dims,
                              None)
-    return self._bilinear(context, x, m, self.memory_length(context), bias,
-                          inner, wq, wo)
+    return self.attention_internal(context, q, m, self.memory_length(context),
+                                   bias)
 
 
 @gin.configurable(module=_GIN_MODULE)
@@ -391,13 +490,18 @@ class GeneralBilinearEncDecAttention(GeneralBilinearSelfAttention):
       12),); the other arguments are GeneralBilinearSelfAttention's.
   """
 
+  def __init__(self, relative_attention_type: Optional[str] = None,
+               **kwargs):
+    super().__init__(relative_attention_type=relative_attention_type,
+                     **kwargs)
+
   def call(self, context: Context, x: mtf.Tensor,
            losses=None) -> mtf.Tensor:
     del losses
-    inner, wq, wo = self._weights(context, x.shape.dims[-1])
+    q = self.compute_q(context, x)
     m, memory_length = _encoder_memory(self, context, lambda mem: (mem,))
     bias = enc_dec_attention_bias(self, context, self.heads_dims)
-    return self._bilinear(context, x, m, memory_length, bias, inner, wq, wo)
+    return self.attention_internal(context, q, m, memory_length, bias)
 
 
 # ----------------------------------------------------------------------------
@@ -464,8 +568,10 @@ class BranchedSelfAttention(_BranchedMixin, SelfAttention):
 class BranchedEncDecAttention(_BranchedMixin, EncDecAttention):
   """Branched (weighted-transformer) attention to the encoder output."""
 
-  def __init__(self, **kwargs):
-    super().__init__(combine_dims=False, keep_query_heads_dims=True,
+  def __init__(self, relative_attention_type: Optional[str] = None,
+               **kwargs):
+    super().__init__(relative_attention_type=relative_attention_type,
+                     combine_dims=False, keep_query_heads_dims=True,
                      **kwargs)
     self._init_branched()
 
@@ -497,8 +603,8 @@ class Synthesizer(SelfAttention):
                attention_func: Optional[str] = None,
                combine_dims: bool = True, keep_query_heads_dims: bool = False,
                synthesize_mode: str = "random_plus_alpha",
-               fold_scaling_into_initializer: bool = True):
-    super().__init__(
+               fold_scaling_into_initializer: bool = True, **kwargs):
+    super().__init__(**kwargs,
         num_heads=num_heads, num_memory_heads=num_memory_heads,
         key_value_size=key_value_size, shared_kv=shared_kv,
         dropout_rate=dropout_rate, attention_kwargs=attention_kwargs,
@@ -511,5 +617,6 @@ class Synthesizer(SelfAttention):
 
   @property
   def attention_fn(self):
+    """synthetic_attention with this layer's synthesize_mode."""
     return functools.partial(attention.synthetic_attention, synthesize=True,
                              synthesize_mode=self.synthesize_mode)

@@ -153,7 +153,7 @@ class Context:
     self.new_states = new_states
     self.losses = losses
     self.initial_position = initial_position
-    self.layer_outputs = layer_outputs
+    self.layer_outputs = [] if layer_outputs is None else layer_outputs
     self.encoder_output = encoder_output
     self.encoder_sequence_id = encoder_sequence_id
     self.constant_states = constant_states
@@ -171,6 +171,9 @@ class Context:
     self.cache = {}
     self.current_layer = None
     self.current_layer_input = None
+    # The token embeddings (before positional embeddings) of the input,
+    # set by the model; MoE routers may use them (word_embed_mode).
+    self.input_embeddings = None
 
   @property
   def train(self) -> bool:

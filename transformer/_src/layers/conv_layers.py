@@ -1,38 +1,39 @@
-"""Causal 1-D convolution layers and convolution-style local attention.
+"""1-D convolution layers and convolution-based local attention.
 
-Every layer here mixes each position with a fixed window of the positions
-before it (the current one included), so it can run in a decoder and decode
-one position at a time. `Conv1D` holds the decoding protocol they share:
-in mode "first_part" a layer records, as its one recurrent state, the
-`filter_size` inputs just before `context.initial_position` (zeros before
-the sequence start); in mode "incremental" it shifts the new input into
-that window, records the window again and computes its output from it. The
-output of incremental decoding therefore equals the full forward pass.
+`Conv1D` holds the decoding protocol these layers share: in mode
+"first_part" a layer records, as its one recurrent state, the `filter_size`
+inputs just before `context.initial_position` (zeros before the sequence
+start); in mode "incremental" it shifts the new input into that window,
+records the window again and computes its output from it.
 
 Layers:
-  Conv1DLayer           causal convolution, d_model -> output_size channels.
+  Conv1DLayer           convolution d_model -> output_size channels ("SAME"
+                        padding over the full sequence, so it also sees
+                        later positions; decoding sees only earlier ones).
   SeparableConv1DLayer  depthwise + pointwise convolution over relative
                         positions [min_relative_pos, max_relative_pos].
-  Conv1DLocalAttn       multi-head attention restricted to the window.
-  LightweightConv1DLocalAttn  window weights: a learned softmax-normalized
-                        kernel per head (lightweight convolution).
-  DynamicConv1DLocalAttn  window weights predicted from the current input
+  Conv1DLocalAttn       a separable convolution whose depthwise filter is
+                        softmax-normalised over the filter width and tied
+                        every num_unique_depth_filters channels; the
+                        subclasses say where the filter comes from:
+  LightweightConv1DLocalAttn  a learned filter (lightweight convolution).
+  DynamicConv1DLocalAttn  a filter predicted from each position's input
                         (dynamic convolution).
-  LocalConvAttnBlock    gated linear unit followed by one of the three.
-The last three follow "Pay Less Attention with Lightweight and Dynamic
+  LocalConvAttnBlock    gated linear unit, one of the two, a projection.
+The last four follow "Pay Less Attention with Lightweight and Dynamic
 Convolutions" (Wu et al., 2019).
 """
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 import gin
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from transformer._src.layers.context import Context, TransformerLayer
-from transformer._src.layers.dense_layers import resolve_activation
+from transformer._src.layers.context import Context
+from transformer._src.layers.context import TransformerLayer
 
 __all__ = [
     "Conv1D", "Conv1DLayer", "SeparableConv1DLayer", "Conv1DLocalAttn",
@@ -43,9 +44,12 @@ __all__ = [
 _GIN_MODULE = "mesh_tensorflow.transformer.transformer_layers"
 tf1 = tf.compat.v1
 
-# The window of past positions a local layer mixes (oldest first).
-_WINDOW = "window"
-_NEG = -1e9
+# The variable scopes the original's layers get from mtf.layers' default
+# names (the first use inside a layer's scope). Named explicitly so that
+# every call of a layer (full pass, first_part, incremental steps) in one
+# mtf graph shares the variables.
+_CONV1D_SCOPE = "conv2d"
+_SEPARABLE_SCOPE = "separable_conv1d"
 
 
 def _check_positive_int(value, what: str, layer: str) -> int:
@@ -55,8 +59,29 @@ def _check_positive_int(value, what: str, layer: str) -> int:
   return value
 
 
+def _apply_activation(y: mtf.Tensor, activation, layer: str) -> mtf.Tensor:
+  """Applies activation: "linear" (none), an mtf function name or callable."""
+  if activation == "linear" or activation is None:
+    return y
+  if callable(activation):
+    return activation(y)
+  fn = getattr(mtf, activation, None)
+  if not callable(fn):
+    raise ValueError("%s: unknown activation %r (expected 'linear', an mtf "
+                     "function name or a callable)" % (layer, activation))
+  return fn(y)
+
+
+def _mask_padding(context, x: mtf.Tensor) -> mtf.Tensor:
+  """x with the positions where context.inputs is 0 (padding) zeroed."""
+  if context.inputs is None:
+    return x
+  return x * mtf.cast(mtf.not_equal(context.inputs, 0),
+                      context.activation_dtype)
+
+
 class Conv1D(TransformerLayer):
-  """Base of the causal convolution layers: incremental-decoding states.
+  """Base of the convolution layers: incremental-decoding states.
 
   A subclass with a receptive field of the last `filter_size` positions
   calls `record_states_first_part_mode` in mode "first_part" and, in mode
@@ -79,9 +104,6 @@ class Conv1D(TransformerLayer):
       x: the layer input [batch..., length, d_model].
       filter_size: the number of positions kept.
       length_dim_name: name of the state's window dimension.
-
-    Raises:
-      ValueError: without context.initial_position.
     """
     filter_size = _check_positive_int(filter_size, "filter_size",
                                       type(self).__name__)
@@ -113,9 +135,6 @@ class Conv1D(TransformerLayer):
     Returns:
       the window [batch..., length_dim_name=filter_size, d_model]: inputs
       at positions t - filter_size + 1 ... t.
-
-    Raises:
-      ValueError: if a recorded state lacks the window dimension.
     """
     filter_size = _check_positive_int(filter_size, "filter_size",
                                       type(self).__name__)
@@ -153,39 +172,40 @@ class Conv1D(TransformerLayer):
     shifted = mtf.shift(old_state, -1, filter_dim, wrap=False)
     return shifted + mtf.one_hot(position, filter_dim, dtype=dtype) * x
 
-  def _window_input(self, context: Context, x: mtf.Tensor,
+  def _window_input(self, context, x: mtf.Tensor,
                     filter_size: int) -> mtf.Tensor:
-    """Records states per mode; the input to convolve, with its length dim.
+    """Records the states of the mode; returns the input to convolve.
 
-    Full modes: x itself; "incremental": the window of the last filter_size
-    inputs (a length dim of size filter_size).
+    Modes "first_part"/"incremental" record states; "incremental" returns
+    the window of the last filter_size inputs (dimension "length"), every
+    other mode x with its padding positions zeroed.
     """
     if context.mode == "incremental":
-      return self.record_states_incremental_mode(
-          context, x, filter_size, length_dim_name=context.length_dim.name)
+      return self.record_states_incremental_mode(context, x, filter_size)
     if context.mode == "first_part":
-      self.record_states_first_part_mode(
-          context, x, filter_size, length_dim_name=context.length_dim.name)
-    return x
+      self.record_states_first_part_mode(context, x, filter_size)
+    return _mask_padding(context, x)
 
 
-def _newest(y: mtf.Tensor, window_dim: mtf.Dimension) -> mtf.Tensor:
-  """The last entry of y along window_dim, without that dimension."""
-  last = mtf.mtf_slice(y, window_dim.size - 1, 1, window_dim.name)
+def _last_position(y: mtf.Tensor, filter_size: int) -> mtf.Tensor:
+  """y's entry at the newest window slot, without the "length" dimension."""
+  window_dim = mtf.Dimension("length", filter_size)
+  last = mtf.mtf_slice(y, filter_size - 1, 1, window_dim.name)
   return mtf.reduce_sum(last, reduced_dim=last.shape.get_dim_by_name(
       window_dim.name))
 
 
 @gin.configurable(module=_GIN_MODULE)
 class Conv1DLayer(Conv1D):
-  """Causal 1-D convolution over length, d_model channels in.
+  """1-D convolution over length with d_model as channels.
 
-  y[t] = act(sum_{f < filter_size} x[t - filter_size + 1 + f] K[f]), with
-  zeros before the sequence start. Variable `conv1d/kernel`
-  [fh=1, fw=filter_size, d_model, output_size] (mtf.layers.conv1d). The
-  output dim has the input channel dim's name and size output_size. Like
-  the original, it does not stop information crossing packed-sequence
-  boundaries.
+  Full-sequence modes: y = act(conv(x * mask)) with "SAME" padding (position
+  t sees t - (filter_size - 1) // 2 ... t + filter_size // 2), where mask
+  zeroes the positions whose context.inputs is 0. Mode "incremental"
+  convolves the window of the last filter_size inputs ("VALID"), i.e. the
+  causal filter. Variable `conv2d/kernel` [fake_height=1, fw=filter_size,
+  input_dim=d_model, d_model=output_size] (mtf.layers.conv1d, glorot
+  uniform). Nothing stops information crossing packed-sequence boundaries.
 
   Example:
     Conv1DLayer(filter_size=3, output_size=512).call(context, x)
@@ -196,8 +216,7 @@ class Conv1DLayer(Conv1D):
     """Creates the layer.
 
     Args:
-      filter_size: number of positions the filter spans (the current one
-        and filter_size - 1 before it).
+      filter_size: number of positions the filter spans.
       output_size: number of output channels.
       activation: "linear" (none), an mtf function name or a callable.
     """
@@ -205,42 +224,44 @@ class Conv1DLayer(Conv1D):
     self._output_size = output_size
     self._activation = activation
 
-  def call(self, context: Context, x: mtf.Tensor,
-           losses=None) -> mtf.Tensor:
+  def call(self, context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
+    """Convolves x [batch..., length, d_model] (or [batch..., d_model])."""
     del losses
     name = type(self).__name__
     filter_size = _check_positive_int(self._filter_size, "filter_size", name)
     output_size = _check_positive_int(self._output_size, "output_size", name)
-    activation = resolve_activation(self._activation, name)
-    channels = x.shape.dims[-1]
-    length_name = context.length_dim.name
     x = self._window_input(context, x, filter_size)
-    if context.mode != "incremental":
-      # Causal: zero-pad filter_size - 1 positions on the left, then VALID.
-      x = mtf.pad(x, [filter_size - 1, 0], length_name)
-    out_tmp = mtf.Dimension("_conv_output", output_size)
+    model_dim = x.shape.dims[-1]
+    x = mtf.replace_dimensions(x, model_dim,
+                               mtf.Dimension("input_dim", model_dim.size))
     y = mtf.layers.conv1d(
-        x, out_tmp, filter_size=filter_size, padding="VALID",
-        filter_initializer=tf1.random_normal_initializer(
-            stddev=(filter_size * channels.size) ** -0.5),
-        variable_dtype=context.variable_dtype, name="conv1d")
+        x, output_dim=mtf.Dimension(model_dim.name, output_size),
+        filter_size=filter_size,
+        padding="VALID" if context.mode == "incremental" else "SAME",
+        filter_initializer=tf1.glorot_uniform_initializer(),
+        name=_CONV1D_SCOPE)
     if context.mode == "incremental":
-      y = mtf.reduce_sum(y, reduced_dim=y.shape.get_dim_by_name(length_name))
-    y = mtf.rename_dimension(y, out_tmp.name, channels.name)
-    return activation(y) if activation is not None else y
+      y = mtf.reduce_sum(y, reduced_dim=mtf.Dimension("length", 1))
+    return _apply_activation(y, self._activation, name)
+
+  @property
+  def filter_size(self) -> int:
+    return self._filter_size
 
 
 @gin.configurable(module=_GIN_MODULE)
 class SeparableConv1DLayer(Conv1D):
   """Depthwise-separable 1-D convolution over relative positions.
 
-  y[t] = act(pointwise(sum_r w_r * x[t + r])) for r in
-  [min_relative_pos, max_relative_pos], zeros outside the sequence
-  (the computation of mtf.layers.separable_conv1d). Variables:
+  y[t] = act(pointwise(sum_r w_r * (x * mask)[t + r])) for r in
+  [min_relative_pos, max_relative_pos], zeros outside the sequence, mask
+  zeroing the positions whose context.inputs is 0 (mtf.layers.
+  separable_conv1d). Variables:
   `separable_conv1d/depthwise_conv_hack/depthwise_dense_<i>/kernel`
   [d_model] (+ `bias` for i = 0) and
-  `separable_conv1d/pointwise_dense/{kernel,bias}`. Causal (decodable) when
-  max_relative_pos <= 0; modes "first_part"/"incremental" require it.
+  `separable_conv1d/pointwise_dense/{kernel,bias}`. Decoding (modes
+  "first_part"/"incremental") keeps the last filter_size inputs and is
+  exact when max_relative_pos == 0.
 
   Example:
     SeparableConv1DLayer(-2, 0, output_size=512).call(context, x)
@@ -270,323 +291,237 @@ class SeparableConv1DLayer(Conv1D):
         pointwise_filter_initializer_scale)
     self._activation = activation
 
-  def call(self, context: Context, x: mtf.Tensor,
-           losses=None) -> mtf.Tensor:
+  def call(self, context, x: mtf.Tensor, losses=None,
+           all_kernel_wts: Optional[List[mtf.Tensor]] = None) -> mtf.Tensor:
+    """Convolves x; all_kernel_wts replace the depthwise kernels if given.
+
+    Args:
+      context: a Context.
+      x: [batch..., length, d_model], or [batch..., d_model] when decoding.
+      losses: unused.
+      all_kernel_wts: optional filter_size Tensors with the d_model dim
+        (e.g. [d_model] or [batch..., length, d_model]), one per relative
+        position, used as the depthwise filter.
+
+    Returns:
+      a Tensor like x with d_model of size output_size.
+    """
     del losses
     name = type(self).__name__
-    lo, hi = self._min_relative_pos, self._max_relative_pos
-    if hi < lo:
-      raise ValueError("%s: max_relative_pos %d < min_relative_pos %d"
-                       % (name, hi, lo))
     output_size = _check_positive_int(self._output_size, "output_size", name)
-    activation = resolve_activation(self._activation, name)
-    if context.mode in ("first_part", "incremental") and hi > 0:
-      raise ValueError("%s: max_relative_pos %d > 0 sees future positions; "
-                       "mode %r decodes causally" % (name, hi, context.mode))
-    channels = x.shape.dims[-1]
-    window = max(1, 1 - lo)
-    x = self._window_input(context, x, window)
-    y = self._separable_conv(context, x, mtf.Dimension(channels.name,
-                                                       output_size))
+    filter_size = self.filter_size
+    if filter_size < 1:
+      raise ValueError("%s: max_relative_pos %d < min_relative_pos %d"
+                       % (name, self._max_relative_pos,
+                          self._min_relative_pos))
+    x = self._window_input(context, x, filter_size)
+    model_dim = x.shape.dims[-1]
+    y = mtf.layers.separable_conv1d(
+        x, output_dim=mtf.Dimension(model_dim.name, output_size),
+        min_relative_pos=self._min_relative_pos,
+        max_relative_pos=self._max_relative_pos,
+        depthwise_filter_initializer_scale=(
+            self._depthwise_filter_initializer_scale),
+        pointwise_filter_initializer_scale=(
+            self._pointwise_filter_initializer_scale),
+        use_bias=True, kernel_depth_weights=all_kernel_wts,
+        name=_SEPARABLE_SCOPE)
     if context.mode == "incremental":
-      y = _newest(y, y.shape.get_dim_by_name(context.length_dim.name))
-    return activation(y) if activation is not None else y
+      y = _last_position(y, filter_size)
+    return _apply_activation(y, self._activation, name)
 
-
-  def _separable_conv(self, context: Context, x: mtf.Tensor,
-                      output_dim: mtf.Dimension) -> mtf.Tensor:
-    """mtf.layers.separable_conv1d's computation and variable names, with
-    the context's variable_dtype (which that function does not take)."""
-    lo, hi = self._min_relative_pos, self._max_relative_pos
-    depth_dim, length_dim = x.shape.dims[-1], x.shape.dims[-2]
-    kernel_size = hi - lo + 1
-    depthwise = []
-    with tf1.variable_scope("separable_conv1d"):
-      with tf1.variable_scope("depthwise_conv_hack"):
-        for i in range(kernel_size):
-          shifted = mtf.shift(x, -(lo + i), length_dim, wrap=False)
-          depthwise.append(mtf.layers.dense(
-              shifted, new_dims=[], reduced_dims=[], expert_dims=[depth_dim],
-              use_bias=(i == 0), variable_dtype=context.variable_dtype,
-              kernel_initializer=mtf.layers.VarianceScalingInitializer(
-                  scale=self._depthwise_filter_initializer_scale
-                  / kernel_size),
-              name="depthwise_dense_%d" % i))
-      return mtf.layers.dense(
-          mtf.add_n(depthwise), new_dims=[output_dim],
-          reduced_dims=[depth_dim], use_bias=True,
-          variable_dtype=context.variable_dtype,
-          kernel_initializer=mtf.layers.VarianceScalingInitializer(
-              scale=self._pointwise_filter_initializer_scale),
-          name="pointwise_dense")
-
-
-# ----------------------------------------------------------------------------
-# Convolution-style local attention.
-
-
-def _window_from_sequence(x: mtf.Tensor, length_dim: mtf.Dimension,
-                          window_dim: mtf.Dimension) -> mtf.Tensor:
-  """[..., length, ...] -> [..., length, window, ...]: slot i = x[t - k + 1 + i]."""
-  k = window_dim.size
-  shifted = [mtf.shift(x, k - 1 - i, length_dim, wrap=False)
-             for i in range(k)]
-  axis = x.shape.dims.index(length_dim) + 1
-  return mtf.stack(shifted, window_dim.name, axis=axis)
+  @property
+  def filter_size(self) -> int:
+    return self._max_relative_pos - self._min_relative_pos + 1
 
 
 @gin.configurable(module=_GIN_MODULE)
-class Conv1DLocalAttn(Conv1D):
-  """Causal multi-head attention over a window of the last positions.
+class Conv1DLocalAttn(SeparableConv1DLayer):
+  """Separable convolution with a softmax-normalised, tied depthwise filter.
 
-  Position t attends to positions t - kernel_size + 1 ... t (those before
-  the sequence start or in another packed sequence are masked). The
-  attention weights come from `window_weights`; this class uses softmax of
-  query-key dot products, subclasses replace it with convolution kernels.
-  Variables: `q`, `k`, `v`, `o`, each [heads, d_model, d_kv] (as
-  mtf.layers.multihead_attention_params; subclasses make no q and k).
-  Decoding keeps the window of the layer's inputs (Conv1D protocol).
-
-  Example:
-    Conv1DLocalAttn(kernel_size=4, num_heads=8).call(context, x)
+  For each relative position i, `get_kernel_wt` (defined by the subclasses)
+  gives a filter over d_model / num_unique_depth_filters channels (dimension
+  "repeated_kernel_dim"); it is repeated num_unique_depth_filters times
+  along the channels (renamed "d_model"), the filter_size filters are
+  softmax-normalised across the relative positions, and the result is the
+  depthwise filter of SeparableConv1DLayer.call.
   """
 
-  def __init__(self, kernel_size: int = 3, num_heads: int = 8,
-               key_value_size: int = 128, dropout_rate: float = 0.0):
+  def __init__(self, min_relative_pos: int, max_relative_pos: int,
+               output_size: int,
+               depthwise_filter_initializer_scale: float = 1.0,
+               pointwise_filter_initializer_scale: float = 1.0,
+               activation: str = "linear",
+               num_unique_depth_filters: int = 1):
     """Creates the layer.
 
     Args:
-      kernel_size: the window size (current position included).
-      num_heads: number of heads (dimension "heads").
-      key_value_size: size of the per-head dimension "d_kv".
-      dropout_rate: dropout on the window weights in training.
+      min_relative_pos: inclusive smallest relative position.
+      max_relative_pos: inclusive largest relative position.
+      output_size: number of output channels; num_unique_depth_filters must
+        divide it.
+      depthwise_filter_initializer_scale: scale of the depthwise init.
+      pointwise_filter_initializer_scale: scale of the pointwise init.
+      activation: "linear" (none), an mtf function name or a callable.
+      num_unique_depth_filters: how many times the unique filter repeats
+        along the channels.
     """
-    self.kernel_size = kernel_size
-    self.num_heads = num_heads
-    self.key_value_size = key_value_size
-    self.dropout_rate = dropout_rate
+    super().__init__(min_relative_pos, max_relative_pos, output_size,
+                     depthwise_filter_initializer_scale,
+                     pointwise_filter_initializer_scale, activation)
+    self._num_unique_depth_filters = num_unique_depth_filters
+    if output_size % num_unique_depth_filters:
+      raise ValueError(
+          "%s: num_unique_depth_filters=%d must divide output_size=%d"
+          % (type(self).__name__, num_unique_depth_filters, output_size))
 
-  # Subclasses without query/key projections set this to False.
-  uses_query_key = True
-
-  @property
-  def heads_dim(self) -> mtf.Dimension:
-    """The heads Dimension ("heads", num_heads)."""
-    return mtf.Dimension("heads", self.num_heads)
-
-  @property
-  def kv_dim(self) -> mtf.Dimension:
-    """The per-head channels Dimension ("d_kv", d_model / num_heads)."""
-    return mtf.Dimension("d_kv", self.key_value_size)
-
-  def window_weights(self, context: Context, x: mtf.Tensor,
-                     x_window: mtf.Tensor, bias: mtf.Tensor,
-                     window_dim: mtf.Dimension,
-                     params: List[mtf.Tensor]) -> mtf.Tensor:
-    """Normalized weights [batch..., (length,) heads, window].
-
-    Args:
-      context: the Context.
-      x: the layer input at the query positions [batch..., (length,) d_model].
-      x_window: the inputs in each query's window
-        [batch..., (length,) window, d_model].
-      bias: 0 where a window slot is visible, -1e9 where not
-        ([(batch...,) (length,) window]).
-      window_dim: the window Dimension.
-      params: [q, k, v, o] weights (q and k None when not uses_query_key).
-
-    Returns:
-      Normalized weights [batch..., (length,) heads, window].
-    """
-    wq, wk = params[0], params[1]
-    q =  mtf.einsum([x, wq], output_shape=mtf.Shape(
-        x.shape.dims[:-1] + [self.heads_dim, self.kv_dim]))
-    k = mtf.einsum([x_window, wk], output_shape=mtf.Shape(
-        x_window.shape.dims[:-1] + [self.heads_dim, self.kv_dim]))
-    logits = mtf.einsum([q, k], reduced_dims=[self.kv_dim])
-    return mtf.softmax(logits + bias, window_dim)
-
-  def _params(self, context: Context, model_dim: mtf.Dimension):
-    wq, wk, wv, wo = (None, None, None, None)
-    if self.uses_query_key:
-      wq, wk, wv, wo = mtf.layers.multihead_attention_params(
-          context.mesh, self.heads_dim, model_dim, self.kv_dim,
-          context.variable_dtype)
-    else:
-      stddevs = (model_dim.size ** -0.5,
-                 (model_dim.size * self.num_heads) ** -0.5)
-      wv, wo = [mtf.get_variable(
-          context.mesh, n, mtf.Shape([self.heads_dim, model_dim,
-                                      self.kv_dim]),
-          initializer=tf1.random_normal_initializer(stddev=s),
-          dtype=context.variable_dtype) for n, s in zip(("v", "o"), stddevs)]
-    cast = lambda w: None if w is None else mtf.cast(  # noqa: E731
-        w, context.activation_dtype)
-    return [cast(w) for w in (wq, wk, wv, wo)]
-
-  def _visibility_bias(self, context: Context, x: mtf.Tensor,
-                       window_dim: mtf.Dimension) -> mtf.Tensor:
-    """0 where a window slot is a real earlier position, -1e9 where not."""
-    k = window_dim.size
-    back = (k - 1) - mtf.range(x.mesh, window_dim, tf.int32)  # [window]
-    if context.mode == "incremental":
-      if context.position is None:
-        raise ValueError("%s: mode 'incremental' needs context.position"
-                         % type(self).__name__)
-      visible = mtf.greater_equal(context.position, back)
-    else:
-      length_dim = context.length_dim
-      visible = mtf.greater_equal(
-          mtf.range(x.mesh, length_dim, tf.int32), back)
-      sequence_id = context.sequence_id
-      if isinstance(sequence_id, mtf.Tensor):
-        same = mtf.equal(sequence_id, _window_from_sequence(
-            sequence_id, length_dim, window_dim))
-        visible = mtf.logical_and(visible, same)
-    return mtf.cast(mtf.logical_not(visible), context.activation_dtype) * _NEG
-
-  def call(self, context: Context, x: mtf.Tensor,
-           losses=None) -> mtf.Tensor:
-    del losses
-    name = type(self).__name__
-    k = _check_positive_int(self.kernel_size, "kernel_size", name)
-    _check_positive_int(self.num_heads, "num_heads", name)
-    _check_positive_int(self.key_value_size, "key_value_size", name)
-    if not 0.0 <= self.dropout_rate < 1.0:
-      raise ValueError("%s: dropout_rate must be in [0, 1), got %r"
-                       % (name, self.dropout_rate))
-    model_dim = x.shape.dims[-1]
-    window_dim = mtf.Dimension(_WINDOW, k)
-    window = self._window_input(context, x, k)
-    if context.mode == "incremental":
-      x_window = mtf.rename_dimension(window, context.length_dim.name,
-                                      _WINDOW)
-    else:
-      x_window = _window_from_sequence(x, context.length_dim, window_dim)
-    params = self._params(context, model_dim)
-    bias = self._visibility_bias(context, x, window_dim)
-    weights = self.window_weights(context, x, x_window, bias, window_dim,
-                                  params)
-    if context.train and self.dropout_rate > 0.0:
-      weights = mtf.dropout(weights, context.train,
-                            keep_prob=1.0 - self.dropout_rate)
-    v = mtf.einsum([x_window, params[2]], output_shape=mtf.Shape(
-        x_window.shape.dims[:-1] + [self.heads_dim, self.kv_dim]))
-    o = mtf.einsum([weights, v], reduced_dims=[window_dim])
-    return mtf.einsum([o, params[3]], output_shape=x.shape)
+  def call(self, context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
+    """Builds the normalised depthwise filter and convolves x with it."""
+    depth_dim = x.shape.dims[-1]
+    scale = self._depthwise_filter_initializer_scale or 1.0
+    filter_size = self.filter_size
+    initializer = mtf.layers.VarianceScalingInitializer(
+        scale=scale / filter_size)
+    repeated_dim = mtf.Dimension(
+        "repeated_kernel_dim", depth_dim.size // self._num_unique_depth_filters)
+    kernels = []
+    for i in range(filter_size):
+      unique = self.get_kernel_wt(
+          x, repeated_kernel_dim=[repeated_dim],
+          kernel_initializer=initializer, i=i, context=context,
+          variable_dtype=context.variable_dtype)
+      tiled = mtf.concat([unique] * self._num_unique_depth_filters,
+                         repeated_dim.name)
+      kernels.append(mtf.rename_dimension(tiled, repeated_dim.name,
+                                          "d_model"))
+    stacked = mtf.stack(kernels, "new_stack_dim")
+    stack_dim = stacked.shape.dims[0]
+    normalised = mtf.unstack(mtf.softmax(stacked, reduced_dim=stack_dim),
+                             stack_dim)
+    return super().call(context, x, losses, normalised)
 
 
 @gin.configurable(module=_GIN_MODULE)
 class LightweightConv1DLocalAttn(Conv1DLocalAttn):
-  """Lightweight convolution: one learned window kernel per head.
+  """Conv1DLocalAttn with a learned filter per relative position.
 
-  The weights of head h are softmax over the visible window slots of the
-  variable `lightweight_kernel` [heads, window=kernel_size] (the same for
-  every position and every channel of the head); values `v` and output `o`
-  as Conv1DLocalAttn.
+  Variables `lightwt_depthwise_dense_<i>/kernel` [repeated_kernel_dim]
+  (plus the SeparableConv1DLayer biases and pointwise variables).
   """
 
-  uses_query_key = False
+  def get_kernel_wt(self, x: mtf.Tensor,
+                    repeated_kernel_dim: List[mtf.Dimension],
+                    kernel_initializer, i: int, context,
+                    variable_dtype: mtf.VariableDType,
+                    master_dtype=tf.float32,
+                    slice_dtype=tf.float32) -> mtf.Tensor:
+    """The learned filter of relative position i [repeated_kernel_dim].
 
-  def window_weights(self, context, x, x_window, bias, window_dim, params):
-    """Softmax-normalized learned kernel weights per head and window position.
-
-    Returns:
-      Normalized weights [batch..., (length,) heads, window].
+    Args:
+      x: the layer input [batch..., length, d_model].
+      context: the Context of the call (mesh, dims, mode, states...).
+      variable_dtype: the mtf.VariableDType of the variables.
     """
-    kernel = mtf.get_variable(
-        context.mesh, "lightweight_kernel",
-        mtf.Shape([self.heads_dim, window_dim]),
-        initializer=tf1.random_normal_initializer(stddev=1.0),
-        dtype=context.variable_dtype)
-    kernel = mtf.cast(kernel, context.activation_dtype)
-    return mtf.softmax(kernel + bias, window_dim)
+    del variable_dtype, master_dtype, slice_dtype
+    return mtf.layers.get_dense_kernel_weights(
+        x, new_dims=[], reduced_dims=[], expert_dims=repeated_kernel_dim,
+        kernel_initializer=kernel_initializer,
+        name="lightwt_depthwise_dense_%d" % i,
+        variable_dtype=context.variable_dtype)
 
 
 @gin.configurable(module=_GIN_MODULE)
 class DynamicConv1DLocalAttn(Conv1DLocalAttn):
-  """Dynamic convolution: window kernels predicted from the current input.
+  """Conv1DLocalAttn with filters predicted from each position's input.
 
-  The weights of head h at position t are softmax over the visible window
-  slots of x[t] W, W = variable `dynamic_kernel` [d_model, heads,
-  window=kernel_size]; values `v` and output `o` as Conv1DLocalAttn.
+  The filter of relative position i at position t is x[t] W_i + b_i
+  (variables `dyn_conv_depthwise_dense_<i>/{kernel,bias}`, kernel
+  [d_model, repeated_kernel_dim]).
   """
 
-  uses_query_key = False
+  def get_kernel_wt(self, x: mtf.Tensor,
+                    repeated_kernel_dim: List[mtf.Dimension],
+                    kernel_initializer, i: int, context,
+                    variable_dtype: mtf.VariableDType,
+                    master_dtype=tf.float32,
+                    slice_dtype=tf.float32) -> mtf.Tensor:
+    """The filter of relative position i [..., repeated_kernel_dim].
 
-  def window_weights(self, context, x, x_window, bias, window_dim, params):
-    """Softmax-normalized weights per position, head and window position,
-    computed from x.
-
-    Returns:
-      Normalized weights [batch..., (length,) heads, window].
+    Args:
+      x: the layer input [batch..., length, d_model].
+      context: the Context of the call (mesh, dims, mode, states...).
+      variable_dtype: the mtf.VariableDType of the variables.
     """
-    model_dim = x.shape.dims[-1]
-    w = mtf.get_variable(
-        context.mesh, "dynamic_kernel",
-        mtf.Shape([model_dim, self.heads_dim, window_dim]),
-        initializer=tf1.random_normal_initializer(
-            stddev=model_dim.size ** -0.5),
-        dtype=context.variable_dtype)
-    logits = mtf.einsum([x, mtf.cast(w, context.activation_dtype)],
-                        reduced_dims=[model_dim])
-    return mtf.softmax(logits + bias, window_dim)
+    del variable_dtype, master_dtype, slice_dtype
+    return mtf.layers.dense(
+        x, new_dims=repeated_kernel_dim,
+        reduced_dims=[context.model.model_dim], expert_dims=[],
+        kernel_initializer=kernel_initializer,
+        name="dyn_conv_depthwise_dense_%d" % i,
+        variable_dtype=context.variable_dtype)
 
 
 _ATTENTION_TYPES = {
     "lightweight_conv": LightweightConv1DLocalAttn,
     "dynamic_conv": DynamicConv1DLocalAttn,
-    "local_attention": Conv1DLocalAttn,
 }
 
 
 @gin.configurable(module=_GIN_MODULE)
 class LocalConvAttnBlock(TransformerLayer):
-  """Gated linear unit, then a convolution-style local attention layer.
+  """Gated linear unit, lightweight or dynamic convolution, projection.
 
-  h = (x W_0) * sigmoid(x W_1) (variables `glu_0/kernel`, `glu_1/kernel`
-  [d_model, d_model]), then the layer chosen by attention_type:
-  "lightweight_conv" (LightweightConv1DLocalAttn), "dynamic_conv"
-  (DynamicConv1DLocalAttn) or "local_attention" (Conv1DLocalAttn), whose
-  variables live under its class name. Decodes incrementally (the inner
-  layer keeps the window of GLU outputs).
+  h = (x W_0 + b_0) * sigmoid(x W_1 + b_1) (variables
+  `local_conv_inp_{0,1}/{kernel,bias}`), then the attention_type layer
+  ("lightweight_conv": LightweightConv1DLocalAttn, "dynamic_conv":
+  DynamicConv1DLocalAttn) and a dense projection d_model -> d_model
+  (`local_conv_attn_op_projection/{kernel,bias}`).
+  As in the original, the inner layer always uses num_unique_depth_filters
+  = 1: the argument is accepted and not used.
   """
 
-  def __init__(self, kernel_size: int = 3, num_heads: int = 8,
-               key_value_size: int = 128, dropout_rate: float = 0.0,
+  def __init__(self, min_relative_pos: int, max_relative_pos: int,
+               output_size: int,
+               depthwise_filter_initializer_scale: float = 1.0,
+               pointwise_filter_initializer_scale: float = 1.0,
+               activation: str = "linear",
+               num_unique_depth_filters: int = 1,
                attention_type: str = "lightweight_conv"):
     """Creates the block.
 
     Args:
-      kernel_size: window size of the inner layer.
-      num_heads: number of heads.
-      key_value_size: per-head size "d_kv".
-      dropout_rate: dropout on the window weights in training.
-      attention_type: "lightweight_conv", "dynamic_conv" or
-        "local_attention".
+      min_relative_pos: inclusive smallest relative position.
+      max_relative_pos: inclusive largest relative position.
+      output_size: output channels of the inner layer.
+      depthwise_filter_initializer_scale: scale of the depthwise init.
+      pointwise_filter_initializer_scale: scale of the pointwise init.
+      activation: activation of the inner layer.
+      num_unique_depth_filters: accepted for compatibility; not used.
+      attention_type: "lightweight_conv" or "dynamic_conv".
+
+    Raises:
+      NotImplementedError: for another attention_type.
     """
-    self.kernel_size = kernel_size
-    self.num_heads = num_heads
-    self.key_value_size = key_value_size
-    self.dropout_rate = dropout_rate
-    self.attention_type = attention_type
-
-  def call(self, context: Context, x: mtf.Tensor,
-           losses=None) -> mtf.Tensor:
-    del losses
-    cls = _ATTENTION_TYPES.get(self.attention_type)
+    del num_unique_depth_filters
+    cls = _ATTENTION_TYPES.get(attention_type)
     if cls is None:
-      raise ValueError("LocalConvAttnBlock: unknown attention_type %r; "
-                       "expected one of %s"
-                       % (self.attention_type, sorted(_ATTENTION_TYPES)))
-    model_dim = x.shape.dims[-1]
-    h = mtf.layers.dense_product(
-        x, reduced_dims=[model_dim], new_dims=[model_dim],
-        activation_functions=["linear", "sigmoid"], name="glu",
-        use_bias=False, variable_dtype=context.variable_dtype)
-    inner = cls(kernel_size=self.kernel_size, num_heads=self.num_heads,
-                key_value_size=self.key_value_size,
-                dropout_rate=self.dropout_rate)
-    with tf1.variable_scope(cls.__name__):
-      return inner.call(context, h)
+      raise NotImplementedError(
+          "LocalConvAttnBlock: attention_type %r not implemented; expected "
+          "one of %s" % (attention_type, sorted(_ATTENTION_TYPES)))
+    self.conv_local_attn_layer = cls(
+        min_relative_pos, max_relative_pos, output_size,
+        depthwise_filter_initializer_scale,
+        pointwise_filter_initializer_scale, activation)
 
+  def call(self, context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
+    """Runs the block on x [batch..., length, d_model]."""
+    model_dim = context.model.model_dim
+    gated = mtf.layers.dense_product(
+        x, reduced_dims=[model_dim], new_dims=[model_dim],
+        activation_functions=["linear", "sigmoid"],
+        variable_dtype=context.variable_dtype, name="local_conv_inp")
+    h = self.conv_local_attn_layer.call(context, gated, losses)
+    return mtf.layers.dense(
+        h, reduced_dims=[model_dim], new_dims=[model_dim], activation=None,
+        variable_dtype=context.variable_dtype,
+        name="local_conv_attn_op_projection")

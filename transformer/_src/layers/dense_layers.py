@@ -105,8 +105,8 @@ class DenseReluDense(TransformerLayer):
     self.activation = activation
     self.use_bias = use_bias
 
-  # Kernel initializers of wi and wo (None: mtf.layers' defaults); the
-  # Fixup variant (fixup_layers.py) overrides them.
+  # Kernel initializers of wi and wo (None: mtf.layers' defaults);
+  # subclasses may override them.
   def _wi_initializer(self):
     return None
 

@@ -69,10 +69,9 @@ class ExpertsSelfAttention(SelfAttention):
                capacity_factor_train=1.25, capacity_factor_eval=2.0,
                moe_gating="switch", min_expert_capacity=4,
                switch_policy_train="input_jitter",
-               switch_policy_eval="input_jitter", switch_dropout=0.1,
+               switch_policy_eval="input_jitter", switch_dropout=0.0,
                switch_temperature=1.0, switch_jitter=1e-2, ntlb_top_k=4,
-               hidden_size=3072, use_experts_attention=True,
-               activation="relu", z_loss=None, expert_computation="qkv",
+               hidden_size=3072, activation="relu", z_loss=None, expert_computation="qkv",
                **kwargs):
     super().__init__(**kwargs)
     self.expert_computation = expert_computation
@@ -91,7 +90,7 @@ class ExpertsSelfAttention(SelfAttention):
         switch_jitter=switch_jitter,
         ntlb_top_k=ntlb_top_k,
         hidden_size=hidden_size,
-        use_experts_attention=use_experts_attention,
+        use_experts_attention=True,
         activation=activation,
         z_loss=z_loss)
 

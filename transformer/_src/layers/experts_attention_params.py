@@ -180,13 +180,13 @@ class ExpertsAttentionParams(AttentionParams):
       if memory_antecedent is self._qkv_input and self._kv is not None:
         return self._kv
       use_enc = memory_antecedent is self.context.encoder_output
-      _, kv = self.moe_layer.call(self.context, memory_antecedent,
-                                  use_enc_nonpadding=use_enc)
+      _, kv = self.moe_layer.run_experts(self.context, memory_antecedent,
+                                         use_enc_nonpadding=use_enc)
       return mtf.replace_dimensions(kv, kv.shape.dims[-1], self.k_dims)
     if self.expert_computation == "kv":
       use_enc = memory_antecedent is self.context.encoder_output
-      kv = self.moe_layer.call(self.context, memory_antecedent,
-                               use_enc_nonpadding=use_enc)
+      kv = self.moe_layer.run_experts(self.context, memory_antecedent,
+                                      use_enc_nonpadding=use_enc)
       return mtf.replace_dimensions(kv, kv.shape.dims[-1], self.k_dims)
     return super().compute_kv(memory_antecedent)
 

@@ -12,6 +12,8 @@ by the heads and the heads' outputs are summed.
 
 from __future__ import annotations
 
+from typing import Tuple
+
 import gin
 import tensorflow as tf
 
@@ -35,17 +37,20 @@ def _check_positive_int(value, what: str) -> int:
 class ProductKeyValueMemory(TransformerLayer):
   """Product-key memory: a sparse lookup in n_keys^2 learned values.
 
-  Per position and head h: q = x W_q [halves=2, d_subkey=key_size/2];
-  scores of half c against sub-key table c, keep the top knn per half;
+  Per position and head h: q = layer_norm(x W_q + b_q) [product_key=2,
+  key=key_size // 2] (normalized over "key"); scores of half c against
+  sub-key table c, keep the top knn per half;
   candidate (a, b) scores s_1[a] + s_2[b] (knn^2 of them), keep the top knn;
   weights = softmax over those knn; output = sum over heads and the knn of
   weight * values[i_1[a] * n_keys + i_2[b]].
 
-  Variables: `query/kernel` [d_model, heads, halves, d_subkey],
-  `keys` [heads, halves, n_keys, d_subkey] (normal, stddev d_subkey^-0.5),
-  `values` [memory_slots = n_keys^2, d_model] (normal, stddev d_model^-0.5).
+  Variables: `query/kernel` [d_model, n_heads, product_key, key],
+  `query/bias` [n_heads, product_key, key],
+  `layer_prepostprocess/layer_norm/layer_norm_{scale,bias}` [key],
+  `keys` [n_heads, product_key, n_keys, key] (get_variable's default
+  initializer), `values` [n_values = n_keys^2, d_model] (normal, stddev 1).
   Position-wise, so it works in every mode (incremental decoding included).
-  Layouts may split "heads" and batch dims.
+  Layouts may split "n_heads" and batch dims.
 
   Example:
     ProductKeyValueMemory(key_size=64, n_keys=128, n_heads=4, knn=16)
@@ -56,71 +61,84 @@ class ProductKeyValueMemory(TransformerLayer):
     """Creates the layer.
 
     Args:
-      key_size: size of a full key (even: each half is key_size / 2).
+      key_size: size of a full key; each half has key_size // 2 entries.
       n_keys: sub-keys per table; the memory has n_keys^2 slots.
-      n_heads: number of memory heads (dimension "heads").
+      n_heads: number of memory heads (dimension "n_heads").
       knn: neighbours kept per half and in the final selection
         (knn <= n_keys).
     """
     self.key_size = key_size
     self.n_keys = n_keys
+    self.n_values = n_keys ** 2 if isinstance(n_keys, int) else n_keys
     self.n_heads = n_heads
     self.knn = knn
 
   def _check(self) -> None:
     _check_positive_int(self.key_size, "key_size")
+    if self.key_size < 2:
+      raise ValueError("ProductKeyValueMemory: key_size must be at least 2 "
+                       "(each half has key_size // 2 entries), got %d"
+                       % self.key_size)
     _check_positive_int(self.n_keys, "n_keys")
     _check_positive_int(self.n_heads, "n_heads")
     _check_positive_int(self.knn, "knn")
-    if self.key_size % 2:
-      raise ValueError("ProductKeyValueMemory: key_size must be even (two "
-                       "halves), got %d" % self.key_size)
     if self.knn > self.n_keys:
       raise ValueError("ProductKeyValueMemory: knn (%d) must not exceed "
                        "n_keys (%d)" % (self.knn, self.n_keys))
 
-  def call(self, context: Context, x: mtf.Tensor,
-           losses=None) -> mtf.Tensor:
-    """x [batch..., (length,) d_model] -> same shape.
-
-    Raises:
-      ValueError: if the model is an ensemble.
-    """
-    del losses
+  def call(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
+    """x [batch..., (length,) d_model] -> same shape."""
     self._check()
-    if getattr(context.model, "ensemble_dims", None):
+    ensemble_dims = getattr(context.model, "ensemble_dims", None)
+    if isinstance(ensemble_dims, (list, tuple)) and ensemble_dims:
       raise ValueError("ProductKeyValueMemory does not support ensembles "
                        "(model ensemble dims %s)"
                        % (context.model.ensemble_dims,))
-    mesh = x.mesh
-    dtype = context.activation_dtype
     model_dim = x.shape.dims[-1]
-    heads = mtf.Dimension("heads", self.n_heads)
-    halves = mtf.Dimension("key_halves", 2)
-    subkey = mtf.Dimension("d_subkey", self.key_size // 2)
-    keys_dim = mtf.Dimension("n_keys", self.n_keys)
+    heads = mtf.Dimension("n_heads", self.n_heads)
+    halves = mtf.Dimension("product_key", 2)
+    subkey = mtf.Dimension("key", self.key_size // 2)
+    slots = mtf.Dimension("n_values", self.n_keys * self.n_keys)
+    keys = mtf.get_variable(
+        x.mesh, "keys",
+        mtf.Shape([heads, halves, mtf.Dimension("n_keys", self.n_keys),
+                   subkey]),
+        dtype=context.variable_dtype)
+    values = mtf.layers.embedding_weights(
+        x.mesh, slots, model_dim, context.variable_dtype, name="values")
+    query = mtf.layers.dense(
+        x, new_dims=[heads, halves, subkey], reduced_dims=[model_dim],
+        use_bias=True, variable_dtype=context.variable_dtype, name="query")
+    query = mtf.layers.layer_norm(query, subkey)
+    scores, memory_ids = self.get_indices(keys, query)
+    weights = mtf.softmax(scores, scores.shape.dims[-1])
+    # Sparse lookup: weight * one-hot slot, summed with the values (and
+    # over the heads).
+    lookup = mtf.one_hot(memory_ids, slots, dtype=weights.dtype) * weights
+    return mtf.einsum([lookup, mtf.cast(values, weights.dtype)],
+                      output_shape=x.shape)
+
+  def get_indices(self, keys: mtf.Tensor, query: mtf.Tensor
+                  ) -> Tuple[mtf.Tensor, mtf.Tensor]:
+    """The knn best memory slots of each query and their scores.
+
+    Args:
+      keys: [heads, 2 (halves), n_keys, key] sub-keys.
+      query: [batch..., heads, 2, key].
+
+    Returns:
+      (scores, indices), both [batch..., heads, knn]: the knn best sums
+      s_1[a] + s_2[b] of the halves' scores (best first) and their slots
+      a * n_keys + b.
+    """
+    halves = keys.shape.dims[1]
+    keys_dim = keys.shape.dims[2]
     knn = mtf.Dimension("knn", self.knn)
     knn_b = mtf.Dimension("knn_b", self.knn)
     candidates = mtf.Dimension("knn_candidates", self.knn * self.knn)
-    slots = mtf.Dimension("memory_slots", self.n_keys * self.n_keys)
-
-    q = mtf.layers.dense(
-        x, new_dims=[heads, halves, subkey], reduced_dims=[model_dim],
-        use_bias=False, variable_dtype=context.variable_dtype, name="query")
-    keys = mtf.get_variable(
-        mesh, "keys", mtf.Shape([heads, halves, keys_dim, subkey]),
-        initializer=tf1.random_normal_initializer(stddev=subkey.size ** -0.5),
-        dtype=context.variable_dtype)
-    values = mtf.get_variable(
-        mesh, "values", mtf.Shape([slots, model_dim]),
-        initializer=tf1.random_normal_initializer(
-            stddev=model_dim.size ** -0.5),
-        dtype=context.variable_dtype)
-    keys = mtf.cast(keys, dtype)
-    values = mtf.cast(values, dtype)
-
     # Per half: scores against its sub-keys, top knn.
-    scores = mtf.einsum([q, keys], reduced_dims=[subkey])
+    scores = mtf.einsum([query, mtf.cast(keys, query.dtype)],
+                        reduced_dims=[query.shape.dims[-1]])
     half_scores, half_ids = mtf.top_k(scores, keys_dim, knn)
     s1, s2 = mtf.unstack(half_scores, halves)
     i1, i2 = mtf.unstack(half_ids, halves)
@@ -128,17 +146,7 @@ class ProductKeyValueMemory(TransformerLayer):
     i2 = mtf.rename_dimension(i2, knn.name, knn_b.name)
     # All knn x knn candidate pairs, flattened; then the top knn of those.
     pair_scores = mtf.replace_dimensions(s1 + s2, [knn, knn_b], candidates)
+    pair_ids = mtf.replace_dimensions(i1 * keys_dim.size + i2, [knn, knn_b],
+                                      candidates)
     best_scores, best = mtf.top_k(pair_scores, candidates, knn)
-    # Candidate c is the pair (c // knn, c % knn).
-    a = mtf.floordiv(best, self.knn)
-    b = mtf.mod(best, self.knn)
-    id_a = mtf.reduce_sum(
-        mtf.one_hot(a, knn_b, dtype=tf.int32) *
-        mtf.rename_dimension(i1, knn.name, knn_b.name), reduced_dim=knn_b)
-    id_b = mtf.reduce_sum(mtf.one_hot(b, knn_b, dtype=tf.int32) * i2,
-                          reduced_dim=knn_b)
-    memory_ids = id_a * self.n_keys + id_b
-    weights = mtf.softmax(best_scores, knn)
-    # Sparse lookup: weight * one-hot slot, summed with the values.
-    lookup = mtf.one_hot(memory_ids, slots, dtype=dtype) * weights
-    return mtf.einsum([lookup, values], output_shape=x.shape)
+    return best_scores, mtf.gather(pair_ids, best, candidates)

@@ -49,6 +49,7 @@ import mesh_tensorflow as mtf
 
 __all__ = [
     "top_2_gating",
+    "top_n_gating",
     "switch_gating",
     "ntlb_gating",
     "switch_max_gating",
@@ -67,13 +68,44 @@ def _hparam(hparams, name: str, default):
   return getattr(hparams, name, default)
 
 
+def _use_non_top_expert(logits: mtf.Tensor, experts_dim: mtf.Dimension,
+                        prob: float, temperature) -> mtf.Tensor:
+  """With probability `prob` per position, hides the top expert's logit.
+
+  The second-best expert then wins; with a temperature, one of the other
+  experts is sampled from softmax(logits / temperature) instead and every
+  other logit is hidden.
+  """
+  _, top = mtf.top_1(logits, reduced_dim=experts_dim)
+  hidden = logits - 1e9 * mtf.one_hot(top, experts_dim, dtype=logits.dtype)
+  if temperature is not None:
+    sampled = mtf.sample_with_temperature(hidden, experts_dim,
+                                          temperature=temperature)
+    hidden += -1e9 * (1.0 - mtf.one_hot(sampled, experts_dim,
+                                        dtype=logits.dtype))
+  switch = mtf.cast(mtf.less(
+      mtf.random_uniform(logits.mesh, logits.shape.dims[:-1]), prob),
+                    logits.dtype)
+  return switch * hidden + (1.0 - switch) * logits
+
+
 def _router(inputs: mtf.Tensor, experts_dim: mtf.Dimension,
-            outer_expert_dims, variable_dtype, name: str):
-  """Router logits (dense `<name>/kernel`, no bias) and float32 softmax."""
+            outer_expert_dims, variable_dtype, name: str, hparams=None,
+            train: bool = False):
+  """Router logits (dense `<name>/kernel`, no bias) and float32 softmax.
+
+  Given hparams with moe_use_second_place_expert_prob, training sometimes
+  routes to a non-top expert (see _use_non_top_expert).
+  """
   logits = mtf.layers.dense(
       inputs, experts_dim, reduced_dims=inputs.shape.dims[-1:],
       use_bias=False, expert_dims=outer_expert_dims,
       variable_dtype=variable_dtype, name=name)
+  prob = _hparam(hparams, "moe_use_second_place_expert_prob", None)
+  if prob is not None and train:
+    logits = _use_non_top_expert(
+        logits, experts_dim, prob,
+        _hparam(hparams, "moe_use_second_place_expert_prob_temp", None))
   gates = mtf.to_float(mtf.softmax(logits, reduced_dim=experts_dim))
   return logits, gates
 
@@ -155,6 +187,33 @@ def _finish(combine: mtf.Tensor, loss: mtf.Tensor,
   return dispatch, combine, mtf.cast(loss, inputs.dtype)
 
 
+def _apply_second_policy(mask: mtf.Tensor, gate: mtf.Tensor, hparams,
+                         train: bool, gating: str) -> mtf.Tensor:
+  """Keeps a lower-place expert choice per moe_second_policy_{train,eval}:
+  "all", "none", "threshold" (gate above the threshold) or "random"
+  (with probability gate / threshold)."""
+  if train:
+    policy = _hparam(hparams, "moe_second_policy_train", "random")
+    threshold = _hparam(hparams, "moe_second_threshold_train", 0.2)
+  else:
+    policy = _hparam(hparams, "moe_second_policy_eval", "random")
+    threshold = _hparam(hparams, "moe_second_threshold_eval", 0.2)
+  if policy == "all":
+    return mask
+  if policy == "none":
+    return mtf.zeros_like(mask)
+  if policy == "threshold":
+    return mask * mtf.to_float(mtf.greater(gate, threshold))
+  if policy == "random":
+    uniform = mtf.random_uniform(gate.mesh, gate.shape, dtype=tf.float32)
+    return mask * mtf.to_float(
+        mtf.less(uniform, gate / max(threshold, 1e-9)))
+  raise ValueError("%s gating: unknown second-expert policy %r "
+                   "(moe_second_policy_%s); expected one of %s"
+                   % (gating, policy, "train" if train else "eval",
+                      list(_SECOND_POLICIES)))
+
+
 def top_2_gating(inputs: mtf.Tensor, outer_expert_dims,
                  experts_dim: mtf.Dimension,
                  expert_capacity_dim: mtf.Dimension, hparams, train: bool,
@@ -197,26 +256,7 @@ def top_2_gating(inputs: mtf.Tensor, outer_expert_dims,
         mtf.reduce_sum(without_top_1, reduced_dim=experts_dim) + 1e-9)
     loss += 0.5 * _balance_loss(mask_2, normalized, group_dim, experts_dim)
 
-  if train:
-    policy = _hparam(hparams, "moe_second_policy_train", "random")
-    threshold = _hparam(hparams, "moe_second_threshold_train", 0.2)
-  else:
-    policy = _hparam(hparams, "moe_second_policy_eval", "random")
-    threshold = _hparam(hparams, "moe_second_threshold_eval", 0.2)
-  if policy == "all":
-    pass
-  elif policy == "none":
-    mask_2 = mtf.zeros_like(mask_2)
-  elif policy == "threshold":
-    mask_2 *= mtf.to_float(mtf.greater(gate_2, threshold))
-  elif policy == "random":
-    uniform = mtf.random_uniform(gate_2.mesh, gate_2.shape, dtype=tf.float32)
-    mask_2 *= mtf.to_float(mtf.less(uniform, gate_2 / max(threshold, 1e-9)))
-  else:
-    raise ValueError("top_2 gating: unknown second-expert policy %r "
-                     "(moe_second_policy_%s); expected one of %s"
-                     % (policy, "train" if train else "eval",
-                        list(_SECOND_POLICIES)))
+  mask_2 = _apply_second_policy(mask_2, gate_2, hparams, train, "top_2")
 
   kept_1, slot_1, count_1 = _slot(mask_1, group_dim, None, capacity)
   kept_2, slot_2, _ = _slot(mask_2, group_dim, count_1, capacity)
@@ -267,7 +307,7 @@ def _one_expert_gating(inputs, outer_expert_dims, experts_dim,
   policy = _switch_policy(hparams, train)
   inputs_for_router = _perturb_inputs(inputs, policy, hparams, train)
   logits, gates = _router(inputs_for_router, experts_dim, outer_expert_dims,
-                          variable_dtype, name)
+                          variable_dtype, name, hparams, train)
   gate, index = choose(policy, logits, gates, group_dim)
   mask = mtf.one_hot(index, experts_dim, dtype=tf.float32)
   # The density counts every first choice; padding (importance != 1) is
@@ -363,7 +403,7 @@ def ntlb_gating(inputs: mtf.Tensor, outer_expert_dims,
   policy = _switch_policy(hparams, train)
   inputs_for_router = _perturb_inputs(inputs, policy, hparams, train)
   logits, gates = _router(inputs_for_router, experts_dim, outer_expert_dims,
-                          variable_dtype, name)
+                          variable_dtype, name, hparams, train)
   top_k = max(1, min(int(_hparam(hparams, "moe_ntlb_top_k", 4)),
                      experts_dim.size))
   capacity = float(expert_capacity_dim.size)
@@ -440,12 +480,76 @@ def expert_selection_gating(inputs: mtf.Tensor, outer_expert_dims,
   return _finish(combine, loss, inputs)
 
 
+def top_n_gating(inputs: mtf.Tensor, outer_expert_dims,
+                 experts_dim: mtf.Dimension,
+                 expert_capacity_dim: mtf.Dimension, hparams, train: bool,
+                 variable_dtype, importance: Optional[mtf.Tensor] = None,
+                 name: str = "top_n_gating",
+                 num_microbatches: Optional[int] = None) -> GatingResult:
+  """Top-n gating: each position goes to its n best experts
+  (n = hparams.moe_top_n_num_experts_per_token, default 3).
+
+  Gates are renormalised over the n choices; choices after the first follow
+  the second-expert policy; slots are filled choice by choice (all first
+  choices, then all second choices, ...). Positions with importance 0 are
+  not dispatched; the balancing loss counts first choices of importance-1
+  positions (plus, with moe_use_second_place_loss, half the same loss for
+  the second choices).
+  """
+  group_dim = inputs.shape.dims[-2]
+  logits, gates = _router(inputs, experts_dim, outer_expert_dims,
+                          variable_dtype, name)
+  density_proxy = gates
+  dispatched = None
+  if importance is not None:
+    density_proxy *= mtf.to_float(mtf.equal(importance, 1.0))
+    dispatched = mtf.to_float(mtf.greater(importance, 0.0))
+  remaining = gates
+  choices = []        # (gate, one-hot mask) per place
+  without_top_1 = None
+  for place in range(int(_hparam(hparams, "moe_top_n_num_experts_per_token",
+                                 3))):
+    gate, index = mtf.top_1(remaining, experts_dim)
+    mask = mtf.one_hot(index, experts_dim, dtype=tf.float32)
+    if dispatched is not None:
+      mask *= dispatched
+      gate *= dispatched
+    remaining *= 1.0 - mask
+    if place == 0:
+      without_top_1 = remaining
+    choices.append((gate, mask))
+  if len(choices) > 1:
+    denominator = mtf.add_n([g for g, _ in choices]) + 1e-9
+    choices = [(g / denominator, m) for g, m in choices]
+
+  loss = _balance_loss(choices[0][1], density_proxy, group_dim, experts_dim)
+  if _hparam(hparams, "moe_use_second_place_loss", False) and len(choices) > 1:
+    normalized = without_top_1 / (
+        mtf.reduce_sum(without_top_1, reduced_dim=experts_dim) + 1e-9)
+    loss += 0.5 * _balance_loss(choices[1][1], normalized, group_dim,
+                                experts_dim)
+  loss = _finish_loss(loss, logits, experts_dim, hparams, train, importance,
+                      num_microbatches)
+
+  capacity = float(expert_capacity_dim.size)
+  used = None
+  terms = []
+  for place, (gate, mask) in enumerate(choices):
+    if place:
+      mask = _apply_second_policy(mask, gate, hparams, train, "top_n")
+    kept, slot, count = _slot(mask, group_dim, used, capacity)
+    used = count if used is None else used + count
+    terms.append(_combine_term(gate, kept, slot, expert_capacity_dim))
+  return _finish(mtf.add_n(terms), loss, inputs)
+
+
 _GATINGS = {
     "top_2": top_2_gating,
     "switch": switch_gating,
     "ntlb": ntlb_gating,
     "switch_max": switch_max_gating,
     "expert_selection": expert_selection_gating,
+    "top_n": top_n_gating,
 }
 
 

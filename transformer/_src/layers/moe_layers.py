@@ -54,21 +54,20 @@ class HParams:
     for name, value in kwargs.items():
       self.add_hparam(name, value)
 
-  def add_hparam(self, name: str, value: Any) -> None:
-    """Adds a new hyperparameter.
+  def add_hparam(self, k: str, v: Any) -> None:
+    """Adds hyperparameter `k` with value `v`, or overwrites it.
 
-    Args:
-      name: the new hyperparameter's name.
-      value: its value.
+    Overwriting is allowed (as in the original) because callers override
+    the MoE defaults of set_default_moe_hparams this way.
 
     Raises:
-      ValueError: if `name` exists already or is not a usable attribute.
+      ValueError: if `k` is not a usable attribute name (empty, private or
+        a method of HParams).
     """
-    if not isinstance(name, str) or not name or name.startswith("_"):
-      raise ValueError("HParams: invalid hyperparameter name %r" % (name,))
-    if name in self.__dict__ or hasattr(type(self), name):
-      raise ValueError("HParams: hyperparameter %r already exists" % name)
-    setattr(self, name, value)
+    if (not isinstance(k, str) or not k or k.startswith("_") or
+        hasattr(type(self), k)):
+      raise ValueError("HParams: invalid hyperparameter name %r" % (k,))
+    setattr(self, k, v)
 
   def set_hparam(self, name: str, value: Any) -> None:
     """Changes an existing hyperparameter.
@@ -94,15 +93,6 @@ class HParams:
     return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
   def get(self, name: str, default: Any = None) -> Any:
-    """The value of a hyperparameter, like dict.get.
-
-    Args:
-      name: the hyperparameter's name.
-      default: the value if it is not set.
-
-    Returns:
-      The value, or `default`.
-    """
     return self.__dict__.get(name, default)
 
   def __contains__(self, name: str) -> bool:
@@ -192,11 +182,44 @@ def _broadcast_nonpadding(nonpadding, inputs: mtf.Tensor,
   return mtf.zeros(inputs.mesh, dims, dtype=inputs.dtype) + nonpadding
 
 
+def gate_inputs_with_token_embeddings(gate_inputs: mtf.Tensor,
+                                      token_embeddings: mtf.Tensor,
+                                      mode: str) -> mtf.Tensor:
+  """The router's inputs with the token embeddings mixed in.
+
+  Args:
+    gate_inputs: [..., d_model] the layer inputs.
+    token_embeddings: the same shape, the input token embeddings.
+    mode: "concat" (along d_model, doubling it), "add", either with
+      "_stop_grad" (no gradient into the embeddings), or "embed_only".
+
+  Returns:
+    the router inputs (float32).
+
+  Raises:
+    ValueError: on an unknown mode.
+  """
+  gate_inputs = mtf.to_float(gate_inputs)
+  token_embeddings = mtf.to_float(token_embeddings)
+  if mode.endswith("_stop_grad"):
+    token_embeddings = mtf.stop_gradient(token_embeddings)
+    mode = mode[:-len("_stop_grad")]
+  if mode == "concat":
+    return mtf.concat([gate_inputs, token_embeddings],
+                      gate_inputs.shape.dims[-1].name)
+  if mode == "add":
+    return gate_inputs + token_embeddings
+  if mode == "embed_only":
+    return token_embeddings
+  raise ValueError("unknown moe_word_embed_mode %r" % (mode,))
+
+
 def transformer_moe_layer_v1(inputs: mtf.Tensor, output_dim: mtf.Dimension,
                              hparams, train: bool, variable_dtype,
                              layout=None, mesh_shape=None, nonpadding=None,
                              activation=mtf.relu,
-                             num_microbatches: Optional[int] = None):
+                             num_microbatches: Optional[int] = None,
+                             token_embeddings: Optional[mtf.Tensor] = None):
   """Mixture of experts, one level.
 
   Args:
@@ -212,6 +235,9 @@ def transformer_moe_layer_v1(inputs: mtf.Tensor, output_dim: mtf.Dimension,
     activation: activation of the experts' hidden layer (callable, name or
       list of them for a gated unit).
     num_microbatches: the balancing loss is divided by it.
+    token_embeddings: the input token embeddings, inputs' shape; used by
+      the router when hparams.moe_word_embed_mode is set (see
+      `gate_inputs_with_token_embeddings`).
     layout: the model's layout rules (string or mtf.LayoutRules), used to choose
       the expert and batch splits.
     mesh_shape: the mesh shape (string or mtf.Shape).
@@ -263,8 +289,14 @@ def transformer_moe_layer_v1(inputs: mtf.Tensor, output_dim: mtf.Dimension,
   if importance is not None:
     importance = mtf.reshape(importance, moe_input_dims[:-1])
 
+  gate_inputs = inputs
+  word_embed_mode = getattr(hparams, "moe_word_embed_mode", None)
+  if word_embed_mode is not None:
+    gate_inputs = gate_inputs_with_token_embeddings(
+        inputs, mtf.cast(mtf.reshape(token_embeddings, moe_input_dims),
+                         inputs.dtype), word_embed_mode)
   dispatch_tensor, combine_tensor, loss = moe_gating.compute_gating(
-      hparams.moe_gating, inputs, None, experts_dim_unsplit,
+      hparams.moe_gating, gate_inputs, None, experts_dim_unsplit,
       expert_capacity_dim, hparams, train, variable_dtype,
       importance=importance, num_microbatches=num_microbatches)
 
@@ -490,8 +522,8 @@ class MoE1D(TransformerLayer):
     dropout_rate: the dropout rate of the experts' hidden layer (training only).
     activation: the experts' hidden activation: a name such as "relu" or a
       function.
-    moe_gating: the routing: "top_2", "switch" (top-1), "ntlb",
-      "switch_max" or "expert_selection" (see moe_gating.py).
+    moe_gating: the routing: "top_2", "switch" (top-1), "ntlb" or
+      "expert_selection".
     min_expert_capacity: the smallest capacity of an expert, in tokens.
     switch_policy_train: the switch gate's noise policy in training:
       "input_jitter", "argmax", "sample" or "input_dropout".
@@ -516,7 +548,10 @@ class MoE1D(TransformerLayer):
                min_expert_capacity=4, switch_policy_train="input_jitter",
                switch_policy_eval="input_jitter", switch_dropout=0.1,
                switch_temperature=1.0, switch_jitter=1e-2, ntlb_top_k=4,
-               output_dim=None, use_experts_attention=False, z_loss=None):
+               output_dim=None, use_experts_attention=False, z_loss=None,
+               word_embed_mode=None, use_second_place_expert_prob=None,
+               use_second_place_expert_prob_temp=None,
+               top_n_num_experts_per_token=3):
     if output_dim is not None and not isinstance(output_dim, mtf.Dimension):
       output_dim = mtf.convert_to_dimension(output_dim)
     self._hparams = HParams(
@@ -542,11 +577,15 @@ class MoE1D(TransformerLayer):
         moe_output_dim=output_dim,
         moe_ntlb_top_k=ntlb_top_k,
         moe_use_experts_attention=use_experts_attention,
-        moe_z_loss=z_loss)
+        moe_z_loss=z_loss,
+        moe_word_embed_mode=word_embed_mode,
+        moe_use_second_place_expert_prob=use_second_place_expert_prob,
+        moe_use_second_place_expert_prob_temp=(
+            use_second_place_expert_prob_temp),
+        moe_top_n_num_experts_per_token=top_n_num_experts_per_token)
     self._activation = activation
 
-  def call(self, context: Context, x: mtf.Tensor, losses=None, *,
-           use_enc_nonpadding: bool = False):
+  def call(self, context: Context, x: mtf.Tensor, losses=None):
     """Runs the experts on x ([batch..., (length,) d_model]).
 
     Args:
@@ -554,14 +593,27 @@ class MoE1D(TransformerLayer):
         nonpadding, losses, num_microbatches are read).
       x: the input.
       losses: unused (the loss goes to context.losses).
-      use_enc_nonpadding: take the padding mask from
-        context.encoder_sequence_id (x is the encoder output).
 
     Returns:
       a Tensor of x's shape with the last dim replaced by the output dim,
       or [q, kv] when use_experts_attention.
     """
     del losses
+    return self.run_experts(context, x)
+
+  def run_experts(self, context: Context, x: mtf.Tensor,
+                  use_enc_nonpadding: bool = False):
+    """`call`, optionally with the encoder's padding mask.
+
+    Args:
+      context: the Context.
+      x: the input.
+      use_enc_nonpadding: take the padding mask from
+        context.encoder_sequence_id (x is the encoder output).
+
+    Returns:
+      as `call`.
+    """
     x, orig_shape = _with_length_dim(context, x)
     output_dim = self._hparams.moe_output_dim
     if output_dim is None:
@@ -578,7 +630,8 @@ class MoE1D(TransformerLayer):
         mesh_shape=getattr(context.model, "mesh_shape", None),
         nonpadding=_usable_nonpadding(nonpadding, x),
         activation=self._activation,
-        num_microbatches=context.num_microbatches)
+        num_microbatches=context.num_microbatches,
+        token_embeddings=self._token_embeddings(context, x))
     if context.losses is not None:
       context.losses.append(loss)
     if orig_shape is not None:
@@ -588,6 +641,16 @@ class MoE1D(TransformerLayer):
       else:
         y = mtf.reshape(y, out_shape(y))
     return y
+
+
+  def _token_embeddings(self, context: Context, x: mtf.Tensor):
+    """context.input_embeddings shaped as x, if the router uses them."""
+    if self._hparams.moe_word_embed_mode is None:
+      return None
+    embeddings = getattr(context, "input_embeddings", None)
+    if not isinstance(embeddings, mtf.Tensor):
+      raise ValueError("MoE1D: word_embed_mode needs context.input_embeddings")
+    return mtf.reshape(embeddings, x.shape)
 
 
 class MoE2D(TransformerLayer):

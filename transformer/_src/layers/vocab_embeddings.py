@@ -401,12 +401,14 @@ class Mixtape:
   c_k E; token x's logit is sum_k pi_{k,x} (c_k E)_x. The gate priors pi
   come from three gate logits through a sigmoid tree
   (pi = [g1 g2, g1 (1-g2), (1-g1) g3, (1-g1)(1-g3)], g = sigmoid(logits)).
-  Frequent tokens (the first frequent_token_fraction of the vocabulary, after
-  the last `extra_ids` ids, e.g. sentinels, are moved to the front) have
+  Frequent tokens (the first frequent_token_fraction of the vocabulary) have
   their own gate logits u_x . tanh(h P_j + p_j) + h . q_j + r_{x,j}; the
-  other tokens share h . q_j. With dropout_rate, dropout (shared over the
-  length dim) is applied to c in training; with noise_std_dev, Gaussian
-  noise is added to the gate logits in training.
+  other tokens share h . q_j. With extra_ids > 0 the first extra_ids logits
+  are then moved to the end of the vocab dim (the original's arrangement for
+  sentinels: logit j belongs to row (j + extra_ids) mod vocab of E). With
+  dropout_rate, dropout (shared over the length dim) is applied to the
+  component logits c_k E and to tanh(h P_j + p_j) in training; with
+  noise_std_dev, Gaussian noise is added to the gate logits in training.
 
   Variables: `<name>_embedding_weights` E [vocab, d_model],
   `<name>_context_weights` W [gates=4, _<d_model>_copy, d_model],
@@ -513,13 +515,13 @@ class Mixtape:
     self._prior_vocab_vector = variable(
         "prior_vocab_vector",
         [self._frequent_vocab_dim, self._gate_embedding_dim],
-        tf1.random_normal_initializer(stddev=gate_embedding_size ** -0.5))
+        tf1.random_normal_initializer())
     self._prior_gates_vector = variable(
         "prior_gates_vector", [self._pre_gates_dim, self._output_dim],
         tf1.random_normal_initializer())
     self._prior_bias = variable(
         "prior_bias", [self._frequent_vocab_dim, self._pre_gates_dim],
-        tf1.zeros_initializer())
+        tf1.random_normal_initializer())
 
   def ids_to_embedding(self, ids: mtf.Tensor, context) -> mtf.Tensor:
     """Looks the ids up in the embedding table.
@@ -556,23 +558,14 @@ class Mixtape:
         self._mesh, gate_logits.shape, stddev=self._noise_std_dev,
         dtype=gate_logits.dtype)
 
-  def _sentinels_first(self, x: mtf.Tensor) -> mtf.Tensor:
-    """Moves the last extra_ids entries along vocab to the front."""
+  def _move_first_ids_last(self, logits: mtf.Tensor) -> mtf.Tensor:
+    """Moves the first extra_ids entries along vocab to the end."""
     if not self._extra_ids:
-      return x
-    rest, sentinels = mtf.split(
-        x, self._vocab_dim,
-        [self._vocab_dim.size - self._extra_ids, self._extra_ids])
-    return mtf.concat([sentinels, rest], self._vocab_dim.name)
-
-  def _sentinels_last(self, x: mtf.Tensor) -> mtf.Tensor:
-    """Inverse of _sentinels_first."""
-    if not self._extra_ids:
-      return x
-    sentinels, rest = mtf.split(
-        x, self._vocab_dim,
+      return logits
+    first, rest = mtf.split(
+        logits, self._vocab_dim,
         [self._extra_ids, self._vocab_dim.size - self._extra_ids])
-    return mtf.concat([rest, sentinels], self._vocab_dim.name)
+    return mtf.concat([rest, first], self._vocab_dim.name)
 
   def hidden_to_logits(self, hidden: mtf.Tensor, context) -> mtf.Tensor:
     """hidden [..., d_model] -> gated mixture of logits [..., vocab].
@@ -589,31 +582,27 @@ class Mixtape:
         [mtf.rename_dimension(hidden, self._output_dim.name,
                               self._copy_output_dim.name),
          self._context_weights], reduced_dims=[self._copy_output_dim])
-    contexts = self._dropout(
-        mtf.tanh(contexts + self._context_weights_bias), context)
-    component_logits = self._sentinels_first(mtf.einsum(
-        [contexts, self._embedding_weights], reduced_dims=[self._output_dim]))
-    frequent_logits, rare_logits = mtf.split(
-        component_logits, self._vocab_dim,
-        [self._frequent_vocab_dim.size, self._rare_vocab_dim.size])
+    contexts = mtf.tanh(contexts + self._context_weights_bias)
+    component_logits = self._dropout(
+        mtf.einsum([contexts, self._embedding_weights],
+                   reduced_dims=[self._output_dim]), context)
 
-    gate_contexts = mtf.tanh(
+    gate_contexts = self._dropout(mtf.tanh(
         mtf.einsum([hidden, self._prior_weights],
-                   reduced_dims=[self._output_dim]) + self._prior_weights_bias)
+                   reduced_dims=[self._output_dim]) + self._prior_weights_bias),
+                                  context)
     shared_gate_logits = mtf.einsum([hidden, self._prior_gates_vector],
                                     reduced_dims=[self._output_dim])
     frequent_gate_logits = (
         mtf.einsum([gate_contexts, self._prior_vocab_vector],
                    reduced_dims=[self._gate_embedding_dim])
         + shared_gate_logits + self._prior_bias)
-    frequent_gates = self._sigmoid_tree(
-        self._add_noise(frequent_gate_logits, context))
-    rare_gates = self._sigmoid_tree(
-        self._add_noise(shared_gate_logits, context))
-
-    logits = mtf.concat([
-        mtf.reduce_sum(frequent_logits * frequent_gates,
-                       reduced_dim=self._gates_dim),
-        mtf.reduce_sum(rare_logits * rare_gates, reduced_dim=self._gates_dim),
-    ], self._vocab_dim.name)
-    return self._sentinels_last(logits)
+    rare_gate_logits = shared_gate_logits * mtf.ones(
+        self._mesh, mtf.Shape([self._rare_vocab_dim]),
+        dtype=shared_gate_logits.dtype)
+    gate_logits = self._add_noise(
+        mtf.concat([frequent_gate_logits, rare_gate_logits],
+                   self._vocab_dim.name), context)
+    logits = mtf.einsum([component_logits, self._sigmoid_tree(gate_logits)],
+                        reduced_dims=[self._gates_dim])
+    return self._move_first_ids_last(logits)

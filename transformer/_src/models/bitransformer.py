@@ -347,10 +347,6 @@ class StudentTeacher:
     Returns:
       (student logits [batch..., length, vocab], loss), or the student's logits
       alone without compute_loss.
-
-    Raises:
-      ValueError: if distilling without temperature and fraction_soft, or the
-        student's and teacher's vocabularies differ.
     """
     with tf1.variable_scope("student"):
       student_logits, hard_loss = self.student.call_simple(
@@ -405,28 +401,25 @@ class StudentTeacher:
     return mtf.import_fully_replicated(mesh, fraction, mtf.Shape([]),
                                        name="fraction_soft")
 
-  def decode(self, *args, **kwargs):
+  def decode(self, *args, **kargs):
     """The student's decode (under scope "student").
 
     Returns:
       The student's decoded ids [batch..., length].
     """
     with tf1.variable_scope("student"):
-      return self.student.decode(*args, **kwargs)
+      return self.student.decode(*args, **kargs)
 
-  def initialize(self, *, variable_store: Optional[mtf.VariableStore] = None
-                 ) -> None:
+  def initialize(self) -> None:
     """Loads teacher (and maybe student) masters from teacher_checkpoint.
 
     The checkpoint holds the teacher trained alone, so `teacher/<name>` is
     read from `<name>` (likewise `student/<name>` with
     initialize_student_weights, for names the checkpoint has). Call it once
     the model was built (its variables exist in the store) and before the
-    masters are copied to slices.
-
-    Args:
-      variable_store: the mtf.VariableStore holding the masters (default: the
-        current one).
+    masters are copied to slices. The variables are those of
+    mtf.get_default_variable_store() (choose one with
+    `with mtf.variable_store(store):`).
 
     Raises:
       ValueError: no teacher_checkpoint, a teacher variable missing from the
@@ -435,7 +428,7 @@ class StudentTeacher:
     if not self.teacher_checkpoint:
       raise ValueError("StudentTeacher.initialize: teacher_checkpoint is not "
                        "set")
-    store = variable_store or mtf.get_default_variable_store()
+    store = mtf.get_default_variable_store()
     reader = tf.train.load_checkpoint(self.teacher_checkpoint)
     shapes = reader.get_variable_to_shape_map()
     for name, var in sorted(store.masters.items()):
@@ -487,9 +480,6 @@ def make_bitransformer(input_vocab_size=gin.REQUIRED,
 
   Returns:
     A bitransformer_cls instance.
-
-  Raises:
-    ValueError: if a vocabulary size is not given.
   """
   for param, value in (("input_vocab_size", input_vocab_size),
                        ("output_vocab_size", output_vocab_size)):

@@ -1,22 +1,21 @@
 """Funnel-Transformer (Dai et al. 2020): a layer stack whose length shrinks.
 
-`FunnelTransformerLayerStack` runs its layers in `n_blocks` blocks; before
-every block but the first the sequence is pooled (windows of `pooling_size`
-along "length", by mean or max), so block b sees length
-L / pooling_size**b. When the first layer of a pooled block is a plain
-`SelfAttention`, only its queries (and the residual) are pooled: it attends
-from the pooled positions to the unpooled keys and values of the previous
-block ("pool-query-only"), which is what shrinks the length. Other first
-layers see an input pooled as a whole.
+`FunnelTransformerLayerStack` runs its layers in `n_blocks` blocks; in
+every block but the first, the output of the block's first submodule (a
+full-length layer, e.g. SelfAttention with its residual) is pooled (windows
+of `pooling_size` along "length", by mean, max or min), so block b ends at
+length L / pooling_size**b. The context then describes the pooled sequence:
+positions 0..pooled_length-1 and each window's first sequence id.
 
-Within block b the first block_param_size[b] layers of the block (each
+Within block b each of the block_param_size[b] layers of the block (each
 made of n_submodules TransformerLayers, e.g. SelfAttention +
-DenseReluDense) are applied block_repeat_size[b] times with shared weights
-(e.g. "B6-3x2-3x2": block_param_size [6, 3, 3], block_repeat_size [1, 2, 2]).
+DenseReluDense) is applied block_repeat_size[b] times in a row with shared
+weights (e.g. "B6-3x2-3x2": block_param_size [6, 3, 3], block_repeat_size
+[1, 2, 2]).
 
 `BitransformerFunnel` is a Bitransformer whose encoder may pool: the
 encoder output keeps the pooled length and the decoder attends to it, with
-the encoder's sequence ids pooled (max) to match.
+the encoder's sequence ids strided (each window's first id) to match.
 
 Pooling mixes neighbouring positions, so funnel stacks are for
 non-autoregressive towers (encoders) in full-sequence modes.
@@ -33,16 +32,12 @@ Example (gin):
 
 from __future__ import annotations
 
-import copy
-import functools
 from typing import Optional, Sequence
 
 import gin
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from transformer._src.layers import attention_core
-from transformer._src.layers.attention_layers import SelfAttention
 from transformer._src.models.bitransformer import Bitransformer
 from transformer._src.layers.context import Context, ModeKeys, TransformerLayer
 from transformer._src.models.layer_stack import LayerStack
@@ -51,7 +46,8 @@ from transformer._src.models.layer_stack import sublayer_mask_padding
 __all__ = ["BitransformerFunnel", "FunnelTransformerLayerStack"]
 
 _GIN_MODULE = "mesh_tensorflow.transformer.funnel_transformer"
-_POOLING_FNS = {"mean": mtf.reduce_mean, "max": mtf.reduce_max}
+_POOLING_FNS = {"mean": mtf.reduce_mean, "max": mtf.reduce_max,
+                "min": mtf.reduce_min}
 
 tf1 = tf.compat.v1
 
@@ -68,19 +64,14 @@ def _check_int_list(name: str, value, n_blocks: int) -> list:
   return value
 
 
-def _pool_ids(ids, length_dim: mtf.Dimension, pool_size: int):
-  """Max-pooled packed-sequence ids: a window is padding only if all of it is."""
-  if not isinstance(ids, mtf.Tensor) or length_dim not in ids.shape.dims:
-    return ids
-  return mtf.pool_tensor_1d(ids, length_dim, mtf.reduce_max, pool_size)
-
-
 @gin.configurable(module=_GIN_MODULE)
 class FunnelTransformerLayerStack(LayerStack):
   """A LayerStack that pools the length between blocks (Funnel-Transformer).
 
-  Variables are those of the layers (`<layer name>/<ClassName>/...`) and of
-  the sublayers, exactly as in LayerStack; pooling has no parameters.
+  Variables are those of the layers and their sublayers under
+  `funnel_block_<b>/param_idx_<j>/submodule_<s>/` (the stack renames its
+  layers so; e.g. `.../submodule_000/SelfAttention/q`); pooling has no
+  parameters.
   After `call`, the context's length_dim, sequence_id, subsequence_id,
   position and inputs describe the pooled sequence (the stack's output).
 
@@ -113,7 +104,7 @@ class FunnelTransformerLayerStack(LayerStack):
       pooling_size: the pooling window (and stride) along "length".
       sublayers_initial, sublayers_per_layer, sublayers_final: as in
         LayerStack.
-      pooling_type: "mean" or "max".
+      pooling_type: "mean", "max" or "min".
       n_submodules: TransformerLayers per layer (2: attention + feed-forward).
 
     Raises:
@@ -147,6 +138,7 @@ class FunnelTransformerLayerStack(LayerStack):
       raise ValueError("FunnelTransformerLayerStack: n_submodules must be a "
                        "positive int, got %r" % (n_submodules,))
     self.n_submodules = n_submodules
+    self._context = None
     expected = sum(self.block_param_size) * n_submodules
     if len(self._layers) != expected:
       raise ValueError(
@@ -178,130 +170,48 @@ class FunnelTransformerLayerStack(LayerStack):
     return mtf.pool_tensor_1d(x, length_dim, self.pooling_fn,
                               self.pooling_size)
 
-  def _pool_context(self, context: Context) -> None:
-    """Switches context to the pooled sequence (positions: window starts)."""
-    length_dim = context.length_dim
-    position = context.get_position()
-    if length_dim in position.shape.dims:
-      position = mtf.stride_tensor_1d(position, length_dim, self.pooling_size)
-    context.position = position
-    context.position_is_default = False
-    context.sequence_id = _pool_ids(context.sequence_id, length_dim,
-                                    self.pooling_size)
-    context.subsequence_id = _pool_ids(context.subsequence_id, length_dim,
-                                       self.pooling_size)
-    if (isinstance(context.inputs, mtf.Tensor) and
-        length_dim in context.inputs.shape.dims):
-      context.inputs = mtf.stride_tensor_1d(context.inputs, length_dim,
-                                            self.pooling_size)
-    context.length_dim = mtf.Dimension(length_dim.name,
-                                       length_dim.size // self.pooling_size)
+  @property
+  def context(self) -> Optional[Context]:
+    """The context of the last call (its pooled length, ids, positions)."""
+    return self._context
 
-  def _check_poolable(self, context: Context, x: mtf.Tensor) -> None:
-    length_dim = context.length_dim
-    if length_dim not in x.shape.dims:
-      raise ValueError("FunnelTransformerLayerStack: the input %s lacks the "
-                       "length dimension %s" % (x.shape.to_string, length_dim))
-    if length_dim.size % self.pooling_size:
-      raise ValueError(
-          "FunnelTransformerLayerStack: dimension %s does not divide into "
-          "pools of size %d" % (length_dim, self.pooling_size))
+  def set_context(self, context: Context) -> None:
+    self._context = context
 
-  def _pooled_query_attention(self, layer: SelfAttention, context: Context,
-                              x: mtf.Tensor) -> mtf.Tensor:
-    """layer's attention from pooled queries to unpooled keys and values.
+  def update_context(self, context: Context, x: mtf.Tensor,
+                     pool_dim_name: str) -> None:
+    """Switches context to the pooled sequence x.
 
-    Called in place of layer.call by sublayer_call_layer (same variable
-    scope and names); switches context to the pooled sequence, including
-    the residual input.
+    The positions become 0..pooled_length-1 (the first positions, so a
+    pooled position counts windows), the sequence ids (and subsequence ids
+    and inputs) keep each window's first entry and length_dim becomes x's
+    pool_dim_name dimension.
+
+    Args:
+      context: the Context of the call.
+      x: the activations [batch..., length, d_model].
     """
-    memory = layer.rename_length_to_memory_length(x, context)
-    memory_dim = memory.shape.get_dim_by_name("memory_length")
-    memory_position = layer.rename_length_to_memory_length(
-        context.get_position(), context)
-    sequence_id = context.subsequence_id
-    if not isinstance(sequence_id, mtf.Tensor):
-      sequence_id = context.sequence_id
-    memory_sequence_id = None
-    if (isinstance(sequence_id, mtf.Tensor) and
-        context.length_dim in sequence_id.shape.dims):
-      memory_sequence_id = layer.rename_length_to_memory_length(sequence_id,
-                                                                context)
     length_dim = context.length_dim
-    query_input = self.pool(x, length_dim)
-    context.current_layer_input = self.pool(context.current_layer_input,
-                                            length_dim)
-    self._pool_context(context)
-
-    params = layer.make_params(context)
-    q = params.compute_q(query_input)
-    if layer.shared_kv:
-      k = v = params.compute_kv(memory)
-    else:
-      k, v = params.compute_k(memory), params.compute_v(memory)
-    # Packed-sequence masking is done below (query and memory lengths
-    # differ); the layer adds relative-position and window biases.
-    bias_context = copy.copy(context)
-    bias_context.sequence_id = None
-    bias_context.subsequence_id = None
-    biases = []
-    bias = layer.compute_bias(bias_context, memory_position, query_input,
-                              params.query_heads_dims, q)
-    if bias is not None:
-      biases.append(bias)
-    if memory_sequence_id is not None:
-      query_sequence_id = context.subsequence_id
-      if not isinstance(query_sequence_id, mtf.Tensor):
-        query_sequence_id = context.sequence_id
-      biases.append(attention_core.visibility_mask_to_attention_bias(
-          mtf.equal(query_sequence_id, memory_sequence_id),
-          context.activation_dtype))
-    bias = (None if not biases else
-            biases[0] if len(biases) == 1 else mtf.add_n(biases))
-    o = layer.attention_fn(
-        q, k, v, context=context, memory_length_dim=memory_dim,
-        key_dim=layer.kv_dim, value_dim=layer.kv_dim, bias=bias,
-        **layer.attention_kwargs_from_context(context))
-    output = params.compute_output(
-        o, output_shape=layer.expected_attention_output_shape(query_input,
-                                                              params))
-    return layer.layer_output_from_attention_output(context, output, None)
-
-  def _pooling_layer_fn(self, x: mtf.Tensor, layer: TransformerLayer,
-                        context: Context) -> mtf.Tensor:
-    """The first layer of a pooled block: returns a pooled output."""
-    self._check_poolable(context, x)
-    length_dim = context.length_dim
-    if type(layer).call is SelfAttention.call:
-      # A shallow copy whose call pools the queries; the class name (and so
-      # the variable scope) stays the layer's.
-      proxy = copy.copy(layer)
-      proxy.call = functools.partial(self._pooled_query_attention, layer)
-      context.current_layer = proxy
-      context.current_layer_input = x
-      y = self._call_sublayers(self._sublayers_per_layer, x, context)
-      if context.length_dim == length_dim:
-        raise ValueError(
-            "FunnelTransformerLayerStack: sublayers_per_layer never called "
-            "layer %s (sublayer_call_layer), so nothing was pooled"
-            % layer.name)
-    else:
-      x = self.pool(x, length_dim)
-      self._pool_context(context)
-      context.current_layer = layer
-      context.current_layer_input = x
-      y = self._call_sublayers(self._sublayers_per_layer, x, context)
-    expected = mtf.Shape([context.length_dim if d == length_dim else d
-                          for d in x.shape.dims])
-    if y.shape != expected:
-      raise ValueError(
-          "layer %s (%s) returned shape %s; the pooled shape is %s"
-          % (layer.name, type(layer).__name__, y.shape.to_string,
-             expected.to_string))
-    return y
+    pooled_dim = x.shape.get_dim_by_name(pool_dim_name)
+    context.position = mtf.slice(context.get_position(), begin=0,
+                                 size=pooled_dim.size,
+                                 slice_dim_name=pool_dim_name)
+    context.position_is_default = False
+    for name in ("sequence_id", "subsequence_id", "inputs"):
+      value = getattr(context, name)
+      if isinstance(value, mtf.Tensor) and length_dim in value.shape.dims:
+        setattr(context, name, mtf.stride_tensor_1d(value, length_dim,
+                                                    self.pooling_size))
+    context.length_dim = pooled_dim
 
   def call(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
-    """Runs the blocks, pooling before every block but the first.
+    """Runs the blocks, pooling the output of each block's first submodule
+    (all blocks but the first).
+
+    Layer j of a block (its n_submodules TransformerLayers) is applied
+    block_repeat_size times in a row, all under the variable scope
+    funnel_block_<b>/param_idx_<j>/submodule_<s> (the layers are renamed
+    to it), so the repeats share weights.
 
     Raises:
       ValueError: in decoding modes or with causal attention (pooling mixes
@@ -330,30 +240,33 @@ class FunnelTransformerLayerStack(LayerStack):
     calls = 0
     start = 0
     for block in range(self.n_blocks):
-      block_layers = self._layers[
-          start * self.n_submodules:
-          (start + self.block_param_size[block]) * self.n_submodules]
-      start += self.block_param_size[block]
-      for repeat in range(self.block_repeat_size[block]):
-        for index, layer in enumerate(block_layers):
-          with tf1.variable_scope(layer.name or ""):
-            if block > 0 and repeat == 0 and index == 0:
-              x = self._pooling_layer_fn(x, layer, context)
-            else:
+      for param in range(self.block_param_size[block]):
+        first = (start + param) * self.n_submodules
+        for repeat in range(self.block_repeat_size[block]):
+          for sub in range(self.n_submodules):
+            layer = self._layers[first + sub]
+            layer.set_name("funnel_block_%03d/param_idx_%03d/submodule_%03d"
+                           % (block, param, sub))
+            with tf1.variable_scope(layer.name):
               x = self._layer_fn(x, layer, context)
-          calls += 1
-          if calls != num_calls:
-            self._record(context, x)
-          context.layer_index += 1
+            if block > 0 and param == 0 and repeat == 0 and sub == 0:
+              x = self.pool(x, context.length_dim)
+              self.update_context(context, x, context.length_dim.name)
+            calls += 1
+            if calls != num_calls:
+              self._record(context, x)
+            context.layer_index += 1
+      start += self.block_param_size[block]
     x = self._call_sublayers(self._sublayers_final, x, context)
     x = sublayer_mask_padding(x, self, context)
     self._record(context, x)
+    self.set_context(context)
     return x
 
 
 def _pool_to_length(ids, length_dim: mtf.Dimension,
-                    pooled_dim: mtf.Dimension, kind: str):
-  """ids along length_dim reduced to pooled_dim (max pool or stride)."""
+                    pooled_dim: mtf.Dimension):
+  """ids along length_dim strided to pooled_dim (each window's first id)."""
   if not isinstance(ids, mtf.Tensor) or pooled_dim.size == length_dim.size:
     return ids
   if length_dim.size % pooled_dim.size:
@@ -361,8 +274,6 @@ def _pool_to_length(ids, length_dim: mtf.Dimension,
                      "not divide the input length %s" % (pooled_dim,
                                                          length_dim))
   factor = length_dim.size // pooled_dim.size
-  if kind == "max":
-    return mtf.pool_tensor_1d(ids, length_dim, mtf.reduce_max, factor)
   return mtf.stride_tensor_1d(ids, length_dim, factor)
 
 
@@ -372,8 +283,8 @@ class BitransformerFunnel(Bitransformer):
 
   The encoder (typically with a FunnelTransformerLayerStack) returns the
   pooled length; the decoder attends to it ("memory_length" = pooled
-  length) with the encoder sequence ids max-pooled to that length and the
-  encoder ids strided (window starts) for layers that read them.
+  length) with the encoder sequence ids and ids strided (each window's
+  first entry) to that length.
   """
 
   def _encode(self, inputs: mtf.Tensor, compute_loss: bool, mode,
@@ -392,8 +303,8 @@ class BitransformerFunnel(Bitransformer):
                                       length_dim.name))
     pooled_dim = encoder_output.shape.get_dim_by_name(length_dim.name)
     encoder_sequence_id = _pool_to_length(encoder_sequence_id, length_dim,
-                                          pooled_dim, "max")
-    encoder_inputs = _pool_to_length(inputs, length_dim, pooled_dim, "stride")
+                                          pooled_dim)
+    encoder_inputs = _pool_to_length(inputs, length_dim, pooled_dim)
     rename = mtf.layers.rename_length_to_memory_length
     encoder_output = rename(encoder_output, length_dim.name)
     if isinstance(encoder_sequence_id, mtf.Tensor):

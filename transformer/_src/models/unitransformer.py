@@ -425,6 +425,7 @@ class Unitransformer:
           mesh, self.input_vocab_dim, self.model_dim, context.variable_dtype,
           name="embedding", ensemble_dim=self.ensemble_dim)
     x = vocab_embedding.ids_to_embedding(inputs, context)
+    context.input_embeddings = x
     if self._uses_positions:
       pos_emb = self._positional_embedding(context, x)
       x += pos_emb
