@@ -423,6 +423,8 @@ class SelfAttention(TransformerLayer):
         them).
       q: the queries [batch..., length, heads..., d_k] (for "contextual"
         relative attention).
+      use_prompt_kv: the kind of prompt keys/values prepended to the memory
+        (None: no prompt).
 
     Returns:
       A logit bias [batch..., heads..., length, memory_length] (or
@@ -715,6 +717,8 @@ def enc_dec_attention(self_attention_layer: SelfAttention,
     x: the decoder input [batch..., length, d_model].
     losses: a list to append auxiliary losses (scalar mtf.Tensors) to, or None.
     attention_fn: the attention function (default: attention.attention).
+    z_loss_coeff: if set, the weight of a z-loss on the attention logits added
+      to `losses`.
 
   Returns:
     The output [batch..., length, d_model].

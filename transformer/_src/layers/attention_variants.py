@@ -219,6 +219,9 @@ class TalkingHeadsSelfAttention(SelfAttention):
     Args:
       context: the Context of the call (mesh, dims, mode, states...).
       x: the layer input [batch..., length, d_model].
+
+    Returns:
+      The queries [batch..., length, key heads..., d_k].
     """
     return self._project(context, x, "q", self.key_heads_dims, self.key_dim,
                          self.key_size ** -0.5)
@@ -229,6 +232,9 @@ class TalkingHeadsSelfAttention(SelfAttention):
     Args:
       context: the Context of the call (mesh, dims, mode, states...).
       x: the layer input [batch..., length, d_model].
+
+    Returns:
+      The keys [batch..., length, key heads..., d_k].
     """
     return self._project(context, x, "k", self.key_heads_dims, self.key_dim)
 
@@ -238,6 +244,9 @@ class TalkingHeadsSelfAttention(SelfAttention):
     Args:
       context: the Context of the call (mesh, dims, mode, states...).
       x: the layer input [batch..., length, d_model].
+
+    Returns:
+      The values [batch..., length, value heads..., d_v].
     """
     return self._project(context, x, "v", self.value_heads_dims,
                          self.value_dim)
@@ -248,6 +257,10 @@ class TalkingHeadsSelfAttention(SelfAttention):
 
     Args:
       context: the Context of the call (mesh, dims, mode, states...).
+      u: the attention output [batch..., length, value heads..., d_v].
+
+    Returns:
+      The layer output [batch..., length, d_model].
     """
     model_dim = context.model.model_dim
     reduced = self.value_heads_dims + [self.value_dim]
@@ -328,6 +341,15 @@ class TalkingHeadsSelfAttention(SelfAttention):
     Args:
       context: the Context of the call (mesh, dims, mode, states...).
       x: the layer input [batch..., length, d_model].
+      m: the memory input [batch..., memory_length, d_model].
+      q: the queries [batch..., length, key heads..., d_k].
+      k: the keys [batch..., memory_length, key heads..., d_k].
+      v: the values [batch..., memory_length, value heads..., d_v].
+      memory_length: the memory length Dimension.
+      bias: a logit bias, or None.
+
+    Returns:
+      The attention output [batch..., length, value heads..., d_v].
     """
     logits = mtf.layers.us_einsum([q, k], reduced_dims=[self.key_dim])
     logits = self._talking(context, logits, "talking_heads_pre_softmax",
@@ -429,6 +451,9 @@ class GeneralBilinearSelfAttention(SelfAttention):
     Args:
       context: the Context of the call (mesh, dims, mode, states...).
       x: the layer input [batch..., length, d_model].
+
+    Returns:
+      The projected queries.
     """
     model_dim = context.model.model_dim
     inner = self._inner_dim(context)
@@ -444,6 +469,10 @@ class GeneralBilinearSelfAttention(SelfAttention):
 
     Args:
       context: the Context of the call (mesh, dims, mode, states...).
+      u: the attention output per head.
+
+    Returns:
+      The layer output [batch..., length, d_model].
     """
     model_dim = context.model.model_dim
     inner = self._inner_dim(context)
@@ -461,6 +490,13 @@ class GeneralBilinearSelfAttention(SelfAttention):
 
     Args:
       context: the Context of the call (mesh, dims, mode, states...).
+      q: the queries [batch..., length, heads, d_model].
+      m: the memory [batch..., memory_length, d_model].
+      memory_length: the memory length Dimension.
+      bias: a logit bias, or None.
+
+    Returns:
+      The attention output [batch..., length, heads, d_model].
     """
     logits = mtf.layers.us_einsum([q, m],
                                   reduced_dims=[context.model.model_dim])

@@ -60,6 +60,10 @@ class HParams:
     Overwriting is allowed (as in the original) because callers override
     the MoE defaults of set_default_moe_hparams this way.
 
+    Args:
+      k: the new hyperparameter's name.
+      v: its value.
+
     Raises:
       ValueError: if `k` is not a usable attribute name (empty, private or
         a method of HParams).
@@ -93,6 +97,15 @@ class HParams:
     return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
   def get(self, name: str, default: Any = None) -> Any:
+    """The value of a hyperparameter, like dict.get.
+
+    Args:
+      name: the hyperparameter's name.
+      default: the value if it is not set.
+
+    Returns:
+      The value, or `default`.
+    """
     return self.__dict__.get(name, default)
 
   def __contains__(self, name: str) -> bool:
@@ -537,6 +550,14 @@ class MoE1D(TransformerLayer):
       (ExpertsAttentionParams) instead of a feed-forward layer.
     z_loss: weight of the router z-loss (the squared log of the gate softmax's
       normalizer) added to the losses; None adds none.
+    word_embed_mode: None, or how the router also sees the input word embeddings
+      (the hparam moe_word_embed_mode).
+    use_second_place_expert_prob: the hparam moe_use_second_place_expert_prob
+      (top-2 gating: the probability of using the second expert), or None.
+    use_second_place_expert_prob_temp: the temperature of that probability, or
+      None.
+    top_n_num_experts_per_token: the number of experts per token of top-n
+      gating.
   """
 
   def __init__(self, num_experts=16, loss_coef=1e-2, hidden_size=4096,

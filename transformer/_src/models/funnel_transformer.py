@@ -176,6 +176,11 @@ class FunnelTransformerLayerStack(LayerStack):
     return self._context
 
   def set_context(self, context: Context) -> None:
+    """Remembers the context of the current call.
+
+    Args:
+      context: the Context of the call.
+    """
     self._context = context
 
   def update_context(self, context: Context, x: mtf.Tensor,
@@ -190,6 +195,7 @@ class FunnelTransformerLayerStack(LayerStack):
     Args:
       context: the Context of the call.
       x: the activations [batch..., length, d_model].
+      pool_dim_name: the name of the pooled length dimension.
     """
     length_dim = context.length_dim
     pooled_dim = x.shape.get_dim_by_name(pool_dim_name)
