@@ -60,7 +60,11 @@ def _write_command_line(model_dir: str) -> None:
 
 
 def main(_) -> None:
-  """Runs the driver (absl app entry point; the argv argument is unused)."""
+  """Runs the driver (absl app entry point; the argv argument is unused).
+
+  Args:
+    _: the command-line arguments left after absl parsed the flags (unused).
+  """
   # Only the run's progress and results unless -v/--verbosity or MTF_VERBOSE.
   quiet.quiet_libraries(verbose=quiet.verbose_requested())
   if FLAGS.mesh_devices:

@@ -173,7 +173,7 @@ def test_student_teacher_loss_and_initialize(tmp_path):
         cmu.import_ids(mesh, inputs, ["batch", "length"]),
         cmu.import_ids(mesh, targets, ["batch", "length"]), False)
   ckpt_path = str(tmp_path / "teacher")
-  # The masters under their mtf names (the checkpoint format of spec 13).
+  # The masters under their mtf names (the original's checkpoint names).
   _save_by_name(teacher_store.masters, ckpt_path)
 
   store = mtf.VariableStore()
@@ -279,7 +279,7 @@ def test_make_bitransformer_gin_scopes():
 
 
 def test_t5_shaped_bitransformer_variable_names():
-  """make_bitransformer with the real layers: spec section 13 names."""
+  """make_bitransformer with the real layers: the original's names."""
   from transformer import transformer_layers as tl  # pylint: disable=g-import-not-at-top
   inputs, targets = _data()
   gin.clear_config()

@@ -1,8 +1,8 @@
 """tpu_estimator_model_fn and the streaming metrics, in tf.compat.v1 graphs.
 
 The model_fn is driven as legacy code drove it without an Estimator: build
-the spec in a graph, initialise, run the MtfRestoreHook's copy, then run
-train_op / metric updates / predictions in a Session.
+the EstimatorSpec in a graph, initialise, run the MtfRestoreHook's copy, then
+run train_op / metric updates / predictions in a Session.
 """
 
 import gin

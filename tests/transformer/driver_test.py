@@ -29,7 +29,8 @@ def test_train_loss_falls_and_checkpoint_format(tmp_path):
   last = est.train(dtu.input_fn, 30)
   assert last["step"] == 30
   assert last["loss"] < first["loss"] * 0.9
-  # Checkpoints: rotation keeps 2, names and full shapes as spec 13.
+  # Checkpoints: rotation keeps 2; the original's variable names and full
+  # shapes.
   assert checkpoints.checkpoint_steps(str(tmp_path)) == [20, 30]
   listed = dict(tf.train.list_variables(str(tmp_path / "model.ckpt-30")))
   assert listed["global_step"] == []

@@ -58,8 +58,8 @@ def _required_macro_bindings(path):
 MODELS = _names("models")
 LAYOUTS = _names("layouts")
 
-# Sizes the spec (8.7) gives each model: (num_layers, d_model, d_ff, heads,
-# d_kv, model_type).
+# Sizes the original's gin configs give each model: (num_layers, d_model,
+# d_ff, heads, d_kv, model_type).
 MODEL_SIZES = {
     "aiayn_base": (6, 512, 2048, 8, 64, "bitransformer"),
     "aiayn_large": (6, 1024, 4096, 16, 64, "bitransformer"),

@@ -4,7 +4,7 @@ The layout promise for whole models: forward logits, loss and gradients are
 the same (1e-5) on a 1-device mesh and on 2x2 meshes with model- and
 data-parallel layouts. Weights are shared between the runs (one
 VariableStore), so every difference is the lowering's. Also checks the
-checkpoint variable names of spec section 13 and shape-only building of a
+checkpoint variable names (the original's) and shape-only building of a
 multi-billion-parameter model.
 """
 

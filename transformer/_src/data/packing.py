@@ -112,6 +112,15 @@ def ensure_dataset_eos(dataset: tf.data.Dataset,
   For padded fixed-length examples: one whose sequence was cut ends in EOS.
 
   Example: [5, 6, 7] -> [5, 6, 1]; [5, 1, 0] -> [5, 1, 0].
+
+  Args:
+    dataset: a dataset of {feature: 1-D int tensor [length]} dicts, already
+      padded or trimmed to a fixed length.
+    feature_keys: the features to fix (default: all).
+
+  Returns:
+    The dataset with the last id of each chosen feature clipped to at most EOS
+    (1): padding (0) and EOS stay, any other id becomes EOS.
   """
   def fn(features):
     out = {}
@@ -135,6 +144,10 @@ def trim_and_pad_dataset(dataset: tf.data.Dataset, length: Length,
     feature_keys: the features to trim and pad (default: all).
 
   Example: length 4: [5, 6, 1] -> [5, 6, 1, 0]; [5, 6, 7, 8, 1] -> [5, 6, 7, 8].
+
+  Returns:
+    The dataset with each chosen feature's first axis cut or zero-padded to
+    exactly its length (a static shape).
   """
   def trim_and_pad(k, t):
     if feature_keys and k not in feature_keys:
@@ -282,6 +295,13 @@ def pad_dataset_with_zeroed_out_examples(ds: tf.data.Dataset
 
   Lets an evaluation run a whole number of full batches: zeroed examples are
   all padding, so they add nothing to the metrics.
+
+  Args:
+    ds: a finite dataset of {feature: tensor} dicts.
+
+  Returns:
+    An endless dataset: the examples of `ds`, then its examples with every
+    feature replaced by zeros of the same shape and dtype, repeated.
   """
   def zero_out(features):
     return {k: tf.zeros_like(v) for k, v in features.items()}

@@ -51,6 +51,13 @@ def encode_dataset(dataset: tf.data.Dataset, vocabulary) -> tf.data.Dataset:
   """Encodes every (string) feature with `vocabulary.encode_tf` (no EOS).
 
   `vocabulary` may be an (inputs, targets) pair: "inputs" uses the first.
+
+  Args:
+    dataset: a dataset of {feature: scalar tf.string} dicts.
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
+
+  Returns:
+    A dataset of {feature: 1-D int32 ids [length]} dicts, without EOS.
   """
   def fn(features):
     return {k: _vocabulary_for(vocabulary, k).encode_tf(v)
@@ -63,6 +70,15 @@ def encode_all_features(dataset: tf.data.Dataset,
   """Encodes every (string) feature and appends EOS; ids become int64.
 
   Example (ByteVocabulary): {"targets": "hi"} -> {"targets": [107, 108, 1]}.
+
+  Args:
+    dataset: a dataset of {feature: scalar tf.string} dicts.
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them: "inputs" is
+      encoded with the first, every other feature with the second.
+
+  Returns:
+    A dataset of {feature: 1-D int64 ids [length]} dicts, each ending in EOS
+    (1).
   """
   def fn(features):
     out = {}
@@ -78,6 +94,15 @@ def supervised_to_dict(dataset: tf.data.Dataset,
   """(inputs, targets) pairs -> {"inputs", "targets"} dicts.
 
   With text2self (language modelling) only {"targets": targets} is kept.
+
+  Args:
+    dataset: a dataset of (inputs, targets) tensor pairs, as TFDS's
+      as_supervised gives.
+    text2self: keep only the targets.
+
+  Returns:
+    A dataset of {"inputs": inputs, "targets": targets} dicts (or {"targets":
+    targets}).
   """
   def fn(inputs, targets):
     if text2self:
@@ -150,6 +175,13 @@ def pretokenized_tfds_dataset(dataset_name=gin.REQUIRED,
     batch_size: unused (the driver batches).
     sequence_length: int or {feature: int}.
     vocabulary: unused (the encoding is the dataset's).
+
+  Returns:
+    A dataset of packed examples (features and their _segmentation and _position
+    features, each 1-D of its sequence length).
+
+  Raises:
+    ValueError: if the dataset's features are not integer token ids.
   """
   del batch_size, vocabulary
   dataset = _load_tfds(dataset_name, dataset_split, tfds_data_dir)
@@ -196,6 +228,22 @@ def untokenized_tfds_dataset(dataset_name=gin.REQUIRED,
     untokenized_tfds_dataset.text2self = False
     untokenized_tfds_dataset.tfds_data_dir = "/tmp/tfds"
     untokenized_tfds_dataset.pack = False
+
+  Args:
+    dataset_name: the TFDS name, e.g. "mtf_reverse" or "lm1b".
+    text2self: keep only "targets" (language modelling).
+    tfds_data_dir: the TFDS data_dir.
+    dataset_split: the dataset split, e.g. "train" or "validation"; "train"
+      repeats and shuffles.
+    batch_size: unused (the driver batches).
+    sequence_length: an int or a {feature: int} dict: the length of each
+      example.
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
+    pack: pack several examples into each sequence (else trim and pad each one).
+
+  Returns:
+    A dataset of {feature: 1-D int ids of its sequence length} dicts (packed
+    examples also carry _segmentation and _position features).
   """
   del batch_size
   dataset = _load_tfds(dataset_name, dataset_split, tfds_data_dir)
@@ -224,6 +272,19 @@ def sample_from_text_line_datasets(glob_weight_list: Sequence[
   """Endless lines sampled from several file globs with the given weights.
 
   Example: sample_from_text_line_datasets([("a/*.txt", 0.9), ("b.txt", 0.1)])
+
+  Args:
+    glob_weight_list: (file pattern, weight) pairs; each line is drawn from a
+      pattern with probability proportional to its weight.
+    shuffle_buffer_size: size of each pattern's shuffle buffer (0: in file
+      order).
+    prefetch: lines prefetched per pattern.
+
+  Returns:
+    An endless tf.string dataset of lines.
+
+  Raises:
+    ValueError: if `glob_weight_list` is empty.
   """
   if not glob_weight_list:
     raise ValueError("sample_from_text_line_datasets: glob_weight_list is "
@@ -239,7 +300,14 @@ def sample_from_text_line_datasets(glob_weight_list: Sequence[
 
 @gin.configurable(module=_GIN_MODULE)
 def make_text_line_dataset(glob=gin.REQUIRED) -> tf.data.Dataset:
-  """Endless shuffled lines of the files matching `glob`."""
+  """Endless shuffled lines of the files matching `glob`.
+
+  Args:
+    glob: a file pattern, e.g. "/data/train-*.txt".
+
+  Returns:
+    An endless tf.string dataset of the matching files' lines.
+  """
   return sample_from_text_line_datasets([(glob, 1.0)])
 
 
@@ -248,7 +316,15 @@ def simple_text_line_dataset(glob=gin.REQUIRED,
                              shuffle_buffer_size: int = 100000
                             ) -> tf.data.Dataset:
   """The lines (tf.string, no newline) of the files matching `glob`, shuffled
-  within a buffer (0 or None: in file order)."""
+  within a buffer (0 or None: in file order).
+
+  Args:
+    glob: a file pattern, e.g. "/data/train-*.txt".
+    shuffle_buffer_size: size of the shuffle buffer (0 or None: in file order).
+
+  Returns:
+    A finite tf.string dataset of the lines.
+  """
   dataset = tf.data.TextLineDataset(_glob(glob, "simple_text_line_dataset"))
   if shuffle_buffer_size:
     dataset = dataset.shuffle(shuffle_buffer_size)
@@ -276,6 +352,11 @@ def packed_parallel_tsv_dataset(dataset=gin.REQUIRED,
     eos_id: the EOS id.
     max_encoded_len: if > 0, drop pairs with a sequence longer than this
       (after encoding, EOS included).
+
+  Returns:
+    A dataset of packed examples: {"inputs", "targets", "inputs_segmentation",
+    "inputs_position", "targets_segmentation", "targets_position"}, each a 1-D
+    int tensor of its sequence length.
   """
   del batch_size
   if dataset_split == "train":
@@ -323,6 +404,10 @@ def pretokenized_tfrecord_dataset(filenames: Sequence[str], text2self: bool,
     batch_size: unused (the driver batches).
     sequence_length: int or {feature: int}.
     vocab_shift: added to every stored id.
+
+  Returns:
+    A dataset of packed examples (features and their _segmentation and _position
+    features, each 1-D of its sequence length).
   """
   del batch_size
   dataset = tf.data.TFRecordDataset(list(filenames),
@@ -360,6 +445,23 @@ def pretokenized_t2t_dataset(dataset_name=gin.REQUIRED,
   Reads `<data_dir>/<dataset_name>-<dataset_split>-*` (tensor2tensor itself is
   not imported; its datagen makes the files). The train split repeats and
   shuffles.
+
+  Args:
+    dataset_name: the t2t problem name that prefixes the shards, e.g.
+      "languagemodel_lm1b32k".
+    text2self: read only "targets" (language modelling).
+    data_dir: the directory holding the shards.
+    dataset_split: "train" (repeated and shuffled), "dev", ...
+    batch_size: unused (the driver batches).
+    sequence_length: an int or a {feature: int} dict: the packed length.
+    vocabulary: unused (the shards hold ids already).
+    eos_included: the stored sequences already end in EOS; else it is appended.
+    vocab_shift: added to every stored id (e.g. 1 for encoders whose ids start
+      at 0).
+
+  Returns:
+    A dataset of packed examples (features and their _segmentation and _position
+    features, each 1-D of its sequence length).
 
   Raises:
     ValueError: no file matches.

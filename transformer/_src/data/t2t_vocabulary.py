@@ -44,12 +44,19 @@ class T2tVocabulary(vocabulary.Vocabulary):
   """
 
   def __init__(self, filepath: str):
+    """Remembers the file; the encoder is loaded on first use.
+
+    Args:
+      filepath: path of a tensor2tensor SubwordTextEncoder vocabulary file (one
+        quoted subtoken per line).
+    """
     self._filepath = filepath
     self._encoder = None
     self._lock = threading.Lock()
 
   @property
   def filepath(self) -> str:
+    """Path of the subword vocabulary file."""
     return self._filepath
 
   @property
@@ -110,6 +117,15 @@ def get_t2t_vocabulary(data_dir: str = gin.REQUIRED,
     utils.run.vocabulary = @t2t_vocabulary.get_t2t_vocabulary()
     get_t2t_vocabulary.data_dir = "/data/t2t"
     get_t2t_vocabulary.vocabulary_filename = "vocab.lm1b.en.32768"
+
+  Args:
+    data_dir: the directory holding the t2t-datagen output (the T2T_DATA_DIR
+      macro in the problems/t2t_*.gin files).
+    vocabulary_filename: the vocabulary file's name inside `data_dir`, e.g.
+      "vocab.lm1b.en.32768".
+
+  Returns:
+    A T2tVocabulary reading that file lazily.
 
   Raises:
     ValueError: an argument is missing (gin passes `gin.REQUIRED` on when a

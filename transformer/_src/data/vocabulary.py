@@ -37,6 +37,7 @@ class Vocabulary:
 
   @property
   def eos_id(self) -> int:
+    """The id that ends a sequence (1; 0 is padding)."""
     return EOS_ID
 
   @property
@@ -45,19 +46,48 @@ class Vocabulary:
     return None
 
   def encode(self, s: str) -> List[int]:
-    """A string -> a list of ids (no EOS appended)."""
+    """A string -> a list of ids (no EOS appended).
+
+    Args:
+      s: the text (str, or bytes holding UTF-8).
+
+    Returns:
+      A list of int ids, one per token, without EOS.
+    """
     raise NotImplementedError
 
   def decode(self, ids: Sequence[int]) -> str:
-    """A list of ids -> a string."""
+    """A list of ids -> a string.
+
+    Args:
+      ids: a sequence of int ids; decoding stops at the first EOS (1).
+
+    Returns:
+      The decoded text (str).
+    """
     raise NotImplementedError
 
   def encode_tf(self, s: tf.Tensor) -> tf.Tensor:
-    """A scalar tf.string -> a 1-D int32 tensor of ids."""
+    """A scalar tf.string -> a 1-D int32 tensor of ids.
+
+    Args:
+      s: a scalar tf.string tensor.
+
+    Returns:
+      A 1-D int32 tensor of ids (shape [num_tokens]), without EOS.
+    """
     raise NotImplementedError
 
   def decode_tf(self, ids: tf.Tensor) -> tf.Tensor:
-    """A 1-D integer tensor of ids -> a scalar tf.string."""
+    """A 1-D integer tensor of ids -> a scalar tf.string.
+
+    Args:
+      ids: a 1-D integer tensor of ids (shape [length]); decoding stops at the
+        first EOS.
+
+    Returns:
+      A scalar tf.string tensor holding the decoded text.
+    """
     raise NotImplementedError
 
 
@@ -118,10 +148,18 @@ class TFDSVocabulary(Vocabulary):
   """
 
   def __init__(self, tfds_encoder):
+    """Wraps a TFDS text encoder.
+
+    Args:
+      tfds_encoder: a `tfds.deprecated.text` encoder (e.g. a SubwordTextEncoder)
+        with `encode`, `decode` and `vocab_size`; its ids are shifted up by one
+        here so that 0 stays padding and 1 is EOS.
+    """
     self._tfds_encoder = tfds_encoder
 
   @property
   def tfds_encoder(self):
+    """The wrapped TFDS text encoder (its ids are one lower than ours)."""
     return self._tfds_encoder
 
   @property
@@ -156,6 +194,12 @@ def get_tfds_vocabulary(dataset_name: str = gin.REQUIRED) -> TFDSVocabulary:
 
   Example:
     vocab = get_tfds_vocabulary("lm1b/subwords32k")
+
+  Args:
+    dataset_name: the TFDS name with config, e.g. "lm1b/subwords32k".
+
+  Returns:
+    A TFDSVocabulary wrapping the dataset's target text encoder.
 
   Raises:
     ValueError: if the dataset has no text feature with an encoder.
@@ -216,7 +260,11 @@ class ByteVocabulary(Vocabulary):
     return data.decode("utf-8", errors="ignore")
 
   def encode_tf(self, s: tf.Tensor) -> tf.Tensor:
-    """Scalar tf.string -> 1-D int32 ids."""
+    """Scalar tf.string -> 1-D int32 ids.
+
+    Raises:
+      ValueError: if `s` is not a scalar.
+    """
     s = tf.convert_to_tensor(s, dtype=tf.string)
     if s.shape.rank not in (None, 0):
       raise ValueError("ByteVocabulary.encode_tf: expected a scalar string, "
@@ -225,7 +273,11 @@ class ByteVocabulary(Vocabulary):
     return tf.cast(data, tf.int32) + self._OFFSET
 
   def decode_tf(self, ids: tf.Tensor) -> tf.Tensor:
-    """1-D integer ids -> scalar tf.string (same rules as decode)."""
+    """1-D integer ids -> scalar tf.string (same rules as decode).
+
+    Raises:
+      ValueError: if `ids` is not 1-D.
+    """
     ids = tf.cast(tf.convert_to_tensor(ids), tf.int32)
     if ids.shape.rank not in (None, 1):
       raise ValueError("ByteVocabulary.decode_tf: expected 1-D ids, got "

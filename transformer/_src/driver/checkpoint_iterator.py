@@ -62,6 +62,26 @@ def get_checkpoint_iterator(checkpoint_step, model_dir, skip_until=0,
     last_step (training's last checkpoint; eval_model passes the run's
     train steps) or after `timeout` seconds without a new checkpoint.
 
+  Args:
+    checkpoint_step: an int step, a list of int steps, -1 (the latest
+      checkpoint), "all" or None (every checkpoint, then each new one as it is
+      written).
+    model_dir: the directory holding model.ckpt-<step> checkpoints.
+    skip_until: with "all" or None: skip checkpoints with step <= this.
+    stop_after: with "all" or None: stop after the first checkpoint with step >=
+      this.
+    find_closest: for an int step without a checkpoint, use the checkpoint with
+      the closest step (else raise).
+    last_step: with None: stop after a checkpoint with step >= this (e.g. the
+      training's last step).
+    timeout: with None: stop when no new checkpoint appears within this many
+      seconds (None: wait forever).
+    poll_seconds: with None: how often to look for new checkpoints.
+
+  Returns:
+    An iterable of checkpoint paths in step order (a list, or a waiting iterator
+    for None).
+
   Raises:
     ValueError: no checkpoints (except for None), or a step without a
       checkpoint when find_closest is False.

@@ -620,6 +620,9 @@ def flexible_ckpt_init_mapping(ckpt_path: str = "",
   Returns:
     fn(model name) -> checkpoint name (None for new blocks), or a dict
     {model name: checkpoint name} over the checkpoint's variables.
+
+  Raises:
+    ValueError: without ckpt_path when return_mapping_fn is False.
   """
 
   def mapping_fn(name: str) -> Optional[str]:

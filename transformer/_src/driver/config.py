@@ -44,6 +44,18 @@ def get_variable_dtype(master_dtype=tf.bfloat16, slice_dtype=tf.float32,
   Example:
     get_variable_dtype(activation_dtype="bfloat16").activation_dtype
     # tf.bfloat16
+
+  Args:
+    master_dtype: the dtype of the stored (checkpointed) variables.
+    slice_dtype: the dtype of the per-device variable slices used in the
+      computation.
+    activation_dtype: the dtype of the activations.
+
+  Returns:
+    An mtf.VariableDType.
+
+  Raises:
+    ValueError: if a dtype name is not a TensorFlow dtype.
   """
   dtypes = {}
   for what, value in (("master_dtype", master_dtype),
@@ -94,6 +106,16 @@ def tpu_mesh_shape(tpu_topology=gin.REQUIRED, model_parallelism=gin.REQUIRED,
     tpu_mesh_shape("v3-8", 1)     # Shape[batch=8]
     tpu_mesh_shape("2x2", [("batch", None), ("model", [2, 1, 2])])
                                   # Shape[batch=2, model=4]
+
+  Args:
+    tpu_topology: the TPU topology: a string such as "4x4" or "v3-8".
+    model_parallelism: the size of the "model" mesh dim, or a HierarchicalTiling
+      spec (a list of (name, tiling) pairs).
+    ensemble_parallelism: the size of the "ensemble" mesh dim (None: no ensemble
+      dim).
+
+  Returns:
+    An mtf.Shape with (some of) the dims "ensemble", "batch" and "model".
 
   Raises:
     ValueError: unparsable topology, or sizes that do not divide the cores.
@@ -166,6 +188,16 @@ def compute_batch_size(sequence_length: SequenceLength, mesh_shape,
                        "batch:batch,d_ff:model", ("tokens_per_replica", 2048))
     # 2048 * 8 // 512 = 32
 
+  Args:
+    sequence_length: an int, or a {"inputs": n, "targets": m} dict: the feature
+      lengths in tokens.
+    mesh_shape: an mtf.Shape or a string like "batch:8;model:4".
+    layout_rules: an mtf.LayoutRules or a string like "batch:batch".
+    method_and_value: a (method, value) pair, e.g. ("tokens_per_replica", 2048).
+
+  Returns:
+    The number of sequences per global batch (an int).
+
   Raises:
     ValueError: unknown method, or a batch size below 1.
   """
@@ -212,6 +244,18 @@ def serialize_num_microbatches(batch_dim: mtf.Dimension,
     serialize_num_microbatches(Dimension("batch", 64), 512, "batch:8",
                                "batch:batch", 2048)
     # 8 sequences per replica, 4 per microbatch -> 2
+
+  Args:
+    batch_dim: the mtf batch Dimension of a training batch.
+    sequence_length: an int, or a {"inputs": n, "targets": m} dict: the feature
+      lengths in tokens.
+    mesh_shape: an mtf.Shape or a string like "batch:8".
+    layout_rules: an mtf.LayoutRules or a string like "batch:batch".
+    tokens_per_microbatch_per_replica: the most tokens a replica processes at a
+      time (None or 0: no splitting).
+
+  Returns:
+    The number of microbatches (an int >= 1 dividing the batch).
   """
   if not tokens_per_microbatch_per_replica:
     return 1
@@ -236,6 +280,16 @@ def auto_train_steps(batch_size: int, sequence_length: SequenceLength,
   """Training steps to see train_tokens tokens.
 
   Example: auto_train_steps(128, 512) -> 2**36 // 65536 = 1048576.
+
+  Args:
+    batch_size: the number of sequences per batch.
+    sequence_length: an int, or a {"inputs": n, "targets": m} dict: the feature
+      lengths in tokens. The longest counts.
+    train_tokens: the number of tokens to train on.
+
+  Returns:
+    The number of training steps (an int): train_tokens // (batch_size * longest
+    sequence length).
   """
   length = _max_sequence_length(sequence_length, "auto_train_steps")
   return int(train_tokens) // (int(batch_size) * length)
@@ -251,6 +305,15 @@ def clean_decodes(ids, eos_id: int = 1, pad_id: int = 0,
   """ids with every position after the first EOS replaced by pad_id.
 
   Example: [[5, 1, 7, 1, 8]] -> [[5, 1, 0, 0, 0]].
+
+  Args:
+    ids: an int tensor of decoded ids, e.g. [batch, length].
+    eos_id: the EOS id.
+    pad_id: the id that replaces the positions after the first EOS.
+    length_axis: the axis of the sequence positions.
+
+  Returns:
+    A tensor of the shape and dtype of `ids`.
   """
   ids = tf.convert_to_tensor(ids)
   eos_before = tf.cumsum(tf.cast(tf.equal(ids, eos_id), tf.int32),
@@ -260,14 +323,28 @@ def clean_decodes(ids, eos_id: int = 1, pad_id: int = 0,
 
 
 def inputs_vocabulary(vocabulary):
-  """The inputs vocabulary of `vocabulary` (the first of a pair)."""
+  """The inputs vocabulary of `vocabulary` (the first of a pair).
+
+  Args:
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
+
+  Returns:
+    The Vocabulary of the "inputs" feature.
+  """
   if isinstance(vocabulary, tuple):
     return vocabulary[0]
   return vocabulary
 
 
 def targets_vocabulary(vocabulary):
-  """The targets vocabulary of `vocabulary` (the second of a pair)."""
+  """The targets vocabulary of `vocabulary` (the second of a pair).
+
+  Args:
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
+
+  Returns:
+    The Vocabulary of the "targets" feature.
+  """
   if isinstance(vocabulary, tuple):
     return vocabulary[1]
   return vocabulary
@@ -319,6 +396,16 @@ def separate_vocabularies(inputs=gin.REQUIRED, targets=gin.REQUIRED):
   Example (gin):
     run.vocabulary = @separate_vocabularies()
     separate_vocabularies.inputs = @inputs/get_tfds_vocabulary()
+
+  Args:
+    inputs: the Vocabulary of the "inputs" feature.
+    targets: the Vocabulary of the "targets" feature.
+
+  Returns:
+    The (inputs, targets) tuple.
+
+  Raises:
+    ValueError: if `inputs` or `targets` is not given.
   """
   for param, value in (("inputs", inputs), ("targets", targets)):
     if value is gin.REQUIRED:
@@ -334,6 +421,13 @@ def separate_vocabularies(inputs=gin.REQUIRED, targets=gin.REQUIRED):
 def get_step_from_checkpoint_path(checkpoint_path: str) -> int:
   """The global step in a `.../model.ckpt-<step>[...]` path.
 
+  Args:
+    checkpoint_path: a path such as "/m/model.ckpt-1000" (a suffix like ".index"
+      is allowed).
+
+  Returns:
+    The step (an int).
+
   Raises:
     ValueError: if the path names no step.
   """
@@ -347,7 +441,15 @@ def get_step_from_checkpoint_path(checkpoint_path: str) -> int:
 @gin.configurable(module=_GIN_MODULE)
 def variable_filter_max_size(v, max_size: float = 1e7) -> bool:
   """Whether variable v (an mtf.Variable or anything with a shape) has at
-  most max_size elements; a `variable_filter` for small-variable training."""
+  most max_size elements; a `variable_filter` for small-variable training.
+
+  Args:
+    v: an mtf.Variable or anything with a shape.
+    max_size: the largest number of elements allowed.
+
+  Returns:
+    True if the variable has at most max_size elements.
+  """
   shape = v.shape
   size = shape.size if isinstance(shape, mtf.Shape) else int(
       np.prod(tf.TensorShape(shape).as_list()))
@@ -358,14 +460,31 @@ def variable_filter_max_size(v, max_size: float = 1e7) -> bool:
 def should_load_variable(name: str,
                          filter_fn: Optional[Callable[[str], bool]] = None
                          ) -> bool:
-  """Whether init_checkpoint should load variable `name` (default: yes)."""
+  """Whether init_checkpoint should load variable `name` (default: yes).
+
+  Args:
+    name: the variable's name.
+    filter_fn: a predicate on variable names (None: load every variable).
+
+  Returns:
+    True if the variable is to be loaded.
+  """
   return True if filter_fn is None else bool(filter_fn(name))
 
 
 @gin.configurable(module=_GIN_MODULE)
 def init_checkpoint_variable_mapping(
     name: str, mapping_fn: Optional[Callable[[str], str]] = None) -> str:
-  """The checkpoint name to load model variable `name` from (default: same)."""
+  """The checkpoint name to load model variable `name` from (default: same).
+
+  Args:
+    name: the model variable's name.
+    mapping_fn: a function from model variable name to checkpoint variable name
+      (None: identity).
+
+  Returns:
+    The variable's name in the checkpoint.
+  """
   return name if mapping_fn is None else mapping_fn(name)
 
 
@@ -397,7 +516,14 @@ except ValueError:  # already registered
 
 
 def config_dir() -> str:
-  """The directory holding defaults.gin and the gin tree."""
+  """The directory holding defaults.gin and the gin tree.
+
+  Returns:
+    The absolute path of the gin config directory.
+
+  Raises:
+    FileNotFoundError: if no defaults.gin is found near the package.
+  """
   package_dir = os.path.dirname(os.path.dirname(os.path.dirname(
       os.path.abspath(__file__))))
   for candidate in (os.path.join(package_dir, "gin"),
@@ -420,6 +546,16 @@ def parse_gin_defaults_and_flags(skip_unknown=False, finalize_config=True,
   original let gin resolve every --gin_file). Missing files and unknown
   bindings raise with the culprit named (gin's own errors, which name file
   and binding).
+
+  Args:
+    skip_unknown: ignore bindings of unknown configurables (True, or a list of
+      names to ignore).
+    finalize_config: lock the gin config after parsing.
+    gin_files: the gin files to parse (default: the --gin_file flag's values).
+    gin_params: the gin bindings to parse after the files (default: the
+      --gin_param flag's values).
+    gin_location_prefix: directories to look up relative gin file names in
+      (default: the --gin_location_prefix flag's values).
 
   Raises:
     OSError: a gin file that exists nowhere on the search path.

@@ -51,7 +51,15 @@ def _required(what: str, **params) -> None:
 
 def get_inputs_from_file(input_filename, ignore_comments=False):
   """Lines of input_filename (no trailing newline); '#' lines dropped if
-  ignore_comments."""
+  ignore_comments.
+
+  Args:
+    input_filename: a text file.
+    ignore_comments: drop lines that start with "#".
+
+  Returns:
+    A list of strings, one per line, without the newline.
+  """
   with tf.io.gfile.GFile(input_filename, "r") as f:
     lines = f.read().split("\n")
   if lines and not lines[-1]:
@@ -62,7 +70,12 @@ def get_inputs_from_file(input_filename, ignore_comments=False):
 
 
 def write_lines_to_file(lines, filename):
-  """Writes lines (one per line) to filename, creating its directory."""
+  """Writes lines (one per line) to filename, creating its directory.
+
+  Args:
+    lines: the lines (str() of each is written).
+    filename: the output file; its directory is created.
+  """
   directory = os.path.dirname(filename)
   if directory:
     tf.io.gfile.makedirs(directory)
@@ -97,6 +110,17 @@ def encode_inputs(inputs, vocabulary, model_type, batch_size,
     encode_inputs(["ab"], ByteVocabulary(), "bitransformer", 2, 4)
     # [[100, 101, 1, 0], [100, 101, 1, 0]]
 
+  Args:
+    inputs: the input strings.
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
+    model_type: "bitransformer", "lm", "delimited_lm", "aligned" or
+      "bi_student_teacher".
+    batch_size: the number of sequences per batch.
+    sequence_length: the length of each row in tokens (int).
+    eos_id: the EOS id (1).
+    unscored_prefix: a string encoded in front of every input with negated ids,
+      which scoring skips (None: no prefix).
+
   Returns:
     int32 array [ceil(n / batch_size) * batch_size, sequence_length].
   """
@@ -120,8 +144,20 @@ def encode_delimited_lm(inputs, targets, vocabulary, batch_size,
   include_final_eos), truncated / zero-padded to sequence_length; copies of
   the first row pad the list to a whole number of batches.
 
+  Args:
+    inputs: the input strings.
+    targets: the target strings, one per input.
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
+    batch_size: the number of sequences per batch.
+    sequence_length: the length of each row in tokens (int).
+    eos_id: the EOS id (1).
+    include_final_eos: append EOS after the target ids.
+
   Returns:
     int32 array [ceil(n / batch_size) * batch_size, sequence_length].
+
+  Raises:
+    ValueError: if inputs and targets differ in number.
   """
   if len(inputs) != len(targets):
     raise ValueError("encode_delimited_lm: %d inputs but %d targets"
@@ -175,7 +211,19 @@ def _decode_ids_to_text(estimator, input_ids: np.ndarray, vocabulary,
 @eager_in_legacy_mode
 def decode_strings(estimator, strings: Sequence[str], vocabulary=None,
                    checkpoint_path=None, **decode_kwargs) -> List[str]:
-  """Decoded output strings for input strings (greedy unless configured)."""
+  """Decoded output strings for input strings (greedy unless configured).
+
+  Args:
+    estimator: the driver.Estimator holding the model and its variables.
+    strings: the input strings.
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them. Default: the
+      estimator's.
+    checkpoint_path: the checkpoint to use (default: the latest in the
+      model_dir).
+
+  Returns:
+    The decoded strings, one per input.
+  """
   vocabulary = vocabulary or estimator.vocabulary
   ids = driver_eval.encode_strings(inputs_vocabulary(vocabulary), strings,
                                    estimator.sequence_length["inputs"])
@@ -186,7 +234,20 @@ def decode_strings(estimator, strings: Sequence[str], vocabulary=None,
 @gin.configurable(module=_GIN_MODULE)
 @eager_in_legacy_mode
 def decode(estimator, input_fn, vocabulary, checkpoint_path=None):
-  """Decoded strings for the "inputs" of input_fn()'s examples or batches."""
+  """Decoded strings for the "inputs" of input_fn()'s examples or batches.
+
+  Args:
+    estimator: the driver.Estimator holding the model and its variables.
+    input_fn: a function returning a tf.data.Dataset of examples or batches
+      (dicts of int features); it may take a params dict with "batch_size".
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them. Decodes the
+      outputs with the targets vocabulary.
+    checkpoint_path: the checkpoint to use (default: the latest in the
+      model_dir).
+
+  Returns:
+    A list of decoded strings, one per example.
+  """
   length = estimator.sequence_length["inputs"]
   ids = _feature_rows(_call_input_fn(input_fn, estimator), ["inputs"],
                       {"inputs": length})["inputs"]
@@ -213,6 +274,23 @@ def decode_from_file(estimator, vocabulary, model_type, batch_size,
 
   With repeats > 1 each input is decoded that many times (useful with
   sampling). Returns the decoded strings.
+
+  Args:
+    estimator: the driver.Estimator holding the model and its variables.
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
+    model_type: "bitransformer", "lm", "delimited_lm", "aligned" or
+      "bi_student_teacher".
+    batch_size: unused (the estimator's batch size is used).
+    sequence_length: unused (the estimator's lengths are used).
+    checkpoint_path: the checkpoint to use (default: the latest in the
+      model_dir).
+    input_filename: a text file with one input per line.
+    output_filename: the decodes go to <output_filename>-<step>, one per line.
+    eos_id: the EOS id (1).
+    repeats: decode each input this many times (useful with sampling).
+
+  Returns:
+    The list of decoded strings (repeats per input).
   """
   del batch_size, sequence_length
   _required("decode_from_file", input_filename=input_filename,
@@ -292,6 +370,26 @@ def decode_from_dataset(estimator, vocabulary, model_type, batch_size,
   `<name>_targets` and `<name>_predictions-<step>` get one line per example;
   an EvalDataset's metric_fns are computed on the postprocessed texts and
   printed. Returns {name: decoded strings}.
+
+  Args:
+    estimator: the driver.Estimator holding the model and its variables.
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
+    model_type: "bitransformer", "lm", "delimited_lm", "aligned" or
+      "bi_student_teacher".
+    batch_size: the number of sequences per batch.
+    sequence_length: an int, or a {"inputs": n, "targets": m} dict: the feature
+      lengths in tokens.
+    checkpoint_path: the checkpoint to use (default: the latest in the
+      model_dir).
+    infer_dataset_fn: called as fn(sequence_length=, vocabulary=,
+      dataset_split=); returns a dataset or a list of EvalDatasets of examples
+      with "inputs" ids.
+    dataset_split: the dataset split, e.g. "train" or "validation".
+    decode_output_dir: the directory for the inputs, targets and predictions
+      files.
+
+  Returns:
+    {dataset name: list of decoded strings}.
   """
   del model_type, batch_size
   _required("decode_from_dataset", infer_dataset_fn=infer_dataset_fn,
@@ -322,7 +420,24 @@ def decode_from_dataset(estimator, vocabulary, model_type, batch_size,
 def infer_model(estimator, vocabulary, sequence_length, batch_size,
                 model_type, model_dir, eval_checkpoint_step,
                 checkpoint_paths=None, decode_fn=decode_from_file):
-  """Runs decode_fn for each checkpoint to evaluate."""
+  """Runs decode_fn for each checkpoint to evaluate.
+
+  Args:
+    estimator: the driver.Estimator holding the model and its variables.
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
+    sequence_length: an int, or a {"inputs": n, "targets": m} dict: the feature
+      lengths in tokens.
+    batch_size: the number of sequences per batch.
+    model_type: "bitransformer", "lm", "delimited_lm", "aligned" or
+      "bi_student_teacher".
+    model_dir: the directory of the checkpoints.
+    eval_checkpoint_step: which checkpoints to use: an int step, a list of
+      steps, -1 (the latest), "all" or None (see get_checkpoint_iterator).
+    checkpoint_paths: the checkpoints to decode with (default:
+      get_checkpoint_iterator(eval_checkpoint_step, model_dir)).
+    decode_fn: called as decode_fn(estimator, vocabulary, model_type,
+      batch_size, sequence_length, checkpoint_path=path), e.g. decode_from_file.
+  """
   if checkpoint_paths is None:
     checkpoint_paths = get_checkpoint_iterator(eval_checkpoint_step,
                                                model_dir)
@@ -342,6 +457,16 @@ def compute_log_likelihoods(estimator, input_fn, checkpoint_path=None):
 
   input_fn() returns a dataset of examples or batches; the result has one
   float per example (sum over target ids > 0).
+
+  Args:
+    estimator: the driver.Estimator holding the model and its variables.
+    input_fn: a function returning a tf.data.Dataset of examples or batches
+      (dicts of int features); it may take a params dict with "batch_size".
+    checkpoint_path: the checkpoint to use (default: the latest in the
+      model_dir).
+
+  Returns:
+    A list of floats, one log-likelihood per example.
   """
   lengths = estimator.sequence_length
   dataset = _call_input_fn(input_fn, estimator)
@@ -473,6 +598,22 @@ def score_with_estimator(estimator, input_fn, eval_checkpoint_step, model_dir,
 
   Returns score_postprocess_fn(results, vocabulary), where results is a list
   of {"inputs", "targets", "scores"} per example (the first num_examples).
+
+  Args:
+    estimator: the driver.Estimator holding the model and its variables.
+    input_fn: a function returning a tf.data.Dataset of examples or batches
+      (dicts of int features); it may take a params dict with "batch_size".
+    eval_checkpoint_step: which checkpoints to use: an int step, a list of
+      steps, -1 (the latest), "all" or None (see get_checkpoint_iterator).
+    model_dir: the directory of the checkpoints.
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
+    score_postprocess_fn: called as fn(results, vocabulary) on the list of
+      {"inputs", "targets", "scores"} dicts; its value is returned (save_scores
+      writes the scores to files).
+    num_examples: keep only the first this many examples (None: all).
+
+  Returns:
+    What score_postprocess_fn returns.
   """
   lengths = estimator.sequence_length
   dataset = _call_input_fn(input_fn, estimator)
@@ -529,6 +670,31 @@ def score_from_strings(estimator, vocabulary, model_type, batch_size,
 
   For "lm" models only the targets are scored. Returns
   score_postprocess_fn(results, vocabulary) (save_scores: the scores).
+
+  Args:
+    estimator: the driver.Estimator holding the model and its variables.
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
+    model_type: "bitransformer", "lm", "delimited_lm", "aligned" or
+      "bi_student_teacher".
+    batch_size: unused (the estimator's batch size is used).
+    sequence_length: unused (the estimator's lengths are used).
+    model_dir: the directory of the checkpoints.
+    eval_checkpoint_step: which checkpoints to use: an int step, a list of
+      steps, -1 (the latest), "all" or None (see get_checkpoint_iterator).
+    inputs: a list of input strings, or the name of a file with one per line.
+    targets: a list of target strings, or the name of a file with one per line.
+    score_postprocess_fn: called as fn(results, vocabulary) on the list of
+      {"inputs", "targets", "scores"} dicts; its value is returned (save_scores
+      writes the scores to files).
+    eos_id: the EOS id (1).
+    score_eos: include the final EOS in each target's score.
+
+  Returns:
+    What score_postprocess_fn returns.
+
+  Raises:
+    ValueError: if a required argument is missing, or inputs and targets differ
+      in number.
   """
   del batch_size, sequence_length
   _required("score_from_strings", inputs=inputs, targets=targets,
@@ -567,6 +733,30 @@ def score_from_dataset(estimator, vocabulary, batch_size, sequence_length,
   score_dataset_fn(sequence_length=, vocabulary=, dataset_split=) returns a
   dataset, or a list with one EvalDataset, of examples with "targets" (and
   "inputs") ids. Returns score_postprocess_fn(results, vocabulary).
+
+  Args:
+    estimator: the driver.Estimator holding the model and its variables.
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
+    batch_size: unused (the estimator's batch size is used).
+    sequence_length: an int, or a {"inputs": n, "targets": m} dict: the feature
+      lengths in tokens.
+    model_dir: the directory of the checkpoints.
+    eval_checkpoint_step: which checkpoints to use: an int step, a list of
+      steps, -1 (the latest), "all" or None (see get_checkpoint_iterator).
+    dataset_split: the dataset split, e.g. "train" or "validation".
+    score_dataset_fn: called as fn(sequence_length=, vocabulary=,
+      dataset_split=); returns a dataset, or a list with one EvalDataset, of
+      examples with "targets" (and "inputs") ids.
+    score_postprocess_fn: called as fn(results, vocabulary) on the list of
+      {"inputs", "targets", "scores"} dicts; its value is returned (save_scores
+      writes the scores to files).
+
+  Returns:
+    What score_postprocess_fn returns.
+
+  Raises:
+    ValueError: without score_dataset_fn or score_postprocess_fn, or if
+      score_dataset_fn gives more than one dataset.
   """
   del batch_size
   _required("score_from_dataset", score_postprocess_fn=score_postprocess_fn)

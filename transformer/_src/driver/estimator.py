@@ -131,6 +131,53 @@ class Estimator:
   The stand-in for the original's TPUEstimator: utils.get_estimator builds
   one, and utils.train_model / eval_model / infer_model / export_model take
   it as their `estimator` argument.
+
+  Args:
+    model_type: "bitransformer", "lm", "delimited_lm", "aligned" or
+      "bi_student_teacher".
+    transformer_model: the Unitransformer or Bitransformer (or StudentTeacher)
+      to run.
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
+    model_dir: the directory of the checkpoints.
+    mesh_shape: an mtf.Shape or a string like "batch:8;model:4": the mesh's
+      dims.
+    layout_rules: an mtf.LayoutRules or a string like "batch:batch,d_ff:model":
+      which tensor dims split over which mesh dims.
+    batch_size: the global number of sequences per training batch.
+    sequence_length: an int, or a {"inputs": n, "targets": m} dict: the feature
+      lengths in tokens.
+    autostack: combine the model's variables into stacked variables (fewer,
+      larger variables).
+    keep_checkpoint_max: the number of recent checkpoints kept (None: keep all).
+    save_checkpoints_steps: write a checkpoint every this many training steps.
+    learning_rate_schedule: a float, a function of the step (a schedule of
+      learning_rate_schedules with its other arguments bound), or None (the
+      optimizer's own default rate).
+    optimizer: an mtf.optimize.Optimizer class or factory (default:
+      AdafactorOptimizer).
+    variable_filter: a function of an mtf.Variable that says whether to train
+      it (e.g. variable_filter_max_size); None trains every variable.
+    init_checkpoint: a checkpoint to initialize the variables from when
+      model_dir has none.
+    init_variable_filter: a regular expression of the variable names to load
+      from init_checkpoint ("": all).
+    mesh_devices: the device names of the mesh's processors (default: the local
+      CPUs/GPUs).
+    variable_dtype: the mtf.VariableDType of the variables (default:
+      get_variable_dtype() through gin).
+    log_every_steps: log the loss every this many training steps.
+    total_train_steps: the training length the learning-rate schedule assumes.
+    outer_batch_size: split the batch into [outer_batch, batch / outer_batch]
+      dims in training and evaluation.
+    ensemble_inputs: for an ensemble model, the number of members, each fed its
+      own batch (None: one input batch).
+    predict_fn: a function replacing the default decoding in predict mode,
+      called as predict_fn(model, features, variable_dtype).
+    model_info_file: a file to write the model's variable names and shapes to
+      (None: do not write).
+
+  Raises:
+    ValueError: if outer_batch_size does not divide batch_size.
   """
 
   def __init__(self, model_type: str, transformer_model, vocabulary,
@@ -197,6 +244,17 @@ class Estimator:
     [ensemble] when ensemble_inputs (each member gets its own examples), then
     [outer_batch, batch / outer_batch] in training and evaluation when
     outer_batch_size > 1, else [batch].
+
+    Args:
+      batch_size: the batch size (default: the estimator's).
+      training: whether for training or evaluation (the only modes with an outer
+        batch dim).
+
+    Returns:
+      A list of mtf.Dimensions.
+
+    Raises:
+      ValueError: if outer_batch_size does not divide the batch size.
     """
     batch_size = batch_size or self.batch_size
     dims = []
@@ -215,7 +273,17 @@ class Estimator:
   def import_features(self, mesh: mtf.Mesh, features, batch_size=None,
                       training: bool = True):
     """mtf Tensors [batch dims..., length] of int features [ensemble?,
-    batch, length]."""
+    batch, length].
+
+    Args:
+      mesh: the mtf.Mesh to import onto.
+      features: {feature name: int tensor [ensemble?, batch, length]}.
+      batch_size: the batch size (default: the estimator's).
+      training: whether the batch dims are the training ones (see batch_dims).
+
+    Returns:
+      {feature name: int mtf.Tensor [batch dims..., length]}.
+    """
     batch_dims = self.batch_dims(batch_size, training)
     mtf_features = {}
     for key, x in sorted(features.items()):
@@ -229,7 +297,22 @@ class Estimator:
 
   def logits_and_loss(self, mtf_features, mode: str,
                       num_microbatches: int = 1):
-    """(logits, loss) of the model, as the original's model_fn computed."""
+    """(logits, loss) of the model, as the original's model_fn computed.
+
+    Args:
+      mtf_features: {feature name: int mtf.Tensor [batch dims..., length]}, with
+        "targets" and optionally "inputs" and their _segmentation and _position
+        features.
+      mode: "train" or "eval" (dropout only in training).
+      num_microbatches: the number of microbatches the loss is divided over.
+
+    Returns:
+      A (logits, loss) pair: logits [batch dims..., length, vocab] and the
+      scalar loss.
+
+    Raises:
+      ValueError: if a model with an encoder gets no "inputs" feature.
+    """
     model = self.model
     targets = mtf_features["targets"]
     if isinstance(model, Unitransformer):
@@ -281,6 +364,12 @@ class Estimator:
     Returns (lowering, loss, updates, learning_rate): the float32 loss, the
     lowered variable updates (the global step is not incremented) and the
     learning-rate tensor.
+
+    Args:
+      features: {feature name: int tensor [ensemble?, batch, length]}.
+
+    Returns:
+      A (lowering, loss, updates, learning_rate) tuple.
     """
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
@@ -358,7 +447,11 @@ class Estimator:
   # Masters <-> slices and checkpoints.
 
   def checkpoint_variables(self) -> Dict[str, tf.Variable]:
-    """{original name: master tf.Variable} plus "global_step"."""
+    """{original name: master tf.Variable} plus "global_step".
+
+    Returns:
+      {checkpoint name: master tf.Variable}, with "global_step".
+    """
     variables = dict(self.store.masters)
     variables[GLOBAL_STEP] = self.global_step
     return variables
@@ -394,11 +487,20 @@ class Estimator:
     fn()
 
   def latest_checkpoint(self) -> Optional[str]:
+    """The newest checkpoint of model_dir.
+
+    Returns:
+      The path of the newest checkpoint in model_dir, or None.
+    """
     return checkpoints.latest_checkpoint(self.model_dir)
 
   @eager_in_legacy_mode
   def save(self) -> str:
-    """Writes model.ckpt-<global step> to model_dir; returns its path."""
+    """Writes model.ckpt-<global step> to model_dir; returns its path.
+
+    Returns:
+      The path of the written checkpoint.
+    """
     self._sync_masters()
     step = int(self.global_step.numpy())
     path = checkpoints.save(self.model_dir, step,
@@ -409,7 +511,11 @@ class Estimator:
 
   @eager_in_legacy_mode
   def restore(self, path: str) -> None:
-    """Loads checkpoint `path` into the masters (then slices on next use)."""
+    """Loads checkpoint `path` into the masters (then slices on next use).
+
+    Args:
+      path: a checkpoint path such as <model_dir>/model.ckpt-1000.
+    """
     checkpoints.restore(path, self.checkpoint_variables())
     self._masters_stale = False
     self._masters_version += 1
@@ -446,6 +552,20 @@ class Estimator:
     """Trains until the global step reaches max_steps; resumes if possible.
 
     Returns {"loss", "learning_rate", "step"} of the last step run.
+
+    Args:
+      input_fn: returns a dataset of training batches (dicts of int features
+        [batch, length]).
+      max_steps: the global step to stop at.
+      skip_seen_data: skip the batches the steps since seen_data_init_step
+        consumed, so a resumed run sees new data.
+      seen_data_init_step: the step from which the consumed data is counted.
+
+    Returns:
+      {"loss", "learning_rate", "step"} of the last step run.
+
+    Raises:
+      FloatingPointError: if the training loss is not finite.
     """
     tf.io.gfile.makedirs(self.model_dir)
     dataset = input_fn()
@@ -512,6 +632,10 @@ class Estimator:
     slices are synced to the masters; otherwise checkpoint_path (default: the
     latest in model_dir) is restored when the phase runs.
 
+    Args:
+      checkpoint_path: the checkpoint to restore (None: the trained variables,
+        or the latest checkpoint).
+
     Raises:
       ValueError: no checkpoint_path and none in model_dir.
     """
@@ -528,7 +652,15 @@ class Estimator:
                            else checkpoint_path)
 
   def phase_fn(self, name: str, build: Callable) -> _PhaseFn:
-    """A cached _PhaseFn built by build(phase) -> tf.function."""
+    """A cached _PhaseFn built by build(phase) -> tf.function.
+
+    Args:
+      name: the phase's cache key (e.g. "eval").
+      build: called once as build(phase); returns the phase's tf.function.
+
+    Returns:
+      The cached _PhaseFn.
+    """
     phase = self._phase_fns.get(name)
     if phase is None:
       phase = _PhaseFn(None)
@@ -538,7 +670,14 @@ class Estimator:
 
   @eager_in_legacy_mode
   def run_phase(self, phase: _PhaseFn, *args):
-    """Calls phase.fn(*args): traces, restores pending checkpoints, syncs."""
+    """Calls phase.fn(*args): traces, restores pending checkpoints, syncs.
+
+    Args:
+      phase: a _PhaseFn from phase_fn.
+
+    Returns:
+      What phase.fn returns.
+    """
     if phase.laid_out_variables is None:
       phase.fn.get_concrete_function(*args)
     pending = self._restore_later
@@ -557,6 +696,15 @@ class Estimator:
     Returns loss (mean cross-entropy per target token), token_accuracy,
     sequence_accuracy (exact match of every target token of a row),
     neg_log_perplexity, num_eval_tokens and num_eval_sequences.
+
+    Args:
+      dataset: a dataset of batched dicts of int features [batch, length].
+      checkpoint_path: the checkpoint to evaluate (default: the trained or
+        latest variables).
+      max_batches: evaluate at most this many batches (None: the whole dataset).
+
+    Returns:
+      {metric name: float}.
     """
     return evaluation.evaluate(self, dataset, checkpoint_path, max_batches)
 

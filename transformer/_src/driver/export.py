@@ -103,6 +103,21 @@ def export_model(estimator, export_dir, vocabulary, sequence_length,
   model_dir) on a one-device mesh. eval_with_score exports a scoring
   signature instead of a decoder.
 
+  Args:
+    estimator: the driver.Estimator holding the model and its variables.
+    export_dir: the SavedModel goes to <export_dir>/<step>.
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
+    sequence_length: an int, or a {"inputs": n, "targets": m} dict: the feature
+      lengths in tokens.
+    model_type: unused (the estimator's model is exported).
+    eval_with_score: score the targets instead of decoding.
+    batch_size: the batch size of the exported signature.
+    checkpoint_path: the checkpoint to export (default: the latest in the
+      estimator's model_dir).
+
+  Returns:
+    The path of the written SavedModel directory.
+
   Raises:
     ValueError: no checkpoint to export.
   """

@@ -106,6 +106,9 @@ def product_learning_rate(step: Step, total_train_steps: Number,
 
   Returns:
     The learning rate (a float, or a float32 TF scalar for a TF step).
+
+  Raises:
+    ValueError: if a factor is neither a number nor a schedule function.
   """
   if callable(factors):
     factors = [factors]
@@ -184,6 +187,11 @@ def truncated_rsqrt(step: Step, total_train_steps: Number,
   Example:
     truncated_rsqrt(40000, 100000)  # 1/sqrt(40000) = 0.005
 
+  Args:
+    step: the global step: an int, a numpy value or an int/float tensor.
+    total_train_steps: unused.
+    warmup_steps: the rate is constant (1/sqrt(warmup_steps)) up to this step.
+
   Returns:
     rsqrt(max(step, warmup_steps)).
   """
@@ -198,6 +206,14 @@ def constant(step: Step, total_train_steps: Number, value: Number = 1.0):
 
   Example:
     constant(7, 100, value=0.5)  # 0.5
+
+  Args:
+    step: the global step: an int, a numpy value or an int/float tensor.
+    total_train_steps: unused.
+    value: the value returned.
+
+  Returns:
+    `value`, as a tensor if `step` is one.
   """
   del total_train_steps
   return _like_step(step, value)
@@ -210,6 +226,14 @@ def constant_learning_rate(step: Step, total_train_steps: Number,
 
   Example:
     constant_learning_rate(7, 100, learning_rate=0.01)  # 0.01
+
+  Args:
+    step: the global step: an int, a numpy value or an int/float tensor.
+    total_train_steps: unused.
+    learning_rate: the learning rate.
+
+  Returns:
+    `learning_rate`, as a tensor if `step` is one.
   """
   del total_train_steps
   return _like_step(step, learning_rate)
@@ -222,6 +246,12 @@ def linear_decay_learning_rate(step: Step, total_train_steps: Number,
 
   Example:
     linear_decay_learning_rate(600, 1000, initial_lr=0.1, offset=200)  # 0.05
+
+  Args:
+    step: the global step: an int, a numpy value or an int/float tensor.
+    total_train_steps: the step at which the rate reaches 0.
+    initial_lr: the rate until `offset`.
+    offset: the step at which the decay starts.
 
   Returns:
     initial_lr * min(1, (total_train_steps - step) / (total_train_steps -
@@ -300,6 +330,10 @@ def slanted_triangular(step: Step, total_train_steps: Number,
 
   Returns:
     The learning rate.
+
+  Raises:
+    ValueError: if cut_fraction of total_train_steps leaves no warm-up step
+      (need 0 < cut_fraction < 1).
   """
   train_steps = float(total_train_steps) - start_step
   cut = math.floor(train_steps * cut_fraction)

@@ -48,6 +48,13 @@ def metric_sum(values, name=None, **kwargs):
 
   Extra keyword arguments (weights, ...) are accepted and ignored, as in
   the original.
+
+  Args:
+    values: a numeric tensor whose elements are added to the total.
+    name: the name of the accumulator variable.
+
+  Returns:
+    A (total, update_op) pair, as tf.compat.v1.metrics functions return.
   """
   del kwargs
   accum = _metric_variable(name, "metric_sum", values)
@@ -57,7 +64,15 @@ def metric_sum(values, name=None, **kwargs):
 
 
 def metric_max(values, name=None, **kwargs):
-  """A streaming maximum of values: (max, update_op); starts at 0."""
+  """A streaming maximum of values: (max, update_op); starts at 0.
+
+  Args:
+    values: a numeric tensor whose largest element updates the maximum.
+    name: the name of the accumulator variable.
+
+  Returns:
+    A (maximum, update_op) pair, as tf.compat.v1.metrics functions return.
+  """
   del kwargs
   accum = _metric_variable(name, "metric_max", values)
   update_op = _tf1.assign(accum, tf.maximum(
@@ -190,6 +205,57 @@ def tpu_estimator_model_fn(model_type, transformer_model, vocabulary,
 
   use_tpu, tpu_summaries and hierarchical_tiling_spec concern TPUs, which
   this driver does not run; they are accepted and logged.
+
+  Args:
+    model_type: "bitransformer", "lm", "delimited_lm", "aligned" or
+      "bi_student_teacher".
+    transformer_model: the Unitransformer or Bitransformer (or StudentTeacher)
+      to run.
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
+    model_dir: the directory of the checkpoints and summaries.
+    use_tpu: accepted for the original's signature; TPUs are not driven from
+      here.
+    mesh_shape: an mtf.Shape or a string like "batch:8;model:4": the mesh's
+      dims.
+    layout_rules: an mtf.LayoutRules or a string like "batch:batch,d_ff:model":
+      which tensor dims split over which mesh dims.
+    batch_size: the global number of sequences per batch.
+    sequence_length: an int, or a {"inputs": n, "targets": m} dict: the feature
+      lengths in tokens.
+    autostack: combine the model's variables into stacked variables (fewer,
+      larger variables).
+    keep_checkpoint_max: the number of recent checkpoints kept (None: keep all).
+    save_checkpoints_steps: write a checkpoint every this many training steps.
+    learning_rate_schedule: a float, a function of the step (a schedule of
+      learning_rate_schedules with its other arguments bound), or None (the
+      optimizer's own default rate).
+    optimizer: an mtf.optimize.Optimizer class or factory (default:
+      AdafactorOptimizer).
+    outer_batch_size: split the batch into [outer_batch, batch / outer_batch]
+      dims in training and evaluation.
+    tpu_summaries: accepted for the original's signature (TPU summaries are not
+      written).
+    predict_fn: a function replacing the default decoding in predict mode,
+      called as predict_fn(model, features, variable_dtype).
+    score_in_predict_mode: make predict mode score the given targets instead of
+      decoding.
+    variable_filter: a function of an mtf.Variable that says whether to train
+      it (e.g. variable_filter_max_size); None trains every variable.
+    init_checkpoint: a checkpoint to initialize the variables from when
+      model_dir has none.
+    init_variable_filter: a regular expression of the variable names to load
+      from init_checkpoint ("": all).
+    ensemble_inputs: for an ensemble model, the number of members, each fed its
+      own batch (None: one input batch).
+    mesh_devices: the device names of the mesh's processors (default: the local
+      CPUs/GPUs).
+    model_info_file: a file to write the model's variable names and shapes to
+      (None: do not write).
+    hierarchical_tiling_spec: accepted and logged (a TPU device-order
+      HierarchicalTiling spec; TPUs are not run here).
+
+  Returns:
+    A ModelFn: callable as model_fn(features, labels, mode, params).
   """
   if use_tpu or hierarchical_tiling_spec or tpu_summaries:
     logging.warning("tpu_estimator_model_fn: use_tpu / tpu_summaries / "

@@ -52,6 +52,55 @@ def get_estimator(model_type, vocabulary, mesh_shape, layout_rules,
   Built through the gin-configurable tpu_estimator_model_fn, so its gin
   bindings apply. tpu_job_name / cluster / iterations_per_loop are accepted
   for the original's signature; TPUs are not driven from here.
+
+  Args:
+    model_type: "bitransformer", "lm", "delimited_lm", "aligned" or
+      "bi_student_teacher".
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
+    mesh_shape: an mtf.Shape or a string like "batch:8;model:4": the mesh's
+      dims.
+    layout_rules: an mtf.LayoutRules or a string like "batch:batch,d_ff:model":
+      which tensor dims split over which mesh dims.
+    model_dir: the directory of the checkpoints.
+    batch_size: the global number of sequences per batch.
+    sequence_length: an int, or a {"inputs": n, "targets": m} dict: the feature
+      lengths in tokens.
+    autostack: combine the model's variables into stacked variables (fewer,
+      larger variables).
+    learning_rate_schedule: a float, a function of the step (a schedule of
+      learning_rate_schedules with its other arguments bound), or None (the
+      optimizer's own default rate).
+    keep_checkpoint_max: the number of recent checkpoints kept (None: keep all).
+    save_checkpoints_steps: write a checkpoint every this many training steps.
+    optimizer: an mtf.optimize.Optimizer class or factory (default:
+      AdafactorOptimizer).
+    predict_fn: a function replacing the default decoding in predict mode,
+      called as predict_fn(model, features, variable_dtype).
+    variable_filter: a function of an mtf.Variable that says whether to train
+      it (e.g. variable_filter_max_size); None trains every variable.
+    ensemble_inputs: for an ensemble model, the number of members, each fed its
+      own batch (None: one input batch).
+    use_tpu: accepted for the original's signature; TPUs are not driven from
+      here.
+    tpu_job_name: accepted for the original's signature (TPUs are not driven
+      from here).
+    iterations_per_loop: accepted for the original's signature (steps per TPU
+      loop).
+    cluster: accepted for the original's signature (a TPU cluster resolver).
+    init_checkpoint: a checkpoint to initialize the variables from when
+      model_dir has none.
+    mesh_devices: the device names of the mesh's processors (default: the local
+      CPUs/GPUs).
+    score_in_predict_mode: make predict mode score the given targets instead of
+      decoding.
+    log_every_steps: log the loss every this many training steps.
+    total_train_steps: the training length the learning-rate schedule assumes.
+
+  Returns:
+    A driver.Estimator.
+
+  Raises:
+    ValueError: without a vocabulary.
   """
   del tpu_job_name, cluster, iterations_per_loop
   if vocabulary is None:
@@ -108,6 +157,29 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
   With ensemble_inputs N, each step feeds N batches, one per ensemble
   member ([N, batch, length]). skip_seen_data skips the batches the steps
   since seen_data_init_step consumed, so a resumed run sees new data.
+
+  Args:
+    estimator: the driver.Estimator holding the model and its variables.
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
+    sequence_length: an int, or a {"inputs": n, "targets": m} dict: the feature
+      lengths in tokens.
+    batch_size: the number of sequences per batch.
+    train_dataset_fn: called as fn(sequence_length=, vocabulary=,
+      dataset_split=); returns a dataset of examples (dicts of int features,
+      packed or padded).
+    train_steps: the global step to train up to, or a function (batch_size,
+      sequence_length) -> steps such as auto_train_steps.
+    ensemble_inputs: for an ensemble model, the number of members, each fed its
+      own batch (None: one input batch).
+    dataset_split: the dataset split, e.g. "train" or "validation".
+    skip_seen_data: skip the batches the steps since seen_data_init_step
+      consumed, so a resumed run sees new data.
+    seen_data_init_step: the step from which the consumed data is counted.
+    checkpoint_input_pipeline: accepted for the original's signature; not
+      supported (logs a warning).
+
+  Returns:
+    {"loss", "learning_rate", "step"} of the last step run.
   """
   if checkpoint_input_pipeline:
     logging.warning("checkpoint_input_pipeline is not supported; use "
@@ -130,7 +202,21 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
 
 def evaluate_dataset(estimator, dataset, sequence_length, batch_size,
                      checkpoint_path=None, max_batches=None):
-  """Teacher-forced metrics of examples in `dataset` (see driver_eval)."""
+  """Teacher-forced metrics of examples in `dataset` (see driver_eval).
+
+  Args:
+    estimator: the driver.Estimator holding the model and its variables.
+    dataset: a dataset of unbatched examples (dicts of int features).
+    sequence_length: an int, or a {"inputs": n, "targets": m} dict: the feature
+      lengths in tokens.
+    batch_size: the number of sequences per batch.
+    checkpoint_path: the checkpoint to use (default: the latest in the
+      model_dir).
+    max_batches: evaluate at most this many batches (None: all).
+
+  Returns:
+    {metric name: float} (see Estimator.evaluate).
+  """
   dataset = _examples(dataset, sequence_length).batch(batch_size)
   return driver_eval.evaluate(estimator, dataset, checkpoint_path,
                               max_batches)
@@ -171,6 +257,31 @@ def eval_model(estimator, vocabulary, sequence_length, batch_size,
   "_<eval_dir_suffix>" appended if eval_dir_suffix is given.
 
   Returns {dataset name: {metric: value}} for the last checkpoint.
+
+  Args:
+    estimator: the driver.Estimator holding the model and its variables.
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
+    sequence_length: an int, or a {"inputs": n, "targets": m} dict: the feature
+      lengths in tokens.
+    batch_size: the number of sequences per batch.
+    dataset_split: the dataset split, e.g. "train" or "validation".
+    model_dir: the directory of the checkpoints.
+    eval_dataset_fn: called as fn(sequence_length=, vocabulary=,
+      dataset_split=); returns a list of EvalDatasets (or one dataset).
+    eval_summary_dir: the directory for the evaluation summaries (default:
+      <model_dir>/<dataset name>_<split>).
+    eval_checkpoint_step: which checkpoints to use: an int step, a list of
+      steps, -1 (the latest), "all" or None (see get_checkpoint_iterator).
+    eval_with_score: score the targets instead of decoding.
+    output_eval_examples: write the decodes to <summary
+      dir>/<name>_predictions-<step>.
+    max_batches: evaluate at most this many batches per dataset (None: all).
+
+  Returns:
+    {dataset name: {metric name: value}} of the last checkpoint evaluated.
+
+  Raises:
+    ValueError: without eval_dataset_fn.
   """
   if eval_dataset_fn is None:
     raise ValueError("mode 'eval' needs run.eval_dataset_fn")
@@ -252,6 +363,80 @@ def run(tpu_job_name, tpu, gcp_project, tpu_zone, model_dir,
   (a SavedModel; "export" is the deprecated alias of "export_infer").
   tpu_job_name, tpu, gcp_project and tpu_zone name TPU resources this
   driver does not use.
+
+  Args:
+    tpu_job_name: accepted for the original's signature (TPUs are not driven
+      from here).
+    tpu: accepted for the original's signature (the TPU name or address).
+    gcp_project: accepted for the original's signature.
+    tpu_zone: accepted for the original's signature.
+    model_dir: the directory for checkpoints, summaries and outputs.
+    model_type: "bitransformer", "lm", "delimited_lm", "aligned" or
+      "bi_student_teacher".
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them. Required.
+    train_dataset_fn: called as fn(sequence_length=, vocabulary=,
+      dataset_split=); returns a dataset of examples (dicts of int features,
+      packed or padded).
+    eval_dataset_fn: called as fn(sequence_length=, vocabulary=,
+      dataset_split=); returns a list of EvalDatasets (or one dataset).
+    dataset_split: the split the training (or other mode's) dataset is read
+      from.
+    autostack: combine the model's variables into stacked variables (fewer,
+      larger variables).
+    eval_checkpoint_step: which checkpoints to use: an int step, a list of
+      steps, -1 (the latest), "all" or None (see get_checkpoint_iterator).
+    export_checkpoint_step: the step of the checkpoint to export (None: the
+      latest).
+    export_path: the directory for the SavedModel in "export" mode.
+    mode: what to do: "train", "eval", "score_eval", "perplexity_eval", "infer",
+      "score_from_strings", "score_from_dataset", "export", "export_infer" or
+      "export_score".
+    iterations_per_loop: accepted for the original's signature (steps per TPU
+      loop).
+    save_checkpoints_steps: write a checkpoint every this many training steps.
+    keep_checkpoint_max: the number of recent checkpoints kept (None: keep all).
+    eval_summary_dir: the directory for the evaluation summaries (default:
+      <model_dir>/<dataset name>_<split>).
+    batch_size: an int, or a (method, value) pair for compute_batch_size such as
+      ("tokens_per_replica", 2048).
+    train_steps: the global step to train up to, or a function (batch_size,
+      sequence_length) -> steps such as auto_train_steps.
+    total_run_steps: the training length the learning-rate schedule assumes
+      (default: train_steps).
+    sequence_length: an int, or a {"inputs": n, "targets": m} dict: the feature
+      lengths in tokens. Required.
+    mesh_shape: an mtf.Shape or a string like "batch:8;model:4": the mesh's
+      dims.
+    mesh_devices: the device names of the mesh's processors (default: the local
+      CPUs/GPUs).
+    layout_rules: an mtf.LayoutRules or a string like "batch:batch,d_ff:model":
+      which tensor dims split over which mesh dims.
+    learning_rate_schedule: a float, a function of the step (a schedule of
+      learning_rate_schedules with its other arguments bound), or None (the
+      optimizer's own default rate).
+    optimizer: an mtf.optimize.Optimizer class or factory (default:
+      AdafactorOptimizer).
+    predict_fn: a function replacing the default decoding in predict mode,
+      called as predict_fn(model, features, variable_dtype).
+    variable_filter: a function of an mtf.Variable that says whether to train
+      it (e.g. variable_filter_max_size); None trains every variable.
+    perplexity_eval_steps: the number of batches "perplexity_eval" mode
+      evaluates.
+    init_checkpoint: a checkpoint to initialize the variables from when
+      model_dir has none.
+    ensemble_inputs: for an ensemble model, the number of members, each fed its
+      own batch (None: one input batch).
+    train_model_fn: the training function, called like train_model.
+    skip_seen_data: skip the batches the steps since seen_data_init_step
+      consumed, so a resumed run sees new data.
+    seen_data_init_step: the step from which the consumed data is counted.
+    output_eval_examples: write the decodes to <summary
+      dir>/<name>_predictions-<step>.
+    checkpoint_input_pipeline: accepted for the original's signature; not
+      supported (logs a warning).
+
+  Returns:
+    What the mode's function returns (e.g. the training metrics or the decodes).
 
   Raises:
     ValueError: an unknown mode, or a missing required parameter.

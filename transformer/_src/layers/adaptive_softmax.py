@@ -106,6 +106,18 @@ class AdaptiveSoftmaxVocabEmbedding:
         {"token_count": 12768, "embedding_size": 256,
          "length_projection_factor": 0.25}]
     Unitransformer.loss_fn = @adaptive_softmax_loss_fn
+
+  Args:
+    mesh: the mtf.Mesh the variables live on.
+    vocab_dim: the vocabulary Dimension.
+    output_dim: the output Dimension (None: the input's model dim).
+    variable_dtype: the mtf.VariableDType of the variables.
+    name: the name (scope) of the variables, e.g. "embedding" or "softmax".
+    ensemble_dim: an ensemble Dimension (one table per member) or None.
+    clusters: a list of {"token_count": n, "embedding_size": e} dicts: the
+      vocabulary is split in frequency order into clusters of n tokens with
+      e-dimensional embeddings (the first cluster is the head, whose softmax
+      also scores the other clusters).
   """
 
   def __init__(self, mesh: mtf.Mesh, vocab_dim: mtf.Dimension,
@@ -135,15 +147,33 @@ class AdaptiveSoftmaxVocabEmbedding:
 
   @property
   def vocab_dim(self) -> mtf.Dimension:
+    """The vocabulary Dimension."""
     return self._vocab_dim
 
   def ids_to_embedding(self, ids: mtf.Tensor, context) -> mtf.Tensor:
-    """Each id is embedded by its cluster (the others contribute zeros)."""
+    """Each id is embedded by its cluster (the others contribute zeros).
+
+    Args:
+      ids: int token ids [batch..., length].
+      context: the Context of the call (mesh, dims, mode, states...).
+
+    Returns:
+      The embeddings [batch..., length, d_model].
+    """
     return mtf.add_n([c.ids_to_embedding(ids, context) for c in self._clusters])
 
   def hidden_to_logits(self, hidden: mtf.Tensor, context) -> mtf.Tensor:
     """Training: hidden itself (for adaptive_softmax_loss_fn); otherwise the
-    log-probabilities over the whole vocabulary, [..., vocab]."""
+    log-probabilities over the whole vocabulary, [..., vocab].
+
+    Args:
+      hidden: the hidden states [batch..., length, d_model].
+      context: the Context of the call (mesh, dims, mode, states...).
+
+    Returns:
+      In training, `hidden` itself (the loss function computes the clusters'
+      softmaxes); otherwise the log-probabilities [batch..., length, vocab].
+    """
     if context.mode == ModeKeys.TRAIN:
       if getattr(context, "cache", None) is not None:
         context.cache[_CACHE_KEY] = self
@@ -151,7 +181,15 @@ class AdaptiveSoftmaxVocabEmbedding:
     return self.hidden_to_log_softmax(hidden, context)
 
   def hidden_to_log_softmax(self, hidden: mtf.Tensor, context) -> mtf.Tensor:
-    """log p(token) for every token: log p(cluster) + log p(token|cluster)."""
+    """log p(token) for every token: log p(cluster) + log p(token|cluster).
+
+    Args:
+      hidden: the hidden states [batch..., length, d_model].
+      context: the Context of the call (mesh, dims, mode, states...).
+
+    Returns:
+      Log-probabilities [batch..., length, vocab].
+    """
     head = self._clusters[0]
     head_log_softmax = head.log_softmax(hidden, context)
     if len(self._clusters) == 1:
@@ -174,6 +212,18 @@ class AdaptiveSoftmaxVocabEmbedding:
     negative targets are masked) and divides by
     decoder.loss_denominator(targets, context.num_microbatches). With z_loss
     (training) each softmax adds z_loss * log(Z)^2.
+
+    Args:
+      decoder: the Unitransformer (its loss_denominator and z_loss are used).
+      hidden: the hidden states [batch..., length, d_model].
+      targets: int target ids [batch..., length] (0: padding).
+      context: the Context of the call (mesh, dims, mode, states...).
+
+    Returns:
+      The scalar loss.
+
+    Raises:
+      ValueError: if hidden or targets lacks the context's length dimension.
     """
     length_dim = _length_dim(targets, context)
     if length_dim not in hidden.shape.dims:
@@ -275,6 +325,15 @@ def adaptive_softmax_loss_fn(decoder, context, logits: mtf.Tensor,
 
   Example (gin):
     Unitransformer.loss_fn = @adaptive_softmax_loss_fn
+
+  Args:
+    decoder: the Unitransformer (its output embedding must be an
+      AdaptiveSoftmaxVocabEmbedding).
+    context: the Context of the call (mesh, dims, mode, states...).
+    logits: the final hidden states [batch..., length, d_model] in training, or
+      log-probabilities [batch..., length, vocab].
+    targets: int target ids [batch..., length] (0: padding).
+    output_vocab_dim: the output vocabulary Dimension.
 
   Returns:
     a scalar: summed cross-entropy / decoder.loss_denominator(...).

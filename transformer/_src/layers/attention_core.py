@@ -209,7 +209,21 @@ def hybrid_attention(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor, context,
   the size of memory_length_dim) and then over the memory. The mixing weight
   is the scalar variable `doubly_coeff` (initially 0.5, clipped to [0, 1]).
 
-  Args: as `attention`; context is required (mesh and variable dtype).
+  Args:
+    q: queries [batch..., length, heads..., d_k]; the query length dim must be
+      named "length" and have the memory length's size.
+    k: keys [batch..., memory_length, heads..., d_k].
+    v: values [batch..., memory_length, heads..., d_v].
+    context: the Context (required: the mixing variable is created on its mesh).
+    memory_length_dim: the memory length Dimension.
+    key_dim: the key channels Dimension (contracted).
+    value_dim: the value channels Dimension.
+    bias: a logit bias broadcastable to the logits (e.g. -1e9 where not
+      visible), or None.
+    dropout_rate: the dropout rate of the attention weights.
+    dropout_broadcast_dims: dims the dropout mask is shared over.
+    extra_logit: a logit for an implicit extra memory position of value 0 (None:
+      none).
 
   Returns:
     q's dims with key_dim replaced by value_dim.
@@ -303,6 +317,26 @@ def synthetic_attention(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor,
       (initially 0.5).
   With synthesize=False this is plain softmax attention.
 
+  Args:
+    q: queries [batch..., length, heads..., d_k].
+    k: keys [batch..., memory_length, heads..., d_k].
+    v: values [batch..., memory_length, heads..., d_v].
+    memory_length_dim: the memory length Dimension.
+    key_dim: the key channels Dimension.
+    value_dim: the value channels Dimension.
+    bias: a logit bias broadcastable to the logits, or None.
+    dropout_rate: the dropout rate of the attention weights.
+    dropout_broadcast_dims: dims the dropout mask is shared over.
+    extra_logit: a logit for an implicit extra memory position of value 0 (None:
+      none).
+    synthesize: synthesize the logits (False: plain softmax attention).
+    synthesize_mode: "random", "factorized", "dense", "dense_minus",
+      "random_plus" or "random_plus_alpha" (see above).
+    factorized_dim: the inner size of the "factorized" table.
+    max_length: the largest sequence length the synthesized tables cover.
+    context: the Context (required when synthesizing: the variables are created
+      on its mesh).
+
   Returns:
     q's dims with key_dim replaced by value_dim.
 
@@ -380,6 +414,14 @@ def visibility_mask_to_attention_bias(visible: mtf.Tensor,
   Example:
     bias = visibility_mask_to_attention_bias(
         mtf.greater_equal(query_pos, memory_pos), tf.float32)
+
+  Args:
+    visible: a boolean mtf.Tensor: True where the query may attend to the memory
+      position.
+    dtype: the dtype of the bias.
+
+  Returns:
+    A bias of `visible`'s shape: 0 where visible, -1e9 where not.
   """
   return mtf.cast(mtf.logical_not(visible), dtype) * _NEG_INF
 
@@ -409,6 +451,15 @@ def maybe_reshape_attention_input_for_2d_sharding(
   gathered once and the scores are computed locally). Without a context,
   layout or mesh shape, or when nothing is split, the inputs are returned
   unchanged. `attention` renames the output back.
+
+  Args:
+    context: the Context (its model's layout and mesh_shape are read), or None.
+    q: queries [batch..., length, heads..., d_k].
+    k: keys [batch..., memory_length, heads..., d_k].
+    v: values [batch..., memory_length, heads..., d_v].
+    bias: the logit bias, or None (returned as is).
+    unsplittable_dims: the dims that must stay whole (e.g. the key and value
+      channel dims).
 
   Returns:
     (q, k, v, bias).
@@ -473,6 +524,36 @@ class AttentionParams:
                keep_query_heads_dims: bool = False,
                fold_scaling_into_initializer: bool = True,
                make_attention_vars: bool = True):
+    """Creates the projections' variables (unless make_attention_vars is False).
+
+    Args:
+      mesh: the mtf.Mesh.
+      query_input_dim: the model Dimension of the query input (d_model).
+      memory_input_dim: the model Dimension of the memory input (d_model).
+      output_dim: the model Dimension of the output.
+      key_dim: the per-head key channels Dimension (d_k).
+      value_dim: the per-head value channels Dimension (d_v).
+      query_heads_dims: the list of query heads Dimensions.
+      memory_heads_dims: the list of key/value heads Dimensions (the query
+        heads dims, or fewer heads that groups of query heads share).
+      variable_dtype: the mtf.VariableDType of the variables q, k, v, o.
+      shared_kv: use one projection for keys and values (no variable v).
+      no_query: make no query projection (q is not used).
+      combine_dims: compute the projections with the heads and channel dims
+        combined (same results).
+      ensemble_dim: an ensemble Dimension (one set of variables per member) or
+        None.
+      keep_query_heads_dims: keep the query heads dims in compute_output's
+        result.
+      fold_scaling_into_initializer: fold d_k**-0.5 into q's initializer (else
+        compute_q scales).
+      make_attention_vars: create the variables now (False: the caller sets
+        them).
+
+    Raises:
+      ValueError: if shared_kv with key_dim != value_dim, or a memory heads dim
+        is not a query heads dim.
+    """
     self.mesh = mesh
     self.query_input_dim = query_input_dim
     self.memory_input_dim = memory_input_dim
@@ -567,7 +648,14 @@ class AttentionParams:
     return ret
 
   def compute_q(self, query_antecedent: mtf.Tensor) -> mtf.Tensor:
-    """[..., query_input_dim] -> [..., query heads..., key_dim]."""
+    """[..., query_input_dim] -> [..., query heads..., key_dim].
+
+    Args:
+      query_antecedent: the query input [batch..., length, d_model].
+
+    Returns:
+      The queries [batch..., length, query heads..., d_k].
+    """
     ret = self._project(query_antecedent, self.wq, self.query_input_dim,
                         self.q_dims, "q")
     if not self.fold_scaling_into_initializer:
@@ -575,14 +663,34 @@ class AttentionParams:
     return ret
 
   def compute_kv(self, memory_antecedent: mtf.Tensor) -> mtf.Tensor:
-    """Shared keys/values: [..., memory_input_dim] -> [..., heads..., key]."""
+    """Shared keys/values: [..., memory_input_dim] -> [..., heads..., key].
+
+    Args:
+      memory_antecedent: the memory input [batch..., memory_length, d_model].
+
+    Returns:
+      The shared keys/values [batch..., memory_length, memory heads..., d_k].
+
+    Raises:
+      ValueError: unless shared_kv.
+    """
     if not self.shared_kv:
       raise ValueError("AttentionParams.compute_kv needs shared_kv=True")
     return self._project(memory_antecedent, self.wkv, self.memory_input_dim,
                          self.k_dims, "kv")
 
   def compute_k(self, memory_antecedent: mtf.Tensor) -> mtf.Tensor:
-    """[..., memory_input_dim] -> [..., memory heads..., key_dim]."""
+    """[..., memory_input_dim] -> [..., memory heads..., key_dim].
+
+    Args:
+      memory_antecedent: the memory input [batch..., memory_length, d_model].
+
+    Returns:
+      The keys [batch..., memory_length, memory heads..., d_k].
+
+    Raises:
+      ValueError: with shared_kv (use compute_kv).
+    """
     if self.shared_kv:
       raise ValueError("AttentionParams.compute_k: use compute_kv with "
                        "shared_kv=True")
@@ -590,7 +698,17 @@ class AttentionParams:
                          self.k_dims, "k")
 
   def compute_v(self, memory_antecedent: mtf.Tensor) -> mtf.Tensor:
-    """[..., memory_input_dim] -> [..., memory heads..., value_dim]."""
+    """[..., memory_input_dim] -> [..., memory heads..., value_dim].
+
+    Args:
+      memory_antecedent: the memory input [batch..., memory_length, d_model].
+
+    Returns:
+      The values [batch..., memory_length, memory heads..., d_v].
+
+    Raises:
+      ValueError: with shared_kv (use compute_kv).
+    """
     if self.shared_kv:
       raise ValueError("AttentionParams.compute_v: use compute_kv with "
                        "shared_kv=True")
@@ -600,7 +718,20 @@ class AttentionParams:
   def compute_output(self, o: mtf.Tensor,
                      output_shape=None) -> mtf.Tensor:
     """[..., query heads..., value_dim] -> output_shape (default: the heads
-    and value dims replaced by output_dim)."""
+    and value dims replaced by output_dim).
+
+    Args:
+      o: the attention output [batch..., length, heads..., d_v].
+      output_shape: the Shape of the result (default: o's dims with the heads
+        and d_v replaced by the output dim).
+
+    Returns:
+      The output, of `output_shape`.
+
+    Raises:
+      ValueError: if the variables were not made (make_attention_vars False) and
+        o was not set.
+    """
     if self.wo is None:
       raise ValueError("AttentionParams: no o weights (make_attention_vars "
                        "was False)")
@@ -613,18 +744,22 @@ class AttentionParams:
 
   @property
   def q_dims(self) -> List[mtf.Dimension]:
+    """Dims of q's variable: [ensemble?, d_model, query heads..., d_k]."""
     return self.query_heads_dims + [self.key_dim]
 
   @property
   def k_dims(self) -> List[mtf.Dimension]:
+    """Dims of k's variable: [ensemble?, d_model, memory heads..., d_k]."""
     return self.memory_heads_dims + [self.key_dim]
 
   @property
   def v_dims(self) -> List[mtf.Dimension]:
+    """Dims of v's variable: [ensemble?, d_model, memory heads..., d_v]."""
     return self.memory_heads_dims + [self.value_dim]
 
   @property
   def o_dims(self) -> List[mtf.Dimension]:
+    """Dims of o's variable: [ensemble?, query heads..., d_v, d_output]."""
     return self.query_heads_dims + [self.value_dim]
 
 
@@ -636,6 +771,16 @@ def attention_params_simple(mesh: mtf.Mesh, io_dim: mtf.Dimension,
 
   Example:
     params = attention_params_simple(mesh, d_model, d_kv, heads, dtype)
+
+  Args:
+    mesh: the mtf.Mesh.
+    io_dim: the model Dimension of input and output (d_model).
+    kv_dim: the per-head key/value channels Dimension.
+    heads_dim: the heads Dimension.
+    variable_dtype: the mtf.VariableDType.
+
+  Returns:
+    An AttentionParams with one heads dim, shared by queries and memory.
   """
   return AttentionParams(mesh, query_input_dim=io_dim,
                          memory_input_dim=io_dim, output_dim=io_dim,

@@ -63,6 +63,25 @@ def attention_params(context: Context, kv_dim: mtf.Dimension, num_heads: int,
   head); > 1 -> memory "heads" (num_memory_heads) and queries [heads,
   query_heads (num_heads // num_memory_heads)].
 
+  Args:
+    context: the Context of the call (mesh, dims, mode, states...).
+    kv_dim: the per-head key/value channels Dimension.
+    num_heads: the number of query heads.
+    num_memory_heads: the number of key/value heads (0: as many as num_heads;
+      otherwise it must divide num_heads, and groups of query heads share a
+      key/value head).
+    shared_kv: use one projection for keys and values (k = v).
+    no_query: make no query projection.
+    combine_dims: compute the projections with the heads and channel dims
+      combined into one (a faster einsum on TPUs; same results).
+    keep_query_heads_dims: keep the query heads dims in the output instead of
+      reducing them in the output projection.
+    fold_scaling_into_initializer: scale the query projection's initializer by
+      d_kv**-0.5 instead of multiplying the logits.
+
+  Returns:
+    An AttentionParams.
+
   Raises:
     ValueError: if num_memory_heads does not divide num_heads.
   """
@@ -181,6 +200,29 @@ class SelfAttention(TransformerLayer):
       hyperprompt_length_decoder: the same in the "decoder" tower.
       hyperprompt_hidden_dim: hidden size of the prompt projections.
       hyperprompt_task_num: number of tasks.
+      num_heads: the number of query heads.
+      num_memory_heads: the number of key/value heads (0: as many as num_heads;
+        otherwise it must divide num_heads, and groups of query heads share a
+        key/value head).
+      key_value_size: the size of the per-head key and value channels (d_kv).
+      shared_kv: use one projection for keys and values (k = v).
+      dropout_rate: the dropout rate of the attention weights (training only).
+      attention_kwargs: extra keyword arguments for the attention function (e.g.
+        {"extra_logit": 0.0}).
+      relative_attention_type: None, "bias" (a learned logit bias per
+        relative-position bucket and head), "bias_shared" (one such bias shared
+        by the layers of the stack), "contextual" (learned per-bucket vectors
+        dotted with the queries) or "rpr_T5"-style variants the layer supports.
+      relative_attention_num_buckets: the number of relative-position buckets
+        (log-spaced beyond half of them).
+      attention_func: None (softmax attention), "hybrid" (hybrid_attention) or
+        "synthetic" (synthetic_attention).
+      combine_dims: compute the projections with the heads and channel dims
+        combined into one (a faster einsum on TPUs; same results).
+      keep_query_heads_dims: keep the query heads dims in the output instead of
+        reducing them in the output projection.
+      fold_scaling_into_initializer: scale the query projection's initializer by
+        d_kv**-0.5 instead of multiplying the logits.
     """
     if relative_attention_type not in _RELATIVE_ATTENTION_TYPES:
       raise ValueError(
@@ -216,27 +258,61 @@ class SelfAttention(TransformerLayer):
   def layer_output_from_attention_output(self, context: Context,
                                          attention_output: mtf.Tensor,
                                          losses) -> mtf.Tensor:
-    """The layer output (identity here; subclasses may post-process)."""
+    """The layer output (identity here; subclasses may post-process).
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+      attention_output: the attention's output, shaped as
+        expected_attention_output_shape.
+      losses: a list to append auxiliary losses (scalar mtf.Tensors) to, or
+        None.
+
+    Returns:
+      The layer output (here `attention_output` itself).
+    """
     del context, losses
     return attention_output
 
   def expected_attention_output_shape(self, x: mtf.Tensor,
                                       params: attention.AttentionParams
                                       ) -> mtf.Shape:
-    """x's shape, with the query heads dims kept if keep_query_heads_dims."""
+    """x's shape, with the query heads dims kept if keep_query_heads_dims.
+
+    Args:
+      x: the layer input [batch..., length, d_model].
+      params: the layer's AttentionParams.
+
+    Returns:
+      An mtf.Shape.
+    """
     if self.keep_query_heads_dims:
       return mtf.Shape(x.shape.dims[:-1] + params.query_heads_dims +
                        x.shape.dims[-1:])
     return x.shape
 
   def attention_kwargs_from_context(self, context: Context) -> dict:
-    """Keyword arguments for attention_fn: dropout (training only) etc."""
+    """Keyword arguments for attention_fn: dropout (training only) etc.
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+
+    Returns:
+      A dict of keyword arguments.
+    """
     kwargs = dict(self.attention_kwargs or {})
     kwargs["dropout_rate"] = self.dropout_rate if context.train else 0.0
     kwargs.setdefault("dropout_broadcast_dims", [context.length_dim])
     return kwargs
 
   def make_params(self, context: Context) -> attention.AttentionParams:
+    """The layer's AttentionParams.
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+
+    Returns:
+      The layer's AttentionParams (variables q, k, v, o).
+    """
     return attention_params(
         context=context, kv_dim=self.kv_dim, num_heads=self.num_heads,
         num_memory_heads=self.num_memory_heads, shared_kv=self.shared_kv,
@@ -338,6 +414,21 @@ class SelfAttention(TransformerLayer):
     starts with that tower's task prompts: relative positions are shifted by
     the prompt length, and the prompts are visible to every query (all
     priorities and sequence ids).
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+      memory_position: int positions of the memory [batch..., memory_length].
+      x: the layer input (unused here).
+      heads_dims: the query heads Dimensions (the relative attention bias has
+        them).
+      q: the queries [batch..., length, heads..., d_k] (for "contextual"
+        relative attention).
+      use_prompt_kv: the kind of prompt keys/values prepended to the memory
+        (None: no prompt).
+
+    Returns:
+      A logit bias [batch..., heads..., length, memory_length] (or
+      broadcastable), or None.
     """
     prompt_length = self._prompt_length(use_prompt_kv)
     biases = []
@@ -438,28 +529,56 @@ class SelfAttention(TransformerLayer):
 
   @property
   def kv_dim(self) -> mtf.Dimension:
+    """The per-head key/value channels Dimension ("d_kv", key_value_size)."""
     return mtf.Dimension("d_kv", self.key_value_size)
 
   def memory_length(self, context: Context) -> mtf.Dimension:
+    """The memory length Dimension of self-attention.
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+
+    Returns:
+      The memory length Dimension ("memory_length", of the query length's size;
+      incrementally the whole decode length).
+    """
     return mtf.Dimension("memory_length", context.length_dim.size)
 
   def rename_length_to_memory_length(self, x: mtf.Tensor,
                                      context: Context) -> mtf.Tensor:
+    """Renames x's length dim to the memory length dim.
+
+    Args:
+      x: a tensor with the length dim [batch..., length, ...].
+      context: the Context of the call (mesh, dims, mode, states...).
+
+    Returns:
+      x with its length dim renamed "memory_length".
+    """
     return mtf.replace_dimensions(x, context.length_dim,
                                   self.memory_length(context))
 
   def min_relative_position(self, context: Context) -> Optional[int]:
-    """Smallest visible memory - query position (None: unlimited)."""
+    """Smallest visible memory - query position (None: unlimited).
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+    """
     del context
     return None
 
   def max_relative_position(self, context: Context) -> Optional[int]:
-    """Largest visible memory - query position (None: unlimited)."""
+    """Largest visible memory - query position (None: unlimited).
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+    """
     del context
     return None
 
   @property
   def attention_fn(self):
+    """The attention function attention_func names."""
     if self.attention_func == "hybrid":
       return attention.hybrid_attention
     return attention.attention
@@ -480,6 +599,10 @@ def relative_position_spans(context: Context,
 
   Example: encoder "A B <S> E" (original "A B C D E"), decoder "<S> C D":
   encoder positions 0 1 2 4, decoder positions 2 2 3.
+
+  Args:
+    context: the Context of the call (mesh, dims, mode, states...).
+    num_sentinels: the number of sentinel ids (the last ids of the vocabulary).
 
   Returns:
     int Tensor [batch..., length, memory_length].
@@ -541,6 +664,17 @@ def enc_dec_attention_bias(layer: SelfAttention, context: Context,
   The decoder's sequence_id may be a Python int: while decoding, every query
   belongs to sequence 1, and the encoder positions of any other id (the
   padding, id 0) must stay invisible all the same.
+
+  Args:
+    layer: the encoder-decoder attention layer (its relative_attention_type and
+      buckets).
+    context: the Context of the call (mesh, dims, mode, states...).
+    heads_dims: the query heads Dimensions.
+    relative_position_fn: called as fn(context) for the encoder-minus-decoder
+      positions [batch..., length, memory_length].
+
+  Returns:
+    A logit bias [batch..., (heads...,) length, memory_length], or None.
   """
   bias = None
   sequence_id = context.sequence_id
@@ -579,6 +713,20 @@ def enc_dec_attention(self_attention_layer: SelfAttention,
   In "first_part" mode the keys, values and memory length are recorded as
   one constant state; in "incremental" mode they are read back (and
   memory_antecedent is not used). z_loss_coeff: see attention.attention.
+
+  Args:
+    self_attention_layer: the attention layer (its heads, dims and dropout are
+      used).
+    memory_antecedent: the encoder output [batch..., memory_length, d_model].
+    context: the Context of the call (mesh, dims, mode, states...).
+    x: the decoder input [batch..., length, d_model].
+    losses: a list to append auxiliary losses (scalar mtf.Tensors) to, or None.
+    attention_fn: the attention function (default: attention.attention).
+    z_loss_coeff: if set, the weight of a z-loss on the attention logits added
+      to `losses`.
+
+  Returns:
+    The output [batch..., length, d_model].
   """
   layer = self_attention_layer
   params = layer.make_params(context)
@@ -656,6 +804,10 @@ class LocalSelfAttention(SelfAttention):
   attention.local_attention_1d. Decoding keeps a "window" ring buffer of the
   last radius keys/values (position p in slot p % radius); incremental steps
   see the window only (no priorities or packed sequences, as when sampling).
+
+  Args:
+    radius: each position attends to the `radius` previous positions (and,
+      unless fully autoregressive, the `radius` next ones).
   """
 
   def __init__(self, radius: int = 128, num_heads: int = 8,
@@ -673,12 +825,31 @@ class LocalSelfAttention(SelfAttention):
 
   @property
   def window_dim(self) -> mtf.Dimension:
+    """The Dimension ("window", radius + 1 or 2 * radius + 1) of a query's
+    window."""
     return mtf.Dimension("window", self.radius)
 
   def min_relative_position(self, context: Context) -> int:
+    """The smallest memory - query position a query attends to.
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+
+    Returns:
+      The smallest memory - query position attended to (-radius).
+    """
     return 1 - self.radius
 
   def max_relative_position(self, context: Context) -> int:
+    """The largest memory - query position a query attends to.
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+
+    Returns:
+      The largest memory - query position attended to: radius, or 0 when the
+      model is autoregressive.
+    """
     return 0 if context.model.fully_autoregressive else self.radius - 1
 
   def call(self, context: Context, x: mtf.Tensor,
@@ -764,6 +935,15 @@ class TransparentEncDecAttention(EncDecAttention):
   layers_per_decoder_module) attends to sum_e softmax_e(w[e, m]) * output_e.
   Variable `w` [encoder_module_outputs, decoder_module_inputs], created once
   per call of the decoder (by its first such layer).
+
+  Args:
+    layers_per_encoder_module: the number of encoder layers per module (whose
+      outputs are mixed).
+    layers_per_decoder_module: the number of decoder layers per module (each has
+      its own mix).
+    encoder_num_modules: the number of encoder modules (their outputs plus the
+      embedding are mixed).
+    decoder_num_modules: the number of decoder modules.
   """
 
   def __init__(self, layers_per_encoder_module: int = gin.REQUIRED,

@@ -157,6 +157,20 @@ class TalkingHeadsSelfAttention(SelfAttention):
 
   Variables: q, k [d_model, key heads..., d_k]; v [d_model, value heads...,
   d_v]; o [value heads..., d_v, d_model] (ensemble dims first).
+
+  Args:
+    key_heads_dims: the heads dims of q and k, as (name, size) pairs.
+    softmax_heads_dims: the heads dims of the softmax, as (name, size) pairs.
+    value_heads_dims: the heads dims of v and the output, as (name, size) pairs.
+    key_size: d_k, the per-head query/key channels.
+    value_size: d_v, the per-head value channels.
+    dynamic_projections: None or a subset of "x2l", "m2l", "x2w", "m2w" (see
+      above).
+    dynamic_projections_init_scale: the initial scale of the dynamic
+      projections.
+
+  Raises:
+    ValueError: for an unknown dynamic projection.
   """
 
   def __init__(self, key_heads_dims=(("heads", 12),),
@@ -190,30 +204,64 @@ class TalkingHeadsSelfAttention(SelfAttention):
 
   @property
   def key_dim(self) -> mtf.Dimension:
+    """The per-head query/key channels Dimension ("d_k")."""
     return mtf.Dimension("d_k", self.key_size)
 
   @property
   def value_dim(self) -> mtf.Dimension:
+    """The per-head value channels Dimension ("d_v")."""
     return mtf.Dimension("d_v", self.value_size)
 
   def compute_q(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
     """Queries [..., key heads..., d_k] (variable `q`; the 1/sqrt(d_k)
-    logit scaling is folded into its initializer)."""
+    logit scaling is folded into its initializer).
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+      x: the layer input [batch..., length, d_model].
+
+    Returns:
+      The queries [batch..., length, key heads..., d_k].
+    """
     return self._project(context, x, "q", self.key_heads_dims, self.key_dim,
                          self.key_size ** -0.5)
 
   def compute_k(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
-    """Keys [..., key heads..., d_k] (variable `k`)."""
+    """Keys [..., key heads..., d_k] (variable `k`).
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+      x: the layer input [batch..., length, d_model].
+
+    Returns:
+      The keys [batch..., length, key heads..., d_k].
+    """
     return self._project(context, x, "k", self.key_heads_dims, self.key_dim)
 
   def compute_v(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
-    """Values [..., value heads..., d_v] (variable `v`)."""
+    """Values [..., value heads..., d_v] (variable `v`).
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+      x: the layer input [batch..., length, d_model].
+
+    Returns:
+      The values [batch..., length, value heads..., d_v].
+    """
     return self._project(context, x, "v", self.value_heads_dims,
                          self.value_dim)
 
   def compute_y(self, context: Context, u: mtf.Tensor) -> mtf.Tensor:
     """The output: u [..., value heads..., d_v] -> [..., d_model]
-    (variable `o`)."""
+    (variable `o`).
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+      u: the attention output [batch..., length, value heads..., d_v].
+
+    Returns:
+      The layer output [batch..., length, d_model].
+    """
     model_dim = context.model.model_dim
     reduced = self.value_heads_dims + [self.value_dim]
     wo = _variable(context, "o",
@@ -288,7 +336,21 @@ class TalkingHeadsSelfAttention(SelfAttention):
                          k: mtf.Tensor, v: mtf.Tensor,
                          memory_length: mtf.Dimension, bias) -> mtf.Tensor:
     """Attention from q/k/v (x, m: the query and memory inputs, for the
-    dynamic projections) to the layer output [..., d_model]."""
+    dynamic projections) to the layer output [..., d_model].
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+      x: the layer input [batch..., length, d_model].
+      m: the memory input [batch..., memory_length, d_model].
+      q: the queries [batch..., length, key heads..., d_k].
+      k: the keys [batch..., memory_length, key heads..., d_k].
+      v: the values [batch..., memory_length, value heads..., d_v].
+      memory_length: the memory length Dimension.
+      bias: a logit bias, or None.
+
+    Returns:
+      The attention output [batch..., length, value heads..., d_v].
+    """
     logits = mtf.layers.us_einsum([q, k], reduced_dims=[self.key_dim])
     logits = self._talking(context, logits, "talking_heads_pre_softmax",
                            self.key_heads_dims, self.softmax_heads_dims,
@@ -322,7 +384,11 @@ class TalkingHeadsSelfAttention(SelfAttention):
 @gin.configurable(module=_GIN_MODULE)
 class TalkingHeadsEncDecAttention(TalkingHeadsSelfAttention):
   """Talking-heads attention to context.encoder_output (same variables;
-  relative bias as EncDecAttention; no dynamic projections)."""
+  relative bias as EncDecAttention; no dynamic projections).
+
+  Raises:
+    ValueError: if dynamic_projections are given (self-attention only).
+  """
 
   def __init__(self, relative_attention_type: Optional[str] = None,
                **kwargs):
@@ -358,6 +424,10 @@ class GeneralBilinearSelfAttention(SelfAttention):
   inputs m. Variables: q [d_model (input), heads..., d_model] (initial
   stddev 1/d_model, the 1/sqrt(d_model) logit scaling folded in) and o
   [heads..., d_model (value), d_model].
+
+  Args:
+    heads_dims: the heads Dimensions as (name, size) pairs, e.g. (("heads",
+      12),).
   """
 
   def __init__(self, heads_dims=(("heads", 12),), dropout_rate: float = 0.0,
@@ -376,7 +446,15 @@ class GeneralBilinearSelfAttention(SelfAttention):
     return mtf.Dimension("_" + model_dim.name, model_dim.size)
 
   def compute_q(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
-    """x W_h: [..., heads..., d_model] (variable `q`)."""
+    """x W_h: [..., heads..., d_model] (variable `q`).
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+      x: the layer input [batch..., length, d_model].
+
+    Returns:
+      The projected queries.
+    """
     model_dim = context.model.model_dim
     inner = self._inner_dim(context)
     wq = _variable(context, "q", _ensemble_dims(context) + [inner] +
@@ -387,7 +465,15 @@ class GeneralBilinearSelfAttention(SelfAttention):
 
   def compute_y(self, context: Context, u: mtf.Tensor) -> mtf.Tensor:
     """The output: u [..., heads..., d_model] -> [..., d_model]
-    (variable `o`)."""
+    (variable `o`).
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+      u: the attention output per head.
+
+    Returns:
+      The layer output [batch..., length, d_model].
+    """
     model_dim = context.model.model_dim
     inner = self._inner_dim(context)
     wo = _variable(context, "o", _ensemble_dims(context) + self.heads_dims +
@@ -400,7 +486,18 @@ class GeneralBilinearSelfAttention(SelfAttention):
   def attention_internal(self, context: Context, q: mtf.Tensor,
                          m: mtf.Tensor, memory_length: mtf.Dimension,
                          bias) -> mtf.Tensor:
-    """Attention of queries q to the memory inputs m (keys and values)."""
+    """Attention of queries q to the memory inputs m (keys and values).
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+      q: the queries [batch..., length, heads, d_model].
+      m: the memory [batch..., memory_length, d_model].
+      memory_length: the memory length Dimension.
+      bias: a logit bias, or None.
+
+    Returns:
+      The attention output [batch..., length, heads, d_model].
+    """
     logits = mtf.layers.us_einsum([q, m],
                                   reduced_dims=[context.model.model_dim])
     if bias is not None:
@@ -422,7 +519,12 @@ class GeneralBilinearSelfAttention(SelfAttention):
 
 @gin.configurable(module=_GIN_MODULE)
 class GeneralBilinearEncDecAttention(GeneralBilinearSelfAttention):
-  """General bilinear attention to context.encoder_output."""
+  """General bilinear attention to context.encoder_output.
+
+  Args:
+    heads_dims: the heads Dimensions as (name, size) pairs, e.g. (("heads",
+      12),); the other arguments are GeneralBilinearSelfAttention's.
+  """
 
   def __init__(self, relative_attention_type: Optional[str] = None,
                **kwargs):
@@ -522,6 +624,11 @@ class Synthesizer(SelfAttention):
   "random_plus_alpha"); its other arguments (max_length, factorized_dim)
   are configured on synthetic_attention through gin. Variables: those of
   SelfAttention (q, k, v, o) plus the synthesizer's (R, alpha, ...).
+
+  Args:
+    synthesize_mode: how the logits are synthesized: "random", "factorized",
+      "dense", "dense_minus", "random_plus" or "random_plus_alpha" (see
+      attention.synthetic_attention).
   """
 
   def __init__(self, num_heads: int = 8, num_memory_heads: int = 0,
@@ -546,5 +653,6 @@ class Synthesizer(SelfAttention):
 
   @property
   def attention_fn(self):
+    """synthetic_attention with this layer's synthesize_mode."""
     return functools.partial(attention.synthetic_attention, synthesize=True,
                              synthesize_mode=self.synthesize_mode)

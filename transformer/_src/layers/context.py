@@ -35,11 +35,26 @@ class TransformerLayer:
   """
 
   def call(self, context: "Context", x: mtf.Tensor) -> mtf.Tensor:
+    """Applies the layer.
+
+    Args:
+      context: the Context of the call (mesh, dims, mode, states...).
+      x: the layer input [batch..., length, d_model].
+      losses: (subclasses that take it) a list to append auxiliary losses
+        (scalar mtf.Tensors) to, or None.
+
+    Returns:
+      The output, shaped as x.
+    """
     raise NotImplementedError("%s must implement call(context, x)"
                               % type(self).__name__)
 
   def to_json(self) -> str:
-    """The layer's class and constructor-visible attributes, as JSON."""
+    """The layer's class and constructor-visible attributes, as JSON.
+
+    Returns:
+      A JSON string: {"class": name, attribute: value...}.
+    """
     def encode(value):
       if isinstance(value, TransformerLayer):
         return json.loads(value.to_json())
@@ -58,10 +73,16 @@ class TransformerLayer:
                       sort_keys=True)
 
   def set_name(self, name: Optional[str]) -> None:
+    """Sets the layer's name (the scope of its variables).
+
+    Args:
+      name: the name, or None.
+    """
     self._name = name
 
   @property
   def name(self) -> Optional[str]:
+    """The layer's name, or None."""
     return getattr(self, "_name", None)
 
 
@@ -85,7 +106,9 @@ class Context:
                shared_params=None, encoder_layer_outputs=None,
                write_priority=None, read_priority=None, inputs=None,
                encoder_inputs=None, num_microbatches=1):
-    """Args (all stored as attributes of the same name):
+    """Stores every argument as the attribute of the same name.
+
+    Args:
       model: the Unitransformer (or compatible) being called.
       mesh: the mtf.Mesh.
       batch_dims: list of batch Dimensions.
@@ -108,7 +131,9 @@ class Context:
       constant_states: states recorded once in "first_part" mode.
       shared_params: dict of parameters shared between towers.
       encoder_layer_outputs: the encoder's per-layer outputs.
-      write_priority, read_priority: int Tensors defining visibility.
+      write_priority: int Tensor [batch..., memory_length]: a memory position
+        is visible to queries whose read priority is at least its own.
+      read_priority: int Tensor [batch..., length] of the queries.
       inputs: the tower's input ids.
       encoder_inputs: the encoder's input ids.
       num_microbatches: gradient-accumulation microbatches per step.
@@ -152,15 +177,22 @@ class Context:
 
   @property
   def train(self) -> bool:
+    """Whether the mode is training (dropout and noise on)."""
     return self.mode == ModeKeys.TRAIN
 
   @property
   def activation_dtype(self):
+    """The activations' dtype (variable_dtype.activation_dtype)."""
     return self.variable_dtype.activation_dtype
 
   @property
   def encoder_length_dim(self) -> mtf.Dimension:
-    """The "memory_length" dimension of encoder_output."""
+    """The "memory_length" dimension of encoder_output.
+
+    Raises:
+      ValueError: without encoder_output, or if it has no "memory_length"
+        dimension.
+    """
     if self.encoder_output is None:
       raise ValueError("this context has no encoder_output")
     for dim in self.encoder_output.shape.dims:
@@ -171,7 +203,11 @@ class Context:
 
   @property
   def nonpadding(self):
-    """None (unknown), 1 (no padding) or a float mask: sequence_id != 0."""
+    """None (unknown), 1 (no padding) or a float mask: sequence_id != 0.
+
+    Raises:
+      ValueError: if sequence_id is an int other than 1.
+    """
     if self.sequence_id is None:
       return None
     if isinstance(self.sequence_id, int):
@@ -182,7 +218,17 @@ class Context:
     return mtf.cast(mtf.not_equal(self.sequence_id, 0), self.activation_dtype)
 
   def get_states(self, n: int) -> List[Any]:
-    """The next n recurrent states (those recorded by this layer, in order)."""
+    """The next n recurrent states (those recorded by this layer, in order).
+
+    Args:
+      n: the number of states to read.
+
+    Returns:
+      A list of the next n states.
+
+    Raises:
+      ValueError: if fewer than n states are left.
+    """
     start = len(self.new_states)
     if self.states is None or start + n > len(self.states):
       raise ValueError(
@@ -191,12 +237,31 @@ class Context:
     return self.states[start:start + n]
 
   def record_new_states(self, new_states: List[Any]) -> None:
+    """Appends the states a layer passes to incremental decoding.
+
+    Args:
+      new_states: the list of mtf.Tensors, read back in the same order with
+        get_states.
+    """
     self.new_states.extend(new_states)
 
   def record_constant_state(self, s) -> None:
+    """Records a state that stays fixed during incremental decoding.
+
+    Args:
+      s: the state (e.g. the encoder's keys), read back with get_constant_state.
+    """
     self.constant_states.append(s)
 
   def get_constant_state(self):
+    """Reads the next state recorded with record_constant_state.
+
+    Returns:
+      The next constant state recorded in "first_part" mode.
+
+    Raises:
+      ValueError: if no constant state is left.
+    """
     if (self.constant_states is None
         or self.next_constant_state >= len(self.constant_states)):
       raise ValueError("no constant state left at index %d"
@@ -206,7 +271,11 @@ class Context:
     return state
 
   def get_position(self) -> mtf.Tensor:
-    """position, or 0..length-1 along length_dim when none was given."""
+    """position, or 0..length-1 along length_dim when none was given.
+
+    Returns:
+      int positions [batch..., length] (or [batch...] incrementally).
+    """
     if self.position is not None:
       return self.position
     return mtf.range(self.mesh, self.length_dim, "int32")

@@ -246,6 +246,7 @@ class Conv1DLayer(Conv1D):
 
   @property
   def filter_size(self) -> int:
+    """The number of positions the filter covers."""
     return self._filter_size
 
 
@@ -332,6 +333,8 @@ class SeparableConv1DLayer(Conv1D):
 
   @property
   def filter_size(self) -> int:
+    """The number of positions the filter covers (max - min relative position +
+    1)."""
     return self._max_relative_pos - self._min_relative_pos + 1
 
 
@@ -415,7 +418,21 @@ class LightweightConv1DLocalAttn(Conv1DLocalAttn):
                     variable_dtype: mtf.VariableDType,
                     master_dtype=tf.float32,
                     slice_dtype=tf.float32) -> mtf.Tensor:
-    """The learned filter of relative position i [repeated_kernel_dim]."""
+    """The learned filter of relative position i [repeated_kernel_dim].
+
+    Args:
+      x: the layer input [batch..., length, d_model].
+      context: the Context of the call (mesh, dims, mode, states...).
+      variable_dtype: the mtf.VariableDType of the variables.
+      repeated_kernel_dim: the dims the filter is repeated over (e.g. [heads]).
+      kernel_initializer: the initializer of the filter variable.
+      i: the relative position (index in the window).
+      master_dtype: the dtype of the stored variable.
+      slice_dtype: the dtype of its slices.
+
+    Returns:
+      The filter [repeated_kernel_dim].
+    """
     del variable_dtype, master_dtype, slice_dtype
     return mtf.layers.get_dense_kernel_weights(
         x, new_dims=[], reduced_dims=[], expert_dims=repeated_kernel_dim,
@@ -439,7 +456,21 @@ class DynamicConv1DLocalAttn(Conv1DLocalAttn):
                     variable_dtype: mtf.VariableDType,
                     master_dtype=tf.float32,
                     slice_dtype=tf.float32) -> mtf.Tensor:
-    """The filter of relative position i [..., repeated_kernel_dim]."""
+    """The filter of relative position i [..., repeated_kernel_dim].
+
+    Args:
+      x: the layer input [batch..., length, d_model].
+      context: the Context of the call (mesh, dims, mode, states...).
+      variable_dtype: the mtf.VariableDType of the variables.
+      repeated_kernel_dim: the dims the filter is repeated over (e.g. [heads]).
+      kernel_initializer: the initializer of the filter variable.
+      i: the relative position (index in the window).
+      master_dtype: the dtype of the stored variable.
+      slice_dtype: the dtype of its slices.
+
+    Returns:
+      The filter [repeated_kernel_dim].
+    """
     del variable_dtype, master_dtype, slice_dtype
     return mtf.layers.dense(
         x, new_dims=repeated_kernel_dim,

@@ -115,7 +115,12 @@ class DenseReluDense(TransformerLayer):
 
   def call(self, context: Context, x: mtf.Tensor,
            losses=None) -> mtf.Tensor:
-    """x [batch..., (length,) d_model] -> same shape."""
+    """x [batch..., (length,) d_model] -> same shape.
+
+    Raises:
+      ValueError: if hidden_size is not a positive int, dropout_rate is not in
+        [0, 1), or activation is an empty list.
+    """
     del losses
     name = type(self).__name__
     if not isinstance(self.hidden_size, int) or self.hidden_size < 1:
@@ -158,6 +163,16 @@ class ParallelLayer(TransformerLayer):
   Example:
     layer = ParallelLayer(layer_classes=(DenseReluDense, SelfAttention))
     y = layer.call(context, x)  # DenseReluDense(x) + SelfAttention(x)
+
+  Args:
+    layer_classes: the TransformerLayer classes (or instances) whose outputs are
+      summed.
+    use_scope: create each layer's variables under its own scope
+      ("parallel_layer_<i>").
+
+  Raises:
+    ValueError: if layer_classes is empty or holds something other than
+      TransformerLayer classes or instances.
   """
 
   def __init__(self, layer_classes=(DenseReluDense, SelfAttention),

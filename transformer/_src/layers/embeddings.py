@@ -43,6 +43,18 @@ class VocabEmbedding:
   def __init__(self, mesh: mtf.Mesh, vocab_dim: mtf.Dimension,
                output_dim: mtf.Dimension, variable_dtype, name: str,
                ensemble_dim, scale_variable_like_classifier_weights=False):
+    """Creates the table variable.
+
+    Args:
+      mesh: the mtf.Mesh the variables live on.
+      vocab_dim: the vocabulary Dimension.
+      output_dim: the output Dimension (None: the input's model dim).
+      variable_dtype: the mtf.VariableDType of the variables.
+      name: the name (scope) of the variables, e.g. "embedding" or "softmax".
+      ensemble_dim: an ensemble Dimension (one table per member) or None.
+      scale_variable_like_classifier_weights: initialize the table with stddev
+        d_model**-0.5 and scale the embeddings up by d_model**0.5 (see above).
+    """
     self._vocab_dim = vocab_dim
     self._output_dim = output_dim
     self._scale_variable_like_classifier_weights = (
@@ -56,10 +68,19 @@ class VocabEmbedding:
 
   @property
   def embedding_weights(self) -> mtf.Tensor:
+    """The table [ensemble?, vocab, d_model]."""
     return self._embedding_weights
 
   def ids_to_embedding(self, ids: mtf.Tensor, context) -> mtf.Tensor:
-    """Integer ids [...] -> embeddings [..., d_model]."""
+    """Integer ids [...] -> embeddings [..., d_model].
+
+    Args:
+      ids: int token ids [batch..., length].
+      context: the Context of the call (mesh, dims, mode, states...).
+
+    Returns:
+      The embeddings [batch..., length, d_model].
+    """
     del context
     x = mtf.gather(self._embedding_weights, ids, self._vocab_dim)
     if self._scale_variable_like_classifier_weights:
@@ -67,7 +88,15 @@ class VocabEmbedding:
     return x
 
   def hidden_to_logits(self, hidden: mtf.Tensor, context) -> mtf.Tensor:
-    """Hidden states [..., d_model] -> logits [..., vocab]."""
+    """Hidden states [..., d_model] -> logits [..., vocab].
+
+    Args:
+      hidden: the hidden states [batch..., length, d_model].
+      context: the Context of the call (mesh, dims, mode, states...).
+
+    Returns:
+      The logits [batch..., length, vocab].
+    """
     del context
     if not self._scale_variable_like_classifier_weights:
       hidden *= self._output_dim.size ** -0.5
@@ -77,7 +106,11 @@ class VocabEmbedding:
 
 @gin.configurable(module=_GIN_MODULE)
 def get_vocab_embedding_cls(cls=VocabEmbedding):
-  """The vocabulary-embedding class models build (a gin swap point)."""
+  """The vocabulary-embedding class models build (a gin swap point).
+
+  Returns:
+    `cls`.
+  """
   return cls
 
 
@@ -95,6 +128,20 @@ def sinusoid_positional_embedding_weights(
   Example:
     table = sinusoid_positional_embedding_weights(mesh, max_length, d_model,
                                                   tf.float32)
+
+  Args:
+    mesh: the mtf.Mesh.
+    max_length_dim: the positions Dimension.
+    model_dim: the model Dimension (d_model).
+    dtype: the dtype of the table.
+    min_timescale: the shortest wavelength's timescale.
+    max_timescale: the longest wavelength's timescale.
+
+  Returns:
+    A [max_length, d_model] tensor of `dtype`.
+
+  Raises:
+    ValueError: if d_model is smaller than 2.
   """
   dtype = tf.as_dtype(dtype)
   num_timescales = model_dim.size // 2

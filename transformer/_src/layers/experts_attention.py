@@ -35,6 +35,34 @@ class ExpertsSelfAttention(SelfAttention):
   Example (gin):
     ExpertsSelfAttention.num_experts = 4
     ExpertsSelfAttention.shared_kv = True
+
+  Args:
+    num_experts: the number of experts.
+    loss_coef: the weight of the load-balancing loss added to the model's
+      losses.
+    group_size: the number of tokens routed together (per group, capacity is
+      computed and balanced).
+    capacity_factor_train: expert capacity in training, as a multiple of the
+      tokens per expert for perfect balance.
+    capacity_factor_eval: expert capacity outside training, likewise.
+    moe_gating: the routing: "top_2", "switch" (top-1), "ntlb",
+      "switch_max" or "expert_selection" (see moe_gating.py).
+    min_expert_capacity: the smallest capacity of an expert, in tokens.
+    switch_policy_train: the switch gate's noise policy in training:
+      "input_jitter", "argmax", "sample" or "input_dropout".
+    switch_policy_eval: the same outside training.
+    switch_dropout: the dropout rate of the "input_dropout" policy.
+    switch_temperature: the softmax temperature of the "sample" policy.
+    switch_jitter: the multiplicative noise range of the "input_jitter" policy.
+    ntlb_top_k: the number of experts per token of "ntlb" gating.
+    hidden_size: the size of each expert's hidden layer.
+    use_experts_attention: the MoE hparam moe_use_experts_attention: the
+      experts output the attention projections (keep True here).
+    activation: the experts' hidden activation (e.g. "relu").
+    z_loss: weight of the router z-loss (the squared log of the gate softmax's
+      normalizer) added to the losses; None adds none.
+    expert_computation: which projections the experts compute: "qkv" (q, k and
+      v), "q" (queries only) or "kv" (keys and values only).
   """
 
   def __init__(self, num_experts=16, loss_coef=1e-2, group_size=1024,

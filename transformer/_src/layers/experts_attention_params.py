@@ -54,7 +54,11 @@ class ExpertsAttentionParams(AttentionParams):
                keep_query_heads_dims: bool = False,
                fold_scaling_into_initializer: bool = True, context=None,
                experts_hparams=None, expert_computation: str = "qkv"):
-    """Args: as AttentionParams, plus
+    """An AttentionParams whose projections a mixture of experts computes.
+
+    The other arguments are AttentionParams's.
+
+    Args:
       context: the layer's Context (the MoE reads mode, padding, losses).
       experts_hparams: HParams with moe_gating, num_experts, loss_coef,
         group_size, min_expert_capacity, capacity_factor_train/eval,

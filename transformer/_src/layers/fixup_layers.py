@@ -312,6 +312,14 @@ def sublayer_fixup_scale(x: mtf.Tensor, layer_stack,
   """x times a learned scalar `fixup_scale_weight` [single_scale=1], init 1.
 
   The variable lives in the scope of the layer in progress.
+
+  Args:
+    x: the branch's output [batch..., length, d_model].
+    layer_stack: the LayerStack (unused).
+    context: the Context of the call (mesh, dims, mode, states...).
+
+  Returns:
+    x times the scalar, shaped as x.
   """
   del layer_stack
   weight = mtf.get_variable(
@@ -328,6 +336,14 @@ def sublayer_fixup_shift(x: mtf.Tensor, layer_stack,
   """x plus a learned scalar `fixup_bias` [single_bias=1], init 0.
 
   The variable lives in the scope of the layer in progress.
+
+  Args:
+    x: the branch's input or output [batch..., length, d_model].
+    layer_stack: the LayerStack (unused).
+    context: the Context of the call (mesh, dims, mode, states...).
+
+  Returns:
+    x plus the scalar, shaped as x.
   """
   del layer_stack
   bias = mtf.get_variable(

@@ -60,6 +60,10 @@ class HParams:
     Overwriting is allowed (as in the original) because callers override
     the MoE defaults of set_default_moe_hparams this way.
 
+    Args:
+      k: the new hyperparameter's name.
+      v: its value.
+
     Raises:
       ValueError: if `k` is not a usable attribute name (empty, private or
         a method of HParams).
@@ -72,6 +76,10 @@ class HParams:
   def set_hparam(self, name: str, value: Any) -> None:
     """Changes an existing hyperparameter.
 
+    Args:
+      name: an existing hyperparameter's name.
+      value: its new value.
+
     Raises:
       ValueError: if `name` was never added.
     """
@@ -81,10 +89,23 @@ class HParams:
     setattr(self, name, value)
 
   def values(self) -> Dict[str, Any]:
-    """The hyperparameters as a dict name -> value."""
+    """The hyperparameters as a dict name -> value.
+
+    Returns:
+      A {name: value} dict of every hyperparameter.
+    """
     return {k: v for k, v in self.__dict__.items() if not k.startswith("_")}
 
   def get(self, name: str, default: Any = None) -> Any:
+    """The value of a hyperparameter, like dict.get.
+
+    Args:
+      name: the hyperparameter's name.
+      default: the value if it is not set.
+
+    Returns:
+      The value, or `default`.
+    """
     return self.__dict__.get(name, default)
 
   def __contains__(self, name: str) -> bool:
@@ -100,6 +121,9 @@ def set_default_moe_hparams(hparams: HParams) -> None:
 
   moe_num_experts and moe_loss_coef are assigned (they may exist); the
   others are added, so they must not exist yet.
+
+  Args:
+    hparams: the HParams to add the MoE defaults to (in place).
   """
   hparams.moe_num_experts = 16
   hparams.moe_loss_coef = 1e-2
@@ -227,6 +251,9 @@ def transformer_moe_layer_v1(inputs: mtf.Tensor, output_dim: mtf.Dimension,
     token_embeddings: the input token embeddings, inputs' shape; used by
       the router when hparams.moe_word_embed_mode is set (see
       `gate_inputs_with_token_embeddings`).
+    layout: the model's layout rules (string or mtf.LayoutRules), used to choose
+      the expert and batch splits.
+    mesh_shape: the mesh shape (string or mtf.Shape).
 
   Returns:
     (output [batch..., length, output_dim], loss * moe_loss_coef). With
@@ -352,6 +379,18 @@ def transformer_moe_layer_v2(inputs: mtf.Tensor, output_dim: mtf.Dimension,
   t = "group_size_y"); inner dispatch [x1, h0, t, y, d]; expert input
   [y0, x1, h, d, m]; then everything in reverse.
 
+  Args:
+    inputs: the input [batch..., length, d_model].
+    output_dim: the output Dimension (d_model).
+    hparams: the HParams of the mixture (see set_default_moe_hparams).
+    train: whether training (capacity factor, dropout, noise).
+    variable_dtype: the mtf.VariableDType.
+    layout: the model's layout rules (used to choose the two levels' splits).
+    mesh_shape: the mesh shape.
+    nonpadding: a float mask [batch..., length] of real tokens (None: all),
+      which the balancing loss weighs by.
+    num_microbatches: the number of microbatches the losses are divided over.
+
   Returns:
     (output of shape inputs minus d_model plus output_dim,
      (outer loss + inner loss) * moe_loss_coef).
@@ -474,6 +513,51 @@ class MoE1D(TransformerLayer):
   """Mixture of experts layer (one level), a drop-in for DenseReluDense.
 
   Appends its balancing loss (times loss_coef) to context.losses.
+
+  Args:
+    num_experts: the number of experts.
+    loss_coef: the weight of the load-balancing loss added to the model's
+      losses.
+    hidden_size: the size of each expert's hidden layer.
+    group_size: the number of tokens routed together (per group, capacity is
+      computed and balanced).
+    capacity_factor_train: expert capacity in training, as a multiple of the
+      tokens per expert for perfect balance.
+    capacity_factor_eval: expert capacity outside training, likewise.
+    use_second_place_loss: also balance the second-choice experts (top-2
+      gating).
+    second_policy_train: how top-2 gating uses the second expert in training:
+      "all", "none", "threshold" or "random".
+    second_policy_eval: the same outside training.
+    second_threshold_train: the gate threshold of the "threshold" policy in
+      training.
+    second_threshold_eval: the same outside training.
+    dropout_rate: the dropout rate of the experts' hidden layer (training only).
+    activation: the experts' hidden activation: a name such as "relu" or a
+      function.
+    moe_gating: the routing: "top_2", "switch" (top-1), "ntlb" or
+      "expert_selection".
+    min_expert_capacity: the smallest capacity of an expert, in tokens.
+    switch_policy_train: the switch gate's noise policy in training:
+      "input_jitter", "argmax", "sample" or "input_dropout".
+    switch_policy_eval: the same outside training.
+    switch_dropout: the dropout rate of the "input_dropout" policy.
+    switch_temperature: the softmax temperature of the "sample" policy.
+    switch_jitter: the multiplicative noise range of the "input_jitter" policy.
+    ntlb_top_k: the number of experts per token of "ntlb" gating.
+    output_dim: the output Dimension (None: the input's model dim).
+    use_experts_attention: whether the experts compute attention projections
+      (ExpertsAttentionParams) instead of a feed-forward layer.
+    z_loss: weight of the router z-loss (the squared log of the gate softmax's
+      normalizer) added to the losses; None adds none.
+    word_embed_mode: None, or how the router also sees the input word embeddings
+      (the hparam moe_word_embed_mode).
+    use_second_place_expert_prob: the hparam moe_use_second_place_expert_prob
+      (top-2 gating: the probability of using the second expert), or None.
+    use_second_place_expert_prob_temp: the temperature of that probability, or
+      None.
+    top_n_num_experts_per_token: the number of experts per token of top-n
+      gating.
   """
 
   def __init__(self, num_experts=16, loss_coef=1e-2, hidden_size=4096,
@@ -591,7 +675,30 @@ class MoE1D(TransformerLayer):
 
 
 class MoE2D(TransformerLayer):
-  """Two-level mixture of experts (expert_x groups of expert_y experts)."""
+  """Two-level mixture of experts (expert_x groups of expert_y experts).
+
+  Args:
+    expert_x: the number of experts of MoE2D's first (outer) level.
+    expert_y: the number of experts of MoE2D's second (inner) level.
+    loss_coef: the weight of the load-balancing loss added to the model's
+      losses.
+    hidden_size: the size of each expert's hidden layer.
+    group_size: the number of tokens routed together (per group, capacity is
+      computed and balanced).
+    capacity_factor_train: expert capacity in training, as a multiple of the
+      tokens per expert for perfect balance.
+    capacity_factor_eval: expert capacity outside training, likewise.
+    capacity_factor_second_level: expert capacity of the second (inner) level of
+      MoE2D.
+    use_second_place_loss: also balance the second-choice experts (top-2
+      gating).
+    second_policy_train: how top-2 gating uses the second expert in training:
+      "all", "none", "threshold" or "random".
+    second_policy_eval: the same outside training.
+    second_threshold_train: the gate threshold of the "threshold" policy in
+      training.
+    second_threshold_eval: the same outside training.
+  """
 
   def __init__(self, expert_x=8, expert_y=8, loss_coef=1e-2, hidden_size=4096,
                group_size=1024, capacity_factor_train=1.25,

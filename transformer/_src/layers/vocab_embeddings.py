@@ -68,6 +68,19 @@ class FactorizedVocabEmbedding:
                                    "embedding", None, inner_dimension_size=16)
     x = emb.ids_to_embedding(ids, context)         # [batch, length, d_model]
     logits = emb.hidden_to_logits(x, context)      # [batch, length, vocab]
+
+  Args:
+    mesh: the mtf.Mesh the variables live on.
+    vocab_dim: the vocabulary Dimension.
+    output_dim: the output Dimension (None: the input's model dim).
+    variable_dtype: the mtf.VariableDType of the variables.
+    name: the name (scope) of the variables, e.g. "embedding" or "softmax".
+    ensemble_dim: an ensemble Dimension (one table per member) or None.
+    inner_dimension_size: the size of the factorization's inner dim (the table
+      is [vocab, inner] times [inner, d_model]).
+
+  Raises:
+    ValueError: if inner_dimension_size is not a positive int.
   """
 
   def __init__(self, mesh: mtf.Mesh, vocab_dim: mtf.Dimension,
@@ -93,17 +106,35 @@ class FactorizedVocabEmbedding:
 
   @property
   def inner_dim(self) -> mtf.Dimension:
+    """The factorization's inner Dimension ("inner_vocab",
+    inner_dimension_size)."""
     return self._inner_dim
 
   def ids_to_embedding(self, ids: mtf.Tensor, context) -> mtf.Tensor:
-    """ids [...] -> [..., d_model]: a row of factor 1 times factor 2."""
+    """ids [...] -> [..., d_model]: a row of factor 1 times factor 2.
+
+    Args:
+      ids: int token ids [batch..., length].
+      context: the Context of the call (mesh, dims, mode, states...).
+
+    Returns:
+      The embeddings [batch..., length, d_model].
+    """
     del context
     inner = mtf.gather(self._factored_embedding, ids, self._vocab_dim)
     return mtf.einsum([inner, self._embedding_proj],
                       reduced_dims=[self._inner_dim])
 
   def hidden_to_logits(self, hidden: mtf.Tensor, context) -> mtf.Tensor:
-    """hidden [..., d_model] -> logits [..., vocab] (hidden * d_model^-0.5)."""
+    """hidden [..., d_model] -> logits [..., vocab] (hidden * d_model^-0.5).
+
+    Args:
+      hidden: the hidden states [batch..., length, d_model].
+      context: the Context of the call (mesh, dims, mode, states...).
+
+    Returns:
+      The logits [batch..., length, vocab].
+    """
     del context
     hidden = _scale_hidden(hidden, self._output_dim)
     inner = mtf.einsum([hidden, self._embedding_proj],
@@ -202,6 +233,17 @@ class AdaptiveVocabEmbedding:
   Example:
     clusters=[{"token_count": 24, "embedding_size": 8},
               {"token_count": 8, "embedding_size": 4}]
+
+  Args:
+    mesh: the mtf.Mesh the variables live on.
+    vocab_dim: the vocabulary Dimension.
+    output_dim: the output Dimension (None: the input's model dim).
+    variable_dtype: the mtf.VariableDType of the variables.
+    name: the name (scope) of the variables, e.g. "embedding" or "softmax".
+    ensemble_dim: an ensemble Dimension (one table per member) or None.
+    clusters: a list of {"token_count": n, "embedding_size": e} dicts:
+      consecutive id ranges of n tokens each embedded in e dims and projected to
+      d_model.
   """
 
   def __init__(self, mesh: mtf.Mesh, vocab_dim: mtf.Dimension,
@@ -225,13 +267,29 @@ class AdaptiveVocabEmbedding:
       start += spec["token_count"]
 
   def ids_to_embedding(self, ids: mtf.Tensor, context) -> mtf.Tensor:
-    """Each id is embedded by its cluster (the others contribute zeros)."""
+    """Each id is embedded by its cluster (the others contribute zeros).
+
+    Args:
+      ids: int token ids [batch..., length].
+      context: the Context of the call (mesh, dims, mode, states...).
+
+    Returns:
+      The embeddings [batch..., length, d_model].
+    """
     return mtf.add_n([
         cluster_ids_to_embedding(embedding, ids, start, count, context)
         for embedding, start, count in self._clusters])
 
   def hidden_to_logits(self, hidden: mtf.Tensor, context) -> mtf.Tensor:
-    """The clusters' logits concatenated along the vocab dimension."""
+    """The clusters' logits concatenated along the vocab dimension.
+
+    Args:
+      hidden: the hidden states [batch..., length, d_model].
+      context: the Context of the call (mesh, dims, mode, states...).
+
+    Returns:
+      The logits [batch..., length, vocab].
+    """
     logits = [embedding.hidden_to_logits(hidden, context)
               for embedding, _, _ in self._clusters]
     if len(logits) == 1:
@@ -255,6 +313,18 @@ class MixtureOfSoftmaxes:
   Example:
     emb = MixtureOfSoftmaxes(mesh, vocab, d_model, vdt, "embedding", None,
                              num_softmaxes=3)
+
+  Args:
+    mesh: the mtf.Mesh the variables live on.
+    vocab_dim: the vocabulary Dimension.
+    output_dim: the output Dimension (None: the input's model dim).
+    variable_dtype: the mtf.VariableDType of the variables.
+    name: the name (scope) of the variables, e.g. "embedding" or "softmax".
+    ensemble_dim: an ensemble Dimension (one table per member) or None.
+    num_softmaxes: the number of softmaxes mixed.
+
+  Raises:
+    ValueError: if num_softmaxes is not a positive int.
   """
 
   def __init__(self, mesh: mtf.Mesh, vocab_dim: mtf.Dimension,
@@ -282,6 +352,15 @@ class MixtureOfSoftmaxes:
         ensemble_dim=ensemble + [self._components_dim])
 
   def ids_to_embedding(self, ids: mtf.Tensor, context) -> mtf.Tensor:
+    """Looks the ids up in the embedding table.
+
+    Args:
+      ids: int token ids [batch..., length].
+      context: the Context of the call (unused).
+
+    Returns:
+      The embeddings [batch..., length, d_model].
+    """
     del context
     return mtf.gather(self._embedding_weights, ids, self._vocab_dim)
 
@@ -290,6 +369,13 @@ class MixtureOfSoftmaxes:
 
     Taking the log of a mixture can lose precision in low-precision
     activations; use float32 activations if training is unstable.
+
+    Args:
+      hidden: the hidden states [batch..., length, d_model].
+      context: the Context of the call (mesh, dims, mode, states...).
+
+    Returns:
+      The logits [batch..., length, vocab].
     """
     del context
     hidden = _scale_hidden(hidden, self._output_dim)
@@ -339,6 +425,26 @@ class Mixtape:
   Example:
     emb = Mixtape(mesh, vocab, d_model, vdt, "embedding", None,
                   gate_embedding_size=16, frequent_token_fraction=0.25)
+
+  Args:
+    mesh: the mtf.Mesh the variables live on.
+    vocab_dim: the vocabulary Dimension.
+    output_dim: the output Dimension (None: the input's model dim).
+    variable_dtype: the mtf.VariableDType of the variables.
+    name: the name (scope) of the variables, e.g. "embedding" or "softmax".
+    ensemble_dim: an ensemble Dimension (one table per member) or None.
+    extra_ids: the number of ids at the end of the vocabulary (e.g.
+      sentinels) treated as frequent tokens (moved to the front).
+    dropout_rate: the dropout rate of the context vectors c (training only).
+    gate_embedding_size: the size of the gate embeddings of the frequent tokens.
+    frequent_token_fraction: the fraction of the vocabulary (the lowest ids)
+      with their own gates; the rest share one.
+    noise_std_dev: the stddev of the noise added to the gate logits in training.
+
+  Raises:
+    ValueError: if frequent_token_fraction leaves no frequent or no rare token,
+      extra_ids is not in [0, vocab size), gate_embedding_size is not a positive
+      int, or dropout_rate is not in [0, 1).
   """
 
   def __init__(self, mesh: mtf.Mesh, vocab_dim: mtf.Dimension,
@@ -418,6 +524,15 @@ class Mixtape:
         tf1.random_normal_initializer())
 
   def ids_to_embedding(self, ids: mtf.Tensor, context) -> mtf.Tensor:
+    """Looks the ids up in the embedding table.
+
+    Args:
+      ids: int token ids [batch..., length].
+      context: the Context of the call (unused).
+
+    Returns:
+      The embeddings [batch..., length, d_model].
+    """
     del context
     return mtf.gather(self._embedding_weights, ids, self._vocab_dim)
 
@@ -453,7 +568,15 @@ class Mixtape:
     return mtf.concat([rest, first], self._vocab_dim.name)
 
   def hidden_to_logits(self, hidden: mtf.Tensor, context) -> mtf.Tensor:
-    """hidden [..., d_model] -> gated mixture of logits [..., vocab]."""
+    """hidden [..., d_model] -> gated mixture of logits [..., vocab].
+
+    Args:
+      hidden: the hidden states [batch..., length, d_model].
+      context: the Context of the call (mesh, dims, mode, states...).
+
+    Returns:
+      The logits [batch..., length, vocab].
+    """
     hidden = _scale_hidden(hidden, self._output_dim)
     contexts = mtf.einsum(
         [mtf.rename_dimension(hidden, self._output_dim.name,

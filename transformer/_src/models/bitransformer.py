@@ -49,20 +49,39 @@ class Bitransformer:
 
   def __init__(self, encoder: Unitransformer, decoder: Unitransformer,
                shared_embedding: bool = True):
+    """Pairs an encoder and a decoder.
+
+    Args:
+      encoder: the encoder Unitransformer (not autoregressive, no softmax).
+      decoder: the decoder Unitransformer (autoregressive).
+      shared_embedding: the encoder and decoder share one embedding table (the
+        vocabularies must have the same size).
+    """
     self.encoder = encoder
     self.decoder = decoder
     self.shared_embedding = shared_embedding
 
   @property
   def output_vocab_dim(self) -> mtf.Dimension:
+    """The decoder's output vocabulary Dimension."""
     return self.decoder.output_vocab_dim
 
   @property
   def z_loss(self) -> float:
+    """The decoder's z_loss weight."""
     return self.decoder.z_loss
 
   def loss_denominator(self, targets: mtf.Tensor,
                        num_microbatches: int) -> float:
+    """What the summed loss is divided by (the decoder's).
+
+    Args:
+      targets: the target ids [batch..., length].
+      num_microbatches: the number of microbatches.
+
+    Returns:
+      The decoder's loss denominator (a float).
+    """
     return self.decoder.loss_denominator(targets, num_microbatches)
 
   def _shared_params(self, mesh: mtf.Mesh, variable_dtype) -> dict:
@@ -104,6 +123,24 @@ class Bitransformer:
     (sequence_id = min(ids, 1)). The decoder reads the targets shifted right
     (autoregressive_inputs).
 
+    Args:
+      inputs: int input ids [batch..., length] (0: padding).
+      targets: int target ids [batch..., length] (0: padding; negative ids are
+        fed but left out of the loss).
+      compute_loss: also compute the loss.
+      mode: a ModeKeys value (dropout only in training).
+      variable_dtype: the mtf.VariableDType of the variables.
+      encoder_sequence_id: int packed-sequence ids of the inputs [batch...,
+        length] (0: padding); default min(inputs, 1).
+      decoder_sequence_id: likewise for the targets.
+      decoder_subsequence_id: int ids of sub-sequences of the targets (e.g. a
+        prefix and the rest), or None.
+      encoder_position: int positions of the inputs [batch..., length] (default
+        0..length-1; packed examples restart at 0).
+      decoder_position: likewise for the targets.
+      num_microbatches: the number of microbatches the batch's loss is divided
+        over.
+
     Returns:
       (logits [batch..., length, vocab], loss or None).
     """
@@ -142,6 +179,22 @@ class Bitransformer:
     max_decode_length positions. Larger beams run beam search (temperature
     must be 0) for at most max_input_length * decode_length_multiplier +
     decode_length_constant steps.
+
+    Args:
+      inputs: int input ids [batch..., length] (0: padding).
+      variable_dtype: the mtf.VariableDType of the variables.
+      beam_size: the number of beams (1: sampling or greedy decoding).
+      alpha: the GNMT length-penalty exponent of beam search.
+      temperature: sampling temperature (0.0: greedy argmax).
+      sampling_keep_top_k: -1, or sample only among the k largest logits.
+      decode_length_multiplier: with beams: decode at most max input length *
+        this + decode_length_constant steps.
+      decode_length_constant: see decode_length_multiplier.
+      max_decode_length: the number of positions to decode (None: the inputs'
+        length).
+
+    Returns:
+      int ids [batch..., length] of the decoded targets.
     """
     return self._decode_encoded(
         inputs, self._encode(inputs, False, ModeKeys.PREDICT, variable_dtype,
@@ -253,6 +306,21 @@ class StudentTeacher:
                distill_start_step: int = 0,
                teacher_checkpoint: Optional[str] = None,
                initialize_student_weights: bool = False):
+    """Pairs a student with a teacher.
+
+    Args:
+      student: the model trained (a Unitransformer or Bitransformer).
+      teacher: the fixed model distilled from (same kind as the student).
+      temperature: the softmax temperature of the teacher's soft targets
+        (required when fraction_soft > 0).
+      fraction_soft: the weight of the soft (distillation) loss; 1 -
+        fraction_soft weighs the hard loss on the targets.
+      distill_start_step: before this global step only the hard loss is used.
+      teacher_checkpoint: the checkpoint of the trained teacher (see
+        initialize).
+      initialize_student_weights: also initialize the student from
+        teacher_checkpoint (for the names it has).
+    """
     self.student = student
     self.teacher = teacher
     self.temperature = temperature
@@ -265,7 +333,21 @@ class StudentTeacher:
                   compute_loss: bool,
                   variable_dtype=mtf.VariableDType(tf.float32),
                   num_microbatches: int = 1, **kargs):
-    """(student logits, distillation loss), or the logits alone without loss."""
+    """(student logits, distillation loss), or the logits alone without loss.
+
+    Args:
+      inputs: int input ids [batch..., length] (for a Bitransformer student).
+      targets: int target ids [batch..., length].
+      compute_loss: compute the distillation loss (False: return the student's
+        logits alone).
+      variable_dtype: the mtf.VariableDType of the variables.
+      num_microbatches: the number of microbatches the batch's loss is divided
+        over.
+
+    Returns:
+      (student logits [batch..., length, vocab], loss), or the student's logits
+      alone without compute_loss.
+    """
     with tf1.variable_scope("student"):
       student_logits, hard_loss = self.student.call_simple(
           inputs, targets, compute_loss=True, variable_dtype=variable_dtype,
@@ -320,7 +402,11 @@ class StudentTeacher:
                                        name="fraction_soft")
 
   def decode(self, *args, **kargs):
-    """The student's decode (under scope "student")."""
+    """The student's decode (under scope "student").
+
+    Returns:
+      The student's decoded ids [batch..., length].
+    """
     with tf1.variable_scope("student"):
       return self.student.decode(*args, **kargs)
 
@@ -379,6 +465,21 @@ def make_bitransformer(input_vocab_size=gin.REQUIRED,
     encoder/make_layer_stack.layers = [@SelfAttention, @DenseReluDense]
     decoder/make_layer_stack.layers = [@SelfAttention, @EncDecAttention,
                                        @DenseReluDense]
+
+  Args:
+    input_vocab_size: the input vocabulary size (padded up to a multiple of
+      vocab_divisor).
+    output_vocab_size: the output vocabulary size (likewise).
+    layout: the layout rules (string or mtf.LayoutRules), used by layers that
+      depend on the layout (e.g. MoE).
+    mesh_shape: the mesh shape (string or mtf.Shape), likewise.
+    encoder_name: the encoder's gin scope and variable scope.
+    decoder_name: the decoder's gin scope and variable scope.
+    bitransformer_cls: the class built (Bitransformer or a subclass such as
+      BitransformerFunnel).
+
+  Returns:
+    A bitransformer_cls instance.
   """
   for param, value in (("input_vocab_size", input_vocab_size),
                        ("output_vocab_size", output_vocab_size)):
@@ -401,7 +502,19 @@ def make_bitransformer(input_vocab_size=gin.REQUIRED,
 def make_bi_student_teacher(input_vocab_size=gin.REQUIRED,
                             output_vocab_size=gin.REQUIRED, layout=None,
                             mesh_shape=None):
-  """A StudentTeacher of two Bitransformers (gin scopes "student"/"teacher")."""
+  """A StudentTeacher of two Bitransformers (gin scopes "student"/"teacher").
+
+  Args:
+    input_vocab_size: the input vocabulary size (padded up to a multiple of
+      vocab_divisor).
+    output_vocab_size: the output vocabulary size (likewise).
+    layout: the layout rules (string or mtf.LayoutRules), used by layers that
+      depend on the layout (e.g. MoE).
+    mesh_shape: the mesh shape (string or mtf.Shape), likewise.
+
+  Returns:
+    A StudentTeacher.
+  """
   with gin.config_scope("student"):
     student = make_bitransformer(
         input_vocab_size=input_vocab_size,

@@ -30,6 +30,18 @@ def build_model(model_type: str = "bitransformer",
                         output_vocab_size=32000,
                         layout_rules="batch:batch", mesh_shape="batch:8")
 
+  Args:
+    model_type: "bitransformer", "bi_student_teacher", "lm", "delimited_lm" or
+      "aligned".
+    input_vocab_size: the input vocabulary size (padded up to a multiple of
+      vocab_divisor).
+    output_vocab_size: the output vocabulary size (likewise).
+    layout_rules: the layout rules (string or mtf.LayoutRules).
+    mesh_shape: the mesh shape (string or mtf.Shape).
+
+  Returns:
+    A Bitransformer, StudentTeacher or Unitransformer.
+
   Raises:
     ValueError: unknown model_type or a missing vocabulary size.
   """

@@ -149,6 +149,7 @@ class FunnelTransformerLayerStack(LayerStack):
 
   @property
   def pooling_fn(self):
+    """The reduction of pooling_type (mtf.reduce_mean or mtf.reduce_max)."""
     return _POOLING_FNS[self.pooling_type]
 
   @property
@@ -157,7 +158,15 @@ class FunnelTransformerLayerStack(LayerStack):
     return self.pooling_size ** (self.n_blocks - 1)
 
   def pool(self, x: mtf.Tensor, length_dim: mtf.Dimension) -> mtf.Tensor:
-    """x pooled (pooling_type) in windows of pooling_size along length_dim."""
+    """x pooled (pooling_type) in windows of pooling_size along length_dim.
+
+    Args:
+      x: a tensor with `length_dim` (e.g. [batch..., length, d_model]).
+      length_dim: the Dimension pooled.
+
+    Returns:
+      x with length_dim shrunk by a factor of pooling_size.
+    """
     return mtf.pool_tensor_1d(x, length_dim, self.pooling_fn,
                               self.pooling_size)
 
@@ -167,6 +176,11 @@ class FunnelTransformerLayerStack(LayerStack):
     return self._context
 
   def set_context(self, context: Context) -> None:
+    """Remembers the context of the current call.
+
+    Args:
+      context: the Context of the call.
+    """
     self._context = context
 
   def update_context(self, context: Context, x: mtf.Tensor,
@@ -177,6 +191,11 @@ class FunnelTransformerLayerStack(LayerStack):
     pooled position counts windows), the sequence ids (and subsequence ids
     and inputs) keep each window's first entry and length_dim becomes x's
     pool_dim_name dimension.
+
+    Args:
+      context: the Context of the call.
+      x: the activations [batch..., length, d_model].
+      pool_dim_name: the name of the pooled length dimension.
     """
     length_dim = context.length_dim
     pooled_dim = x.shape.get_dim_by_name(pool_dim_name)
@@ -308,7 +327,24 @@ class BitransformerFunnel(Bitransformer):
              decode_length_multiplier: float = 1.5,
              decode_length_constant: int = 10,
              max_decode_length: Optional[int] = None) -> mtf.Tensor:
-    """As Bitransformer.decode, with a pooled encoder output."""
+    """As Bitransformer.decode, with a pooled encoder output.
+
+    Args:
+      inputs: int input ids [batch..., length] (0: padding).
+      variable_dtype: the mtf.VariableDType of the variables.
+      beam_size: the number of beams (1: sampling or greedy decoding).
+      alpha: the GNMT length-penalty exponent of beam search.
+      temperature: sampling temperature (0.0: greedy argmax).
+      sampling_keep_top_k: -1, or sample only among the k largest logits.
+      decode_length_multiplier: with beams: decode at most max input length *
+        this + decode_length_constant steps.
+      decode_length_constant: see decode_length_multiplier.
+      max_decode_length: the number of positions to decode (None: the inputs'
+        length).
+
+    Returns:
+      int ids [batch..., length] of the decoded targets.
+    """
     return self._decode_encoded(
         inputs, self._encode(inputs, False, ModeKeys.PREDICT, variable_dtype,
                              None, None, 1)[:5],

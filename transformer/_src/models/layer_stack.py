@@ -62,7 +62,16 @@ def _ensemble_dims(context: Context) -> List[mtf.Dimension]:
 @gin.configurable(module=_GIN_MODULE)
 def sublayer_mask_padding(x: mtf.Tensor, layer_stack, context: Context
                           ) -> mtf.Tensor:
-  """Zeroes padding positions (sequence_id == 0) so no value leaks from them."""
+  """Zeroes padding positions (sequence_id == 0) so no value leaks from them.
+
+  Args:
+    x: the activations [batch..., length, d_model].
+    layer_stack: the LayerStack running the sublayer.
+    context: the Context of the call.
+
+  Returns:
+    The new activations, shaped as x.
+  """
   del layer_stack
   if isinstance(context.sequence_id, mtf.Tensor):
     return x * mtf.cast(mtf.not_equal(context.sequence_id, 0),
@@ -76,6 +85,14 @@ def sublayer_call_layer(x: mtf.Tensor, layer_stack, context: Context
   """Calls context.current_layer on x (padding masked first).
 
   Variables of the layer are created under `<layer name>/<ClassName>/`.
+
+  Args:
+    x: the activations [batch..., length, d_model].
+    layer_stack: the LayerStack running the sublayer.
+    context: the Context of the call.
+
+  Returns:
+    The new activations, shaped as x.
   """
   x = sublayer_mask_padding(x, layer_stack, context)
   layer = context.current_layer
@@ -103,6 +120,16 @@ def sublayer_rms_norm(x: mtf.Tensor, layer_stack, context: Context,
 
   Variable `<name>/scale` [ensemble..., d_model], initialised to ones. No mean
   subtraction and no bias.
+
+  Args:
+    x: the activations [batch..., length, d_model].
+    layer_stack: the LayerStack running the sublayer.
+    context: the Context of the call.
+    epsilon: added to the mean square.
+    name: the variable scope of the scale.
+
+  Returns:
+    The new activations, shaped as x.
   """
   del layer_stack
   model_dim = context.model.model_dim
@@ -116,7 +143,16 @@ def sublayer_rms_norm(x: mtf.Tensor, layer_stack, context: Context,
 @gin.configurable(module=_GIN_MODULE)
 def sublayer_legacy_rms_norm(x: mtf.Tensor, layer_stack, context: Context
                              ) -> mtf.Tensor:
-  """RMS norm with the legacy scope "layer_norm" and layer_stack.norm_epsilon."""
+  """RMS norm with the legacy scope "layer_norm" and layer_stack.norm_epsilon.
+
+  Args:
+    x: the activations [batch..., length, d_model].
+    layer_stack: the LayerStack running the sublayer.
+    context: the Context of the call.
+
+  Returns:
+    The new activations, shaped as x.
+  """
   return sublayer_rms_norm(x, layer_stack, context,
                            epsilon=layer_stack.norm_epsilon, name="layer_norm")
 
@@ -124,7 +160,16 @@ def sublayer_legacy_rms_norm(x: mtf.Tensor, layer_stack, context: Context
 @gin.configurable(module=_GIN_MODULE)
 def sublayer_legacy_final_rms_norm(x: mtf.Tensor, layer_stack,
                                    context: Context) -> mtf.Tensor:
-  """The final RMS norm under the legacy scope "final_layer_norm"."""
+  """The final RMS norm under the legacy scope "final_layer_norm".
+
+  Args:
+    x: the activations [batch..., length, d_model].
+    layer_stack: the LayerStack running the sublayer.
+    context: the Context of the call.
+
+  Returns:
+    The new activations, shaped as x.
+  """
   return sublayer_rms_norm(x, layer_stack, context,
                            epsilon=layer_stack.norm_epsilon,
                            name="final_layer_norm")
@@ -137,6 +182,19 @@ def sublayer_rms_norm_subsampled(x: mtf.Tensor, layer_stack, context: Context,
   """RMS norm whose variance uses only the first `percentage`% of d_model.
 
   Variable `layer_norm_subsampled/scale` [ensemble..., d_model].
+
+  Args:
+    x: the activations [batch..., length, d_model].
+    layer_stack: the LayerStack running the sublayer.
+    context: the Context of the call.
+    percentage: the share of d_model, in (0, 100], whose mean square is used.
+    epsilon: added to the mean square.
+
+  Returns:
+    The new activations, shaped as x.
+
+  Raises:
+    ValueError: if percentage is not in (0, 100].
   """
   del layer_stack
   if not 0.0 < percentage <= 100.0:
@@ -161,6 +219,16 @@ def sublayer_scale_norm(x: mtf.Tensor, layer_stack, context: Context,
   """ScaleNorm: RMS norm with one learned scalar (per ensemble member).
 
   Variable `<name>/scale` of shape [ensemble...] (a scalar), ones.
+
+  Args:
+    x: the activations [batch..., length, d_model].
+    layer_stack: the LayerStack running the sublayer.
+    context: the Context of the call.
+    epsilon: added to the mean square.
+    name: the variable scope of the scale.
+
+  Returns:
+    The new activations, shaped as x.
   """
   del layer_stack
   with tf1.variable_scope(name):
@@ -173,7 +241,16 @@ def sublayer_scale_norm(x: mtf.Tensor, layer_stack, context: Context,
 @gin.configurable(module=_GIN_MODULE)
 def sublayer_residual(x: mtf.Tensor, layer_stack, context: Context
                       ) -> mtf.Tensor:
-  """Adds the layer's input: x + context.current_layer_input."""
+  """Adds the layer's input: x + context.current_layer_input.
+
+  Args:
+    x: the activations [batch..., length, d_model].
+    layer_stack: the LayerStack running the sublayer.
+    context: the Context of the call.
+
+  Returns:
+    The new activations, shaped as x.
+  """
   del layer_stack
   return x + context.current_layer_input
 
@@ -186,7 +263,17 @@ def _dropout_noise_shape(x: mtf.Tensor, context: Context) -> mtf.Shape:
 @gin.configurable(module=_GIN_MODULE)
 def sublayer_dropout(x: mtf.Tensor, layer_stack, context: Context,
                      dropout_rate: float = 0.0) -> mtf.Tensor:
-  """Dropout in training, with the mask broadcast over the length dim."""
+  """Dropout in training, with the mask broadcast over the length dim.
+
+  Args:
+    x: the activations [batch..., length, d_model].
+    layer_stack: the LayerStack running the sublayer.
+    context: the Context of the call.
+    dropout_rate: the dropout rate (training only).
+
+  Returns:
+    The new activations, shaped as x.
+  """
   del layer_stack
   if context.train and dropout_rate > 0:
     return mtf.dropout(x, context.train, rate=dropout_rate,
@@ -197,7 +284,16 @@ def sublayer_dropout(x: mtf.Tensor, layer_stack, context: Context,
 @gin.configurable(module=_GIN_MODULE)
 def sublayer_legacy_dropout(x: mtf.Tensor, layer_stack, context: Context
                             ) -> mtf.Tensor:
-  """Dropout at layer_stack.dropout_rate (legacy mode)."""
+  """Dropout at layer_stack.dropout_rate (legacy mode).
+
+  Args:
+    x: the activations [batch..., length, d_model].
+    layer_stack: the LayerStack running the sublayer.
+    context: the Context of the call.
+
+  Returns:
+    The new activations, shaped as x.
+  """
   return sublayer_dropout(x, layer_stack, context,
                           dropout_rate=layer_stack.dropout_rate)
 
@@ -207,7 +303,23 @@ def sublayer_annealed_dropout(x: mtf.Tensor, layer_stack, context: Context,
                               init_dropout_rate: float = 0.0,
                               start_step: Optional[int] = None,
                               end_step: Optional[int] = None) -> mtf.Tensor:
-  """Dropout whose rate falls linearly to 0 between start_step and end_step."""
+  """Dropout whose rate falls linearly to 0 between start_step and end_step.
+
+  Args:
+    x: the activations [batch..., length, d_model].
+    layer_stack: the LayerStack running the sublayer.
+    context: the Context of the call.
+    init_dropout_rate: the rate up to start_step (0: no dropout).
+    start_step: the global step at which the rate starts falling (required with
+      a rate).
+    end_step: the global step from which the rate is 0 (required with a rate).
+
+  Returns:
+    The new activations, shaped as x.
+
+  Raises:
+    ValueError: without start_step and end_step when init_dropout_rate > 0.
+  """
   del layer_stack
   if context.train and init_dropout_rate > 0:
     if start_step is None or end_step is None:
@@ -223,7 +335,17 @@ def sublayer_annealed_dropout(x: mtf.Tensor, layer_stack, context: Context,
 def sublayer_clip_activation_gradient(x: mtf.Tensor, layer_stack,
                                       context: Context, rms_norm: float = 1.0
                                       ) -> mtf.Tensor:
-  """Identity whose gradient is clipped to RMS norm <= rms_norm."""
+  """Identity whose gradient is clipped to RMS norm <= rms_norm.
+
+  Args:
+    x: the activations [batch..., length, d_model].
+    layer_stack: the LayerStack running the sublayer.
+    context: the Context of the call.
+    rms_norm: the largest RMS norm of the gradient.
+
+  Returns:
+    The new activations, shaped as x.
+  """
   del layer_stack, context
   return mtf.layers.clip_activation_gradient(x, rms_norm)
 
@@ -231,7 +353,17 @@ def sublayer_clip_activation_gradient(x: mtf.Tensor, layer_stack,
 @gin.configurable(module=_GIN_MODULE)
 def sublayer_rezero(x: mtf.Tensor, layer_stack, context: Context,
                     initial_value: float = 0.0) -> mtf.Tensor:
-  """ReZero: x times the scalar variable `rezero_weight` (initial_value)."""
+  """ReZero: x times the scalar variable `rezero_weight` (initial_value).
+
+  Args:
+    x: the activations [batch..., length, d_model].
+    layer_stack: the LayerStack running the sublayer.
+    context: the Context of the call.
+    initial_value: the initial value of the scalar.
+
+  Returns:
+    The new activations, shaped as x.
+  """
   del layer_stack
   weight = mtf.get_variable(
       context.mesh, "rezero_weight", mtf.Shape(_ensemble_dims(context)),
@@ -246,6 +378,15 @@ def sublayer_true_layer_norm(x: mtf.Tensor, layer_stack, context: Context,
   """Standard layer norm (mean and variance, scale and bias) over d_model.
 
   Variables `true_layer_norm/layer_norm/layer_norm_{scale,bias}`.
+
+  Args:
+    x: the activations [batch..., length, d_model].
+    layer_stack: the LayerStack running the sublayer.
+    context: the Context of the call.
+    epsilon: added to the variance.
+
+  Returns:
+    The new activations, shaped as x.
   """
   del layer_stack
   return mtf.layers.layer_norm(x, context.model.model_dim, epsilon=epsilon,
@@ -305,6 +446,27 @@ class LayerStack(TransformerLayer):
                dropout_rate: Optional[float] = None,
                norm_epsilon: Optional[float] = None,
                recompute_grads: bool = False):
+    """Stores the layers and sublayers.
+
+    Args:
+      layers: the TransformerLayers, in order.
+      sublayers_initial: sublayer functions (x, layer_stack, context) -> x
+        applied to the stack's input (default: dropout).
+      sublayers_per_layer: sublayer functions applied around each layer
+        (default: rms_norm, call_layer, dropout, residual).
+      sublayers_final: sublayer functions applied to the last layer's output
+        (default: rms_norm, dropout).
+      dropout_rate: legacy mode: the dropout rate of the default legacy
+        sublayers (given together with norm_epsilon; None: the sublayer lists
+        decide).
+      norm_epsilon: legacy mode: the epsilon of the legacy RMS norms (given
+        together with dropout_rate).
+      recompute_grads: recompute each layer's activations in the backward pass
+        instead of storing them (less memory).
+
+    Raises:
+      ValueError: only one of dropout_rate and norm_epsilon is given.
+    """
     self._layers = list(layers)
     self._recompute_grads = recompute_grads
     self._dropout_rate = dropout_rate
@@ -338,34 +500,42 @@ class LayerStack(TransformerLayer):
 
   @property
   def layers(self) -> List[TransformerLayer]:
+    """The list of layers."""
     return self._layers
 
   @property
   def num_layers(self) -> int:
+    """The number of layers."""
     return len(self._layers)
 
   @property
   def dropout_rate(self) -> Optional[float]:
+    """The legacy dropout rate, or None."""
     return self._dropout_rate
 
   @property
   def norm_epsilon(self) -> Optional[float]:
+    """The legacy RMS-norm epsilon, or None."""
     return self._norm_epsilon
 
   @property
   def recompute_grads(self) -> bool:
+    """Whether activations are recomputed in the backward pass."""
     return self._recompute_grads
 
   @property
   def sublayers_initial(self) -> List[Sublayer]:
+    """The initial sublayer functions (a copy)."""
     return list(self._sublayers_initial)
 
   @property
   def sublayers_per_layer(self) -> List[Sublayer]:
+    """The per-layer sublayer functions (a copy)."""
     return list(self._sublayers_per_layer)
 
   @property
   def sublayers_final(self) -> List[Sublayer]:
+    """The final sublayer functions (a copy)."""
     return list(self._sublayers_final)
 
   def _call_sublayers(self, sublayers, x: mtf.Tensor,
@@ -468,6 +638,18 @@ def make_layer_stack(layers=gin.REQUIRED, layer_stack_cls=LayerStack,
   Example:
     make_layer_stack([SelfAttention, DenseReluDense], num_layers=2)
     # names block_000/layer_000, block_000/layer_001, block_001/layer_000, ...
+
+  Args:
+    layers: the layers of one block (see above).
+    layer_stack_cls: the class built (LayerStack or a subclass).
+    num_layers: the number of blocks.
+    block_scope: name the layers block_%03d/<name> (see above).
+
+  Returns:
+    A layer_stack_cls of num_layers * len(layers) layers.
+
+  Raises:
+    ValueError: if `layers` is not given.
   """
   if layers is gin.REQUIRED or layers is None:
     raise ValueError("make_layer_stack: parameter 'layers' is required")

@@ -48,6 +48,15 @@ def shift_targets(targets: mtf.Tensor, bos_id: int = 0,
 
   The EOS shifted in from a previous packed sequence becomes 0; with bos_id,
   a 0 in front of a nonzero target becomes bos_id.
+
+  Args:
+    targets: int target ids [batch..., length].
+    bos_id: the id put in front of each sequence (0: none).
+    eos_id: the EOS id (an EOS shifted in from the previous packed sequence
+      becomes 0).
+
+  Returns:
+    int ids shaped as targets.
   """
   length_dim = targets.shape.dims[-1]
   shifted = mtf.shift(targets, offset=1, dim=length_dim, wrap=False)
@@ -68,6 +77,14 @@ def autoregressive_inputs(targets: mtf.Tensor,
   Example:
     targets [5, 6, 1, 7, 1], sequence_id [1, 1, 1, 2, 2]
     -> inputs [0, 5, 6, 0, 7]
+
+  Args:
+    targets: int target ids [batch..., length].
+    sequence_id: int packed-sequence ids [batch..., length], or None for
+      unpacked targets.
+
+  Returns:
+    int inputs, shaped as targets.
   """
   length_dim = targets.shape.dims[-1]
   inputs = mtf.shift(targets, offset=1, dim=length_dim, wrap=False)
@@ -83,6 +100,13 @@ def delimited_lm_inputs_mask(ids: mtf.Tensor, eos_id: int = 1) -> mtf.Tensor:
 
   ids hold packed [inputs, EOS, targets, EOS, inputs, EOS, ...]: a position is
   in an inputs part when an even number of EOS precede it.
+
+  Args:
+    ids: int ids [batch..., length] of delimited LM sequences.
+    eos_id: the EOS id that delimits the parts.
+
+  Returns:
+    A boolean Tensor shaped as ids.
   """
   length_dim = ids.shape.dims[-1]
   eos_before = mtf.cumsum(mtf.to_int32(mtf.equal(ids, eos_id)), length_dim,
@@ -99,7 +123,17 @@ def reduce_ensemble_logits_select(logits: mtf.Tensor,
                                   ensemble_dim: mtf.Dimension,
                                   vocab_dim: mtf.Dimension,
                                   model_id: int = 0) -> mtf.Tensor:
-  """The logits of ensemble member model_id."""
+  """The logits of ensemble member model_id.
+
+  Args:
+    logits: the members' logits [ensemble, batch..., length, vocab].
+    ensemble_dim: the ensemble Dimension (reduced).
+    vocab_dim: the vocabulary Dimension (unused).
+    model_id: the index of the member whose logits are returned.
+
+  Returns:
+    Logits [batch..., length, vocab].
+  """
   del vocab_dim
   return mtf.gather(logits, model_id, ensemble_dim)
 
@@ -108,7 +142,16 @@ def reduce_ensemble_logits_select(logits: mtf.Tensor,
 def reduce_ensemble_logits_mean_prob(logits: mtf.Tensor,
                                      ensemble_dim: mtf.Dimension,
                                      vocab_dim: mtf.Dimension) -> mtf.Tensor:
-  """log of the members' mean probability (floored at 1e-20)."""
+  """log of the members' mean probability (floored at 1e-20).
+
+  Args:
+    logits: the members' logits [ensemble, batch..., length, vocab].
+    ensemble_dim: the ensemble Dimension (reduced).
+    vocab_dim: the vocabulary Dimension.
+
+  Returns:
+    Log-probabilities [batch..., length, vocab].
+  """
   probs = mtf.softmax(logits, reduced_dim=vocab_dim)
   probs = mtf.reduce_mean(probs, reduced_dim=ensemble_dim)
   return mtf.log(mtf.maximum(probs, 1e-20))
@@ -118,7 +161,16 @@ def reduce_ensemble_logits_mean_prob(logits: mtf.Tensor,
 def reduce_ensemble_logits_mean_logit(logits: mtf.Tensor,
                                       ensemble_dim: mtf.Dimension,
                                       vocab_dim: mtf.Dimension) -> mtf.Tensor:
-  """The members' mean logit."""
+  """The members' mean logit.
+
+  Args:
+    logits: the members' logits [ensemble, batch..., length, vocab].
+    ensemble_dim: the ensemble Dimension (reduced).
+    vocab_dim: the vocabulary Dimension (unused).
+
+  Returns:
+    Logits [batch..., length, vocab].
+  """
   del vocab_dim
   return mtf.reduce_mean(logits, reduced_dim=ensemble_dim)
 
@@ -128,7 +180,18 @@ def reduce_ensemble_logits(logits: mtf.Tensor, ensemble_dim: mtf.Dimension,
                            vocab_dim: mtf.Dimension,
                            reduce_fn=reduce_ensemble_logits_mean_prob
                            ) -> mtf.Tensor:
-  """Combines [ensemble, ..., vocab] logits into [..., vocab] by reduce_fn."""
+  """Combines [ensemble, ..., vocab] logits into [..., vocab] by reduce_fn.
+
+  Args:
+    logits: the members' logits [ensemble, batch..., length, vocab].
+    ensemble_dim: the ensemble Dimension (reduced).
+    vocab_dim: the vocabulary Dimension.
+    reduce_fn: called as reduce_fn(logits, ensemble_dim, vocab_dim), e.g.
+      reduce_ensemble_logits_mean_prob.
+
+  Returns:
+    Logits [batch..., length, vocab].
+  """
   return reduce_fn(logits, ensemble_dim, vocab_dim)
 
 
@@ -172,6 +235,48 @@ class Unitransformer:
                input_full_attention: bool = False,
                loss_on_targets_only: bool = False, loss_denominator=None,
                token_dropout_rate: float = 0.0):
+    """Creates the tower's dims (variables are created when it is called).
+
+    Args:
+      layer_stack: the LayerStack of the tower.
+      d_model: the model dimension.
+      input_vocab_size: the input vocabulary size (padded up to a multiple of
+        vocab_divisor).
+      output_vocab_size: the output vocabulary size (likewise).
+      autoregressive: whether position i sees only positions <= i (a decoder or
+        language model).
+      max_length: the number of positions of the positional embedding.
+      shared_embedding_and_softmax_weights: use the embedding table as the
+        softmax weights (the vocabularies must match).
+      label_smoothing: the label-smoothing amount of the loss.
+      z_loss: the weight of the auxiliary loss z_loss * log(Z)^2 (Z the softmax
+        normalizer) that keeps the logits from drifting.
+      name: the variable scope of the tower.
+      layout: the layout rules (string or mtf.LayoutRules), used by layers that
+        depend on the layout.
+      mesh_shape: the mesh shape (string or mtf.Shape), likewise.
+      vocab_divisor: the vocabulary sizes are rounded up to a multiple of this
+        (None: not rounded).
+      ensemble: the number of ensemble members (one set of variables each), or
+        None.
+      loss_fn: called as loss_fn(model, context, logits, targets,
+        output_vocab_dim) to compute the loss (None: cross-entropy).
+      positional_embedding: add a positional embedding to the input embeddings.
+      sinusoid_positional_embedding: use the fixed sinusoid table instead of a
+        learned one.
+      input_full_attention: with autoregressive: the inputs part of a delimited
+        sequence attends to itself fully (a prefix LM).
+      loss_on_targets_only: with input_full_attention: leave the inputs part out
+        of the loss.
+      loss_denominator: a fixed number to divide the summed loss by (None: see
+        loss_denominator).
+      token_dropout_rate: the rate at which input tokens are replaced by 0 in
+        training.
+
+    Raises:
+      ValueError: a required argument is missing, an autoregressive tower has no
+        output_vocab_size, or shared embeddings have different vocabulary sizes.
+    """
     for param, value in (("input_vocab_size", input_vocab_size),
                          ("output_vocab_size", output_vocab_size),
                          ("autoregressive", autoregressive),
@@ -227,10 +332,13 @@ class Unitransformer:
 
   @property
   def fully_autoregressive(self) -> bool:
+    """Whether every position sees only earlier positions (autoregressive and
+    not input_full_attention)."""
     return bool(self.autoregressive) and not self.input_full_attention
 
   @property
   def ensemble_dims(self) -> List[mtf.Dimension]:
+    """[ensemble_dim], or [] without an ensemble."""
     return [self.ensemble_dim] if self.ensemble_dim else []
 
   @property
@@ -244,6 +352,13 @@ class Unitransformer:
 
     The configured loss_denominator, else the number of target tokens
     (padding included) times num_microbatches, divided by the ensemble size.
+
+    Args:
+      targets: the target ids [batch..., length].
+      num_microbatches: the number of microbatches.
+
+    Returns:
+      A float.
     """
     if self._loss_denominator is not None:
       return float(self._loss_denominator)
@@ -392,6 +507,9 @@ class Unitransformer:
 
     Returns:
       (logits [batch..., length, vocab] or hidden states, loss or None).
+
+    Raises:
+      ValueError: with input_full_attention but no targets.
     """
     batch_dims = inputs.shape.dims[:-1]
     length_dim = inputs.shape.dims[-1]
@@ -524,8 +642,16 @@ class Unitransformer:
       max_steps: optional cap on tokens generated per row.
       temperature: 0.0 = argmax; otherwise sample softmax(logits / t).
       variable_dtype: an mtf.VariableDType.
-      encoder_output, encoder_sequence_id, encoder_inputs, shared_params,
-        encoder_layer_outputs: as in call_simple (decoder towers).
+      encoder_output: the encoder's output [batch..., memory_length, d_model]
+        for encoder-decoder attention (None for a language model).
+      encoder_sequence_id: int packed-sequence ids of encoder_output
+        [batch..., memory_length] (0: padding), or None.
+      encoder_inputs: the encoder's input ids [batch..., memory_length], or
+        None.
+      shared_params: dict of variables shared between the encoder and decoder
+        (e.g. the shared embedding), or None.
+      encoder_layer_outputs: the encoder's per-layer outputs, for layers that
+        attend to them, or None.
       has_partial_sequences: False when partial_sequences are all zeros
         (the prompt pass's states are then replaced by zeros).
       never_end: stop_at_token is never sampled.
@@ -535,6 +661,10 @@ class Unitransformer:
 
     Returns:
       int Tensor [batch..., length].
+
+    Raises:
+      ValueError: if the model is not autoregressive, or sampling_keep_top_k is
+        neither -1 nor positive.
     """
     if not self.autoregressive:
       raise ValueError("Unitransformer %r: sample_autoregressive needs an "
@@ -635,10 +765,27 @@ class Unitransformer:
     Args:
       inputs: int zeros [batch, beam, length] (exactly one batch dim).
       decode_length: int scalar mtf Tensor (or int): at most this many steps.
-      variable_dtype, encoder_output, encoder_sequence_id, encoder_inputs,
-        shared_params, encoder_layer_outputs: as in sample_autoregressive.
+      variable_dtype: an mtf.VariableDType.
+      encoder_output: the encoder's output [batch..., memory_length, d_model]
+        for encoder-decoder attention (None for a language model).
+      encoder_sequence_id: int packed-sequence ids of encoder_output
+        [batch..., memory_length] (0: padding), or None.
+      encoder_inputs: the encoder's input ids [batch..., memory_length], or
+        None.
+      shared_params: dict of variables shared between the encoder and decoder
+        (e.g. the shared embedding), or None.
+      encoder_layer_outputs: the encoder's per-layer outputs, for layers that
+        attend to them, or None.
       alpha: GNMT length-penalty exponent.
       bos_id: the input id read at position 0.
+
+    Returns:
+      The best beam's ids, int Tensor [batch, length].
+
+    Raises:
+      ValueError: if the model is not autoregressive.
+      NotImplementedError: unless inputs are [batch, beam, length] (one batch
+        dim).
     """
     if not self.autoregressive:
       raise ValueError("Unitransformer %r: beam_search needs an autoregressive "

@@ -210,7 +210,14 @@ class UTLayerStack(LayerStack):
     return self.num_rec_steps
 
   def position_timing_signal(self, context: Context) -> mtf.Tensor:
-    """Sinusoid signal of (position + position_start_index), [pos..., d_model]."""
+    """Sinusoid signal of (position + position_start_index), [pos..., d_model].
+
+    Args:
+      context: the Context of the call.
+
+    Returns:
+      The signal [batch..., length, d_model].
+    """
     table_dim = mtf.Dimension(
         "ut_positions", context.length_dim.size + self.position_start_index)
     table = sinusoid_positional_embedding_weights(
@@ -220,7 +227,15 @@ class UTLayerStack(LayerStack):
                       table_dim)
 
   def step_timing_signal(self, context: Context, step: int) -> mtf.Tensor:
-    """The signal of recurrence step `step`, [ensemble..., d_model]."""
+    """The signal of recurrence step `step`, [ensemble..., d_model].
+
+    Args:
+      context: the Context of the call.
+      step: the recurrence step (0-based).
+
+    Returns:
+      The signal [ensemble..., d_model].
+    """
     model_dim = context.model.model_dim
     steps_dim = mtf.Dimension("ut_steps", self.num_steps)
     if self.step_timing_signal_type == "learned":
@@ -238,7 +253,16 @@ class UTLayerStack(LayerStack):
 
   def step_preprocess(self, context: Context, x: mtf.Tensor,
                       step: int) -> mtf.Tensor:
-    """x plus (or concatenated with) this step's timing signals."""
+    """x plus (or concatenated with) this step's timing signals.
+
+    Args:
+      context: the Context of the call.
+      x: the activations [batch..., length, d_model].
+      step: the recurrence step (0-based).
+
+    Returns:
+      x with the signals added (or concatenated along d_model).
+    """
     with tf1.variable_scope(_SCOPE):
       signals = []
       if self.add_position_timing_signal:
@@ -271,14 +295,31 @@ class UTLayerStack(LayerStack):
     return x
 
   def transition(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
-    """The block applied num_inrecurrence_layers times (shared weights)."""
+    """The block applied num_inrecurrence_layers times (shared weights).
+
+    Args:
+      context: the Context of the call.
+      x: the activations [batch..., length, d_model].
+
+    Returns:
+      The output, shaped as x.
+    """
     for _ in range(self.num_inrecurrence_layers):
       x = self._run_block(context, x)
     return x
 
   def ut_step(self, context: Context, x: mtf.Tensor,
               step: int) -> mtf.Tensor:
-    """One "basic" recurrence step: transition(step_preprocess(x))."""
+    """One "basic" recurrence step: transition(step_preprocess(x)).
+
+    Args:
+      context: the Context of the call.
+      x: the activations [batch..., length, d_model].
+      step: the recurrence step (0-based).
+
+    Returns:
+      The output, shaped as x.
+    """
     return self.transition(context, self.step_preprocess(context, x, step))
 
   def _dense(self, context: Context, x: mtf.Tensor, name: str,
@@ -312,7 +353,17 @@ class UTLayerStack(LayerStack):
 
   def ut_highway(self, context: Context, x: mtf.Tensor,
                  skip: bool = False) -> mtf.Tensor:
-    """Highway (or, with skip, skip-to-input) gated recurrence."""
+    """Highway (or, with skip, skip-to-input) gated recurrence.
+
+    Args:
+      context: the Context of the call.
+      x: the activations [batch..., length, d_model].
+      skip: gate between the step's output and the recurrence's input
+        (skip-to-input) instead of the previous state (highway).
+
+    Returns:
+      The output, shaped as x.
+    """
     ut_input = x
     for step in range(self.num_rec_steps):
       state = self.step_preprocess(context, x, step)
@@ -328,6 +379,15 @@ class UTLayerStack(LayerStack):
     return x
 
   def ut_basic(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
+    """The "basic" recurrence: num_rec_steps ut_steps.
+
+    Args:
+      context: the Context of the call.
+      x: the activations [batch..., length, d_model].
+
+    Returns:
+      The output, shaped as x.
+    """
     for step in range(self.num_rec_steps):
       x = self.ut_step(context, x, step)
     return x
@@ -356,6 +416,14 @@ class UTLayerStack(LayerStack):
     Steps and remainders are [batch..., length]; every position takes
     between 1 and act_max_steps steps. Appends the ponder loss to
     context.losses (when it is not None).
+
+    Args:
+      context: the Context of the call.
+      x: the activations [batch..., length, d_model].
+
+    Returns:
+      (output [batch..., length, d_model], ponder steps [batch..., length],
+      remainders [batch..., length]).
     """
     model_dim = context.model.model_dim
     dtype = x.dtype
