@@ -642,6 +642,19 @@ def score_with_estimator_lazy(estimator, input_fn, eval_checkpoint_step,
   score_postprocess_fn(results, vocabulary, shard_idx=i) is called on each
   num_examples_per_shard examples (the last shard may be smaller), so large
   scoring runs write one file per shard.
+
+  Args:
+    estimator: the driver.Estimator holding the model and its variables.
+    input_fn: returns the dataset of examples to score.
+    eval_checkpoint_step: which checkpoint to score with (None or -1: the
+      latest).
+    model_dir: the directory of the checkpoints.
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
+    score_postprocess_fn: called as fn(results, vocabulary, shard_idx=i) on
+      each shard of {"inputs", "targets", "scores"} dicts (default: write
+      tfrecords).
+    num_examples: how many examples to score (None: the whole dataset).
+    num_examples_per_shard: examples per shard (<= 0 or None: one shard).
   """
   results = score_with_estimator(
       estimator, input_fn, eval_checkpoint_step, model_dir, vocabulary,
@@ -688,6 +701,9 @@ def score_from_strings(estimator, vocabulary, model_type, batch_size,
       writes the scores to files).
     eos_id: the EOS id (1).
     score_eos: include the final EOS in each target's score.
+    score_with_estimator_fn: the scoring function, called as
+      score_with_estimator(estimator, input_fn, eval_checkpoint_step,
+      model_dir, vocabulary, score_postprocess_fn).
 
   Returns:
     What score_postprocess_fn returns.
@@ -750,6 +766,9 @@ def score_from_dataset(estimator, vocabulary, batch_size, sequence_length,
     score_postprocess_fn: called as fn(results, vocabulary) on the list of
       {"inputs", "targets", "scores"} dicts; its value is returned (save_scores
       writes the scores to files).
+    score_with_estimator_fn: the scoring function, called as
+      score_with_estimator(estimator, input_fn, eval_checkpoint_step,
+      model_dir, vocabulary, score_postprocess_fn).
 
   Returns:
     What score_postprocess_fn returns.

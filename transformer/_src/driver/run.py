@@ -275,6 +275,9 @@ def eval_model(estimator, vocabulary, sequence_length, batch_size,
     eval_with_score: score the targets instead of decoding.
     output_eval_examples: write the decodes to <summary
       dir>/<name>_predictions-<step>.
+    eval_dir_suffix: appended as "_<suffix>" to each summary directory.
+    score_with_estimator_fn: the scoring function used with eval_with_score
+      (called as score_with_estimator).
     max_batches: evaluate at most this many batches per dataset (None: all).
 
   Returns:
@@ -434,6 +437,7 @@ def run(tpu_job_name, tpu, gcp_project, tpu_zone, model_dir,
       dir>/<name>_predictions-<step>.
     checkpoint_input_pipeline: accepted for the original's signature; not
       supported (logs a warning).
+    eval_dir_suffix: appended as "_<suffix>" to each eval summary directory.
 
   Returns:
     What the mode's function returns (e.g. the training metrics or the decodes).
