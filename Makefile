@@ -8,7 +8,10 @@ STAMP := $(VENV)/.installed-$(shell cat setup.py | cksum | cut -d' ' -f1)
 PYTEST_WORKERS ?= 2
 # The legacy TF1 pass (tf.compat.v1.disable_v2_behavior() before any test).
 V1_TESTS := tests/ops tests/layers tests/optimizers tests/beam_search_test.py \
-	tests/variables_test.py tests/fidelity_test.py
+	tests/variables_test.py tests/fidelity_test.py \
+	tests/transformer/layer_stack_test.py tests/transformer/unitransformer_test.py \
+	tests/transformer/bitransformer_test.py tests/transformer/attention_layers_test.py \
+	tests/transformer/dense_layers_test.py
 
 .PHONY: demo test test-fast lint bench clean
 

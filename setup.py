@@ -10,33 +10,40 @@ import setuptools
 _GIN_PACKAGE = "transformer.gin"
 
 setuptools.setup(
-    name="mesh-tensorflow-tf2",
-    version="0.2.0",
-    description="Mesh TensorFlow (named-dimension distributed tensors) on TF 2",
-    long_description=open("README.md", encoding="utf-8").read(),
-    long_description_content_type="text/markdown",
-    license="Apache 2.0",
-    python_requires=">=3.9",
-    packages=setuptools.find_packages(
-        include=["mesh_tensorflow*", "transformer*"]) + [_GIN_PACKAGE],
-    package_dir={_GIN_PACKAGE: "configs"},
-    # "**" (setuptools >= 62.3) takes every subfolder: layouts/, models/,
-    # problems/, demo/, ...
-    package_data={_GIN_PACKAGE: ["*.gin", "**/*.gin"]},
-    install_requires=[
-        "absl-py",
-        "gin-config",
-        "numpy",
-        "tensorflow-datasets",
+  name="mesh-tensorflow-tf2",
+  version="0.2.0",
+  description="Mesh TensorFlow (named-dimension distributed tensors) on TF 2",
+  long_description=open("README.md", encoding="utf-8").read(),
+  long_description_content_type="text/markdown",
+  license="Apache 2.0",
+  python_requires=">=3.9",
+  packages=setuptools.find_packages(
+    include=["mesh_tensorflow*", "transformer*"]
+  )
+  + [_GIN_PACKAGE],
+  package_dir={_GIN_PACKAGE: "configs"},
+  # "**" (setuptools >= 62.3) takes every subfolder: layouts/, models/,
+  # problems/, demo/, ...
+  package_data={_GIN_PACKAGE: ["*.gin", "**/*.gin"]},
+  install_requires=[
+    "absl-py",
+    "gin-config",
+    "numpy",
+    "tensorflow-datasets",
+  ],
+  extras_require={
+    # tensorflow-cpu on machines without accelerators; users with GPUs
+    # install `tensorflow` themselves and skip this extra.
+    "cpu": ["tensorflow-cpu>=2.16"],
+    "tensorflow": ["tensorflow>=2.16"],
+    # ruff is pinned to a minor version: `make lint` checks formatting,
+    # which may change between ruff's minor versions.
+    "test": [
+      "pytest",
+      "pytest-xdist",
+      "pytest-timeout",
+      "hypothesis",
+      "ruff>=0.17,<0.18",
     ],
-    extras_require={
-        # tensorflow-cpu on machines without accelerators; users with GPUs
-        # install `tensorflow` themselves and skip this extra.
-        "cpu": ["tensorflow-cpu>=2.16"],
-        "tensorflow": ["tensorflow>=2.16"],
-        # ruff is pinned to a minor version: `make lint` checks formatting,
-        # which may change between ruff's minor versions.
-        "test": ["pytest", "pytest-xdist", "pytest-timeout", "hypothesis",
-                 "ruff>=0.17,<0.18"],
-    },
+  },
 )

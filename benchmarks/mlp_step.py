@@ -50,25 +50,31 @@ BATCH, D_MODEL, HIDDEN = 256, 1024, 4096
 LEARNING_RATE = 0.01
 
 CONFIGS = [  # name, mesh shape, layout
-    ("mtf_1", "", ""),
-    ("mtf_dp4", "all:4", "batch:all"),
-    ("mtf_mp4", "all:4", "hidden:all"),
-    ("mtf_2x2", "rows:2;cols:2", "batch:rows;hidden:cols"),
-    ("simd_dp4", "all:4", "batch:all"),
-    ("simd_mp4", "all:4", "hidden:all"),
-    ("simd_2x2", "rows:2;cols:2", "batch:rows;hidden:cols"),
+  ("mtf_1", "", ""),
+  ("mtf_dp4", "all:4", "batch:all"),
+  ("mtf_mp4", "all:4", "hidden:all"),
+  ("mtf_2x2", "rows:2;cols:2", "batch:rows;hidden:cols"),
+  ("simd_dp4", "all:4", "batch:all"),
+  ("simd_mp4", "all:4", "hidden:all"),
+  ("simd_2x2", "rows:2;cols:2", "batch:rows;hidden:cols"),
 ]
 
 
 def layer_sizes():
-  return [(D_MODEL, HIDDEN), (HIDDEN, D_MODEL), (D_MODEL, HIDDEN),
-          (HIDDEN, D_MODEL)]
+  return [
+    (D_MODEL, HIDDEN),
+    (HIDDEN, D_MODEL),
+    (D_MODEL, HIDDEN),
+    (HIDDEN, D_MODEL),
+  ]
 
 
 def make_weights_and_data(seed=0):
   rng = np.random.default_rng(seed)
-  weights = [(rng.standard_normal(s) / np.sqrt(s[0])).astype(np.float32)
-             for s in layer_sizes()]
+  weights = [
+    (rng.standard_normal(s) / np.sqrt(s[0])).astype(np.float32)
+    for s in layer_sizes()
+  ]
   x = rng.standard_normal((BATCH, D_MODEL)).astype(np.float32)
   y = rng.standard_normal((BATCH, D_MODEL)).astype(np.float32)
   return weights, x, y
@@ -130,15 +136,18 @@ class MtfMLP:
     n = mtf.convert_to_shape(mesh_shape).size
     if simd:
       self.mesh_impl = simd_mesh_impl.SimdMeshImpl(
-          mesh_shape, layout, devices=DEVICES[:n])
+        mesh_shape, layout, devices=DEVICES[:n]
+      )
     else:
       self.mesh_impl = placement_mesh_impl.PlacementMeshImpl(
-          mesh_shape, layout, DEVICES[:n])
+        mesh_shape, layout, DEVICES[:n]
+      )
     self.simd = simd
     self.store = mtf.VariableStore()
     self.weights = weights
-    self.step = tf.function(self._replicated_step if simd else self._step,
-                            autograph=False)
+    self.step = tf.function(
+      self._replicated_step if simd else self._step, autograph=False
+    )
 
   def _replicated_step(self, x, y):
     """SIMD: the step is one replica's program, run on every processor."""
@@ -148,14 +157,17 @@ class MtfMLP:
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
     batch = mtf.Dimension("batch", BATCH)
-    dims = {D_MODEL: mtf.Dimension("d_model", D_MODEL),
-            HIDDEN: mtf.Dimension("hidden", HIDDEN)}
+    dims = {
+      D_MODEL: mtf.Dimension("d_model", D_MODEL),
+      HIDDEN: mtf.Dimension("hidden", HIDDEN),
+    }
     with mtf.variable_store(self.store):
       h = mtf.import_tf_tensor(mesh, x, [batch, dims[D_MODEL]])
       target = mtf.import_tf_tensor(mesh, y, [batch, dims[D_MODEL]])
       for i, ((d_in, d_out), w0) in enumerate(zip(layer_sizes(), self.weights)):
-        w = mtf.get_variable(mesh, "w%d" % i, [dims[d_in], dims[d_out]],
-                             initializer=w0)
+        w = mtf.get_variable(
+          mesh, "w%d" % i, [dims[d_in], dims[d_out]], initializer=w0
+        )
         h = mtf.einsum([h, w], output_shape=[batch, dims[d_out]])
         if i < len(self.weights) - 1:
           h = mtf.relu(h)
@@ -174,20 +186,25 @@ def time_steps(step, x, y, n):
   for _ in range(n):
     loss = step(x, y)
   loss.numpy()  # Waits for the last step.
-  return ((time.perf_counter() - start) / n,
-          (time.process_time() - start_cpu) / n)
+  return (
+    (time.perf_counter() - start) / n,
+    (time.process_time() - start_cpu) / n,
+  )
 
 
 def main():
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--rounds", type=int, default=10)
   parser.add_argument("--steps_per_round", type=int, default=3)
-  parser.add_argument("--intra_op_threads", type=int, default=0,
-                      help="0: TensorFlow's default")
-  parser.add_argument("--inter_op_threads", type=int, default=0,
-                      help="0: TensorFlow's default")
-  parser.add_argument("--only", default="",
-                      help="comma-separated config names (default: all)")
+  parser.add_argument(
+    "--intra_op_threads", type=int, default=0, help="0: TensorFlow's default"
+  )
+  parser.add_argument(
+    "--inter_op_threads", type=int, default=0, help="0: TensorFlow's default"
+  )
+  parser.add_argument(
+    "--only", default="", help="comma-separated config names (default: all)"
+  )
   args = parser.parse_args()
   if args.intra_op_threads:
     tf.config.threading.set_intra_op_parallelism_threads(args.intra_op_threads)
@@ -198,8 +215,9 @@ def main():
   x, y = tf.constant(x_np), tf.constant(y_np)
   models = {"tf": PlainTF(weights), "tf_dp4": PlainTFDataParallel(weights, 4)}
   for name, mesh_shape, layout in CONFIGS:
-    models[name] = MtfMLP(mesh_shape, layout, weights,
-                          simd=name.startswith("simd"))
+    models[name] = MtfMLP(
+      mesh_shape, layout, weights, simd=name.startswith("simd")
+    )
   if args.only:
     keep = set(args.only.split(",")) | {"tf"}
     models = {k: v for k, v in models.items() if k in keep}
@@ -209,8 +227,10 @@ def main():
   for name, model in models.items():
     start = time.perf_counter()
     first_loss[name] = float(model.step(x, y))
-    print("%-8s first step (trace + run) %6.2f s, loss %.6f"
-          % (name, time.perf_counter() - start, first_loss[name]))
+    print(
+      "%-8s first step (trace + run) %6.2f s, loss %.6f"
+      % (name, time.perf_counter() - start, first_loss[name])
+    )
   ref = first_loss["tf"]
   max_rel = max(abs(v - ref) / abs(ref) for v in first_loss.values())
   print("max relative difference of first-step losses vs tf: %.2e" % max_rel)
@@ -226,8 +246,10 @@ def main():
       cpu_times[name].append(cpu)
 
   print()
-  print("%-8s %14s %8s %14s %8s" % ("config", "median step ms", "vs tf",
-                                     "median cpu ms", "vs tf"))
+  print(
+    "%-8s %14s %8s %14s %8s"
+    % ("config", "median step ms", "vs tf", "median cpu ms", "vs tf")
+  )
   base = statistics.median(times["tf"])
   base_cpu = statistics.median(cpu_times["tf"])
   worst = 0.0
@@ -236,14 +258,27 @@ def main():
     median_cpu = statistics.median(cpu_times[name])
     if name.startswith("mtf") or name.startswith("simd"):
       worst = max(worst, median / base)
-    print("%-8s %14.1f %8.3f %14.1f %8.3f" % (
-        name, 1e3 * median, median / base, 1e3 * median_cpu,
-        median_cpu / base_cpu))
-  print("worst mtf ratio: %.3f (rounds=%d, steps per round=%d)"
-        % (worst, args.rounds, args.steps_per_round))
+    print(
+      "%-8s %14.1f %8.3f %14.1f %8.3f"
+      % (
+        name,
+        1e3 * median,
+        median / base,
+        1e3 * median_cpu,
+        median_cpu / base_cpu,
+      )
+    )
+  print(
+    "worst mtf ratio: %.3f (rounds=%d, steps per round=%d)"
+    % (worst, args.rounds, args.steps_per_round)
+  )
   if "mtf_dp4" in times and "tf_dp4" in times:
-    print("mtf_dp4 / tf_dp4 (same split, by hand): %.3f" % (
-        statistics.median(times["mtf_dp4"]) / statistics.median(times["tf_dp4"])))
+    print(
+      "mtf_dp4 / tf_dp4 (same split, by hand): %.3f"
+      % (
+        statistics.median(times["mtf_dp4"]) / statistics.median(times["tf_dp4"])
+      )
+    )
   if max_rel > 1e-4:
     print("ERROR: losses disagree")
     return 1

@@ -53,18 +53,21 @@ def teacher_data(num_examples, seed=0):
 
 def dense(x, name, in_dim, out_dim, activation=True):
   w = mtf.get_variable(
-      x.mesh, name, [in_dim, out_dim],
-      initializer=tf.random_normal_initializer(stddev=in_dim.size ** -0.5))
-  b = mtf.get_variable(x.mesh, name + "_bias", [out_dim],
-                       initializer=tf.zeros_initializer())
+    x.mesh,
+    name,
+    [in_dim, out_dim],
+    initializer=tf.random_normal_initializer(stddev=in_dim.size**-0.5),
+  )
+  b = mtf.get_variable(
+    x.mesh, name + "_bias", [out_dim], initializer=tf.zeros_initializer()
+  )
   y = mtf.einsum([x, w], output_shape=[BATCH, out_dim]) + b
   return mtf.relu(y) if activation else y
 
 
 def make_train_step(learning_rate):
   """A tf.function (x, y) -> loss that also applies one SGD update."""
-  mesh_impl = placement_mesh_impl.PlacementMeshImpl(MESH_SHAPE, LAYOUT,
-                                                    DEVICES)
+  mesh_impl = placement_mesh_impl.PlacementMeshImpl(MESH_SHAPE, LAYOUT, DEVICES)
   store = mtf.VariableStore()  # Outside the tf.function: variables persist.
 
   @tf.function(autograph=False)
@@ -74,7 +77,7 @@ def make_train_step(learning_rate):
     with mtf.variable_store(store):
       h = mtf.import_tf_tensor(mesh, x, [BATCH, D_IN])
       target = mtf.import_tf_tensor(mesh, y, [BATCH, D_OUT])
-      h = dense(h, "layer_0", D_IN, HIDDEN)     # split by output (hidden)
+      h = dense(h, "layer_0", D_IN, HIDDEN)  # split by output (hidden)
       h = dense(h, "layer_1", HIDDEN, D_MODEL)  # contracts hidden: allreduce
       h = dense(h, "layer_2", D_MODEL, D_OUT, activation=False)
       loss = mtf.reduce_mean(mtf.square(h - target))
@@ -84,6 +87,7 @@ def make_train_step(learning_rate):
         mtf.assign_sub(v, g * learning_rate)
     lowering = mtf.Lowering(graph, {mesh: mesh_impl})
     return lowering.export_to_tf_tensor(loss)
+
   return train_step
 
 
@@ -103,21 +107,31 @@ def main():
   last_time, last_step = time.perf_counter(), 0
   for step in range(1, args.steps + 1):
     i = (step - 1) % num_batches * BATCH.size
-    loss = float(train_step(tf.constant(x_all[i:i + BATCH.size]),
-                            tf.constant(y_all[i:i + BATCH.size])))
+    loss = float(
+      train_step(
+        tf.constant(x_all[i : i + BATCH.size]),
+        tf.constant(y_all[i : i + BATCH.size]),
+      )
+    )
     if first_loss is None:
       first_loss = loss
-      print("step    1  loss %.5f  (tracing + first step: %.1f s)"
-            % (loss, time.perf_counter() - start))
+      print(
+        "step    1  loss %.5f  (tracing + first step: %.1f s)"
+        % (loss, time.perf_counter() - start)
+      )
       last_time, last_step = time.perf_counter(), 1
     if step % args.print_every == 0 or step == args.steps:
       now = time.perf_counter()
-      print("step %4d  loss %.5f  %6.1f steps/s"
-            % (step, loss, (step - last_step) / (now - last_time)))
+      print(
+        "step %4d  loss %.5f  %6.1f steps/s"
+        % (step, loss, (step - last_step) / (now - last_time))
+      )
       last_time, last_step = now, step
   ratio = first_loss / loss
-  print("first loss %.5f, final loss %.5f, ratio %.1fx; wall time %.1f s"
-        % (first_loss, loss, ratio, time.perf_counter() - start))
+  print(
+    "first loss %.5f, final loss %.5f, ratio %.1fx; wall time %.1f s"
+    % (first_loss, loss, ratio, time.perf_counter() - start)
+  )
   if not ratio >= 2.0:
     print("FAILED: the loss did not fall by at least 2x")
     return 1

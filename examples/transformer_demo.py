@@ -31,8 +31,6 @@ MTF_QUIET_STARTUP = True
 from transformer._src import quiet  # pylint: disable=g-import-not-at-top
 
 # isort: split
-import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
 import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
 
 # Four virtual CPUs; this must happen before TensorFlow initialises.
@@ -51,50 +49,91 @@ def main():
   parser.add_argument("--eval_every", type=int, default=500)
   parser.add_argument("--target_accuracy", type=float, default=0.98)
   parser.add_argument("--gin_param", action="append", default=[])
-  parser.add_argument("-v", "--verbosity", type=int, default=-1,
-                      help="0 or more: also TensorFlow, TFDS and absl logs")
+  parser.add_argument(
+    "-v",
+    "--verbosity",
+    type=int,
+    default=-1,
+    help="0 or more: also TensorFlow, TFDS and absl logs",
+  )
   args = parser.parse_args()
   quiet.quiet_libraries(verbose=quiet.verbose_requested())
   start = time.perf_counter()
 
   utils.parse_gin_defaults_and_flags(
-      gin_files=["demo/reverse.gin"],
-      gin_params=["dataset.untokenized_tfds_dataset.tfds_data_dir = %r"
-                  % args.tfds_data_dir] + args.gin_param)
+    gin_files=["demo/reverse.gin"],
+    gin_params=[
+      "dataset.untokenized_tfds_dataset.tfds_data_dir = %r" % args.tfds_data_dir
+    ]
+    + args.gin_param,
+  )
   state = {}
 
-  def train_and_evaluate(estimator, vocabulary, sequence_length, batch_size,
-                         train_dataset_fn, train_steps, ensemble_inputs,
-                         **kwargs):
+  def train_and_evaluate(
+    estimator,
+    vocabulary,
+    sequence_length,
+    batch_size,
+    train_dataset_fn,
+    train_steps,
+    ensemble_inputs,
+    **kwargs,
+  ):
     """run.train_model_fn: train in rounds, evaluate exact match after each."""
     del kwargs
+
     def validation():
       return dataset_lib.untokenized_tfds_dataset(
-          sequence_length=sequence_length, vocabulary=vocabulary,
-          dataset_split="validation", pack=False)
+        sequence_length=sequence_length,
+        vocabulary=vocabulary,
+        dataset_split="validation",
+        pack=False,
+      )
+
     step = 0
     max_steps = min(args.max_steps, train_steps)
     while step < max_steps:
       target = min(step + args.eval_every, max_steps)
-      result = utils.train_model(estimator, vocabulary, sequence_length,
-                                 batch_size, train_dataset_fn, target,
-                                 ensemble_inputs)
+      result = utils.train_model(
+        estimator,
+        vocabulary,
+        sequence_length,
+        batch_size,
+        train_dataset_fn,
+        target,
+        ensemble_inputs,
+      )
       step = result.get("step", target)
-      metrics = utils.evaluate_dataset(estimator, validation(),
-                                       estimator.sequence_length, batch_size)
+      metrics = utils.evaluate_dataset(
+        estimator, validation(), estimator.sequence_length, batch_size
+      )
       state["accuracy"] = metrics["sequence_accuracy"]
-      print("step %d: validation loss %.4f, token accuracy %.4f, exact match "
-            "%.4f (%.0f s)" % (step, metrics["loss"],
-                               metrics["token_accuracy"], state["accuracy"],
-                               time.perf_counter() - start), flush=True)
+      print(
+        "step %d: validation loss %.4f, token accuracy %.4f, exact match "
+        "%.4f (%.0f s)"
+        % (
+          step,
+          metrics["loss"],
+          metrics["token_accuracy"],
+          state["accuracy"],
+          time.perf_counter() - start,
+        ),
+        flush=True,
+      )
       if state["accuracy"] >= args.target_accuracy:
         break
     state["estimator"] = estimator
     state["vocabulary"] = vocabulary
     state["sequence_length"] = sequence_length
 
-  utils.run(tpu_job_name=None, tpu=None, gcp_project=None, tpu_zone=None,
-            model_dir=args.model_dir, train_model_fn=train_and_evaluate)
+  utils.run(
+    tpu_job_name=None,
+    tpu=None,
+    gcp_project=None,
+    tpu_zone=None,
+    model_dir=args.model_dir,
+    train_model_fn=train_and_evaluate,
+  )
   estimator = state["estimator"]
   accuracy = state["accuracy"]
   examples = reverse.reverse_examples("validation")[:8]
@@ -103,15 +142,23 @@ def main():
   for (x, y), d in zip(examples, decoded):
     print("  %-14s -> %-14s %s" % (x, d, "ok" if d == y else "WRONG (%s)" % y))
   export_path = utils.export_model(
-      estimator, os.path.join(args.model_dir, "export"), state["vocabulary"],
-      state["sequence_length"], "bitransformer", batch_size=8)
+    estimator,
+    os.path.join(args.model_dir, "export"),
+    state["vocabulary"],
+    state["sequence_length"],
+    "bitransformer",
+    batch_size=8,
+  )
   print("\nCheckpoints:      %s" % estimator.latest_checkpoint())
   print("TensorBoard logs: tensorboard --logdir %s" % args.model_dir)
-  print("SavedModel:       %s\n  (tf.saved_model.load(path).signatures"
-        "['serving_default'](inputs=tf.constant(['abc']))['outputs'])"
-        % export_path)
-  print("Total time %.0f s; exact match %.4f (target %.2f)"
-        % (time.perf_counter() - start, accuracy, args.target_accuracy))
+  print(
+    "SavedModel:       %s\n  (tf.saved_model.load(path).signatures"
+    "['serving_default'](inputs=tf.constant(['abc']))['outputs'])" % export_path
+  )
+  print(
+    "Total time %.0f s; exact match %.4f (target %.2f)"
+    % (time.perf_counter() - start, accuracy, args.target_accuracy)
+  )
   return 0 if accuracy >= args.target_accuracy else 1
 
 

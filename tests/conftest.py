@@ -9,9 +9,6 @@ Fixtures that serve one folder live in that folder's conftest.py.
 import contextlib
 import os
 import sys
-import pytest
-
-import pytest
 
 import pytest
 
@@ -23,7 +20,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 from mesh_tensorflow import utils  # pylint: disable=g-import-not-at-top
-import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 NUM_VIRTUAL_CPUS = 8
 
@@ -60,8 +56,9 @@ def _deselected(params) -> bool:
   if TF1_ENV and params.get("mode", "graph") != "graph":
     return True
   if os.environ.get("MTF_TEST_MESH_IMPL", "") == "simd":
-    return (params.get("mode", "function") != "function"
-            or _runs_on_one_device(params))
+    return params.get("mode", "function") != "function" or _runs_on_one_device(
+      params
+    )
   return False
 
 
@@ -88,6 +85,7 @@ def _eager_in_tf1_pass():
   if not TF1_ENV:
     return contextlib.nullcontext()
   from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top,g-direct-tensorflow-import
+
   return context.eager_mode()
 
 

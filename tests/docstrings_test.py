@@ -39,8 +39,8 @@ import pytest
 # Packages checked, and the subpackages that are not part of them (the
 # mesh_tensorflow.transformer alias of the transformer package).
 PACKAGES = {
-    "mesh_tensorflow": ("mesh_tensorflow.transformer",),
-    "transformer": (),
+  "mesh_tensorflow": ("mesh_tensorflow.transformer",),
+  "transformer": (),
 }
 
 # Packages whose public objects are not documented yet: expected to fail.
@@ -76,8 +76,11 @@ def _documented_args(doc):
   sections = _sections(doc)
   # Dataclasses document their fields (the constructor's parameters) as
   # Attributes.
-  lines = (sections.get("Args", []) + sections.get("Arguments", []) +
-           sections.get("Attributes", []))
+  lines = (
+    sections.get("Args", [])
+    + sections.get("Arguments", [])
+    + sections.get("Attributes", [])
+  )
   lines = [line for line in lines if line.strip()]
   if not lines:
     return set()
@@ -111,13 +114,15 @@ def _function_node(fn):
 def _own_nodes(function_node):
   """AST nodes of a function's body, not of the functions it defines."""
   nested = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
-  stack = [node for node in function_node.body
-           if not isinstance(node, nested)]
+  stack = [node for node in function_node.body if not isinstance(node, nested)]
   while stack:
     node = stack.pop()
     yield node
-    stack += [child for child in ast.iter_child_nodes(node)
-              if not isinstance(child, nested)]
+    stack += [
+      child
+      for child in ast.iter_child_nodes(node)
+      if not isinstance(child, nested)
+    ]
 
 
 def _returns_value(fn):
@@ -128,8 +133,9 @@ def _returns_value(fn):
   for child in _own_nodes(node):
     if isinstance(child, (ast.Return, ast.Yield, ast.YieldFrom)):
       value = child.value
-      if value is not None and not (isinstance(value, ast.Constant) and
-                                    value.value is None):
+      if value is not None and not (
+        isinstance(value, ast.Constant) and value.value is None
+      ):
         return True
   return False
 
@@ -139,9 +145,12 @@ def _parameters(fn):
     signature = inspect.signature(fn)
   except (TypeError, ValueError):
     return []
-  return [name for name, param in signature.parameters.items()
-          if name not in ("self", "cls") and
-          param.kind not in (param.VAR_POSITIONAL, param.VAR_KEYWORD)]
+  return [
+    name
+    for name, param in signature.parameters.items()
+    if name not in ("self", "cls")
+    and param.kind not in (param.VAR_POSITIONAL, param.VAR_KEYWORD)
+  ]
 
 
 def _belongs(obj, prefix):
@@ -156,8 +165,10 @@ def facade_modules(prefix):
   for info in pkgutil.walk_packages(package.__path__, prefix + "."):
     if any(part.startswith("_") for part in info.name.split(".")):
       continue
-    if any(info.name == excluded or info.name.startswith(excluded + ".")
-           for excluded in PACKAGES[prefix]):
+    if any(
+      info.name == excluded or info.name.startswith(excluded + ".")
+      for excluded in PACKAGES[prefix]
+    ):
       continue
     names.append(info.name)
   return names
@@ -167,8 +178,9 @@ def _exported(module):
   names = getattr(module, "__all__", None)
   if names is None:
     names = [name for name in vars(module) if not name.startswith("_")]
-  return [(name, getattr(module, name)) for name in names
-          if hasattr(module, name)]
+  return [
+    (name, getattr(module, name)) for name in names if hasattr(module, name)
+  ]
 
 
 def _unwrap(obj):
@@ -196,9 +208,11 @@ def _function_problems(qualname, fn, extra_docs=(), base_fns=()):
   # A base method names the parameters it ignores `unused_<name>`; its
   # overrides use them as `<name>`.
   for base_fn in base_fns:
-    documented |= {name[len("unused_"):]
-                   for name in _documented_args(base_fn.__doc__)
-                   if name.startswith("unused_")}
+    documented |= {
+      name[len("unused_") :]
+      for name in _documented_args(base_fn.__doc__)
+      if name.startswith("unused_")
+    }
   missing = [name for name in _parameters(fn) if name not in documented]
   problems = []
   if missing:
@@ -216,8 +230,10 @@ def _class_problems(qualname, cls, prefix):
     member_qualname = "%s.%s" % (qualname, name)
     if isinstance(member, property):
       docs = [member.fget and member.fget.__doc__]
-      docs += [getattr(base, "__doc__", None)
-               for base in _base_methods(cls, name, prefix)]
+      docs += [
+        getattr(base, "__doc__", None)
+        for base in _base_methods(cls, name, prefix)
+      ]
       if member.fget is not None and not any((d or "").strip() for d in docs):
         problems.append("%s: property without docstring" % member_qualname)
       continue
@@ -225,8 +241,9 @@ def _class_problems(qualname, cls, prefix):
     if not isinstance(fn, types.FunctionType):
       continue
     extra_docs = [cls.__doc__] if name == "__init__" else []
-    problems += _function_problems(member_qualname, fn, extra_docs,
-                                   list(_base_methods(cls, name, prefix)))
+    problems += _function_problems(
+      member_qualname, fn, extra_docs, list(_base_methods(cls, name, prefix))
+    )
   return problems
 
 
@@ -247,8 +264,7 @@ def public_objects(prefix):
     if inspect.isclass(obj):
       for base in obj.__mro__[1:]:
         if _belongs(base, prefix) and not base.__name__.startswith("_"):
-          found.setdefault("%s.%s" % (base.__module__, base.__qualname__),
-                           base)
+          found.setdefault("%s.%s" % (base.__module__, base.__qualname__), base)
   return found
 
 
@@ -263,11 +279,17 @@ def undocumented(prefix):
   return sorted(problems)
 
 
-@pytest.mark.parametrize("prefix", [
-    pytest.param(prefix, marks=pytest.mark.xfail(
-        reason="not documented yet", strict=False))
-    if prefix in NOT_YET_DOCUMENTED else prefix
-    for prefix in PACKAGES])
+@pytest.mark.parametrize(
+  "prefix",
+  [
+    pytest.param(
+      prefix, marks=pytest.mark.xfail(reason="not documented yet", strict=False)
+    )
+    if prefix in NOT_YET_DOCUMENTED
+    else prefix
+    for prefix in PACKAGES
+  ],
+)
 def test_public_objects_are_documented(prefix):
   problems = undocumented(prefix)
   assert not problems, "\n".join(problems)
@@ -306,12 +328,13 @@ def test_checker_finds_missing_args_and_returns():
     Args:
       x: an int.
     """
+
     def callback():
       return x
+
     del callback
 
   class Base:
-
     def lower(self, lowering):
       """Lowers.
 
@@ -332,7 +355,6 @@ def test_checker_finds_missing_args_and_returns():
       del unused_grad_ys
 
   class Override(Base):
-
     def lower(self, lowering):
       """Lowers differently."""
       return [lowering]
@@ -340,24 +362,32 @@ def test_checker_finds_missing_args_and_returns():
     def gradient(self, grad_ys):
       del grad_ys
 
-  assert not _function_problems("returns_only_in_nested_function",
-                                returns_only_in_nested_function)
-  assert not _function_problems("Override.lower", Override.lower,
-                                base_fns=[Base.lower])
-  assert not _function_problems("Override.gradient", Override.gradient,
-                                base_fns=[Base.gradient])
+  assert not _function_problems(
+    "returns_only_in_nested_function", returns_only_in_nested_function
+  )
+  assert not _function_problems(
+    "Override.lower", Override.lower, base_fns=[Base.lower]
+  )
+  assert not _function_problems(
+    "Override.gradient", Override.gradient, base_fns=[Base.gradient]
+  )
   assert _function_problems("Override.lower", Override.lower) == [
-      "Override.lower: Args missing lowering",
-      "Override.lower: no Returns section"]
+    "Override.lower: Args missing lowering",
+    "Override.lower: no Returns section",
+  ]
   assert not _function_problems("documented", documented)
   assert not _function_problems("returns_none", returns_none)
   assert _function_problems("undocumented", undocumented_fn) == [
-      "undocumented: Args missing x", "undocumented: no Returns section"]
+    "undocumented: Args missing x",
+    "undocumented: no Returns section",
+  ]
 
 
 if __name__ == "__main__":
   for package in sys.argv[1:] or ["mesh_tensorflow"]:
     found = undocumented(package)
     print("\n".join(found))
-    print("%s: %d problems in %d public objects" % (
-        package, len(found), len(public_objects(package))))
+    print(
+      "%s: %d problems in %d public objects"
+      % (package, len(found), len(public_objects(package)))
+    )

@@ -26,8 +26,12 @@ def _module_names():
   names = []
   for package in (mtf, transformer):
     names.append(package.__name__)
-    names += [info.name for info in pkgutil.walk_packages(
-        package.__path__, package.__name__ + ".")]
+    names += [
+      info.name
+      for info in pkgutil.walk_packages(
+        package.__path__, package.__name__ + "."
+      )
+    ]
   return sorted(names)
 
 
@@ -35,8 +39,9 @@ def _doctests(module_name):
   module = __import__(module_name, fromlist=["_"])
   finder = doctest.DocTestFinder(exclude_empty=True)
   extra = {"mtf": mtf, "tf": tf, "np": np}
-  return [t for t in finder.find(module, module_name, extraglobs=extra)
-          if t.examples]
+  return [
+    t for t in finder.find(module, module_name, extraglobs=extra) if t.examples
+  ]
 
 
 MODULES = _module_names()
@@ -49,7 +54,10 @@ def test_docstring_examples_run(module_name):
     runner.run(test)
   result = runner.summarize(verbose=False)
   assert result.failed == 0, "%d of %d examples failed in %s" % (
-      result.failed, result.attempted, module_name)
+    result.failed,
+    result.attempted,
+    module_name,
+  )
 
 
 def test_examples_are_found():

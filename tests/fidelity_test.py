@@ -21,22 +21,27 @@ from tests import mesh_test_util
 
 TF1_ENV = mesh_test_util.TF1_ENV
 eager_only = pytest.mark.skipif(
-    TF1_ENV, reason="eager execution (MTF_TEST_TF_MODE=v1 has none)")
+  TF1_ENV, reason="eager execution (MTF_TEST_TF_MODE=v1 has none)"
+)
 
 
 # ------------------------------------------------------------------ MeshImpl
 def test_mesh_impl_base_class_is_instantiable():
-  mesh_impl = mtf.MeshImpl("batch:2;model:4", [("batch", "batch"),
-                                               ("d_ff", "model")])
+  mesh_impl = mtf.MeshImpl(
+    "batch:2;model:4", [("batch", "batch"), ("d_ff", "model")]
+  )
   assert mesh_impl.size == 8
-  layout = mesh_impl.tensor_layout(mtf.Shape([("batch", 16), ("len", 3),
-                                              ("d_ff", 8)]))
+  layout = mesh_impl.tensor_layout(
+    mtf.Shape([("batch", 16), ("len", 3), ("d_ff", 8)])
+  )
   assert layout == mtf.TensorLayout([0, None, 1])
   assert mesh_impl.slice_shape("batch:16;len:3;d_ff:8") == [8, 3, 2]
-  for call in (lambda: mesh_impl.laid_out_pnum(),
-               lambda: mesh_impl.slicewise(tf.identity, None),
-               lambda: mesh_impl.allreduce(None, [0], "SUM"),
-               lambda: mesh_impl.import_tf_tensor(None, None)):
+  for call in (
+    lambda: mesh_impl.laid_out_pnum(),
+    lambda: mesh_impl.slicewise(tf.identity, None),
+    lambda: mesh_impl.allreduce(None, [0], "SUM"),
+    lambda: mesh_impl.import_tf_tensor(None, None),
+  ):
     with pytest.raises(NotImplementedError):
       call()
 
@@ -48,10 +53,13 @@ def test_tensor_layout_is_built_without_a_mesh():
   assert repr(layout) == "TensorLayout(1, None, 0)"
 
 
-@pytest.mark.parametrize("laid_out_tensor_class", [
+@pytest.mark.parametrize(
+  "laid_out_tensor_class",
+  [
     placement_mesh_impl.PlacementMeshImpl.LaidOutTensor,
     simd_mesh_impl.SimdMeshImpl.LaidOutTensor,
-])
+  ],
+)
 def test_laid_out_tensor_all_slices(laid_out_tensor_class):
   slices = [tf.constant([1.0, 2.0])]
   laid_out = laid_out_tensor_class(slices)
@@ -62,13 +70,13 @@ def test_laid_out_tensor_all_slices(laid_out_tensor_class):
 
 def test_import_laid_out_tensor_needs_only_a_tensor_list():
   class TensorListOnly:  # The minimum the original asks of a laid-out tensor.
-
     def __init__(self, tensor_list):
       self.tensor_list = tensor_list
 
   mesh = mtf.Mesh(mtf.Graph(), "mesh")
   op = mtf.ImportLaidOutTensorOperation(
-      mesh, TensorListOnly([tf.constant([1], tf.int32)]), "a:1")
+    mesh, TensorListOnly([tf.constant([1], tf.int32)]), "a:1"
+  )
   assert op.outputs[0].dtype == tf.int32
 
 
@@ -88,8 +96,12 @@ def test_reduce_operation_checks_its_reduction_when_lowered():
 # ---------------------------------------------------------- variable lifetime
 def _model(mesh, units):
   x = mtf.ones(mesh, "batch:2;io:3")
-  return mtf.layers.dense(x, mtf.Dimension("out", units),
-                          reduced_dims=[x.shape.dims[-1]], name="layer")
+  return mtf.layers.dense(
+    x,
+    mtf.Dimension("out", units),
+    reduced_dims=[x.shape.dims[-1]],
+    name="layer",
+  )
 
 
 @eager_only
@@ -135,8 +147,9 @@ def test_retracing_a_tf_function_reuses_its_variables():
     mesh = mtf.Mesh(mtf.Graph(), "mesh")
     y = _model(mesh, 4)
     masters.append(mesh.graph.all_variables[0].master)
-    lowering = mtf.Lowering(mesh.graph,
-                            {mesh: mesh_test_util.mesh_impl_for("", "")})
+    lowering = mtf.Lowering(
+      mesh.graph, {mesh: mesh_test_util.mesh_impl_for("", "")}
+    )
     return lowering.export_to_tf_tensor(y) * scale
 
   first = step(tf.constant(1.0))
@@ -152,6 +165,7 @@ def test_retracing_a_tf_function_reuses_its_variables():
     mesh = mtf.Mesh(mtf.Graph(), "mesh")
     _model(mesh, 5)  # Same names as step's, another shape: its own store.
     return mesh.graph.all_variables[0].master.shape.as_list()
+
   assert other_model() == [3, 5]
 
 
@@ -169,16 +183,20 @@ def test_an_explicit_store_is_shared_across_mtf_graphs():
 
 
 # ------------------------------------------------------------------- dropout
-@pytest.mark.parametrize("call, keep_fraction", [
-    (lambda x: mtf.dropout(x, rate=0.75), 0.25),      # 0.1.18 keyword call
-    (lambda x: mtf.dropout(x, 0.25), 0.25),           # 0.1.18 keep_prob
+@pytest.mark.parametrize(
+  "call, keep_fraction",
+  [
+    (lambda x: mtf.dropout(x, rate=0.75), 0.25),  # 0.1.18 keyword call
+    (lambda x: mtf.dropout(x, 0.25), 0.25),  # 0.1.18 keep_prob
     (lambda x: mtf.dropout(x, True, rate=0.75), 0.25),
     (lambda x: mtf.dropout(x, False, rate=0.75), 1.0),
-])
+  ],
+)
 def test_dropout_without_is_training_drops_as_0_1_18(call, keep_fraction):
   def build(mesh):
     return [call(mtf.ones(mesh, "batch:4;d:1000"))]
-  y, = mesh_test_util.run_program(build)
+
+  (y,) = mesh_test_util.run_program(build)
   kept = y != 0
   assert abs(kept.mean() - keep_fraction) < 0.03
   np.testing.assert_allclose(y[kept], 1.0 / keep_fraction, rtol=1e-6)
@@ -195,7 +213,8 @@ def test_corr_matches_numpy():
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, tf.constant(values), "a:3;b:5;c:4")
     return [mtf.layers.corr(x, mtf.Dimension("c", 4))]
-  got, = _run(build)
+
+  (got,) = _run(build)
   want = np.corrcoef(values.reshape(-1, 4), rowvar=False)
   np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
@@ -204,9 +223,11 @@ def test_squared_relu_matches_numpy():
   values = np.linspace(-2, 2, 9).astype(np.float32)
 
   def build(mesh):
-    return [mtf.squared_relu(mtf.import_tf_tensor(mesh, tf.constant(values),
-                                                  "n:9"))]
-  got, = _run(build)
+    return [
+      mtf.squared_relu(mtf.import_tf_tensor(mesh, tf.constant(values), "n:9"))
+    ]
+
+  (got,) = _run(build)
   np.testing.assert_allclose(got, np.maximum(values, 0) ** 2, rtol=1e-6)
 
 
@@ -216,10 +237,17 @@ def test_dense_with_a_new_dim_named_like_the_reduced_one():
 
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, tf.constant(values), "batch:2;channels:3")
-    return [mtf.layers.dense(
-        x, mtf.Dimension("channels", 8), reduced_dims=[x.shape.dims[1]],
-        use_bias=False, kernel_initializer=tf.constant_initializer(kernel))]
-  got, = _run(build)
+    return [
+      mtf.layers.dense(
+        x,
+        mtf.Dimension("channels", 8),
+        reduced_dims=[x.shape.dims[1]],
+        use_bias=False,
+        kernel_initializer=tf.constant_initializer(kernel),
+      )
+    ]
+
+  (got,) = _run(build)
   np.testing.assert_allclose(got, values @ kernel, rtol=1e-6)
 
 
@@ -243,7 +271,8 @@ def test_nd_coordinate_helpers_match_brute_force():
   assignment = _FakeDeviceAssignment()
   for pnum in range(4):
     assert mtf.pnum_to_processor_coordinates_nd([2, 2], pnum, assignment) == (
-        list(assignment.coordinates(pnum, 0)))
+      list(assignment.coordinates(pnum, 0))
+    )
   physical = [list(c) for c in itertools.product(range(2), range(2))]
   physical = [[y, x] for x, y in physical]  # x fastest, as the hardware ids
   got = mtf.processor_coordinates_to_pnum_map_nd([2, 2], physical, assignment)
@@ -254,22 +283,34 @@ def test_nd_coordinate_helpers_match_brute_force():
 # ------------------------------------------------------------ legacy TF1 mode
 @pytest.mark.skipif(mesh_test_util.SIMD_ENV, reason="runs PlacementMeshImpl")
 def test_legacy_tf1_mode_gives_the_numbers_of_tf2_mode():
-  program = os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                         "legacy_mode_program.py")
+  program = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "legacy_mode_program.py"
+  )
   results = {}
   for mode in ("v1", "v2"):
     completed = subprocess.run(
-        [sys.executable, program, mode], capture_output=True, text=True,
-        timeout=600, check=False)
+      [sys.executable, program, mode],
+      capture_output=True,
+      text=True,
+      timeout=600,
+      check=False,
+    )
     assert completed.returncode == 0, completed.stderr[-3000:]
     results[mode] = json.loads(completed.stdout.strip().splitlines()[-1])
   assert sorted(results["v1"]) == sorted(results["v2"])
   for name in results["v1"]:
-    np.testing.assert_allclose(results["v1"][name], results["v2"][name],
-                               rtol=1e-5, atol=1e-6, err_msg=name)
+    np.testing.assert_allclose(
+      results["v1"][name],
+      results["v2"][name],
+      rtol=1e-5,
+      atol=1e-6,
+      err_msg=name,
+    )
   # The step changed the kernel, so the comparison covers the update too.
   rng = np.random.RandomState(0)  # The program's draws: x, then the kernel.
   rng.randn(4, 6)
   initial_kernel = rng.randn(6, 8).ravel()
-  assert np.abs(np.array(results["v1"]["kernel_after_step"]) -
-                initial_kernel).max() > 1e-3
+  assert (
+    np.abs(np.array(results["v1"]["kernel_after_step"]) - initial_kernel).max()
+    > 1e-3
+  )

@@ -102,8 +102,9 @@ def test_graph_operations_in_creation_order():
   y = mtf.exp(x)
   z = y + x
   assert graph.operations == [x.operation, y.operation, z.operation]
-  assert graph.to_string.splitlines() == [op.to_string
-                                          for op in graph.operations]
+  assert graph.to_string.splitlines() == [
+    op.to_string for op in graph.operations
+  ]
   assert repr(graph) == graph.to_string
   assert graph.trainable_variables == [] and graph.all_variables == []
   assert graph.name_to_variable == {}
@@ -121,6 +122,7 @@ def test_capture_operations():
 
   def fn():
     return mtf.exp(x) * 2.0
+
   out, ops = graph.capture_operations(fn)
   assert ops == graph.operations[1:]
   assert out.operation is ops[-1]
@@ -138,6 +140,7 @@ def test_mesh_properties():
     def device_function(self, op):
       del op
       return "cpu:1"
+
   placed = mtf.Mesh(graph, "placed", variable_placer=Placer())
   assert placed.variable_placer_fn(None) == "cpu:1"
 
@@ -170,15 +173,28 @@ def test_tensor_operators_and_hashing():
   _, mesh = _new_mesh()
   x = mtf.ones(mesh, [A])
   y = mtf.ones(mesh, [A])
-  for result in (x + y, x - y, x * y, x / y, x // y, x % y, -x, 1.0 + x,
-                 1.0 - x, 2.0 * x, 2.0 / x, 3.0 // x, 3.0 % x):
+  for result in (
+    x + y,
+    x - y,
+    x * y,
+    x / y,
+    x // y,
+    x % y,
+    -x,
+    1.0 + x,
+    1.0 - x,
+    2.0 * x,
+    2.0 / x,
+    3.0 // x,
+    3.0 % x,
+  ):
     assert isinstance(result, mtf.Tensor)
   # Identity hashing and equality: usable as dict keys.
   assert x != y
   assert x == x  # pylint: disable=comparison-with-itself
   assert {x: 1, y: 2}[y] == 2
   with pytest.raises(TypeError):
-    _ = x ** 2
+    _ = x**2
   with pytest.raises(TypeError):
     _ = x < y
 
@@ -231,8 +247,9 @@ def test_operators_and_graph_rewrites_are_registered_by_their_modules():
       assert graph.stacked_variables_rewritten
       print("ok")
       """)
-  result = subprocess.run([sys.executable, "-c", script], capture_output=True,
-                          text=True, check=False)
+  result = subprocess.run(
+    [sys.executable, "-c", script], capture_output=True, text=True, check=False
+  )
   assert result.returncode == 0, result.stderr
   assert result.stdout.strip().endswith("ok")
 
@@ -265,11 +282,12 @@ def test_shape_with_duplicate_names_raises():
 
 
 class _TwoOutputs(mtf.Operation):
-
   def __init__(self, x, name=None):
     super().__init__([x], name=name or "two_outputs")
-    self._outputs = [mtf.Tensor(self, x.shape, x.dtype),
-                     mtf.Tensor(self, [B], tf.int32, index=1)]
+    self._outputs = [
+      mtf.Tensor(self, x.shape, x.dtype),
+      mtf.Tensor(self, [B], tf.int32, index=1),
+    ]
 
 
 def test_operation_properties():
@@ -282,8 +300,9 @@ def test_operation_properties():
   assert op.inputs == [x]
   assert [t.name for t in op.outputs] == ["two_outputs:0", "two_outputs:1"]
   assert op.to_string == (
-      "_TwoOutputs[Inputs=(%s) Outputs=(%s, %s)]" %
-      (x.to_string, op.outputs[0].to_string, op.outputs[1].to_string))
+    "_TwoOutputs[Inputs=(%s) Outputs=(%s, %s)]"
+    % (x.to_string, op.outputs[0].to_string, op.outputs[1].to_string)
+  )
   assert repr(op) == op.to_string
   # inputs / outputs are copies.
   op.inputs.append(x)
@@ -315,12 +334,14 @@ def test_splittable_dims_bookkeeping():
   assert op.splittable_dims == frozenset(["a", "b"])
   assert op.unsplittable_dims == frozenset()
   s, u = op._initialize_splittable_and_unsplittable_dims(  # pylint: disable=protected-access
-      "unsplittable", ["b"])
+    "unsplittable", ["b"]
+  )
   assert (s, u) == (frozenset(["b"]), frozenset(["a"]))
   assert op.splittable_dims == frozenset(["b"])
   assert op.unsplittable_dims == frozenset(["a"])
   s, u = op._initialize_splittable_and_unsplittable_dims(  # pylint: disable=protected-access
-      "splittable", ["a"])
+    "splittable", ["a"]
+  )
   assert (s, u) == (frozenset(["b"]), frozenset(["a"]))
   s, u = op._initialize_all_dimensions_as_splittable()  # pylint: disable=protected-access
   assert (s, u) == (frozenset(["a", "b"]), frozenset())
@@ -332,9 +353,11 @@ def test_splittable_dims_of_library_ops():
   _, mesh = _new_mesh()
   x = mtf.zeros(mesh, [A, B])
   assert mtf.einsum([x, x], output_shape=[A]).operation.splittable_dims == (
-      frozenset(["a", "b"]))
-  assert mtf.reshape(x, [mtf.Dimension("ab", 32)]).operation.splittable_dims == (
-      frozenset(["a", "b", "ab"]))
+    frozenset(["a", "b"])
+  )
+  assert mtf.reshape(
+    x, [mtf.Dimension("ab", 32)]
+  ).operation.splittable_dims == (frozenset(["a", "b", "ab"]))
   sw = mtf.slicewise(tf.identity, [x], splittable_dims=[A])
   assert sw.operation.unsplittable_dims == frozenset(["b"])
 

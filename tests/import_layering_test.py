@@ -26,24 +26,27 @@ _REPO = pathlib.Path(__file__).resolve().parents[1]
 # The layers of transformer/_src, as subpackage -> subpackages it must not
 # import (driver -> models, data -> layers -> mesh_tensorflow).
 TRANSFORMER_FORBIDDEN_IMPORTS = {
-    "layers": ("models", "data", "driver"),
-    "data": ("models", "driver"),
-    "models": ("driver",),
+  "layers": ("models", "data", "driver"),
+  "data": ("models", "driver"),
+  "models": ("driver",),
 }
 
 # Pure layout math: these modules (and whatever they import) use no TF.
-MODULES_WITHOUT_TENSORFLOW = ("mesh_tensorflow._src.shapes",
-                              "mesh_tensorflow._src.layout")
+MODULES_WITHOUT_TENSORFLOW = (
+  "mesh_tensorflow._src.shapes",
+  "mesh_tensorflow._src.layout",
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class Import:
   """One imported module (or `module.name`) of one import statement."""
-  importer: str          # dotted name of the importing module
+
+  importer: str  # dotted name of the importing module
   lineno: int
-  target: str            # absolute dotted name of the imported module
-  name: Optional[str]    # the name taken from it (`from target import name`)
-  text: str              # the import statement's source line(s)
+  target: str  # absolute dotted name of the imported module
+  name: Optional[str]  # the name taken from it (`from target import name`)
+  text: str  # the import statement's source line(s)
   binds: Optional[str] = None  # local name bound to the module `target`
 
   def describe(self) -> str:
@@ -53,8 +56,9 @@ class Import:
 @dataclasses.dataclass(frozen=True)
 class Tree:
   """The modules of one `_src` directory."""
-  root: pathlib.Path     # directory holding the top-level package
-  src_package: str       # e.g. "mesh_tensorflow._src"
+
+  root: pathlib.Path  # directory holding the top-level package
+  src_package: str  # e.g. "mesh_tensorflow._src"
   modules: Dict[str, pathlib.Path]
 
   @property
@@ -80,7 +84,7 @@ def _is_package(tree: Tree, module: str) -> bool:
 
 def _source_lines(node: ast.stmt, lines: Sequence[str]) -> str:
   end = getattr(node, "end_lineno", None) or node.lineno
-  return " ".join(l.strip() for l in lines[node.lineno - 1:end])
+  return " ".join(l.strip() for l in lines[node.lineno - 1 : end])
 
 
 def module_imports(tree: Tree, module: str) -> List[Import]:
@@ -93,29 +97,54 @@ def module_imports(tree: Tree, module: str) -> List[Import]:
       for alias in node.names:
         # `import a.b` binds `a` (to package a); `import a.b as c` binds c.
         target = alias.name if alias.asname else alias.name.split(".")[0]
-        result.append(Import(module, node.lineno, alias.name, None,
-                             _source_lines(node, lines),
-                             binds=alias.asname or target))
+        result.append(
+          Import(
+            module,
+            node.lineno,
+            alias.name,
+            None,
+            _source_lines(node, lines),
+            binds=alias.asname or target,
+          )
+        )
         if not alias.asname and target != alias.name:
-          result.append(Import(module, node.lineno, target, None,
-                               _source_lines(node, lines), binds=target))
+          result.append(
+            Import(
+              module,
+              node.lineno,
+              target,
+              None,
+              _source_lines(node, lines),
+              binds=target,
+            )
+          )
     elif isinstance(node, ast.ImportFrom):
       base = node.module or ""
       if node.level:
         package = module.split(".")
         if not _is_package(tree, module):
           package.pop()
-        package = package[:len(package) - node.level + 1]
+        package = package[: len(package) - node.level + 1]
         base = ".".join(package + ([base] if base else []))
       for alias in node.names:
         submodule = base + "." + alias.name
         if submodule in tree.modules or _exists_outside(tree, submodule):
-          result.append(Import(module, node.lineno, submodule, None,
-                               _source_lines(node, lines),
-                               binds=alias.asname or alias.name))
+          result.append(
+            Import(
+              module,
+              node.lineno,
+              submodule,
+              None,
+              _source_lines(node, lines),
+              binds=alias.asname or alias.name,
+            )
+          )
         else:
-          result.append(Import(module, node.lineno, base, alias.name,
-                               _source_lines(node, lines)))
+          result.append(
+            Import(
+              module, node.lineno, base, alias.name, _source_lines(node, lines)
+            )
+          )
   return result
 
 
@@ -148,15 +177,18 @@ def import_graph(tree: Tree) -> Dict[str, List[Import]]:
 
 
 def strongly_connected_components(
-    graph: Dict[str, List[Import]]) -> List[List[str]]:
+  graph: Dict[str, List[Import]],
+) -> List[List[str]]:
   """Tarjan's algorithm (iterative); components of two or more modules."""
   index: Dict[str, int] = {}
   low: Dict[str, int] = {}
   on_stack: Set[str] = set()
   stack: List[str] = []
   components = []
-  targets = {m: sorted({_edge_target(graph, e) for e in edges})
-             for m, edges in graph.items()}
+  targets = {
+    m: sorted({_edge_target(graph, e) for e in edges})
+    for m, edges in graph.items()
+  }
   for start in sorted(graph):
     if start in index:
       continue
@@ -205,10 +237,16 @@ def cycle_violations(tree: Tree) -> List[str]:
   messages = []
   for component in strongly_connected_components(graph):
     members = set(component)
-    edges = [imp.describe() for m in component for imp in graph[m]
-             if _edge_target(graph, imp) in members]
-    messages.append("import cycle between %s:\n    %s"
-                    % (", ".join(component), "\n    ".join(edges)))
+    edges = [
+      imp.describe()
+      for m in component
+      for imp in graph[m]
+      if _edge_target(graph, imp) in members
+    ]
+    messages.append(
+      "import cycle between %s:\n    %s"
+      % (", ".join(component), "\n    ".join(edges))
+    )
   return messages
 
 
@@ -233,9 +271,11 @@ def facade_violations(tree: Tree) -> List[str]:
         continue
       for facade_package in _forbidden_facades(tree):
         if _within(imp.target, facade_package):
-          messages.append("%s imports the public facade %s (import the _src "
-                          "module that defines the name): %s"
-                          % (module, imp.target, imp.describe()))
+          messages.append(
+            "%s imports the public facade %s (import the _src "
+            "module that defines the name): %s"
+            % (module, imp.target, imp.describe())
+          )
           break
   return messages
 
@@ -245,9 +285,12 @@ def _is_private(name: str) -> bool:
 
 
 def _is_project_module(tree: Tree, dotted: str) -> bool:
-  return (_owning_module(tree, dotted) is not None or
-          _within(dotted, tree.package) or _within(dotted, "mesh_tensorflow")
-          or _within(dotted, "transformer"))
+  return (
+    _owning_module(tree, dotted) is not None
+    or _within(dotted, tree.package)
+    or _within(dotted, "mesh_tensorflow")
+    or _within(dotted, "transformer")
+  )
 
 
 def private_name_violations(tree: Tree) -> List[str]:
@@ -261,40 +304,55 @@ def private_name_violations(tree: Tree) -> List[str]:
         continue
       if imp.name is not None:
         if _is_private(imp.name):
-          messages.append("%s imports the private name %s of %s: %s"
-                          % (module, imp.name, imp.target, imp.describe()))
+          messages.append(
+            "%s imports the private name %s of %s: %s"
+            % (module, imp.name, imp.target, imp.describe())
+          )
         continue
       if imp.binds is not None:
         module_aliases[imp.binds] = imp.target
     source = path.read_text()
     lines = source.splitlines()
     for node in ast.walk(ast.parse(source)):
-      if (isinstance(node, ast.Attribute) and _is_private(node.attr) and
-          isinstance(node.value, ast.Name) and
-          node.value.id in module_aliases):
-        messages.append("%s uses the private name %s of module %s: %s:%d: %s"
-                        % (module, node.attr, module_aliases[node.value.id],
-                           module, node.lineno,
-                           lines[node.lineno - 1].strip()))
+      if (
+        isinstance(node, ast.Attribute)
+        and _is_private(node.attr)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in module_aliases
+      ):
+        messages.append(
+          "%s uses the private name %s of module %s: %s:%d: %s"
+          % (
+            module,
+            node.attr,
+            module_aliases[node.value.id],
+            module,
+            node.lineno,
+            lines[node.lineno - 1].strip(),
+          )
+        )
   return messages
 
 
-def layer_violations(tree: Tree,
-                     forbidden: Dict[str, Sequence[str]]) -> List[str]:
+def layer_violations(
+  tree: Tree, forbidden: Dict[str, Sequence[str]]
+) -> List[str]:
   """Imports from a subpackage of the tree into one it must not import."""
   messages = []
   prefix = tree.src_package + "."
   for module in tree.modules:
     if not module.startswith(prefix):
       continue
-    layer = module[len(prefix):].split(".")[0]
+    layer = module[len(prefix) :].split(".")[0]
     for imp in module_imports(tree, module):
       if not imp.target.startswith(prefix):
         continue
-      target_layer = imp.target[len(prefix):].split(".")[0]
+      target_layer = imp.target[len(prefix) :].split(".")[0]
       if target_layer in forbidden.get(layer, ()):
-        messages.append("%s (layer %s) must not import layer %s: %s"
-                        % (module, layer, target_layer, imp.describe()))
+        messages.append(
+          "%s (layer %s) must not import layer %s: %s"
+          % (module, layer, target_layer, imp.describe())
+        )
   return messages
 
 
@@ -310,8 +368,9 @@ def tensorflow_violations(tree: Tree, pure_modules: Sequence[str]) -> List[str]:
       for imp in module_imports(tree, module):
         if _within(imp.target, "tensorflow"):
           via = "" if module == start else " (imported by %s)" % start
-          messages.append("%s imports TensorFlow%s: %s"
-                          % (module, via, imp.describe()))
+          messages.append(
+            "%s imports TensorFlow%s: %s" % (module, via, imp.describe())
+          )
       for imp in graph[module]:
         target = _edge_target(graph, imp)
         if target not in seen:
@@ -327,8 +386,8 @@ _MTF = load_tree(_REPO, "mesh_tensorflow._src")
 _TRANSFORMER = load_tree(_REPO, "transformer._src")
 
 _TREES = [
-    pytest.param(_MTF, id="mesh_tensorflow"),
-    pytest.param(_TRANSFORMER, id="transformer"),
+  pytest.param(_MTF, id="mesh_tensorflow"),
+  pytest.param(_TRANSFORMER, id="transformer"),
 ]
 
 
@@ -363,8 +422,9 @@ def test_no_private_names_across_modules(tree):
 @pytest.mark.parametrize("tree", [pytest.param(_TRANSFORMER, id="transformer")])
 def test_transformer_layers(tree):
   for layer in TRANSFORMER_FORBIDDEN_IMPORTS:
-    assert any(m.startswith("transformer._src.%s." % layer)
-               for m in tree.modules), "no subpackage transformer/_src/" + layer
+    assert any(
+      m.startswith("transformer._src.%s." % layer) for m in tree.modules
+    ), "no subpackage transformer/_src/" + layer
   messages = layer_violations(tree, TRANSFORMER_FORBIDDEN_IMPORTS)
   assert not messages, _report(messages)
 
@@ -379,6 +439,7 @@ def test_layout_math_imports_no_tensorflow():
 # --------------------------------------------------------------------------
 # The checker on synthetic trees: each violation is found and named.
 
+
 def _write_tree(root: pathlib.Path, files: Dict[str, str]) -> None:
   for relative, source in files.items():
     path = root / relative
@@ -389,7 +450,9 @@ def _write_tree(root: pathlib.Path, files: Dict[str, str]) -> None:
 @pytest.fixture
 def fake_tree(tmp_path):
   """Package `pkg` with a facade and a _src tree full of violations."""
-  _write_tree(tmp_path, {
+  _write_tree(
+    tmp_path,
+    {
       "pkg/__init__.py": "from pkg import api\n",
       "pkg/api.py": "from pkg._src.a import f as f\n",
       "pkg/_src/__init__.py": "",
@@ -428,7 +491,8 @@ def fake_tree(tmp_path):
       "pkg/_src/sub/__init__.py": "",
       "pkg/_src/sub/f.py": "from .. import c\nfrom ..sub import g\n",
       "pkg/_src/sub/g.py": "",
-  })
+    },
+  )
   return load_tree(tmp_path, "pkg._src")
 
 
@@ -436,7 +500,9 @@ def test_checker_resolves_relative_imports(fake_tree):
   graph = import_graph(fake_tree)
   assert [i.target for i in graph["pkg._src.d"]] == ["pkg._src.e"]
   assert sorted(i.target for i in graph["pkg._src.sub.f"]) == [
-      "pkg._src.c", "pkg._src.sub.g"]
+    "pkg._src.c",
+    "pkg._src.sub.g",
+  ]
 
 
 def test_checker_finds_cycle_with_function_level_import(fake_tree):
@@ -457,22 +523,29 @@ def test_checker_finds_facade_imports(fake_tree):
 def test_checker_finds_private_names(fake_tree):
   messages = private_name_violations(fake_tree)
   assert len(messages) == 2, messages
-  assert ("pkg._src.c imports the private name _helper of pkg._src.d: "
-          "pkg._src.c:3: from pkg._src.d import _helper") in messages
-  assert ("pkg._src.c uses the private name _other of module pkg._src.d: "
-          "pkg._src.c:8:") in messages[1]
+  assert (
+    "pkg._src.c imports the private name _helper of pkg._src.d: "
+    "pkg._src.c:3: from pkg._src.d import _helper"
+  ) in messages
+  assert (
+    "pkg._src.c uses the private name _other of module pkg._src.d: "
+    "pkg._src.c:8:"
+  ) in messages[1]
 
 
 def test_checker_finds_tensorflow_imports_also_indirect(fake_tree):
   assert tensorflow_violations(fake_tree, ["pkg._src.d"]) == []
   messages = tensorflow_violations(fake_tree, ["pkg._src.sub.f"])
   assert messages == [
-      "pkg._src.c imports TensorFlow (imported by pkg._src.sub.f): "
-      "pkg._src.c:5: import tensorflow as tf"]
+    "pkg._src.c imports TensorFlow (imported by pkg._src.sub.f): "
+    "pkg._src.c:5: import tensorflow as tf"
+  ]
 
 
 def test_checker_finds_layer_violations(tmp_path):
-  _write_tree(tmp_path, {
+  _write_tree(
+    tmp_path,
+    {
       "tr/_src/__init__.py": "",
       "tr/_src/layers/__init__.py": "",
       "tr/_src/layers/dense.py": "from tr._src.models import model\n",
@@ -480,22 +553,27 @@ def test_checker_finds_layer_violations(tmp_path):
       "tr/_src/models/model.py": "from tr._src.layers import dense\n",
       "tr/_src/driver/__init__.py": "",
       "tr/_src/driver/run.py": "from tr._src.models import model\n",
-  })
+    },
+  )
   tree = load_tree(tmp_path, "tr._src")
   messages = layer_violations(tree, TRANSFORMER_FORBIDDEN_IMPORTS)
   assert messages == [
-      "tr._src.layers.dense (layer layers) must not import layer models: "
-      "tr._src.layers.dense:1: from tr._src.models import model"]
+    "tr._src.layers.dense (layer layers) must not import layer models: "
+    "tr._src.layers.dense:1: from tr._src.models import model"
+  ]
 
 
 def test_checker_accepts_a_clean_tree(tmp_path):
-  _write_tree(tmp_path, {
+  _write_tree(
+    tmp_path,
+    {
       "pkg/__init__.py": "from pkg._src.low import f\n",
       "pkg/_src/__init__.py": "",
       "pkg/_src/low.py": "def f():\n  return 1\n",
       "pkg/_src/high.py": "from pkg._src import low\nimport other_pkg\n"
-                          "x = low.f()\ny = other_pkg._private\n",
-  })
+      "x = low.f()\ny = other_pkg._private\n",
+    },
+  )
   tree = load_tree(tmp_path, "pkg._src")
   assert cycle_violations(tree) == []
   assert facade_violations(tree) == []

@@ -33,32 +33,43 @@ def build_and_lower():
   d_model = mtf.Dimension("d_model", 6)
   hidden = mtf.Dimension("hidden", 8)
   x = mtf.import_tf_tensor(
-      mesh, tf.constant(rng.randn(4, 6).astype(np.float32)), [batch, d_model])
+    mesh, tf.constant(rng.randn(4, 6).astype(np.float32)), [batch, d_model]
+  )
   w_value = rng.randn(6, 8).astype(np.float32)
-  h = mtf.layers.dense(x, hidden, reduced_dims=[d_model], use_bias=False,
-                       kernel_initializer=tf.constant_initializer(w_value),
-                       name="dense")
+  h = mtf.layers.dense(
+    x,
+    hidden,
+    reduced_dims=[d_model],
+    use_bias=False,
+    kernel_initializer=tf.constant_initializer(w_value),
+    name="dense",
+  )
   h = mtf.layers.layer_norm(h, hidden)
   probs = mtf.softmax(h, hidden)
   top_values, _ = mtf.top_k(h, hidden, mtf.Dimension("k", 3))
   # h is split [rows, cols]; moved is split [-, rows]: re-laying it out goes
   # through allconcat and allsplit.
-  moved = mtf.reshape(h, [mtf.Dimension("batch2", 4),
-                          mtf.Dimension("hidden2", 8)])
+  moved = mtf.reshape(
+    h, [mtf.Dimension("batch2", 4), mtf.Dimension("hidden2", 8)]
+  )
   loss = mtf.reduce_sum(mtf.square(probs)) + mtf.reduce_mean(moved)
   var_grads = mtf.gradients(
-      [loss], [v.outputs[0] for v in graph.trainable_variables])
+    [loss], [v.outputs[0] for v in graph.trainable_variables]
+  )
   update_ops = mtf.optimize.SgdOptimizer(0.1).apply_grads(
-      var_grads, graph.trainable_variables)
+    var_grads, graph.trainable_variables
+  )
   mesh_impl = placement_mesh_impl.PlacementMeshImpl(
-      "rows:2;cols:2", "batch:rows;hidden:cols;hidden2:rows",
-      ["/cpu:%d" % i for i in range(NUM_DEVICES)])
+    "rows:2;cols:2",
+    "batch:rows;hidden:cols;hidden2:rows",
+    ["/cpu:%d" % i for i in range(NUM_DEVICES)],
+  )
   lowering = mtf.Lowering(graph, {mesh: mesh_impl})
   outputs = {
-      "loss": lowering.export_to_tf_tensor(loss),
-      "probs": lowering.export_to_tf_tensor(probs),
-      "top_values": lowering.export_to_tf_tensor(top_values),
-      "moved": lowering.export_to_tf_tensor(moved),
+    "loss": lowering.export_to_tf_tensor(loss),
+    "probs": lowering.export_to_tf_tensor(probs),
+    "top_values": lowering.export_to_tf_tensor(top_values),
+    "moved": lowering.export_to_tf_tensor(moved),
   }
   updates = [lowering.lowered_operation(op) for op in update_ops]
   kernel = graph.trainable_variables[0]
@@ -81,9 +92,11 @@ def run_v1():
 
 def run_v2():
   tf.config.set_logical_device_configuration(
-      tf.config.list_physical_devices("CPU")[0],
-      [tf.config.LogicalDeviceConfiguration()] * NUM_DEVICES)
+    tf.config.list_physical_devices("CPU")[0],
+    [tf.config.LogicalDeviceConfiguration()] * NUM_DEVICES,
+  )
   import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
+
   with mtf.variable_store(mtf.VariableStore()):
     # Eagerly, lowering runs the step: outputs, then the updates.
     lowering, outputs, _, kernel = build_and_lower()
@@ -96,8 +109,11 @@ def run_v2():
 def main():
   mode = sys.argv[1]
   values = run_v1() if mode == "v1" else run_v2()
-  print(json.dumps({k: np.asarray(v, np.float64).ravel().tolist()
-                    for k, v in values.items()}))
+  print(
+    json.dumps(
+      {k: np.asarray(v, np.float64).ravel().tolist() for k, v in values.items()}
+    )
+  )
 
 
 if __name__ == "__main__":

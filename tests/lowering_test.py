@@ -31,17 +31,21 @@ def _impl(mesh_shape, layout):
 
 
 def test_pretty_print_counters():
-  counters = [("allreduce/[0]/einsum_op", 8), ("einsum", 100),
-              ("allreduce/[0]/reduce_op", 2), ("allreduce/[0, 1]/reduce_op", 4),
-              ("einsum", 20)]
+  counters = [
+    ("allreduce/[0]/einsum_op", 8),
+    ("einsum", 100),
+    ("allreduce/[0]/reduce_op", 2),
+    ("allreduce/[0, 1]/reduce_op", 4),
+    ("einsum", 20),
+  ]
   assert mtf.pretty_print_counters(counters).splitlines() == [
-      "allreduce: 14",
-      "allreduce/[0, 1]: 4",
-      "allreduce/[0, 1]/reduce_op: 4",
-      "allreduce/[0]: 10",
-      "allreduce/[0]/einsum_op: 8",
-      "allreduce/[0]/reduce_op: 2",
-      "einsum: 120",
+    "allreduce: 14",
+    "allreduce/[0, 1]: 4",
+    "allreduce/[0, 1]/reduce_op: 4",
+    "allreduce/[0]: 10",
+    "allreduce/[0]/einsum_op: 8",
+    "allreduce/[0]/reduce_op: 2",
+    "einsum: 120",
   ]
   assert mtf.pretty_print_counters([]) == ""
 
@@ -80,19 +84,26 @@ def test_laid_out_size():
 # Export and lowered operations.
 
 
-@meshes.parametrize([
-    ("", ""), ("all:4", "a:all"), ("rows:2;cols:2", "a:rows;b:cols"),
-    ("rows:2;cols:2", "b:rows")])
+@meshes.parametrize(
+  [
+    ("", ""),
+    ("all:4", "a:all"),
+    ("rows:2;cols:2", "a:rows;b:cols"),
+    ("rows:2;cols:2", "b:rows"),
+  ]
+)
 def test_export_to_tf_tensor(mesh_shape, layout):
   graph, mesh = _new_mesh()
   x = mtf.import_tf_tensor(mesh, X, [A, B])
   y = mtf.reduce_sum(x, output_shape=[B])
   lowering = mtf.Lowering(graph, {mesh: _impl(mesh_shape, layout)})
   np.testing.assert_array_equal(lowering.export_to_tf_tensor(x).numpy(), X)
-  np.testing.assert_allclose(lowering.export_to_tf_tensor(y).numpy(),
-                             X.sum(0), rtol=1e-5)
-  np.testing.assert_allclose(lowering.lowered_operation(y).numpy(),
-                             X.sum(0), rtol=1e-5)
+  np.testing.assert_allclose(
+    lowering.export_to_tf_tensor(y).numpy(), X.sum(0), rtol=1e-5
+  )
+  np.testing.assert_allclose(
+    lowering.lowered_operation(y).numpy(), X.sum(0), rtol=1e-5
+  )
 
 
 def test_lowered_operation():
@@ -153,11 +164,13 @@ def test_copy_ops_in_graph_mode(monkeypatch):
     monkeypatch.setenv("MTF_SEQUENCE_MODE", sequence_mode)
     with tf.Graph().as_default():
       graph, mesh = _new_mesh()
-      mtf.get_variable(mesh, "w", [A, B],
-                       initializer=tf.constant_initializer(X))
+      mtf.get_variable(
+        mesh, "w", [A, B], initializer=tf.constant_initializer(X)
+      )
       mtf.get_variable(mesh, "u", [B], initializer=tf.ones_initializer())
-      lowering = mtf.Lowering(graph, {mesh: _impl("all:4", "a:all")},
-                              autostack=False)
+      lowering = mtf.Lowering(
+        graph, {mesh: _impl("all:4", "a:all")}, autostack=False
+      )
       to_slices = lowering.copy_masters_to_slices()
       to_masters = lowering.copy_slices_to_masters()
       assert isinstance(to_slices, tf.Operation)
@@ -176,8 +189,9 @@ def test_lazy_allreduce_sum_is_memoized_and_counts_once():
   impl = _impl("all:4", "a:all")
   laid_out = impl.LaidOutTensor([tf.constant([float(p)]) for p in range(4)])
   calls = []
-  lazy = mtf.LazyAllreduceSum(impl, laid_out, [0],
-                              add_counter_fn=lambda: calls.append(1))
+  lazy = mtf.LazyAllreduceSum(
+    impl, laid_out, [0], add_counter_fn=lambda: calls.append(1)
+  )
   assert lazy.slice_shape == [1]
   assert lazy.mesh_axes == (0,)
   first = lazy.to_laid_out_tensor()
@@ -213,6 +227,7 @@ def test_lazy_laid_out_tensor_recomputes():
   def fn():
     calls.append(1)
     return impl.LaidOutTensor([tf.zeros([2])] * 4)
+
   lazy = mtf.LazyLaidOutTensor(fn, [2])
   assert lazy.slice_shape == [2]
   lazy.to_laid_out_tensor()
@@ -237,17 +252,17 @@ def test_two_meshes_in_one_graph():
   other = mtf.Mesh(graph, "second")
   x = mtf.import_tf_tensor(mesh, X, [A, B])
   y = mtf.import_tf_tensor(other, X * 2, [A, B])
-  lowering = mtf.Lowering(graph, {mesh: _impl("all:4", "a:all"),
-                                  other: _impl("rows:2;cols:2", "b:cols")})
+  lowering = mtf.Lowering(
+    graph,
+    {mesh: _impl("all:4", "a:all"), other: _impl("rows:2;cols:2", "b:cols")},
+  )
   assert lowering.mesh_impl(x) is not lowering.mesh_impl(y)
-  np.testing.assert_array_equal(lowering.export_to_tf_tensor(y).numpy(),
-                                2 * X)
+  np.testing.assert_array_equal(lowering.export_to_tf_tensor(y).numpy(), 2 * X)
 
 
 def test_placement_mesh_impl_wrong_number_of_devices_raises():
   with pytest.raises(ValueError, match="4 processors but 3 devices"):
-    placement_mesh_impl.PlacementMeshImpl("rows:2;cols:2", "",
-                                          mtu.DEVICES[:3])
+    placement_mesh_impl.PlacementMeshImpl("rows:2;cols:2", "", mtu.DEVICES[:3])
   with pytest.raises(ValueError, match="1 processors but 2 devices"):
     placement_mesh_impl.PlacementMeshImpl("", "", mtu.DEVICES[:2])
 
@@ -280,7 +295,8 @@ def test_rules_naming_absent_mesh_dims_are_ignored_by_default():
   # Faithful to the original: "d_ff:model" on a mesh without "model" is a
   # no-op, so layouts written for big meshes work on small ones.
   impl = mtf.placement_mesh_impl.PlacementMeshImpl(
-      "batch:2", "batch:batch;d_ff:model", ["/cpu:0", "/cpu:1"])
+    "batch:2", "batch:batch;d_ff:model", ["/cpu:0", "/cpu:1"]
+  )
   d_ff = mtf.Dimension("d_ff", 6)
   assert impl.tensor_dimension_to_mesh_axis(d_ff) is None
   assert impl.slice_shape([d_ff]) == [6]
@@ -289,4 +305,5 @@ def test_rules_naming_absent_mesh_dims_are_ignored_by_default():
 def test_strict_layout_rules_names_the_unknown_mesh_dim():
   with pytest.raises(ValueError, match=r"\('batch', 'row'\).*'row'.*rows=2"):
     mtf.placement_mesh_impl.PlacementMeshImpl(
-        "rows:2", "batch:row", ["/cpu:0", "/cpu:1"], strict_layout_rules=True)
+      "rows:2", "batch:row", ["/cpu:0", "/cpu:1"], strict_layout_rules=True
+    )

@@ -40,9 +40,12 @@ TF1_ENV = os.environ.get("MTF_TEST_TF_MODE", "") == "v1"
 # thousands of collectives per worker: with 120 s, workers ran out of threads
 # and aborted. A hung test is failed by pytest-timeout (pytest.ini) instead.
 COLLECTIVE_TIMEOUT_SECONDS = float(
-    os.environ.get("MTF_TEST_COLLECTIVE_TIMEOUT", "0"))
-SIMD_SKIP_REASON = ("placement-specific behaviour (MTF_TEST_MESH_IMPL=simd "
-                    "runs programs on SimdMeshImpl)")
+  os.environ.get("MTF_TEST_COLLECTIVE_TIMEOUT", "0")
+)
+SIMD_SKIP_REASON = (
+  "placement-specific behaviour (MTF_TEST_MESH_IMPL=simd "
+  "runs programs on SimdMeshImpl)"
+)
 
 
 def skip_under_simd(why: str) -> None:
@@ -54,15 +57,18 @@ def skip_under_simd(why: str) -> None:
 def skip_under_tf1(why: str) -> None:
   """Skips a test of eager-only behaviour when TF1_ENV (no eager programs)."""
   if TF1_ENV:
-    pytest.skip("eager-only behaviour (MTF_TEST_TF_MODE=v1 runs programs in "
-                "tf.compat.v1 graphs): %s" % why)
+    pytest.skip(
+      "eager-only behaviour (MTF_TEST_TF_MODE=v1 runs programs in "
+      "tf.compat.v1 graphs): %s" % why
+    )
 
 
 def simd_mesh_impl_for(mesh_shape: str, layout) -> simd_mesh_impl.SimdMeshImpl:
   n = mtf.convert_to_shape(mesh_shape).size
   # A collective that waits this long fails the test instead of hanging.
   backend = simd_collective.CollectiveBackend(
-      DEVICES[:n], timeout_seconds=COLLECTIVE_TIMEOUT_SECONDS)
+    DEVICES[:n], timeout_seconds=COLLECTIVE_TIMEOUT_SECONDS
+  )
   return simd_mesh_impl.SimdMeshImpl(mesh_shape, layout, backend=backend)
 
 
@@ -81,18 +87,24 @@ def run_simd(build_fn, mesh_shape, layout) -> List[np.ndarray]:
       def computation():
         lowering = mtf.Lowering(graph, {mesh: mesh_impl})
         return [lowering.export_to_tf_tensor(t) for t in outputs]
+
       return mesh_impl.replicate(computation)
+
   try:
     results = fn()
   except NotImplementedError as e:
     if "while loop" in str(e):
-      pytest.skip("SimdMeshImpl (collective backend) cannot communicate "
-                  "inside while loops: %s" % e)
+      pytest.skip(
+        "SimdMeshImpl (collective backend) cannot communicate "
+        "inside while loops: %s" % e
+      )
     raise
   except ValueError as e:
     if "does not support control dependencies" in str(e):
-      pytest.skip("SimdMeshImpl does not support control dependencies "
-                  "(as the original): %s" % e)
+      pytest.skip(
+        "SimdMeshImpl does not support control dependencies "
+        "(as the original): %s" % e
+      )
     raise
   per_replica = [[np.asarray(t) for t in outs] for outs in results]
   for pnum, outs in enumerate(per_replica[1:], 1):
@@ -100,9 +112,13 @@ def run_simd(build_fn, mesh_shape, layout) -> List[np.ndarray]:
       # Replicas run the same kernels on the same values, but CPU reductions
       # may split work differently between runs: allow rounding.
       np.testing.assert_allclose(
-          a, b, rtol=1e-6, atol=1e-6,
-          err_msg="replica %d exported another output %d than replica 0"
-          % (pnum, i))
+        a,
+        b,
+        rtol=1e-6,
+        atol=1e-6,
+        err_msg="replica %d exported another output %d than replica 0"
+        % (pnum, i),
+      )
   return per_replica[0]
 
 
@@ -124,10 +140,13 @@ def with_variables(build_fn: Callable[[mtf.Mesh], Sequence[mtf.Tensor]]):
     results = run_program(program, mesh_shape, layout, mode)
     n = len(results) - len(names)
     return results[:n], dict(zip(names, results[n:]))
+
   return run
 
 
-def mesh_impl_for(mesh_shape: str, layout) -> placement_mesh_impl.PlacementMeshImpl:
+def mesh_impl_for(
+  mesh_shape: str, layout
+) -> placement_mesh_impl.PlacementMeshImpl:
   n = mtf.convert_to_shape(mesh_shape).size
   return placement_mesh_impl.PlacementMeshImpl(mesh_shape, layout, DEVICES[:n])
 
@@ -140,12 +159,14 @@ def _build_and_export(build_fn, mesh_shape, layout):
   return lowering, [lowering.export_to_tf_tensor(t) for t in outputs]
 
 
-def run_program(build_fn: Callable[[mtf.Mesh], Sequence[mtf.Tensor]],
-                mesh_shape: str = "", layout="", mode: str = "eager"
-                ) -> List[np.ndarray]:
+def run_program(
+  build_fn: Callable[[mtf.Mesh], Sequence[mtf.Tensor]],
+  mesh_shape: str = "",
+  layout="",
+  mode: str = "eager",
+) -> List[np.ndarray]:
   """Builds, lowers and runs an mtf program; returns numpy outputs."""
-  if mode == "simd" or (
-      SIMD_ENV and mtf.convert_to_shape(mesh_shape).size > 1):
+  if mode == "simd" or (SIMD_ENV and mtf.convert_to_shape(mesh_shape).size > 1):
     return run_simd(build_fn, mesh_shape, layout)
   if TF1_ENV and mode in ("eager", "function"):
     mode = "graph"
@@ -160,6 +181,7 @@ def run_program(build_fn: Callable[[mtf.Mesh], Sequence[mtf.Tensor]],
     def fn():
       with mtf.variable_store(store):
         return _build_and_export(build_fn, mesh_shape, layout)[1]
+
     return [np.asarray(t) for t in fn()]
   if mode == "graph":
     with tf.Graph().as_default():
@@ -178,5 +200,6 @@ def run_program(build_fn: Callable[[mtf.Mesh], Sequence[mtf.Tensor]],
 
 def assert_all_close(actual, expected, rtol=1e-5, atol=1e-5, msg=""):
   for i, (a, e) in enumerate(zip(actual, expected)):
-    np.testing.assert_allclose(a, e, rtol=rtol, atol=atol,
-                               err_msg="%s output %d" % (msg, i))
+    np.testing.assert_allclose(
+      a, e, rtol=rtol, atol=atol, err_msg="%s output %d" % (msg, i)
+    )

@@ -20,11 +20,14 @@ def _import_pure(module_name):
   mesh_tensorflow/__init__.py imports TensorFlow; when TensorFlow is missing,
   stub the packages so that only the pure modules run.
   """
-  if (importlib.util.find_spec("tensorflow") is None and
-      "mesh_tensorflow" not in sys.modules):
-    for name, path in (("mesh_tensorflow", _REPO / "mesh_tensorflow"),
-                       ("mesh_tensorflow._src",
-                        _REPO / "mesh_tensorflow" / "_src")):
+  if (
+    importlib.util.find_spec("tensorflow") is None
+    and "mesh_tensorflow" not in sys.modules
+  ):
+    for name, path in (
+      ("mesh_tensorflow", _REPO / "mesh_tensorflow"),
+      ("mesh_tensorflow._src", _REPO / "mesh_tensorflow" / "_src"),
+    ):
       package = types.ModuleType(name)
       package.__path__ = [str(path)]
       sys.modules[name] = package
@@ -41,7 +44,9 @@ parse = shapes.parse_string_to_list_of_pairs
 # Grammar.
 
 
-@pytest.mark.parametrize("s, expected", [
+@pytest.mark.parametrize(
+  "s, expected",
+  [
     ("", []),
     ("   ", []),
     ("batch:8;model:4", [("batch", "8"), ("model", "4")]),
@@ -49,24 +54,30 @@ parse = shapes.parse_string_to_list_of_pairs
     ("batch:batch,d_ff:model", [("batch", "batch"), ("d_ff", "model")]),
     (" a:1 \n\tb:2 ,; c:3 ", [("a", "1"), ("b", "2"), ("c", "3")]),
     ("a:1,,b:2", [("a", "1"), ("b", "2")]),
-])
+  ],
+)
 def test_parse_string_to_list_of_pairs(s, expected):
   assert parse(s) == expected
 
 
 def test_parse_seconds_to_int():
   assert parse("batch:8;model:4", seconds_to_int=True) == [
-      ("batch", 8), ("model", 4)]
+    ("batch", 8),
+    ("model", 4),
+  ]
   assert parse("", seconds_to_int=True) == []
 
 
-@pytest.mark.parametrize("s, token", [
+@pytest.mark.parametrize(
+  "s, token",
+  [
     ("batch", "batch"),
     ("batch:8;model", "model"),
     ("a:b:c", "a:b:c"),
     (":8", ":8"),
     ("a:", "a:"),
-])
+  ],
+)
 def test_parse_bad_token_raises(s, token):
   with pytest.raises(ValueError, match=re.escape(f"'{token}' in '{s}'")):
     parse(s)
@@ -89,12 +100,15 @@ def test_dimension_is_hashable_namedtuple():
   assert Dimension("a", 2) != Dimension("a", 3)
 
 
-@pytest.mark.parametrize("d, expected", [
+@pytest.mark.parametrize(
+  "d, expected",
+  [
     (None, None),
     (Dimension("a", 2), Dimension("a", 2)),
     (("a", 2), Dimension("a", 2)),
     (["a", 2], Dimension("a", 2)),
-])
+  ],
+)
 def test_convert_to_dimension(d, expected):
   result = shapes.convert_to_dimension(d)
   assert result == expected
@@ -105,12 +119,15 @@ def test_convert_to_dimension(d, expected):
 def test_convert_to_dimension_normalizes_integral_sizes():
   class MyInt(int):
     pass
+
   result = shapes.convert_to_dimension(("a", MyInt(3)))
   assert result == Dimension("a", 3)
   assert result.size.__class__ is int
 
 
-@pytest.mark.parametrize("d, bad", [
+@pytest.mark.parametrize(
+  "d, bad",
+  [
     (Dimension(3, 2), "3"),
     (Dimension("a", "2"), "'2'"),
     (Dimension("a", 2.0), "2.0"),
@@ -118,7 +135,8 @@ def test_convert_to_dimension_normalizes_integral_sizes():
     (("a", None), "None"),
     ((1, 2), "1"),
     (("a", 2, 3), "'a', 2, 3"),
-])
+  ],
+)
 def test_convert_to_dimension_invalid(d, bad):
   with pytest.raises(ValueError, match=bad):
     shapes.convert_to_dimension(d)
@@ -173,10 +191,13 @@ def test_shape_is_unhashable():
     {_abc()}  # pylint: disable=expression-not-assigned
 
 
-@pytest.mark.parametrize("dims, dup", [
+@pytest.mark.parametrize(
+  "dims, dup",
+  [
     ([("batch", 2), ("batch", 4)], "batch"),
     ([("a", 1), ("b", 2), ("a", 1)], "a"),
-])
+  ],
+)
 def test_duplicate_dimension_raises(dims, dup):
   with pytest.raises(ValueError, match=f"duplicate dimension '{dup}'"):
     Shape(dims)
@@ -186,7 +207,8 @@ def test_duplicate_dimension_message():
   with pytest.raises(ValueError) as e:
     Shape([("batch", 2), ("batch", 4)])
   assert str(e.value) == (
-      "Shape has duplicate dimension 'batch': Shape[batch=2, batch=4]")
+    "Shape has duplicate dimension 'batch': Shape[batch=2, batch=4]"
+  )
 
 
 def test_shape_rejects_none_dimension():
@@ -194,7 +216,9 @@ def test_shape_rejects_none_dimension():
     Shape([("a", 2), None])
 
 
-@pytest.mark.parametrize("sizes, value, expected", [
+@pytest.mark.parametrize(
+  "sizes, value, expected",
+  [
     ([2, 3, 4], 1, 0),
     ([2, 3, 4], 2, 1),
     ([2, 3, 4], 6, 2),
@@ -202,7 +226,8 @@ def test_shape_rejects_none_dimension():
     ([2, 3, 4], 5, None),
     ([1, 1, 3], 1, 2),  # Largest axis among ties.
     ([2, 1, 3], 2, 2),
-])
+  ],
+)
 def test_cumprod_to_tensor_axis(sizes, value, expected):
   s = Shape([(f"d{i}", n) for i, n in enumerate(sizes)])
   assert s.cumprod_to_tensor_axis(value) == expected
@@ -262,8 +287,9 @@ def test_add():
 def test_sub():
   s = _abc()
   assert s - Dimension("b", 3) == Shape([("a", 2), ("c", 4)])
-  assert s - [Dimension("a", 2), Dimension("zz", 1)] == Shape([("b", 3),
-                                                             ("c", 4)])
+  assert s - [Dimension("a", 2), Dimension("zz", 1)] == Shape(
+    [("b", 3), ("c", 4)]
+  )
   assert s - [("a", 2)] == Shape([("b", 3), ("c", 4)])
   assert s - Shape([("c", 4), ("a", 2)]) == Shape([("b", 3)])
   assert s - Shape([("c", 5)]) == s  # Sizes must match too.
@@ -295,14 +321,17 @@ def test_indexing_iteration_contains():
 # Conversions and helpers.
 
 
-@pytest.mark.parametrize("x, expected", [
+@pytest.mark.parametrize(
+  "x, expected",
+  [
     ("batch:8;model:4", [("batch", 8), ("model", 4)]),
     ("b1:2.b2:2", [("b1", 2), ("b2", 2)]),
     ("", []),
     ([], []),
     ([("a", 2), Dimension("b", 3)], [("a", 2), ("b", 3)]),
     ((("a", 2),), [("a", 2)]),
-])
+  ],
+)
 def test_convert_to_shape(x, expected):
   result = shapes.convert_to_shape(x)
   assert isinstance(result, Shape)
@@ -331,12 +360,15 @@ def test_combined_dimension():
 
 def test_anonymous_shape():
   assert shapes.anonymous_shape(_abc()) == Shape(
-      [("_anonymous_0", 2), ("_anonymous_1", 3), ("_anonymous_2", 4)])
+    [("_anonymous_0", 2), ("_anonymous_1", 3), ("_anonymous_2", 4)]
+  )
   assert shapes.anonymous_shape("x:5") == Shape([("_anonymous_0", 5)])
   assert shapes.anonymous_shape([]) == Shape([])
 
 
-@pytest.mark.parametrize("short, long, expected", [
+@pytest.mark.parametrize(
+  "short, long, expected",
+  [
     ([], [], True),
     ([], [1, 2], True),
     ([1, 3], [1, 2, 3], True),
@@ -347,13 +379,15 @@ def test_anonymous_shape():
     ([4], [1, 2, 3], False),
     ([1], [], False),
     ("ac", "abc", True),
-])
+  ],
+)
 def test_is_subsequence(short, long, expected):
   assert shapes.is_subsequence(short, long) is expected
 
 
-@pytest.mark.parametrize("l, expected", [
-    ([], 1), ([5], 5), ([2, 3, 4], 24), ((x for x in [2, 2]), 4)])
+@pytest.mark.parametrize(
+  "l, expected", [([], 1), ([5], 5), ([2, 3, 4], 24), ((x for x in [2, 2]), 4)]
+)
 def test_list_product(l, expected):
   assert shapes.list_product(l) == expected
 
@@ -380,7 +414,8 @@ def test_shapes_module_does_not_import_tensorflow():
       assert "tensorflow" not in sys.modules, sorted(sys.modules)
       print("ok")
       """)
-  result = subprocess.run([sys.executable, "-c", script], capture_output=True,
-                          text=True, check=False)
+  result = subprocess.run(
+    [sys.executable, "-c", script], capture_output=True, text=True, check=False
+  )
   assert result.returncode == 0, result.stderr
   assert result.stdout.strip() == "ok"

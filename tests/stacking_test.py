@@ -15,10 +15,14 @@ H = mtf.Dimension("h", 4)
 def _sgd_program(mesh, num_vars=3, read_first=False):
   """x * w0 * w1 * ...; one SGD step on every w; returns (loss, grads, ws)."""
   x = mtf.import_tf_tensor(
-      mesh, tf.reshape(tf.range(16, dtype=tf.float32), [4, 4]) / 10, [B, H])
-  ws = [mtf.get_variable(mesh, "w%d" % i, [H],
-                         initializer=tf.constant_initializer(0.1 * (i + 1)))
-        for i in range(num_vars)]
+    mesh, tf.reshape(tf.range(16, dtype=tf.float32), [4, 4]) / 10, [B, H]
+  )
+  ws = [
+    mtf.get_variable(
+      mesh, "w%d" % i, [H], initializer=tf.constant_initializer(0.1 * (i + 1))
+    )
+    for i in range(num_vars)
+  ]
   if read_first:
     ws[0] = mtf.read_variable(ws[0])
   y = x
@@ -27,7 +31,8 @@ def _sgd_program(mesh, num_vars=3, read_first=False):
   loss = mtf.reduce_sum(mtf.square(y))
   grads = mtf.gradients([loss], ws)
   updates = mesh.graph.combine_assignments(
-      [mtf.assign_sub(w, g * 0.01) for w, g in zip(ws, grads)])
+    [mtf.assign_sub(w, g * 0.01) for w, g in zip(ws, grads)]
+  )
   return loss, grads, updates
 
 
@@ -48,8 +53,9 @@ def _stacked(graph):
   return [op for op in graph.operations if isinstance(op, mtf.StackedVariable)]
 
 
-@meshes.parametrize([
-    ("all:4", "b:all"), ("all:4", "h:all"), ("rows:2;cols:2", "b:rows;h:cols")])
+@meshes.parametrize(
+  [("all:4", "b:all"), ("all:4", "h:all"), ("rows:2;cols:2", "b:rows;h:cols")]
+)
 def test_stacking_keeps_results_and_masters(mesh_shape, layout):
   _, ref_values, ref_masters = _lower("", "")
   graph, values, masters = _lower(mesh_shape, layout)
@@ -85,8 +91,9 @@ def test_size_cap_splits_stacks():
     mesh = mtf.Mesh(graph, "mesh")
     _sgd_program(mesh, num_vars=5)
     graph.rewrite_stack_variables(
-        max_combined_variable_size=2 * H.size,
-        mesh_to_impl={mesh: mtu.mesh_impl_for("all:4", "b:all")})
+      max_combined_variable_size=2 * H.size,
+      mesh_to_impl={mesh: mtu.mesh_impl_for("all:4", "b:all")},
+    )
     sizes = [len(s.original_names) for s in _stacked(graph)]
     assert sizes == [2, 2]
 
@@ -114,5 +121,7 @@ def test_stacked_training_in_function_and_graph_modes():
   ref = mtu.run_program(build, "", "", "eager")
   for mode in ("function", "graph"):
     mtu.assert_all_close(
-        mtu.run_program(build, "rows:2;cols:2", "b:rows;h:cols", mode), ref,
-        msg=mode)
+      mtu.run_program(build, "rows:2;cols:2", "b:rows;h:cols", mode),
+      ref,
+      msg=mode,
+    )

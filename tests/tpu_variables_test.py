@@ -18,23 +18,35 @@ ReplicatedVariable = tpu_variables.ReplicatedVariable
 
 
 def _variables(n=2):
-  return [tf.Variable([1.0 + 10 * i, 2.0 + 10 * i], name="w_slice_%d" % i)
-          for i in range(n)]
+  return [
+    tf.Variable([1.0 + 10 * i, 2.0 + 10 * i], name="w_slice_%d" % i)
+    for i in range(n)
+  ]
 
 
 def test_signatures():
   def params(fn):
-    return [(p.name, p.default)
-            for p in inspect.signature(fn).parameters.values()]
+    return [
+      (p.name, p.default) for p in inspect.signature(fn).parameters.values()
+    ]
+
   empty = inspect.Parameter.empty
   assert params(ReplicatedVariable) == [("name", empty), ("variables", empty)]
   assert params(ReplicatedVariable.assign) == [
-      ("self", empty), ("value", empty), ("use_locking", None),
-      ("name", None), ("read_value", False)]
+    ("self", empty),
+    ("value", empty),
+    ("use_locking", None),
+    ("name", None),
+    ("read_value", False),
+  ]
   for method in (ReplicatedVariable.assign_add, ReplicatedVariable.assign_sub):
     assert params(method) == [
-        ("self", empty), ("delta", empty), ("use_locking", None),
-        ("name", None), ("read_value", True)]
+      ("self", empty),
+      ("delta", empty),
+      ("use_locking", None),
+      ("name", None),
+      ("read_value", True),
+    ]
 
 
 def test_properties_eager():
@@ -62,8 +74,9 @@ def test_read_and_assign_proxy_first_variable_eager():
   np.testing.assert_array_equal(w.assign_sub([0.5, 0.5]), [1.5, 2.5])
   w.assign([7.0, 8.0])
   np.testing.assert_array_equal(w.read_value(), [7.0, 8.0])
-  np.testing.assert_array_equal(w.assign([5.0, 6.0], read_value=True),
-                                [5.0, 6.0])
+  np.testing.assert_array_equal(
+    w.assign([5.0, 6.0], read_value=True), [5.0, 6.0]
+  )
   w.assign_add([1.0, 1.0], read_value=False)
   np.testing.assert_array_equal(slices[0].numpy(), [6.0, 7.0])
   # The other replicas' variables are untouched outside a replicate context.
@@ -131,7 +144,8 @@ def test_inside_tpu_replicate_uses_replicated_handle():
     # read_value=True: a read of the replicated handle after the update.
     assert seen["assign_add"].op.inputs[0] is handle
     assert [op.type for op in seen["assign_add"].op.control_inputs] == [
-        "AssignAddVariableOp"]
+      "AssignAddVariableOp"
+    ]
     # Outside the replicate context the first variable is used again.
     assert w.handle is slices[0].handle
 

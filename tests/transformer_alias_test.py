@@ -35,9 +35,14 @@ def _run(body: str) -> dict:
   """Runs the prelude + `body` (which prints one JSON line) in a subprocess."""
   env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="3")
   result = subprocess.run(
-      [sys.executable, "-c", _PRELUDE + textwrap.dedent(body)],
-      cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
-      check=False)
+    [sys.executable, "-c", _PRELUDE + textwrap.dedent(body)],
+    cwd=REPO,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+    check=False,
+  )
   assert result.returncode == 0, result.stderr[-3000:]
   return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -73,9 +78,13 @@ def test_every_submodule_is_the_same_object_executed_once():
   assert not out["problems"]
   assert not out["not_once"]
   # Public, research, nested private and data modules are all covered.
-  for name in ["transformer.utils", "transformer.adaptive_softmax",
-               "transformer.main", "transformer._src.data.offline.reverse",
-               "transformer._src.driver.estimator"]:
+  for name in [
+    "transformer.utils",
+    "transformer.adaptive_softmax",
+    "transformer.main",
+    "transformer._src.data.offline.reverse",
+    "transformer._src.driver.estimator",
+  ]:
     assert name in out["checked"], name
   # Every module file in the tree was imported (and executed once).
   assert len(out["files"]) >= len(out["checked"])
@@ -97,8 +106,12 @@ def test_on_demand_module_imported_by_alias_is_shared():
         "runs": EXECUTED[os.path.join("transformer",
                                       "funnel_transformer.py")]}))
   """)
-  assert out == {"before": False, "same": True,
-                 "spec": "transformer.funnel_transformer", "runs": 1}
+  assert out == {
+    "before": False,
+    "same": True,
+    "spec": "transformer.funnel_transformer",
+    "runs": 1,
+  }
 
 
 def test_gin_binding_by_alias_selector_configures_the_one_function():
@@ -145,9 +158,13 @@ def test_reload_by_either_name_reexecutes_the_module():
                  sys.modules["mesh_tensorflow.transformer.adaptive_softmax"]),
         "spec": by_alias.__spec__.name}))
   """)
-  assert out == {"runs": [1, 2, 3], "restored": [True, True],
-                 "driver_runs": [1, 2], "same": True,
-                 "spec": "transformer.adaptive_softmax"}
+  assert out == {
+    "runs": [1, 2, 3],
+    "restored": [True, True],
+    "driver_runs": [1, 2],
+    "same": True,
+    "spec": "transformer.adaptive_softmax",
+  }
 
 
 def test_unknown_submodule_is_not_found():
@@ -164,5 +181,7 @@ def test_unknown_submodule_is_not_found():
         "spec": importlib.util.find_spec(
             "mesh_tensorflow.transformer.no_such_module")}))
   """)
-  assert out == {"error": "mesh_tensorflow.transformer.no_such_module",
-                 "spec": None}
+  assert out == {
+    "error": "mesh_tensorflow.transformer.no_such_module",
+    "spec": None,
+  }

@@ -24,27 +24,38 @@ _EMPTY = inspect.Parameter.empty
 DEVICES = ["/cpu:0", "/cpu:1", "/cpu:2"]
 
 
-@pytest.mark.parametrize("fn,params", [
+@pytest.mark.parametrize(
+  "fn,params",
+  [
     (utils.BalancedVariablePlacer, [("devices", _EMPTY), ("init_usage", None)]),
-    (utils.BalancedVariablePlacer.device_function, [("self", _EMPTY),
-                                                    ("var", _EMPTY)]),
+    (
+      utils.BalancedVariablePlacer.device_function,
+      [("self", _EMPTY), ("var", _EMPTY)],
+    ),
     (utils.create_host_call, [("model_dir", _EMPTY)]),
     (utils.topology_rank, [("topology", _EMPTY)]),
     (utils.remove_summaries, []),
     (utils.configure_virtual_cpus, [("num_cpus", _EMPTY)]),
-])
+  ],
+)
 def test_signature(fn, params):
-  actual = [(p.name, p.default)
-            for p in inspect.signature(fn).parameters.values()]
+  actual = [
+    (p.name, p.default) for p in inspect.signature(fn).parameters.values()
+  ]
   assert actual == params
 
 
 def test_public_names():
   assert utils.SCALAR_SUMMARIES_COLLECTION_KEY == "mtf_scalar_summaries"
   assert set(utils.__all__) == {
-      "BalancedVariablePlacer", "SCALAR_SUMMARIES_COLLECTION_KEY",
-      "configure_virtual_cpus", "create_host_call", "outside_all_rewrites",
-      "remove_summaries", "topology_rank"}
+    "BalancedVariablePlacer",
+    "SCALAR_SUMMARIES_COLLECTION_KEY",
+    "configure_virtual_cpus",
+    "create_host_call",
+    "outside_all_rewrites",
+    "remove_summaries",
+    "topology_rank",
+  }
   assert mtf.utils is utils
 
 
@@ -56,13 +67,22 @@ def _device_index(device):
 def test_placer_balances_bytes_in_v1_graph():
   placer = utils.BalancedVariablePlacer(DEVICES)
   # float32 sizes 40, 12, 16, 80, 20 bytes; int64 [3] = 24 bytes.
-  specs = [([10], tf.float32), ([3], tf.float32), ([2, 2], tf.float32),
-           ([20], tf.float32), ([5], tf.float32), ([3], tf.int64)]
+  specs = [
+    ([10], tf.float32),
+    ([3], tf.float32),
+    ([2, 2], tf.float32),
+    ([20], tf.float32),
+    ([5], tf.float32),
+    ([3], tf.int64),
+  ]
   with tf.Graph().as_default():
     with tf1.device(placer.device_function):
-      variables = [tf1.get_variable("v%d" % i, shape, dtype=dtype,
-                                    initializer=tf1.zeros_initializer())
-                   for i, (shape, dtype) in enumerate(specs)]
+      variables = [
+        tf1.get_variable(
+          "v%d" % i, shape, dtype=dtype, initializer=tf1.zeros_initializer()
+        )
+        for i, (shape, dtype) in enumerate(specs)
+      ]
       after = tf.constant(1.0, name="not_a_variable")
   # Least loaded wins, ties go to the earlier device:
   # v0 -> 0 (40,0,0); v1 -> 1 (40,12,0); v2 -> 2 (40,12,16); v3 -> 1
@@ -81,8 +101,12 @@ def test_placer_init_usage_and_mtf_variables_in_v1_graph():
     sizes = [10, 3, 4, 20, 5]
     masters = []
     for i, n in enumerate(sizes):
-      w = mtf.get_variable(mesh, "w%d" % i, [mtf.Dimension("d%d" % i, n)],
-                           initializer=tf.zeros_initializer())
+      w = mtf.get_variable(
+        mesh,
+        "w%d" % i,
+        [mtf.Dimension("d%d" % i, n)],
+        initializer=tf.zeros_initializer(),
+      )
       masters.append(w.operation.master)
     assert [_device_index(m.device) for m in masters] == [0, 1, 1, 1, 0]
     assert placer.usage == [60, 108, 100]
@@ -107,7 +131,10 @@ def test_placer_with_eager_mtf_variables():
     b = mtf.get_variable(mesh, "b", [mtf.Dimension("b", 4)])
     c = mtf.get_variable(mesh, "c", [mtf.Dimension("c", 2)])
   assert [_device_index(t.operation.master.device) for t in (a, b, c)] == [
-      0, 1, 1]
+    0,
+    1,
+    1,
+  ]
   assert placer.usage == [32, 24]
 
 
@@ -120,8 +147,11 @@ def test_placer_errors():
   with tf.Graph().as_default():
     with tf1.device(placer.device_function):
       with pytest.raises(ValueError, match=r"'unknown'.*fully known shape"):
-        tf1.get_variable("unknown", initializer=tf1.placeholder_with_default(
-            [1.0], shape=[None]), validate_shape=False)
+        tf1.get_variable(
+          "unknown",
+          initializer=tf1.placeholder_with_default([1.0], shape=[None]),
+          validate_shape=False,
+        )
 
 
 # --------------------------------------------------------------- host call
@@ -135,16 +165,18 @@ def _read_scalars(model_dir):
       event = tf1.Event.FromString(record.numpy())
       for value in event.summary.value:
         assert value.metadata.plugin_data.plugin_name == "scalars"
-        found.append((event.step, value.tag,
-                      float(tf.make_ndarray(value.tensor))))
+        found.append(
+          (event.step, value.tag, float(tf.make_ndarray(value.tensor)))
+        )
   return sorted(found), len(files)
 
 
 def _lower_with_summaries():
   graph = mtf.Graph()
   mesh = mtf.Mesh(graph, "mesh")
-  x = mtf.import_tf_tensor(mesh, np.array([1.0, 2.0, 4.0], np.float32),
-                           [mtf.Dimension("n", 3)])
+  x = mtf.import_tf_tensor(
+    mesh, np.array([1.0, 2.0, 4.0], np.float32), [mtf.Dimension("n", 3)]
+  )
   mtf.scalar_summary("total", mtf.reduce_sum(x))
   mtf.scalar_summary("count", mtf.constant(mesh, 3, dtype=tf.int32))
   mtf.Lowering(graph, {mesh: mtu.mesh_impl_for("", "")})
@@ -167,8 +199,14 @@ def test_create_host_call_in_v1_graph(tmp_path):
       sess.run(increment)
       sess.run(write)
   assert _read_scalars(model_dir) == (
-      [(0, "count", 3.0), (0, "total", 7.0), (5, "count", 3.0),
-       (5, "total", 7.0)], 1)
+    [
+      (0, "count", 3.0),
+      (0, "total", 7.0),
+      (5, "count", 3.0),
+      (5, "total", 7.0),
+    ],
+    1,
+  )
 
 
 def test_create_host_call_in_tf_function(tmp_path):
@@ -191,8 +229,14 @@ def test_create_host_call_in_tf_function(tmp_path):
   finally:
     tf.summary.experimental.set_step(None)
   assert _read_scalars(model_dir) == (
-      [(2, "count", 3.0), (2, "total", 7.0), (3, "count", 3.0),
-       (3, "total", 7.0)], 1)
+    [
+      (2, "count", 3.0),
+      (2, "total", 7.0),
+      (3, "count", 3.0),
+      (3, "total", 7.0),
+    ],
+    1,
+  )
 
 
 def test_create_host_call_eager_and_errors(tmp_path):
@@ -207,10 +251,14 @@ def test_create_host_call_eager_and_errors(tmp_path):
     tf1.train.get_or_create_global_step()
     fn, _ = utils.create_host_call(str(tmp_path / "eager"))
   # The host function itself also runs eagerly on fed values.
-  assert fn(tf.constant([7], tf.int64), tf.constant([1.5]),
-            tf.constant([2.0])) is None
+  assert (
+    fn(tf.constant([7], tf.int64), tf.constant([1.5]), tf.constant([2.0]))
+    is None
+  )
   assert _read_scalars(str(tmp_path / "eager")) == (
-      [(7, "count", 2.0), (7, "total", 1.5)], 1)
+    [(7, "count", 2.0), (7, "total", 1.5)],
+    1,
+  )
   with pytest.raises(ValueError, match=r"got 1 values"):
     fn(tf.constant([7], tf.int64), tf.constant([1.5]))
 
@@ -231,10 +279,15 @@ def test_remove_summaries(tmp_path):
 
 # ---------------------------------------------------------------- topology
 def _topology():
-  coords = np.array([[[x, y, 0, core] for x in range(2) for core in range(2)]
-                     for y in range(2)], np.int32)
-  return tf.tpu.experimental.Topology(mesh_shape=[2, 2, 1, 2],
-                                      device_coordinates=coords)
+  coords = np.array(
+    [
+      [[x, y, 0, core] for x in range(2) for core in range(2)] for y in range(2)
+    ],
+    np.int32,
+  )
+  return tf.tpu.experimental.Topology(
+    mesh_shape=[2, 2, 1, 2], device_coordinates=coords
+  )
 
 
 def test_topology_rank():
@@ -263,19 +316,29 @@ print(utils.configure_virtual_cpus(2))
 def test_configure_virtual_cpus_in_a_fresh_process():
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   env = dict(os.environ, PYTHONPATH=root, TF_CPP_MIN_LOG_LEVEL="2")
-  out = subprocess.run([sys.executable, "-c", _FRESH_PROCESS_PROGRAM],
-                       env=env, capture_output=True, text=True, check=True)
+  out = subprocess.run(
+    [sys.executable, "-c", _FRESH_PROCESS_PROGRAM],
+    env=env,
+    capture_output=True,
+    text=True,
+    check=True,
+  )
   assert out.stdout.splitlines() == [
-      "['/cpu:0', '/cpu:1', '/cpu:2']", "3", "RuntimeError True",
-      "['/cpu:0', '/cpu:1']"]
+    "['/cpu:0', '/cpu:1', '/cpu:2']",
+    "3",
+    "RuntimeError True",
+    "['/cpu:0', '/cpu:1']",
+  ]
 
 
 def test_configure_virtual_cpus_after_initialisation():
   num_cpus = len(tf.config.list_logical_devices("CPU"))  # Initialises TF.
   assert utils.configure_virtual_cpus(num_cpus) == [
-      "/cpu:%d" % i for i in range(num_cpus)]
-  with pytest.raises(RuntimeError, match="cannot create %d virtual CPU"
-                     % (num_cpus + 1)):
+    "/cpu:%d" % i for i in range(num_cpus)
+  ]
+  with pytest.raises(
+    RuntimeError, match="cannot create %d virtual CPU" % (num_cpus + 1)
+  ):
     utils.configure_virtual_cpus(num_cpus + 1)
   with pytest.raises(ValueError, match="at least 1"):
     utils.configure_virtual_cpus(0)

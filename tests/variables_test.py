@@ -18,8 +18,8 @@ H = mtf.Dimension("h", 2)
 _RNG = np.random.RandomState(5)
 W0 = _RNG.randn(4, 8).astype(np.float32)
 DELTA = _RNG.randn(4, 8).astype(np.float32)
-INPUT = _RNG.randn(2, 4).astype(np.float32)    # [h, a]
-TARGET = _RNG.randn(2, 8).astype(np.float32)   # [h, b]
+INPUT = _RNG.randn(2, 4).astype(np.float32)  # [h, a]
+TARGET = _RNG.randn(2, 8).astype(np.float32)  # [h, b]
 
 
 def _new_mesh():
@@ -27,8 +27,7 @@ def _new_mesh():
   return graph, mtf.Mesh(graph, "mesh")
 
 
-def _run(build_fn, mesh_shape, layout, mode, store, steps=1,
-         read_first=False):
+def _run(build_fn, mesh_shape, layout, mode, store, steps=1, read_first=False):
   """Runs build_fn(mesh) -> (assign ops, output tensors, mtf variables).
 
   Eager and tf.function modes build and lower the program once per step
@@ -37,11 +36,13 @@ def _run(build_fn, mesh_shape, layout, mode, store, steps=1,
   first if `read_first`). Returns (output values of each step, master values
   after copy_slices_to_masters).
   """
+
   def build_and_lower():
     graph, mesh = _new_mesh()
     assigns, outputs, variables = build_fn(mesh)
-    lowering = mtf.Lowering(graph, {mesh: mtu.mesh_impl_for(mesh_shape,
-                                                           layout)})
+    lowering = mtf.Lowering(
+      graph, {mesh: mtu.mesh_impl_for(mesh_shape, layout)}
+    )
     return lowering, assigns, outputs, variables
 
   if mode == "eager":
@@ -50,7 +51,8 @@ def _run(build_fn, mesh_shape, layout, mode, store, steps=1,
       with mtf.variable_store(store):
         lowering, _, outputs, variables = build_and_lower()
         all_values.append(
-            [lowering.export_to_tf_tensor(t).numpy() for t in outputs])
+          [lowering.export_to_tf_tensor(t).numpy() for t in outputs]
+        )
         lowering.copy_slices_to_masters()
     return all_values, [v.master.numpy() for v in variables]
   if mode == "function":
@@ -66,6 +68,7 @@ def _run(build_fn, mesh_shape, layout, mode, store, steps=1,
         holder["variables"] = variables
         with tf.control_dependencies([copy]):
           return [tf.identity(v) for v in values]
+
     all_values = [[v.numpy() for v in fn()] for _ in range(steps)]
     return all_values, [v.master.numpy() for v in holder["variables"]]
   if mode == "graph":
@@ -96,8 +99,9 @@ def _run(build_fn, mesh_shape, layout, mode, store, steps=1,
 
 def _variable(mesh, name, shape, value, **kwargs):
   """An mtf Variable (the Operation) initialised to `value`."""
-  t = mtf.get_variable(mesh, name, shape,
-                       initializer=tf.constant_initializer(value), **kwargs)
+  t = mtf.get_variable(
+    mesh, name, shape, initializer=tf.constant_initializer(value), **kwargs
+  )
   return t.operation
 
 
@@ -107,8 +111,9 @@ def _variable(mesh, name, shape, value, **kwargs):
 def test_get_variable_returns_variable_output():
   with mtf.variable_store(mtf.VariableStore()):
     graph, mesh = _new_mesh()
-    w = mtf.get_variable(mesh, "w", [A, B],
-                         initializer=tf.constant_initializer(W0))
+    w = mtf.get_variable(
+      mesh, "w", [A, B], initializer=tf.constant_initializer(W0)
+    )
     var = w.operation
     assert isinstance(var, mtf.Variable)
     assert var.value is w
@@ -223,8 +228,9 @@ def test_store_shared_across_tf_graphs_raises():
 def test_untrainable_variable():
   with mtf.variable_store(mtf.VariableStore()):
     graph, mesh = _new_mesh()
-    v = mtf.get_variable(mesh, "step", [], trainable=False,
-                         initializer=tf.zeros_initializer()).operation
+    v = mtf.get_variable(
+      mesh, "step", [], trainable=False, initializer=tf.zeros_initializer()
+    ).operation
     w = mtf.get_variable(mesh, "w", [A]).operation
     assert not v.trainable
     assert graph.trainable_variables == [w]
@@ -247,30 +253,48 @@ def test_unexpected_keyword_raises():
 def test_variable_dtype_defaults():
   d = mtf.VariableDType()
   assert (d.master_dtype, d.slice_dtype, d.activation_dtype) == (
-      tf.float32, tf.float32, tf.float32)
+    tf.float32,
+    tf.float32,
+    tf.float32,
+  )
   d = mtf.VariableDType(tf.bfloat16)
   assert (d.master_dtype, d.slice_dtype, d.activation_dtype) == (
-      tf.bfloat16, tf.bfloat16, tf.bfloat16)
+    tf.bfloat16,
+    tf.bfloat16,
+    tf.bfloat16,
+  )
   d = mtf.VariableDType(tf.float32, activation_dtype=tf.bfloat16)
   assert d.slice_dtype == tf.float32 and d.activation_dtype == tf.bfloat16
   assert "bfloat16" in repr(d)
 
 
-@meshes.parametrize([("", ""), ("rows:2;cols:2", "a:rows;b:cols")],
-                    "mesh_layout")
+@meshes.parametrize(
+  [("", ""), ("rows:2;cols:2", "a:rows;b:cols")], "mesh_layout"
+)
 def test_variable_dtype_roles(mesh_layout):
   store = mtf.VariableStore()
 
   def build(mesh):
     # Master float32, slices float32, activations bfloat16.
-    v1 = _variable(mesh, "v1", [A, B], W0, dtype=mtf.VariableDType(
-        tf.float32, tf.float32, tf.bfloat16))
+    v1 = _variable(
+      mesh,
+      "v1",
+      [A, B],
+      W0,
+      dtype=mtf.VariableDType(tf.float32, tf.float32, tf.bfloat16),
+    )
     # Master bfloat16 (as in released checkpoints), float32 in memory.
-    v2 = _variable(mesh, "v2", [A, B], W0, dtype=mtf.VariableDType(
-        tf.bfloat16, tf.float32, tf.float32))
+    v2 = _variable(
+      mesh,
+      "v2",
+      [A, B],
+      W0,
+      dtype=mtf.VariableDType(tf.bfloat16, tf.float32, tf.float32),
+    )
     # The deprecated per-role arguments.
-    v3 = _variable(mesh, "v3", [A, B], W0, dtype=tf.float32,
-                   activation_dtype=tf.bfloat16)
+    v3 = _variable(
+      mesh, "v3", [A, B], W0, dtype=tf.float32, activation_dtype=tf.bfloat16
+    )
     assert v1.outputs[0].dtype == tf.bfloat16
     assert v1.master.dtype == tf.float32 and v1.slice_dtype == tf.float32
     assert v2.outputs[0].dtype == tf.float32
@@ -282,8 +306,12 @@ def test_variable_dtype_roles(mesh_layout):
     assert v3.variable_dtype is v3.dtype
     new = mtf.import_tf_tensor(mesh, DELTA, [A, B])
     assigns = [mtf.assign(v2, new)]
-    return assigns, [v1.outputs[0], v2.outputs[0], mtf.read_variable(v2),
-                     v3.outputs[0]], [v1, v2]
+    return (
+      assigns,
+      [v1.outputs[0], v2.outputs[0], mtf.read_variable(v2), v3.outputs[0]],
+      [v1, v2],
+    )
+
   [values], masters = _run(build, *mesh_layout, "eager", store)
   w0_bf16 = tf.cast(tf.cast(W0, tf.bfloat16), tf.float32).numpy()
   delta_bf16 = tf.cast(tf.cast(DELTA, tf.bfloat16), tf.float32).numpy()
@@ -295,16 +323,16 @@ def test_variable_dtype_roles(mesh_layout):
   assert values[3].dtype.name == "bfloat16"
   np.testing.assert_array_equal(masters[0], W0)
   assert masters[1].dtype.name == "bfloat16"
-  np.testing.assert_array_equal(np.asarray(masters[1], np.float32),
-                                delta_bf16)
+  np.testing.assert_array_equal(np.asarray(masters[1], np.float32), delta_bf16)
 
 
 def test_both_variable_dtype_and_role_args_raise():
   with mtf.variable_store(mtf.VariableStore()):
     _, mesh = _new_mesh()
     with pytest.raises(ValueError, match="'w'"):
-      mtf.get_variable(mesh, "w", [A], dtype=mtf.VariableDType(),
-                       master_dtype=tf.bfloat16)
+      mtf.get_variable(
+        mesh, "w", [A], dtype=mtf.VariableDType(), master_dtype=tf.bfloat16
+      )
 
 
 # Assign.
@@ -315,16 +343,21 @@ def _assign_program(mesh):
   u = _variable(mesh, "u", [A, B], W0)
   s = _variable(mesh, "s", [A, B], W0)
   delta = mtf.import_tf_tensor(mesh, DELTA, [A, B])
-  assigns = [mtf.assign(v, delta * 2.0),
-             mtf.assign_add(u.outputs[0], delta),
-             mtf.assign_sub(mtf.identity(s.outputs[0]), delta)]
+  assigns = [
+    mtf.assign(v, delta * 2.0),
+    mtf.assign_add(u.outputs[0], delta),
+    mtf.assign_sub(mtf.identity(s.outputs[0]), delta),
+  ]
   for a in assigns:
     assert isinstance(a, mtf.Assign)
   assert assigns[1].assign_fn is mtf.assign_add_slice
   assert assigns[2].variables == [s]
-  outputs = [mtf.read_variable(v), mtf.read_variable(u),
-             mtf.read_variable(s.outputs[0]),
-             mtf.read_variable(u) * 2.0]
+  outputs = [
+    mtf.read_variable(v),
+    mtf.read_variable(u),
+    mtf.read_variable(s.outputs[0]),
+    mtf.read_variable(u) * 2.0,
+  ]
   return assigns, outputs, [v, u, s]
 
 
@@ -336,19 +369,22 @@ def _assign_expected():
 
 @meshes.parametrize(meshes.VARIABLES, "mesh_layout")
 def test_assign_family(mesh_layout):
-  [values], masters = _run(_assign_program, *mesh_layout, "eager",
-                           mtf.VariableStore())
+  [values], masters = _run(
+    _assign_program, *mesh_layout, "eager", mtf.VariableStore()
+  )
   want_values, want_masters = _assign_expected()
   mtu.assert_all_close(values, want_values)
   mtu.assert_all_close(masters, want_masters)
 
 
 @pytest.mark.parametrize("mode", mtu.MODES)
-@meshes.parametrize([("", ""),
-                     ("rows:2;cols:2", "a:rows;b:cols")], "mesh_layout")
+@meshes.parametrize(
+  [("", ""), ("rows:2;cols:2", "a:rows;b:cols")], "mesh_layout"
+)
 def test_assign_family_three_modes(mesh_layout, mode):
-  [values], masters = _run(_assign_program, *mesh_layout, mode,
-                           mtf.VariableStore())
+  [values], masters = _run(
+    _assign_program, *mesh_layout, mode, mtf.VariableStore()
+  )
   want_values, want_masters = _assign_expected()
   mtu.assert_all_close(values, want_values)
   mtu.assert_all_close(masters, want_masters)
@@ -364,8 +400,9 @@ def test_assign_errors():
       mtf.assign(np.zeros([4, 8]), mtf.zeros(mesh, [A, B]))
     x = mtf.import_tf_tensor(mesh, W0, [A, B])
     with pytest.raises(ValueError):
-      mtf.assign(x + mtf.import_tf_tensor(mesh, W0, [A, B]),
-                 mtf.zeros(mesh, [A, B]))
+      mtf.assign(
+        x + mtf.import_tf_tensor(mesh, W0, [A, B]), mtf.zeros(mesh, [A, B])
+      )
     with pytest.raises(ValueError):
       mtf.Assign([v], [])
 
@@ -375,8 +412,7 @@ def test_lowered_operation_of_assign_is_a_tf_op():
     graph, mesh = _new_mesh()
     v = _variable(mesh, "v", [A, B], W0)
     a = mtf.assign(v, mtf.zeros(mesh, [A, B]))
-    lowering = mtf.Lowering(graph, {mesh: mtu.mesh_impl_for(
-        "all:4", "a:all")})
+    lowering = mtf.Lowering(graph, {mesh: mtu.mesh_impl_for("all:4", "a:all")})
     op = lowering.lowered_operation(a)
     assert isinstance(op, tf.Operation)
     assert lowering.operations[a] is op
@@ -390,8 +426,11 @@ def test_combine_assignments():
     u = _variable(mesh, "u", [A, B], W0)
     s = _variable(mesh, "s", [A], 0.0)
     delta = mtf.import_tf_tensor(mesh, DELTA, [A, B])
-    ops = [mtf.assign(v, delta), mtf.assign_add(u, delta),
-           mtf.assign(s, mtf.ones(mesh, [A]))]
+    ops = [
+      mtf.assign(v, delta),
+      mtf.assign_add(u, delta),
+      mtf.assign(s, mtf.ones(mesh, [A])),
+    ]
     combined = graph.combine_assignments(ops)
     assert len(combined) == 2
     assert combined[0].variables == [v, s]
@@ -415,8 +454,15 @@ def _train_step_program(mesh):
 
 
 def _train(mesh_shape, layout, mode, steps=2):
-  values, masters = _run(_train_step_program, mesh_shape, layout, mode,
-                         mtf.VariableStore(), steps=steps, read_first=True)
+  values, masters = _run(
+    _train_step_program,
+    mesh_shape,
+    layout,
+    mode,
+    mtf.VariableStore(),
+    steps=steps,
+    read_first=True,
+  )
   return [v[0] for v in values], masters
 
 
@@ -459,14 +505,14 @@ def test_graph_mode_replicas_read_before_shared_slice_is_assigned():
   # no automatic control dependencies). Several graphs make a race visible.
   want_losses, want_masters = _train_reference(steps=3)
   for _ in range(6):  # the schedule varies from graph to graph
-    losses, masters = _train("rows:2;cols:2", "a:rows;b:cols", "graph",
-                             steps=3)
+    losses, masters = _train("rows:2;cols:2", "a:rows;b:cols", "graph", steps=3)
     np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
     mtu.assert_all_close(masters, want_masters, rtol=1e-5, atol=1e-5)
 
 
-@meshes.parametrize([("all:4", "b:all"),
-                     ("rows:2;cols:2", "a:cols;b:rows")], "mesh_layout")
+@meshes.parametrize(
+  [("all:4", "b:all"), ("rows:2;cols:2", "a:cols;b:rows")], "mesh_layout"
+)
 def test_copy_masters_to_slices(mesh_layout):
   with mtf.variable_store(mtf.VariableStore()):
     graph, mesh = _new_mesh()
@@ -478,7 +524,9 @@ def test_copy_masters_to_slices(mesh_layout):
 
     def slices_value():
       return mesh_impl.combine_slices(
-          [s.read_value() for s in laid_out.slice_variables], v.shape).numpy()
+        [s.read_value() for s in laid_out.slice_variables], v.shape
+      ).numpy()
+
     np.testing.assert_array_equal(slices_value(), W0)
     v.master.assign(DELTA)
     np.testing.assert_array_equal(slices_value(), W0)  # not copied yet
@@ -512,10 +560,11 @@ def test_retracing_creates_no_new_variables():
       w = _variable(mesh, "w", [A, B], W0)
       xx = mtf.import_tf_tensor(mesh, x, [H, A])
       y = mtf.matmul(xx, w.outputs[0]) * scale
-      dw, = mtf.gradients([mtf.reduce_sum(y)], [w.outputs[0]])
+      (dw,) = mtf.gradients([mtf.reduce_sum(y)], [w.outputs[0]])
       mtf.assign_sub(w, dw * 0.01)
-      lowering = mtf.Lowering(graph, {mesh: mtu.mesh_impl_for(mesh_shape,
-                                                             layout)})
+      lowering = mtf.Lowering(
+        graph, {mesh: mtu.mesh_impl_for(mesh_shape, layout)}
+      )
       return lowering.export_to_tf_tensor(y)
 
   step(tf.constant(INPUT), 1.0)
@@ -536,10 +585,12 @@ def test_retracing_creates_no_new_variables():
   with mtf.variable_store(store):
     graph, mesh = _new_mesh()
     w = _variable(mesh, "w", [A, B], W0)
-    lowering = mtf.Lowering(graph, {mesh: mtu.mesh_impl_for(mesh_shape,
-                                                           layout)})
+    lowering = mtf.Lowering(
+      graph, {mesh: mtu.mesh_impl_for(mesh_shape, layout)}
+    )
     np.testing.assert_allclose(
-        lowering.export_to_tf_tensor(w.outputs[0]).numpy(), want, rtol=1e-5)
+      lowering.export_to_tf_tensor(w.outputs[0]).numpy(), want, rtol=1e-5
+    )
     assert len(store.variables) == n_module_vars
 
 

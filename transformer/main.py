@@ -1,4 +1,4 @@
-"""Command line entry point: `python -m transformer.main --gin_file=... `.
+r"""Command line entry point: `python -m transformer.main --gin_file=... `.
 
 Parses configs/defaults.gin, the --gin_file files and --gin_param bindings,
 writes the command line and (after the run) operative_config.gin into
@@ -22,33 +22,45 @@ from absl import logging
 from transformer._src import quiet
 
 flags.DEFINE_string("tpu_job_name", None, "ignored (no TPU driver)")
-flags.DEFINE_string("model_dir", "/tmp/transformer_standalone",
-                    "directory for checkpoints, summaries and configs")
+flags.DEFINE_string(
+  "model_dir",
+  "/tmp/transformer_standalone",
+  "directory for checkpoints, summaries and configs",
+)
 flags.DEFINE_string("tpu", None, "ignored (no TPU driver)")
 flags.DEFINE_string("gcp_project", None, "ignored (no TPU driver)")
 flags.DEFINE_string("tpu_zone", None, "ignored (no TPU driver)")
-flags.DEFINE_multi_string("module_import", None,
-                          "modules to import first (e.g. dataset builders "
-                          "or gin configurables)")
-flags.DEFINE_integer("mesh_devices", None,
-                     "create this many virtual CPU devices (for a mesh on "
-                     "one machine); must be set before TensorFlow starts")
+flags.DEFINE_multi_string(
+  "module_import",
+  None,
+  "modules to import first (e.g. dataset builders or gin configurables)",
+)
+flags.DEFINE_integer(
+  "mesh_devices",
+  None,
+  "create this many virtual CPU devices (for a mesh on "
+  "one machine); must be set before TensorFlow starts",
+)
 
 FLAGS = flags.FLAGS
 
 
 def _create_virtual_cpus(n: int) -> None:
   import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
+
   try:
     mtf.utils.configure_virtual_cpus(n)
   except RuntimeError as e:
-    raise RuntimeError("--mesh_devices=%d: TensorFlow was initialised before "
-                       "the virtual CPUs could be created (%s)" % (n, e)) from e
+    raise RuntimeError(
+      "--mesh_devices=%d: TensorFlow was initialised before "
+      "the virtual CPUs could be created (%s)" % (n, e)
+    ) from e
 
 
 def _write_command_line(model_dir: str) -> None:
   """model_dir/command, or command.N if earlier runs wrote one."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   tf.io.gfile.makedirs(model_dir)
   path = os.path.join(model_dir, "command")
   n = 0
@@ -71,31 +83,43 @@ def main(_) -> None:
     _create_virtual_cpus(FLAGS.mesh_devices)
   for name in ("tpu", "tpu_job_name", "gcp_project", "tpu_zone"):
     if getattr(FLAGS, name):
-      logging.warning("--%s=%s is ignored: the TF2 driver runs on local "
-                      "devices", name, getattr(FLAGS, name))
+      logging.warning(
+        "--%s=%s is ignored: the TF2 driver runs on local devices",
+        name,
+        getattr(FLAGS, name),
+      )
   import gin  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from transformer import utils  # pylint: disable=g-import-not-at-top
+
   # Register every configurable before gin locks the config (the dataset
   # modules register some lazily otherwise).
   from transformer import dataset  # pylint: disable=g-import-not-at-top,unused-import
+  from transformer import utils  # pylint: disable=g-import-not-at-top
+
   for module in FLAGS.module_import or []:
     importlib.import_module(module)
   utils.parse_gin_defaults_and_flags()
   _write_command_line(FLAGS.model_dir)
   try:
-    utils.run(tpu_job_name=FLAGS.tpu_job_name, tpu=FLAGS.tpu,
-              gcp_project=FLAGS.gcp_project, tpu_zone=FLAGS.tpu_zone,
-              model_dir=FLAGS.model_dir)
+    utils.run(
+      tpu_job_name=FLAGS.tpu_job_name,
+      tpu=FLAGS.tpu,
+      gcp_project=FLAGS.gcp_project,
+      tpu_zone=FLAGS.tpu_zone,
+      model_dir=FLAGS.model_dir,
+    )
   finally:
-    with tf.io.gfile.GFile(os.path.join(FLAGS.model_dir,
-                                        "operative_config.gin"), "w") as f:
+    with tf.io.gfile.GFile(
+      os.path.join(FLAGS.model_dir, "operative_config.gin"), "w"
+    ) as f:
       f.write(gin.operative_config_str())
 
 
 def console_entry_point():
+  """Runs main() with absl's flag parsing (the console script's target)."""
   # Import utils before parsing so its --gin_file/--gin_param flags exist.
   from transformer import utils  # pylint: disable=g-import-not-at-top,unused-import
+
   app.run(main)
 
 

@@ -7,59 +7,107 @@ attention (experts_attention.py).
 """
 # pylint: disable=g-importing-member,useless-import-alias
 
-from transformer._src.layers.attention_layers import EncDecAttention as EncDecAttention
-from transformer._src.layers.attention_layers import LocalSelfAttention as LocalSelfAttention
-from transformer._src.layers.attention_layers import SelfAttention as SelfAttention
-from transformer._src.layers.attention_layers import TransparentEncDecAttention as TransparentEncDecAttention
-from transformer._src.layers.attention_layers import attention_params as attention_params
-from transformer._src.layers.attention_layers import enc_dec_attention as enc_dec_attention
-from transformer._src.layers.attention_layers import enc_dec_attention_bias as enc_dec_attention_bias
-from transformer._src.layers.attention_layers import relative_position_spans as relative_position_spans
-from transformer._src.layers.attention_layers import _relative_position_bucket as _relative_position_bucket
-from transformer._src.layers.attention_variants import BranchedEncDecAttention as BranchedEncDecAttention
-from transformer._src.layers.attention_variants import BranchedSelfAttention as BranchedSelfAttention
-from transformer._src.layers.attention_variants import GeneralBilinearEncDecAttention as GeneralBilinearEncDecAttention
-from transformer._src.layers.attention_variants import GeneralBilinearSelfAttention as GeneralBilinearSelfAttention
-from transformer._src.layers.attention_variants import Synthesizer as Synthesizer
-from transformer._src.layers.attention_variants import TalkingHeadsEncDecAttention as TalkingHeadsEncDecAttention
-from transformer._src.layers.attention_variants import TalkingHeadsSelfAttention as TalkingHeadsSelfAttention
+from transformer._src.layers.attention_layers import (
+  EncDecAttention as EncDecAttention,
+)
+from transformer._src.layers.attention_layers import (
+  LocalSelfAttention as LocalSelfAttention,
+)
+from transformer._src.layers.attention_layers import (
+  SelfAttention as SelfAttention,
+)
+from transformer._src.layers.attention_layers import (
+  TransparentEncDecAttention as TransparentEncDecAttention,
+)
+from transformer._src.layers.attention_layers import (
+  _relative_position_bucket as _relative_position_bucket,
+)
+from transformer._src.layers.attention_layers import (
+  attention_params as attention_params,
+)
+from transformer._src.layers.attention_layers import (
+  enc_dec_attention as enc_dec_attention,
+)
+from transformer._src.layers.attention_layers import (
+  enc_dec_attention_bias as enc_dec_attention_bias,
+)
+from transformer._src.layers.attention_layers import (
+  relative_position_spans as relative_position_spans,
+)
+from transformer._src.layers.attention_variants import (
+  BranchedEncDecAttention as BranchedEncDecAttention,
+)
+from transformer._src.layers.attention_variants import (
+  BranchedSelfAttention as BranchedSelfAttention,
+)
+from transformer._src.layers.attention_variants import (
+  GeneralBilinearEncDecAttention as GeneralBilinearEncDecAttention,
+)
+from transformer._src.layers.attention_variants import (
+  GeneralBilinearSelfAttention as GeneralBilinearSelfAttention,
+)
+from transformer._src.layers.attention_variants import (
+  Synthesizer as Synthesizer,
+)
+from transformer._src.layers.attention_variants import (
+  TalkingHeadsEncDecAttention as TalkingHeadsEncDecAttention,
+)
+from transformer._src.layers.attention_variants import (
+  TalkingHeadsSelfAttention as TalkingHeadsSelfAttention,
+)
 from transformer._src.layers.conv_layers import Conv1D as Conv1D
 from transformer._src.layers.conv_layers import Conv1DLayer as Conv1DLayer
-from transformer._src.layers.conv_layers import SeparableConv1DLayer as SeparableConv1DLayer
-from transformer._src.layers.conv_layers import Conv1DLocalAttn as Conv1DLocalAttn
-from transformer._src.layers.conv_layers import LightweightConv1DLocalAttn as LightweightConv1DLocalAttn
-from transformer._src.layers.conv_layers import DynamicConv1DLocalAttn as DynamicConv1DLocalAttn
-from transformer._src.layers.conv_layers import LocalConvAttnBlock as LocalConvAttnBlock
-from transformer._src.layers.dense_layers import DenseReluDense as DenseReluDense
+from transformer._src.layers.conv_layers import (
+  Conv1DLocalAttn as Conv1DLocalAttn,
+)
+from transformer._src.layers.conv_layers import (
+  DynamicConv1DLocalAttn as DynamicConv1DLocalAttn,
+)
+from transformer._src.layers.conv_layers import (
+  LightweightConv1DLocalAttn as LightweightConv1DLocalAttn,
+)
+from transformer._src.layers.conv_layers import (
+  LocalConvAttnBlock as LocalConvAttnBlock,
+)
+from transformer._src.layers.conv_layers import (
+  SeparableConv1DLayer as SeparableConv1DLayer,
+)
+from transformer._src.layers.dense_layers import (
+  DenseReluDense as DenseReluDense,
+)
 from transformer._src.layers.dense_layers import ParallelLayer as ParallelLayer
-from transformer._src.layers.experts_attention import ExpertsEncDecAttention as ExpertsEncDecAttention
-from transformer._src.layers.experts_attention import ExpertsSelfAttention as ExpertsSelfAttention
+from transformer._src.layers.experts_attention import (
+  ExpertsEncDecAttention as ExpertsEncDecAttention,
+)
+from transformer._src.layers.experts_attention import (
+  ExpertsSelfAttention as ExpertsSelfAttention,
+)
 
 __all__ = [
-    "BranchedEncDecAttention",
-    "BranchedSelfAttention",
-    "Conv1D",
-    "Conv1DLayer",
-    "Conv1DLocalAttn",
-    "DenseReluDense",
-    "DynamicConv1DLocalAttn",
-    "EncDecAttention",
-    "ExpertsEncDecAttention",
-    "ExpertsSelfAttention",
-    "GeneralBilinearEncDecAttention",
-    "GeneralBilinearSelfAttention",
-    "LightweightConv1DLocalAttn",
-    "LocalConvAttnBlock",
-    "LocalSelfAttention",
-    "ParallelLayer",
-    "SelfAttention",
-    "SeparableConv1DLayer",
-    "Synthesizer",
-    "TalkingHeadsEncDecAttention",
-    "TalkingHeadsSelfAttention",
-    "TransparentEncDecAttention",
-    "attention_params",
-    "enc_dec_attention",
-    "enc_dec_attention_bias",
-    "relative_position_spans",
+  "BranchedEncDecAttention",
+  "BranchedSelfAttention",
+  "Conv1D",
+  "Conv1DLayer",
+  "Conv1DLocalAttn",
+  "DenseReluDense",
+  "DynamicConv1DLocalAttn",
+  "EncDecAttention",
+  "ExpertsEncDecAttention",
+  "ExpertsSelfAttention",
+  "GeneralBilinearEncDecAttention",
+  "GeneralBilinearSelfAttention",
+  "LightweightConv1DLocalAttn",
+  "LocalConvAttnBlock",
+  "LocalSelfAttention",
+  "ParallelLayer",
+  "SelfAttention",
+  "SeparableConv1DLayer",
+  "Synthesizer",
+  "TalkingHeadsEncDecAttention",
+  "TalkingHeadsSelfAttention",
+  "TransparentEncDecAttention",
+  "attention_params",
+  "enc_dec_attention",
+  "enc_dec_attention_bias",
+  "relative_position_spans",
 ]

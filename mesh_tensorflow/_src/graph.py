@@ -8,13 +8,13 @@ ops for one mesh implementation.
 from __future__ import annotations
 
 import copy
-from typing import (Any, Callable, Dict, List, Mapping, Optional, Sequence,
-                    Tuple)
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import gin
 import tensorflow as tf
 
-from mesh_tensorflow._src.shapes import Shape, convert_to_shape
+from mesh_tensorflow._src.shapes import Shape
+from mesh_tensorflow._src.shapes import convert_to_shape
 
 tf1 = tf.compat.v1
 
@@ -31,33 +31,47 @@ _TENSOR_OPERATORS: Dict[str, Callable[..., Any]] = {}
 # a function taking the Graph first, when it is imported.
 _GRAPH_REWRITES: Dict[str, Callable[..., Any]] = {}
 
-TENSOR_OPERATOR_NAMES = ("add", "sub", "multiply", "divide", "floordiv", "mod",
-                         "negative")
+TENSOR_OPERATOR_NAMES = (
+  "add",
+  "sub",
+  "multiply",
+  "divide",
+  "floordiv",
+  "mod",
+  "negative",
+)
 GRAPH_REWRITE_NAMES = ("combine_assignments", "rewrite_stack_variables")
 
 
-def _register(table: Dict[str, Callable[..., Any]], allowed: Sequence[str],
-              kind: str, implementations: Mapping[str, Callable[..., Any]]
-              ) -> None:
+def _register(
+  table: Dict[str, Callable[..., Any]],
+  allowed: Sequence[str],
+  kind: str,
+  implementations: Mapping[str, Callable[..., Any]],
+) -> None:
   unknown = sorted(set(implementations) - set(allowed))
   if unknown:
-    raise ValueError("unknown %s %s; expected names from %s"
-                     % (kind, unknown, list(allowed)))
+    raise ValueError(
+      "unknown %s %s; expected names from %s" % (kind, unknown, list(allowed))
+    )
   table.update(implementations)
 
 
-def _registered(table: Dict[str, Callable[..., Any]], kind: str, name: str,
-                owner: str) -> Callable[..., Any]:
+def _registered(
+  table: Dict[str, Callable[..., Any]], kind: str, name: str, owner: str
+) -> Callable[..., Any]:
   try:
     return table[name]
   except KeyError:
     raise NotImplementedError(
-        "%s %r is not registered: import %s (or mesh_tensorflow), which "
-        "registers it" % (kind, name, owner)) from None
+      "%s %r is not registered: import %s (or mesh_tensorflow), which "
+      "registers it" % (kind, name, owner)
+    ) from None
 
 
 def register_tensor_operators(
-    operators: Mapping[str, Callable[..., Any]]) -> None:
+  operators: Mapping[str, Callable[..., Any]],
+) -> None:
   """Sets the functions behind Tensor's arithmetic operators.
 
   Example:
@@ -69,8 +83,9 @@ def register_tensor_operators(
       functions take (x1, x2); the reflected operators pass their operands
       swapped, so `1 / x` calls divide(1, x).
   """
-  _register(_TENSOR_OPERATORS, TENSOR_OPERATOR_NAMES, "Tensor operator",
-            operators)
+  _register(
+    _TENSOR_OPERATORS, TENSOR_OPERATOR_NAMES, "Tensor operator", operators
+  )
 
 
 def register_graph_rewrites(rewrites: Mapping[str, Callable[..., Any]]) -> None:
@@ -84,8 +99,12 @@ def register_graph_rewrites(rewrites: Mapping[str, Callable[..., Any]]) -> None:
 
 
 def _tensor_operator(name: str) -> Callable[..., Any]:
-  return _registered(_TENSOR_OPERATORS, "Tensor operator", name,
-                     "mesh_tensorflow._src.ops.binary")
+  return _registered(
+    _TENSOR_OPERATORS,
+    "Tensor operator",
+    name,
+    "mesh_tensorflow._src.ops.binary",
+  )
 
 
 def current_variable_scope_name() -> str:
@@ -176,7 +195,8 @@ class Graph:
     for v in untrainable:
       v._trainable = False  # pylint: disable=protected-access
     self._trainable_variables = [
-        v for v in self._trainable_variables if v not in untrainable]
+      v for v in self._trainable_variables if v not in untrainable
+    ]
 
   def register_variable(self, variable) -> None:
     """Records a newly created mtf Variable (called by Variable.__init__).
@@ -242,7 +262,9 @@ class Graph:
     op_map[op] = new_op
     return new_op
 
-  def capture_operations(self, fn: Callable[[], Any]) -> Tuple[Any, List["Operation"]]:
+  def capture_operations(
+    self, fn: Callable[[], Any]
+  ) -> Tuple[Any, List["Operation"]]:
     """Runs `fn` and returns (its output, the operations it created).
 
     Args:
@@ -266,8 +288,12 @@ class Graph:
       a list of Assign operations, one per distinct assign_fn, together
       assigning everything `assignments` assigned.
     """
-    return _registered(_GRAPH_REWRITES, "Graph rewrite", "combine_assignments",
-                       "mesh_tensorflow._src.variables")(self, assignments)
+    return _registered(
+      _GRAPH_REWRITES,
+      "Graph rewrite",
+      "combine_assignments",
+      "mesh_tensorflow._src.variables",
+    )(self, assignments)
 
   @property
   def stacked_variables_rewritten(self) -> bool:
@@ -277,9 +303,12 @@ class Graph:
   # Configurable as the original's (gin name
   # mesh_tensorflow.ops.rewrite_stack_variables).
   @gin.configurable(module="mesh_tensorflow.ops")
-  def rewrite_stack_variables(self, max_combined_variable_size=2 ** 29,
-                              max_combined_slice_size=2 ** 27,
-                              mesh_to_impl=None):
+  def rewrite_stack_variables(
+    self,
+    max_combined_variable_size=2**29,
+    max_combined_slice_size=2**27,
+    mesh_to_impl=None,
+  ):
     """Replaces groups of same-shape variables by StackedVariables (once).
 
     A speed optimisation with no effect on results or checkpoints; see
@@ -297,14 +326,18 @@ class Graph:
     Raises:
       ValueError: if called a second time.
     """
-    rewrite = _registered(_GRAPH_REWRITES, "Graph rewrite",
-                          "rewrite_stack_variables",
-                          "mesh_tensorflow._src.stacking")
+    rewrite = _registered(
+      _GRAPH_REWRITES,
+      "Graph rewrite",
+      "rewrite_stack_variables",
+      "mesh_tensorflow._src.stacking",
+    )
     if self._rewrote_stack_variables:
       raise ValueError("rewrite_stack_variables() may only be called once.")
     self._rewrote_stack_variables = True
-    rewrite(self, max_combined_variable_size, max_combined_slice_size,
-            mesh_to_impl)
+    rewrite(
+      self, max_combined_variable_size, max_combined_slice_size, mesh_to_impl
+    )
 
 
 class Mesh:
@@ -360,8 +393,14 @@ class Tensor:
     index: the position of the tensor among the operation's outputs.
   """
 
-  def __init__(self, operation: "Operation", shape, dtype, name: Optional[str] = None,
-               index: int = 0):
+  def __init__(
+    self,
+    operation: "Operation",
+    shape,
+    dtype,
+    name: Optional[str] = None,
+    index: int = 0,
+  ):
     if not isinstance(shape, Shape):
       shape = convert_to_shape(shape)
     self._operation = operation
@@ -410,9 +449,12 @@ class Tensor:
 
   @property
   def to_string(self) -> str:
-    """"Tensor[name, shape, dtype]", as printed by repr()."""
-    return "Tensor[%s, %s, %s]" % (self._name, self._shape.to_string,
-                                   self._dtype.name)
+    """The tensor as "Tensor[name, shape, dtype]", as repr() prints it."""
+    return "Tensor[%s, %s, %s]" % (
+      self._name,
+      self._shape.to_string,
+      self._dtype.name,
+    )
 
   # Arithmetic operators, implemented by the op modules (see
   # register_tensor_operators).
@@ -476,26 +518,35 @@ class Operation:
   # copy would hold new state or draw new values (Variables, random ops).
   shared_by_clones = False
 
-  def __init__(self, inputs: Sequence[Tensor], mesh: Optional[Mesh] = None,
-               name: Optional[str] = None):
+  def __init__(
+    self,
+    inputs: Sequence[Tensor],
+    mesh: Optional[Mesh] = None,
+    name: Optional[str] = None,
+  ):
     inputs = list(inputs)
     for t in inputs:
       if not isinstance(t, Tensor):
-        raise TypeError("inputs of %s must be mtf Tensors, got %r"
-                        % (type(self).__name__, t))
+        raise TypeError(
+          "inputs of %s must be mtf Tensors, got %r" % (type(self).__name__, t)
+        )
       if not t.usable:
         raise ValueError(
-            "Tensor %s is internal to a custom_gradient and may not be used "
-            "outside it" % t.name)
+          "Tensor %s is internal to a custom_gradient and may not be used "
+          "outside it" % t.name
+        )
     if mesh is None:
       if not inputs:
-        raise ValueError("%s needs a mesh or at least one input"
-                         % type(self).__name__)
+        raise ValueError(
+          "%s needs a mesh or at least one input" % type(self).__name__
+        )
       mesh = inputs[0].mesh
     for t in inputs:
       if t.mesh is not mesh:
-        raise ValueError("%s mixes meshes %r and %r (tensor %s)"
-                         % (type(self).__name__, mesh, t.mesh, t.name))
+        raise ValueError(
+          "%s mixes meshes %r and %r (tensor %s)"
+          % (type(self).__name__, mesh, t.mesh, t.name)
+        )
     self._inputs = inputs
     self._outputs: List[Tensor] = []
     self._mesh = mesh
@@ -548,17 +599,19 @@ class Operation:
 
   @property
   def to_string(self) -> str:
-    """"Type[Inputs=(...) Outputs=(...)]", as printed by repr()."""
+    """The operation as "Type[Inputs=(...) Outputs=(...)]", as repr() prints."""
     return "%s[Inputs=(%s) Outputs=(%s)]" % (
-        type(self).__name__,
-        ", ".join(t.to_string for t in self._inputs),
-        ", ".join(t.to_string for t in self._outputs))
+      type(self).__name__,
+      ", ".join(t.to_string for t in self._inputs),
+      ", ".join(t.to_string for t in self._outputs),
+    )
 
   @property
   def has_gradient(self) -> bool:
     """Whether gradients flow through (floating inputs and outputs)."""
-    return (any(t.dtype.is_floating for t in self._inputs) and
-            any(t.dtype.is_floating for t in self._outputs))
+    return any(t.dtype.is_floating for t in self._inputs) and any(
+      t.dtype.is_floating for t in self._outputs
+    )
 
   def gradient(self, unused_grad_ys):
     """The gradients of the operation's inputs, given those of its outputs.
@@ -587,8 +640,9 @@ class Operation:
     Raises:
       NotImplementedError: if the operation cannot be lowered.
     """
-    raise NotImplementedError("Lower not implemented for %s"
-                              % type(self).__name__)
+    raise NotImplementedError(
+      "Lower not implemented for %s" % type(self).__name__
+    )
 
   def _all_dim_names(self) -> List[str]:
     names = []
@@ -599,7 +653,8 @@ class Operation:
     return names
 
   def _initialize_splittable_and_unsplittable_dims(
-      self, default_splittability: str, exception_dims_iterable=None):
+    self, default_splittability: str, exception_dims_iterable=None
+  ):
     """Marks every dim `default_splittability` except the listed exceptions.
 
     Args:
@@ -610,8 +665,10 @@ class Operation:
       (splittable_dims, unsplittable_dims) as frozensets of dim names.
     """
     if default_splittability not in ("splittable", "unsplittable"):
-      raise ValueError("default_splittability must be 'splittable' or "
-                       "'unsplittable', got %r" % default_splittability)
+      raise ValueError(
+        "default_splittability must be 'splittable' or "
+        "'unsplittable', got %r" % default_splittability
+      )
     exceptions = set(exception_dims_iterable or ())
     everything = set(self._all_dim_names())
     if default_splittability == "splittable":
@@ -634,12 +691,19 @@ def _remap(value, tensor_map, op_map):
   if isinstance(value, Operation):
     return op_map.get(value, value)
   if isinstance(value, (list, tuple)) and any(
-      isinstance(v, (Tensor, Operation)) for v in value):
+    isinstance(v, (Tensor, Operation)) for v in value
+  ):
     remapped = [_remap(v, tensor_map, op_map) for v in value]
     return remapped if isinstance(value, list) else type(value)(remapped)
   return value
 
 
-__all__ = ["Graph", "Mesh", "Tensor", "Operation",
-           "current_variable_scope_name", "register_graph_rewrites",
-           "register_tensor_operators"]
+__all__ = [
+  "Graph",
+  "Mesh",
+  "Tensor",
+  "Operation",
+  "current_variable_scope_name",
+  "register_graph_rewrites",
+  "register_tensor_operators",
+]

@@ -10,8 +10,8 @@ original handed to TPUEstimator as `host_call`; without TPUEstimator you call
 
 from __future__ import annotations
 
-import weakref
 from typing import Callable, List, Optional, Tuple
+import weakref
 
 import tensorflow as tf
 
@@ -22,15 +22,19 @@ tf1 = tf.compat.v1
 # Where tf.summary (v2) ops built in a graph are collected.
 _SUMMARY_V2_COLLECTION = tf1.GraphKeys._SUMMARY_COLLECTION  # pylint: disable=protected-access
 
-_DATA_CLASS_SCALAR = 1  # tensorflow.core.framework.summary_pb2.DATA_CLASS_SCALAR
+_DATA_CLASS_SCALAR = (
+  1  # tensorflow.core.framework.summary_pb2.DATA_CLASS_SCALAR
+)
 
 
 def _scalar_metadata():
   """What TensorBoard's scalar plugin writes; tf.summary.scalar itself
-  needs the tensorboard package, tf.summary.write does not."""
+  needs the tensorboard package, tf.summary.write does not.
+  """
   return tf1.SummaryMetadata(
-      plugin_data=tf1.SummaryMetadata.PluginData(plugin_name="scalars"),
-      data_class=_DATA_CLASS_SCALAR)
+    plugin_data=tf1.SummaryMetadata.PluginData(plugin_name="scalars"),
+    data_class=_DATA_CLASS_SCALAR,
+  )
 
 
 def _current_step():
@@ -40,9 +44,10 @@ def _current_step():
     step = tf1.train.get_global_step()
   if step is None:
     raise ValueError(
-        "create_host_call: there is no global step; create one with "
-        "tf.compat.v1.train.get_or_create_global_step() or set one with "
-        "tf.summary.experimental.set_step(step)")
+      "create_host_call: there is no global step; create one with "
+      "tf.compat.v1.train.get_or_create_global_step() or set one with "
+      "tf.summary.experimental.set_step(step)"
+    )
   return step
 
 
@@ -63,14 +68,16 @@ def _file_writer(model_dir: str):
       in_graph = True
     writer = writers.get(model_dir)
     if writer is None:
-      writer = tf.summary.create_file_writer(model_dir,
-                                             filename_suffix=".host_call")
+      writer = tf.summary.create_file_writer(
+        model_dir, filename_suffix=".host_call"
+      )
       writers[model_dir] = writer
   return writer, in_graph
 
 
-def create_host_call(model_dir: str
-                     ) -> Optional[Tuple[Callable, List[tf.Tensor]]]:
+def create_host_call(
+  model_dir: str,
+) -> Optional[Tuple[Callable, List[tf.Tensor]]]:
   """(fn, args) writing the graph's mtf scalar summaries to model_dir.
 
   The summaries are those recorded by lowering `mtf.scalar_summary` ops in the
@@ -113,18 +120,24 @@ def create_host_call(model_dir: str
 
   def host_call_fn(global_step, *args):
     if len(args) != len(names):
-      raise ValueError("host call for summaries %s got %d values"
-                       % (names, len(args)))
+      raise ValueError(
+        "host call for summaries %s got %d values" % (names, len(args))
+      )
     writer, in_graph = _file_writer(model_dir)
     step_value = tf.reshape(global_step, [-1])[0]
     # A writer made in a tf.compat.v1 graph must be initialised there; one
     # made eagerly (also for a tf.function) already is.
     init = [writer.init()] if in_graph else []
     with tf.control_dependencies(init), writer.as_default():
-      written = [tf.summary.write(name, tf.reshape(value, [-1])[0],
-                                  step=step_value,
-                                  metadata=_scalar_metadata())
-                 for name, value in zip(names, args)]
+      written = [
+        tf.summary.write(
+          name,
+          tf.reshape(value, [-1])[0],
+          step=step_value,
+          metadata=_scalar_metadata(),
+        )
+        for name, value in zip(names, args)
+      ]
     with tf.control_dependencies(written):
       flushed = writer.flush()
     if tf.executing_eagerly():

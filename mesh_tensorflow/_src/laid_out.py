@@ -24,8 +24,13 @@ class LazyAllreduceSum:
       count communication).
   """
 
-  def __init__(self, mesh_impl, laid_out_input, mesh_axes,
-               add_counter_fn: Optional[Callable[[], None]] = None):
+  def __init__(
+    self,
+    mesh_impl,
+    laid_out_input,
+    mesh_axes,
+    add_counter_fn: Optional[Callable[[], None]] = None,
+  ):
     self.mesh_impl = mesh_impl
     self.laid_out_input = laid_out_input
     self.mesh_axes = tuple(mesh_axes)
@@ -45,7 +50,8 @@ class LazyAllreduceSum:
         if self.add_counter_fn is not None:
           self.add_counter_fn()
         self._reduced = self.mesh_impl.allreduce(
-            self.laid_out_input, self.mesh_axes, "SUM")
+          self.laid_out_input, self.mesh_axes, "SUM"
+        )
     return self._reduced
 
   @property
@@ -93,8 +99,11 @@ def compatible_lazy_allreduce_sums(xs: Sequence) -> bool:
   if not xs or not all(isinstance(x, LazyAllreduceSum) for x in xs):
     return False
   first = xs[0]
-  return all(x.mesh_axes == first.mesh_axes and
-             list(x.slice_shape) == list(first.slice_shape) for x in xs[1:])
+  return all(
+    x.mesh_axes == first.mesh_axes
+    and list(x.slice_shape) == list(first.slice_shape)
+    for x in xs[1:]
+  )
 
 
 def to_laid_out_tensor(value):
@@ -116,6 +125,10 @@ def convert_args_to_laid_out_tensors(xs: Sequence) -> list:
   return [to_laid_out_tensor(x) for x in xs]
 
 
-__all__ = ["LazyAllreduceSum", "LazyLaidOutTensor",
-           "compatible_lazy_allreduce_sums", "convert_args_to_laid_out_tensors",
-           "to_laid_out_tensor"]
+__all__ = [
+  "LazyAllreduceSum",
+  "LazyLaidOutTensor",
+  "compatible_lazy_allreduce_sums",
+  "convert_args_to_laid_out_tensors",
+  "to_laid_out_tensor",
+]

@@ -13,18 +13,18 @@ from typing import Any, Iterable, Iterator, Sequence
 from mesh_tensorflow._src import shapes
 
 __all__ = [
-    "LayoutRules",
-    "TensorLayout",
-    "convert_to_layout_rules",
-    "pnum_to_group",
-    "pnum_to_processor_coordinates",
-    "pnum_to_processor_coordinates_nd",
-    "processor_coordinates_to_pnum",
-    "processor_coordinates_to_pnum_map_nd",
-    "processor_groups",
-    "split_error_message",
-    "tensor_dim_to_mesh_dim_size",
-    "tensor_dim_to_size_per_split",
+  "LayoutRules",
+  "TensorLayout",
+  "convert_to_layout_rules",
+  "pnum_to_group",
+  "pnum_to_processor_coordinates",
+  "pnum_to_processor_coordinates_nd",
+  "processor_coordinates_to_pnum",
+  "processor_coordinates_to_pnum_map_nd",
+  "processor_groups",
+  "split_error_message",
+  "tensor_dim_to_mesh_dim_size",
+  "tensor_dim_to_size_per_split",
 ]
 
 
@@ -36,11 +36,15 @@ def _is_int(x: Any) -> bool:
 
 
 def _validate_pair(pair: Any) -> tuple[str, str]:
-  if (not isinstance(pair, (tuple, list)) or len(pair) != 2 or
-      not all(isinstance(name, str) for name in pair)):
+  if (
+    not isinstance(pair, (tuple, list))
+    or len(pair) != 2
+    or not all(isinstance(name, str) for name in pair)
+  ):
     raise ValueError(
-        f"Layout rule {pair!r} must be a (tensor_dim_name, mesh_dim_name) pair "
-        "of strings")
+      f"Layout rule {pair!r} must be a (tensor_dim_name, mesh_dim_name) pair "
+      "of strings"
+    )
   return (pair[0], pair[1])
 
 
@@ -78,7 +82,8 @@ class LayoutRules:
     return self._pairs
 
   def tensor_dimension_to_mesh_axis(
-      self, tensor_dimension: Any, mesh_shape: Any) -> int | None:
+    self, tensor_dimension: Any, mesh_shape: Any
+  ) -> int | None:
     """The mesh axis `tensor_dimension` is split over, or None.
 
     Args:
@@ -99,9 +104,10 @@ class LayoutRules:
       return None
     if len(matches) > 1:
       raise ValueError(
-          f"tensor dimension {name!r} maps to more than one mesh dimension "
-          f"({', '.join(repr(m) for m in matches)}) of mesh {mesh_shape} under "
-          f"rules {self!r}")
+        f"tensor dimension {name!r} maps to more than one mesh dimension "
+        f"({', '.join(repr(m) for m in matches)}) of mesh {mesh_shape} under "
+        f"rules {self!r}"
+      )
     return mesh_names.index(matches[0])
 
   def tensor_layout(self, tensor_shape: Any, mesh_shape: Any) -> TensorLayout:
@@ -123,8 +129,9 @@ class LayoutRules:
     """
     tensor_shape = shapes.convert_to_shape(tensor_shape)
     mesh_shape = shapes.convert_to_shape(mesh_shape)
-    mesh_axes = [self.tensor_dimension_to_mesh_axis(d, mesh_shape)
-                 for d in tensor_shape]
+    mesh_axes = [
+      self.tensor_dimension_to_mesh_axis(d, mesh_shape) for d in tensor_shape
+    ]
     mesh_axis_to_dim_name = {}
     for dim, mesh_axis in zip(tensor_shape, mesh_axes):
       if mesh_axis is None:
@@ -133,15 +140,17 @@ class LayoutRules:
       if mesh_axis in mesh_axis_to_dim_name:
         first = mesh_axis_to_dim_name[mesh_axis]
         raise ValueError(
-            f"tensor dimensions {first!r} and {dim.name!r} of {tensor_shape} "
-            f"are both laid out over mesh dimension {mesh_name!r} (rules "
-            f"{(first, mesh_name)!r} and {(dim.name, mesh_name)!r}; mesh "
-            f"{mesh_shape})")
+          f"tensor dimensions {first!r} and {dim.name!r} of {tensor_shape} "
+          f"are both laid out over mesh dimension {mesh_name!r} (rules "
+          f"{(first, mesh_name)!r} and {(dim.name, mesh_name)!r}; mesh "
+          f"{mesh_shape})"
+        )
       mesh_axis_to_dim_name[mesh_axis] = dim.name
     return TensorLayout(mesh_axes)
 
   def mesh_dimension_name_to_tensor_dimension_names(
-      self, mesh_dimension_name: str) -> list[str]:
+    self, mesh_dimension_name: str
+  ) -> list[str]:
     """Tensor dim names laid out over `mesh_dimension_name`, in rule order.
 
     Args:
@@ -239,15 +248,18 @@ class TensorLayout:
         continue
       if not _is_int(mesh_axis) or mesh_axis < 0:
         raise ValueError(
-            f"TensorLayout entries must be None or non-negative ints, got "
-            f"{mesh_axis!r} in {axes!r}")
+          f"TensorLayout entries must be None or non-negative ints, got "
+          f"{mesh_axis!r} in {axes!r}"
+        )
       if mesh_axis in used:
         raise ValueError(
-            f"TensorLayout {axes!r} lays out two tensor axes over mesh axis "
-            f"{mesh_axis}")
+          f"TensorLayout {axes!r} lays out two tensor axes over mesh axis "
+          f"{mesh_axis}"
+        )
       used.add(mesh_axis)
     self._tensor_axis_to_mesh_axis = tuple(
-        None if a is None else int(a) for a in axes)
+      None if a is None else int(a) for a in axes
+    )
 
   @property
   def tensor_axis_to_mesh_axis(self) -> tuple[int | None, ...]:
@@ -356,17 +368,20 @@ def processor_coordinates_to_pnum(mesh_shape: Any, coord: Sequence[int]) -> int:
   """
   sizes = _mesh_sizes(mesh_shape)
   if len(coord) != len(sizes) or not all(
-      0 <= c < s for c, s in zip(coord, sizes)):
+    0 <= c < s for c, s in zip(coord, sizes)
+  ):
     raise ValueError(
-        f"Processor coordinates {list(coord)} invalid for mesh shape {sizes}")
+      f"Processor coordinates {list(coord)} invalid for mesh shape {sizes}"
+    )
   pnum = 0
   for c, size in zip(coord, sizes):
     pnum = pnum * size + c
   return pnum
 
 
-def pnum_to_processor_coordinates_nd(mesh_shape: Any, pnum: int,
-                                     device_assignment) -> list[int]:
+def pnum_to_processor_coordinates_nd(
+  mesh_shape: Any, pnum: int, device_assignment
+) -> list[int]:
   """Physical coordinates of replica `pnum` under a TPU device assignment.
 
   Args:
@@ -382,10 +397,11 @@ def pnum_to_processor_coordinates_nd(mesh_shape: Any, pnum: int,
   return list(device_assignment.coordinates(pnum, 0))
 
 
-def processor_coordinates_to_pnum_map_nd(mesh_shape: Any,
-                                         logical_to_physical: Sequence[
-                                             Sequence[int]],
-                                         device_assignment) -> list[int]:
+def processor_coordinates_to_pnum_map_nd(
+  mesh_shape: Any,
+  logical_to_physical: Sequence[Sequence[int]],
+  device_assignment,
+) -> list[int]:
   """Replica numbers of the physical coordinates in `logical_to_physical`.
 
   Each replica's first core sits at physical (x, y, z) of the TPU topology;
@@ -410,23 +426,25 @@ def processor_coordinates_to_pnum_map_nd(mesh_shape: Any,
   for replica in range(device_assignment.num_replicas):
     x, y, z = list(device_assignment.coordinates(replica, 0))[:3]
     replica_at[x + hw_x * (y + hw_y * z)] = replica
-  return [replica_at[coord[0] + coord[1] * sizes[0]]
-          for coord in logical_to_physical]
+  return [
+    replica_at[coord[0] + coord[1] * sizes[0]] for coord in logical_to_physical
+  ]
 
 
-def _validate_group_dims(sizes: list[int], group_dims: Iterable[int]
-                         ) -> set[int]:
+def _validate_group_dims(
+  sizes: list[int], group_dims: Iterable[int]
+) -> set[int]:
   group_dims = list(group_dims)
   for axis in group_dims:
     if not _is_int(axis) or not 0 <= axis < len(sizes):
       raise ValueError(
-          f"Invalid mesh axis {axis!r} in group_dims {group_dims} for mesh "
-          f"shape {sizes}")
+        f"Invalid mesh axis {axis!r} in group_dims {group_dims} for mesh "
+        f"shape {sizes}"
+      )
   return set(group_dims)
 
 
-def pnum_to_group(mesh_shape: Any, group_dims: Iterable[int], pnum: int
-                  ) -> int:
+def pnum_to_group(mesh_shape: Any, group_dims: Iterable[int], pnum: int) -> int:
   """Index of the group (see `processor_groups`) containing `pnum`.
 
   `([2, 3], [1], 4)` -> 1: processors 3, 4, 5 form group 1.
@@ -444,11 +462,13 @@ def pnum_to_group(mesh_shape: Any, group_dims: Iterable[int], pnum: int
   coords = pnum_to_processor_coordinates(sizes, pnum)
   outer = [i for i in range(len(sizes)) if i not in group_axes]
   return processor_coordinates_to_pnum(
-      [sizes[i] for i in outer], [coords[i] for i in outer])
+    [sizes[i] for i in outer], [coords[i] for i in outer]
+  )
 
 
-def processor_groups(mesh_shape: Any, group_dims: Iterable[int]
-                     ) -> list[list[int]]:
+def processor_groups(
+  mesh_shape: Any, group_dims: Iterable[int]
+) -> list[list[int]]:
   """Processors grouped so that members differ only along `group_dims`.
 
   `([2, 3], [1])` -> `[[0, 1, 2], [3, 4, 5]]`; `([2, 3], [0])` ->
@@ -465,7 +485,8 @@ def processor_groups(mesh_shape: Any, group_dims: Iterable[int]
   sizes = _mesh_sizes(mesh_shape)
   group_axes = _validate_group_dims(sizes, group_dims)
   num_groups = shapes.list_product(
-      s for i, s in enumerate(sizes) if i not in group_axes)
+    s for i, s in enumerate(sizes) if i not in group_axes
+  )
   groups = [[] for _ in range(num_groups)]
   for pnum in range(shapes.list_product(sizes)):
     groups[pnum_to_group(sizes, group_axes, pnum)].append(pnum)
@@ -485,21 +506,24 @@ def split_error_message(tensor_dim: Any, mesh_dim: Any) -> str:
   tensor_dim = shapes.convert_to_dimension(tensor_dim)
   mesh_dim = shapes.convert_to_dimension(mesh_dim)
   return (
-      f"dimension {tensor_dim.name!r} (size {tensor_dim.size}) does not divide "
-      f"over mesh dim {mesh_dim.name!r} (size {mesh_dim.size}) under rule "
-      f"{(tensor_dim.name, mesh_dim.name)!r}")
+    f"dimension {tensor_dim.name!r} (size {tensor_dim.size}) does not divide "
+    f"over mesh dim {mesh_dim.name!r} (size {mesh_dim.size}) under rule "
+    f"{(tensor_dim.name, mesh_dim.name)!r}"
+  )
 
 
-def _split_mesh_dim(layout: Any, mesh_shape: Any, tensor_dim: Any
-                    ) -> shapes.Dimension | None:
+def _split_mesh_dim(
+  layout: Any, mesh_shape: Any, tensor_dim: Any
+) -> shapes.Dimension | None:
   layout_rules = convert_to_layout_rules(layout)
   mesh_shape = shapes.convert_to_shape(mesh_shape)
   mesh_axis = layout_rules.tensor_dimension_to_mesh_axis(tensor_dim, mesh_shape)
   return None if mesh_axis is None else mesh_shape[mesh_axis]
 
 
-def tensor_dim_to_mesh_dim_size(layout: Any, mesh_shape: Any, tensor_dim: Any
-                                ) -> int:
+def tensor_dim_to_mesh_dim_size(
+  layout: Any, mesh_shape: Any, tensor_dim: Any
+) -> int:
   """Number of pieces `tensor_dim` is split into (1 if unsplit).
 
   `("d_ff:model", "model:4", Dimension("d_ff", 64))` -> 4.
@@ -517,8 +541,9 @@ def tensor_dim_to_mesh_dim_size(layout: Any, mesh_shape: Any, tensor_dim: Any
   return 1 if mesh_dim is None else mesh_dim.size
 
 
-def tensor_dim_to_size_per_split(layout: Any, mesh_shape: Any, tensor_dim: Any
-                                 ) -> int:
+def tensor_dim_to_size_per_split(
+  layout: Any, mesh_shape: Any, tensor_dim: Any
+) -> int:
   """Size of each piece of `tensor_dim`.
 
   `("d_ff:model", "model:4", Dimension("d_ff", 64))` -> 16.

@@ -16,7 +16,9 @@ import tensorflow as tf
 
 # Imported for its registration of Graph.rewrite_stack_variables (autostack).
 from mesh_tensorflow._src import stacking  # noqa: F401  pylint: disable=unused-import
-from mesh_tensorflow._src.graph import Graph, Mesh, Tensor
+from mesh_tensorflow._src.graph import Graph
+from mesh_tensorflow._src.graph import Mesh
+from mesh_tensorflow._src.graph import Tensor
 
 _INVALID_SCOPE_CHARS = re.compile(r"[^A-Za-z0-9_.\-/]")
 
@@ -44,8 +46,13 @@ class Lowering:
     log_file: optional file to log the variable sizes to.
   """
 
-  def __init__(self, graph: Graph, mesh_to_impl: Dict[Mesh, "object"],
-               autostack: bool = True, log_file: Optional[str] = None):
+  def __init__(
+    self,
+    graph: Graph,
+    mesh_to_impl: Dict[Mesh, "object"],
+    autostack: bool = True,
+    log_file: Optional[str] = None,
+  ):
     self.mesh_to_impl = mesh_to_impl
     self.graph = graph
     if autostack:
@@ -58,16 +65,27 @@ class Lowering:
       with tf.name_scope(_scope_name(op.name)):
         op.lower(self)
       for out in op.outputs:
-        self.add_counter("output/%s" % type(op).__name__,
-                         self.laid_out_size(out))
+        self.add_counter(
+          "output/%s" % type(op).__name__, self.laid_out_size(out)
+        )
         self.add_counter("output_unique/%s" % type(op).__name__, out.size)
-    log_variable_sizes(graph.trainable_variables, "Trainable Variables",
-                       verbose=True, mesh_to_impl=mesh_to_impl,
-                       log_file=log_file)
-    untrainable = [v for v in graph.all_variables
-                   if v not in set(graph.trainable_variables)]
-    log_variable_sizes(untrainable, "Untrainable Variables", verbose=False,
-                       mesh_to_impl=mesh_to_impl, log_file=log_file)
+    log_variable_sizes(
+      graph.trainable_variables,
+      "Trainable Variables",
+      verbose=True,
+      mesh_to_impl=mesh_to_impl,
+      log_file=log_file,
+    )
+    untrainable = [
+      v for v in graph.all_variables if v not in set(graph.trainable_variables)
+    ]
+    log_variable_sizes(
+      untrainable,
+      "Untrainable Variables",
+      verbose=False,
+      mesh_to_impl=mesh_to_impl,
+      log_file=log_file,
+    )
     logging.vlog(1, "Counters:\n%s", pretty_print_counters(self._counters))
 
   def mesh_impl(self, m):
@@ -83,8 +101,10 @@ class Lowering:
     try:
       return self.mesh_to_impl[mesh]
     except KeyError:
-      raise ValueError("mesh %r has no MeshImpl in mesh_to_impl (meshes: %s)"
-                       % (mesh, list(self.mesh_to_impl))) from None
+      raise ValueError(
+        "mesh %r has no MeshImpl in mesh_to_impl (meshes: %s)"
+        % (mesh, list(self.mesh_to_impl))
+      ) from None
 
   def export_to_tf_tensor(self, x: Tensor) -> tf.Tensor:
     """The full TF tensor for mtf Tensor x.
@@ -97,7 +117,8 @@ class Lowering:
     """
     mesh_impl = self.mesh_impl(x)
     return mesh_impl.export_to_tf_tensor(
-        x, self.tensors[x].to_laid_out_tensor())
+      x, self.tensors[x].to_laid_out_tensor()
+    )
 
   def lowered_operation(self, op):
     """The TF op (e.g. tf.group for Assign) an mtf Operation lowered to.
@@ -111,8 +132,10 @@ class Lowering:
     if isinstance(op, Tensor):
       return self.export_to_tf_tensor(op)
     if op not in self.operations:
-      raise ValueError("operation %s has no lowered TF operation (only "
-                       "Assign-like operations do)" % op.name)
+      raise ValueError(
+        "operation %s has no lowered TF operation (only "
+        "Assign-like operations do)" % op.name
+      )
     return self.operations[op]
 
   def _group_copies(self, copy_ops):
@@ -134,7 +157,8 @@ class Lowering:
       have then run).
     """
     return self._group_copies(
-        [v.copy_master_to_slices for v in self.variables.values()])
+      [v.copy_master_to_slices for v in self.variables.values()]
+    )
 
   def copy_slices_to_masters(self) -> Optional[tf.Operation]:
     """Op that writes the per-processor slices back into the masters.
@@ -144,7 +168,8 @@ class Lowering:
       have then run).
     """
     return self._group_copies(
-        [v.copy_slices_to_master for v in self.variables.values()])
+      [v.copy_slices_to_master for v in self.variables.values()]
+    )
 
   def add_counter(self, key: str, value: int) -> None:
     """Adds `value` to the counter `key` (communication and compute counts).
@@ -196,8 +221,9 @@ class Lowering:
     actual = list(laid_out_tensor.slice_shape)
     if actual != correct:
       raise ValueError(
-          "wrong slice shape for %s: expected %s, got %s" %
-          (tensor.to_string, correct, actual))
+        "wrong slice shape for %s: expected %s, got %s"
+        % (tensor.to_string, correct, actual)
+      )
 
   def autostack(self) -> None:
     """Stacks small same-shape variables (see Graph.rewrite_stack_variables).
@@ -208,12 +234,16 @@ class Lowering:
     """
     if self.graph.stacked_variables_rewritten:
       return
-    num_slices = sum(self.mesh_impl(v).size for v in self.graph.all_variables
-                     if v.mesh in self.mesh_to_impl)
-    max_combined_slice_size = 2 ** 27 if num_slices >= 2 ** 16 else 2 ** 16
+    num_slices = sum(
+      self.mesh_impl(v).size
+      for v in self.graph.all_variables
+      if v.mesh in self.mesh_to_impl
+    )
+    max_combined_slice_size = 2**27 if num_slices >= 2**16 else 2**16
     self.graph.rewrite_stack_variables(
-        max_combined_slice_size=max_combined_slice_size,
-        mesh_to_impl=self.mesh_to_impl)
+      max_combined_slice_size=max_combined_slice_size,
+      mesh_to_impl=self.mesh_to_impl,
+    )
 
 
 def pretty_print_counters(counters) -> str:
@@ -234,9 +264,13 @@ def pretty_print_counters(counters) -> str:
   return "\n".join("%s: %d" % (k, totals[k]) for k in sorted(totals))
 
 
-def log_variable_sizes(var_list, tag: str, verbose: bool = True,
-                       mesh_to_impl=None, log_file: Optional[str] = None
-                       ) -> None:
+def log_variable_sizes(
+  var_list,
+  tag: str,
+  verbose: bool = True,
+  mesh_to_impl=None,
+  log_file: Optional[str] = None,
+) -> None:
   """Logs the sizes of mtf variables (and per-processor sizes if known).
 
   Args:
@@ -254,7 +288,10 @@ def log_variable_sizes(var_list, tag: str, verbose: bool = True,
     total += v.shape.size
     if verbose:
       line = "Variable %-60s size %-12d shape %s" % (
-          v.name, v.shape.size, v.shape.to_string)
+        v.name,
+        v.shape.size,
+        v.shape.to_string,
+      )
       if mesh_to_impl is not None and v.mesh in mesh_to_impl:
         line += " slice_size %d" % mesh_to_impl[v.mesh].slice_size(v.shape)
       lines.append(line)

@@ -15,7 +15,9 @@ import tensorflow as tf
 from mesh_tensorflow._src import laid_out as laid_out_lib
 from mesh_tensorflow._src import layout as layout_lib
 from mesh_tensorflow._src import tf_einsum
-from mesh_tensorflow._src.shapes import Shape, convert_to_shape, list_product
+from mesh_tensorflow._src.shapes import Shape
+from mesh_tensorflow._src.shapes import convert_to_shape
+from mesh_tensorflow._src.shapes import list_product
 
 
 class MeshImpl:
@@ -45,14 +47,20 @@ class MeshImpl:
     unknown = self._layout_rules.unknown_mesh_dimensions(self._shape)
     if unknown and strict_layout_rules:
       bad = [r for r in self._layout_rules if r[1] in unknown]
-      raise ValueError("layout rules %s name mesh dimensions %s that are not "
-                       "in mesh %s" % (bad, unknown, self._shape.to_string))
+      raise ValueError(
+        "layout rules %s name mesh dimensions %s that are not "
+        "in mesh %s" % (bad, unknown, self._shape.to_string)
+      )
     if unknown:
       # Faithful to the original: rules naming mesh dims absent from this mesh
       # are ignored (a layout written for a bigger mesh still works), but say so.
-      logging.info("layout rules %r name mesh dimensions %s that are not in "
-                   "mesh %s; those rules are ignored.", self._layout_rules,
-                   unknown, self._shape.to_string)
+      logging.info(
+        "layout rules %r name mesh dimensions %s that are not in "
+        "mesh %s; those rules are ignored.",
+        self._layout_rules,
+        unknown,
+        self._shape.to_string,
+      )
 
   @property
   def shape(self) -> Shape:
@@ -91,7 +99,8 @@ class MeshImpl:
       or None if no rule for it names a dimension of this mesh.
     """
     return self._layout_rules.tensor_dimension_to_mesh_axis(
-        tensor_dimension, self._shape)
+      tensor_dimension, self._shape
+    )
 
   def tensor_layout(self, arg) -> layout_lib.TensorLayout:
     """TensorLayout of an mtf Tensor or a Shape.
@@ -121,7 +130,9 @@ class MeshImpl:
       dimension is split on it.
     """
     tensor_shape = convert_to_shape(tensor_shape)
-    ta2ma = self.tensor_layout(tensor_shape).mesh_axis_to_tensor_axis(self.ndims)
+    ta2ma = self.tensor_layout(tensor_shape).mesh_axis_to_tensor_axis(
+      self.ndims
+    )
     cumprod = tensor_shape.cumprod
     return [None if ta is None else cumprod[ta] for ta in ta2ma]
 
@@ -141,8 +152,9 @@ class MeshImpl:
     """
     tensor_shape = convert_to_shape(tensor_shape)
     result = []
-    for dim, mesh_axis in zip(tensor_shape.dims,
-                              self.tensor_layout(tensor_shape)):
+    for dim, mesh_axis in zip(
+      tensor_shape.dims, self.tensor_layout(tensor_shape)
+    ):
       if mesh_axis is None:
         result.append(dim.size)
         continue
@@ -166,8 +178,10 @@ class MeshImpl:
     tensor_shape = convert_to_shape(tensor_shape)
     coords = layout_lib.pnum_to_processor_coordinates(self._shape, pnum)
     sizes = self.slice_shape(tensor_shape)
-    return [0 if ma is None else coords[ma] * size
-            for ma, size in zip(self.tensor_layout(tensor_shape), sizes)]
+    return [
+      0 if ma is None else coords[ma] * size
+      for ma, size in zip(self.tensor_layout(tensor_shape), sizes)
+    ]
 
   def slice_size(self, tensor_shape) -> int:
     """The number of elements of each processor's slice of a tensor.
@@ -206,10 +220,14 @@ class MeshImpl:
     if laid_out_lib.compatible_lazy_allreduce_sums(inputs):
       first = inputs[0]
       return laid_out_lib.LazyAllreduceSum(
-          self, self.slicewise(fn, *[x.laid_out_input for x in inputs]),
-          first.mesh_axes, add_counter_fn=first.add_counter_fn)
+        self,
+        self.slicewise(fn, *[x.laid_out_input for x in inputs]),
+        first.mesh_axes,
+        add_counter_fn=first.add_counter_fn,
+      )
     return self.slicewise(
-        fn, *laid_out_lib.convert_args_to_laid_out_tensors(inputs))
+      fn, *laid_out_lib.convert_args_to_laid_out_tensors(inputs)
+    )
 
   def Print(self, x, data, message, **kwargs):  # pylint: disable=invalid-name
     """Prints `data` and `message` when `x` is computed (a no-op by default).
@@ -255,7 +273,7 @@ class MeshImpl:
       the coordinate of the processor along the axis, of the same kind as
       `pnum`.
     """
-    divisor = list_product(self._shape.to_integer_list[mesh_axis + 1:])
+    divisor = list_product(self._shape.to_integer_list[mesh_axis + 1 :])
     modulus = self._shape[mesh_axis].size
     if isinstance(pnum, int):
       return (pnum // divisor) % modulus
@@ -271,8 +289,9 @@ class MeshImpl:
       a LaidOutTensor of int32 scalars: each processor's coordinate along the
       axis.
     """
-    return self.slicewise(lambda pnum: self.pcoord(pnum, mesh_axis),
-                          self.laid_out_pnum())
+    return self.slicewise(
+      lambda pnum: self.pcoord(pnum, mesh_axis), self.laid_out_pnum()
+    )
 
   def laid_out_slice_num(self, tensor_shape):
     """LaidOutTensor of ints, equal exactly for processors with equal slices.
@@ -285,13 +304,16 @@ class MeshImpl:
       when their numbers are equal.
     """
     tensor_shape = convert_to_shape(tensor_shape)
-    split_axes = [ma for ma in self.tensor_layout(tensor_shape) if ma is not None]
+    split_axes = [
+      ma for ma in self.tensor_layout(tensor_shape) if ma is not None
+    ]
 
     def slice_num_fn(pnum):
       num = 0
       for ma in sorted(split_axes):
         num = num * self._shape[ma].size + self.pcoord(pnum, ma)
       return num
+
     return self.slicewise(slice_num_fn, self.laid_out_pnum())
 
   def laid_out_slice_begin(self, tensor_shape):
@@ -308,9 +330,12 @@ class MeshImpl:
     tensor_layout = self.tensor_layout(tensor_shape)
 
     def begin_fn(pnum):
-      begin = [0 if ma is None else self.pcoord(pnum, ma) * size
-               for ma, size in zip(tensor_layout, sizes)]
+      begin = [
+        0 if ma is None else self.pcoord(pnum, ma) * size
+        for ma, size in zip(tensor_layout, sizes)
+      ]
       return begin if isinstance(pnum, int) else tf.stack(begin)
+
     return self.slicewise(begin_fn, self.laid_out_pnum())
 
   def allsplit(self, x, mesh_axis: int, split_axis: int, which=None):
@@ -346,6 +371,7 @@ class MeshImpl:
       sizes = t.shape.as_list()
       sizes[split_axis] = size
       return tf.slice(t, begin, sizes)
+
     return self.slicewise(split_fn, x, which)
 
   def shift_by_n_processors(self, x, mesh_axis: int, offset: int, wrap: bool):
@@ -389,8 +415,9 @@ class MeshImpl:
     new_shape = convert_to_shape(new_shape)
     new_slice_shape = self.slice_shape(new_shape)
     return self.slicewise(
-        lambda x: broadcast_slice(x, old_shape, new_shape, new_slice_shape),
-        old_slices)
+      lambda x: broadcast_slice(x, old_shape, new_shape, new_slice_shape),
+      old_slices,
+    )
 
   def make_slices(self, tf_tensor, tensor_shape) -> List[tf.Tensor]:
     """Cuts a full tf tensor into the per-processor slices (list by pnum).
@@ -405,11 +432,17 @@ class MeshImpl:
     """
     tensor_shape = convert_to_shape(tensor_shape)
     sizes = self.slice_shape(tensor_shape)
-    return [static_slice(tf_tensor, self.slice_begin(tensor_shape, pnum), sizes)
-            for pnum in range(self.size)]
+    return [
+      static_slice(tf_tensor, self.slice_begin(tensor_shape, pnum), sizes)
+      for pnum in range(self.size)
+    ]
 
-  def combine_slices(self, slices: Sequence[tf.Tensor], tensor_shape,
-                     device: Optional[str] = None) -> tf.Tensor:
+  def combine_slices(
+    self,
+    slices: Sequence[tf.Tensor],
+    tensor_shape,
+    device: Optional[str] = None,
+  ) -> tf.Tensor:
     """Inverse of make_slices: concatenates split axes, drops replicas.
 
     Args:
@@ -423,12 +456,14 @@ class MeshImpl:
     tensor_shape = convert_to_shape(tensor_shape)
     if tensor_shape.ndims == 0:
       return slices[0]
-    ta2ma = self.tensor_layout(tensor_shape).mesh_axis_to_tensor_axis(self.ndims)
+    ta2ma = self.tensor_layout(tensor_shape).mesh_axis_to_tensor_axis(
+      self.ndims
+    )
     with tf.device(device):
       current = list(slices)
       for mesh_axis in reversed(range(self.ndims)):
         n = self._shape[mesh_axis].size
-        groups = [current[i:i + n] for i in range(0, len(current), n)]
+        groups = [current[i : i + n] for i in range(0, len(current), n)]
         tensor_axis = ta2ma[mesh_axis]
         if tensor_axis is None:
           current = [g[0] for g in groups]
@@ -548,8 +583,9 @@ class MeshImpl:
     raise NotImplementedError("%s.import_tf_tensor" % type(self).__name__)
 
 
-def static_slice(x: tf.Tensor, begin: Sequence[int],
-                 sizes: Sequence[int]) -> tf.Tensor:
+def static_slice(
+  x: tf.Tensor, begin: Sequence[int], sizes: Sequence[int]
+) -> tf.Tensor:
   """tf.slice with Python int lists; also works for scalars (empty lists)."""
   if not sizes:
     # tf.slice would read the empty lists as float tensors and fail.
@@ -557,8 +593,12 @@ def static_slice(x: tf.Tensor, begin: Sequence[int],
   return tf.slice(x, begin, sizes)
 
 
-def broadcast_slice(x: tf.Tensor, old_shape: Shape, new_shape: Shape,
-                    new_slice_shape: Sequence[int]) -> tf.Tensor:
+def broadcast_slice(
+  x: tf.Tensor,
+  old_shape: Shape,
+  new_shape: Shape,
+  new_slice_shape: Sequence[int],
+) -> tf.Tensor:
   """Transposes and broadcasts one slice from old_shape's dims to new_shape's."""
   if old_shape == new_shape:
     return x
@@ -566,14 +606,18 @@ def broadcast_slice(x: tf.Tensor, old_shape: Shape, new_shape: Shape,
   new_names = new_shape.dimension_names
   missing = [n for n in old_names if n not in new_names]
   if missing:
-    raise ValueError("cannot broadcast %s to %s: dimension %r is missing"
-                     % (old_shape.to_string, new_shape.to_string, missing[0]))
+    raise ValueError(
+      "cannot broadcast %s to %s: dimension %r is missing"
+      % (old_shape.to_string, new_shape.to_string, missing[0])
+    )
   perm = [old_names.index(n) for n in new_names if n in old_names]
   if perm != sorted(perm):
     x = tf.transpose(x, perm)
   if len(perm) < len(new_names):
-    x = tf.reshape(x, [s if n in old_names else 1
-                       for n, s in zip(new_names, new_slice_shape)])
+    x = tf.reshape(
+      x,
+      [s if n in old_names else 1 for n, s in zip(new_names, new_slice_shape)],
+    )
     x = tf.broadcast_to(x, new_slice_shape)
   return x
 
@@ -581,4 +625,3 @@ def broadcast_slice(x: tf.Tensor, old_shape: Shape, new_shape: Shape,
 def pnum_groups(mesh_shape, mesh_axes: Sequence[int]) -> List[List[int]]:
   """Processor groups that communicate in a collective over mesh_axes."""
   return layout_lib.processor_groups(mesh_shape, list(mesh_axes))
-

@@ -8,17 +8,21 @@ through a Session it keeps per TF graph.
 
 from __future__ import annotations
 
-import weakref
 from typing import Optional, Sequence, Tuple
+import weakref
 
 import numpy as np
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Graph, Mesh, Tensor
+from mesh_tensorflow._src.graph import Graph
+from mesh_tensorflow._src.graph import Mesh
+from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.lowering import Lowering
 from mesh_tensorflow._src.mesh_impls.placement import PlacementMeshImpl
 from mesh_tensorflow._src.ops import io
-from mesh_tensorflow._src.shapes import Dimension, Shape, convert_to_shape
+from mesh_tensorflow._src.shapes import Dimension
+from mesh_tensorflow._src.shapes import Shape
+from mesh_tensorflow._src.shapes import convert_to_shape
 
 tf1 = tf.compat.v1
 
@@ -39,8 +43,9 @@ class NumpyConverter:
   computed with `converter.session`, initialising new variables first).
   """
 
-  def __init__(self, *, mesh_shape="", layout="",
-               devices: Optional[Sequence[str]] = None):
+  def __init__(
+    self, *, mesh_shape="", layout="", devices: Optional[Sequence[str]] = None
+  ):
     """Creates a graph and a mesh to build the tested program in.
 
     Args:
@@ -59,9 +64,10 @@ class NumpyConverter:
     size = self._mesh_shape.size
     self._devices = list(devices) if devices is not None else [""] * size
     if len(self._devices) != size:
-      raise ValueError("NumpyConverter: %d devices for mesh %s of %d "
-                       "processors" % (len(self._devices),
-                                       self._mesh_shape.to_string, size))
+      raise ValueError(
+        "NumpyConverter: %d devices for mesh %s of %d "
+        "processors" % (len(self._devices), self._mesh_shape.to_string, size)
+      )
     # tf.Graph -> (Session, names of variables it has initialised).
     self._sessions = weakref.WeakKeyDictionary()
 
@@ -86,14 +92,16 @@ class NumpyConverter:
     entry = self._sessions.get(tf_graph)
     if entry is None:
       num_cpus = max(1, len(tf.config.list_logical_devices("CPU")))
-      config = tf1.ConfigProto(device_count={"CPU": num_cpus},
-                               allow_soft_placement=True)
+      config = tf1.ConfigProto(
+        device_count={"CPU": num_cpus}, allow_soft_placement=True
+      )
       entry = (tf1.Session(graph=tf_graph, config=config), set())
       self._sessions[tf_graph] = entry
     return entry
 
-  def convert_np_array_to_mtf_tensor(self, x, dim_names=None,
-                                     dtype=tf.int32) -> Tensor:
+  def convert_np_array_to_mtf_tensor(
+    self, x, dim_names=None, dtype=tf.int32
+  ) -> Tensor:
     """A constant mtf Tensor on `mesh` holding x.
 
     Args:
@@ -113,16 +121,18 @@ class NumpyConverter:
       dim_names = ["dim%d" % i for i in range(x.ndim)]
     dim_names = list(dim_names)
     if len(dim_names) != x.ndim:
-      raise ValueError("NumpyConverter: %d dim_names %s for an array of rank "
-                       "%d (shape %s)" % (len(dim_names), dim_names, x.ndim,
-                                          list(x.shape)))
+      raise ValueError(
+        "NumpyConverter: %d dim_names %s for an array of rank "
+        "%d (shape %s)" % (len(dim_names), dim_names, x.ndim, list(x.shape))
+      )
     shape = Shape([Dimension(n, s) for n, s in zip(dim_names, x.shape)])
     if dtype is None:
       dtype = tf.as_dtype(x.dtype)
     return io.constant(self._mesh, x, shape=shape, dtype=dtype)
 
-  def convert_mtf_tensor_to_tf_tensor(self, mtf_tensor: Tensor
-                                      ) -> Tuple[Lowering, tf.Tensor]:
+  def convert_mtf_tensor_to_tf_tensor(
+    self, mtf_tensor: Tensor
+  ) -> Tuple[Lowering, tf.Tensor]:
     """(lowering, tf tensor): lowers the whole graph and exports mtf_tensor.
 
     Args:
@@ -135,11 +145,14 @@ class NumpyConverter:
     Raises:
       ValueError: if mtf_tensor belongs to another mtf Graph.
     """
-    if not isinstance(mtf_tensor, Tensor) or mtf_tensor.graph is not self._graph:
-      raise ValueError("NumpyConverter: %r is not an mtf Tensor of this "
-                       "converter's graph" % (mtf_tensor,))
-    mesh_impl = PlacementMeshImpl(self._mesh_shape, self._layout,
-                                  self._devices)
+    if (
+      not isinstance(mtf_tensor, Tensor) or mtf_tensor.graph is not self._graph
+    ):
+      raise ValueError(
+        "NumpyConverter: %r is not an mtf Tensor of this "
+        "converter's graph" % (mtf_tensor,)
+      )
+    mesh_impl = PlacementMeshImpl(self._mesh_shape, self._layout, self._devices)
     lowering = Lowering(self._graph, {self._mesh: mesh_impl})
     return lowering, lowering.export_to_tf_tensor(mtf_tensor)
 
@@ -158,8 +171,11 @@ class NumpyConverter:
     tf_graph = x_tf.graph
     session, initialized = self._session_for(tf_graph)
     with tf_graph.as_default():
-      new_vars = [v for v in tf1.global_variables() + tf1.local_variables()
-                  if v.name not in initialized]
+      new_vars = [
+        v
+        for v in tf1.global_variables() + tf1.local_variables()
+        if v.name not in initialized
+      ]
       if new_vars:
         session.run(tf1.variables_initializer(new_vars))
         initialized.update(v.name for v in new_vars)

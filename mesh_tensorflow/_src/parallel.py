@@ -26,13 +26,16 @@ def parallel(devices: Sequence[str], fn: Callable, *args, **kwargs) -> list:
   n = len(devices)
   for a in list(args) + list(kwargs.values()):
     if not isinstance(a, list) or len(a) != n:
-      raise ValueError("parallel: every argument must be a list of length %d "
-                       "(one per device), got %r" % (n, a))
+      raise ValueError(
+        "parallel: every argument must be a list of length %d "
+        "(one per device), got %r" % (n, a)
+      )
   results = []
   for i, device in enumerate(devices):
     with tf.device(device), tf.compat.v1.variable_scope("parallel_%d" % i):
-      results.append(fn(*[a[i] for a in args],
-                        **{k: v[i] for k, v in kwargs.items()}))
+      results.append(
+        fn(*[a[i] for a in args], **{k: v[i] for k, v in kwargs.items()})
+      )
   return results
 
 

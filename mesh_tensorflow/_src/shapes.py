@@ -12,15 +12,15 @@ import re
 from typing import Any, Iterable, Iterator, Sequence
 
 __all__ = [
-    "Dimension",
-    "Shape",
-    "anonymous_shape",
-    "combined_dimension",
-    "convert_to_dimension",
-    "convert_to_shape",
-    "is_subsequence",
-    "list_product",
-    "verify_no_new_dims",
+  "Dimension",
+  "Shape",
+  "anonymous_shape",
+  "combined_dimension",
+  "convert_to_dimension",
+  "convert_to_shape",
+  "is_subsequence",
+  "list_product",
+  "verify_no_new_dims",
 ]
 
 Dimension = collections.namedtuple("Dimension", ["name", "size"])
@@ -54,18 +54,22 @@ def convert_to_dimension(d: Any) -> Dimension | None:
   if not isinstance(d, Dimension):
     if not isinstance(d, (tuple, list)):
       raise TypeError(
-          f"Cannot convert {d!r} of type {type(d).__name__} to a Dimension: "
-          "expected a Dimension or a (name, size) pair")
+        f"Cannot convert {d!r} of type {type(d).__name__} to a Dimension: "
+        "expected a Dimension or a (name, size) pair"
+      )
     if len(d) != 2:
       raise ValueError(
-          f"Cannot convert {d!r} to a Dimension: expected a (name, size) pair")
+        f"Cannot convert {d!r} to a Dimension: expected a (name, size) pair"
+      )
   name, size = d
   if not isinstance(name, str):
     raise ValueError(
-        f"Dimension name must be a str, got {name!r} in {tuple(d)!r}")
+      f"Dimension name must be a str, got {name!r} in {tuple(d)!r}"
+    )
   if not _is_int(size):
     raise ValueError(
-        f"Dimension size must be an int, got {size!r} in {tuple(d)!r}")
+      f"Dimension size must be an int, got {size!r} in {tuple(d)!r}"
+    )
   if isinstance(d, Dimension) and size.__class__ is int:
     return d
   return Dimension(name, int(size))
@@ -99,7 +103,8 @@ class Shape:
     for d in converted:
       if d.name in seen:
         raise ValueError(
-            f"Shape has duplicate dimension {d.name!r}: {self.to_string}")
+          f"Shape has duplicate dimension {d.name!r}: {self.to_string}"
+        )
       seen.add(d.name)
 
   @property
@@ -124,7 +129,7 @@ class Shape:
 
   @property
   def to_string(self) -> str:
-    """"Shape[name=size, ...]", as printed by repr()."""
+    """The shape as "Shape[name=size, ...]", as repr() prints it."""
     return "Shape[%s]" % ", ".join(f"{d.name}={d.size}" for d in self._dims)
 
   @property
@@ -169,8 +174,12 @@ class Shape:
     Returns:
       a new Shape.
     """
-    return Shape([Dimension(new_name, d.size) if d.name == old_name else d
-                  for d in self._dims])
+    return Shape(
+      [
+        Dimension(new_name, d.size) if d.name == old_name else d
+        for d in self._dims
+      ]
+    )
 
   def resize_dimension(self, name: str, new_size: int) -> Shape:
     """Returns a copy with dimension `name` resized (no-op if absent).
@@ -182,8 +191,9 @@ class Shape:
     Returns:
       a new Shape.
     """
-    return Shape([Dimension(name, new_size) if d.name == name else d
-                  for d in self._dims])
+    return Shape(
+      [Dimension(name, new_size) if d.name == name else d for d in self._dims]
+    )
 
   def get_dim_by_name(self, name: str) -> Dimension:
     """Returns the Dimension called `name`.
@@ -259,7 +269,8 @@ class Shape:
       other = convert_to_dimension(other)
       if other not in self._dims:
         raise ValueError(
-            f"Cannot subtract {other} from {self.to_string}: not present")
+          f"Cannot subtract {other} from {self.to_string}: not present"
+        )
       return Shape([d for d in self._dims if d != other])
     other_dims = _dims_of(other)
     if other_dims is None:
@@ -305,7 +316,8 @@ def convert_to_shape(x: Any) -> Shape | None:
 
 
 def parse_string_to_list_of_pairs(
-    s: str, seconds_to_int: bool = False) -> list[tuple[str, Any]]:
+  s: str, seconds_to_int: bool = False
+) -> list[tuple[str, Any]]:
   """Parses `name:value` tokens separated by `,`, `.`, `;` or whitespace.
 
   `"b1:2.b2:2"` -> `[("b1", "2"), ("b2", "2")]` (ints if `seconds_to_int`).
@@ -328,22 +340,24 @@ def parse_string_to_list_of_pairs(
     parts = token.split(":")
     if len(parts) != 2 or not parts[0] or not parts[1]:
       raise ValueError(
-          f"Invalid token {token!r} in {s!r}: expected name:value with exactly "
-          "one ':'")
+        f"Invalid token {token!r} in {s!r}: expected name:value with exactly "
+        "one ':'"
+      )
     name, value = parts
     if seconds_to_int:
       try:
         value = int(value)
       except ValueError:
         raise ValueError(
-            f"Invalid token {token!r} in {s!r}: value {value!r} is not an "
-            "integer") from None
+          f"Invalid token {token!r} in {s!r}: value {value!r} is not an integer"
+        ) from None
     pairs.append((name, value))
   return pairs
 
 
-def combined_dimension(dims: Sequence[Any], name: str | None = None
-                       ) -> Dimension:
+def combined_dimension(
+  dims: Sequence[Any], name: str | None = None
+) -> Dimension:
   """One Dimension whose size is the product of `dims`' sizes.
 
   `[a=2, b=3]` -> `Dimension("a", 6)`.
@@ -378,8 +392,9 @@ def anonymous_shape(shape: Any) -> Shape:
     a Shape with anonymous dimension names and the same sizes.
   """
   shape = convert_to_shape(shape)
-  return Shape([Dimension(f"_anonymous_{i}", d.size)
-                for i, d in enumerate(shape)])
+  return Shape(
+    [Dimension(f"_anonymous_{i}", d.size) for i, d in enumerate(shape)]
+  )
 
 
 def is_subsequence(short_seq: Sequence[Any], long_seq: Sequence[Any]) -> bool:
@@ -428,6 +443,7 @@ def verify_no_new_dims(input_shapes: Sequence[Any], output_shape: Any) -> None:
     all_dims.update(convert_to_shape(s).dims)
   for d in convert_to_shape(output_shape).dims:
     if d not in all_dims:
-      raise ValueError("output dimension %s is not in any input shape %s"
-                       % (d, [convert_to_shape(s).to_string
-                              for s in input_shapes]))
+      raise ValueError(
+        "output dimension %s is not in any input shape %s"
+        % (d, [convert_to_shape(s).to_string for s in input_shapes])
+      )

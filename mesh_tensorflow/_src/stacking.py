@@ -12,11 +12,16 @@ from typing import Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import (Graph, Operation, Tensor,
-                                        register_graph_rewrites)
+from mesh_tensorflow._src.graph import Graph
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
+from mesh_tensorflow._src.graph import register_graph_rewrites
 from mesh_tensorflow._src.ops import io
-from mesh_tensorflow._src.shapes import Dimension, Shape
-from mesh_tensorflow._src.variables import Assign, ReadVariable, Variable
+from mesh_tensorflow._src.shapes import Dimension
+from mesh_tensorflow._src.shapes import Shape
+from mesh_tensorflow._src.variables import Assign
+from mesh_tensorflow._src.variables import ReadVariable
+from mesh_tensorflow._src.variables import Variable
 
 STACKED_DIM_NAME = "stacked"
 
@@ -36,7 +41,9 @@ class StackedVariable(Variable):
     self._vars = vs
     self._variable_dtype = vs[0].dtype
     self._trainable = vs[0].trainable
-    self._shape = Shape([Dimension(STACKED_DIM_NAME, len(vs))] + vs[0].shape.dims)
+    self._shape = Shape(
+      [Dimension(STACKED_DIM_NAME, len(vs))] + vs[0].shape.dims
+    )
     self._store = vs[0].store
     self._outputs = [Tensor(self, self._shape, vs[0].activation_dtype)]
 
@@ -64,8 +71,9 @@ class StackedVariable(Variable):
     return tf.stack([v.get_master() for v in self._vars])
 
   def assign_to_master(self, val):
-    return tf.group(*[v.assign_to_master(t)
-                      for v, t in zip(self._vars, tf.unstack(val))])
+    return tf.group(
+      *[v.assign_to_master(t) for v, t in zip(self._vars, tf.unstack(val))]
+    )
 
 
 class UnstackVariableOperation(Operation):
@@ -76,8 +84,10 @@ class UnstackVariableOperation(Operation):
     self._outputs = list(outputs)
 
   def gradient(self, grad_ys):
-    grads = [g if g is not None else io.zeros_like(t)
-             for g, t in zip(grad_ys, self._outputs)]
+    grads = [
+      g if g is not None else io.zeros_like(t)
+      for g, t in zip(grad_ys, self._outputs)
+    ]
     return [StackOperation(grads).outputs[0]]
 
   def lower(self, lowering):
@@ -94,15 +104,20 @@ class StackOperation(Operation):
     self._outputs = [Tensor(self, shape, xs[0].dtype)]
 
   def gradient(self, grad_ys):
-    unstack = _UnstackTensorOperation(grad_ys[0], [x.shape for x in self.inputs])
+    unstack = _UnstackTensorOperation(
+      grad_ys[0], [x.shape for x in self.inputs]
+    )
     return unstack.outputs
 
   def lower(self, lowering):
     mesh_impl = lowering.mesh_impl(self)
     lowering.set_tensor_lowering(
-        self.outputs[0],
-        mesh_impl.slicewise(lambda *ts: tf.stack(ts, axis=0),
-                            *[lowering.tensors[x] for x in self.inputs]))
+      self.outputs[0],
+      mesh_impl.slicewise(
+        lambda *ts: tf.stack(ts, axis=0),
+        *[lowering.tensors[x] for x in self.inputs],
+      ),
+    )
 
 
 class _UnstackTensorOperation(Operation):
@@ -110,8 +125,9 @@ class _UnstackTensorOperation(Operation):
 
   def __init__(self, x: Tensor, shapes: Sequence[Shape]):
     super().__init__([x], name="unstack_stacked")
-    self._outputs = [Tensor(self, s, x.dtype, index=i)
-                     for i, s in enumerate(shapes)]
+    self._outputs = [
+      Tensor(self, s, x.dtype, index=i) for i, s in enumerate(shapes)
+    ]
 
   def gradient(self, grad_ys):
     return [StackOperation(grad_ys).outputs[0]]
@@ -124,7 +140,8 @@ def _lower_unstack(op: Operation, lowering) -> None:
   """Lowers op by unstacking its single input along the leading axis."""
   mesh_impl = lowering.mesh_impl(op)
   pieces = mesh_impl.slicewise(
-      lambda t: tuple(tf.unstack(t, axis=0)), lowering.tensors[op.inputs[0]])
+    lambda t: tuple(tf.unstack(t, axis=0)), lowering.tensors[op.inputs[0]]
+  )
   if not isinstance(pieces, tuple):
     pieces = (pieces,)
   for out, piece in zip(op.outputs, pieces):
@@ -140,15 +157,21 @@ def _move_new_ops_before(graph: Graph, count: int, anchor: Operation) -> None:
   ops[index:index] = new_ops
 
 
-def rewrite_stack_variables(graph: Graph, max_combined_variable_size: int,
-                            max_combined_slice_size: int, mesh_to_impl) -> None:
+def rewrite_stack_variables(
+  graph: Graph,
+  max_combined_variable_size: int,
+  max_combined_slice_size: int,
+  mesh_to_impl,
+) -> None:
   """Groups stackable variables and rewrites the graph to use StackedVariables.
 
   Variables stack when they share mesh, shape, dtypes, trainability and the
   exact set of Assign operations that write them, and are not read through
   ReadVariable. Stacks are capped by total size and per-processor slice size.
   """
-  assigns_of: Dict[Variable, List[Assign]] = {v: [] for v in graph.all_variables}
+  assigns_of: Dict[Variable, List[Assign]] = {
+    v: [] for v in graph.all_variables
+  }
   excluded = set()
   for op in graph.operations:
     if isinstance(op, Assign):
@@ -165,17 +188,27 @@ def rewrite_stack_variables(graph: Graph, max_combined_variable_size: int,
     mesh_impl = mesh_to_impl.get(v.mesh) if mesh_to_impl else None
     if mesh_impl is not None and mesh_impl.size == 1:
       continue
-    key = (v.mesh, v.shape.to_string, repr(v.dtype), v.trainable,
-           frozenset(id(a) for a in assigns_of[v]))
+    key = (
+      v.mesh,
+      v.shape.to_string,
+      repr(v.dtype),
+      v.trainable,
+      frozenset(id(a) for a in assigns_of[v]),
+    )
     groups.setdefault(key, []).append(v)
   for vs in groups.values():
     mesh_impl = mesh_to_impl.get(vs[0].mesh) if mesh_to_impl else None
-    slice_size = (mesh_impl.slice_size(vs[0].shape) if mesh_impl is not None
-                  else vs[0].shape.size)
+    slice_size = (
+      mesh_impl.slice_size(vs[0].shape)
+      if mesh_impl is not None
+      else vs[0].shape.size
+    )
     stack: List[Variable] = []
     for v in vs:
-      if stack and ((len(stack) + 1) * v.shape.size > max_combined_variable_size
-                    or (len(stack) + 1) * slice_size > max_combined_slice_size):
+      if stack and (
+        (len(stack) + 1) * v.shape.size > max_combined_variable_size
+        or (len(stack) + 1) * slice_size > max_combined_slice_size
+      ):
         _stack(graph, stack, assigns_of[stack[0]])
         stack = []
       stack.append(v)

@@ -43,8 +43,9 @@ def _plain(label_lists: Sequence[str], operands) -> bool:
   for labels in label_lists:
     if "." in labels or len(set(labels)) != len(labels):
       return False
-  return all(x.shape.rank is not None and x.shape.is_fully_defined()
-             for x in operands)
+  return all(
+    x.shape.rank is not None and x.shape.is_fully_defined() for x in operands
+  )
 
 
 def _reduce_and_transpose(labels: str, keep: str, x: tf.Tensor) -> tf.Tensor:
@@ -65,8 +66,9 @@ def _unary(labels: str, output: str, x: tf.Tensor) -> Optional[tf.Tensor]:
   return _reduce_and_transpose(labels, output, x)
 
 
-def _binary(la: str, lb: str, lo: str, a: tf.Tensor,
-            b: tf.Tensor) -> Optional[tf.Tensor]:
+def _binary(
+  la: str, lb: str, lo: str, a: tf.Tensor, b: tf.Tensor
+) -> Optional[tf.Tensor]:
   if set(lo) - set(la) - set(lb):
     return None
   # A label in one operand only and not in the output is summed away first.
@@ -87,6 +89,7 @@ def _binary(la: str, lb: str, lo: str, a: tf.Tensor,
 
 def _broadcast_multiply(la, lb, lo, a, b) -> tf.Tensor:
   """Product when nothing is contracted: align both to lo, then multiply."""
+
   def align(labels, x):
     order = "".join(l for l in lo if l in labels)
     x = _reduce_and_transpose(labels, order, x)
@@ -94,6 +97,7 @@ def _broadcast_multiply(la, lb, lo, a, b) -> tf.Tensor:
       sizes = dict(zip(order, x.shape.as_list()))
       x = tf.reshape(x, [sizes.get(l, 1) for l in lo])
     return x
+
   return tf.multiply(align(la, a), align(lb, b))
 
 
@@ -130,13 +134,15 @@ def _matmul(la, lb, lo, a, b, contracted) -> Optional[tf.Tensor]:
     for l in ls:
       n *= sizes[l]
     return n
+
   batch_shape = [sizes[l] for l in batch]
   m, k, n = prod(free_a), prod(contracted), prod(free_b)
   a = tf.reshape(a, batch_shape + ([k, m] if transpose_a else [m, k]))
   b = tf.reshape(b, batch_shape + ([n, k] if transpose_b else [k, n]))
   if swap:  # out = (a b)^T = b^T a^T
-    y = tf.matmul(b, a, transpose_a=not transpose_b,
-                  transpose_b=not transpose_a)
+    y = tf.matmul(
+      b, a, transpose_a=not transpose_b, transpose_b=not transpose_a
+    )
   else:
     y = tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
   return tf.reshape(y, [sizes[l] for l in lo])

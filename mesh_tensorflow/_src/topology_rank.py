@@ -33,6 +33,7 @@ def topology_rank(topology) -> int:
   try:
     return len(topology)
   except TypeError:
-    raise ValueError("topology_rank: expected a tf.tpu.experimental.Topology, "
-                     "serialized topology bytes or a mesh shape, got %r"
-                     % (topology,)) from None
+    raise ValueError(
+      "topology_rank: expected a tf.tpu.experimental.Topology, "
+      "serialized topology bytes or a mesh shape, got %r" % (topology,)
+    ) from None

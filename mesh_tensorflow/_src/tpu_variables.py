@@ -25,6 +25,7 @@ TF_23 = True
 
 try:  # Private TF modules: only needed to recognise a TPU replicate context.
   from tensorflow.python.ops import control_flow_ops as _control_flow_ops  # pylint: disable=g-direct-tensorflow-import
+
   _XLA_CONTEXT_CLASS = _control_flow_ops.XLAControlFlowContext
 except (ImportError, AttributeError):  # pragma: no cover
   _XLA_CONTEXT_CLASS = None
@@ -50,6 +51,7 @@ def _enclosing_tpu_context():
 
 
 _not_converted = tf.autograph.experimental.do_not_convert
+
 
 class ReplicatedVariable(tf.__internal__.types.Tensor):
   """A variable that, on TPU, is a different variable on every replica.
@@ -77,20 +79,23 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
   def __init__(self, name: str, variables: Sequence[tf.Variable]):
     variables = list(variables)
     if not variables:
-      raise ValueError("ReplicatedVariable %r needs at least one variable"
-                       % (name,))
+      raise ValueError(
+        "ReplicatedVariable %r needs at least one variable" % (name,)
+      )
     first = variables[0]
     for i, v in enumerate(variables[1:], 1):
       if v.dtype.base_dtype != first.dtype.base_dtype:
         raise ValueError(
-            "ReplicatedVariable %r: variable %d (%s) has dtype %s but "
-            "variable 0 (%s) has %s" % (name, i, v.name, v.dtype.name,
-                                        first.name, first.dtype.name))
+          "ReplicatedVariable %r: variable %d (%s) has dtype %s but "
+          "variable 0 (%s) has %s"
+          % (name, i, v.name, v.dtype.name, first.name, first.dtype.name)
+        )
       if not v.shape.is_compatible_with(first.shape):
         raise ValueError(
-            "ReplicatedVariable %r: variable %d (%s) has shape %s but "
-            "variable 0 (%s) has %s" % (name, i, v.name, v.shape,
-                                        first.name, first.shape))
+          "ReplicatedVariable %r: variable %d (%s) has shape %s but "
+          "variable 0 (%s) has %s"
+          % (name, i, v.name, v.shape, first.name, first.shape)
+        )
     self._name = name
     self._vars = variables
     self._primary_var = first
@@ -99,7 +104,11 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
 
   def __repr__(self) -> str:
     return "<ReplicatedVariable name=%r shape=%s dtype=%s replicas=%d>" % (
-        self._name, self.shape, self.dtype.name, len(self._vars))
+      self._name,
+      self.shape,
+      self.dtype.name,
+      len(self._vars),
+    )
 
   # ------------------------------------------------------------ properties
   @property
@@ -110,12 +119,14 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
   @property
   def handle(self):
     """The replicated handle inside a TPU replicate context, else the first
-    variable's handle."""
+    variable's handle.
+    """
     context = _enclosing_tpu_context()
     if context is None:
       return self._primary_var.handle
-    return context.get_replicated_var_handle(self._name, self._handle_id,
-                                             self._vars)
+    return context.get_replicated_var_handle(
+      self._name, self._handle_id, self._vars
+    )
 
   @property
   def initializer(self):
@@ -188,8 +199,9 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
   # when a tf.function called assign_add).
   @_not_converted
   def _read_replicated(self):
-    return tf.raw_ops.ReadVariableOp(resource=self.handle,
-                                     dtype=self.dtype.base_dtype)
+    return tf.raw_ops.ReadVariableOp(
+      resource=self.handle, dtype=self.dtype.base_dtype
+    )
 
   @_not_converted
   def read_value(self):
@@ -212,11 +224,13 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
     return self.read_value()
 
   @_not_converted
-  def _assign(self, method: str, raw_op, value, use_locking, name,
-              read_value: bool):
+  def _assign(
+    self, method: str, raw_op, value, use_locking, name, read_value: bool
+  ):
     if _enclosing_tpu_context() is None:
       return getattr(self._primary_var, method)(
-          value, use_locking=use_locking, name=name, read_value=read_value)
+        value, use_locking=use_locking, name=name, read_value=read_value
+      )
     value = tf.convert_to_tensor(value, dtype=self.dtype.base_dtype)
     assign_op = raw_op(resource=self.handle, value=value, name=name)
     if not read_value:
@@ -237,8 +251,14 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
     Returns:
       the new value (a tf.Tensor) if read_value, else the assign op.
     """
-    return self._assign("assign", tf.raw_ops.AssignVariableOp, value,
-                        use_locking, name, read_value)
+    return self._assign(
+      "assign",
+      tf.raw_ops.AssignVariableOp,
+      value,
+      use_locking,
+      name,
+      read_value,
+    )
 
   @_not_converted
   def assign_add(self, delta, use_locking=None, name=None, read_value=True):
@@ -253,8 +273,14 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
     Returns:
       the new value (a tf.Tensor) if read_value, else the assign op.
     """
-    return self._assign("assign_add", tf.raw_ops.AssignAddVariableOp, delta,
-                        use_locking, name, read_value)
+    return self._assign(
+      "assign_add",
+      tf.raw_ops.AssignAddVariableOp,
+      delta,
+      use_locking,
+      name,
+      read_value,
+    )
 
   @_not_converted
   def assign_sub(self, delta, use_locking=None, name=None, read_value=True):
@@ -269,18 +295,27 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
     Returns:
       the new value (a tf.Tensor) if read_value, else the assign op.
     """
-    return self._assign("assign_sub", tf.raw_ops.AssignSubVariableOp, delta,
-                        use_locking, name, read_value)
+    return self._assign(
+      "assign_sub",
+      tf.raw_ops.AssignSubVariableOp,
+      delta,
+      use_locking,
+      name,
+      read_value,
+    )
 
   def _dense_var_to_tensor(self, dtype=None, name=None, as_ref=False):
     """Tensor conversion: the value, or (as_ref, in replicate) the handle."""
     if _enclosing_tpu_context() is None:
       # pylint: disable=protected-access
-      return self._primary_var._dense_var_to_tensor(dtype=dtype, name=name,
-                                                    as_ref=as_ref)
+      return self._primary_var._dense_var_to_tensor(
+        dtype=dtype, name=name, as_ref=as_ref
+      )
     if dtype is not None and tf.as_dtype(dtype) != self.dtype.base_dtype:
-      raise ValueError("cannot convert ReplicatedVariable %r of dtype %s to %s"
-                       % (self._name, self.dtype.name, tf.as_dtype(dtype).name))
+      raise ValueError(
+        "cannot convert ReplicatedVariable %r of dtype %s to %s"
+        % (self._name, self.dtype.name, tf.as_dtype(dtype).name)
+      )
     if as_ref:
       return self.handle
     return self._read_replicated()

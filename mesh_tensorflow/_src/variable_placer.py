@@ -30,8 +30,9 @@ class BalancedVariablePlacer:
     # in a tf.compat.v1 graph: variables alternate by size between the CPUs
   """
 
-  def __init__(self, devices: Sequence[str],
-               init_usage: Optional[Sequence[int]] = None):
+  def __init__(
+    self, devices: Sequence[str], init_usage: Optional[Sequence[int]] = None
+  ):
     """Starts with the given usage of each device.
 
     Args:
@@ -49,9 +50,10 @@ class BalancedVariablePlacer:
       init_usage = [0] * len(devices)
     init_usage = list(init_usage)
     if len(init_usage) != len(devices):
-      raise ValueError("BalancedVariablePlacer: init_usage has %d entries for "
-                       "%d devices %s" % (len(init_usage), len(devices),
-                                          devices))
+      raise ValueError(
+        "BalancedVariablePlacer: init_usage has %d entries for "
+        "%d devices %s" % (len(init_usage), len(devices), devices)
+      )
     self._devices = devices
     self._usage = list(init_usage)
     # (bytes used, device index): the smallest index wins ties.
@@ -88,20 +90,28 @@ class BalancedVariablePlacer:
       return self._last_device
     shape = tf.TensorShape(op.get_attr("shape"))
     if not shape.is_fully_defined():
-      raise ValueError("BalancedVariablePlacer: variable op %r has shape %s; "
-                       "a fully known shape is needed to balance bytes"
-                       % (op.name, shape))
+      raise ValueError(
+        "BalancedVariablePlacer: variable op %r has shape %s; "
+        "a fully known shape is needed to balance bytes" % (op.name, shape)
+      )
     size = shape.num_elements() * tf.as_dtype(op.get_attr("dtype")).size
     usage, index = heapq.heappop(self._heap)
     usage += size
     heapq.heappush(self._heap, (usage, index))
     self._usage[index] = usage
     device = self._devices[index]
-    logging.debug("BalancedVariablePlacer: %s (%d bytes) -> %s (now %d bytes)",
-                  op.name, size, device, usage)
+    logging.debug(
+      "BalancedVariablePlacer: %s (%d bytes) -> %s (now %d bytes)",
+      op.name,
+      size,
+      device,
+      usage,
+    )
     self._last_device = device
     return device
 
   def __repr__(self) -> str:
-    return "BalancedVariablePlacer(devices=%r, usage=%r)" % (self._devices,
-                                                            self._usage)
+    return "BalancedVariablePlacer(devices=%r, usage=%r)" % (
+      self._devices,
+      self._usage,
+    )

@@ -12,16 +12,20 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-import weakref
 from typing import Callable, Dict, Iterator, List, Optional
+import weakref
 
 from absl import logging
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import (Graph, Mesh, Operation, Tensor,
-                                        current_variable_scope_name,
-                                        register_graph_rewrites)
-from mesh_tensorflow._src.shapes import Shape, convert_to_shape
+from mesh_tensorflow._src.graph import Graph
+from mesh_tensorflow._src.graph import Mesh
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
+from mesh_tensorflow._src.graph import current_variable_scope_name
+from mesh_tensorflow._src.graph import register_graph_rewrites
+from mesh_tensorflow._src.shapes import Shape
+from mesh_tensorflow._src.shapes import convert_to_shape
 
 tf1 = tf.compat.v1
 
@@ -37,8 +41,9 @@ class VariableDType:
       defaults to slice_dtype.
   """
 
-  def __init__(self, master_dtype=tf.float32, slice_dtype=None,
-               activation_dtype=None):
+  def __init__(
+    self, master_dtype=tf.float32, slice_dtype=None, activation_dtype=None
+  ):
     self._master_dtype = tf.as_dtype(master_dtype)
     self._slice_dtype = tf.as_dtype(slice_dtype or master_dtype)
     self._activation_dtype = tf.as_dtype(activation_dtype or master_dtype)
@@ -59,9 +64,14 @@ class VariableDType:
     return self._activation_dtype
 
   def __repr__(self) -> str:
-    return "VariableDType(master_dtype=%s, slice_dtype=%s, activation_dtype=%s)" % (
-        self._master_dtype.name, self._slice_dtype.name,
-        self._activation_dtype.name)
+    return (
+      "VariableDType(master_dtype=%s, slice_dtype=%s, activation_dtype=%s)"
+      % (
+        self._master_dtype.name,
+        self._slice_dtype.name,
+        self._activation_dtype.name,
+      )
+    )
 
 
 class VariableStore(tf.Module):
@@ -93,8 +103,15 @@ class VariableStore(tf.Module):
     self.masters: Dict[str, tf.Variable] = {}
     self._slices: Dict[str, tf.Variable] = {}
 
-  def get_or_create_master(self, name: str, shape: Shape, dtype: tf.DType,
-                           initializer, trainable: bool, device) -> tf.Variable:
+  def get_or_create_master(
+    self,
+    name: str,
+    shape: Shape,
+    dtype: tf.DType,
+    initializer,
+    trainable: bool,
+    device,
+  ) -> tf.Variable:
     """The master tf.Variable `name`; created on first use.
 
     Args:
@@ -115,24 +132,36 @@ class VariableStore(tf.Module):
     existing = self.masters.get(name)
     if existing is not None:
       _check_same_graph(name, existing)
-      if (existing.shape.as_list() != shape.to_integer_list or
-          existing.dtype != dtype):
+      if (
+        existing.shape.as_list() != shape.to_integer_list
+        or existing.dtype != dtype
+      ):
         raise ValueError(
-            "variable %r already exists with shape %s and dtype %s; asked for "
-            "%s and dtype %s" % (name, existing.shape.as_list(),
-                                 existing.dtype.name, shape.to_string,
-                                 dtype.name))
+          "variable %r already exists with shape %s and dtype %s; asked for "
+          "%s and dtype %s"
+          % (
+            name,
+            existing.shape.as_list(),
+            existing.dtype.name,
+            shape.to_string,
+            dtype.name,
+          )
+        )
       return existing
     with tf.init_scope(), _device_scope(device, name, shape, dtype):
       with _root_name_scope():
         var = tf.Variable(
-            initial_value=_initial_value_fn(initializer, shape, dtype),
-            name=name, trainable=trainable, dtype=dtype)
+          initial_value=_initial_value_fn(initializer, shape, dtype),
+          name=name,
+          trainable=trainable,
+          dtype=dtype,
+        )
     self.masters[name] = var
     return var
 
-  def get_or_create_slice(self, key: str,
-                          create_fn: Callable[[], tf.Variable]) -> tf.Variable:
+  def get_or_create_slice(
+    self, key: str, create_fn: Callable[[], tf.Variable]
+  ) -> tf.Variable:
     """The slice tf.Variable stored under `key`; created on first use.
 
     Args:
@@ -164,8 +193,9 @@ def _check_same_graph(name: str, var: tf.Variable) -> None:
     owner = None
   if owner is not current:
     raise ValueError(
-        "variable %r of this VariableStore was created in another TensorFlow "
-        "graph (or eagerly); use one VariableStore per tf.Graph" % name)
+      "variable %r of this VariableStore was created in another TensorFlow "
+      "graph (or eagerly); use one VariableStore per tf.Graph" % name
+    )
 
 
 class _PendingVariableOp:
@@ -179,8 +209,10 @@ class _PendingVariableOp:
 
   def __init__(self, name: str, shape: Shape, dtype: tf.DType):
     self.name = name
-    self._attrs = {"shape": tf.TensorShape(shape.to_integer_list),
-                   "dtype": dtype}
+    self._attrs = {
+      "shape": tf.TensorShape(shape.to_integer_list),
+      "dtype": dtype,
+    }
 
   def get_attr(self, key: str):
     return self._attrs[key]
@@ -213,7 +245,8 @@ def _initial_value_fn(initializer, shape: Shape, dtype: tf.DType):
   if callable(initializer):
     return lambda: tf.cast(initializer(dims, dtype=dtype), dtype)
   return lambda: tf.cast(
-      tf.broadcast_to(tf.convert_to_tensor(initializer), dims), dtype)
+    tf.broadcast_to(tf.convert_to_tensor(initializer), dims), dtype
+  )
 
 
 _store_override = threading.local()
@@ -322,16 +355,33 @@ class Variable(Operation):
 
   shared_by_clones = True  # Rematerialised code reads the same variable.
 
-  def __init__(self, mesh: Mesh, name: str, shape, dtype: VariableDType,
-               initializer, trainable: bool, **kwargs):
+  def __init__(
+    self,
+    mesh: Mesh,
+    name: str,
+    shape,
+    dtype: VariableDType,
+    initializer,
+    trainable: bool,
+    **kwargs,
+  ):
     super().__init__([], mesh, name="name_will_be_set_below")
     if not isinstance(dtype, VariableDType):
-      raise ValueError("dtype of variable %r must be a VariableDType, got %r"
-                       % (name, dtype))
+      raise ValueError(
+        "dtype of variable %r must be a VariableDType, got %r" % (name, dtype)
+      )
     for k in kwargs:
-      if k not in ("collections", "use_resource", "caching_device",
-                   "partitioner", "validate_shape", "constraint",
-                   "synchronization", "aggregation", "regularizer"):
+      if k not in (
+        "collections",
+        "use_resource",
+        "caching_device",
+        "partitioner",
+        "validate_shape",
+        "constraint",
+        "synchronization",
+        "aggregation",
+        "regularizer",
+      ):
         raise TypeError("unexpected argument %r for variable %r" % (k, name))
     self._variable_dtype = dtype
     self._trainable = trainable
@@ -340,8 +390,13 @@ class Variable(Operation):
     self._name = scope + "/" + name if scope else name
     self._store = _store_in_context(mesh.graph)
     self._master = self._store.get_or_create_master(
-        self._name, self._shape, dtype.master_dtype, initializer, trainable,
-        mesh.variable_placer_fn)
+      self._name,
+      self._shape,
+      dtype.master_dtype,
+      initializer,
+      trainable,
+      mesh.variable_placer_fn,
+    )
     self._outputs = [Tensor(self, self._shape, dtype.activation_dtype)]
     self.graph.register_variable(self)
 
@@ -351,9 +406,11 @@ class Variable(Operation):
     lowering.variables[self] = laid_out
     activation_dtype = self.activation_dtype
     lowering.set_tensor_lowering(
-        self.outputs[0],
-        mesh_impl.slicewise(lambda v: tf.cast(_read(v), activation_dtype),
-                            laid_out.laid_out_tensor))
+      self.outputs[0],
+      mesh_impl.slicewise(
+        lambda v: tf.cast(_read(v), activation_dtype), laid_out.laid_out_tensor
+      ),
+    )
 
   def get_master(self) -> tf.Tensor:
     """Reads the master tf.Variable.
@@ -439,9 +496,18 @@ def _read(v):
   return v.read_value() if isinstance(v, tf.Variable) else tf.identity(v)
 
 
-def get_variable(mesh: Mesh, name: str, shape, dtype=tf.float32,
-                 master_dtype=None, slice_dtype=None, activation_dtype=None,
-                 initializer=None, trainable: bool = True, **kwargs) -> Tensor:
+def get_variable(
+  mesh: Mesh,
+  name: str,
+  shape,
+  dtype=tf.float32,
+  master_dtype=None,
+  slice_dtype=None,
+  activation_dtype=None,
+  initializer=None,
+  trainable: bool = True,
+  **kwargs,
+) -> Tensor:
   """Creates (or reuses, by full name) an mtf variable; returns its value.
 
   Example:
@@ -469,30 +535,42 @@ def get_variable(mesh: Mesh, name: str, shape, dtype=tf.float32,
     dtype = tf.float32
   if isinstance(dtype, VariableDType):
     if master_dtype or slice_dtype or activation_dtype:
-      raise ValueError("variable %r: give per-role dtypes either in the "
-                       "VariableDType or as arguments, not both" % name)
+      raise ValueError(
+        "variable %r: give per-role dtypes either in the "
+        "VariableDType or as arguments, not both" % name
+      )
     variable_dtype = dtype
   else:
     dtype = tf.as_dtype(dtype)
-    variable_dtype = VariableDType(master_dtype or dtype,
-                                   slice_dtype or dtype,
-                                   activation_dtype or dtype)
+    variable_dtype = VariableDType(
+      master_dtype or dtype, slice_dtype or dtype, activation_dtype or dtype
+    )
   scope = current_variable_scope_name()
   full_name = scope + "/" + name if scope else name
   existing = mesh.graph.name_to_variable.get(full_name)
   if existing is not None:
     if existing.shape != convert_to_shape(shape):
-      raise ValueError("variable %r reused with shape %s, created with %s"
-                       % (full_name, convert_to_shape(shape).to_string,
-                          existing.shape.to_string))
+      raise ValueError(
+        "variable %r reused with shape %s, created with %s"
+        % (
+          full_name,
+          convert_to_shape(shape).to_string,
+          existing.shape.to_string,
+        )
+      )
     return existing.outputs[0]
   if initializer is None:
     logging.log_first_n(
-        logging.WARNING, "Using default tf glorot_uniform_initializer for "
-        "variable %s. The initialzer will guess the input and output "
-        "dimensions based on dimension order.", 10, full_name)
-  v = Variable(mesh, name, shape, variable_dtype, initializer, trainable,
-               **kwargs)
+      logging.WARNING,
+      "Using default tf glorot_uniform_initializer for "
+      "variable %s. The initialzer will guess the input and output "
+      "dimensions based on dimension order.",
+      10,
+      full_name,
+    )
+  v = Variable(
+    mesh, name, shape, variable_dtype, initializer, trainable, **kwargs
+  )
   return v.outputs[0]
 
 
@@ -517,9 +595,11 @@ class ReadVariable(Operation):
     laid_out = lowering.variables[self._var]
     dtype = self._var.activation_dtype
     lowering.set_tensor_lowering(
-        self.outputs[0],
-        mesh_impl.slicewise(lambda v: tf.cast(_read(v), dtype),
-                            laid_out.laid_out_tensor))
+      self.outputs[0],
+      mesh_impl.slicewise(
+        lambda v: tf.cast(_read(v), dtype), laid_out.laid_out_tensor
+      ),
+    )
 
 
 def read_variable(var) -> Tensor:
@@ -587,17 +667,26 @@ class Assign(Operation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, variables: List[Variable], new_values: List[Tensor],
-               assign_fn=assign_slice, name: Optional[str] = None):
+  def __init__(
+    self,
+    variables: List[Variable],
+    new_values: List[Tensor],
+    assign_fn=assign_slice,
+    name: Optional[str] = None,
+  ):
     variables = list(variables)
     new_values = list(new_values)
     if len(variables) != len(new_values):
-      raise ValueError("Assign got %d variables and %d values"
-                       % (len(variables), len(new_values)))
+      raise ValueError(
+        "Assign got %d variables and %d values"
+        % (len(variables), len(new_values))
+      )
     for var, val in zip(variables, new_values):
       if var.shape != val.shape:
-        raise ValueError("cannot assign %s to variable %s of shape %s"
-                         % (val.to_string, var.name, var.shape.to_string))
+        raise ValueError(
+          "cannot assign %s to variable %s of shape %s"
+          % (val.to_string, var.name, var.shape.to_string)
+        )
     super().__init__(new_values, variables[0].mesh, name=name or "assign")
     self._variables = variables
     self._assign_fn = assign_fn
@@ -616,8 +705,11 @@ class Assign(Operation):
     updates = []
     for var, val in zip(self._variables, self._inputs):
       laid_out_val = lowering.tensors[val].to_laid_out_tensor()
-      updates.append(lowering.variables[var].assign_to_slices(
-          self._assign_fn, laid_out_val.all_slices))
+      updates.append(
+        lowering.variables[var].assign_to_slices(
+          self._assign_fn, laid_out_val.all_slices
+        )
+      )
     lowering.operations[self] = tf.group(*[u for u in updates if u is not None])
 
 
@@ -630,14 +722,17 @@ def _variable_of(var) -> Variable:
   op = var.operation
   while not isinstance(op, Variable):
     if len(op.inputs) != 1:
-      raise ValueError("%s is not a variable nor a chain of one-input ops "
-                       "leading to one" % var.name)
+      raise ValueError(
+        "%s is not a variable nor a chain of one-input ops "
+        "leading to one" % var.name
+      )
     op = op.inputs[0].operation
   return op
 
 
-def assign(var, new_val: Tensor, assign_fn=assign_slice,
-           name: Optional[str] = None) -> Operation:
+def assign(
+  var, new_val: Tensor, assign_fn=assign_slice, name: Optional[str] = None
+) -> Operation:
   """Assign op; `var` may be a Variable or its output tensor.
 
   Args:
@@ -688,8 +783,9 @@ def combine_assignments(graph: Graph, assignments) -> List[Assign]:
   order = []
   for a in assignments:
     if not isinstance(a, Assign):
-      raise TypeError("combine_assignments expects Assign operations, got %r"
-                      % (a,))
+      raise TypeError(
+        "combine_assignments expects Assign operations, got %r" % (a,)
+      )
     key = a.assign_fn
     if key not in by_fn:
       by_fn[key] = ([], [])
@@ -704,8 +800,19 @@ def combine_assignments(graph: Graph, assignments) -> List[Assign]:
 register_graph_rewrites({"combine_assignments": combine_assignments})
 
 __all__ = [
-    "Assign", "ReadVariable", "Variable", "VariableDType", "VariableStore",
-    "assign", "assign_add", "assign_add_slice", "assign_slice", "assign_sub",
-    "assign_sub_slice", "get_default_variable_store", "get_variable",
-    "read_variable", "variable_store",
+  "Assign",
+  "ReadVariable",
+  "Variable",
+  "VariableDType",
+  "VariableStore",
+  "assign",
+  "assign_add",
+  "assign_add_slice",
+  "assign_slice",
+  "assign_sub",
+  "assign_sub_slice",
+  "get_default_variable_store",
+  "get_variable",
+  "read_variable",
+  "variable_store",
 ]

@@ -39,13 +39,15 @@ def configure_virtual_cpus(num_cpus: int) -> List[str]:
   cpu = tf.config.list_physical_devices("CPU")[0]
   try:
     tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration()] * num_cpus)
+      cpu, [tf.config.LogicalDeviceConfiguration()] * num_cpus
+    )
   except RuntimeError as e:
     existing = len(tf.config.list_logical_devices("CPU"))
     if existing < num_cpus:
       raise RuntimeError(
-          "cannot create %d virtual CPU devices: TensorFlow is already "
-          "initialised with %d logical CPU device(s); call "
-          "configure_virtual_cpus before anything runs a TensorFlow op or "
-          "lists logical devices (%s)" % (num_cpus, existing, e)) from e
+        "cannot create %d virtual CPU devices: TensorFlow is already "
+        "initialised with %d logical CPU device(s); call "
+        "configure_virtual_cpus before anything runs a TensorFlow op or "
+        "lists logical devices (%s)" % (num_cpus, existing, e)
+      ) from e
   return ["/cpu:%d" % i for i in range(num_cpus)]

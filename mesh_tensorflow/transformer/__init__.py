@@ -20,7 +20,7 @@ _TARGET = "transformer"
 
 
 def _target_name(alias_name):
-  return _TARGET + alias_name[len(_ALIAS):]
+  return _TARGET + alias_name[len(_ALIAS) :]
 
 
 class _AliasFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):

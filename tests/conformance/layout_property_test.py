@@ -13,10 +13,11 @@ all outputs must agree.
 import contextlib
 import dataclasses
 from typing import Dict, List, Optional, Tuple
-
 from unittest import mock
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 import numpy as np
 import tensorflow as tf
@@ -31,25 +32,36 @@ MAX_RANK = 4
 MAX_SIZE = 512  # elements of any tensor (and of an einsum's union shape)
 
 UNARY = {
-    "tanh": mtf.tanh,
-    "sigmoid": mtf.sigmoid,
-    "sin": mtf.sin,
-    "cos": mtf.cos,
-    "negative": mtf.negative,
-    # exp and square are applied to bounded values so that long chains of
-    # them cannot overflow.
-    "exp_tanh": lambda x: mtf.exp(mtf.tanh(x)),
-    "square_sin": lambda x: mtf.square(mtf.sin(x)),
-    "square": mtf.square,
+  "tanh": mtf.tanh,
+  "sigmoid": mtf.sigmoid,
+  "sin": mtf.sin,
+  "cos": mtf.cos,
+  "negative": mtf.negative,
+  # exp and square are applied to bounded values so that long chains of
+  # them cannot overflow.
+  "exp_tanh": lambda x: mtf.exp(mtf.tanh(x)),
+  "square_sin": lambda x: mtf.square(mtf.sin(x)),
+  "square": mtf.square,
 }
 
-OP_KINDS = ["unary", "binary", "einsum", "reduce", "merge", "split", "rename",
-            "transpose", "broadcast", "cast"]
+OP_KINDS = [
+  "unary",
+  "binary",
+  "einsum",
+  "reduce",
+  "merge",
+  "split",
+  "rename",
+  "transpose",
+  "broadcast",
+  "cast",
+]
 
 
 @dataclasses.dataclass
 class Program:
   """A replayable mtf program: inputs, then ops that append one tensor each."""
+
   inputs: List[Tuple[List[Tuple[str, int]], int]]  # (dims, numpy seed)
   ops: List[tuple]
 
@@ -92,12 +104,14 @@ def _apply(tensors: List[mtf.Tensor], op: tuple) -> mtf.Tensor:
   if kind == "merge":
     pos, name = op[2], op[3]
     a, b = x.shape.dims[pos], x.shape.dims[pos + 1]
-    return mtf.replace_dimensions(x, [a, b],
-                                  mtf.Dimension(name, a.size * b.size))
+    return mtf.replace_dimensions(
+      x, [a, b], mtf.Dimension(name, a.size * b.size)
+    )
   if kind == "split":
     pos, new_dims = op[2], op[3]
     return mtf.replace_dimensions(
-        x, x.shape.dims[pos], [mtf.Dimension(n, s) for n, s in new_dims])
+      x, x.shape.dims[pos], [mtf.Dimension(n, s) for n, s in new_dims]
+    )
   if kind == "rename":
     return mtf.rename_dimension(x, op[2], op[3])
   if kind == "transpose":
@@ -118,8 +132,11 @@ def _build(program: Program, mesh: mtf.Mesh):
   tensors = []
   for dims, seed in program.inputs:
     shape = mtf.Shape([mtf.Dimension(n, s) for n, s in dims])
-    value = np.random.RandomState(seed).uniform(
-        -1.5, 1.5, shape.to_integer_list).astype(np.float32)
+    value = (
+      np.random.RandomState(seed)
+      .uniform(-1.5, 1.5, shape.to_integer_list)
+      .astype(np.float32)
+    )
     tensors.append(mtf.import_tf_tensor(mesh, tf.constant(value), shape))
   inputs = list(tensors)
   for op in program.ops:
@@ -161,8 +178,14 @@ def _eligible(kind: str, tensors: List[mtf.Tensor], i: int) -> bool:
   return True
 
 
-def _draw_op(draw, kind: str, i: int, tensors: List[mtf.Tensor],
-             known: Dict[str, int], step: int) -> Optional[tuple]:
+def _draw_op(
+  draw,
+  kind: str,
+  i: int,
+  tensors: List[mtf.Tensor],
+  known: Dict[str, int],
+  step: int,
+) -> Optional[tuple]:
   """One op of `kind` on tensors[i], or None if it would not fit."""
   x = tensors[i]
   names = x.shape.dimension_names
@@ -173,8 +196,11 @@ def _draw_op(draw, kind: str, i: int, tensors: List[mtf.Tensor],
       return ("binary", i, j, draw(st.sampled_from(["add", "multiply"])))
     return None
   if kind == "einsum":
-    partners = [j for j, y in enumerate(tensors) if j != i and set(
-        names) & set(y.shape.dimension_names)]
+    partners = [
+      j
+      for j, y in enumerate(tensors)
+      if j != i and set(names) & set(y.shape.dimension_names)
+    ]
     if not partners:
       return None
     j = draw(st.sampled_from(partners))
@@ -183,30 +209,42 @@ def _draw_op(draw, kind: str, i: int, tensors: List[mtf.Tensor],
     union = {d.name: d.size for d in x.shape.dims + y.shape.dims}
     contracted = draw(st.sampled_from(shared))
     out_names = draw(st.permutations([n for n in union if n != contracted]))
-    if (len(out_names) <= MAX_RANK and
-        np.prod(list(union.values())) <= MAX_SIZE):
+    if len(out_names) <= MAX_RANK and np.prod(list(union.values())) <= MAX_SIZE:
       return ("einsum", i, j, contracted, list(out_names))
     return None
   if kind == "reduce":
-    return ("reduce", i, draw(st.sampled_from(["sum", "max"])),
-            draw(st.sampled_from(names)))
+    return (
+      "reduce",
+      i,
+      draw(st.sampled_from(["sum", "max"])),
+      draw(st.sampled_from(names)),
+    )
   if kind == "merge":
     return ("merge", i, draw(st.integers(0, len(names) - 2)), "m%d" % step)
   if kind == "split":
-    pos = draw(st.sampled_from(
-        [p for p, d in enumerate(x.shape.dims) if d.size >= 4]))
+    pos = draw(
+      st.sampled_from([p for p, d in enumerate(x.shape.dims) if d.size >= 4])
+    )
     size = x.shape.dims[pos].size
-    first = draw(st.sampled_from(
-        [s for s in SIZES if s < size and size % s == 0]))
-    return ("split", i, pos,
-            [("s%da" % step, first), ("s%db" % step, size // first)])
+    first = draw(
+      st.sampled_from([s for s in SIZES if s < size and size % s == 0])
+    )
+    return (
+      "split",
+      i,
+      pos,
+      [("s%da" % step, first), ("s%db" % step, size // first)],
+    )
   if kind == "rename":
     return ("rename", i, draw(st.sampled_from(names)), "r%d" % step)
   if kind == "transpose":
     return ("transpose", i, list(draw(st.permutations(names))))
   if kind == "broadcast":
-    choices = [(n, s) for n, s in sorted(known.items())
-               if n not in names and x.size * s <= MAX_SIZE]
+    choices = [
+      (n, s)
+      for n, s in sorted(known.items())
+      if n not in names and x.size * s <= MAX_SIZE
+    ]
     new_dim = draw(st.sampled_from(choices + [("b%d" % step, 2)]))
     return ("broadcast", i, new_dim, draw(st.integers(0, len(names))))
   if kind == "cast":
@@ -222,8 +260,9 @@ def programs(draw) -> Program:
   known = dict(base)
   inputs = []
   for k in range(draw(st.integers(2, 4))):
-    dims = draw(st.lists(st.sampled_from(base), min_size=1, max_size=3,
-                         unique=True))
+    dims = draw(
+      st.lists(st.sampled_from(base), min_size=1, max_size=3, unique=True)
+    )
     inputs.append((dims, k))
   program = Program(inputs, [])
   graph = mtf.Graph()
@@ -231,8 +270,7 @@ def programs(draw) -> Program:
 
   for step in range(draw(st.integers(3, 8))):
     kind = draw(st.sampled_from(OP_KINDS))
-    eligible = [i for i in range(len(tensors))
-                if _eligible(kind, tensors, i)]
+    eligible = [i for i in range(len(tensors)) if _eligible(kind, tensors, i)]
     op = None
     if eligible:
       i = draw(st.sampled_from(eligible))
@@ -267,8 +305,11 @@ def layouts(shapes: List[mtf.Shape], mesh_shape: str):
     rules = []
     taken = set()
     for k, mesh_dim in enumerate(mesh.dims):
-      candidates = [n for n in sorted(sizes)
-                    if sizes[n] % mesh_dim.size == 0 and n not in taken]
+      candidates = [
+        n
+        for n in sorted(sizes)
+        if sizes[n] % mesh_dim.size == 0 and n not in taken
+      ]
       candidates = draw(st.permutations(candidates))
       chosen = []
       for n in candidates:
@@ -280,31 +321,43 @@ def layouts(shapes: List[mtf.Shape], mesh_shape: str):
       rules.extend((n, mesh_dim.name) for n in chosen)
       taken.update(chosen)
     return rules
+
   return strategy()
 
 
-def _run(program: Program, mesh_shape: str, layout,
-         separate_memory: bool = False) -> List[np.ndarray]:
+def _run(
+  program: Program, mesh_shape: str, layout, separate_memory: bool = False
+) -> List[np.ndarray]:
   """Runs on virtual CPUs; separate_memory: as if they did not share memory.
 
   The placement backend takes different collective paths on devices with
   their own memories; pretending so exercises those paths too.
   """
-  patch = (mock.patch.object(collectives, "share_host_memory",
-                             lambda devices: False)
-           if separate_memory else contextlib.nullcontext())
+  patch = (
+    mock.patch.object(collectives, "share_host_memory", lambda devices: False)
+    if separate_memory
+    else contextlib.nullcontext()
+  )
   with patch:
     return mtu.run_program(
-        lambda mesh: _outputs(program, mesh), mesh_shape, layout,
-        mode="eager")
+      lambda mesh: _outputs(program, mesh), mesh_shape, layout, mode="eager"
+    )
 
 
-def _check(program: Program, data, shapes: List[mtf.Shape], mesh_shape: str,
-           separate_memory: bool, reference: List[np.ndarray]) -> None:
+def _check(
+  program: Program,
+  data,
+  shapes: List[mtf.Shape],
+  mesh_shape: str,
+  separate_memory: bool,
+  reference: List[np.ndarray],
+) -> None:
   """Runs `program` under a drawn layout; compares with the reference."""
-  layout = data.draw(layouts(shapes, mesh_shape),
-                     label="layout on %s%s" % (
-                         mesh_shape, " (separate memory)" * separate_memory))
+  layout = data.draw(
+    layouts(shapes, mesh_shape),
+    label="layout on %s%s"
+    % (mesh_shape, " (separate memory)" * separate_memory),
+  )
   actual = _run(program, mesh_shape, layout, separate_memory)
   assert len(actual) == len(reference)
   for k, (a, r) in enumerate(zip(actual, reference)):
@@ -312,17 +365,24 @@ def _check(program: Program, data, shapes: List[mtf.Shape], mesh_shape: str,
     # the output's magnitude.
     scale = max(1.0, float(np.max(np.abs(r)))) if r.size else 1.0
     np.testing.assert_allclose(
-        a, r, rtol=1e-4, atol=1e-5 * scale,
-        err_msg="output %d on %s (separate memory: %s) with layout %s" % (
-            k, mesh_shape, separate_memory, layout))
+      a,
+      r,
+      rtol=1e-4,
+      atol=1e-5 * scale,
+      err_msg="output %d on %s (separate memory: %s) with layout %s"
+      % (k, mesh_shape, separate_memory, layout),
+    )
 
 
 # The SIMD pass (MTF_TEST_MESH_IMPL=simd) runs half the programs: its
 # replicas trace each program four times.
-@settings(max_examples=20 if mtu.SIMD_ENV else 40,
-          deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow,
-                                 HealthCheck.data_too_large])
+@settings(
+  max_examples=20 if mtu.SIMD_ENV else 40,
+  deadline=None,
+  derandomize=True,
+  database=None,
+  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(program=programs(), data=st.data())
 def test_layouts_never_change_results(program, data):
   reference = _run(program, "", [])
@@ -343,14 +403,22 @@ def test_reduce_sum_twice_over_one_split_dim():
   into one allreduce undercounted by the mesh dim size.
   """
   program = Program(
-      inputs=[([("d0", 8), ("d1", 8)], 0), ([("d1", 8)], 1)],
-      ops=[("reduce", 0, "sum", "d0"), ("cast", 0),
-           ("broadcast", 2, ("d0", 8), 1)])
+    inputs=[([("d0", 8), ("d1", 8)], 0), ([("d1", 8)], 1)],
+    ops=[
+      ("reduce", 0, "sum", "d0"),
+      ("cast", 0),
+      ("broadcast", 2, ("d0", 8), 1),
+    ],
+  )
   reference = _run(program, "", [])
   for separate_memory in [False, True]:
-    for mesh_shape, layout in [("all:4", [("d0", "all")]),
-                               ("rows:2;cols:2", [("d0", "rows"),
-                                                  ("d1", "cols")])]:
+    for mesh_shape, layout in [
+      ("all:4", [("d0", "all")]),
+      ("rows:2;cols:2", [("d0", "rows"), ("d1", "cols")]),
+    ]:
       mtu.assert_all_close(
-          _run(program, mesh_shape, layout, separate_memory), reference,
-          rtol=1e-4, msg="%s %s" % (mesh_shape, layout))
+        _run(program, mesh_shape, layout, separate_memory),
+        reference,
+        rtol=1e-4,
+        msg="%s %s" % (mesh_shape, layout),
+      )

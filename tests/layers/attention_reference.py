@@ -56,8 +56,9 @@ class TF:
   def softmax(x, extra_logit=None):
     if extra_logit is None:
       return tf.nn.softmax(x, axis=-1)
-    m = tf.stop_gradient(tf.maximum(tf.reduce_max(x, -1, keepdims=True),
-                                    extra_logit))
+    m = tf.stop_gradient(
+      tf.maximum(tf.reduce_max(x, -1, keepdims=True), extra_logit)
+    )
     e = tf.exp(x - m)
     return e / (tf.reduce_sum(e, -1, keepdims=True) + tf.exp(extra_logit - m))
 

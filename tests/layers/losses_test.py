@@ -32,11 +32,13 @@ def _softmax_program(mesh):
   logits = mtf.import_tf_tensor(mesh, LOGITS, [BATCH, LENGTH, VOCAB])
   targets = mtf.import_tf_tensor(mesh, TARGETS, [BATCH, LENGTH])
   # Soft targets in another dimension order.
-  soft = mtf.import_tf_tensor(mesh, SOFT.transpose(2, 0, 1),
-                              [VOCAB, BATCH, LENGTH])
+  soft = mtf.import_tf_tensor(
+    mesh, SOFT.transpose(2, 0, 1), [VOCAB, BATCH, LENGTH]
+  )
   w = mtf.import_tf_tensor(mesh, WEIGHTS, [BATCH, LENGTH])
   hard = mtf.layers.softmax_cross_entropy_with_logits(
-      logits, targets, VOCAB, z_loss=Z_LOSS)
+    logits, targets, VOCAB, z_loss=Z_LOSS
+  )
   soft_loss = mtf.layers.softmax_cross_entropy_with_logits(logits, soft, VOCAB)
   assert hard.shape == mtf.Shape([BATCH, LENGTH])
   assert soft_loss.shape == mtf.Shape([BATCH, LENGTH])
@@ -50,27 +52,33 @@ def _softmax_reference():
   with tf.GradientTape(persistent=True) as tape:
     tape.watch(logits)
     log_z = tf.reduce_logsumexp(logits, axis=-1)
-    hard = (tf.nn.sparse_softmax_cross_entropy_with_logits(TARGETS, logits) +
-            Z_LOSS * tf.square(log_z))
+    hard = tf.nn.sparse_softmax_cross_entropy_with_logits(
+      TARGETS, logits
+    ) + Z_LOSS * tf.square(log_z)
     soft = tf.nn.softmax_cross_entropy_with_logits(SOFT, logits)
     hard_sum = tf.reduce_sum(hard * WEIGHTS)
     soft_sum = tf.reduce_sum(soft * WEIGHTS)
-  return [hard.numpy(), soft.numpy(),
-          tape.gradient(hard_sum, logits).numpy(),
-          tape.gradient(soft_sum, logits).numpy()]
+  return [
+    hard.numpy(),
+    soft.numpy(),
+    tape.gradient(hard_sum, logits).numpy(),
+    tape.gradient(soft_sum, logits).numpy(),
+  ]
 
 
 @meshes.parametrize(meshes.LOSSES)
 def test_softmax_cross_entropy_values_and_gradients(mesh_shape, layout):
   got = mtu.run_program(_softmax_program, mesh_shape, layout)
-  mtu.assert_all_close(got, _softmax_reference(), rtol=1e-5, atol=1e-5,
-                       msg=layout)
+  mtu.assert_all_close(
+    got, _softmax_reference(), rtol=1e-5, atol=1e-5, msg=layout
+  )
 
 
 @pytest.mark.parametrize("mode", ["function", "graph"])
 def test_softmax_cross_entropy_modes(mode):
-  got = mtu.run_program(_softmax_program, "rows:2;cols:2",
-                        "batch:rows;vocab:cols", mode)
+  got = mtu.run_program(
+    _softmax_program, "rows:2;cols:2", "batch:rows;vocab:cols", mode
+  )
   mtu.assert_all_close(got, _softmax_reference(), rtol=1e-5, atol=1e-5)
 
 
@@ -80,49 +88,60 @@ TARGETS_OUT_OF_RANGE[0, 0], TARGETS_OUT_OF_RANGE[2, 1] = -1, 8
 
 
 @pytest.mark.parametrize("mode", mtu.MODES)
-@meshes.parametrize(meshes.LOSSES,
-                    extra=[("rows:2;cols:2", "length:rows;batch:cols")])
+@meshes.parametrize(
+  meshes.LOSSES, extra=[("rows:2;cols:2", "length:rows;batch:cols")]
+)
 def test_softmax_cross_entropy_hard_targets_equal_one_hot_soft_targets(
-    mesh_shape, layout, mode):
+  mesh_shape, layout, mode
+):
   """Hard targets (a gather) give what their one-hots as soft targets give,
-  out-of-range ids and targets in another dimension order included."""
+  out-of-range ids and targets in another dimension order included.
+  """
+
   def build(mesh):
     logits = mtf.import_tf_tensor(mesh, LOGITS, [BATCH, LENGTH, VOCAB])
-    targets = mtf.import_tf_tensor(mesh, TARGETS_OUT_OF_RANGE.T,
-                                   [LENGTH, BATCH])
+    targets = mtf.import_tf_tensor(
+      mesh, TARGETS_OUT_OF_RANGE.T, [LENGTH, BATCH]
+    )
     w = mtf.import_tf_tensor(mesh, WEIGHTS, [BATCH, LENGTH])
     hard = mtf.layers.softmax_cross_entropy_with_logits(
-        logits, targets, VOCAB, z_loss=Z_LOSS)
+      logits, targets, VOCAB, z_loss=Z_LOSS
+    )
     soft = mtf.layers.softmax_cross_entropy_with_logits(
-        logits, mtf.one_hot(targets, VOCAB), VOCAB, z_loss=Z_LOSS)
+      logits, mtf.one_hot(targets, VOCAB), VOCAB, z_loss=Z_LOSS
+    )
     assert hard.shape == soft.shape == mtf.Shape([BATCH, LENGTH])
     [d_hard] = mtf.gradients([mtf.reduce_sum(hard * w)], [logits])
     [d_soft] = mtf.gradients([mtf.reduce_sum(soft * w)], [logits])
     return [hard, soft, d_hard, d_soft]
+
   hard, soft, d_hard, d_soft = mtu.run_program(build, mesh_shape, layout, mode)
   np.testing.assert_allclose(hard, soft, rtol=1e-6, atol=1e-6)
   np.testing.assert_allclose(d_hard, d_soft, rtol=1e-5, atol=1e-6)
   log_z = np.log(np.exp(LOGITS.astype(np.float64)).sum(-1))
-  expected = Z_LOSS * log_z ** 2
+  expected = Z_LOSS * log_z**2
   in_range = (TARGETS_OUT_OF_RANGE >= 0) & (TARGETS_OUT_OF_RANGE < 8)
   target_logits = np.take_along_axis(
-      LOGITS, np.where(in_range, TARGETS_OUT_OF_RANGE, 0)[..., None], -1)
+    LOGITS, np.where(in_range, TARGETS_OUT_OF_RANGE, 0)[..., None], -1
+  )
   expected += np.where(in_range, log_z - target_logits[..., 0], 0.0)
   np.testing.assert_allclose(hard, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_softmax_cross_entropy_bfloat16_logits():
   def build(mesh):
-    logits = mtf.cast(mtf.import_tf_tensor(mesh, LOGITS,
-                                           [BATCH, LENGTH, VOCAB]),
-                      tf.bfloat16)
+    logits = mtf.cast(
+      mtf.import_tf_tensor(mesh, LOGITS, [BATCH, LENGTH, VOCAB]), tf.bfloat16
+    )
     targets = mtf.import_tf_tensor(mesh, TARGETS, [BATCH, LENGTH])
     loss = mtf.layers.softmax_cross_entropy_with_logits(logits, targets, VOCAB)
     assert loss.dtype == tf.bfloat16
     return [mtf.cast(loss, tf.float32)]
+
   [loss] = mtu.run_program(build, "all:4", "vocab:all")
   expected = tf.nn.sparse_softmax_cross_entropy_with_logits(
-      TARGETS, LOGITS).numpy()
+    TARGETS, LOGITS
+  ).numpy()
   np.testing.assert_allclose(loss, expected, rtol=0.1, atol=0.1)
 
 
@@ -167,7 +186,8 @@ def test_sigmoid_cross_entropy_shape_mismatch():
   mesh = mtf.Mesh(graph, "mesh")
   with pytest.raises(ValueError, match="logits shape.*targets shape.*length"):
     mtf.layers.sigmoid_cross_entropy_with_logits(
-        mtf.zeros(mesh, [BATCH, LENGTH]), mtf.zeros(mesh, [LENGTH, BATCH]))
+      mtf.zeros(mesh, [BATCH, LENGTH]), mtf.zeros(mesh, [LENGTH, BATCH])
+    )
 
 
 def test_weights_nonzero():
@@ -180,23 +200,35 @@ def test_weights_nonzero():
     assert w.dtype == tf.float32 and w16.dtype == tf.bfloat16
     assert w.shape == t.shape
     return [w, mtf.cast(w16, tf.float32)]
-  for mesh_shape, layout in [("", ""),
-                             ("rows:2;cols:2", "batch:rows;length:cols")]:
+
+  for mesh_shape, layout in [
+    ("", ""),
+    ("rows:2;cols:2", "batch:rows;length:cols"),
+  ]:
     got = mtu.run_program(build, mesh_shape, layout)
     expected = (ids != 0).astype(np.float32)
     mtu.assert_all_close(got, [expected, expected], msg=layout)
 
 
 def _params(fn):
-  return [(p.name, p.default)
-          for p in inspect.signature(fn).parameters.values()]
+  return [
+    (p.name, p.default) for p in inspect.signature(fn).parameters.values()
+  ]
 
 
 def test_signatures():
   e = inspect.Parameter.empty
   assert _params(mtf.layers.softmax_cross_entropy_with_logits) == [
-      ("logits", e), ("targets", e), ("vocab_dim", e), ("z_loss", 0.0)]
+    ("logits", e),
+    ("targets", e),
+    ("vocab_dim", e),
+    ("z_loss", 0.0),
+  ]
   assert _params(mtf.layers.sigmoid_cross_entropy_with_logits) == [
-      ("logits", e), ("targets", e)]
+    ("logits", e),
+    ("targets", e),
+  ]
   assert _params(mtf.layers.weights_nonzero) == [
-      ("targets", e), ("dtype", tf.float32)]
+    ("targets", e),
+    ("dtype", tf.float32),
+  ]

@@ -62,14 +62,16 @@ def _layer_norm_reference():
 @meshes.parametrize(meshes.NORMS)
 def test_layer_norm_values_and_gradients(mesh_shape, layout):
   got = mtu.run_program(_layer_norm_program, mesh_shape, layout)
-  mtu.assert_all_close(got, _layer_norm_reference(), rtol=1e-4, atol=1e-4,
-                       msg=layout)
+  mtu.assert_all_close(
+    got, _layer_norm_reference(), rtol=1e-4, atol=1e-4, msg=layout
+  )
 
 
 @pytest.mark.parametrize("mode", ["function", "graph"])
 def test_layer_norm_modes(mode):
-  got = mtu.run_program(_layer_norm_program, "rows:2;cols:2",
-                        "batch:rows;d_model:cols", mode)
+  got = mtu.run_program(
+    _layer_norm_program, "rows:2;cols:2", "batch:rows;d_model:cols", mode
+  )
   mtu.assert_all_close(got, _layer_norm_reference(), rtol=1e-4, atol=1e-4)
 
 
@@ -87,12 +89,12 @@ def test_layer_norm_variables_and_errors():
       mtf.layers.layer_norm(x, LENGTH)
   assert y.shape == x.shape and yb.dtype == tf.bfloat16
   assert [(v.name, v.shape.to_string) for v in graph.trainable_variables] == [
-      ("layer_prepostprocess/layer_norm/layer_norm_scale", "Shape[d_model=8]"),
-      ("layer_prepostprocess/layer_norm/layer_norm_bias", "Shape[d_model=8]"),
-      ("encoder/final/layer_norm/layer_norm_scale", "Shape[d_model=8]"),
-      ("encoder/final/layer_norm/layer_norm_bias", "Shape[d_model=8]"),
-      ("bf/layer_norm/layer_norm_scale", "Shape[d_model=8]"),
-      ("bf/layer_norm/layer_norm_bias", "Shape[d_model=8]"),
+    ("layer_prepostprocess/layer_norm/layer_norm_scale", "Shape[d_model=8]"),
+    ("layer_prepostprocess/layer_norm/layer_norm_bias", "Shape[d_model=8]"),
+    ("encoder/final/layer_norm/layer_norm_scale", "Shape[d_model=8]"),
+    ("encoder/final/layer_norm/layer_norm_bias", "Shape[d_model=8]"),
+    ("bf/layer_norm/layer_norm_scale", "Shape[d_model=8]"),
+    ("bf/layer_norm/layer_norm_bias", "Shape[d_model=8]"),
   ]
   bf = graph.name_to_variable["bf/layer_norm/layer_norm_scale"]
   assert bf.master_dtype == tf.float32 and bf.activation_dtype == tf.bfloat16
@@ -128,8 +130,9 @@ def _batch_norm_reference():
 @meshes.parametrize(meshes.NORMS)
 def test_batch_norm_training_values_and_gradients(mesh_shape, layout):
   got = mtu.run_program(_batch_norm_program, mesh_shape, layout)
-  mtu.assert_all_close(got, _batch_norm_reference(), rtol=1e-4, atol=1e-4,
-                       msg=layout)
+  mtu.assert_all_close(
+    got, _batch_norm_reference(), rtol=1e-4, atol=1e-4, msg=layout
+  )
 
 
 def test_batch_norm_eval_uses_moving_statistics():
@@ -138,20 +141,26 @@ def test_batch_norm_eval_uses_moving_statistics():
     y, update_ops = mtf.layers.batch_norm(x, False, 0.9, epsilon=1e-3)
     assert update_ops == []
     # Normalize over length only (dims 1..2), per (batch, d_model).
-    y2, _ = mtf.layers.batch_norm(x, True, 0.9, dims_idx_start=1,
-                                  dims_idx_end=2, init_zero=True, name="z")
-    y3, _ = mtf.layers.batch_norm(x, True, 0.9, dims_idx_start=1,
-                                  dims_idx_end=2, name="per_example")
+    y2, _ = mtf.layers.batch_norm(
+      x, True, 0.9, dims_idx_start=1, dims_idx_end=2, init_zero=True, name="z"
+    )
+    y3, _ = mtf.layers.batch_norm(
+      x, True, 0.9, dims_idx_start=1, dims_idx_end=2, name="per_example"
+    )
     return [y, y2, y3]
+
   mean = X.mean(axis=1, keepdims=True)
   var = X.var(axis=1, keepdims=True)
-  for mesh_shape, layout in [("", ""),
-                             ("rows:2;cols:2", "batch:rows;length:cols")]:
+  for mesh_shape, layout in [
+    ("", ""),
+    ("rows:2;cols:2", "batch:rows;length:cols"),
+  ]:
     y, y2, y3 = mtu.run_program(build, mesh_shape, layout)
     np.testing.assert_allclose(y, X / np.sqrt(1.0 + 1e-3), rtol=1e-5)
     np.testing.assert_allclose(y2, np.zeros_like(X))
-    np.testing.assert_allclose(y3, (X - mean) / np.sqrt(var + 1e-9),
-                               rtol=1e-3, atol=1e-3)
+    np.testing.assert_allclose(
+      y3, (X - mean) / np.sqrt(var + 1e-9), rtol=1e-3, atol=1e-3
+    )
 
 
 def test_batch_norm_variables_and_errors():
@@ -161,22 +170,29 @@ def test_batch_norm_variables_and_errors():
     x = mtf.zeros(mesh, [BATCH, LENGTH, D_MODEL])
     mtf.layers.batch_norm(x, True, 0.99)
     with tf1.variable_scope("block"):
-      mtf.layers.batch_norm(x, False, 0.99, dims_idx_start=1, dims_idx_end=2,
-                            name="bn")
+      mtf.layers.batch_norm(
+        x, False, 0.99, dims_idx_start=1, dims_idx_end=2, name="bn"
+      )
     with pytest.raises(ValueError, match="dims_idx_start=2, dims_idx_end=2"):
       mtf.layers.batch_norm(x, True, 0.9, dims_idx_start=2, dims_idx_end=2)
     mean_init = store.masters["batch_norm/bn_moving_mean"].numpy()
     var_init = store.masters["batch_norm/bn_moving_variance"].numpy()
   assert [v.name for v in graph.trainable_variables] == [
-      "batch_norm/batch_norm_scale", "batch_norm/batch_norm_bias",
-      "block/bn/batch_norm_scale", "block/bn/batch_norm_bias"]
-  assert [(v.name, v.shape.to_string, v.trainable)
-          for v in graph.all_variables if not v.trainable] == [
-              ("batch_norm/bn_moving_mean", "Shape[d_model=8]", False),
-              ("batch_norm/bn_moving_variance", "Shape[d_model=8]", False),
-              ("block/bn/bn_moving_mean", "Shape[batch=4, d_model=8]", False),
-              ("block/bn/bn_moving_variance", "Shape[batch=4, d_model=8]",
-               False)]
+    "batch_norm/batch_norm_scale",
+    "batch_norm/batch_norm_bias",
+    "block/bn/batch_norm_scale",
+    "block/bn/batch_norm_bias",
+  ]
+  assert [
+    (v.name, v.shape.to_string, v.trainable)
+    for v in graph.all_variables
+    if not v.trainable
+  ] == [
+    ("batch_norm/bn_moving_mean", "Shape[d_model=8]", False),
+    ("batch_norm/bn_moving_variance", "Shape[d_model=8]", False),
+    ("block/bn/bn_moving_mean", "Shape[batch=4, d_model=8]", False),
+    ("block/bn/bn_moving_variance", "Shape[batch=4, d_model=8]", False),
+  ]
   np.testing.assert_array_equal(mean_init, np.zeros(8, np.float32))
   np.testing.assert_array_equal(var_init, np.ones(8, np.float32))
 
@@ -207,8 +223,9 @@ def test_batch_norm_update_ops_update_moving_statistics(mode):
   if mode == "graph":
     with tf.Graph().as_default():
       lowering, y, updates = _bn_step(mesh_shape, layout)
-      with tf1.Session(config=tf1.ConfigProto(
-          device_count={"CPU": len(mtu.DEVICES)})) as sess:
+      with tf1.Session(
+        config=tf1.ConfigProto(device_count={"CPU": len(mtu.DEVICES)})
+      ) as sess:
         sess.run(tf1.global_variables_initializer())
         sess.run(tf1.local_variables_initializer())
         sess.run(lowering.copy_masters_to_slices())
@@ -226,6 +243,7 @@ def test_batch_norm_update_ops_update_moving_statistics(mode):
         with tf.control_dependencies([y]):
           lowering.copy_slices_to_masters()
         return y
+
     if mode == "function":
       step = tf.function(step, autograph=False)
     for _ in range(2):
@@ -237,16 +255,26 @@ def test_batch_norm_update_ops_update_moving_statistics(mode):
 
 
 def _params(fn):
-  return [(p.name, p.default)
-          for p in inspect.signature(fn).parameters.values()]
+  return [
+    (p.name, p.default) for p in inspect.signature(fn).parameters.values()
+  ]
 
 
 def test_signatures():
   e = inspect.Parameter.empty
   assert _params(mtf.layers.layer_norm) == [
-      ("x", e), ("dim", e), ("epsilon", 1e-6),
-      ("name", "layer_prepostprocess")]
+    ("x", e),
+    ("dim", e),
+    ("epsilon", 1e-6),
+    ("name", "layer_prepostprocess"),
+  ]
   assert _params(mtf.layers.batch_norm) == [
-      ("x", e), ("is_training", e), ("momentum", e), ("epsilon", 1e-9),
-      ("dims_idx_start", 0), ("dims_idx_end", -1), ("init_zero", False),
-      ("name", None)]
+    ("x", e),
+    ("is_training", e),
+    ("momentum", e),
+    ("epsilon", 1e-9),
+    ("dims_idx_start", 0),
+    ("dims_idx_end", -1),
+    ("init_zero", False),
+    ("name", None),
+  ]

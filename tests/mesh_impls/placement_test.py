@@ -29,8 +29,8 @@ REDUCE_AXES = [[0], [1], [0, 1]]
 # Sizes: small (reduce-then-broadcast), large and divisible by every group
 # size (sharded), large but not divisible by the group size (fallback).
 SMALL = [3, 5]
-LARGE = [128, 128]          # 16384 elements: the sharded threshold exactly.
-LARGE_ODD = [16385]         # >= threshold, not divisible by 2, 4 or 8.
+LARGE = [128, 128]  # 16384 elements: the sharded threshold exactly.
+LARGE_ODD = [16385]  # >= threshold, not divisible by 2, 4 or 8.
 SIZES = [SMALL, LARGE, LARGE_ODD]
 
 NP_REDUCTIONS = {"SUM": np.sum, "MAX": np.max, "MIN": np.min}
@@ -75,7 +75,10 @@ def _device_suffix(device):
 def _assert_placed(impl, laid_out):
   for pnum, t in enumerate(laid_out.tensor_list):
     assert t.device.endswith(_device_suffix(impl.devices[pnum])), (
-        pnum, t.device, impl.devices[pnum])
+      pnum,
+      t.device,
+      impl.devices[pnum],
+    )
 
 
 def _groups(impl, mesh_axes):
@@ -108,8 +111,13 @@ def test_allreduce(mesh_shape, mesh_axes, reduction, size, memory):
     expected = NP_REDUCTIONS[reduction](np.stack([xs[p] for p in group]), 0)
     for p in group:
       assert got[p].shape == tuple(size)
-      np.testing.assert_allclose(got[p], expected, rtol=1e-5, atol=1e-5,
-                                 err_msg="pnum %d group %s" % (p, group))
+      np.testing.assert_allclose(
+        got[p],
+        expected,
+        rtol=1e-5,
+        atol=1e-5,
+        err_msg="pnum %d group %s" % (p, group),
+      )
 
 
 def test_allreduce_no_axes_is_identity():
@@ -136,15 +144,18 @@ def test_allreduce_inside_tf_function(memory):
   @tf.function(autograph=False)
   def fn():
     return impl.allreduce(_laid_out(impl, xs), [0, 1], "SUM").tensor_list
+
   got = [np.asarray(t) for t in fn()]
   for g in got:
     np.testing.assert_allclose(g, np.sum(xs, 0), rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("size,sharded", [(SMALL, False), (LARGE, True),
-                                          (LARGE_ODD, False)])
+@pytest.mark.parametrize(
+  "size,sharded", [(SMALL, False), (LARGE, True), (LARGE_ODD, False)]
+)
 def test_allreduce_takes_sharded_path_only_when_it_should(
-    size, sharded, memory, monkeypatch):
+  size, sharded, memory, monkeypatch
+):
   """The sharded path runs (so test_allreduce covers it) exactly when meant."""
   calls = []
   real = collectives.sharded_allreduce
@@ -152,6 +163,7 @@ def test_allreduce_takes_sharded_path_only_when_it_should(
   def spy(xs, devices, reduction_fn_string="SUM"):
     calls.append(len(xs))
     return real(xs, devices, reduction_fn_string)
+
   monkeypatch.setattr(collectives, "sharded_allreduce", spy)
   impl = _impl(MESH_2X4)
   xs = _per_processor(impl, size)
@@ -164,11 +176,13 @@ def test_share_host_memory():
   assert collectives.share_host_memory(DEVICES)
   assert collectives.share_host_memory(["", "/cpu:1"])
   assert collectives.share_host_memory(
-      ["/job:localhost/replica:0/task:0/device:CPU:0", "/cpu:3"])
+    ["/job:localhost/replica:0/task:0/device:CPU:0", "/cpu:3"]
+  )
   assert not collectives.share_host_memory(["/cpu:0", "/gpu:0"])
   assert not collectives.share_host_memory(["/gpu:0", "/gpu:1"])
   assert not collectives.share_host_memory(
-      ["/job:worker/task:0/cpu:0", "/job:worker/task:1/cpu:0"])
+    ["/job:worker/task:0/cpu:0", "/job:worker/task:1/cpu:0"]
+  )
 
 
 def test_allreduce_unknown_reduction():
@@ -180,8 +194,9 @@ def test_allreduce_unknown_reduction():
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
 @pytest.mark.parametrize("size", SIZES, ids=["small", "large", "large_odd"])
 def test_collectives_allreduce_direct(n, size):
-  xs = [np.random.RandomState(i).randn(*size).astype(np.float32)
-        for i in range(n)]
+  xs = [
+    np.random.RandomState(i).randn(*size).astype(np.float32) for i in range(n)
+  ]
   devices = DEVICES[:n]
   tensors = []
   for x, d in zip(xs, devices):
@@ -200,8 +215,9 @@ def test_collectives_allreduce_direct(n, size):
     for path in paths:
       for t, d in zip(path(tensors, devices, reduction), devices):
         assert t.device.endswith(_device_suffix(d))
-        np.testing.assert_allclose(np.asarray(t), expected, rtol=1e-5,
-                                   atol=1e-4)
+        np.testing.assert_allclose(
+          np.asarray(t), expected, rtol=1e-5, atol=1e-4
+        )
 
 
 def test_module_level_aliases():
@@ -240,14 +256,17 @@ def test_allconcat(mesh_shape, mesh_axis, concat_axis, memory):
 def _np_alltoall(xs, split_axis, concat_axis):
   n = len(xs)
   pieces = [np.split(x, n, axis=split_axis) for x in xs]
-  return [np.concatenate([pieces[i][j] for i in range(n)], concat_axis)
-          for j in range(n)]
+  return [
+    np.concatenate([pieces[i][j] for i in range(n)], concat_axis)
+    for j in range(n)
+  ]
 
 
 @pytest.mark.parametrize("mesh_shape", MESH_SHAPES)
 @pytest.mark.parametrize("mesh_axis", [0, 1])
-@pytest.mark.parametrize("split_axis,concat_axis",
-                         [(0, 1), (1, 0), (2, 0), (0, 0), (1, 1), (2, 2)])
+@pytest.mark.parametrize(
+  "split_axis,concat_axis", [(0, 1), (1, 0), (2, 0), (0, 0), (1, 1), (2, 2)]
+)
 def test_alltoall(mesh_shape, mesh_axis, split_axis, concat_axis):
   impl = _impl(mesh_shape)
   xs = _per_processor(impl, [8, 4, 8], seed=split_axis * 3 + concat_axis)
@@ -272,14 +291,17 @@ def test_alltoall_then_back_is_identity():
 # ------------------------------------------------- receive / shift / allsplit
 
 
-@pytest.mark.parametrize("mesh_shape,mesh_axis,source_pcoord", [
+@pytest.mark.parametrize(
+  "mesh_shape,mesh_axis,source_pcoord",
+  [
     (MESH_2X2, 0, [1, 0]),
     (MESH_2X2, 1, [None, 0]),
     (MESH_2X2, 0, [None, None]),
     (MESH_2X4, 1, [3, None, 0, 0]),
     (MESH_2X4, 1, [1, 2, 3, 0]),
     (MESH_2X4, 0, [None, 0]),
-])
+  ],
+)
 def test_receive(mesh_shape, mesh_axis, source_pcoord):
   impl = _impl(mesh_shape)
   xs = _per_processor(impl, [2, 3])
@@ -304,8 +326,7 @@ def test_receive(mesh_shape, mesh_axis, source_pcoord):
 def test_shift_by_n_processors(mesh_shape, mesh_axis, offset, wrap):
   impl = _impl(mesh_shape)
   xs = _per_processor(impl, [3], seed=abs(offset))
-  out = impl.shift_by_n_processors(_laid_out(impl, xs), mesh_axis, offset,
-                                   wrap)
+  out = impl.shift_by_n_processors(_laid_out(impl, xs), mesh_axis, offset, wrap)
   _assert_placed(impl, out)
   got = _values(out)
   n = impl.shape[mesh_axis].size
@@ -342,11 +363,13 @@ def test_allsplit_with_tensor_which():
   impl = _impl(MESH_2X4)
   xs = _per_processor(impl, [4, 8])
   which = placement.LaidOutTensor(
-      [tf.constant(3 - _coord(impl, p)[1]) for p in range(impl.size)])
+    [tf.constant(3 - _coord(impl, p)[1]) for p in range(impl.size)]
+  )
   got = _values(impl.allsplit(_laid_out(impl, xs), 1, 1, which=which))
   for p in range(impl.size):
     np.testing.assert_array_equal(
-        got[p], np.split(xs[p], 4, axis=1)[3 - _coord(impl, p)[1]])
+      got[p], np.split(xs[p], 4, axis=1)[3 - _coord(impl, p)[1]]
+    )
 
 
 def test_allconcat_then_allsplit_is_identity():
@@ -374,17 +397,17 @@ def test_laid_out_pnum_and_pcoord(mesh_shape):
 
 
 LAYOUT_CASES = [
-    # (mesh shape, layout, tensor shape): splitting 0, 1 and 2 dims.
-    (MESH_2X2, "", "a:4;b:6"),
-    (MESH_2X2, "a:rows", "a:4;b:6"),
-    (MESH_2X2, "b:cols", "a:4;b:6;c:3"),
-    (MESH_2X2, "a:cols;b:rows", "a:4;b:6"),
-    (MESH_2X2, "a:rows;c:cols", "a:4;b:3;c:2"),
-    (MESH_2X4, "", "a:2;b:3"),
-    (MESH_2X4, "b:cols", "a:3;b:8"),
-    (MESH_2X4, "a:rows", "a:4;b:5"),
-    (MESH_2X4, "a:cols;b:rows", "a:8;b:2"),
-    (MESH_2X4, "b:rows;c:cols", "a:3;b:2;c:4"),
+  # (mesh shape, layout, tensor shape): splitting 0, 1 and 2 dims.
+  (MESH_2X2, "", "a:4;b:6"),
+  (MESH_2X2, "a:rows", "a:4;b:6"),
+  (MESH_2X2, "b:cols", "a:4;b:6;c:3"),
+  (MESH_2X2, "a:cols;b:rows", "a:4;b:6"),
+  (MESH_2X2, "a:rows;c:cols", "a:4;b:3;c:2"),
+  (MESH_2X4, "", "a:2;b:3"),
+  (MESH_2X4, "b:cols", "a:3;b:8"),
+  (MESH_2X4, "a:rows", "a:4;b:5"),
+  (MESH_2X4, "a:cols;b:rows", "a:8;b:2"),
+  (MESH_2X4, "b:rows;c:cols", "a:3;b:2;c:4"),
 ]
 
 
@@ -399,8 +422,11 @@ def _mesh_dim_size(mesh_shape, name):
 
 def _expected_split(layout, tensor_shape):
   rules = mtf.convert_to_layout_rules(layout)
-  return [name for name in mtf.convert_to_shape(tensor_shape).dimension_names
-          if any(t == name for t, _ in rules)]
+  return [
+    name
+    for name in mtf.convert_to_shape(tensor_shape).dimension_names
+    if any(t == name for t, _ in rules)
+  ]
 
 
 @pytest.mark.parametrize("mesh_shape,layout,tensor_shape", LAYOUT_CASES)
@@ -411,8 +437,9 @@ def test_slice_shape_begin_and_slice_num(mesh_shape, layout, tensor_shape):
   split = _expected_split(layout, tensor_shape)
   rules = dict(mtf.convert_to_layout_rules(layout))
   expected_slice = [
-      d.size // _mesh_dim_size(mesh, rules[d.name]) if d.name in split
-      else d.size for d in shape.dims]
+    d.size // _mesh_dim_size(mesh, rules[d.name]) if d.name in split else d.size
+    for d in shape.dims
+  ]
   assert impl.slice_shape(shape) == expected_slice
   assert impl.slice_size(shape) == int(np.prod(expected_slice))
   assert impl.laid_out_size(shape) == int(np.prod(expected_slice)) * impl.size
@@ -431,7 +458,8 @@ def test_slice_shape_begin_and_slice_num(mesh_shape, layout, tensor_shape):
     _np_slice(covered, begin, expected_slice)[...] += 1
   np.testing.assert_array_equal(covered, 1)
   assert len(set(tuple(b) for b in begins)) == int(
-      np.prod([_mesh_dim_size(mesh, rules[n]) for n in split]))
+    np.prod([_mesh_dim_size(mesh, rules[n]) for n in split])
+  )
 
   laid_out_begins = impl.laid_out_slice_begin(shape).tensor_list
   assert [list(b) for b in laid_out_begins] == begins
@@ -451,7 +479,8 @@ def test_make_and_combine_slices_round_trip(mesh_shape, layout, tensor_shape):
   size = impl.slice_shape(shape)
   for p, s in enumerate(slices):
     np.testing.assert_array_equal(
-        np.asarray(s), _np_slice(x, impl.slice_begin(shape, p), size))
+      np.asarray(s), _np_slice(x, impl.slice_begin(shape, p), size)
+    )
   for device in [None, DEVICES[3]]:
     full = impl.combine_slices(slices, shape, device=device)
     np.testing.assert_array_equal(np.asarray(full), x)
@@ -483,15 +512,17 @@ def _mtf_tensor(tensor_shape, dtype=tf.float32):
   mesh = mtf.Mesh(graph, "mesh")
   shape = mtf.convert_to_shape(tensor_shape)
   return mtf.import_tf_tensor(
-      mesh, tf.zeros(shape.to_integer_list, dtype), shape)
+    mesh, tf.zeros(shape.to_integer_list, dtype), shape
+  )
 
 
 @pytest.mark.parametrize("mesh_shape,layout,tensor_shape", LAYOUT_CASES)
 def test_import_export_round_trip(mesh_shape, layout, tensor_shape):
   impl = _impl(mesh_shape, layout)
   x = _mtf_tensor(tensor_shape)
-  value = np.random.RandomState(2).randn(
-      *x.shape.to_integer_list).astype(np.float32)
+  value = (
+    np.random.RandomState(2).randn(*x.shape.to_integer_list).astype(np.float32)
+  )
   laid_out = impl.import_tf_tensor(x, value)
   assert isinstance(laid_out, placement.LaidOutTensor)
   assert laid_out.slice_shape == impl.slice_shape(x.shape)
@@ -500,10 +531,12 @@ def test_import_export_round_trip(mesh_shape, layout, tensor_shape):
   _assert_placed(impl, laid_out)
   for p, s in enumerate(laid_out.tensor_list):
     np.testing.assert_array_equal(
-        np.asarray(s), _np_slice(value, impl.slice_begin(x.shape, p),
-                                 impl.slice_shape(x.shape)))
+      np.asarray(s),
+      _np_slice(value, impl.slice_begin(x.shape, p), impl.slice_shape(x.shape)),
+    )
   np.testing.assert_array_equal(
-      np.asarray(impl.export_to_tf_tensor(x, laid_out)), value)
+    np.asarray(impl.export_to_tf_tensor(x, laid_out)), value
+  )
 
 
 def test_import_export_int_and_function_mode():
@@ -517,6 +550,7 @@ def test_import_export_int_and_function_mode():
     for p, t in enumerate(laid_out.tensor_list):
       assert t.device.endswith(_device_suffix(impl.devices[p]))
     return impl.export_to_tf_tensor(x, laid_out)
+
   np.testing.assert_array_equal(np.asarray(fn()), value)
 
 
@@ -544,9 +578,16 @@ def test_slicewise_places_and_returns_tuples():
 # ----------------------------------------------------------- random / Print
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
-    (MESH_2X2, ""), (MESH_2X2, "a:rows"), (MESH_2X2, "b:cols"),
-    (MESH_2X4, "a:cols"), (MESH_2X4, "a:cols;b:rows")])
+@pytest.mark.parametrize(
+  "mesh_shape,layout",
+  [
+    (MESH_2X2, ""),
+    (MESH_2X2, "a:rows"),
+    (MESH_2X2, "b:cols"),
+    (MESH_2X4, "a:cols"),
+    (MESH_2X4, "a:cols;b:rows"),
+  ],
+)
 def test_random_replicas_agree(mesh_shape, layout):
   impl = _impl(mesh_shape, layout)
   shape = mtf.convert_to_shape("a:8;b:6")
@@ -594,20 +635,25 @@ def test_broadcast_slice():
   # Slice sizes, not tensor sizes, are used for the new dims.
   got = mesh_impl_lib.broadcast_slice(tf.constant(x[:1]), old, new, [3, 2, 1])
   np.testing.assert_array_equal(
-      np.asarray(got), np.broadcast_to(x[:1].T[:, None, :], [3, 2, 1]))
+    np.asarray(got), np.broadcast_to(x[:1].T[:, None, :], [3, 2, 1])
+  )
   # Pure transpose, pure broadcast, identity.
   perm = mesh_impl_lib.broadcast_slice(
-      tf.constant(x), old, mtf.convert_to_shape("b:3;a:2"), [3, 2])
+    tf.constant(x), old, mtf.convert_to_shape("b:3;a:2"), [3, 2]
+  )
   np.testing.assert_array_equal(np.asarray(perm), x.T)
   bcast = mesh_impl_lib.broadcast_slice(
-      tf.constant(x), old, mtf.convert_to_shape("c:4;a:2;b:3"), [4, 2, 3])
-  np.testing.assert_array_equal(np.asarray(bcast),
-                                np.broadcast_to(x, [4, 2, 3]))
+    tf.constant(x), old, mtf.convert_to_shape("c:4;a:2;b:3"), [4, 2, 3]
+  )
+  np.testing.assert_array_equal(
+    np.asarray(bcast), np.broadcast_to(x, [4, 2, 3])
+  )
   t = tf.constant(x)
   assert mesh_impl_lib.broadcast_slice(t, old, old, [2, 3]) is t
   with pytest.raises(ValueError, match="'a'"):
-    mesh_impl_lib.broadcast_slice(t, old, mtf.convert_to_shape("b:3;c:4"),
-                                  [3, 4])
+    mesh_impl_lib.broadcast_slice(
+      t, old, mtf.convert_to_shape("b:3;c:4"), [3, 4]
+    )
 
 
 def test_broadcast_impl():
@@ -620,29 +666,40 @@ def test_broadcast_impl():
   _assert_placed(impl, y)
   full = impl.combine_slices(y.tensor_list, new)
   np.testing.assert_array_equal(
-      np.asarray(full), np.broadcast_to(value.T[None], [2, 3, 4]))
+    np.asarray(full), np.broadcast_to(value.T[None], [2, 3, 4])
+  )
 
 
-@pytest.mark.parametrize("mesh_shape,layout,tensor_shape,expected", [
+@pytest.mark.parametrize(
+  "mesh_shape,layout,tensor_shape,expected",
+  [
     (MESH_2X2, "", "a:2;b:4;c:8", [None, None]),
     (MESH_2X2, "b:cols", "a:2;b:4;c:8", [None, 2]),
     (MESH_2X2, "c:rows;a:cols", "a:2;b:4;c:8", [8, 1]),
     (MESH_2X4, "a:rows;b:cols", "a:2;b:4", [1, 2]),
     (MESH_2X4, "x:rows", "a:2;b:4", [None, None]),
-])
+  ],
+)
 def test_mesh_axis_to_cumprod(mesh_shape, layout, tensor_shape, expected):
   impl = _impl(mesh_shape, layout)
   assert impl.mesh_axis_to_cumprod(tensor_shape) == expected
-  assert impl.mesh_axis_to_cumprod(
-      mtf.convert_to_shape(tensor_shape)) == expected
+  assert (
+    impl.mesh_axis_to_cumprod(mtf.convert_to_shape(tensor_shape)) == expected
+  )
 
 
 def test_pnum_groups_and_layout_queries():
   impl = _impl(MESH_2X4, "a:cols")
-  assert mesh_impl_lib.pnum_groups(impl.shape, [1]) == [[0, 1, 2, 3],
-                                                         [4, 5, 6, 7]]
+  assert mesh_impl_lib.pnum_groups(impl.shape, [1]) == [
+    [0, 1, 2, 3],
+    [4, 5, 6, 7],
+  ]
   assert mesh_impl_lib.pnum_groups(impl.shape, [0]) == [
-      [0, 4], [1, 5], [2, 6], [3, 7]]
+    [0, 4],
+    [1, 5],
+    [2, 6],
+    [3, 7],
+  ]
   assert impl.tensor_dimension_to_mesh_axis(mtf.Dimension("a", 8)) == 1
   assert impl.tensor_dimension_to_mesh_axis(mtf.Dimension("b", 8)) is None
   assert tuple(impl.tensor_layout("b:2;a:4")) == (None, 1)

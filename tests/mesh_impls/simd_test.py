@@ -20,24 +20,35 @@ DEVICES = ["/cpu:%d" % i for i in range(8)]
 
 
 class SignatureTest(absltest.TestCase):
-
   def test_signature_pinned(self):
     params = inspect.signature(simd_mesh_impl.SimdMeshImpl.__init__).parameters
     self.assertEqual(
-        [(n, p.default) for n, p in params.items()],
-        [("self", inspect.Parameter.empty),
-         ("shape", inspect.Parameter.empty),
-         ("layout", inspect.Parameter.empty), ("devices", None),
-         ("device_assignment", None), ("logical_to_physical", None),
-         ("allreduce_in_bfloat16_max_group_size", 8), ("backend", None)])
+      [(n, p.default) for n, p in params.items()],
+      [
+        ("self", inspect.Parameter.empty),
+        ("shape", inspect.Parameter.empty),
+        ("layout", inspect.Parameter.empty),
+        ("devices", None),
+        ("device_assignment", None),
+        ("logical_to_physical", None),
+        ("allreduce_in_bfloat16_max_group_size", 8),
+        ("backend", None),
+      ],
+    )
     self.assertEqual(params["backend"].kind, inspect.Parameter.KEYWORD_ONLY)
 
   def test_facade_names(self):
-    for name in ["SimdMeshImpl", "LaidOutTensor", "LaidOutVariable",
-                 "HierarchicalTiling", "auto_logical_to_physical_tpu",
-                 "physical_shape_3d_from_topology_proto_4d", "_ring_2d",
-                 "_logical_to_physical_v1",
-                 "_logical_1d_to_physical_subspace_auto"]:
+    for name in [
+      "SimdMeshImpl",
+      "LaidOutTensor",
+      "LaidOutVariable",
+      "HierarchicalTiling",
+      "auto_logical_to_physical_tpu",
+      "physical_shape_3d_from_topology_proto_4d",
+      "_ring_2d",
+      "_logical_to_physical_v1",
+      "_logical_1d_to_physical_subspace_auto",
+    ]:
       self.assertTrue(hasattr(simd_mesh_impl, name), name)
     self.assertIs(mtf.simd_mesh_impl, simd_mesh_impl)
     impl = simd_mesh_impl.SimdMeshImpl("all:2", "", devices=DEVICES[:2])
@@ -48,8 +59,9 @@ class SignatureTest(absltest.TestCase):
     gin.clear_config()
     try:
       gin.parse_config(
-          "mesh_tensorflow.simd_mesh_impl.SimdMeshImpl."
-          "allreduce_in_bfloat16_max_group_size = 3")
+        "mesh_tensorflow.simd_mesh_impl.SimdMeshImpl."
+        "allreduce_in_bfloat16_max_group_size = 3"
+      )
       impl = simd_mesh_impl.SimdMeshImpl("all:2", "", devices=DEVICES[:2])
       self.assertEqual(impl._allreduce_in_bfloat16_max_group_size, 3)  # pylint: disable=protected-access
     finally:
@@ -57,7 +69,6 @@ class SignatureTest(absltest.TestCase):
 
 
 class ConstructionTest(parameterized.TestCase):
-
   def test_defaults_collective_backend_on_cpus(self):
     impl = simd_mesh_impl.SimdMeshImpl("rows:2;cols:2", "b:rows")
     self.assertIsInstance(impl.backend, simd_collective.CollectiveBackend)
@@ -75,17 +86,23 @@ class ConstructionTest(parameterized.TestCase):
       simd_mesh_impl.SimdMeshImpl("all:16", "")
 
   @parameterized.parameters(
-      ([0, 1, 2],), ([0, 1, 1, 2],), ([1, 2, 3, 4],), ([0, 1, 2, 3, 4],),
-      (["a", "b", "c", "d"],))
+    ([0, 1, 2],),
+    ([0, 1, 1, 2],),
+    ([1, 2, 3, 4],),
+    ([0, 1, 2, 3, 4],),
+    (["a", "b", "c", "d"],),
+  )
   def test_logical_to_physical_not_a_permutation(self, l2p):
     with self.assertRaisesRegex(ValueError, r"logical_to_physical"):
-      simd_mesh_impl.SimdMeshImpl("all:4", "", devices=DEVICES[:4],
-                                  logical_to_physical=l2p)
+      simd_mesh_impl.SimdMeshImpl(
+        "all:4", "", devices=DEVICES[:4], logical_to_physical=l2p
+      )
 
   def test_unknown_backend(self):
     with self.assertRaisesRegex(ValueError, r"unknown SimdMeshImpl backend"):
-      simd_mesh_impl.SimdMeshImpl("all:2", "", devices=DEVICES[:2],
-                                  backend="mpi")
+      simd_mesh_impl.SimdMeshImpl(
+        "all:2", "", devices=DEVICES[:2], backend="mpi"
+      )
 
   def test_backend_instance(self):
     backend = simd_collective.CollectiveBackend(DEVICES[:2])
@@ -106,13 +123,15 @@ class ConstructionTest(parameterized.TestCase):
 
 
 class ProcessorMapsTest(absltest.TestCase):
-
   def setUp(self):
     super().setUp()
     self.l2p = [2, 0, 3, 1]
     self.impl = simd_mesh_impl.SimdMeshImpl(
-        "rows:2;cols:2", "a:rows;b:cols", devices=DEVICES[:4],
-        logical_to_physical=self.l2p)
+      "rows:2;cols:2",
+      "a:rows;b:cols",
+      devices=DEVICES[:4],
+      logical_to_physical=self.l2p,
+    )
 
   def test_l2p_p2l_inverse(self):
     for logical in range(4):
@@ -122,12 +141,18 @@ class ProcessorMapsTest(absltest.TestCase):
   def test_group_assignment_in_physical_ids(self):
     # Logical groups over rows (axis 0): [[0, 2], [1, 3]]; over cols [[0, 1],
     # [2, 3]]; over both [[0, 1, 2, 3]].
-    self.assertEqual(self.impl._create_group_assignment([0]),  # pylint: disable=protected-access
-                     [[2, 3], [0, 1]])
-    self.assertEqual(self.impl._create_group_assignment([1]),  # pylint: disable=protected-access
-                     [[2, 0], [3, 1]])
-    self.assertEqual(self.impl._create_group_assignment([0, 1]),  # pylint: disable=protected-access
-                     [[2, 0, 3, 1]])
+    self.assertEqual(
+      self.impl._create_group_assignment([0]),  # pylint: disable=protected-access
+      [[2, 3], [0, 1]],
+    )
+    self.assertEqual(
+      self.impl._create_group_assignment([1]),  # pylint: disable=protected-access
+      [[2, 0], [3, 1]],
+    )
+    self.assertEqual(
+      self.impl._create_group_assignment([0, 1]),  # pylint: disable=protected-access
+      [[2, 0, 3, 1]],
+    )
 
   def test_check_groups(self):
     with self.assertRaisesRegex(ValueError, "not a partition"):
@@ -137,7 +162,6 @@ class ProcessorMapsTest(absltest.TestCase):
 
 
 class LaidOutTensorTest(absltest.TestCase):
-
   def test_exactly_one_slice(self):
     t = tf.zeros([2, 3])
     laid_out = simd_mesh_impl.LaidOutTensor([t])
@@ -147,18 +171,21 @@ class LaidOutTensorTest(absltest.TestCase):
     self.assertEqual(laid_out.slice_shape, [2, 3])
     self.assertIs(laid_out.to_laid_out_tensor(), laid_out)
     self.assertIsInstance(
-        simd_mesh_impl.LaidOutTensor.from_tensor_list([t]),
-        simd_mesh_impl.LaidOutTensor)
+      simd_mesh_impl.LaidOutTensor.from_tensor_list([t]),
+      simd_mesh_impl.LaidOutTensor,
+    )
     with self.assertRaisesRegex(ValueError, "exactly one"):
       simd_mesh_impl.LaidOutTensor([t, t])
 
   def test_slicewise_outside_replicate(self):
     impl = simd_mesh_impl.SimdMeshImpl("all:2", "", devices=DEVICES[:2])
-    out = impl.slicewise(lambda a, b: a + b,
-                         simd_mesh_impl.LaidOutTensor([tf.ones([2])]), 2.0)
+    out = impl.slicewise(
+      lambda a, b: a + b, simd_mesh_impl.LaidOutTensor([tf.ones([2])]), 2.0
+    )
     self.assertEqual(out.one_slice.numpy().tolist(), [3.0, 3.0])
-    pair = impl.slicewise(lambda a: (a, -a),
-                          simd_mesh_impl.LaidOutTensor([tf.ones([1])]))
+    pair = impl.slicewise(
+      lambda a: (a, -a), simd_mesh_impl.LaidOutTensor([tf.ones([1])])
+    )
     self.assertLen(pair, 2)
 
   def test_collectives_need_replica_context(self):
@@ -169,8 +196,7 @@ class LaidOutTensorTest(absltest.TestCase):
   def test_bad_reduction(self):
     impl = simd_mesh_impl.SimdMeshImpl("all:2", "", devices=DEVICES[:2])
     with self.assertRaisesRegex(ValueError, "PROD"):
-      impl.allreduce(simd_mesh_impl.LaidOutTensor([tf.ones([2])]), [0],
-                     "PROD")
+      impl.allreduce(simd_mesh_impl.LaidOutTensor([tf.ones([2])]), [0], "PROD")
 
 
 if __name__ == "__main__":

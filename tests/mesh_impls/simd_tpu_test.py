@@ -34,8 +34,9 @@ MESH_AXES = [[0], [1], [0, 1]]
 
 
 def physical_groups(mesh_axes, l2p=L2P, mesh=MESH):
-  return [[l2p[p] for p in g]
-          for g in layout_lib.processor_groups(mesh, mesh_axes)]
+  return [
+    [l2p[p] for p in g] for g in layout_lib.processor_groups(mesh, mesh_axes)
+  ]
 
 
 # --------------------------------------------------------------------------
@@ -44,20 +45,29 @@ def physical_groups(mesh_axes, l2p=L2P, mesh=MESH):
 
 def test_implements_the_simd_backend_interface():
   abstract = simd_backend.SimdBackend.__abstractmethods__
-  assert abstract == {"replica_pnum", "allreduce_sum", "all_gather",
-                      "all_to_all", "permute", "device"}
+  assert abstract == {
+    "replica_pnum",
+    "allreduce_sum",
+    "all_gather",
+    "all_to_all",
+    "permute",
+    "device",
+  }
   assert issubclass(TpuBackend, simd_backend.SimdBackend)
   assert not TpuBackend.__abstractmethods__
   for name in abstract:
     ours = list(inspect.signature(getattr(TpuBackend, name)).parameters)
-    theirs = list(inspect.signature(
-        getattr(simd_backend.SimdBackend, name)).parameters)
+    theirs = list(
+      inspect.signature(getattr(simd_backend.SimdBackend, name)).parameters
+    )
     assert ours == theirs, name
   params = inspect.signature(TpuBackend).parameters
   assert [(p.name, p.default) for p in params.values()] == [
-      ("num_replicas", inspect.Parameter.empty), ("device_assignment", None),
-      ("allreduce_in_bfloat16_max_group_size", 8),
-      ("all_gather_mode", "all_to_all")]
+    ("num_replicas", inspect.Parameter.empty),
+    ("device_assignment", None),
+    ("allreduce_in_bfloat16_max_group_size", 8),
+    ("all_gather_mode", "all_to_all"),
+  ]
   assert params["all_gather_mode"].kind == inspect.Parameter.KEYWORD_ONLY
 
 
@@ -105,7 +115,8 @@ def test_rejects_bad_groups_and_pairs():
     backend.permute(tf.constant(["a"]), [(0, 1)])
   with pytest.raises(ValueError, match="dtype string"):
     TpuBackend(4, all_gather_mode="cross_replica_sum").all_gather(
-        tf.constant(["a"]), [[0, 1], [2, 3]], 0)
+      tf.constant(["a"]), [[0, 1], [2, 3]], 0
+    )
 
 
 # --------------------------------------------------------------------------
@@ -145,8 +156,11 @@ def test_replica_pnum_is_replicated_input_outside_the_cluster():
 
   graph = build_replicated(fn)
   assert seen[0] is seen[1]  # cached per graph
-  ops = [op for op in ops_of_type(graph, "TPUReplicatedInput")
-         if op.name.startswith("pnum_constants")]
+  ops = [
+    op
+    for op in ops_of_type(graph, "TPUReplicatedInput")
+    if op.name.startswith("pnum_constants")
+  ]
   assert len(ops) == 1
   (op,) = ops
   assert not in_cluster(op)
@@ -156,10 +170,19 @@ def test_replica_pnum_is_replicated_input_outside_the_cluster():
   # The consumer inside the cluster sees it.
   assert any(in_cluster(c) for c in op.outputs[0].consumers())
   # A new graph gets its own tensor.
-  graph2 = build_replicated(lambda x: x + tf.cast(backend.replica_pnum(),
-                                                  tf.float32))
-  assert len([op for op in ops_of_type(graph2, "TPUReplicatedInput")
-              if op.name.startswith("pnum_constants")]) == 1
+  graph2 = build_replicated(
+    lambda x: x + tf.cast(backend.replica_pnum(), tf.float32)
+  )
+  assert (
+    len(
+      [
+        op
+        for op in ops_of_type(graph2, "TPUReplicatedInput")
+        if op.name.startswith("pnum_constants")
+      ]
+    )
+    == 1
+  )
 
 
 @pytest.mark.parametrize("mesh_axes", MESH_AXES, ids=str)
@@ -179,22 +202,26 @@ def test_allreduce_groups_differ_from_logical_groups():
   assert physical_groups([0]) == [[0, 6], [1, 7], [3, 5], [2, 4]]
 
 
-@pytest.mark.parametrize("dtype,max_group,mesh_axes,summed_in", [
-    (tf.bfloat16, 8, [0, 1], tf.bfloat16),   # group 8 <= 8: native
-    (tf.bfloat16, 4, [0, 1], tf.float32),    # group 8 > 4: float32
-    (tf.bfloat16, 4, [1], tf.bfloat16),      # group 4 <= 4
-    (tf.bfloat16, 1, [0], tf.float32),       # group 2 > 1
+@pytest.mark.parametrize(
+  "dtype,max_group,mesh_axes,summed_in",
+  [
+    (tf.bfloat16, 8, [0, 1], tf.bfloat16),  # group 8 <= 8: native
+    (tf.bfloat16, 4, [0, 1], tf.float32),  # group 8 > 4: float32
+    (tf.bfloat16, 4, [1], tf.bfloat16),  # group 4 <= 4
+    (tf.bfloat16, 1, [0], tf.float32),  # group 2 > 1
     (tf.float32, 1, [0, 1], tf.float32),
-    (tf.int32, 8, [1], tf.float32),          # non-float: float32
+    (tf.int32, 8, [1], tf.float32),  # non-float: float32
     (tf.float16, 8, [1], tf.float32),
-])
+  ],
+)
 def test_allreduce_dtypes(dtype, max_group, mesh_axes, summed_in):
   backend = TpuBackend(N, allreduce_in_bfloat16_max_group_size=max_group)
   out = []
 
   def fn(x):
-    out.append(backend.allreduce_sum(tf.cast(x, dtype),
-                                     physical_groups(mesh_axes)))
+    out.append(
+      backend.allreduce_sum(tf.cast(x, dtype), physical_groups(mesh_axes))
+    )
     return out[-1]
 
   graph = build_replicated(fn)
@@ -206,7 +233,8 @@ def test_allreduce_dtypes(dtype, max_group, mesh_axes, summed_in):
 def test_allreduce_singleton_groups_emit_nothing():
   backend = TpuBackend(N)
   graph = build_replicated(
-      lambda x: backend.allreduce_sum(x, [[p] for p in range(N)]))
+    lambda x: backend.allreduce_sum(x, [[p] for p in range(N)])
+  )
   assert not ops_of_type(graph, "CrossReplicaSum")
 
 
@@ -267,16 +295,32 @@ def test_all_gather_cross_replica_sum_mode(mesh_axes):
   assert static_input(op) == groups
   assert op.get_attr("T") == tf.int32  # exact bit carrier
   assert not ops_of_type(graph, "AllToAll")
-  assert len([op for op in ops_of_type(graph, "TPUReplicatedInput")
-              if op.name.startswith("pnum_constants")]) == 1
+  assert (
+    len(
+      [
+        op
+        for op in ops_of_type(graph, "TPUReplicatedInput")
+        if op.name.startswith("pnum_constants")
+      ]
+    )
+    == 1
+  )
   assert out[0].shape.as_list() == [4 * len(groups[0]), 8]
   assert out[0].dtype == tf.float32
 
 
-@pytest.mark.parametrize("dtype,sent", [
-    (tf.float32, tf.float32), (tf.bfloat16, tf.bfloat16), (tf.int32, tf.int32),
-    (tf.float16, tf.int32), (tf.int64, tf.int32), (tf.bool, tf.int32),
-    (tf.uint8, tf.int32)])
+@pytest.mark.parametrize(
+  "dtype,sent",
+  [
+    (tf.float32, tf.float32),
+    (tf.bfloat16, tf.bfloat16),
+    (tf.int32, tf.int32),
+    (tf.float16, tf.int32),
+    (tf.int64, tf.int32),
+    (tf.bool, tf.int32),
+    (tf.uint8, tf.int32),
+  ],
+)
 def test_permute_pairs_and_dtypes(dtype, sent):
   backend = TpuBackend(N)
   # Shift by one along mesh axis "b" (logical), in physical ids.
@@ -357,8 +401,15 @@ class _World:
       total = total + values[r]
     return tf.constant(total, dtype=x.dtype)
 
-  def all_to_all(self, x, concat_dimension, split_dimension, split_count,
-                 group_assignment=None, name=None):
+  def all_to_all(
+    self,
+    x,
+    concat_dimension,
+    split_dimension,
+    split_count,
+    group_assignment=None,
+    name=None,
+  ):
     del name
     with self.lock:
       self.calls.append(("AllToAll", x.dtype))
@@ -366,10 +417,12 @@ class _World:
     group = self._my_group(group_assignment, self.rank)
     assert len(group) == split_count
     i = group.index(self.rank)
-    pieces = [np.split(values[r], split_count, axis=split_dimension)[i]
-              for r in group]
-    return tf.constant(np.concatenate(pieces, axis=concat_dimension),
-                       dtype=x.dtype)
+    pieces = [
+      np.split(values[r], split_count, axis=split_dimension)[i] for r in group
+    ]
+    return tf.constant(
+      np.concatenate(pieces, axis=concat_dimension), dtype=x.dtype
+    )
 
   def collective_permute(self, x, source_target_pairs, name=None):
     del name
@@ -433,19 +486,25 @@ def _bits(a):
 def test_emulated_allreduce_sum(monkeypatch):
   with emulated(monkeypatch) as world:
     backend = TpuBackend(N, allreduce_in_bfloat16_max_group_size=2)
-    xs = [np.arange(6, dtype=np.float32).reshape(2, 3) * (r + 1)
-          for r in range(N)]
+    xs = [
+      np.arange(6, dtype=np.float32).reshape(2, 3) * (r + 1) for r in range(N)
+    ]
     for mesh_axes in MESH_AXES:
       groups = physical_groups(mesh_axes)
       for dtype in (tf.float32, tf.bfloat16, tf.int32):
         world.calls.clear()
-        got = world.run(backend, lambda r, g=groups, d=dtype: backend
-                        .allreduce_sum(tf.cast(xs[r], d), g).numpy())
+        got = world.run(
+          backend,
+          lambda r, g=groups, d=dtype: backend.allreduce_sum(
+            tf.cast(xs[r], d), g
+          ).numpy(),
+        )
         for group in groups:
           expected = sum(xs[r] for r in group)
           for r in group:
-            np.testing.assert_allclose(np.asarray(got[r], np.float32),
-                                       expected, rtol=1e-2)
+            np.testing.assert_allclose(
+              np.asarray(got[r], np.float32), expected, rtol=1e-2
+            )
             assert got[r].dtype == dtype.as_numpy_dtype
         sent = {c[1] for c in world.calls}
         if dtype == tf.bfloat16:
@@ -454,19 +513,34 @@ def test_emulated_allreduce_sum(monkeypatch):
           assert sent == {tf.float32}
 
 
-_EXACT_DTYPES = [np.float32, np.int64, np.bool_, np.uint8, np.float16,
-                 np.int16, np.complex64, np.uint32, np.float64]
+_EXACT_DTYPES = [
+  np.float32,
+  np.int64,
+  np.bool_,
+  np.uint8,
+  np.float16,
+  np.int16,
+  np.complex64,
+  np.uint32,
+  np.float64,
+]
 
 
 @pytest.mark.parametrize("mode", ["all_to_all", "cross_replica_sum"])
 def test_emulated_all_gather_is_exact(monkeypatch, mode):
   with emulated(monkeypatch) as world:
     backend = TpuBackend(N, all_gather_mode=mode)
-    for mesh_axes, axis, dtype in [([0], 0, np.float32), ([1], 1, np.int64),
-                                   ([0, 1], -1, np.bool_), ([1], 0, np.uint8),
-                                   ([0], 1, np.float16), ([0, 1], 0, np.int16),
-                                   ([1], 1, np.complex64),
-                                   ([0], 0, np.uint32), ([1], 1, np.float64)]:
+    for mesh_axes, axis, dtype in [
+      ([0], 0, np.float32),
+      ([1], 1, np.int64),
+      ([0, 1], -1, np.bool_),
+      ([1], 0, np.uint8),
+      ([0], 1, np.float16),
+      ([0, 1], 0, np.int16),
+      ([1], 1, np.complex64),
+      ([0], 0, np.uint32),
+      ([1], 1, np.float64),
+    ]:
       groups = physical_groups(mesh_axes)
       xs = [_values([2, 3], dtype, seed=r) for r in range(N)]
       if dtype == np.float32:  # special values must survive
@@ -474,16 +548,21 @@ def test_emulated_all_gather_is_exact(monkeypatch, mode):
         xs[1][0, 1] = -0.0
         xs[2][1, 2] = np.inf
       world.calls.clear()
-      got = world.run(backend, lambda r, g=groups, a=axis, v=xs: backend
-                      .all_gather(tf.constant(v[r]), g, a).numpy())
+      got = world.run(
+        backend,
+        lambda r, g=groups, a=axis, v=xs: backend.all_gather(
+          tf.constant(v[r]), g, a
+        ).numpy(),
+      )
       for group in groups:
         expected = np.concatenate([xs[r] for r in group], axis=axis)
         for r in group:
           assert got[r].dtype == expected.dtype
           np.testing.assert_array_equal(_bits(got[r]), _bits(expected))
       op_types = {c[0] for c in world.calls}
-      assert op_types == ({"AllToAll"} if mode == "all_to_all"
-                          else {"CrossReplicaSum"})
+      assert op_types == (
+        {"AllToAll"} if mode == "all_to_all" else {"CrossReplicaSum"}
+      )
 
 
 def test_emulated_all_gather_bfloat16(monkeypatch):
@@ -493,12 +572,16 @@ def test_emulated_all_gather_bfloat16(monkeypatch):
       xs = [np.full([1, 2], r - 3.5, np.float32) for r in range(N)]
       groups = physical_groups([1])
       got = world.run(
-          backend, lambda r, g=groups, b=backend, xs=xs: tf.cast(b.all_gather(
-              tf.cast(xs[r], tf.bfloat16), g, 0), tf.float32).numpy())
+        backend,
+        lambda r, g=groups, b=backend, xs=xs: tf.cast(
+          b.all_gather(tf.cast(xs[r], tf.bfloat16), g, 0), tf.float32
+        ).numpy(),
+      )
       for group in groups:
         for r in group:
           np.testing.assert_array_equal(
-              got[r], np.concatenate([xs[q] for q in group], 0))
+            got[r], np.concatenate([xs[q] for q in group], 0)
+          )
 
 
 def test_emulated_all_to_all(monkeypatch):
@@ -509,25 +592,32 @@ def test_emulated_all_to_all(monkeypatch):
       n = len(groups[0])
       xs = [_values([n * 2, 3], np.float32, seed=r) for r in range(N)]
       world.calls.clear()
-      got = world.run(backend, lambda r, g=groups, xs=xs: backend.all_to_all(
-          tf.constant(xs[r]), g, 0, 1).numpy())
+      got = world.run(
+        backend,
+        lambda r, g=groups, xs=xs: backend.all_to_all(
+          tf.constant(xs[r]), g, 0, 1
+        ).numpy(),
+      )
       for group in groups:
         for i, r in enumerate(group):
           expected = np.concatenate(
-              [np.split(xs[q], n, axis=0)[i] for q in group], axis=1)
+            [np.split(xs[q], n, axis=0)[i] for q in group], axis=1
+          )
           np.testing.assert_array_equal(got[r], expected)  # exact float32
       assert {c[1] for c in world.calls} == {tf.float32}
 
 
-@pytest.mark.parametrize("dtype", _EXACT_DTYPES + [np.int32],
-                         ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(
+  "dtype", _EXACT_DTYPES + [np.int32], ids=lambda d: np.dtype(d).name
+)
 def test_emulated_permute(monkeypatch, dtype):
   with emulated(monkeypatch) as world:
     backend = TpuBackend(N)
     pairs = [(L2P[p], L2P[p + 1]) for p in range(N - 1)]  # no target L2P[0]
     xs = [_values([3, 2], dtype, seed=10 + r) for r in range(N)]
-    got = world.run(backend, lambda r: backend.permute(tf.constant(xs[r]),
-                                                      pairs).numpy())
+    got = world.run(
+      backend, lambda r: backend.permute(tf.constant(xs[r]), pairs).numpy()
+    )
     for source, target in pairs:
       np.testing.assert_array_equal(_bits(got[target]), _bits(xs[source]))
     np.testing.assert_array_equal(got[L2P[0]], np.zeros([3, 2], dtype))
@@ -550,35 +640,43 @@ def _simd_mesh_impl_class():
 
 def test_simd_mesh_impl_lowers_to_tpu_collectives():
   import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
+
   simd_mesh_impl_cls = _simd_mesh_impl_class()
   graph = tf.Graph()
   lowerings = []
   with graph.as_default():
-    mesh_impl = simd_mesh_impl_cls(MESH, "x:a;y:b;r:a;s2:a",
-                                   logical_to_physical=L2P, backend="tpu")
+    mesh_impl = simd_mesh_impl_cls(
+      MESH, "x:a;y:b;r:a;s2:a", logical_to_physical=L2P, backend="tpu"
+    )
     assert isinstance(mesh_impl.backend, TpuBackend)
 
     def computation():
       mtf_graph = mtf.Graph()
       mesh = mtf.Mesh(mtf_graph, "mesh")
-      x, y, z = (mtf.Dimension("x", 4), mtf.Dimension("y", 8),
-                 mtf.Dimension("z", 6))
+      x, y, z = (
+        mtf.Dimension("x", 4),
+        mtf.Dimension("y", 8),
+        mtf.Dimension("z", 6),
+      )
       r, s = mtf.Dimension("r", 4), mtf.Dimension("s", 6)
       r2, s2 = mtf.Dimension("r2", 4), mtf.Dimension("s2", 6)
       u = mtf.import_tf_tensor(
-          mesh, tf.reshape(tf.range(32, dtype=tf.float32), [4, 8]), [x, y])
+        mesh, tf.reshape(tf.range(32, dtype=tf.float32), [4, 8]), [x, y]
+      )
       w = mtf.get_variable(mesh, "w", [y, z])
       # Contracted y is split over mesh axis b -> allreduce over b.
       e = mtf.einsum([u, w], output_shape=[x, z])
       # r (split on a) -> s2 (split on a): alltoall over a.
-      q = mtf.reshape(mtf.import_tf_tensor(mesh, tf.ones([4, 6]), [r, s]),
-                      [r2, s2])
+      q = mtf.reshape(
+        mtf.import_tf_tensor(mesh, tf.ones([4, 6]), [r, s]), [r2, s2]
+      )
       # Shift along y (split over b): collective permute along b.
       sh = mtf.shift(u, 1, y, wrap=False)
       lowering = mtf.Lowering(mtf_graph, {mesh: mesh_impl})
       lowerings.append(lowering)
-      return [lowering.tensors[t].to_laid_out_tensor().one_slice
-              for t in (e, q, sh)]
+      return [
+        lowering.tensors[t].to_laid_out_tensor().one_slice for t in (e, q, sh)
+      ]
 
     with mtf.variable_store(mtf.VariableStore()):
       outputs = tf1.tpu.replicate(computation, inputs=[[]] * N)
@@ -591,8 +689,11 @@ def test_simd_mesh_impl_lowers_to_tpu_collectives():
   assert crs.get_attr("T") == tf.float32
   (a2a,) = ops_of_type(graph, "AllToAll")
   assert static_input(a2a) == physical_groups([0])
-  assert (a2a.get_attr("split_dimension"), a2a.get_attr("concat_dimension"),
-          a2a.get_attr("split_count")) == (1, 0, 2)
+  assert (
+    a2a.get_attr("split_dimension"),
+    a2a.get_attr("concat_dimension"),
+    a2a.get_attr("split_count"),
+  ) == (1, 0, 2)
   assert a2a.get_attr("T") == tf.float32
   (perm,) = ops_of_type(graph, "CollectivePermute")
   expected_pairs = []
@@ -600,46 +701,60 @@ def test_simd_mesh_impl_lowers_to_tpu_collectives():
     a, b = layout_lib.pnum_to_processor_coordinates(MESH, p)
     if b < 3:
       expected_pairs.append(
-          [L2P[p],
-           L2P[layout_lib.processor_coordinates_to_pnum(MESH, [a, b + 1])]])
+        [
+          L2P[p],
+          L2P[layout_lib.processor_coordinates_to_pnum(MESH, [a, b + 1])],
+        ]
+      )
   assert static_input(perm) == expected_pairs
   # One pnum input for the whole graph, outside the cluster.
-  (pnum,) = [op for op in ops_of_type(graph, "TPUReplicatedInput")
-             if op.name == "pnum_constants"]
+  (pnum,) = [
+    op
+    for op in ops_of_type(graph, "TPUReplicatedInput")
+    if op.name == "pnum_constants"
+  ]
   assert not in_cluster(pnum)
   # Slice variables: one per physical replica, on its TPU device, read in the
   # cluster through one replicated handle ordered by physical pnum.
   handles = {op.name: op for op in ops_of_type(graph, "VarHandleOp")}
   for p in range(N):
     assert handles["w_slice_%d" % p].device == "/device:TPU:%d" % p
-  replicated = [op for op in ops_of_type(graph, "TPUReplicatedInput")
-                if op.inputs and op.inputs[0].op.type == "VarHandleOp"]
+  replicated = [
+    op
+    for op in ops_of_type(graph, "TPUReplicatedInput")
+    if op.inputs and op.inputs[0].op.type == "VarHandleOp"
+  ]
   assert len(replicated) == 1
   assert [t.op.name for t in replicated[0].inputs] == [
-      "w_slice_%d" % p for p in range(N)]
+    "w_slice_%d" % p for p in range(N)
+  ]
   assert any(in_cluster(c) for c in replicated[0].outputs[0].consumers())
 
 
-@pytest.mark.parametrize("max_group,summed_in", [
-    (16, tf.bfloat16),
-    (8, tf.float32),
-    (4, tf.float32)])
+@pytest.mark.parametrize(
+  "max_group,summed_in", [(16, tf.bfloat16), (8, tf.float32), (4, tf.float32)]
+)
 def test_simd_mesh_impl_bfloat16_allreduce_threshold(max_group, summed_in):
   import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
+
   simd_mesh_impl_cls = _simd_mesh_impl_class()
   n = 16
   graph = tf.Graph()
   with graph.as_default():
     mesh_impl = simd_mesh_impl_cls(
-        "all:%d" % n, "y:all", backend="tpu",
-        allreduce_in_bfloat16_max_group_size=max_group)
+      "all:%d" % n,
+      "y:all",
+      backend="tpu",
+      allreduce_in_bfloat16_max_group_size=max_group,
+    )
 
     def computation():
       mtf_graph = mtf.Graph()
       mesh = mtf.Mesh(mtf_graph, "mesh")
       y = mtf.Dimension("y", 2 * n)
-      u = mtf.cast(mtf.import_tf_tensor(mesh, tf.ones([2 * n]), [y]),
-                   tf.bfloat16)
+      u = mtf.cast(
+        mtf.import_tf_tensor(mesh, tf.ones([2 * n]), [y]), tf.bfloat16
+      )
       total = mtf.reduce_sum(u)
       lowering = mtf.Lowering(mtf_graph, {mesh: mesh_impl})
       out = lowering.tensors[total].to_laid_out_tensor().one_slice

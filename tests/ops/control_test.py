@@ -30,9 +30,9 @@ def _counter_loop(mesh):
   i0 = mtf.constant(mesh, 0, dtype=tf.int32)
   total0 = mtf.zeros(mesh, [BATCH, N])
   x = mtf.import_tf_tensor(mesh, X, [BATCH, N])
-  i, total = mtf.while_loop(lambda i, t: mtf.less(i, 5),
-                            lambda i, t: [i + 1, t + x],
-                            [i0, total0])
+  i, total = mtf.while_loop(
+    lambda i, t: mtf.less(i, 5), lambda i, t: [i + 1, t + x], [i0, total0]
+  )
   return [i, total]
 
 
@@ -45,8 +45,12 @@ def _einsum_loop(mesh):
   def body(i, s):
     h = mtf.einsum([s, w1], output_shape=[BATCH, M])
     return [i + 1, mtf.einsum([mtf.tanh(h), w2], output_shape=[BATCH, N])]
-  i, s = mtf.while_loop(lambda i, s: mtf.less(i, NUM_STEPS), body,
-                        [mtf.constant(mesh, 0, dtype=tf.int32), x])
+
+  i, s = mtf.while_loop(
+    lambda i, s: mtf.less(i, NUM_STEPS),
+    body,
+    [mtf.constant(mesh, 0, dtype=tf.int32), x],
+  )
   return [i, s]
 
 
@@ -64,14 +68,16 @@ def test_while_loop_modes(mesh_shape, layout, mode):
   assert i == 5
   np.testing.assert_allclose(total, 5 * X, rtol=1e-5)
   mtu.assert_all_close(
-      mtu.run_program(_einsum_loop, mesh_shape, layout, mode),
-      _einsum_loop_expected())
+    mtu.run_program(_einsum_loop, mesh_shape, layout, mode),
+    _einsum_loop_expected(),
+  )
 
 
 @meshes.parametrize(meshes.CONTROL_OPS)
 def test_while_loop_einsum_layouts(mesh_shape, layout):
-  mtu.assert_all_close(mtu.run_program(_einsum_loop, mesh_shape, layout),
-                       _einsum_loop_expected())
+  mtu.assert_all_close(
+    mtu.run_program(_einsum_loop, mesh_shape, layout), _einsum_loop_expected()
+  )
 
 
 def _accumulator_loop(mesh):
@@ -80,12 +86,18 @@ def _accumulator_loop(mesh):
 
   def body(i):
     scale = mtf.cast(i, tf.float32)
-    return [i + 1,
-            mtf.reduce_sum(x * scale, output_shape=[BATCH]),
-            mtf.reduce_sum(x, output_shape=[N])]
-  return mtf.while_loop(lambda i: mtf.less(i, NUM_STEPS), body,
-                        [mtf.constant(mesh, 0, dtype=tf.int32)],
-                        has_accumulators=True)
+    return [
+      i + 1,
+      mtf.reduce_sum(x * scale, output_shape=[BATCH]),
+      mtf.reduce_sum(x, output_shape=[N]),
+    ]
+
+  return mtf.while_loop(
+    lambda i: mtf.less(i, NUM_STEPS),
+    body,
+    [mtf.constant(mesh, 0, dtype=tf.int32)],
+    has_accumulators=True,
+  )
 
 
 def _accumulator_expected():
@@ -95,15 +107,20 @@ def _accumulator_expected():
 
 @meshes.parametrize(meshes.CONTROL_OPS)
 def test_while_loop_accumulators(mesh_shape, layout):
-  mtu.assert_all_close(mtu.run_program(_accumulator_loop, mesh_shape, layout),
-                       _accumulator_expected())
+  mtu.assert_all_close(
+    mtu.run_program(_accumulator_loop, mesh_shape, layout),
+    _accumulator_expected(),
+  )
 
 
 @pytest.mark.parametrize("mode", mtu.MODES)
 def test_while_loop_accumulators_modes(mode):
   mtu.assert_all_close(
-      mtu.run_program(_accumulator_loop, "rows:2;cols:2", "n:rows;batch:cols",
-                      mode), _accumulator_expected())
+    mtu.run_program(
+      _accumulator_loop, "rows:2;cols:2", "n:rows;batch:cols", mode
+    ),
+    _accumulator_expected(),
+  )
 
 
 def test_while_loop_accumulator_allreduced_once_after_loop():
@@ -127,20 +144,28 @@ def test_while_loop_ops_kept_out_of_graph_and_variables_hoisted():
   def body(i, s):
     w = mtf.get_variable(mesh, "w", [N], initializer=tf.ones_initializer())
     return [i + 1, s + w]
+
   before = len(graph.operations)
   with mtf.variable_store(mtf.VariableStore()):
-    i, s = mtf.while_loop(lambda i, s: mtf.less(i, 2), body,
-                          [mtf.constant(mesh, 0, dtype=tf.int32), x])
+    i, s = mtf.while_loop(
+      lambda i, s: mtf.less(i, 2),
+      body,
+      [mtf.constant(mesh, 0, dtype=tf.int32), x],
+    )
     loop_op = s.operation
     new_ops = graph.operations[before:]
     # The constant, the hoisted variable, then the loop itself.
     assert [type(op).__name__ for op in new_ops] == [
-        "Constant", "Variable", "WhileLoopOperation"]
+      "Constant",
+      "Variable",
+      "WhileLoopOperation",
+    ]
     assert not set(loop_op.body_operations) & set(graph.operations)
     assert not loop_op.has_gradient
     lowering = mtf.Lowering(graph, {mesh: mtu.mesh_impl_for("all:4", "n:all")})
-    np.testing.assert_allclose(lowering.export_to_tf_tensor(s), X + 2.0,
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+      lowering.export_to_tf_tensor(s), X + 2.0, rtol=1e-6
+    )
     assert int(lowering.export_to_tf_tensor(i)) == 2
 
 
@@ -152,17 +177,26 @@ def test_while_loop_with_hoisted_variable_modes(mode):
     def body(i, s):
       w = mtf.get_variable(mesh, "w", [N], initializer=tf.ones_initializer())
       return [i + 1, s + w]
-    return mtf.while_loop(lambda i, s: mtf.less(i, 2), body,
-                          [mtf.constant(mesh, 0, dtype=tf.int32), x])
+
+    return mtf.while_loop(
+      lambda i, s: mtf.less(i, 2),
+      body,
+      [mtf.constant(mesh, 0, dtype=tf.int32), x],
+    )
+
   _, s = mtu.run_program(build, "rows:2;cols:2", "batch:rows;n:cols", mode)
   np.testing.assert_allclose(s, X + 2.0, rtol=1e-6)
 
 
 def test_while_loop_maximum_iterations_kwarg():
   def build(mesh):
-    return mtf.while_loop(lambda i: mtf.less(i, 100), lambda i: [i + 1],
-                          [mtf.constant(mesh, 0, dtype=tf.int32)],
-                          maximum_iterations=4)
+    return mtf.while_loop(
+      lambda i: mtf.less(i, 100),
+      lambda i: [i + 1],
+      [mtf.constant(mesh, 0, dtype=tf.int32)],
+      maximum_iterations=4,
+    )
+
   [i] = mtu.run_program(build, "all:4", "")
   assert i == 4
 
@@ -172,19 +206,27 @@ def test_while_loop_shape_change_raises():
   mesh = mtf.Mesh(graph, "mesh")
   x = mtf.zeros(mesh, [BATCH, N])
   with pytest.raises(ValueError, match=r"body_fn output 1 has shape"):
-    mtf.while_loop(lambda i, s: mtf.less(i, 2),
-                   lambda i, s: [i + 1, mtf.reduce_sum(s, output_shape=[N])],
-                   [mtf.constant(mesh, 0, dtype=tf.int32), x])
+    mtf.while_loop(
+      lambda i, s: mtf.less(i, 2),
+      lambda i, s: [i + 1, mtf.reduce_sum(s, output_shape=[N])],
+      [mtf.constant(mesh, 0, dtype=tf.int32), x],
+    )
   with pytest.raises(ValueError, match=r"body_fn output 0 .* dtype float32"):
-    mtf.while_loop(lambda i: mtf.less(i, 2),
-                   lambda i: [mtf.cast(i, tf.float32)],
-                   [mtf.constant(mesh, 0, dtype=tf.int32)])
+    mtf.while_loop(
+      lambda i: mtf.less(i, 2),
+      lambda i: [mtf.cast(i, tf.float32)],
+      [mtf.constant(mesh, 0, dtype=tf.int32)],
+    )
   with pytest.raises(ValueError, match=r"has_accumulators=True"):
-    mtf.while_loop(lambda i: mtf.less(i, 2), lambda i: [i + 1, i],
-                   [mtf.constant(mesh, 0, dtype=tf.int32)])
+    mtf.while_loop(
+      lambda i: mtf.less(i, 2),
+      lambda i: [i + 1, i],
+      [mtf.constant(mesh, 0, dtype=tf.int32)],
+    )
   with pytest.raises(ValueError, match=r"scalar boolean"):
-    mtf.while_loop(lambda i: i, lambda i: [i + 1],
-                   [mtf.constant(mesh, 0, dtype=tf.int32)])
+    mtf.while_loop(
+      lambda i: i, lambda i: [i + 1], [mtf.constant(mesh, 0, dtype=tf.int32)]
+    )
 
 
 def test_while_loop_num_loop_vars_not_supported():
@@ -192,13 +234,18 @@ def test_while_loop_num_loop_vars_not_supported():
   mesh = mtf.Mesh(graph, "mesh")
   i0 = mtf.constant(mesh, 0, dtype=tf.int32)
   with pytest.raises(NotImplementedError, match="num_loop_vars=1"):
-    mtf.while_loop(lambda i, j: mtf.less(i, 2), lambda i, j: [i + 1, j],
-                   [i0, i0], num_loop_vars=1)
+    mtf.while_loop(
+      lambda i, j: mtf.less(i, 2),
+      lambda i, j: [i + 1, j],
+      [i0, i0],
+      num_loop_vars=1,
+    )
 
 
 def _depend_program(mesh):
-  v = mtf.get_variable(mesh, "v", [BATCH, N],
-                       initializer=tf.constant_initializer(X))
+  v = mtf.get_variable(
+    mesh, "v", [BATCH, N], initializer=tf.constant_initializer(X)
+  )
   update = mtf.assign(v, v * 2.0 + 1.0)
   v_new = mtf.depend(v, [update])
   x = mtf.import_tf_tensor(mesh, X, [BATCH, N])
@@ -207,8 +254,9 @@ def _depend_program(mesh):
 
 
 @pytest.mark.parametrize("mode", mtu.MODES)
-@meshes.parametrize([("", ""), ("all:4", "n:all"),
-                     ("rows:2;cols:2", "batch:rows;n:cols")])
+@meshes.parametrize(
+  [("", ""), ("all:4", "n:all"), ("rows:2;cols:2", "batch:rows;n:cols")]
+)
 def test_depend_sees_assigned_value(mesh_shape, layout, mode):
   v_new, x_after = mtu.run_program(_depend_program, mesh_shape, layout, mode)
   np.testing.assert_allclose(v_new, X * 2.0 + 1.0, rtol=1e-6)
@@ -221,11 +269,11 @@ def test_depend_gradient_is_identity():
     y = mtf.depend(x * x, [mtf.zeros(mesh, [M])])
     [dx] = mtf.gradients([mtf.reduce_sum(y)], [x])
     return [dx]
+
   mtu.assert_all_close(mtu.run_program(build, "all:4", "batch:all"), [2 * X])
 
 
 class _NoControlDepsMeshImpl(placement_mesh_impl.PlacementMeshImpl):
-
   @property
   def supports_control_dependencies(self) -> bool:
     return False
@@ -261,6 +309,7 @@ def test_clone_operations_recomputes_on_new_inputs():
     assert all(op in graph.operations for op in new_ops)
     assert mapping[y].operation in new_ops and mapping[y] is not y
     return [y, mapping[y], noise]
+
   y, y2, noise = mtu.run_program(build, "rows:2;cols:2", "batch:rows;m:cols")
   np.testing.assert_allclose(y, np.maximum(X @ W1, 0) * noise, rtol=1e-5)
   np.testing.assert_allclose(y2, np.maximum(-X @ W1, 0) * noise, rtol=1e-5)

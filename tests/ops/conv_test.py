@@ -51,8 +51,7 @@ def _tf_reference(fn, x, f, r):
 class Case:
   """One conv: mtf op class, shapes, numpy data and the tf.nn reference."""
 
-  def __init__(self, op_cls, x_dims, f_dims, y_dims, strides, padding,
-               tf_fn):
+  def __init__(self, op_cls, x_dims, f_dims, y_dims, strides, padding, tf_fn):
     self.op_cls, self.strides, self.padding = op_cls, strides, padding
     self.x_shape, self.f_shape = mtf.Shape(x_dims), mtf.Shape(f_dims)
     self.y_shape = mtf.Shape(y_dims)
@@ -66,6 +65,7 @@ class Case:
       flat = tf.reshape(xt, [-1] + xt.shape.as_list()[nb:])
       y = tf_fn(flat, ft, strides, padding)
       return tf.reshape(y, lead + y.shape.as_list()[1:])
+
     self.expected = _tf_reference(flat_fn, self.x, self.f, self.r)
 
   def build(self, mesh):
@@ -85,8 +85,11 @@ def _conv2d_transpose(x, f, strides, padding):
 
 def _conv3d_transpose(x, f, strides, padding):
   shape = x.shape.as_list()
-  out = [shape[0]] + [s * t for s, t in zip(shape[1:4], strides[1:4])] + [
-      f.shape[3]]
+  out = (
+    [shape[0]]
+    + [s * t for s, t in zip(shape[1:4], strides[1:4])]
+    + [f.shape[3]]
+  )
   return tf.nn.conv3d_transpose(x, f, out, strides, padding)
 
 
@@ -95,32 +98,69 @@ def _dim(d, size):
 
 
 CASES = {
-    "conv2d_same": Case(
-        mtf.Conv2dOperation, [B, H, W, C], _fdims(3, 3) + [C, O],
-        [B, H, W, O], [1, 1, 1, 1], "SAME", tf.nn.conv2d),
-    "conv2d_valid_strided": Case(
-        mtf.Conv2dOperation, [B, H, W, C], _fdims(3, 2) + [C, O],
-        [B, _dim(H, 2), _dim(W, 3)] + [O], [1, 2, 1, 1], "VALID",
-        tf.nn.conv2d),
-    "conv2d_same_strided_two_batch_dims": Case(
-        mtf.Conv2dOperation, [E, B, H, W, C], _fdims(2, 3) + [C, O],
-        [E, B, _dim(H, 3), _dim(W, 2), O], [1, 2, 2, 1], "SAME",
-        tf.nn.conv2d),
-    "conv3d_same": Case(
-        mtf.Conv3dOperation, [B, D, H, W, C], _fdims(3, 2, 3) + [C, O],
-        [B, D, H, W, O], [1, 1, 1, 1, 1], "SAME", tf.nn.conv3d),
-    "conv2d_transpose_same": Case(
-        mtf.Conv2dTransposeOperation, [B, H, W, C], _fdims(3, 4) + [O, C],
-        [B, _dim(H, 12), _dim(W, 8), O], [1, 2, 2, 1], "SAME",
-        _conv2d_transpose),
-    "conv2d_transpose_valid": Case(
-        mtf.Conv2dTransposeOperation, [B, H, W, C], _fdims(2, 1) + [O, C],
-        [B, _dim(H, 12), _dim(W, 8), O], [1, 2, 2, 1], "VALID",
-        _conv2d_transpose),
-    "conv3d_transpose_same": Case(
-        mtf.Conv3dTransposeOperation, [B, D, H, W, C],
-        _fdims(2, 2, 3) + [O, C], [B, _dim(D, 8), H, _dim(W, 8), O],
-        [1, 2, 1, 2, 1], "SAME", _conv3d_transpose),
+  "conv2d_same": Case(
+    mtf.Conv2dOperation,
+    [B, H, W, C],
+    _fdims(3, 3) + [C, O],
+    [B, H, W, O],
+    [1, 1, 1, 1],
+    "SAME",
+    tf.nn.conv2d,
+  ),
+  "conv2d_valid_strided": Case(
+    mtf.Conv2dOperation,
+    [B, H, W, C],
+    _fdims(3, 2) + [C, O],
+    [B, _dim(H, 2), _dim(W, 3)] + [O],
+    [1, 2, 1, 1],
+    "VALID",
+    tf.nn.conv2d,
+  ),
+  "conv2d_same_strided_two_batch_dims": Case(
+    mtf.Conv2dOperation,
+    [E, B, H, W, C],
+    _fdims(2, 3) + [C, O],
+    [E, B, _dim(H, 3), _dim(W, 2), O],
+    [1, 2, 2, 1],
+    "SAME",
+    tf.nn.conv2d,
+  ),
+  "conv3d_same": Case(
+    mtf.Conv3dOperation,
+    [B, D, H, W, C],
+    _fdims(3, 2, 3) + [C, O],
+    [B, D, H, W, O],
+    [1, 1, 1, 1, 1],
+    "SAME",
+    tf.nn.conv3d,
+  ),
+  "conv2d_transpose_same": Case(
+    mtf.Conv2dTransposeOperation,
+    [B, H, W, C],
+    _fdims(3, 4) + [O, C],
+    [B, _dim(H, 12), _dim(W, 8), O],
+    [1, 2, 2, 1],
+    "SAME",
+    _conv2d_transpose,
+  ),
+  "conv2d_transpose_valid": Case(
+    mtf.Conv2dTransposeOperation,
+    [B, H, W, C],
+    _fdims(2, 1) + [O, C],
+    [B, _dim(H, 12), _dim(W, 8), O],
+    [1, 2, 2, 1],
+    "VALID",
+    _conv2d_transpose,
+  ),
+  "conv3d_transpose_same": Case(
+    mtf.Conv3dTransposeOperation,
+    [B, D, H, W, C],
+    _fdims(2, 2, 3) + [O, C],
+    [B, _dim(D, 8), H, _dim(W, 8), O],
+    [1, 2, 1, 2, 1],
+    "SAME",
+    _conv3d_transpose,
+  ),
 }
 
 
@@ -136,21 +176,26 @@ def test_conv_values_and_gradients(mesh_shape, layout):
 
   out = mtu.run_program(build, mesh_shape, layout)
   for i, name in enumerate(names):
-    mtu.assert_all_close(out[3 * i:3 * i + 3], CASES[name].expected,
-                         rtol=1e-4, atol=1e-4, msg=name)
+    mtu.assert_all_close(
+      out[3 * i : 3 * i + 3],
+      CASES[name].expected,
+      rtol=1e-4,
+      atol=1e-4,
+      msg=name,
+    )
 
 
 @pytest.mark.parametrize("mode", mtu.MODES)
-@meshes.parametrize([
-    ("", ""), ("rows:2;cols:2", "b:rows;c:cols")])
+@meshes.parametrize([("", ""), ("rows:2;cols:2", "b:rows;c:cols")])
 def test_conv_all_modes(mode, mesh_shape, layout):
   case = CASES["conv2d_valid_strided"]
   out = mtu.run_program(case.build, mesh_shape, layout, mode)
   mtu.assert_all_close(out, case.expected, rtol=1e-4, atol=1e-4)
 
 
-@meshes.parametrize([
-    ("", ""), ("all:4", "c:all"), ("rows:2;cols:2", "b:rows;o:cols")])
+@meshes.parametrize(
+  [("", ""), ("all:4", "c:all"), ("rows:2;cols:2", "b:rows;o:cols")]
+)
 def test_conv2d_second_order_gradient(mesh_shape, layout):
   """d/df of sum(dL/dx * q): differentiates conv2d_backprop_input."""
   case = CASES["conv2d_same"]
@@ -173,12 +218,15 @@ def test_conv2d_second_order_gradient(mesh_shape, layout):
     gx = mtf.gradients([mtf.reduce_sum(mtf.square(y))], [x])[0]
     return mtf.gradients([mtf.reduce_sum(gx * qq)], [f])
 
-  mtu.assert_all_close(mtu.run_program(build, mesh_shape, layout), [expected],
-                       rtol=1e-4, atol=1e-3)
+  mtu.assert_all_close(
+    mtu.run_program(build, mesh_shape, layout), [expected], rtol=1e-4, atol=1e-3
+  )
 
 
-@pytest.mark.parametrize("layout,culprit", [
-    ("h:all", "h"), ("w:all", "w"), ("fh:all", "fh"), ("fw:all", "fw")])
+@pytest.mark.parametrize(
+  "layout,culprit",
+  [("h:all", "h"), ("w:all", "w"), ("fh:all", "fh"), ("fw:all", "fw")],
+)
 def test_split_spatial_or_filter_dim_raises(layout, culprit):
   case = CASES["conv2d_same"]
   with pytest.raises(ValueError, match="dimension '%s'" % culprit):
@@ -216,8 +264,11 @@ def test_lazy_allreduce_and_counters():
   assert not isinstance(lowering.tensors[dx], mtf.LazyAllreduceSum)
   assert lowering.tensors[df].mesh_axes == (1,)  # Batch split on cols.
   keys = {k for k, _ in lowering.counters}
-  assert {"conv2d/forward", "conv2d/backprop_input",
-          "conv2d/backprop_filter"} <= keys
+  assert {
+    "conv2d/forward",
+    "conv2d/backprop_input",
+    "conv2d/backprop_filter",
+  } <= keys
   lowering, (y, dx, df) = _lower(build, "all:4", "o:all")
   assert not isinstance(lowering.tensors[y], mtf.LazyAllreduceSum)
   assert lowering.tensors[dx].mesh_axes == (0,)
@@ -233,10 +284,12 @@ def test_splittable_dims():
   assert op.unsplittable_dims == {"h", "w", "fh", "fw"}
   assert op.splittable_dims == {"b", "c", "o"}
   t = mtf.Conv2dTransposeOperation(
-      mtf.zeros(mesh, [B, H, W, O]), f, [1, 2, 2, 1], "SAME")
+    mtf.zeros(mesh, [B, H, W, O]), f, [1, 2, 2, 1], "SAME"
+  )
   assert t.unsplittable_dims == {"h", "w", "fh", "fw"}
-  back = mtf.conv2d_backprop_input(x.shape, f, op.outputs[0], [1, 1, 1, 1],
-                                   "SAME").operation
+  back = mtf.conv2d_backprop_input(
+    x.shape, f, op.outputs[0], [1, 1, 1, 1], "SAME"
+  ).operation
   assert back.unsplittable_dims == frozenset()
   assert isinstance(back, mtf.Conv2or3dBackpropInputOperation)
 
@@ -247,78 +300,131 @@ def test_bad_arguments_raise_value_errors():
   x = mtf.zeros(mesh, [B, H, W, C])
   f = mtf.zeros(mesh, _fdims(3, 3) + [C, O])
   big = mtf.zeros(mesh, _fdims(7, 3) + [C, O])
-  with pytest.raises(ValueError, match="'fh' \\(size 7\\) is larger than "
-                     "input dimension 'h' \\(size 6\\)"):
+  with pytest.raises(
+    ValueError,
+    match="'fh' \\(size 7\\) is larger than input dimension 'h' \\(size 6\\)",
+  ):
     mtf.Conv2dOperation(x, big, [1, 1, 1, 1], "VALID")
   mtf.Conv2dOperation(x, big, [1, 1, 1, 1], "SAME")  # SAME is fine.
   with pytest.raises(ValueError, match="padding must be 'SAME' or 'VALID'"):
     mtf.Conv2dOperation(x, f, [1, 1, 1, 1], "same")
   with pytest.raises(ValueError, match="padding must be 'SAME' or 'VALID'"):
     mtf.Conv3dTransposeOperation(
-        mtf.zeros(mesh, [B, D, H, W, C]),
-        mtf.zeros(mesh, _fdims(2, 2, 2) + [O, C]), [1, 2, 2, 2, 1], "FULL")
+      mtf.zeros(mesh, [B, D, H, W, C]),
+      mtf.zeros(mesh, _fdims(2, 2, 2) + [O, C]),
+      [1, 2, 2, 2, 1],
+      "FULL",
+    )
   with pytest.raises(ValueError, match="strides"):
     mtf.Conv2dOperation(x, f, [1, 1, 1], "SAME")
   with pytest.raises(ValueError, match="batch and channels must be 1"):
     mtf.Conv2dOperation(x, f, [2, 1, 1, 1], "SAME")
   with pytest.raises(ValueError, match="in-channels"):
-    mtf.Conv2dOperation(x, mtf.zeros(mesh, _fdims(3, 3) + [O, C]),
-                        [1, 1, 1, 1], "SAME")
+    mtf.Conv2dOperation(
+      x, mtf.zeros(mesh, _fdims(3, 3) + [O, C]), [1, 1, 1, 1], "SAME"
+    )
   with pytest.raises(ValueError, match="filter .* must have 4 dims"):
-    mtf.Conv2dOperation(x, mtf.zeros(mesh, _fdims(3, 3, 3) + [C, O]),
-                        [1, 1, 1, 1], "SAME")
+    mtf.Conv2dOperation(
+      x, mtf.zeros(mesh, _fdims(3, 3, 3) + [C, O]), [1, 1, 1, 1], "SAME"
+    )
   # A VALID transposed conv with a filter larger than the stride cannot give
   # input x stride outputs.
   with pytest.raises(ValueError, match="along 'h'"):
-    mtf.Conv2dTransposeOperation(mtf.zeros(mesh, [B, H, W, O]), f,
-                                 [1, 2, 2, 1], "VALID")
+    mtf.Conv2dTransposeOperation(
+      mtf.zeros(mesh, [B, H, W, O]), f, [1, 2, 2, 1], "VALID"
+    )
   with pytest.raises(ValueError, match="conv_dimension must be 2 or 3"):
-    mtf.Conv2or3dBackpropInputOperation(4, False, x.shape, f, x,
-                                        [1, 1, 1, 1], "SAME")
+    mtf.Conv2or3dBackpropInputOperation(
+      4, False, x.shape, f, x, [1, 1, 1, 1], "SAME"
+    )
   with pytest.raises(ValueError, match="output dimension 'h' has size 6"):
-    mtf.conv2d_backprop_filter(x, f.shape, mtf.zeros(mesh, [B, H, W, O]),
-                               [1, 2, 1, 1], "SAME")
+    mtf.conv2d_backprop_filter(
+      x, f.shape, mtf.zeros(mesh, [B, H, W, O]), [1, 2, 1, 1], "SAME"
+    )
 
 
 def test_signatures_and_names():
   def params(fn):
-    return [(p.name, p.default)
-            for p in inspect.signature(fn).parameters.values()]
+    return [
+      (p.name, p.default) for p in inspect.signature(fn).parameters.values()
+    ]
+
   empty = inspect.Parameter.empty
-  for cls in (mtf.Conv2dOperation, mtf.Conv3dOperation,
-              mtf.Conv2dTransposeOperation, mtf.Conv3dTransposeOperation):
+  for cls in (
+    mtf.Conv2dOperation,
+    mtf.Conv3dOperation,
+    mtf.Conv2dTransposeOperation,
+    mtf.Conv3dTransposeOperation,
+  ):
     assert params(cls.__init__) == [
-        ("self", empty), ("conv_input", empty), ("conv_filter", empty),
-        ("strides", empty), ("padding", empty), ("name", None)]
+      ("self", empty),
+      ("conv_input", empty),
+      ("conv_filter", empty),
+      ("strides", empty),
+      ("padding", empty),
+      ("name", None),
+    ]
   assert params(mtf.Conv2or3dBackpropInputOperation.__init__) == [
-      ("self", empty), ("conv_dimension", empty), ("is_transpose", empty),
-      ("input_shape", empty), ("conv_filter", empty), ("dy", empty),
-      ("strides", empty), ("padding", empty), ("name", None)]
+    ("self", empty),
+    ("conv_dimension", empty),
+    ("is_transpose", empty),
+    ("input_shape", empty),
+    ("conv_filter", empty),
+    ("dy", empty),
+    ("strides", empty),
+    ("padding", empty),
+    ("name", None),
+  ]
   assert params(mtf.Conv2or3dBackpropFilterOperation.__init__) == [
-      ("self", empty), ("conv_dimension", empty), ("is_transpose", empty),
-      ("conv_input", empty), ("filter_shape", empty), ("dy", empty),
-      ("strides", empty), ("padding", empty), ("name", None)]
-  for fn in (mtf.conv2d_backprop_input, mtf.conv3d_backprop_input,
-             mtf.conv2d_transpose_backprop_input,
-             mtf.conv3d_transpose_backprop_input):
+    ("self", empty),
+    ("conv_dimension", empty),
+    ("is_transpose", empty),
+    ("conv_input", empty),
+    ("filter_shape", empty),
+    ("dy", empty),
+    ("strides", empty),
+    ("padding", empty),
+    ("name", None),
+  ]
+  for fn in (
+    mtf.conv2d_backprop_input,
+    mtf.conv3d_backprop_input,
+    mtf.conv2d_transpose_backprop_input,
+    mtf.conv3d_transpose_backprop_input,
+  ):
     assert params(fn) == [
-        ("input_shape", empty), ("conv_filter", empty), ("dy", empty),
-        ("strides", empty), ("padding", empty), ("name", None)]
-  for fn in (mtf.conv2d_backprop_filter, mtf.conv3d_backprop_filter,
-             mtf.conv2d_transpose_backprop_filter,
-             mtf.conv3d_transpose_backprop_filter):
+      ("input_shape", empty),
+      ("conv_filter", empty),
+      ("dy", empty),
+      ("strides", empty),
+      ("padding", empty),
+      ("name", None),
+    ]
+  for fn in (
+    mtf.conv2d_backprop_filter,
+    mtf.conv3d_backprop_filter,
+    mtf.conv2d_transpose_backprop_filter,
+    mtf.conv3d_transpose_backprop_filter,
+  ):
     assert params(fn) == [
-        ("conv_input", empty), ("filter_shape", empty), ("dy", empty),
-        ("strides", empty), ("padding", empty), ("name", None)]
+      ("conv_input", empty),
+      ("filter_shape", empty),
+      ("dy", empty),
+      ("strides", empty),
+      ("padding", empty),
+      ("name", None),
+    ]
   # The raw TF functions the original leaked into mtf.*.
-  assert "input_sizes" in inspect.signature(
-      mtf.conv3d_backprop_input_v2).parameters
-  assert "filter_sizes" in inspect.signature(
-      mtf.conv3d_backprop_filter_v2).parameters
+  assert (
+    "input_sizes" in inspect.signature(mtf.conv3d_backprop_input_v2).parameters
+  )
+  assert (
+    "filter_sizes"
+    in inspect.signature(mtf.conv3d_backprop_filter_v2).parameters
+  )
   graph = mtf.Graph()
   mesh = mtf.Mesh(graph, "mesh")
   x = mtf.zeros(mesh, [B, H, W, C])
   f = mtf.zeros(mesh, _fdims(3, 3) + [C, O])
   assert mtf.Conv2dOperation(x, f, [1, 1, 1, 1], "SAME").name == "conv2d"
-  assert mtf.Conv2dOperation(x, f, [1, 1, 1, 1], "SAME",
-                             name="c2").name == "c2"
+  assert mtf.Conv2dOperation(x, f, [1, 1, 1, 1], "SAME", name="c2").name == "c2"

@@ -26,8 +26,9 @@ W1 = _RNG.uniform(-1.0, 1.0, size=(4, 8)).astype(np.float32)
 W2 = _RNG.uniform(-1.0, 1.0, size=(8, 4)).astype(np.float32)
 
 
-def _double_grad_fn(explicit_inputs, all_inputs, forward_operations, outputs,
-                    output_grads):
+def _double_grad_fn(
+  explicit_inputs, all_inputs, forward_operations, outputs, output_grads
+):
   del explicit_inputs, forward_operations, outputs
   return [output_grads[0] * 2.0] + [None] * (len(all_inputs) - 1)
 
@@ -41,8 +42,9 @@ def _identity_double_grad(mesh):
 
 @pytest.mark.parametrize("mode", mtu.MODES)
 def test_custom_gradient_replaces_gradient_modes(mode):
-  y, dx = mtu.run_program(_identity_double_grad, "rows:2;cols:2",
-                          "batch:rows;d_in:cols", mode)
+  y, dx = mtu.run_program(
+    _identity_double_grad, "rows:2;cols:2", "batch:rows;d_in:cols", mode
+  )
   np.testing.assert_allclose(y, X)
   # True gradient 2x; the custom one doubles it.
   np.testing.assert_allclose(dx, 4.0 * X, rtol=1e-6)
@@ -53,12 +55,14 @@ def test_custom_gradient_with_implicit_input(mesh_shape, layout):
   seen = {}
 
   def build(mesh):
-    v = mtf.get_variable(mesh, "v", [BATCH, D_IN],
-                         initializer=tf.constant_initializer(V))
+    v = mtf.get_variable(
+      mesh, "v", [BATCH, D_IN], initializer=tf.constant_initializer(V)
+    )
     x = mtf.import_tf_tensor(mesh, X, [BATCH, D_IN])
 
-    def grad_fn(explicit_inputs, all_inputs, forward_operations, outputs,
-                output_grads):
+    def grad_fn(
+      explicit_inputs, all_inputs, forward_operations, outputs, output_grads
+    ):
       seen["explicit"] = list(explicit_inputs)
       seen["all"] = list(all_inputs)
       seen["num_forward"] = len(forward_operations)
@@ -66,10 +70,12 @@ def test_custom_gradient_with_implicit_input(mesh_shape, layout):
       dy = output_grads[0]
       x_, v_ = all_inputs
       return [dy * v_ * 2.0, dy * x_ * 3.0]
+
     y = mtf.custom_gradient(lambda t: t * v, grad_fn, [x])
     dx, dv = mtf.gradients([mtf.reduce_sum(y)], [x, v])
     seen["x"], seen["v"] = x, v
     return [y, dx, dv]
+
   y, dx, dv = mtu.run_program(build, mesh_shape, layout)
   assert seen["explicit"] == [seen["x"]]
   assert seen["all"] == [seen["x"], seen["v"]]
@@ -89,10 +95,12 @@ def test_custom_gradient_multiple_outputs_and_unusable_internals():
     internal["e"] = mtf.exp(t)
     return (internal["e"] * 2.0, t)
 
-  def grad_fn(explicit_inputs, all_inputs, forward_operations, outputs,
-              output_grads):
+  def grad_fn(
+    explicit_inputs, all_inputs, forward_operations, outputs, output_grads
+  ):
     # grad_fn may build on fn's internals.
     return [output_grads[0] * internal["e"] * 2.0 + output_grads[1]]
+
   y, same = mtf.custom_gradient(fn, grad_fn, [x])
   assert isinstance(y.operation, mtf.CustomGradientOperation)
   assert not internal["e"].usable
@@ -101,8 +109,9 @@ def test_custom_gradient_multiple_outputs_and_unusable_internals():
   [dx] = mtf.gradients([mtf.reduce_sum(y + same)], [x])
   assert not internal["e"].usable
   with mtf.variable_store(mtf.VariableStore()):
-    lowering = mtf.Lowering(graph, {mesh: mtu.mesh_impl_for("all:4",
-                                                            "d_in:all")})
+    lowering = mtf.Lowering(
+      graph, {mesh: mtu.mesh_impl_for("all:4", "d_in:all")}
+    )
     got = [lowering.export_to_tf_tensor(t) for t in (y, same, dx)]
   mtu.assert_all_close(got, [2 * np.exp(X), X, 2 * np.exp(X) + 1])
 
@@ -112,7 +121,8 @@ def test_custom_gradient_errors():
   mesh = mtf.Mesh(graph, "mesh")
   x = mtf.import_tf_tensor(mesh, X, [BATCH, D_IN])
   bad = mtf.custom_gradient(
-      mtf.square, lambda **kw: [kw["output_grads"][0]] * 2, [x])
+    mtf.square, lambda **kw: [kw["output_grads"][0]] * 2, [x]
+  )
   with pytest.raises(ValueError, match="returned 2 gradients for 1 inputs"):
     mtf.gradients([mtf.reduce_sum(bad)], [x])
 
@@ -120,24 +130,31 @@ def test_custom_gradient_errors():
 @meshes.parametrize([("", ""), ("rows:2;cols:2", "batch:rows;hidden:cols")])
 def test_recompute_grad_of_fn_creating_variables(mesh_shape, layout):
   """A layer called for the first time inside recompute_grad creates its
-  variables there; they are hoisted out and get the plain gradients."""
+  variables there; they are hoisted out and get the plain gradients.
+  """
+
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, X, [BATCH, D_IN])
 
     def layer(t):
-      w1 = mtf.get_variable(mesh, "w1", [D_IN, HIDDEN],
-                            initializer=tf.constant_initializer(W1))
-      w2 = mtf.get_variable(mesh, "w2", [HIDDEN, D_OUT],
-                            initializer=tf.constant_initializer(W2))
+      w1 = mtf.get_variable(
+        mesh, "w1", [D_IN, HIDDEN], initializer=tf.constant_initializer(W1)
+      )
+      w2 = mtf.get_variable(
+        mesh, "w2", [HIDDEN, D_OUT], initializer=tf.constant_initializer(W2)
+      )
       return _mlp(t, w1, w2), w1, w2
+
     y = mtf.recompute_grad(lambda t: layer(t)[0], [x])
     num_variables = len(mesh.graph.all_variables)
     _, w1, w2 = layer(x)  # Reuses the variables made inside recompute_grad.
     assert len(mesh.graph.all_variables) == num_variables == 2
     loss = mtf.reduce_sum(y * y)
     return [y] + mtf.gradients([loss], [x, w1, w2])
-  mtu.assert_all_close(mtu.run_program(build, mesh_shape, layout, "function"),
-                       _mlp_expected())
+
+  mtu.assert_all_close(
+    mtu.run_program(build, mesh_shape, layout, "function"), _mlp_expected()
+  )
 
 
 def _mlp(x, w1, w2):
@@ -148,16 +165,19 @@ def _mlp(x, w1, w2):
 def _mlp_program(recompute):
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, X, [BATCH, D_IN])
-    w1 = mtf.get_variable(mesh, "w1", [D_IN, HIDDEN],
-                          initializer=tf.constant_initializer(W1))
-    w2 = mtf.get_variable(mesh, "w2", [HIDDEN, D_OUT],
-                          initializer=tf.constant_initializer(W2))
+    w1 = mtf.get_variable(
+      mesh, "w1", [D_IN, HIDDEN], initializer=tf.constant_initializer(W1)
+    )
+    w2 = mtf.get_variable(
+      mesh, "w2", [HIDDEN, D_OUT], initializer=tf.constant_initializer(W2)
+    )
     if recompute:
       y = mtf.recompute_grad(lambda t: _mlp(t, w1, w2), [x])
     else:
       y = _mlp(x, w1, w2)
     loss = mtf.reduce_sum(y * y)
     return [y] + mtf.gradients([loss], [x, w1, w2])
+
   return build
 
 
@@ -181,8 +201,9 @@ def test_recompute_grad_matches_plain_gradients(mesh_shape, layout):
 
 @pytest.mark.parametrize("mode", ["function", "graph"])
 def test_recompute_grad_modes(mode):
-  got = mtu.run_program(_mlp_program(True), "rows:2;cols:2",
-                        "batch:rows;hidden:cols", mode)
+  got = mtu.run_program(
+    _mlp_program(True), "rows:2;cols:2", "batch:rows;hidden:cols", mode
+  )
   mtu.assert_all_close(got, _mlp_expected(), rtol=1e-4, atol=1e-4)
 
 
@@ -200,8 +221,11 @@ def test_recompute_grad_clones_forward_operations(control_dependencies):
     w1 = mtf.import_tf_tensor(mesh, W1, [D_IN, HIDDEN])
     w2 = mtf.import_tf_tensor(mesh, W2, [HIDDEN, D_OUT])
     if recompute:
-      y = mtf.recompute_grad(lambda t, w1=w1, w2=w2: _mlp(t, w1, w2), [x],
-                             control_dependencies=control_dependencies)
+      y = mtf.recompute_grad(
+        lambda t, w1=w1, w2=w2: _mlp(t, w1, w2),
+        [x],
+        control_dependencies=control_dependencies,
+      )
     else:
       y = _mlp(x, w1, w2)
     loss = mtf.reduce_sum(y * y)
@@ -211,8 +235,9 @@ def test_recompute_grad_clones_forward_operations(control_dependencies):
     assert len(graph.operations) > num_ops
     counts[recompute] = _count_einsums(graph) - forward_einsums
     with mtf.variable_store(mtf.VariableStore()):
-      lowering = mtf.Lowering(graph, {mesh: mtu.mesh_impl_for(
-          "all:4", "hidden:all")})
+      lowering = mtf.Lowering(
+        graph, {mesh: mtu.mesh_impl_for("all:4", "hidden:all")}
+      )
       got = [lowering.export_to_tf_tensor(t) for t in [y] + grads]
     mtu.assert_all_close(got, _mlp_expected(), rtol=1e-4, atol=1e-4)
   # The backward pass of recompute_grad clones the two forward einsums.
@@ -224,9 +249,11 @@ def test_recompute_grad_reuses_random_values(mesh_shape, layout):
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, X, [BATCH, D_IN])
     y = mtf.recompute_grad(
-        lambda t: mtf.dropout(t * 3.0, is_training=True, keep_prob=0.5), [x])
+      lambda t: mtf.dropout(t * 3.0, is_training=True, keep_prob=0.5), [x]
+    )
     [dx] = mtf.gradients([mtf.reduce_sum(y)], [x])
     return [y, dx]
+
   y, dx = mtu.run_program(build, mesh_shape, layout)
   # A fresh dropout mask on the backward pass would break dx == y / x.
   kept = y != 0

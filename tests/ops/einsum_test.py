@@ -15,10 +15,10 @@ HIDDEN = mtf.Dimension("hidden", 8)
 EXTRA = mtf.Dimension("extra", 2)
 
 _RNG = np.random.RandomState(3)
-X = _RNG.randn(4, 8).astype(np.float32)       # [batch, io]
-W = _RNG.randn(8, 8).astype(np.float32)       # [io, hidden]
-V = _RNG.randn(8, 4).astype(np.float32)       # [hidden, batch]
-U = _RNG.randn(2, 8).astype(np.float32)       # [extra, io]
+X = _RNG.randn(4, 8).astype(np.float32)  # [batch, io]
+W = _RNG.randn(8, 8).astype(np.float32)  # [io, hidden]
+V = _RNG.randn(8, 4).astype(np.float32)  # [hidden, batch]
+U = _RNG.randn(2, 8).astype(np.float32)  # [extra, io]
 
 
 def _imp(mesh, value, dims):
@@ -49,8 +49,9 @@ def test_matmul_all_layouts(mesh_layout):
 
 @pytest.mark.parametrize("mode", mtu.MODES)
 def test_matmul_three_modes(mode):
-  got = mtu.run_program(_matmul_program, "rows:2;cols:2", "batch:rows;io:cols",
-                        mode)
+  got = mtu.run_program(
+    _matmul_program, "rows:2;cols:2", "batch:rows;io:cols", mode
+  )
   mtu.assert_all_close(got, _matmul_expected(), rtol=1e-4, atol=1e-4)
 
 
@@ -79,18 +80,22 @@ def test_reduced_dims_rule():
   x = _imp(mesh, X, [BATCH, IO])
   w = _imp(mesh, W, [IO, HIDDEN])
   assert mtf.einsum([x, w], reduced_dims=[IO]).shape == mtf.Shape(
-      [BATCH, HIDDEN])
+    [BATCH, HIDDEN]
+  )
   assert mtf.einsum([x, w], reduced_dims=[]).shape == mtf.Shape(
-      [BATCH, IO, HIDDEN])
+    [BATCH, IO, HIDDEN]
+  )
   assert mtf.einsum([x, w], reduced_dims=[IO, BATCH]).shape == mtf.Shape(
-      [HIDDEN])
+    [HIDDEN]
+  )
   assert mtf.einsum([x, w], reduced_dims=["io"]).shape == mtf.Shape(
-      [BATCH, HIDDEN])
-  assert mtf.matmul(x, w, reduced_dims=[HIDDEN]).shape == mtf.Shape(
-      [BATCH, IO])
+    [BATCH, HIDDEN]
+  )
+  assert mtf.matmul(x, w, reduced_dims=[HIDDEN]).shape == mtf.Shape([BATCH, IO])
   # Both given and consistent (any order).
-  assert mtf.einsum([x, w], output_shape=[HIDDEN, BATCH],
-                    reduced_dims=[IO]).shape == mtf.Shape([HIDDEN, BATCH])
+  assert mtf.einsum(
+    [x, w], output_shape=[HIDDEN, BATCH], reduced_dims=[IO]
+  ).shape == mtf.Shape([HIDDEN, BATCH])
 
 
 def test_output_shape_and_reduced_dims_inconsistent_raise():
@@ -114,28 +119,30 @@ def test_einsum_variants_values(mesh_layout):
     v = _imp(mesh, V, [HIDDEN, BATCH])
     u = _imp(mesh, U, [EXTRA, IO])
     return [
-        mtf.einsum([x, w, v]),                              # 3 operands
-        mtf.einsum([x, w, v], output_shape=[HIDDEN]),
-        mtf.einsum([x, w, u], output_shape=[EXTRA, BATCH, HIDDEN]),
-        mtf.einsum([x, w], reduced_dims=[]),                # outer-ish
-        mtf.einsum([x, w], reduced_dims=[IO, BATCH]),
-        mtf.einsum([x, x]),                                 # sum of squares
-        mtf.einsum([x], output_shape=[IO]),                 # a reduction
-        mtf.einsum([x, u]),
-        mtf.transpose(x, [IO, BATCH]),
-        mtf.transpose(w, [HIDDEN, IO]),
+      mtf.einsum([x, w, v]),  # 3 operands
+      mtf.einsum([x, w, v], output_shape=[HIDDEN]),
+      mtf.einsum([x, w, u], output_shape=[EXTRA, BATCH, HIDDEN]),
+      mtf.einsum([x, w], reduced_dims=[]),  # outer-ish
+      mtf.einsum([x, w], reduced_dims=[IO, BATCH]),
+      mtf.einsum([x, x]),  # sum of squares
+      mtf.einsum([x], output_shape=[IO]),  # a reduction
+      mtf.einsum([x, u]),
+      mtf.transpose(x, [IO, BATCH]),
+      mtf.transpose(w, [HIDDEN, IO]),
     ]
+
   got = mtu.run_program(build, *mesh_layout)
   want = [
-      np.einsum("bi,ih,hb->", X, W, V),
-      np.einsum("bi,ih,hb->h", X, W, V),
-      np.einsum("bi,ih,ei->ebh", X, W, U),
-      np.einsum("bi,ih->bih", X, W),
-      np.einsum("bi,ih->h", X, W),
-      (X * X).sum(),
-      X.sum(0),
-      np.einsum("bi,ei->be", X, U),
-      X.T, W.T,
+    np.einsum("bi,ih,hb->", X, W, V),
+    np.einsum("bi,ih,hb->h", X, W, V),
+    np.einsum("bi,ih,ei->ebh", X, W, U),
+    np.einsum("bi,ih->bih", X, W),
+    np.einsum("bi,ih->h", X, W),
+    (X * X).sum(),
+    X.sum(0),
+    np.einsum("bi,ei->be", X, U),
+    X.T,
+    W.T,
   ]
   mtu.assert_all_close(got, want, rtol=1e-4, atol=1e-4)
 
@@ -150,20 +157,28 @@ def test_einsum_gradients(mesh_layout):
     v = _imp(mesh, V, [HIDDEN, BATCH])
     u = _imp(mesh, U, [EXTRA, IO])
     g = _imp(mesh, g_ebh, [EXTRA, BATCH, HIDDEN])
-    loss = (mtf.einsum([x, w, v]) +
-            mtf.reduce_sum(mtf.einsum([x, w, u],
-                                      output_shape=[EXTRA, BATCH, HIDDEN]) * g)
-            + mtf.einsum([x, x]) * 0.5 +
-            mtf.reduce_sum(mtf.transpose(w, [HIDDEN, IO]) *
-                           _imp(mesh, W, [IO, HIDDEN])))
+    loss = (
+      mtf.einsum([x, w, v])
+      + mtf.reduce_sum(
+        mtf.einsum([x, w, u], output_shape=[EXTRA, BATCH, HIDDEN]) * g
+      )
+      + mtf.einsum([x, x]) * 0.5
+      + mtf.reduce_sum(
+        mtf.transpose(w, [HIDDEN, IO]) * _imp(mesh, W, [IO, HIDDEN])
+      )
+    )
     return mtf.gradients([loss], [x, w, v, u])
+
   got = mtu.run_program(build, *mesh_layout)
   tx, tw, tv, tu = (tf.constant(a) for a in (X, W, V, U))
   with tf.GradientTape() as tape:
     tape.watch([tx, tw, tv, tu])
-    loss = (tf.einsum("bi,ih,hb->", tx, tw, tv) +
-            tf.reduce_sum(tf.einsum("bi,ih,ei->ebh", tx, tw, tu) * g_ebh) +
-            tf.reduce_sum(tx * tx) * 0.5 + tf.reduce_sum(tw * W))
+    loss = (
+      tf.einsum("bi,ih,hb->", tx, tw, tv)
+      + tf.reduce_sum(tf.einsum("bi,ih,ei->ebh", tx, tw, tu) * g_ebh)
+      + tf.reduce_sum(tx * tx) * 0.5
+      + tf.reduce_sum(tw * W)
+    )
   want = [g.numpy() for g in tape.gradient(loss, [tx, tw, tv, tu])]
   mtu.assert_all_close(got, want, rtol=1e-4, atol=1e-3)
 
@@ -173,26 +188,36 @@ def test_einsum_gradients(mesh_layout):
 NEW = mtf.Dimension("new", 4)
 
 
-@meshes.parametrize([
-    ("", ""), ("all:4", "new:all"), ("all:4", "io:all"),
+@meshes.parametrize(
+  [
+    ("", ""),
+    ("all:4", "new:all"),
+    ("all:4", "io:all"),
     ("rows:2;cols:2", "new:rows;io:cols"),
     ("rows:2;cols:2", "new:cols;batch:rows"),
-    ("rows:2;cols:2", "hidden:cols;new:rows")], "mesh_layout")
+    ("rows:2;cols:2", "hidden:cols;new:rows"),
+  ],
+  "mesh_layout",
+)
 def test_output_dims_in_no_input_are_broadcast(mesh_layout):
   def build(mesh):
     x = _imp(mesh, X, [BATCH, IO])
     w = _imp(mesh, W, [IO, HIDDEN])
     y = mtf.einsum([x, w], output_shape=[NEW, BATCH, HIDDEN])
     z = mtf.einsum([x], output_shape=[BATCH, NEW])
-    dx, = mtf.gradients([mtf.reduce_sum(y) + mtf.reduce_sum(z)], [x])
+    (dx,) = mtf.gradients([mtf.reduce_sum(y) + mtf.reduce_sum(z)], [x])
     return [y, z, dx]
+
   y, z, dx = mtu.run_program(build, *mesh_layout)
-  np.testing.assert_allclose(y, np.broadcast_to(X @ W, (4, 4, 8)), rtol=1e-4,
-                             atol=1e-4)
-  np.testing.assert_allclose(z, np.broadcast_to(X.sum(1)[:, None], (4, 4)),
-                             rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(dx, np.broadcast_to(4 * W.sum(1), (4, 8)) + 4,
-                             rtol=1e-4, atol=1e-4)
+  np.testing.assert_allclose(
+    y, np.broadcast_to(X @ W, (4, 4, 8)), rtol=1e-4, atol=1e-4
+  )
+  np.testing.assert_allclose(
+    z, np.broadcast_to(X.sum(1)[:, None], (4, 4)), rtol=1e-5, atol=1e-5
+  )
+  np.testing.assert_allclose(
+    dx, np.broadcast_to(4 * W.sum(1), (4, 8)) + 4, rtol=1e-4, atol=1e-4
+  )
 
 
 # Integer dtypes.
@@ -206,17 +231,27 @@ def test_integer_einsum(mesh_layout):
   def build(mesh):
     x = _imp(mesh, xi, [BATCH, IO])
     w = _imp(mesh, wi, [IO, HIDDEN])
-    outs = [mtf.matmul(x, w), mtf.einsum([x, w], output_shape=[HIDDEN, BATCH]),
-            mtf.einsum([x, w], reduced_dims=[]), x * w,
-            mtf.einsum([x], output_shape=[IO]),
-            mtf.einsum([x, w], output_shape=[NEW, HIDDEN])]
+    outs = [
+      mtf.matmul(x, w),
+      mtf.einsum([x, w], output_shape=[HIDDEN, BATCH]),
+      mtf.einsum([x, w], reduced_dims=[]),
+      x * w,
+      mtf.einsum([x], output_shape=[IO]),
+      mtf.einsum([x, w], output_shape=[NEW, HIDDEN]),
+    ]
     for o in outs:
       assert o.dtype == tf.int32
     return outs
+
   got = mtu.run_program(build, *mesh_layout)
-  want = [xi @ wi, (xi @ wi).T, np.einsum("bi,ih->bih", xi, wi),
-          np.einsum("bi,ih->bih", xi, wi), xi.sum(0),
-          np.broadcast_to(np.einsum("bi,ih->h", xi, wi), (4, 8))]
+  want = [
+    xi @ wi,
+    (xi @ wi).T,
+    np.einsum("bi,ih->bih", xi, wi),
+    np.einsum("bi,ih->bih", xi, wi),
+    xi.sum(0),
+    np.broadcast_to(np.einsum("bi,ih->h", xi, wi), (4, 8)),
+  ]
   for g, w in zip(got, want):
     assert g.dtype == np.int32
     np.testing.assert_array_equal(g, w)
@@ -225,10 +260,16 @@ def test_integer_einsum(mesh_layout):
 # Contracted split dims: a lazy allreduce.
 
 
-@pytest.mark.parametrize("mesh_shape,layout,axes", [
-    ("all:4", "io:all", [0]), ("rows:2;cols:2", "io:rows", [0]),
+@pytest.mark.parametrize(
+  "mesh_shape,layout,axes",
+  [
+    ("all:4", "io:all", [0]),
+    ("rows:2;cols:2", "io:rows", [0]),
     ("rows:2;cols:2", "io:cols;batch:rows", [1]),
-    ("all:4", "batch:all", []), ("rows:2;cols:2", "hidden:cols", [])])
+    ("all:4", "batch:all", []),
+    ("rows:2;cols:2", "hidden:cols", []),
+  ],
+)
 def test_contracted_split_dims_are_lazily_allreduced(mesh_shape, layout, axes):
   graph = mtf.Graph()
   mesh = mtf.Mesh(graph, "mesh")
@@ -302,5 +343,6 @@ def test_two_einsum_dims_on_one_mesh_axis_raise():
     p = _imp(mesh, X[0], [IO])
     q = _imp(mesh, W[0], [HIDDEN])
     return [mtf.einsum([p, q], output_shape=[HIDDEN])]
+
   with pytest.raises(ValueError, match="'io'.*'hidden'.*'all'"):
     mtu.run_program(build, "all:4", "io:all;hidden:all")

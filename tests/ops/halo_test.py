@@ -63,13 +63,18 @@ HALOS = [0, 1, 2, 3, 4, 7]  # Block size 3: partial, whole and several blocks.
 
 @meshes.parametrize(meshes.HALO)
 def test_halo_exchange_values_and_gradients(mesh_shape, layout):
-  cases = [(h, wrap, both) for h in HALOS for wrap in (False, True)
-           for both in (True, False)]
+  cases = [
+    (h, wrap, both)
+    for h in HALOS
+    for wrap in (False, True)
+    for both in (True, False)
+  ]
   weights = {}
   for h, wrap, both in cases:
     size = 3 + h * (2 if both else 1)
-    weights[(h, wrap, both)] = _RNG.uniform(
-        -1, 1, size=(2, 4, size, 2)).astype(np.float32)
+    weights[(h, wrap, both)] = _RNG.uniform(-1, 1, size=(2, 4, size, 2)).astype(
+      np.float32
+    )
 
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, X, mtf.Shape([A, NB, N, C]))
@@ -86,24 +91,30 @@ def test_halo_exchange_values_and_gradients(mesh_shape, layout):
   for i, (h, wrap, both) in enumerate(cases):
     right = h if both else 0
     msg = "halo=%d wrap=%s both=%s" % (h, wrap, both)
-    np.testing.assert_allclose(out[i], np_halo(X, h, right, wrap), atol=1e-6,
-                               err_msg=msg)
     np.testing.assert_allclose(
-        out[len(cases) + i],
-        np_halo_grad(weights[(h, wrap, both)], 4, 3, h, right, wrap),
-        atol=1e-5, err_msg="gradient " + msg)
+      out[i], np_halo(X, h, right, wrap), atol=1e-6, err_msg=msg
+    )
+    np.testing.assert_allclose(
+      out[len(cases) + i],
+      np_halo_grad(weights[(h, wrap, both)], 4, 3, h, right, wrap),
+      atol=1e-5,
+      err_msg="gradient " + msg,
+    )
 
 
 @pytest.mark.parametrize("mode", mtu.MODES)
 def test_halo_exchange_all_modes(mode):
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, X, mtf.Shape([A, NB, N, C]))
-    return [mtf.halo_exchange(x, NB, N, 2),
-            mtf.left_halo_exchange(x, "nb", "n", 4, wrap=True)]
+    return [
+      mtf.halo_exchange(x, NB, N, 2),
+      mtf.left_halo_exchange(x, "nb", "n", 4, wrap=True),
+    ]
 
   out = mtu.run_program(build, "rows:2;cols:2", "nb:rows;a:cols", mode)
-  mtu.assert_all_close(out, [np_halo(X, 2, 2, False), np_halo(X, 4, 0, True)],
-                       atol=1e-6)
+  mtu.assert_all_close(
+    out, [np_halo(X, 2, 2, False), np_halo(X, 4, 0, True)], atol=1e-6
+  )
 
 
 def test_halo_exchange_communicates_by_shift():
@@ -139,16 +150,24 @@ def test_bad_arguments():
     mtf.halo_exchange(x, N, N, 1)
   y = mtf.halo_exchange(x, NB, N, 4)
   assert y.shape == mtf.Shape([A, NB, mtf.Dimension("n", 11), C])
-  assert mtf.left_halo_exchange(x, NB, N, 4).shape.get_dim_by_name(
-      "n").size == 7
+  assert (
+    mtf.left_halo_exchange(x, NB, N, 4).shape.get_dim_by_name("n").size == 7
+  )
 
 
 def test_signatures():
   def params(fn):
-    return [(p.name, p.default)
-            for p in inspect.signature(fn).parameters.values()]
+    return [
+      (p.name, p.default) for p in inspect.signature(fn).parameters.values()
+    ]
+
   empty = inspect.Parameter.empty
-  expected = [("x", empty), ("blocks_dim", empty), ("block_size_dim", empty),
-              ("halo_size", empty), ("wrap", False)]
+  expected = [
+    ("x", empty),
+    ("blocks_dim", empty),
+    ("block_size_dim", empty),
+    ("halo_size", empty),
+    ("wrap", False),
+  ]
   assert params(mtf.halo_exchange) == expected
   assert params(mtf.left_halo_exchange) == expected

@@ -20,37 +20,50 @@ XI = _RNG.randint(-100, 100, size=(4, 8)).astype(np.int32)
 def _program(mesh):
   x = mtf.import_tf_tensor(mesh, X, [A, B])
   outs = [
-      x,
-      mtf.import_tf_tensor(mesh, tf.constant(XI), mtf.Shape([A, B])),
-      mtf.import_tf_tensor(mesh, np.float32(3.5)),                  # scalar
-      mtf.import_tf_tensor(mesh, X[0], "b:8"),
-      mtf.constant(mesh, 2.5, [A, B]),
-      mtf.constant(mesh, 7, shape=[B, A], dtype=tf.int32),
-      mtf.constant(mesh, X, shape=[A, B]),
-      mtf.constant(mesh, XI.T, shape=[B, A], dtype=tf.int32),
-      mtf.constant(mesh, 1.25),                                     # scalar
-      mtf.constant(mesh, [1.0, 2.0, 3.0, 4.0], shape=[A]),
-      mtf.constant(mesh, True, shape=[A], dtype=tf.bool),
-      mtf.zeros(mesh, [A, B]),
-      mtf.ones(mesh, [B], dtype=tf.int32),
-      mtf.zeros_like(x),
-      mtf.ones_like(mtf.to_int32(x)),
-      mtf.import_fully_replicated(mesh, X, [A, B]),
-      mtf.import_fully_replicated(mesh, tf.constant(X.T), [B, A]),
-      mtf.anonymize(x),
-      mtf.anonymize(mtf.constant(mesh, 3, shape=[A], dtype=tf.int32)),
+    x,
+    mtf.import_tf_tensor(mesh, tf.constant(XI), mtf.Shape([A, B])),
+    mtf.import_tf_tensor(mesh, np.float32(3.5)),  # scalar
+    mtf.import_tf_tensor(mesh, X[0], "b:8"),
+    mtf.constant(mesh, 2.5, [A, B]),
+    mtf.constant(mesh, 7, shape=[B, A], dtype=tf.int32),
+    mtf.constant(mesh, X, shape=[A, B]),
+    mtf.constant(mesh, XI.T, shape=[B, A], dtype=tf.int32),
+    mtf.constant(mesh, 1.25),  # scalar
+    mtf.constant(mesh, [1.0, 2.0, 3.0, 4.0], shape=[A]),
+    mtf.constant(mesh, True, shape=[A], dtype=tf.bool),
+    mtf.zeros(mesh, [A, B]),
+    mtf.ones(mesh, [B], dtype=tf.int32),
+    mtf.zeros_like(x),
+    mtf.ones_like(mtf.to_int32(x)),
+    mtf.import_fully_replicated(mesh, X, [A, B]),
+    mtf.import_fully_replicated(mesh, tf.constant(X.T), [B, A]),
+    mtf.anonymize(x),
+    mtf.anonymize(mtf.constant(mesh, 3, shape=[A], dtype=tf.int32)),
   ]
   return outs
 
 
 def _expected():
   return [
-      X, XI, np.float32(3.5), X[0], np.full([4, 8], 2.5, np.float32),
-      np.full([8, 4], 7, np.int32), X, XI.T, np.float32(1.25),
-      np.array([1., 2., 3., 4.], np.float32), np.ones([4], bool),
-      np.zeros([4, 8], np.float32), np.ones([8], np.int32),
-      np.zeros([4, 8], np.float32), np.ones([4, 8], np.int32), X, X.T, X,
-      np.full([4], 3, np.int32),
+    X,
+    XI,
+    np.float32(3.5),
+    X[0],
+    np.full([4, 8], 2.5, np.float32),
+    np.full([8, 4], 7, np.int32),
+    X,
+    XI.T,
+    np.float32(1.25),
+    np.array([1.0, 2.0, 3.0, 4.0], np.float32),
+    np.ones([4], bool),
+    np.zeros([4, 8], np.float32),
+    np.ones([8], np.int32),
+    np.zeros([4, 8], np.float32),
+    np.ones([4, 8], np.int32),
+    X,
+    X.T,
+    X,
+    np.full([4], 3, np.int32),
   ]
 
 
@@ -97,7 +110,8 @@ def test_shapes_dtypes_and_names():
   assert x.operation.splittable_dims == frozenset(["a", "b"])
   assert c.operation.splittable_dims == frozenset()
   assert mtf.ones(mesh, [A, B]).operation.splittable_dims == frozenset(
-      ["a", "b"])
+    ["a", "b"]
+  )
 
 
 def test_import_shape_mismatch_raises():
@@ -115,9 +129,12 @@ def test_import_shape_mismatch_raises():
 
 def test_constant_dtype_conversion():
   def build(mesh):
-    return [mtf.constant(mesh, 2, shape=[A], dtype=tf.int32),
-            mtf.constant(mesh, 1, shape=[A], dtype=tf.bfloat16),
-            mtf.constant(mesh, X, shape=[A, B], dtype=tf.float64)]
+    return [
+      mtf.constant(mesh, 2, shape=[A], dtype=tf.int32),
+      mtf.constant(mesh, 1, shape=[A], dtype=tf.bfloat16),
+      mtf.constant(mesh, X, shape=[A, B], dtype=tf.float64),
+    ]
+
   got = mtu.run_program(build, "all:4", "a:all")
   np.testing.assert_array_equal(got[0], np.full([4], 2, np.int32))
   assert got[1].dtype.name == "bfloat16"
@@ -143,8 +160,7 @@ def test_import_laid_out_tensor(mesh_layout):
   lowering = mtf.Lowering(graph, {mesh: mesh_impl})
   assert lowering.tensors[x] is laid_out
   np.testing.assert_array_equal(lowering.export_to_tf_tensor(x).numpy(), X)
-  np.testing.assert_array_equal(lowering.export_to_tf_tensor(y).numpy(),
-                                2 * X)
+  np.testing.assert_array_equal(lowering.export_to_tf_tensor(y).numpy(), 2 * X)
 
 
 def test_import_laid_out_tensor_wrong_slice_shape_raises():
@@ -168,6 +184,7 @@ def test_export_of_every_layout(mesh_layout):
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, value, [A, B, c])
     return [x, mtf.transpose(x, [c, B, A]), mtf.reduce_sum(x)]
+
   x, xt, total = mtu.run_program(build, *mesh_layout)
   np.testing.assert_array_equal(x, value)
   np.testing.assert_array_equal(xt, value.transpose(2, 1, 0))
@@ -180,6 +197,7 @@ def test_gradient_with_respect_to_constants():
     y = mtf.import_fully_replicated(mesh, X, [A, B])
     loss = mtf.reduce_sum(x * y * 3.0)
     return mtf.gradients([loss], [x, y])
+
   dx, dy = mtu.run_program(build, "rows:2;cols:2", "a:rows;b:cols")
   np.testing.assert_allclose(dx, 3 * X, rtol=1e-6)
   np.testing.assert_allclose(dy, 3 * X, rtol=1e-6)

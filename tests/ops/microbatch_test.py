@@ -35,7 +35,7 @@ def np_model():
   h = np.maximum(h_pre, 0.0)
   pred = SCALE * (h @ W2)
   err = pred - Y
-  loss = np.sum(err ** 2)
+  loss = np.sum(err**2)
   d_pred = 2.0 * err
   d_w2 = SCALE * h.T @ d_pred
   d_h = SCALE * d_pred @ W2.T * (h_pre > 0)
@@ -46,58 +46,94 @@ def np_model():
 def model_fn(features):
   mesh = features["x"].mesh
   batch = features["x"].shape.dims[0]
-  w1 = mtf.get_variable(mesh, "w1", [D_IN, HIDDEN],
-                        initializer=tf.constant_initializer(W1))
-  w2 = mtf.get_variable(mesh, "w2", [HIDDEN, D_OUT],
-                        initializer=tf.constant_initializer(W2))
+  w1 = mtf.get_variable(
+    mesh, "w1", [D_IN, HIDDEN], initializer=tf.constant_initializer(W1)
+  )
+  w2 = mtf.get_variable(
+    mesh, "w2", [HIDDEN, D_OUT], initializer=tf.constant_initializer(W2)
+  )
   # Trainable but unused by the loss: its gradient is None.
   mtf.get_variable(mesh, "unused", [D_OUT], initializer=tf.zeros_initializer())
   h = mtf.relu(mtf.einsum([features["x"], w1], output_shape=[batch, HIDDEN]))
   pred = mtf.einsum([h, w2], output_shape=[batch, D_OUT]) * features["scale"]
   loss = mtf.reduce_sum(mtf.square(pred - features["y"]))
-  return {"loss": loss, "pred": pred, "hidden_sum": mtf.reduce_sum(h),
-          "count": mtf.reduce_sum(mtf.ones(mesh, [batch], dtype=tf.int32)),
-          "positive": mtf.greater(pred, 0.0)}
+  return {
+    "loss": loss,
+    "pred": pred,
+    "hidden_sum": mtf.reduce_sum(h),
+    "count": mtf.reduce_sum(mtf.ones(mesh, [batch], dtype=tf.int32)),
+    "positive": mtf.greater(pred, 0.0),
+  }
 
 
 def _program(num_splits):
   def build(mesh):
     features = {
-        "x": mtf.import_tf_tensor(mesh, X, [BATCH, D_IN]),
-        "y": mtf.import_tf_tensor(mesh, Y, [BATCH, D_OUT]),
-        "scale": mtf.constant(mesh, SCALE, shape=[]),
+      "x": mtf.import_tf_tensor(mesh, X, [BATCH, D_IN]),
+      "y": mtf.import_tf_tensor(mesh, Y, [BATCH, D_OUT]),
+      "scale": mtf.constant(mesh, SCALE, shape=[]),
     }
-    grads, outputs = mtf.serialize_training_step(features, model_fn, BATCH,
-                                                 num_splits)
+    grads, outputs = mtf.serialize_training_step(
+      features, model_fn, BATCH, num_splits
+    )
     names = [v.name for v in mesh.graph.trainable_variables]
     assert names == ["w1", "w2", "unused"], names
     assert grads[2] is None
-    assert sorted(outputs) == ["count", "hidden_sum", "loss", "positive",
-                               "pred"]
+    assert sorted(outputs) == [
+      "count",
+      "hidden_sum",
+      "loss",
+      "positive",
+      "pred",
+    ]
     assert outputs["pred"].shape == mtf.Shape([BATCH, D_OUT])
-    return [grads[0], grads[1], outputs["loss"], outputs["pred"],
-            outputs["hidden_sum"], outputs["count"], outputs["positive"]]
+    return [
+      grads[0],
+      grads[1],
+      outputs["loss"],
+      outputs["pred"],
+      outputs["hidden_sum"],
+      outputs["count"],
+      outputs["positive"],
+    ]
+
   return build
 
 
 def test_signature():
-  params = [(p.name, p.default) for p in
-            inspect.signature(mtf.serialize_training_step).parameters.values()]
+  params = [
+    (p.name, p.default)
+    for p in inspect.signature(mtf.serialize_training_step).parameters.values()
+  ]
   empty = inspect.Parameter.empty
-  assert params == [("features", empty), ("model_fn", empty),
-                    ("batch_dim", empty), ("num_splits", empty)]
+  assert params == [
+    ("features", empty),
+    ("model_fn", empty),
+    ("batch_dim", empty),
+    ("num_splits", empty),
+  ]
 
 
 @meshes.parametrize(meshes.MICROBATCH)
 def test_microbatches_match_unsplit_model(mesh_shape, layout):
   pred, loss, hidden_sum, d_w1, d_w2 = np_model()
   unsplit = mtu.run_program(_program(1), mesh_shape, layout)
-  mtu.assert_all_close(unsplit[:5], [d_w1, d_w2, loss, pred, hidden_sum],
-                       rtol=1e-5, atol=1e-5, msg="unsplit")
+  mtu.assert_all_close(
+    unsplit[:5],
+    [d_w1, d_w2, loss, pred, hidden_sum],
+    rtol=1e-5,
+    atol=1e-5,
+    msg="unsplit",
+  )
   for num_splits in (2, 4):
     out = mtu.run_program(_program(num_splits), mesh_shape, layout)
-    mtu.assert_all_close(out[:5], unsplit[:5], rtol=1e-5, atol=1e-5,
-                         msg="num_splits=%d" % num_splits)
+    mtu.assert_all_close(
+      out[:5],
+      unsplit[:5],
+      rtol=1e-5,
+      atol=1e-5,
+      msg="num_splits=%d" % num_splits,
+    )
     assert out[5].dtype == np.int32 and out[5] == 8
     assert out[6].dtype == np.bool_
     np.testing.assert_array_equal(out[6], pred > 0)
@@ -106,10 +142,16 @@ def test_microbatches_match_unsplit_model(mesh_shape, layout):
 @pytest.mark.parametrize("mode", ["function", "graph"])
 def test_modes(mode):
   pred, loss, hidden_sum, d_w1, d_w2 = np_model()
-  out = mtu.run_program(_program(2), "rows:2;cols:2",
-                        "batch:rows;hidden:cols", mode)
-  mtu.assert_all_close(out[:5], [d_w1, d_w2, loss, pred, hidden_sum],
-                       rtol=1e-5, atol=1e-5, msg=mode)
+  out = mtu.run_program(
+    _program(2), "rows:2;cols:2", "batch:rows;hidden:cols", mode
+  )
+  mtu.assert_all_close(
+    out[:5],
+    [d_w1, d_w2, loss, pred, hidden_sum],
+    rtol=1e-5,
+    atol=1e-5,
+    msg=mode,
+  )
 
 
 def test_uses_while_loop_with_microbatch_dim():
@@ -117,16 +159,22 @@ def test_uses_while_loop_with_microbatch_dim():
   mesh = mtf.Mesh(graph, "mesh")
   with mtf.variable_store(mtf.VariableStore()):
     _program(4)(mesh)
-  loops = [op for op in graph.operations
-           if isinstance(op, mtf.WhileLoopOperation)]
+  loops = [
+    op for op in graph.operations if isinstance(op, mtf.WhileLoopOperation)
+  ]
   assert len(loops) == 1
-  body_dims = {d for op in loops[0].body_operations for t in op.outputs
-               for d in t.shape.dims}
+  body_dims = {
+    d
+    for op in loops[0].body_operations
+    for t in op.outputs
+    for d in t.shape.dims
+  }
   assert mtf.Dimension("microbatch", 4) in body_dims
   assert mtf.Dimension("batch", 2) in body_dims
   # Variables made by model_fn in the loop body were hoisted out of it.
-  assert not [op for op in loops[0].body_operations
-              if isinstance(op, mtf.Variable)]
+  assert not [
+    op for op in loops[0].body_operations if isinstance(op, mtf.Variable)
+  ]
 
 
 def _features(mesh):
@@ -136,8 +184,11 @@ def _features(mesh):
 def test_batch_not_divisible_by_num_splits():
   graph = mtf.Graph()
   mesh = mtf.Mesh(graph, "mesh")
-  with pytest.raises(ValueError, match=r"batch dimension 'batch' \(size 8\) "
-                                       r"is not divisible by num_splits=3"):
+  with pytest.raises(
+    ValueError,
+    match=r"batch dimension 'batch' \(size 8\) "
+    r"is not divisible by num_splits=3",
+  ):
     mtf.serialize_training_step(_features(mesh), model_fn, BATCH, 3)
 
 
@@ -147,7 +198,8 @@ def test_model_fn_without_loss(num_splits):
   mesh = mtf.Mesh(graph, "mesh")
   with pytest.raises(ValueError, match=r"\"loss\""):
     mtf.serialize_training_step(
-        _features(mesh), lambda f: {"logits": f["x"]}, BATCH, num_splits)
+      _features(mesh), lambda f: {"logits": f["x"]}, BATCH, num_splits
+    )
 
 
 def test_other_bad_arguments():
@@ -158,7 +210,8 @@ def test_other_bad_arguments():
   with pytest.raises(ValueError, match=r"num_splits must be a positive int"):
     mtf.serialize_training_step(_features(mesh), model_fn, BATCH, 0)
   with pytest.raises(ValueError, match=r"no feature has the batch dimension"):
-    mtf.serialize_training_step(_features(mesh), model_fn,
-                                mtf.Dimension("other", 4), 2)
+    mtf.serialize_training_step(
+      _features(mesh), model_fn, mtf.Dimension("other", 4), 2
+    )
   with pytest.raises(ValueError, match=r"feature 'x' is not an mtf Tensor"):
     mtf.serialize_training_step({"x": X}, model_fn, BATCH, 2)

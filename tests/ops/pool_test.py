@@ -26,8 +26,12 @@ C = mtf.Dimension("c", 4)
 
 _RNG = np.random.RandomState(1)
 
-TF_POOLS = {"MAX_2D": tf.nn.max_pool2d, "AVG_2D": tf.nn.avg_pool2d,
-            "MAX_3D": tf.nn.max_pool3d, "AVG_3D": tf.nn.avg_pool3d}
+TF_POOLS = {
+  "MAX_2D": tf.nn.max_pool2d,
+  "AVG_2D": tf.nn.avg_pool2d,
+  "MAX_3D": tf.nn.max_pool3d,
+  "AVG_3D": tf.nn.avg_pool3d,
+}
 
 
 class Case:
@@ -39,8 +43,12 @@ class Case:
     n = len(ksize)
     # Distinct values: max pooling has no ties.
     size = self.shape.size
-    self.x = (_RNG.permutation(size).reshape(self.shape.to_integer_list)
-              .astype(np.float32) / size)
+    self.x = (
+      _RNG.permutation(size)
+      .reshape(self.shape.to_integer_list)
+      .astype(np.float32)
+      / size
+    )
     nb = len(dims) - n - 1
     lead = self.shape.to_integer_list[:nb]
     xt = tf.constant(self.x)
@@ -53,24 +61,30 @@ class Case:
       loss = tf.reduce_sum(y * self.r)
     self.expected = [y.numpy(), tape.gradient(loss, xt).numpy()]
     self.y_shape = mtf.Shape(
-        dims[:nb] + [mtf.Dimension(d.name, d.size // k)
-                     for d, k in zip(dims[nb:nb + n], ksize)] + dims[-1:])
+      dims[:nb]
+      + [
+        mtf.Dimension(d.name, d.size // k)
+        for d, k in zip(dims[nb : nb + n], ksize)
+      ]
+      + dims[-1:]
+    )
 
   def build(self, mesh):
     x = mtf.import_tf_tensor(mesh, self.x, self.shape)
     r = mtf.import_tf_tensor(mesh, self.r, self.y_shape)
-    y = mtf.PoolOperation(x, self.ksize, self.ksize,
-                          self.pool_fn_string).outputs[0]
+    y = mtf.PoolOperation(
+      x, self.ksize, self.ksize, self.pool_fn_string
+    ).outputs[0]
     assert y.shape == self.y_shape
     return [y] + mtf.gradients([mtf.reduce_sum(y * r)], [x])
 
 
 CASES = {
-    "max2d": Case([B, H, W, C], [2, 2], "MAX_2D"),  # w=5: tail dropped.
-    "avg2d": Case([B, H, W, C], [3, 2], "AVG_2D"),
-    "max2d_two_batch_dims": Case([E, B, H, W, C], [3, 1], "MAX_2D"),
-    "max3d": Case([B, D, H, W, C], [2, 3, 2], "MAX_3D"),
-    "avg3d": Case([B, D, H, W, C], [2, 2, 5], "AVG_3D"),
+  "max2d": Case([B, H, W, C], [2, 2], "MAX_2D"),  # w=5: tail dropped.
+  "avg2d": Case([B, H, W, C], [3, 2], "AVG_2D"),
+  "max2d_two_batch_dims": Case([E, B, H, W, C], [3, 1], "MAX_2D"),
+  "max3d": Case([B, D, H, W, C], [2, 3, 2], "MAX_3D"),
+  "avg3d": Case([B, D, H, W, C], [2, 2, 5], "AVG_3D"),
 }
 
 
@@ -86,8 +100,13 @@ def test_pool_values_and_gradients(mesh_shape, layout):
 
   out = mtu.run_program(build, mesh_shape, layout)
   for i, name in enumerate(names):
-    mtu.assert_all_close(out[2 * i:2 * i + 2], CASES[name].expected,
-                         rtol=1e-5, atol=1e-6, msg=name)
+    mtu.assert_all_close(
+      out[2 * i : 2 * i + 2],
+      CASES[name].expected,
+      rtol=1e-5,
+      atol=1e-6,
+      msg=name,
+    )
 
 
 @pytest.mark.parametrize("mode", mtu.MODES)
@@ -100,8 +119,14 @@ def test_pool_all_modes(mode):
 def test_max_pool_backprop_ties_share_gradient():
   x = np.ones([1, 2, 2, 1], np.float32)
   dy = np.full([1, 1, 1, 1], 3.0, np.float32)
-  shape = mtf.Shape([mtf.Dimension("b", 1), mtf.Dimension("h", 2),
-                     mtf.Dimension("w", 2), mtf.Dimension("c", 1)])
+  shape = mtf.Shape(
+    [
+      mtf.Dimension("b", 1),
+      mtf.Dimension("h", 2),
+      mtf.Dimension("w", 2),
+      mtf.Dimension("c", 1),
+    ]
+  )
 
   def build(mesh):
     xx = mtf.import_tf_tensor(mesh, x, shape)
@@ -156,26 +181,47 @@ def test_pool_fn_and_operation_properties():
   assert op.unsplittable_dims == {"h", "w"}
   assert op.splittable_dims == {"b", "c"}
   assert op.outputs[0].shape == mtf.Shape(
-      [B, mtf.Dimension("h", 3), mtf.Dimension("w", 2), C])
-  back = mtf.pool_backprop(x, op.outputs[0], op.outputs[0], [2, 2], [2, 2],
-                           "MAX_2D")
+    [B, mtf.Dimension("h", 3), mtf.Dimension("w", 2), C]
+  )
+  back = mtf.pool_backprop(
+    x, op.outputs[0], op.outputs[0], [2, 2], [2, 2], "MAX_2D"
+  )
   assert isinstance(back.operation, mtf.PoolBackPropOperation)
   assert back.shape == x.shape
 
 
 def test_signatures():
   def params(fn):
-    return [(p.name, p.default)
-            for p in inspect.signature(fn).parameters.values()]
+    return [
+      (p.name, p.default) for p in inspect.signature(fn).parameters.values()
+    ]
+
   empty = inspect.Parameter.empty
   assert params(mtf.PoolOperation.__init__) == [
-      ("self", empty), ("x", empty), ("ksize", empty), ("strides", empty),
-      ("pool_fn_string", empty), ("name", None)]
+    ("self", empty),
+    ("x", empty),
+    ("ksize", empty),
+    ("strides", empty),
+    ("pool_fn_string", empty),
+    ("name", None),
+  ]
   assert params(mtf.PoolBackPropOperation.__init__) == [
-      ("self", empty), ("x", empty), ("y", empty), ("dy", empty),
-      ("ksize", empty), ("strides", empty), ("pool_fn_string", empty),
-      ("name", None)]
+    ("self", empty),
+    ("x", empty),
+    ("y", empty),
+    ("dy", empty),
+    ("ksize", empty),
+    ("strides", empty),
+    ("pool_fn_string", empty),
+    ("name", None),
+  ]
   assert params(mtf.pool_backprop) == [
-      ("x", empty), ("y", empty), ("dy", empty), ("ksize", empty),
-      ("strides", empty), ("pool_fn_string", empty), ("name", None)]
+    ("x", empty),
+    ("y", empty),
+    ("dy", empty),
+    ("ksize", empty),
+    ("strides", empty),
+    ("pool_fn_string", empty),
+    ("name", None),
+  ]
   assert params(mtf.pool_fn) == [("pool_fn_string", empty)]

@@ -25,18 +25,21 @@ BIG_B = mtf.Dimension("b", 250)  # 10**5 samples.
 
 def _seeded_program(mesh):
   return [
-      mtf.random_uniform(mesh, SHAPE, seed=1),
-      mtf.random_uniform(mesh, SHAPE, minval=-2.0, maxval=3.0, seed=1,
-                         dtype=tf.float64),
-      mtf.random_uniform(mesh, SHAPE, dtype=tf.bfloat16, seed=2),
-      mtf.random_uniform(mesh, SHAPE, maxval=5, dtype=tf.int32, seed=3),
-      mtf.random_normal(mesh, SHAPE, seed=4),
-      mtf.random_normal(mesh, SHAPE, mean=1.0, stddev=2.0, dtype=tf.bfloat16,
-                        seed=5),
-      mtf.RandomOperation(mesh, SHAPE, tf.random.truncated_normal,
-                          seed=6).outputs[0],
-      mtf.random_uniform(mesh, [HIDDEN], seed=7),
-      mtf.random_normal(mesh, [], seed=8),
+    mtf.random_uniform(mesh, SHAPE, seed=1),
+    mtf.random_uniform(
+      mesh, SHAPE, minval=-2.0, maxval=3.0, seed=1, dtype=tf.float64
+    ),
+    mtf.random_uniform(mesh, SHAPE, dtype=tf.bfloat16, seed=2),
+    mtf.random_uniform(mesh, SHAPE, maxval=5, dtype=tf.int32, seed=3),
+    mtf.random_normal(mesh, SHAPE, seed=4),
+    mtf.random_normal(
+      mesh, SHAPE, mean=1.0, stddev=2.0, dtype=tf.bfloat16, seed=5
+    ),
+    mtf.RandomOperation(
+      mesh, SHAPE, tf.random.truncated_normal, seed=6
+    ).outputs[0],
+    mtf.random_uniform(mesh, [HIDDEN], seed=7),
+    mtf.random_normal(mesh, [], seed=8),
   ]
 
 
@@ -64,15 +67,19 @@ def test_seeded_values_identical_on_every_layout(mesh_shape, layout):
 
 @pytest.mark.parametrize("mode", ["function", "graph"])
 def test_seeded_values_identical_across_modes(mode):
-  outs = mtu.run_program(_seeded_program, "rows:2;cols:2",
-                         "batch:rows;length:cols", mode)
+  outs = mtu.run_program(
+    _seeded_program, "rows:2;cols:2", "batch:rows;length:cols", mode
+  )
   _assert_all_equal(outs, _reference_seeded(), mode)
 
 
 def test_seeded_values_identical_across_runs_and_differ_by_seed():
   def build(mesh):
-    return [mtf.random_uniform(mesh, SHAPE, seed=11),
-            mtf.random_uniform(mesh, SHAPE, seed=12)]
+    return [
+      mtf.random_uniform(mesh, SHAPE, seed=11),
+      mtf.random_uniform(mesh, SHAPE, seed=12),
+    ]
+
   a1, b1 = mtu.run_program(build, "all:4", "batch:all")
   a2, b2 = mtu.run_program(build, "all:4", "hidden:all")
   assert np.array_equal(a1, a2) and np.array_equal(b1, b2)
@@ -81,24 +88,36 @@ def test_seeded_values_identical_across_runs_and_differ_by_seed():
 
 def test_seeded_ops_with_different_names_differ():
   def build(mesh):
-    return [mtf.random_uniform(mesh, SHAPE, seed=1),
-            mtf.random_uniform(mesh, SHAPE, seed=1)]  # name "random_1"
+    return [
+      mtf.random_uniform(mesh, SHAPE, seed=1),
+      mtf.random_uniform(mesh, SHAPE, seed=1),
+    ]  # name "random_1"
+
   a, b = mtu.run_program(build)
   assert not np.any(a == b)
 
 
 @meshes.parametrize(meshes.RANDOM_OPS[2:6])
 def test_unseeded_values_identical_on_every_layout_under_set_seed(
-    mesh_shape, layout):
+  mesh_shape, layout
+):
   mtu.skip_under_tf1(
-      "eager op seeds under tf.random.set_seed (a new tf.Graph draws "
-      "its own op seeds)")
+    "eager op seeds under tf.random.set_seed (a new tf.Graph draws "
+    "its own op seeds)"
+  )
+
   def build(mesh):
-    return [mtf.random_uniform(mesh, SHAPE), mtf.random_normal(mesh, SHAPE),
-            mtf.dropout(mtf.ones(mesh, SHAPE), True, keep_prob=0.5)]
-  mtu.skip_under_simd("eager op seeds under tf.random.set_seed; in the SIMD "
-                      "tf.function the draw's op seed depends on its "
-                      "position in the traced graph")
+    return [
+      mtf.random_uniform(mesh, SHAPE),
+      mtf.random_normal(mesh, SHAPE),
+      mtf.dropout(mtf.ones(mesh, SHAPE), True, keep_prob=0.5),
+    ]
+
+  mtu.skip_under_simd(
+    "eager op seeds under tf.random.set_seed; in the SIMD "
+    "tf.function the draw's op seed depends on its "
+    "position in the traced graph"
+  )
   tf.random.set_seed(1234)
   expected = mtu.run_program(build, "", "")
   tf.random.set_seed(1234)
@@ -113,13 +132,17 @@ def _unseeded_function(mesh_shape, layout):
     with mtf.variable_store(mtf.VariableStore()):
       graph = mtf.Graph()
       mesh = mtf.Mesh(graph, "mesh")
-      outs = [mtf.random_uniform(mesh, SHAPE),
-              mtf.random_uniform(mesh, SHAPE),
-              mtf.dropout(mtf.ones(mesh, SHAPE), True, rate=0.5),
-              mtf.random_uniform(mesh, SHAPE, seed=3)]
-      lowering = mtf.Lowering(graph,
-                              {mesh: mtu.mesh_impl_for(mesh_shape, layout)})
+      outs = [
+        mtf.random_uniform(mesh, SHAPE),
+        mtf.random_uniform(mesh, SHAPE),
+        mtf.dropout(mtf.ones(mesh, SHAPE), True, rate=0.5),
+        mtf.random_uniform(mesh, SHAPE, seed=3),
+      ]
+      lowering = mtf.Lowering(
+        graph, {mesh: mtu.mesh_impl_for(mesh_shape, layout)}
+      )
       return [lowering.export_to_tf_tensor(t) for t in outs]
+
   return fn
 
 
@@ -137,22 +160,24 @@ def test_unseeded_values_change_at_every_call_of_a_function():
 def _stats_program(mesh):
   shape = [BIG_A, BIG_B]
   return [
-      mtf.random_uniform(mesh, shape),
-      mtf.random_normal(mesh, shape),
-      mtf.random_uniform(mesh, shape, minval=-3.0, maxval=5.0),
-      mtf.random_normal(mesh, shape, mean=2.0, stddev=3.0),
-      mtf.random_uniform(mesh, shape, dtype=tf.bfloat16),
-      mtf.random_uniform(mesh, shape, minval=2, maxval=12, dtype=tf.int64),
-      mtf.RandomOperation(mesh, shape, tf.random.truncated_normal,
-                          stddev=2.0).outputs[0],
-      mtf.random_normal(mesh, shape, dtype=tf.float64),
+    mtf.random_uniform(mesh, shape),
+    mtf.random_normal(mesh, shape),
+    mtf.random_uniform(mesh, shape, minval=-3.0, maxval=5.0),
+    mtf.random_normal(mesh, shape, mean=2.0, stddev=3.0),
+    mtf.random_uniform(mesh, shape, dtype=tf.bfloat16),
+    mtf.random_uniform(mesh, shape, minval=2, maxval=12, dtype=tf.int64),
+    mtf.RandomOperation(
+      mesh, shape, tf.random.truncated_normal, stddev=2.0
+    ).outputs[0],
+    mtf.random_normal(mesh, shape, dtype=tf.float64),
   ]
 
 
 def test_statistics():
   tf.random.set_seed(0)
   u, n, u2, n2, ub, ui, tn, n64 = mtu.run_program(
-      _stats_program, "rows:2;cols:2", "a:rows;b:cols")
+    _stats_program, "rows:2;cols:2", "a:rows;b:cols"
+  )
   assert u.dtype == np.float32 and u.shape == (400, 250)
   assert 0.0 <= u.min() and u.max() < 1.0
   assert abs(u.mean() - 0.5) < 0.005
@@ -217,6 +242,7 @@ def test_random_ops_have_no_gradient_path():
     y = x * mtf.random_normal(mesh, SHAPE, seed=1)
     [dx] = mtf.gradients([y], [x])
     return [dx, y]
+
   dx, y = mtu.run_program(build, "all:4", "batch:all")
   np.testing.assert_array_equal(dx, y)
 
@@ -226,14 +252,16 @@ def test_random_ops_have_no_gradient_path():
 
 @pytest.mark.parametrize("keep_prob", [0.3, 0.9])
 def test_dropout_keep_fraction_and_scaling(keep_prob):
-  x_np = np.random.RandomState(1).uniform(0.5, 1.5, (400, 250)).astype(
-      np.float32)
+  x_np = (
+    np.random.RandomState(1).uniform(0.5, 1.5, (400, 250)).astype(np.float32)
+  )
 
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, x_np, [BIG_A, BIG_B])
     y = mtf.dropout(x, True, keep_prob=keep_prob)
     [dx] = mtf.gradients([y], [x])
     return [y, dx]
+
   tf.random.set_seed(3)
   y, dx = mtu.run_program(build, "all:4", "a:all")
   kept = y != 0
@@ -263,8 +291,11 @@ def test_dropout_noise_shape_broadcasts(mesh_shape, layout):
   def build(mesh):
     x = mtf.ones(mesh, SHAPE)
     xi = mtf.ones(mesh, SHAPE, dtype=tf.int32)
-    return [mtf.dropout(x, True, rate=0.5, noise_shape=[LENGTH, BATCH]),
-            mtf.dropout(xi, True, keep_prob=0.5)]
+    return [
+      mtf.dropout(x, True, rate=0.5, noise_shape=[LENGTH, BATCH]),
+      mtf.dropout(xi, True, keep_prob=0.5),
+    ]
+
   tf.random.set_seed(5)
   y, yi = mtu.run_program(build, mesh_shape, layout)
   assert set(np.unique(y)) == {0.0, 2.0}
@@ -279,6 +310,7 @@ def test_dropout_bfloat16():
   def build(mesh):
     x = mtf.ones(mesh, [BIG_A, BIG_B], dtype=tf.bfloat16)
     return [mtf.dropout(x, True, rate=0.2)]
+
   tf.random.set_seed(9)
   [y] = mtu.run_program(build, "all:4", "a:all")
   assert y.dtype == tf.bfloat16.as_numpy_dtype
@@ -298,8 +330,11 @@ def test_tensor_slice_begins_give_the_same_values():
   graph = mtf.Graph()
   mesh = mtf.Mesh(graph, "mesh")
   outs = _seeded_program(mesh)
-  impl = _TensorPnumMeshImpl("rows:2;cols:2", "batch:rows;length:cols",
-                             mtu.DEVICES[:4])
+  impl = _TensorPnumMeshImpl(
+    "rows:2;cols:2", "batch:rows;length:cols", mtu.DEVICES[:4]
+  )
   lowering = mtf.Lowering(graph, {mesh: impl})
-  _assert_all_equal([np.asarray(lowering.export_to_tf_tensor(t))
-                     for t in outs], _reference_seeded())
+  _assert_all_equal(
+    [np.asarray(lowering.export_to_tf_tensor(t)) for t in outs],
+    _reference_seeded(),
+  )

@@ -21,7 +21,7 @@ B = mtf.Dimension("b", 6)
 AB = mtf.Dimension("ab", 24)
 X = mtf.Dimension("x", 2)
 Y = mtf.Dimension("y", 2)
-C = mtf.Dimension("c", 4)   # a renamed
+C = mtf.Dimension("c", 4)  # a renamed
 P = mtf.Dimension("p", 4)
 Q = mtf.Dimension("q", 8)
 R = mtf.Dimension("r", 4)
@@ -31,72 +31,86 @@ M1, M4, M22 = meshes.ONE_DEVICE, meshes.ALL_4, meshes.ROWS_COLS
 
 # (mesh_shape, layout, old dims, new dims, expected collectives)
 RESHAPE_CASES = [
-    # [a, b] -> [ab]
-    (M1, "", [A, B], [AB], set()),
-    (M4, "", [A, B], [AB], set()),
-    (M4, "a:all;ab:all", [A, B], [AB], set()),
-    (M4, "a:all", [A, B], [AB], {"allconcat"}),
-    (M4, "ab:all", [A, B], [AB], {"allsplit"}),
-    (M22, "b:rows;ab:rows", [A, B], [AB], {"alltoall"}),
-    (M22, "b:rows;ab:cols", [A, B], [AB], {"allconcat", "allsplit"}),
-    (M22, "a:rows;b:cols;ab:rows", [A, B], [AB], {"allconcat"}),
-    (M22, "a:cols;ab:cols", [A, B], [AB], set()),
-    # [ab] -> [a, b]
-    (M4, "ab:all", [AB], [A, B], {"allconcat"}),
-    (M4, "ab:all;a:all", [AB], [A, B], set()),
-    (M4, "a:all", [AB], [A, B], {"allsplit"}),
-    (M22, "ab:rows;b:rows", [AB], [A, B], {"allconcat", "allsplit"}),
-    (M22, "ab:rows;b:cols", [AB], [A, B], {"allconcat", "allsplit"}),
-    (M22, "a:rows;b:cols", [AB], [A, B], {"allsplit"}),
-    # [a, b] -> [x, y, b]
-    (M22, "a:rows;x:rows", [A, B], [X, Y, B], set()),
-    (M22, "a:rows;y:rows", [A, B], [X, Y, B], {"allconcat", "allsplit"}),
-    (M22, "a:cols;b:rows;x:cols", [A, B], [X, Y, B], set()),
-    (M22, "x:rows;y:cols", [A, B], [X, Y, B], {"allsplit"}),
-    (M22, "b:cols;y:rows", [A, B], [X, Y, B], {"allsplit"}),
-    # [x, y, b] -> [a, b]
-    (M22, "y:rows;a:rows", [X, Y, B], [A, B], {"alltoall"}),
-    (M22, "x:rows;a:rows", [X, Y, B], [A, B], set()),
-    (M22, "x:rows;y:cols", [X, Y, B], [A, B], {"allconcat"}),
-    (M4, "a:all", [X, Y, B], [A, B], {"allsplit"}),
-    # [x, y, b] <-> [ab]
-    (M22, "x:rows;ab:rows", [X, Y, B], [AB], set()),
-    (M22, "b:cols;ab:rows", [X, Y, B], [AB], {"allconcat", "allsplit"}),
-    (M22, "x:cols;y:rows", [X, Y, B], [AB], {"allconcat"}),
-    (M4, "ab:all", [X, Y, B], [AB], {"allsplit"}),
-    (M22, "ab:cols;y:rows", [AB], [X, Y, B], {"allconcat", "allsplit"}),
-    (M22, "ab:cols;x:cols", [AB], [X, Y, B], set()),
-    # The split moves to another dimension: alltoall.
-    (M4, "p:all;s:all", [P, Q], [R, S], {"alltoall"}),
-    (M4, "q:all;r:all", [P, Q], [R, S], {"alltoall"}),
-    (M22, "p:rows;s:rows", [P, Q], [R, S], {"alltoall"}),
-    (M22, "q:cols;r:cols", [P, Q], [R, S], {"alltoall"}),
-    (M22, "p:rows;q:cols;r:cols;s:rows", [P, Q], [R, S],
-     {"allconcat", "alltoall", "allsplit"}),
-    # Both mesh axes swap tensor dims: done as allconcat + alltoall +
-    # allsplit (the rows split cannot move onto q while q is split on cols).
-    (M22, "p:rows;s:rows;q:cols;r:cols", [P, Q], [R, S],
-     {"allconcat", "alltoall", "allsplit"}),
-    # Same names, new order: a reshape reinterprets the flattened data.
-    (M22, "a:rows", [A, B], [B, A], {"allconcat", "allsplit"}),
-    (M22, "b:cols", [A, B], [B, A], {"alltoall"}),
-    (M4, "a:all", [A, B], [B, A], {"allconcat", "allsplit"}),
-    # rename_dimension a -> c.
-    (M22, "a:rows;c:rows", [A, B], [C, B], set()),
-    (M22, "a:rows", [A, B], [C, B], {"allconcat"}),
-    (M22, "c:rows", [A, B], [C, B], {"allsplit"}),
-    (M22, "a:rows;c:cols", [A, B], [C, B], {"allconcat", "allsplit"}),
-    (M22, "a:rows;b:cols;c:rows", [A, B], [C, B], set()),
-    (M4, "a:all", [A, B], [C, B], {"allconcat"}),
-    (M4, "c:all", [A, B], [C, B], {"allsplit"}),
+  # [a, b] -> [ab]
+  (M1, "", [A, B], [AB], set()),
+  (M4, "", [A, B], [AB], set()),
+  (M4, "a:all;ab:all", [A, B], [AB], set()),
+  (M4, "a:all", [A, B], [AB], {"allconcat"}),
+  (M4, "ab:all", [A, B], [AB], {"allsplit"}),
+  (M22, "b:rows;ab:rows", [A, B], [AB], {"alltoall"}),
+  (M22, "b:rows;ab:cols", [A, B], [AB], {"allconcat", "allsplit"}),
+  (M22, "a:rows;b:cols;ab:rows", [A, B], [AB], {"allconcat"}),
+  (M22, "a:cols;ab:cols", [A, B], [AB], set()),
+  # [ab] -> [a, b]
+  (M4, "ab:all", [AB], [A, B], {"allconcat"}),
+  (M4, "ab:all;a:all", [AB], [A, B], set()),
+  (M4, "a:all", [AB], [A, B], {"allsplit"}),
+  (M22, "ab:rows;b:rows", [AB], [A, B], {"allconcat", "allsplit"}),
+  (M22, "ab:rows;b:cols", [AB], [A, B], {"allconcat", "allsplit"}),
+  (M22, "a:rows;b:cols", [AB], [A, B], {"allsplit"}),
+  # [a, b] -> [x, y, b]
+  (M22, "a:rows;x:rows", [A, B], [X, Y, B], set()),
+  (M22, "a:rows;y:rows", [A, B], [X, Y, B], {"allconcat", "allsplit"}),
+  (M22, "a:cols;b:rows;x:cols", [A, B], [X, Y, B], set()),
+  (M22, "x:rows;y:cols", [A, B], [X, Y, B], {"allsplit"}),
+  (M22, "b:cols;y:rows", [A, B], [X, Y, B], {"allsplit"}),
+  # [x, y, b] -> [a, b]
+  (M22, "y:rows;a:rows", [X, Y, B], [A, B], {"alltoall"}),
+  (M22, "x:rows;a:rows", [X, Y, B], [A, B], set()),
+  (M22, "x:rows;y:cols", [X, Y, B], [A, B], {"allconcat"}),
+  (M4, "a:all", [X, Y, B], [A, B], {"allsplit"}),
+  # [x, y, b] <-> [ab]
+  (M22, "x:rows;ab:rows", [X, Y, B], [AB], set()),
+  (M22, "b:cols;ab:rows", [X, Y, B], [AB], {"allconcat", "allsplit"}),
+  (M22, "x:cols;y:rows", [X, Y, B], [AB], {"allconcat"}),
+  (M4, "ab:all", [X, Y, B], [AB], {"allsplit"}),
+  (M22, "ab:cols;y:rows", [AB], [X, Y, B], {"allconcat", "allsplit"}),
+  (M22, "ab:cols;x:cols", [AB], [X, Y, B], set()),
+  # The split moves to another dimension: alltoall.
+  (M4, "p:all;s:all", [P, Q], [R, S], {"alltoall"}),
+  (M4, "q:all;r:all", [P, Q], [R, S], {"alltoall"}),
+  (M22, "p:rows;s:rows", [P, Q], [R, S], {"alltoall"}),
+  (M22, "q:cols;r:cols", [P, Q], [R, S], {"alltoall"}),
+  (
+    M22,
+    "p:rows;q:cols;r:cols;s:rows",
+    [P, Q],
+    [R, S],
+    {"allconcat", "alltoall", "allsplit"},
+  ),
+  # Both mesh axes swap tensor dims: done as allconcat + alltoall +
+  # allsplit (the rows split cannot move onto q while q is split on cols).
+  (
+    M22,
+    "p:rows;s:rows;q:cols;r:cols",
+    [P, Q],
+    [R, S],
+    {"allconcat", "alltoall", "allsplit"},
+  ),
+  # Same names, new order: a reshape reinterprets the flattened data.
+  (M22, "a:rows", [A, B], [B, A], {"allconcat", "allsplit"}),
+  (M22, "b:cols", [A, B], [B, A], {"alltoall"}),
+  (M4, "a:all", [A, B], [B, A], {"allconcat", "allsplit"}),
+  # rename_dimension a -> c.
+  (M22, "a:rows;c:rows", [A, B], [C, B], set()),
+  (M22, "a:rows", [A, B], [C, B], {"allconcat"}),
+  (M22, "c:rows", [A, B], [C, B], {"allsplit"}),
+  (M22, "a:rows;c:cols", [A, B], [C, B], {"allconcat", "allsplit"}),
+  (M22, "a:rows;b:cols;c:rows", [A, B], [C, B], set()),
+  (M4, "a:all", [A, B], [C, B], {"allconcat"}),
+  (M4, "c:all", [A, B], [C, B], {"allsplit"}),
 ]
 
 
 def _case_id(case):
   mesh_shape, layout, old, new, comm = case
   return "%s|%s|%s->%s|%s" % (
-      mesh_shape, layout, "".join(d.name for d in old),
-      "".join(d.name for d in new), "+".join(sorted(comm)) or "local")
+    mesh_shape,
+    layout,
+    "".join(d.name for d in old),
+    "".join(d.name for d in new),
+    "+".join(sorted(comm)) or "local",
+  )
 
 
 class RecordingMeshImpl(placement_mesh_impl.PlacementMeshImpl):
@@ -122,9 +136,10 @@ class RecordingMeshImpl(placement_mesh_impl.PlacementMeshImpl):
 def _value(dims, seed=0):
   size = mtf.Shape(dims).size
   rng = np.random.RandomState(seed)
-  return (np.arange(size, dtype=np.float32) +
-          rng.uniform(0, 0.5, size).astype(np.float32)).reshape(
-              mtf.Shape(dims).to_integer_list)
+  return (
+    np.arange(size, dtype=np.float32)
+    + rng.uniform(0, 0.5, size).astype(np.float32)
+  ).reshape(mtf.Shape(dims).to_integer_list)
 
 
 def _new_value(x_value, old, new):
@@ -135,10 +150,12 @@ def _reshape_fn(old, new):
   """How the case turns old into new: a rename when one name changes."""
   old_names = [d.name for d in old]
   new_names = [d.name for d in new]
-  if (len(old) == len(new) and
-      sum(o != n for o, n in zip(old_names, new_names)) == 1 and
-      set(old_names) != set(new_names) and
-      all(o.size == n.size for o, n in zip(old, new))):
+  if (
+    len(old) == len(new)
+    and sum(o != n for o, n in zip(old_names, new_names)) == 1
+    and set(old_names) != set(new_names)
+    and all(o.size == n.size for o, n in zip(old, new))
+  ):
     i = [o != n for o, n in zip(old_names, new_names)].index(True)
     return lambda x: mtf.rename_dimension(x, old_names[i], new_names[i])
   return lambda x: mtf.reshape(x, new)
@@ -157,15 +174,18 @@ def test_reshape_communication(case):
   mesh_impl = RecordingMeshImpl(mesh_shape, layout, mtu.DEVICES[:n])
   lowering = mtf.Lowering(graph, {mesh: mesh_impl})
   assert {kind for kind, _ in mesh_impl.calls} == comm
-  keys = {k.split("/")[0] for k, _ in lowering.counters
-          if k.endswith("/reshape_op")}
+  keys = {
+    k.split("/")[0] for k, _ in lowering.counters if k.endswith("/reshape_op")
+  }
   assert keys == comm - {"allsplit"}
   for kind, mesh_axis in mesh_impl.calls:
     if kind != "allsplit":
       assert "%s/%d/reshape_op" % (kind, mesh_axis) in [
-          k for k, _ in lowering.counters]
-  np.testing.assert_array_equal(lowering.export_to_tf_tensor(y).numpy(),
-                                _new_value(x_value, old, new))
+        k for k, _ in lowering.counters
+      ]
+  np.testing.assert_array_equal(
+    lowering.export_to_tf_tensor(y).numpy(), _new_value(x_value, old, new)
+  )
 
 
 @pytest.mark.parametrize("case", RESHAPE_CASES, ids=_case_id)
@@ -180,8 +200,9 @@ def test_reshape_values_and_gradients(case):
     y = _reshape_fn(old, new)(x)
     # A second reshape back, to check the round trip too.
     back = mtf.reshape(y, old)
-    dx, = mtf.gradients([mtf.reduce_sum(y * w)], [x])
+    (dx,) = mtf.gradients([mtf.reduce_sum(y * w)], [x])
     return [y, back, dx]
+
   y, back, dx = mtu.run_program(build, mesh_shape, layout)
   np.testing.assert_array_equal(y, _new_value(x_value, old, new))
   np.testing.assert_array_equal(back, x_value)
@@ -196,8 +217,9 @@ def test_reshape_three_modes(mode):
     x = mtf.import_tf_tensor(mesh, x_value, [P, Q])
     y = mtf.reshape(x, [R, S])
     z = mtf.reshape(x, [mtf.Dimension("pq", 32)])
-    dx, = mtf.gradients([mtf.reduce_sum(y * y)], [x])
+    (dx,) = mtf.gradients([mtf.reduce_sum(y * y)], [x])
     return [y, z, dx]
+
   y, z, dx = mtu.run_program(build, M22, "p:rows;q:cols;r:cols;s:rows", mode)
   np.testing.assert_array_equal(y, x_value)
   np.testing.assert_array_equal(z, x_value.reshape(-1))
@@ -210,12 +232,16 @@ def test_reshape_of_lazy_sum_stays_lazy():
   x_value = _value([P, A, B])
   x = mtf.import_tf_tensor(mesh, x_value, [P, A, B])
   s = mtf.reduce_sum(x, output_shape=[A, B])  # p split: lazy
-  y = mtf.reshape(s, [AB])                    # a split both sides: local
-  lowering = mtf.Lowering(graph, {mesh: mtu.mesh_impl_for(
-      M22, "p:rows;a:cols;ab:cols")})
+  y = mtf.reshape(s, [AB])  # a split both sides: local
+  lowering = mtf.Lowering(
+    graph, {mesh: mtu.mesh_impl_for(M22, "p:rows;a:cols;ab:cols")}
+  )
   assert isinstance(lowering.tensors[y], LazyAllreduceSum)
-  np.testing.assert_allclose(lowering.export_to_tf_tensor(y).numpy(),
-                             x_value.sum(0).reshape(-1), rtol=1e-5)
+  np.testing.assert_allclose(
+    lowering.export_to_tf_tensor(y).numpy(),
+    x_value.sum(0).reshape(-1),
+    rtol=1e-5,
+  )
 
 
 def test_reshape_to_same_shape_is_identity():
@@ -238,10 +264,12 @@ def test_replace_dimensions_on_shapes():
   assert mtf.replace_dimensions(shape, [B, P], [P, B]) == mtf.Shape([A, P, B])
   assert mtf.replace_dimensions(shape, P, Q) == mtf.Shape([A, B, Q])
   assert mtf.replace_dimensions(shape, mtf.Shape([A]), mtf.Shape([C])) == (
-      mtf.Shape([C, B, P]))
+    mtf.Shape([C, B, P])
+  )
   assert mtf.replace_dimensions(shape, B, []) == mtf.Shape([A, P])
   assert mtf.replace_dimensions([("a", 4), ("b", 6)], ("a", 4), ("z", 4)) == (
-      mtf.Shape([mtf.Dimension("z", 4), B]))
+    mtf.Shape([mtf.Dimension("z", 4), B])
+  )
   # On Shapes sizes need not match (it is only a substitution).
   assert mtf.replace_dimensions(shape, A, Q) == mtf.Shape([Q, B, P])
 
@@ -258,9 +286,15 @@ def test_replace_dimensions_errors():
     mtf.replace_dimensions(shape, mtf.Dimension("a", 5), AB)
 
 
-@meshes.parametrize([
-    (M1, ""), (M4, "a:all;ab:all"), (M22, "b:cols;x:rows"),
-    (M22, "a:rows;y:cols")], "mesh_layout")
+@meshes.parametrize(
+  [
+    (M1, ""),
+    (M4, "a:all;ab:all"),
+    (M22, "b:cols;x:rows"),
+    (M22, "a:rows;y:cols"),
+  ],
+  "mesh_layout",
+)
 def test_replace_dimensions_on_tensors(mesh_layout):
   x_value = _value([A, B, P])
 
@@ -270,8 +304,9 @@ def test_replace_dimensions_on_tensors(mesh_layout):
     merged = mtf.replace_dimensions(split, [X, Y, B], AB)
     assert split.shape == mtf.Shape([X, Y, B, P])
     assert merged.shape == mtf.Shape([AB, P])
-    dt, = mtf.gradients([mtf.reduce_sum(merged * merged)], [t])
+    (dt,) = mtf.gradients([mtf.reduce_sum(merged * merged)], [t])
     return [split, merged, dt]
+
   split, merged, dt = mtu.run_program(build, *mesh_layout)
   np.testing.assert_array_equal(split, x_value.reshape(2, 2, 6, 4))
   np.testing.assert_array_equal(merged, x_value.reshape(24, 4))
@@ -308,6 +343,7 @@ def test_split_does_not_divide_raises_naming_dim():
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, _value([A, B]), [A, B])
     return [mtf.reshape(x, [AB])]
+
   with pytest.raises(ValueError, match="'b'.*'all'"):
     mtu.run_program(build, M4, "b:all")
 
@@ -315,9 +351,17 @@ def test_split_does_not_divide_raises_naming_dim():
 # broadcast.
 
 
-@meshes.parametrize([
-    (M1, ""), (M4, "a:all"), (M4, "p:all"), (M22, "a:rows;p:cols"),
-    (M22, "b:rows;p:cols"), (M22, "p:rows;a:cols")], "mesh_layout")
+@meshes.parametrize(
+  [
+    (M1, ""),
+    (M4, "a:all"),
+    (M4, "p:all"),
+    (M22, "a:rows;p:cols"),
+    (M22, "b:rows;p:cols"),
+    (M22, "p:rows;a:cols"),
+  ],
+  "mesh_layout",
+)
 def test_broadcast(mesh_layout):
   x_value = _value([A])
   w_value = _value([P, B, A], seed=2)
@@ -325,16 +369,20 @@ def test_broadcast(mesh_layout):
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, x_value, [A])
     y = mtf.broadcast(x, [P, B, A])
-    z = mtf.broadcast(mtf.import_tf_tensor(mesh, _value([A, B]), [A, B]),
-                      [B, P, A])
+    z = mtf.broadcast(
+      mtf.import_tf_tensor(mesh, _value([A, B]), [A, B]), [B, P, A]
+    )
     assert isinstance(y.operation, mtf.BroadcastOperation)
-    dx, = mtf.gradients([mtf.reduce_sum(y * mtf.import_tf_tensor(
-        mesh, w_value, [P, B, A]))], [x])
+    (dx,) = mtf.gradients(
+      [mtf.reduce_sum(y * mtf.import_tf_tensor(mesh, w_value, [P, B, A]))], [x]
+    )
     return [y, z, dx]
+
   y, z, dx = mtu.run_program(build, *mesh_layout)
   np.testing.assert_array_equal(y, np.broadcast_to(x_value, (4, 6, 4)))
   np.testing.assert_array_equal(
-      z, np.broadcast_to(_value([A, B]).T[:, None, :], (6, 4, 4)))
+    z, np.broadcast_to(_value([A, B]).T[:, None, :], (6, 4, 4))
+  )
   np.testing.assert_allclose(dx, w_value.sum((0, 1)), rtol=1e-5)
 
 
@@ -352,6 +400,7 @@ def test_new_layout_that_does_not_divide_raises_naming_dim():
     # The split moves from p (alltoall) onto x, which 4 does not divide.
     x = mtf.import_tf_tensor(mesh, _value([Q, P]), [Q, P])
     return [mtf.reshape(x, [X, mtf.Dimension("w", 8), Y])]
+
   with pytest.raises(ValueError, match="'x'.*'all'"):
     mtu.run_program(build, M4, "p:all;x:all")
 
@@ -359,21 +408,40 @@ def test_new_layout_that_does_not_divide_raises_naming_dim():
 def _random_reshape_cases(n, seed=0):
   """Random reshapes between shapes of 32 elements under random layouts."""
   rng = np.random.RandomState(seed)
-  sizes = [[32], [2, 16], [16, 2], [4, 8], [8, 4], [2, 2, 8], [2, 8, 2],
-           [4, 4, 2], [2, 4, 4], [4, 2, 4]]
+  sizes = [
+    [32],
+    [2, 16],
+    [16, 2],
+    [4, 8],
+    [8, 4],
+    [2, 2, 8],
+    [2, 8, 2],
+    [4, 4, 2],
+    [2, 4, 4],
+    [4, 2, 4],
+  ]
   cases = []
   while len(cases) < n:
     old = sizes[rng.randint(len(sizes))]
     new = sizes[rng.randint(len(sizes))]
     old_dims = [mtf.Dimension("o%d" % i, s) for i, s in enumerate(old)]
-    new_dims = [mtf.Dimension(
-        "o%d" % i if i < len(old) and old[i] == s and rng.rand() < 0.4
-        else "n%d" % i, s) for i, s in enumerate(new)]
+    new_dims = [
+      mtf.Dimension(
+        "o%d" % i
+        if i < len(old) and old[i] == s and rng.rand() < 0.4
+        else "n%d" % i,
+        s,
+      )
+      for i, s in enumerate(new)
+    ]
     mesh_shape = [M4, M22][rng.randint(2)]
     mesh_dims = ["all"] if mesh_shape == M4 else ["rows", "cols"]
     names = sorted({d.name for d in old_dims + new_dims})
-    layout = ";".join("%s:%s" % (name, mesh_dims[rng.randint(len(mesh_dims))])
-                      for name in names if rng.rand() < 0.5)
+    layout = ";".join(
+      "%s:%s" % (name, mesh_dims[rng.randint(len(mesh_dims))])
+      for name in names
+      if rng.rand() < 0.5
+    )
     try:
       impl = mtu.mesh_impl_for(mesh_shape, layout)
       impl.slice_shape(old_dims)
@@ -384,15 +452,20 @@ def _random_reshape_cases(n, seed=0):
   return cases
 
 
-@pytest.mark.parametrize("case", _random_reshape_cases(40),
-                         ids=lambda c: "%s|%s|%s->%s" % (
-                             c[0], c[1], [d.size for d in c[2]],
-                             [d.name + str(d.size) for d in c[3]]))
+@pytest.mark.parametrize(
+  "case",
+  _random_reshape_cases(40),
+  ids=lambda c: (
+    "%s|%s|%s->%s"
+    % (c[0], c[1], [d.size for d in c[2]], [d.name + str(d.size) for d in c[3]])
+  ),
+)
 def test_random_reshapes(case):
   mesh_shape, layout, old, new = case
   x_value = _value(old)
 
   def build(mesh):
     return [mtf.reshape(mtf.import_tf_tensor(mesh, x_value, old), new)]
+
   [y] = mtu.run_program(build, mesh_shape, layout)
   np.testing.assert_array_equal(y, x_value.reshape([d.size for d in new]))

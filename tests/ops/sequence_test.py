@@ -80,24 +80,39 @@ def np_dynamic_shift(x, offsets_ac, wrap, transpose=False):
 def test_reference_shift_matches_roll():
   for off in range(-9, 10):
     np.testing.assert_array_equal(
-        np_dynamic_shift(X, np.full((4, 2), off), True),
-        np.roll(X, off, axis=1))
+      np_dynamic_shift(X, np.full((4, 2), off), True), np.roll(X, off, axis=1)
+    )
 
 
 # -------------------------------------------------------------- signatures
-@pytest.mark.parametrize("fn,params", [
+@pytest.mark.parametrize(
+  "fn,params",
+  [
     (mtf.cumsum, [("x", _EMPTY), ("dim", _EMPTY), ("exclusive", False)]),
-    (mtf.dynamic_shift, [("x", _EMPTY), ("offset", _EMPTY), ("dim", _EMPTY),
-                         ("wrap", _EMPTY)]),
+    (
+      mtf.dynamic_shift,
+      [("x", _EMPTY), ("offset", _EMPTY), ("dim", _EMPTY), ("wrap", _EMPTY)],
+    ),
     (mtf.reduce_first, [("tensor", _EMPTY), ("reduced_dim", _EMPTY)]),
-    (mtf.pool_tensor_1d, [("tensor", _EMPTY), ("pool_dim", _EMPTY),
-                          ("reduce_fn", mtf.reduce_mean), ("pool_size", 2)]),
-    (mtf.stride_tensor_1d, [("tensor", _EMPTY), ("pool_dim", _EMPTY),
-                            ("pool_size", 2)]),
-])
+    (
+      mtf.pool_tensor_1d,
+      [
+        ("tensor", _EMPTY),
+        ("pool_dim", _EMPTY),
+        ("reduce_fn", mtf.reduce_mean),
+        ("pool_size", 2),
+      ],
+    ),
+    (
+      mtf.stride_tensor_1d,
+      [("tensor", _EMPTY), ("pool_dim", _EMPTY), ("pool_size", 2)],
+    ),
+  ],
+)
 def test_signature(fn, params):
-  actual = [(p.name, p.default)
-            for p in inspect.signature(fn).parameters.values()]
+  actual = [
+    (p.name, p.default) for p in inspect.signature(fn).parameters.values()
+  ]
   assert actual == params
 
 
@@ -111,14 +126,19 @@ def test_cumsum_values_and_gradients(mesh_shape, layout):
     grads = [mtf.gradients([mtf.reduce_sum(y * w)], [x])[0] for y in ys]
     # Input that is a pending (lazy) sum over c, which may be split.
     summed = mtf.cumsum(mtf.reduce_sum(x, reduced_dim=C), N)
-    as_int = mtf.cumsum(mtf.import_tf_tensor(mesh, X_INT, SHAPE), N,
-                        exclusive=True)
+    as_int = mtf.cumsum(
+      mtf.import_tf_tensor(mesh, X_INT, SHAPE), N, exclusive=True
+    )
     return ys + grads + [summed, as_int]
 
   out = mtu.run_program(build, mesh_shape, layout)
-  expected = [np_cumsum(X, False), np_cumsum(X, True),
-              np_cumsum_grad(W, False), np_cumsum_grad(W, True),
-              np.cumsum(X.sum(axis=2), axis=1)]
+  expected = [
+    np_cumsum(X, False),
+    np_cumsum(X, True),
+    np_cumsum_grad(W, False),
+    np_cumsum_grad(W, True),
+    np.cumsum(X.sum(axis=2), axis=1),
+  ]
   mtu.assert_all_close(out[:5], expected, msg="%s %s" % (mesh_shape, layout))
   assert out[5].dtype == np.int32
   np.testing.assert_array_equal(out[5], np_cumsum(X_INT, True))
@@ -129,8 +149,10 @@ def test_cumsum_modes(mode):
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, X, SHAPE)
     y = mtf.cumsum(x, N)
-    return [y, mtf.gradients([mtf.reduce_sum(y * mtf.constant(mesh, W, SHAPE))],
-                             [x])[0]]
+    return [
+      y,
+      mtf.gradients([mtf.reduce_sum(y * mtf.constant(mesh, W, SHAPE))], [x])[0],
+    ]
 
   out = mtu.run_program(build, "rows:2;cols:2", "n:rows;c:cols", mode)
   mtu.assert_all_close(out, [np_cumsum(X, False), np_cumsum_grad(W, False)])
@@ -178,8 +200,10 @@ def test_dynamic_shift_values_and_gradients(mesh_shape, layout):
   for wrap in (False, True):
     for value, _ in cases:
       offsets_ac = np.broadcast_to(value.reshape(4, -1), (4, 2))
-      expected += [np_dynamic_shift(X, offsets_ac, wrap),
-                   np_dynamic_shift(W, offsets_ac, wrap, transpose=True)]
+      expected += [
+        np_dynamic_shift(X, offsets_ac, wrap),
+        np_dynamic_shift(W, offsets_ac, wrap, transpose=True),
+      ]
   out = mtu.run_program(build, mesh_shape, layout)
   mtu.assert_all_close(out, expected, msg="%s %s" % (mesh_shape, layout))
 
@@ -189,12 +213,19 @@ def test_dynamic_shift_modes(mode):
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, X, SHAPE)
     offset = mtf.import_tf_tensor(mesh, OFFSET_AC, [A, C])
-    return [mtf.dynamic_shift(x, offset, N, False),
-            mtf.dynamic_shift(x, offset, N, True)]
+    return [
+      mtf.dynamic_shift(x, offset, N, False),
+      mtf.dynamic_shift(x, offset, N, True),
+    ]
 
   out = mtu.run_program(build, "rows:2;cols:2", "a:rows;n:cols", mode)
-  mtu.assert_all_close(out, [np_dynamic_shift(X, OFFSET_AC, False),
-                             np_dynamic_shift(X, OFFSET_AC, True)])
+  mtu.assert_all_close(
+    out,
+    [
+      np_dynamic_shift(X, OFFSET_AC, False),
+      np_dynamic_shift(X, OFFSET_AC, True),
+    ],
+  )
 
 
 def test_dynamic_shift_int_and_bool_tensors():
@@ -202,33 +233,40 @@ def test_dynamic_shift_int_and_bool_tensors():
     offset = mtf.import_tf_tensor(mesh, OFFSET_A, [A])
     xi = mtf.import_tf_tensor(mesh, X_INT, SHAPE)
     xb = mtf.import_tf_tensor(mesh, X_INT > 0, SHAPE)
-    return [mtf.dynamic_shift(xi, offset, N, True),
-            mtf.dynamic_shift(xb, offset, N, False),
-            mtf.dynamic_shift(xi, 3, N, False)]  # an int offset: plain shift
+    return [
+      mtf.dynamic_shift(xi, offset, N, True),
+      mtf.dynamic_shift(xb, offset, N, False),
+      mtf.dynamic_shift(xi, 3, N, False),
+    ]  # an int offset: plain shift
 
   yi, yb, ys = mtu.run_program(build, "all:4", "n:all")
   offsets_ac = np.broadcast_to(OFFSET_A.reshape(4, 1), (4, 2))
   assert yi.dtype == np.int32 and yb.dtype == np.bool_
   np.testing.assert_array_equal(
-      yi, np_dynamic_shift(X_INT.astype(np.float32), offsets_ac, True))
+    yi, np_dynamic_shift(X_INT.astype(np.float32), offsets_ac, True)
+  )
   np.testing.assert_array_equal(
-      yb, np_dynamic_shift((X_INT > 0).astype(np.float32), offsets_ac,
-                           False) > 0)
+    yb, np_dynamic_shift((X_INT > 0).astype(np.float32), offsets_ac, False) > 0
+  )
   np.testing.assert_array_equal(
-      ys, np_dynamic_shift(X_INT.astype(np.float32), np.full((4, 2), 3),
-                           False))
+    ys, np_dynamic_shift(X_INT.astype(np.float32), np.full((4, 2), 3), False)
+  )
 
 
 def test_dynamic_shift_errors():
   graph = mtf.Graph()
   mesh = mtf.Mesh(graph, "mesh")
   x = mtf.zeros(mesh, SHAPE)
-  with pytest.raises(ValueError, match=r"must not contain the shifted "
-                                       r"dimension 'n'"):
+  with pytest.raises(
+    ValueError,
+    match=r"must not contain the shifted "
+    r"dimension 'n'",
+  ):
     mtf.dynamic_shift(x, mtf.zeros(mesh, [A, N], dtype=tf.int32), N, True)
   with pytest.raises(ValueError, match=r"offset dimension .*'b'"):
-    mtf.dynamic_shift(x, mtf.zeros(mesh, [mtf.Dimension("b", 3)],
-                                   dtype=tf.int32), N, True)
+    mtf.dynamic_shift(
+      x, mtf.zeros(mesh, [mtf.Dimension("b", 3)], dtype=tf.int32), N, True
+    )
   with pytest.raises(ValueError, match=r"integer dtype"):
     mtf.dynamic_shift(x, mtf.zeros(mesh, [A]), N, False)
   with pytest.raises(ValueError, match=r"integer mtf Tensor"):
@@ -247,8 +285,11 @@ def _pool_sizes(mesh_shape, layout):
 @meshes.parametrize(meshes.SEQUENCE_OPS)
 def test_reduce_first_and_pooling(mesh_shape, layout):
   pool_sizes = _pool_sizes(mesh_shape, layout)
-  reducers = [(mtf.reduce_mean, np.mean), (mtf.reduce_max, np.max),
-              (mtf.reduce_sum, np.sum)]
+  reducers = [
+    (mtf.reduce_mean, np.mean),
+    (mtf.reduce_max, np.max),
+    (mtf.reduce_sum, np.sum),
+  ]
 
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, X, SHAPE)
@@ -256,7 +297,7 @@ def test_reduce_first_and_pooling(mesh_shape, layout):
 
     def with_grad(y):
       if y.shape.ndims == 3:  # pooled: weights W[:, :pooled size]
-        w = mtf.constant(mesh, W[:, :y.shape.dims[1].size], y.shape)
+        w = mtf.constant(mesh, W[:, : y.shape.dims[1].size], y.shape)
       else:
         w = mtf.ones(mesh, y.shape)
       return [y, mtf.gradients([mtf.reduce_sum(y * w)], [x])[0]]
@@ -274,7 +315,7 @@ def test_reduce_first_and_pooling(mesh_shape, layout):
       g = np.zeros_like(X)
       g[:, 0] = 1.0
       return g
-    wp = np.repeat(W[:, :8 // p], p, axis=1)
+    wp = np.repeat(W[:, : 8 // p], p, axis=1)
     if fn_name == "mean":
       return wp / p
     if fn_name == "sum":
@@ -284,7 +325,7 @@ def test_reduce_first_and_pooling(mesh_shape, layout):
       mask = blocks == blocks.max(axis=2, keepdims=True)
       return wp * mask.reshape(4, 8, 2)
     g = np.zeros_like(X)  # stride
-    g[:, ::p] = W[:, :8 // p]
+    g[:, ::p] = W[:, : 8 // p]
     return g
 
   expected = [X[:, 0], np_grad("first", 1)]
@@ -303,9 +344,11 @@ def test_pooled_dim_keeps_name_and_shrinks():
   mesh = mtf.Mesh(graph, "mesh")
   x = mtf.zeros(mesh, SHAPE)
   assert mtf.pool_tensor_1d(x, N).shape == mtf.Shape(
-      [A, mtf.Dimension("n", 4), C])
+    [A, mtf.Dimension("n", 4), C]
+  )
   assert mtf.stride_tensor_1d(x, N, pool_size=4).shape == mtf.Shape(
-      [A, mtf.Dimension("n", 2), C])
+    [A, mtf.Dimension("n", 2), C]
+  )
   assert mtf.reduce_first(x, N).shape == mtf.Shape([A, C])
 
 
@@ -325,9 +368,11 @@ def test_pooling_errors():
 
 def test_pooled_size_must_divide_over_split_axis():
   """n:8 over all:4 pooled by 4 leaves n:2, which cannot split 4 ways."""
+
   def build(mesh):
-    return [mtf.pool_tensor_1d(mtf.import_tf_tensor(mesh, X, SHAPE), N,
-                               pool_size=4)]
+    return [
+      mtf.pool_tensor_1d(mtf.import_tf_tensor(mesh, X, SHAPE), N, pool_size=4)
+    ]
 
   with pytest.raises(ValueError, match=r"'n' \(size 2\).*'all'"):
     mtu.run_program(build, "all:4", "n:all")

@@ -48,8 +48,9 @@ def np_shift_grad(w, offset, wrap):
 
 def test_reference_matches_roll():
   for offset in OFFSETS:
-    np.testing.assert_array_equal(np_shift(X, offset, True),
-                                  np.roll(X, offset, axis=1))
+    np.testing.assert_array_equal(
+      np_shift(X, offset, True), np.roll(X, offset, axis=1)
+    )
 
 
 @meshes.parametrize(meshes.SHIFT_OPS)
@@ -60,25 +61,29 @@ def test_shift_values_and_gradients(mesh_shape, layout):
     x = mtf.import_tf_tensor(mesh, X, mtf.Shape([A, N, C]))
     weights = mtf.constant(mesh, W, mtf.Shape([A, N, C]))
     ys = [mtf.shift(x, o, N, w) for o, w in cases]
-    grads = [mtf.gradients([mtf.reduce_sum(y * weights)], [x])[0]
-             for y in ys]
+    grads = [mtf.gradients([mtf.reduce_sum(y * weights)], [x])[0] for y in ys]
     return ys + grads
 
-  expected = ([np_shift(X, o, w) for o, w in cases] +
-              [np_shift_grad(W, o, w) for o, w in cases])
+  expected = [np_shift(X, o, w) for o, w in cases] + [
+    np_shift_grad(W, o, w) for o, w in cases
+  ]
   out = mtu.run_program(build, mesh_shape, layout)
   for i, (o, w) in enumerate(cases):
-    np.testing.assert_allclose(out[i], expected[i], atol=1e-6,
-                               err_msg="value offset=%d wrap=%s" % (o, w))
     np.testing.assert_allclose(
-        out[len(cases) + i], expected[len(cases) + i], atol=1e-6,
-        err_msg="gradient offset=%d wrap=%s" % (o, w))
+      out[i], expected[i], atol=1e-6, err_msg="value offset=%d wrap=%s" % (o, w)
+    )
+    np.testing.assert_allclose(
+      out[len(cases) + i],
+      expected[len(cases) + i],
+      atol=1e-6,
+      err_msg="gradient offset=%d wrap=%s" % (o, w),
+    )
 
 
 @pytest.mark.parametrize("mode", mtu.MODES)
-@meshes.parametrize([
-    ("", ""), ("all:4", "n:all"),
-    ("rows:2;cols:2", "a:rows;n:cols")])
+@meshes.parametrize(
+  [("", ""), ("all:4", "n:all"), ("rows:2;cols:2", "a:rows;n:cols")]
+)
 def test_shift_all_modes(mode, mesh_shape, layout):
   cases = [(1, False), (-3, True), (4, False), (-6, False), (5, True)]
 
@@ -86,13 +91,14 @@ def test_shift_all_modes(mode, mesh_shape, layout):
     x = mtf.import_tf_tensor(mesh, X, mtf.Shape([A, N, C]))
     return [mtf.shift(x, o, N, w) for o, w in cases]
 
-  mtu.assert_all_close(mtu.run_program(build, mesh_shape, layout, mode),
-                       [np_shift(X, o, w) for o, w in cases], atol=1e-6)
+  mtu.assert_all_close(
+    mtu.run_program(build, mesh_shape, layout, mode),
+    [np_shift(X, o, w) for o, w in cases],
+    atol=1e-6,
+  )
 
 
-@meshes.parametrize([
-    ("all:4", "n:all"),
-    ("rows:2;cols:2", "n:rows")])
+@meshes.parametrize([("all:4", "n:all"), ("rows:2;cols:2", "n:rows")])
 def test_shift_along_first_axis_by_name(mesh_shape, layout):
   xt = np.transpose(X, (1, 0, 2))
 
@@ -100,15 +106,21 @@ def test_shift_along_first_axis_by_name(mesh_shape, layout):
     x = mtf.import_tf_tensor(mesh, xt, mtf.Shape([N, A, C]))
     return [mtf.shift(x, o, "n", w) for o in (-5, 3) for w in WRAPS]
 
-  expected = [np.transpose(np_shift(X, o, w), (1, 0, 2))
-              for o in (-5, 3) for w in WRAPS]
-  mtu.assert_all_close(mtu.run_program(build, mesh_shape, layout), expected,
-                       atol=1e-6)
+  expected = [
+    np.transpose(np_shift(X, o, w), (1, 0, 2)) for o in (-5, 3) for w in WRAPS
+  ]
+  mtu.assert_all_close(
+    mtu.run_program(build, mesh_shape, layout), expected, atol=1e-6
+  )
 
 
-@meshes.parametrize([
-    ("all:4", "b:all"), ("rows:2;cols:2", "b:rows;n:cols"),
-    ("rows:2;cols:2", "n:rows;b:cols")])
+@meshes.parametrize(
+  [
+    ("all:4", "b:all"),
+    ("rows:2;cols:2", "b:rows;n:cols"),
+    ("rows:2;cols:2", "n:rows;b:cols"),
+  ]
+)
 def test_shift_of_lazy_allreduce_sum(mesh_shape, layout):
   x = _RNG.uniform(-1.0, 1.0, size=(4, 4, 8)).astype(np.float32)
 
@@ -119,10 +131,12 @@ def test_shift_of_lazy_allreduce_sum(mesh_shape, layout):
     return [mtf.shift(s, o, N, w) for o in (3, -2, 4) for w in WRAPS]
 
   s = x.sum(1)
-  expected = [np_shift(s[:, :, None], o, w)[:, :, 0]
-              for o in (3, -2, 4) for w in WRAPS]
-  mtu.assert_all_close(mtu.run_program(build, mesh_shape, layout), expected,
-                       atol=1e-5)
+  expected = [
+    np_shift(s[:, :, None], o, w)[:, :, 0] for o in (3, -2, 4) for w in WRAPS
+  ]
+  mtu.assert_all_close(
+    mtu.run_program(build, mesh_shape, layout), expected, atol=1e-5
+  )
 
 
 def _counters(offset, wrap, mesh_shape, layout):
@@ -138,7 +152,9 @@ def test_shift_counters():
   laid_out = 4 * 8 * 2  # Replicated nowhere: laid_out_size == size.
   # Block size 2 on "all:4": offset 3 = 1 block + 1 position.
   assert _counters(3, False, "all:4", "n:all") == {
-      "shift[2]": laid_out // 2, "shift[1]": laid_out // 2}
+    "shift[2]": laid_out // 2,
+    "shift[1]": laid_out // 2,
+  }
   assert _counters(-4, True, "all:4", "n:all") == {"shift[2]": laid_out}
   assert _counters(2, False, "all:4", "n:all") == {"shift[1]": laid_out}
   # Not split: no communication.

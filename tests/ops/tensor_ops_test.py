@@ -38,16 +38,19 @@ def _weighted_sum(mesh, ys, ws):
   return total
 
 
-def _run_everywhere(build, expected, mesh_layouts=meshes.TENSOR_OPS,
-                    modes=("eager",)):
+def _run_everywhere(
+  build, expected, mesh_layouts=meshes.TENSOR_OPS, modes=("eager",)
+):
   for mode in modes:
     for mesh_shape, layout in mesh_layouts:
       out = mtu.run_program(build, mesh_shape, layout, mode)
-      mtu.assert_all_close(out, expected, msg="%s %s|%s" % (mode, mesh_shape,
-                                                          layout))
+      mtu.assert_all_close(
+        out, expected, msg="%s %s|%s" % (mode, mesh_shape, layout)
+      )
 
 
 # ------------------------------------------------------------------ concat
+
 
 @pytest.mark.parametrize("mode", mtu.MODES)
 def test_concat_and_split_all_modes(mode):
@@ -60,18 +63,23 @@ def test_concat_and_split_all_modes(mode):
     t1, t2 = _import(mesh, x1, [A, n1, C]), _import(mesh, x2, [A, n2, C])
     y = mtf.concat([t1, t2], "n")
     pieces = mtf.split(y, y.shape.get_dim_by_name("n"), [2, 6])
-    loss = _weighted_sum(mesh, [y], [w]) + _weighted_sum(mesh, pieces,
-                                                         w_pieces)
+    loss = _weighted_sum(mesh, [y], [w]) + _weighted_sum(mesh, pieces, w_pieces)
     g1, g2 = mtf.gradients([loss], [t1, t2])
     return [y] + pieces + [g1, g2]
 
   y = np.concatenate([x1, x2], axis=1)
   g = w + np.concatenate(w_pieces, axis=1)
   expected = [y, y[:, :2], y[:, 2:], g[:, :3], g[:, 3:]]
-  _run_everywhere(build, expected,
-                  mesh_layouts=[("", ""), ("all:4", "a:all"),
-                                ("rows:2;cols:2", "a:rows;c:cols")],
-                  modes=(mode,))
+  _run_everywhere(
+    build,
+    expected,
+    mesh_layouts=[
+      ("", ""),
+      ("all:4", "a:all"),
+      ("rows:2;cols:2", "a:rows;c:cols"),
+    ],
+    modes=(mode,),
+  )
 
 
 @meshes.parametrize(meshes.TENSOR_OPS)
@@ -99,8 +107,9 @@ def test_concat_along_first_and_last_axis():
     return [mtf.concat([t1, t2], "n"), mtf.concat([u1, u2], "n")]
 
   y = np.concatenate([x1, x2], 0)
-  _run_everywhere(build, [y, y.T], [("", ""), ("all:4", "c:all"),
-                                    ("rows:2;cols:2", "c:cols")])
+  _run_everywhere(
+    build, [y, y.T], [("", ""), ("all:4", "c:all"), ("rows:2;cols:2", "c:cols")]
+  )
 
 
 def test_concat_of_lazy_allreduce_sums():
@@ -116,8 +125,9 @@ def test_concat_of_lazy_allreduce_sums():
     return [mtf.concat([s1, s2], "n")]
 
   expected = [np.concatenate([x1.sum(1), x2.sum(1)], axis=1)]
-  _run_everywhere(build, expected, [("all:4", "b:all"),
-                                    ("rows:2;cols:2", "b:rows;a:cols")])
+  _run_everywhere(
+    build, expected, [("all:4", "b:all"), ("rows:2;cols:2", "b:rows;a:cols")]
+  )
 
 
 def test_concat_shape_errors():
@@ -141,6 +151,7 @@ def test_concat_shape_errors():
 
 # ------------------------------------------------------------------- split
 
+
 @meshes.parametrize(meshes.TENSOR_OPS)
 def test_split_equal_and_sizes_with_gradient(mesh_shape, layout):
   x = _rand(4, 8, 4)
@@ -153,8 +164,9 @@ def test_split_equal_and_sizes_with_gradient(mesh_shape, layout):
     quarters = mtf.split(t, n, 4)
     pieces = mtf.split(t, "n", [3, 1, 4])
     # Piece 1 and quarters 0, 1, 3 are unused: their gradients are zeros.
-    loss = _weighted_sum(mesh, [pieces[0], pieces[2], quarters[2]],
-                         [w0, w2, wq])
+    loss = _weighted_sum(
+      mesh, [pieces[0], pieces[2], quarters[2]], [w0, w2, wq]
+    )
     [g] = mtf.gradients([loss], [t])
     return quarters + pieces + [g]
 
@@ -162,8 +174,12 @@ def test_split_equal_and_sizes_with_gradient(mesh_shape, layout):
   g[:, :3] += w0
   g[:, 4:] += w2
   g[:, 4:6] += wq
-  expected = ([x[:, 2 * i:2 * i + 2] for i in range(4)] +
-              [x[:, :3], x[:, 3:4], x[:, 4:], g])
+  expected = [x[:, 2 * i : 2 * i + 2] for i in range(4)] + [
+    x[:, :3],
+    x[:, 3:4],
+    x[:, 4:],
+    g,
+  ]
   _run_everywhere(build, expected, [(mesh_shape, layout)])
 
 
@@ -200,6 +216,7 @@ def test_split_errors():
 
 # ------------------------------------------------------------ stack/unstack
 
+
 @meshes.parametrize(meshes.TENSOR_OPS)
 def test_stack_axes_with_gradient(mesh_shape, layout):
   xs = [_rand(4, 4) for _ in range(3)]
@@ -207,16 +224,25 @@ def test_stack_axes_with_gradient(mesh_shape, layout):
 
   def build(mesh):
     ts = [_import(mesh, x, [A, C]) for x in xs]
-    ys = [mtf.stack(ts, "s", axis=0), mtf.stack(ts, "s", axis=1),
-          mtf.stack(ts, "s", axis=-1), mtf.stack(ts, "s", axis=-2)]
+    ys = [
+      mtf.stack(ts, "s", axis=0),
+      mtf.stack(ts, "s", axis=1),
+      mtf.stack(ts, "s", axis=-1),
+      mtf.stack(ts, "s", axis=-2),
+    ]
     assert ys[2].shape.dimension_names == ["a", "c", "s"]
     assert ys[3].shape.dimension_names == ["a", "s", "c"]
     return ys + mtf.gradients([_weighted_sum(mesh, ys, ws)], ts)
 
-  expected = [np.stack(xs, 0), np.stack(xs, 1), np.stack(xs, 2),
-              np.stack(xs, 1)]
-  expected += [ws[0][i] + ws[1][:, i] + ws[2][:, :, i] + ws[3][:, i]
-               for i in range(3)]
+  expected = [
+    np.stack(xs, 0),
+    np.stack(xs, 1),
+    np.stack(xs, 2),
+    np.stack(xs, 1),
+  ]
+  expected += [
+    ws[0][i] + ws[1][:, i] + ws[2][:, :, i] + ws[3][:, i] for i in range(3)
+  ]
   _run_everywhere(build, expected, [(mesh_shape, layout)])
 
 
@@ -237,8 +263,7 @@ def test_unstack_with_gradient(mesh_shape, layout):
 
   g = np.zeros_like(x)
   g[:, 0], g[:, 2] = w0, w2
-  _run_everywhere(build, [x[:, 0], x[:, 1], x[:, 2], g],
-                  [(mesh_shape, layout)])
+  _run_everywhere(build, [x[:, 0], x[:, 1], x[:, 2], g], [(mesh_shape, layout)])
 
 
 def test_stack_unstack_roundtrip_all_modes():
@@ -248,8 +273,12 @@ def test_stack_unstack_roundtrip_all_modes():
     t = _import(mesh, x, [A, mtf.Dimension("n", 2), C])
     return [mtf.stack(mtf.unstack(t, "n"), "m", axis=-1)]
 
-  _run_everywhere(build, [np.transpose(x, (0, 2, 1))],
-                  [("rows:2;cols:2", "a:rows;c:cols")], modes=mtu.MODES)
+  _run_everywhere(
+    build,
+    [np.transpose(x, (0, 2, 1))],
+    [("rows:2;cols:2", "a:rows;c:cols")],
+    modes=mtu.MODES,
+  )
 
 
 def test_stack_errors():
@@ -269,6 +298,7 @@ def test_stack_errors():
 
 
 # --------------------------------------------------------------- slice/pad
+
 
 @meshes.parametrize(meshes.TENSOR_OPS)
 def test_slice_and_pad_with_gradient(mesh_shape, layout):
@@ -298,9 +328,12 @@ def test_slice_and_pad_all_modes_and_lazy_input():
     return [mtf.pad(mtf.mtf_slice(s, 1, 4, "n"), [2, 0], "n")]
 
   y = np.pad(x.sum(1)[:, 1:5], [[0, 0], [2, 0]])
-  _run_everywhere(build, [y], [("", ""), ("all:4", "b:all"),
-                               ("rows:2;cols:2", "b:rows;a:cols")],
-                  modes=mtu.MODES)
+  _run_everywhere(
+    build,
+    [y],
+    [("", ""), ("all:4", "b:all"), ("rows:2;cols:2", "b:rows;a:cols")],
+    modes=mtu.MODES,
+  )
 
 
 def test_slice_and_pad_errors():
@@ -322,6 +355,7 @@ def test_slice_and_pad_errors():
 
 # ---------------------------------------------- operated dim split: errors
 
+
 def _concat(mesh):
   n = mtf.Dimension("n", 4)
   return [mtf.concat([mtf.zeros(mesh, [A, n]), mtf.ones(mesh, [A, n])], "n")]
@@ -342,19 +376,17 @@ def _unstack(mesh):
 
 
 def _slice(mesh):
-  return [mtf.mtf_slice(mtf.zeros(mesh, [A, mtf.Dimension("n", 8)]), 0, 4,
-                        "n")]
+  return [mtf.mtf_slice(mtf.zeros(mesh, [A, mtf.Dimension("n", 8)]), 0, 4, "n")]
 
 
 def _pad(mesh):
   return [mtf.pad(mtf.zeros(mesh, [A, mtf.Dimension("n", 4)]), [2, 2], "n")]
 
 
-@pytest.mark.parametrize("build", [_concat, _split, _stack, _unstack, _slice,
-                                   _pad])
-@meshes.parametrize([
-    ("all:4", "n:all"),
-    ("rows:2;cols:2", "a:rows;n:cols")])
+@pytest.mark.parametrize(
+  "build", [_concat, _split, _stack, _unstack, _slice, _pad]
+)
+@meshes.parametrize([("all:4", "n:all"), ("rows:2;cols:2", "a:rows;n:cols")])
 def test_operated_dim_split_raises(build, mesh_shape, layout):
   with pytest.raises(ValueError, match="dimension 'n' over mesh dimension"):
     mtu.run_program(build, mesh_shape, layout)
@@ -365,12 +397,14 @@ def test_splittability_recorded():
   mesh = mtf.Mesh(graph, "mesh")
   n = mtf.Dimension("n", 4)
   x = mtf.zeros(mesh, [A, n, C])
-  ops = [mtf.concat([x, x], "n").operation,
-         mtf.split(x, n, 2)[0].operation,
-         mtf.unstack(x, n)[0].operation,
-         mtf.mtf_slice(x, 0, 2, "n").operation,
-         mtf.pad(x, [1, 1], "n").operation,
-         mtf.stack([mtf.zeros(mesh, [A, C])], "n", axis=1).operation]
+  ops = [
+    mtf.concat([x, x], "n").operation,
+    mtf.split(x, n, 2)[0].operation,
+    mtf.unstack(x, n)[0].operation,
+    mtf.mtf_slice(x, 0, 2, "n").operation,
+    mtf.pad(x, [1, 1], "n").operation,
+    mtf.stack([mtf.zeros(mesh, [A, C])], "n", axis=1).operation,
+  ]
   for op in ops:
     assert op.unsplittable_dims == frozenset(["n"]), op
     assert op.splittable_dims == frozenset(["a", "c"]), op
@@ -388,11 +422,14 @@ def test_operation_classes_directly():
   n = mtf.Dimension("n", 4)
   x = mtf.zeros(mesh, [A, n])
   assert mtf.StackOperation([x, x], "s", -1).outputs[0].shape == mtf.Shape(
-      [A, n, ("s", 2)])
+    [A, n, ("s", 2)]
+  )
   assert len(mtf.UnstackOperation(x, n).outputs) == 4
   assert mtf.SliceOperation(x, 1, 2, "n").outputs[0].shape == mtf.Shape(
-      [A, ("n", 2)])
+    [A, ("n", 2)]
+  )
   assert mtf.PadOperation(x, [1, 0], "n").outputs[0].shape == mtf.Shape(
-      [A, ("n", 5)])
+    [A, ("n", 5)]
+  )
   assert len(mtf.SplitOperation(x, n, [1, 3]).outputs) == 2
   assert mtf.ConcatOperation([x, x], "n", name="cc").name == "cc"

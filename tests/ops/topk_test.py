@@ -31,8 +31,7 @@ X = _RNG.randint(0, 4, size=(4, 8, 2)).astype(np.float32)
 X[1, :, 0] = [-np.inf, 2e9, -np.inf, -3e9, 2e9, -np.inf, 5.0, -1e10]
 X[2, :, 1] = 7.0
 X_INT = _RNG.randint(-3, 3, size=(4, 8, 2)).astype(np.int32)
-DY = {k: _RNG.uniform(-1.0, 1.0, size=(4, 2, k)).astype(np.float32)
-      for k in KS}
+DY = {k: _RNG.uniform(-1.0, 1.0, size=(4, 2, k)).astype(np.float32) for k in KS}
 
 
 def _tf_top_k(x, k):
@@ -84,24 +83,43 @@ _REQUIRED = inspect.Parameter.empty
 
 def test_signatures_match_the_original():
   expected = {
-      mtf.top_k: [("x", _REQUIRED), ("reduced_dim", _REQUIRED),
-                  ("k_dim", _REQUIRED), ("name", None)],
-      mtf.top_1: [("x", _REQUIRED), ("reduced_dim", _REQUIRED),
-                  ("name", None)],
-      mtf.argmax: [("x", _REQUIRED), ("reduced_dim", _REQUIRED),
-                   ("name", None)],
-      mtf.nth_largest_element: [("x", _REQUIRED), ("n", _REQUIRED),
-                                ("reduced_dim", _REQUIRED), ("name", None)],
-      mtf.nth_smallest_element: [("x", _REQUIRED), ("n", _REQUIRED),
-                                 ("reduced_dim", _REQUIRED), ("name", None)],
-      mtf.sample_with_temperature: [("logits", _REQUIRED), ("dim", _REQUIRED),
-                                    ("temperature", 1.0), ("name", None)],
-      mtf.TopKOperation: [("x", _REQUIRED), ("reduced_dim", _REQUIRED),
-                          ("k_dim", _REQUIRED), ("name", None)],
+    mtf.top_k: [
+      ("x", _REQUIRED),
+      ("reduced_dim", _REQUIRED),
+      ("k_dim", _REQUIRED),
+      ("name", None),
+    ],
+    mtf.top_1: [("x", _REQUIRED), ("reduced_dim", _REQUIRED), ("name", None)],
+    mtf.argmax: [("x", _REQUIRED), ("reduced_dim", _REQUIRED), ("name", None)],
+    mtf.nth_largest_element: [
+      ("x", _REQUIRED),
+      ("n", _REQUIRED),
+      ("reduced_dim", _REQUIRED),
+      ("name", None),
+    ],
+    mtf.nth_smallest_element: [
+      ("x", _REQUIRED),
+      ("n", _REQUIRED),
+      ("reduced_dim", _REQUIRED),
+      ("name", None),
+    ],
+    mtf.sample_with_temperature: [
+      ("logits", _REQUIRED),
+      ("dim", _REQUIRED),
+      ("temperature", 1.0),
+      ("name", None),
+    ],
+    mtf.TopKOperation: [
+      ("x", _REQUIRED),
+      ("reduced_dim", _REQUIRED),
+      ("k_dim", _REQUIRED),
+      ("name", None),
+    ],
   }
   for fn, params in expected.items():
-    actual = [(p.name, p.default)
-              for p in inspect.signature(fn).parameters.values()]
+    actual = [
+      (p.name, p.default) for p in inspect.signature(fn).parameters.values()
+    ]
     assert actual == params, fn
 
 
@@ -131,7 +149,8 @@ def test_output_shapes_dtypes_and_splittability():
   top, arg = mtf.top_1(x, VOCAB)
   assert top.shape == arg.shape == mtf.Shape([BATCH, LENGTH])
   assert mtf.nth_largest_element(x, 1, VOCAB).shape == mtf.Shape(
-      [BATCH, LENGTH])
+    [BATCH, LENGTH]
+  )
 
 
 def _gradient_program(mesh):
@@ -169,8 +188,9 @@ def test_gradients_match_tf_gradient_tape(mesh_shape, layout):
   actual = mtu.run_program(_gradient_program, mesh_shape, layout)
   expected = _expected_gradients()
   for i, (a, e) in enumerate(zip(actual, expected)):
-    np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-6,
-                               err_msg="gradient %d" % i)
+    np.testing.assert_allclose(
+      a, e, rtol=1e-6, atol=1e-6, err_msg="gradient %d" % i
+    )
 
 
 @pytest.mark.parametrize("mode", mtu.MODES)
@@ -181,12 +201,15 @@ def test_three_modes_with_split_reduced_dim(mode):
     dy = mtf.import_tf_tensor(mesh, DY[3], values3.shape)
     [dx] = mtf.gradients([values3], [x], grad_ys=[dy])
     return [values3, indices3, *mtf.top_k(x, VOCAB, _k_dim(6)), dx]
-  actual = mtu.run_program(build, "rows:2;cols:2", "vocab:rows;batch:cols",
-                           mode)
+
+  actual = mtu.run_program(
+    build, "rows:2;cols:2", "vocab:rows;batch:cols", mode
+  )
   expected = [*_tf_top_k(X, 3), *_tf_top_k(X, 6), _expected_gradients()[1]]
   for i, (a, e) in enumerate(zip(actual, expected)):
-    np.testing.assert_allclose(a, e, rtol=1e-6, atol=1e-6,
-                               err_msg="%s output %d" % (mode, i))
+    np.testing.assert_allclose(
+      a, e, rtol=1e-6, atol=1e-6, err_msg="%s output %d" % (mode, i)
+    )
 
 
 def test_split_reduced_dim_uses_allconcat():
@@ -194,8 +217,9 @@ def test_split_reduced_dim_uses_allconcat():
   mesh = mtf.Mesh(graph, "mesh")
   x = mtf.import_tf_tensor(mesh, X, SHAPE)
   outputs = [mtf.top_k(x, VOCAB, _k_dim(6))[0], mtf.top_1(x, VOCAB)[0]]
-  lowering = mtf.Lowering(graph, {mesh: mtu.mesh_impl_for("all:4",
-                                                          "vocab:all")})
+  lowering = mtf.Lowering(
+    graph, {mesh: mtu.mesh_impl_for("all:4", "vocab:all")}
+  )
   keys = [key for key, _ in lowering.counters]
   assert "allconcat/0/top_k" in keys
   for t in outputs:
@@ -224,11 +248,13 @@ def test_k_larger_than_reduced_dim_raises():
 def test_reduced_dim_not_in_tensor_raises():
   _, _, x = _graph_with_x()
   other = mtf.Dimension("other", 8)
-  for fn in (lambda: mtf.top_k(x, other, _k_dim(2)),
-             lambda: mtf.top_1(x, other),
-             lambda: mtf.argmax(x, other),
-             lambda: mtf.nth_largest_element(x, 0, other),
-             lambda: mtf.sample_with_temperature(x, other)):
+  for fn in (
+    lambda: mtf.top_k(x, other, _k_dim(2)),
+    lambda: mtf.top_1(x, other),
+    lambda: mtf.argmax(x, other),
+    lambda: mtf.nth_largest_element(x, 0, other),
+    lambda: mtf.sample_with_temperature(x, other),
+  ):
     with pytest.raises(ValueError, match="other"):
       fn()
   with pytest.raises(ValueError, match="reduced_dim"):
@@ -260,18 +286,21 @@ def test_split_k_dim_raises_at_lowering():
 
 # ----------------------------------------------------------------- sampling
 SAMPLE_MESH_LAYOUTS = [
-    ("", ""),
-    ("all:4", "vocab:all"),
-    ("rows:2;cols:2", "batch:rows;vocab:cols"),
-    ("rows:2;cols:2", "length:rows;batch:cols"),
+  ("", ""),
+  ("all:4", "vocab:all"),
+  ("rows:2;cols:2", "batch:rows;vocab:cols"),
+  ("rows:2;cols:2", "length:rows;batch:cols"),
 ]
 
 
 def test_temperature_zero_is_argmax():
   def build(mesh):
     x = mtf.import_tf_tensor(mesh, X, SHAPE)
-    return [mtf.sample_with_temperature(x, VOCAB, 0.0),
-            mtf.sample_with_temperature(x, VOCAB, temperature=0)]
+    return [
+      mtf.sample_with_temperature(x, VOCAB, 0.0),
+      mtf.sample_with_temperature(x, VOCAB, temperature=0),
+    ]
+
   for mesh_shape, layout in SAMPLE_MESH_LAYOUTS[:2]:
     a, b = mtu.run_program(build, mesh_shape, layout)
     expected = _tf_top_k(X, 1)[1][..., 0]
@@ -283,18 +312,23 @@ def test_temperature_zero_is_argmax():
 def _sample_program(mesh):
   logits = mtf.import_tf_tensor(mesh, X * 0.5, SHAPE)
   temperature = mtf.constant(mesh, 0.7, dtype=tf.float32)
-  return [mtf.sample_with_temperature(logits, VOCAB),
-          mtf.sample_with_temperature(logits, VOCAB, 0.7, name="s2"),
-          mtf.sample_with_temperature(logits, VOCAB, temperature, name="s3")]
+  return [
+    mtf.sample_with_temperature(logits, VOCAB),
+    mtf.sample_with_temperature(logits, VOCAB, 0.7, name="s2"),
+    mtf.sample_with_temperature(logits, VOCAB, temperature, name="s3"),
+  ]
 
 
 def test_samples_identical_across_meshes_and_layouts():
   mtu.skip_under_tf1(
-      "eager op seeds under tf.random.set_seed (a new tf.Graph draws "
-      "its own op seeds)")
-  mtu.skip_under_simd("eager op seeds under tf.random.set_seed; in the SIMD "
-                      "tf.function the draw's op seed depends on its "
-                      "position in the traced graph")
+    "eager op seeds under tf.random.set_seed (a new tf.Graph draws "
+    "its own op seeds)"
+  )
+  mtu.skip_under_simd(
+    "eager op seeds under tf.random.set_seed; in the SIMD "
+    "tf.function the draw's op seed depends on its "
+    "position in the traced graph"
+  )
   results = []
   for mesh_shape, layout in SAMPLE_MESH_LAYOUTS:
     tf.random.set_seed(1234)
@@ -307,19 +341,33 @@ def test_samples_identical_across_meshes_and_layouts():
   for mesh_shape, layout in SAMPLE_MESH_LAYOUTS[:1]:
     tf.random.set_seed(99)
     a = mtu.run_program(
-        lambda m: [mtf.sample_with_temperature(
-            mtf.import_tf_tensor(m, X, SHAPE), VOCAB, 0.7, name="t")],
-        mesh_shape, layout)
+      lambda m: [
+        mtf.sample_with_temperature(
+          mtf.import_tf_tensor(m, X, SHAPE), VOCAB, 0.7, name="t"
+        )
+      ],
+      mesh_shape,
+      layout,
+    )
     tf.random.set_seed(99)
     b = mtu.run_program(
-        lambda m: [mtf.sample_with_temperature(
-            mtf.import_tf_tensor(m, X, SHAPE), VOCAB,
-            mtf.constant(m, 0.7), name="t")], mesh_shape, layout)
+      lambda m: [
+        mtf.sample_with_temperature(
+          mtf.import_tf_tensor(m, X, SHAPE),
+          VOCAB,
+          mtf.constant(m, 0.7),
+          name="t",
+        )
+      ],
+      mesh_shape,
+      layout,
+    )
     np.testing.assert_array_equal(a[0], b[0])
   # Never-seen infinities: -inf logits are never sampled.
   for result in results:
-    assert np.all(np.isfinite(np.take_along_axis(
-        X, result[0][:, None, :], axis=1)))
+    assert np.all(
+      np.isfinite(np.take_along_axis(X, result[0][:, None, :], axis=1))
+    )
 
 
 DRAWS = mtf.Dimension("draws", 40000)
@@ -337,11 +385,14 @@ def test_sample_frequencies_match_softmax(temperature):
   fixed, so the test is deterministic anyway). A sampler ignoring the
   temperature would be off by >= 0.05 here, far beyond the tolerance.
   """
+
   def build(mesh):
     logits = mtf.broadcast(
-        mtf.import_tf_tensor(mesh, SAMPLE_LOGITS, [SAMPLE_VOCAB]),
-        [DRAWS, SAMPLE_VOCAB])
+      mtf.import_tf_tensor(mesh, SAMPLE_LOGITS, [SAMPLE_VOCAB]),
+      [DRAWS, SAMPLE_VOCAB],
+    )
     return [mtf.sample_with_temperature(logits, SAMPLE_VOCAB, temperature)]
+
   tf.random.set_seed(7)
   (ids,) = mtu.run_program(build, "all:4", "draws:all")
   freq = np.bincount(ids, minlength=4) / ids.size

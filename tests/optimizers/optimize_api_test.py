@@ -17,42 +17,74 @@ E = inspect.Parameter.empty
 
 # name -> [(parameter, default)], as in the original mtf.optimize.
 SIGNATURES = {
-    "SgdOptimizer": [("learning_rate", E)],
-    "MomentumOptimizer": [("learning_rate", E), ("momentum", E)],
-    "AdamWeightDecayOptimizer": [
-        ("learning_rate", E), ("weight_decay_rate", 0.0), ("beta_1", 0.9),
-        ("beta_2", 0.999), ("epsilon", 1e-6),
-        ("exclude_from_weight_decay", None)],
-    "AdafactorOptimizer": [
-        ("multiply_by_parameter_scale", True), ("learning_rate", None),
-        ("decay_rate", None), ("beta1", 0.0), ("clipping_threshold", 1.0),
-        ("factored", True), ("epsilon1", 1e-30), ("epsilon2", 1e-3),
-        ("min_dim_size_to_factor", 128), ("stacked_dim_names", None),
-        ("exclude_from_parameter_scale", None)],
-    "adafactor_decay_rate_adam": [("beta2", E)],
-    "adafactor_decay_rate_pow": [("exponent", 0.8), ("offset", 0)],
-    "adafactor_optimizer_from_hparams": [("hparams", E), ("lr", E)],
-    "make_optimizer": [("hparams", E), ("lr", E)],
-    "reduce_rms": [("x", E), ("kwargs", E)],
-    "product_learning_rate": [("step", E), ("total_train_steps", E),
-                              ("factors", gin.REQUIRED), ("offset", 0)],
-    "compute_lr_for_step": [("schedules", E), ("learning_rate", E),
-                            ("train_steps", 524288)],
-    "AdafactorWithMultiLRSchedule": [("variable_search", None),
-                                     ("alt_lr_schedules", None), ("kwargs", E)],
-    "AdamWithMultiLRSchedule": [("variable_search", None),
-                                ("alt_lr_schedules", None), ("kwargs", E)],
-    "clip_by_global_norm": [("grads", E), ("clip_norm", E)],
+  "SgdOptimizer": [("learning_rate", E)],
+  "MomentumOptimizer": [("learning_rate", E), ("momentum", E)],
+  "AdamWeightDecayOptimizer": [
+    ("learning_rate", E),
+    ("weight_decay_rate", 0.0),
+    ("beta_1", 0.9),
+    ("beta_2", 0.999),
+    ("epsilon", 1e-6),
+    ("exclude_from_weight_decay", None),
+  ],
+  "AdafactorOptimizer": [
+    ("multiply_by_parameter_scale", True),
+    ("learning_rate", None),
+    ("decay_rate", None),
+    ("beta1", 0.0),
+    ("clipping_threshold", 1.0),
+    ("factored", True),
+    ("epsilon1", 1e-30),
+    ("epsilon2", 1e-3),
+    ("min_dim_size_to_factor", 128),
+    ("stacked_dim_names", None),
+    ("exclude_from_parameter_scale", None),
+  ],
+  "adafactor_decay_rate_adam": [("beta2", E)],
+  "adafactor_decay_rate_pow": [("exponent", 0.8), ("offset", 0)],
+  "adafactor_optimizer_from_hparams": [("hparams", E), ("lr", E)],
+  "make_optimizer": [("hparams", E), ("lr", E)],
+  "reduce_rms": [("x", E), ("kwargs", E)],
+  "product_learning_rate": [
+    ("step", E),
+    ("total_train_steps", E),
+    ("factors", gin.REQUIRED),
+    ("offset", 0),
+  ],
+  "compute_lr_for_step": [
+    ("schedules", E),
+    ("learning_rate", E),
+    ("train_steps", 524288),
+  ],
+  "AdafactorWithMultiLRSchedule": [
+    ("variable_search", None),
+    ("alt_lr_schedules", None),
+    ("kwargs", E),
+  ],
+  "AdamWithMultiLRSchedule": [
+    ("variable_search", None),
+    ("alt_lr_schedules", None),
+    ("kwargs", E),
+  ],
+  "clip_by_global_norm": [("grads", E), ("clip_norm", E)],
 }
 GIN_CONFIGURABLES = [
-    "SgdOptimizer", "MomentumOptimizer", "AdamWeightDecayOptimizer",
-    "AdafactorOptimizer", "adafactor_decay_rate_pow", "product_learning_rate",
-    "compute_lr_for_step", "AdafactorWithMultiLRSchedule",
-    "AdamWithMultiLRSchedule"]
+  "SgdOptimizer",
+  "MomentumOptimizer",
+  "AdamWeightDecayOptimizer",
+  "AdafactorOptimizer",
+  "adafactor_decay_rate_pow",
+  "product_learning_rate",
+  "compute_lr_for_step",
+  "AdafactorWithMultiLRSchedule",
+  "AdamWithMultiLRSchedule",
+]
 
 
 def _params(fn):
-  return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()]
+  return [
+    (p.name, p.default) for p in inspect.signature(fn).parameters.values()
+  ]
 
 
 @pytest.mark.parametrize("name", sorted(SIGNATURES))
@@ -66,19 +98,31 @@ def test_public_names():
   for name in mtf.optimize.__all__:
     assert getattr(mtf.optimize, name) is not None
   assert _params(mtf.optimize.Optimizer.apply_grads) == [
-      ("self", E), ("grads", E), ("variables", E)]
+    ("self", E),
+    ("grads", E),
+    ("variables", E),
+  ]
   assert _params(mtf.optimize.Optimizer.apply_grad) == [
-      ("self", E), ("grad", E), ("var", E)]
-  assert issubclass(mtf.optimize.AdafactorWithMultiLRSchedule,
-                    mtf.optimize.AdafactorOptimizer)
-  assert issubclass(mtf.optimize.AdamWithMultiLRSchedule,
-                    mtf.optimize.AdamWeightDecayOptimizer)
+    ("self", E),
+    ("grad", E),
+    ("var", E),
+  ]
+  assert issubclass(
+    mtf.optimize.AdafactorWithMultiLRSchedule, mtf.optimize.AdafactorOptimizer
+  )
+  assert issubclass(
+    mtf.optimize.AdamWithMultiLRSchedule, mtf.optimize.AdamWeightDecayOptimizer
+  )
 
 
 @pytest.mark.parametrize("name", GIN_CONFIGURABLES)
 def test_gin_registered_under_original_module(name):
-  assert gin.config._REGISTRY.get_match(  # pylint: disable=protected-access
-      "mesh_tensorflow.optimize." + name) is not None
+  assert (
+    gin.config._REGISTRY.get_match(  # pylint: disable=protected-access
+      "mesh_tensorflow.optimize." + name
+    )
+    is not None
+  )
 
 
 def test_gin_bindings_apply():
@@ -190,8 +234,9 @@ def test_default_learning_rate_reads_the_step_of_each_call():
       run()
       # Gradient 1 everywhere: x = 1 (no clipping: rms 1); lr*0.05.
       expected -= min((k + 1.0) ** -0.5, 0.01) * 0.05
-      np.testing.assert_allclose(store.masters["w"].numpy(), expected,
-                                 rtol=1e-5)
+      np.testing.assert_allclose(
+        store.masters["w"].numpy(), expected, rtol=1e-5
+      )
   finally:
     step.assign(0)
 
@@ -200,10 +245,18 @@ def test_default_learning_rate_reads_the_step_of_each_call():
 
 
 def test_product_learning_rate_and_compute_lr_for_step():
-  assert mtf.optimize.product_learning_rate(
-      10, 100, factors=[lambda s, t: s / t, lambda s, t: 2.0]) == 0.2
-  assert mtf.optimize.product_learning_rate(
-      10, 100, factors=[lambda s, t: s], offset=4) == 6
+  assert (
+    mtf.optimize.product_learning_rate(
+      10, 100, factors=[lambda s, t: s / t, lambda s, t: 2.0]
+    )
+    == 0.2
+  )
+  assert (
+    mtf.optimize.product_learning_rate(
+      10, 100, factors=[lambda s, t: s], offset=4
+    )
+    == 6
+  )
   assert mtf.optimize.product_learning_rate(3, 100, factors=[]) == 1.0
   with pytest.raises(Exception, match="factors"):
     mtf.optimize.product_learning_rate(3, 100)  # gin.REQUIRED
@@ -212,8 +265,10 @@ def test_product_learning_rate_and_compute_lr_for_step():
     step.assign(8)
     base = tf.constant(0.5)
     rates = mtf.optimize.compute_lr_for_step(
-        [None, [lambda s, t: tf.math.rsqrt(s + 1.0), lambda s, t: t / 1000.0]],
-        base, train_steps=2000)
+      [None, [lambda s, t: tf.math.rsqrt(s + 1.0), lambda s, t: t / 1000.0]],
+      base,
+      train_steps=2000,
+    )
     assert rates[0] is base
     np.testing.assert_allclose(float(rates[1]), 2.0 / 3.0, rtol=1e-6)
   finally:
@@ -224,8 +279,7 @@ def _run_eager(build_fn, mesh_shape, layout):
   return mtu.run_program(build_fn, mesh_shape, layout, "eager")
 
 
-@meshes.parametrize([
-    ("", ""), ("rows:2;cols:2", "a:rows;b:cols")])
+@meshes.parametrize([("", ""), ("rows:2;cols:2", "a:rows;b:cols")])
 @pytest.mark.parametrize("clip_norm", [1.5, 100.0])
 def test_clip_by_global_norm_matches_tf(mesh_shape, layout, clip_norm):
   rng = np.random.default_rng(0)
@@ -259,7 +313,9 @@ def test_clip_by_global_norm_tf_scalar_bfloat16_and_all_none():
   np.testing.assert_allclose(norm, 5.0)
   np.testing.assert_allclose(clipped, [0.6, 0.8, 0, 0], rtol=1e-2)
   assert mtf.optimize.clip_by_global_norm([None, None], 1.0) == (
-      [None, None], None)
+    [None, None],
+    None,
+  )
   with pytest.raises(ValueError, match="positive"):
     mtf.optimize.clip_by_global_norm([None], 0.0)
 
@@ -271,11 +327,18 @@ def test_reduce_rms():
 
   def build(mesh):
     t = mtf.import_tf_tensor(mesh, x, [s, a])
-    return [mtf.optimize.reduce_rms(t),
-            mtf.optimize.reduce_rms(t, output_shape=[s]),
-            mtf.optimize.reduce_rms(t, reduced_dim=s)]
+    return [
+      mtf.optimize.reduce_rms(t),
+      mtf.optimize.reduce_rms(t, output_shape=[s]),
+      mtf.optimize.reduce_rms(t, reduced_dim=s),
+    ]
 
   got = _run_eager(build, "rows:2;cols:2", "s:rows;a:cols")
-  mtu.assert_all_close(got, [np.sqrt(np.mean(x ** 2)),
-                             np.sqrt(np.mean(x ** 2, axis=1)),
-                             np.sqrt(np.mean(x ** 2, axis=0))])
+  mtu.assert_all_close(
+    got,
+    [
+      np.sqrt(np.mean(x**2)),
+      np.sqrt(np.mean(x**2, axis=1)),
+      np.sqrt(np.mean(x**2, axis=0)),
+    ],
+  )

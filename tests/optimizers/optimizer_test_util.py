@@ -25,8 +25,14 @@ VarSpec = Tuple[str, List[Tuple[str, int]]]
 class Problem:
   """Initial values, targets and per-step data for some variables."""
 
-  def __init__(self, var_specs: Sequence[VarSpec], steps: int = 6,
-               seed: int = 0, spike_step: int = 3, spike: float = 6.0):
+  def __init__(
+    self,
+    var_specs: Sequence[VarSpec],
+    steps: int = 6,
+    seed: int = 0,
+    spike_step: int = 3,
+    spike: float = 6.0,
+  ):
     rng = np.random.default_rng(seed)
     self.var_specs = list(var_specs)
     self.steps = steps
@@ -39,25 +45,37 @@ class Problem:
       self.target[name] = rng.standard_normal(shape).astype(np.float32)
     for k in range(steps):
       scale = spike if k == spike_step else 0.5
-      self.data.append({
-          name: (scale * rng.standard_normal([s for _, s in dims])
-                 ).astype(np.float32)
-          for name, dims in self.var_specs})
+      self.data.append(
+        {
+          name: (scale * rng.standard_normal([s for _, s in dims])).astype(
+            np.float32
+          )
+          for name, dims in self.var_specs
+        }
+      )
 
   def shape(self, name: str) -> mtf.Shape:
-    return mtf.Shape([mtf.Dimension(n, s) for n, s in dict(self.var_specs)[name]])
+    return mtf.Shape(
+      [mtf.Dimension(n, s) for n, s in dict(self.var_specs)[name]]
+    )
 
 
-def _build(problem: Problem, mesh: mtf.Mesh, data: Dict[str, tf.Tensor],
-           make_optimizer: Callable[[], mtf.optimize.Optimizer],
-           grad_none=()) -> List[mtf.Operation]:
+def _build(
+  problem: Problem,
+  mesh: mtf.Mesh,
+  data: Dict[str, tf.Tensor],
+  make_optimizer: Callable[[], mtf.optimize.Optimizer],
+  grad_none=(),
+) -> List[mtf.Operation]:
   variables, grads = [], []
   for name, _ in problem.var_specs:
     shape = problem.shape(name)
-    w = mtf.get_variable(mesh, name, shape,
-                         initializer=tf.constant_initializer(problem.init[name]))
-    target = mtf.import_tf_tensor(mesh, tf.constant(problem.target[name]),
-                                  shape)
+    w = mtf.get_variable(
+      mesh, name, shape, initializer=tf.constant_initializer(problem.init[name])
+    )
+    target = mtf.import_tf_tensor(
+      mesh, tf.constant(problem.target[name]), shape
+    )
     c = mtf.import_tf_tensor(mesh, data[name], shape)
     variables.append(w.operation)
     grads.append(None if name in grad_none else w - target + c)
@@ -68,9 +86,14 @@ def _masters(store: mtf.VariableStore) -> Dict[str, np.ndarray]:
   return {name: np.array(v.numpy()) for name, v in store.masters.items()}
 
 
-def train(problem: Problem, make_optimizer, mesh_shape: str = "",
-          layout: str = "", mode: str = "function", grad_none=()
-          ) -> List[Dict[str, np.ndarray]]:
+def train(
+  problem: Problem,
+  make_optimizer,
+  mesh_shape: str = "",
+  layout: str = "",
+  mode: str = "function",
+  grad_none=(),
+) -> List[Dict[str, np.ndarray]]:
   """Runs problem.steps steps; returns all masters after each step."""
   mesh_impl = mtu.mesh_impl_for(mesh_shape, layout)
   names = [n for n, _ in problem.var_specs]
@@ -87,6 +110,7 @@ def train(problem: Problem, make_optimizer, mesh_shape: str = "",
         lowering = mtf.Lowering(graph, {mesh: mesh_impl})
       lowering.copy_slices_to_masters()
       mtf.optimize.get_or_create_global_step().assign_add(1)
+
     if mode == "function":
       step = tf.function(step, autograph=False)
     for k in range(problem.steps):
@@ -96,15 +120,19 @@ def train(problem: Problem, make_optimizer, mesh_shape: str = "",
   if mode == "graph":
     with tf.Graph().as_default():
       store = mtf.VariableStore()
-      placeholders = {n: tf1.placeholder(tf.float32, problem.init[n].shape)
-                      for n in names}
+      placeholders = {
+        n: tf1.placeholder(tf.float32, problem.init[n].shape) for n in names
+      }
       graph = mtf.Graph()
       mesh = mtf.Mesh(graph, "mesh")
       with mtf.variable_store(store):
-        update_ops = _build(problem, mesh, placeholders, make_optimizer,
-                            grad_none)
+        update_ops = _build(
+          problem, mesh, placeholders, make_optimizer, grad_none
+        )
         lowering = mtf.Lowering(graph, {mesh: mesh_impl})
-      train_op = tf.group(*[lowering.lowered_operation(op) for op in update_ops])
+      train_op = tf.group(
+        *[lowering.lowered_operation(op) for op in update_ops]
+      )
       with tf.control_dependencies([train_op]):
         increment = mtf.optimize.get_or_create_global_step().assign_add(1)
       copy_back = lowering.copy_slices_to_masters()
@@ -114,8 +142,9 @@ def train(problem: Problem, make_optimizer, mesh_shape: str = "",
         sess.run(tf1.local_variables_initializer())
         sess.run(lowering.copy_masters_to_slices())
         for k in range(problem.steps):
-          sess.run(increment, {placeholders[n]: problem.data[k][n]
-                               for n in names})
+          sess.run(
+            increment, {placeholders[n]: problem.data[k][n] for n in names}
+          )
           sess.run(copy_back)
           history.append(sess.run(dict(store.masters)))
     return history
@@ -139,14 +168,23 @@ def assert_same_history(actual, expected, atol=1e-5, rtol=1e-5, msg=""):
   assert len(actual) == len(expected)
   for k, (a, e) in enumerate(zip(actual, expected)):
     assert sorted(a) == sorted(e), "%s step %d: masters %s, expected %s" % (
-        msg, k, sorted(a), sorted(e))
+      msg,
+      k,
+      sorted(a),
+      sorted(e),
+    )
     for name in e:
       assert np.shape(a[name]) == np.shape(e[name]), (
-          "%s step %d variable %s: shape %s, expected %s" % (
-              msg, k, name, np.shape(a[name]), np.shape(e[name])))
+        "%s step %d variable %s: shape %s, expected %s"
+        % (msg, k, name, np.shape(a[name]), np.shape(e[name]))
+      )
       np.testing.assert_allclose(
-          a[name], e[name], atol=atol, rtol=rtol,
-          err_msg="%s step %d variable %s" % (msg, k, name))
+        a[name],
+        e[name],
+        atol=atol,
+        rtol=rtol,
+        err_msg="%s step %d variable %s" % (msg, k, name),
+      )
 
 
 # ---------------------------------------------------------------- numpy refs
@@ -159,7 +197,6 @@ def zeros_slot(state, name, shape):
 
 
 class NpSgd:
-
   def __init__(self, lr):
     self.lr = lr
 
@@ -169,7 +206,6 @@ class NpSgd:
 
 
 class NpMomentum:
-
   def __init__(self, lr, momentum):
     self.lr, self.momentum = lr, momentum
 
@@ -184,8 +220,16 @@ class NpMomentum:
 class NpAdam:
   """Adam without bias correction; decoupled weight decay unless excluded."""
 
-  def __init__(self, lr, weight_decay_rate=0.0, beta_1=0.9, beta_2=0.999,
-               epsilon=1e-6, excluded=(), lr_of=None):
+  def __init__(
+    self,
+    lr,
+    weight_decay_rate=0.0,
+    beta_1=0.9,
+    beta_2=0.999,
+    epsilon=1e-6,
+    excluded=(),
+    lr_of=None,
+  ):
     self.lr, self.wd = lr, weight_decay_rate
     self.b1, self.b2, self.eps = beta_1, beta_2, epsilon
     self.excluded = set(excluded)
@@ -212,11 +256,22 @@ class NpAdafactor:
   min_dim; RMS statistics are per stacked slice.
   """
 
-  def __init__(self, dims, multiply_by_parameter_scale=True,
-               learning_rate=None, decay_rate=None, beta1=0.0,
-               clipping_threshold=1.0, factored=True, epsilon1=1e-30,
-               epsilon2=1e-3, min_dim=128, stacked=(), no_scale=(),
-               lr_of=None):
+  def __init__(
+    self,
+    dims,
+    multiply_by_parameter_scale=True,
+    learning_rate=None,
+    decay_rate=None,
+    beta1=0.0,
+    clipping_threshold=1.0,
+    factored=True,
+    epsilon1=1e-30,
+    epsilon2=1e-3,
+    min_dim=128,
+    stacked=(),
+    no_scale=(),
+    lr_of=None,
+  ):
     self.dims = dims
     self.scale = multiply_by_parameter_scale
     self.lr, self.decay = learning_rate, decay_rate
@@ -240,10 +295,10 @@ class NpAdafactor:
   def update(self, state, name, grad, step):
     w = state[name]
     dims = self.dims[name]
-    rms_axes = tuple(i for i, (n, _) in enumerate(dims)
-                     if n not in self.stacked)
-    decay = (1.0 - (step + 1.0) ** -0.8 if self.decay is None
-             else self.decay)
+    rms_axes = tuple(
+      i for i, (n, _) in enumerate(dims) if n not in self.stacked
+    )
+    decay = 1.0 - (step + 1.0) ** -0.8 if self.decay is None else self.decay
     if name in self.lr_of:
       lr = self.lr_of[name](step)
     elif self.lr is None:
@@ -261,8 +316,9 @@ class NpAdafactor:
       state[name + "_slot_vr"], state[name + "_slot_vc"] = vr, vc
       a1_in_vr = a1 - 1 if a1 > a0 else a1
       r = vr / vr.mean(axis=a1_in_vr, keepdims=True)
-      x = grad / np.sqrt(np.expand_dims(r, a0)) / np.sqrt(
-          np.expand_dims(vc, a1))
+      x = (
+        grad / np.sqrt(np.expand_dims(r, a0)) / np.sqrt(np.expand_dims(vc, a1))
+      )
     else:
       v = zeros_slot(state, name + "_slot_v", w.shape)
       v = decay * v + (1 - decay) * g2
@@ -275,7 +331,8 @@ class NpAdafactor:
       x = x / denom
     if self.scale and name not in self.no_scale:
       scale = lr * np.maximum(
-          np.sqrt(np.mean(w * w, axis=rms_axes, keepdims=True)), self.eps2)
+        np.sqrt(np.mean(w * w, axis=rms_axes, keepdims=True)), self.eps2
+      )
     else:
       scale = lr
     sub = x * scale

@@ -41,9 +41,15 @@ CAUSAL = np.tril(np.ones((L, L), bool))
 
 def _model():
   return types.SimpleNamespace(
-      model_dim=D_MODEL, ensemble_dims=[], ensemble_dim=None,
-      fully_autoregressive=True, autoregressive=True, layout=None,
-      mesh_shape=None, max_length_dim=LENGTH)
+    model_dim=D_MODEL,
+    ensemble_dims=[],
+    ensemble_dim=None,
+    fully_autoregressive=True,
+    autoregressive=True,
+    layout=None,
+    mesh_shape=None,
+    max_length_dim=LENGTH,
+  )
 
 
 def _context(mesh, mode="eval", causal=False, **kwargs):
@@ -51,9 +57,15 @@ def _context(mesh, mode="eval", causal=False, **kwargs):
     pos = mtf.range(mesh, LENGTH, tf.int32)
     kwargs.update(read_priority=pos, write_priority=pos)
   return context_lib.Context(
-      model=_model(), mesh=mesh, batch_dims=[BATCH], length_dim=LENGTH,
-      variable_dtype=mtf.VariableDType(tf.float32), mode=mode, losses=[],
-      **kwargs)
+    model=_model(),
+    mesh=mesh,
+    batch_dims=[BATCH],
+    length_dim=LENGTH,
+    variable_dtype=mtf.VariableDType(tf.float32),
+    mode=mode,
+    losses=[],
+    **kwargs,
+  )
 
 
 def _x(mesh, value=X):
@@ -68,9 +80,10 @@ def _make_vars(mesh, values):
   """Pre-creates variables {name: (dims, value)} with known values."""
   for name, (dims, value) in values.items():
     scope, _, var = name.rpartition("/")
-    with (tf1.variable_scope(scope) if scope else contextlib.nullcontext()):
-      mtf.get_variable(mesh, var, dims,
-                       initializer=tf1.constant_initializer(value))
+    with tf1.variable_scope(scope) if scope else contextlib.nullcontext():
+      mtf.get_variable(
+        mesh, var, dims, initializer=tf1.constant_initializer(value)
+      )
 
 
 def _softmax(x):
@@ -97,17 +110,24 @@ def _mha(x, m, wq, wk, wv, wo, visible=None):
 
 
 def _weights(seed, shape, scale=0.5):
-  return np.random.RandomState(seed).normal(size=shape).astype(
-      np.float32) * scale
+  return (
+    np.random.RandomState(seed).normal(size=shape).astype(np.float32) * scale
+  )
 
 
 # ----------------------------------------------------------------------------
 # Talking heads.
 
 
-def _th_reference(x, m, v, pre="talking_heads_pre_softmax",
-                  post="talking_heads_post_softmax", visible=None,
-                  dynamic=()):
+def _th_reference(
+  x,
+  m,
+  v,
+  pre="talking_heads_pre_softmax",
+  post="talking_heads_post_softmax",
+  visible=None,
+  dynamic=(),
+):
   q = np.einsum("bld,dhk->blhk", x, v["q"])
   k = np.einsum("bmd,dhk->bmhk", m, v["k"])
   vv = np.einsum("bmd,dhk->bmhk", m, v["v"])
@@ -118,11 +138,13 @@ def _th_reference(x, m, v, pre="talking_heads_pre_softmax",
       return t
     out = np.einsum("blhm,hs->blsm", t, v[name])
     if dx in dynamic:
-      out += np.einsum("blhm,blhs->blsm", t,
-                       np.einsum("bld,dhs->blhs", x, v[dx]))
+      out += np.einsum(
+        "blhm,blhs->blsm", t, np.einsum("bld,dhs->blhs", x, v[dx])
+      )
     if dm in dynamic:
-      out += np.einsum("blhm,bmhs->blsm", t,
-                       np.einsum("bmd,dhs->bmhs", m, v[dm]))
+      out += np.einsum(
+        "blhm,bmhs->blsm", t, np.einsum("bmd,dhs->bmhs", m, v[dm])
+      )
     return out
 
   logits = _mask(talk(logits, pre, "x2l", "m2l"), visible)
@@ -130,17 +152,28 @@ def _th_reference(x, m, v, pre="talking_heads_pre_softmax",
   return np.einsum("blhm,bmhk,hkd->bld", w, vv, v["o"])
 
 
-TH_DIMS = dict(key_heads_dims=(("kh", 2),), softmax_heads_dims=(("sh", 3),),
-               value_heads_dims=(("vh", 2),), key_size=4, value_size=4)
+TH_DIMS = dict(
+  key_heads_dims=(("kh", 2),),
+  softmax_heads_dims=(("sh", 3),),
+  value_heads_dims=(("vh", 2),),
+  key_size=4,
+  value_size=4,
+)
 
 
 def test_talking_heads_matches_numpy_and_variable_shapes():
   layer = av.TalkingHeadsSelfAttention(**TH_DIMS)
-  (y,), v = mtu.with_variables(lambda mesh: [layer.call(_context(mesh), _x(mesh))])()
+  (y,), v = mtu.with_variables(
+    lambda mesh: [layer.call(_context(mesh), _x(mesh))]
+  )()
   assert {n: a.shape for n, a in v.items()} == {
-      "q": (D, 2, 4), "k": (D, 2, 4), "v": (D, 2, 4), "o": (2, 4, D),
-      "talking_heads_pre_softmax": (2, 3),
-      "talking_heads_post_softmax": (3, 2)}
+    "q": (D, 2, 4),
+    "k": (D, 2, 4),
+    "v": (D, 2, 4),
+    "o": (2, 4, D),
+    "talking_heads_pre_softmax": (2, 3),
+    "talking_heads_post_softmax": (3, 2),
+  }
   np.testing.assert_allclose(y, _th_reference(X, X, v), rtol=1e-5, atol=1e-5)
 
 
@@ -153,20 +186,31 @@ def test_talking_heads_identity_mixing_is_plain_attention():
   eye = np.eye(2, dtype=np.float32)
 
   def build(mesh):
-    _make_vars(mesh, {
-        "q": ([D_MODEL, kh, dk], wq), "k": ([D_MODEL, kh, dk], wk),
-        "v": ([D_MODEL, vh, dv], wv), "o": ([vh, dv, D_MODEL], wo),
+    _make_vars(
+      mesh,
+      {
+        "q": ([D_MODEL, kh, dk], wq),
+        "k": ([D_MODEL, kh, dk], wk),
+        "v": ([D_MODEL, vh, dv], wv),
+        "o": ([vh, dv, D_MODEL], wo),
         "talking_heads_pre_softmax": ([kh, sh], eye),
-        "talking_heads_post_softmax": ([sh, vh], eye)})
+        "talking_heads_post_softmax": ([sh, vh], eye),
+      },
+    )
     layer = av.TalkingHeadsSelfAttention(
-        key_heads_dims=(("kh", 2),), softmax_heads_dims=(("sh", 2),),
-        value_heads_dims=(("heads", 2),), key_size=4, value_size=4)
+      key_heads_dims=(("kh", 2),),
+      softmax_heads_dims=(("sh", 2),),
+      value_heads_dims=(("heads", 2),),
+      key_size=4,
+      value_size=4,
+    )
     return [layer.call(_context(mesh, causal=True), _x(mesh))]
 
   (y,), v = mtu.with_variables(build)()
   assert len(v) == 6
-  np.testing.assert_allclose(y, _mha(X, X, wq, wk, wv, wo, CAUSAL),
-                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(
+    y, _mha(X, X, wq, wk, wv, wo, CAUSAL), rtol=1e-5, atol=1e-5
+  )
 
 
 def test_talking_heads_same_dims_equals_self_attention():
@@ -180,16 +224,25 @@ def test_talking_heads_same_dims_equals_self_attention():
     for scope in ("th", "sa"):
       dk = kv[scope]
       dv = mtf.Dimension("d_v", 4) if scope == "th" else dk
-      _make_vars(mesh, {
+      _make_vars(
+        mesh,
+        {
           scope + "/q": ([D_MODEL, heads, dk], wq),
           scope + "/k": ([D_MODEL, heads, dk], wk),
           scope + "/v": ([D_MODEL, heads, dv], wv),
-          scope + "/o": ([heads, dv, D_MODEL], wo)})
+          scope + "/o": ([heads, dv, D_MODEL], wo),
+        },
+      )
     th = av.TalkingHeadsSelfAttention(
-        key_heads_dims=(("heads", 2),), softmax_heads_dims=(("heads", 2),),
-        value_heads_dims=(("heads", 2),), key_size=4, value_size=4)
-    sa = attention_layers.SelfAttention(num_heads=2, key_value_size=4,
-                                        combine_dims=False)
+      key_heads_dims=(("heads", 2),),
+      softmax_heads_dims=(("heads", 2),),
+      value_heads_dims=(("heads", 2),),
+      key_size=4,
+      value_size=4,
+    )
+    sa = attention_layers.SelfAttention(
+      num_heads=2, key_value_size=4, combine_dims=False
+    )
     outs = []
     for scope, layer in (("th", th), ("sa", sa)):
       with tf1.variable_scope(scope):
@@ -199,22 +252,27 @@ def test_talking_heads_same_dims_equals_self_attention():
   (y_th, y_sa), v = mtu.with_variables(build)()
   assert len(v) == 8
   np.testing.assert_allclose(y_th, y_sa, rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(y_th, _mha(X, X, wq, wk, wv, wo, CAUSAL),
-                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(
+    y_th, _mha(X, X, wq, wk, wv, wo, CAUSAL), rtol=1e-5, atol=1e-5
+  )
 
 
 def test_talking_heads_dynamic_projections():
   dynamic = ["x2l", "m2l", "x2w", "m2w"]
   layer = av.TalkingHeadsSelfAttention(
-      dynamic_projections=dynamic, dynamic_projections_init_scale=1.0,
-      **TH_DIMS)
-  (y,), v = mtu.with_variables(lambda mesh: [
-      layer.call(_context(mesh, causal=True), _x(mesh))])()
+    dynamic_projections=dynamic, dynamic_projections_init_scale=1.0, **TH_DIMS
+  )
+  (y,), v = mtu.with_variables(
+    lambda mesh: [layer.call(_context(mesh, causal=True), _x(mesh))]
+  )()
   assert v["x2l"].shape == v["m2l"].shape == (D, 2, 3)
   assert v["x2w"].shape == v["m2w"].shape == (D, 3, 2)
   np.testing.assert_allclose(
-      y, _th_reference(X, X, v, visible=CAUSAL, dynamic=dynamic),
-      rtol=1e-5, atol=1e-5)
+    y,
+    _th_reference(X, X, v, visible=CAUSAL, dynamic=dynamic),
+    rtol=1e-5,
+    atol=1e-5,
+  )
   assert not np.allclose(y, _th_reference(X, X, v, visible=CAUSAL))
 
 
@@ -229,10 +287,12 @@ def test_talking_heads_bad_arguments():
 
 def test_talking_heads_enc_dec():
   layer = av.TalkingHeadsEncDecAttention(**TH_DIMS)
-  (y,), v = mtu.with_variables(lambda mesh: [
-      layer.call(_context(mesh, encoder_output=_enc(mesh)), _x(mesh))])()
-  np.testing.assert_allclose(y, _th_reference(X, ENC, v), rtol=1e-5,
-                             atol=1e-5)
+  (y,), v = mtu.with_variables(
+    lambda mesh: [
+      layer.call(_context(mesh, encoder_output=_enc(mesh)), _x(mesh))
+    ]
+  )()
+  np.testing.assert_allclose(y, _th_reference(X, ENC, v), rtol=1e-5, atol=1e-5)
 
 
 # ----------------------------------------------------------------------------
@@ -255,19 +315,19 @@ def test_general_bilinear_self_and_enc_dec():
     with tf1.variable_scope("self"):
       outs.append(sa.call(_context(mesh, causal=True), _x(mesh)))
     with tf1.variable_scope("encdec"):
-      outs.append(ed.call(_context(mesh, encoder_output=_enc(mesh)),
-                          _x(mesh)))
+      outs.append(ed.call(_context(mesh, encoder_output=_enc(mesh)), _x(mesh)))
     return outs
 
   (y_sa, y_ed), v = mtu.with_variables(build)()
   sv = {n[5:]: a for n, a in v.items() if n.startswith("self/")}
   ev = {n[7:]: a for n, a in v.items() if n.startswith("encdec/")}
-  assert {n: a.shape for n, a in sv.items()} == {"q": (D, 3, D),
-                                                 "o": (3, D, D)}
-  np.testing.assert_allclose(y_sa, _bilinear_reference(X, X, sv, CAUSAL),
-                             rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(y_ed, _bilinear_reference(X, ENC, ev),
-                             rtol=1e-5, atol=1e-5)
+  assert {n: a.shape for n, a in sv.items()} == {"q": (D, 3, D), "o": (3, D, D)}
+  np.testing.assert_allclose(
+    y_sa, _bilinear_reference(X, X, sv, CAUSAL), rtol=1e-5, atol=1e-5
+  )
+  np.testing.assert_allclose(
+    y_ed, _bilinear_reference(X, ENC, ev), rtol=1e-5, atol=1e-5
+  )
 
 
 # ----------------------------------------------------------------------------
@@ -288,8 +348,10 @@ def _branched_reference(x, m, v, visible=None):
 
 def test_branched_self_and_enc_dec():
   gin.clear_config()
-  gin.parse_config("mesh_tensorflow.transformer.transformer_layers."
-                   "DenseReluDense.hidden_size = 6")
+  gin.parse_config(
+    "mesh_tensorflow.transformer.transformer_layers."
+    "DenseReluDense.hidden_size = 6"
+  )
   try:
     sa = av.BranchedSelfAttention(num_heads=2, key_value_size=4)
     ed = av.BranchedEncDecAttention(num_heads=2, key_value_size=4)
@@ -301,20 +363,28 @@ def test_branched_self_and_enc_dec():
     with tf1.variable_scope("self"):
       outs.append(sa.call(_context(mesh, causal=True), _x(mesh)))
     with tf1.variable_scope("encdec"):
-      outs.append(ed.call(_context(mesh, encoder_output=_enc(mesh)),
-                          _x(mesh)))
+      outs.append(ed.call(_context(mesh, encoder_output=_enc(mesh)), _x(mesh)))
     return outs
 
   (y_sa, y_ed), v = mtu.with_variables(build)()
   sv = {n[5:]: a for n, a in v.items() if n.startswith("self/")}
   ev = {n[7:]: a for n, a in v.items() if n.startswith("encdec/")}
   assert {n: a.shape for n, a in sv.items()} == {
-      "q": (D, 2, 4), "k": (D, 2, 4), "v": (D, 2, 4), "o": (2, 4, D),
-      "kappa": (2,), "alpha": (2,), "wi/kernel": (D, 6), "wo/kernel": (6, D)}
-  np.testing.assert_allclose(y_sa, _branched_reference(X, X, sv, CAUSAL),
-                             rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(y_ed, _branched_reference(X, ENC, ev),
-                             rtol=1e-5, atol=1e-5)
+    "q": (D, 2, 4),
+    "k": (D, 2, 4),
+    "v": (D, 2, 4),
+    "o": (2, 4, D),
+    "kappa": (2,),
+    "alpha": (2,),
+    "wi/kernel": (D, 6),
+    "wo/kernel": (6, D),
+  }
+  np.testing.assert_allclose(
+    y_sa, _branched_reference(X, X, sv, CAUSAL), rtol=1e-5, atol=1e-5
+  )
+  np.testing.assert_allclose(
+    y_ed, _branched_reference(X, ENC, ev), rtol=1e-5, atol=1e-5
+  )
   with pytest.raises(ValueError, match="num_memory_heads"):
     av.BranchedSelfAttention(num_heads=4, num_memory_heads=2)
 
@@ -325,12 +395,14 @@ def test_branched_self_and_enc_dec():
 
 def test_synthesizer_random_plus_alpha():
   gin.clear_config()
-  gin.parse_config("mesh_tensorflow.transformer.attention."
-                   "synthetic_attention.max_length = 8")
+  gin.parse_config(
+    "mesh_tensorflow.transformer.attention.synthetic_attention.max_length = 8"
+  )
   try:
     layer = av.Synthesizer(num_heads=2, key_value_size=4)
-    (y,), v = mtu.with_variables(lambda mesh: [
-        layer.call(_context(mesh, causal=True), _x(mesh))])()
+    (y,), v = mtu.with_variables(
+      lambda mesh: [layer.call(_context(mesh, causal=True), _x(mesh))]
+    )()
   finally:
     gin.clear_config()
   assert v["R"].shape == (8, 2, 8)
@@ -341,7 +413,8 @@ def test_synthesizer_random_plus_alpha():
   r = v["R"][:L, :, :L].transpose(1, 0, 2)  # [heads, length, memory]
   a = 1.0 / (1.0 + np.exp(-v["alpha"].sum()))
   logits = (1 - a) * np.einsum("blhk,bmhk->blhm", q, k) + a * r.transpose(
-      1, 0, 2)[None]
+    1, 0, 2
+  )[None]
   w = _softmax(_mask(logits, CAUSAL[None, :, None, :]))
   expected = np.einsum("blhm,bmhk->blhk", w, vv).reshape(B, L, 8) @ v["o"]
   np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
@@ -357,40 +430,60 @@ START = 2  # First decoded position: earlier keys come from "first_part".
 def _decode_self(mesh, layer, initial_position=(START, START)):
   x = _x(mesh)
   full = layer.call(_context(mesh, causal=True), x)
-  init = mtf.import_tf_tensor(mesh, np.array(initial_position, np.int32),
-                              [BATCH])
-  ctx = _context(mesh, mode="first_part", causal=True, new_states=[],
-                 initial_position=init)
+  init = mtf.import_tf_tensor(
+    mesh, np.array(initial_position, np.int32), [BATCH]
+  )
+  ctx = _context(
+    mesh, mode="first_part", causal=True, new_states=[], initial_position=init
+  )
   layer.call(ctx, x)
   states = ctx.new_states
   steps = []
   for t in range(START, L):
     pos = np.full([B], t, np.int32)
     position = mtf.import_tf_tensor(mesh, pos, [BATCH])
-    ctx = _context(mesh, mode="incremental", states=states, new_states=[],
-                   position=position, read_priority=position,
-                   write_priority=mtf.range(mesh, LENGTH, tf.int32))
-    steps.append(layer.call(ctx, mtf.import_tf_tensor(mesh, X[:, t],
-                                                      [BATCH, D_MODEL])))
+    ctx = _context(
+      mesh,
+      mode="incremental",
+      states=states,
+      new_states=[],
+      position=position,
+      read_priority=position,
+      write_priority=mtf.range(mesh, LENGTH, tf.int32),
+    )
+    steps.append(
+      layer.call(ctx, mtf.import_tf_tensor(mesh, X[:, t], [BATCH, D_MODEL]))
+    )
     states = ctx.new_states
   return [full, mtf.stack(steps, "length", axis=1)]
 
 
 def _decode_enc_dec(mesh, layer):
   full = layer.call(_context(mesh, encoder_output=_enc(mesh)), _x(mesh))
-  ctx = _context(mesh, mode="first_part", new_states=[], constant_states=[],
-                 encoder_output=_enc(mesh),
-                 initial_position=mtf.zeros(mesh, [BATCH], tf.int32))
+  ctx = _context(
+    mesh,
+    mode="first_part",
+    new_states=[],
+    constant_states=[],
+    encoder_output=_enc(mesh),
+    initial_position=mtf.zeros(mesh, [BATCH], tf.int32),
+  )
   layer.call(ctx, _x(mesh))
   constant_states = ctx.constant_states
   assert len(constant_states) == 1
   steps = []
   for t in range(L):
-    ctx = _context(mesh, mode="incremental", states=[], new_states=[],
-                   constant_states=constant_states,
-                   position=mtf.constant(mesh, t, [BATCH], tf.int32))
-    steps.append(layer.call(ctx, mtf.import_tf_tensor(mesh, X[:, t],
-                                                      [BATCH, D_MODEL])))
+    ctx = _context(
+      mesh,
+      mode="incremental",
+      states=[],
+      new_states=[],
+      constant_states=constant_states,
+      position=mtf.constant(mesh, t, [BATCH], tf.int32),
+    )
+    steps.append(
+      layer.call(ctx, mtf.import_tf_tensor(mesh, X[:, t], [BATCH, D_MODEL]))
+    )
   return [full, mtf.stack(steps, "length", axis=1)]
 
 
@@ -401,32 +494,40 @@ def _branched(cls):
 
 
 SELF_LAYERS = {
-    "talking_heads": lambda: av.TalkingHeadsSelfAttention(**TH_DIMS),
-    "talking_heads_dynamic": lambda: av.TalkingHeadsSelfAttention(
-        dynamic_projections=["x2l", "m2l", "x2w", "m2w"],
-        dynamic_projections_init_scale=1.0, **TH_DIMS),
-    "general_bilinear": lambda: av.GeneralBilinearSelfAttention(
-        heads_dims=(("heads", 2),)),
-    "branched": lambda: _branched(av.BranchedSelfAttention),
-    "synthesizer_dense": lambda: av.Synthesizer(
-        num_heads=2, key_value_size=4, synthesize_mode="dense"),
+  "talking_heads": lambda: av.TalkingHeadsSelfAttention(**TH_DIMS),
+  "talking_heads_dynamic": lambda: av.TalkingHeadsSelfAttention(
+    dynamic_projections=["x2l", "m2l", "x2w", "m2w"],
+    dynamic_projections_init_scale=1.0,
+    **TH_DIMS,
+  ),
+  "general_bilinear": lambda: av.GeneralBilinearSelfAttention(
+    heads_dims=(("heads", 2),)
+  ),
+  "branched": lambda: _branched(av.BranchedSelfAttention),
+  "synthesizer_dense": lambda: av.Synthesizer(
+    num_heads=2, key_value_size=4, synthesize_mode="dense"
+  ),
 }
 ENC_DEC_LAYERS = {
-    "talking_heads": lambda: av.TalkingHeadsEncDecAttention(**TH_DIMS),
-    "general_bilinear": lambda: av.GeneralBilinearEncDecAttention(
-        heads_dims=(("heads", 2),)),
-    "branched": lambda: _branched(av.BranchedEncDecAttention),
+  "talking_heads": lambda: av.TalkingHeadsEncDecAttention(**TH_DIMS),
+  "general_bilinear": lambda: av.GeneralBilinearEncDecAttention(
+    heads_dims=(("heads", 2),)
+  ),
+  "branched": lambda: _branched(av.BranchedEncDecAttention),
 }
 
 
 @pytest.mark.parametrize("name", sorted(SELF_LAYERS))
 def test_self_attention_incremental_equals_full(name):
   gin.clear_config()
-  gin.parse_config("mesh_tensorflow.transformer.attention."
-                   "synthetic_attention.max_length = 8")
+  gin.parse_config(
+    "mesh_tensorflow.transformer.attention.synthetic_attention.max_length = 8"
+  )
   try:
     layer = SELF_LAYERS[name]()
-    (full, steps), _ = mtu.with_variables(lambda mesh: _decode_self(mesh, layer))()
+    (full, steps), _ = mtu.with_variables(
+      lambda mesh: _decode_self(mesh, layer)
+    )()
   finally:
     gin.clear_config()
   np.testing.assert_allclose(steps, full[:, START:], rtol=1e-5, atol=1e-5)
@@ -435,7 +536,9 @@ def test_self_attention_incremental_equals_full(name):
 @pytest.mark.parametrize("name", sorted(ENC_DEC_LAYERS))
 def test_enc_dec_incremental_equals_full(name):
   layer = ENC_DEC_LAYERS[name]()
-  (full, steps), _ = mtu.with_variables(lambda mesh: _decode_enc_dec(mesh, layer))()
+  (full, steps), _ = mtu.with_variables(
+    lambda mesh: _decode_enc_dec(mesh, layer)
+  )()
   np.testing.assert_allclose(steps, full, rtol=1e-5, atol=1e-5)
 
 
@@ -445,12 +548,16 @@ def test_enc_dec_incremental_equals_full(name):
 
 def _mesh_program(mesh):
   layers = [
-      av.TalkingHeadsSelfAttention(
-          key_heads_dims=(("kh", 4),), softmax_heads_dims=(("sh", 2),),
-          value_heads_dims=(("vh", 4),), key_size=4, value_size=4,
-          dynamic_projections=["x2l", "m2w"],
-          dynamic_projections_init_scale=1.0),
-      av.GeneralBilinearSelfAttention(heads_dims=(("heads", 2),)),
+    av.TalkingHeadsSelfAttention(
+      key_heads_dims=(("kh", 4),),
+      softmax_heads_dims=(("sh", 2),),
+      value_heads_dims=(("vh", 4),),
+      key_size=4,
+      value_size=4,
+      dynamic_projections=["x2l", "m2w"],
+      dynamic_projections_init_scale=1.0,
+    ),
+    av.GeneralBilinearSelfAttention(heads_dims=(("heads", 2),)),
   ]
   outs = []
   for i, layer in enumerate(layers):
@@ -461,14 +568,20 @@ def _mesh_program(mesh):
 
 @meshes.parametrize(meshes.ATTENTION_VARIANTS)
 def test_meshes_and_layouts(mesh_shape, layout):
-  outs, v = mtu.with_variables(_mesh_program)(mesh_shape, layout, mode="function")
+  outs, v = mtu.with_variables(_mesh_program)(
+    mesh_shape, layout, mode="function"
+  )
   th = {n[8:]: a for n, a in v.items() if n.startswith("layer_0/")}
   gb = {n[8:]: a for n, a in v.items() if n.startswith("layer_1/")}
   np.testing.assert_allclose(
-      outs[0], _th_reference(X, X, th, visible=CAUSAL,
-                             dynamic=["x2l", "m2w"]), rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(outs[1], _bilinear_reference(X, X, gb, CAUSAL),
-                             rtol=1e-5, atol=1e-5)
+    outs[0],
+    _th_reference(X, X, th, visible=CAUSAL, dynamic=["x2l", "m2w"]),
+    rtol=1e-5,
+    atol=1e-5,
+  )
+  np.testing.assert_allclose(
+    outs[1], _bilinear_reference(X, X, gb, CAUSAL), rtol=1e-5, atol=1e-5
+  )
 
 
 def test_exports_and_parallel_layer_default():
@@ -487,7 +600,9 @@ def test_exports_and_parallel_layer_default():
   finally:
     gin.clear_config()
   assert [type(l).__name__ for l in parallel.layer_classes] == [
-      "DenseReluDense", "SelfAttention"]
+    "DenseReluDense",
+    "SelfAttention",
+  ]
 
   def build(mesh):
     y = parallel.call(_context(mesh, causal=True), _x(mesh))
@@ -498,40 +613,49 @@ def test_exports_and_parallel_layer_default():
     return [y, a + b]
 
   (y, expected), v = mtu.with_variables(build)()
-  assert sorted(v) == ["parallel_layer_0/wi/kernel",
-                       "parallel_layer_0/wo/kernel", "parallel_layer_1/k",
-                       "parallel_layer_1/o", "parallel_layer_1/q",
-                       "parallel_layer_1/v"]
+  assert sorted(v) == [
+    "parallel_layer_0/wi/kernel",
+    "parallel_layer_0/wo/kernel",
+    "parallel_layer_1/k",
+    "parallel_layer_1/o",
+    "parallel_layer_1/q",
+    "parallel_layer_1/v",
+  ]
   np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-6)
 
 
 def test_talking_heads_steps_are_public_methods():
   """compute_q/k/v, talking_heads (with a dynamic map from x) and
-  attention_internal compose to the layer's numpy reference."""
+  attention_internal compose to the layer's numpy reference.
+  """
   layer = av.TalkingHeadsSelfAttention(**TH_DIMS)
   kh, sh = mtf.Dimension("kh", 2), mtf.Dimension("sh", 3)
 
   def build(mesh):
     ctx, x = _context(mesh), _x(mesh)
     q = layer.compute_q(ctx, x)
-    k = mtf.rename_dimension(layer.compute_k(ctx, x), "length",
-                             "memory_length")
-    v = mtf.rename_dimension(layer.compute_v(ctx, x), "length",
-                             "memory_length")
+    k = mtf.rename_dimension(layer.compute_k(ctx, x), "length", "memory_length")
+    v = mtf.rename_dimension(layer.compute_v(ctx, x), "length", "memory_length")
     memory = mtf.Dimension("memory_length", L)
     y = layer.attention_internal(ctx, x, None, q, k, v, memory, None)
     logits = mtf.einsum([q, k], reduced_dims=[layer.key_dim])
-    mixed = layer.talking_heads(ctx, logits, "extra", [kh], [sh],
-                                dynamic_projections_from=[x])
+    mixed = layer.talking_heads(
+      ctx, logits, "extra", [kh], [sh], dynamic_projections_from=[x]
+    )
     order = lambda heads: mtf.Shape([BATCH, LENGTH, heads, memory])
-    return [y, mtf.transpose(logits, order(kh)),
-            mtf.transpose(mixed, order(sh))]
+    return [
+      y,
+      mtf.transpose(logits, order(kh)),
+      mtf.transpose(mixed, order(sh)),
+    ]
+
   (y, logits, mixed), v = mtu.with_variables(build)()
   np.testing.assert_allclose(y, _th_reference(X, X, v), rtol=1e-5, atol=1e-5)
   assert v["extra"].shape == (2, 3) and v["extra_dynamic_0"].shape == (D, 2, 3)
   dynamic = np.einsum("bld,dhs->blhs", X, v["extra_dynamic_0"])
-  expected = (np.einsum("blhm,hs->blsm", logits, v["extra"]) +
-              np.einsum("blhm,blhs->blsm", logits, dynamic))
+  expected = np.einsum("blhm,hs->blsm", logits, v["extra"]) + np.einsum(
+    "blhm,blhs->blsm", logits, dynamic
+  )
   np.testing.assert_allclose(mixed, expected, rtol=1e-4, atol=1e-4)
 
 
@@ -541,8 +665,13 @@ def test_general_bilinear_steps_are_public_methods():
   def build(mesh):
     ctx, x = _context(mesh), _x(mesh)
     m = mtf.rename_dimension(x, "length", "memory_length")
-    return [layer.attention_internal(ctx, layer.compute_q(ctx, x), m,
-                                     mtf.Dimension("memory_length", L), None)]
+    return [
+      layer.attention_internal(
+        ctx, layer.compute_q(ctx, x), m, mtf.Dimension("memory_length", L), None
+      )
+    ]
+
   (y,), v = mtu.with_variables(build)()
-  np.testing.assert_allclose(y, _bilinear_reference(X, X, v), rtol=1e-4,
-                             atol=1e-5)
+  np.testing.assert_allclose(
+    y, _bilinear_reference(X, X, v), rtol=1e-4, atol=1e-5
+  )

@@ -30,10 +30,20 @@ class DenseReluLayer(transformer.TransformerLayer):
     d_model = context.model.model_dim
     hidden = mtf.Dimension("d_hidden", self.hidden_size)
     ens = context.model.ensemble_dims
-    wi = mtf.get_variable(x.mesh, "wi", ens + [d_model, hidden],
-                          initializer=_init(), dtype=context.variable_dtype)
-    wo = mtf.get_variable(x.mesh, "wo", ens + [hidden, d_model],
-                          initializer=_init(), dtype=context.variable_dtype)
+    wi = mtf.get_variable(
+      x.mesh,
+      "wi",
+      ens + [d_model, hidden],
+      initializer=_init(),
+      dtype=context.variable_dtype,
+    )
+    wo = mtf.get_variable(
+      x.mesh,
+      "wo",
+      ens + [hidden, d_model],
+      initializer=_init(),
+      dtype=context.variable_dtype,
+    )
     h = mtf.relu(mtf.einsum([x, wi], reduced_dims=[d_model]))
     return mtf.einsum([h, wo], reduced_dims=[hidden])
 
@@ -43,10 +53,13 @@ class RunningMeanLayer(transformer.TransformerLayer):
 
   def call(self, context, x):
     d_model = context.model.model_dim
-    scale = mtf.get_variable(x.mesh, "scale",
-                             context.model.ensemble_dims + [d_model],
-                             initializer=_init(1.0),
-                             dtype=context.variable_dtype)
+    scale = mtf.get_variable(
+      x.mesh,
+      "scale",
+      context.model.ensemble_dims + [d_model],
+      initializer=_init(1.0),
+      dtype=context.variable_dtype,
+    )
     if context.mode == "incremental":
       (total,) = context.get_states(1)
       total += x
@@ -57,7 +70,8 @@ class RunningMeanLayer(transformer.TransformerLayer):
     if context.mode == "first_part":
       before = mtf.cumsum(x, length_dim, exclusive=True)
       context.record_new_states(
-          [mtf.gather(before, context.initial_position, length_dim)])
+        [mtf.gather(before, context.initial_position, length_dim)]
+      )
     count = mtf.cast(mtf.range(x.mesh, length_dim, tf.int32) + 1, x.dtype)
     return mtf.cumsum(x, length_dim) * mtf.reciprocal(count) * scale
 
@@ -67,8 +81,13 @@ class EncDecGateLayer(transformer.TransformerLayer):
 
   def call(self, context, x):
     d_model = context.model.model_dim
-    gate = mtf.get_variable(x.mesh, "gate", [d_model], initializer=_init(1.0),
-                            dtype=context.variable_dtype)
+    gate = mtf.get_variable(
+      x.mesh,
+      "gate",
+      [d_model],
+      initializer=_init(1.0),
+      dtype=context.variable_dtype,
+    )
     if context.mode == "incremental":
       g = context.get_constant_state()
     else:
@@ -105,8 +124,19 @@ def np_layer(kind, params, prefix, h, enc=None, enc_mask=None):
   raise ValueError(kind)
 
 
-def np_tower(params, tower, ids, layers, *, embedding=None, positions=None,
-             nonpadding=None, enc=None, enc_mask=None, norm_names=None):
+def np_tower(
+  params,
+  tower,
+  ids,
+  layers,
+  *,
+  embedding=None,
+  positions=None,
+  nonpadding=None,
+  enc=None,
+  enc_mask=None,
+  norm_names=None,
+):
   """Hidden states of a Unitransformer with the default LayerStack.
 
   layers: list of (layer class name, layer name) in stack order.
@@ -116,13 +146,14 @@ def np_tower(params, tower, ids, layers, *, embedding=None, positions=None,
   emb = params[embedding or tower + "/embedding"]
   x = emb[ids]
   if positions is not None:
-    x = x + params[positions][:ids.shape[-1]]
+    x = x + params[positions][: ids.shape[-1]]
   for kind, name in layers:
     h = np_rms_norm(x, params["%s/%s/%s/scale" % (tower, name, layer_norm)])
     if nonpadding is not None:
       h = h * nonpadding[..., None]
-    x = x + np_layer(kind, params, "%s/%s/%s" % (tower, name, kind), h, enc,
-                     enc_mask)
+    x = x + np_layer(
+      kind, params, "%s/%s/%s" % (tower, name, kind), h, enc, enc_mask
+    )
   x = np_rms_norm(x, params["%s/%s/scale" % (tower, final_norm)])
   if nonpadding is not None:
     x = x * nonpadding[..., None]
@@ -135,8 +166,7 @@ def np_log_softmax(logits):
   return logits - log_z, log_z[..., 0]
 
 
-def np_loss(logits, targets, label_smoothing=0.0, z_loss=0.0,
-            denominator=None):
+def np_loss(logits, targets, label_smoothing=0.0, z_loss=0.0, denominator=None):
   vocab = logits.shape[-1]
   off = label_smoothing / vocab
   on = 1.0 - label_smoothing + off
@@ -158,16 +188,20 @@ def np_loss(logits, targets, label_smoothing=0.0, z_loss=0.0,
 def import_ids(mesh, array, dim_names):
   dims = [mtf.Dimension(n, s) for n, s in zip(dim_names, array.shape)]
   return mtf.import_fully_replicated(
-      mesh, tf.constant(array, tf.int32), mtf.Shape(dims))
+    mesh, tf.constant(array, tf.int32), mtf.Shape(dims)
+  )
 
 
 def variables_by_name(mesh):
   """{full name: value Tensor} of every variable built so far, sorted."""
   graph = mesh.graph
-  return {v.name: v.outputs[0] for v in sorted(graph.all_variables,
-                                                key=lambda v: v.name)}
+  return {
+    v.name: v.outputs[0]
+    for v in sorted(graph.all_variables, key=lambda v: v.name)
+  }
 
 
 def random_ids(seed, shape, low=2, high=VOCAB):
-  return np.random.RandomState(seed).randint(low, high, size=shape).astype(
-      np.int32)
+  return (
+    np.random.RandomState(seed).randint(low, high, size=shape).astype(np.int32)
+  )

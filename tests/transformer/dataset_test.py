@@ -4,8 +4,6 @@ Packing is checked against a plain-Python greedy packer; loaders run on
 temporary files. No TFDS here (see offline_datasets_test.py).
 """
 
-import os
-
 import gin
 import numpy as np
 import pytest
@@ -22,16 +20,20 @@ BYTES = vocabulary.ByteVocabulary()
 
 def _ds(examples, keys, dtype=tf.int64):
   """A dataset of dicts of 1-D int features from Python lists."""
+
   def gen():
     for ex in examples:
       yield {k: np.asarray(ex[k], dtype.as_numpy_dtype) for k in keys}
+
   return tf.data.Dataset.from_generator(
-      gen, output_signature={k: tf.TensorSpec([None], dtype) for k in keys})
+    gen, output_signature={k: tf.TensorSpec([None], dtype) for k in keys}
+  )
 
 
 def _to_lists(ds):
-  return [{k: v.tolist() for k, v in ex.items()}
-          for ex in ds.as_numpy_iterator()]
+  return [
+    {k: v.tolist() for k, v in ex.items()} for ex in ds.as_numpy_iterator()
+  ]
 
 
 def reference_pack(examples, keys, lengths, ensure_eos=False):
@@ -49,15 +51,16 @@ def reference_pack(examples, keys, lengths, ensure_eos=False):
     rows.append(row)
 
   for ex in examples:
-    seqs = {k: list(ex[k])[:lengths[k]] for k in keys}
+    seqs = {k: list(ex[k])[: lengths[k]] for k in keys}
     if ensure_eos:
       for k in keys:
         if len(seqs[k]) == lengths[k]:
           seqs[k][-1] = min(seqs[k][-1], 1)
     if not any(seqs.values()):
       continue
-    if cur is not None and any(len(cur[k]) + len(seqs[k]) > lengths[k]
-                               for k in keys):
+    if cur is not None and any(
+      len(cur[k]) + len(seqs[k]) > lengths[k] for k in keys
+    ):
       flush()
       cur = None
     if cur is None:
@@ -74,8 +77,9 @@ def reference_pack(examples, keys, lengths, ensure_eos=False):
   return rows
 
 
-def _random_examples(seed, count, max_len, keys=("inputs", "targets"),
-                     empty_prob=0.1):
+def _random_examples(
+  seed, count, max_len, keys=("inputs", "targets"), empty_prob=0.1
+):
   rng = np.random.RandomState(seed)
   out = []
   for _ in range(count):
@@ -92,18 +96,23 @@ def _random_examples(seed, count, max_len, keys=("inputs", "targets"),
 
 
 def test_pack_dataset_docstring_example():
-  examples = [{"inputs": [8, 7, 1], "targets": [4, 1]},
-              {"inputs": [2, 3, 4, 1], "targets": [5, 6, 1]}]
-  got = _to_lists(dataset.pack_dataset(
-      _ds(examples, ["inputs", "targets"]), 10))
-  assert got == [{
+  examples = [
+    {"inputs": [8, 7, 1], "targets": [4, 1]},
+    {"inputs": [2, 3, 4, 1], "targets": [5, 6, 1]},
+  ]
+  got = _to_lists(
+    dataset.pack_dataset(_ds(examples, ["inputs", "targets"]), 10)
+  )
+  assert got == [
+    {
       "inputs": [8, 7, 1, 2, 3, 4, 1, 0, 0, 0],
       "inputs_segmentation": [1, 1, 1, 2, 2, 2, 2, 0, 0, 0],
       "inputs_position": [0, 1, 2, 0, 1, 2, 3, 0, 0, 0],
       "targets": [4, 1, 5, 6, 1, 0, 0, 0, 0, 0],
       "targets_segmentation": [1, 1, 2, 2, 2, 0, 0, 0, 0, 0],
       "targets_position": [0, 1, 0, 1, 2, 0, 0, 0, 0, 0],
-  }]
+    }
+  ]
 
 
 @pytest.mark.parametrize("length", [8, {"inputs": 6, "targets": 9}])
@@ -122,24 +131,37 @@ def test_pack_dataset_matches_python_reference(length):
   assert got == want
   # Every kept token survives, in order.
   flat = [t for row in got for t in row["targets"] if t]
-  assert flat == [t for ex in examples for t in ex["targets"][:lengths[
-      "targets"]]]
+  assert flat == [
+    t for ex in examples for t in ex["targets"][: lengths["targets"]]
+  ]
 
 
 def test_pack_dataset_selected_keys_drop_others_and_cast():
-  examples = [{"a": [1, 2], "b": [3], "c": [9, 9]},
-              {"a": [4], "b": [5, 6], "c": [9]}]
-  ds = dataset.pack_dataset(_ds(examples, ["a", "b", "c"], tf.int32), 4,
-                            keys=["a", "b"])
+  examples = [
+    {"a": [1, 2], "b": [3], "c": [9, 9]},
+    {"a": [4], "b": [5, 6], "c": [9]},
+  ]
+  ds = dataset.pack_dataset(
+    _ds(examples, ["a", "b", "c"], tf.int32), 4, keys=["a", "b"]
+  )
   got = _to_lists(ds)
-  assert sorted(got[0]) == ["a", "a_position", "a_segmentation", "b",
-                            "b_position", "b_segmentation"]
+  assert sorted(got[0]) == [
+    "a",
+    "a_position",
+    "a_segmentation",
+    "b",
+    "b_position",
+    "b_segmentation",
+  ]
   assert got == reference_pack(examples, ["a", "b"], {"a": 4, "b": 4})
 
 
 def test_pack_dataset_single_key_long_sequences_are_cut():
-  examples = [{"targets": list(range(1, 13))}, {"targets": [7, 8]},
-              {"targets": [5] * 5}]
+  examples = [
+    {"targets": list(range(1, 13))},
+    {"targets": [7, 8]},
+    {"targets": [5] * 5},
+  ]
   got = _to_lists(dataset.pack_dataset(_ds(examples, ["targets"]), 5))
   assert got == reference_pack(examples, ["targets"], {"targets": 5})
   assert got[0]["targets"] == [1, 2, 3, 4, 5]
@@ -182,8 +204,9 @@ def test_pack_dataset_bad_input_errors():
 def test_pack_or_pad_pack_with_ensure_eos_matches_reference():
   keys = ["inputs", "targets"]
   examples = _random_examples(2, 60, max_len=9)
-  got = _to_lists(dataset.pack_or_pad(_ds(examples, keys), 7, pack=True,
-                                      ensure_eos=True))
+  got = _to_lists(
+    dataset.pack_or_pad(_ds(examples, keys), 7, pack=True, ensure_eos=True)
+  )
   lengths = {k: 7 for k in keys}
   assert got == reference_pack(examples, keys, lengths, ensure_eos=True)
   # A cut sequence ends in EOS.
@@ -193,15 +216,22 @@ def test_pack_or_pad_pack_with_ensure_eos_matches_reference():
 
 
 def test_pack_or_pad_pad_mode_and_ensure_eos():
-  examples = [{"targets": [5, 6, 7, 8, 9]}, {"targets": [5, 1]},
-              {"targets": [5, 6, 7, 8]}]
+  examples = [
+    {"targets": [5, 6, 7, 8, 9]},
+    {"targets": [5, 1]},
+    {"targets": [5, 6, 7, 8]},
+  ]
   ds = _ds(examples, ["targets"])
   assert _to_lists(dataset.pack_or_pad(ds, 4, pack=False)) == [
-      {"targets": [5, 6, 7, 8]}, {"targets": [5, 1, 0, 0]},
-      {"targets": [5, 6, 7, 8]}]
+    {"targets": [5, 6, 7, 8]},
+    {"targets": [5, 1, 0, 0]},
+    {"targets": [5, 6, 7, 8]},
+  ]
   assert _to_lists(dataset.pack_or_pad(ds, 4, pack=False, ensure_eos=True)) == [
-      {"targets": [5, 6, 7, 1]}, {"targets": [5, 1, 0, 0]},
-      {"targets": [5, 6, 7, 1]}]
+    {"targets": [5, 6, 7, 1]},
+    {"targets": [5, 1, 0, 0]},
+    {"targets": [5, 6, 7, 1]},
+  ]
   # No length: unchanged.
   assert dataset.pack_or_pad(ds, None) is ds
 
@@ -210,28 +240,45 @@ def test_pack_or_pad_is_gin_configurable_under_original_module():
   ds = _ds([{"targets": [5, 6]}, {"targets": [7]}], ["targets"])
   with gin.unlock_config():
     gin.parse_config(
-        "mesh_tensorflow.transformer.dataset.pack_or_pad.pack = False")
+      "mesh_tensorflow.transformer.dataset.pack_or_pad.pack = False"
+    )
   try:
     got = _to_lists(dataset.pack_or_pad(ds, 4))
   finally:
     gin.clear_config()
   assert got == [{"targets": [5, 6, 0, 0]}, {"targets": [7, 0, 0, 0]}]
-  for name in ["pack_or_pad", "pack_dataset", "pretokenized_tfds_dataset",
-               "untokenized_tfds_dataset", "sample_from_text_line_datasets",
-               "make_text_line_dataset", "simple_text_line_dataset",
-               "packed_parallel_tsv_dataset", "pretokenized_t2t_dataset"]:
-    assert gin.config._REGISTRY.get_match(  # pylint: disable=protected-access
-        "mesh_tensorflow.transformer.dataset." + name) is not None, name
+  for name in [
+    "pack_or_pad",
+    "pack_dataset",
+    "pretokenized_tfds_dataset",
+    "untokenized_tfds_dataset",
+    "sample_from_text_line_datasets",
+    "make_text_line_dataset",
+    "simple_text_line_dataset",
+    "packed_parallel_tsv_dataset",
+    "pretokenized_t2t_dataset",
+  ]:
+    assert (
+      gin.config._REGISTRY.get_match(  # pylint: disable=protected-access
+        "mesh_tensorflow.transformer.dataset." + name
+      )
+      is not None
+    ), name
 
 
 def test_trim_and_pad_dataset_lengths_keys_and_2d():
-  ds = tf.data.Dataset.from_tensors({
+  ds = tf.data.Dataset.from_tensors(
+    {
       "a": tf.constant([1, 2, 3, 4, 5]),
       "b": tf.constant([1, 2]),
       "m": tf.ones([3, 2], tf.float32),
-  })
-  got = next(dataset.trim_and_pad_dataset(
-      ds, {"a": 3, "b": 4, "m": 5}).as_numpy_iterator())
+    }
+  )
+  got = next(
+    dataset.trim_and_pad_dataset(
+      ds, {"a": 3, "b": 4, "m": 5}
+    ).as_numpy_iterator()
+  )
   assert got["a"].tolist() == [1, 2, 3]
   assert got["b"].tolist() == [1, 2, 0, 0]
   np.testing.assert_array_equal(got["m"], [[1, 1]] * 3 + [[0, 0]] * 2)
@@ -243,21 +290,31 @@ def test_trim_and_pad_dataset_lengths_keys_and_2d():
 
 
 def test_ensure_dataset_eos():
-  ds = tf.data.Dataset.from_tensors({"a": tf.constant([5, 6, 7]),
-                                     "b": tf.constant([5, 1, 0]),
-                                     "c": tf.constant([5, 6, 7])})
+  ds = tf.data.Dataset.from_tensors(
+    {
+      "a": tf.constant([5, 6, 7]),
+      "b": tf.constant([5, 1, 0]),
+      "c": tf.constant([5, 6, 7]),
+    }
+  )
   got = next(dataset.ensure_dataset_eos(ds).as_numpy_iterator())
   assert {k: v.tolist() for k, v in got.items()} == {
-      "a": [5, 6, 1], "b": [5, 1, 0], "c": [5, 6, 1]}
+    "a": [5, 6, 1],
+    "b": [5, 1, 0],
+    "c": [5, 6, 1],
+  }
   got = next(dataset.ensure_dataset_eos(ds, ["a"]).as_numpy_iterator())
   assert got["c"].tolist() == [5, 6, 7]
 
 
 def test_pad_dataset_with_zeroed_out_examples():
   ds = tf.data.Dataset.from_tensor_slices({"x": [[1, 2], [3, 4]]})
-  got = [ex["x"].tolist() for ex in
-         dataset.pad_dataset_with_zeroed_out_examples(ds).take(5)
-         .as_numpy_iterator()]
+  got = [
+    ex["x"].tolist()
+    for ex in dataset.pad_dataset_with_zeroed_out_examples(ds)
+    .take(5)
+    .as_numpy_iterator()
+  ]
   assert got == [[1, 2], [3, 4], [0, 0], [0, 0], [0, 0]]
 
 
@@ -272,8 +329,9 @@ def test_eval_dataset_namedtuple():
 
 
 def test_encode_dataset_and_encode_all_features():
-  ds = tf.data.Dataset.from_tensors({"inputs": tf.constant("ab"),
-                                     "targets": tf.constant("c")})
+  ds = tf.data.Dataset.from_tensors(
+    {"inputs": tf.constant("ab"), "targets": tf.constant("c")}
+  )
   got = next(dataset.encode_dataset(ds, BYTES).as_numpy_iterator())
   assert got["inputs"].tolist() == BYTES.encode("ab")
   assert got["targets"].tolist() == BYTES.encode("c")
@@ -291,23 +349,29 @@ class _ShiftVocab(vocabulary.Vocabulary):
 
 
 def test_encoding_with_a_vocabulary_pair():
-  ds = tf.data.Dataset.from_tensors({"inputs": tf.constant("a"),
-                                     "targets": tf.constant("a")})
-  got = next(dataset.encode_all_features(
-      ds, (BYTES, _ShiftVocab())).as_numpy_iterator())
+  ds = tf.data.Dataset.from_tensors(
+    {"inputs": tf.constant("a"), "targets": tf.constant("a")}
+  )
+  got = next(
+    dataset.encode_all_features(ds, (BYTES, _ShiftVocab())).as_numpy_iterator()
+  )
   assert got["inputs"].tolist() == [BYTES.encode("a")[0], 1]
   assert got["targets"].tolist() == [BYTES.encode("a")[0] + 100, 1]
-  got = next(dataset.encode_dataset(ds, (_ShiftVocab(), BYTES))
-             .as_numpy_iterator())
+  got = next(
+    dataset.encode_dataset(ds, (_ShiftVocab(), BYTES)).as_numpy_iterator()
+  )
   assert got["inputs"].tolist() == [BYTES.encode("a")[0] + 100]
 
 
 def test_supervised_to_dict():
   ds = tf.data.Dataset.from_tensors((tf.constant("x"), tf.constant("y")))
   assert next(dataset.supervised_to_dict(ds, False).as_numpy_iterator()) == {
-      "inputs": b"x", "targets": b"y"}
+    "inputs": b"x",
+    "targets": b"y",
+  }
   assert next(dataset.supervised_to_dict(ds, True).as_numpy_iterator()) == {
-      "targets": b"y"}
+    "targets": b"y"
+  }
 
 
 # ----------------------------------------------------------------------------
@@ -324,27 +388,37 @@ def text_files(tmp_path):
 
 
 def test_simple_text_line_dataset(text_files):
-  ds = dataset.simple_text_line_dataset(str(text_files / "*.txt"),
-                                        shuffle_buffer_size=0)
+  ds = dataset.simple_text_line_dataset(
+    str(text_files / "*.txt"), shuffle_buffer_size=0
+  )
   assert list(ds.as_numpy_iterator()) == [b"one", b"two", b"three", b"four"]
   shuffled = dataset.simple_text_line_dataset(str(text_files / "*.txt"))
   assert sorted(shuffled.as_numpy_iterator()) == [
-      b"four", b"one", b"three", b"two"]
+    b"four",
+    b"one",
+    b"three",
+    b"two",
+  ]
   with pytest.raises(ValueError, match="no files match .*nothing"):
     dataset.simple_text_line_dataset(str(text_files / "nothing*"))
 
 
 def test_make_and_sample_text_line_datasets(text_files):
-  lines = list(dataset.make_text_line_dataset(
-      str(text_files / "a.txt")).take(9).as_numpy_iterator())
+  lines = list(
+    dataset.make_text_line_dataset(str(text_files / "a.txt"))
+    .take(9)
+    .as_numpy_iterator()
+  )
   assert sorted(lines) == sorted([b"one", b"two", b"three"] * 3)
   sampled = dataset.sample_from_text_line_datasets(
-      [(str(text_files / "a.txt"), 1.0), (str(text_files / "b.txt"), 0.0)],
-      shuffle_buffer_size=10, prefetch=2)
-  assert set(sampled.take(20).as_numpy_iterator()) == {
-      b"one", b"two", b"three"}
+    [(str(text_files / "a.txt"), 1.0), (str(text_files / "b.txt"), 0.0)],
+    shuffle_buffer_size=10,
+    prefetch=2,
+  )
+  assert set(sampled.take(20).as_numpy_iterator()) == {b"one", b"two", b"three"}
   mixed = dataset.sample_from_text_line_datasets(
-      [(str(text_files / "a.txt"), 0.5), (str(text_files / "b.txt"), 0.5)])
+    [(str(text_files / "a.txt"), 0.5), (str(text_files / "b.txt"), 0.5)]
+  )
   assert b"four" in set(mixed.take(40).as_numpy_iterator())
 
 
@@ -353,21 +427,39 @@ def test_packed_parallel_tsv_dataset(tmp_path):
   path = tmp_path / "data.tsv"
   path.write_text("".join("%s\t%s\n" % p for p in pairs))
   lines = dataset.simple_text_line_dataset(str(path), shuffle_buffer_size=0)
-  got = _to_lists(dataset.packed_parallel_tsv_dataset(
-      lines, "validation", sequence_length=8, vocabulary=BYTES))
-  examples = [{"inputs": BYTES.encode(i) + [1],
-               "targets": BYTES.encode(t) + [1]} for i, t in pairs]
-  assert got == reference_pack(examples, ["inputs", "targets"],
-                               {"inputs": 8, "targets": 8})
-  filtered = _to_lists(dataset.packed_parallel_tsv_dataset(
-      lines, "validation", sequence_length=8, vocabulary=BYTES,
-      append_eos=False, max_encoded_len=3))
-  examples = [{"inputs": BYTES.encode(i), "targets": BYTES.encode(t)}
-              for i, t in pairs if len(i) <= 3 and len(t) <= 3]
-  assert filtered == reference_pack(examples, ["inputs", "targets"],
-                                    {"inputs": 8, "targets": 8})
+  got = _to_lists(
+    dataset.packed_parallel_tsv_dataset(
+      lines, "validation", sequence_length=8, vocabulary=BYTES
+    )
+  )
+  examples = [
+    {"inputs": BYTES.encode(i) + [1], "targets": BYTES.encode(t) + [1]}
+    for i, t in pairs
+  ]
+  assert got == reference_pack(
+    examples, ["inputs", "targets"], {"inputs": 8, "targets": 8}
+  )
+  filtered = _to_lists(
+    dataset.packed_parallel_tsv_dataset(
+      lines,
+      "validation",
+      sequence_length=8,
+      vocabulary=BYTES,
+      append_eos=False,
+      max_encoded_len=3,
+    )
+  )
+  examples = [
+    {"inputs": BYTES.encode(i), "targets": BYTES.encode(t)}
+    for i, t in pairs
+    if len(i) <= 3 and len(t) <= 3
+  ]
+  assert filtered == reference_pack(
+    examples, ["inputs", "targets"], {"inputs": 8, "targets": 8}
+  )
   train = dataset.packed_parallel_tsv_dataset(
-      lines, "train", sequence_length=8, vocabulary=BYTES)
+    lines, "train", sequence_length=8, vocabulary=BYTES
+  )
   assert len(list(train.take(10))) == 10  # repeats
 
 
@@ -378,56 +470,103 @@ def test_packed_parallel_tsv_dataset(tmp_path):
 def _write_records(path, rows):
   with tf.io.TFRecordWriter(str(path)) as w:
     for row in rows:
-      feats = {k: tf.train.Feature(int64_list=tf.train.Int64List(value=v))
-               for k, v in row.items()}
-      w.write(tf.train.Example(features=tf.train.Features(
-          feature=feats)).SerializeToString())
+      feats = {
+        k: tf.train.Feature(int64_list=tf.train.Int64List(value=v))
+        for k, v in row.items()
+      }
+      w.write(
+        tf.train.Example(
+          features=tf.train.Features(feature=feats)
+        ).SerializeToString()
+      )
 
 
 def test_pretokenized_tfrecord_dataset(tmp_path):
-  rows = [{"inputs": [3, 4], "targets": [5]},
-          {"inputs": [6], "targets": [7, 8]}]
+  rows = [
+    {"inputs": [3, 4], "targets": [5]},
+    {"inputs": [6], "targets": [7, 8]},
+  ]
   path = tmp_path / "x.tfrecord"
   _write_records(path, rows)
-  got = _to_lists(dataset.pretokenized_tfrecord_dataset(
-      [str(path)], text2self=False, eos_included=False, repeat=False,
-      batch_size=None, sequence_length=8, vocab_shift=10))
-  examples = [{k: [t + 10 for t in v] + [1] for k, v in r.items()}
-              for r in rows]
-  assert got == reference_pack(examples, ["inputs", "targets"],
-                               {"inputs": 8, "targets": 8})
-  lm = _to_lists(dataset.pretokenized_tfrecord_dataset(
-      [str(path)], text2self=True, eos_included=True, repeat=False,
-      batch_size=None, sequence_length=3))
+  got = _to_lists(
+    dataset.pretokenized_tfrecord_dataset(
+      [str(path)],
+      text2self=False,
+      eos_included=False,
+      repeat=False,
+      batch_size=None,
+      sequence_length=8,
+      vocab_shift=10,
+    )
+  )
+  examples = [
+    {k: [t + 10 for t in v] + [1] for k, v in r.items()} for r in rows
+  ]
+  assert got == reference_pack(
+    examples, ["inputs", "targets"], {"inputs": 8, "targets": 8}
+  )
+  lm = _to_lists(
+    dataset.pretokenized_tfrecord_dataset(
+      [str(path)],
+      text2self=True,
+      eos_included=True,
+      repeat=False,
+      batch_size=None,
+      sequence_length=3,
+    )
+  )
   assert lm == reference_pack(rows, ["targets"], {"targets": 3})
 
 
 def test_pretokenized_t2t_dataset(tmp_path):
-  _write_records(tmp_path / "my_problem-dev-00000-of-00001",
-                 [{"inputs": [3, 1], "targets": [4, 1]}])
-  got = _to_lists(dataset.pretokenized_t2t_dataset(
-      "my_problem", data_dir=str(tmp_path), dataset_split="dev",
-      sequence_length=4))
-  assert got == reference_pack([{"inputs": [3, 1], "targets": [4, 1]}],
-                               ["inputs", "targets"],
-                               {"inputs": 4, "targets": 4})
+  _write_records(
+    tmp_path / "my_problem-dev-00000-of-00001",
+    [{"inputs": [3, 1], "targets": [4, 1]}],
+  )
+  got = _to_lists(
+    dataset.pretokenized_t2t_dataset(
+      "my_problem",
+      data_dir=str(tmp_path),
+      dataset_split="dev",
+      sequence_length=4,
+    )
+  )
+  assert got == reference_pack(
+    [{"inputs": [3, 1], "targets": [4, 1]}],
+    ["inputs", "targets"],
+    {"inputs": 4, "targets": 4},
+  )
   with pytest.raises(ValueError, match="my_problem-train-.*t2t-datagen"):
-    dataset.pretokenized_t2t_dataset("my_problem", data_dir=str(tmp_path),
-                                     sequence_length=4)
+    dataset.pretokenized_t2t_dataset(
+      "my_problem", data_dir=str(tmp_path), sequence_length=4
+    )
 
 
 def test_public_names():
-  assert sorted(dataset.__all__) == sorted([
-      "EvalDataset", "encode_all_features", "encode_dataset",
-      "ensure_dataset_eos", "make_text_line_dataset", "pack_dataset",
-      "pack_or_pad", "packed_parallel_tsv_dataset",
-      "pad_dataset_with_zeroed_out_examples", "pretokenized_t2t_dataset",
-      "pretokenized_tfds_dataset", "pretokenized_tfrecord_dataset",
-      "sample_from_text_line_datasets", "simple_text_line_dataset",
-      "supervised_to_dict", "trim_and_pad_dataset",
-      "untokenized_tfds_dataset"])
+  assert sorted(dataset.__all__) == sorted(
+    [
+      "EvalDataset",
+      "encode_all_features",
+      "encode_dataset",
+      "ensure_dataset_eos",
+      "make_text_line_dataset",
+      "pack_dataset",
+      "pack_or_pad",
+      "packed_parallel_tsv_dataset",
+      "pad_dataset_with_zeroed_out_examples",
+      "pretokenized_t2t_dataset",
+      "pretokenized_tfds_dataset",
+      "pretokenized_tfrecord_dataset",
+      "sample_from_text_line_datasets",
+      "simple_text_line_dataset",
+      "supervised_to_dict",
+      "trim_and_pad_dataset",
+      "untokenized_tfds_dataset",
+    ]
+  )
   # pylint: disable=g-import-not-at-top
   from mesh_tensorflow.transformer import dataset as alias
+
   assert alias is dataset
 
 
@@ -438,46 +577,55 @@ def test_public_names():
 def _text2self(features, packed):
   def build(mesh):
     mtf_features = {
-        k: mtf.import_tf_tensor(
-            mesh, tf.constant(v, tf.int32),
-            mtf.Shape([mtf.Dimension("batch", v.shape[0]),
-                       mtf.Dimension("length", v.shape[1])]))
-        for k, v in features.items()}
+      k: mtf.import_tf_tensor(
+        mesh,
+        tf.constant(v, tf.int32),
+        mtf.Shape(
+          [
+            mtf.Dimension("batch", v.shape[0]),
+            mtf.Dimension("length", v.shape[1]),
+          ]
+        ),
+      )
+      for k, v in features.items()
+    }
     out = utils._dynamic_text2self(mtf_features)  # pylint: disable=protected-access
-    assert sorted(out) == (["targets", "targets_position",
-                            "targets_segmentation"] if packed
-                           else ["targets"])
-    assert all(t.shape.dimension_names == ["batch", "length"]
-               for t in out.values())
+    assert sorted(out) == (
+      ["targets", "targets_position", "targets_segmentation"]
+      if packed
+      else ["targets"]
+    )
+    assert all(
+      t.shape.dimension_names == ["batch", "length"] for t in out.values()
+    )
     return [out[k] for k in sorted(out)]
+
   return mtu.run_program(build)
 
 
 def test_dynamic_text2self_unpacked_joins_inputs_then_targets():
   inputs = np.array([[7, 8, 0], [5, 0, 0]])
   targets = np.array([[3, 4, 1], [9, 1, 0]])
-  joined, = _text2self({"inputs": inputs, "targets": targets}, packed=False)
-  np.testing.assert_array_equal(joined, [[7, 8, 3, 4, 1, 0],
-                                         [5, 9, 1, 0, 0, 0]])
+  (joined,) = _text2self({"inputs": inputs, "targets": targets}, packed=False)
+  np.testing.assert_array_equal(
+    joined, [[7, 8, 3, 4, 1, 0], [5, 9, 1, 0, 0, 0]]
+  )
 
 
 def test_dynamic_text2self_packed_joins_each_segment():
   # Two packed examples: inputs (7 8 | 5), targets (3 1 | 9 4 1).
   features = {
-      "inputs": np.array([[7, 8, 5, 0]]),
-      "inputs_segmentation": np.array([[1, 1, 2, 0]]),
-      "inputs_position": np.array([[0, 1, 0, 0]]),
-      "targets": np.array([[3, 1, 9, 4, 1, 0]]),
-      "targets_segmentation": np.array([[1, 1, 2, 2, 2, 0]]),
-      "targets_position": np.array([[0, 1, 0, 1, 2, 0]]),
+    "inputs": np.array([[7, 8, 5, 0]]),
+    "inputs_segmentation": np.array([[1, 1, 2, 0]]),
+    "inputs_position": np.array([[0, 1, 0, 0]]),
+    "targets": np.array([[3, 1, 9, 4, 1, 0]]),
+    "targets_segmentation": np.array([[1, 1, 2, 2, 2, 0]]),
+    "targets_position": np.array([[0, 1, 0, 1, 2, 0]]),
   }
   targets, position, segmentation = _text2self(features, packed=True)
-  np.testing.assert_array_equal(targets,
-                                [[7, 8, 3, 1, 5, 9, 4, 1, 0, 0]])
-  np.testing.assert_array_equal(segmentation,
-                                [[1, 1, 1, 1, 2, 2, 2, 2, 0, 0]])
-  np.testing.assert_array_equal(position,
-                                [[0, 1, 2, 3, 0, 1, 2, 3, 0, 0]])
+  np.testing.assert_array_equal(targets, [[7, 8, 3, 1, 5, 9, 4, 1, 0, 0]])
+  np.testing.assert_array_equal(segmentation, [[1, 1, 1, 1, 2, 2, 2, 2, 0, 0]])
+  np.testing.assert_array_equal(position, [[0, 1, 2, 3, 0, 1, 2, 3, 0, 0]])
 
 
 class _SpellingVocabulary:
@@ -489,15 +637,18 @@ class _SpellingVocabulary:
 
 def test_maybe_add_pretokenized_features_decodes_missing_text():
   examples = [
-      {"inputs": np.array([4, 5, 0]), "targets": np.array([6, -7, -8, 0])},
-      {"targets": np.array([9]), "targets_pretokenized": "kept"},
+    {"inputs": np.array([4, 5, 0]), "targets": np.array([6, -7, -8, 0])},
+    {"targets": np.array([9]), "targets_pretokenized": "kept"},
   ]
   out = utils._maybe_add_pretokenized_features(  # pylint: disable=protected-access
-      examples, (_SpellingVocabulary(), _SpellingVocabulary()))
+    examples, (_SpellingVocabulary(), _SpellingVocabulary())
+  )
   assert out is examples
   assert examples[0]["inputs_pretokenized"] == "4 5"
   assert examples[0]["targets_pretokenized"] == "6"
   assert examples[0]["targets_neg_pretokenized"] == "7 8"
   assert "inputs_neg_pretokenized" not in examples[0]
-  assert examples[1] == {"targets": examples[1]["targets"],
-                         "targets_pretokenized": "kept"}
+  assert examples[1] == {
+    "targets": examples[1]["targets"],
+    "targets_pretokenized": "kept",
+  }

@@ -39,17 +39,27 @@ def _weights(seed, shape):
 
 def _model(ensemble_dims=()):
   return types.SimpleNamespace(
-      model_dim=D_MODEL, ensemble_dims=list(ensemble_dims),
-      ensemble_dim=ensemble_dims[0] if ensemble_dims else None,
-      fully_autoregressive=False, autoregressive=False, layout=None,
-      mesh_shape=None, max_length_dim=LENGTH)
+    model_dim=D_MODEL,
+    ensemble_dims=list(ensemble_dims),
+    ensemble_dim=ensemble_dims[0] if ensemble_dims else None,
+    fully_autoregressive=False,
+    autoregressive=False,
+    layout=None,
+    mesh_shape=None,
+    max_length_dim=LENGTH,
+  )
 
 
 def _context(mesh, mode="eval", ensemble_dims=()):
   return context_lib.Context(
-      model=_model(ensemble_dims), mesh=mesh, batch_dims=[BATCH],
-      length_dim=LENGTH, variable_dtype=mtf.VariableDType(tf.float32),
-      mode=mode, losses=[])
+    model=_model(ensemble_dims),
+    mesh=mesh,
+    batch_dims=[BATCH],
+    length_dim=LENGTH,
+    variable_dtype=mtf.VariableDType(tf.float32),
+    mode=mode,
+    losses=[],
+  )
 
 
 def _make_vars(mesh, values):
@@ -57,13 +67,13 @@ def _make_vars(mesh, values):
   for name, (dims, value) in values.items():
     scope, var = name.rsplit("/", 1)
     with tf1.variable_scope(scope):
-      mtf.get_variable(mesh, var, dims,
-                       initializer=tf1.constant_initializer(value))
+      mtf.get_variable(
+        mesh, var, dims, initializer=tf1.constant_initializer(value)
+      )
 
 
 def _gelu(x):
-  return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 *
-                                  (x + 0.044715 * x ** 3)))
+  return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x**3)))
 
 
 def _relu(x):
@@ -92,8 +102,13 @@ def test_relu_values_and_variable_names():
   def build(mesh):
     with tf1.variable_scope("layer_001"):
       with tf1.variable_scope("DenseReluDense"):
-        _make_vars(mesh, {"wi/kernel": ([D_MODEL, d_ff], wi),
-                          "wo/kernel": ([d_ff, D_MODEL], wo)})
+        _make_vars(
+          mesh,
+          {
+            "wi/kernel": ([D_MODEL, d_ff], wi),
+            "wo/kernel": ([d_ff, D_MODEL], wo),
+          },
+        )
         layer = dense_layers.DenseReluDense(hidden_size=D_FF)
         x = mtf.import_tf_tensor(mesh, X, [BATCH, LENGTH, D_MODEL])
         y = layer.call(_context(mesh), x)
@@ -103,8 +118,10 @@ def test_relu_values_and_variable_names():
 
   (y,) = mtu.run_program(build)
   np.testing.assert_allclose(y, _relu(X @ wi) @ wo, rtol=1e-5, atol=1e-5)
-  assert seen == {"layer_001/DenseReluDense/wi/kernel": [8, D_FF],
-                  "layer_001/DenseReluDense/wo/kernel": [D_FF, 8]}
+  assert seen == {
+    "layer_001/DenseReluDense/wi/kernel": [8, D_FF],
+    "layer_001/DenseReluDense/wo/kernel": [D_FF, 8],
+  }
 
 
 def test_fresh_variables_have_spec_names_and_shapes():
@@ -113,36 +130,49 @@ def test_fresh_variables_have_spec_names_and_shapes():
   def build(mesh):
     with tf1.variable_scope("DenseReluDense"):
       layer = dense_layers.DenseReluDense(
-          hidden_size=6, activation=["gelu", "linear"], use_bias=True)
-      y = layer.call(_context(mesh), mtf.import_tf_tensor(
-          mesh, X, [BATCH, LENGTH, D_MODEL]))
+        hidden_size=6, activation=["gelu", "linear"], use_bias=True
+      )
+      y = layer.call(
+        _context(mesh), mtf.import_tf_tensor(mesh, X, [BATCH, LENGTH, D_MODEL])
+      )
     seen.update(_var_shapes(mesh.graph))
     return [y]
 
   mtu.run_program(build)
-  assert seen == {"DenseReluDense/wi_0/kernel": [8, 6],
-                  "DenseReluDense/wi_0/bias": [6],
-                  "DenseReluDense/wi_1/kernel": [8, 6],
-                  "DenseReluDense/wi_1/bias": [6],
-                  "DenseReluDense/wo/kernel": [6, 8],
-                  "DenseReluDense/wo/bias": [8]}
+  assert seen == {
+    "DenseReluDense/wi_0/kernel": [8, 6],
+    "DenseReluDense/wi_0/bias": [6],
+    "DenseReluDense/wi_1/kernel": [8, 6],
+    "DenseReluDense/wi_1/bias": [6],
+    "DenseReluDense/wo/kernel": [6, 8],
+    "DenseReluDense/wo/bias": [8],
+  }
 
 
 def test_gated_gelu_linear_with_bias():
-  w0, w1, wo = _weights(4, (8, D_FF)), _weights(5, (8, D_FF)), _weights(
-      6, (D_FF, 8))
+  w0, w1, wo = (
+    _weights(4, (8, D_FF)),
+    _weights(5, (8, D_FF)),
+    _weights(6, (D_FF, 8)),
+  )
   b0, b1, bo = _weights(7, (D_FF,)), _weights(8, (D_FF,)), _weights(9, (8,))
   d_ff = mtf.Dimension("d_ff", D_FF)
 
   def build(mesh):
-    _make_vars(mesh, {"wi_0/kernel": ([D_MODEL, d_ff], w0),
-                      "wi_0/bias": ([d_ff], b0),
-                      "wi_1/kernel": ([D_MODEL, d_ff], w1),
-                      "wi_1/bias": ([d_ff], b1),
-                      "wo/kernel": ([d_ff, D_MODEL], wo),
-                      "wo/bias": ([D_MODEL], bo)})
+    _make_vars(
+      mesh,
+      {
+        "wi_0/kernel": ([D_MODEL, d_ff], w0),
+        "wi_0/bias": ([d_ff], b0),
+        "wi_1/kernel": ([D_MODEL, d_ff], w1),
+        "wi_1/bias": ([d_ff], b1),
+        "wo/kernel": ([d_ff, D_MODEL], wo),
+        "wo/bias": ([D_MODEL], bo),
+      },
+    )
     layer = dense_layers.DenseReluDense(
-        hidden_size=D_FF, activation=["gelu", "linear"], use_bias=True)
+      hidden_size=D_FF, activation=["gelu", "linear"], use_bias=True
+    )
     x = mtf.import_tf_tensor(mesh, X, [BATCH, LENGTH, D_MODEL])
     return [layer.call(_context(mesh), x)]
 
@@ -151,22 +181,26 @@ def test_gated_gelu_linear_with_bias():
   np.testing.assert_allclose(y, h @ wo + bo, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("activation,fn", [
+@pytest.mark.parametrize(
+  "activation,fn",
+  [
     ("swish", lambda x: x / (1.0 + np.exp(-x))),
     ("silu", lambda x: x / (1.0 + np.exp(-x))),
     ("sigmoid", lambda x: 1.0 / (1.0 + np.exp(-x))),
     ("tanh", np.tanh),
     ("linear", lambda x: x),
-])
+  ],
+)
 def test_activation_names(activation, fn):
   wi, wo = _weights(10, (8, D_FF)), _weights(11, (D_FF, 8))
   d_ff = mtf.Dimension("d_ff", D_FF)
 
   def build(mesh):
-    _make_vars(mesh, {"wi/kernel": ([D_MODEL, d_ff], wi),
-                      "wo/kernel": ([d_ff, D_MODEL], wo)})
-    layer = dense_layers.DenseReluDense(hidden_size=D_FF,
-                                        activation=activation)
+    _make_vars(
+      mesh,
+      {"wi/kernel": ([D_MODEL, d_ff], wi), "wo/kernel": ([d_ff, D_MODEL], wo)},
+    )
+    layer = dense_layers.DenseReluDense(hidden_size=D_FF, activation=activation)
     x = mtf.import_tf_tensor(mesh, X, [BATCH, LENGTH, D_MODEL])
     return [layer.call(_context(mesh), x)]
 
@@ -192,8 +226,13 @@ def test_ensemble_dims_lead_variable_shapes():
   seen = {}
 
   def build(mesh):
-    _make_vars(mesh, {"wi/kernel": ([ENSEMBLE, D_MODEL, d_ff], wi),
-                      "wo/kernel": ([ENSEMBLE, d_ff, D_MODEL], wo)})
+    _make_vars(
+      mesh,
+      {
+        "wi/kernel": ([ENSEMBLE, D_MODEL, d_ff], wi),
+        "wo/kernel": ([ENSEMBLE, d_ff, D_MODEL], wo),
+      },
+    )
     layer = dense_layers.DenseReluDense(hidden_size=D_FF)
     x = mtf.import_tf_tensor(mesh, xe, [ENSEMBLE, BATCH, LENGTH, D_MODEL])
     y = layer.call(_context(mesh, ensemble_dims=[ENSEMBLE]), x)
@@ -202,8 +241,9 @@ def test_ensemble_dims_lead_variable_shapes():
 
   (y,) = mtu.run_program(build)
   h = _relu(np.einsum("ebld,edf->eblf", xe, wi))
-  np.testing.assert_allclose(y, np.einsum("eblf,efd->ebld", h, wo),
-                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(
+    y, np.einsum("eblf,efd->ebld", h, wo), rtol=1e-5, atol=1e-5
+  )
   assert seen == {"wi/kernel": [2, 8, D_FF], "wo/kernel": [2, D_FF, 8]}
 
 
@@ -212,15 +252,16 @@ def test_incremental_shape_without_length():
   d_ff = mtf.Dimension("d_ff", D_FF)
 
   def build(mesh):
-    _make_vars(mesh, {"wi/kernel": ([D_MODEL, d_ff], wi),
-                      "wo/kernel": ([d_ff, D_MODEL], wo)})
+    _make_vars(
+      mesh,
+      {"wi/kernel": ([D_MODEL, d_ff], wi), "wo/kernel": ([d_ff, D_MODEL], wo)},
+    )
     layer = dense_layers.DenseReluDense(hidden_size=D_FF, dropout_rate=0.5)
     x = mtf.import_tf_tensor(mesh, X[:, 2], [BATCH, D_MODEL])
     return [layer.call(_context(mesh, mode="incremental"), x)]
 
   (y,) = mtu.run_program(build)
-  np.testing.assert_allclose(y, _relu(X[:, 2] @ wi) @ wo, rtol=1e-5,
-                             atol=1e-5)
+  np.testing.assert_allclose(y, _relu(X[:, 2] @ wi) @ wo, rtol=1e-5, atol=1e-5)
 
 
 def test_dropout_in_training_is_shared_along_length():
@@ -229,9 +270,13 @@ def test_dropout_in_training_is_shared_along_length():
   d_ff = mtf.Dimension("d_ff", 64)
 
   def build(mesh):
-    _make_vars(mesh, {"wi/kernel": ([D_MODEL, d_ff], eye),
-                      "wo/kernel": ([d_ff, D_MODEL],
-                                    np.eye(64, 8, dtype=np.float32))})
+    _make_vars(
+      mesh,
+      {
+        "wi/kernel": ([D_MODEL, d_ff], eye),
+        "wo/kernel": ([d_ff, D_MODEL], np.eye(64, 8, dtype=np.float32)),
+      },
+    )
     layer = dense_layers.DenseReluDense(hidden_size=64, dropout_rate=0.5)
     x = mtf.import_tf_tensor(mesh, ones, [BATCH, LENGTH, D_MODEL])
     return [layer.call(_context(mesh, mode="train"), x)]
@@ -249,20 +294,29 @@ def test_dropout_in_training_is_shared_along_length():
 
 @meshes.parametrize(meshes.DENSE_LAYERS)
 def test_meshes_and_layouts(mesh_shape, layout):
-  w0, w1, wo = _weights(17, (8, D_FF)), _weights(18, (8, D_FF)), _weights(
-      19, (D_FF, 8))
+  w0, w1, wo = (
+    _weights(17, (8, D_FF)),
+    _weights(18, (8, D_FF)),
+    _weights(19, (D_FF, 8)),
+  )
   b0, b1, bo = _weights(20, (D_FF,)), _weights(21, (D_FF,)), _weights(22, (8,))
   d_ff = mtf.Dimension("d_ff", D_FF)
 
   def build(mesh):
-    _make_vars(mesh, {"wi_0/kernel": ([D_MODEL, d_ff], w0),
-                      "wi_0/bias": ([d_ff], b0),
-                      "wi_1/kernel": ([D_MODEL, d_ff], w1),
-                      "wi_1/bias": ([d_ff], b1),
-                      "wo/kernel": ([d_ff, D_MODEL], wo),
-                      "wo/bias": ([D_MODEL], bo)})
+    _make_vars(
+      mesh,
+      {
+        "wi_0/kernel": ([D_MODEL, d_ff], w0),
+        "wi_0/bias": ([d_ff], b0),
+        "wi_1/kernel": ([D_MODEL, d_ff], w1),
+        "wi_1/bias": ([d_ff], b1),
+        "wo/kernel": ([d_ff, D_MODEL], wo),
+        "wo/bias": ([D_MODEL], bo),
+      },
+    )
     layer = dense_layers.DenseReluDense(
-        hidden_size=D_FF, activation=["relu", "linear"], use_bias=True)
+      hidden_size=D_FF, activation=["relu", "linear"], use_bias=True
+    )
     x = mtf.import_tf_tensor(mesh, X, [BATCH, LENGTH, D_MODEL])
     return [layer.call(_context(mesh), x)]
 
@@ -276,20 +330,28 @@ def test_meshes_and_layouts(mesh_shape, layout):
 
 
 def test_parallel_layer_sums_outputs_in_scopes():
-  w = {i: (_weights(30 + i, (8, D_FF)), _weights(40 + i, (D_FF, 8)))
-       for i in range(2)}
+  w = {
+    i: (_weights(30 + i, (8, D_FF)), _weights(40 + i, (D_FF, 8)))
+    for i in range(2)
+  }
   d_ff = mtf.Dimension("d_ff", D_FF)
   seen = {}
 
   def build(mesh):
     for i in range(2):
-      _make_vars(mesh, {
+      _make_vars(
+        mesh,
+        {
           "parallel_layer_%d/wi/kernel" % i: ([D_MODEL, d_ff], w[i][0]),
-          "parallel_layer_%d/wo/kernel" % i: ([d_ff, D_MODEL], w[i][1])})
+          "parallel_layer_%d/wo/kernel" % i: ([d_ff, D_MODEL], w[i][1]),
+        },
+      )
     layer = dense_layers.ParallelLayer(
-        layer_classes=(dense_layers.DenseReluDense(hidden_size=D_FF),
-                       dense_layers.DenseReluDense(hidden_size=D_FF,
-                                                   activation="tanh")))
+      layer_classes=(
+        dense_layers.DenseReluDense(hidden_size=D_FF),
+        dense_layers.DenseReluDense(hidden_size=D_FF, activation="tanh"),
+      )
+    )
     x = mtf.import_tf_tensor(mesh, X, [BATCH, LENGTH, D_MODEL])
     y = layer.call(_context(mesh), x)
     seen.update(_var_shapes(mesh.graph))
@@ -298,18 +360,23 @@ def test_parallel_layer_sums_outputs_in_scopes():
   (y,) = mtu.run_program(build)
   expected = _relu(X @ w[0][0]) @ w[0][1] + np.tanh(X @ w[1][0]) @ w[1][1]
   np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
-  assert sorted(seen) == ["parallel_layer_%d/%s/kernel" % (i, n)
-                          for i in range(2) for n in ("wi", "wo")]
+  assert sorted(seen) == [
+    "parallel_layer_%d/%s/kernel" % (i, n)
+    for i in range(2)
+    for n in ("wi", "wo")
+  ]
 
 
 def test_parallel_layer_instantiates_classes_with_gin():
   gin.clear_config()
   try:
     gin.parse_config(
-        "mesh_tensorflow.transformer.transformer_layers.DenseReluDense"
-        ".hidden_size = 5")
+      "mesh_tensorflow.transformer.transformer_layers.DenseReluDense"
+      ".hidden_size = 5"
+    )
     layer = dense_layers.ParallelLayer(
-        layer_classes=(dense_layers.DenseReluDense,), use_scope=False)
+      layer_classes=(dense_layers.DenseReluDense,), use_scope=False
+    )
   finally:
     gin.clear_config()
   assert [l.hidden_size for l in layer.layer_classes] == [5]
@@ -323,8 +390,9 @@ def test_gin_and_exports():
   gin.clear_config()
   try:
     gin.parse_config(
-        "mesh_tensorflow.transformer.transformer_layers.DenseReluDense"
-        ".activation = ['gelu', 'linear']")
+      "mesh_tensorflow.transformer.transformer_layers.DenseReluDense"
+      ".activation = ['gelu', 'linear']"
+    )
     assert dense_layers.DenseReluDense().activation == ["gelu", "linear"]
   finally:
     gin.clear_config()

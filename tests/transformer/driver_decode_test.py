@@ -35,19 +35,22 @@ def test_encode_inputs_appends_eos_pads_and_fills_batches():
   assert got.dtype == np.int32
   # An LM continues its input: no EOS.
   np.testing.assert_array_equal(
-      utils.encode_inputs([" ab "], BYTES, "lm", 1, 4), [_ids("ab") + [0, 0]])
+    utils.encode_inputs([" ab "], BYTES, "lm", 1, 4), [_ids("ab") + [0, 0]]
+  )
   # An unscored prefix is encoded in front with negated ids.
   np.testing.assert_array_equal(
-      utils.encode_inputs(["b"], BYTES, "lm", 1, 4, unscored_prefix="a"),
-      [[-_ids("a")[0]] + _ids("b") + [0, 0]])
+    utils.encode_inputs(["b"], BYTES, "lm", 1, 4, unscored_prefix="a"),
+    [[-_ids("a")[0]] + _ids("b") + [0, 0]],
+  )
 
 
 def test_encode_delimited_lm_joins_input_and_target():
   got = utils.encode_delimited_lm(["ab"], ["c"], BYTES, 2, 8)
   row = _ids("ab") + [1] + _ids("c") + [1, 0, 0, 0]
   np.testing.assert_array_equal(got, [row, row])
-  got = utils.encode_delimited_lm(["ab"], ["c"], BYTES, 1, 8,
-                                  include_final_eos=False)
+  got = utils.encode_delimited_lm(
+    ["ab"], ["c"], BYTES, 1, 8, include_final_eos=False
+  )
   np.testing.assert_array_equal(got, [_ids("ab") + [1] + _ids("c") + [0] * 4])
   with pytest.raises(ValueError, match="1 inputs but 2 targets"):
     utils.encode_delimited_lm(["a"], ["b", "c"], BYTES, 1, 8)
@@ -68,11 +71,18 @@ def test_lines_round_trip_and_comments(tmp_path):
 def model_dir(tmp_path_factory):
   """A checkpoint at step 1 of the tiny byte-vocabulary Bitransformer."""
   directory = tmp_path_factory.mktemp("model")
-  est = dtu.estimator(directory, mesh=dtu.MESH_1, vocabulary=BYTES,
-                       save_checkpoints_steps=0)
+  est = dtu.estimator(
+    directory, mesh=dtu.MESH_1, vocabulary=BYTES, save_checkpoints_steps=0
+  )
   ids = utils.encode_inputs(STRINGS, BYTES, "bitransformer", 8, 8)
-  est.train(lambda: tf.data.Dataset.from_tensor_slices(
-      {"inputs": ids, "targets": ids}).repeat().batch(8), 1)
+  est.train(
+    lambda: (
+      tf.data.Dataset.from_tensor_slices({"inputs": ids, "targets": ids})
+      .repeat()
+      .batch(8)
+    ),
+    1,
+  )
   return directory
 
 
@@ -86,28 +96,39 @@ def test_decode_from_file_writes_decodes_per_step(est, model_dir, tmp_path):
   inputs.write_text("\n".join(STRINGS) + "\n")
   out = str(tmp_path / "out" / "decodes")
   decodes = utils.decode_from_file(
-      est, BYTES, "bitransformer", 8, 8, input_filename=str(inputs),
-      output_filename=out, repeats=2)
-  assert decodes == [d for d in utils.decode_strings(est, STRINGS)
-                     for _ in range(2)]
+    est,
+    BYTES,
+    "bitransformer",
+    8,
+    8,
+    input_filename=str(inputs),
+    output_filename=out,
+    repeats=2,
+  )
+  assert decodes == [
+    d for d in utils.decode_strings(est, STRINGS) for _ in range(2)
+  ]
   assert utils.get_inputs_from_file(out + "-1") == decodes
   # decode() reads an input_fn of examples (or of batches) the same way.
   ids = utils.encode_inputs(STRINGS, BYTES, "bitransformer", 1, 8)
   examples = lambda: tf.data.Dataset.from_tensor_slices({"inputs": ids})
   assert utils.decode(est, examples, BYTES) == decodes[::2]
-  assert utils.decode(est, lambda params: examples().batch(4),
-                      BYTES) == decodes[::2]
+  assert (
+    utils.decode(est, lambda params: examples().batch(4), BYTES) == decodes[::2]
+  )
 
 
 def _exact_match(targets, predictions):
-  return {"exact_match": np.mean([t == p for t, p in zip(targets,
-                                                         predictions)])}
+  return {
+    "exact_match": np.mean([t == p for t, p in zip(targets, predictions)])
+  }
 
 
 def _reverse_examples(strings):
   x = utils.encode_inputs(strings, BYTES, "bitransformer", 1, 8)
-  y = utils.encode_inputs([s[::-1] for s in strings], BYTES, "bitransformer",
-                          1, 8)
+  y = utils.encode_inputs(
+    [s[::-1] for s in strings], BYTES, "bitransformer", 1, 8
+  )
   return {"inputs": x, "targets": y}
 
 
@@ -117,15 +138,25 @@ def test_decode_from_dataset_writes_files_and_metrics(est, tmp_path, capsys):
 
   def infer_dataset_fn(sequence_length, vocabulary, dataset_split):
     seen.update(length=sequence_length, split=dataset_split)
-    return [dataset_lib.EvalDataset(
-        "rev", lambda: tf.data.Dataset.from_tensor_slices(examples),
+    return [
+      dataset_lib.EvalDataset(
+        "rev",
+        lambda: tf.data.Dataset.from_tensor_slices(examples),
         lambda s, example=None, is_target=False: s.upper(),
-        [_exact_match])]
+        [_exact_match],
+      )
+    ]
 
   out_dir = str(tmp_path / "decodes")
   results = utils.decode_from_dataset(
-      est, BYTES, "bitransformer", 8, {"inputs": 8, "targets": 8},
-      infer_dataset_fn=infer_dataset_fn, decode_output_dir=out_dir)
+    est,
+    BYTES,
+    "bitransformer",
+    8,
+    {"inputs": 8, "targets": 8},
+    infer_dataset_fn=infer_dataset_fn,
+    decode_output_dir=out_dir,
+  )
   assert seen["split"] == "validation"
   predictions = utils.decode_strings(est, STRINGS)
   assert results == {"rev": predictions}
@@ -133,10 +164,12 @@ def test_decode_from_dataset_writes_files_and_metrics(est, tmp_path, capsys):
   assert read("rev_predictions-1") == predictions
   assert read("rev_inputs") == STRINGS
   assert read("rev_targets") == [s[::-1] for s in STRINGS]
-  want = np.mean([p.upper() == s[::-1].upper()
-                  for p, s in zip(predictions, STRINGS)])
+  want = np.mean(
+    [p.upper() == s[::-1].upper() for p, s in zip(predictions, STRINGS)]
+  )
   assert "decode rev (step 1): exact_match %.4f" % want in (
-      capsys.readouterr().out)
+    capsys.readouterr().out
+  )
 
 
 def test_scores_agree_across_entry_points(est, model_dir, tmp_path):
@@ -145,84 +178,153 @@ def test_scores_agree_across_entry_points(est, model_dir, tmp_path):
   scores = utils.compute_log_likelihoods(est, dataset)
   assert len(scores) == len(STRINGS) and all(s < 0 for s in scores)
   # Batching, padding and order do not change a row's score.
-  alone = utils.compute_log_likelihoods(
-      est, lambda: dataset().skip(3).take(1))
+  alone = utils.compute_log_likelihoods(est, lambda: dataset().skip(3).take(1))
   np.testing.assert_allclose(alone, scores[3:4], rtol=1e-5)
   reversed_scores = utils.compute_log_likelihoods(
-      est, lambda: tf.data.Dataset.from_tensor_slices(
-          {k: v[::-1] for k, v in examples.items()}))
+    est,
+    lambda: tf.data.Dataset.from_tensor_slices(
+      {k: v[::-1] for k, v in examples.items()}
+    ),
+  )
   np.testing.assert_allclose(reversed_scores, scores[::-1], rtol=1e-5)
   # The summed scores are minus the teacher-forced loss times the tokens.
   metrics = utils.evaluate_dataset(est, dataset(), est.sequence_length, 8)
-  np.testing.assert_allclose(sum(scores),
-                             -metrics["loss"] * metrics["num_eval_tokens"],
-                             rtol=1e-5)
+  np.testing.assert_allclose(
+    sum(scores), -metrics["loss"] * metrics["num_eval_tokens"], rtol=1e-5
+  )
   # score_from_strings (save_scores writes files) and score_from_dataset.
   prefix = str(tmp_path / "scores" / "s")
   saved, saved_inputs, saved_targets = utils.score_from_strings(
-      est, BYTES, "bitransformer", 8, 8, str(model_dir), None,
-      inputs=STRINGS, targets=[s[::-1] for s in STRINGS],
-      score_postprocess_fn=lambda r, v: utils.save_scores(r, v, prefix))
+    est,
+    BYTES,
+    "bitransformer",
+    8,
+    8,
+    str(model_dir),
+    None,
+    inputs=STRINGS,
+    targets=[s[::-1] for s in STRINGS],
+    score_postprocess_fn=lambda r, v: utils.save_scores(r, v, prefix),
+  )
   np.testing.assert_allclose(saved, scores, rtol=1e-5)
   assert saved_inputs == STRINGS
   assert saved_targets == [s[::-1] for s in STRINGS]
-  assert [float(l) for l in utils.get_inputs_from_file(prefix + ".scores")
-         ] == pytest.approx(scores, rel=1e-4)
+  assert [
+    float(l) for l in utils.get_inputs_from_file(prefix + ".scores")
+  ] == pytest.approx(scores, rel=1e-4)
   assert utils.get_inputs_from_file(prefix + ".inputs") == STRINGS
   from_dataset, _, _ = utils.score_from_dataset(
-      est, BYTES, 8, 8, str(model_dir), -1, "validation",
-      score_dataset_fn=lambda **_: dataset(),
-      score_postprocess_fn=utils.save_scores)
+    est,
+    BYTES,
+    8,
+    8,
+    str(model_dir),
+    -1,
+    "validation",
+    score_dataset_fn=lambda **_: dataset(),
+    score_postprocess_fn=utils.save_scores,
+  )
   np.testing.assert_allclose(from_dataset, scores, rtol=1e-5)
   # Without the EOS token the targets are shorter: a higher likelihood.
   no_eos, _, _ = utils.score_from_strings(
-      est, BYTES, "bitransformer", 8, 8, str(model_dir), 1,
-      inputs=STRINGS, targets=[s[::-1] for s in STRINGS],
-      score_postprocess_fn=utils.save_scores, score_eos=False)
+    est,
+    BYTES,
+    "bitransformer",
+    8,
+    8,
+    str(model_dir),
+    1,
+    inputs=STRINGS,
+    targets=[s[::-1] for s in STRINGS],
+    score_postprocess_fn=utils.save_scores,
+    score_eos=False,
+  )
   assert all(a > b for a, b in zip(no_eos, scores))
 
 
 def test_scoring_errors_name_the_problem(est, model_dir):
   with pytest.raises(ValueError, match="2 inputs but 1 targets"):
-    utils.score_from_strings(est, BYTES, "bitransformer", 8, 8,
-                             str(model_dir), None, inputs=["a", "b"],
-                             targets=["a"],
-                             score_postprocess_fn=utils.save_scores)
+    utils.score_from_strings(
+      est,
+      BYTES,
+      "bitransformer",
+      8,
+      8,
+      str(model_dir),
+      None,
+      inputs=["a", "b"],
+      targets=["a"],
+      score_postprocess_fn=utils.save_scores,
+    )
   empty = lambda: tf.data.Dataset.from_tensor_slices({"targets": [[1]]})
-  two = lambda **_: [dataset_lib.EvalDataset(n, empty, None, []) for n in
-                     ("first", "second")]
+  two = lambda **_: [
+    dataset_lib.EvalDataset(n, empty, None, []) for n in ("first", "second")
+  ]
   with pytest.raises(ValueError, match="first.*second"):
-    utils.score_from_dataset(est, BYTES, 8, 8, str(model_dir), None,
-                             "validation", score_dataset_fn=two,
-                             score_postprocess_fn=utils.save_scores)
+    utils.score_from_dataset(
+      est,
+      BYTES,
+      8,
+      8,
+      str(model_dir),
+      None,
+      "validation",
+      score_dataset_fn=two,
+      score_postprocess_fn=utils.save_scores,
+    )
   with pytest.raises(RuntimeError, match="score_postprocess_fn"):  # gin's
-    utils.score_from_dataset(est, BYTES, 8, 8, str(model_dir), None,
-                             "validation", score_dataset_fn=two)
+    utils.score_from_dataset(
+      est, BYTES, 8, 8, str(model_dir), None, "validation", score_dataset_fn=two
+    )
 
 
-def test_eval_model_adds_metric_fns_of_greedy_decodes(est, model_dir,
-                                                      tmp_path, capsys):
+def test_eval_model_adds_metric_fns_of_greedy_decodes(
+  est, model_dir, tmp_path, capsys
+):
   examples = _reverse_examples(STRINGS)
   dataset = lambda: tf.data.Dataset.from_tensor_slices(examples)
-  eval_dataset_fn = lambda **_: [dataset_lib.EvalDataset(
-      "rev", dataset, None, [_exact_match])]
+  eval_dataset_fn = lambda **_: [
+    dataset_lib.EvalDataset("rev", dataset, None, [_exact_match])
+  ]
   summary_dir = str(tmp_path / "summaries")
-  results = utils.eval_model(est, BYTES, 8, 8, "validation", str(model_dir),
-                             eval_dataset_fn, summary_dir, -1)
+  results = utils.eval_model(
+    est,
+    BYTES,
+    8,
+    8,
+    "validation",
+    str(model_dir),
+    eval_dataset_fn,
+    summary_dir,
+    -1,
+  )
   metrics = results["rev"]
   predictions = utils.decode_strings(est, STRINGS)
   assert metrics["exact_match"] == np.mean(
-      [p == s[::-1] for p, s in zip(predictions, STRINGS)])
-  teacher_forced = utils.evaluate_dataset(est, dataset(),
-                                          est.sequence_length, 8)
+    [p == s[::-1] for p, s in zip(predictions, STRINGS)]
+  )
+  teacher_forced = utils.evaluate_dataset(
+    est, dataset(), est.sequence_length, 8
+  )
   for name, value in teacher_forced.items():
     assert metrics[name] == pytest.approx(value, rel=1e-6), name
-  assert utils.get_inputs_from_file(
-      os.path.join(summary_dir, "rev_predictions-1")) == predictions
+  assert (
+    utils.get_inputs_from_file(os.path.join(summary_dir, "rev_predictions-1"))
+    == predictions
+  )
   assert "eval rev (validation, step 1):" in capsys.readouterr().out
   assert tf.io.gfile.glob(os.path.join(summary_dir, "events.out.tfevents*"))
   # eval_with_score: teacher-forced metrics only.
-  scored = utils.eval_model(est, BYTES, 8, 8, "validation", str(model_dir),
-                            eval_dataset_fn, summary_dir, -1,
-                            eval_with_score=True)
+  scored = utils.eval_model(
+    est,
+    BYTES,
+    8,
+    8,
+    "validation",
+    str(model_dir),
+    eval_dataset_fn,
+    summary_dir,
+    -1,
+    eval_with_score=True,
+  )
   assert "exact_match" not in scored["rev"]

@@ -16,32 +16,27 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.transformer import driver_test_util as dtu
 from transformer import learning_rate_schedules
 from transformer import utils
 from transformer._src.driver import decode as driver_decode
-import driver_test_util
-from driver_test_util import BATCH
-from driver_test_util import LENGTH
-from driver_test_util import MESH_1
-from driver_test_util import VOCAB
-from driver_test_util import reverse_data
-from driver_test_util import tiny_gin
 
 tf1 = tf.compat.v1
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+REPO = os.path.dirname(
+  os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
 
 # Trains 3 steps with get_estimator + train_model, scores, decodes, and
 # runs 3 steps of the tpu_estimator_model_fn in a Session; prints the numbers
 # as JSON. argv: "v1" or "v2", a model directory.
 _PROGRAM = textwrap.dedent("""
     import json, os, sys
-    sys.path[:0] = [%(repo)r, os.path.join(%(repo)r, "tests", "transformer")]
+    sys.path[:0] = [%(repo)r]
     import tensorflow as tf
     if sys.argv[1] == "v1":
       tf.compat.v1.disable_v2_behavior()
     tf1 = tf.compat.v1
-    import driver_test_util as u
+    from tests.transformer import driver_test_util as u
     from transformer import utils
     from transformer import vocabulary
 
@@ -93,11 +88,16 @@ _PROGRAM = textwrap.dedent("""
 def _run_program(mode, model_dir):
   env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
   out = subprocess.run(
-      [sys.executable, "-c", _PROGRAM % {"repo": REPO}, mode, model_dir],
-      capture_output=True, text=True, env=env, timeout=600, check=False)
+    [sys.executable, "-c", _PROGRAM % {"repo": REPO}, mode, model_dir],
+    capture_output=True,
+    text=True,
+    env=env,
+    timeout=600,
+    check=False,
+  )
   lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
   assert out.returncode == 0 and lines, out.stderr[-3000:]
-  return json.loads(lines[-1][len("RESULT "):])
+  return json.loads(lines[-1][len("RESULT ") :])
 
 
 @pytest.mark.slow
@@ -107,8 +107,9 @@ def test_legacy_tf1_mode_trains_scores_and_decodes_as_tf2(tmp_path):
   assert v1["step"] == v2["step"] == 3
   np.testing.assert_allclose(v1["train_loss"], v2["train_loss"], rtol=1e-6)
   np.testing.assert_allclose(v1["scores"], v2["scores"], rtol=1e-6)
-  np.testing.assert_allclose(v1["model_fn_losses"], v2["model_fn_losses"],
-                             rtol=1e-6)
+  np.testing.assert_allclose(
+    v1["model_fn_losses"], v2["model_fn_losses"], rtol=1e-6
+  )
   assert v1["decoded"] == v2["decoded"]
   assert np.isfinite(v1["train_loss"]) and len(v1["decoded"]) == 2
   assert len(v1["scores"]) == 4 and all(s < 0 for s in v1["scores"])
@@ -117,16 +118,20 @@ def test_legacy_tf1_mode_trains_scores_and_decodes_as_tf2(tmp_path):
 def test_schedule_of_a_python_step_is_a_tensor_in_a_v1_graph():
   with tf.Graph().as_default():
     rate = learning_rate_schedules.linear_decay_learning_rate(
-        40, 100, initial_lr=0.001, offset=50)
+      40, 100, initial_lr=0.001, offset=50
+    )
     half = learning_rate_schedules.linear_decay_learning_rate(
-        tf.constant(50), 100, initial_lr=0.001)
+      tf.constant(50), 100, initial_lr=0.001
+    )
     assert isinstance(rate, tf.Tensor) and rate.dtype == tf.float32
     with tf1.Session() as session:
-      np.testing.assert_allclose(session.run([rate, half]), [0.001, 0.0005],
-                                 rtol=1e-6)
+      np.testing.assert_allclose(
+        session.run([rate, half]), [0.001, 0.0005], rtol=1e-6
+      )
   # Eagerly, a Python step still gives a Python float.
   assert learning_rate_schedules.linear_decay_learning_rate(
-      50, 100, initial_lr=0.001) == pytest.approx(0.0005)
+    50, 100, initial_lr=0.001
+  ) == pytest.approx(0.0005)
 
 
 def test_gin_file_found_on_gins_own_search_path(tmp_path, monkeypatch):
@@ -134,39 +139,44 @@ def test_gin_file_found_on_gins_own_search_path(tmp_path, monkeypatch):
   (tmp_path / "launcher" / "tiny.gin").write_text("d_model = 24\n")
   monkeypatch.chdir(tmp_path)  # not found relative to the working directory
   gin.add_config_file_search_path(str(tmp_path / "launcher"))
-  utils.parse_gin_defaults_and_flags(gin_files=["tiny.gin"],
-                                     finalize_config=False)
+  utils.parse_gin_defaults_and_flags(
+    gin_files=["tiny.gin"], finalize_config=False
+  )
   assert gin.query_parameter("%d_model") == 24
   with pytest.raises(OSError, match="no_such.gin"):
-    utils.parse_gin_defaults_and_flags(gin_files=["no_such.gin"],
-                                       finalize_config=False)
+    utils.parse_gin_defaults_and_flags(
+      gin_files=["no_such.gin"], finalize_config=False
+    )
 
 
 def test_init_checkpoint_restores_the_global_step(tmp_path):
   """Fine-tuning goes on from the pretrained step, as the original's did."""
-  pretrained = driver_test_util.estimator(tmp_path / "pretrained",
-                                          mesh=MESH_1)
-  pretrained.train(driver_test_util.input_fn, 3)
-  finetune = driver_test_util.estimator(
-      tmp_path / "finetune", mesh=MESH_1,
-      init_checkpoint=pretrained.latest_checkpoint())
+  pretrained = dtu.estimator(tmp_path / "pretrained", mesh=dtu.MESH_1)
+  pretrained.train(dtu.input_fn, 3)
+  finetune = dtu.estimator(
+    tmp_path / "finetune",
+    mesh=dtu.MESH_1,
+    init_checkpoint=pretrained.latest_checkpoint(),
+  )
   # train_steps counts from the pretrained step: 2 fine-tuning steps.
-  out = finetune.train(driver_test_util.input_fn, 5)
+  out = finetune.train(dtu.input_fn, 5)
   assert out["step"] == 5
   assert finetune.latest_checkpoint().endswith("model.ckpt-5")
   assert not os.path.exists(tmp_path / "finetune" / "model.ckpt-2.index")
   # Nothing left to train when train_steps <= the pretrained step (from 0,
   # 3 steps would run and report their loss).
-  again = driver_test_util.estimator(
-      tmp_path / "again", mesh=MESH_1,
-      init_checkpoint=pretrained.latest_checkpoint())
-  assert again.train(driver_test_util.input_fn, 3) == {"step": 3}
+  again = dtu.estimator(
+    tmp_path / "again",
+    mesh=dtu.MESH_1,
+    init_checkpoint=pretrained.latest_checkpoint(),
+  )
+  assert again.train(dtu.input_fn, 3) == {"step": 3}
 
 
 class _Chars:
   """A vocabulary whose ids 3.. are the letters a..; 0 pads, 1 is EOS."""
 
-  vocab_size = VOCAB
+  vocab_size = dtu.VOCAB
 
   def decode(self, ids):
     return "".join(chr(ord("a") + i - 3) for i in ids if i >= 3)
@@ -174,10 +184,17 @@ class _Chars:
 
 def _results():
   return [
-      {"inputs": np.array([3, 4, 1, 0]), "targets": np.array([5, 1, 0, 0]),
-       "scores": -1.5},
-      {"inputs": np.array([6, 1, 0, 0]), "targets": np.array([3, 4, 5, 1]),
-       "scores": -0.25}]
+    {
+      "inputs": np.array([3, 4, 1, 0]),
+      "targets": np.array([5, 1, 0, 0]),
+      "scores": -1.5,
+    },
+    {
+      "inputs": np.array([6, 1, 0, 0]),
+      "targets": np.array([3, 4, 5, 1]),
+      "scores": -0.25,
+    },
+  ]
 
 
 def test_save_scores_returns_and_writes_what_the_original_did(tmp_path):
@@ -193,49 +210,74 @@ def test_save_scores_returns_and_writes_what_the_original_did(tmp_path):
   lm = [{k: v for k, v in r.items() if k != "inputs"} for r in _results()]
   assert utils.save_scores(lm, _Chars()) == ([-1.5, -0.25], ["c", "abc"])
   assert utils.save_scores(lm, _Chars(), save_example_text=False) == [
-      -1.5, -0.25]
+    -1.5,
+    -0.25,
+  ]
   with pytest.raises(ValueError, match="No examples"):
     utils.save_scores([], _Chars())
 
 
 def test_save_scores_to_tfrecords_and_the_lazy_scorer_write_shards(
-    tmp_path, monkeypatch):
+  tmp_path, monkeypatch
+):
   prefix = str(tmp_path / "scores")
   utils.save_scores_to_tfrecords(_results(), _Chars(), prefix, shard_idx=3)
-  records = [tf.train.Example.FromString(r.numpy()) for r in
-             tf.data.TFRecordDataset(prefix + "_3.tfrecord")]
+  records = [
+    tf.train.Example.FromString(r.numpy())
+    for r in tf.data.TFRecordDataset(prefix + "_3.tfrecord")
+  ]
   feature = lambda r, k: r.features.feature[k]
   assert [feature(r, "input").bytes_list.value[0] for r in records] == [
-      b"ab", b"d"]
+    b"ab",
+    b"d",
+  ]
   assert [feature(r, "target").bytes_list.value[0] for r in records] == [
-      b"c", b"abc"]
+    b"c",
+    b"abc",
+  ]
   np.testing.assert_allclose(
-      [feature(r, "score").float_list.value[0] for r in records],
-      [-1.5, -0.25])
+    [feature(r, "score").float_list.value[0] for r in records], [-1.5, -0.25]
+  )
   # The lazy scorer post-processes in shards of num_examples_per_shard.
   results = _results() * 3
   monkeypatch.setattr(
-      driver_decode, "score_with_estimator",
-      lambda *args, **kwargs: args[5](results, args[4]))
+    driver_decode,
+    "score_with_estimator",
+    lambda *args, **kwargs: args[5](results, args[4]),
+  )
   shards = []
   utils.score_with_estimator_lazy(
-      None, None, None, None, _Chars(),
-      score_postprocess_fn=lambda r, v, shard_idx: shards.append(
-          (shard_idx, len(r))), num_examples_per_shard=4)
+    None,
+    None,
+    None,
+    None,
+    _Chars(),
+    score_postprocess_fn=lambda r, v, shard_idx: shards.append(
+      (shard_idx, len(r))
+    ),
+    num_examples_per_shard=4,
+  )
   assert shards == [(0, 4), (1, 2)]
 
 
 def test_eval_model_and_run_signatures_follow_the_original():
   import inspect  # pylint: disable=g-import-not-at-top
+
   params = inspect.signature(utils.eval_model).parameters
   names = list(params)
-  assert names[names.index("output_eval_examples") + 1:][:2] == [
-      "eval_dir_suffix", "score_with_estimator_fn"]
+  assert names[names.index("output_eval_examples") + 1 :][:2] == [
+    "eval_dir_suffix",
+    "score_with_estimator_fn",
+  ]
   assert params["score_with_estimator_fn"].default is (
-      utils.score_with_estimator)
+    utils.score_with_estimator
+  )
   assert params["max_batches"].kind is inspect.Parameter.KEYWORD_ONLY
-  assert inspect.signature(utils.run).parameters[
-      "eval_dir_suffix"].default is None
+  assert (
+    inspect.signature(utils.run).parameters["eval_dir_suffix"].default is None
+  )
   for fn in (utils.score_from_strings, utils.score_from_dataset):
-    assert inspect.signature(fn).parameters[
-        "score_with_estimator_fn"].default is utils.score_with_estimator
+    assert (
+      inspect.signature(fn).parameters["score_with_estimator_fn"].default
+      is utils.score_with_estimator
+    )

@@ -20,20 +20,36 @@ tf1 = tf.compat.v1
 def _model_fn(tmp_path, mesh=dtu.MESH_2X2, **kwargs):
   dtu.tiny_gin("utils.get_variable_dtype.activation_dtype = 'float32'")
   mesh_shape, layout = mesh
-  model = utils.build_model("bitransformer", input_vocab_size=dtu.VOCAB,
-                            output_vocab_size=dtu.VOCAB, layout_rules=layout,
-                            mesh_shape=mesh_shape)
+  model = utils.build_model(
+    "bitransformer",
+    input_vocab_size=dtu.VOCAB,
+    output_vocab_size=dtu.VOCAB,
+    layout_rules=layout,
+    mesh_shape=mesh_shape,
+  )
   return utils.tpu_estimator_model_fn(
-      "bitransformer", model, None, str(tmp_path), False, mesh_shape, layout,
-      dtu.BATCH, dtu.LENGTH, True, None, 100,
-      learning_rate_schedule=lambda step: 0.01 + 0.0 * tf.cast(step,
-                                                               tf.float32),
-      optimizer=None, **kwargs)
+    "bitransformer",
+    model,
+    None,
+    str(tmp_path),
+    False,
+    mesh_shape,
+    layout,
+    dtu.BATCH,
+    dtu.LENGTH,
+    True,
+    None,
+    100,
+    learning_rate_schedule=lambda step: 0.01 + 0.0 * tf.cast(step, tf.float32),
+    optimizer=None,
+    **kwargs,
+  )
 
 
 def _start(session, specs):
-  session.run([tf1.global_variables_initializer(),
-               tf1.local_variables_initializer()])
+  session.run(
+    [tf1.global_variables_initializer(), tf1.local_variables_initializer()]
+  )
   for spec in specs:
     for hook in spec.hooks:
       hook.begin()
@@ -51,8 +67,7 @@ def test_train_eval_and_predict_in_one_v1_graph(tmp_path):
     assert train.mode == "train" and train.saver_listener is not None
     with tf1.Session() as session:
       _start(session, [train])
-      losses = [session.run([train.train_op, train.loss])[1]
-                for _ in range(30)]
+      losses = [session.run([train.train_op, train.loss])[1] for _ in range(30)]
       assert losses[-1] < 0.7 * losses[0]
       step = tf1.train.get_global_step()
       assert session.run(step) == 30
@@ -85,13 +100,16 @@ def test_scores_in_predict_mode_match_eval_perplexity(tmp_path):
     with tf1.Session() as session:
       _start(session, [evaluate, score])
       session.run({k: v[1] for k, v in evaluate.eval_metric_ops.items()})
-      metrics = session.run({k: v[0] for k, v in
-                             evaluate.eval_metric_ops.items()})
+      metrics = session.run(
+        {k: v[0] for k, v in evaluate.eval_metric_ops.items()}
+      )
       scores = session.run(score.predictions["scores"])
   assert scores.shape == (dtu.BATCH,)
   np.testing.assert_allclose(
-      scores.sum(), metrics["neg_log_perplexity"] * metrics["num_eval_tokens"],
-      rtol=1e-5)
+    scores.sum(),
+    metrics["neg_log_perplexity"] * metrics["num_eval_tokens"],
+    rtol=1e-5,
+  )
 
 
 def test_unknown_mode_is_named(tmp_path):
@@ -99,8 +117,9 @@ def test_unknown_mode_is_named(tmp_path):
   x, y = dtu.reverse_data(dtu.BATCH)
   with tf.Graph().as_default():
     with pytest.raises(ValueError, match="unknown mode 'training'"):
-      model_fn({"inputs": tf.constant(x), "targets": tf.constant(y)}, None,
-               "training")
+      model_fn(
+        {"inputs": tf.constant(x), "targets": tf.constant(y)}, None, "training"
+      )
 
 
 def test_metric_sum_and_max_accumulate():
@@ -124,9 +143,26 @@ utils.tpu_estimator_model_fn.outer_batch_size = 2
 utils.tpu_estimator_model_fn.init_variable_filter = "encoder/.*"
 """)
   est = utils.get_estimator(
-      "bitransformer", _vocab(), "", "", str(tmp_path), dtu.BATCH,
-      dtu.LENGTH, True, None, None, 100, None, None, None, None, False, None,
-      100, None)
+    "bitransformer",
+    _vocab(),
+    "",
+    "",
+    str(tmp_path),
+    dtu.BATCH,
+    dtu.LENGTH,
+    True,
+    None,
+    None,
+    100,
+    None,
+    None,
+    None,
+    None,
+    False,
+    None,
+    100,
+    None,
+  )
   assert est.outer_batch_size == 2
   assert est.init_variable_filter == "encoder/.*"
   assert [d.size for d in est.batch_dims()] == [2, dtu.BATCH // 2]
@@ -135,7 +171,7 @@ utils.tpu_estimator_model_fn.init_variable_filter = "encoder/.*"
     gin.parse_config("utils.tpu_estimator_model_fn.predict_fn = None")
 
 
-class _vocab:  # pylint: disable=invalid-name
+class _vocab:  # noqa: N801  pylint: disable=invalid-name
   vocab_size = dtu.VOCAB
 
 

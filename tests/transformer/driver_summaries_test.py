@@ -15,8 +15,9 @@ import tensorflow as tf
 
 from tests.transformer import driver_test_util as dtu
 
-PROGRESS = re.compile(r"^step (\d+)/\d+  loss ([\d.]+)  lr ([\d.e-]+)",
-                      re.MULTILINE)
+PROGRESS = re.compile(
+  r"^step (\d+)/\d+  loss ([\d.]+)  lr ([\d.e-]+)", re.MULTILINE
+)
 
 
 def _read_scalars(log_dir):
@@ -39,15 +40,22 @@ def _read_scalars(log_dir):
 
 @pytest.mark.slow
 def test_train_summaries_hold_the_logged_loss_and_learning_rate(
-    tmp_path, capsys):
+  tmp_path, capsys
+):
   est = dtu.estimator(tmp_path, save_checkpoints_steps=0)  # reports every 10
   last = est.train(dtu.input_fn, 30)
-  printed = {int(step): (float(loss), float(lr)) for step, loss, lr
-             in PROGRESS.findall(capsys.readouterr().out)}
+  printed = {
+    int(step): (float(loss), float(lr))
+    for step, loss, lr in PROGRESS.findall(capsys.readouterr().out)
+  }
   scalars = _read_scalars(tmp_path)
 
-  assert set(scalars) == {"loss", "learning_rate", "tokens_per_second",
-                          "steps_per_second"}
+  assert set(scalars) == {
+    "loss",
+    "learning_rate",
+    "tokens_per_second",
+    "steps_per_second",
+  }
   assert sorted(scalars["loss"]) == sorted(printed) == [10, 20, 30]
   for tag, values in scalars.items():
     assert all(math.isfinite(v) for v in values.values()), tag
@@ -59,4 +67,3 @@ def test_train_summaries_hold_the_logged_loss_and_learning_rate(
   assert list(scalars["learning_rate"].values()) == [pytest.approx(0.01)] * 3
   assert scalars["loss"][30] < scalars["loss"][10]
   assert all(v > 0 for v in scalars["tokens_per_second"].values())
-

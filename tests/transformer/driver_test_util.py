@@ -26,7 +26,8 @@ MESH_1 = ("", "")
 def tiny_gin(extra: str = "") -> None:
   gin.clear_config()
   gin.parse_config_files_and_bindings(
-      [os.path.join(utils.config_dir(), "defaults.gin")], """
+    [os.path.join(utils.config_dir(), "defaults.gin")],
+    """
 num_layers = 1
 d_model = 16
 d_ff = 32
@@ -34,7 +35,10 @@ num_heads = 2
 d_kv = 8
 dropout_rate = 0.0
 transformer.Unitransformer.max_length = 8
-""" + extra, finalize_config=False)
+"""
+    + extra,
+    finalize_config=False,
+  )
 
 
 def reverse_data(n=64, seed=0):
@@ -47,36 +51,60 @@ def reverse_data(n=64, seed=0):
   return x, y
 
 
-def estimator(model_dir, mesh=MESH_2X2, master_dtype="float32",
-              activation_dtype="float32", vocabulary=None, gin_extra="",
-              **kwargs) -> driver.Estimator:
+def estimator(
+  model_dir,
+  mesh=MESH_2X2,
+  master_dtype="float32",
+  activation_dtype="float32",
+  vocabulary=None,
+  gin_extra="",
+  **kwargs,
+) -> driver.Estimator:
   """A tiny Bitransformer estimator with a constant 0.01 learning rate."""
   tiny_gin(gin_extra)
   mesh_shape, layout = mesh
   vocab_size = vocabulary.vocab_size if vocabulary else VOCAB
-  model = utils.build_model("bitransformer", input_vocab_size=vocab_size,
-                            output_vocab_size=vocab_size, layout_rules=layout,
-                            mesh_shape=mesh_shape)
+  model = utils.build_model(
+    "bitransformer",
+    input_vocab_size=vocab_size,
+    output_vocab_size=vocab_size,
+    layout_rules=layout,
+    mesh_shape=mesh_shape,
+  )
   schedule = functools.partial(
-      learning_rate_schedules.constant_learning_rate, learning_rate=0.01,
-      total_train_steps=100)
+    learning_rate_schedules.constant_learning_rate,
+    learning_rate=0.01,
+    total_train_steps=100,
+  )
   kwargs.setdefault("learning_rate_schedule", schedule)
   return driver.Estimator(
-      "bitransformer", model, vocabulary, str(model_dir), mesh_shape, layout,
-      kwargs.pop("batch_size", BATCH), kwargs.pop("sequence_length", LENGTH),
-      log_every_steps=10,
-      variable_dtype=utils.get_variable_dtype(
-          master_dtype=master_dtype, activation_dtype=activation_dtype),
-      **kwargs)
+    "bitransformer",
+    model,
+    vocabulary,
+    str(model_dir),
+    mesh_shape,
+    layout,
+    kwargs.pop("batch_size", BATCH),
+    kwargs.pop("sequence_length", LENGTH),
+    log_every_steps=10,
+    variable_dtype=utils.get_variable_dtype(
+      master_dtype=master_dtype, activation_dtype=activation_dtype
+    ),
+    **kwargs,
+  )
 
 
 def input_fn(batch=BATCH):
   x, y = reverse_data()
-  return tf.data.Dataset.from_tensor_slices(
-      {"inputs": x, "targets": y}).repeat().batch(batch, drop_remainder=True)
+  return (
+    tf.data.Dataset.from_tensor_slices({"inputs": x, "targets": y})
+    .repeat()
+    .batch(batch, drop_remainder=True)
+  )
 
 
 def eval_dataset(n=16):
   x, y = reverse_data(n, seed=1)
-  return tf.data.Dataset.from_tensor_slices(
-      {"inputs": x, "targets": y}).batch(BATCH)
+  return tf.data.Dataset.from_tensor_slices({"inputs": x, "targets": y}).batch(
+    BATCH
+  )

@@ -19,12 +19,26 @@ def test_vocab_embedding_matches_numpy(scale_like_classifier):
     vocab, d_model = mtf.Dimension("vocab", 8), mtf.Dimension("d_model", 4)
     batch, length = mtf.Dimension("batch", 2), mtf.Dimension("length", 3)
     emb = transformer.VocabEmbedding(
-        mesh, vocab, d_model, mtf.VariableDType(tf.float32), "embedding",
-        None, scale_variable_like_classifier_weights=scale_like_classifier)
-    x = emb.ids_to_embedding(mtf.import_fully_replicated(
-        mesh, tf.constant(ids), mtf.Shape([batch, length])), None)
-    logits = emb.hidden_to_logits(mtf.import_fully_replicated(
-        mesh, tf.constant(hidden), mtf.Shape([batch, length, d_model])), None)
+      mesh,
+      vocab,
+      d_model,
+      mtf.VariableDType(tf.float32),
+      "embedding",
+      None,
+      scale_variable_like_classifier_weights=scale_like_classifier,
+    )
+    x = emb.ids_to_embedding(
+      mtf.import_fully_replicated(
+        mesh, tf.constant(ids), mtf.Shape([batch, length])
+      ),
+      None,
+    )
+    logits = emb.hidden_to_logits(
+      mtf.import_fully_replicated(
+        mesh, tf.constant(hidden), mtf.Shape([batch, length, d_model])
+      ),
+      None,
+    )
     table = mesh.graph.name_to_variable["embedding"].outputs[0]
     return [x, logits, table]
 
@@ -32,9 +46,12 @@ def test_vocab_embedding_matches_numpy(scale_like_classifier):
   assert table.shape == (8, 4)
   factor = 2.0 if scale_like_classifier else 1.0
   np.testing.assert_allclose(x, table[ids] * factor, rtol=1e-6)
-  np.testing.assert_allclose(logits, hidden * (1.0 if scale_like_classifier
-                                                else 0.5) @ table.T, rtol=1e-5,
-                             atol=1e-6)
+  np.testing.assert_allclose(
+    logits,
+    hidden * (1.0 if scale_like_classifier else 0.5) @ table.T,
+    rtol=1e-5,
+    atol=1e-6,
+  )
   # Initial stddev 1 (or d_model**-0.5): check the scale roughly.
   assert 0.2 < table.std() * factor < 2.5
 

@@ -28,13 +28,18 @@ _RNG = np.random.RandomState(1)
 X = (_RNG.randn(2, 8, 8) + _RNG.randn(8)).astype(np.float32)
 ENC = _RNG.randn(2, 4, 8).astype(np.float32)
 
-MOE_KWARGS = dict(num_experts=4, hidden_size=16, group_size=8,
-                  capacity_factor_train=1.0, min_expert_capacity=1,
-                  switch_policy_train="argmax", loss_coef=0.5)
+MOE_KWARGS = dict(
+  num_experts=4,
+  hidden_size=16,
+  group_size=8,
+  capacity_factor_train=1.0,
+  min_expert_capacity=1,
+  switch_policy_train="argmax",
+  loss_coef=0.5,
+)
 
 
 class _Model:
-
   def __init__(self, layout="", mesh_shape=""):
     self.model_dim = D_MODEL
     self.layout = layout
@@ -47,11 +52,19 @@ class _Model:
 
 def _program(layer_cls, layer_kwargs, layout="", mesh_shape="", names=None):
   def build(mesh):
-    context = Context(_Model(layout, mesh_shape), mesh, [BATCH], LENGTH,
-                      mtf.VariableDType(), mode="train", losses=[])
+    context = Context(
+      _Model(layout, mesh_shape),
+      mesh,
+      [BATCH],
+      LENGTH,
+      mtf.VariableDType(),
+      mode="train",
+      losses=[],
+    )
     x = mtf.import_tf_tensor(mesh, X, [BATCH, LENGTH, D_MODEL])
-    context.encoder_output = mtf.import_tf_tensor(mesh, ENC,
-                                                  [BATCH, MEMORY, D_MODEL])
+    context.encoder_output = mtf.import_tf_tensor(
+      mesh, ENC, [BATCH, MEMORY, D_MODEL]
+    )
     with tf.compat.v1.variable_scope(layer_cls.__name__):
       y = layer_cls(**layer_kwargs).call(context, x)
     variables = {v.name.split("/", 1)[1]: v for v in mesh.graph.all_variables}
@@ -59,6 +72,7 @@ def _program(layer_cls, layer_kwargs, layout="", mesh_shape="", names=None):
       names[:] = sorted((k, v.shape.to_string) for k, v in variables.items())
     loss = mtf.add_n(context.losses)
     return [y, loss] + [variables[k].outputs[0] for k in sorted(variables)]
+
   return build
 
 
@@ -79,11 +93,13 @@ def np_switch_experts(x, gate_w, wi, wos, capacity, group_size=8):
   losses = []
   num_experts = gate_w.shape[-1]
   for start in range(0, flat.shape[0], group_size):
-    xs = flat[start:start + group_size]
+    xs = flat[start : start + group_size]
     probs = _softmax(xs @ gate_w)
     first = np.argmax(probs, -1)
-    losses.append(np.mean(probs.mean(0) * np.eye(num_experts)[first].mean(0))
-                  * num_experts ** 2)
+    losses.append(
+      np.mean(probs.mean(0) * np.eye(num_experts)[first].mean(0))
+      * num_experts**2
+    )
     used = np.zeros(num_experts, int)
     for t, e in enumerate(first):
       if used[e] < capacity:
@@ -107,8 +123,13 @@ def np_attention(q, kv, wo):
 
 
 def _self_attention_kwargs(**extra):
-  kwargs = dict(MOE_KWARGS, num_heads=HEADS, key_value_size=D_KV,
-                shared_kv=True, moe_gating="switch")
+  kwargs = dict(
+    MOE_KWARGS,
+    num_heads=HEADS,
+    key_value_size=D_KV,
+    shared_kv=True,
+    moe_gating="switch",
+  )
   kwargs.update(extra)
   return kwargs
 
@@ -120,18 +141,23 @@ def _expected_self_attention(outs):
 
 
 VARIABLES_QKV = [
-    ("kv/kernel", "Shape[experts=4, expert_hidden=16, d_model=8]"),
-    ("o", "Shape[heads=8, d_model=8]"),
-    ("q/kernel", "Shape[experts=4, expert_hidden=16, d_model=8]"),
-    ("switch_gating/kernel", "Shape[d_model=8, expert_unsplit=4]"),
-    ("wi/kernel", "Shape[experts=4, d_model=8, expert_hidden=16]"),
+  ("kv/kernel", "Shape[experts=4, expert_hidden=16, d_model=8]"),
+  ("o", "Shape[heads=8, d_model=8]"),
+  ("q/kernel", "Shape[experts=4, expert_hidden=16, d_model=8]"),
+  ("switch_gating/kernel", "Shape[d_model=8, expert_unsplit=4]"),
+  ("wi/kernel", "Shape[experts=4, d_model=8, expert_hidden=16]"),
 ]
 
 
 def test_experts_self_attention_matches_numpy():
   names = []
-  outs = mtu.run_program(_program(transformer_layers.ExpertsSelfAttention,
-                                  _self_attention_kwargs(), names=names))
+  outs = mtu.run_program(
+    _program(
+      transformer_layers.ExpertsSelfAttention,
+      _self_attention_kwargs(),
+      names=names,
+    )
+  )
   assert names == VARIABLES_QKV
   expected, expected_loss = _expected_self_attention(outs)
   np.testing.assert_allclose(outs[0], expected, rtol=1e-4, atol=1e-5)
@@ -143,73 +169,102 @@ def test_experts_self_attention_same_on_meshes_that_split_experts():
   results = []
   for mesh_shape, layout in meshes.MOE:
     tf.random.set_seed(99)
-    results.append(mtu.run_program(
-        _program(transformer_layers.ExpertsSelfAttention,
-                 _self_attention_kwargs(), layout, mesh_shape),
-        mesh_shape, layout, mode="function"))
+    results.append(
+      mtu.run_program(
+        _program(
+          transformer_layers.ExpertsSelfAttention,
+          _self_attention_kwargs(),
+          layout,
+          mesh_shape,
+        ),
+        mesh_shape,
+        layout,
+        mode="function",
+      )
+    )
   expected, expected_loss = _expected_self_attention(results[0])
   np.testing.assert_allclose(results[0][0], expected, rtol=1e-4, atol=1e-5)
   np.testing.assert_allclose(results[0][1], expected_loss, rtol=1e-5)
   for (mesh_shape, layout), result in zip(meshes.MOE[1:], results[1:]):
-    mtu.assert_all_close(result, results[0],
-                         msg=meshes.mesh_layout_id(mesh_shape, layout))
+    mtu.assert_all_close(
+      result, results[0], msg=meshes.mesh_layout_id(mesh_shape, layout)
+    )
 
 
 def test_experts_enc_dec_attention_kv_by_experts_matches_numpy():
   names = []
-  outs = mtu.run_program(_program(
+  outs = mtu.run_program(
+    _program(
       transformer_layers.ExpertsEncDecAttention,
-      _self_attention_kwargs(expert_computation="kv"), names=names))
+      _self_attention_kwargs(expert_computation="kv"),
+      names=names,
+    )
+  )
   assert names == [
-      ("o", "Shape[heads=8, d_model=8]"),
-      ("q", "Shape[d_model=8, heads=8]"),
-      ("switch_gating/kernel", "Shape[d_model=8, expert_unsplit=4]"),
-      ("wi/kernel", "Shape[experts=4, d_model=8, expert_hidden=16]"),
-      ("wo/kernel", "Shape[experts=4, expert_hidden=16, d_model=8]"),
+    ("o", "Shape[heads=8, d_model=8]"),
+    ("q", "Shape[d_model=8, heads=8]"),
+    ("switch_gating/kernel", "Shape[d_model=8, expert_unsplit=4]"),
+    ("wi/kernel", "Shape[experts=4, d_model=8, expert_hidden=16]"),
+    ("wo/kernel", "Shape[experts=4, expert_hidden=16, d_model=8]"),
   ]
   y, loss, o_w, q_w, gate_w, wi, wo = outs
   # The encoder output (8 positions in all) is one group; capacity 2.
   (kv,), moe_loss = np_switch_experts(ENC, gate_w, wi, [wo], 2)
-  np.testing.assert_allclose(y, np_attention(X @ q_w, kv, o_w),
-                             rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(
+    y, np_attention(X @ q_w, kv, o_w), rtol=1e-4, atol=1e-5
+  )
   np.testing.assert_allclose(loss, 0.5 * moe_loss, rtol=1e-5)
 
 
 def test_experts_enc_dec_attention_qkv_runs_experts_on_the_encoder():
-  outs = mtu.run_program(_program(
-      transformer_layers.ExpertsEncDecAttention, _self_attention_kwargs()))
+  outs = mtu.run_program(
+    _program(
+      transformer_layers.ExpertsEncDecAttention, _self_attention_kwargs()
+    )
+  )
   y, loss, kv_w, o_w, q_w, gate_w, wi = outs
   (q, _), loss_q = np_switch_experts(X, gate_w, wi, [q_w, kv_w], 2)
   (_, kv), loss_kv = np_switch_experts(ENC, gate_w, wi, [q_w, kv_w], 2)
-  np.testing.assert_allclose(y, np_attention(q, kv, o_w), rtol=1e-4,
-                             atol=1e-5)
+  np.testing.assert_allclose(y, np_attention(q, kv, o_w), rtol=1e-4, atol=1e-5)
   # Two MoE calls: two losses.
   np.testing.assert_allclose(loss, 0.5 * (loss_q + loss_kv), rtol=1e-5)
 
 
-@pytest.mark.parametrize("kwargs,match", [
+@pytest.mark.parametrize(
+  "kwargs,match",
+  [
     (dict(shared_kv=False), "shared_kv must be True"),
     (dict(expert_computation="qk"), "unknown expert_computation 'qk'"),
-])
+  ],
+)
 def test_bad_configuration_raises(kwargs, match):
   with pytest.raises(ValueError, match=match):
-    mtu.run_program(_program(transformer_layers.ExpertsSelfAttention,
-                             _self_attention_kwargs(**kwargs)))
+    mtu.run_program(
+      _program(
+        transformer_layers.ExpertsSelfAttention,
+        _self_attention_kwargs(**kwargs),
+      )
+    )
 
 
 def test_registration_and_exports():
   assert issubclass(attention.ExpertsAttentionParams, attention.AttentionParams)
-  assert issubclass(transformer_layers.ExpertsSelfAttention,
-                    transformer_layers.SelfAttention)
-  assert issubclass(transformer_layers.ExpertsEncDecAttention,
-                    transformer_layers.EncDecAttention)
+  assert issubclass(
+    transformer_layers.ExpertsSelfAttention, transformer_layers.SelfAttention
+  )
+  assert issubclass(
+    transformer_layers.ExpertsEncDecAttention,
+    transformer_layers.EncDecAttention,
+  )
   assert "ExpertsAttentionParams" in attention.__all__
   assert {"ExpertsSelfAttention", "ExpertsEncDecAttention"} <= set(
-      transformer_layers.__all__)
+    transformer_layers.__all__
+  )
   with gin.unlock_config():
     gin.parse_config(
-        "mesh_tensorflow.transformer.transformer_layers."
-        "ExpertsSelfAttention.num_experts = 3")
+      "mesh_tensorflow.transformer.transformer_layers."
+      "ExpertsSelfAttention.num_experts = 3"
+    )
   try:
     layer = transformer_layers.ExpertsSelfAttention()
     assert layer._hparams.num_experts == 3

@@ -38,9 +38,15 @@ G = _RNG.normal(size=(B, L, D)).astype(np.float32)  # d loss / d output
 
 def _model():
   return types.SimpleNamespace(
-      model_dim=D_MODEL, ensemble_dims=[], ensemble_dim=None,
-      fully_autoregressive=True, autoregressive=True, layout=None,
-      mesh_shape=None, max_length_dim=LENGTH)
+    model_dim=D_MODEL,
+    ensemble_dims=[],
+    ensemble_dim=None,
+    fully_autoregressive=True,
+    autoregressive=True,
+    layout=None,
+    mesh_shape=None,
+    max_length_dim=LENGTH,
+  )
 
 
 def _imp(mesh, value, dims):
@@ -49,10 +55,19 @@ def _imp(mesh, value, dims):
 
 def _context(mesh, mode="train"):
   pos = mtf.range(mesh, LENGTH, tf.int32)
-  return Context(_model(), mesh, [BATCH], LENGTH, F32, mode=mode,
-                 position=pos, read_priority=pos, write_priority=pos,
-                 encoder_output=_imp(mesh, ENC, [BATCH, MEMORY, D_MODEL]),
-                 losses=[])
+  return Context(
+    _model(),
+    mesh,
+    [BATCH],
+    LENGTH,
+    F32,
+    mode=mode,
+    position=pos,
+    read_priority=pos,
+    write_priority=pos,
+    encoder_output=_imp(mesh, ENC, [BATCH, MEMORY, D_MODEL]),
+    losses=[],
+  )
 
 
 def _softmax(x):
@@ -66,32 +81,43 @@ def _np_attention_context(x, mem, wq, wk, wv, heads, causal, q_scale=1.0):
 
   def split(t):
     return t.reshape(t.shape[:2] + (heads, kv))
+
   q, k, v = split(x @ wq * q_scale), split(mem @ wk), split(mem @ wv)
   logits = np.einsum("bqhk,bmhk->bhqm", q, k)
   if causal:
     n = x.shape[1]
-    logits = np.where(np.arange(n)[None, :] <= np.arange(n)[:, None], logits,
-                      -1e9)
+    logits = np.where(
+      np.arange(n)[None, :] <= np.arange(n)[:, None], logits, -1e9
+    )
   o = np.einsum("bhqm,bmhk->bqhk", _softmax(logits), v)
   return o.reshape(o.shape[:2] + (heads * kv,))
 
 
 LAYERS = {
-    "drd": lambda: fx.DenseReluDenseFixup(hidden_size=FF, num_blocks=4),
-    "gated": lambda: fx.DenseReluDenseFixup(
-        hidden_size=FF, activation=["gelu", "linear"], num_blocks=4,
-        default_init="glorot"),
-    "self": lambda: fx.SelfAttentionFixup(
-        num_heads=2, key_value_size=4, num_blocks=4,
-        fold_scaling_into_initializer=False),
+  "drd": lambda: fx.DenseReluDenseFixup(hidden_size=FF, num_blocks=4),
+  "gated": lambda: fx.DenseReluDenseFixup(
+    hidden_size=FF,
+    activation=["gelu", "linear"],
+    num_blocks=4,
+    default_init="glorot",
+  ),
+  "self": lambda: fx.SelfAttentionFixup(
+    num_heads=2,
+    key_value_size=4,
+    num_blocks=4,
+    fold_scaling_into_initializer=False,
+  ),
 }
 
 
 @meshes.parametrize(meshes.FIXUP_LAYERS, "mesh_layout")
 def test_zero_output_at_init_and_output_projection_gradients(mesh_layout):
   names = []
-  wo_names = {"drd": "drd/wo/kernel", "gated": "gated/wo/kernel",
-              "self": "self/o_fixup"}
+  wo_names = {
+    "drd": "drd/wo/kernel",
+    "gated": "gated/wo/kernel",
+    "self": "self/o_fixup",
+  }
 
   def build(mesh):
     x = _imp(mesh, X, [BATCH, LENGTH, D_MODEL])
@@ -103,35 +129,58 @@ def test_zero_output_at_init_and_output_projection_gradients(mesh_layout):
         outs.append(LAYERS[key]().call(ctx, x))
     loss = mtf.reduce_sum(mtf.add_n([y * g for y in outs]))
     var = mesh.graph.name_to_variable
-    grads = mtf.gradients([loss], [var[wo_names[k]].outputs[0]
-                                   for k in LAYERS])
+    grads = mtf.gradients([loss], [var[wo_names[k]].outputs[0] for k in LAYERS])
     names[:] = [v.name for v in mesh.graph.all_variables]
     return outs + grads + [v.outputs[0] for v in mesh.graph.all_variables]
+
   results = mtu.run_program(build, *mesh_layout)
   n = len(LAYERS)
-  outs, grads = results[:n], results[n:2 * n]
-  v = dict(zip(names, results[2 * n:]))
+  outs, grads = results[:n], results[n : 2 * n]
+  v = dict(zip(names, results[2 * n :]))
   assert sorted(n for n in v if n.startswith("drd/")) == [
-      "drd/shift", "drd/wi/kernel", "drd/wo/kernel"]
+    "drd/shift",
+    "drd/wi/kernel",
+    "drd/wo/kernel",
+  ]
   assert sorted(n for n in v if n.startswith("self/")) == [
-      "self/k_fixup", "self/o_fixup", "self/q_fixup", "self/v_fixup"]
+    "self/k_fixup",
+    "self/o_fixup",
+    "self/q_fixup",
+    "self/v_fixup",
+  ]
   for key, y in zip(LAYERS, outs):
     assert y.shape == X.shape
     np.testing.assert_array_equal(y, 0.0, err_msg=key)
     np.testing.assert_array_equal(v[wo_names[key]], 0.0, err_msg=key)
   assert v["drd/shift"].shape == (1,) and v["drd/shift"][0] == 0.0
   h = np.maximum(X @ v["drd/wi/kernel"], 0)
-  gelu = lambda t: 0.5 * t * (1 + np.tanh(  # noqa: E731
-      np.sqrt(2 / np.pi) * (t + 0.044715 * t ** 3)))
+  gelu = lambda t: (
+    0.5
+    * t
+    * (
+      1
+      + np.tanh(  # noqa: E731
+        np.sqrt(2 / np.pi) * (t + 0.044715 * t**3)
+      )
+    )
+  )
   h_gated = gelu(X @ v["gated/wi_0/kernel"]) * (X @ v["gated/wi_1/kernel"])
   ctx_self = _np_attention_context(
-      X, X, v["self/q_fixup"], v["self/k_fixup"], v["self/v_fixup"], 2,
-      causal=True, q_scale=4 ** -0.5)
+    X,
+    X,
+    v["self/q_fixup"],
+    v["self/k_fixup"],
+    v["self/v_fixup"],
+    2,
+    causal=True,
+    q_scale=4**-0.5,
+  )
   for key, hidden, grad in zip(LAYERS, (h, h_gated, ctx_self), grads):
     expected = np.einsum("blf,bld->fd", hidden, G)
     assert np.abs(grad).max() > 0, key
-    np.testing.assert_allclose(grad, expected, rtol=2e-3, atol=2e-4,
-                               err_msg=key)
+    np.testing.assert_allclose(
+      grad, expected, rtol=2e-3, atol=2e-4, err_msg=key
+    )
 
 
 def test_initializer_variances():
@@ -145,28 +194,31 @@ def test_initializer_variances():
   def build(mesh):
     ctx = _context(mesh)
     d_model = mtf.Dimension("d_model", 64)
-    big = _imp(mesh, np.zeros((B, L, 64), np.float32),
-               [BATCH, LENGTH, d_model])
-    ctx.model = types.SimpleNamespace(**dict(vars(_model()),
-                                             model_dim=d_model))
+    big = _imp(mesh, np.zeros((B, L, 64), np.float32), [BATCH, LENGTH, d_model])
+    ctx.model = types.SimpleNamespace(**dict(vars(_model()), model_dim=d_model))
     for init in ("he", "glorot"):
       with tf1.variable_scope("drd_" + init):
-        fx.DenseReluDenseFixup(hidden_size=128, num_blocks=blocks,
-                               default_init=init).call(ctx, big)
+        fx.DenseReluDenseFixup(
+          hidden_size=128, num_blocks=blocks, default_init=init
+        ).call(ctx, big)
       with tf1.variable_scope("att_" + init):
         fx.SelfAttentionFixup(
-            num_heads=4, key_value_size=16, num_blocks=blocks,
-            default_init=init, fold_scaling_into_initializer=False).call(
-                ctx, big)
+          num_heads=4,
+          key_value_size=16,
+          num_blocks=blocks,
+          default_init=init,
+          fold_scaling_into_initializer=False,
+        ).call(ctx, big)
     build.names = [v.name for v in mesh.graph.all_variables]
     return [v.outputs[0] for v in mesh.graph.all_variables]
+
   values = mtu.run_program(build)
   v = dict(zip(build.names, values))
   expected = {
-      "drd_he/wi/kernel": 2.0 / blocks / 64,
-      "drd_glorot/wi/kernel": 1.0 / blocks / ((64 + 128) / 2),
-      "att_he/q_fixup": 2.0 * blocks ** (-1 / 3) / 64,
-      "att_glorot/v_fixup": blocks ** (-1 / 3) / ((64 + 64) / 2),
+    "drd_he/wi/kernel": 2.0 / blocks / 64,
+    "drd_glorot/wi/kernel": 1.0 / blocks / ((64 + 128) / 2),
+    "att_he/q_fixup": 2.0 * blocks ** (-1 / 3) / 64,
+    "att_glorot/v_fixup": blocks ** (-1 / 3) / ((64 + 64) / 2),
   }
   for name, var in expected.items():
     assert abs(v[name].var() / var - 1) < 0.12, name
@@ -181,10 +233,9 @@ def test_bad_initialization_arguments():
     fx.DenseReluDenseFixup(num_blocks=2, default_init="lecun")
 
   def build(mesh):
-    layer = fx.SelfAttentionFixup(num_heads=2, key_value_size=4,
-                                  num_blocks=2)
-    return [layer.call(_context(mesh), _imp(mesh, X, [BATCH, LENGTH,
-                                                      D_MODEL]))]
+    layer = fx.SelfAttentionFixup(num_heads=2, key_value_size=4, num_blocks=2)
+    return [layer.call(_context(mesh), _imp(mesh, X, [BATCH, LENGTH, D_MODEL]))]
+
   with pytest.raises(ValueError, match="fold_scaling_into_initializer"):
     mtu.run_program(build)
 
@@ -197,13 +248,16 @@ def test_enc_dec_attention_fixup_is_enc_dec_attention():
       y = layer.call(_context(mesh), x)
     build.names = [v.name for v in mesh.graph.all_variables]
     return [y] + [v.outputs[0] for v in mesh.graph.all_variables]
+
   y, *values = mtu.run_program(build)
   v = dict(zip(build.names, values))
   assert sorted(v) == ["encdec/k", "encdec/o", "encdec/q", "encdec/v"]
-  ctx = _np_attention_context(X, ENC, v["encdec/q"], v["encdec/k"],
-                              v["encdec/v"], 2, causal=False)
-  np.testing.assert_allclose(y, ctx @ v["encdec/o"].reshape(8, D),
-                             rtol=1e-4, atol=1e-5)
+  ctx = _np_attention_context(
+    X, ENC, v["encdec/q"], v["encdec/k"], v["encdec/v"], 2, causal=False
+  )
+  np.testing.assert_allclose(
+    y, ctx @ v["encdec/o"].reshape(8, D), rtol=1e-4, atol=1e-5
+  )
 
 
 def test_single_scalar_bias_and_dense_product_fixup():
@@ -211,15 +265,22 @@ def test_single_scalar_bias_and_dense_product_fixup():
     x = _imp(mesh, X, [BATCH, LENGTH, D_MODEL])
     bias = fx.get_single_scalar_bias(x, "b")
     y = fx.dense_product_fixup(
-        x, [D_MODEL], [mtf.Dimension("d_ff", FF)],
-        tf1.constant_initializer(0.5), ["linear", "relu"], name="dp",
-        use_bias=False)
+      x,
+      [D_MODEL],
+      [mtf.Dimension("d_ff", FF)],
+      tf1.constant_initializer(0.5),
+      ["linear", "relu"],
+      name="dp",
+      use_bias=False,
+    )
     return [bias, y]
+
   bias, y = mtu.run_program(build)
   np.testing.assert_array_equal(bias, [0.0])
   s = X.sum(-1, keepdims=True) * 0.5
-  np.testing.assert_allclose(y, np.broadcast_to(s * np.maximum(s, 0),
-                                                (B, L, FF)), rtol=1e-5)
+  np.testing.assert_allclose(
+    y, np.broadcast_to(s * np.maximum(s, 0), (B, L, FF)), rtol=1e-5
+  )
 
 
 def test_scalar_sublayers_scale_and_shift():
@@ -235,6 +296,7 @@ def test_scalar_sublayers_scale_and_shift():
     loss = mtf.reduce_sum((scaled + shifted) * g)
     grads = mtf.gradients([loss], [scale, bias])
     return [scaled, shifted, scale, bias] + grads
+
   scaled, shifted, scale, bias, g_scale, g_bias = mtu.run_program(build)
   np.testing.assert_array_equal(scale, [1.0])
   np.testing.assert_array_equal(bias, [0.0])
@@ -248,30 +310,41 @@ def test_scalar_sublayers_scale_and_shift():
 def test_layer_stack_with_fixup_sublayers_is_identity_at_init():
   layer = fx.DenseReluDenseFixup(hidden_size=FF, num_blocks=2)
   layer.set_name("layer_000")
-  attention = fx.SelfAttentionFixup(num_heads=2, key_value_size=4,
-                                    num_blocks=2,
-                                    fold_scaling_into_initializer=False)
+  attention = fx.SelfAttentionFixup(
+    num_heads=2,
+    key_value_size=4,
+    num_blocks=2,
+    fold_scaling_into_initializer=False,
+  )
   attention.set_name("layer_001")
   stack = transformer_lib.LayerStack(
-      [layer, attention], sublayers_initial=[],
-      sublayers_per_layer=[fx.sublayer_fixup_shift,
-                           transformer_lib.sublayer_call_layer,
-                           fx.sublayer_fixup_scale,
-                           transformer_lib.sublayer_residual],
-      sublayers_final=[])
+    [layer, attention],
+    sublayers_initial=[],
+    sublayers_per_layer=[
+      fx.sublayer_fixup_shift,
+      transformer_lib.sublayer_call_layer,
+      fx.sublayer_fixup_scale,
+      transformer_lib.sublayer_residual,
+    ],
+    sublayers_final=[],
+  )
 
   def build(mesh):
     with tf1.variable_scope("encoder"):
-      y = stack.call(_context(mesh, mode="eval"),
-                     _imp(mesh, X, [BATCH, LENGTH, D_MODEL]))
+      y = stack.call(
+        _context(mesh, mode="eval"), _imp(mesh, X, [BATCH, LENGTH, D_MODEL])
+      )
     build.names = sorted(mesh.graph.name_to_variable)
     return [y]
-  y, = mtu.run_program(build, "rows:2;cols:2", "batch:rows;heads:cols")
+
+  (y,) = mtu.run_program(build, "rows:2;cols:2", "batch:rows;heads:cols")
   np.testing.assert_allclose(y, X, rtol=1e-6)
-  for name in ("encoder/layer_000/fixup_bias",
-               "encoder/layer_000/fixup_scale_weight",
-               "encoder/layer_000/DenseReluDenseFixup/wi/kernel",
-               "encoder/layer_001/SelfAttentionFixup/o_fixup"):
+  for name in (
+    "encoder/layer_000/fixup_bias",
+    "encoder/layer_000/fixup_scale_weight",
+    "encoder/layer_000/DenseReluDenseFixup/wi/kernel",
+    "encoder/layer_001/SelfAttentionFixup/o_fixup",
+  ):
     assert name in build.names
 
 
@@ -280,10 +353,13 @@ def test_num_blocks_is_a_required_gin_parameter():
     fx.DenseReluDenseFixup(hidden_size=FF)
   with gin.unlock_config():
     prefix = "mesh_tensorflow.transformer.fixup_layers."
-    gin.parse_config([
+    gin.parse_config(
+      [
         prefix + "DenseReluDenseFixup.num_blocks = 6",
         prefix + "SelfAttentionFixup.num_blocks = 7",
-        prefix + "EncDecAttentionFixup.num_heads = 2"])
+        prefix + "EncDecAttentionFixup.num_heads = 2",
+      ]
+    )
   try:
     assert fx.SelfAttentionFixup().num_blocks == 7
     assert fx.EncDecAttentionFixup().num_heads == 2
@@ -291,4 +367,5 @@ def test_num_blocks_is_a_required_gin_parameter():
   finally:
     gin.clear_config()
   import mesh_tensorflow.transformer.fixup_layers as aliased  # pylint: disable=g-import-not-at-top
+
   assert aliased is fx

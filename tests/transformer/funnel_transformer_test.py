@@ -28,53 +28,77 @@ VOCAB = cmu.VOCAB
 SA = (tl.SelfAttention, {"num_heads": H, "key_value_size": K})
 DRD = (tl.DenseReluDense, {"hidden_size": F})
 IDS = cmu.random_ids(0, (B, L))
-SEQ = np.array([[1, 1, 1, 1, 1, 1, 0, 0],
-                [1, 1, 1, 2, 2, 2, 2, 2],
-                [1, 1, 1, 1, 1, 1, 1, 1],
-                [1, 2, 2, 3, 3, 3, 0, 0]], np.int32)
+SEQ = np.array(
+  [
+    [1, 1, 1, 1, 1, 1, 0, 0],
+    [1, 1, 1, 2, 2, 2, 2, 2],
+    [1, 1, 1, 1, 1, 1, 1, 1],
+    [1, 2, 2, 3, 3, 3, 0, 0],
+  ],
+  np.int32,
+)
 
 
 def _stack(layers, block_param_size, block_repeat_size, **kwargs):
-  cls = functools.partial(ft.FunnelTransformerLayerStack,
-                          n_blocks=len(block_param_size),
-                          block_param_size=block_param_size,
-                          block_repeat_size=block_repeat_size, **kwargs)
+  cls = functools.partial(
+    ft.FunnelTransformerLayerStack,
+    n_blocks=len(block_param_size),
+    block_param_size=block_param_size,
+    block_repeat_size=block_repeat_size,
+    **kwargs,
+  )
   return transformer.make_layer_stack(
-      layers, layer_stack_cls=cls, num_layers=sum(block_param_size))
+    layers, layer_stack_cls=cls, num_layers=sum(block_param_size)
+  )
 
 
 def _encoder(stack, name="encoder"):
   return transformer.Unitransformer(
-      stack, d_model=D, input_vocab_size=VOCAB, output_vocab_size=None,
-      autoregressive=False, max_length=L, name=name,
-      vocab_divisor=cmu.VOCAB_DIVISOR, positional_embedding=False)
+    stack,
+    d_model=D,
+    input_vocab_size=VOCAB,
+    output_vocab_size=None,
+    autoregressive=False,
+    max_length=L,
+    name=name,
+    vocab_divisor=cmu.VOCAB_DIVISOR,
+    positional_embedding=False,
+  )
 
 
-def _run(make_stack, seq=SEQ, mesh_shape="", layout="", mode="eager",
-         grads=False):
+def _run(
+  make_stack, seq=SEQ, mesh_shape="", layout="", mode="eager", grads=False
+):
   """(hidden, {variable: value}, layer output shapes, grads)."""
   names, shapes = [], []
 
   def build(mesh):
     inputs = cmu.import_ids(mesh, IDS, ["batch", "length"])
-    sequence_id = (None if seq is None else
-                   cmu.import_ids(mesh, seq, ["batch", "length"]))
+    sequence_id = (
+      None if seq is None else cmu.import_ids(mesh, seq, ["batch", "length"])
+    )
     layer_outputs = []
     hidden, _ = _encoder(make_stack()).call_simple(
-        inputs, None, False, mode="train" if grads else "eval",
-        sequence_id=sequence_id, layer_outputs=layer_outputs)
+      inputs,
+      None,
+      False,
+      mode="train" if grads else "eval",
+      sequence_id=sequence_id,
+      layer_outputs=layer_outputs,
+    )
     shapes[:] = [t.shape.to_integer_list for t in layer_outputs]
     variables = cmu.variables_by_name(mesh)
     names[:] = list(variables)
     out = [hidden] + list(variables.values())
     if grads:
-      out += mtf.gradients([mtf.reduce_sum(mtf.square(hidden))],
-                           list(variables.values()))
+      out += mtf.gradients(
+        [mtf.reduce_sum(mtf.square(hidden))], list(variables.values())
+      )
     return out
 
   out = mtu.run_program(build, mesh_shape, layout, mode)
   n = len(names)
-  return out[0], dict(zip(names, out[1:n + 1])), shapes, out[n + 1:]
+  return out[0], dict(zip(names, out[1 : n + 1])), shapes, out[n + 1 :]
 
 
 # ----------------------------------------------------------------------------
@@ -94,16 +118,19 @@ def _np_pool(x, kind, size=2):
 def _np_attention(p, prefix, hq, hkv, seq_q, seq_kv):
   def heads(h, name):
     return (h @ p[prefix + name]).reshape(h.shape[0], h.shape[1], H, K)
+
   q, k, v = heads(hq, "/q"), heads(hkv, "/k"), heads(hkv, "/v")
   logits = np.einsum("blhk,bmhk->bhlm", q, k)
-  logits += np.where(seq_q[:, None, :, None] == seq_kv[:, None, None, :],
-                     0.0, -1e9)
+  logits += np.where(
+    seq_q[:, None, :, None] == seq_kv[:, None, None, :], 0.0, -1e9
+  )
   o = np.einsum("bhlm,bmhk->blhk", _softmax(logits), v)
   return o.reshape(hq.shape[0], hq.shape[1], H * K) @ p[prefix + "/o"]
 
 
-def _np_funnel(p, kinds, block_param_size, block_repeat_size, seq,
-               pooling="mean"):
+def _np_funnel(
+  p, kinds, block_param_size, block_repeat_size, seq, pooling="mean"
+):
   """kinds: the TransformerLayer class names of one layer (the submodules).
 
   Each layer j of block b runs block_repeat_size[b] times in a row under
@@ -112,21 +139,27 @@ def _np_funnel(p, kinds, block_param_size, block_repeat_size, seq,
   """
   x = p["encoder/embedding"][IDS]
   seq = np.ones((B, L), np.int32) if seq is None else seq
-  for block, (n_param, n_repeat) in enumerate(zip(block_param_size,
-                                                  block_repeat_size)):
+  for block, (n_param, n_repeat) in enumerate(
+    zip(block_param_size, block_repeat_size)
+  ):
     for param in range(n_param):
       for repeat in range(n_repeat):
         for sub, kind in enumerate(kinds):
           name = "funnel_block_%03d/param_idx_%03d/submodule_%03d" % (
-              block, param, sub)
+            block,
+            param,
+            sub,
+          )
           prefix = "encoder/%s/%s" % (name, kind)
           npad = (seq != 0).astype(np.float32)[..., None]
           h = cmu.np_rms_norm(x, p["encoder/%s/rms_norm/scale" % name]) * npad
           if kind == "SelfAttention":
             y = _np_attention(p, prefix, h, h, seq, seq)
           else:
-            y = np.maximum(h @ p[prefix + "/wi/kernel"], 0) @ p[
-                prefix + "/wo/kernel"]
+            y = (
+              np.maximum(h @ p[prefix + "/wi/kernel"], 0)
+              @ p[prefix + "/wo/kernel"]
+            )
           x = x + y
           if block > 0 and param == 0 and repeat == 0 and sub == 0:
             x, seq = _np_pool(x, pooling), seq[:, ::2]
@@ -141,74 +174,108 @@ def _np_funnel(p, kinds, block_param_size, block_repeat_size, seq,
 @pytest.mark.parametrize("pooling_type", ["mean", "max", "min"])
 def test_funnel_encoder_matches_numpy(pooling_type):
   sizes, repeats = [1, 1, 1], [1, 1, 1]
-  hidden, params, shapes, _ = _run(lambda: _stack(
-      [SA, DRD], sizes, repeats, pooling_type=pooling_type))
+  hidden, params, shapes, _ = _run(
+    lambda: _stack([SA, DRD], sizes, repeats, pooling_type=pooling_type)
+  )
   assert hidden.shape == (B, L // 4, D)
-  expected = _np_funnel(params, ["SelfAttention", "DenseReluDense"], sizes,
-                        repeats, SEQ, pooling_type)
+  expected = _np_funnel(
+    params,
+    ["SelfAttention", "DenseReluDense"],
+    sizes,
+    repeats,
+    SEQ,
+    pooling_type,
+  )
   np.testing.assert_allclose(hidden, expected, rtol=1e-5, atol=1e-5)
   # Stack input, every layer output but the last, then the final output.
   assert [s[1] for s in shapes] == [8, 8, 8, 4, 4, 2, 2]
   assert all(s[0] == B and s[2] == D for s in shapes)
   assert sorted(params) == sorted(
-      ["encoder/embedding", "encoder/rms_norm/scale"] +
-      ["encoder/funnel_block_%03d/param_idx_000/submodule_000/"
-       "SelfAttention/%s" % (b, v) for b in range(3) for v in "qkvo"] +
-      ["encoder/funnel_block_%03d/param_idx_000/submodule_001/"
-       "DenseReluDense/%s/kernel" % (b, v)
-       for b in range(3) for v in ("wi", "wo")] +
-      ["encoder/funnel_block_%03d/param_idx_000/submodule_%03d/rms_norm/"
-       "scale" % (b, s) for b in range(3) for s in range(2)])
+    ["encoder/embedding", "encoder/rms_norm/scale"]
+    + [
+      "encoder/funnel_block_%03d/param_idx_000/submodule_000/"
+      "SelfAttention/%s" % (b, v)
+      for b in range(3)
+      for v in "qkvo"
+    ]
+    + [
+      "encoder/funnel_block_%03d/param_idx_000/submodule_001/"
+      "DenseReluDense/%s/kernel" % (b, v)
+      for b in range(3)
+      for v in ("wi", "wo")
+    ]
+    + [
+      "encoder/funnel_block_%03d/param_idx_000/submodule_%03d/rms_norm/"
+      "scale" % (b, s)
+      for b in range(3)
+      for s in range(2)
+    ]
+  )
 
 
 def test_funnel_repeated_layers_share_weights_and_match_numpy():
   sizes, repeats = [2, 1], [1, 2]
-  hidden, params, shapes, _ = _run(lambda: _stack([SA, DRD], sizes, repeats),
-                                   seq=None)
+  hidden, params, shapes, _ = _run(
+    lambda: _stack([SA, DRD], sizes, repeats), seq=None
+  )
   assert hidden.shape == (B, L // 2, D)
   # 3 distinct layers of 2 submodules each.
   assert len([n for n in params if n.endswith("SelfAttention/q")]) == 3
-  expected = _np_funnel(params, ["SelfAttention", "DenseReluDense"], sizes,
-                        repeats, None)
+  expected = _np_funnel(
+    params, ["SelfAttention", "DenseReluDense"], sizes, repeats, None
+  )
   np.testing.assert_allclose(hidden, expected, rtol=1e-5, atol=1e-5)
   assert len(shapes) == 2 + 2 * (2 + 2) - 1
 
 
 def test_funnel_pools_the_output_of_a_first_non_attention_layer():
   sizes, repeats = [1, 1], [1, 1]
-  hidden, params, _, _ = _run(lambda: _stack([DRD, SA], sizes, repeats,
-                                             pooling_type="max"))
-  expected = _np_funnel(params, ["DenseReluDense", "SelfAttention"], sizes,
-                        repeats, SEQ, "max")
+  hidden, params, _, _ = _run(
+    lambda: _stack([DRD, SA], sizes, repeats, pooling_type="max")
+  )
+  expected = _np_funnel(
+    params, ["DenseReluDense", "SelfAttention"], sizes, repeats, SEQ, "max"
+  )
   assert hidden.shape == (B, L // 2, D)
   np.testing.assert_allclose(hidden, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_funnel_pooling_size_4_and_one_block_is_a_plain_stack():
-  hidden, params, _, _ = _run(lambda: _stack([SA, DRD], [1, 1], [1, 1],
-                                             pooling_size=4))
+  hidden, params, _, _ = _run(
+    lambda: _stack([SA, DRD], [1, 1], [1, 1], pooling_size=4)
+  )
   assert hidden.shape == (B, 2, D)
   one, params1, _, _ = _run(lambda: _stack([SA, DRD], [2], [1]))
   assert one.shape == (B, L, D)
   np.testing.assert_allclose(
-      one, _np_funnel(params1, ["SelfAttention", "DenseReluDense"], [2], [1],
-                      SEQ), rtol=1e-5, atol=1e-5)
+    one,
+    _np_funnel(params1, ["SelfAttention", "DenseReluDense"], [2], [1], SEQ),
+    rtol=1e-5,
+    atol=1e-5,
+  )
 
 
-@pytest.mark.parametrize("mesh_shape,layout", [
-    ("all:4", "batch:all"), ("all:4", "d_ff:all"),
-    ("rows:2;cols:2", "batch:rows;heads:cols")])
+@pytest.mark.parametrize(
+  "mesh_shape,layout",
+  [
+    ("all:4", "batch:all"),
+    ("all:4", "d_ff:all"),
+    ("rows:2;cols:2", "batch:rows;heads:cols"),
+  ],
+)
 def test_funnel_same_numbers_on_meshes(mesh_shape, layout):
   make = lambda: _stack([SA, DRD], [1, 1, 1], [1, 2, 1])
   hidden, params, _, _ = _run(make, mesh_shape=mesh_shape, layout=layout)
-  expected = _np_funnel(params, ["SelfAttention", "DenseReluDense"],
-                        [1, 1, 1], [1, 2, 1], SEQ)
+  expected = _np_funnel(
+    params, ["SelfAttention", "DenseReluDense"], [1, 1, 1], [1, 2, 1], SEQ
+  )
   np.testing.assert_allclose(hidden, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_funnel_gradients_reach_every_variable():
-  _, params, _, grads = _run(lambda: _stack([SA, DRD], [1, 1], [1, 1]),
-                             grads=True)
+  _, params, _, grads = _run(
+    lambda: _stack([SA, DRD], [1, 1], [1, 1]), grads=True
+  )
   assert len(grads) == len(params)
   for name, g in zip(params, grads):
     assert np.abs(g).max() > 0, name
@@ -235,17 +302,23 @@ def test_funnel_rejects_bad_configurations():
 
 
 def test_funnel_rejects_indivisible_length_and_causal_towers():
-  with pytest.raises(ValueError, match="length.*does not divide into pools "
-                     "of size 16"):
+  with pytest.raises(
+    ValueError, match="length.*does not divide into pools of size 16"
+  ):
     _run(lambda: _stack([SA, DRD], [1, 1, 1], [1, 1, 1], pooling_size=4))
 
   def causal(mesh):
     lm = transformer.Unitransformer(
-        _stack([SA, DRD], [1, 1], [1, 1]), d_model=D, input_vocab_size=VOCAB,
-        output_vocab_size=VOCAB, autoregressive=True, max_length=L)
-    lm.call_simple(cmu.import_ids(mesh, IDS, ["batch", "length"]), None,
-                   False)
+      _stack([SA, DRD], [1, 1], [1, 1]),
+      d_model=D,
+      input_vocab_size=VOCAB,
+      output_vocab_size=VOCAB,
+      autoregressive=True,
+      max_length=L,
+    )
+    lm.call_simple(cmu.import_ids(mesh, IDS, ["batch", "length"]), None, False)
     return []
+
   with pytest.raises(ValueError, match="causal attention"):
     mtu.run_program(causal)
 
@@ -257,16 +330,18 @@ def test_context_after_call_describes_the_pooled_sequence():
   def build(mesh):
     inputs = cmu.import_ids(mesh, IDS, ["batch", "length"])
     sequence_id = cmu.import_ids(mesh, SEQ, ["batch", "length"])
-    _encoder(stack).call_simple(inputs, None, False, mode="eval",
-                                sequence_id=sequence_id)
+    _encoder(stack).call_simple(
+      inputs, None, False, mode="eval", sequence_id=sequence_id
+    )
     assert stack.context.length_dim == mtf.Dimension("length", L // 2)
     return [stack.context.position, stack.context.sequence_id]
 
   position, sequence_id = mtu.run_program(build)
   # The first positions (not the window starts) and each window's first id.
-  np.testing.assert_array_equal(np.broadcast_to(position, (B, L // 2)),
-                                np.broadcast_to(np.arange(L // 2),
-                                                (B, L // 2)))
+  np.testing.assert_array_equal(
+    np.broadcast_to(position, (B, L // 2)),
+    np.broadcast_to(np.arange(L // 2), (B, L // 2)),
+  )
   np.testing.assert_array_equal(sequence_id, SEQ[:, ::2])
 
 
@@ -283,7 +358,10 @@ def test_gin_registration():
     layers = transformer.make_layer_stack([SA, DRD], num_layers=2).layers
     stack = ft.FunnelTransformerLayerStack(layers)
     assert (stack.n_blocks, stack.block_repeat_size, stack.pooling_type) == (
-        2, [1, 3], "max")
+      2,
+      [1, 3],
+      "max",
+    )
     gin.parse_config("BitransformerFunnel.shared_embedding = False")
     assert not ft.BitransformerFunnel(None, None).shared_embedding
   finally:
@@ -297,12 +375,19 @@ def test_gin_registration():
 def _bitransformer(sizes, cls=ft.BitransformerFunnel):
   encoder = _encoder(_stack([SA, DRD], sizes, [1] * len(sizes)))
   decoder = transformer.Unitransformer(
-      transformer.make_layer_stack(
-          [SA, (tl.EncDecAttention, {"num_heads": H, "key_value_size": K}),
-           DRD], num_layers=1),
-      d_model=D, input_vocab_size=VOCAB, output_vocab_size=VOCAB,
-      autoregressive=True, max_length=L, name="decoder",
-      vocab_divisor=cmu.VOCAB_DIVISOR, positional_embedding=False)
+    transformer.make_layer_stack(
+      [SA, (tl.EncDecAttention, {"num_heads": H, "key_value_size": K}), DRD],
+      num_layers=1,
+    ),
+    d_model=D,
+    input_vocab_size=VOCAB,
+    output_vocab_size=VOCAB,
+    autoregressive=True,
+    max_length=L,
+    name="decoder",
+    vocab_divisor=cmu.VOCAB_DIVISOR,
+    positional_embedding=False,
+  )
   return cls(encoder, decoder)
 
 
@@ -320,15 +405,26 @@ def test_bitransformer_funnel_decoder_attends_to_pooled_encoder():
     # The same decoder fed by hand with the pooled encoder output.
     shared = model._shared_params(mesh, mtf.VariableDType(tf.float32))
     enc, _ = model.encoder.call_simple(
-        ids, None, False, mode="eval", sequence_id=mtf.minimum(ids, 1),
-        shared_params=shared)
+      ids,
+      None,
+      False,
+      mode="eval",
+      sequence_id=mtf.minimum(ids, 1),
+      shared_params=shared,
+    )
     rename = mtf.layers.rename_length_to_memory_length
     enc_seq = cmu.import_ids(mesh, pooled_seq, ["batch", "memory_length"])
     tgt_seq = mtf.minimum(tgt, 1)
     logits2, _ = model.decoder.call_simple(
-        transformer.autoregressive_inputs(tgt, sequence_id=tgt_seq), tgt,
-        False, mode="eval", sequence_id=tgt_seq, encoder_output=rename(enc),
-        encoder_sequence_id=enc_seq, shared_params=shared)
+      transformer.autoregressive_inputs(tgt, sequence_id=tgt_seq),
+      tgt,
+      False,
+      mode="eval",
+      sequence_id=tgt_seq,
+      encoder_output=rename(enc),
+      encoder_sequence_id=enc_seq,
+      shared_params=shared,
+    )
     return [logits, loss, logits2, enc]
 
   logits, loss, logits2, enc = mtu.run_program(build)
@@ -358,8 +454,10 @@ def test_bitransformer_funnel_decode_shapes():
   def build(mesh):
     ids = cmu.import_ids(mesh, IDS, ["batch", "length"])
     model = _bitransformer([1, 1])
-    return [model.decode(ids, max_decode_length=6),
-            model.decode(ids, beam_size=2, max_decode_length=6)]
+    return [
+      model.decode(ids, max_decode_length=6),
+      model.decode(ids, beam_size=2, max_decode_length=6),
+    ]
 
   greedy, beams = mtu.run_program(build)
   assert greedy.shape == beams.shape == (B, 6)
@@ -369,12 +467,14 @@ def test_bitransformer_funnel_decode_shapes():
 def test_bitransformer_funnel_greedy_decode_is_self_consistent():
   """Greedy decoding picks the argmax of the teacher-forced logits."""
   tf.random.set_seed(1)
+
   def build(mesh):
     ids = cmu.import_ids(mesh, IDS, ["batch", "length"])
     model = _bitransformer([1, 1])
     decoded = model.decode(ids, max_decode_length=L)
-    logits, _ = model.call_simple(ids, decoded, False, mode="eval",
-                                  decoder_sequence_id=1)
+    logits, _ = model.call_simple(
+      ids, decoded, False, mode="eval", decoder_sequence_id=1
+    )
     return [decoded, mtf.argmax(logits, logits.shape.dims[-1])]
 
   decoded, argmax = mtu.run_program(build)

@@ -29,8 +29,12 @@ def _both(fn, step, total=TOTAL, **kwargs):
 
 @pytest.mark.parametrize("step", STEPS)
 def test_noam_matches_formula(step):
-  expected = (1.0 / math.sqrt(max(step, 10000)) * 2.0
-              * min(1.0, (TOTAL - step) / (TOTAL * 0.1)))
+  expected = (
+    1.0
+    / math.sqrt(max(step, 10000))
+    * 2.0
+    * min(1.0, (TOTAL - step) / (TOTAL * 0.1))
+  )
   py, t = _both(lrs.learning_rate_schedule_noam, step, multiplier=2.0)
   assert py == pytest.approx(expected, rel=1e-12)
   assert t == pytest.approx(expected, rel=1e-6)
@@ -38,11 +42,13 @@ def test_noam_matches_formula(step):
 
 def test_noam_offset_and_no_decay():
   # offset shifts the step; linear_decay_fraction=0 drops the tail factor.
-  py = lrs.learning_rate_schedule_noam(50000, TOTAL, warmup_steps=100,
-                                       linear_decay_fraction=0.0, offset=10000)
+  py = lrs.learning_rate_schedule_noam(
+    50000, TOTAL, warmup_steps=100, linear_decay_fraction=0.0, offset=10000
+  )
   assert py == pytest.approx(1.0 / math.sqrt(40000))
-  py, t = _both(lrs.learning_rate_schedule_noam, 99000, warmup_steps=100,
-                offset=5000)
+  py, t = _both(
+    lrs.learning_rate_schedule_noam, 99000, warmup_steps=100, offset=5000
+  )
   expected = 1.0 / math.sqrt(94000) * min(1.0, (TOTAL - 94000) / 10000)
   assert py == pytest.approx(expected)
   assert t == pytest.approx(expected, rel=1e-6)
@@ -104,7 +110,8 @@ def test_slanted_triangular_landmarks_and_start_step():
   assert lrs.slanted_triangular(1000, 1000) == pytest.approx(0.01 / 32)
   # start_step shifts both the step and the schedule's length.
   assert lrs.slanted_triangular(600, 1500, start_step=500) == pytest.approx(
-      lrs.slanted_triangular(100, 1000))
+    lrs.slanted_triangular(100, 1000)
+  )
   with pytest.raises(ValueError, match="cut_fraction"):
     lrs.slanted_triangular(5, 5, cut_fraction=0.1)
 
@@ -116,12 +123,14 @@ def test_product_learning_rate_numbers_functions_and_offset():
     seen.append((step, total))
     return 0.5
 
-  py = lrs.product_learning_rate(1500, 3000, factors=[factor, 0.2],
-                                 offset=1000)
+  py = lrs.product_learning_rate(1500, 3000, factors=[factor, 0.2], offset=1000)
   assert py == pytest.approx(0.1)
   assert seen == [(500, 2000)]
-  py, t = _both(lrs.product_learning_rate, 40000,
-                factors=[lrs.linear_warmup, lrs.truncated_rsqrt])
+  py, t = _both(
+    lrs.product_learning_rate,
+    40000,
+    factors=[lrs.linear_warmup, lrs.truncated_rsqrt],
+  )
   expected = 1.0 * 1.0 / math.sqrt(40000)
   assert py == pytest.approx(expected)
   assert t == pytest.approx(expected, rel=1e-6)
@@ -138,11 +147,12 @@ def test_tf_step_inside_tf_function_and_variable():
   @tf.function
   def rate():
     return lrs.product_learning_rate(
-        step, 100000, factors=[lrs.linear_warmup, lrs.truncated_rsqrt])
+      step, 100000, factors=[lrs.linear_warmup, lrs.truncated_rsqrt]
+    )
+
   np.testing.assert_allclose(rate().numpy(), 0.25 / 100.0, rtol=1e-6)
   step.assign(20000)
-  np.testing.assert_allclose(rate().numpy(), 1.0 / math.sqrt(20000),
-                             rtol=1e-6)
+  np.testing.assert_allclose(rate().numpy(), 1.0 / math.sqrt(20000), rtol=1e-6)
 
 
 def test_invalid_arguments_name_the_schedule():
@@ -170,7 +180,8 @@ def test_gin_registration_under_original_module():
     """)
     assert lrs.product_learning_rate(50, 1000) == pytest.approx(1.5)
     assert lrs.learning_rate_schedule_noam(
-        0, 1000, linear_decay_fraction=0.0) == pytest.approx(0.5)
+      0, 1000, linear_decay_fraction=0.0
+    ) == pytest.approx(0.5)
     assert lrs.constant_learning_rate(3, 10) == 0.25
     assert lrs.slanted_triangular(100, 1000) == pytest.approx(1.0)
   finally:

@@ -14,34 +14,61 @@ import pytest
 
 from transformer._src import quiet
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+REPO = os.path.dirname(
+  os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
 
 TINY_REVERSE = [
-    "num_layers = 1", "d_model = 16", "d_ff = 32", "num_heads = 2",
-    "d_kv = 8", "utils.run.batch_size = ('sequences_per_batch', 8)",
-    "utils.run.train_steps = 3", "utils.run.save_checkpoints_steps = 0",
+  "num_layers = 1",
+  "d_model = 16",
+  "d_ff = 32",
+  "num_heads = 2",
+  "d_kv = 8",
+  "utils.run.batch_size = ('sequences_per_batch', 8)",
+  "utils.run.train_steps = 3",
+  "utils.run.save_checkpoints_steps = 0",
 ]
 # Lines of TF's C++ logging and of absl's Python logging ("I1125 21:05:33.6
 # 1399 utils.py:300] ..."), TensorFlow's start-up notices, TFDS output.
 NOISE = re.compile(
-    r"^[IWE]\d{4} |cpu_feature_guard|oneDNN|absl::InitializeLog|"
-    r"examples/s|Generating splits|dataset_info\.json", re.MULTILINE)
+  r"^[IWE]\d{4} |cpu_feature_guard|oneDNN|absl::InitializeLog|"
+  r"examples/s|Generating splits|dataset_info\.json",
+  re.MULTILINE,
+)
 
 
 def _run_main(tmp_path, extra_args=(), extra_env=None):
-  env = {k: v for k, v in os.environ.items()
-         if k not in ("TF_CPP_MIN_LOG_LEVEL", quiet.VERBOSE_ENV)}
+  env = {
+    k: v
+    for k, v in os.environ.items()
+    if k not in ("TF_CPP_MIN_LOG_LEVEL", quiet.VERBOSE_ENV)
+  }
   env.update(PYTHONPATH=REPO, **(extra_env or {}))
-  args = [sys.executable, "-m", "transformer.main", "--mesh_devices=4",
-          "--model_dir=%s" % (tmp_path / "model"),
-          "--gin_file=demo/reverse.gin"]
-  args += ["--gin_param=%s" % p for p in TINY_REVERSE + [
+  args = [
+    sys.executable,
+    "-m",
+    "transformer.main",
+    "--mesh_devices=4",
+    "--model_dir=%s" % (tmp_path / "model"),
+    "--gin_file=demo/reverse.gin",
+  ]
+  args += [
+    "--gin_param=%s" % p
+    for p in TINY_REVERSE
+    + [
       "dataset.untokenized_tfds_dataset.tfds_data_dir = '%s'"
-      % (tmp_path / "tfds")]]
-  result = subprocess.run(args + list(extra_args), cwd=str(tmp_path),
-                          env=env, capture_output=True, text=True,
-                          timeout=600, check=False)
+      % (tmp_path / "tfds")
+    ]
+  ]
+  result = subprocess.run(
+    args + list(extra_args),
+    cwd=str(tmp_path),
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=600,
+    check=False,
+  )
   assert result.returncode == 0, result.stdout + result.stderr
   return result.stdout, result.stderr
 
@@ -65,7 +92,9 @@ def test_verbosity_flag_brings_the_logs_back(tmp_path):
   assert re.search(r"^I\d{4} .*Saved checkpoint", out, re.MULTILINE)
 
 
-@pytest.mark.parametrize("argv, env, verbose", [
+@pytest.mark.parametrize(
+  "argv, env, verbose",
+  [
     ([], None, False),
     (["--model_dir=x"], "0", False),
     ([], "1", True),
@@ -75,7 +104,8 @@ def test_verbosity_flag_brings_the_logs_back(tmp_path):
     (["--verbosity=-1"], None, False),
     (["-v", "1", "--verbosity", "-1"], None, False),  # the last one wins
     (["--verbose_eval=1"], None, False),
-])
+  ],
+)
 def test_verbose_requested(monkeypatch, argv, env, verbose):
   if env is None:
     monkeypatch.delenv(quiet.VERBOSE_ENV, raising=False)

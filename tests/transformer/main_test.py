@@ -14,11 +14,12 @@ import time
 import pytest
 import tensorflow as tf
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
+REPO = os.path.dirname(
+  os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
 PYTHON = sys.executable
 
-DATA_MODULE = '''
+DATA_MODULE = """
 import gin, numpy as np, tensorflow as tf
 
 @gin.configurable
@@ -41,36 +42,53 @@ class TinyVocab:
 @gin.configurable
 def tiny_vocab():
   return TinyVocab()
-'''
+"""
 
 TINY = [
-    "num_layers = 1", "d_model = 16", "d_ff = 32", "num_heads = 2",
-    "d_kv = 8", "dropout_rate = 0.0",
-    "transformer.Unitransformer.max_length = 8",
-    "utils.run.vocabulary = @tiny_vocab()",
-    "utils.run.train_dataset_fn = @tiny_reverse",
-    "utils.run.eval_dataset_fn = @tiny_reverse",
-    "utils.run.sequence_length = 8",
-    "utils.run.batch_size = ('sequences_per_batch', 8)",
-    "utils.run.mesh_shape = 'rows:2;cols:2'",
-    "utils.run.layout_rules = 'batch:rows,heads:cols,d_ff:cols'",
-    "utils.serialize_num_microbatches.tokens_per_microbatch_per_replica = 32",
-    "utils.get_variable_dtype.activation_dtype = 'float32'",
-    "utils.run.learning_rate_schedule = @learning_rate_schedules.constant_learning_rate",
-    "learning_rate_schedules.constant_learning_rate.learning_rate = 0.01",
+  "num_layers = 1",
+  "d_model = 16",
+  "d_ff = 32",
+  "num_heads = 2",
+  "d_kv = 8",
+  "dropout_rate = 0.0",
+  "transformer.Unitransformer.max_length = 8",
+  "utils.run.vocabulary = @tiny_vocab()",
+  "utils.run.train_dataset_fn = @tiny_reverse",
+  "utils.run.eval_dataset_fn = @tiny_reverse",
+  "utils.run.sequence_length = 8",
+  "utils.run.batch_size = ('sequences_per_batch', 8)",
+  "utils.run.mesh_shape = 'rows:2;cols:2'",
+  "utils.run.layout_rules = 'batch:rows,heads:cols,d_ff:cols'",
+  "utils.serialize_num_microbatches.tokens_per_microbatch_per_replica = 32",
+  "utils.get_variable_dtype.activation_dtype = 'float32'",
+  "utils.run.learning_rate_schedule = @learning_rate_schedules.constant_learning_rate",
+  "learning_rate_schedules.constant_learning_rate.learning_rate = 0.01",
 ]
 
 
 def _main(tmp_path, model_dir, params=(), extra=(), **kwargs):
   (tmp_path / "main_test_data.py").write_text(DATA_MODULE)
-  args = [PYTHON, "-m", "transformer.main", "--mesh_devices=4",
-          "--module_import=main_test_data", "--model_dir=%s" % model_dir]
+  args = [
+    PYTHON,
+    "-m",
+    "transformer.main",
+    "--mesh_devices=4",
+    "--module_import=main_test_data",
+    "--model_dir=%s" % model_dir,
+  ]
   args += ["--gin_param=%s" % p for p in TINY + list(params)] + list(extra)
-  env = dict(os.environ, PYTHONPATH="%s:%s" % (REPO, tmp_path),
-             TF_CPP_MIN_LOG_LEVEL="2")
-  return subprocess.Popen(args, cwd=str(tmp_path), env=env,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, **kwargs)
+  env = dict(
+    os.environ, PYTHONPATH="%s:%s" % (REPO, tmp_path), TF_CPP_MIN_LOG_LEVEL="2"
+  )
+  return subprocess.Popen(
+    args,
+    cwd=str(tmp_path),
+    env=env,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.STDOUT,
+    text=True,
+    **kwargs,
+  )
 
 
 def _run(tmp_path, model_dir, params=(), extra=()):
@@ -82,8 +100,11 @@ def _run(tmp_path, model_dir, params=(), extra=()):
 @pytest.mark.slow
 def test_train_writes_command_config_and_checkpoints(tmp_path):
   model_dir = tmp_path / "model"
-  code, out = _run(tmp_path, model_dir, [
-      "utils.run.train_steps = 12", "utils.run.save_checkpoints_steps = 5"])
+  code, out = _run(
+    tmp_path,
+    model_dir,
+    ["utils.run.train_steps = 12", "utils.run.save_checkpoints_steps = 5"],
+  )
   assert code == 0, out
   assert "step 12/12" in out
   names = os.listdir(model_dir)
@@ -92,8 +113,11 @@ def test_train_writes_command_config_and_checkpoints(tmp_path):
   config = (model_dir / "operative_config.gin").read_text()
   assert "tiny_reverse" in config
   # eval mode on the same model_dir: metrics printed.
-  code, out = _run(tmp_path, model_dir, ["utils.run.mode = 'eval'",
-                                         "utils.run.train_steps = 12"])
+  code, out = _run(
+    tmp_path,
+    model_dir,
+    ["utils.run.mode = 'eval'", "utils.run.train_steps = 12"],
+  )
   assert code == 0, out
   assert "sequence_accuracy" in out and "token_accuracy" in out
   # Every checkpoint is evaluated, then the iterator stops at train_steps.
@@ -101,10 +125,16 @@ def test_train_writes_command_config_and_checkpoints(tmp_path):
   assert "command.1" in os.listdir(model_dir)
   # infer mode: decode_from_file on the latest checkpoint.
   (tmp_path / "in.txt").write_text("abc\nxyz\n")
-  code, out = _run(tmp_path, model_dir, [
-      "utils.run.mode = 'infer'", "utils.run.eval_checkpoint_step = -1",
+  code, out = _run(
+    tmp_path,
+    model_dir,
+    [
+      "utils.run.mode = 'infer'",
+      "utils.run.eval_checkpoint_step = -1",
       "utils.decode_from_file.input_filename = '%s'" % (tmp_path / "in.txt"),
-      "utils.decode_from_file.output_filename = '%s'" % (tmp_path / "out")])
+      "utils.decode_from_file.output_filename = '%s'" % (tmp_path / "out"),
+    ],
+  )
   assert code == 0, out
   assert len((tmp_path / "out-12").read_text().splitlines()) == 2
 
@@ -112,8 +142,10 @@ def test_train_writes_command_config_and_checkpoints(tmp_path):
 @pytest.mark.slow
 def test_sigkill_then_resume_reaches_the_same_step(tmp_path):
   model_dir = tmp_path / "model"
-  params = ["utils.run.train_steps = 400",
-            "utils.run.save_checkpoints_steps = 10"]
+  params = [
+    "utils.run.train_steps = 400",
+    "utils.run.save_checkpoints_steps = 10",
+  ]
   proc = _main(tmp_path, model_dir, params)
   deadline = time.time() + 240
   while time.time() < deadline:
@@ -123,14 +155,20 @@ def test_sigkill_then_resume_reaches_the_same_step(tmp_path):
   proc.send_signal(signal.SIGKILL)
   proc.communicate()
   from transformer._src.driver import checkpoints  # pylint: disable=g-import-not-at-top
+
   steps = checkpoints.checkpoint_steps(str(model_dir))
   assert steps and steps[-1] >= 20
   latest = checkpoints.latest_checkpoint(str(model_dir))
   assert latest.endswith("model.ckpt-%d" % steps[-1])
   resume_from = steps[-1]
-  code, out = _run(tmp_path, model_dir, [
+  code, out = _run(
+    tmp_path,
+    model_dir,
+    [
       "utils.run.train_steps = %d" % (resume_from + 15),
-      "utils.run.save_checkpoints_steps = 10"])
+      "utils.run.save_checkpoints_steps = 10",
+    ],
+  )
   assert code == 0, out
   assert "Restored" in out or "step %d/" % (resume_from + 15) in out
   final = checkpoints.checkpoint_steps(str(model_dir))[-1]
@@ -138,27 +176,34 @@ def test_sigkill_then_resume_reaches_the_same_step(tmp_path):
 
 
 def test_missing_gin_file_is_named(tmp_path):
-  code, out = _run(tmp_path, tmp_path / "m", extra=[
-      "--gin_file=no_such_config.gin"])
+  code, out = _run(
+    tmp_path, tmp_path / "m", extra=["--gin_file=no_such_config.gin"]
+  )
   assert code != 0
   assert "no_such_config.gin" in out
 
 
 def test_unknown_gin_binding_is_named(tmp_path):
-  code, out = _run(tmp_path, tmp_path / "m",
-                   params=["utils.run.no_such_param = 3"])
+  code, out = _run(
+    tmp_path, tmp_path / "m", params=["utils.run.no_such_param = 3"]
+  )
   assert code != 0
   assert "no_such_param" in out
 
 
 def test_unknown_tfds_dataset_is_named(tmp_path):
-  code, out = _run(tmp_path, tmp_path / "m", params=[
+  code, out = _run(
+    tmp_path,
+    tmp_path / "m",
+    params=[
       "utils.run.train_dataset_fn = @dataset.untokenized_tfds_dataset",
       "dataset.untokenized_tfds_dataset.dataset_name = 'no_such_dataset_xyz'",
       "dataset.untokenized_tfds_dataset.text2self = False",
       "dataset.untokenized_tfds_dataset.pack = False",
       "dataset.untokenized_tfds_dataset.tfds_data_dir = '%s'"
       % (tmp_path / "tfds"),
-  ], extra=["--module_import=mesh_tensorflow.transformer.dataset"])
+    ],
+    extra=["--module_import=mesh_tensorflow.transformer.dataset"],
+  )
   assert code != 0
   assert "no_such_dataset_xyz" in out

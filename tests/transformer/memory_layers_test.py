@@ -35,9 +35,15 @@ G = _RNG.normal(size=(B, L, D)).astype(np.float32)
 
 def _context(mesh, mode="train"):
   model = types.SimpleNamespace(
-      model_dim=D_MODEL, ensemble_dims=[], ensemble_dim=None,
-      fully_autoregressive=True, autoregressive=True, layout=None,
-      mesh_shape=None, max_length_dim=LENGTH)
+    model_dim=D_MODEL,
+    ensemble_dims=[],
+    ensemble_dim=None,
+    fully_autoregressive=True,
+    autoregressive=True,
+    layout=None,
+    mesh_shape=None,
+    max_length_dim=LENGTH,
+  )
   return Context(model, mesh, [BATCH], LENGTH, F32, mode=mode, losses=[])
 
 
@@ -53,17 +59,19 @@ def _softmax(x):
 def np_query(x, query):
   """[b, l, h, 2, s] queries, layer-normalized over s (the layer norm's
   scale and bias, like the query bias, are still at their initial ones and
-  zeros)."""
+  zeros).
+  """
   q = np.einsum("bld,dhcs->blhcs", x, query)
   return (q - q.mean(-1, keepdims=True)) / np.sqrt(
-      q.var(-1, keepdims=True) + 1e-6)
+    q.var(-1, keepdims=True) + 1e-6
+  )
 
 
 def np_memory(x, query, keys, values, knn):
   """Brute force over all n_keys^2 product keys."""
   n_keys = keys.shape[2]
-  q = np_query(x, query)                               # [b, l, h, 2, s]
-  half = np.einsum("blhcs,hcks->blhck", q, keys)       # [b, l, h, 2, k]
+  q = np_query(x, query)  # [b, l, h, 2, s]
+  half = np.einsum("blhcs,hcks->blhck", q, keys)  # [b, l, h, 2, k]
   full = half[..., 0, :, None] + half[..., 1, None, :]  # [b, l, h, k, k]
   full = full.reshape(full.shape[:3] + (n_keys * n_keys,))
   top = np.argsort(-full, axis=-1, kind="stable")[..., :knn]
@@ -74,44 +82,51 @@ def np_memory(x, query, keys, values, knn):
 
 def _layer(n_heads=N_HEADS, knn=KNN):
   return memory_layers.ProductKeyValueMemory(
-      key_size=KEY_SIZE, n_keys=N_KEYS, n_heads=n_heads, knn=knn)
+    key_size=KEY_SIZE, n_keys=N_KEYS, n_heads=n_heads, knn=knn
+  )
 
 
 def _program(layer):
   """Outputs: y, gradients (query, keys, values), the three variables."""
+
   def build(mesh):
     x = _imp(mesh, X, [BATCH, LENGTH, D_MODEL])
     y = layer.call(_context(mesh), x)
     loss = mtf.reduce_sum(y * _imp(mesh, G, [BATCH, LENGTH, D_MODEL]))
     var = mesh.graph.name_to_variable
-    variables = [var[n].outputs[0] for n in ("query/kernel", "keys",
-                                             "values")]
+    variables = [var[n].outputs[0] for n in ("query/kernel", "keys", "values")]
     return [y] + mtf.gradients([loss], variables) + variables
+
   return build
 
 
 @meshes.parametrize(meshes.MEMORY_LAYERS, "mesh_layout")
 def test_matches_brute_force_numpy_on_meshes(mesh_layout):
   y, g_query, g_keys, g_values, query, keys, values = mtu.run_program(
-      _program(_layer()), *mesh_layout)
+    _program(_layer()), *mesh_layout
+  )
   assert query.shape == (D, N_HEADS, 2, KEY_SIZE // 2)
   assert keys.shape == (N_HEADS, 2, N_KEYS, KEY_SIZE // 2)
   assert values.shape == (N_KEYS * N_KEYS, D)
-  np.testing.assert_allclose(y, np_memory(X, query, keys, values, KNN),
-                             rtol=1e-5, atol=1e-5)
-  for name, g in (("query", g_query), ("keys", g_keys),
-                  ("values", g_values)):
+  np.testing.assert_allclose(
+    y, np_memory(X, query, keys, values, KNN), rtol=1e-5, atol=1e-5
+  )
+  for name, g in (("query", g_query), ("keys", g_keys), ("values", g_values)):
     assert np.abs(g).max() > 0, name
   # Values: only the selected slots get gradient, d/dV = sum w * G.
   q = np_query(X, query)
   half = np.einsum("blhcs,hcks->blhck", q, keys)
   full = (half[..., 0, :, None] + half[..., 1, None, :]).reshape(
-      B, L, N_HEADS, -1)
+    B, L, N_HEADS, -1
+  )
   top = np.argsort(-full, axis=-1, kind="stable")[..., :KNN]
   w = _softmax(np.take_along_axis(full, top, axis=-1))
   expected = np.zeros_like(values)
-  np.add.at(expected, top.reshape(-1),
-            (w[..., None] * G[:, :, None, None, :]).reshape(-1, D))
+  np.add.at(
+    expected,
+    top.reshape(-1),
+    (w[..., None] * G[:, :, None, None, :]).reshape(-1, D),
+  )
   np.testing.assert_allclose(g_values, expected, rtol=1e-4, atol=1e-5)
 
 
@@ -125,32 +140,34 @@ def test_keys_gradient_matches_finite_differences():
     kp, km = keys.copy(), keys.copy()
     kp[index] += eps
     km[index] -= eps
-    fd = (loss(kp.astype(np.float64)) - loss(km.astype(np.float64))) / (
-        2 * eps)
+    fd = (loss(kp.astype(np.float64)) - loss(km.astype(np.float64))) / (2 * eps)
     np.testing.assert_allclose(g_keys[index], fd, rtol=2e-2, atol=2e-3)
   del y
 
 
 def test_knn_equal_to_n_keys_covers_every_slot_of_each_half():
   y, _, _, _, query, keys, values = mtu.run_program(
-      _program(_layer(knn=N_KEYS)), "rows:2;cols:2",
-      "batch:rows;n_heads:cols")
-  np.testing.assert_allclose(y, np_memory(X, query, keys, values, N_KEYS),
-                             rtol=1e-5, atol=1e-5)
+    _program(_layer(knn=N_KEYS)), "rows:2;cols:2", "batch:rows;n_heads:cols"
+  )
+  np.testing.assert_allclose(
+    y, np_memory(X, query, keys, values, N_KEYS), rtol=1e-5, atol=1e-5
+  )
 
 
 def test_incremental_position_matches_full_pass():
   layer = _layer()
 
   def build(mesh):
-    y = layer.call(_context(mesh, "eval"), _imp(mesh, X, [BATCH, LENGTH,
-                                                          D_MODEL]))
+    y = layer.call(
+      _context(mesh, "eval"), _imp(mesh, X, [BATCH, LENGTH, D_MODEL])
+    )
     steps = []
     for t in range(L):
       ctx = _context(mesh, "incremental")
       ctx.position = mtf.constant(mesh, t, [BATCH], tf.int32)
       steps.append(layer.call(ctx, _imp(mesh, X[:, t], [BATCH, D_MODEL])))
     return [y] + steps
+
   y, *steps = mtu.run_program(build, "all:4", "n_heads:all")
   for t, y_t in enumerate(steps):
     assert y_t.shape == (B, D)
@@ -159,11 +176,13 @@ def test_incremental_position_matches_full_pass():
 
 def test_odd_key_size_uses_key_size_floordiv_2_per_half():
   layer = memory_layers.ProductKeyValueMemory(
-      key_size=KEY_SIZE + 1, n_keys=N_KEYS, n_heads=N_HEADS, knn=KNN)
+    key_size=KEY_SIZE + 1, n_keys=N_KEYS, n_heads=N_HEADS, knn=KNN
+  )
   y, _, _, _, query, keys, values = mtu.run_program(_program(layer))
   assert keys.shape == (N_HEADS, 2, N_KEYS, KEY_SIZE // 2)
-  np.testing.assert_allclose(y, np_memory(X, query, keys, values, KNN),
-                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(
+    y, np_memory(X, query, keys, values, KNN), rtol=1e-5, atol=1e-5
+  )
 
 
 def test_get_indices_returns_best_product_scores_and_slots():
@@ -175,33 +194,43 @@ def test_get_indices_returns_best_product_scores_and_slots():
   key = mtf.Dimension("key", 2)
 
   def build(mesh):
-    return list(_layer().get_indices(
-        _imp(mesh, keys, [heads, halves, mtf.Dimension("n_keys", N_KEYS),
-                          key]),
-        _imp(mesh, query, [BATCH, heads, halves, key])))
+    return list(
+      _layer().get_indices(
+        _imp(mesh, keys, [heads, halves, mtf.Dimension("n_keys", N_KEYS), key]),
+        _imp(mesh, query, [BATCH, heads, halves, key]),
+      )
+    )
 
   scores, indices = mtu.run_program(build)
   half = np.einsum("bhcs,hcks->bhck", query, keys)
   full = (half[:, :, 0, :, None] + half[:, :, 1, None, :]).reshape(
-      B, N_HEADS, -1)
+    B, N_HEADS, -1
+  )
   best = np.argsort(-full, axis=-1, kind="stable")[..., :KNN]
-  np.testing.assert_allclose(scores, np.take_along_axis(full, best, -1),
-                             rtol=1e-5)
+  np.testing.assert_allclose(
+    scores, np.take_along_axis(full, best, -1), rtol=1e-5
+  )
   np.testing.assert_array_equal(indices, best)
 
 
-@pytest.mark.parametrize("kwargs,match", [
+@pytest.mark.parametrize(
+  "kwargs,match",
+  [
     (dict(key_size=1), "key_size must be at least 2"),
     (dict(knn=N_KEYS + 1), "knn"),
     (dict(n_heads=0), "n_heads"),
-])
+  ],
+)
 def test_bad_arguments(kwargs, match):
   args = dict(key_size=KEY_SIZE, n_keys=N_KEYS, n_heads=N_HEADS, knn=KNN)
   args.update(kwargs)
   layer = memory_layers.ProductKeyValueMemory(**args)
   with pytest.raises(ValueError, match="ProductKeyValueMemory.*" + match):
-    mtu.run_program(lambda mesh: [layer.call(
-        _context(mesh), _imp(mesh, X, [BATCH, LENGTH, D_MODEL]))])
+    mtu.run_program(
+      lambda mesh: [
+        layer.call(_context(mesh), _imp(mesh, X, [BATCH, LENGTH, D_MODEL]))
+      ]
+    )
 
 
 def test_gin_required_parameters():
@@ -217,6 +246,10 @@ def test_gin_required_parameters():
   try:
     layer = memory_layers.ProductKeyValueMemory()
     assert (layer.key_size, layer.n_keys, layer.n_heads, layer.knn) == (
-        4, 8, 2, 4)
+      4,
+      8,
+      2,
+      4,
+    )
   finally:
     gin.clear_config()

@@ -55,8 +55,9 @@ def _var(graph, suffix):
   for v in graph.all_variables:
     if v.name.endswith(suffix):
       return v.outputs[0]
-  raise KeyError("%s not in %s"
-                 % (suffix, [v.name for v in graph.all_variables]))
+  raise KeyError(
+    "%s not in %s" % (suffix, [v.name for v in graph.all_variables])
+  )
 
 
 # ----------------------------------------------------------------------------
@@ -72,12 +73,21 @@ def _softmax(z):
 def _balance(first, probs, weight, num_experts):
   """mean_e(mean_t(probs*weight) * mean_t(onehot(first))) * E^2, one group."""
   mask = np.eye(num_experts)[first]
-  return float(np.mean((probs * weight[:, None]).mean(0) * mask.mean(0))
-               * num_experts ** 2)
+  return float(
+    np.mean((probs * weight[:, None]).mean(0) * mask.mean(0)) * num_experts**2
+  )
 
 
-def np_route(logits, capacity, gating, policy="all", threshold=0.2,
-             importance=None, second_place_loss=False, ntlb_top_k=4):
+def np_route(
+  logits,
+  capacity,
+  gating,
+  policy="all",
+  threshold=0.2,
+  importance=None,
+  second_place_loss=False,
+  ntlb_top_k=4,
+):
   """Sequential routing of one group: (combine [g, E, C], balance loss)."""
   g, num_experts = logits.shape
   probs = _softmax(logits.astype(np.float64))
@@ -100,20 +110,23 @@ def np_route(logits, capacity, gating, policy="all", threshold=0.2,
     g2 = probs[np.arange(g), second]
     g1, g2 = g1 / (g1 + g2 + 1e-9), g2 / (g1 + g2 + 1e-9)
     first_mask = np.eye(num_experts)[first] * weight[:, None]
-    loss = float(np.mean((probs * weight[:, None]).mean(0)
-                         * first_mask.mean(0)) * num_experts ** 2)
+    loss = float(
+      np.mean((probs * weight[:, None]).mean(0) * first_mask.mean(0))
+      * num_experts**2
+    )
     if second_place_loss:
       rest = probs * (1 - first_mask)
       rest /= rest.sum(-1, keepdims=True) + 1e-9
       second_idx = np.argmax(rest, -1)
-      loss += 0.5 * float(np.mean(rest.mean(0) * np.eye(num_experts)[
-          second_idx].mean(0)) * num_experts ** 2)
+      loss += 0.5 * float(
+        np.mean(rest.mean(0) * np.eye(num_experts)[second_idx].mean(0))
+        * num_experts**2
+      )
     for t in range(g):
       if weight[t]:
         place(t, first[t], g1[t])
     for t in range(g):
-      use = {"all": True, "none": False,
-             "threshold": g2[t] > threshold}[policy]
+      use = {"all": True, "none": False, "threshold": g2[t] > threshold}[policy]
       if use and weight[t]:
         place(t, second[t], g2[t])
     return combine, loss
@@ -150,13 +163,17 @@ def np_route(logits, capacity, gating, policy="all", threshold=0.2,
 
 
 def _hparams(**kwargs):
-  defaults = dict(moe_second_policy_train="all", moe_second_policy_eval="all",
-                  moe_second_threshold_train=0.2,
-                  moe_second_threshold_eval=0.2,
-                  moe_use_second_place_loss=False,
-                  moe_switch_policy_train="argmax",
-                  moe_switch_policy_eval="argmax", moe_ntlb_top_k=4,
-                  moe_z_loss=None)
+  defaults = dict(
+    moe_second_policy_train="all",
+    moe_second_policy_eval="all",
+    moe_second_threshold_train=0.2,
+    moe_second_threshold_eval=0.2,
+    moe_use_second_place_loss=False,
+    moe_switch_policy_train="argmax",
+    moe_switch_policy_eval="argmax",
+    moe_ntlb_top_k=4,
+    moe_z_loss=None,
+  )
   defaults.update(kwargs)
   return moe.HParams(**defaults)
 
@@ -170,10 +187,19 @@ def _run_gating(gating, hparams, capacity, train=True, importance=None):
     if importance is not None:
       imp = mtf.import_tf_tensor(mesh, importance, [OUTER, GROUPS, GROUP])
     dispatch, combine, loss = moe_gating.compute_gating(
-        gating, x, None, EXPERTS, mtf.Dimension("expert_capacity", capacity),
-        hparams, train, mtf.VariableDType(), importance=imp)
+      gating,
+      x,
+      None,
+      EXPERTS,
+      mtf.Dimension("expert_capacity", capacity),
+      hparams,
+      train,
+      mtf.VariableDType(),
+      importance=imp,
+    )
     kernel = _var(mesh.graph, "_gating/kernel")
     return [dispatch, combine, loss, kernel]
+
   return mtu.run_program(build)
 
 
@@ -199,11 +225,13 @@ def _check_routing(dispatch, combine, expected_combine, capacity):
 @pytest.mark.parametrize("policy", ["all", "none", "threshold"])
 def test_top_2_gating_matches_numpy(policy):
   capacity = 2
-  hparams = _hparams(moe_second_policy_train=policy,
-                     moe_second_threshold_train=0.3)
+  hparams = _hparams(
+    moe_second_policy_train=policy, moe_second_threshold_train=0.3
+  )
   dispatch, combine, loss, kernel = _run_gating("top_2", hparams, capacity)
-  expected, expected_loss = _reference("top_2", kernel, capacity,
-                                       policy=policy, threshold=0.3)
+  expected, expected_loss = _reference(
+    "top_2", kernel, capacity, policy=policy, threshold=0.3
+  )
   _check_routing(dispatch, combine, expected, capacity)
   np.testing.assert_allclose(loss, expected_loss, rtol=1e-5)
   # The test inputs overflow some expert: a position lost its first choice.
@@ -215,21 +243,26 @@ def test_top_2_gating_matches_numpy(policy):
 
 def test_top_2_gating_eval_policy_and_second_place_loss():
   capacity = 4
-  hparams = _hparams(moe_second_policy_train="all",
-                     moe_second_policy_eval="none",
-                     moe_use_second_place_loss=True)
-  dispatch, combine, loss, kernel = _run_gating("top_2", hparams, capacity,
-                                                train=False)
-  expected, expected_loss = _reference("top_2", kernel, capacity,
-                                       policy="none", second_place_loss=True)
+  hparams = _hparams(
+    moe_second_policy_train="all",
+    moe_second_policy_eval="none",
+    moe_use_second_place_loss=True,
+  )
+  dispatch, combine, loss, kernel = _run_gating(
+    "top_2", hparams, capacity, train=False
+  )
+  expected, expected_loss = _reference(
+    "top_2", kernel, capacity, policy="none", second_place_loss=True
+  )
   _check_routing(dispatch, combine, expected, capacity)
   np.testing.assert_allclose(loss, expected_loss, rtol=1e-5)
   # Policy "none": each position at most one expert.
   assert dispatch.sum(axis=(3, 4)).max() == 1.0
 
 
-@pytest.mark.parametrize("gating", ["switch", "switch_max", "ntlb",
-                                    "expert_selection"])
+@pytest.mark.parametrize(
+  "gating", ["switch", "switch_max", "ntlb", "expert_selection"]
+)
 def test_single_choice_gatings_match_numpy(gating):
   capacity = 2
   dispatch, combine, loss, kernel = _run_gating(gating, _hparams(), capacity)
@@ -238,14 +271,17 @@ def test_single_choice_gatings_match_numpy(gating):
   np.testing.assert_allclose(loss, expected_loss, rtol=1e-5, atol=1e-7)
 
 
-@pytest.mark.parametrize("gating", ["top_2", "switch", "ntlb",
-                                    "expert_selection"])
+@pytest.mark.parametrize(
+  "gating", ["top_2", "switch", "ntlb", "expert_selection"]
+)
 def test_padding_is_never_dispatched(gating):
   capacity = 3
   dispatch, combine, loss, kernel = _run_gating(
-      gating, _hparams(), capacity, importance=PADDING)
-  expected, expected_loss = _reference(gating, kernel, capacity,
-                                       importance=PADDING)
+    gating, _hparams(), capacity, importance=PADDING
+  )
+  expected, expected_loss = _reference(
+    gating, kernel, capacity, importance=PADDING
+  )
   _check_routing(dispatch, combine, expected, capacity)
   np.testing.assert_allclose(loss, expected_loss, rtol=1e-5, atol=1e-7)
   assert dispatch[PADDING == 0].sum() == 0
@@ -259,8 +295,9 @@ def test_router_z_loss_added_in_training_only():
   logits = np.einsum("obgd,de->obge", X_GATE.astype(np.float64), kernel)
   lse = np.log(np.exp(logits).sum(-1))
   _, balance = _reference("switch", kernel, 2)
-  np.testing.assert_allclose(loss_train, balance + z * np.mean(lse ** 2),
-                             rtol=1e-5)
+  np.testing.assert_allclose(
+    loss_train, balance + z * np.mean(lse**2), rtol=1e-5
+  )
   _, balance_eval = _reference("switch", kernel_eval, 2)
   np.testing.assert_allclose(loss_eval, balance_eval, rtol=1e-5)
 
@@ -273,11 +310,14 @@ def test_sample_policy_routes_to_one_expert():
   assert (combine.sum(axis=(3, 4)) > 0).all()
 
 
-@pytest.mark.parametrize("gating,hparam", [
+@pytest.mark.parametrize(
+  "gating,hparam",
+  [
     ("top_2", dict(moe_second_policy_train="sometimes")),
     ("switch", dict(moe_switch_policy_train="greedy")),
     ("bogus", {}),
-])
+  ],
+)
 def test_unknown_gating_or_policy_raises(gating, hparam):
   with pytest.raises(ValueError, match="sometimes|greedy|bogus"):
     _run_gating(gating, _hparams(**hparam), 2)
@@ -287,20 +327,38 @@ def test_unknown_gating_or_policy_raises(gating, hparam):
 # MoE1D.
 
 
-def _moe1d_program(layer_kwargs, layout="", mesh_shape="", mode="train",
-                   x_value=X_LAYER, dims=(BATCH, LENGTH, D_MODEL),
-                   length_dim=LENGTH):
+def _moe1d_program(
+  layer_kwargs,
+  layout="",
+  mesh_shape="",
+  mode="train",
+  x_value=X_LAYER,
+  dims=(BATCH, LENGTH, D_MODEL),
+  length_dim=LENGTH,
+):
   def build(mesh):
-    context = Context(_Model(layout, mesh_shape), mesh, [BATCH], length_dim,
-                      mtf.VariableDType(), mode=mode, losses=[])
+    context = Context(
+      _Model(layout, mesh_shape),
+      mesh,
+      [BATCH],
+      length_dim,
+      mtf.VariableDType(),
+      mode=mode,
+      losses=[],
+    )
     x = mtf.import_tf_tensor(mesh, x_value, list(dims))
     with tf.compat.v1.variable_scope("moe_layer"):
       y = moe.MoE1D(**layer_kwargs).call(context, x)
     graph = mesh.graph
     gate_kernel = [v for v in graph.all_variables if "_gating/" in v.name][0]
-    return [y, context.losses[0], gate_kernel.outputs[0],
-            _var(graph, "moe_layer/wi/kernel"),
-            _var(graph, "moe_layer/wo/kernel")]
+    return [
+      y,
+      context.losses[0],
+      gate_kernel.outputs[0],
+      _var(graph, "moe_layer/wi/kernel"),
+      _var(graph, "moe_layer/wo/kernel"),
+    ]
+
   return build
 
 
@@ -309,31 +367,45 @@ def np_moe1d(x, gate_w, wi, wo, group_size, capacity, gating, **kwargs):
   out = np.zeros((flat.shape[0], wo.shape[-1]))
   losses = []
   for start in range(0, flat.shape[0], group_size):
-    xs = flat[start:start + group_size]
+    xs = flat[start : start + group_size]
     combine, loss = np_route(xs @ gate_w, capacity, gating, **kwargs)
     losses.append(loss)
     for e in range(wi.shape[0]):
       expert_out = np.maximum(xs @ wi[e], 0.0) @ wo[e]
-      out[start:start + group_size] += (combine[:, e, :].sum(-1)[:, None]
-                                        * expert_out)
+      out[start : start + group_size] += (
+        combine[:, e, :].sum(-1)[:, None] * expert_out
+      )
   return out.reshape(x.shape[:-1] + (wo.shape[-1],)), float(np.mean(losses))
 
 
 LAYER_KWARGS = {
-    "top_2": dict(num_experts=4, hidden_size=16, group_size=8,
-                  capacity_factor_train=1.0, min_expert_capacity=1,
-                  second_policy_train="all", loss_coef=0.5),
-    "switch": dict(num_experts=4, hidden_size=16, group_size=8,
-                   capacity_factor_train=1.0, min_expert_capacity=1,
-                   moe_gating="switch", switch_policy_train="argmax",
-                   loss_coef=0.5),
+  "top_2": dict(
+    num_experts=4,
+    hidden_size=16,
+    group_size=8,
+    capacity_factor_train=1.0,
+    min_expert_capacity=1,
+    second_policy_train="all",
+    loss_coef=0.5,
+  ),
+  "switch": dict(
+    num_experts=4,
+    hidden_size=16,
+    group_size=8,
+    capacity_factor_train=1.0,
+    min_expert_capacity=1,
+    moe_gating="switch",
+    switch_policy_train="argmax",
+    loss_coef=0.5,
+  ),
 }
 
 
 @pytest.mark.parametrize("gating", ["top_2", "switch"])
 def test_moe1d_matches_numpy_mixture(gating):
   y, loss, gate_w, wi, wo = mtu.run_program(
-      _moe1d_program(LAYER_KWARGS[gating]))
+    _moe1d_program(LAYER_KWARGS[gating])
+  )
   # capacity = max(min(8, int(8 * 1.0 / 4)), 1) = 2
   expected, expected_loss = np_moe1d(X_LAYER, gate_w, wi, wo, 8, 2, gating)
   np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
@@ -345,8 +417,9 @@ def test_moe1d_matches_numpy_mixture(gating):
 
 
 def test_moe1d_variables_and_capacity_in_eval():
-  kwargs = dict(LAYER_KWARGS["top_2"], capacity_factor_eval=2.0,
-                second_policy_eval="all")
+  kwargs = dict(
+    LAYER_KWARGS["top_2"], capacity_factor_eval=2.0, second_policy_eval="all"
+  )
   build = _moe1d_program(kwargs, mode="eval")
   names = {}
 
@@ -354,11 +427,12 @@ def test_moe1d_variables_and_capacity_in_eval():
     outs = build(mesh)
     names.update({v.name: v.shape.to_string for v in mesh.graph.all_variables})
     return outs
+
   y, loss, gate_w, wi, wo = mtu.run_program(build_and_record)
   assert names == {
-      "moe_layer/top_2_gating/kernel": "Shape[d_model=8, expert_unsplit=4]",
-      "moe_layer/wi/kernel": "Shape[experts=4, d_model=8, expert_hidden=16]",
-      "moe_layer/wo/kernel": "Shape[experts=4, expert_hidden=16, d_model=8]",
+    "moe_layer/top_2_gating/kernel": "Shape[d_model=8, expert_unsplit=4]",
+    "moe_layer/wi/kernel": "Shape[experts=4, d_model=8, expert_hidden=16]",
+    "moe_layer/wo/kernel": "Shape[experts=4, expert_hidden=16, d_model=8]",
   }
   # Eval capacity: int(8 * 2.0 / 4) = 4.
   expected, expected_loss = np_moe1d(X_LAYER, gate_w, wi, wo, 8, 4, "top_2")
@@ -370,8 +444,9 @@ def test_moe1d_incremental_input_without_length():
   # Decoding: x is [batch, d_model]; the layer treats the batch as one group.
   x = X_LAYER[:, 0, :]
   kwargs = dict(LAYER_KWARGS["switch"], group_size=2)
-  y, loss, gate_w, wi, wo = mtu.run_program(_moe1d_program(
-      kwargs, x_value=x, dims=(BATCH, D_MODEL)))
+  y, loss, gate_w, wi, wo = mtu.run_program(
+    _moe1d_program(kwargs, x_value=x, dims=(BATCH, D_MODEL))
+  )
   assert y.shape == (2, 8)
   # capacity = max(min(2, int(2 * 1.0 / 4)), 1) = 1
   expected, _ = np_moe1d(x, gate_w, wi, wo, 2, 1, "switch")
@@ -380,11 +455,16 @@ def test_moe1d_incremental_input_without_length():
 
 def test_moe1d_keeps_a_leading_outer_batch_dim():
   x = X_LAYER.reshape(2, 2, 4, 8)
-  dims = (mtf.Dimension("outer_batch", 2), BATCH, mtf.Dimension("length", 4),
-          D_MODEL)
+  dims = (
+    mtf.Dimension("outer_batch", 2),
+    BATCH,
+    mtf.Dimension("length", 4),
+    D_MODEL,
+  )
   kwargs = dict(LAYER_KWARGS["top_2"], group_size=4)
-  y, loss, gate_w, wi, wo = mtu.run_program(_moe1d_program(
-      kwargs, x_value=x, dims=dims, length_dim=dims[2]))
+  y, loss, gate_w, wi, wo = mtu.run_program(
+    _moe1d_program(kwargs, x_value=x, dims=dims, length_dim=dims[2])
+  )
   # Groups of 4 positions in row-major order; capacity max(min(4, 1), 1).
   expected, expected_loss = np_moe1d(x, gate_w, wi, wo, 4, 1, "top_2")
   np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
@@ -396,30 +476,50 @@ def test_moe1d_same_on_meshes_that_split_experts(gating):
   results = []
   for mesh_shape, layout in meshes.MOE:
     tf.random.set_seed(1234)  # same initial weights on every mesh
-    results.append(mtu.run_program(
+    results.append(
+      mtu.run_program(
         _moe1d_program(LAYER_KWARGS[gating], layout, mesh_shape),
-        mesh_shape, layout, mode="function"))
+        mesh_shape,
+        layout,
+        mode="function",
+      )
+    )
   y, loss, gate_w, wi, wo = results[0]
   expected, expected_loss = np_moe1d(X_LAYER, gate_w, wi, wo, 8, 2, gating)
   np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5)
   np.testing.assert_allclose(loss, 0.5 * expected_loss, rtol=1e-5)
   for (mesh_shape, layout), result in zip(meshes.MOE[1:], results[1:]):
-    mtu.assert_all_close(result, results[0],
-                         msg=meshes.mesh_layout_id(mesh_shape, layout))
+    mtu.assert_all_close(
+      result, results[0], msg=meshes.mesh_layout_id(mesh_shape, layout)
+    )
 
 
-@pytest.mark.parametrize("kwargs", [
+@pytest.mark.parametrize(
+  "kwargs",
+  [
     dict(num_experts=4, hidden_size=16, group_size=8),  # top_2, "random"
-    dict(num_experts=4, hidden_size=16, group_size=8, moe_gating="switch",
-         dropout_rate=0.1),  # "input_jitter" and expert dropout
-], ids=["top_2_random", "switch_jitter_dropout"])
+    dict(
+      num_experts=4,
+      hidden_size=16,
+      group_size=8,
+      moe_gating="switch",
+      dropout_rate=0.1,
+    ),  # "input_jitter" and expert dropout
+  ],
+  ids=["top_2_random", "switch_jitter_dropout"],
+)
 def test_random_policies_same_on_meshes(kwargs):
   results = []
   for mesh_shape, layout in meshes.MOE_2X2:
     tf.random.set_seed(4321)
-    results.append(mtu.run_program(
-        _moe1d_program(kwargs, layout, mesh_shape), mesh_shape, layout,
-        mode="function"))
+    results.append(
+      mtu.run_program(
+        _moe1d_program(kwargs, layout, mesh_shape),
+        mesh_shape,
+        layout,
+        mode="function",
+      )
+    )
   assert np.isfinite(results[0][0]).all() and results[0][1] > 0
   mtu.assert_all_close(results[1], results[0], msg=meshes.MOE_2X2[1][1])
 
@@ -427,20 +527,31 @@ def test_random_policies_same_on_meshes(kwargs):
 def test_moe1d_gradients_same_on_meshes():
   def build_grads(layout, mesh_shape):
     def build(mesh):
-      y, loss = _moe1d_program(LAYER_KWARGS["top_2"], layout,
-                               mesh_shape)(mesh)[:2]
+      y, loss = _moe1d_program(LAYER_KWARGS["top_2"], layout, mesh_shape)(mesh)[
+        :2
+      ]
       variables = [v.outputs[0] for v in mesh.graph.trainable_variables]
       return mtf.gradients([mtf.reduce_sum(y * y) + loss], variables)
+
     return build
+
   results = []
   for mesh_shape, layout in meshes.MOE_2X2:
     tf.random.set_seed(55)
-    results.append(mtu.run_program(build_grads(layout, mesh_shape),
-                                   mesh_shape, layout, mode="function"))
+    results.append(
+      mtu.run_program(
+        build_grads(layout, mesh_shape), mesh_shape, layout, mode="function"
+      )
+    )
   assert all(np.abs(g).sum() > 0 for g in results[0])
   for (mesh_shape, layout), result in zip(meshes.MOE_2X2[1:], results[1:]):
-    mtu.assert_all_close(result, results[0], rtol=1e-4, atol=1e-5,
-                         msg=meshes.mesh_layout_id(mesh_shape, layout))
+    mtu.assert_all_close(
+      result,
+      results[0],
+      rtol=1e-4,
+      atol=1e-5,
+      msg=meshes.mesh_layout_id(mesh_shape, layout),
+    )
 
 
 def test_moe1d_is_gin_configurable_under_original_module():
@@ -466,40 +577,56 @@ LENGTH4 = mtf.Dimension("length", 4)
 
 def _moe2d_program(layout="", mesh_shape=""):
   def build(mesh):
-    context = Context(_Model(layout, mesh_shape), mesh, [OUTER2, BATCH],
-                      LENGTH4, mtf.VariableDType(), mode="train", losses=[])
+    context = Context(
+      _Model(layout, mesh_shape),
+      mesh,
+      [OUTER2, BATCH],
+      LENGTH4,
+      mtf.VariableDType(),
+      mode="train",
+      losses=[],
+    )
     x = mtf.import_tf_tensor(mesh, X_2D, [OUTER2, BATCH, LENGTH4, D_MODEL])
-    layer = moe.MoE2D(expert_x=2, expert_y=2, hidden_size=8, group_size=4,
-                      second_policy_train="all", loss_coef=1.0)
+    layer = moe.MoE2D(
+      expert_x=2,
+      expert_y=2,
+      hidden_size=8,
+      group_size=4,
+      second_policy_train="all",
+      loss_coef=1.0,
+    )
     y = layer.call(context, x)
-    names = sorted((v.name, v.shape.to_string)
-                   for v in mesh.graph.all_variables)
+    names = sorted(
+      (v.name, v.shape.to_string) for v in mesh.graph.all_variables
+    )
     return [y, context.losses[0]], names
+
   return build
 
 
 def test_moe2d_variables_and_same_on_meshes():
   results = []
   for mesh_shape, layout in [
-      ("", ""),
-      ("rows:2;cols:2", "batch:rows;expert_x:rows;outer_batch:cols;"
-                        "expert_y:cols")]:
+    ("", ""),
+    (
+      "rows:2;cols:2",
+      "batch:rows;expert_x:rows;outer_batch:cols;expert_y:cols",
+    ),
+  ]:
     names = []
 
     def build(mesh, mesh_shape=mesh_shape, layout=layout, names=names):
       outs, var_names = _moe2d_program(layout, mesh_shape)(mesh)
       names[:] = var_names
       return outs
+
     tf.random.set_seed(77)
     results.append(mtu.run_program(build, mesh_shape, layout, mode="function"))
   assert names == [
-      ("inner_gating/kernel",
-       "Shape[expert_x=2, d_model=8, expert_y_unsplit=2]"),
-      ("outer_gating/kernel", "Shape[d_model=8, expert_x_unsplit=2]"),
-      ("wi/kernel", "Shape[expert_y=2, expert_x=2, d_model=8, "
-                    "expert_hidden=8]"),
-      ("wo/kernel", "Shape[expert_y=2, expert_x=2, expert_hidden=8, "
-                    "d_model=8]"),
+    ("inner_gating/kernel", "Shape[expert_x=2, d_model=8, expert_y_unsplit=2]"),
+    ("outer_gating/kernel", "Shape[d_model=8, expert_x_unsplit=2]"),
+    ("wi/kernel", "Shape[expert_y=2, expert_x=2, d_model=8, expert_hidden=8]"),
+    ("wo/kernel", "Shape[expert_y=2, expert_x=2, expert_hidden=8, d_model=8]"),
   ]
   y, loss = results[0]
   assert y.shape == X_2D.shape and np.isfinite(y).all() and np.abs(y).sum() > 0
@@ -511,10 +638,16 @@ def test_moe2d_variables_and_same_on_meshes():
 # Helpers.
 
 
-@pytest.mark.parametrize("n,max_group,split,expected", [
-    (16, 8, 1, (2, 8)), (16, 8, 4, (4, 4)), (24, 8, 4, (4, 6)),
-    (6, 1024, 2, (2, 3)), (12, 5, 1, (3, 4)),
-])
+@pytest.mark.parametrize(
+  "n,max_group,split,expected",
+  [
+    (16, 8, 1, (2, 8)),
+    (16, 8, 4, (4, 4)),
+    (24, 8, 4, (4, 6)),
+    (6, 1024, 2, (2, 3)),
+    (12, 5, 1, (3, 4)),
+  ],
+)
 def test_split_into_groups(n, max_group, split, expected):
   assert moe_layers._split_into_groups(n, max_group, split) == expected
 
@@ -557,10 +690,18 @@ def test_gate_inputs_with_token_embeddings_modes():
   b = np.ones((2, 3), np.float32)
   x = mtf.import_tf_tensor(mesh, tf.constant(a), mtf.Shape(dims))
   e = mtf.import_tf_tensor(mesh, tf.constant(b), mtf.Shape(dims))
-  outs = {mode: moe_layers.gate_inputs_with_token_embeddings(x, e, mode)
-          for mode in ("concat", "add_stop_grad", "embed_only")}
-  lowering = mtf.Lowering(graph, {mesh: mtf.placement_mesh_impl.PlacementMeshImpl(
-      mtf.Shape([]), mtf.convert_to_layout_rules([]), [""])})
+  outs = {
+    mode: moe_layers.gate_inputs_with_token_embeddings(x, e, mode)
+    for mode in ("concat", "add_stop_grad", "embed_only")
+  }
+  lowering = mtf.Lowering(
+    graph,
+    {
+      mesh: mtf.placement_mesh_impl.PlacementMeshImpl(
+        mtf.Shape([]), mtf.convert_to_layout_rules([]), [""]
+      )
+    },
+  )
   got = {m: lowering.export_to_tf_tensor(t).numpy() for m, t in outs.items()}
   np.testing.assert_allclose(got["concat"], np.concatenate([a, b], -1))
   np.testing.assert_allclose(got["add_stop_grad"], a + b)
@@ -571,12 +712,14 @@ def test_gate_inputs_with_token_embeddings_modes():
 
 @pytest.mark.parametrize("temperature", [None, 1.0])
 def test_second_place_expert_prob_one_never_uses_the_top_expert(temperature):
-  hparams = _hparams(moe_use_second_place_expert_prob=1.0,
-                     moe_use_second_place_expert_prob_temp=temperature)
+  hparams = _hparams(
+    moe_use_second_place_expert_prob=1.0,
+    moe_use_second_place_expert_prob_temp=temperature,
+  )
   dispatch, _, _, kernel = _run_gating("switch", hparams, 8)
-  chosen = dispatch.sum(axis=-1).argmax(-1)[0]          # [groups, group]
+  chosen = dispatch.sum(axis=-1).argmax(-1)[0]  # [groups, group]
   np.testing.assert_array_equal(dispatch.sum(axis=(3, 4)), 1.0)
-  logits = X_GATE[0].astype(np.float64) @ kernel        # [groups, group, e]
+  logits = X_GATE[0].astype(np.float64) @ kernel  # [groups, group, e]
   ranking = np.argsort(-logits, axis=-1)
   assert (chosen != ranking[..., 0]).all()
   if temperature is None:
@@ -592,8 +735,9 @@ def test_second_place_expert_prob_off_in_eval():
 
 
 def test_top_n_gating_with_two_experts_is_top_2():
-  hparams = _hparams(moe_top_n_num_experts_per_token=2,
-                     moe_use_second_place_loss=True)
+  hparams = _hparams(
+    moe_top_n_num_experts_per_token=2, moe_use_second_place_loss=True
+  )
   top_n = _run_gating("top_n", hparams, 2)
   top_2 = _run_gating("top_2", hparams, 2)
   for got, expected in zip(top_n[:3], top_2[:3]):
@@ -606,9 +750,9 @@ def test_top_n_gating_routes_to_the_n_best_experts():
   probs = _softmax(X_GATE[0].astype(np.float64) @ kernel)
   best = np.argsort(-probs, axis=-1)[..., :3]
   expected = np.zeros_like(probs)
-  np.put_along_axis(expected, best, np.take_along_axis(probs, best, -1),
-                    axis=-1)
+  np.put_along_axis(
+    expected, best, np.take_along_axis(probs, best, -1), axis=-1
+  )
   expected /= expected.sum(-1, keepdims=True)
-  np.testing.assert_allclose(combine.sum(-1)[0], expected, rtol=1e-5,
-                             atol=1e-6)
+  np.testing.assert_allclose(combine.sum(-1)[0], expected, rtol=1e-5, atol=1e-6)
   np.testing.assert_array_equal(dispatch.sum(axis=(3, 4)), 3.0)

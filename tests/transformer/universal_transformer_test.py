@@ -28,21 +28,38 @@ B, L, D, H, K, F = 4, 8, 8, 2, 4, 8
 SA = (tl.SelfAttention, {"num_heads": H, "key_value_size": K})
 DRD = (tl.DenseReluDense, {"hidden_size": F})
 IDS = cmu.random_ids(0, (B, L))
-SEQ = np.array([[1, 1, 1, 1, 1, 1, 0, 0], [1, 1, 1, 2, 2, 2, 2, 2],
-                [1] * 8, [1, 2, 2, 3, 3, 3, 0, 0]], np.int32)
+SEQ = np.array(
+  [
+    [1, 1, 1, 1, 1, 1, 0, 0],
+    [1, 1, 1, 2, 2, 2, 2, 2],
+    [1] * 8,
+    [1, 2, 2, 3, 3, 3, 0, 0],
+  ],
+  np.int32,
+)
 X = np.random.RandomState(1).randn(B, L, D).astype(np.float32)
 BATCH, LENGTH = mtf.Dimension("batch", B), mtf.Dimension("length", L)
 D_MODEL = mtf.Dimension("d_model", D)
 
 BASE = dict(
-    act_type="basic", recurrence_type="basic", act_max_steps=3,
-    act_epsilon=0.01, num_rec_steps=1, num_inrecurrence_layers=1,
-    position_start_index=0, add_or_concat_timing_signal="add",
-    step_timing_signal_type="sinusoid", add_position_timing_signal=False,
-    add_step_timing_signal=False, mix_with_transformer_before_ut=False,
-    mix_with_transformer_after_ut=False, gates_inputs="i",
-    gate_ffn_layer="dense", use_gated_transformer=False,
-    gating_type="highway")
+  act_type="basic",
+  recurrence_type="basic",
+  act_max_steps=3,
+  act_epsilon=0.01,
+  num_rec_steps=1,
+  num_inrecurrence_layers=1,
+  position_start_index=0,
+  add_or_concat_timing_signal="add",
+  step_timing_signal_type="sinusoid",
+  add_position_timing_signal=False,
+  add_step_timing_signal=False,
+  mix_with_transformer_before_ut=False,
+  mix_with_transformer_after_ut=False,
+  gates_inputs="i",
+  gate_ffn_layer="dense",
+  use_gated_transformer=False,
+  gating_type="highway",
+)
 
 
 def _layers(layers=(SA, DRD)):
@@ -55,16 +72,24 @@ def _ut(layers=None, **kwargs):
 
 def _encoder(stack):
   return transformer.Unitransformer(
-      stack, d_model=D, input_vocab_size=cmu.VOCAB, output_vocab_size=None,
-      autoregressive=False, max_length=L, name="encoder",
-      vocab_divisor=cmu.VOCAB_DIVISOR, positional_embedding=False)
+    stack,
+    d_model=D,
+    input_vocab_size=cmu.VOCAB,
+    output_vocab_size=None,
+    autoregressive=False,
+    max_length=L,
+    name="encoder",
+    vocab_divisor=cmu.VOCAB_DIVISOR,
+    positional_embedding=False,
+  )
 
 
 def _encode(mesh, stack, seq=SEQ, mode="eval", compute_loss=False):
   inputs = cmu.import_ids(mesh, IDS, ["batch", "length"])
   sequence_id = cmu.import_ids(mesh, seq, ["batch", "length"])
-  return _encoder(stack).call_simple(inputs, None, compute_loss, mode=mode,
-                                     sequence_id=sequence_id)
+  return _encoder(stack).call_simple(
+    inputs, None, compute_loss, mode=mode, sequence_id=sequence_id
+  )
 
 
 class StubModel:
@@ -76,13 +101,21 @@ class StubModel:
 
 
 def _context(mesh, losses=None):
-  return Context(StubModel(), mesh, [BATCH], LENGTH,
-                 mtf.VariableDType(tf.float32), mode="eval", losses=losses)
+  return Context(
+    StubModel(),
+    mesh,
+    [BATCH],
+    LENGTH,
+    mtf.VariableDType(tf.float32),
+    mode="eval",
+    losses=losses,
+  )
 
 
 def _import_x(mesh):
-  return mtf.import_tf_tensor(mesh, tf.constant(X),
-                              mtf.Shape([BATCH, LENGTH, D_MODEL]))
+  return mtf.import_tf_tensor(
+    mesh, tf.constant(X), mtf.Shape([BATCH, LENGTH, D_MODEL])
+  )
 
 
 # ----------------------------------------------------------------------------
@@ -96,8 +129,9 @@ def test_one_step_equals_plain_layer_stack():
     layers = _layers()
     a, _ = _encode(mesh, _ut(layers))
     ut_names = sorted(cmu.variables_by_name(mesh))
-    b, _ = _encode(mesh, transformer.LayerStack(
-        layers, dropout_rate=0.0, norm_epsilon=1e-6))
+    b, _ = _encode(
+      mesh, transformer.LayerStack(layers, dropout_rate=0.0, norm_epsilon=1e-6)
+    )
     names.extend([ut_names, sorted(cmu.variables_by_name(mesh))])
     return [a, b]
 
@@ -115,11 +149,16 @@ def test_steps_equal_a_layer_stack_of_repeated_layers(steps, inner):
 
   def build(mesh):
     layers = _layers()
-    a, _ = _encode(mesh, _ut(layers, num_rec_steps=steps,
-                             num_inrecurrence_layers=inner))
+    a, _ = _encode(
+      mesh, _ut(layers, num_rec_steps=steps, num_inrecurrence_layers=inner)
+    )
     counts.append(len(mesh.graph.all_variables))
-    b, _ = _encode(mesh, transformer.LayerStack(
-        layers * (steps * inner), dropout_rate=0.0, norm_epsilon=1e-6))
+    b, _ = _encode(
+      mesh,
+      transformer.LayerStack(
+        layers * (steps * inner), dropout_rate=0.0, norm_epsilon=1e-6
+      ),
+    )
     counts.append(len(mesh.graph.all_variables))
     c, _ = _encode(mesh, _ut(layers))
     return [a, b, c]
@@ -135,19 +174,31 @@ def test_variable_count_does_not_depend_on_num_rec_steps():
   counts = {}
   for steps in (1, 4):
     for recurrence in ("highway", "act"):
+
       def build(mesh, steps=steps, recurrence=recurrence):
-        _encode(mesh, _ut(recurrence_type=recurrence, num_rec_steps=steps,
-                          act_max_steps=steps, add_step_timing_signal=True,
-                          step_timing_signal_type="sinusoid"))
+        _encode(
+          mesh,
+          _ut(
+            recurrence_type=recurrence,
+            num_rec_steps=steps,
+            act_max_steps=steps,
+            add_step_timing_signal=True,
+            step_timing_signal_type="sinusoid",
+          ),
+        )
         counts[(steps, recurrence)] = sorted(cmu.variables_by_name(mesh))
         return []
+
       mtu.run_program(build)
   assert counts[(1, "highway")] == counts[(4, "highway")]
   assert counts[(1, "act")] == counts[(4, "act")]
-  assert "encoder/universal_transformer/transform_gate/w_i/kernel" in counts[
-      (1, "highway")]
-  assert "encoder/universal_transformer/act_halting/kernel" in counts[
-      (1, "act")]
+  assert (
+    "encoder/universal_transformer/transform_gate/w_i/kernel"
+    in counts[(1, "highway")]
+  )
+  assert (
+    "encoder/universal_transformer/act_halting/kernel" in counts[(1, "act")]
+  )
 
 
 # ----------------------------------------------------------------------------
@@ -163,27 +214,44 @@ def _np_sinusoid(positions, d=D):
 
 def test_timing_signals_match_numpy():
   """2 steps with position (start index 3) and step signals, against a
-  LayerStack run on x + signal per step."""
-  block = [functools.partial(transformer.sublayer_rms_norm,
-                             name="layer_norm"),
-           transformer.sublayer_call_layer, transformer.sublayer_residual]
+  LayerStack run on x + signal per step.
+  """
+  block = [
+    functools.partial(transformer.sublayer_rms_norm, name="layer_norm"),
+    transformer.sublayer_call_layer,
+    transformer.sublayer_residual,
+  ]
 
   def build(mesh):
     layers = _layers()
     x = _import_x(mesh)
-    stack = _ut(layers, num_rec_steps=2, position_start_index=3,
-                add_position_timing_signal=True, add_step_timing_signal=True)
+    stack = _ut(
+      layers,
+      num_rec_steps=2,
+      position_start_index=3,
+      add_position_timing_signal=True,
+      add_step_timing_signal=True,
+    )
     out = stack.call(_context(mesh), x)
-    plain = transformer.LayerStack(layers, sublayers_initial=[],
-                                   sublayers_per_layer=block,
-                                   sublayers_final=[])
+    plain = transformer.LayerStack(
+      layers,
+      sublayers_initial=[],
+      sublayers_per_layer=block,
+      sublayers_final=[],
+    )
     y = x
     for step in range(2):
       signal = _np_sinusoid(np.arange(L) + 3) + _np_sinusoid(step)
-      y = plain.call(_context(mesh), y + mtf.import_tf_tensor(
-          mesh, tf.constant(signal), mtf.Shape([LENGTH, D_MODEL])))
-    ref = transformer.sublayer_rms_norm(y, None, _context(mesh),
-                                        name="final_layer_norm")
+      y = plain.call(
+        _context(mesh),
+        y
+        + mtf.import_tf_tensor(
+          mesh, tf.constant(signal), mtf.Shape([LENGTH, D_MODEL])
+        ),
+      )
+    ref = transformer.sublayer_rms_norm(
+      y, None, _context(mesh), name="final_layer_norm"
+    )
     return [out, ref]
 
   out, ref = mtu.run_program(build)
@@ -192,15 +260,22 @@ def test_timing_signals_match_numpy():
 
 def test_learned_step_signal_and_concat():
   def build(mesh):
-    stack = _ut(num_rec_steps=2, add_step_timing_signal=True,
-                step_timing_signal_type="learned",
-                add_or_concat_timing_signal="concat")
+    stack = _ut(
+      num_rec_steps=2,
+      add_step_timing_signal=True,
+      step_timing_signal_type="learned",
+      add_or_concat_timing_signal="concat",
+    )
     out, _ = _encode(mesh, stack)
-    return [out, mesh.graph.name_to_variable[
-        "encoder/universal_transformer/step_embedding"].outputs[0],
-            mesh.graph.name_to_variable[
-                "encoder/universal_transformer/timing_concat/kernel"
-            ].outputs[0]]
+    return [
+      out,
+      mesh.graph.name_to_variable[
+        "encoder/universal_transformer/step_embedding"
+      ].outputs[0],
+      mesh.graph.name_to_variable[
+        "encoder/universal_transformer/timing_concat/kernel"
+      ].outputs[0],
+    ]
 
   out, table, kernel = mtu.run_program(build)
   assert table.shape == (2, D) and kernel.shape == (2 * D, D)
@@ -233,12 +308,17 @@ def _np_act(states, probs, max_steps, epsilon):
   return out, n, remainders
 
 
-@pytest.mark.parametrize("bias_init,max_steps", [(1.0, 4), (-1.0, 3),
-                                                 (-10.0, 3), (10.0, 3)])
+@pytest.mark.parametrize(
+  "bias_init,max_steps", [(1.0, 4), (-1.0, 3), (-10.0, 3), (10.0, 3)]
+)
 def test_act_matches_numpy(bias_init, max_steps):
   def build(mesh):
-    stack = _ut(recurrence_type="act", act_max_steps=max_steps,
-                act_halting_bias_init=bias_init, act_loss_weight=0.5)
+    stack = _ut(
+      recurrence_type="act",
+      act_max_steps=max_steps,
+      act_halting_bias_init=bias_init,
+      act_loss_weight=0.5,
+    )
     context = _context(mesh, losses=[])
     x = _import_x(mesh)
     out, n, r = stack.ut_act(context, x)
@@ -271,7 +351,7 @@ def test_act_ponder_loss_reaches_the_model_loss():
     _, loss = _encode(mesh, stack, compute_loss=True)
     return [loss]
 
-  loss, = mtu.run_program(build)
+  (loss,) = mtu.run_program(build)
   # weight 0.01 * mean(steps + remainder), steps + remainder in [1, 3].
   assert 0.01 <= loss <= 0.03
 
@@ -281,19 +361,33 @@ def test_act_ponder_loss_reaches_the_model_loss():
 
 
 VARIANTS = {
-    "highway": dict(recurrence_type="highway", num_rec_steps=2,
-                    gates_inputs="ist", add_step_timing_signal=True,
-                    add_position_timing_signal=True,
-                    couple_carry_transform_gates=False),
-    "skip": dict(recurrence_type="skip", num_rec_steps=2, gates_inputs="st",
-                 gate_ffn_layer="dense_relu_dense",
-                 use_gated_transformer=True, gating_type="gru"),
-    "act": dict(recurrence_type="act", act_max_steps=3,
-                act_halting_bias_init=-0.5, add_step_timing_signal=True,
-                step_timing_signal_type="learned",
-                mix_with_transformer_before_ut=True,
-                mix_with_transformer_after_ut=True,
-                num_vanilla_transformer_layers=1, use_gated_transformer=True),
+  "highway": dict(
+    recurrence_type="highway",
+    num_rec_steps=2,
+    gates_inputs="ist",
+    add_step_timing_signal=True,
+    add_position_timing_signal=True,
+    couple_carry_transform_gates=False,
+  ),
+  "skip": dict(
+    recurrence_type="skip",
+    num_rec_steps=2,
+    gates_inputs="st",
+    gate_ffn_layer="dense_relu_dense",
+    use_gated_transformer=True,
+    gating_type="gru",
+  ),
+  "act": dict(
+    recurrence_type="act",
+    act_max_steps=3,
+    act_halting_bias_init=-0.5,
+    add_step_timing_signal=True,
+    step_timing_signal_type="learned",
+    mix_with_transformer_before_ut=True,
+    mix_with_transformer_after_ut=True,
+    num_vanilla_transformer_layers=1,
+    use_gated_transformer=True,
+  ),
 }
 
 
@@ -301,8 +395,12 @@ def _run_variant(variant, mesh_shape="", layout="", grads=False):
   names = []
 
   def build(mesh):
-    out, loss = _encode(mesh, _ut(**VARIANTS[variant]),
-                        mode="train" if grads else "eval", compute_loss=True)
+    out, loss = _encode(
+      mesh,
+      _ut(**VARIANTS[variant]),
+      mode="train" if grads else "eval",
+      compute_loss=True,
+    )
     variables = cmu.variables_by_name(mesh)
     names[:] = list(variables)
     result = [out]
@@ -322,11 +420,19 @@ def _run_variant(variant, mesh_shape="", layout="", grads=False):
 def test_variants_same_numbers_on_meshes(variant):
   reference, _, _ = _run_variant(variant)
   assert np.isfinite(reference).all()
-  for mesh_shape, layout in [("all:4", "batch:all"), ("all:4", "d_ff:all"),
-                             ("rows:2;cols:2", "batch:rows;heads:cols")]:
+  for mesh_shape, layout in [
+    ("all:4", "batch:all"),
+    ("all:4", "d_ff:all"),
+    ("rows:2;cols:2", "batch:rows;heads:cols"),
+  ]:
     out, _, _ = _run_variant(variant, mesh_shape, layout)
-    np.testing.assert_allclose(out, reference, rtol=1e-5, atol=1e-5,
-                               err_msg="%s %s" % (mesh_shape, layout))
+    np.testing.assert_allclose(
+      out,
+      reference,
+      rtol=1e-5,
+      atol=1e-5,
+      err_msg="%s %s" % (mesh_shape, layout),
+    )
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
@@ -365,8 +471,11 @@ def test_gin_registration():
   gin.clear_config()
   try:
     bindings = ["import mesh_tensorflow.transformer.universal_transformer"]
-    bindings += ["mesh_tensorflow.transformer.universal_transformer."
-                 "UTLayerStack.%s = %r" % kv for kv in BASE.items()]
+    bindings += [
+      "mesh_tensorflow.transformer.universal_transformer."
+      "UTLayerStack.%s = %r" % kv
+      for kv in BASE.items()
+    ]
     bindings += ["UTLayerStack.num_rec_steps = 5"]
     gin.parse_config("\n".join(bindings))
     stack = ut.UTLayerStack(_layers())

@@ -59,10 +59,13 @@ def test_byte_vocabulary_in_tf_function_and_dataset():
   @tf.function
   def round_trip(s):
     return vocab.decode_tf(vocab.encode_tf(s))
+
   assert round_trip(tf.constant("héllo")).numpy().decode() == "héllo"
   ds = tf.data.Dataset.from_tensor_slices(["ab", "cde"]).map(vocab.encode_tf)
   assert [x.tolist() for x in ds.as_numpy_iterator()] == [
-      [100, 101], [102, 103, 104]]
+    [100, 101],
+    [102, 103, 104],
+  ]
 
 
 def test_byte_vocabulary_rejects_wrong_ranks():
@@ -75,9 +78,13 @@ def test_byte_vocabulary_rejects_wrong_ranks():
 
 def test_base_vocabulary_is_abstract():
   base = vocabulary.Vocabulary()
-  for call in (lambda: base.vocab_size, lambda: base.encode("a"),
-               lambda: base.decode([3]), lambda: base.encode_tf("a"),
-               lambda: base.decode_tf([3])):
+  for call in (
+    lambda: base.vocab_size,
+    lambda: base.encode("a"),
+    lambda: base.decode([3]),
+    lambda: base.encode_tf("a"),
+    lambda: base.decode_tf([3]),
+  ):
     with pytest.raises(NotImplementedError):
       call()
 
@@ -89,8 +96,9 @@ def test_base_vocabulary_is_abstract():
 @pytest.fixture(scope="module")
 def subword_encoder():
   return tfds.deprecated.text.SubwordTextEncoder.build_from_corpus(
-      ["hello world", "hello there world", "the world says hello"],
-      target_vocab_size=300)
+    ["hello world", "hello there world", "the world says hello"],
+    target_vocab_size=300,
+  )
 
 
 @pytest.mark.parametrize("text", ["hello world", "the world", "xyz hello!"])
@@ -123,12 +131,15 @@ class VHelperTinyTextDataset(tfds.core.GeneratorBasedBuilder):
 
   def _info(self):
     encoder = tfds.deprecated.text.SubwordTextEncoder.build_from_corpus(
-        ["tiny corpus of words", "words words"], target_vocab_size=280)
+      ["tiny corpus of words", "words words"], target_vocab_size=280
+    )
     return tfds.core.DatasetInfo(
-        builder=self,
-        features=tfds.features.FeaturesDict(
-            {"text": tfds.features.Text(encoder=encoder)}),
-        supervised_keys=("text", "text"))
+      builder=self,
+      features=tfds.features.FeaturesDict(
+        {"text": tfds.features.Text(encoder=encoder)}
+      ),
+      supervised_keys=("text", "text"),
+    )
 
   def _split_generators(self, dl_manager):
     raise NotImplementedError("never prepared in tests")
@@ -150,8 +161,9 @@ def test_get_tfds_vocabulary_is_gin_configurable(tmp_path, monkeypatch):
   gin.clear_config()
   try:
     gin.parse_config(
-        "mesh_tensorflow.transformer.vocabulary.get_tfds_vocabulary."
-        "dataset_name = 'v_helper_tiny_text_dataset'")
+      "mesh_tensorflow.transformer.vocabulary.get_tfds_vocabulary."
+      "dataset_name = 'v_helper_tiny_text_dataset'"
+    )
     vocab = vocabulary.get_tfds_vocabulary()
     assert vocab.decode(vocab.encode("corpus")) == "corpus"
   finally:
@@ -231,13 +243,20 @@ def test_t2t_vocabulary_round_trips_in_python_and_tf(fake_t2t):
 
 
 def test_t2t_vocabulary_without_tensor2tensor_names_package_and_file(
-    monkeypatch):
+  monkeypatch,
+):
   monkeypatch.setitem(sys.modules, "tensor2tensor", None)  # import fails
   vocab = t2t_vocabulary.T2tVocabulary("/data/t2t/vocab.lm1b.en.32768")
-  for use in (lambda: vocab.vocab_size, lambda: vocab.encode("hello"),
-              lambda: vocab.decode([2, 3])):
-    with pytest.raises(ImportError, match=r"tensor2tensor.*"
-                       r"'/data/t2t/vocab\.lm1b\.en\.32768'"):
+  for use in (
+    lambda: vocab.vocab_size,
+    lambda: vocab.encode("hello"),
+    lambda: vocab.decode([2, 3]),
+  ):
+    with pytest.raises(
+      ImportError,
+      match=r"tensor2tensor.*"
+      r"'/data/t2t/vocab\.lm1b\.en\.32768'",
+    ):
       use()
 
 
@@ -249,10 +268,11 @@ def test_get_t2t_vocabulary_joins_path_and_is_gin_configurable(fake_t2t):
   gin.clear_config()
   try:
     gin.parse_config(
-        "import mesh_tensorflow.transformer.t2t_vocabulary\n"
-        "mesh_tensorflow.transformer.t2t_vocabulary.get_t2t_vocabulary"
-        ".data_dir = '/d'\n"
-        "t2t_vocabulary.get_t2t_vocabulary.vocabulary_filename = 'v'\n")
+      "import mesh_tensorflow.transformer.t2t_vocabulary\n"
+      "mesh_tensorflow.transformer.t2t_vocabulary.get_t2t_vocabulary"
+      ".data_dir = '/d'\n"
+      "t2t_vocabulary.get_t2t_vocabulary.vocabulary_filename = 'v'\n"
+    )
     vocab = t2t_vocabulary.get_t2t_vocabulary()
     assert vocab.filepath == "/d/v"
     assert vocab.decode(vocab.encode("hello")) == "hello"
@@ -266,10 +286,11 @@ def test_get_t2t_vocabulary_names_a_required_macro_left_unset():
   gin.clear_config()
   try:
     gin.parse_config(
-        "import mesh_tensorflow.transformer.t2t_vocabulary\n"
-        "T2T_DATA_DIR = %gin.REQUIRED\n"
-        "t2t_vocabulary.get_t2t_vocabulary.data_dir = %T2T_DATA_DIR\n"
-        "t2t_vocabulary.get_t2t_vocabulary.vocabulary_filename = 'v'\n")
+      "import mesh_tensorflow.transformer.t2t_vocabulary\n"
+      "T2T_DATA_DIR = %gin.REQUIRED\n"
+      "t2t_vocabulary.get_t2t_vocabulary.data_dir = %T2T_DATA_DIR\n"
+      "t2t_vocabulary.get_t2t_vocabulary.vocabulary_filename = 'v'\n"
+    )
     with pytest.raises(ValueError, match="data_dir.*T2T_DATA_DIR"):
       t2t_vocabulary.get_t2t_vocabulary()
   finally:

@@ -103,8 +103,11 @@ def _filtered_stderr(min_level: int) -> Iterator[None]:
       os.close(saved)
       collected.seek(0)
       text = collected.read().decode("utf-8", errors="replace")
-      kept = [line for line in text.splitlines(keepends=True)
-              if not _is_noise(line, min_level)]
+      kept = [
+        line
+        for line in text.splitlines(keepends=True)
+        if not _is_noise(line, min_level)
+      ]
       if kept:
         sys.stderr.write("".join(kept))
         sys.stderr.flush()
@@ -117,8 +120,11 @@ def import_tensorflow_for_entry_point() -> None:
   when the package is imported by user code, when TensorFlow is already
   imported, or when verbose output was requested.
   """
-  if ("tensorflow" in sys.modules or not _started_as_entry_point() or
-      verbose_requested()):
+  if (
+    "tensorflow" in sys.modules
+    or not _started_as_entry_point()
+    or verbose_requested()
+  ):
     return
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", QUIET_TF_CPP_MIN_LOG_LEVEL)
   try:
@@ -147,6 +153,7 @@ def quiet_libraries(verbose: bool) -> None:
     return
   from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top,import-outside-toplevel
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+
   absl_logging.set_verbosity(absl_logging.WARNING)
   tfds.disable_progress_bar()
   absl_logger = logging.getLogger("absl")

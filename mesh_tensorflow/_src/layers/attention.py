@@ -19,7 +19,8 @@ from typing import List, Optional, Tuple
 
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Mesh, Tensor
+from mesh_tensorflow._src.graph import Mesh
+from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.layers.scope_util import layer_variable_scope
 from mesh_tensorflow._src.ops import binary
 from mesh_tensorflow._src.ops import einsum as einsum_lib
@@ -31,30 +32,35 @@ from mesh_tensorflow._src.ops import reduce as reduce_lib
 from mesh_tensorflow._src.ops import reshape as reshape_lib
 from mesh_tensorflow._src.ops import softmax as softmax_lib
 from mesh_tensorflow._src.ops import tensor_ops
-from mesh_tensorflow._src.ops.broadcast_binary import (equal, greater, less,
-                                                       logical_and, logical_or,
-                                                       not_equal)
+from mesh_tensorflow._src.ops.broadcast_binary import equal
+from mesh_tensorflow._src.ops.broadcast_binary import greater
+from mesh_tensorflow._src.ops.broadcast_binary import less
+from mesh_tensorflow._src.ops.broadcast_binary import logical_and
+from mesh_tensorflow._src.ops.broadcast_binary import logical_or
+from mesh_tensorflow._src.ops.broadcast_binary import not_equal
 from mesh_tensorflow._src.ops.gather import mtf_range
-from mesh_tensorflow._src.shapes import Dimension, Shape
-from mesh_tensorflow._src.variables import VariableDType, get_variable
+from mesh_tensorflow._src.shapes import Dimension
+from mesh_tensorflow._src.shapes import Shape
+from mesh_tensorflow._src.variables import VariableDType
+from mesh_tensorflow._src.variables import get_variable
 
 tf1 = tf.compat.v1
 
 __all__ = [
-    "attention_bias_local_2d_block",
-    "attention_bias_local_block",
-    "attention_mask_autoregressive",
-    "attention_mask_ignore_padding",
-    "attention_mask_same_segment",
-    "compress_mean",
-    "dot_product_attention",
-    "multihead_attention",
-    "multihead_attention_params",
-    "multihead_attention_vars",
-    "multihead_encdec_attention_incremental",
-    "multihead_self_attention_incremental",
-    "multihead_self_attention_memory_compressed",
-    "rename_length_to_memory_length",
+  "attention_bias_local_2d_block",
+  "attention_bias_local_block",
+  "attention_mask_autoregressive",
+  "attention_mask_ignore_padding",
+  "attention_mask_same_segment",
+  "compress_mean",
+  "dot_product_attention",
+  "multihead_attention",
+  "multihead_attention_params",
+  "multihead_attention_vars",
+  "multihead_encdec_attention_incremental",
+  "multihead_self_attention_incremental",
+  "multihead_self_attention_memory_compressed",
+  "rename_length_to_memory_length",
 ]
 
 _NEG_INF = -1e9
@@ -65,16 +71,16 @@ _NEG_INF = -1e9
 # ----------------------------------------------------------------------------
 
 
-def _init_stddevs(heads: Dimension, io_channels: Dimension,
-                  kv_channels: Dimension) -> Tuple[float, float, float,
-                                                   float]:
+def _init_stddevs(
+  heads: Dimension, io_channels: Dimension, kv_channels: Dimension
+) -> Tuple[float, float, float, float]:
   """Initializer stddevs of (q, k, v, o).
 
   The 1/sqrt(d_kv) logit scaling of scaled dot-product attention is folded
   into q and k (d_kv^-1/4 each), so dot_product_attention does not scale.
   """
-  qk = (io_channels.size ** -0.5) * (kv_channels.size ** -0.25)
-  v = io_channels.size ** -0.5
+  qk = (io_channels.size**-0.5) * (kv_channels.size**-0.25)
+  v = io_channels.size**-0.5
   o = (io_channels.size * heads.size) ** -0.5  # As in the original.
   return qk, qk, v, o
 
@@ -85,11 +91,14 @@ def _check_dim(value, what: str) -> Dimension:
   return value
 
 
-def multihead_attention_params(mesh: Mesh, heads: Dimension,
-                               io_channels: Dimension,
-                               kv_channels: Dimension,
-                               variable_dtype: VariableDType,
-                               combine: bool = False) -> List[Tensor]:
+def multihead_attention_params(
+  mesh: Mesh,
+  heads: Dimension,
+  io_channels: Dimension,
+  kv_channels: Dimension,
+  variable_dtype: VariableDType,
+  combine: bool = False,
+) -> List[Tensor]:
   """Creates the q, k, v, o weights of multihead attention.
 
   Variables (relative to the current variable scope): with combine=False four
@@ -118,38 +127,51 @@ def multihead_attention_params(mesh: Mesh, heads: Dimension,
   kv_channels = _check_dim(kv_channels, "kv_channels")
   if len({heads.name, io_channels.name, kv_channels.name}) != 3:
     raise ValueError(
-        "multihead attention weights need distinct dimension names, got "
-        "heads=%s, io_channels=%s, kv_channels=%s"
-        % (heads, io_channels, kv_channels))
+      "multihead attention weights need distinct dimension names, got "
+      "heads=%s, io_channels=%s, kv_channels=%s"
+      % (heads, io_channels, kv_channels)
+    )
   stddevs = _init_stddevs(heads, io_channels, kv_channels)
   if combine:
     qkvo = Dimension("qkvo", 4)
 
-    def qkvo_initializer(shape, dtype=None, partition_info=None,
-                         verify_shape=None):
+    def qkvo_initializer(
+      shape, dtype=None, partition_info=None, verify_shape=None
+    ):
       del partition_info, verify_shape
       dtype = tf.as_dtype(dtype or tf.float32)
       scale = tf.reshape(tf.constant(stddevs, dtype=dtype), [4, 1, 1, 1])
       return tf1.random_normal(shape, dtype=dtype) * scale
 
     var = get_variable(
-        mesh, "qkvo", Shape([qkvo, heads, io_channels, kv_channels]),
-        initializer=qkvo_initializer, dtype=variable_dtype)
+      mesh,
+      "qkvo",
+      Shape([qkvo, heads, io_channels, kv_channels]),
+      initializer=qkvo_initializer,
+      dtype=variable_dtype,
+    )
     return list(tensor_ops.unstack(var, qkvo))
   return [
-      get_variable(mesh, name, Shape([heads, io_channels,
-                                      kv_channels]),
-                   initializer=tf1.random_normal_initializer(
-                           stddev=stddev),
-                   dtype=variable_dtype)
-      for name, stddev in zip(["q", "k", "v", "o"], stddevs)]
+    get_variable(
+      mesh,
+      name,
+      Shape([heads, io_channels, kv_channels]),
+      initializer=tf1.random_normal_initializer(stddev=stddev),
+      dtype=variable_dtype,
+    )
+    for name, stddev in zip(["q", "k", "v", "o"], stddevs)
+  ]
 
 
-def multihead_attention_vars(mesh: Mesh, heads: Dimension,
-                             io_channels: Dimension,
-                             kv_channels: Dimension, master_dtype,
-                             slice_dtype, activation_dtype
-                             ) -> List[Tensor]:
+def multihead_attention_vars(
+  mesh: Mesh,
+  heads: Dimension,
+  io_channels: Dimension,
+  kv_channels: Dimension,
+  master_dtype,
+  slice_dtype,
+  activation_dtype,
+) -> List[Tensor]:
   """Deprecated: multihead_attention_params(..., combine=True).
 
   Creates one variable "qkvo" [qkvo=4, heads, io_channels, kv_channels] and
@@ -170,10 +192,17 @@ def multihead_attention_vars(mesh: Mesh, heads: Dimension,
   """
   master_dtype = master_dtype or tf.float32
   return multihead_attention_params(
-      mesh, heads, io_channels, kv_channels,
-      VariableDType(master_dtype, slice_dtype or master_dtype,
-                    activation_dtype or master_dtype),
-      combine=True)
+    mesh,
+    heads,
+    io_channels,
+    kv_channels,
+    VariableDType(
+      master_dtype,
+      slice_dtype or master_dtype,
+      activation_dtype or master_dtype,
+    ),
+    combine=True,
+  )
 
 
 # ----------------------------------------------------------------------------
@@ -183,33 +212,44 @@ def multihead_attention_vars(mesh: Mesh, heads: Dimension,
 
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
   """ValueError unless q [..., depth_k], k [..., length_kv, depth_k] and
-  v [..., length_kv, depth_v] fit together."""
+  v [..., length_kv, depth_v] fit together.
+  """
   for name, t in (("q", q), ("k", k), ("v", v)):
     if t.shape.ndims < (1 if name == "q" else 2):
-      raise ValueError("dot_product_attention: %s has too few dimensions: %s"
-                       % (name, t.shape.to_string))
+      raise ValueError(
+        "dot_product_attention: %s has too few dimensions: %s"
+        % (name, t.shape.to_string)
+      )
   depth_k = q.shape.dims[-1]
   length_kv = k.shape.dims[-2]
   if k.shape.dims[-1] != depth_k:
     raise ValueError(
-        "dot_product_attention: the last dimension of k (%s) must equal the "
-        "last (depth) dimension of q (%s)" % (k.shape.dims[-1], depth_k))
+      "dot_product_attention: the last dimension of k (%s) must equal the "
+      "last (depth) dimension of q (%s)" % (k.shape.dims[-1], depth_k)
+    )
   if length_kv in q.shape.dims:
     raise ValueError(
-        "dot_product_attention: the memory length dimension %s of k must not "
-        "be a dimension of q %s (rename it, e.g. to memory_length)"
-        % (length_kv, q.shape.to_string))
+      "dot_product_attention: the memory length dimension %s of k must not "
+      "be a dimension of q %s (rename it, e.g. to memory_length)"
+      % (length_kv, q.shape.to_string)
+    )
   if v.shape.ndims < 2 or v.shape.dims[-2] != length_kv:
     raise ValueError(
-        "dot_product_attention: v %s must have the memory length dimension %s "
-        "of k in second-to-last position" % (v.shape.to_string, length_kv))
+      "dot_product_attention: v %s must have the memory length dimension %s "
+      "of k in second-to-last position" % (v.shape.to_string, length_kv)
+    )
 
 
-def dot_product_attention(q: Tensor, k: Tensor, v: Tensor,
-                          mask: Optional[Tensor], is_training: bool,
-                          dropout: float = 0.0,
-                          dropout_broadcast_dims=None,
-                          extra_logit=None) -> Tensor:
+def dot_product_attention(
+  q: Tensor,
+  k: Tensor,
+  v: Tensor,
+  mask: Optional[Tensor],
+  is_training: bool,
+  dropout: float = 0.0,
+  dropout_broadcast_dims=None,
+  extra_logit=None,
+) -> Tensor:
   """Dot-product attention (no 1/sqrt(depth) scaling; fold it into q).
 
   weights = softmax over length_kv of (q . k + mask); output = weights . v.
@@ -245,23 +285,29 @@ def dot_product_attention(q: Tensor, k: Tensor, v: Tensor,
     for d in mask.shape.dims:
       if d not in logits_shape.dims:
         raise ValueError(
-            "dot_product_attention: mask dimension %s is not a dimension of "
-            "the attention logits %s" % (d, logits_shape.to_string))
+          "dot_product_attention: mask dimension %s is not a dimension of "
+          "the attention logits %s" % (d, logits_shape.to_string)
+        )
     if mask.dtype != logits.dtype:
       mask = elementwise.cast(mask, logits.dtype)
     logits = binary.add(logits, mask, output_shape=logits_shape)
   weights = softmax_lib.softmax(logits, length_kv, extra_logit=extra_logit)
   if dropout != 0.0:
     weights = random_lib.dropout(
-        weights, is_training, keep_prob=1.0 - dropout,
-        noise_shape=weights.shape - (dropout_broadcast_dims or []))
+      weights,
+      is_training,
+      keep_prob=1.0 - dropout,
+      noise_shape=weights.shape - (dropout_broadcast_dims or []),
+    )
   depth_v = v.shape.dims[-1]
   return einsum_lib.einsum([weights, v], Shape(q.shape.dims[:-1] + [depth_v]))
 
 
 def rename_length_to_memory_length(
-    x: Tensor, length_name: str = "length",
-    memory_length_name: str = "memory_length") -> Tensor:
+  x: Tensor,
+  length_name: str = "length",
+  memory_length_name: str = "memory_length",
+) -> Tensor:
   """Renames dimension length_name of x to memory_length_name.
 
   Args:
@@ -273,15 +319,19 @@ def rename_length_to_memory_length(
     an mtf Tensor like x with the dimension renamed.
   """
   if length_name not in x.shape.dimension_names:
-    raise ValueError("rename_length_to_memory_length: %s has no dimension %r"
-                     % (x.shape.to_string, length_name))
+    raise ValueError(
+      "rename_length_to_memory_length: %s has no dimension %r"
+      % (x.shape.to_string, length_name)
+    )
   return reshape_lib.rename_dimension(x, length_name, memory_length_name)
 
 
 def split_query(query_antecedent: Tensor, what: str):
   if query_antecedent.shape.ndims < 2:
-    raise ValueError("%s: input must be [<batch_dims>, length, io_channels], "
-                     "got %s" % (what, query_antecedent.shape.to_string))
+    raise ValueError(
+      "%s: input must be [<batch_dims>, length, io_channels], "
+      "got %s" % (what, query_antecedent.shape.to_string)
+    )
   batch_dims = query_antecedent.shape.dims[:-2]
   length, io_channels = query_antecedent.shape.dims[-2:]
   return batch_dims, length, io_channels
@@ -292,29 +342,39 @@ def check_heads_kv(heads, kv_channels, x: Tensor, what: str) -> None:
   _check_dim(kv_channels, "kv_channels")
   for role, d in (("heads", heads), ("kv_channels", kv_channels)):
     if d.name in x.shape.dimension_names:
-      raise ValueError("%s: %s dimension %s is already a dimension of the "
-                       "input %s" % (what, role, d, x.shape.to_string))
+      raise ValueError(
+        "%s: %s dimension %s is already a dimension of the "
+        "input %s" % (what, role, d, x.shape.to_string)
+      )
 
 
-def _project_to_heads(x: Tensor, weights: Tensor, batch_dims: List[Dimension],
-                      heads: Dimension, length: Dimension,
-                      kv_channels: Dimension) -> Tensor:
+def _project_to_heads(
+  x: Tensor,
+  weights: Tensor,
+  batch_dims: List[Dimension],
+  heads: Dimension,
+  length: Dimension,
+  kv_channels: Dimension,
+) -> Tensor:
   """x [batch..., length, io_channels] -> [batch..., heads, length, kv]."""
   return einsum_lib.einsum(
-      [x, weights], Shape(batch_dims + [heads, length, kv_channels]))
+    [x, weights], Shape(batch_dims + [heads, length, kv_channels])
+  )
 
 
-def multihead_attention(query_antecedent: Tensor,
-                        memory_antecedent: Optional[Tensor],
-                        mask: Optional[Tensor],
-                        kv_channels: Dimension,
-                        heads: Dimension,
-                        is_training: bool,
-                        dropout: float = 0.0,
-                        dropout_broadcast_dims=None,
-                        master_dtype=tf.float32,
-                        slice_dtype=tf.float32,
-                        name: str = "multihead_attention") -> Tensor:
+def multihead_attention(
+  query_antecedent: Tensor,
+  memory_antecedent: Optional[Tensor],
+  mask: Optional[Tensor],
+  kv_channels: Dimension,
+  heads: Dimension,
+  is_training: bool,
+  dropout: float = 0.0,
+  dropout_broadcast_dims=None,
+  master_dtype=tf.float32,
+  slice_dtype=tf.float32,
+  name: str = "multihead_attention",
+) -> Tensor:
   """Multihead attention with input/output projections.
 
   Variables: "<name>/qkvo" [qkvo=4, heads, io_channels, kv_channels] (query and
@@ -342,85 +402,113 @@ def multihead_attention(query_antecedent: Tensor,
     ValueError: if memory and query batch dims or io channels differ.
   """
   batch_dims, query_length, io_channels = split_query(
-      query_antecedent, "multihead_attention")
+    query_antecedent, "multihead_attention"
+  )
   check_heads_kv(heads, kv_channels, query_antecedent, "multihead_attention")
   if memory_antecedent is None:
     memory_antecedent = rename_length_to_memory_length(
-        query_antecedent, query_length.name)
+      query_antecedent, query_length.name
+    )
   if memory_antecedent.shape.ndims < 2:
-    raise ValueError("multihead_attention: memory_antecedent must be "
-                     "[<batch_dims>, memory_length, io_channels], got %s"
-                     % memory_antecedent.shape.to_string)
+    raise ValueError(
+      "multihead_attention: memory_antecedent must be "
+      "[<batch_dims>, memory_length, io_channels], got %s"
+      % memory_antecedent.shape.to_string
+    )
   memory_batch_dims = memory_antecedent.shape.dims[:-2]
   memory_length, memory_channels = memory_antecedent.shape.dims[-2:]
   if memory_batch_dims != batch_dims:
     raise ValueError(
-        "multihead_attention: memory batch dims %s must equal query batch "
-        "dims %s" % (Shape(memory_batch_dims).to_string,
-                     Shape(batch_dims).to_string))
+      "multihead_attention: memory batch dims %s must equal query batch "
+      "dims %s"
+      % (Shape(memory_batch_dims).to_string, Shape(batch_dims).to_string)
+    )
   if memory_channels != io_channels:
     raise ValueError(
-        "multihead_attention: memory channels %s must equal query io channels "
-        "%s" % (memory_channels, io_channels))
+      "multihead_attention: memory channels %s must equal query io channels "
+      "%s" % (memory_channels, io_channels)
+    )
   if memory_length == query_length:
     raise ValueError(
-        "multihead_attention: memory length dimension %s must differ from the "
-        "query length dimension (rename it, e.g. with "
-        "rename_length_to_memory_length)" % (memory_length,))
-  with layer_variable_scope(query_antecedent.mesh.graph, name, "multihead_attention"):
+      "multihead_attention: memory length dimension %s must differ from the "
+      "query length dimension (rename it, e.g. with "
+      "rename_length_to_memory_length)" % (memory_length,)
+    )
+  with layer_variable_scope(
+    query_antecedent.mesh.graph, name, "multihead_attention"
+  ):
     wq, wk, wv, wo = multihead_attention_vars(
-        query_antecedent.mesh, heads, io_channels, kv_channels,
-        master_dtype, slice_dtype, query_antecedent.dtype)
-    q = _project_to_heads(query_antecedent, wq, batch_dims, heads,
-                          query_length, kv_channels)
-    k = _project_to_heads(memory_antecedent, wk, batch_dims, heads,
-                          memory_length, kv_channels)
-    v = _project_to_heads(memory_antecedent, wv, batch_dims, heads,
-                          memory_length, kv_channels)
-    o = dot_product_attention(q, k, v, mask, is_training, dropout,
-                              dropout_broadcast_dims)
-    return einsum_lib.einsum([o, wo],
-                             Shape(batch_dims + [query_length, io_channels]))
+      query_antecedent.mesh,
+      heads,
+      io_channels,
+      kv_channels,
+      master_dtype,
+      slice_dtype,
+      query_antecedent.dtype,
+    )
+    q = _project_to_heads(
+      query_antecedent, wq, batch_dims, heads, query_length, kv_channels
+    )
+    k = _project_to_heads(
+      memory_antecedent, wk, batch_dims, heads, memory_length, kv_channels
+    )
+    v = _project_to_heads(
+      memory_antecedent, wv, batch_dims, heads, memory_length, kv_channels
+    )
+    o = dot_product_attention(
+      q, k, v, mask, is_training, dropout, dropout_broadcast_dims
+    )
+    return einsum_lib.einsum(
+      [o, wo], Shape(batch_dims + [query_length, io_channels])
+    )
 
 
 def as_step_tensor(mesh: Mesh, step_num) -> Tensor:
   """step_num as a scalar int32 mtf Tensor (Python ints are accepted)."""
   if isinstance(step_num, Tensor):
     if step_num.shape.ndims != 0 or not step_num.dtype.is_integer:
-      raise ValueError("step_num must be a scalar integer Tensor, got %s %s"
-                       % (step_num.shape.to_string, step_num.dtype.name))
+      raise ValueError(
+        "step_num must be a scalar integer Tensor, got %s %s"
+        % (step_num.shape.to_string, step_num.dtype.name)
+      )
     return step_num
   if isinstance(step_num, bool) or not isinstance(step_num, int):
-    raise ValueError("step_num must be a scalar int32 mtf Tensor or a Python "
-                     "int, got %r" % (step_num,))
+    raise ValueError(
+      "step_num must be a scalar int32 mtf Tensor or a Python "
+      "int, got %r" % (step_num,)
+    )
   return io.constant(mesh, step_num, shape=[], dtype=tf.int32)
 
 
-def check_cache(prev_k: Tensor, prev_v: Tensor, batch_dims,
-                what: str):
+def check_cache(prev_k: Tensor, prev_v: Tensor, batch_dims, what: str):
   """(heads, memory_length, kv_channels) of a [batch..., heads, memory_length,
-  kv_channels] cache; ValueError if prev_k/prev_v do not match the query."""
+  kv_channels] cache; ValueError if prev_k/prev_v do not match the query.
+  """
   if prev_k.shape != prev_v.shape:
-    raise ValueError("%s: prev_k %s and prev_v %s must have the same shape"
-                     % (what, prev_k.shape.to_string, prev_v.shape.to_string))
-  if (prev_k.shape.ndims != len(batch_dims) + 3 or
-      prev_k.shape.dims[:-3] != list(batch_dims)):
     raise ValueError(
-        "%s: prev_k %s must be [<batch dims of the query> %s, heads, "
-        "memory_length, kv_channels]" % (what, prev_k.shape.to_string,
-                                         Shape(batch_dims).to_string))
+      "%s: prev_k %s and prev_v %s must have the same shape"
+      % (what, prev_k.shape.to_string, prev_v.shape.to_string)
+    )
+  if prev_k.shape.ndims != len(batch_dims) + 3 or prev_k.shape.dims[
+    :-3
+  ] != list(batch_dims):
+    raise ValueError(
+      "%s: prev_k %s must be [<batch dims of the query> %s, heads, "
+      "memory_length, kv_channels]"
+      % (what, prev_k.shape.to_string, Shape(batch_dims).to_string)
+    )
   return prev_k.shape.dims[-3:]
 
 
-def multihead_self_attention_incremental(query_antecedent: Tensor,
-                                         prev_k: Tensor,
-                                         prev_v: Tensor,
-                                         step_num,
-                                         master_dtype,
-                                         slice_dtype,
-                                         name: str = "multihead_attention"
-                                         ) -> Tuple[Tensor, Tensor,
-                                                    Tensor]:
+def multihead_self_attention_incremental(
+  query_antecedent: Tensor,
+  prev_k: Tensor,
+  prev_v: Tensor,
+  step_num,
+  master_dtype,
+  slice_dtype,
+  name: str = "multihead_attention",
+) -> Tuple[Tensor, Tensor, Tensor]:
   """One decoding step of causal self-attention with a key/value cache.
 
   Uses the same variables as multihead_attention(name=name). The new key and
@@ -445,13 +533,22 @@ def multihead_self_attention_incremental(query_antecedent: Tensor,
   batch_dims = query_antecedent.shape.dims[:-1]
   io_channels = query_antecedent.shape.dims[-1]
   heads, memory_length, kv_channels = check_cache(
-      prev_k, prev_v, batch_dims, "multihead_self_attention_incremental")
+    prev_k, prev_v, batch_dims, "multihead_self_attention_incremental"
+  )
   mesh = query_antecedent.mesh
   step_num = as_step_tensor(mesh, step_num)
-  with layer_variable_scope(query_antecedent.mesh.graph, name, "multihead_attention"):
+  with layer_variable_scope(
+    query_antecedent.mesh.graph, name, "multihead_attention"
+  ):
     wq, wk, wv, wo = multihead_attention_vars(
-        mesh, heads, io_channels, kv_channels, master_dtype, slice_dtype,
-        query_antecedent.dtype)
+      mesh,
+      heads,
+      io_channels,
+      kv_channels,
+      master_dtype,
+      slice_dtype,
+      query_antecedent.dtype,
+    )
     step_shape = Shape(batch_dims + [heads, kv_channels])
     q = einsum_lib.einsum([query_antecedent, wq], step_shape)
     k = einsum_lib.einsum([query_antecedent, wk], step_shape)
@@ -459,20 +556,22 @@ def multihead_self_attention_incremental(query_antecedent: Tensor,
     write = gather_lib.one_hot(step_num, memory_length, dtype=prev_k.dtype)
     k = prev_k + binary.multiply(k, write, output_shape=prev_k.shape)
     v = prev_v + binary.multiply(v, write, output_shape=prev_v.shape)
-    future = greater(mtf_range(mesh, memory_length, dtype=tf.int32),
-                     step_num)
+    future = greater(mtf_range(mesh, memory_length, dtype=tf.int32), step_num)
     mask = elementwise.cast(future, q.dtype) * _NEG_INF
     o = dot_product_attention(q, k, v, mask, False)
     y = einsum_lib.einsum([o, wo], query_antecedent.shape)
     return y, k, v
 
 
-def multihead_encdec_attention_incremental(query_antecedent: Tensor,
-                                           wq: Tensor, wo: Tensor,
-                                           k: Tensor, v: Tensor,
-                                           mask: Optional[Tensor],
-                                           name: str = "multihead_attention"
-                                           ) -> Tensor:
+def multihead_encdec_attention_incremental(
+  query_antecedent: Tensor,
+  wq: Tensor,
+  wo: Tensor,
+  k: Tensor,
+  v: Tensor,
+  mask: Optional[Tensor],
+  name: str = "multihead_attention",
+) -> Tensor:
   """One decoding step of attention over precomputed encoder keys/values.
 
   Args:
@@ -492,21 +591,31 @@ def multihead_encdec_attention_incremental(query_antecedent: Tensor,
     ValueError: if the weights do not match k or the query.
   """
   if k.shape.ndims < 3:
-    raise ValueError("multihead_encdec_attention_incremental: k must be "
-                     "memory_dims + [heads, memory_length, kv_channels], got "
-                     "%s" % k.shape.to_string)
+    raise ValueError(
+      "multihead_encdec_attention_incremental: k must be "
+      "memory_dims + [heads, memory_length, kv_channels], got "
+      "%s" % k.shape.to_string
+    )
   heads, _, kv_channels = k.shape.dims[-3:]
   io_channels = query_antecedent.shape.dims[-1]
   for w_name, w in (("wq", wq), ("wo", wo)):
     if w.shape.dims != [heads, io_channels, kv_channels]:
       raise ValueError(
-          "multihead_encdec_attention_incremental: %s has shape %s, expected "
-          "%s" % (w_name, w.shape.to_string,
-                  Shape([heads, io_channels, kv_channels]).to_string))
+        "multihead_encdec_attention_incremental: %s has shape %s, expected "
+        "%s"
+        % (
+          w_name,
+          w.shape.to_string,
+          Shape([heads, io_channels, kv_channels]).to_string,
+        )
+      )
   query_dims = query_antecedent.shape.dims[:-1]
-  with layer_variable_scope(query_antecedent.mesh.graph, name, "multihead_attention"):
-    q = einsum_lib.einsum([query_antecedent, wq],
-                          Shape(query_dims + [heads, kv_channels]))
+  with layer_variable_scope(
+    query_antecedent.mesh.graph, name, "multihead_attention"
+  ):
+    q = einsum_lib.einsum(
+      [query_antecedent, wq], Shape(query_dims + [heads, kv_channels])
+    )
     o = dot_product_attention(q, k, v, mask, False)
     return einsum_lib.einsum([o, wo], query_antecedent.shape)
 
@@ -516,8 +625,7 @@ def multihead_encdec_attention_incremental(query_antecedent: Tensor,
 # ----------------------------------------------------------------------------
 
 
-def compress_mean(x: Tensor, dim: Dimension,
-                  compression_factor: int) -> Tensor:
+def compress_mean(x: Tensor, dim: Dimension, compression_factor: int) -> Tensor:
   """Means of consecutive groups of compression_factor positions along dim.
 
   The result keeps dim's name with size dim.size // compression_factor.
@@ -538,39 +646,47 @@ def compress_mean(x: Tensor, dim: Dimension,
     ValueError: if dim is not in x or compression_factor does not divide it.
   """
   if dim not in x.shape.dims:
-    raise ValueError("compress_mean: dimension %s is not in %s"
-                     % (dim, x.shape.to_string))
-  if (isinstance(compression_factor, bool) or
-      not isinstance(compression_factor, int) or compression_factor < 1 or
-      dim.size % compression_factor):
     raise ValueError(
-        "compress_mean: compression_factor %r must be a positive int dividing "
-        "the size of dimension %s" % (compression_factor, dim))
+      "compress_mean: dimension %s is not in %s" % (dim, x.shape.to_string)
+    )
+  if (
+    isinstance(compression_factor, bool)
+    or not isinstance(compression_factor, int)
+    or compression_factor < 1
+    or dim.size % compression_factor
+  ):
+    raise ValueError(
+      "compress_mean: compression_factor %r must be a positive int dividing "
+      "the size of dimension %s" % (compression_factor, dim)
+    )
   dims = x.shape.dims
   pos = dims.index(dim)
   compressed_dim = Dimension(dim.name, dim.size // compression_factor)
   factor_dim = Dimension("compression_factor", compression_factor)
   if factor_dim.name in x.shape.dimension_names:
-    raise ValueError("compress_mean: %s already has a dimension named %r"
-                     % (x.shape.to_string, factor_dim.name))
-  x = reshape_lib.reshape(x, dims[:pos] + [compressed_dim, factor_dim] +
-                          dims[pos + 1:])
+    raise ValueError(
+      "compress_mean: %s already has a dimension named %r"
+      % (x.shape.to_string, factor_dim.name)
+    )
+  x = reshape_lib.reshape(
+    x, dims[:pos] + [compressed_dim, factor_dim] + dims[pos + 1 :]
+  )
   return reduce_lib.reduce_mean(x, reduced_dim=factor_dim)
 
 
-def multihead_self_attention_memory_compressed(x: Tensor,
-                                               mask_right: bool,
-                                               compression_factor: int,
-                                               kv_channels: Dimension,
-                                               heads: Dimension,
-                                               is_training: bool,
-                                               dropout: float = 0.0,
-                                               dropout_broadcast_dims=None,
-                                               master_dtype=tf.float32,
-                                               slice_dtype=tf.float32,
-                                               name: str =
-                                               "multihead_attention"
-                                               ) -> Tensor:
+def multihead_self_attention_memory_compressed(
+  x: Tensor,
+  mask_right: bool,
+  compression_factor: int,
+  kv_channels: Dimension,
+  heads: Dimension,
+  is_training: bool,
+  dropout: float = 0.0,
+  dropout_broadcast_dims=None,
+  master_dtype=tf.float32,
+  slice_dtype=tf.float32,
+  name: str = "multihead_attention",
+) -> Tensor:
   """Self-attention to a memory mean-pooled by compression_factor.
 
   Keys and values come from compress_mean(x, length, compression_factor)
@@ -599,34 +715,57 @@ def multihead_self_attention_memory_compressed(x: Tensor,
     ValueError: on a bad compression_factor or dims.
   """
   batch_dims, length, io_channels = split_query(
-      x, "multihead_self_attention_memory_compressed")
-  check_heads_kv(heads, kv_channels, x,
-                 "multihead_self_attention_memory_compressed")
+    x, "multihead_self_attention_memory_compressed"
+  )
+  check_heads_kv(
+    heads, kv_channels, x, "multihead_self_attention_memory_compressed"
+  )
   if length.name == "memory_length":
-    raise ValueError("multihead_self_attention_memory_compressed: the length "
-                     "dimension must not be named 'memory_length'")
+    raise ValueError(
+      "multihead_self_attention_memory_compressed: the length "
+      "dimension must not be named 'memory_length'"
+    )
   with layer_variable_scope(x.mesh.graph, name, "compressed_attention"):
     wq, wk, wv, wo = multihead_attention_vars(
-        x.mesh, heads, io_channels, kv_channels, master_dtype, slice_dtype,
-        x.dtype)
+      x.mesh,
+      heads,
+      io_channels,
+      kv_channels,
+      master_dtype,
+      slice_dtype,
+      x.dtype,
+    )
     memory_antecedent = compress_mean(x, length, compression_factor)
-    memory_antecedent = rename_length_to_memory_length(memory_antecedent,
-                                                       length.name)
+    memory_antecedent = rename_length_to_memory_length(
+      memory_antecedent, length.name
+    )
     memory_length = memory_antecedent.shape.dims[-2]
     q = _project_to_heads(x, wq, batch_dims, heads, length, kv_channels)
-    k = _project_to_heads(memory_antecedent, wk, batch_dims, heads,
-                          memory_length, kv_channels)
-    v = _project_to_heads(memory_antecedent, wv, batch_dims, heads,
-                          memory_length, kv_channels)
+    k = _project_to_heads(
+      memory_antecedent, wk, batch_dims, heads, memory_length, kv_channels
+    )
+    v = _project_to_heads(
+      memory_antecedent, wv, batch_dims, heads, memory_length, kv_channels
+    )
     mask = None
     if mask_right:
       query_pos = mtf_range(x.mesh, length, dtype=tf.int32)
-      memory_pos = (mtf_range(x.mesh, memory_length, dtype=tf.int32) *
-                    compression_factor + (compression_factor - 1))
-      mask = elementwise.cast(greater(memory_pos, query_pos),
-                              x.dtype) * _NEG_INF
-    o = dot_product_attention(q, k, v, mask, is_training, dropout,
-                              dropout_broadcast_dims, extra_logit=0.0)
+      memory_pos = mtf_range(
+        x.mesh, memory_length, dtype=tf.int32
+      ) * compression_factor + (compression_factor - 1)
+      mask = (
+        elementwise.cast(greater(memory_pos, query_pos), x.dtype) * _NEG_INF
+      )
+    o = dot_product_attention(
+      q,
+      k,
+      v,
+      mask,
+      is_training,
+      dropout,
+      dropout_broadcast_dims,
+      extra_logit=0.0,
+    )
     return einsum_lib.einsum([o, wo], Shape(batch_dims + [length, io_channels]))
 
 
@@ -635,8 +774,7 @@ def multihead_self_attention_memory_compressed(x: Tensor,
 # ----------------------------------------------------------------------------
 
 
-def attention_mask_ignore_padding(inputs: Tensor,
-                                  dtype=tf.float32) -> Tensor:
+def attention_mask_ignore_padding(inputs: Tensor, dtype=tf.float32) -> Tensor:
   """Bias hiding padding (id 0) from attention: -1e9 where inputs == 0.
 
   Args:
@@ -650,8 +788,9 @@ def attention_mask_ignore_padding(inputs: Tensor,
   return elementwise.cast(equal(inputs, 0), dtype) * _NEG_INF
 
 
-def attention_mask_autoregressive(query_pos: Tensor,
-                                  dtype=tf.float32) -> Tensor:
+def attention_mask_autoregressive(
+  query_pos: Tensor, dtype=tf.float32
+) -> Tensor:
   """Causal bias: -1e9 where memory position > query position.
 
   Args:
@@ -665,9 +804,11 @@ def attention_mask_autoregressive(query_pos: Tensor,
   return elementwise.cast(less(query_pos, memory_pos), dtype) * _NEG_INF
 
 
-def attention_mask_same_segment(query_segment: Tensor,
-                                memory_segment: Optional[Tensor] = None,
-                                dtype=tf.float32) -> Tensor:
+def attention_mask_same_segment(
+  query_segment: Tensor,
+  memory_segment: Optional[Tensor] = None,
+  dtype=tf.float32,
+) -> Tensor:
   """Bias allowing attention only within a segment (packed examples).
 
   Args:
@@ -682,8 +823,9 @@ def attention_mask_same_segment(query_segment: Tensor,
   if memory_segment is None:
     memory_segment = query_segment
   memory_segment = rename_length_to_memory_length(memory_segment)
-  return elementwise.cast(not_equal(query_segment, memory_segment),
-                          dtype) * _NEG_INF
+  return (
+    elementwise.cast(not_equal(query_segment, memory_segment), dtype) * _NEG_INF
+  )
 
 
 def _bias_dtype(dtype) -> tf.DType:
@@ -692,9 +834,9 @@ def _bias_dtype(dtype) -> tf.DType:
   return dtype if dtype.is_floating else tf.float32
 
 
-def attention_bias_local_block(mesh: Mesh, block_length: Dimension,
-                               memory_length: Dimension,
-                               dtype=tf.int32) -> Tensor:
+def attention_bias_local_block(
+  mesh: Mesh, block_length: Dimension, memory_length: Dimension, dtype=tf.int32
+) -> Tensor:
   """Causal bias for 1-d local block attention with a left halo.
 
   The memory of a query block is [previous block, current block], so the
@@ -715,25 +857,35 @@ def attention_bias_local_block(mesh: Mesh, block_length: Dimension,
   _check_dim(block_length, "block_length")
   _check_dim(memory_length, "memory_length")
   if memory_length.name == block_length.name:
-    raise ValueError("attention_bias_local_block: block_length and "
-                     "memory_length need distinct names, both are %r"
-                     % (memory_length.name,))
+    raise ValueError(
+      "attention_bias_local_block: block_length and "
+      "memory_length need distinct names, both are %r" % (memory_length.name,)
+    )
   out_dtype = _bias_dtype(dtype)
   memory_block = Dimension(memory_length.name, block_length.size)
   visible = io.zeros(mesh, [block_length, memory_block], dtype=out_dtype)
-  future = elementwise.cast(
-      less(mtf_range(mesh, block_length, dtype=tf.int32),
-           mtf_range(mesh, memory_block, dtype=tf.int32),
-           output_shape=Shape([block_length, memory_block])),
-      out_dtype) * _NEG_INF
+  future = (
+    elementwise.cast(
+      less(
+        mtf_range(mesh, block_length, dtype=tf.int32),
+        mtf_range(mesh, memory_block, dtype=tf.int32),
+        output_shape=Shape([block_length, memory_block]),
+      ),
+      out_dtype,
+    )
+    * _NEG_INF
+  )
   return tensor_ops.concat([visible, future], memory_block.name)
 
 
-def attention_bias_local_2d_block(mesh: Mesh, h_dim: Dimension,
-                                  w_dim: Dimension,
-                                  memory_h_dim: Dimension,
-                                  memory_w_dim: Dimension,
-                                  dtype=tf.int32) -> Tensor:
+def attention_bias_local_2d_block(
+  mesh: Mesh,
+  h_dim: Dimension,
+  w_dim: Dimension,
+  memory_h_dim: Dimension,
+  memory_w_dim: Dimension,
+  dtype=tf.int32,
+) -> Tensor:
   """Causal (raster-order) bias for 2-d local block attention (top/left halo).
 
   The memory of an [h, w] query block is the 2h x 2w window made of the
@@ -756,14 +908,19 @@ def attention_bias_local_2d_block(mesh: Mesh, h_dim: Dimension,
     a Tensor [h_dim, w_dim, memory_h(2 * h), memory_w(2 * w)], -1e9 where
     attention is disallowed.
   """
-  for what, d in (("h_dim", h_dim), ("w_dim", w_dim),
-                  ("memory_h_dim", memory_h_dim),
-                  ("memory_w_dim", memory_w_dim)):
+  for what, d in (
+    ("h_dim", h_dim),
+    ("w_dim", w_dim),
+    ("memory_h_dim", memory_h_dim),
+    ("memory_w_dim", memory_w_dim),
+  ):
     _check_dim(d, what)
   names = [h_dim.name, w_dim.name, memory_h_dim.name, memory_w_dim.name]
   if len(set(names)) != 4:
-    raise ValueError("attention_bias_local_2d_block: dimension names must be "
-                     "distinct, got %s" % names)
+    raise ValueError(
+      "attention_bias_local_2d_block: dimension names must be "
+      "distinct, got %s" % names
+    )
   out_dtype = _bias_dtype(dtype)
   mem_h = Dimension(memory_h_dim.name, 2 * h_dim.size)
   mem_w = Dimension(memory_w_dim.name, 2 * w_dim.size)
@@ -776,7 +933,8 @@ def attention_bias_local_2d_block(mesh: Mesh, h_dim: Dimension,
   same_row = equal(r, qi, output_shape=Shape([h_dim, mem_h]))
   later_col = greater(c, qj, output_shape=Shape([w_dim, mem_w]))
   hidden = logical_or(
-      later_row,
-      logical_and(same_row, later_col, output_shape=out_shape),
-      output_shape=out_shape)
+    later_row,
+    logical_and(same_row, later_col, output_shape=out_shape),
+    output_shape=out_shape,
+  )
   return elementwise.cast(hidden, out_dtype) * _NEG_INF

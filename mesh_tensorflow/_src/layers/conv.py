@@ -27,54 +27,91 @@ from mesh_tensorflow._src.ops import pool as pool_ops
 from mesh_tensorflow._src.ops.halo import halo_exchange_sides
 from mesh_tensorflow._src.ops.reshape import reshape
 from mesh_tensorflow._src.ops.shift import shift
-from mesh_tensorflow._src.ops.tensor_ops import mtf_slice, pad
-from mesh_tensorflow._src.shapes import Dimension, Shape
-from mesh_tensorflow._src.variables import VariableDType, get_variable
+from mesh_tensorflow._src.ops.tensor_ops import mtf_slice
+from mesh_tensorflow._src.ops.tensor_ops import pad
+from mesh_tensorflow._src.shapes import Dimension
+from mesh_tensorflow._src.shapes import Shape
+from mesh_tensorflow._src.variables import VariableDType
+from mesh_tensorflow._src.variables import get_variable
 
 _FILTER_DIM_NAMES = {2: ("fh", "fw"), 3: ("fd", "fh", "fw")}
 
 
-def _kernel(x: Tensor, name: Optional[str], default_name: str,
-            filter_size: Sequence[int], channel_dims, filter_initializer,
-            variable_dtype) -> Tensor:
+def _kernel(
+  x: Tensor,
+  name: Optional[str],
+  default_name: str,
+  filter_size: Sequence[int],
+  channel_dims,
+  filter_initializer,
+  variable_dtype,
+) -> Tensor:
   """Creates (or reuses) the "kernel" variable [f..., *channel_dims]."""
   names = _FILTER_DIM_NAMES[len(filter_size)]
   filter_dims = [Dimension(n, s) for n, s in zip(names, filter_size)]
   with layer_variable_scope(x.mesh.graph, name, default_name):
     if variable_dtype is None:
       variable_dtype = VariableDType(activation_dtype=x.dtype)
-    return get_variable(x.mesh, "kernel", Shape(filter_dims + channel_dims),
-                        initializer=filter_initializer, dtype=variable_dtype)
+    return get_variable(
+      x.mesh,
+      "kernel",
+      Shape(filter_dims + channel_dims),
+      initializer=filter_initializer,
+      dtype=variable_dtype,
+    )
 
 
 def _check_sizes(values, n: int, what: str, label: str):
   values = list(values) if isinstance(values, (list, tuple)) else values
-  if not isinstance(values, list) or len(values) != n or not all(
-      isinstance(v, int) and not isinstance(v, bool) and v >= 1
-      for v in values):
-    raise ValueError("%s: %s must be %d positive ints, got %r"
-                     % (label, what, n, values))
+  if (
+    not isinstance(values, list)
+    or len(values) != n
+    or not all(
+      isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in values
+    )
+  ):
+    raise ValueError(
+      "%s: %s must be %d positive ints, got %r" % (label, what, n, values)
+    )
   return values
 
 
-def _conv(x, output_dim, filter_size, strides, padding, filter_initializer,
-          variable_dtype, name, n: int, transpose: bool) -> Tensor:
+def _conv(
+  x,
+  output_dim,
+  filter_size,
+  strides,
+  padding,
+  filter_initializer,
+  variable_dtype,
+  name,
+  n: int,
+  transpose: bool,
+) -> Tensor:
   label = "conv%dd%s" % (n, "_transpose" if transpose else "")
   filter_size = _check_sizes(filter_size, n, "filter_size", label)
   strides = _check_sizes(strides, n, "strides", label)
   input_dim = x.shape.dims[-1]
   channels = [output_dim, input_dim] if transpose else [input_dim, output_dim]
-  conv_filter = _kernel(x, name, label, filter_size, channels,
-                        filter_initializer, variable_dtype)
-  op = {(2, False): conv_ops.Conv2dOperation,
-        (3, False): conv_ops.Conv3dOperation,
-        (2, True): conv_ops.Conv2dTransposeOperation,
-        (3, True): conv_ops.Conv3dTransposeOperation}[(n, transpose)]
+  conv_filter = _kernel(
+    x, name, label, filter_size, channels, filter_initializer, variable_dtype
+  )
+  op = {
+    (2, False): conv_ops.Conv2dOperation,
+    (3, False): conv_ops.Conv3dOperation,
+    (2, True): conv_ops.Conv2dTransposeOperation,
+    (3, True): conv_ops.Conv3dTransposeOperation,
+  }[(n, transpose)]
   return op(x, conv_filter, [1] + strides + [1], padding).outputs[0]
 
 
-def conv1d(x: Tensor, output_dim: Dimension, filter_size: int = 3,
-           stride: int = 1, **kw_args) -> Tensor:
+def conv1d(
+  x: Tensor,
+  output_dim: Dimension,
+  filter_size: int = 3,
+  stride: int = 1,
+  **kw_args,
+) -> Tensor:
   """1-D convolution of x [batch..., length, channels] -> [..., output_dim].
 
   Runs conv2d on x with an extra dim "fake_height" (size 1) before length;
@@ -90,19 +127,26 @@ def conv1d(x: Tensor, output_dim: Dimension, filter_size: int = 3,
     an mtf Tensor [batch..., length', output_dim].
   """
   fake_height_dim = Dimension("fake_height", 1)
-  x = reshape(x, Shape(x.shape.dims[:-2] + [fake_height_dim] +
-                       x.shape.dims[-2:]))
-  output = conv2d(x, output_dim, filter_size=(1, filter_size),
-                  strides=(1, stride), **kw_args)
+  x = reshape(
+    x, Shape(x.shape.dims[:-2] + [fake_height_dim] + x.shape.dims[-2:])
+  )
+  output = conv2d(
+    x, output_dim, filter_size=(1, filter_size), strides=(1, stride), **kw_args
+  )
   return reshape(output, output.shape - fake_height_dim)
 
 
-def separable_conv1d(x: Tensor, output_dim: Dimension,
-                     min_relative_pos: int = -1, max_relative_pos: int = 1,
-                     depthwise_filter_initializer_scale: float = 1.0,
-                     pointwise_filter_initializer_scale: float = 1.0,
-                     name: Optional[str] = None, use_bias: bool = True,
-                     kernel_depth_weights=None) -> Tensor:
+def separable_conv1d(
+  x: Tensor,
+  output_dim: Dimension,
+  min_relative_pos: int = -1,
+  max_relative_pos: int = 1,
+  depthwise_filter_initializer_scale: float = 1.0,
+  pointwise_filter_initializer_scale: float = 1.0,
+  name: Optional[str] = None,
+  use_bias: bool = True,
+  kernel_depth_weights=None,
+) -> Tensor:
   """1-D convolution with separable filters on x [batch..., length, depth].
 
   A depthwise filter of size max_relative_pos - min_relative_pos + 1 (output
@@ -127,16 +171,20 @@ def separable_conv1d(x: Tensor, output_dim: Dimension,
     a Tensor [batch..., length, output_dim].
   """
   if max_relative_pos < min_relative_pos:
-    raise ValueError("separable_conv1d: max_relative_pos %d < "
-                     "min_relative_pos %d" % (max_relative_pos,
-                                              min_relative_pos))
+    raise ValueError(
+      "separable_conv1d: max_relative_pos %d < "
+      "min_relative_pos %d" % (max_relative_pos, min_relative_pos)
+    )
   depth_dim = x.shape.dims[-1]
   length_dim = x.shape.dims[-2]
   kernel_size = max_relative_pos - min_relative_pos + 1
   if kernel_depth_weights is not None and len(kernel_depth_weights) != (
-      kernel_size):
-    raise ValueError("separable_conv1d: %d kernel_depth_weights for a filter "
-                     "of size %d" % (len(kernel_depth_weights), kernel_size))
+    kernel_size
+  ):
+    raise ValueError(
+      "separable_conv1d: %d kernel_depth_weights for a filter "
+      "of size %d" % (len(kernel_depth_weights), kernel_size)
+    )
   graph = x.mesh.graph
   with layer_variable_scope(graph, name, "separable_conv1d"):
     depthwise = None
@@ -146,23 +194,42 @@ def separable_conv1d(x: Tensor, output_dim: Dimension,
         relative_pos = min_relative_pos + i
         shifted = shift(x, -relative_pos, length_dim, wrap=False)
         term = core.dense(
-            shifted, new_dims=[], reduced_dims=[], expert_dims=[depth_dim],
-            kernel_weights=(kernel_depth_weights[i]
-                            if kernel_depth_weights else None),
-            name="depthwise_dense_%d" % i, use_bias=use_bias and i == 0,
-            kernel_initializer=core.VarianceScalingInitializer(
-                scale=depthwise_filter_initializer_scale / kernel_size))
+          shifted,
+          new_dims=[],
+          reduced_dims=[],
+          expert_dims=[depth_dim],
+          kernel_weights=(
+            kernel_depth_weights[i] if kernel_depth_weights else None
+          ),
+          name="depthwise_dense_%d" % i,
+          use_bias=use_bias and i == 0,
+          kernel_initializer=core.VarianceScalingInitializer(
+            scale=depthwise_filter_initializer_scale / kernel_size
+          ),
+        )
         depthwise = term if depthwise is None else depthwise + term
     return core.dense(
-        depthwise, new_dims=[output_dim], reduced_dims=[depth_dim],
-        name="pointwise_dense", use_bias=use_bias,
-        kernel_initializer=core.VarianceScalingInitializer(
-            scale=pointwise_filter_initializer_scale))
+      depthwise,
+      new_dims=[output_dim],
+      reduced_dims=[depth_dim],
+      name="pointwise_dense",
+      use_bias=use_bias,
+      kernel_initializer=core.VarianceScalingInitializer(
+        scale=pointwise_filter_initializer_scale
+      ),
+    )
 
 
-def conv2d(x: Tensor, output_dim: Dimension, filter_size=(3, 3),
-           strides=(1, 1), padding: str = "SAME", filter_initializer=None,
-           variable_dtype=None, name: Optional[str] = None) -> Tensor:
+def conv2d(
+  x: Tensor,
+  output_dim: Dimension,
+  filter_size=(3, 3),
+  strides=(1, 1),
+  padding: str = "SAME",
+  filter_initializer=None,
+  variable_dtype=None,
+  name: Optional[str] = None,
+) -> Tensor:
   """2-D convolution: x [batch..., h, w, in] -> [batch..., h', w', output_dim].
 
   Kernel variable <name>/kernel [fh, fw, in, output_dim]; strides are spatial
@@ -186,13 +253,30 @@ def conv2d(x: Tensor, output_dim: Dimension, filter_size=(3, 3),
     an mtf Tensor with x's batch and spatial dim names, spatial sizes set by the
     strides and padding, and output_dim last.
   """
-  return _conv(x, output_dim, filter_size, strides, padding,
-               filter_initializer, variable_dtype, name, 2, False)
+  return _conv(
+    x,
+    output_dim,
+    filter_size,
+    strides,
+    padding,
+    filter_initializer,
+    variable_dtype,
+    name,
+    2,
+    False,
+  )
 
 
-def conv3d(x: Tensor, output_dim: Dimension, filter_size=(3, 3, 3),
-           strides=(1, 1, 1), padding: str = "SAME", filter_initializer=None,
-           variable_dtype=None, name: Optional[str] = None) -> Tensor:
+def conv3d(
+  x: Tensor,
+  output_dim: Dimension,
+  filter_size=(3, 3, 3),
+  strides=(1, 1, 1),
+  padding: str = "SAME",
+  filter_initializer=None,
+  variable_dtype=None,
+  name: Optional[str] = None,
+) -> Tensor:
   """3-D convolution of [batch..., d, h, w, in]; kernel [fd, fh, fw, in, o].
 
   Args:
@@ -213,14 +297,30 @@ def conv3d(x: Tensor, output_dim: Dimension, filter_size=(3, 3, 3),
     an mtf Tensor with x's batch and spatial dim names, spatial sizes set by the
     strides and padding, and output_dim last.
   """
-  return _conv(x, output_dim, filter_size, strides, padding,
-               filter_initializer, variable_dtype, name, 3, False)
+  return _conv(
+    x,
+    output_dim,
+    filter_size,
+    strides,
+    padding,
+    filter_initializer,
+    variable_dtype,
+    name,
+    3,
+    False,
+  )
 
 
-def conv2d_transpose(x: Tensor, output_dim: Dimension, filter_size=(2, 2),
-                     strides=(2, 2), padding: str = "SAME",
-                     filter_initializer=None, variable_dtype=None,
-                     name: Optional[str] = None) -> Tensor:
+def conv2d_transpose(
+  x: Tensor,
+  output_dim: Dimension,
+  filter_size=(2, 2),
+  strides=(2, 2),
+  padding: str = "SAME",
+  filter_initializer=None,
+  variable_dtype=None,
+  name: Optional[str] = None,
+) -> Tensor:
   """Transposed 2-D conv: [batch..., h, w, in] -> [..., h*s_h, w*s_w, out].
 
   Kernel variable <name>/kernel [fh, fw, output_dim, in].
@@ -243,14 +343,30 @@ def conv2d_transpose(x: Tensor, output_dim: Dimension, filter_size=(2, 2),
     an mtf Tensor with x's batch and spatial dim names, spatial sizes set by the
     strides and padding, and output_dim last.
   """
-  return _conv(x, output_dim, filter_size, strides, padding,
-               filter_initializer, variable_dtype, name, 2, True)
+  return _conv(
+    x,
+    output_dim,
+    filter_size,
+    strides,
+    padding,
+    filter_initializer,
+    variable_dtype,
+    name,
+    2,
+    True,
+  )
 
 
-def conv3d_transpose(x: Tensor, output_dim: Dimension, filter_size=(2, 2, 2),
-                     strides=(2, 2, 2), padding: str = "SAME",
-                     filter_initializer=None, variable_dtype=None,
-                     name: Optional[str] = None) -> Tensor:
+def conv3d_transpose(
+  x: Tensor,
+  output_dim: Dimension,
+  filter_size=(2, 2, 2),
+  strides=(2, 2, 2),
+  padding: str = "SAME",
+  filter_initializer=None,
+  variable_dtype=None,
+  name: Optional[str] = None,
+) -> Tensor:
   """Transposed 3-D conv; kernel [fd, fh, fw, output_dim, in].
 
   Args:
@@ -271,8 +387,18 @@ def conv3d_transpose(x: Tensor, output_dim: Dimension, filter_size=(2, 2, 2),
     an mtf Tensor with x's batch and spatial dim names, spatial sizes set by the
     strides and padding, and output_dim last.
   """
-  return _conv(x, output_dim, filter_size, strides, padding,
-               filter_initializer, variable_dtype, name, 3, True)
+  return _conv(
+    x,
+    output_dim,
+    filter_size,
+    strides,
+    padding,
+    filter_initializer,
+    variable_dtype,
+    name,
+    3,
+    True,
+  )
 
 
 def _same_padding(n: int, f: int, s: int):
@@ -281,70 +407,109 @@ def _same_padding(n: int, f: int, s: int):
   return total // 2, total - total // 2
 
 
-def _check_blocks_args(label: str, padding: str, filter_size, strides,
-                       n: int, odd_filters: bool):
+def _check_blocks_args(
+  label: str, padding: str, filter_size, strides, n: int, odd_filters: bool
+):
   conv_ops.check_padding(padding, label)
   filter_size = _check_sizes(filter_size, n, "filter_size", label)
   strides = _check_sizes(strides, n, "strides", label)
   if padding != "SAME":
-    raise NotImplementedError("%s requires padding=SAME, got %r"
-                              % (label, padding))
+    raise NotImplementedError(
+      "%s requires padding=SAME, got %r" % (label, padding)
+    )
   if odd_filters:
     for i, f in enumerate(filter_size):
       if f % 2 == 0:
-        raise ValueError("%s: filter sizes must be odd, got %d for filter dim "
-                         "%r" % (label, f, _FILTER_DIM_NAMES[n][i]))
+        raise ValueError(
+          "%s: filter sizes must be odd, got %d for filter dim "
+          "%r" % (label, f, _FILTER_DIM_NAMES[n][i])
+        )
   return filter_size, strides
 
 
 def _blocked_spatial(x: Tensor, n: int, blocks_dims, label: str):
   """[(spatial dim, its blocks dim or None)] after checking the blocks dims."""
-  spatial = x.shape.dims[-(n + 1):-1]
+  spatial = x.shape.dims[-(n + 1) : -1]
   pairs = []
   for i, dim in enumerate(spatial):
     blocks = blocks_dims[i] if i < len(blocks_dims) else None
     if blocks is not None:
-      if blocks not in x.shape.dims[:-(n + 1)]:
-        raise ValueError("%s: blocks dim %s of %r must be a leading (batch) "
-                         "dim of %s" % (label, blocks, dim.name,
-                                        x.shape.to_string))
+      if blocks not in x.shape.dims[: -(n + 1)]:
+        raise ValueError(
+          "%s: blocks dim %s of %r must be a leading (batch) "
+          "dim of %s" % (label, blocks, dim.name, x.shape.to_string)
+        )
     pairs.append((dim, blocks))
   return pairs
 
 
-def _conv_with_blocks(x, output_dim, filter_size, strides, padding,
-                      blocks_dims, filter_initializer, variable_dtype, name,
-                      n: int) -> Tensor:
+def _conv_with_blocks(
+  x,
+  output_dim,
+  filter_size,
+  strides,
+  padding,
+  blocks_dims,
+  filter_initializer,
+  variable_dtype,
+  name,
+  n: int,
+) -> Tensor:
   """Halo exchange (or zero padding) per spatial dim, then a VALID conv."""
   label = "conv%dd_with_blocks" % n
-  filter_size, strides = _check_blocks_args(label, padding, filter_size,
-                                            strides, n, odd_filters=True)
-  for (dim, blocks), f, s in zip(_blocked_spatial(x, n, blocks_dims, label),
-                                 filter_size, strides):
+  filter_size, strides = _check_blocks_args(
+    label, padding, filter_size, strides, n, odd_filters=True
+  )
+  for (dim, blocks), f, s in zip(
+    _blocked_spatial(x, n, blocks_dims, label), filter_size, strides
+  ):
     num_blocks = 1 if blocks is None else blocks.size
     if blocks is not None and dim.size % s:
-      raise ValueError("%s: block dimension %r (size %d) is not a multiple "
-                       "of its stride %d" % (label, dim.name, dim.size, s))
+      raise ValueError(
+        "%s: block dimension %r (size %d) is not a multiple "
+        "of its stride %d" % (label, dim.name, dim.size, s)
+      )
     before, after = _same_padding(num_blocks * dim.size, f, s)
     if blocks is None:
       if before or after:
         x = pad(x, [before, after], dim.name)
     else:
       x = halo_exchange_sides(x, blocks, dim, before, after, label=label)
-  return _conv(x, output_dim, filter_size, strides, "VALID",
-               filter_initializer, variable_dtype, name, n, False)
+  return _conv(
+    x,
+    output_dim,
+    filter_size,
+    strides,
+    "VALID",
+    filter_initializer,
+    variable_dtype,
+    name,
+    n,
+    False,
+  )
 
 
-def _conv_transpose_with_blocks(x, output_dim, filter_size, strides, padding,
-                                blocks_dims, filter_initializer,
-                                variable_dtype, name, n: int) -> Tensor:
+def _conv_transpose_with_blocks(
+  x,
+  output_dim,
+  filter_size,
+  strides,
+  padding,
+  blocks_dims,
+  filter_initializer,
+  variable_dtype,
+  name,
+  n: int,
+) -> Tensor:
   """Halo exchange, a SAME transposed conv per block, then crop the halo."""
   label = "conv%dd_transpose_with_blocks" % n
-  filter_size, strides = _check_blocks_args(label, padding, filter_size,
-                                            strides, n, odd_filters=False)
+  filter_size, strides = _check_blocks_args(
+    label, padding, filter_size, strides, n, odd_filters=False
+  )
   crops = []
-  for (dim, blocks), f, s in zip(_blocked_spatial(x, n, blocks_dims, label),
-                                 filter_size, strides):
+  for (dim, blocks), f, s in zip(
+    _blocked_spatial(x, n, blocks_dims, label), filter_size, strides
+  ):
     if blocks is None:
       continue  # The whole dim is local: SAME handles its borders.
     # Output o gets inputs i with o = i * s + k - before, 0 <= k < f.
@@ -353,19 +518,35 @@ def _conv_transpose_with_blocks(x, output_dim, filter_size, strides, padding,
     if left or right:
       x = halo_exchange_sides(x, blocks, dim, left, right, label=label)
       crops.append((dim, left * s, dim.size * s))
-  y = _conv(x, output_dim, filter_size, strides, "SAME", filter_initializer,
-            variable_dtype, name, n, True)
+  y = _conv(
+    x,
+    output_dim,
+    filter_size,
+    strides,
+    "SAME",
+    filter_initializer,
+    variable_dtype,
+    name,
+    n,
+    True,
+  )
   for dim, begin, size in crops:
     y = mtf_slice(y, begin, size, dim.name)
   return y
 
 
-def conv2d_with_blocks(x: Tensor, output_dim: Dimension, filter_size=(3, 3),
-                       strides=(1, 1), padding: str = "SAME",
-                       h_blocks_dim: Optional[Dimension] = None,
-                       w_blocks_dim: Optional[Dimension] = None,
-                       filter_initializer=None, variable_dtype=None,
-                       name: Optional[str] = None) -> Tensor:
+def conv2d_with_blocks(
+  x: Tensor,
+  output_dim: Dimension,
+  filter_size=(3, 3),
+  strides=(1, 1),
+  padding: str = "SAME",
+  h_blocks_dim: Optional[Dimension] = None,
+  w_blocks_dim: Optional[Dimension] = None,
+  filter_initializer=None,
+  variable_dtype=None,
+  name: Optional[str] = None,
+) -> Tensor:
   """conv2d of an image stored as blocks (spatial partitioning).
 
   Example:
@@ -392,20 +573,42 @@ def conv2d_with_blocks(x: Tensor, output_dim: Dimension, filter_size=(3, 3),
     ValueError: for an even filter size; NotImplementedError for VALID.
   """
   if h_blocks_dim is None and w_blocks_dim is None:
-    return conv2d(x, output_dim, filter_size, strides, padding,
-                  filter_initializer, variable_dtype, name)
-  return _conv_with_blocks(x, output_dim, filter_size, strides, padding,
-                           [h_blocks_dim, w_blocks_dim], filter_initializer,
-                           variable_dtype, name, 2)
+    return conv2d(
+      x,
+      output_dim,
+      filter_size,
+      strides,
+      padding,
+      filter_initializer,
+      variable_dtype,
+      name,
+    )
+  return _conv_with_blocks(
+    x,
+    output_dim,
+    filter_size,
+    strides,
+    padding,
+    [h_blocks_dim, w_blocks_dim],
+    filter_initializer,
+    variable_dtype,
+    name,
+    2,
+  )
 
 
-def conv3d_with_blocks(x: Tensor, output_dim: Dimension,
-                       filter_size=(3, 3, 3), strides=(1, 1, 1),
-                       padding: str = "SAME",
-                       d_blocks_dim: Optional[Dimension] = None,
-                       h_blocks_dim: Optional[Dimension] = None,
-                       filter_initializer=None, variable_dtype=None,
-                       name: Optional[str] = None) -> Tensor:
+def conv3d_with_blocks(
+  x: Tensor,
+  output_dim: Dimension,
+  filter_size=(3, 3, 3),
+  strides=(1, 1, 1),
+  padding: str = "SAME",
+  d_blocks_dim: Optional[Dimension] = None,
+  h_blocks_dim: Optional[Dimension] = None,
+  filter_initializer=None,
+  variable_dtype=None,
+  name: Optional[str] = None,
+) -> Tensor:
   """conv3d of [batch..., d_blocks, h_blocks, d, h, w, in] stored as blocks.
 
   As conv2d_with_blocks, with depth and height blocks (w is never blocked).
@@ -434,18 +637,42 @@ def conv3d_with_blocks(x: Tensor, output_dim: Dimension,
     and output_dim last.
   """
   if d_blocks_dim is None and h_blocks_dim is None:
-    return conv3d(x, output_dim, filter_size, strides, padding,
-                  filter_initializer, variable_dtype, name)
-  return _conv_with_blocks(x, output_dim, filter_size, strides, padding,
-                           [d_blocks_dim, h_blocks_dim], filter_initializer,
-                           variable_dtype, name, 3)
+    return conv3d(
+      x,
+      output_dim,
+      filter_size,
+      strides,
+      padding,
+      filter_initializer,
+      variable_dtype,
+      name,
+    )
+  return _conv_with_blocks(
+    x,
+    output_dim,
+    filter_size,
+    strides,
+    padding,
+    [d_blocks_dim, h_blocks_dim],
+    filter_initializer,
+    variable_dtype,
+    name,
+    3,
+  )
 
 
 def conv2d_transpose_with_blocks(
-    x: Tensor, output_dim: Dimension, filter_size=(2, 2), strides=(2, 2),
-    padding: str = "SAME", h_blocks_dim: Optional[Dimension] = None,
-    w_blocks_dim: Optional[Dimension] = None, filter_initializer=None,
-    variable_dtype=None, name: Optional[str] = None) -> Tensor:
+  x: Tensor,
+  output_dim: Dimension,
+  filter_size=(2, 2),
+  strides=(2, 2),
+  padding: str = "SAME",
+  h_blocks_dim: Optional[Dimension] = None,
+  w_blocks_dim: Optional[Dimension] = None,
+  filter_initializer=None,
+  variable_dtype=None,
+  name: Optional[str] = None,
+) -> Tensor:
   """conv2d_transpose of an image stored as blocks (SAME padding only).
 
   Each block of size b becomes b * stride; the result equals
@@ -475,20 +702,42 @@ def conv2d_transpose_with_blocks(
     and output_dim last.
   """
   if h_blocks_dim is None and w_blocks_dim is None:
-    return conv2d_transpose(x, output_dim, filter_size, strides, padding,
-                            filter_initializer, variable_dtype, name)
+    return conv2d_transpose(
+      x,
+      output_dim,
+      filter_size,
+      strides,
+      padding,
+      filter_initializer,
+      variable_dtype,
+      name,
+    )
   return _conv_transpose_with_blocks(
-      x, output_dim, filter_size, strides, padding,
-      [h_blocks_dim, w_blocks_dim], filter_initializer, variable_dtype, name,
-      2)
+    x,
+    output_dim,
+    filter_size,
+    strides,
+    padding,
+    [h_blocks_dim, w_blocks_dim],
+    filter_initializer,
+    variable_dtype,
+    name,
+    2,
+  )
 
 
 def conv3d_transpose_with_blocks(
-    x: Tensor, output_dim: Dimension, filter_size=(2, 2, 2),
-    strides=(2, 2, 2), padding: str = "SAME",
-    d_blocks_dim: Optional[Dimension] = None,
-    h_blocks_dim: Optional[Dimension] = None, filter_initializer=None,
-    variable_dtype=None, name: Optional[str] = None) -> Tensor:
+  x: Tensor,
+  output_dim: Dimension,
+  filter_size=(2, 2, 2),
+  strides=(2, 2, 2),
+  padding: str = "SAME",
+  d_blocks_dim: Optional[Dimension] = None,
+  h_blocks_dim: Optional[Dimension] = None,
+  filter_initializer=None,
+  variable_dtype=None,
+  name: Optional[str] = None,
+) -> Tensor:
   """conv3d_transpose of [batch..., d_blocks, h_blocks, d, h, w, in] blocks.
 
   Args:
@@ -515,12 +764,28 @@ def conv3d_transpose_with_blocks(
     and output_dim last.
   """
   if d_blocks_dim is None and h_blocks_dim is None:
-    return conv3d_transpose(x, output_dim, filter_size, strides, padding,
-                            filter_initializer, variable_dtype, name)
+    return conv3d_transpose(
+      x,
+      output_dim,
+      filter_size,
+      strides,
+      padding,
+      filter_initializer,
+      variable_dtype,
+      name,
+    )
   return _conv_transpose_with_blocks(
-      x, output_dim, filter_size, strides, padding,
-      [d_blocks_dim, h_blocks_dim], filter_initializer, variable_dtype, name,
-      3)
+    x,
+    output_dim,
+    filter_size,
+    strides,
+    padding,
+    [d_blocks_dim, h_blocks_dim],
+    filter_initializer,
+    variable_dtype,
+    name,
+    3,
+  )
 
 
 def _pool(x: Tensor, ksize, name: str, pool_fn_string: str) -> Tensor:
@@ -528,9 +793,9 @@ def _pool(x: Tensor, ksize, name: str, pool_fn_string: str) -> Tensor:
   ksize = _check_sizes(ksize, n, "ksize", name)
   if all(k == 1 for k in ksize):
     return x
-  return pool_ops.PoolOperation(x, ksize, strides=ksize,
-                                pool_fn_string=pool_fn_string,
-                                name=name).outputs[0]
+  return pool_ops.PoolOperation(
+    x, ksize, strides=ksize, pool_fn_string=pool_fn_string, name=name
+  ).outputs[0]
 
 
 def max_pool2d(x: Tensor, ksize=(2, 2), name: str = "max_pool2d") -> Tensor:
@@ -590,8 +855,18 @@ def avg_pool3d(x: Tensor, ksize=(2, 2, 2), name: str = "avg_pool3d") -> Tensor:
 
 
 __all__ = [
-    "avg_pool2d", "avg_pool3d", "conv1d", "conv2d", "conv2d_transpose",
-    "conv2d_transpose_with_blocks", "conv2d_with_blocks", "conv3d",
-    "conv3d_transpose", "conv3d_transpose_with_blocks", "conv3d_with_blocks",
-    "max_pool2d", "max_pool3d", "separable_conv1d",
+  "avg_pool2d",
+  "avg_pool3d",
+  "conv1d",
+  "conv2d",
+  "conv2d_transpose",
+  "conv2d_transpose_with_blocks",
+  "conv2d_with_blocks",
+  "conv3d",
+  "conv3d_transpose",
+  "conv3d_transpose_with_blocks",
+  "conv3d_with_blocks",
+  "max_pool2d",
+  "max_pool3d",
+  "separable_conv1d",
 ]

@@ -18,7 +18,9 @@ from absl import logging
 import gin
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Mesh, Tensor, current_variable_scope_name
+from mesh_tensorflow._src.graph import Mesh
+from mesh_tensorflow._src.graph import Tensor
+from mesh_tensorflow._src.graph import current_variable_scope_name
 from mesh_tensorflow._src.layers.scope_util import layer_variable_scope
 from mesh_tensorflow._src.ops import binary
 from mesh_tensorflow._src.ops import broadcast_binary
@@ -32,9 +34,14 @@ from mesh_tensorflow._src.ops import random as random_lib
 from mesh_tensorflow._src.ops import reduce as reduce_lib
 from mesh_tensorflow._src.ops import reshape as reshape_lib
 from mesh_tensorflow._src.ops import summary as summary_lib
-from mesh_tensorflow._src.shapes import Dimension, Shape, convert_to_dimension
-from mesh_tensorflow._src.shapes import convert_to_shape, list_product
-from mesh_tensorflow._src.variables import Variable, VariableDType, get_variable
+from mesh_tensorflow._src.shapes import Dimension
+from mesh_tensorflow._src.shapes import Shape
+from mesh_tensorflow._src.shapes import convert_to_dimension
+from mesh_tensorflow._src.shapes import convert_to_shape
+from mesh_tensorflow._src.shapes import list_product
+from mesh_tensorflow._src.variables import Variable
+from mesh_tensorflow._src.variables import VariableDType
+from mesh_tensorflow._src.variables import get_variable
 
 tf1 = tf.compat.v1
 
@@ -103,8 +110,9 @@ class DenseInitializer:
   """
 
   def __call__(self, reduced_dims, new_dims):
-    raise NotImplementedError("%s does not implement __call__"
-                              % type(self).__name__)
+    raise NotImplementedError(
+      "%s does not implement __call__" % type(self).__name__
+    )
 
 
 _MODES = ("fan_in", "fan_out", "fan_avg")
@@ -131,8 +139,9 @@ class VarianceScalingInitializer(DenseInitializer):
     distribution: "normal" or "uniform".
   """
 
-  def __init__(self, scale: float = 1.0, mode: str = "fan_in",
-               distribution: str = "normal"):
+  def __init__(
+    self, scale: float = 1.0, mode: str = "fan_in", distribution: str = "normal"
+  ):
     self.scale = scale
     self.mode = mode.lower()
     self.distribution = distribution.lower()
@@ -140,12 +149,15 @@ class VarianceScalingInitializer(DenseInitializer):
 
   def _check(self):
     if self.mode not in _MODES:
-      raise ValueError("VarianceScalingInitializer: invalid mode %r; expected "
-                       "one of %s" % (self.mode, list(_MODES)))
+      raise ValueError(
+        "VarianceScalingInitializer: invalid mode %r; expected "
+        "one of %s" % (self.mode, list(_MODES))
+      )
     if self.distribution not in _DISTRIBUTIONS:
-      raise ValueError("VarianceScalingInitializer: invalid distribution %r; "
-                       "expected one of %s"
-                       % (self.distribution, list(_DISTRIBUTIONS)))
+      raise ValueError(
+        "VarianceScalingInitializer: invalid distribution %r; "
+        "expected one of %s" % (self.distribution, list(_DISTRIBUTIONS))
+      )
 
   def __call__(self, reduced_dims, new_dims):
     self._check()
@@ -153,9 +165,10 @@ class VarianceScalingInitializer(DenseInitializer):
     fan_out = list_product(d.size for d in new_dims)
     unit_scaling = unit_scaling_convention()
     if unit_scaling and self.mode != "fan_in":
-      raise ValueError("VarianceScalingInitializer: the unit scaling "
-                       "convention only works with mode 'fan_in', got %r"
-                       % self.mode)
+      raise ValueError(
+        "VarianceScalingInitializer: the unit scaling "
+        "convention only works with mode 'fan_in', got %r" % self.mode
+      )
     if unit_scaling:
       n = 1.0
     elif self.mode == "fan_in":
@@ -181,40 +194,59 @@ def _as_dim_list(dims, what: str) -> List[Dimension]:
   if isinstance(dims, Shape):
     return list(dims.dims)
   if isinstance(dims, Dimension) or (
-      isinstance(dims, tuple) and len(dims) == 2 and isinstance(dims[0], str)):
+    isinstance(dims, tuple) and len(dims) == 2 and isinstance(dims[0], str)
+  ):
     return [convert_to_dimension(dims)]
   if not isinstance(dims, (list, tuple)):
-    raise ValueError("%s must be a Dimension or a list of Dimensions, got %r"
-                     % (what, dims))
+    raise ValueError(
+      "%s must be a Dimension or a list of Dimensions, got %r" % (what, dims)
+    )
   return [convert_to_dimension(d) for d in dims]
 
 
-def _default_variable_dtype(x: Tensor, variable_dtype, master_dtype,
-                            slice_dtype) -> VariableDType:
+def _default_variable_dtype(
+  x: Tensor, variable_dtype, master_dtype, slice_dtype
+) -> VariableDType:
   if variable_dtype is None:
     return VariableDType(master_dtype, slice_dtype, x.dtype)
   return variable_dtype
 
 
-def _kernel_in_current_scope(x: Tensor, new_dims, reduced_dims, expert_dims,
-                             kernel_initializer,
-                             variable_dtype: VariableDType) -> Tensor:
+def _kernel_in_current_scope(
+  x: Tensor,
+  new_dims,
+  reduced_dims,
+  expert_dims,
+  kernel_initializer,
+  variable_dtype: VariableDType,
+) -> Tensor:
   """The `kernel` variable of the current scope, cast to x.dtype."""
   w_shape = Shape(expert_dims + reduced_dims + new_dims)
   if kernel_initializer is None:
     kernel_initializer = VarianceScalingInitializer()
   if isinstance(kernel_initializer, DenseInitializer):
     kernel_initializer = kernel_initializer(reduced_dims, new_dims)
-  w = get_variable(x.mesh, "kernel", w_shape, initializer=kernel_initializer,
-                   dtype=variable_dtype)
+  w = get_variable(
+    x.mesh,
+    "kernel",
+    w_shape,
+    initializer=kernel_initializer,
+    dtype=variable_dtype,
+  )
   return elementwise.cast(w, x.dtype)
 
 
-def get_dense_kernel_weights(x: Tensor, new_dims, reduced_dims, expert_dims,
-                             kernel_initializer, name: Optional[str] = None,
-                             variable_dtype: Optional[VariableDType] = None,
-                             master_dtype=tf.float32,
-                             slice_dtype=tf.float32) -> Tensor:
+def get_dense_kernel_weights(
+  x: Tensor,
+  new_dims,
+  reduced_dims,
+  expert_dims,
+  kernel_initializer,
+  name: Optional[str] = None,
+  variable_dtype: Optional[VariableDType] = None,
+  master_dtype=tf.float32,
+  slice_dtype=tf.float32,
+) -> Tensor:
   """The kernel of a dense layer: variable `<name>/kernel`, cast to x.dtype.
 
   Example:
@@ -237,22 +269,34 @@ def get_dense_kernel_weights(x: Tensor, new_dims, reduced_dims, expert_dims,
   Returns:
     a Tensor of shape expert_dims + reduced_dims + new_dims.
   """
-  variable_dtype = _default_variable_dtype(x, variable_dtype, master_dtype,
-                                           slice_dtype)
+  variable_dtype = _default_variable_dtype(
+    x, variable_dtype, master_dtype, slice_dtype
+  )
   with layer_variable_scope(x.mesh.graph, name, "dense"):
     return _kernel_in_current_scope(
-        x, _as_dim_list(new_dims, "new_dims"),
-        _as_dim_list(reduced_dims, "reduced_dims"),
-        _as_dim_list(expert_dims, "expert_dims"), kernel_initializer,
-        variable_dtype)
+      x,
+      _as_dim_list(new_dims, "new_dims"),
+      _as_dim_list(reduced_dims, "reduced_dims"),
+      _as_dim_list(expert_dims, "expert_dims"),
+      kernel_initializer,
+      variable_dtype,
+    )
 
 
-def dense(x: Tensor, new_dims, reduced_dims=None, expert_dims=None,
-          use_bias: bool = True, activation: Optional[Callable] = None,
-          master_dtype=tf.float32, slice_dtype=tf.float32,
-          variable_dtype: Optional[VariableDType] = None,
-          kernel_initializer=None, kernel_weights: Optional[Tensor] = None,
-          name: Optional[str] = None) -> Tensor:
+def dense(
+  x: Tensor,
+  new_dims,
+  reduced_dims=None,
+  expert_dims=None,
+  use_bias: bool = True,
+  activation: Optional[Callable] = None,
+  master_dtype=tf.float32,
+  slice_dtype=tf.float32,
+  variable_dtype: Optional[VariableDType] = None,
+  kernel_initializer=None,
+  kernel_weights: Optional[Tensor] = None,
+  name: Optional[str] = None,
+) -> Tensor:
   """Dense layer: activation(einsum(x, kernel) + bias).
 
   Example:
@@ -288,25 +332,30 @@ def dense(x: Tensor, new_dims, reduced_dims=None, expert_dims=None,
   """
   new_dims = _as_dim_list(new_dims, "new_dims")
   expert_dims = _as_dim_list(expert_dims, "expert_dims")
-  variable_dtype = _default_variable_dtype(x, variable_dtype, master_dtype,
-                                           slice_dtype)
+  variable_dtype = _default_variable_dtype(
+    x, variable_dtype, master_dtype, slice_dtype
+  )
   if reduced_dims is None:
     logging.warning(
-        "Deprecation warning - it is recommended to pass reduced_dims "
-        "explicitly to mtf.layers.dense() so as not to depend on dimension "
-        "order. To silence this warning, explicitly pass "
-        "reduced_dims=x.shape.dims[-1:] (in scope %s)",
-        current_variable_scope_name())
+      "Deprecation warning - it is recommended to pass reduced_dims "
+      "explicitly to mtf.layers.dense() so as not to depend on dimension "
+      "order. To silence this warning, explicitly pass "
+      "reduced_dims=x.shape.dims[-1:] (in scope %s)",
+      current_variable_scope_name(),
+    )
     reduced_dims = x.shape.dims[-1:]
   reduced_dims = _as_dim_list(reduced_dims, "reduced_dims")
   for d in reduced_dims:
     if d not in x.shape.dims:
-      raise ValueError("dense: reduced dimension %s is not a dimension of x %s"
-                       % (d, x.shape.to_string))
+      raise ValueError(
+        "dense: reduced dimension %s is not a dimension of x %s"
+        % (d, x.shape.to_string)
+      )
   for d in expert_dims:
     if d in reduced_dims:
-      raise ValueError("dense: dimension %s is both an expert dim and a "
-                       "reduced dim" % (d,))
+      raise ValueError(
+        "dense: dimension %s is both an expert dim and a reduced dim" % (d,)
+      )
   # A reduced dim named like a new dim (of any size): rename it in x so the
   # kernel does not have two dims of one name. The original renamed only
   # equal dims and built a kernel [channels:3, channels:8] from same-named
@@ -322,19 +371,30 @@ def dense(x: Tensor, new_dims, reduced_dims=None, expert_dims=None,
   kept_names = [d.name for d in kept]
   for d in new_dims:
     if d.name in kept_names:
-      raise ValueError("dense: new dimension %s is already a dimension of x %s "
-                       "that is not reduced" % (d, x.shape.to_string))
+      raise ValueError(
+        "dense: new dimension %s is already a dimension of x %s "
+        "that is not reduced" % (d, x.shape.to_string)
+      )
   output_shape = Shape(kept + new_dims)
   with layer_variable_scope(x.mesh.graph, name, "dense"):
     if kernel_weights is None:
       kernel_weights = _kernel_in_current_scope(
-          x, new_dims, reduced_dims, expert_dims, kernel_initializer,
-          variable_dtype)
+        x,
+        new_dims,
+        reduced_dims,
+        expert_dims,
+        kernel_initializer,
+        variable_dtype,
+      )
     y = us_einsum([x, kernel_weights], output_shape)
     if use_bias:
-      b = get_variable(x.mesh, "bias", Shape(expert_dims + new_dims),
-                       initializer=tf1.zeros_initializer(),
-                       dtype=variable_dtype)
+      b = get_variable(
+        x.mesh,
+        "bias",
+        Shape(expert_dims + new_dims),
+        initializer=tf1.zeros_initializer(),
+        dtype=variable_dtype,
+      )
       y += b
     if activation is not None:
       y = activation(y)
@@ -344,9 +404,13 @@ def dense(x: Tensor, new_dims, reduced_dims=None, expert_dims=None,
 # Activation functions dense_product accepts by name: the elementwise mtf ops,
 # under their mtf names ("abs" is mtf.abs).
 _ACTIVATIONS_BY_NAME = dict(
-    {name: getattr(elementwise, name) for name in elementwise.__all__
-     if not isinstance(getattr(elementwise, name), type)},
-    abs=elementwise.mtf_abs)
+  {
+    name: getattr(elementwise, name)
+    for name in elementwise.__all__
+    if not isinstance(getattr(elementwise, name), type)
+  },
+  abs=elementwise.mtf_abs,
+)
 
 
 def _resolve_activation(activation) -> Optional[Callable]:
@@ -356,19 +420,28 @@ def _resolve_activation(activation) -> Optional[Callable]:
   if isinstance(activation, str):
     fn = _ACTIVATIONS_BY_NAME.get(activation)
     if fn is None:
-      raise ValueError("dense_product: unknown activation function name %r "
-                       "(expected an mtf function name such as 'relu', "
-                       "'sigmoid', 'gelu', or 'linear')" % activation)
+      raise ValueError(
+        "dense_product: unknown activation function name %r "
+        "(expected an mtf function name such as 'relu', "
+        "'sigmoid', 'gelu', or 'linear')" % activation
+      )
     return fn
   if not callable(activation):
-    raise ValueError("dense_product: activation must be a callable, an mtf "
-                     "function name or None, got %r" % (activation,))
+    raise ValueError(
+      "dense_product: activation must be a callable, an mtf "
+      "function name or None, got %r" % (activation,)
+    )
   return activation
 
 
-def dense_product(x: Tensor, reduced_dims, new_dims,
-                  activation_functions=None, name: str = "dense_product",
-                  **kwargs) -> Tensor:
+def dense_product(
+  x: Tensor,
+  reduced_dims,
+  new_dims,
+  activation_functions=None,
+  name: str = "dense_product",
+  **kwargs,
+) -> Tensor:
   """Elementwise product of dense layers, one per activation (e.g. GLU).
 
   Example:
@@ -397,15 +470,29 @@ def dense_product(x: Tensor, reduced_dims, new_dims,
   factors = []
   for i, activation in enumerate(activations):
     factor_name = "%s_%d" % (name, i) if len(activations) > 1 else name
-    factors.append(dense(x, new_dims, reduced_dims=reduced_dims,
-                         activation=activation, name=factor_name, **kwargs))
+    factors.append(
+      dense(
+        x,
+        new_dims,
+        reduced_dims=reduced_dims,
+        activation=activation,
+        name=factor_name,
+        **kwargs,
+      )
+    )
   return functools.reduce(binary.multiply, factors)
 
 
-def dense_relu_dense(x: Tensor, hidden_channels: Dimension, is_training: bool,
-                     dropout: float = 0.0, dropout_broadcast_dims=None,
-                     master_dtype=tf.float32, slice_dtype=tf.float32,
-                     name: Optional[str] = None) -> Tensor:
+def dense_relu_dense(
+  x: Tensor,
+  hidden_channels: Dimension,
+  is_training: bool,
+  dropout: float = 0.0,
+  dropout_broadcast_dims=None,
+  master_dtype=tf.float32,
+  slice_dtype=tf.float32,
+  name: Optional[str] = None,
+) -> Tensor:
   """relu(x W_i) W_o, without biases; the output has x's shape.
 
   Example:
@@ -429,26 +516,49 @@ def dense_relu_dense(x: Tensor, hidden_channels: Dimension, is_training: bool,
   """
   with layer_variable_scope(x.mesh.graph, name, "dense_relu_dense"):
     io_channels = x.shape.dims[-1]
-    h = dense(x, hidden_channels, reduced_dims=[io_channels], use_bias=False,
-              activation=elementwise.relu, master_dtype=master_dtype,
-              slice_dtype=slice_dtype, name="wi")
+    h = dense(
+      x,
+      hidden_channels,
+      reduced_dims=[io_channels],
+      use_bias=False,
+      activation=elementwise.relu,
+      master_dtype=master_dtype,
+      slice_dtype=slice_dtype,
+      name="wi",
+    )
     if dropout != 0.0:
       h = random_lib.dropout(
-          h, is_training, keep_prob=1.0 - dropout,
-          noise_shape=h.shape - _as_dim_list(dropout_broadcast_dims,
-                                             "dropout_broadcast_dims"))
-    return dense(h, io_channels, reduced_dims=[h.shape.dims[-1]],
-                 use_bias=False, activation=None, master_dtype=master_dtype,
-                 slice_dtype=slice_dtype, name="wo")
+        h,
+        is_training,
+        keep_prob=1.0 - dropout,
+        noise_shape=h.shape
+        - _as_dim_list(dropout_broadcast_dims, "dropout_broadcast_dims"),
+      )
+    return dense(
+      h,
+      io_channels,
+      reduced_dims=[h.shape.dims[-1]],
+      use_bias=False,
+      activation=None,
+      master_dtype=master_dtype,
+      slice_dtype=slice_dtype,
+      name="wo",
+    )
 
 
 # ----------------------------------------------------------------------------
 # Embeddings.
 
 
-def embedding_weights(mesh: Mesh, vocab_dim: Dimension, output_dim: Dimension,
-                      variable_dtype, name: str = "embedding",
-                      ensemble_dim=None, initializer=None) -> Tensor:
+def embedding_weights(
+  mesh: Mesh,
+  vocab_dim: Dimension,
+  output_dim: Dimension,
+  variable_dtype,
+  name: str = "embedding",
+  ensemble_dim=None,
+  initializer=None,
+) -> Tensor:
   """The embedding variable `name`, shape [ensemble..., vocab, output].
 
   Example:
@@ -467,16 +577,24 @@ def embedding_weights(mesh: Mesh, vocab_dim: Dimension, output_dim: Dimension,
     the variable's value, a Tensor.
   """
   ensemble = _as_dim_list(ensemble_dim or None, "ensemble_dim")
-  shape = Shape(ensemble + [convert_to_dimension(vocab_dim),
-                            convert_to_dimension(output_dim)])
+  shape = Shape(
+    ensemble
+    + [convert_to_dimension(vocab_dim), convert_to_dimension(output_dim)]
+  )
   if initializer is None:
     initializer = tf1.random_normal_initializer()
-  return get_variable(mesh, name, shape, dtype=variable_dtype,
-                      initializer=initializer)
+  return get_variable(
+    mesh, name, shape, dtype=variable_dtype, initializer=initializer
+  )
 
 
-def embedding(indices: Tensor, vocab_dim: Dimension, output_dim: Dimension,
-              variable_dtype, name: str = "embedding") -> Tensor:
+def embedding(
+  indices: Tensor,
+  vocab_dim: Dimension,
+  output_dim: Dimension,
+  variable_dtype,
+  name: str = "embedding",
+) -> Tensor:
   """Looks integer `indices` up in the embedding variable `name`.
 
   Example:
@@ -498,13 +616,18 @@ def embedding(indices: Tensor, vocab_dim: Dimension, output_dim: Dimension,
     ValueError: if indices are not integers or already have vocab_dim.
   """
   if not indices.dtype.is_integer:
-    raise ValueError("embedding: indices must be integers, got %s of dtype %s"
-                     % (indices.to_string, indices.dtype.name))
+    raise ValueError(
+      "embedding: indices must be integers, got %s of dtype %s"
+      % (indices.to_string, indices.dtype.name)
+    )
   if convert_to_dimension(vocab_dim) in indices.shape.dims:
-    raise ValueError("embedding: indices %s must not have the vocab dimension "
-                     "%s" % (indices.to_string, vocab_dim))
-  weights = embedding_weights(indices.mesh, vocab_dim, output_dim,
-                              variable_dtype, name)
+    raise ValueError(
+      "embedding: indices %s must not have the vocab dimension "
+      "%s" % (indices.to_string, vocab_dim)
+    )
+  weights = embedding_weights(
+    indices.mesh, vocab_dim, output_dim, variable_dtype, name
+  )
   return gather_lib.gather(weights, indices, vocab_dim)
 
 
@@ -528,8 +651,8 @@ def multiplicative_jitter(x: Tensor, epsilon: float = 1e-2) -> Tensor:
   if epsilon == 0:
     return x
   return x * random_lib.random_uniform(
-      x.mesh, x.shape, minval=1.0 - epsilon, maxval=1.0 + epsilon,
-      dtype=x.dtype)
+    x.mesh, x.shape, minval=1.0 - epsilon, maxval=1.0 + epsilon, dtype=x.dtype
+  )
 
 
 def _capture_forward(graph, fn, explicit_inputs):
@@ -548,8 +671,12 @@ def _capture_forward(graph, fn, explicit_inputs):
   implicit = []
   for op in forward_ops:
     for t in op.inputs:
-      if (t.dtype.is_floating and t not in produced and t not in explicit and
-          t not in implicit):
+      if (
+        t.dtype.is_floating
+        and t not in produced
+        and t not in explicit
+        and t not in implicit
+      ):
         implicit.append(t)
   return outputs, forward_ops, implicit
 
@@ -562,12 +689,14 @@ def _add_optional(a: Optional[Tensor], b: Optional[Tensor]):
   return a + b
 
 
-def reversible_half_residual_and_swap(x1: Tensor,
-                                      x1_backwards: Optional[Tensor],
-                                      x2: Tensor,
-                                      x2_backwards: Optional[Tensor],
-                                      f: Callable[[Tensor], Tensor],
-                                      recompute_grads: bool = True):
+def reversible_half_residual_and_swap(
+  x1: Tensor,
+  x1_backwards: Optional[Tensor],
+  x2: Tensor,
+  x2_backwards: Optional[Tensor],
+  f: Callable[[Tensor], Tensor],
+  recompute_grads: bool = True,
+):
   """One RevNet half-block, y1 = x1 + f(x2), y2 = x2, returned swapped.
 
   https://arxiv.org/abs/1707.04585. With recompute_grads the backward pass
@@ -597,9 +726,10 @@ def reversible_half_residual_and_swap(x1: Tensor,
     (y2, y2_backwards, y1, y1_backwards).
   """
   if x1.shape != x2.shape or x1.dtype != x2.dtype:
-    raise ValueError("reversible_half_residual_and_swap: x1 %s and x2 %s must "
-                     "have the same shape and dtype"
-                     % (x1.to_string, x2.to_string))
+    raise ValueError(
+      "reversible_half_residual_and_swap: x1 %s and x2 %s must "
+      "have the same shape and dtype" % (x1.to_string, x2.to_string)
+    )
   if not recompute_grads:
     return x2, x2_backwards, x1 + f(x2), x1_backwards
   if x1_backwards is None:
@@ -612,53 +742,65 @@ def reversible_half_residual_and_swap(x1: Tensor,
   def forward(a1, a1_backwards, a2, a2_backwards):
     fa2, f_ops = graph.capture_operations(lambda: f(a2))
     if not isinstance(fa2, Tensor) or fa2.shape != a2.shape:
-      raise ValueError("reversible_half_residual_and_swap: f must return a "
-                       "Tensor of shape %s, got %r" % (a2.shape.to_string, fa2))
+      raise ValueError(
+        "reversible_half_residual_and_swap: f must return a "
+        "Tensor of shape %s, got %r" % (a2.shape.to_string, fa2)
+      )
     captured["fx2"] = fa2
     captured["f_ops"] = [op for op in f_ops if not isinstance(op, Variable)]
     return [a2, a2_backwards, a1 + fa2, a1_backwards]
 
-  def grad_fn(explicit_inputs, all_inputs, forward_operations, outputs,
-              output_grads):
+  def grad_fn(
+    explicit_inputs, all_inputs, forward_operations, outputs, output_grads
+  ):
     del forward_operations
     dy2, y2_value, dy1, y1_value = output_grads
     orig_x2 = explicit_inputs[2]
-    extra_inputs = list(all_inputs[len(explicit_inputs):])
+    extra_inputs = list(all_inputs[len(explicit_inputs) :])
     # Reconstruct this block's inputs from its outputs: handed down by the
     # next block, or (last block) the outputs themselves.
     x2_value = orig_x2 if y2_value is None else y2_value
     y1 = outputs[2] if y1_value is None else y1_value
-    f_again_ops, mapping = graph.clone_operations(captured["f_ops"],
-                                                  {orig_x2: x2_value})
+    f_again_ops, mapping = graph.clone_operations(
+      captured["f_ops"], {orig_x2: x2_value}
+    )
     fx2 = mapping.get(captured["fx2"], captured["fx2"])
     x1_value = y1 - fx2
     if dy1 is None:
       f_grads = [None] * (1 + len(extra_inputs))
     else:
       f_grads = gradients_lib.gradients(
-          [fx2], [x2_value] + extra_inputs, grad_ys=[dy1],
-          operations=f_again_ops)
+        [fx2], [x2_value] + extra_inputs, grad_ys=[dy1], operations=f_again_ops
+      )
     dx2 = _add_optional(dy2, f_grads[0])
     return [dy1, x1_value, dx2, x2_value] + list(f_grads[1:])
 
   explicit_inputs = [x1, x1_backwards, x2, x2_backwards]
-  fn_outputs, forward_ops, implicit = _capture_forward(graph, forward,
-                                                       explicit_inputs)
+  fn_outputs, forward_ops, implicit = _capture_forward(
+    graph, forward, explicit_inputs
+  )
   op = custom_gradient_lib.CustomGradientOperation(
-      explicit_inputs, explicit_inputs + implicit, fn_outputs, grad_fn,
-      forward_ops, name="reversible_half_residual_and_swap")
+    explicit_inputs,
+    explicit_inputs + implicit,
+    fn_outputs,
+    grad_fn,
+    forward_ops,
+    name="reversible_half_residual_and_swap",
+  )
   return tuple(op.outputs)
 
 
 def _rms(t: Tensor, output_shape=None) -> Tensor:
   t = elementwise.cast(t, tf.float32)
-  return elementwise.sqrt(reduce_lib.reduce_mean(
-      elementwise.square(t), output_shape=output_shape))
+  return elementwise.sqrt(
+    reduce_lib.reduce_mean(elementwise.square(t), output_shape=output_shape)
+  )
 
 
 @gin.configurable(module=_GIN_MODULE)
-def clip_activation_gradient(x: Tensor,
-                             clip_rms_norm: Optional[float] = None) -> Tensor:
+def clip_activation_gradient(
+  x: Tensor, clip_rms_norm: Optional[float] = None
+) -> Tensor:
   """Identity whose gradient is scaled down to RMS norm <= clip_rms_norm.
 
   The RMS is taken over all elements of the gradient; None or 0 disables it.
@@ -677,23 +819,26 @@ def clip_activation_gradient(x: Tensor,
   if not clip_rms_norm:
     return x
   if clip_rms_norm < 0:
-    raise ValueError("clip_activation_gradient: clip_rms_norm must be "
-                     "positive, got %r" % (clip_rms_norm,))
+    raise ValueError(
+      "clip_activation_gradient: clip_rms_norm must be "
+      "positive, got %r" % (clip_rms_norm,)
+    )
 
-  def grad_fn(explicit_inputs, all_inputs, forward_operations, outputs,
-              output_grads):
+  def grad_fn(
+    explicit_inputs, all_inputs, forward_operations, outputs, output_grads
+  ):
     del explicit_inputs, forward_operations, outputs
     g = output_grads[0]
     denom = binary.maximum(_rms(g) * (1.0 / clip_rms_norm), 1.0)
     clipped = g * elementwise.cast(elementwise.reciprocal(denom), g.dtype)
     return [clipped] + [None] * (len(all_inputs) - 1)
 
-  return custom_gradient_lib.custom_gradient(elementwise.identity, grad_fn,
-                                             [x])
+  return custom_gradient_lib.custom_gradient(elementwise.identity, grad_fn, [x])
 
 
-def summary_for_clip_activation_gradient(t: Tensor, name: Optional[str] = None,
-                                         batch_dims=None) -> Tensor:
+def summary_for_clip_activation_gradient(
+  t: Tensor, name: Optional[str] = None, batch_dims=None
+) -> Tensor:
   """Identity that records scalar summaries of the RMS of its gradient.
 
   Useful to pick `clip_rms_norm` for clip_activation_gradient. Summaries
@@ -717,29 +862,39 @@ def summary_for_clip_activation_gradient(t: Tensor, name: Optional[str] = None,
   batch_dims = _as_dim_list(batch_dims, "batch_dims")
   for d in batch_dims:
     if d not in t.shape.dims:
-      raise ValueError("summary_for_clip_activation_gradient: batch dim %s is "
-                       "not a dimension of %s" % (d, t.shape.to_string))
+      raise ValueError(
+        "summary_for_clip_activation_gradient: batch dim %s is "
+        "not a dimension of %s" % (d, t.shape.to_string)
+      )
 
-  def grad_fn(explicit_inputs, all_inputs, forward_operations, outputs,
-              output_grads):
+  def grad_fn(
+    explicit_inputs, all_inputs, forward_operations, outputs, output_grads
+  ):
     del explicit_inputs, forward_operations, outputs
     g = output_grads[0]
     summary_lib.scalar_summary(name + "/grad_rms_norm", _rms(g))
     if batch_dims:
       per_example = _rms(g, output_shape=Shape(batch_dims))
-      summary_lib.scalar_summary(name + "/grad_rms_norm_max",
-                                 reduce_lib.reduce_max(per_example))
-      summary_lib.scalar_summary(name + "/grad_rms_norm_mean",
-                                 reduce_lib.reduce_mean(per_example))
+      summary_lib.scalar_summary(
+        name + "/grad_rms_norm_max", reduce_lib.reduce_max(per_example)
+      )
+      summary_lib.scalar_summary(
+        name + "/grad_rms_norm_mean", reduce_lib.reduce_mean(per_example)
+      )
     return [g] + [None] * (len(all_inputs) - 1)
 
-  return custom_gradient_lib.custom_gradient(elementwise.identity, grad_fn,
-                                             [t])
+  return custom_gradient_lib.custom_gradient(elementwise.identity, grad_fn, [t])
 
 
-def annealed_dropout(x: Tensor, is_training: bool, start_step: int,
-                     end_step: int, init_rate: Optional[float] = None,
-                     noise_shape=None, name: Optional[str] = None) -> Tensor:
+def annealed_dropout(
+  x: Tensor,
+  is_training: bool,
+  start_step: int,
+  end_step: int,
+  init_rate: Optional[float] = None,
+  noise_shape=None,
+  name: Optional[str] = None,
+) -> Tensor:
   """Dropout whose rate falls linearly from init_rate to 0 over training.
 
   The rate is init_rate until the TF global step reaches start_step, then
@@ -769,50 +924,64 @@ def annealed_dropout(x: Tensor, is_training: bool, start_step: int,
   if not is_training or not init_rate:
     return x
   if not 0.0 <= init_rate < 1.0:
-    raise ValueError("annealed_dropout: init_rate must be in [0, 1), got %r"
-                     % (init_rate,))
+    raise ValueError(
+      "annealed_dropout: init_rate must be in [0, 1), got %r" % (init_rate,)
+    )
   if end_step <= start_step:
-    raise ValueError("annealed_dropout: end_step (%r) must be greater than "
-                     "start_step (%r)" % (end_step, start_step))
-  noise_shape = x.shape if noise_shape is None else convert_to_shape(
-      noise_shape)
+    raise ValueError(
+      "annealed_dropout: end_step (%r) must be greater than "
+      "start_step (%r)" % (end_step, start_step)
+    )
+  noise_shape = (
+    x.shape if noise_shape is None else convert_to_shape(noise_shape)
+  )
   for d in noise_shape.dims:
     if d not in x.shape.dims:
-      raise ValueError("annealed_dropout: noise_shape dimension %s is not a "
-                       "dimension of x %s" % (d, x.shape.to_string))
+      raise ValueError(
+        "annealed_dropout: noise_shape dimension %s is not a "
+        "dimension of x %s" % (d, x.shape.to_string)
+      )
   step = tf1.train.get_global_step()
   if step is None:
-    raise ValueError("annealed_dropout needs a TF global step; create it with "
-                     "tf.compat.v1.train.get_or_create_global_step()")
+    raise ValueError(
+      "annealed_dropout needs a TF global step; create it with "
+      "tf.compat.v1.train.get_or_create_global_step()"
+    )
   name = name or "annealed_dropout"
   progress = tf.clip_by_value(
-      (tf.cast(step, tf.float32) - float(start_step)) /
-      float(end_step - start_step), 0.0, 1.0)
+    (tf.cast(step, tf.float32) - float(start_step))
+    / float(end_step - start_step),
+    0.0,
+    1.0,
+  )
   keep_prob_tf = 1.0 - init_rate * (1.0 - progress)
-  keep_prob = io.import_fully_replicated(x.mesh, keep_prob_tf, Shape([]),
-                                         name=name + "/keep_prob")
-  noise = random_lib.random_uniform(x.mesh, noise_shape, dtype=tf.float32,
-                                    name=name + "/noise")
+  keep_prob = io.import_fully_replicated(
+    x.mesh, keep_prob_tf, Shape([]), name=name + "/keep_prob"
+  )
+  noise = random_lib.random_uniform(
+    x.mesh, noise_shape, dtype=tf.float32, name=name + "/noise"
+  )
   mask = elementwise.cast(broadcast_binary.less(noise, keep_prob), tf.float32)
   mask = elementwise.cast(mask * elementwise.reciprocal(keep_prob), x.dtype)
-  return binary.multiply(x, elementwise.stop_gradient(mask),
-                         output_shape=x.shape)
+  return binary.multiply(
+    x, elementwise.stop_gradient(mask), output_shape=x.shape
+  )
 
 
 __all__ = [
-    "DenseInitializer",
-    "VarianceScalingInitializer",
-    "annealed_dropout",
-    "clip_activation_gradient",
-    "dense",
-    "dense_product",
-    "dense_relu_dense",
-    "embedding",
-    "embedding_weights",
-    "get_dense_kernel_weights",
-    "multiplicative_jitter",
-    "reversible_half_residual_and_swap",
-    "summary_for_clip_activation_gradient",
-    "unit_scaling_convention",
-    "us_einsum",
+  "DenseInitializer",
+  "VarianceScalingInitializer",
+  "annealed_dropout",
+  "clip_activation_gradient",
+  "dense",
+  "dense_product",
+  "dense_relu_dense",
+  "embedding",
+  "embedding_weights",
+  "get_dense_kernel_weights",
+  "multiplicative_jitter",
+  "reversible_half_residual_and_swap",
+  "summary_for_clip_activation_gradient",
+  "unit_scaling_convention",
+  "us_einsum",
 ]

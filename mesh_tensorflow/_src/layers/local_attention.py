@@ -30,21 +30,24 @@ from mesh_tensorflow._src.ops import elementwise
 from mesh_tensorflow._src.ops import reshape as reshape_lib
 from mesh_tensorflow._src.ops import shift as shift_lib
 from mesh_tensorflow._src.ops import tensor_ops
-from mesh_tensorflow._src.ops.broadcast_binary import (equal, greater,
-                                                       less_equal, logical_or,
-                                                       mod)
+from mesh_tensorflow._src.ops.broadcast_binary import equal
+from mesh_tensorflow._src.ops.broadcast_binary import greater
+from mesh_tensorflow._src.ops.broadcast_binary import less_equal
+from mesh_tensorflow._src.ops.broadcast_binary import logical_or
+from mesh_tensorflow._src.ops.broadcast_binary import mod
 from mesh_tensorflow._src.ops.gather import mtf_range
-from mesh_tensorflow._src.shapes import Dimension, Shape
+from mesh_tensorflow._src.shapes import Dimension
+from mesh_tensorflow._src.shapes import Shape
 
 tf1 = tf.compat.v1
 
 __all__ = [
-    "local_1d_halo_exchange",
-    "local_2d_halo_exchange",
-    "local_2d_self_attention_spatial_blocks",
-    "local_self_attention_spatial_blocks",
-    "masked_local_attention_1d",
-    "masked_local_attention_1d_incremental",
+  "local_1d_halo_exchange",
+  "local_2d_halo_exchange",
+  "local_2d_self_attention_spatial_blocks",
+  "local_self_attention_spatial_blocks",
+  "masked_local_attention_1d",
+  "masked_local_attention_1d_incremental",
 ]
 
 _NEG_INF = -1e9
@@ -58,13 +61,14 @@ def _dim_of(x: Tensor, dim, what: str) -> Dimension:
   """The Dimension of x named like dim (a Dimension or name)."""
   name = dim if isinstance(dim, str) else getattr(dim, "name", None)
   if name is None or name not in x.shape.dimension_names:
-    raise ValueError("%s: dimension %r is not a dimension of %s"
-                     % (what, dim, x.shape.to_string))
+    raise ValueError(
+      "%s: dimension %r is not a dimension of %s"
+      % (what, dim, x.shape.to_string)
+    )
   return x.shape.get_dim_by_name(name)
 
 
-def _halo(x: Tensor, blocks_dim, block_dim, left: int,
-          right: int) -> Tensor:
+def _halo(x: Tensor, blocks_dim, block_dim, left: int, right: int) -> Tensor:
   """Appends to every block `left` positions of the blocks before it and
   `right` positions of the blocks after it (zeros beyond the ends).
 
@@ -76,12 +80,16 @@ def _halo(x: Tensor, blocks_dim, block_dim, left: int,
   blocks_dim = _dim_of(x, blocks_dim, "halo exchange")
   block_dim = _dim_of(x, block_dim, "halo exchange")
   if blocks_dim == block_dim:
-    raise ValueError("halo exchange: blocks dimension and block dimension "
-                     "must differ, both are %s" % (blocks_dim,))
+    raise ValueError(
+      "halo exchange: blocks dimension and block dimension "
+      "must differ, both are %s" % (blocks_dim,)
+    )
   for side, size in (("left", left), ("right", right)):
     if not _is_int(size) or size < 0:
-      raise ValueError("halo exchange along %s: %s halo size must be a "
-                       "non-negative int, got %r" % (block_dim, side, size))
+      raise ValueError(
+        "halo exchange along %s: %s halo size must be a "
+        "non-negative int, got %r" % (block_dim, side, size)
+      )
   block = block_dim.size
   pieces = []
   n_full, rest = divmod(left, block)
@@ -102,8 +110,9 @@ def _halo(x: Tensor, blocks_dim, block_dim, left: int,
   return tensor_ops.concat(pieces, block_dim.name)
 
 
-def _pad_or_halo(x: Tensor, blocks_dim, block_dim: Dimension,
-                 halo_size: int, mask_right: bool) -> Tensor:
+def _pad_or_halo(
+  x: Tensor, blocks_dim, block_dim: Dimension, halo_size: int, mask_right: bool
+) -> Tensor:
   """Left (mask_right) or two-sided halo; zero padding if blocks_dim is None."""
   right = 0 if mask_right else halo_size
   if blocks_dim is None:
@@ -112,9 +121,9 @@ def _pad_or_halo(x: Tensor, blocks_dim, block_dim: Dimension,
   return _halo(x, blocks_dim, block_dim, halo_size, right)
 
 
-def local_1d_halo_exchange(k: Tensor, v: Tensor, num_w_blocks,
-                           w_dim: Dimension, mask_right: bool
-                           ) -> Tuple[Tensor, Tensor]:
+def local_1d_halo_exchange(
+  k: Tensor, v: Tensor, num_w_blocks, w_dim: Dimension, mask_right: bool
+) -> Tuple[Tensor, Tensor]:
   """Halo exchange of keys and values for 1-d local block attention.
 
   Each block along w_dim receives the whole previous block (mask_right) or the
@@ -132,14 +141,21 @@ def local_1d_halo_exchange(k: Tensor, v: Tensor, num_w_blocks,
     (k, v) with w_dim resized.
   """
   halo = w_dim.size
-  return (_pad_or_halo(k, num_w_blocks, w_dim, halo, mask_right),
-          _pad_or_halo(v, num_w_blocks, w_dim, halo, mask_right))
+  return (
+    _pad_or_halo(k, num_w_blocks, w_dim, halo, mask_right),
+    _pad_or_halo(v, num_w_blocks, w_dim, halo, mask_right),
+  )
 
 
-def local_2d_halo_exchange(k: Tensor, v: Tensor, num_h_blocks,
-                           h_dim: Dimension, num_w_blocks,
-                           w_dim: Dimension, mask_right: bool
-                           ) -> Tuple[Tensor, Tensor]:
+def local_2d_halo_exchange(
+  k: Tensor,
+  v: Tensor,
+  num_h_blocks,
+  h_dim: Dimension,
+  num_w_blocks,
+  w_dim: Dimension,
+  mask_right: bool,
+) -> Tuple[Tensor, Tensor]:
   """Halo exchange of keys and values for 2-d local block attention.
 
   First along h (blocks num_h_blocks, halo h_dim.size), then along w (blocks
@@ -171,36 +187,55 @@ def local_2d_halo_exchange(k: Tensor, v: Tensor, num_h_blocks,
   return k, v
 
 
-def _get_params(mesh, heads, io_channels, kv_channels, master_dtype,
-                slice_dtype, activation_dtype, params) -> List[Tensor]:
+def _get_params(
+  mesh,
+  heads,
+  io_channels,
+  kv_channels,
+  master_dtype,
+  slice_dtype,
+  activation_dtype,
+  params,
+) -> List[Tensor]:
   if params is None:
     return attention.multihead_attention_vars(
-        mesh, heads, io_channels, kv_channels, master_dtype, slice_dtype,
-        activation_dtype)
+      mesh,
+      heads,
+      io_channels,
+      kv_channels,
+      master_dtype,
+      slice_dtype,
+      activation_dtype,
+    )
   params = list(params)
   expected = [heads, io_channels, kv_channels]
   if len(params) != 4:
-    raise ValueError("params must be a quadruple (wq, wk, wv, wo), got %d "
-                     "tensors" % len(params))
+    raise ValueError(
+      "params must be a quadruple (wq, wk, wv, wo), got %d "
+      "tensors" % len(params)
+    )
   for name, w in zip("qkvo", params):
     if w.shape.dims != expected:
-      raise ValueError("params: w%s has shape %s, expected %s"
-                       % (name, w.shape.to_string,
-                          Shape(expected).to_string))
+      raise ValueError(
+        "params: w%s has shape %s, expected %s"
+        % (name, w.shape.to_string, Shape(expected).to_string)
+      )
   return params
 
 
-def masked_local_attention_1d(x: Tensor,
-                              kv_channels: Dimension,
-                              heads: Dimension,
-                              is_training: bool,
-                              window_size: int = 128,
-                              master_dtype=tf.float32,
-                              slice_dtype=tf.float32,
-                              length_per_split: Optional[int] = None,
-                              return_kv: Optional[list] = None,
-                              params=None,
-                              name: Optional[str] = None) -> Tensor:
+def masked_local_attention_1d(
+  x: Tensor,
+  kv_channels: Dimension,
+  heads: Dimension,
+  is_training: bool,
+  window_size: int = 128,
+  master_dtype=tf.float32,
+  slice_dtype=tf.float32,
+  length_per_split: Optional[int] = None,
+  return_kv: Optional[list] = None,
+  params=None,
+  name: Optional[str] = None,
+) -> Tensor:
   """Causal local self-attention: position p sees positions (p - window, p].
 
   The length is cut into blocks of the largest divisor of length_per_split
@@ -233,27 +268,42 @@ def masked_local_attention_1d(x: Tensor,
     ValueError: on a bad window_size or length_per_split, or mismatched dims.
   """
   del is_training  # No dropout in this layer.
-  batch_dims, length, io_channels = split_query(
-      x, "masked_local_attention_1d")
+  batch_dims, length, io_channels = split_query(x, "masked_local_attention_1d")
   check_heads_kv(heads, kv_channels, x, "masked_local_attention_1d")
   if not _is_int(window_size) or window_size < 1:
-    raise ValueError("masked_local_attention_1d: window_size must be a "
-                     "positive int, got %r" % (window_size,))
+    raise ValueError(
+      "masked_local_attention_1d: window_size must be a "
+      "positive int, got %r" % (window_size,)
+    )
   if length_per_split is None:
     length_per_split = length.size
-  if (not _is_int(length_per_split) or length_per_split < 1 or
-      length.size % length_per_split):
+  if (
+    not _is_int(length_per_split)
+    or length_per_split < 1
+    or length.size % length_per_split
+  ):
     raise ValueError(
-        "masked_local_attention_1d: length_per_split %r must be a positive "
-        "int dividing the size of the length dimension %s"
-        % (length_per_split, length))
+      "masked_local_attention_1d: length_per_split %r must be a positive "
+      "int dividing the size of the length dimension %s"
+      % (length_per_split, length)
+    )
   for reserved in ("query_block_length", "memory_block_length"):
     if reserved in x.shape.dimension_names:
-      raise ValueError("masked_local_attention_1d: input %s must not have a "
-                       "dimension named %r" % (x.shape.to_string, reserved))
+      raise ValueError(
+        "masked_local_attention_1d: input %s must not have a "
+        "dimension named %r" % (x.shape.to_string, reserved)
+      )
   with layer_variable_scope(x.mesh.graph, name, "masked_local_attention_1d"):
-    wq, wk, wv, wo = _get_params(x.mesh, heads, io_channels, kv_channels,
-                                 master_dtype, slice_dtype, x.dtype, params)
+    wq, wk, wv, wo = _get_params(
+      x.mesh,
+      heads,
+      io_channels,
+      kv_channels,
+      master_dtype,
+      slice_dtype,
+      x.dtype,
+      params,
+    )
     qkv_shape = Shape(batch_dims + [heads, length, kv_channels])
     q = einsum_lib.einsum([x, wq], qkv_shape)
     k = einsum_lib.einsum([x, wk], qkv_shape)
@@ -267,13 +317,16 @@ def masked_local_attention_1d(x: Tensor,
     query_block = Dimension("query_block_length", block_length)
     memory_block = Dimension("memory_block_length", block_length)
     num_blocks = Dimension(length.name, length.size // block_length)
-    q = reshape_lib.reshape(q, batch_dims + [heads, num_blocks, query_block,
-                                             kv_channels])
+    q = reshape_lib.reshape(
+      q, batch_dims + [heads, num_blocks, query_block, kv_channels]
+    )
     kv_shape = batch_dims + [heads, num_blocks, memory_block, kv_channels]
-    k = _halo(reshape_lib.reshape(k, kv_shape), num_blocks, memory_block,
-              window_size, 0)
-    v = _halo(reshape_lib.reshape(v, kv_shape), num_blocks, memory_block,
-              window_size, 0)
+    k = _halo(
+      reshape_lib.reshape(k, kv_shape), num_blocks, memory_block, window_size, 0
+    )
+    v = _halo(
+      reshape_lib.reshape(v, kv_shape), num_blocks, memory_block, window_size, 0
+    )
     # Memory position m of a block's padded memory is query position
     # m - window_size; query i sees memory (i, i + window_size].
     padded = k.shape.get_dim_by_name(memory_block.name)
@@ -281,24 +334,25 @@ def masked_local_attention_1d(x: Tensor,
     qpos = mtf_range(x.mesh, query_block, tf.int32) + window_size
     mask_shape = Shape([query_block, padded])
     hidden = logical_or(
-        greater(mpos, qpos, output_shape=mask_shape),
-        less_equal(mpos, qpos - window_size, output_shape=mask_shape))
+      greater(mpos, qpos, output_shape=mask_shape),
+      less_equal(mpos, qpos - window_size, output_shape=mask_shape),
+    )
     mask = elementwise.cast(hidden, x.dtype) * _NEG_INF
     o = attention.dot_product_attention(q, k, v, mask, False)
     o = reshape_lib.reshape(o, batch_dims + [heads, length, kv_channels])
     return einsum_lib.einsum([o, wo], Shape(batch_dims + [length, io_channels]))
 
 
-def masked_local_attention_1d_incremental(x: Tensor,
-                                          prev_k: Tensor,
-                                          prev_v: Tensor,
-                                          step_num,
-                                          master_dtype=None,
-                                          slice_dtype=None,
-                                          params=None,
-                                          name: Optional[str] = None
-                                          ) -> Tuple[Tensor, Tensor,
-                                                     Tensor]:
+def masked_local_attention_1d_incremental(
+  x: Tensor,
+  prev_k: Tensor,
+  prev_v: Tensor,
+  step_num,
+  master_dtype=None,
+  slice_dtype=None,
+  params=None,
+  name: Optional[str] = None,
+) -> Tuple[Tensor, Tensor, Tensor]:
   """One decoding step of masked_local_attention_1d with a ring-buffer cache.
 
   The cache holds the last window_length keys/values; the new ones are
@@ -325,17 +379,28 @@ def masked_local_attention_1d_incremental(x: Tensor,
   batch_dims = x.shape.dims[:-1]
   io_channels = x.shape.dims[-1]
   heads, window_length, kv_channels = check_cache(
-      prev_k, prev_v, batch_dims, "masked_local_attention_1d_incremental")
+    prev_k, prev_v, batch_dims, "masked_local_attention_1d_incremental"
+  )
   step_num = as_step_tensor(x.mesh, step_num)
   with layer_variable_scope(x.mesh.graph, name, "masked_local_attention_1d"):
-    wq, wk, wv, wo = _get_params(x.mesh, heads, io_channels, kv_channels,
-                                 master_dtype, slice_dtype, x.dtype, params)
+    wq, wk, wv, wo = _get_params(
+      x.mesh,
+      heads,
+      io_channels,
+      kv_channels,
+      master_dtype,
+      slice_dtype,
+      x.dtype,
+      params,
+    )
     step_shape = Shape(batch_dims + [heads, kv_channels])
     q = einsum_lib.einsum([x, wq], step_shape)
     k = einsum_lib.einsum([x, wk], step_shape)
     v = einsum_lib.einsum([x, wv], step_shape)
-    current = equal(mtf_range(x.mesh, window_length, dtype=tf.int32),
-                    mod(step_num, window_length.size))
+    current = equal(
+      mtf_range(x.mesh, window_length, dtype=tf.int32),
+      mod(step_num, window_length.size),
+    )
     k = binary.where(current, k, prev_k, output_shape=prev_k.shape)
     v = binary.where(current, v, prev_v, output_shape=prev_v.shape)
     o = attention.dot_product_attention(q, k, v, None, False)
@@ -347,16 +412,17 @@ def _memory_name(given, query_dim: Dimension) -> str:
   return given.name if given is not None else "memory_" + query_dim.name
 
 
-def local_self_attention_spatial_blocks(query_antecedent: Tensor,
-                                        kv_channels: Dimension,
-                                        heads: Dimension,
-                                        is_training: bool,
-                                        memory_w_dim=None,
-                                        mask_right: bool = False,
-                                        master_dtype=tf.float32,
-                                        slice_dtype=tf.float32,
-                                        name: Optional[str] = None
-                                        ) -> Tensor:
+def local_self_attention_spatial_blocks(
+  query_antecedent: Tensor,
+  kv_channels: Dimension,
+  heads: Dimension,
+  is_training: bool,
+  memory_w_dim=None,
+  mask_right: bool = False,
+  master_dtype=tf.float32,
+  slice_dtype=tf.float32,
+  name: Optional[str] = None,
+) -> Tensor:
   """Self-attention within 1-d blocks plus neighbouring blocks.
 
   A query sees its own block and the previous block (mask_right: causally
@@ -381,53 +447,69 @@ def local_self_attention_spatial_blocks(query_antecedent: Tensor,
   """
   del is_training
   if query_antecedent.shape.ndims < 3:
-    raise ValueError("local_self_attention_spatial_blocks: input must be "
-                     "[<batch_dims>, num_w_blocks, w_dim, io_channels], got %s"
-                     % query_antecedent.shape.to_string)
-  check_heads_kv(heads, kv_channels, query_antecedent,
-                 "local_self_attention_spatial_blocks")
+    raise ValueError(
+      "local_self_attention_spatial_blocks: input must be "
+      "[<batch_dims>, num_w_blocks, w_dim, io_channels], got %s"
+      % query_antecedent.shape.to_string
+    )
+  check_heads_kv(
+    heads, kv_channels, query_antecedent, "local_self_attention_spatial_blocks"
+  )
   batch_dims = query_antecedent.shape.dims[:-3]
   num_w_blocks, w_dim, io_channels = query_antecedent.shape.dims[-3:]
   memory_name = _memory_name(memory_w_dim, w_dim)
   if memory_name in query_antecedent.shape.dimension_names:
-    raise ValueError("local_self_attention_spatial_blocks: memory dimension "
-                     "name %r is already used in %s"
-                     % (memory_name, query_antecedent.shape.to_string))
+    raise ValueError(
+      "local_self_attention_spatial_blocks: memory dimension "
+      "name %r is already used in %s"
+      % (memory_name, query_antecedent.shape.to_string)
+    )
   mesh = query_antecedent.mesh
-  with layer_variable_scope(query_antecedent.mesh.graph, name, "multihead_attention"):
+  with layer_variable_scope(
+    query_antecedent.mesh.graph, name, "multihead_attention"
+  ):
     wq, wk, wv, wo = attention.multihead_attention_vars(
-        mesh, heads, io_channels, kv_channels, master_dtype, slice_dtype,
-        query_antecedent.dtype)
+      mesh,
+      heads,
+      io_channels,
+      kv_channels,
+      master_dtype,
+      slice_dtype,
+      query_antecedent.dtype,
+    )
     memory_antecedent = reshape_lib.rename_dimension(
-        query_antecedent, w_dim.name, memory_name)
+      query_antecedent, w_dim.name, memory_name
+    )
     mem_w = memory_antecedent.shape.get_dim_by_name(memory_name)
-    q = einsum_lib.einsum([query_antecedent, wq],
-                          Shape(batch_dims + [heads, num_w_blocks, w_dim,
-                                              kv_channels]))
-    kv_shape = Shape(batch_dims + [heads, num_w_blocks, mem_w,
-                                   kv_channels])
+    q = einsum_lib.einsum(
+      [query_antecedent, wq],
+      Shape(batch_dims + [heads, num_w_blocks, w_dim, kv_channels]),
+    )
+    kv_shape = Shape(batch_dims + [heads, num_w_blocks, mem_w, kv_channels])
     k = einsum_lib.einsum([memory_antecedent, wk], kv_shape)
     v = einsum_lib.einsum([memory_antecedent, wv], kv_shape)
     k, v = local_1d_halo_exchange(k, v, num_w_blocks, mem_w, mask_right)
     mask = None
     if mask_right:
-      mask = attention.attention_bias_local_block(mesh, w_dim, mem_w,
-                                                  dtype=query_antecedent.dtype)
+      mask = attention.attention_bias_local_block(
+        mesh, w_dim, mem_w, dtype=query_antecedent.dtype
+      )
     o = attention.dot_product_attention(q, k, v, mask, False)
     return einsum_lib.einsum([o, wo], query_antecedent.shape)
 
 
-def local_2d_self_attention_spatial_blocks(query_antecedent: Tensor,
-                                           kv_channels: Dimension,
-                                           heads: Dimension,
-                                           is_training: bool,
-                                           memory_h_dim=None,
-                                           memory_w_dim=None,
-                                           mask_right: bool = False,
-                                           master_dtype=tf.float32,
-                                           slice_dtype=tf.float32,
-                                           name: Optional[str] = None
-                                           ) -> Tensor:
+def local_2d_self_attention_spatial_blocks(
+  query_antecedent: Tensor,
+  kv_channels: Dimension,
+  heads: Dimension,
+  is_training: bool,
+  memory_h_dim=None,
+  memory_w_dim=None,
+  mask_right: bool = False,
+  master_dtype=tf.float32,
+  slice_dtype=tf.float32,
+  name: Optional[str] = None,
+) -> Tensor:
   """Self-attention within 2-d blocks plus neighbouring blocks.
 
   A query sees the 3h x 3w window of blocks around its own (zero keys/values
@@ -456,48 +538,70 @@ def local_2d_self_attention_spatial_blocks(query_antecedent: Tensor,
   del is_training
   if query_antecedent.shape.ndims < 5:
     raise ValueError(
-        "local_2d_self_attention_spatial_blocks: input must be [<batch_dims>, "
-        "num_h_blocks, num_w_blocks, h_dim, w_dim, io_channels], got %s"
-        % query_antecedent.shape.to_string)
-  check_heads_kv(heads, kv_channels, query_antecedent,
-                 "local_2d_self_attention_spatial_blocks")
+      "local_2d_self_attention_spatial_blocks: input must be [<batch_dims>, "
+      "num_h_blocks, num_w_blocks, h_dim, w_dim, io_channels], got %s"
+      % query_antecedent.shape.to_string
+    )
+  check_heads_kv(
+    heads,
+    kv_channels,
+    query_antecedent,
+    "local_2d_self_attention_spatial_blocks",
+  )
   batch_dims = query_antecedent.shape.dims[:-5]
   num_h_blocks, num_w_blocks, h_dim, w_dim, io_channels = (
-      query_antecedent.shape.dims[-5:])
+    query_antecedent.shape.dims[-5:]
+  )
   mem_h_name = _memory_name(memory_h_dim, h_dim)
   mem_w_name = _memory_name(memory_w_dim, w_dim)
   combined_name = mem_h_name + "_" + mem_w_name
   names = query_antecedent.shape.dimension_names
   for n in (mem_h_name, mem_w_name, combined_name):
     if n in names:
-      raise ValueError("local_2d_self_attention_spatial_blocks: memory "
-                       "dimension name %r is already used in %s"
-                       % (n, query_antecedent.shape.to_string))
+      raise ValueError(
+        "local_2d_self_attention_spatial_blocks: memory "
+        "dimension name %r is already used in %s"
+        % (n, query_antecedent.shape.to_string)
+      )
   if mem_h_name == mem_w_name:
-    raise ValueError("local_2d_self_attention_spatial_blocks: memory height "
-                     "and width dims need different names, both are %r"
-                     % mem_h_name)
+    raise ValueError(
+      "local_2d_self_attention_spatial_blocks: memory height "
+      "and width dims need different names, both are %r" % mem_h_name
+    )
   mesh = query_antecedent.mesh
-  with layer_variable_scope(query_antecedent.mesh.graph, name, "multihead_attention"):
+  with layer_variable_scope(
+    query_antecedent.mesh.graph, name, "multihead_attention"
+  ):
     wq, wk, wv, wo = attention.multihead_attention_vars(
-        mesh, heads, io_channels, kv_channels, master_dtype, slice_dtype,
-        query_antecedent.dtype)
+      mesh,
+      heads,
+      io_channels,
+      kv_channels,
+      master_dtype,
+      slice_dtype,
+      query_antecedent.dtype,
+    )
     memory_antecedent = reshape_lib.rename_dimension(
-        query_antecedent, h_dim.name, mem_h_name)
+      query_antecedent, h_dim.name, mem_h_name
+    )
     memory_antecedent = reshape_lib.rename_dimension(
-        memory_antecedent, w_dim.name, mem_w_name)
+      memory_antecedent, w_dim.name, mem_w_name
+    )
     mem_h = memory_antecedent.shape.get_dim_by_name(mem_h_name)
     mem_w = memory_antecedent.shape.get_dim_by_name(mem_w_name)
     blocks = [num_h_blocks, num_w_blocks]
-    q = einsum_lib.einsum([query_antecedent, wq],
-                          Shape(batch_dims + [heads] + blocks +
-                                [h_dim, w_dim, kv_channels]))
-    kv_shape = Shape(batch_dims + [heads] + blocks +
-                     [mem_h, mem_w, kv_channels])
+    q = einsum_lib.einsum(
+      [query_antecedent, wq],
+      Shape(batch_dims + [heads] + blocks + [h_dim, w_dim, kv_channels]),
+    )
+    kv_shape = Shape(
+      batch_dims + [heads] + blocks + [mem_h, mem_w, kv_channels]
+    )
     k = einsum_lib.einsum([memory_antecedent, wk], kv_shape)
     v = einsum_lib.einsum([memory_antecedent, wv], kv_shape)
-    k, v = local_2d_halo_exchange(k, v, num_h_blocks, mem_h, num_w_blocks,
-                                  mem_w, mask_right)
+    k, v = local_2d_halo_exchange(
+      k, v, num_h_blocks, mem_h, num_w_blocks, mem_w, mask_right
+    )
     # One memory dim of (padded height x padded width) positions.
     padded_h = k.shape.get_dim_by_name(mem_h_name)
     padded_w = k.shape.get_dim_by_name(mem_w_name)
@@ -508,7 +612,8 @@ def local_2d_self_attention_spatial_blocks(query_antecedent: Tensor,
     mask = None
     if mask_right:
       mask = attention.attention_bias_local_2d_block(
-          mesh, h_dim, w_dim, mem_h, mem_w, dtype=query_antecedent.dtype)
+        mesh, h_dim, w_dim, mem_h, mem_w, dtype=query_antecedent.dtype
+      )
       mask = reshape_lib.reshape(mask, [h_dim, w_dim, memory])
     o = attention.dot_product_attention(q, k, v, mask, False)
     return einsum_lib.einsum([o, wo], query_antecedent.shape)

@@ -11,16 +11,17 @@ from mesh_tensorflow._src.ops import gather as gather_lib
 from mesh_tensorflow._src.ops import reduce as reduce_lib
 from mesh_tensorflow._src.ops import softmax as softmax_lib
 from mesh_tensorflow._src.ops.slicewise import cwise
-from mesh_tensorflow._src.shapes import Dimension, convert_to_dimension
+from mesh_tensorflow._src.shapes import Dimension
+from mesh_tensorflow._src.shapes import convert_to_dimension
 
 
 def _dim_names(dims) -> list:
   return sorted(d.name for d in dims)
 
 
-def softmax_cross_entropy_with_logits(logits: Tensor, targets: Tensor,
-                                      vocab_dim: Dimension,
-                                      z_loss: float = 0.0) -> Tensor:
+def softmax_cross_entropy_with_logits(
+  logits: Tensor, targets: Tensor, vocab_dim: Dimension, z_loss: float = 0.0
+) -> Tensor:
   """Per-example softmax cross-entropy, -sum(targets * log_softmax(logits)).
 
   Hard targets: an integer Tensor with the dims of logits other than
@@ -48,51 +49,64 @@ def softmax_cross_entropy_with_logits(logits: Tensor, targets: Tensor,
   """
   vocab_dim = convert_to_dimension(vocab_dim)
   if vocab_dim not in logits.shape.dims:
-    raise ValueError("softmax_cross_entropy_with_logits: vocab_dim %s is not a "
-                     "dimension of logits %s"
-                     % (vocab_dim, logits.shape.to_string))
+    raise ValueError(
+      "softmax_cross_entropy_with_logits: vocab_dim %s is not a "
+      "dimension of logits %s" % (vocab_dim, logits.shape.to_string)
+    )
   if targets.dtype.is_integer:
     expected = [d for d in logits.shape.dims if d != vocab_dim]
     if set(targets.shape.dims) != set(expected):
       raise ValueError(
-          "softmax_cross_entropy_with_logits: hard (integer) targets %s must "
-          "have the dimensions of logits %s other than vocab_dim %s, i.e. %s"
-          % (targets.shape.to_string, logits.shape.to_string, vocab_dim,
-             _dim_names(expected)))
+        "softmax_cross_entropy_with_logits: hard (integer) targets %s must "
+        "have the dimensions of logits %s other than vocab_dim %s, i.e. %s"
+        % (
+          targets.shape.to_string,
+          logits.shape.to_string,
+          vocab_dim,
+          _dim_names(expected),
+        )
+      )
     log_z = softmax_lib.reduce_logsumexp(logits, vocab_dim)
     # -sum(one_hot(targets) * log_softmax) is log_z - logits[targets]: a
     # gather, without the [..., vocab]-sized one-hot, product and sum (and
     # their gradients). An out-of-range target has an all-zero one-hot, so
     # its cross-entropy is 0.
-    target_logits = gather_lib.gather(logits, targets, vocab_dim,
-                                      output_shape=log_z.shape)
+    target_logits = gather_lib.gather(
+      logits, targets, vocab_dim, output_shape=log_z.shape
+    )
     vocab_size = vocab_dim.size
 
     def in_range_fn(t):
       return tf.cast(tf.logical_and(t >= 0, t < vocab_size), logits.dtype)
-    in_range = cwise(in_range_fn, [targets], output_dtype=logits.dtype,
-                     name="targets_in_range")
-    loss = binary.multiply(log_z - target_logits, in_range,
-                           output_shape=log_z.shape)
+
+    in_range = cwise(
+      in_range_fn, [targets], output_dtype=logits.dtype, name="targets_in_range"
+    )
+    loss = binary.multiply(
+      log_z - target_logits, in_range, output_shape=log_z.shape
+    )
   else:
     if set(targets.shape.dims) != set(logits.shape.dims):
       raise ValueError(
-          "softmax_cross_entropy_with_logits: soft (float) targets %s must "
-          "have the dimensions of logits %s"
-          % (targets.shape.to_string, logits.shape.to_string))
+        "softmax_cross_entropy_with_logits: soft (float) targets %s must "
+        "have the dimensions of logits %s"
+        % (targets.shape.to_string, logits.shape.to_string)
+      )
     if targets.dtype != logits.dtype:
       targets = elementwise.cast(targets, logits.dtype)
     log_z = softmax_lib.reduce_logsumexp(logits, vocab_dim)
     log_softmax = logits - log_z
     loss = elementwise.negative(
-        reduce_lib.reduce_sum(log_softmax * targets, reduced_dim=vocab_dim))
+      reduce_lib.reduce_sum(log_softmax * targets, reduced_dim=vocab_dim)
+    )
   if z_loss != 0:
     loss += z_loss * elementwise.square(log_z)
   return loss
 
 
-def sigmoid_cross_entropy_with_logits(logits: Tensor, targets: Tensor
-                                      ) -> Tensor:
+def sigmoid_cross_entropy_with_logits(
+  logits: Tensor, targets: Tensor
+) -> Tensor:
   """Elementwise sigmoid cross-entropy (numerically stable form).
 
   Example:
@@ -109,14 +123,20 @@ def sigmoid_cross_entropy_with_logits(logits: Tensor, targets: Tensor
     ValueError: if the shapes differ.
   """
   if logits.shape != targets.shape:
-    raise ValueError("sigmoid_cross_entropy_with_logits: logits shape %s must "
-                     "equal targets shape %s"
-                     % (logits.shape.to_string, targets.shape.to_string))
+    raise ValueError(
+      "sigmoid_cross_entropy_with_logits: logits shape %s must "
+      "equal targets shape %s"
+      % (logits.shape.to_string, targets.shape.to_string)
+    )
   x = logits
-  z = targets if targets.dtype == x.dtype else elementwise.cast(targets,
-                                                                x.dtype)
-  return (elementwise.relu(x) - x * z +
-          elementwise.log(1.0 + elementwise.exp(-elementwise.mtf_abs(x))))
+  z = (
+    targets if targets.dtype == x.dtype else elementwise.cast(targets, x.dtype)
+  )
+  return (
+    elementwise.relu(x)
+    - x * z
+    + elementwise.log(1.0 + elementwise.exp(-elementwise.mtf_abs(x)))
+  )
 
 
 def weights_nonzero(targets: Tensor, dtype=tf.float32) -> Tensor:
@@ -136,11 +156,12 @@ def weights_nonzero(targets: Tensor, dtype=tf.float32) -> Tensor:
 
   def fn(t):
     return tf.cast(tf.not_equal(t, 0), dtype)
+
   return cwise(fn, [targets], output_dtype=dtype, name="weights_nonzero")
 
 
 __all__ = [
-    "sigmoid_cross_entropy_with_logits",
-    "softmax_cross_entropy_with_logits",
-    "weights_nonzero",
+  "sigmoid_cross_entropy_with_logits",
+  "softmax_cross_entropy_with_logits",
+  "weights_nonzero",
 ]

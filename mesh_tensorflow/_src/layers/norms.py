@@ -6,25 +6,34 @@ from typing import List, Optional, Tuple
 
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.layers.scope_util import layer_variable_scope
 from mesh_tensorflow._src.ops import einsum as einsum_lib
 from mesh_tensorflow._src.ops import elementwise
 from mesh_tensorflow._src.ops import reduce as reduce_lib
 from mesh_tensorflow._src.ops import reshape as reshape_lib
-from mesh_tensorflow._src.shapes import Dimension, Shape, convert_to_dimension
-from mesh_tensorflow._src.variables import assign, get_variable
+from mesh_tensorflow._src.shapes import Dimension
+from mesh_tensorflow._src.shapes import Shape
+from mesh_tensorflow._src.shapes import convert_to_dimension
+from mesh_tensorflow._src.variables import assign
+from mesh_tensorflow._src.variables import get_variable
 
 tf1 = tf.compat.v1
 
 
-def _normalize(x: Tensor, mean: Tensor, variance: Tensor,
-               epsilon: float) -> Tensor:
+def _normalize(
+  x: Tensor, mean: Tensor, variance: Tensor, epsilon: float
+) -> Tensor:
   return (x - mean) * elementwise.rsqrt(variance + epsilon)
 
 
-def layer_norm(x: Tensor, dim: Dimension, epsilon: float = 1e-6,
-               name: str = "layer_prepostprocess") -> Tensor:
+def layer_norm(
+  x: Tensor,
+  dim: Dimension,
+  epsilon: float = 1e-6,
+  name: str = "layer_prepostprocess",
+) -> Tensor:
   """Layer normalization over dimension `dim`, with learned scale and bias.
 
   Variables (scope `<name>/layer_norm`): `layer_norm_scale` (ones) and
@@ -49,26 +58,43 @@ def layer_norm(x: Tensor, dim: Dimension, epsilon: float = 1e-6,
   """
   dim = convert_to_dimension(dim)
   if dim not in x.shape.dims:
-    raise ValueError("layer_norm: dimension %s is not a dimension of x %s"
-                     % (dim, x.shape.to_string))
+    raise ValueError(
+      "layer_norm: dimension %s is not a dimension of x %s"
+      % (dim, x.shape.to_string)
+    )
   with tf1.variable_scope(name + "/layer_norm"):
-    scale = get_variable(x.mesh, "layer_norm_scale", Shape([dim]),
-                         initializer=tf1.ones_initializer(),
-                         activation_dtype=x.dtype)
-    bias = get_variable(x.mesh, "layer_norm_bias", Shape([dim]),
-                        initializer=tf1.zeros_initializer(),
-                        activation_dtype=x.dtype)
+    scale = get_variable(
+      x.mesh,
+      "layer_norm_scale",
+      Shape([dim]),
+      initializer=tf1.ones_initializer(),
+      activation_dtype=x.dtype,
+    )
+    bias = get_variable(
+      x.mesh,
+      "layer_norm_bias",
+      Shape([dim]),
+      initializer=tf1.zeros_initializer(),
+      activation_dtype=x.dtype,
+    )
     reduced_shape = x.shape - dim
     mean = reduce_lib.reduce_mean(x, output_shape=reduced_shape)
-    variance = reduce_lib.reduce_mean(elementwise.square(x - mean),
-                                      output_shape=reduced_shape)
+    variance = reduce_lib.reduce_mean(
+      elementwise.square(x - mean), output_shape=reduced_shape
+    )
     return _normalize(x, mean, variance, epsilon) * scale + bias
 
 
-def batch_norm(x: Tensor, is_training: bool, momentum: float,
-               epsilon: float = 1e-9, dims_idx_start: int = 0,
-               dims_idx_end: int = -1, init_zero: bool = False,
-               name: Optional[str] = None) -> Tuple[Tensor, List[Operation]]:
+def batch_norm(
+  x: Tensor,
+  is_training: bool,
+  momentum: float,
+  epsilon: float = 1e-9,
+  dims_idx_start: int = 0,
+  dims_idx_end: int = -1,
+  init_zero: bool = False,
+  name: Optional[str] = None,
+) -> Tuple[Tensor, List[Operation]]:
   """Batch normalization over x.shape.dims[dims_idx_start:dims_idx_end].
 
   The statistics are taken over those dims (by default all but the last, e.g.
@@ -104,39 +130,65 @@ def batch_norm(x: Tensor, is_training: bool, momentum: float,
   """
   norm_dims = x.shape.dims[dims_idx_start:dims_idx_end]
   if not norm_dims:
-    raise ValueError("batch_norm: dims_idx_start=%d, dims_idx_end=%d select no "
-                     "dimension of x %s to normalize over"
-                     % (dims_idx_start, dims_idx_end, x.shape.to_string))
+    raise ValueError(
+      "batch_norm: dims_idx_start=%d, dims_idx_end=%d select no "
+      "dimension of x %s to normalize over"
+      % (dims_idx_start, dims_idx_end, x.shape.to_string)
+    )
   with layer_variable_scope(x.mesh.graph, name, "batch_norm"):
-    gamma_initializer = (tf1.zeros_initializer() if init_zero
-                         else tf1.ones_initializer())
+    gamma_initializer = (
+      tf1.zeros_initializer() if init_zero else tf1.ones_initializer()
+    )
     reduced_shape = x.shape - norm_dims
-    scale = get_variable(x.mesh, "batch_norm_scale", reduced_shape,
-                         initializer=gamma_initializer,
-                         activation_dtype=x.dtype)
-    bias = get_variable(x.mesh, "batch_norm_bias", reduced_shape,
-                        initializer=tf1.zeros_initializer(),
-                        activation_dtype=x.dtype)
-    moving_mean = get_variable(x.mesh, "bn_moving_mean", reduced_shape,
-                               initializer=tf1.zeros_initializer(),
-                               activation_dtype=x.dtype, trainable=False)
-    moving_variance = get_variable(x.mesh, "bn_moving_variance", reduced_shape,
-                                   initializer=tf1.ones_initializer(),
-                                   activation_dtype=x.dtype, trainable=False)
+    scale = get_variable(
+      x.mesh,
+      "batch_norm_scale",
+      reduced_shape,
+      initializer=gamma_initializer,
+      activation_dtype=x.dtype,
+    )
+    bias = get_variable(
+      x.mesh,
+      "batch_norm_bias",
+      reduced_shape,
+      initializer=tf1.zeros_initializer(),
+      activation_dtype=x.dtype,
+    )
+    moving_mean = get_variable(
+      x.mesh,
+      "bn_moving_mean",
+      reduced_shape,
+      initializer=tf1.zeros_initializer(),
+      activation_dtype=x.dtype,
+      trainable=False,
+    )
+    moving_variance = get_variable(
+      x.mesh,
+      "bn_moving_variance",
+      reduced_shape,
+      initializer=tf1.ones_initializer(),
+      activation_dtype=x.dtype,
+      trainable=False,
+    )
     if is_training:
       mean = reduce_lib.reduce_mean(x, output_shape=reduced_shape)
-      variance = reduce_lib.reduce_mean(elementwise.square(x - mean),
-                                        output_shape=reduced_shape)
+      variance = reduce_lib.reduce_mean(
+        elementwise.square(x - mean), output_shape=reduced_shape
+      )
       norm_x = _normalize(x, mean, variance, epsilon)
       update_ops = [
-          assign(moving_mean,
-                 momentum * moving_mean +
-                 (1.0 - momentum) * elementwise.stop_gradient(mean),
-                 name="bn_mean_update"),
-          assign(moving_variance,
-                 momentum * moving_variance +
-                 (1.0 - momentum) * elementwise.stop_gradient(variance),
-                 name="bn_var_update"),
+        assign(
+          moving_mean,
+          momentum * moving_mean
+          + (1.0 - momentum) * elementwise.stop_gradient(mean),
+          name="bn_mean_update",
+        ),
+        assign(
+          moving_variance,
+          momentum * moving_variance
+          + (1.0 - momentum) * elementwise.stop_gradient(variance),
+          name="bn_var_update",
+        ),
       ]
     else:
       norm_x = _normalize(x, moving_mean, moving_variance, epsilon)
@@ -144,8 +196,12 @@ def batch_norm(x: Tensor, is_training: bool, momentum: float,
     return norm_x * scale + bias, update_ops
 
 
-def corr(x: Tensor, dim: Dimension, epsilon: float = 1e-20,
-         name: str = "pearson_correlation") -> Tensor:
+def corr(
+  x: Tensor,
+  dim: Dimension,
+  epsilon: float = 1e-20,
+  name: str = "pearson_correlation",
+) -> Tensor:
   """Pearson correlation between the entries of `dim`, over all other dims.
 
   Each index of `dim` is one random variable; every position of the other
@@ -174,10 +230,18 @@ def corr(x: Tensor, dim: Dimension, epsilon: float = 1e-20,
   right = reshape_lib.rename_dimension(centered, dim.name, dim.name + "_2")
 
   def norm(z: Tensor) -> Tensor:
-    return elementwise.sqrt(reduce_lib.reduce_sum(
-        elementwise.square(z), output_shape=z.shape.dims[-1:])) + epsilon
-  return (einsum_lib.matmul(left, right) /
-          einsum_lib.matmul(norm(left), norm(right)))
+    return (
+      elementwise.sqrt(
+        reduce_lib.reduce_sum(
+          elementwise.square(z), output_shape=z.shape.dims[-1:]
+        )
+      )
+      + epsilon
+    )
+
+  return einsum_lib.matmul(left, right) / einsum_lib.matmul(
+    norm(left), norm(right)
+  )
 
 
 __all__ = ["batch_norm", "corr", "layer_norm"]

@@ -16,13 +16,15 @@ import weakref
 
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Graph, current_variable_scope_name
+from mesh_tensorflow._src.graph import Graph
+from mesh_tensorflow._src.graph import current_variable_scope_name
 
 tf1 = tf.compat.v1
 
 # mtf Graph -> {full scope name: times handed out as a default}.
 _default_names_used: "weakref.WeakKeyDictionary[Graph, Dict[str, int]]" = (
-    weakref.WeakKeyDictionary())
+  weakref.WeakKeyDictionary()
+)
 
 
 def _scope_in_use(graph: Graph, full_name: str) -> bool:
@@ -49,8 +51,7 @@ def unique_default_name(graph: Graph, default_name: str) -> str:
 
 
 @contextlib.contextmanager
-def layer_variable_scope(graph: Graph, name: Optional[str],
-                         default_name: str):
+def layer_variable_scope(graph: Graph, name: Optional[str], default_name: str):
   """tf.compat.v1.variable_scope(name), or a per-graph unique default name.
 
   Example:

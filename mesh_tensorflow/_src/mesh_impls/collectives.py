@@ -25,16 +25,18 @@ import tensorflow as tf
 _SHARDED_ALLREDUCE_MIN_SIZE = 1 << 14
 
 _BINARY_REDUCTIONS = {
-    "SUM": tf.add,
-    "MAX": tf.maximum,
-    "MIN": tf.minimum,
+  "SUM": tf.add,
+  "MAX": tf.maximum,
+  "MIN": tf.minimum,
 }
 
 
 def _task_and_type(device: str):
   spec = tf.DeviceSpec.from_string(device or "")
-  return ((spec.job or "localhost", spec.replica or 0, spec.task or 0),
-          (spec.device_type or "CPU").upper())
+  return (
+    (spec.job or "localhost", spec.replica or 0, spec.task or 0),
+    (spec.device_type or "CPU").upper(),
+  )
 
 
 def share_host_memory(devices: Sequence[str]) -> bool:
@@ -47,7 +49,8 @@ def share_host_memory(devices: Sequence[str]) -> bool:
 
 
 def binary_reduction_fn(
-    reduction_fn_string: str) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
+  reduction_fn_string: str,
+) -> Callable[[tf.Tensor, tf.Tensor], tf.Tensor]:
   """The TF function combining two tensors for a reduction name.
 
   Args:
@@ -62,18 +65,23 @@ def binary_reduction_fn(
   try:
     return _BINARY_REDUCTIONS[reduction_fn_string]
   except KeyError:
-    raise ValueError("unknown reduction %r; expected one of %s"
-                     % (reduction_fn_string, sorted(_BINARY_REDUCTIONS))) from None
+    raise ValueError(
+      "unknown reduction %r; expected one of %s"
+      % (reduction_fn_string, sorted(_BINARY_REDUCTIONS))
+    ) from None
 
 
-def _reduce_list(xs: Sequence[tf.Tensor], reduction_fn_string: str) -> tf.Tensor:
+def _reduce_list(
+  xs: Sequence[tf.Tensor], reduction_fn_string: str
+) -> tf.Tensor:
   if reduction_fn_string == "SUM" and len(xs) > 2:
     return tf.add_n(list(xs))
   return functools.reduce(binary_reduction_fn(reduction_fn_string), xs)
 
 
-def compute_then_broadcast(fn, x: tf.Tensor,
-                           devices: Sequence[str]) -> List[tf.Tensor]:
+def compute_then_broadcast(
+  fn, x: tf.Tensor, devices: Sequence[str]
+) -> List[tf.Tensor]:
   """fn(x) on the first device; every other device takes a copy of it."""
   with tf.device(devices[0]):
     y = fn(x)
@@ -84,17 +92,24 @@ def compute_then_broadcast(fn, x: tf.Tensor,
   return out
 
 
-def reduce_then_broadcast(xs: Sequence[tf.Tensor], devices: Sequence[str],
-                          reduction_fn_string: str = "SUM") -> List[tf.Tensor]:
+def reduce_then_broadcast(
+  xs: Sequence[tf.Tensor],
+  devices: Sequence[str],
+  reduction_fn_string: str = "SUM",
+) -> List[tf.Tensor]:
   """Reduces on the first device, then every device reads the result."""
   if len(xs) == 1:
     return list(xs)
   return compute_then_broadcast(
-      lambda _: _reduce_list(xs, reduction_fn_string), xs[0], devices)
+    lambda _: _reduce_list(xs, reduction_fn_string), xs[0], devices
+  )
 
 
-def allreduce(xs: Sequence[tf.Tensor], devices: Sequence[str],
-              reduction_fn_string: str = "SUM") -> List[tf.Tensor]:
+def allreduce(
+  xs: Sequence[tf.Tensor],
+  devices: Sequence[str],
+  reduction_fn_string: str = "SUM",
+) -> List[tf.Tensor]:
   """All-reduce of equally shaped tensors; result on every device.
 
   Small tensors, and any tensor on devices sharing host memory, are reduced on
@@ -113,14 +128,21 @@ def allreduce(xs: Sequence[tf.Tensor], devices: Sequence[str],
   if n == 1:
     return list(xs)
   size = xs[0].shape.num_elements()
-  if (size is None or size < _SHARDED_ALLREDUCE_MIN_SIZE or size % n or
-      share_host_memory(devices)):
+  if (
+    size is None
+    or size < _SHARDED_ALLREDUCE_MIN_SIZE
+    or size % n
+    or share_host_memory(devices)
+  ):
     return reduce_then_broadcast(xs, devices, reduction_fn_string)
   return sharded_allreduce(xs, devices, reduction_fn_string)
 
 
-def sharded_allreduce(xs: Sequence[tf.Tensor], devices: Sequence[str],
-                      reduction_fn_string: str = "SUM") -> List[tf.Tensor]:
+def sharded_allreduce(
+  xs: Sequence[tf.Tensor],
+  devices: Sequence[str],
+  reduction_fn_string: str = "SUM",
+) -> List[tf.Tensor]:
   """Reduce-scatter (device i reduces shard i), then all-gather the shards.
 
   Every device does 1/n of the arithmetic; needs a size divisible by n.
@@ -142,8 +164,9 @@ def sharded_allreduce(xs: Sequence[tf.Tensor], devices: Sequence[str],
   return out
 
 
-def allconcat(xs: Sequence[tf.Tensor], devices: Sequence[str],
-              concat_axis: int) -> List[tf.Tensor]:
+def allconcat(
+  xs: Sequence[tf.Tensor], devices: Sequence[str], concat_axis: int
+) -> List[tf.Tensor]:
   """Every device gets the concatenation of all xs along concat_axis.
 
   Args:
@@ -158,7 +181,8 @@ def allconcat(xs: Sequence[tf.Tensor], devices: Sequence[str],
     return list(xs)
   if share_host_memory(devices):
     return compute_then_broadcast(
-        lambda _: tf.concat(list(xs), concat_axis), xs[0], devices)
+      lambda _: tf.concat(list(xs), concat_axis), xs[0], devices
+    )
   out = []
   for d in devices:
     with tf.device(d):
@@ -166,8 +190,12 @@ def allconcat(xs: Sequence[tf.Tensor], devices: Sequence[str],
   return out
 
 
-def alltoall(xs: Sequence[tf.Tensor], devices: Sequence[str], split_axis: int,
-             concat_axis: int) -> List[tf.Tensor]:
+def alltoall(
+  xs: Sequence[tf.Tensor],
+  devices: Sequence[str],
+  split_axis: int,
+  concat_axis: int,
+) -> List[tf.Tensor]:
   """Device j gets piece j (along split_axis) of every x, concatenated.
 
   Args:

@@ -10,8 +10,8 @@ from typing import Callable, List, Sequence
 
 import tensorflow as tf
 
-from mesh_tensorflow._src import layout as layout_lib
 from mesh_tensorflow._src import laid_out as laid_out_lib
+from mesh_tensorflow._src import layout as layout_lib
 from mesh_tensorflow._src import mesh_impl as mesh_impl_lib
 from mesh_tensorflow._src.mesh_impls import collectives
 from mesh_tensorflow._src.mesh_impls import slice_variables
@@ -75,8 +75,8 @@ def _same_device(a: str, b: str) -> bool:
   spec_a = tf.DeviceSpec.from_string(a)
   spec_b = tf.DeviceSpec.from_string(b)
   return (spec_a.device_type or "CPU").upper() == (
-      spec_b.device_type or "CPU").upper() and (
-          (spec_a.device_index or 0) == (spec_b.device_index or 0))
+    spec_b.device_type or "CPU"
+  ).upper() and ((spec_a.device_index or 0) == (spec_b.device_index or 0))
 
 
 class LaidOutVariable:
@@ -103,18 +103,26 @@ class LaidOutVariable:
     shape = variable.shape
     master = variable.master  # None for a stacked variable.
     slice_shape = mesh_impl.slice_shape(shape)
-    usable_master = (master is not None and
-                     variable.slice_dtype == variable.master_dtype)
+    usable_master = (
+      master is not None and variable.slice_dtype == variable.master_dtype
+    )
     shared = mesh_impl.devices_share_host_memory
     if shared:
-      self._slice_is_master = usable_master and (
-          slice_shape == shape.to_integer_list) and (
-              collectives.share_host_memory(
-                  [mesh_impl.devices[0], variable.master_device]))
+      self._slice_is_master = (
+        usable_master
+        and (slice_shape == shape.to_integer_list)
+        and (
+          collectives.share_host_memory(
+            [mesh_impl.devices[0], variable.master_device]
+          )
+        )
+      )
     else:
       self._slice_is_master = (
-          mesh_impl.size == 1 and usable_master and
-          _same_device(mesh_impl.devices[0], variable.master_device))
+        mesh_impl.size == 1
+        and usable_master
+        and _same_device(mesh_impl.devices[0], variable.master_device)
+      )
     if self._slice_is_master:
       self._slices = [master] * mesh_impl.size
     else:
@@ -126,11 +134,16 @@ class LaidOutVariable:
           self._slices.append(by_begin[tuple(begin)])
           continue
         device = mesh_impl.devices[pnum]
-        key = "%s_slice_%d/%s/%s/%s" % (variable.name, pnum, device,
-                                        begin, slice_shape)
+        key = "%s_slice_%d/%s/%s/%s" % (
+          variable.name,
+          pnum,
+          device,
+          begin,
+          slice_shape,
+        )
         slice_var = variable.store.get_or_create_slice(
-            key, self._slice_creator(variable, pnum, device, begin,
-                                     slice_shape))
+          key, self._slice_creator(variable, pnum, device, begin, slice_shape)
+        )
         by_begin[tuple(begin)] = slice_var
         self._slices.append(slice_var)
     self._laid_out_tensor = LaidOutTensor(self._slices)
@@ -138,8 +151,12 @@ class LaidOutVariable:
   @staticmethod
   def _slice_creator(variable, pnum, device, begin, slice_shape):
     return slice_variables.slice_variable_creator(
-        variable, "%s_slice_%d" % (variable.name, pnum), device, begin,
-        slice_shape)
+      variable,
+      "%s_slice_%d" % (variable.name, pnum),
+      device,
+      begin,
+      slice_shape,
+    )
 
   @property
   def slice_variables(self) -> list:
@@ -158,19 +175,23 @@ class LaidOutVariable:
       return tf.group()
     master = self._variable.get_master()
     return self.assign_to_slices(
-        lambda variable, slice_var, val: slice_var.assign(
-            tf.cast(val, variable.slice_dtype)),
-        self._mesh_impl.make_slices(master, self._variable.shape))
+      lambda variable, slice_var, val: slice_var.assign(
+        tf.cast(val, variable.slice_dtype)
+      ),
+      self._mesh_impl.make_slices(master, self._variable.shape),
+    )
 
   @property
   def copy_slices_to_master(self):
     """A tf op assigning the combined slices to the master variable."""
     if self._slice_is_master:
       return tf.group()
-    slices = [tf.cast(s.read_value(), self._variable.master_dtype)
-              for s in self._slices]
+    slices = [
+      tf.cast(s.read_value(), self._variable.master_dtype) for s in self._slices
+    ]
     full = self._mesh_impl.combine_slices(
-        slices, self._variable.shape, device=self._variable.master_device)
+      slices, self._variable.shape, device=self._variable.master_device
+    )
     return self._variable.assign_to_master(full)
 
   def assign_to_slices(self, assign_fn: Callable, values: Sequence):
@@ -200,12 +221,16 @@ class LaidOutVariable:
     ops = []
     for pnums in pnums_by_var.values():
       first = pnums[0]
-      others = [values[p] for p in pnums[1:]
-                if legacy_graph and isinstance(values[p], tf.Tensor)]
+      others = [
+        values[p]
+        for p in pnums[1:]
+        if legacy_graph and isinstance(values[p], tf.Tensor)
+      ]
       with tf.device(self._mesh_impl.devices[first]):
         with tf.control_dependencies(others):
-          ops.append(assign_fn(self._variable, self._slices[first],
-                               values[first]))
+          ops.append(
+            assign_fn(self._variable, self._slices[first], values[first])
+          )
     return tf.group(*[o for o in ops if o is not None])
 
 
@@ -218,20 +243,27 @@ class ReduceFirstLazySum(laid_out_lib.LazyAllreduceSum):
   Continuing the laziness (`laid_out_input`) applies fn to the partials.
   """
 
-  def __init__(self, mesh_impl: "PlacementMeshImpl", fn: Callable,
-               source: laid_out_lib.LazyAllreduceSum, probe: tf.Tensor):
+  def __init__(
+    self,
+    mesh_impl: "PlacementMeshImpl",
+    fn: Callable,
+    source: laid_out_lib.LazyAllreduceSum,
+    probe: tf.Tensor,
+  ):
     self._fn = fn
     self._source = source
     self._probe = probe  # fn of processor 0's partial sum: gives the shape.
     self._partials = None
-    super().__init__(mesh_impl, None, source.mesh_axes,
-                     add_counter_fn=source.add_counter_fn)
+    super().__init__(
+      mesh_impl, None, source.mesh_axes, add_counter_fn=source.add_counter_fn
+    )
 
   @property
   def laid_out_input(self):
     if self._partials is None:
       self._partials = self.mesh_impl.slicewise(
-          self._fn, self._source.laid_out_input)
+        self._fn, self._source.laid_out_input
+      )
     return self._partials
 
   @laid_out_input.setter
@@ -245,7 +277,8 @@ class ReduceFirstLazySum(laid_out_lib.LazyAllreduceSum):
   def to_laid_out_tensor(self):
     if self._reduced is None:
       self._reduced = self.mesh_impl.apply_once_per_group(
-          self._fn, self._source.to_laid_out_tensor(), self.mesh_axes)
+        self._fn, self._source.to_laid_out_tensor(), self.mesh_axes
+      )
     return self._reduced
 
 
@@ -267,14 +300,21 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
   LaidOutTensor = LaidOutTensor
   LaidOutVariable = LaidOutVariable
 
-  def __init__(self, shape, layout, devices: Sequence[str], *,
-               strict_layout_rules: bool = False):
+  def __init__(
+    self,
+    shape,
+    layout,
+    devices: Sequence[str],
+    *,
+    strict_layout_rules: bool = False,
+  ):
     super().__init__(shape, layout, strict_layout_rules=strict_layout_rules)
     devices = list(devices)
     if len(devices) != self.size:
-      raise ValueError("mesh %s has %d processors but %d devices were given: "
-                       "%s" % (self.shape.to_string, self.size, len(devices),
-                               devices))
+      raise ValueError(
+        "mesh %s has %d processors but %d devices were given: "
+        "%s" % (self.shape.to_string, self.size, len(devices), devices)
+      )
     self._devices = devices
     self._share_host_memory = collectives.share_host_memory(devices)
     self.copy_master_to_slice_ops = []
@@ -316,9 +356,12 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
     ReduceFirstLazySum: still lazy, but fn then runs once per processor group
     on the reduced value instead of on every partial sum.
     """
-    if (self._share_host_memory and len(inputs) == 1 and
-        isinstance(inputs[0], laid_out_lib.LazyAllreduceSum) and
-        inputs[0].mesh_axes):
+    if (
+      self._share_host_memory
+      and len(inputs) == 1
+      and isinstance(inputs[0], laid_out_lib.LazyAllreduceSum)
+      and inputs[0].mesh_axes
+    ):
       x = inputs[0]
       if isinstance(x, ReduceFirstLazySum):
         inner_fn, source, before = x._fn, x._source, x._probe  # pylint: disable=protected-access
@@ -327,9 +370,11 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
         before = x.laid_out_input.to_laid_out_tensor().tensor_list[0]
       with tf.device(self._devices[0]):
         probe = fn(before)  # Pruned from graphs unless used.
-      if (isinstance(probe, tf.Tensor) and
-          probe.shape.num_elements() is not None and
-          probe.shape.num_elements() >= before.shape.num_elements()):
+      if (
+        isinstance(probe, tf.Tensor)
+        and probe.shape.num_elements() is not None
+        and probe.shape.num_elements() >= before.shape.num_elements()
+      ):
         composed = fn if inner_fn is None else (lambda t: fn(inner_fn(t)))
         return ReduceFirstLazySum(self, composed, source, probe)
     return super().slicewise_delay_allreduce(fn, *inputs)
@@ -348,16 +393,19 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
       a LaidOutTensor whose slice on each processor is fn of its group's slice.
     """
     return self._per_group(
-        x, mesh_axes, lambda xs, devs: collectives.compute_then_broadcast(
-            fn, xs[0], devs))
+      x,
+      mesh_axes,
+      lambda xs, devs: collectives.compute_then_broadcast(fn, xs[0], devs),
+    )
 
   def _per_group(self, x, mesh_axes, group_fn):
     """Runs group_fn(slices, devices) on every processor group; reassembles."""
     x = x.to_laid_out_tensor()
     out = [None] * self.size
     for group in layout_lib.processor_groups(self.shape, list(mesh_axes)):
-      results = group_fn([x.tensor_list[p] for p in group],
-                         [self._devices[p] for p in group])
+      results = group_fn(
+        [x.tensor_list[p] for p in group], [self._devices[p] for p in group]
+      )
       for p, r in zip(group, results):
         out[p] = r
     return LaidOutTensor(out)
@@ -366,19 +414,24 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
     if not mesh_axes:
       return x.to_laid_out_tensor()
     return self._per_group(
-        x, mesh_axes,
-        lambda xs, devs: collectives.allreduce(xs, devs, reduction_fn_string))
+      x,
+      mesh_axes,
+      lambda xs, devs: collectives.allreduce(xs, devs, reduction_fn_string),
+    )
 
   def allconcat(self, x, mesh_axis: int, concat_axis: int):
     return self._per_group(
-        x, [mesh_axis],
-        lambda xs, devs: collectives.allconcat(xs, devs, concat_axis))
+      x,
+      [mesh_axis],
+      lambda xs, devs: collectives.allconcat(xs, devs, concat_axis),
+    )
 
   def alltoall(self, x, mesh_axis: int, split_axis: int, concat_axis: int):
     return self._per_group(
-        x, [mesh_axis],
-        lambda xs, devs: collectives.alltoall(xs, devs, split_axis,
-                                              concat_axis))
+      x,
+      [mesh_axis],
+      lambda xs, devs: collectives.alltoall(xs, devs, split_axis, concat_axis),
+    )
 
   def receive(self, x, mesh_axis: int, source_pcoord):
     x = x.to_laid_out_tensor()
@@ -445,8 +498,9 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
     slices = []
     for pnum, device in enumerate(self._devices):
       with tf.device(device):
-        slices.append(mesh_impl_lib.static_slice(
-            tf_x, self.slice_begin(shape, pnum), sizes))
+        slices.append(
+          mesh_impl_lib.static_slice(tf_x, self.slice_begin(shape, pnum), sizes)
+        )
     return LaidOutTensor(slices)
 
 
@@ -457,8 +511,9 @@ alltoall_ring = collectives.alltoall
 alltoall_pointtwise = collectives.alltoall
 
 
-def allreduce_ring_single_shard(xs, devices,
-                                reduction_fn_string: str = "SUM") -> list:
+def allreduce_ring_single_shard(
+  xs, devices, reduction_fn_string: str = "SUM"
+) -> list:
   """Reduces tensors on devices, then broadcasts the result back to each device.
 
   Args:
@@ -472,7 +527,14 @@ def allreduce_ring_single_shard(xs, devices,
   return collectives.reduce_then_broadcast(xs, devices, reduction_fn_string)
 
 
-__all__ = ["LaidOutTensor", "LaidOutVariable", "PlacementMeshImpl",
-           "ReduceFirstLazySum",
-           "allconcat_ring", "allreduce_ring", "allreduce_ring_single_shard",
-           "alltoall_pointtwise", "alltoall_ring"]
+__all__ = [
+  "LaidOutTensor",
+  "LaidOutVariable",
+  "PlacementMeshImpl",
+  "ReduceFirstLazySum",
+  "allconcat_ring",
+  "allreduce_ring",
+  "allreduce_ring_single_shard",
+  "alltoall_pointtwise",
+  "alltoall_ring",
+]

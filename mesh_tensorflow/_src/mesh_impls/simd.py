@@ -47,8 +47,10 @@ class LaidOutTensor:
   def __init__(self, tensor_list: Sequence):
     tensor_list = list(tensor_list)
     if len(tensor_list) != 1:
-      raise ValueError("a SIMD LaidOutTensor holds exactly one tensor, got %d"
-                       % len(tensor_list))
+      raise ValueError(
+        "a SIMD LaidOutTensor holds exactly one tensor, got %d"
+        % len(tensor_list)
+      )
     self._tensor_list = tensor_list
 
   def __repr__(self) -> str:
@@ -121,11 +123,17 @@ class LaidOutVariable:
       device = backend.device(pnum)
       name = "%s_slice_%d" % (variable.name, pnum)
       key = "simd:%s/%s/%s/%s" % (name, device, begin, slice_shape)
-      self._slices.append(variable.store.get_or_create_slice(
-          key, slice_variables.slice_variable_creator(
-              variable, name, device, begin, slice_shape)))
-    self._replica_variable = backend.replica_variable(variable.name,
-                                                      self._slices)
+      self._slices.append(
+        variable.store.get_or_create_slice(
+          key,
+          slice_variables.slice_variable_creator(
+            variable, name, device, begin, slice_shape
+          ),
+        )
+      )
+    self._replica_variable = backend.replica_variable(
+      variable.name, self._slices
+    )
     self._laid_out_tensor = LaidOutTensor([self._replica_variable])
 
   @property
@@ -154,8 +162,9 @@ class LaidOutVariable:
       begin = tuple(mesh_impl.slice_begin(variable.shape, mesh_impl.p2l(pnum)))
       if begin not in by_begin:
         by_begin[begin] = tf.cast(
-            mesh_impl_lib.static_slice(master, list(begin), sizes),
-            variable.slice_dtype)
+          mesh_impl_lib.static_slice(master, list(begin), sizes),
+          variable.slice_dtype,
+        )
       with tf.device(mesh_impl.backend.device(pnum)):
         ops.append(self._slices[pnum].assign(by_begin[begin]))
     return tf.group(*ops)
@@ -172,10 +181,15 @@ class LaidOutVariable:
     shape = variable.shape
     local = mesh_impl.backend.local_replica_pnums()
     if local is None:
-      slices = [tf.cast(self._slices[mesh_impl.l2p(i)].read_value(),
-                        variable.master_dtype) for i in range(mesh_impl.size)]
-      full = mesh_impl.combine_slices(slices, shape,
-                                      device=variable.master_device)
+      slices = [
+        tf.cast(
+          self._slices[mesh_impl.l2p(i)].read_value(), variable.master_dtype
+        )
+        for i in range(mesh_impl.size)
+      ]
+      full = mesh_impl.combine_slices(
+        slices, shape, device=variable.master_device
+      )
       return variable.assign_to_master(full)
     sizes = mesh_impl.slice_shape(shape)
     ops = []
@@ -212,10 +226,12 @@ def _first_holder(mesh_impl, shape, logical_pnum: int) -> int:
   layout = mesh_impl.tensor_layout(shape)
   used = {ma for ma in layout if ma is not None}
   coords = layout_lib.pnum_to_processor_coordinates(
-      mesh_impl.shape.to_integer_list, logical_pnum)
+    mesh_impl.shape.to_integer_list, logical_pnum
+  )
   coords = [c if ma in used else 0 for ma, c in enumerate(coords)]
   return layout_lib.processor_coordinates_to_pnum(
-      mesh_impl.shape.to_integer_list, coords)
+    mesh_impl.shape.to_integer_list, coords
+  )
 
 
 @gin.configurable(module="mesh_tensorflow.simd_mesh_impl")
@@ -239,9 +255,17 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
   LaidOutTensor = LaidOutTensor
   LaidOutVariable = LaidOutVariable
 
-  def __init__(self, shape, layout, devices=None, device_assignment=None,
-               logical_to_physical=None,
-               allreduce_in_bfloat16_max_group_size=8, *, backend=None):
+  def __init__(
+    self,
+    shape,
+    layout,
+    devices=None,
+    device_assignment=None,
+    logical_to_physical=None,
+    allreduce_in_bfloat16_max_group_size=8,
+    *,
+    backend=None,
+  ):
     """Maps logical processors to replicas and checks the layout rules.
 
     Args:
@@ -271,20 +295,23 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
         logical_to_physical = [int(i) for i in logical_to_physical]
       except (TypeError, ValueError):
         raise ValueError(
-            "logical_to_physical %r is not a list of ints (mesh %s)"
-            % (logical_to_physical, self.shape.to_string)) from None
+          "logical_to_physical %r is not a list of ints (mesh %s)"
+          % (logical_to_physical, self.shape.to_string)
+        ) from None
       if sorted(logical_to_physical) != list(range(size)):
         raise ValueError(
-            "logical_to_physical %s is not a permutation of range(%d) "
-            "(mesh %s has %d processors)" % (logical_to_physical, size,
-                                             self.shape.to_string, size))
+          "logical_to_physical %s is not a permutation of range(%d) "
+          "(mesh %s has %d processors)"
+          % (logical_to_physical, size, self.shape.to_string, size)
+        )
     self._logical_to_physical = logical_to_physical
     self._physical_to_logical = [0] * size
     for logical, physical in enumerate(logical_to_physical):
       self._physical_to_logical[physical] = logical
     self._device_assignment = device_assignment
     self._allreduce_in_bfloat16_max_group_size = (
-        allreduce_in_bfloat16_max_group_size)
+      allreduce_in_bfloat16_max_group_size
+    )
     if backend is None:
       backend = "tpu" if device_assignment is not None else "collective"
     self._devices = None
@@ -296,20 +323,26 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
       devices = list(devices)
       if len(devices) != size:
         raise ValueError(
-            "mesh %s has %d processors but %d devices were given: %s"
-            % (self.shape.to_string, size, len(devices), devices))
+          "mesh %s has %d processors but %d devices were given: %s"
+          % (self.shape.to_string, size, len(devices), devices)
+        )
       self._devices = devices
       self._backend = simd_collective.CollectiveBackend(devices)
     elif backend == "tpu":
       if devices is not None:
         logging.warning("SimdMeshImpl ignores `devices` on the TPU backend")
       self._backend = simd_tpu.TpuBackend(
-          num_replicas=size, device_assignment=device_assignment,
-          allreduce_in_bfloat16_max_group_size=(
-              allreduce_in_bfloat16_max_group_size))
+        num_replicas=size,
+        device_assignment=device_assignment,
+        allreduce_in_bfloat16_max_group_size=(
+          allreduce_in_bfloat16_max_group_size
+        ),
+      )
     else:
-      raise ValueError("unknown SimdMeshImpl backend %r; expected 'tpu', "
-                       "'collective' or a SimdBackend" % (backend,))
+      raise ValueError(
+        "unknown SimdMeshImpl backend %r; expected 'tpu', "
+        "'collective' or a SimdBackend" % (backend,)
+      )
     self.graph_device_function_stacks = []
     self.copy_master_to_slice_ops = []
 
@@ -366,8 +399,7 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
     physical = self._backend.replica_pnum()
     if self._logical_to_physical == list(range(self.size)):
       return physical
-    return tf.gather(tf.constant(self._physical_to_logical, tf.int32),
-                     physical)
+    return tf.gather(tf.constant(self._physical_to_logical, tf.int32), physical)
 
   # -------------------------------------------------------------- running
   def replicate(self, computation: Callable, *args) -> list:
@@ -388,10 +420,12 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
     """
     if not hasattr(self._backend, "replicate"):
       raise NotImplementedError(
-          "the %s backend does not run replicas itself; run the program "
-          "under tf.compat.v1.tpu.replicate" % type(self._backend).__name__)
+        "the %s backend does not run replicas itself; run the program "
+        "under tf.compat.v1.tpu.replicate" % type(self._backend).__name__
+      )
     return self._backend.replicate(
-        computation, args, [self.l2p(i) for i in range(self.size)])
+      computation, args, [self.l2p(i) for i in range(self.size)]
+    )
 
   # ---------------------------------------------------------------- groups
   def _create_group_assignment(self, mesh_axes) -> List[List[int]]:
@@ -414,8 +448,10 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
 
   def allreduce(self, x, mesh_axes, reduction_fn_string: str):
     if reduction_fn_string not in _REDUCE_FNS:
-      raise ValueError("unknown reduction %r; expected one of %s"
-                       % (reduction_fn_string, sorted(_REDUCE_FNS)))
+      raise ValueError(
+        "unknown reduction %r; expected one of %s"
+        % (reduction_fn_string, sorted(_REDUCE_FNS))
+      )
     x = x.to_laid_out_tensor()
     if not mesh_axes:
       return x
@@ -423,11 +459,14 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
     t = x.one_slice
     if reduction_fn_string == "SUM":
       dtype = t.dtype
-      if (dtype == tf.bfloat16 and
-          len(groups[0]) > self._allreduce_in_bfloat16_max_group_size):
+      if (
+        dtype == tf.bfloat16
+        and len(groups[0]) > self._allreduce_in_bfloat16_max_group_size
+      ):
         t = tf.cast(t, tf.float32)
-      return LaidOutTensor([tf.cast(self._backend.allreduce_sum(t, groups),
-                                    dtype)])
+      return LaidOutTensor(
+        [tf.cast(self._backend.allreduce_sum(t, groups), dtype)]
+      )
     gathered = self._backend.all_gather(tf.expand_dims(t, 0), groups, 0)
     return LaidOutTensor([_REDUCE_FNS[reduction_fn_string](gathered, 0)])
 
@@ -435,6 +474,9 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
     """Concatenation (or stack) along concat_axis over the mesh_axis group.
 
     Args:
+      x: the LaidOutTensor (or lazy tensor) to concatenate.
+      mesh_axis: the mesh axis whose processors' slices are concatenated.
+      concat_axis: the tensor axis to concatenate (or stack) along.
       stack: if True, stacks the slices on a new axis `concat_axis` instead of
         concatenating.
     """
@@ -452,8 +494,9 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
     if self.shape[mesh_axis].size == 1:
       return x
     groups = self._create_group_assignment([mesh_axis])
-    return LaidOutTensor([self._backend.all_to_all(
-        x.one_slice, groups, split_axis, concat_axis)])
+    return LaidOutTensor(
+      [self._backend.all_to_all(x.one_slice, groups, split_axis, concat_axis)]
+    )
 
   def receive(self, x, mesh_axis: int, source_pcoord):
     """Processor i along mesh_axis gets the slice of source_pcoord[i]."""
@@ -481,7 +524,8 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
     if self.size == 1:
       return value
     return tf.unstack(
-        self._backend.all_gather(tf.expand_dims(value, 0), groups, 0))[0]
+      self._backend.all_gather(tf.expand_dims(value, 0), groups, 0)
+    )[0]
 
   def random(self, shape, tf_fn: Callable, kwargs):
     """tf_fn(slice_shape, **kwargs), equal on processors holding one slice.
@@ -502,13 +546,17 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
     slice_shape = self.slice_shape(shape)
     value = tf_fn(slice_shape, **kwargs)
     used = {ma for ma in self.tensor_layout(shape) if ma is not None}
-    replicated = [ma for ma in range(self.ndims)
-                  if ma not in used and self.shape[ma].size > 1]
+    replicated = [
+      ma
+      for ma in range(self.ndims)
+      if ma not in used and self.shape[ma].size > 1
+    ]
     if not replicated:
       return LaidOutTensor([value])
     pnum = self.pnum_tensor
-    keep = tf.reduce_all(tf.stack(
-        [tf.equal(self.pcoord(pnum, ma), 0) for ma in replicated]))
+    keep = tf.reduce_all(
+      tf.stack([tf.equal(self.pcoord(pnum, ma), 0) for ma in replicated])
+    )
     value = tf.where(keep, value, tf.zeros_like(value))
     return self.allreduce(LaidOutTensor([value]), replicated, "SUM")
 
@@ -527,8 +575,10 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
     sizes = self.slice_shape(tensor_shape)
     if sizes == tensor_shape.to_integer_list:
       return tf.identity(tf_tensor)
-    begins = np.array([self.slice_begin(tensor_shape, p)
-                       for p in range(self.size)], dtype=np.int32)
+    begins = np.array(
+      [self.slice_begin(tensor_shape, p) for p in range(self.size)],
+      dtype=np.int32,
+    )
     begin = tf.gather(tf.constant(begins), self.pnum_tensor)
     return tf.slice(tf_tensor, begin, sizes)
 
@@ -542,9 +592,11 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
     raised NotImplementedError unless x was replicated.)
     """
     t = laid_out_x.to_laid_out_tensor().one_slice
-    split = [(tensor_axis, mesh_axis) for tensor_axis, mesh_axis
-             in enumerate(self.tensor_layout(x.shape))
-             if mesh_axis is not None and self.shape[mesh_axis].size > 1]
+    split = [
+      (tensor_axis, mesh_axis)
+      for tensor_axis, mesh_axis in enumerate(self.tensor_layout(x.shape))
+      if mesh_axis is not None and self.shape[mesh_axis].size > 1
+    ]
     if not split:
       return t
     mesh_axes = sorted(m for _, m in split)

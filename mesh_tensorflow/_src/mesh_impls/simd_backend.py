@@ -35,8 +35,9 @@ class SimdBackend(abc.ABC):
     """This replica's PHYSICAL processor number, an int32 scalar tensor."""
 
   @abc.abstractmethod
-  def allreduce_sum(self, x: tf.Tensor,
-                    groups: Sequence[Sequence[int]]) -> tf.Tensor:
+  def allreduce_sum(
+    self, x: tf.Tensor, groups: Sequence[Sequence[int]]
+  ) -> tf.Tensor:
     """Sum of `x` over the replicas of this replica's group.
 
     Args:
@@ -48,8 +49,9 @@ class SimdBackend(abc.ABC):
     """
 
   @abc.abstractmethod
-  def all_gather(self, x: tf.Tensor, groups: Sequence[Sequence[int]],
-                 axis: int) -> tf.Tensor:
+  def all_gather(
+    self, x: tf.Tensor, groups: Sequence[Sequence[int]], axis: int
+  ) -> tf.Tensor:
     """Concatenation along `axis` of `x` from each replica, in group order.
 
     Args:
@@ -63,8 +65,13 @@ class SimdBackend(abc.ABC):
     """
 
   @abc.abstractmethod
-  def all_to_all(self, x: tf.Tensor, groups: Sequence[Sequence[int]],
-                 split_axis: int, concat_axis: int) -> tf.Tensor:
+  def all_to_all(
+    self,
+    x: tf.Tensor,
+    groups: Sequence[Sequence[int]],
+    split_axis: int,
+    concat_axis: int,
+  ) -> tf.Tensor:
     """All-to-all within each group.
 
     `x` is split into len(group) equal pieces along `split_axis`; piece i goes
@@ -74,8 +81,9 @@ class SimdBackend(abc.ABC):
     """
 
   @abc.abstractmethod
-  def permute(self, x: tf.Tensor,
-              source_target_pairs: Sequence[Tuple[int, int]]) -> tf.Tensor:
+  def permute(
+    self, x: tf.Tensor, source_target_pairs: Sequence[Tuple[int, int]]
+  ) -> tf.Tensor:
     """Sends `x` from each source replica to its target replica.
 
     Args:
@@ -116,15 +124,17 @@ class SimdBackend(abc.ABC):
     return None
 
 
-def check_groups(groups: Sequence[Sequence[int]], num_replicas: int
-                 ) -> List[List[int]]:
+def check_groups(
+  groups: Sequence[Sequence[int]], num_replicas: int
+) -> List[List[int]]:
   """Validates that `groups` partitions range(num_replicas); returns lists."""
   groups = [list(g) for g in groups]
   flat = sorted(p for g in groups for p in g)
   if flat != list(range(num_replicas)):
     raise ValueError(
-        f"group assignment {groups} is not a partition of the "
-        f"{num_replicas} replicas")
+      f"group assignment {groups} is not a partition of the "
+      f"{num_replicas} replicas"
+    )
   sizes = {len(g) for g in groups}
   if len(sizes) != 1:
     raise ValueError(f"group assignment {groups} has groups of unequal sizes")

@@ -30,8 +30,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
-import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+import weakref
 
 from absl import logging
 import tensorflow as tf
@@ -77,18 +77,24 @@ def default_devices(num_devices: int) -> List[str]:
   devices = gpus or [d.name for d in tf.config.list_logical_devices("CPU")]
   if len(devices) < num_devices:
     raise ValueError(
-        "SimdMeshImpl needs %d devices but only %d local %s devices exist: "
-        "pass `devices`, or create virtual CPUs before TensorFlow "
-        "initialises with mesh_tensorflow.utils.configure_virtual_cpus"
-        % (num_devices, len(devices), "GPU" if gpus else "CPU"))
+      "SimdMeshImpl needs %d devices but only %d local %s devices exist: "
+      "pass `devices`, or create virtual CPUs before TensorFlow "
+      "initialises with mesh_tensorflow.utils.configure_virtual_cpus"
+      % (num_devices, len(devices), "GPU" if gpus else "CPU")
+    )
   return devices[:num_devices]
 
 
 @functools.lru_cache(maxsize=None)
 def _device_sort_key(device: str):
   spec = tf.DeviceSpec.from_string(device)
-  return (spec.job or "localhost", spec.replica or 0, spec.task or 0,
-          (spec.device_type or "CPU").upper(), spec.device_index or 0)
+  return (
+    spec.job or "localhost",
+    spec.replica or 0,
+    spec.task or 0,
+    (spec.device_type or "CPU").upper(),
+    spec.device_index or 0,
+  )
 
 
 class _ReplicaContext:
@@ -130,10 +136,13 @@ class CollectiveBackend(simd_backend.SimdBackend):
     self._timeout = float(timeout_seconds)
     if self._timeout > 0:
       logging.warning(
-          "CollectiveBackend(timeout_seconds=%g): TF holds one sleeping "
-          "thread per collective execution for that long; many collectives "
-          "within %g s can exhaust the process's threads and abort it. Use "
-          "timeouts to debug hangs only.", self._timeout, self._timeout)
+        "CollectiveBackend(timeout_seconds=%g): TF holds one sleeping "
+        "thread per collective execution for that long; many collectives "
+        "within %g s can exhaust the process's threads and abort it. Use "
+        "timeouts to debug hangs only.",
+        self._timeout,
+        self._timeout,
+      )
     self._context = threading.local()
     self._tokens = weakref.WeakKeyDictionary()  # tf.Graph -> token variables
     self._eager_tokens = None
@@ -168,9 +177,10 @@ class CollectiveBackend(simd_backend.SimdBackend):
     stack = self._stack()
     if not stack:
       raise RuntimeError(
-          "%s of the SimdMeshImpl collective backend needs a replica context: "
-          "lower and run the mtf program inside mesh_impl.replicate("
-          "computation)" % what)
+        "%s of the SimdMeshImpl collective backend needs a replica context: "
+        "lower and run the mtf program inside mesh_impl.replicate("
+        "computation)" % what
+      )
     return stack[-1]
 
   @contextlib.contextmanager
@@ -185,12 +195,17 @@ class CollectiveBackend(simd_backend.SimdBackend):
 
   def _prepare_tokens(self) -> None:
     """Creates the eager ordering tokens now, if eager: a tf.function that
-    creates variables while tracing is traced twice."""
+    creates variables while tracing is traced twice.
+    """
     if tf.executing_eagerly() and self._eager_tokens is None:
       self._eager_tokens = self._make_tokens()
 
-  def replicate(self, computation: Callable, args: Sequence[Any],
-                physical_pnums: Sequence[int]) -> list:
+  def replicate(
+    self,
+    computation: Callable,
+    args: Sequence[Any],
+    physical_pnums: Sequence[int],
+  ) -> list:
     """Traces computation(*args) once per replica; see SimdMeshImpl.replicate.
 
     Args:
@@ -205,8 +220,9 @@ class CollectiveBackend(simd_backend.SimdBackend):
       self._prepare_tokens()
       # Collectives need all replicas in one graph: trace a function.
       fn = tf.function(
-          lambda: self.replicate(computation, args, physical_pnums),
-          autograph=False)
+        lambda: self.replicate(computation, args, physical_pnums),
+        autograph=False,
+      )
       return fn()
     if self._stack():
       raise RuntimeError("SimdMeshImpl.replicate cannot be nested")
@@ -219,9 +235,10 @@ class CollectiveBackend(simd_backend.SimdBackend):
         counts.append(ctx.count)
       if len(set(counts)) > 1:
         raise RuntimeError(
-            "replicas issued different numbers of collectives %s (replicas "
-            "%s): the computation must build the same program on every "
-            "replica" % (counts, list(physical_pnums)))
+          "replicas issued different numbers of collectives %s (replicas "
+          "%s): the computation must build the same program on every "
+          "replica" % (counts, list(physical_pnums))
+        )
       _KEYS.next_instance_key = base + max(counts + [0])
     return outputs
 
@@ -245,8 +262,11 @@ class CollectiveBackend(simd_backend.SimdBackend):
     tokens = []
     for i, d in enumerate(self._devices):
       with tf.device(d):
-        tokens.append(tf.Variable(0.0, trainable=False,
-                                  name="mtf_collective_ordering_token_%d" % i))
+        tokens.append(
+          tf.Variable(
+            0.0, trainable=False, name="mtf_collective_ordering_token_%d" % i
+          )
+        )
     return tokens
 
   def _constant(self, ctx: _ReplicaContext, value: int) -> tf.Tensor:
@@ -269,8 +289,9 @@ class CollectiveBackend(simd_backend.SimdBackend):
 
   def _ranks(self, group: Sequence[int]) -> List[int]:
     """Collective rank of each group member (ranks follow device order)."""
-    order = sorted(range(len(group)),
-                   key=lambda i: _device_sort_key(self._devices[group[i]]))
+    order = sorted(
+      range(len(group)), key=lambda i: _device_sort_key(self._devices[group[i]])
+    )
     ranks = [0] * len(group)
     for rank, i in enumerate(order):
       ranks[i] = rank
@@ -280,14 +301,20 @@ class CollectiveBackend(simd_backend.SimdBackend):
     """Builds one collective of this replica, ordered after its previous one."""
     _check_not_in_while_loop()
     devices = [self._devices[p] for p in group]
-    kwargs = dict(group_size=self._constant(ctx, len(group)),
-                  group_key=self._constant(ctx, _KEYS.group_key(devices)),
-                  instance_key=key, ordering_token=[self._token(ctx.pnum)],
-                  timeout_seconds=self._timeout)
+    kwargs = dict(
+      group_size=self._constant(ctx, len(group)),
+      group_key=self._constant(ctx, _KEYS.group_key(devices)),
+      instance_key=key,
+      ordering_token=[self._token(ctx.pnum)],
+      timeout_seconds=self._timeout,
+    )
     deps = []
     legacy = not tf.inside_function()
-    if legacy and ctx.last_collective is not None and (
-        ctx.last_collective.graph is tf.compat.v1.get_default_graph()):
+    if (
+      legacy
+      and ctx.last_collective is not None
+      and (ctx.last_collective.graph is tf.compat.v1.get_default_graph())
+    ):
       deps = [ctx.last_collective]
     with tf.control_dependencies(deps):
       out = op_fn(**kwargs)
@@ -315,9 +342,13 @@ class CollectiveBackend(simd_backend.SimdBackend):
     key = ctx.reserve_keys(1)
     encoded, decode = _encode_for_sum(tf.convert_to_tensor(x))
     out = self._run(
-        lambda **kw: tf.raw_ops.CollectiveReduceV2(
-            input=encoded, merge_op="Add", final_op="Id", **kw),
-        ctx, group, key)
+      lambda **kw: tf.raw_ops.CollectiveReduceV2(
+        input=encoded, merge_op="Add", final_op="Id", **kw
+      ),
+      ctx,
+      group,
+      key,
+    )
     return decode(out)
 
   def _gather_stacked(self, x, ctx, group) -> tf.Tensor:
@@ -325,11 +356,16 @@ class CollectiveBackend(simd_backend.SimdBackend):
     key = ctx.reserve_keys(1)
     encoded, decode = _encode_exact(x)
     gathered = self._run(
-        lambda **kw: tf.raw_ops.CollectiveGatherV2(
-            input=tf.expand_dims(encoded, self._constant(ctx, 0)), **kw),
-        ctx, group, key)
-    gathered = tf.ensure_shape(decode(gathered),
-                               [len(group)] + x.shape.as_list())
+      lambda **kw: tf.raw_ops.CollectiveGatherV2(
+        input=tf.expand_dims(encoded, self._constant(ctx, 0)), **kw
+      ),
+      ctx,
+      group,
+      key,
+    )
+    gathered = tf.ensure_shape(
+      decode(gathered), [len(group)] + x.shape.as_list()
+    )
     ranks = self._ranks(group)
     if ranks != sorted(ranks):
       gathered = tf.gather(gathered, ranks)
@@ -353,8 +389,10 @@ class CollectiveBackend(simd_backend.SimdBackend):
     x = tf.convert_to_tensor(x)
     shape = x.shape.as_list()
     if shape[split_axis] % n:
-      raise ValueError("all_to_all: axis %d of size %d does not split into %d"
-                       % (split_axis, shape[split_axis], n))
+      raise ValueError(
+        "all_to_all: axis %d of size %d does not split into %d"
+        % (split_axis, shape[split_axis], n)
+      )
     piece = list(shape)
     piece[split_axis] //= n
     # [n] + piece shape: piece j is for the j-th group member.
@@ -369,8 +407,11 @@ class CollectiveBackend(simd_backend.SimdBackend):
     key = ctx.reserve_keys(1)
     encoded, decode = _encode_exact(pieces)
     received = self._run(
-        lambda **kw: tf.raw_ops.CollectiveAllToAllV2(input=encoded, **kw),
-        ctx, group, key)
+      lambda **kw: tf.raw_ops.CollectiveAllToAllV2(input=encoded, **kw),
+      ctx,
+      group,
+      key,
+    )
     received = tf.ensure_shape(decode(received), [n] + piece)
     if not identity:
       received = tf.gather(received, ranks)
@@ -390,12 +431,15 @@ class CollectiveBackend(simd_backend.SimdBackend):
     sources = [s for s, _ in pairs]
     targets = [t for _, t in pairs]
     if len(set(sources)) != len(sources) or len(set(targets)) != len(targets):
-      raise ValueError("permute: source_target_pairs %s repeat a source or a "
-                       "target" % (pairs,))
+      raise ValueError(
+        "permute: source_target_pairs %s repeat a source or a target" % (pairs,)
+      )
     for p in sources + targets:
       if not 0 <= p < self.num_replicas:
-        raise ValueError("permute: replica %d of source_target_pairs %s is "
-                         "not in [0, %d)" % (p, pairs, self.num_replicas))
+        raise ValueError(
+          "permute: replica %d of source_target_pairs %s is "
+          "not in [0, %d)" % (p, pairs, self.num_replicas)
+        )
     x = tf.convert_to_tensor(x)
     me = ctx.pnum
     group = _connected_replicas(pairs, me)
@@ -409,8 +453,9 @@ class CollectiveBackend(simd_backend.SimdBackend):
     return stacked[group.index(source)]
 
 
-def _connected_replicas(pairs: Sequence[Tuple[int, int]], pnum: int
-                        ) -> List[int]:
+def _connected_replicas(
+  pairs: Sequence[Tuple[int, int]], pnum: int
+) -> List[int]:
   """The replicas linked to pnum through pairs (sorted; [pnum] if none)."""
   neighbours: Dict[int, set] = {}
   for s, t in pairs:
@@ -432,10 +477,12 @@ def _check_not_in_while_loop() -> None:
   replicas never meet (each replica's loop runs its own body invocations),
   so the program would hang; fail while tracing instead.
   """
-  message = ("the SimdMeshImpl collective backend cannot communicate inside "
-             "a while loop (e.g. mtf.while_loop over split tensors): the "
-             "replicas' loops are separate and their collectives would never "
-             "meet")
+  message = (
+    "the SimdMeshImpl collective backend cannot communicate inside "
+    "a while loop (e.g. mtf.while_loop over split tensors): the "
+    "replicas' loops are separate and their collectives would never "
+    "meet"
+  )
   graph = tf.compat.v1.get_default_graph()
   context = graph._get_control_flow_context()  # pylint: disable=protected-access
   while context is not None:  # tf.compat.v1 graphs
@@ -463,11 +510,12 @@ def _encode_exact(x: tf.Tensor):
   if dtype == tf.uint32:
     return tf.cast(x, tf.int64), lambda y: tf.cast(y, dtype)
   if dtype == tf.uint64:
-    return (tf.bitcast(x, tf.int64),
-            lambda y: tf.bitcast(y, tf.uint64))
+    return (tf.bitcast(x, tf.int64), lambda y: tf.bitcast(y, tf.uint64))
   if dtype.is_complex:
-    return (tf.stack([tf.math.real(x), tf.math.imag(x)], -1),
-            lambda y: tf.complex(y[..., 0], y[..., 1]))
+    return (
+      tf.stack([tf.math.real(x), tf.math.imag(x)], -1),
+      lambda y: tf.complex(y[..., 0], y[..., 1]),
+    )
   raise TypeError("collective backend cannot transfer dtype %s" % dtype.name)
 
 
@@ -508,7 +556,7 @@ def _merge_leading_axis(stacked: tf.Tensor, axis: int) -> tf.Tensor:
 def _split_leading_axis(x: tf.Tensor, axis: int, n: int) -> tf.Tensor:
   """x -> [n] + x.shape with axis divided by n (piece j = j-th block)."""
   shape = x.shape.as_list()
-  split_shape = shape[:axis] + [n, shape[axis] // n] + shape[axis + 1:]
+  split_shape = shape[:axis] + [n, shape[axis] // n] + shape[axis + 1 :]
   y = tf.reshape(x, split_shape)
   if axis:
     perm = [axis] + list(range(axis)) + list(range(axis + 1, len(split_shape)))

@@ -27,8 +27,8 @@ None of this can run without a TPU; graphs can still be built on CPU.
 
 from __future__ import annotations
 
-import weakref
 from typing import Any, Callable, List, Sequence, Tuple
+import weakref
 
 import tensorflow as tf
 from tensorflow.python.tpu.ops import tpu_ops
@@ -42,8 +42,9 @@ _ALL_GATHER_MODES = ("all_to_all", "cross_replica_sum")
 _PERMUTE_NATIVE = (tf.float32, tf.bfloat16, tf.int32)
 
 
-def _to_int32_bits(x: tf.Tensor
-                   ) -> Tuple[tf.Tensor, Callable[[tf.Tensor], tf.Tensor]]:
+def _to_int32_bits(
+  x: tf.Tensor,
+) -> Tuple[tf.Tensor, Callable[[tf.Tensor], tf.Tensor]]:
   """Carries `x` exactly as int32 values; returns (carrier, restore_fn).
 
   4-byte types are bitcast, 1- and 2-byte types (and bool) widened, 8- and
@@ -56,17 +57,19 @@ def _to_int32_bits(x: tf.Tensor
     return tf.cast(x, tf.int32), lambda y: tf.cast(y, tf.bool)
   if not (dtype.is_integer or dtype.is_floating or dtype.is_complex):
     raise ValueError(
-        f"TpuBackend cannot transfer tensors of dtype {dtype.name}")
+      f"TpuBackend cannot transfer tensors of dtype {dtype.name}"
+    )
   size = dtype.size
   if size in (4, 8, 16):
-    return (tf.bitcast(x, tf.int32),
-            lambda y: tf.bitcast(y, dtype))
+    return (tf.bitcast(x, tf.int32), lambda y: tf.bitcast(y, dtype))
   if size in (1, 2):
     narrow = tf.int8 if size == 1 else tf.int16
     bits = x if dtype == narrow else tf.bitcast(x, narrow)
+
     def restore(y):
       y = tf.cast(y, narrow)
       return y if dtype == narrow else tf.bitcast(y, dtype)
+
     return tf.cast(bits, tf.int32), restore
   raise ValueError(f"TpuBackend cannot transfer tensors of dtype {dtype.name}")
 
@@ -86,9 +89,14 @@ class TpuBackend(simd_backend.SimdBackend):
     y = backend.allreduce_sum(x, [[0, 1, 2, 3], [4, 5, 6, 7]])
   """
 
-  def __init__(self, num_replicas: int, device_assignment: Any = None,
-               allreduce_in_bfloat16_max_group_size: int = 8, *,
-               all_gather_mode: str = "all_to_all"):
+  def __init__(
+    self,
+    num_replicas: int,
+    device_assignment: Any = None,
+    allreduce_in_bfloat16_max_group_size: int = 8,
+    *,
+    all_gather_mode: str = "all_to_all",
+  ):
     """Creates the backend.
 
     Args:
@@ -104,32 +112,45 @@ class TpuBackend(simd_backend.SimdBackend):
       ValueError: on a non-positive num_replicas, an unknown mode, or a
         device_assignment with a different number of replicas.
     """
-    if (not isinstance(num_replicas, int) or isinstance(num_replicas, bool)
-        or num_replicas <= 0):
-      raise ValueError(f"num_replicas must be a positive int, got "
-                       f"{num_replicas!r}")
-    if all_gather_mode not in _ALL_GATHER_MODES:
-      raise ValueError(f"all_gather_mode must be one of {_ALL_GATHER_MODES}, "
-                       f"got {all_gather_mode!r}")
-    da_replicas = getattr(device_assignment, "num_replicas", None)
-    if device_assignment is not None and da_replicas is not None and (
-        da_replicas != num_replicas):
+    if (
+      not isinstance(num_replicas, int)
+      or isinstance(num_replicas, bool)
+      or num_replicas <= 0
+    ):
       raise ValueError(
-          f"device_assignment has {da_replicas} replicas but the mesh has "
-          f"{num_replicas} processors")
+        f"num_replicas must be a positive int, got {num_replicas!r}"
+      )
+    if all_gather_mode not in _ALL_GATHER_MODES:
+      raise ValueError(
+        f"all_gather_mode must be one of {_ALL_GATHER_MODES}, "
+        f"got {all_gather_mode!r}"
+      )
+    da_replicas = getattr(device_assignment, "num_replicas", None)
+    if (
+      device_assignment is not None
+      and da_replicas is not None
+      and (da_replicas != num_replicas)
+    ):
+      raise ValueError(
+        f"device_assignment has {da_replicas} replicas but the mesh has "
+        f"{num_replicas} processors"
+      )
     self._num_replicas = num_replicas
     self._device_assignment = device_assignment
     self._allreduce_in_bfloat16_max_group_size = (
-        allreduce_in_bfloat16_max_group_size)
+      allreduce_in_bfloat16_max_group_size
+    )
     self._all_gather_mode = all_gather_mode
     self._pnum_tensors = weakref.WeakKeyDictionary()
 
   def __repr__(self) -> str:
-    return (f"TpuBackend(num_replicas={self._num_replicas}, "
-            f"device_assignment={self._device_assignment!r}, "
-            f"allreduce_in_bfloat16_max_group_size="
-            f"{self._allreduce_in_bfloat16_max_group_size}, "
-            f"all_gather_mode={self._all_gather_mode!r})")
+    return (
+      f"TpuBackend(num_replicas={self._num_replicas}, "
+      f"device_assignment={self._device_assignment!r}, "
+      f"allreduce_in_bfloat16_max_group_size="
+      f"{self._allreduce_in_bfloat16_max_group_size}, "
+      f"all_gather_mode={self._all_gather_mode!r})"
+    )
 
   @property
   def num_replicas(self) -> int:
@@ -157,14 +178,17 @@ class TpuBackend(simd_backend.SimdBackend):
     pnum = self._pnum_tensors.get(graph)
     if pnum is None:
       with graph.name_scope(None), tf.control_dependencies(None):
-        constants = [tf.constant(p, tf.int32, name="pnum_constant")
-                     for p in range(self._num_replicas)]
+        constants = [
+          tf.constant(p, tf.int32, name="pnum_constant")
+          for p in range(self._num_replicas)
+        ]
         pnum = tpu_ops.tpu_replicated_input(constants, name="pnum_constants")
       self._pnum_tensors[graph] = pnum
     return pnum
 
-  def allreduce_sum(self, x: tf.Tensor,
-                    groups: Sequence[Sequence[int]]) -> tf.Tensor:
+  def allreduce_sum(
+    self, x: tf.Tensor, groups: Sequence[Sequence[int]]
+  ) -> tf.Tensor:
     """CrossReplicaSum over `groups`.
 
     float32 is summed natively; bfloat16 natively for groups of at most
@@ -187,8 +211,9 @@ class TpuBackend(simd_backend.SimdBackend):
     y = tpu_ops.cross_replica_sum(y, groups)
     return tf.cast(y, dtype) if in_float32 else y
 
-  def all_gather(self, x: tf.Tensor, groups: Sequence[Sequence[int]],
-                 axis: int) -> tf.Tensor:
+  def all_gather(
+    self, x: tf.Tensor, groups: Sequence[Sequence[int]], axis: int
+  ) -> tf.Tensor:
     """Concatenates `x` of the group members along `axis`, in group order."""
     groups = self._groups(groups)
     n = len(groups[0])
@@ -200,9 +225,13 @@ class TpuBackend(simd_backend.SimdBackend):
       # Copy i goes to the i-th member; copies received are concatenated in
       # group order.
       tiled = tf.concat([x] * n, axis)
-      return tpu_ops.all_to_all(tiled, concat_dimension=axis,
-                                split_dimension=axis, split_count=n,
-                                group_assignment=groups)
+      return tpu_ops.all_to_all(
+        tiled,
+        concat_dimension=axis,
+        split_dimension=axis,
+        split_count=n,
+        group_assignment=groups,
+      )
     # Original formulation: place x in slot (my index in group) of n zero
     # slots, then sum over the group. Carried as int32 bits so the sum with
     # zeros is exact for every dtype (NaN, -0.0 included).
@@ -211,8 +240,9 @@ class TpuBackend(simd_backend.SimdBackend):
     for group in groups:
       for i, p in enumerate(group):
         position[p] = i
-    my_position = tf.gather(tf.constant(position, tf.int32),
-                            self.replica_pnum())
+    my_position = tf.gather(
+      tf.constant(position, tf.int32), self.replica_pnum()
+    )
     expanded = tf.expand_dims(bits, axis)
     mask_shape = [1] * expanded.shape.rank
     mask_shape[axis] = n
@@ -223,11 +253,16 @@ class TpuBackend(simd_backend.SimdBackend):
       shape = summed.shape.as_list()
     else:
       shape = tf.unstack(tf.shape(summed))
-    merged = shape[:axis] + [shape[axis] * shape[axis + 1]] + shape[axis + 2:]
+    merged = shape[:axis] + [shape[axis] * shape[axis + 1]] + shape[axis + 2 :]
     return restore(tf.reshape(summed, merged))
 
-  def all_to_all(self, x: tf.Tensor, groups: Sequence[Sequence[int]],
-                 split_axis: int, concat_axis: int) -> tf.Tensor:
+  def all_to_all(
+    self,
+    x: tf.Tensor,
+    groups: Sequence[Sequence[int]],
+    split_axis: int,
+    concat_axis: int,
+  ) -> tf.Tensor:
     """tpu_ops.all_to_all in the tensor's own dtype (no bfloat16 cast)."""
     groups = self._groups(groups)
     n = len(groups[0])
@@ -238,16 +273,22 @@ class TpuBackend(simd_backend.SimdBackend):
     size = x.shape.as_list()[split_axis]
     if size is not None and size % n:
       raise ValueError(
-          f"all_to_all: split axis {split_axis} of size {size} does not divide "
-          f"into {n} pieces (group size) for tensor shape {x.shape}")
+        f"all_to_all: split axis {split_axis} of size {size} does not divide "
+        f"into {n} pieces (group size) for tensor shape {x.shape}"
+      )
     if n == 1:
       return tf.identity(x)
-    return tpu_ops.all_to_all(x, concat_dimension=concat_axis,
-                              split_dimension=split_axis, split_count=n,
-                              group_assignment=groups)
+    return tpu_ops.all_to_all(
+      x,
+      concat_dimension=concat_axis,
+      split_dimension=split_axis,
+      split_count=n,
+      group_assignment=groups,
+    )
 
-  def permute(self, x: tf.Tensor,
-              source_target_pairs: Sequence[Tuple[int, int]]) -> tf.Tensor:
+  def permute(
+    self, x: tf.Tensor, source_target_pairs: Sequence[Tuple[int, int]]
+  ) -> tf.Tensor:
     """CollectivePermute; zeros where this replica is no target.
 
     float32, bfloat16 and int32 go natively (as in the original); other
@@ -259,11 +300,14 @@ class TpuBackend(simd_backend.SimdBackend):
       ids = [p[column] for p in pairs]
       for i in ids:
         if not 0 <= i < self._num_replicas:
-          raise ValueError(f"permute: {what} {i} out of range for "
-                           f"{self._num_replicas} replicas in {pairs}")
+          raise ValueError(
+            f"permute: {what} {i} out of range for "
+            f"{self._num_replicas} replicas in {pairs}"
+          )
       if len(set(ids)) != len(ids):
-        raise ValueError(f"permute: a replica appears twice as {what} in "
-                         f"{pairs}")
+        raise ValueError(
+          f"permute: a replica appears twice as {what} in {pairs}"
+        )
     if not pairs:
       return tf.zeros_like(x)
     if x.dtype in _PERMUTE_NATIVE:
@@ -277,8 +321,10 @@ class TpuBackend(simd_backend.SimdBackend):
     The default suits a single host; pass a device_assignment on pods.
     """
     if not 0 <= physical_pnum < self._num_replicas:
-      raise ValueError(f"physical pnum {physical_pnum} out of range for "
-                       f"{self._num_replicas} replicas")
+      raise ValueError(
+        f"physical pnum {physical_pnum} out of range for "
+        f"{self._num_replicas} replicas"
+      )
     if self._device_assignment is not None:
       return self._device_assignment.tpu_device(replica=physical_pnum)
     return f"/device:TPU:{physical_pnum}"

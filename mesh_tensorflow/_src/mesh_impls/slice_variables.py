@@ -18,11 +18,14 @@ from mesh_tensorflow._src import mesh_impl as mesh_impl_lib
 __all__ = ["slice_variable_creator"]
 
 
-def slice_variable_creator(variable, name: str, device: str,
-                           begin: Sequence[int], slice_shape: Sequence[int],
-                           graph_collections: Sequence[str] = (
-                               tf.compat.v1.GraphKeys.LOCAL_VARIABLES,)
-                           ) -> Callable[[], tf.Variable]:
+def slice_variable_creator(
+  variable,
+  name: str,
+  device: str,
+  begin: Sequence[int],
+  slice_shape: Sequence[int],
+  graph_collections: Sequence[str] = (tf.compat.v1.GraphKeys.LOCAL_VARIABLES,),
+) -> Callable[[], tf.Variable]:
   """A zero-argument function creating one slice variable of `variable`.
 
   Args:
@@ -33,14 +36,22 @@ def slice_variable_creator(variable, name: str, device: str,
     slice_shape: the slice's shape.
     graph_collections: collections of the slice in a legacy graph.
   """
+
   def create():
     with tf.device(device):
       if tf.executing_eagerly():
-        init = tf.cast(mesh_impl_lib.static_slice(
-            variable.get_master(), begin, slice_shape), variable.slice_dtype)
+        init = tf.cast(
+          mesh_impl_lib.static_slice(variable.get_master(), begin, slice_shape),
+          variable.slice_dtype,
+        )
         return tf.Variable(init, name=name, trainable=False)
       init = tf.zeros(slice_shape, variable.slice_dtype)
       return tf.compat.v1.Variable(
-          init, name=name, trainable=False,
-          collections=list(graph_collections), use_resource=True)
+        init,
+        name=name,
+        trainable=False,
+        collections=list(graph_collections),
+        use_resource=True,
+      )
+
   return create

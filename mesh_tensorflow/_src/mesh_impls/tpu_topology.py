@@ -30,9 +30,9 @@ from mesh_tensorflow._src import layout as layout_lib
 from mesh_tensorflow._src import shapes
 
 __all__ = [
-    "HierarchicalTiling",
-    "auto_logical_to_physical_tpu",
-    "physical_shape_3d_from_topology_proto_4d",
+  "HierarchicalTiling",
+  "auto_logical_to_physical_tpu",
+  "physical_shape_3d_from_topology_proto_4d",
 ]
 
 SizesAndStrides = Sequence[Tuple[int, int]]
@@ -47,14 +47,17 @@ def _check_sizes(sizes: Any, what: str, allow_empty: bool = True) -> List[int]:
   try:
     sizes = list(sizes)
   except TypeError:
-    raise ValueError(f"{what} must be a list of positive integers, got "
-                     f"{sizes!r}") from None
+    raise ValueError(
+      f"{what} must be a list of positive integers, got {sizes!r}"
+    ) from None
   if not sizes and not allow_empty:
     raise ValueError(f"{what} must not be empty")
   for i, s in enumerate(sizes):
     if not _is_int(s) or s <= 0:
-      raise ValueError(f"{what} must be a list of positive integers; entry {i} "
-                       f"is {s!r} in {sizes}")
+      raise ValueError(
+        f"{what} must be a list of positive integers; entry {i} "
+        f"is {s!r} in {sizes}"
+      )
   return [int(s) for s in sizes]
 
 
@@ -109,8 +112,12 @@ def _ring_2d(m: int, n: int) -> List[Tuple[int, int]]:
     return ring
   if n % 2 == 0:
     return [(i, j) for j, i in _ring_2d(n, m)]
-  logging.warning("_ring_2d: grid %dx%d has odd size; no closed ring exists, "
-                  "using a snake path", m, n)
+  logging.warning(
+    "_ring_2d: grid %dx%d has odd size; no closed ring exists, "
+    "using a snake path",
+    m,
+    n,
+  )
   path = []
   for i in range(m):
     cols = range(n) if i % 2 == 0 else range(n - 1, -1, -1)
@@ -119,8 +126,8 @@ def _ring_2d(m: int, n: int) -> List[Tuple[int, int]]:
 
 
 def _logical_1d_to_physical_subspace_auto(
-    sizes_and_strides: SizesAndStrides,
-    physical_shape: Optional[Sequence[int]]) -> List[List[int]]:
+  sizes_and_strides: SizesAndStrides, physical_shape: Optional[Sequence[int]]
+) -> List[List[int]]:
   """Maps a 1-d logical mesh onto a strided sub-grid of the physical mesh.
 
   `sizes_and_strides` lists one (size, stride) pair per physical axis; the
@@ -150,8 +157,10 @@ def _logical_1d_to_physical_subspace_auto(
   pairs = [tuple(p) for p in sizes_and_strides]
   for p in pairs:
     if len(p) != 2:
-      raise ValueError(f"sizes_and_strides entry {p!r} is not a (size, stride) "
-                       f"pair in {sizes_and_strides!r}")
+      raise ValueError(
+        f"sizes_and_strides entry {p!r} is not a (size, stride) "
+        f"pair in {sizes_and_strides!r}"
+      )
   sizes = _check_sizes([p[0] for p in pairs], "sizes in sizes_and_strides")
   strides = _check_sizes([p[1] for p in pairs], "strides in sizes_and_strides")
   ndims = len(sizes)
@@ -164,16 +173,18 @@ def _logical_1d_to_physical_subspace_auto(
       c = layout_lib.pnum_to_processor_coordinates(merged, i)
       coords.append(list(ring[c[0]]) + c[1:])
   else:
-    coords = [layout_lib.pnum_to_processor_coordinates(sizes, i)
-              for i in range(n)]
+    coords = [
+      layout_lib.pnum_to_processor_coordinates(sizes, i) for i in range(n)
+    ]
   return [[c * s for c, s in zip(coord, strides)] for coord in coords]
 
 
 def _logical_to_physical_v1(
-    sizes_and_strides: Sequence[SizesAndStrides],
-    physical_shape: Sequence[int],
-    fn_1d: Callable[..., List[List[int]]] = (
-        _logical_1d_to_physical_subspace_auto),
+  sizes_and_strides: Sequence[SizesAndStrides],
+  physical_shape: Sequence[int],
+  fn_1d: Callable[..., List[List[int]]] = (
+    _logical_1d_to_physical_subspace_auto
+  ),
 ) -> List[List[int]]:
   """Maps an m-d logical mesh onto an n-d physical mesh, axis by axis.
 
@@ -206,27 +217,35 @@ def _logical_to_physical_v1(
   for k, l in enumerate(sizes_and_strides):
     if len(l) != pndims:
       raise ValueError(
-          f"sizes_and_strides[{k}] = {l} has {len(l)} (size, stride) pairs; "
-          f"physical_shape {physical_shape} has {pndims} axes")
+        f"sizes_and_strides[{k}] = {l} has {len(l)} (size, stride) pairs; "
+        f"physical_shape {physical_shape} has {pndims} axes"
+      )
   logical_shape = [
-      shapes.list_product(_check_sizes([p[0] for p in l],
-                                       f"sizes of sizes_and_strides[{k}]"))
-      for k, l in enumerate(sizes_and_strides)]
+    shapes.list_product(
+      _check_sizes([p[0] for p in l], f"sizes of sizes_and_strides[{k}]")
+    )
+    for k, l in enumerate(sizes_and_strides)
+  ]
   n = shapes.list_product(physical_shape)
   if shapes.list_product(logical_shape) != n:
     raise ValueError(
-        f"logical size {shapes.list_product(logical_shape)} (logical shape "
-        f"{logical_shape} from sizes_and_strides={sizes_and_strides}) does "
-        f"not match physical size {n} of physical_shape {physical_shape}")
+      f"logical size {shapes.list_product(logical_shape)} (logical shape "
+      f"{logical_shape} from sizes_and_strides={sizes_and_strides}) does "
+      f"not match physical size {n} of physical_shape {physical_shape}"
+    )
   layouts = [fn_1d(l, physical_shape) for l in sizes_and_strides]
-  logging.debug("_logical_to_physical_v1 physical_shape=%s "
-                "sizes_and_strides=%s layouts=%s",
-                physical_shape, sizes_and_strides, layouts)
+  logging.debug(
+    "_logical_to_physical_v1 physical_shape=%s sizes_and_strides=%s layouts=%s",
+    physical_shape,
+    sizes_and_strides,
+    layouts,
+  )
   result = []
   for pnum in range(n):
     coord = [0] * pndims
     for k, c in enumerate(
-        layout_lib.pnum_to_processor_coordinates(logical_shape, pnum)):
+      layout_lib.pnum_to_processor_coordinates(logical_shape, pnum)
+    ):
       for axis in range(pndims):
         coord[axis] += layouts[k][c][axis]
     result.append(coord)
@@ -234,14 +253,16 @@ def _logical_to_physical_v1(
   for coord in result:
     if not all(0 <= c < s for c, s in zip(coord, physical_shape)):
       raise ValueError(
-          f"logical_to_physical coordinate {coord} is outside physical_shape "
-          f"{physical_shape}; sizes_and_strides={sizes_and_strides}")
+        f"logical_to_physical coordinate {coord} is outside physical_shape "
+        f"{physical_shape}; sizes_and_strides={sizes_and_strides}"
+      )
     seen.add(layout_lib.processor_coordinates_to_pnum(physical_shape, coord))
   if len(seen) != n:
     raise ValueError(
-        f"sizes_and_strides={sizes_and_strides} do not tile physical_shape "
-        f"{physical_shape}: some physical processors are used twice "
-        f"(coordinates {result})")
+      f"sizes_and_strides={sizes_and_strides} do not tile physical_shape "
+      f"{physical_shape}: some physical processors are used twice "
+      f"(coordinates {result})"
+    )
   return result
 
 
@@ -260,8 +281,11 @@ class HierarchicalTiling:
   block of neighbouring cores.
   """
 
-  def __init__(self, spec: Sequence[Tuple[str, Optional[Sequence[int]]]],
-               physical_shape: Sequence[int]):
+  def __init__(
+    self,
+    spec: Sequence[Tuple[str, Optional[Sequence[int]]]],
+    physical_shape: Sequence[int],
+  ):
     """Builds the tiling.
 
     Args:
@@ -281,25 +305,28 @@ class HierarchicalTiling:
       if s is None:
         if k != 0:
           raise ValueError(
-              f"HierarchicalTiling spec entry {k} ({self._names[k]!r}) has no "
-              f"shape; only the first entry may be None. spec={spec}")
+            f"HierarchicalTiling spec entry {k} ({self._names[k]!r}) has no "
+            f"shape; only the first entry may be None. spec={spec}"
+          )
         continue
       _check_sizes(s, f"projected shape of {self._names[k]!r}")
       if len(s) != len(physical_shape):
         raise ValueError(
-            f"HierarchicalTiling: projected shape {s} of {self._names[k]!r} "
-            f"has {len(s)} axes; physical_shape {physical_shape} has "
-            f"{len(physical_shape)}")
+          f"HierarchicalTiling: projected shape {s} of {self._names[k]!r} "
+          f"has {len(s)} axes; physical_shape {physical_shape} has "
+          f"{len(physical_shape)}"
+        )
     if projected and projected[0] is None:
       first = []
       for axis, size in enumerate(physical_shape):
         inner = shapes.list_product(s[axis] for s in projected[1:])
         if size % inner:
           raise ValueError(
-              f"HierarchicalTiling: cannot infer {self._names[0]!r}: physical "
-              f"axis {axis} (size {size}) is not divisible by {inner}, the "
-              f"product of the other entries; spec={spec} "
-              f"physical_shape={physical_shape}")
+            f"HierarchicalTiling: cannot infer {self._names[0]!r}: physical "
+            f"axis {axis} (size {size}) is not divisible by {inner}, the "
+            f"product of the other entries; spec={spec} "
+            f"physical_shape={physical_shape}"
+          )
         first.append(size // inner)
       projected[0] = first
     # Strides: the last logical dim is innermost.
@@ -311,23 +338,30 @@ class HierarchicalTiling:
     sizes_and_strides.reverse()
     if strides != physical_shape:
       raise ValueError(
-          f"HierarchicalTiling spec multiplies to {strides} per physical axis, "
-          f"not physical_shape {physical_shape}; spec={spec}")
+        f"HierarchicalTiling spec multiplies to {strides} per physical axis, "
+        f"not physical_shape {physical_shape}; spec={spec}"
+      )
     self._projected_shapes = projected
     self._physical_shape = physical_shape
     self._physical_coordinates = _logical_to_physical_v1(
-        sizes_and_strides, physical_shape)
+      sizes_and_strides, physical_shape
+    )
     self._logical_to_physical = [
-        layout_lib.processor_coordinates_to_pnum(physical_shape, c)
-        for c in self._physical_coordinates]
+      layout_lib.processor_coordinates_to_pnum(physical_shape, c)
+      for c in self._physical_coordinates
+    ]
     self._mesh_shape = shapes.Shape(
-        [shapes.Dimension(name, shapes.list_product(s))
-         for name, s in zip(self._names, projected)])
+      [
+        shapes.Dimension(name, shapes.list_product(s))
+        for name, s in zip(self._names, projected)
+      ]
+    )
 
   def __repr__(self) -> str:
     spec = list(zip(self._names, self._projected_shapes))
-    return (f"HierarchicalTiling(spec={spec}, "
-            f"physical_shape={self._physical_shape})")
+    return (
+      f"HierarchicalTiling(spec={spec}, physical_shape={self._physical_shape})"
+    )
 
   @property
   def logical_to_physical(self) -> List[int]:
@@ -341,8 +375,10 @@ class HierarchicalTiling:
 
   @classmethod
   def spec_to_mesh_shape(
-      cls, spec: Sequence[Tuple[str, Optional[Sequence[int]]]],
-      num_processors: int) -> shapes.Shape:
+    cls,
+    spec: Sequence[Tuple[str, Optional[Sequence[int]]]],
+    num_processors: int,
+  ) -> shapes.Shape:
     """The mesh shape of `spec`, without knowing the physical shape.
 
     Example: `([("b", None), ("m", [2, 1, 2])], 32)` -> `b:8;m:4`.
@@ -358,38 +394,45 @@ class HierarchicalTiling:
       ValueError: if the sizes cannot multiply to num_processors.
     """
     if not _is_int(num_processors) or num_processors <= 0:
-      raise ValueError(f"num_processors must be a positive int, got "
-                       f"{num_processors!r}")
+      raise ValueError(
+        f"num_processors must be a positive int, got {num_processors!r}"
+      )
     names = [p[0] for p in spec]
     sizes = []
     for k, (name, s) in enumerate(spec):
       if s is None:
         if k != 0:
           raise ValueError(
-              f"spec entry {k} ({name!r}) has no shape; only the first entry "
-              f"may be None. spec={spec}")
+            f"spec entry {k} ({name!r}) has no shape; only the first entry "
+            f"may be None. spec={spec}"
+          )
         sizes.append(None)
       else:
-        sizes.append(shapes.list_product(
-            _check_sizes(s, f"projected shape of {name!r}")))
+        sizes.append(
+          shapes.list_product(_check_sizes(s, f"projected shape of {name!r}"))
+        )
     if sizes and sizes[0] is None:
       inner = shapes.list_product(sizes[1:])
       if num_processors % inner:
         raise ValueError(
-            f"cannot infer {names[0]!r}: num_processors {num_processors} is "
-            f"not divisible by {inner}, the product of the other entries; "
-            f"spec={spec}")
+          f"cannot infer {names[0]!r}: num_processors {num_processors} is "
+          f"not divisible by {inner}, the product of the other entries; "
+          f"spec={spec}"
+        )
       sizes[0] = num_processors // inner
     if shapes.list_product(sizes) != num_processors:
       raise ValueError(
-          f"spec sizes {sizes} multiply to {shapes.list_product(sizes)}, not "
-          f"num_processors {num_processors}; spec={spec}")
+        f"spec sizes {sizes} multiply to {shapes.list_product(sizes)}, not "
+        f"num_processors {num_processors}; spec={spec}"
+      )
     return shapes.Shape(
-        [shapes.Dimension(name, s) for name, s in zip(names, sizes)])
+      [shapes.Dimension(name, s) for name, s in zip(names, sizes)]
+    )
 
 
 def physical_shape_3d_from_topology_proto_4d(
-    mesh_shape: Sequence[int]) -> List[int]:
+  mesh_shape: Sequence[int],
+) -> List[int]:
   """Converts a TPU topology mesh shape [x, y, z, core] to [y*z, x, core].
 
   Example: `[4, 2, 1, 2]` -> `[2, 4, 2]`.
@@ -405,21 +448,24 @@ def physical_shape_3d_from_topology_proto_4d(
   """
   mesh_shape = _check_sizes(mesh_shape, "topology mesh_shape")
   if len(mesh_shape) != 4:
-    raise ValueError(f"Expected a 4-d topology mesh shape [x, y, z, core], got "
-                     f"{mesh_shape}")
+    raise ValueError(
+      f"Expected a 4-d topology mesh shape [x, y, z, core], got {mesh_shape}"
+    )
   x, y, z, core = mesh_shape
   return [y * z, x, core]
 
 
-def _chip_ring_layout(num_cores: int, p0: int, p1: int
-                      ) -> List[Tuple[int, int, int]]:
+def _chip_ring_layout(
+  num_cores: int, p0: int, p1: int
+) -> List[Tuple[int, int, int]]:
   """1-d logical mesh: the two cores of a chip, chips in `_ring_2d` order."""
   ring = _ring_2d(p0, p1)
   return [ring[pnum // 2] + (pnum % 2,) for pnum in range(num_cores)]
 
 
-def _tile_shape(logical_shape: List[int], p0: int, p1: int
-                ) -> Optional[Tuple[int, int]]:
+def _tile_shape(
+  logical_shape: List[int], p0: int, p1: int
+) -> Optional[Tuple[int, int]]:
   """(t0, t1) chips per tile for the tiled layout, or None if none fits."""
   num_cores = shapes.list_product(logical_shape)
   cores_per_tile = num_cores // logical_shape[0]
@@ -441,8 +487,9 @@ def _tile_shape(logical_shape: List[int], p0: int, p1: int
   return t0, t1
 
 
-def _tiled_layout(logical_shape: List[int], p0: int, p1: int,
-                  t0: int, t1: int) -> List[Tuple[int, int, int]]:
+def _tiled_layout(
+  logical_shape: List[int], p0: int, p1: int, t0: int, t1: int
+) -> List[Tuple[int, int, int]]:
   """k-d logical mesh (k >= 2): logical dim 0 picks a t0 x t1 tile of chips.
 
   Tiles are visited along `_ring_2d` over the (p0/t0) x (p1/t1) tile grid.
@@ -462,10 +509,12 @@ def _tiled_layout(logical_shape: List[int], p0: int, p1: int,
   return result
 
 
-def auto_logical_to_physical_tpu(logical_shape: Sequence[int],
-                                 physical_shape: Sequence[int],
-                                 return_coordinates: bool = False,
-                                 device_assignment=None) -> list:
+def auto_logical_to_physical_tpu(
+  logical_shape: Sequence[int],
+  physical_shape: Sequence[int],
+  return_coordinates: bool = False,
+  device_assignment=None,
+) -> list:
   """A logical-to-physical mapping that keeps later logical dims close.
 
   Heuristic for a TPU mesh of p0 x p1 chips with 2 cores each (physical shape
@@ -508,14 +557,16 @@ def auto_logical_to_physical_tpu(logical_shape: Sequence[int],
   """
   del device_assignment  # See Args.
   logical_shape = _check_sizes(logical_shape, "logical_shape")
-  physical_shape = _check_sizes(physical_shape, "physical_shape",
-                                allow_empty=False)
+  physical_shape = _check_sizes(
+    physical_shape, "physical_shape", allow_empty=False
+  )
   num_cores = shapes.list_product(physical_shape)
   if shapes.list_product(logical_shape) != num_cores:
     raise ValueError(
-        f"logical_shape {logical_shape} (product "
-        f"{shapes.list_product(logical_shape)}) and physical_shape "
-        f"{physical_shape} (product {num_cores}) must have the same product")
+      f"logical_shape {logical_shape} (product "
+      f"{shapes.list_product(logical_shape)}) and physical_shape "
+      f"{physical_shape} (product {num_cores}) must have the same product"
+    )
   logical_shape = [s for s in logical_shape if s != 1]
   if len(physical_shape) == 4 and physical_shape[2] == 1:
     physical_shape = physical_shape_3d_from_topology_proto_4d(physical_shape)
@@ -523,19 +574,26 @@ def auto_logical_to_physical_tpu(logical_shape: Sequence[int],
   def _identity() -> list:
     pnums = list(range(num_cores))
     if return_coordinates:
-      return [layout_lib.pnum_to_processor_coordinates(physical_shape, p)
-              for p in pnums]
+      return [
+        layout_lib.pnum_to_processor_coordinates(physical_shape, p)
+        for p in pnums
+      ]
     return pnums
 
   if len(physical_shape) != 3:
-    logging.warning("auto_logical_to_physical_tpu: unrecognized TPU physical "
-                    "shape %s; using the identity mapping", physical_shape)
+    logging.warning(
+      "auto_logical_to_physical_tpu: unrecognized TPU physical "
+      "shape %s; using the identity mapping",
+      physical_shape,
+    )
     return _identity()
   p0, p1, cores = physical_shape
   if cores != 2 or not (_is_power_of_2(p0) and _is_power_of_2(p1)):
-    logging.info("auto_logical_to_physical_tpu: physical shape %s is not "
-                 "2^a x 2^b chips x 2 cores; using the identity mapping",
-                 physical_shape)
+    logging.info(
+      "auto_logical_to_physical_tpu: physical shape %s is not "
+      "2^a x 2^b chips x 2 cores; using the identity mapping",
+      physical_shape,
+    )
     return _identity()
   if not logical_shape:  # a single core
     return _identity()
@@ -544,12 +602,17 @@ def auto_logical_to_physical_tpu(logical_shape: Sequence[int],
   else:
     tile = _tile_shape(logical_shape, p0, p1)
     if tile is None:
-      logging.info("auto_logical_to_physical_tpu: no tiling of %s fits %s; "
-                   "using the identity mapping", logical_shape, physical_shape)
+      logging.info(
+        "auto_logical_to_physical_tpu: no tiling of %s fits %s; "
+        "using the identity mapping",
+        logical_shape,
+        physical_shape,
+      )
       return _identity()
     coords = _tiled_layout(logical_shape, p0, p1, *tile)
   coords = [list(c) for c in coords]
   if return_coordinates:
     return coords
-  return [layout_lib.processor_coordinates_to_pnum(physical_shape, c)
-          for c in coords]
+  return [
+    layout_lib.processor_coordinates_to_pnum(physical_shape, c) for c in coords
+  ]

@@ -11,14 +11,22 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import (Operation, Tensor,
-                                        register_tensor_operators)
-from mesh_tensorflow._src.ops.broadcast_binary import (
-    BinaryOpWithBroadcasting, binary_arguments_to_tensors, equal, floordiv,
-    infer_binary_broadcast_shape, mod)
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
+from mesh_tensorflow._src.graph import register_tensor_operators
 from mesh_tensorflow._src.ops import einsum as einsum_lib
 from mesh_tensorflow._src.ops import elementwise
 from mesh_tensorflow._src.ops import reduce
+from mesh_tensorflow._src.ops.broadcast_binary import BinaryOpWithBroadcasting
+from mesh_tensorflow._src.ops.broadcast_binary import (
+  binary_arguments_to_tensors,
+)
+from mesh_tensorflow._src.ops.broadcast_binary import equal
+from mesh_tensorflow._src.ops.broadcast_binary import floordiv
+from mesh_tensorflow._src.ops.broadcast_binary import (
+  infer_binary_broadcast_shape,
+)
+from mesh_tensorflow._src.ops.broadcast_binary import mod
 from mesh_tensorflow._src.shapes import convert_to_shape
 
 
@@ -32,10 +40,10 @@ class AddOperation(BinaryOpWithBroadcasting):
     name: an optional name for the operation.
   """
 
-  def __init__(self, x1: Tensor, x2: Tensor, output_shape,
-               name: Optional[str] = None):
-    super().__init__(tf.add, x1, x2, output_shape, x1.dtype,
-                     name=name or "add")
+  def __init__(
+    self, x1: Tensor, x2: Tensor, output_shape, name: Optional[str] = None
+  ):
+    super().__init__(tf.add, x1, x2, output_shape, x1.dtype, name=name or "add")
 
   def gradient(self, grad_ys):
     dy = grad_ys[0]
@@ -45,10 +53,11 @@ class AddOperation(BinaryOpWithBroadcasting):
     mesh_impl = lowering.mesh_impl(self)
     x1, x2 = self.inputs
     lowering.set_tensor_lowering(
-        self.outputs[0],
-        mesh_impl.slicewise_delay_allreduce(
-            self._slice_fn(mesh_impl), lowering.tensors[x1],
-            lowering.tensors[x2]))
+      self.outputs[0],
+      mesh_impl.slicewise_delay_allreduce(
+        self._slice_fn(mesh_impl), lowering.tensors[x1], lowering.tensors[x2]
+      ),
+    )
 
 
 class MinMaxOperation(BinaryOpWithBroadcasting):
@@ -62,17 +71,27 @@ class MinMaxOperation(BinaryOpWithBroadcasting):
     name: an optional name for the operation.
   """
 
-  def __init__(self, tf_fn: Callable, x1: Tensor, x2: Tensor, output_shape,
-               name: Optional[str] = None):
-    super().__init__(tf_fn, x1, x2, output_shape, x1.dtype,
-                     name=name or "min_max")
+  def __init__(
+    self,
+    tf_fn: Callable,
+    x1: Tensor,
+    x2: Tensor,
+    output_shape,
+    name: Optional[str] = None,
+  ):
+    super().__init__(
+      tf_fn, x1, x2, output_shape, x1.dtype, name=name or "min_max"
+    )
 
   def gradient(self, grad_ys):
     dy = grad_ys[0]
     y = self.outputs[0]
-    return [reduce.reduce_sum(
-        dy * elementwise.cast(equal(x, y), dy.dtype), output_shape=x.shape)
-            for x in self.inputs]
+    return [
+      reduce.reduce_sum(
+        dy * elementwise.cast(equal(x, y), dy.dtype), output_shape=x.shape
+      )
+      for x in self.inputs
+    ]
 
 
 class ScalarAddOperation(Operation):
@@ -95,9 +114,11 @@ class ScalarAddOperation(Operation):
   def lower(self, lowering):
     scalar, dtype = self._scalar, self.outputs[0].dtype
     lowering.set_tensor_lowering(
-        self.outputs[0], lowering.mesh_impl(self).slicewise(
-            lambda t: t + tf.cast(scalar, dtype),
-            lowering.tensors[self.inputs[0]]))
+      self.outputs[0],
+      lowering.mesh_impl(self).slicewise(
+        lambda t: t + tf.cast(scalar, dtype), lowering.tensors[self.inputs[0]]
+      ),
+    )
 
 
 class ScalarMultiplyOperation(Operation):
@@ -120,9 +141,11 @@ class ScalarMultiplyOperation(Operation):
   def lower(self, lowering):
     scalar, dtype = self._scalar, self.outputs[0].dtype
     lowering.set_tensor_lowering(
-        self.outputs[0], lowering.mesh_impl(self).slicewise_delay_allreduce(
-            lambda t: t * tf.cast(scalar, dtype),
-            lowering.tensors[self.inputs[0]]))
+      self.outputs[0],
+      lowering.mesh_impl(self).slicewise_delay_allreduce(
+        lambda t: t * tf.cast(scalar, dtype), lowering.tensors[self.inputs[0]]
+      ),
+    )
 
 
 def add(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
@@ -139,16 +162,25 @@ def add(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
   Returns:
     an mtf Tensor of shape `output_shape`: x1 + x2 (broadcast).
   """
-  if isinstance(x1, Tensor) and not isinstance(x2, Tensor) and (
-      output_shape is None or convert_to_shape(output_shape) == x1.shape):
+  if (
+    isinstance(x1, Tensor)
+    and not isinstance(x2, Tensor)
+    and (output_shape is None or convert_to_shape(output_shape) == x1.shape)
+  ):
     return ScalarAddOperation(x1, x2, name=name).outputs[0]
-  if isinstance(x2, Tensor) and not isinstance(x1, Tensor) and (
-      output_shape is None or convert_to_shape(output_shape) == x2.shape):
+  if (
+    isinstance(x2, Tensor)
+    and not isinstance(x1, Tensor)
+    and (output_shape is None or convert_to_shape(output_shape) == x2.shape)
+  ):
     return ScalarAddOperation(x2, x1, name=name).outputs[0]
   x1, x2 = binary_arguments_to_tensors(x1, x2)
   return AddOperation(
-      x1, x2, infer_binary_broadcast_shape(x1.shape, x2.shape, output_shape),
-      name=name).outputs[0]
+    x1,
+    x2,
+    infer_binary_broadcast_shape(x1.shape, x2.shape, output_shape),
+    name=name,
+  ).outputs[0]
 
 
 def sub(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
@@ -167,8 +199,9 @@ def sub(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
   """
   if not isinstance(x2, Tensor):
     return add(x1, -x2, output_shape=output_shape, name=name)
-  return add(x1, elementwise.negative(x2), output_shape=output_shape,
-             name=name or "sub")
+  return add(
+    x1, elementwise.negative(x2), output_shape=output_shape, name=name or "sub"
+  )
 
 
 def add_n(xs) -> Tensor:
@@ -203,11 +236,17 @@ def multiply(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
   Returns:
     an mtf Tensor of shape `output_shape`: x1 * x2 (broadcast).
   """
-  if not isinstance(x2, Tensor) and isinstance(x1, Tensor) and (
-      output_shape is None or convert_to_shape(output_shape) == x1.shape):
+  if (
+    not isinstance(x2, Tensor)
+    and isinstance(x1, Tensor)
+    and (output_shape is None or convert_to_shape(output_shape) == x1.shape)
+  ):
     return ScalarMultiplyOperation(x1, x2, name=name).outputs[0]
-  if not isinstance(x1, Tensor) and isinstance(x2, Tensor) and (
-      output_shape is None or convert_to_shape(output_shape) == x2.shape):
+  if (
+    not isinstance(x1, Tensor)
+    and isinstance(x2, Tensor)
+    and (output_shape is None or convert_to_shape(output_shape) == x2.shape)
+  ):
     return ScalarMultiplyOperation(x2, x1, name=name).outputs[0]
   x1, x2 = binary_arguments_to_tensors(x1, x2)
   output_shape = infer_binary_broadcast_shape(x1.shape, x2.shape, output_shape)
@@ -231,8 +270,9 @@ def divide(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:
   if not isinstance(x2, Tensor):
     return multiply(x1, 1.0 / x2, output_shape=output_shape, name=name)
   x1, x2 = binary_arguments_to_tensors(x1, x2)
-  return multiply(x1, elementwise.reciprocal(x2), output_shape=output_shape,
-                  name=name)
+  return multiply(
+    x1, elementwise.reciprocal(x2), output_shape=output_shape, name=name
+  )
 
 
 def _min_max(tf_fn, x1, x2, output_shape, name) -> Tensor:
@@ -296,11 +336,15 @@ def where(condition: Tensor, if_true, if_false, output_shape=None) -> Tensor:
   dtype = if_true.dtype if isinstance(if_true, Tensor) else if_false.dtype
   cond = elementwise.cast(condition, dtype)
   not_cond = elementwise.cast(elementwise.logical_not(condition), dtype)
-  return add(multiply(if_true, cond), multiply(if_false, not_cond),
-             output_shape=output_shape)
+  return add(
+    multiply(if_true, cond),
+    multiply(if_false, not_cond),
+    output_shape=output_shape,
+  )
 
 
-register_tensor_operators({
+register_tensor_operators(
+  {
     "add": add,
     "sub": sub,
     "multiply": multiply,
@@ -308,10 +352,20 @@ register_tensor_operators({
     "floordiv": floordiv,
     "mod": mod,
     "negative": elementwise.negative,
-})
+  }
+)
 
 __all__ = [
-    "AddOperation", "MinMaxOperation", "ScalarAddOperation",
-    "ScalarMultiplyOperation", "add", "add_n", "divide", "maximum", "minimum",
-    "multiply", "sub", "where",
+  "AddOperation",
+  "MinMaxOperation",
+  "ScalarAddOperation",
+  "ScalarMultiplyOperation",
+  "add",
+  "add_n",
+  "divide",
+  "maximum",
+  "minimum",
+  "multiply",
+  "sub",
+  "where",
 ]

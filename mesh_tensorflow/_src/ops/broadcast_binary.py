@@ -13,13 +13,17 @@ from typing import Callable, Optional
 import tensorflow as tf
 
 from mesh_tensorflow._src import mesh_impl as mesh_impl_lib
-from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.ops import io
-from mesh_tensorflow._src.shapes import Shape, convert_to_shape, is_subsequence
+from mesh_tensorflow._src.shapes import Shape
+from mesh_tensorflow._src.shapes import convert_to_shape
+from mesh_tensorflow._src.shapes import is_subsequence
 
 
-def infer_binary_broadcast_shape(shape1: Shape, shape2: Shape,
-                                 given_output_shape=None) -> Shape:
+def infer_binary_broadcast_shape(
+  shape1: Shape, shape2: Shape, given_output_shape=None
+) -> Shape:
   """Output shape of a broadcasting binary op.
 
   Example: [a, b] and [b, c] give [a, b, c]; [b] and [a, b] give [a, b].
@@ -47,8 +51,9 @@ def _check_broadcastable(inputs, output_shape: Shape, op_name: str) -> None:
     for d in x.shape.dims:
       if d not in output_shape.dims:
         raise ValueError(
-            "%s: input dimension %s of %s is not in the output shape %s" %
-            (op_name, d, x.shape.to_string, output_shape.to_string))
+          "%s: input dimension %s of %s is not in the output shape %s"
+          % (op_name, d, x.shape.to_string, output_shape.to_string)
+        )
 
 
 def binary_arguments_to_tensors(x1, x2) -> tuple[Tensor, Tensor]:
@@ -66,15 +71,18 @@ def binary_arguments_to_tensors(x1, x2) -> tuple[Tensor, Tensor]:
     ValueError: if neither argument is an mtf Tensor, or their dtypes differ.
   """
   if not isinstance(x1, Tensor) and not isinstance(x2, Tensor):
-    raise ValueError("at least one of %r and %r must be an mtf Tensor"
-                     % (x1, x2))
+    raise ValueError(
+      "at least one of %r and %r must be an mtf Tensor" % (x1, x2)
+    )
   if not isinstance(x1, Tensor):
     x1 = io.constant(x2.mesh, x1, shape=[], dtype=x2.dtype)
   elif not isinstance(x2, Tensor):
     x2 = io.constant(x1.mesh, x2, shape=[], dtype=x1.dtype)
   if x1.dtype != x2.dtype:
-    raise ValueError("binary operands have different dtypes: %s is %s, %s is %s"
-                     % (x1.name, x1.dtype.name, x2.name, x2.dtype.name))
+    raise ValueError(
+      "binary operands have different dtypes: %s is %s, %s is %s"
+      % (x1.name, x1.dtype.name, x2.name, x2.dtype.name)
+    )
   return x1, x2
 
 
@@ -87,8 +95,7 @@ def expand_slice(x: tf.Tensor, old_shape: Shape, new_shape: Shape) -> tf.Tensor:
     x = tf.transpose(x, perm)
   if len(perm) < len(new_names):
     sizes = iter(x.shape.as_list())
-    x = tf.reshape(x, [next(sizes) if n in old_names else 1
-                       for n in new_names])
+    x = tf.reshape(x, [next(sizes) if n in old_names else 1 for n in new_names])
   return x
 
 
@@ -104,8 +111,15 @@ class BinaryOpWithBroadcasting(Operation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, tf_fn: Callable, x1: Tensor, x2: Tensor, output_shape,
-               output_dtype, name: Optional[str] = None):
+  def __init__(
+    self,
+    tf_fn: Callable,
+    x1: Tensor,
+    x2: Tensor,
+    output_shape,
+    output_dtype,
+    name: Optional[str] = None,
+  ):
     super().__init__([x1, x2], name=name or "binary_op")
     output_shape = convert_to_shape(output_shape)
     _check_broadcastable([x1, x2], output_shape, type(self).__name__)
@@ -113,8 +127,9 @@ class BinaryOpWithBroadcasting(Operation):
     self._outputs = [Tensor(self, output_shape, output_dtype)]
 
   def gradient(self, unused_grad_ys):
-    raise ValueError("%s (%s) has no gradient"
-                     % (type(self).__name__, self.name))
+    raise ValueError(
+      "%s (%s) has no gradient" % (type(self).__name__, self.name)
+    )
 
   def _slice_fn(self, mesh_impl) -> Callable:
     """tf_fn of two slices aligned to the output slice's dims.
@@ -133,24 +148,31 @@ class BinaryOpWithBroadcasting(Operation):
 
       def align_first(t, old, new):
         return mesh_impl_lib.broadcast_slice(t, old, new, slice_shape)
+
     tf_fn = self._tf_fn
 
     def fn(a, b):
-      return tf_fn(align_first(a, x1.shape, out_shape),
-                   expand_slice(b, x2.shape, out_shape))
+      return tf_fn(
+        align_first(a, x1.shape, out_shape),
+        expand_slice(b, x2.shape, out_shape),
+      )
+
     return fn
 
   def lower(self, lowering):
     mesh_impl = lowering.mesh_impl(self)
     x1, x2 = self.inputs
     lowering.set_tensor_lowering(
-        self.outputs[0],
-        mesh_impl.slicewise(self._slice_fn(mesh_impl), lowering.tensors[x1],
-                            lowering.tensors[x2]))
+      self.outputs[0],
+      mesh_impl.slicewise(
+        self._slice_fn(mesh_impl), lowering.tensors[x1], lowering.tensors[x2]
+      ),
+    )
 
 
-def binary_op_with_broadcasting(tf_fn: Callable, x1, x2, output_shape=None,
-                                output_dtype=None) -> Tensor:
+def binary_op_with_broadcasting(
+  tf_fn: Callable, x1, x2, output_shape=None, output_dtype=None
+) -> Tensor:
   """tf_fn(x1, x2) with the inputs broadcast to output_shape.
 
   Args:
@@ -168,16 +190,20 @@ def binary_op_with_broadcasting(tf_fn: Callable, x1, x2, output_shape=None,
   """
   x1, x2 = binary_arguments_to_tensors(x1, x2)
   output_shape = infer_binary_broadcast_shape(x1.shape, x2.shape, output_shape)
-  return BinaryOpWithBroadcasting(tf_fn, x1, x2, output_shape,
-                                  output_dtype or x1.dtype).outputs[0]
+  return BinaryOpWithBroadcasting(
+    tf_fn, x1, x2, output_shape, output_dtype or x1.dtype
+  ).outputs[0]
 
 
 def _comparison(tf_fn):
   def op(x1, x2, output_shape=None):
-    return binary_op_with_broadcasting(tf_fn, x1, x2, output_shape=output_shape,
-                                       output_dtype=tf.bool)
+    return binary_op_with_broadcasting(
+      tf_fn, x1, x2, output_shape=output_shape, output_dtype=tf.bool
+    )
+
   op.__name__ = tf_fn.__name__
-  op.__doc__ = """Elementwise %s with broadcasting; tf.bool result, no gradient.
+  op.__doc__ = (
+    """Elementwise %s with broadcasting; tf.bool result, no gradient.
 
   Args:
     x1: an mtf Tensor or a Python scalar.
@@ -187,7 +213,9 @@ def _comparison(tf_fn):
 
   Returns:
     a boolean mtf Tensor of shape `output_shape`.
-  """ % tf_fn.__name__
+  """
+    % tf_fn.__name__
+  )
   return op
 
 
@@ -215,9 +243,9 @@ def floordiv(x1, x2, output_shape=None) -> Tensor:
     an mtf Tensor of shape `output_shape`.
   """
   dtype = x1.dtype if isinstance(x1, Tensor) else x2.dtype
-  return binary_op_with_broadcasting(tf.math.floordiv, x1, x2,
-                                     output_shape=output_shape,
-                                     output_dtype=dtype)
+  return binary_op_with_broadcasting(
+    tf.math.floordiv, x1, x2, output_shape=output_shape, output_dtype=dtype
+  )
 
 
 def mod(x1, x2, output_shape=None) -> Tensor:
@@ -234,14 +262,23 @@ def mod(x1, x2, output_shape=None) -> Tensor:
     an mtf Tensor of shape `output_shape`.
   """
   dtype = x1.dtype if isinstance(x1, Tensor) else x2.dtype
-  return binary_op_with_broadcasting(tf.math.floormod, x1, x2,
-                                     output_shape=output_shape,
-                                     output_dtype=dtype)
+  return binary_op_with_broadcasting(
+    tf.math.floormod, x1, x2, output_shape=output_shape, output_dtype=dtype
+  )
 
 
 __all__ = [
-    "BinaryOpWithBroadcasting", "binary_arguments_to_tensors",
-    "binary_op_with_broadcasting", "equal", "floordiv", "greater",
-    "greater_equal", "less", "less_equal",
-    "logical_and", "logical_or", "mod", "not_equal",
+  "BinaryOpWithBroadcasting",
+  "binary_arguments_to_tensors",
+  "binary_op_with_broadcasting",
+  "equal",
+  "floordiv",
+  "greater",
+  "greater_equal",
+  "less",
+  "less_equal",
+  "logical_and",
+  "logical_or",
+  "mod",
+  "not_equal",
 ]

@@ -14,9 +14,11 @@ from typing import Callable, List, Optional, Sequence
 
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.laid_out import LazyAllreduceSum
-from mesh_tensorflow._src.variables import ReadVariable, Variable
+from mesh_tensorflow._src.variables import ReadVariable
+from mesh_tensorflow._src.variables import Variable
 
 
 def _read_slice(v):
@@ -50,12 +52,16 @@ class Depend(Operation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, x: Tensor, dependencies: Sequence, name: Optional[str] = None):
+  def __init__(
+    self, x: Tensor, dependencies: Sequence, name: Optional[str] = None
+  ):
     dependencies = list(dependencies)
     for d in dependencies:
       if not isinstance(d, (Operation, Tensor)):
-        raise ValueError("depend: dependencies must be mtf Operations or "
-                         "Tensors, got %r" % (d,))
+        raise ValueError(
+          "depend: dependencies must be mtf Operations or "
+          "Tensors, got %r" % (d,)
+        )
     super().__init__([x], x.mesh, name=name or "depend")
     self._dependencies = dependencies
     self._outputs = [Tensor(self, x.shape, x.dtype)]
@@ -72,17 +78,22 @@ class Depend(Operation):
     control_inputs = []
     for d in self._dependencies:
       if isinstance(d, Tensor):
-        control_inputs.extend(lowering.tensors[d].to_laid_out_tensor().tensor_list)
+        control_inputs.extend(
+          lowering.tensors[d].to_laid_out_tensor().tensor_list
+        )
         continue
       if d in lowering.operations:
         control_inputs.append(lowering.operations[d])
       elif d.outputs:
         for t in d.outputs:
           control_inputs.extend(
-              lowering.tensors[t].to_laid_out_tensor().tensor_list)
+            lowering.tensors[t].to_laid_out_tensor().tensor_list
+          )
       else:
-        raise ValueError("depend: operation %s has neither a lowered TF "
-                         "operation nor outputs to depend on" % d.name)
+        raise ValueError(
+          "depend: operation %s has neither a lowered TF "
+          "operation nor outputs to depend on" % d.name
+        )
     # Eager tf.group returns None: there is nothing to wait for.
     return [c for c in control_inputs if c is not None]
 
@@ -90,8 +101,9 @@ class Depend(Operation):
     mesh_impl = lowering.mesh_impl(self)
     if not mesh_impl.supports_control_dependencies:
       raise ValueError(
-          "Depend (%s): mesh implementation %s does not support control "
-          "dependencies" % (self.name, type(mesh_impl).__name__))
+        "Depend (%s): mesh implementation %s does not support control "
+        "dependencies" % (self.name, type(mesh_impl).__name__)
+      )
     x = self.inputs[0]
     control_inputs = self._control_inputs(lowering)
     variable = _variable_read_by(x)
@@ -99,11 +111,13 @@ class Depend(Operation):
       if variable is not None and variable in lowering.variables:
         dtype = x.dtype
         value = mesh_impl.slicewise(
-            lambda v: tf.cast(_read_slice(v), dtype),
-            lowering.variables[variable].laid_out_tensor)
+          lambda v: tf.cast(_read_slice(v), dtype),
+          lowering.variables[variable].laid_out_tensor,
+        )
       else:
         value = mesh_impl.slicewise(
-            tf.identity, lowering.tensors[x].to_laid_out_tensor())
+          tf.identity, lowering.tensors[x].to_laid_out_tensor()
+        )
     lowering.set_tensor_lowering(self.outputs[0], value)
 
 
@@ -151,8 +165,9 @@ def _nested_lowering(lowering):
 def _zeros_like_output(mesh_impl, t: Tensor):
   slice_shape = mesh_impl.slice_shape(t.shape)
   dtype = t.dtype
-  return mesh_impl.slicewise(lambda _: tf.zeros(slice_shape, dtype),
-                             mesh_impl.laid_out_pnum())
+  return mesh_impl.slicewise(
+    lambda _: tf.zeros(slice_shape, dtype), mesh_impl.laid_out_pnum()
+  )
 
 
 class WhileLoopOperation(Operation):
@@ -178,16 +193,24 @@ class WhileLoopOperation(Operation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, cond_fn: Callable, body_fn: Callable,
-               inputs: Sequence[Tensor], tf_kwargs=None,
-               has_accumulators: bool = False, name: str = "while_loop"):
+  def __init__(
+    self,
+    cond_fn: Callable,
+    body_fn: Callable,
+    inputs: Sequence[Tensor],
+    tf_kwargs=None,
+    has_accumulators: bool = False,
+    name: str = "while_loop",
+  ):
     inputs = list(inputs)
     if not inputs:
       raise ValueError("while_loop needs at least one loop variable")
     tf_kwargs = dict(tf_kwargs or {})
     if tf_kwargs.pop("back_prop", False):
-      raise ValueError("while_loop %r: back_prop=True is not supported; mtf "
-                       "while loops have no gradient" % name)
+      raise ValueError(
+        "while_loop %r: back_prop=True is not supported; mtf "
+        "while loops have no gradient" % name
+      )
     super().__init__(inputs, mesh=inputs[0].mesh, name=name)
     graph = self.graph
     # Re-appended below, after any variable hoisted out of the body.
@@ -199,37 +222,48 @@ class WhileLoopOperation(Operation):
 
     self._cond_inputs = self._make_placeholders("cond_input")
     cond_output, self._cond_ops = self._trace(
-        lambda: cond_fn(*self._cond_inputs))
+      lambda: cond_fn(*self._cond_inputs)
+    )
     if isinstance(cond_output, (list, tuple)) and len(cond_output) == 1:
       cond_output = cond_output[0]
-    if (not isinstance(cond_output, Tensor) or cond_output.dtype != tf.bool
-        or cond_output.shape.ndims != 0):
-      raise ValueError("while_loop %s: cond_fn must return a scalar boolean "
-                       "mtf Tensor, got %r" % (self.name, cond_output))
+    if (
+      not isinstance(cond_output, Tensor)
+      or cond_output.dtype != tf.bool
+      or cond_output.shape.ndims != 0
+    ):
+      raise ValueError(
+        "while_loop %s: cond_fn must return a scalar boolean "
+        "mtf Tensor, got %r" % (self.name, cond_output)
+      )
     self._cond_output = cond_output
 
     self._body_inputs = self._make_placeholders("body_input")
     body_outputs, self._body_ops = self._trace(
-        lambda: body_fn(*self._body_inputs))
+      lambda: body_fn(*self._body_inputs)
+    )
     if isinstance(body_outputs, Tensor):
       body_outputs = [body_outputs]
     body_outputs = list(body_outputs)
     self._check_body_outputs(inputs, body_outputs)
     self._body_outputs = body_outputs
 
-    hoisted = [op for op in self._cond_ops + self._body_ops
-               if isinstance(op, Variable)]
+    hoisted = [
+      op for op in self._cond_ops + self._body_ops if isinstance(op, Variable)
+    ]
     self._cond_ops = [op for op in self._cond_ops if op not in hoisted]
     self._body_ops = [op for op in self._body_ops if op not in hoisted]
     graph.operations.extend(hoisted)
     graph.operations.append(self)
-    self._outputs = [Tensor(self, t.shape, t.dtype, index=i)
-                     for i, t in enumerate(body_outputs)]
+    self._outputs = [
+      Tensor(self, t.shape, t.dtype, index=i)
+      for i, t in enumerate(body_outputs)
+    ]
 
   def _make_placeholders(self, kind: str) -> List[Tensor]:
-    return [Tensor(self, x.shape, x.dtype,
-                   name="%s/%s:%d" % (self.name, kind, i))
-            for i, x in enumerate(self._inputs)]
+    return [
+      Tensor(self, x.shape, x.dtype, name="%s/%s:%d" % (self.name, kind, i))
+      for i, x in enumerate(self._inputs)
+    ]
 
   def _trace(self, fn: Callable):
     """Runs fn; returns its output and the ops it made (kept out of the graph)."""
@@ -243,22 +277,39 @@ class WhileLoopOperation(Operation):
     n = len(inputs)
     for i, t in enumerate(body_outputs):
       if not isinstance(t, Tensor):
-        raise ValueError("while_loop %s: body_fn output %d is not an mtf "
-                         "Tensor: %r" % (self.name, i, t))
+        raise ValueError(
+          "while_loop %s: body_fn output %d is not an mtf "
+          "Tensor: %r" % (self.name, i, t)
+        )
     if len(body_outputs) < n or (
-        len(body_outputs) > n and not self._has_accumulators):
+      len(body_outputs) > n and not self._has_accumulators
+    ):
       raise ValueError(
-          "while_loop %s: body_fn returned %d tensors for %d loop variables%s"
-          % (self.name, len(body_outputs), n,
-             "" if self._has_accumulators else
-             " (extra outputs need has_accumulators=True)"))
+        "while_loop %s: body_fn returned %d tensors for %d loop variables%s"
+        % (
+          self.name,
+          len(body_outputs),
+          n,
+          ""
+          if self._has_accumulators
+          else " (extra outputs need has_accumulators=True)",
+        )
+      )
     for i, (x, y) in enumerate(zip(inputs, body_outputs)):
       if x.shape != y.shape or x.dtype != y.dtype:
         raise ValueError(
-            "while_loop %s: body_fn output %d has shape %s and dtype %s but "
-            "loop variable %d has shape %s and dtype %s" %
-            (self.name, i, y.shape.to_string, y.dtype.name, i,
-             x.shape.to_string, x.dtype.name))
+          "while_loop %s: body_fn output %d has shape %s and dtype %s but "
+          "loop variable %d has shape %s and dtype %s"
+          % (
+            self.name,
+            i,
+            y.shape.to_string,
+            y.dtype.name,
+            i,
+            x.shape.to_string,
+            x.dtype.name,
+          )
+        )
 
   @property
   def has_gradient(self) -> bool:
@@ -280,8 +331,9 @@ class WhileLoopOperation(Operation):
     for op in self._cond_ops + self._body_ops:
       inside.update(op.outputs)
     seen = []
-    candidates = [t for op in self._cond_ops + self._body_ops
-                  for t in op.inputs]
+    candidates = [
+      t for op in self._cond_ops + self._body_ops for t in op.inputs
+    ]
     candidates += self._body_outputs + [self._cond_output]
     for t in candidates:
       if t not in inside and t not in seen:
@@ -312,7 +364,7 @@ class WhileLoopOperation(Operation):
       flat = list(flat)
       out, start = [], 0
       for size in sizes:
-        out.append(laid_out_cls.from_tensor_list(flat[start:start + size]))
+        out.append(laid_out_cls.from_tensor_list(flat[start : start + size]))
         start += size
       return out
 
@@ -338,8 +390,10 @@ class WhileLoopOperation(Operation):
       loop_values, acc_values = values[:n], values[n:]
       with _nested_lowering(lowering):
         lower_sub_graph(self._body_ops, self._body_inputs, loop_values)
-        new_values = [lowering.tensors[t].to_laid_out_tensor()
-                      for t in self._body_outputs[:n]]
+        new_values = [
+          lowering.tensors[t].to_laid_out_tensor()
+          for t in self._body_outputs[:n]
+        ]
         for i, (t, acc) in enumerate(zip(acc_tensors, acc_values)):
           term = lowering.tensors[t]
           if isinstance(term, LazyAllreduceSum) and term.mesh_axes:
@@ -356,14 +410,20 @@ class WhileLoopOperation(Operation):
       value = mesh_impl.slicewise(tf.stop_gradient, value)
       if i >= n and lazy_sums[i - n] is not None:
         mesh_axes, add_counter_fn = lazy_sums[i - n]
-        value = LazyAllreduceSum(mesh_impl, value, mesh_axes,
-                                 add_counter_fn=add_counter_fn)
+        value = LazyAllreduceSum(
+          mesh_impl, value, mesh_axes, add_counter_fn=add_counter_fn
+        )
       lowering.set_tensor_lowering(out, value)
 
 
-def while_loop(cond_fn: Callable, body_fn: Callable, inputs: Sequence[Tensor],
-               num_loop_vars: Optional[int] = None,
-               has_accumulators: bool = False, **kwargs) -> List[Tensor]:
+def while_loop(
+  cond_fn: Callable,
+  body_fn: Callable,
+  inputs: Sequence[Tensor],
+  num_loop_vars: Optional[int] = None,
+  has_accumulators: bool = False,
+  **kwargs,
+) -> List[Tensor]:
   """A while loop over mtf tensors (no gradient).
 
   Example:
@@ -392,11 +452,17 @@ def while_loop(cond_fn: Callable, body_fn: Callable, inputs: Sequence[Tensor],
   inputs = list(inputs)
   if num_loop_vars is not None and num_loop_vars < len(inputs):
     raise NotImplementedError(
-        "while_loop: num_loop_vars=%d < %d inputs (the original's GPU "
-        "workaround keeping loop variables in local variables) is not "
-        "supported; pass num_loop_vars=None" % (num_loop_vars, len(inputs)))
-  return WhileLoopOperation(cond_fn, body_fn, inputs, tf_kwargs=kwargs,
-                            has_accumulators=has_accumulators).outputs
+      "while_loop: num_loop_vars=%d < %d inputs (the original's GPU "
+      "workaround keeping loop variables in local variables) is not "
+      "supported; pass num_loop_vars=None" % (num_loop_vars, len(inputs))
+    )
+  return WhileLoopOperation(
+    cond_fn,
+    body_fn,
+    inputs,
+    tf_kwargs=kwargs,
+    has_accumulators=has_accumulators,
+  ).outputs
 
 
 __all__ = ["Depend", "WhileLoopOperation", "depend", "while_loop"]

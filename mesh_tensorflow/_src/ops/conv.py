@@ -33,11 +33,14 @@ import tensorflow as tf
 from tensorflow.python.ops.gen_nn_ops import conv3d_backprop_input_v2  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.ops.nn_ops import conv3d_backprop_filter_v2  # pylint: disable=g-direct-tensorflow-import
 
-from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.laid_out import LazyAllreduceSum
 from mesh_tensorflow._src.laid_out import convert_args_to_laid_out_tensors
 from mesh_tensorflow._src.ops.slicewise import check_splits_allowed
-from mesh_tensorflow._src.shapes import Dimension, Shape, convert_to_shape
+from mesh_tensorflow._src.shapes import Dimension
+from mesh_tensorflow._src.shapes import Shape
+from mesh_tensorflow._src.shapes import convert_to_shape
 from mesh_tensorflow._src.shapes import list_product
 
 _PADDINGS = ("SAME", "VALID")
@@ -53,8 +56,9 @@ def _conv_output_size(n: int, f: int, s: int, padding: str) -> int:
 
 def check_padding(padding, label: str) -> None:
   if padding not in _PADDINGS:
-    raise ValueError("%s: padding must be 'SAME' or 'VALID', got %r"
-                     % (label, padding))
+    raise ValueError(
+      "%s: padding must be 'SAME' or 'VALID', got %r" % (label, padding)
+    )
 
 
 def _normalize_strides(strides, n: int, label: str) -> List[int]:
@@ -65,74 +69,116 @@ def _normalize_strides(strides, n: int, label: str) -> List[int]:
   if len(strides) == n:
     strides = [1] + strides + [1]
   if len(strides) != n + 2 or not all(
-      isinstance(s, int) and not isinstance(s, bool) and s >= 1
-      for s in strides):
-    raise ValueError("%s: strides must be %d positive ints [1, %s, 1], got %r"
-                     % (label, n + 2, ", ".join("s_" + c for c in
-                                                _SPATIAL_LETTERS[n]), strides))
+    isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in strides
+  ):
+    raise ValueError(
+      "%s: strides must be %d positive ints [1, %s, 1], got %r"
+      % (
+        label,
+        n + 2,
+        ", ".join("s_" + c for c in _SPATIAL_LETTERS[n]),
+        strides,
+      )
+    )
   if strides[0] != 1 or strides[-1] != 1:
-    raise ValueError("%s: strides along batch and channels must be 1, got %r"
-                     % (label, strides))
+    raise ValueError(
+      "%s: strides along batch and channels must be 1, got %r"
+      % (label, strides)
+    )
   return strides
 
 
 def _check_conv_dimension(conv_dimension) -> int:
   if conv_dimension not in (2, 3):
-    raise ValueError("conv_dimension must be 2 or 3, got %r"
-                     % (conv_dimension,))
+    raise ValueError(
+      "conv_dimension must be 2 or 3, got %r" % (conv_dimension,)
+    )
   return conv_dimension
 
 
-def _check_ranks_and_kernel(n: int, x: Shape, w: Shape, padding: str,
-                            label: str) -> None:
+def _check_ranks_and_kernel(
+  n: int, x: Shape, w: Shape, padding: str, label: str
+) -> None:
   """ValueError for too few dims, or (VALID) a filter larger than x."""
   if x.ndims < n + 1:
     raise ValueError(
-        "%s: the tensor %s needs at least %d dims ([batch..., %s, channels])"
-        % (label, x.to_string, n + 1, ", ".join(_SPATIAL_LETTERS[n])))
+      "%s: the tensor %s needs at least %d dims ([batch..., %s, channels])"
+      % (label, x.to_string, n + 1, ", ".join(_SPATIAL_LETTERS[n]))
+    )
   if w.ndims != n + 2:
-    raise ValueError("%s: the filter %s must have %d dims [%s, in, out]"
-                     % (label, w.to_string, n + 2,
-                        ", ".join("f" + c for c in _SPATIAL_LETTERS[n])))
+    raise ValueError(
+      "%s: the filter %s must have %d dims [%s, in, out]"
+      % (
+        label,
+        w.to_string,
+        n + 2,
+        ", ".join("f" + c for c in _SPATIAL_LETTERS[n]),
+      )
+    )
   if padding == "VALID":
-    for d, f in zip(x.dims[-(n + 1):-1], w.dims[:n]):
+    for d, f in zip(x.dims[-(n + 1) : -1], w.dims[:n]):
       if f.size > d.size:
         raise ValueError(
-            "%s: filter dimension %r (size %d) is larger than input dimension "
-            "%r (size %d) with padding VALID"
-            % (label, f.name, f.size, d.name, d.size))
+          "%s: filter dimension %r (size %d) is larger than input dimension "
+          "%r (size %d) with padding VALID"
+          % (label, f.name, f.size, d.name, d.size)
+        )
 
 
-def _check_roles(n: int, a: Shape, w: Shape, b: Shape, strides: List[int],
-                 padding: str, label: str) -> None:
+def _check_roles(
+  n: int,
+  a: Shape,
+  w: Shape,
+  b: Shape,
+  strides: List[int],
+  padding: str,
+  label: str,
+) -> None:
   """ValueError unless a (input), w (filter), b (output) fit one conv."""
   _check_ranks_and_kernel(n, a, w, padding, label)
   _check_ranks_and_kernel(n, b, w, "SAME", label)
-  if a.dims[:-(n + 1)] != b.dims[:-(n + 1)]:
-    raise ValueError("%s: batch dims of input %s and output %s differ"
-                     % (label, a.to_string, b.to_string))
+  if a.dims[: -(n + 1)] != b.dims[: -(n + 1)]:
+    raise ValueError(
+      "%s: batch dims of input %s and output %s differ"
+      % (label, a.to_string, b.to_string)
+    )
   if w.dims[-2] != a.dims[-1]:
-    raise ValueError("%s: filter in-channels %s do not match input channels %s"
-                     % (label, w.dims[-2], a.dims[-1]))
+    raise ValueError(
+      "%s: filter in-channels %s do not match input channels %s"
+      % (label, w.dims[-2], a.dims[-1])
+    )
   if w.dims[-1] != b.dims[-1]:
-    raise ValueError("%s: filter out-channels %s do not match output "
-                     "channels %s" % (label, w.dims[-1], b.dims[-1]))
+    raise ValueError(
+      "%s: filter out-channels %s do not match output "
+      "channels %s" % (label, w.dims[-1], b.dims[-1])
+    )
   for i in range(n):
     a_dim, b_dim, f_dim = a.dims[-(n + 1) + i], b.dims[-(n + 1) + i], w.dims[i]
     s = strides[i + 1]
     expected = _conv_output_size(a_dim.size, f_dim.size, s, padding)
     if expected != b_dim.size:
       raise ValueError(
-          "%s: along %r a convolution of size %d with filter %r (size %d), "
-          "stride %d and padding %s gives size %d, but the output dimension "
-          "%r has size %d" % (label, a_dim.name, a_dim.size, f_dim.name,
-                              f_dim.size, s, padding, expected, b_dim.name,
-                              b_dim.size))
+        "%s: along %r a convolution of size %d with filter %r (size %d), "
+        "stride %d and padding %s gives size %d, but the output dimension "
+        "%r has size %d"
+        % (
+          label,
+          a_dim.name,
+          a_dim.size,
+          f_dim.name,
+          f_dim.size,
+          s,
+          padding,
+          expected,
+          b_dim.name,
+          b_dim.size,
+        )
+      )
 
 
 def _flatten_batch(t: tf.Tensor, n: int) -> tf.Tensor:
   """[batch..., spatial..., c] -> [prod(batch), spatial..., c]."""
-  return tf.reshape(t, [-1] + t.shape.as_list()[-(n + 1):])
+  return tf.reshape(t, [-1] + t.shape.as_list()[-(n + 1) :])
 
 
 def _restore_batch(t: tf.Tensor, batch_shape: Sequence[int]) -> tf.Tensor:
@@ -144,13 +190,19 @@ def _conv_fn(n: int):
 
 
 def _backprop_input_fn(n: int):
-  return tf.compat.v1.nn.conv2d_backprop_input if n == 2 else (
-      conv3d_backprop_input_v2)
+  return (
+    tf.compat.v1.nn.conv2d_backprop_input
+    if n == 2
+    else (conv3d_backprop_input_v2)
+  )
 
 
 def _backprop_filter_fn(n: int):
-  return tf.compat.v1.nn.conv2d_backprop_filter if n == 2 else (
-      conv3d_backprop_filter_v2)
+  return (
+    tf.compat.v1.nn.conv2d_backprop_filter
+    if n == 2
+    else (conv3d_backprop_filter_v2)
+  )
 
 
 class _ConvFamilyOperation(Operation):
@@ -161,9 +213,9 @@ class _ConvFamilyOperation(Operation):
   _strides: List[int]
   _padding: str
   _roles: Dict[str, Tensor]  # role ("a", "w", "b") -> input tensor
-  _target: str                # role of the output
-  _allreduce_counter: str     # e.g. "conv2d_op"
-  _compute_counter: str       # e.g. "conv2d/forward"
+  _target: str  # role of the output
+  _allreduce_counter: str  # e.g. "conv2d_op"
+  _compute_counter: str  # e.g. "conv2d/forward"
 
   def _role_shape(self, role: str) -> Shape:
     if role == self._target:
@@ -173,14 +225,17 @@ class _ConvFamilyOperation(Operation):
   def _unsplittable_names(self) -> List[str]:
     n = self._n
     a, w, b = (self._role_shape(r) for r in "awb")
-    return ([d.name for d in a.dims[-(n + 1):-1]] +
-            [d.name for d in b.dims[-(n + 1):-1]] +
-            [d.name for d in w.dims[:n]])
+    return (
+      [d.name for d in a.dims[-(n + 1) : -1]]
+      + [d.name for d in b.dims[-(n + 1) : -1]]
+      + [d.name for d in w.dims[:n]]
+    )
 
   def _init_splittability(self, spatial_unsplittable: bool) -> None:
     if spatial_unsplittable:
       self._initialize_splittable_and_unsplittable_dims(
-          "splittable", self._unsplittable_names())
+        "splittable", self._unsplittable_names()
+      )
     else:
       self._initialize_all_dimensions_as_splittable()
 
@@ -193,8 +248,11 @@ class _ConvFamilyOperation(Operation):
       given = dict(self._roles)
       del given[role]
       given[self._target] = g
-      grads.append(_compute_role(self._n, role, given, x.shape, self._strides,
-                                 self._padding))
+      grads.append(
+        _compute_role(
+          self._n, role, given, x.shape, self._strides, self._padding
+        )
+      )
     return grads
 
   def lower(self, lowering):
@@ -210,47 +268,61 @@ class _ConvFamilyOperation(Operation):
     strides, padding = self._strides, self._padding
     target = self._target
     if target == "b":
-      batch_shape = out_slice_shape[:-(n + 1)]
+      batch_shape = out_slice_shape[: -(n + 1)]
       conv = _conv_fn(n)
 
       def slice_fn(ta, tw):
         return _restore_batch(
-            conv(_flatten_batch(ta, n), tw, strides, padding), batch_shape)
+          conv(_flatten_batch(ta, n), tw, strides, padding), batch_shape
+        )
+
       args = [self._roles["a"], self._roles["w"]]
       reduced_dims = [self._roles["a"].shape.dims[-1]]
     elif target == "a":
-      batch_shape = out_slice_shape[:-(n + 1)]
-      input_sizes = [list_product(batch_shape)] + out_slice_shape[-(n + 1):]
+      batch_shape = out_slice_shape[: -(n + 1)]
+      input_sizes = [list_product(batch_shape)] + out_slice_shape[-(n + 1) :]
       backprop_input = _backprop_input_fn(n)
 
       def slice_fn(tw, tb):
         return _restore_batch(
-            backprop_input(input_sizes, tw, _flatten_batch(tb, n), strides,
-                           padding), batch_shape)
+          backprop_input(
+            input_sizes, tw, _flatten_batch(tb, n), strides, padding
+          ),
+          batch_shape,
+        )
+
       args = [self._roles["w"], self._roles["b"]]
       reduced_dims = [self._roles["b"].shape.dims[-1]]
     else:
       backprop_filter = _backprop_filter_fn(n)
 
       def slice_fn(ta, tb):
-        return backprop_filter(_flatten_batch(ta, n), out_slice_shape,
-                               _flatten_batch(tb, n), strides, padding)
+        return backprop_filter(
+          _flatten_batch(ta, n),
+          out_slice_shape,
+          _flatten_batch(tb, n),
+          strides,
+          padding,
+        )
+
       args = [self._roles["a"], self._roles["b"]]
-      reduced_dims = self._roles["b"].shape.dims[:-(n + 1)]
+      reduced_dims = self._roles["b"].shape.dims[: -(n + 1)]
 
     # The TF kernel takes inputs in role order; map them to our inputs.
     laid_out = convert_args_to_laid_out_tensors(
-        [lowering.tensors[t] for t in args])
+      [lowering.tensors[t] for t in args]
+    )
     y = mesh_impl.slicewise(slice_fn, *laid_out)
-    reduced_mesh_axes = sorted(set(
-        mesh_impl.tensor_dimension_to_mesh_axis(d) for d in reduced_dims)
-                               - {None})
+    reduced_mesh_axes = sorted(
+      set(mesh_impl.tensor_dimension_to_mesh_axis(d) for d in reduced_dims)
+      - {None}
+    )
     if reduced_mesh_axes:
-      counter = "allreduce/%s/%s" % (reduced_mesh_axes,
-                                     self._allreduce_counter)
+      counter = "allreduce/%s/%s" % (reduced_mesh_axes, self._allreduce_counter)
 
       def add_counter_fn():
         lowering.add_counter(counter, mesh_impl.laid_out_size(out.shape))
+
       y = LazyAllreduceSum(mesh_impl, y, reduced_mesh_axes, add_counter_fn)
     lowering.set_tensor_lowering(out, y)
     union = {}
@@ -258,30 +330,48 @@ class _ConvFamilyOperation(Operation):
       for d in t.shape.dims:
         union.setdefault(d.name, d)
     union_shape = Shape(list(union.values()))
-    lowering.add_counter(self._compute_counter,
-                         mesh_impl.laid_out_size(union_shape))
-    lowering.add_counter(self._compute_counter.replace("/", "_unique/", 1),
-                         union_shape.size)
+    lowering.add_counter(
+      self._compute_counter, mesh_impl.laid_out_size(union_shape)
+    )
+    lowering.add_counter(
+      self._compute_counter.replace("/", "_unique/", 1), union_shape.size
+    )
 
 
-def _compute_role(n: int, target: str, given: Dict[str, Tensor], shape: Shape,
-                  strides: List[int], padding: str) -> Tensor:
+def _compute_role(
+  n: int,
+  target: str,
+  given: Dict[str, Tensor],
+  shape: Shape,
+  strides: List[int],
+  padding: str,
+) -> Tensor:
   """The `target` role from the two `given` roles, via the backprop ops."""
   if target == "a":
     return Conv2or3dBackpropInputOperation(
-        n, False, shape, given["w"], given["b"], strides, padding).outputs[0]
+      n, False, shape, given["w"], given["b"], strides, padding
+    ).outputs[0]
   if target == "b":
     return Conv2or3dBackpropInputOperation(
-        n, True, shape, given["w"], given["a"], strides, padding).outputs[0]
+      n, True, shape, given["w"], given["a"], strides, padding
+    ).outputs[0]
   return Conv2or3dBackpropFilterOperation(
-      n, False, given["a"], shape, given["b"], strides, padding).outputs[0]
+    n, False, given["a"], shape, given["b"], strides, padding
+  ).outputs[0]
 
 
 class _ConvNdOperation(_ConvFamilyOperation):
   """like tf.nn.conv2d / conv3d: target b from input a and filter w."""
 
-  def __init__(self, n: int, conv_input: Tensor, conv_filter: Tensor, strides,
-               padding: str, name: Optional[str]):
+  def __init__(
+    self,
+    n: int,
+    conv_input: Tensor,
+    conv_filter: Tensor,
+    strides,
+    padding: str,
+    name: Optional[str],
+  ):
     label = "conv%dd" % n
     super().__init__([conv_input, conv_filter], name=name or label)
     check_padding(padding, label)
@@ -290,10 +380,16 @@ class _ConvNdOperation(_ConvFamilyOperation):
     self._padding = padding
     a, w = conv_input.shape, conv_filter.shape
     _check_ranks_and_kernel(n, a, w, padding, label)
-    b = Shape(a.dims[:-(n + 1)] + [
+    b = Shape(
+      a.dims[: -(n + 1)]
+      + [
         Dimension(d.name, _conv_output_size(d.size, f.size, s, padding))
-        for d, f, s in zip(a.dims[-(n + 1):-1], w.dims[:n],
-                           self._strides[1:-1])] + [w.dims[-1]])
+        for d, f, s in zip(
+          a.dims[-(n + 1) : -1], w.dims[:n], self._strides[1:-1]
+        )
+      ]
+      + [w.dims[-1]]
+    )
     _check_roles(n, a, w, b, self._strides, padding, label)
     self._outputs = [Tensor(self, b, conv_input.dtype)]
     self._roles = {"a": conv_input, "w": conv_filter}
@@ -307,12 +403,17 @@ class _ConvNdOperation(_ConvFamilyOperation):
     conv_input, conv_filter = self.inputs
     n = self._n
     backprop_input = conv2d_backprop_input if n == 2 else conv3d_backprop_input
-    backprop_filter = (conv2d_backprop_filter if n == 2 else
-                       conv3d_backprop_filter)
-    return [backprop_input(conv_input.shape, conv_filter, dy, self._strides,
-                           self._padding),
-            backprop_filter(conv_input, conv_filter.shape, dy, self._strides,
-                            self._padding)]
+    backprop_filter = (
+      conv2d_backprop_filter if n == 2 else conv3d_backprop_filter
+    )
+    return [
+      backprop_input(
+        conv_input.shape, conv_filter, dy, self._strides, self._padding
+      ),
+      backprop_filter(
+        conv_input, conv_filter.shape, dy, self._strides, self._padding
+      ),
+    ]
 
 
 class Conv2dOperation(_ConvNdOperation):
@@ -334,8 +435,14 @@ class Conv2dOperation(_ConvNdOperation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, conv_input: Tensor, conv_filter: Tensor, strides,
-               padding: str, name: Optional[str] = None):
+  def __init__(
+    self,
+    conv_input: Tensor,
+    conv_filter: Tensor,
+    strides,
+    padding: str,
+    name: Optional[str] = None,
+  ):
     super().__init__(2, conv_input, conv_filter, strides, padding, name)
 
 
@@ -352,16 +459,29 @@ class Conv3dOperation(_ConvNdOperation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, conv_input: Tensor, conv_filter: Tensor, strides,
-               padding: str, name: Optional[str] = None):
+  def __init__(
+    self,
+    conv_input: Tensor,
+    conv_filter: Tensor,
+    strides,
+    padding: str,
+    name: Optional[str] = None,
+  ):
     super().__init__(3, conv_input, conv_filter, strides, padding, name)
 
 
 class _ConvNdTransposeOperation(_ConvFamilyOperation):
   """like tf.nn.conv2d_transpose / conv3d_transpose (target a from b and w)."""
 
-  def __init__(self, n: int, conv_input: Tensor, conv_filter: Tensor, strides,
-               padding: str, name: Optional[str]):
+  def __init__(
+    self,
+    n: int,
+    conv_input: Tensor,
+    conv_filter: Tensor,
+    strides,
+    padding: str,
+    name: Optional[str],
+  ):
     label = "conv%dd_transpose" % n
     super().__init__([conv_input, conv_filter], name=name or label)
     check_padding(padding, label)
@@ -371,9 +491,14 @@ class _ConvNdTransposeOperation(_ConvFamilyOperation):
     b, w = conv_input.shape, conv_filter.shape
     _check_ranks_and_kernel(n, b, w, "SAME", label)
     # The filter is [f..., out, in]; spatial sizes grow by the strides.
-    a = Shape(b.dims[:-(n + 1)] +
-              [Dimension(d.name, d.size * s) for d, s in
-               zip(b.dims[-(n + 1):-1], self._strides[1:-1])] + [w.dims[-2]])
+    a = Shape(
+      b.dims[: -(n + 1)]
+      + [
+        Dimension(d.name, d.size * s)
+        for d, s in zip(b.dims[-(n + 1) : -1], self._strides[1:-1])
+      ]
+      + [w.dims[-2]]
+    )
     _check_roles(n, a, w, b, self._strides, padding, label)
     self._outputs = [Tensor(self, a, conv_input.dtype)]
     self._roles = {"b": conv_input, "w": conv_filter}
@@ -391,10 +516,14 @@ class _ConvNdTransposeOperation(_ConvFamilyOperation):
     else:
       backprop_input = conv3d_transpose_backprop_input
       backprop_filter = conv3d_transpose_backprop_filter
-    return [backprop_input(conv_input.shape, conv_filter, dy, self._strides,
-                           self._padding),
-            backprop_filter(conv_input, conv_filter.shape, dy, self._strides,
-                            self._padding)]
+    return [
+      backprop_input(
+        conv_input.shape, conv_filter, dy, self._strides, self._padding
+      ),
+      backprop_filter(
+        conv_input, conv_filter.shape, dy, self._strides, self._padding
+      ),
+    ]
 
 
 class Conv2dTransposeOperation(_ConvNdTransposeOperation):
@@ -414,8 +543,14 @@ class Conv2dTransposeOperation(_ConvNdTransposeOperation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, conv_input: Tensor, conv_filter: Tensor, strides,
-               padding: str, name: Optional[str] = None):
+  def __init__(
+    self,
+    conv_input: Tensor,
+    conv_filter: Tensor,
+    strides,
+    padding: str,
+    name: Optional[str] = None,
+  ):
     super().__init__(2, conv_input, conv_filter, strides, padding, name)
 
 
@@ -432,8 +567,14 @@ class Conv3dTransposeOperation(_ConvNdTransposeOperation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, conv_input: Tensor, conv_filter: Tensor, strides,
-               padding: str, name: Optional[str] = None):
+  def __init__(
+    self,
+    conv_input: Tensor,
+    conv_filter: Tensor,
+    strides,
+    padding: str,
+    name: Optional[str] = None,
+  ):
     super().__init__(3, conv_input, conv_filter, strides, padding, name)
 
 
@@ -457,9 +598,17 @@ class Conv2or3dBackpropInputOperation(_ConvFamilyOperation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, conv_dimension: int, is_transpose: bool, input_shape,
-               conv_filter: Tensor, dy: Tensor, strides, padding: str,
-               name: Optional[str] = None):
+  def __init__(
+    self,
+    conv_dimension: int,
+    is_transpose: bool,
+    input_shape,
+    conv_filter: Tensor,
+    dy: Tensor,
+    strides,
+    padding: str,
+    name: Optional[str] = None,
+  ):
     n = _check_conv_dimension(conv_dimension)
     trans = "_trans" if is_transpose else ""
     label = "conv%dd%s_backprop" % (n, trans)
@@ -474,13 +623,27 @@ class Conv2or3dBackpropInputOperation(_ConvFamilyOperation):
     if self._is_transpose:
       self._roles = {"a": dy, "w": conv_filter}
       self._target = "b"
-      _check_roles(n, dy.shape, conv_filter.shape, input_shape, self._strides,
-                   padding, label)
+      _check_roles(
+        n,
+        dy.shape,
+        conv_filter.shape,
+        input_shape,
+        self._strides,
+        padding,
+        label,
+      )
     else:
       self._roles = {"b": dy, "w": conv_filter}
       self._target = "a"
-      _check_roles(n, input_shape, conv_filter.shape, dy.shape, self._strides,
-                   padding, label)
+      _check_roles(
+        n,
+        input_shape,
+        conv_filter.shape,
+        dy.shape,
+        self._strides,
+        padding,
+        label,
+      )
     self._allreduce_counter = "conv%dd%s_op" % (n, trans)
     self._compute_counter = "conv%dd%s/backprop_input" % (n, trans)
     self._init_splittability(False)
@@ -509,9 +672,17 @@ class Conv2or3dBackpropFilterOperation(_ConvFamilyOperation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, conv_dimension: int, is_transpose: bool,
-               conv_input: Tensor, filter_shape, dy: Tensor, strides,
-               padding: str, name: Optional[str] = None):
+  def __init__(
+    self,
+    conv_dimension: int,
+    is_transpose: bool,
+    conv_input: Tensor,
+    filter_shape,
+    dy: Tensor,
+    strides,
+    padding: str,
+    name: Optional[str] = None,
+  ):
     n = _check_conv_dimension(conv_dimension)
     trans = "_trans" if is_transpose else ""
     label = "conv%dd%s_backprop_filter" % (n, trans)
@@ -528,8 +699,15 @@ class Conv2or3dBackpropFilterOperation(_ConvFamilyOperation):
     else:
       self._roles = {"a": conv_input, "b": dy}
     self._target = "w"
-    _check_roles(n, self._roles["a"].shape, filter_shape,
-                 self._roles["b"].shape, self._strides, padding, label)
+    _check_roles(
+      n,
+      self._roles["a"].shape,
+      filter_shape,
+      self._roles["b"].shape,
+      self._strides,
+      padding,
+      label,
+    )
     self._allreduce_counter = "conv%dd%s_backprop_filter" % (n, trans)
     self._compute_counter = "conv%dd%s/backprop_filter" % (n, trans)
     self._init_splittability(False)
@@ -540,9 +718,14 @@ class Conv2or3dBackpropFilterOperation(_ConvFamilyOperation):
     return super().gradient(unused_grad_ys)
 
 
-def conv2d_backprop_input(input_shape, conv_filter: Tensor, dy: Tensor,
-                          strides, padding: str,
-                          name: Optional[str] = None) -> Tensor:
+def conv2d_backprop_input(
+  input_shape,
+  conv_filter: Tensor,
+  dy: Tensor,
+  strides,
+  padding: str,
+  name: Optional[str] = None,
+) -> Tensor:
   """Gradient of conv2d w.r.t. its input (shape input_shape).
 
   Args:
@@ -559,13 +742,18 @@ def conv2d_backprop_input(input_shape, conv_filter: Tensor, dy: Tensor,
     input.
   """
   return Conv2or3dBackpropInputOperation(
-      2, False, input_shape, conv_filter, dy, strides, padding,
-      name=name).outputs[0]
+    2, False, input_shape, conv_filter, dy, strides, padding, name=name
+  ).outputs[0]
 
 
-def conv2d_backprop_filter(conv_input: Tensor, filter_shape, dy: Tensor,
-                           strides, padding: str,
-                           name: Optional[str] = None) -> Tensor:
+def conv2d_backprop_filter(
+  conv_input: Tensor,
+  filter_shape,
+  dy: Tensor,
+  strides,
+  padding: str,
+  name: Optional[str] = None,
+) -> Tensor:
   """Gradient of conv2d w.r.t. its filter (shape filter_shape).
 
   Args:
@@ -582,13 +770,18 @@ def conv2d_backprop_filter(conv_input: Tensor, filter_shape, dy: Tensor,
     filter.
   """
   return Conv2or3dBackpropFilterOperation(
-      2, False, conv_input, filter_shape, dy, strides, padding,
-      name=name).outputs[0]
+    2, False, conv_input, filter_shape, dy, strides, padding, name=name
+  ).outputs[0]
 
 
-def conv3d_backprop_input(input_shape, conv_filter: Tensor, dy: Tensor,
-                          strides, padding: str,
-                          name: Optional[str] = None) -> Tensor:
+def conv3d_backprop_input(
+  input_shape,
+  conv_filter: Tensor,
+  dy: Tensor,
+  strides,
+  padding: str,
+  name: Optional[str] = None,
+) -> Tensor:
   """Gradient of conv3d w.r.t. its input (shape input_shape).
 
   Args:
@@ -605,13 +798,18 @@ def conv3d_backprop_input(input_shape, conv_filter: Tensor, dy: Tensor,
     input.
   """
   return Conv2or3dBackpropInputOperation(
-      3, False, input_shape, conv_filter, dy, strides, padding,
-      name=name).outputs[0]
+    3, False, input_shape, conv_filter, dy, strides, padding, name=name
+  ).outputs[0]
 
 
-def conv3d_backprop_filter(conv_input: Tensor, filter_shape, dy: Tensor,
-                           strides, padding: str,
-                           name: Optional[str] = None) -> Tensor:
+def conv3d_backprop_filter(
+  conv_input: Tensor,
+  filter_shape,
+  dy: Tensor,
+  strides,
+  padding: str,
+  name: Optional[str] = None,
+) -> Tensor:
   """Gradient of conv3d w.r.t. its filter (shape filter_shape).
 
   Args:
@@ -628,13 +826,18 @@ def conv3d_backprop_filter(conv_input: Tensor, filter_shape, dy: Tensor,
     filter.
   """
   return Conv2or3dBackpropFilterOperation(
-      3, False, conv_input, filter_shape, dy, strides, padding,
-      name=name).outputs[0]
+    3, False, conv_input, filter_shape, dy, strides, padding, name=name
+  ).outputs[0]
 
 
-def conv2d_transpose_backprop_input(input_shape, conv_filter: Tensor,
-                                    dy: Tensor, strides, padding: str,
-                                    name: Optional[str] = None) -> Tensor:
+def conv2d_transpose_backprop_input(
+  input_shape,
+  conv_filter: Tensor,
+  dy: Tensor,
+  strides,
+  padding: str,
+  name: Optional[str] = None,
+) -> Tensor:
   """Gradient of conv2d_transpose w.r.t. its input (a conv2d of dy).
 
   Args:
@@ -651,13 +854,18 @@ def conv2d_transpose_backprop_input(input_shape, conv_filter: Tensor,
     input.
   """
   return Conv2or3dBackpropInputOperation(
-      2, True, input_shape, conv_filter, dy, strides, padding,
-      name=name).outputs[0]
+    2, True, input_shape, conv_filter, dy, strides, padding, name=name
+  ).outputs[0]
 
 
-def conv2d_transpose_backprop_filter(conv_input: Tensor, filter_shape,
-                                     dy: Tensor, strides, padding: str,
-                                     name: Optional[str] = None) -> Tensor:
+def conv2d_transpose_backprop_filter(
+  conv_input: Tensor,
+  filter_shape,
+  dy: Tensor,
+  strides,
+  padding: str,
+  name: Optional[str] = None,
+) -> Tensor:
   """Gradient of conv2d_transpose w.r.t. its filter.
 
   Args:
@@ -674,13 +882,18 @@ def conv2d_transpose_backprop_filter(conv_input: Tensor, filter_shape,
     filter.
   """
   return Conv2or3dBackpropFilterOperation(
-      2, True, conv_input, filter_shape, dy, strides, padding,
-      name=name).outputs[0]
+    2, True, conv_input, filter_shape, dy, strides, padding, name=name
+  ).outputs[0]
 
 
-def conv3d_transpose_backprop_input(input_shape, conv_filter: Tensor,
-                                    dy: Tensor, strides, padding: str,
-                                    name: Optional[str] = None) -> Tensor:
+def conv3d_transpose_backprop_input(
+  input_shape,
+  conv_filter: Tensor,
+  dy: Tensor,
+  strides,
+  padding: str,
+  name: Optional[str] = None,
+) -> Tensor:
   """Gradient of conv3d_transpose w.r.t. its input (a conv3d of dy).
 
   Args:
@@ -697,13 +910,18 @@ def conv3d_transpose_backprop_input(input_shape, conv_filter: Tensor,
     input.
   """
   return Conv2or3dBackpropInputOperation(
-      3, True, input_shape, conv_filter, dy, strides, padding,
-      name=name).outputs[0]
+    3, True, input_shape, conv_filter, dy, strides, padding, name=name
+  ).outputs[0]
 
 
-def conv3d_transpose_backprop_filter(conv_input: Tensor, filter_shape,
-                                     dy: Tensor, strides, padding: str,
-                                     name: Optional[str] = None) -> Tensor:
+def conv3d_transpose_backprop_filter(
+  conv_input: Tensor,
+  filter_shape,
+  dy: Tensor,
+  strides,
+  padding: str,
+  name: Optional[str] = None,
+) -> Tensor:
   """Gradient of conv3d_transpose w.r.t. its filter.
 
   Args:
@@ -720,17 +938,25 @@ def conv3d_transpose_backprop_filter(conv_input: Tensor, filter_shape,
     filter.
   """
   return Conv2or3dBackpropFilterOperation(
-      3, True, conv_input, filter_shape, dy, strides, padding,
-      name=name).outputs[0]
+    3, True, conv_input, filter_shape, dy, strides, padding, name=name
+  ).outputs[0]
 
 
 __all__ = [
-    "Conv2dOperation", "Conv2dTransposeOperation",
-    "Conv2or3dBackpropFilterOperation", "Conv2or3dBackpropInputOperation",
-    "Conv3dOperation", "Conv3dTransposeOperation",
-    "conv2d_backprop_filter", "conv2d_backprop_input",
-    "conv2d_transpose_backprop_filter", "conv2d_transpose_backprop_input",
-    "conv3d_backprop_filter", "conv3d_backprop_filter_v2",
-    "conv3d_backprop_input", "conv3d_backprop_input_v2",
-    "conv3d_transpose_backprop_filter", "conv3d_transpose_backprop_input",
+  "Conv2dOperation",
+  "Conv2dTransposeOperation",
+  "Conv2or3dBackpropFilterOperation",
+  "Conv2or3dBackpropInputOperation",
+  "Conv3dOperation",
+  "Conv3dTransposeOperation",
+  "conv2d_backprop_filter",
+  "conv2d_backprop_input",
+  "conv2d_transpose_backprop_filter",
+  "conv2d_transpose_backprop_input",
+  "conv3d_backprop_filter",
+  "conv3d_backprop_filter_v2",
+  "conv3d_backprop_input",
+  "conv3d_backprop_input_v2",
+  "conv3d_transpose_backprop_filter",
+  "conv3d_transpose_backprop_input",
 ]

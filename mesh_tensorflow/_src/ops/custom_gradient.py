@@ -13,13 +13,15 @@ from typing import Callable, List, Optional, Sequence
 
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.ops import gradients as gradients_lib
 from mesh_tensorflow._src.variables import Variable
 
 
-def _implicit_inputs(explicit_inputs: Sequence[Tensor],
-                     forward_operations: Sequence[Operation]) -> List[Tensor]:
+def _implicit_inputs(
+  explicit_inputs: Sequence[Tensor], forward_operations: Sequence[Operation]
+) -> List[Tensor]:
   """Float tensors from outside fn that the forward operations read."""
   produced = set()
   for op in forward_operations:
@@ -28,8 +30,12 @@ def _implicit_inputs(explicit_inputs: Sequence[Tensor],
   implicit = []
   for op in forward_operations:
     for t in op.inputs:
-      if (t.dtype.is_floating and t not in produced and t not in explicit
-          and t not in implicit):
+      if (
+        t.dtype.is_floating
+        and t not in produced
+        and t not in explicit
+        and t not in implicit
+      ):
         implicit.append(t)
   return implicit
 
@@ -53,10 +59,15 @@ class CustomGradientOperation(Operation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, explicit_inputs: Sequence[Tensor],
-               all_inputs: Sequence[Tensor], fn_outputs: Sequence[Tensor],
-               grad_fn: Callable, forward_operations: Sequence[Operation],
-               name: Optional[str] = None):
+  def __init__(
+    self,
+    explicit_inputs: Sequence[Tensor],
+    all_inputs: Sequence[Tensor],
+    fn_outputs: Sequence[Tensor],
+    grad_fn: Callable,
+    forward_operations: Sequence[Operation],
+    name: Optional[str] = None,
+  ):
     self._explicit_inputs = list(explicit_inputs)
     self._forward_operations = list(forward_operations)
     self._fn_outputs = list(fn_outputs)
@@ -64,21 +75,28 @@ class CustomGradientOperation(Operation):
     for op in self._forward_operations:
       if isinstance(op, Variable):
         raise ValueError(
-            "custom_gradient: variable %r was created inside fn; create it "
-            "before calling custom_gradient (reusing it inside is fine)"
-            % op.name)
+          "custom_gradient: variable %r was created inside fn; create it "
+          "before calling custom_gradient (reusing it inside is fine)" % op.name
+        )
     for t in self._fn_outputs:
       if not isinstance(t, Tensor):
-        raise ValueError("custom_gradient: fn must return mtf Tensors, got %r"
-                         % (t,))
-    super().__init__(all_inputs, mesh=self._fn_outputs[0].mesh,
-                     name=name or "custom_gradient")
-    self._outputs = [Tensor(self, t.shape, t.dtype, index=i)
-                     for i, t in enumerate(self._fn_outputs)]
+        raise ValueError(
+          "custom_gradient: fn must return mtf Tensors, got %r" % (t,)
+        )
+    super().__init__(
+      all_inputs, mesh=self._fn_outputs[0].mesh, name=name or "custom_gradient"
+    )
+    self._outputs = [
+      Tensor(self, t.shape, t.dtype, index=i)
+      for i, t in enumerate(self._fn_outputs)
+    ]
     returned = set(self._fn_outputs)
     self._internal_tensors = [
-        t for op in self._forward_operations for t in op.outputs
-        if t not in returned]
+      t
+      for op in self._forward_operations
+      for t in op.outputs
+      if t not in returned
+    ]
     for t in self._internal_tensors:
       t.usable = False
 
@@ -109,29 +127,37 @@ class CustomGradientOperation(Operation):
       t.usable = True
     try:
       grads = self._grad_fn(
-          explicit_inputs=list(self._explicit_inputs),
-          all_inputs=list(self._inputs),
-          forward_operations=list(self._forward_operations),
-          outputs=list(self._fn_outputs),
-          output_grads=list(grad_ys))
+        explicit_inputs=list(self._explicit_inputs),
+        all_inputs=list(self._inputs),
+        forward_operations=list(self._forward_operations),
+        outputs=list(self._fn_outputs),
+        output_grads=list(grad_ys),
+      )
     finally:
       for t in self._internal_tensors:
         t.usable = False
     if len(graph.all_variables) != num_variables:
-      raise ValueError("custom_gradient %s: grad_fn created variables"
-                       % self.name)
+      raise ValueError(
+        "custom_gradient %s: grad_fn created variables" % self.name
+      )
     grads = list(grads)
     if len(grads) != len(self._inputs):
       raise ValueError(
-          "custom_gradient %s: grad_fn returned %d gradients for %d inputs "
-          "(explicit then implicit: %s)" %
-          (self.name, len(grads), len(self._inputs),
-           [t.name for t in self._inputs]))
+        "custom_gradient %s: grad_fn returned %d gradients for %d inputs "
+        "(explicit then implicit: %s)"
+        % (
+          self.name,
+          len(grads),
+          len(self._inputs),
+          [t.name for t in self._inputs],
+        )
+      )
     return grads
 
 
-def custom_gradient(fn: Callable, grad_fn: Callable,
-                    explicit_inputs: Sequence[Tensor]):
+def custom_gradient(
+  fn: Callable, grad_fn: Callable, explicit_inputs: Sequence[Tensor]
+):
   """fn(*explicit_inputs) with gradients given by grad_fn.
 
   Example:
@@ -156,19 +182,22 @@ def custom_gradient(fn: Callable, grad_fn: Callable,
     raise ValueError("custom_gradient needs at least one explicit input")
   graph = explicit_inputs[0].graph
   outputs, forward_operations = graph.capture_operations(
-      lambda: fn(*explicit_inputs))
+    lambda: fn(*explicit_inputs)
+  )
   # Variables fn creates (layers create theirs on first call) act as if made
   # before fn: they stay ordinary graph operations and their values become
   # implicit inputs, so grad_fn gives their gradients.
-  forward_operations = [op for op in forward_operations
-                        if not isinstance(op, Variable)]
+  forward_operations = [
+    op for op in forward_operations if not isinstance(op, Variable)
+  ]
   single = isinstance(outputs, Tensor)
   fn_outputs = [outputs] if single else list(outputs)
-  all_inputs = explicit_inputs + _implicit_inputs(explicit_inputs,
-                                                  forward_operations)
+  all_inputs = explicit_inputs + _implicit_inputs(
+    explicit_inputs, forward_operations
+  )
   new_outputs = CustomGradientOperation(
-      explicit_inputs, all_inputs, fn_outputs, grad_fn,
-      forward_operations).outputs
+    explicit_inputs, all_inputs, fn_outputs, grad_fn, forward_operations
+  ).outputs
   if single:
     return new_outputs[0]
   return tuple(new_outputs) if isinstance(outputs, tuple) else new_outputs
@@ -181,8 +210,9 @@ class _AfterOperation(Operation):
   every tensor in `after`; otherwise 1e-30 times a local sum of them is added.
   """
 
-  def __init__(self, x: Tensor, after: Sequence[Tensor],
-               name: Optional[str] = None):
+  def __init__(
+    self, x: Tensor, after: Sequence[Tensor], name: Optional[str] = None
+  ):
     super().__init__([x] + list(after), name=name or "recompute_after")
     self._outputs = [Tensor(self, x.shape, x.dtype)]
 
@@ -194,19 +224,26 @@ class _AfterOperation(Operation):
     laid_outs = [lowering.tensors[t].to_laid_out_tensor() for t in self._inputs]
     dtype = self._inputs[0].dtype
     if mesh_impl.supports_control_dependencies:
+
       def fn(x, *after):
         with tf.control_dependencies(list(after)):
           return tf.identity(x)
     else:
+
       def fn(x, *after):
         tiny = tf.add_n([tf.reduce_sum(tf.cast(a, tf.float32)) for a in after])
         return x + tf.cast(tiny * 1e-30, dtype)
-    lowering.set_tensor_lowering(self.outputs[0],
-                                 mesh_impl.slicewise(fn, *laid_outs))
+
+    lowering.set_tensor_lowering(
+      self.outputs[0], mesh_impl.slicewise(fn, *laid_outs)
+    )
 
 
-def recompute_grad(fn: Callable, explicit_inputs: Sequence[Tensor],
-                   control_dependencies: bool = True):
+def recompute_grad(
+  fn: Callable,
+  explicit_inputs: Sequence[Tensor],
+  control_dependencies: bool = True,
+):
   """fn(*explicit_inputs), recomputed on the backward pass (rematerialisation).
 
   Activations inside fn are not needed by the gradient: the backward pass
@@ -226,8 +263,10 @@ def recompute_grad(fn: Callable, explicit_inputs: Sequence[Tensor],
   Returns:
     fn's output(s).
   """
-  def grad_fn(explicit_inputs, all_inputs, forward_operations, outputs,
-              output_grads):
+
+  def grad_fn(
+    explicit_inputs, all_inputs, forward_operations, outputs, output_grads
+  ):
     del explicit_inputs
     graph = all_inputs[0].graph
     pairs = [(y, dy) for y, dy in zip(outputs, output_grads) if dy is not None]
@@ -241,8 +280,10 @@ def recompute_grad(fn: Callable, explicit_inputs: Sequence[Tensor],
     new_ops, mapping = graph.clone_operations(forward_operations, mapping)
     ys = [mapping.get(y, y) for y, _ in pairs]
     xs = [mapping.get(x, x) for x in all_inputs]
-    return gradients_lib.gradients(ys, xs, grad_ys=[dy for _, dy in pairs],
-                                   operations=new_ops)
+    return gradients_lib.gradients(
+      ys, xs, grad_ys=[dy for _, dy in pairs], operations=new_ops
+    )
+
   return custom_gradient(fn, grad_fn, explicit_inputs)
 
 

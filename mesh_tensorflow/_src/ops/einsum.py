@@ -12,15 +12,18 @@ from typing import Dict, List, Optional, Sequence
 
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Operation, Tensor
-from mesh_tensorflow._src.laid_out import LazyAllreduceSum
 from mesh_tensorflow._src import mesh_impl as mesh_impl_lib
-from mesh_tensorflow._src.shapes import Dimension, Shape, convert_to_shape
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
+from mesh_tensorflow._src.laid_out import LazyAllreduceSum
+from mesh_tensorflow._src.shapes import Dimension
+from mesh_tensorflow._src.shapes import Shape
+from mesh_tensorflow._src.shapes import convert_to_shape
 
 
-def _union_dim_list(shapes: Sequence[Shape],
-                    descriptions: Optional[Sequence[str]] = None
-                    ) -> List[Dimension]:
+def _union_dim_list(
+  shapes: Sequence[Shape], descriptions: Optional[Sequence[str]] = None
+) -> List[Dimension]:
   """Dimensions of all shapes in order of first appearance (sizes checked).
 
   descriptions (default: the shapes' strings) name the inputs in errors.
@@ -36,8 +39,10 @@ def _union_dim_list(shapes: Sequence[Shape],
         by_name[d.name] = d
         dims.append(d)
       elif seen.size != d.size:
-        raise ValueError("einsum: dimension %r has size %d in one input and %d "
-                         "in %s" % (d.name, seen.size, d.size, description))
+        raise ValueError(
+          "einsum: dimension %r has size %d in one input and %d "
+          "in %s" % (d.name, seen.size, d.size, description)
+        )
   return dims
 
 
@@ -56,32 +61,48 @@ class EinsumOperation(Operation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, inputs: Sequence[Tensor], output_shape,
-               name: Optional[str] = None):
+  def __init__(
+    self, inputs: Sequence[Tensor], output_shape, name: Optional[str] = None
+  ):
     inputs = list(inputs)
     if not inputs:
       raise ValueError("einsum needs at least one input")
     super().__init__(inputs, name=name or "einsum")
-    self._outputs = [Tensor(self, convert_to_shape(output_shape),
-                            inputs[0].dtype)]
+    self._outputs = [
+      Tensor(self, convert_to_shape(output_shape), inputs[0].dtype)
+    ]
 
   def gradient(self, grad_ys):
     dy = grad_ys[0]
     xs = self.inputs
-    return [einsum([dy] + xs[:i] + xs[i + 1:], output_shape=x.shape)
-            for i, x in enumerate(xs)]
+    return [
+      einsum([dy] + xs[:i] + xs[i + 1 :], output_shape=x.shape)
+      for i, x in enumerate(xs)
+    ]
 
   def lower(self, lowering):
     xs = self.inputs
     lowering.set_tensor_lowering(
-        self.outputs[0],
-        lower_einsum(lowering, lowering.mesh_impl(self),
-                     [x.shape for x in xs], [lowering.tensors[x] for x in xs],
-                     xs[0].dtype, self.outputs[0].shape))
+      self.outputs[0],
+      lower_einsum(
+        lowering,
+        lowering.mesh_impl(self),
+        [x.shape for x in xs],
+        [lowering.tensors[x] for x in xs],
+        xs[0].dtype,
+        self.outputs[0].shape,
+      ),
+    )
 
 
-def lower_einsum(lowering, mesh_impl, input_shapes: Sequence[Shape],
-                 laid_out_inputs: Sequence, dtype: tf.DType, output_shape):
+def lower_einsum(
+  lowering,
+  mesh_impl,
+  input_shapes: Sequence[Shape],
+  laid_out_inputs: Sequence,
+  dtype: tf.DType,
+  output_shape,
+):
   """The einsum of laid-out inputs with the given shapes, as EinsumOperation.
 
   For operations whose lowering is an einsum of slices they make themselves
@@ -96,18 +117,28 @@ def lower_einsum(lowering, mesh_impl, input_shapes: Sequence[Shape],
   all_names = [d.name for d in all_dims]
   letters = dict(zip(all_names, string.ascii_letters))
   if len(all_names) > len(string.ascii_letters):
-    raise ValueError("einsum over more than %d distinct dimensions"
-                     % len(string.ascii_letters))
+    raise ValueError(
+      "einsum over more than %d distinct dimensions" % len(string.ascii_letters)
+    )
   inner_shape = Shape([d for d in out_shape.dims if d.name in letters])
   equation = "%s->%s" % (
-      ",".join("".join(letters[n] for n in shape.dimension_names)
-               for shape in input_shapes),
-      "".join(letters[n] for n in inner_shape.dimension_names))
-  reduced_mesh_axes = sorted(set(
-      mesh_impl.tensor_dimension_to_mesh_axis(d) for d in all_dims
-      if d not in out_shape.dims) - {None})
+    ",".join(
+      "".join(letters[n] for n in shape.dimension_names)
+      for shape in input_shapes
+    ),
+    "".join(letters[n] for n in inner_shape.dimension_names),
+  )
+  reduced_mesh_axes = sorted(
+    set(
+      mesh_impl.tensor_dimension_to_mesh_axis(d)
+      for d in all_dims
+      if d not in out_shape.dims
+    )
+    - {None}
+  )
 
   if dtype.is_floating:
+
     def slice_fn(*slices):
       return mesh_impl.einsum(equation, *slices)
   else:
@@ -117,11 +148,15 @@ def lower_einsum(lowering, mesh_impl, input_shapes: Sequence[Shape],
     def slice_fn(*slices):
       product = None
       for shape, s in zip(input_shapes, slices):
-        s = mesh_impl_lib.broadcast_slice(s, shape, union_shape,
-                                          union_slice_shape)
+        s = mesh_impl_lib.broadcast_slice(
+          s, shape, union_shape, union_slice_shape
+        )
         product = s if product is None else product * s
-      reduced_axes = [i for i, n in enumerate(all_names)
-                      if n not in inner_shape.dimension_names]
+      reduced_axes = [
+        i
+        for i, n in enumerate(all_names)
+        if n not in inner_shape.dimension_names
+      ]
       if reduced_axes:
         product = tf.reduce_sum(product, axis=reduced_axes)
       kept = [n for n in all_names if n in inner_shape.dimension_names]
@@ -138,14 +173,22 @@ def lower_einsum(lowering, mesh_impl, input_shapes: Sequence[Shape],
   if reduced_mesh_axes:
     counter = "allreduce/%s/einsum_op" % reduced_mesh_axes
     y = LazyAllreduceSum(
-        mesh_impl, y, reduced_mesh_axes,
-        add_counter_fn=lambda: lowering.add_counter(
-            counter, mesh_impl.laid_out_size(out_shape)))
+      mesh_impl,
+      y,
+      reduced_mesh_axes,
+      add_counter_fn=lambda: lowering.add_counter(
+        counter, mesh_impl.laid_out_size(out_shape)
+      ),
+    )
   return y
 
 
-def einsum(xs: Sequence[Tensor], output_shape=None, reduced_dims=None,
-           name: Optional[str] = None) -> Tensor:
+def einsum(
+  xs: Sequence[Tensor],
+  output_shape=None,
+  reduced_dims=None,
+  name: Optional[str] = None,
+) -> Tensor:
   """Einstein summation over named dimensions.
 
   Without output_shape and reduced_dims the output keeps the dimensions that
@@ -181,17 +224,25 @@ def einsum(xs: Sequence[Tensor], output_shape=None, reduced_dims=None,
     raise ValueError("einsum needs at least one input")
   for x in xs[1:]:
     if x.dtype != xs[0].dtype:
-      raise ValueError("einsum inputs must share a dtype: %s is %s, %s is %s"
-                       % (xs[0].name, xs[0].dtype.name, x.name, x.dtype.name))
+      raise ValueError(
+        "einsum inputs must share a dtype: %s is %s, %s is %s"
+        % (xs[0].name, xs[0].dtype.name, x.name, x.dtype.name)
+      )
   output_shape = einsum_output_shape(
-      [x.shape for x in xs], output_shape, reduced_dims,
-      descriptions=[x.to_string for x in xs])
+    [x.shape for x in xs],
+    output_shape,
+    reduced_dims,
+    descriptions=[x.to_string for x in xs],
+  )
   return EinsumOperation(xs, output_shape, name=name).outputs[0]
 
 
-def einsum_output_shape(input_shapes: Sequence[Shape], output_shape=None,
-                        reduced_dims=None,
-                        descriptions: Optional[Sequence[str]] = None) -> Shape:
+def einsum_output_shape(
+  input_shapes: Sequence[Shape],
+  output_shape=None,
+  reduced_dims=None,
+  descriptions: Optional[Sequence[str]] = None,
+) -> Shape:
   """The output Shape `einsum` gives inputs of these shapes (checked).
 
   Example:
@@ -206,8 +257,9 @@ def einsum_output_shape(input_shapes: Sequence[Shape], output_shape=None,
   input_dims = _union_dim_list(input_shapes, descriptions)
   by_name = {d.name: d for d in input_dims}
   if reduced_dims is not None:
-    reduced_dims = [d if isinstance(d, Dimension) else by_name.get(d, d)
-                    for d in reduced_dims]
+    reduced_dims = [
+      d if isinstance(d, Dimension) else by_name.get(d, d) for d in reduced_dims
+    ]
     for d in reduced_dims:
       if d not in input_dims:
         raise ValueError("einsum: reduced dimension %s is in no input" % (d,))
@@ -225,21 +277,29 @@ def einsum_output_shape(input_shapes: Sequence[Shape], output_shape=None,
     for d in output_shape.dims:
       seen = by_name.get(d.name)
       if seen is not None and seen.size != d.size:
-        raise ValueError("einsum: output dimension %s conflicts with input "
-                         "dimension %s" % (d, seen))
+        raise ValueError(
+          "einsum: output dimension %s conflicts with input "
+          "dimension %s" % (d, seen)
+        )
     if reduced_dims is not None:
       expected = {d.name for d in input_dims} - {d.name for d in reduced_dims}
       kept = {d.name for d in output_shape.dims if d.name in by_name}
       if kept != expected:
         raise ValueError(
-            "einsum: output_shape %s and reduced_dims %s disagree for inputs "
-            "with dimensions %s" % (output_shape.to_string, reduced_dims,
-                                    input_dims))
+          "einsum: output_shape %s and reduced_dims %s disagree for inputs "
+          "with dimensions %s"
+          % (output_shape.to_string, reduced_dims, input_dims)
+        )
   return output_shape
 
 
-def matmul(a: Tensor, b: Tensor, output_shape=None, reduced_dims=None,
-           name: Optional[str] = None) -> Tensor:
+def matmul(
+  a: Tensor,
+  b: Tensor,
+  output_shape=None,
+  reduced_dims=None,
+  name: Optional[str] = None,
+) -> Tensor:
   """einsum([a, b], ...): contracts the dims a and b share.
 
   Args:
@@ -254,8 +314,9 @@ def matmul(a: Tensor, b: Tensor, output_shape=None, reduced_dims=None,
   Returns:
     an mtf Tensor of shape `output_shape`.
   """
-  return einsum([a, b], output_shape=output_shape, reduced_dims=reduced_dims,
-                name=name)
+  return einsum(
+    [a, b], output_shape=output_shape, reduced_dims=reduced_dims, name=name
+  )
 
 
 def transpose(x: Tensor, new_shape, name: str = "transpose") -> Tensor:
@@ -271,8 +332,10 @@ def transpose(x: Tensor, new_shape, name: str = "transpose") -> Tensor:
   """
   new_shape = convert_to_shape(new_shape)
   if sorted(new_shape.dims) != sorted(x.shape.dims):
-    raise ValueError("transpose: %s is not a permutation of %s"
-                     % (new_shape.to_string, x.shape.to_string))
+    raise ValueError(
+      "transpose: %s is not a permutation of %s"
+      % (new_shape.to_string, x.shape.to_string)
+    )
   return einsum([x], output_shape=new_shape, name=name)
 
 

@@ -10,7 +10,8 @@ from typing import Optional
 
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.ops import broadcast_binary
 from mesh_tensorflow._src.ops.slicewise import cwise
 
@@ -38,8 +39,12 @@ def sin(x: Tensor, name: str = "sin") -> Tensor:
   Returns:
     an mtf Tensor with the shape and dtype of `x`.
   """
-  return cwise(tf.math.sin, [x], name=name,
-               grad_function=lambda op, dy: [dy * cos(op.inputs[0])])
+  return cwise(
+    tf.math.sin,
+    [x],
+    name=name,
+    grad_function=lambda op, dy: [dy * cos(op.inputs[0])],
+  )
 
 
 def cos(x: Tensor, name: str = "cos") -> Tensor:
@@ -52,8 +57,12 @@ def cos(x: Tensor, name: str = "cos") -> Tensor:
   Returns:
     an mtf Tensor with the shape and dtype of `x`.
   """
-  return cwise(tf.math.cos, [x], name=name,
-               grad_function=lambda op, dy: [-dy * sin(op.inputs[0])])
+  return cwise(
+    tf.math.cos,
+    [x],
+    name=name,
+    grad_function=lambda op, dy: [-dy * sin(op.inputs[0])],
+  )
 
 
 def square(x: Tensor, name: str = "square") -> Tensor:
@@ -66,8 +75,12 @@ def square(x: Tensor, name: str = "square") -> Tensor:
   Returns:
     an mtf Tensor with the shape and dtype of `x`.
   """
-  return cwise(tf.math.square, [x], name=name,
-               grad_function=lambda op, dy: [dy * op.inputs[0] * 2.0])
+  return cwise(
+    tf.math.square,
+    [x],
+    name=name,
+    grad_function=lambda op, dy: [dy * op.inputs[0] * 2.0],
+  )
 
 
 def sqrt(x: Tensor, name: str = "sqrt") -> Tensor:
@@ -80,8 +93,12 @@ def sqrt(x: Tensor, name: str = "sqrt") -> Tensor:
   Returns:
     an mtf Tensor with the shape and dtype of `x`.
   """
-  return cwise(tf.math.sqrt, [x], name=name,
-               grad_function=lambda op, dy: [dy * reciprocal(op.outputs[0]) * 0.5])
+  return cwise(
+    tf.math.sqrt,
+    [x],
+    name=name,
+    grad_function=lambda op, dy: [dy * reciprocal(op.outputs[0]) * 0.5],
+  )
 
 
 def _rsqrt_grad(op, dy):
@@ -112,8 +129,12 @@ def log(x: Tensor, name: str = "log") -> Tensor:
   Returns:
     an mtf Tensor with the shape and dtype of `x`.
   """
-  return cwise(tf.math.log, [x], name=name,
-               grad_function=lambda op, dy: [dy * reciprocal(op.inputs[0])])
+  return cwise(
+    tf.math.log,
+    [x],
+    name=name,
+    grad_function=lambda op, dy: [dy * reciprocal(op.inputs[0])],
+  )
 
 
 def exp(x: Tensor, name: str = "exp") -> Tensor:
@@ -126,8 +147,12 @@ def exp(x: Tensor, name: str = "exp") -> Tensor:
   Returns:
     an mtf Tensor with the shape and dtype of `x`.
   """
-  return cwise(tf.math.exp, [x], name=name,
-               grad_function=lambda op, dy: [dy * op.outputs[0]])
+  return cwise(
+    tf.math.exp,
+    [x],
+    name=name,
+    grad_function=lambda op, dy: [dy * op.outputs[0]],
+  )
 
 
 def _sigmoid_grad(op, dy):
@@ -176,8 +201,12 @@ def negative(x: Tensor, name: str = "negative") -> Tensor:
   Returns:
     an mtf Tensor with the shape and dtype of `x`.
   """
-  return cwise(tf.math.negative, [x], name=name,
-               grad_function=lambda op, dy: [negative(dy)])
+  return cwise(
+    tf.math.negative,
+    [x],
+    name=name,
+    grad_function=lambda op, dy: [negative(dy)],
+  )
 
 
 def logical_not(x: Tensor, name: str = "logical_not") -> Tensor:
@@ -203,16 +232,24 @@ def reciprocal(x: Tensor, name: str = "reciprocal") -> Tensor:
   Returns:
     an mtf Tensor with the shape and dtype of `x`.
   """
-  return cwise(tf.math.reciprocal, [x], name=name,
-               grad_function=lambda op, dy: [negative(dy * square(op.outputs[0]))])
+  return cwise(
+    tf.math.reciprocal,
+    [x],
+    name=name,
+    grad_function=lambda op, dy: [negative(dy * square(op.outputs[0]))],
+  )
 
 
 def _relu_grad(op, dy):
   # One fused TF op (dy where x > 0, else 0), as tf.nn.relu's own gradient.
-  return [cwise(lambda x, g: tf.raw_ops.ReluGrad(gradients=g, features=x),
-                [op.inputs[0], dy], name="relu_grad",
-                grad_function=lambda grad_op, ddy: [
-                    None, _relu_grad(op, ddy)[0]])]
+  return [
+    cwise(
+      lambda x, g: tf.raw_ops.ReluGrad(gradients=g, features=x),
+      [op.inputs[0], dy],
+      name="relu_grad",
+      grad_function=lambda grad_op, ddy: [None, _relu_grad(op, ddy)[0]],
+    )
+  ]
 
 
 def relu(x: Tensor, name: str = "relu") -> Tensor:
@@ -240,7 +277,9 @@ def squared_relu(x: Tensor) -> Tensor:
   return square(relu(x))
 
 
-def leaky_relu(x: Tensor, alpha: float = 0.2, name: str = "leaky_relu") -> Tensor:
+def leaky_relu(
+  x: Tensor, alpha: float = 0.2, name: str = "leaky_relu"
+) -> Tensor:
   """Elementwise x if x > 0 else alpha * x.
 
   Args:
@@ -251,11 +290,17 @@ def leaky_relu(x: Tensor, alpha: float = 0.2, name: str = "leaky_relu") -> Tenso
   Returns:
     an mtf Tensor with the shape and dtype of `x`.
   """
+
   def grad_fn(op, dy):
     positive = cast(broadcast_binary.greater(op.inputs[0], 0), dy.dtype)
     return [dy * (positive + (1.0 - positive) * alpha)]
-  return cwise(lambda t: tf.nn.leaky_relu(t, alpha=alpha), [x], name=name,
-               grad_function=grad_fn)
+
+  return cwise(
+    lambda t: tf.nn.leaky_relu(t, alpha=alpha),
+    [x],
+    name=name,
+    grad_function=grad_fn,
+  )
 
 
 def sign(x: Tensor, name: str = "sign") -> Tensor:
@@ -375,8 +420,13 @@ def cast(x: Tensor, dtype, name: str = "cast") -> Tensor:
   dtype = tf.as_dtype(dtype)
   if x.dtype == dtype:
     return x
-  return cwise(lambda t: tf.cast(t, dtype), [x], output_dtype=dtype, name=name,
-               grad_function=lambda op, dy: [cast(dy, op.inputs[0].dtype)])
+  return cwise(
+    lambda t: tf.cast(t, dtype),
+    [x],
+    output_dtype=dtype,
+    name=name,
+    grad_function=lambda op, dy: [cast(dy, op.inputs[0].dtype)],
+  )
 
 
 def to_float(x: Tensor, name: str = "to_float") -> Tensor:
@@ -435,8 +485,9 @@ class StopGradient(Operation):
     return False
 
   def lower(self, lowering):
-    lowering.set_tensor_lowering(self.outputs[0],
-                                 lowering.tensors[self.inputs[0]])
+    lowering.set_tensor_lowering(
+      self.outputs[0], lowering.tensors[self.inputs[0]]
+    )
 
 
 def stop_gradient(x: Tensor) -> Tensor:
@@ -453,9 +504,34 @@ def stop_gradient(x: Tensor) -> Tensor:
 
 
 __all__ = [
-    "StopGradient", "cast", "cos", "elu", "exp", "gelu", "identity",
-    "leaky_relu", "log", "logical_not", "mtf_abs", "mtf_pow", "negative",
-    "reciprocal", "relu", "rsqrt", "selu", "sigmoid", "sign", "sin", "softplus",
-    "sqrt", "square", "squared_relu", "stop_gradient", "swish", "tanh",
-    "to_bfloat16", "to_float", "to_int32",
+  "StopGradient",
+  "cast",
+  "cos",
+  "elu",
+  "exp",
+  "gelu",
+  "identity",
+  "leaky_relu",
+  "log",
+  "logical_not",
+  "mtf_abs",
+  "mtf_pow",
+  "negative",
+  "reciprocal",
+  "relu",
+  "rsqrt",
+  "selu",
+  "sigmoid",
+  "sign",
+  "sin",
+  "softplus",
+  "sqrt",
+  "square",
+  "squared_relu",
+  "stop_gradient",
+  "swish",
+  "tanh",
+  "to_bfloat16",
+  "to_float",
+  "to_int32",
 ]

@@ -24,13 +24,16 @@ from typing import List, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Mesh, Operation, Tensor
+from mesh_tensorflow._src.graph import Mesh
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.laid_out import LazyAllreduceSum
 from mesh_tensorflow._src.ops import einsum as einsum_lib
 from mesh_tensorflow._src.ops import elementwise
 from mesh_tensorflow._src.ops import io
 from mesh_tensorflow._src.ops import reduce as reduce_lib
-from mesh_tensorflow._src.shapes import Shape, convert_to_dimension
+from mesh_tensorflow._src.shapes import Shape
+from mesh_tensorflow._src.shapes import convert_to_dimension
 
 
 class OneHotOperation(Operation):
@@ -45,25 +48,38 @@ class OneHotOperation(Operation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, indices: Tensor, output_dim, on_value, off_value, dtype,
-               name: Optional[str] = None):
+  def __init__(
+    self,
+    indices: Tensor,
+    output_dim,
+    on_value,
+    off_value,
+    dtype,
+    name: Optional[str] = None,
+  ):
     if not isinstance(indices, Tensor):
-      raise TypeError("one_hot indices must be an mtf Tensor, got %r"
-                      % (indices,))
+      raise TypeError(
+        "one_hot indices must be an mtf Tensor, got %r" % (indices,)
+      )
     if not indices.dtype.is_integer:
-      raise ValueError("one_hot indices %s must have an integer dtype, got %s"
-                       % (indices.name, indices.dtype.name))
+      raise ValueError(
+        "one_hot indices %s must have an integer dtype, got %s"
+        % (indices.name, indices.dtype.name)
+      )
     output_dim = convert_to_dimension(output_dim)
     if output_dim.name in indices.shape.dimension_names:
-      raise ValueError("one_hot output dimension %s is already a dimension of "
-                       "indices %s" % (output_dim, indices.to_string))
+      raise ValueError(
+        "one_hot output dimension %s is already a dimension of "
+        "indices %s" % (output_dim, indices.to_string)
+      )
     super().__init__([indices], name=name or "one_hot")
     self._output_dim = output_dim
     self._on_value = on_value
     self._off_value = off_value
     self._dtype = tf.as_dtype(dtype)
-    self._outputs = [Tensor(self, Shape(indices.shape.dims + [output_dim]),
-                            self._dtype)]
+    self._outputs = [
+      Tensor(self, Shape(indices.shape.dims + [output_dim]), self._dtype)
+    ]
 
   @property
   def has_gradient(self) -> bool:
@@ -71,14 +87,21 @@ class OneHotOperation(Operation):
 
   def lower(self, lowering):
     lowering.set_tensor_lowering(
-        self.outputs[0],
-        lower_one_hot(lowering.mesh_impl(self),
-                      lowering.tensors[self.inputs[0]], self.outputs[0].shape,
-                      self._on_value, self._off_value, self._dtype))
+      self.outputs[0],
+      lower_one_hot(
+        lowering.mesh_impl(self),
+        lowering.tensors[self.inputs[0]],
+        self.outputs[0].shape,
+        self._on_value,
+        self._off_value,
+        self._dtype,
+      ),
+    )
 
 
-def lower_one_hot(mesh_impl, laid_out_indices, output_shape: Shape, on_value,
-                  off_value, dtype):
+def lower_one_hot(
+  mesh_impl, laid_out_indices, output_shape: Shape, on_value, off_value, dtype
+):
   """Laid-out one-hot slices along output_shape's last dim (may be split)."""
   depth = mesh_impl.slice_shape(output_shape)[-1]
   mesh_axis = mesh_impl.tensor_dimension_to_mesh_axis(output_shape.dims[-1])
@@ -89,16 +112,26 @@ def lower_one_hot(mesh_impl, laid_out_indices, output_shape: Shape, on_value,
         indices_slice -= pcoord * depth
     else:
       indices_slice -= tf.cast(pcoord, indices_slice.dtype) * depth
-    return tf.one_hot(indices_slice, depth,
-                      on_value=tf.cast(on_value, dtype),
-                      off_value=tf.cast(off_value, dtype), dtype=dtype)
+    return tf.one_hot(
+      indices_slice,
+      depth,
+      on_value=tf.cast(on_value, dtype),
+      off_value=tf.cast(off_value, dtype),
+      dtype=dtype,
+    )
 
   pcoord = 0 if mesh_axis is None else mesh_impl.laid_out_pcoord(mesh_axis)
   return mesh_impl.slicewise(one_hot_fn, laid_out_indices, pcoord)
 
 
-def one_hot(indices: Tensor, output_dim, on_value=1.0, off_value=0.0,
-            dtype=tf.float32, name: Optional[str] = None) -> Tensor:
+def one_hot(
+  indices: Tensor,
+  output_dim,
+  on_value=1.0,
+  off_value=0.0,
+  dtype=tf.float32,
+  name: Optional[str] = None,
+) -> Tensor:
   """One-hot encoding of integer `indices` along a new last dim `output_dim`.
 
   Example:
@@ -116,8 +149,9 @@ def one_hot(indices: Tensor, output_dim, on_value=1.0, off_value=0.0,
     an mtf Tensor of shape indices.shape + output_dim; out-of-range indices give
     an all-off row.
   """
-  return OneHotOperation(indices, output_dim, on_value, off_value, dtype,
-                         name=name).outputs[0]
+  return OneHotOperation(
+    indices, output_dim, on_value, off_value, dtype, name=name
+  ).outputs[0]
 
 
 def _names(dims) -> List[str]:
@@ -147,10 +181,12 @@ class _GatherDims:
     self.indices_shape = indices_shape
     self.dim = dim
     self.shared = [d for d in indices_shape.dims if d in weights_shape.dims]
-    self.indices_only = [d for d in indices_shape.dims
-                         if d not in weights_shape.dims]
-    self.weights_only = [d for d in weights_shape.dims
-                         if d != dim and d not in indices_shape.dims]
+    self.indices_only = [
+      d for d in indices_shape.dims if d not in weights_shape.dims
+    ]
+    self.weights_only = [
+      d for d in weights_shape.dims if d != dim and d not in indices_shape.dims
+    ]
     self.inner_shape_dims = self.shared + self.indices_only + self.weights_only
 
   def inner_shape(self, output_shape: Shape) -> Shape:
@@ -165,32 +201,38 @@ class _GatherDims:
     valid = tf.logical_and(ids >= 0, ids < depth)
     return tf.where(valid, ids, tf.zeros([], ids.dtype)), valid
 
-  def gather_slice(self, w: tf.Tensor, ids: tf.Tensor,
-                   out_dims: Sequence) -> tf.Tensor:
+  def gather_slice(
+    self, w: tf.Tensor, ids: tf.Tensor, out_dims: Sequence
+  ) -> tf.Tensor:
     """One slice's gather; out-of-range ids give zeros (as one_hot's)."""
     nshared = len(self.shared)
-    w = _transpose_slice(w, self.weights_shape.dims,
-                         self.shared + [self.dim] + self.weights_only)
-    ids = _transpose_slice(ids, self.indices_shape.dims,
-                           self.shared + self.indices_only)
+    w = _transpose_slice(
+      w, self.weights_shape.dims, self.shared + [self.dim] + self.weights_only
+    )
+    ids = _transpose_slice(
+      ids, self.indices_shape.dims, self.shared + self.indices_only
+    )
     ids, valid = self.valid_indices(ids, self.dim.size)
     y = tf.gather(w, ids, axis=nshared, batch_dims=nshared)
-    valid = tf.reshape(valid, valid.shape.as_list() +
-                       [1] * len(self.weights_only))
+    valid = tf.reshape(
+      valid, valid.shape.as_list() + [1] * len(self.weights_only)
+    )
     y = tf.where(valid, y, tf.zeros([], y.dtype))
     return _transpose_slice(y, self.inner_shape_dims, out_dims)
 
-  def scatter_add_slice(self, dy: tf.Tensor, ids: tf.Tensor,
-                        dy_dims: Sequence) -> tf.Tensor:
+  def scatter_add_slice(
+    self, dy: tf.Tensor, ids: tf.Tensor, dy_dims: Sequence
+  ) -> tf.Tensor:
     """One slice's gradient: dy's rows summed into the rows ids name."""
     nshared = len(self.shared)
     depth = self.dim.size
     dy = _transpose_slice(dy, dy_dims, self.inner_shape_dims)
-    ids = _transpose_slice(ids, self.indices_shape.dims,
-                           self.shared + self.indices_only)
+    ids = _transpose_slice(
+      ids, self.indices_shape.dims, self.shared + self.indices_only
+    )
     ids, valid = self.valid_indices(ids, depth)
     shared_sizes = ids.shape.as_list()[:nshared]
-    row_shape = dy.shape.as_list()[len(ids.shape):]
+    row_shape = dy.shape.as_list()[len(ids.shape) :]
     num_batches = int(np.prod(shared_sizes, dtype=np.int64))
     if nshared:
       # One block of `depth` rows per position in the shared dims.
@@ -201,17 +243,29 @@ class _GatherDims:
     # zeroing the result when there are many more rows than ids.
     valid = tf.reshape(valid, valid.shape.as_list() + [1] * len(row_shape))
     dy = tf.where(valid, dy, tf.zeros([], dy.dtype))
-    sums = tf.scatter_nd(tf.reshape(ids, [-1, 1]),
-                         tf.reshape(dy, [-1] + row_shape),
-                         [num_batches * depth] + row_shape)
+    sums = tf.scatter_nd(
+      tf.reshape(ids, [-1, 1]),
+      tf.reshape(dy, [-1] + row_shape),
+      [num_batches * depth] + row_shape,
+    )
     sums = tf.reshape(sums, shared_sizes + [depth] + row_shape)
-    return _transpose_slice(sums, self.shared + [self.dim] + self.weights_only,
-                            self.weights_shape.dims)
+    return _transpose_slice(
+      sums,
+      self.shared + [self.dim] + self.weights_only,
+      self.weights_shape.dims,
+    )
 
 
-def _lower_one_hot_einsum(lowering, mesh_impl, indices: Tensor,
-                          laid_out_indices, dim, other: Tensor,
-                          laid_out_other, output_shape: Shape):
+def _lower_one_hot_einsum(
+  lowering,
+  mesh_impl,
+  indices: Tensor,
+  laid_out_indices,
+  dim,
+  other: Tensor,
+  laid_out_other,
+  output_shape: Shape,
+):
   """einsum(one_hot(indices, dim), other) -> output_shape, laid out.
 
   The original's gather (other = weights) and its gradient (other = dy)
@@ -219,11 +273,17 @@ def _lower_one_hot_einsum(lowering, mesh_impl, indices: Tensor,
   its part of `dim`, and contracting `dim` costs the einsum's allreduce.
   """
   one_hot_shape = Shape(indices.shape.dims + [dim])
-  one_hots = lower_one_hot(mesh_impl, laid_out_indices, one_hot_shape, 1, 0,
-                           other.dtype)
+  one_hots = lower_one_hot(
+    mesh_impl, laid_out_indices, one_hot_shape, 1, 0, other.dtype
+  )
   return einsum_lib.lower_einsum(
-      lowering, mesh_impl, [one_hot_shape, other.shape],
-      [one_hots, laid_out_other], other.dtype, output_shape)
+    lowering,
+    mesh_impl,
+    [one_hot_shape, other.shape],
+    [one_hots, laid_out_other],
+    other.dtype,
+    output_shape,
+  )
 
 
 class GatherOperation(Operation):
@@ -233,8 +293,14 @@ class GatherOperation(Operation):
   the one-hot einsum. Its gradient is a ScatterAddOperation.
   """
 
-  def __init__(self, weights: Tensor, indices: Tensor, dim, output_shape,
-               name: Optional[str] = None):
+  def __init__(
+    self,
+    weights: Tensor,
+    indices: Tensor,
+    dim,
+    output_shape,
+    name: Optional[str] = None,
+  ):
     super().__init__([weights, indices], name=name or "gather")
     self._dim = dim
     self._dims = _GatherDims(weights.shape, indices.shape, dim)
@@ -246,8 +312,10 @@ class GatherOperation(Operation):
     inner_shape = self._dims.inner_shape(dy.shape)
     if inner_shape != dy.shape:  # Broadcast output dims: sum them first.
       dy = reduce_lib.reduce_sum(dy, output_shape=inner_shape)
-    return [ScatterAddOperation(dy, indices, self._dim,
-                                weights.shape).outputs[0], None]
+    return [
+      ScatterAddOperation(dy, indices, self._dim, weights.shape).outputs[0],
+      None,
+    ]
 
   def lower(self, lowering):
     mesh_impl = lowering.mesh_impl(self)
@@ -256,15 +324,24 @@ class GatherOperation(Operation):
     laid_out_weights = lowering.tensors[weights]
     laid_out_indices = lowering.tensors[indices]
     if mesh_impl.tensor_dimension_to_mesh_axis(self._dim) is not None:
-      y = _lower_one_hot_einsum(lowering, mesh_impl, indices,
-                                laid_out_indices, self._dim, weights,
-                                laid_out_weights, out_shape)
+      y = _lower_one_hot_einsum(
+        lowering,
+        mesh_impl,
+        indices,
+        laid_out_indices,
+        self._dim,
+        weights,
+        laid_out_weights,
+        out_shape,
+      )
     else:
       dims = self._dims
       inner_shape = dims.inner_shape(out_shape)
       y = mesh_impl.slicewise(
-          lambda w, ids: dims.gather_slice(w, ids, inner_shape.dims),
-          laid_out_weights, laid_out_indices)
+        lambda w, ids: dims.gather_slice(w, ids, inner_shape.dims),
+        laid_out_weights,
+        laid_out_indices,
+      )
       if inner_shape != out_shape:
         y = mesh_impl.broadcast_impl(y, inner_shape, out_shape)
       lowering.add_counter("gather", mesh_impl.laid_out_size(out_shape))
@@ -280,8 +357,14 @@ class ScatterAddOperation(Operation):
   `dim` is split: that one-hot einsum.
   """
 
-  def __init__(self, dy: Tensor, indices: Tensor, dim, weights_shape: Shape,
-               name: Optional[str] = None):
+  def __init__(
+    self,
+    dy: Tensor,
+    indices: Tensor,
+    dim,
+    weights_shape: Shape,
+    name: Optional[str] = None,
+  ):
     super().__init__([dy, indices], name=name or "scatter_add")
     self._dim = dim
     self._dims = _GatherDims(weights_shape, indices.shape, dim)
@@ -289,8 +372,10 @@ class ScatterAddOperation(Operation):
 
   def gradient(self, grad_ys):
     dy, indices = self.inputs
-    return [GatherOperation(grad_ys[0], indices, self._dim,
-                            dy.shape).outputs[0], None]
+    return [
+      GatherOperation(grad_ys[0], indices, self._dim, dy.shape).outputs[0],
+      None,
+    ]
 
   def lower(self, lowering):
     mesh_impl = lowering.mesh_impl(self)
@@ -299,24 +384,40 @@ class ScatterAddOperation(Operation):
     laid_out_dy = lowering.tensors[dy]
     laid_out_indices = lowering.tensors[indices]
     if mesh_impl.tensor_dimension_to_mesh_axis(self._dim) is not None:
-      y = _lower_one_hot_einsum(lowering, mesh_impl, indices,
-                                laid_out_indices, self._dim, dy, laid_out_dy,
-                                weights_shape)
+      y = _lower_one_hot_einsum(
+        lowering,
+        mesh_impl,
+        indices,
+        laid_out_indices,
+        self._dim,
+        dy,
+        laid_out_dy,
+        weights_shape,
+      )
     else:
       dims = self._dims
       y = mesh_impl.slicewise(
-          lambda g, ids: dims.scatter_add_slice(g, ids, dy.shape.dims),
-          laid_out_dy, laid_out_indices)
+        lambda g, ids: dims.scatter_add_slice(g, ids, dy.shape.dims),
+        laid_out_dy,
+        laid_out_indices,
+      )
       lowering.add_counter("scatter_add", mesh_impl.laid_out_size(dy.shape))
-      reduced_mesh_axes = sorted(set(
-          mesh_impl.tensor_dimension_to_mesh_axis(d)
-          for d in dims.indices_only) - {None})
+      reduced_mesh_axes = sorted(
+        set(
+          mesh_impl.tensor_dimension_to_mesh_axis(d) for d in dims.indices_only
+        )
+        - {None}
+      )
       if reduced_mesh_axes:
         counter = "allreduce/%s/scatter_add_op" % reduced_mesh_axes
         y = LazyAllreduceSum(
-            mesh_impl, y, reduced_mesh_axes,
-            add_counter_fn=lambda: lowering.add_counter(
-                counter, mesh_impl.laid_out_size(weights_shape)))
+          mesh_impl,
+          y,
+          reduced_mesh_axes,
+          add_counter_fn=lambda: lowering.add_counter(
+            counter, mesh_impl.laid_out_size(weights_shape)
+          ),
+        )
     lowering.set_tensor_lowering(self.outputs[0], y)
 
 
@@ -343,27 +444,38 @@ def gather(weights: Tensor, indices, dim, output_shape=None) -> Tensor:
   """
   dim = convert_to_dimension(dim)
   if dim not in weights.shape.dims:
-    raise ValueError("gather: dimension %s is not a dimension of weights %s"
-                     % (dim, weights.to_string))
+    raise ValueError(
+      "gather: dimension %s is not a dimension of weights %s"
+      % (dim, weights.to_string)
+    )
   if not isinstance(indices, Tensor):
     if np.ndim(indices) != 0:
-      raise ValueError("gather: indices must be an mtf Tensor or a Python "
-                       "int, got %r" % (indices,))
+      raise ValueError(
+        "gather: indices must be an mtf Tensor or a Python "
+        "int, got %r" % (indices,)
+      )
     indices = io.constant(weights.mesh, int(indices), shape=[], dtype=tf.int32)
   if not indices.dtype.is_integer:
-    raise ValueError("gather: indices %s must have an integer dtype, got %s"
-                     % (indices.name, indices.dtype.name))
+    raise ValueError(
+      "gather: indices %s must have an integer dtype, got %s"
+      % (indices.name, indices.dtype.name)
+    )
   if dim.name in indices.shape.dimension_names:
-    raise ValueError("gather: dimension %s is already a dimension of indices "
-                     "%s" % (dim, indices.to_string))
+    raise ValueError(
+      "gather: dimension %s is already a dimension of indices "
+      "%s" % (dim, indices.to_string)
+    )
   if weights.dtype == tf.bool:
     return elementwise.cast(
-        gather(elementwise.to_float(weights), indices, dim, output_shape),
-        tf.bool)
+      gather(elementwise.to_float(weights), indices, dim, output_shape), tf.bool
+    )
   one_hot_shape = Shape(indices.shape.dims + [dim])
   output_shape = einsum_lib.einsum_output_shape(
-      [one_hot_shape, weights.shape], output_shape, reduced_dims=[dim],
-      descriptions=["one_hot(%s)" % indices.to_string, weights.to_string])
+    [one_hot_shape, weights.shape],
+    output_shape,
+    reduced_dims=[dim],
+    descriptions=["one_hot(%s)" % indices.to_string, weights.to_string],
+  )
   return GatherOperation(weights, indices, dim, output_shape).outputs[0]
 
 
@@ -397,12 +509,14 @@ class RangeOperation(Operation):
         values = tf.range(start, start + size, dtype=compute_dtype)
       else:
         values = tf.range(size, dtype=compute_dtype) + tf.cast(
-            start, compute_dtype)
+          start, compute_dtype
+        )
       return tf.cast(values, dtype)
 
     lowering.set_tensor_lowering(
-        out, mesh_impl.slicewise(range_fn,
-                                 mesh_impl.laid_out_slice_begin(out.shape)))
+      out,
+      mesh_impl.slicewise(range_fn, mesh_impl.laid_out_slice_begin(out.shape)),
+    )
 
 
 def mtf_range(mesh: Mesh, dim, dtype, name: Optional[str] = None) -> Tensor:
@@ -423,5 +537,10 @@ def mtf_range(mesh: Mesh, dim, dtype, name: Optional[str] = None) -> Tensor:
   return RangeOperation(mesh, dim, dtype, name=name).outputs[0]
 
 
-__all__ = ["OneHotOperation", "RangeOperation", "gather", "mtf_range",
-           "one_hot"]
+__all__ = [
+  "OneHotOperation",
+  "RangeOperation",
+  "gather",
+  "mtf_range",
+  "one_hot",
+]

@@ -6,13 +6,17 @@ from typing import List, Optional, Sequence
 
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.ops import io
 
 
-def gradients(ys: Sequence[Tensor], xs: Sequence[Tensor], grad_ys=None,
-              operations: Optional[Sequence[Operation]] = None
-              ) -> List[Optional[Tensor]]:
+def gradients(
+  ys: Sequence[Tensor],
+  xs: Sequence[Tensor],
+  grad_ys=None,
+  operations: Optional[Sequence[Operation]] = None,
+) -> List[Optional[Tensor]]:
   """d(sum of ys · grad_ys)/d xs; None for xs that do not reach ys.
 
   Example:
@@ -48,8 +52,11 @@ def gradients(ys: Sequence[Tensor], xs: Sequence[Tensor], grad_ys=None,
   with tf.compat.v1.variable_scope(graph.captured_variable_scope):
     for op in reversed(list(operations)):
       grad_outputs = [tensor_to_gradient.get(t) for t in op.outputs]
-      if (not op.has_gradient or all(g is None for g in grad_outputs) or
-          not any(t in downstream for t in op.inputs)):
+      if (
+        not op.has_gradient
+        or all(g is None for g in grad_outputs)
+        or not any(t in downstream for t in op.inputs)
+      ):
         continue
       with tf.compat.v1.variable_scope(op.name + "/gradients"):
         input_grads = op.gradient(grad_outputs)

@@ -21,8 +21,10 @@ from typing import List, Union
 
 from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.ops.shift import shift
-from mesh_tensorflow._src.ops.tensor_ops import concat, mtf_slice
-from mesh_tensorflow._src.shapes import Dimension, convert_to_dimension
+from mesh_tensorflow._src.ops.tensor_ops import concat
+from mesh_tensorflow._src.ops.tensor_ops import mtf_slice
+from mesh_tensorflow._src.shapes import Dimension
+from mesh_tensorflow._src.shapes import convert_to_dimension
 
 DimLike = Union[Dimension, str]
 
@@ -30,32 +32,47 @@ DimLike = Union[Dimension, str]
 def _resolve_dim(x: Tensor, dim: DimLike, what: str, label: str) -> Dimension:
   name = dim if isinstance(dim, str) else convert_to_dimension(dim).name
   if name not in x.shape.dimension_names:
-    raise ValueError("%s: %s %r is not a dimension of %s"
-                     % (label, what, name, x.shape.to_string))
+    raise ValueError(
+      "%s: %s %r is not a dimension of %s"
+      % (label, what, name, x.shape.to_string)
+    )
   actual = x.shape.get_dim_by_name(name)
   if not isinstance(dim, str) and convert_to_dimension(dim) != actual:
-    raise ValueError("%s: %s %s does not match %s in %s"
-                     % (label, what, convert_to_dimension(dim), actual,
-                        x.shape.to_string))
+    raise ValueError(
+      "%s: %s %s does not match %s in %s"
+      % (label, what, convert_to_dimension(dim), actual, x.shape.to_string)
+    )
   return actual
 
 
-def _check_args(x: Tensor, blocks_dim: DimLike, block_size_dim: DimLike,
-                halo_size, label: str):
+def _check_args(
+  x: Tensor, blocks_dim: DimLike, block_size_dim: DimLike, halo_size, label: str
+):
   blocks = _resolve_dim(x, blocks_dim, "blocks_dim", label)
   block_size = _resolve_dim(x, block_size_dim, "block_size_dim", label)
   if blocks.name == block_size.name:
-    raise ValueError("%s: blocks_dim and block_size_dim are both %r"
-                     % (label, blocks.name))
-  if not isinstance(halo_size, int) or isinstance(halo_size, bool) or (
-      halo_size < 0):
-    raise ValueError("%s: halo_size must be a non-negative int, got %r"
-                     % (label, halo_size))
+    raise ValueError(
+      "%s: blocks_dim and block_size_dim are both %r" % (label, blocks.name)
+    )
+  if (
+    not isinstance(halo_size, int)
+    or isinstance(halo_size, bool)
+    or (halo_size < 0)
+  ):
+    raise ValueError(
+      "%s: halo_size must be a non-negative int, got %r" % (label, halo_size)
+    )
   return blocks, block_size
 
 
-def _margin(x: Tensor, blocks: Dimension, block_size: Dimension,
-            halo_size: int, wrap: bool, left: bool) -> Tensor:
+def _margin(
+  x: Tensor,
+  blocks: Dimension,
+  block_size: Dimension,
+  halo_size: int,
+  wrap: bool,
+  left: bool,
+) -> Tensor:
   """The halo_size positions just before (left) or after each block."""
   b = block_size.size
   num_blocks_needed = -(-halo_size // b)
@@ -73,8 +90,13 @@ def _margin(x: Tensor, blocks: Dimension, block_size: Dimension,
   return pieces[0] if len(pieces) == 1 else concat(pieces, block_size.name)
 
 
-def halo_exchange(x: Tensor, blocks_dim: DimLike, block_size_dim: DimLike,
-                  halo_size: int, wrap: bool = False) -> Tensor:
+def halo_exchange(
+  x: Tensor,
+  blocks_dim: DimLike,
+  block_size_dim: DimLike,
+  halo_size: int,
+  wrap: bool = False,
+) -> Tensor:
   """Appends margins from the neighbouring blocks on both sides.
 
   Example:
@@ -95,13 +117,24 @@ def halo_exchange(x: Tensor, blocks_dim: DimLike, block_size_dim: DimLike,
     ValueError: for dims not in x or a negative halo_size; at lowering if
       block_size_dim is split.
   """
-  return halo_exchange_sides(x, blocks_dim, block_size_dim, halo_size,
-                             halo_size, wrap, label="halo_exchange")
+  return halo_exchange_sides(
+    x,
+    blocks_dim,
+    block_size_dim,
+    halo_size,
+    halo_size,
+    wrap,
+    label="halo_exchange",
+  )
 
 
-def left_halo_exchange(x: Tensor, blocks_dim: DimLike,
-                       block_size_dim: DimLike, halo_size: int,
-                       wrap: bool = False) -> Tensor:
+def left_halo_exchange(
+  x: Tensor,
+  blocks_dim: DimLike,
+  block_size_dim: DimLike,
+  halo_size: int,
+  wrap: bool = False,
+) -> Tensor:
   """Like halo_exchange, but prepends the left margin only.
 
   Example:
@@ -118,30 +151,42 @@ def left_halo_exchange(x: Tensor, blocks_dim: DimLike,
   Returns:
     an mtf Tensor like x whose block_size_dim is halo_size longer.
   """
-  return halo_exchange_sides(x, blocks_dim, block_size_dim, halo_size, 0,
-                             wrap, label="left_halo_exchange")
+  return halo_exchange_sides(
+    x,
+    blocks_dim,
+    block_size_dim,
+    halo_size,
+    0,
+    wrap,
+    label="left_halo_exchange",
+  )
 
 
-def halo_exchange_sides(x: Tensor, blocks_dim: DimLike,
-                        block_size_dim: DimLike, left_size: int,
-                        right_size: int, wrap: bool = False,
-                        label: str = "halo_exchange_sides") -> Tensor:
+def halo_exchange_sides(
+  x: Tensor,
+  blocks_dim: DimLike,
+  block_size_dim: DimLike,
+  left_size: int,
+  right_size: int,
+  wrap: bool = False,
+  label: str = "halo_exchange_sides",
+) -> Tensor:
   """Halo exchange with margins of different sizes on the two sides.
 
   Example:
     [[1, 2, 3], [4, 5, 6]] -> (left 1, right 2) [[0, 1, 2, 3, 4, 5],
                                                   [3, 4, 5, 6, 0, 0]]
   """
-  blocks, block_size = _check_args(x, blocks_dim, block_size_dim, left_size,
-                                   label)
+  blocks, block_size = _check_args(
+    x, blocks_dim, block_size_dim, left_size, label
+  )
   _check_args(x, blocks_dim, block_size_dim, right_size, label)
   pieces = []
   if left_size:
     pieces.append(_margin(x, blocks, block_size, left_size, wrap, left=True))
   pieces.append(x)
   if right_size:
-    pieces.append(_margin(x, blocks, block_size, right_size, wrap,
-                          left=False))
+    pieces.append(_margin(x, blocks, block_size, right_size, wrap, left=False))
   return pieces[0] if len(pieces) == 1 else concat(pieces, block_size.name)
 
 

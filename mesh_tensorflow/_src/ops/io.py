@@ -7,9 +7,12 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Mesh, Operation, Tensor
+from mesh_tensorflow._src.graph import Mesh
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.ops import reshape as reshape_lib
-from mesh_tensorflow._src.shapes import anonymous_shape, convert_to_shape
+from mesh_tensorflow._src.shapes import anonymous_shape
+from mesh_tensorflow._src.shapes import convert_to_shape
 
 
 class Constant(Operation):
@@ -24,15 +27,18 @@ class Constant(Operation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, mesh: Mesh, value, shape, dtype,
-               name: Optional[str] = None):
+  def __init__(
+    self, mesh: Mesh, value, shape, dtype, name: Optional[str] = None
+  ):
     super().__init__([], mesh, name=name or "constant")
     shape = convert_to_shape(shape)
     dtype = tf.as_dtype(dtype)
     array = np.asarray(value)
     if array.ndim and list(array.shape) != shape.to_integer_list:
-      raise ValueError("constant value of shape %s does not match %s"
-                       % (list(array.shape), shape.to_string))
+      raise ValueError(
+        "constant value of shape %s does not match %s"
+        % (list(array.shape), shape.to_string)
+      )
     self._value = array
     self._outputs = [Tensor(self, shape, dtype)]
 
@@ -41,13 +47,15 @@ class Constant(Operation):
     out = self.outputs[0]
     if self._value.ndim:
       laid_out = mesh_impl.import_tf_tensor(
-          out, tf.constant(self._value, dtype=out.dtype))
+        out, tf.constant(self._value, dtype=out.dtype)
+      )
     else:
       slice_shape = mesh_impl.slice_shape(out.shape)
       value, dtype = self._value, out.dtype
       laid_out = mesh_impl.slicewise(
-          lambda _: tf.fill(slice_shape, tf.constant(value, dtype=dtype)),
-          mesh_impl.laid_out_pnum())
+        lambda _: tf.fill(slice_shape, tf.constant(value, dtype=dtype)),
+        mesh_impl.laid_out_pnum(),
+      )
     lowering.set_tensor_lowering(out, laid_out)
 
 
@@ -136,20 +144,24 @@ class ImportOperation(Operation):
     tf_tensor = tf.convert_to_tensor(tf_tensor)
     shape = convert_to_shape(shape)
     if not tf_tensor.shape.is_compatible_with(shape.to_integer_list):
-      raise ValueError("cannot import tf tensor of shape %s as mtf shape %s"
-                       % (tf_tensor.shape, shape.to_string))
+      raise ValueError(
+        "cannot import tf tensor of shape %s as mtf shape %s"
+        % (tf_tensor.shape, shape.to_string)
+      )
     self._tf_tensor = tf_tensor
     self._outputs = [Tensor(self, shape, tf_tensor.dtype)]
 
   def lower(self, lowering):
     mesh_impl = lowering.mesh_impl(self)
     lowering.set_tensor_lowering(
-        self.outputs[0],
-        mesh_impl.import_tf_tensor(self.outputs[0], self._tf_tensor))
+      self.outputs[0],
+      mesh_impl.import_tf_tensor(self.outputs[0], self._tf_tensor),
+    )
 
 
-def import_tf_tensor(mesh: Mesh, tf_tensor, shape=None,
-                     name: Optional[str] = None) -> Tensor:
+def import_tf_tensor(
+  mesh: Mesh, tf_tensor, shape=None, name: Optional[str] = None
+) -> Tensor:
   """mtf Tensor from a tf.Tensor; shape None means a scalar.
 
   Args:
@@ -162,12 +174,14 @@ def import_tf_tensor(mesh: Mesh, tf_tensor, shape=None,
   Returns:
     an mtf Tensor of shape `shape` with the dtype of `tf_tensor`.
   """
-  return ImportOperation(mesh, tf_tensor, [] if shape is None else shape,
-                         name=name).outputs[0]
+  return ImportOperation(
+    mesh, tf_tensor, [] if shape is None else shape, name=name
+  ).outputs[0]
 
 
-def import_fully_replicated(mesh: Mesh, tf_tensor, shape,
-                            name: Optional[str] = None) -> Tensor:
+def import_fully_replicated(
+  mesh: Mesh, tf_tensor, shape, name: Optional[str] = None
+) -> Tensor:
   """Imports replicated (under anonymous dims), then reshapes; no comm.
 
   Args:
@@ -182,8 +196,8 @@ def import_fully_replicated(mesh: Mesh, tf_tensor, shape,
   """
   shape = convert_to_shape(shape)
   return reshape_lib.reshape(
-      import_tf_tensor(mesh, tf_tensor, anonymous_shape(shape), name=name),
-      shape)
+    import_tf_tensor(mesh, tf_tensor, anonymous_shape(shape), name=name), shape
+  )
 
 
 class ImportLaidOutTensorOperation(Operation):
@@ -197,20 +211,25 @@ class ImportLaidOutTensorOperation(Operation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, mesh: Mesh, laid_out_tensor, shape,
-               name: Optional[str] = None):
+  def __init__(
+    self, mesh: Mesh, laid_out_tensor, shape, name: Optional[str] = None
+  ):
     super().__init__([], mesh, name=name or "import_laid_out")
     self._laid_out_tensor = laid_out_tensor
-    self._outputs = [Tensor(self, convert_to_shape(shape),
-                            laid_out_tensor.tensor_list[0].dtype)]
+    self._outputs = [
+      Tensor(
+        self, convert_to_shape(shape), laid_out_tensor.tensor_list[0].dtype
+      )
+    ]
     self._initialize_splittable_and_unsplittable_dims("unsplittable")
 
   def lower(self, lowering):
     lowering.set_tensor_lowering(self.outputs[0], self._laid_out_tensor)
 
 
-def import_laid_out_tensor(mesh: Mesh, laid_out_tensor, shape,
-                           name: Optional[str] = None) -> Tensor:
+def import_laid_out_tensor(
+  mesh: Mesh, laid_out_tensor, shape, name: Optional[str] = None
+) -> Tensor:
   """An mtf Tensor made of slices already laid out by the caller.
 
   Args:
@@ -223,8 +242,9 @@ def import_laid_out_tensor(mesh: Mesh, laid_out_tensor, shape,
   Returns:
     an mtf Tensor of shape `shape`.
   """
-  return ImportLaidOutTensorOperation(mesh, laid_out_tensor, shape,
-                                      name=name).outputs[0]
+  return ImportLaidOutTensorOperation(
+    mesh, laid_out_tensor, shape, name=name
+  ).outputs[0]
 
 
 def anonymize(x: Tensor) -> Tensor:
@@ -241,7 +261,16 @@ def anonymize(x: Tensor) -> Tensor:
 
 
 __all__ = [
-    "Constant", "ImportLaidOutTensorOperation", "ImportOperation", "anonymize",
-    "constant", "import_fully_replicated", "import_laid_out_tensor",
-    "import_tf_tensor", "ones", "ones_like", "zeros", "zeros_like",
+  "Constant",
+  "ImportLaidOutTensorOperation",
+  "ImportOperation",
+  "anonymize",
+  "constant",
+  "import_fully_replicated",
+  "import_laid_out_tensor",
+  "import_tf_tensor",
+  "ones",
+  "ones_like",
+  "zeros",
+  "zeros_like",
 ]

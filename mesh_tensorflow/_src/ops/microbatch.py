@@ -24,60 +24,78 @@ from mesh_tensorflow._src.ops import gather as gather_lib
 from mesh_tensorflow._src.ops import gradients as gradients_lib
 from mesh_tensorflow._src.ops import io
 from mesh_tensorflow._src.ops import reshape as reshape_lib
-from mesh_tensorflow._src.shapes import Dimension, convert_to_dimension
+from mesh_tensorflow._src.shapes import Dimension
+from mesh_tensorflow._src.shapes import convert_to_dimension
 
 MICROBATCH_DIM_NAME = "microbatch"
 
 
 def _check_arguments(features, batch_dim: Dimension, num_splits) -> None:
   if not isinstance(features, dict) or not features:
-    raise ValueError("serialize_training_step: features must be a non-empty "
-                     "dict of mtf Tensors, got %r" % (features,))
+    raise ValueError(
+      "serialize_training_step: features must be a non-empty "
+      "dict of mtf Tensors, got %r" % (features,)
+    )
   for key, value in features.items():
     if not isinstance(value, Tensor):
-      raise ValueError("serialize_training_step: feature %r is not an mtf "
-                       "Tensor: %r" % (key, value))
-  if (not isinstance(num_splits, int) or isinstance(num_splits, bool)
-      or num_splits < 1):
-    raise ValueError("serialize_training_step: num_splits must be a positive "
-                     "int, got %r" % (num_splits,))
+      raise ValueError(
+        "serialize_training_step: feature %r is not an mtf "
+        "Tensor: %r" % (key, value)
+      )
+  if (
+    not isinstance(num_splits, int)
+    or isinstance(num_splits, bool)
+    or num_splits < 1
+  ):
+    raise ValueError(
+      "serialize_training_step: num_splits must be a positive "
+      "int, got %r" % (num_splits,)
+    )
   if batch_dim.size % num_splits:
     raise ValueError(
-        "serialize_training_step: batch dimension %r (size %d) is not "
-        "divisible by num_splits=%d" % (batch_dim.name, batch_dim.size,
-                                        num_splits))
+      "serialize_training_step: batch dimension %r (size %d) is not "
+      "divisible by num_splits=%d"
+      % (batch_dim.name, batch_dim.size, num_splits)
+    )
   if not any(batch_dim in v.shape.dims for v in features.values()):
     raise ValueError(
-        "serialize_training_step: no feature has the batch dimension %s "
-        "(features: %s)" % (batch_dim, {k: v.shape.to_string
-                                        for k, v in features.items()}))
+      "serialize_training_step: no feature has the batch dimension %s "
+      "(features: %s)"
+      % (batch_dim, {k: v.shape.to_string for k, v in features.items()})
+    )
   for key, value in features.items():
     if MICROBATCH_DIM_NAME in value.shape.dimension_names:
-      raise ValueError("serialize_training_step: feature %r already has a "
-                       "dimension named %r, which microbatching needs"
-                       % (key, MICROBATCH_DIM_NAME))
+      raise ValueError(
+        "serialize_training_step: feature %r already has a "
+        "dimension named %r, which microbatching needs"
+        % (key, MICROBATCH_DIM_NAME)
+      )
 
 
 def _check_outputs(outputs) -> None:
   if not isinstance(outputs, dict) or "loss" not in outputs:
     keys = sorted(outputs) if isinstance(outputs, dict) else outputs
-    raise ValueError("serialize_training_step: model_fn must return a dict "
-                     "with a \"loss\" entry, got %r" % (keys,))
+    raise ValueError(
+      "serialize_training_step: model_fn must return a dict "
+      'with a "loss" entry, got %r' % (keys,)
+    )
   for key, value in outputs.items():
     if not isinstance(value, Tensor):
-      raise ValueError("serialize_training_step: model_fn output %r is not "
-                       "an mtf Tensor: %r" % (key, value))
+      raise ValueError(
+        "serialize_training_step: model_fn output %r is not "
+        "an mtf Tensor: %r" % (key, value)
+      )
 
 
 def _variable_gradients(graph, loss: Tensor) -> List[Optional[Tensor]]:
   return gradients_lib.gradients(
-      [loss], [v.outputs[0] for v in graph.trainable_variables])
+    [loss], [v.outputs[0] for v in graph.trainable_variables]
+  )
 
 
-def serialize_training_step(features: Dict[str, Tensor], model_fn: Callable,
-                            batch_dim, num_splits: int
-                            ) -> Tuple[List[Optional[Tensor]],
-                                       Dict[str, Tensor]]:
+def serialize_training_step(
+  features: Dict[str, Tensor], model_fn: Callable, batch_dim, num_splits: int
+) -> Tuple[List[Optional[Tensor]], Dict[str, Tensor]]:
   """Runs model_fn on num_splits microbatches in sequence; sums gradients.
 
   Example:
@@ -129,8 +147,9 @@ def serialize_training_step(features: Dict[str, Tensor], model_fn: Callable,
   def select(t: Tensor, index: Tensor) -> Tensor:
     if batch_dim not in t.shape.dims:
       return t
-    split = reshape_lib.replace_dimensions(t, batch_dim,
-                                           [small_batch_dim, microbatch_dim])
+    split = reshape_lib.replace_dimensions(
+      t, batch_dim, [small_batch_dim, microbatch_dim]
+    )
     return gather_lib.gather(split, index, microbatch_dim)
 
   def scatter(t: Tensor, index: Tensor) -> Tensor:
@@ -138,11 +157,13 @@ def serialize_training_step(features: Dict[str, Tensor], model_fn: Callable,
     if small_batch_dim not in t.shape.dims:
       return t
     spread_shape = reshape_lib.replace_dimensions(
-        t.shape, small_batch_dim, [small_batch_dim, microbatch_dim])
+      t.shape, small_batch_dim, [small_batch_dim, microbatch_dim]
+    )
     mask = gather_lib.one_hot(index, microbatch_dim, dtype=t.dtype)
     spread = einsum_lib.einsum([t, mask], output_shape=spread_shape)
     return reshape_lib.replace_dimensions(
-        spread, [small_batch_dim, microbatch_dim], batch_dim)
+      spread, [small_batch_dim, microbatch_dim], batch_dim
+    )
 
   def cond_fn(index):
     return broadcast_binary.less(index, num_splits)
@@ -165,11 +186,14 @@ def serialize_training_step(features: Dict[str, Tensor], model_fn: Callable,
     return [index + 1] + accumulated
 
   loop_outputs = control.while_loop(
-      cond_fn, body_fn, [io.constant(mesh, 0, shape=[], dtype=tf.int32)],
-      has_accumulators=True)
+    cond_fn,
+    body_fn,
+    [io.constant(mesh, 0, shape=[], dtype=tf.int32)],
+    has_accumulators=True,
+  )
   keys = traced["keys"]
-  output_values = loop_outputs[1:1 + len(keys)]
-  grad_values = iter(loop_outputs[1 + len(keys):])
+  output_values = loop_outputs[1 : 1 + len(keys)]
+  grad_values = iter(loop_outputs[1 + len(keys) :])
   outputs = {}
   for k, dtype, value in zip(keys, traced["dtypes"], output_values):
     if dtype == tf.bool:

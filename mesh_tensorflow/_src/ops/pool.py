@@ -15,16 +15,19 @@ from typing import Callable, List, Optional, Sequence
 
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.laid_out import convert_args_to_laid_out_tensors
 from mesh_tensorflow._src.ops.slicewise import check_splits_allowed
-from mesh_tensorflow._src.shapes import Dimension, Shape, list_product
+from mesh_tensorflow._src.shapes import Dimension
+from mesh_tensorflow._src.shapes import Shape
+from mesh_tensorflow._src.shapes import list_product
 
 _POOL_FNS = {
-    "MAX_2D": tf.nn.max_pool2d,
-    "AVG_2D": tf.nn.avg_pool2d,
-    "MAX_3D": tf.nn.max_pool3d,
-    "AVG_3D": tf.nn.avg_pool3d,
+  "MAX_2D": tf.nn.max_pool2d,
+  "AVG_2D": tf.nn.avg_pool2d,
+  "MAX_3D": tf.nn.max_pool3d,
+  "AVG_3D": tf.nn.avg_pool3d,
 }
 
 
@@ -44,43 +47,58 @@ def pool_fn(pool_fn_string: str) -> Callable:
     ValueError: if pool_fn_string is not one of MAX_2D, AVG_2D, MAX_3D, AVG_3D.
   """
   if pool_fn_string not in _POOL_FNS:
-    raise ValueError("unknown pool_fn_string %r; expected one of %s"
-                     % (pool_fn_string, sorted(_POOL_FNS)))
+    raise ValueError(
+      "unknown pool_fn_string %r; expected one of %s"
+      % (pool_fn_string, sorted(_POOL_FNS))
+    )
   return _POOL_FNS[pool_fn_string]
 
 
-def _check_pool_args(x_shape: Shape, ksize, strides, pool_fn_string: str,
-                     label: str) -> List[int]:
+def _check_pool_args(
+  x_shape: Shape, ksize, strides, pool_fn_string: str, label: str
+) -> List[int]:
   """Validated ksize (a list of ints); ValueError naming what is wrong."""
   pool_fn(pool_fn_string)
   n = 2 if pool_fn_string.endswith("2D") else 3
   ksize = list(ksize) if isinstance(ksize, (list, tuple)) else ksize
   strides = list(strides) if isinstance(strides, (list, tuple)) else strides
-  if not isinstance(ksize, list) or len(ksize) != n or not all(
-      isinstance(k, int) and not isinstance(k, bool) and k >= 1
-      for k in ksize):
-    raise ValueError("%s %s: ksize must be %d positive ints, got %r"
-                     % (label, pool_fn_string, n, ksize))
+  if (
+    not isinstance(ksize, list)
+    or len(ksize) != n
+    or not all(
+      isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in ksize
+    )
+  ):
+    raise ValueError(
+      "%s %s: ksize must be %d positive ints, got %r"
+      % (label, pool_fn_string, n, ksize)
+    )
   if strides != ksize:
-    raise ValueError("%s: only non-overlapping pooling is supported; strides "
-                     "%r must equal ksize %r" % (label, strides, ksize))
+    raise ValueError(
+      "%s: only non-overlapping pooling is supported; strides "
+      "%r must equal ksize %r" % (label, strides, ksize)
+    )
   if x_shape.ndims < n + 1:
-    raise ValueError("%s %s: input %s needs at least %d dims "
-                     "([batch..., spatial x %d, channels])"
-                     % (label, pool_fn_string, x_shape.to_string, n + 1, n))
-  for d, k in zip(x_shape.dims[-(n + 1):-1], ksize):
+    raise ValueError(
+      "%s %s: input %s needs at least %d dims "
+      "([batch..., spatial x %d, channels])"
+      % (label, pool_fn_string, x_shape.to_string, n + 1, n)
+    )
+  for d, k in zip(x_shape.dims[-(n + 1) : -1], ksize):
     if k > d.size:
-      raise ValueError("%s: window size %d is larger than dimension %r "
-                       "(size %d)" % (label, k, d.name, d.size))
+      raise ValueError(
+        "%s: window size %d is larger than dimension %r "
+        "(size %d)" % (label, k, d.name, d.size)
+      )
   return ksize
 
 
 def _spatial_dims(shape: Shape, n: int) -> List[Dimension]:
-  return shape.dims[-(n + 1):-1]
+  return shape.dims[-(n + 1) : -1]
 
 
 def _flatten_batch(t: tf.Tensor, n: int) -> tf.Tensor:
-  return tf.reshape(t, [-1] + t.shape.as_list()[-(n + 1):])
+  return tf.reshape(t, [-1] + t.shape.as_list()[-(n + 1) :])
 
 
 class PoolOperation(Operation):
@@ -99,41 +117,56 @@ class PoolOperation(Operation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, x: Tensor, ksize: Sequence[int], strides: Sequence[int],
-               pool_fn_string: str, name: Optional[str] = None):
+  def __init__(
+    self,
+    x: Tensor,
+    ksize: Sequence[int],
+    strides: Sequence[int],
+    pool_fn_string: str,
+    name: Optional[str] = None,
+  ):
     super().__init__([x], name=name or "pool")
-    self._ksize = _check_pool_args(x.shape, ksize, strides, pool_fn_string,
-                                   "PoolOperation")
+    self._ksize = _check_pool_args(
+      x.shape, ksize, strides, pool_fn_string, "PoolOperation"
+    )
     self._strides = list(self._ksize)
     self._pool_fn_string = pool_fn_string
     self._n = n = len(self._ksize)
-    out_spatial = [Dimension(d.name, d.size // k) for d, k in
-                   zip(_spatial_dims(x.shape, n), self._ksize)]
-    output_shape = Shape(x.shape.dims[:-(n + 1)] + out_spatial +
-                         x.shape.dims[-1:])
+    out_spatial = [
+      Dimension(d.name, d.size // k)
+      for d, k in zip(_spatial_dims(x.shape, n), self._ksize)
+    ]
+    output_shape = Shape(
+      x.shape.dims[: -(n + 1)] + out_spatial + x.shape.dims[-1:]
+    )
     self._outputs = [Tensor(self, output_shape, x.dtype)]
     self._initialize_splittable_and_unsplittable_dims(
-        "splittable", [d.name for d in _spatial_dims(x.shape, n)])
+      "splittable", [d.name for d in _spatial_dims(x.shape, n)]
+    )
 
   def gradient(self, grad_ys):
     x, y, dy = self.inputs[0], self.outputs[0], grad_ys[0]
-    return [pool_backprop(x, y, dy, self._ksize, self._strides,
-                          self._pool_fn_string)]
+    return [
+      pool_backprop(x, y, dy, self._ksize, self._strides, self._pool_fn_string)
+    ]
 
   def lower(self, lowering):
-    check_splits_allowed(self, lowering, self.inputs + self.outputs,
-                         self.splittable_dims)
+    check_splits_allowed(
+      self, lowering, self.inputs + self.outputs, self.splittable_dims
+    )
     mesh_impl = lowering.mesh_impl(self)
     n, ksize = self._n, self._ksize
     fn = pool_fn(self._pool_fn_string)
-    batch_shape = mesh_impl.slice_shape(self.outputs[0].shape)[:-(n + 1)]
+    batch_shape = mesh_impl.slice_shape(self.outputs[0].shape)[: -(n + 1)]
 
     def slice_fn(t):
       y = fn(_flatten_batch(t, n), ksize, ksize, "VALID")
       return tf.reshape(y, batch_shape + y.shape.as_list()[1:])
+
     x = convert_args_to_laid_out_tensors([lowering.tensors[self.inputs[0]]])
-    lowering.set_tensor_lowering(self.outputs[0],
-                                 mesh_impl.slicewise(slice_fn, *x))
+    lowering.set_tensor_lowering(
+      self.outputs[0], mesh_impl.slicewise(slice_fn, *x)
+    )
 
 
 def _upsample(t: tf.Tensor, ksize: Sequence[int], n: int) -> tf.Tensor:
@@ -163,22 +196,32 @@ class PoolBackPropOperation(Operation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, x: Tensor, y: Tensor, dy: Tensor, ksize: Sequence[int],
-               strides: Sequence[int], pool_fn_string: str,
-               name: Optional[str] = None):
+  def __init__(
+    self,
+    x: Tensor,
+    y: Tensor,
+    dy: Tensor,
+    ksize: Sequence[int],
+    strides: Sequence[int],
+    pool_fn_string: str,
+    name: Optional[str] = None,
+  ):
     super().__init__([x, y, dy], name=name or "pool_backprop")
-    self._ksize = _check_pool_args(x.shape, ksize, strides, pool_fn_string,
-                                   "PoolBackPropOperation")
+    self._ksize = _check_pool_args(
+      x.shape, ksize, strides, pool_fn_string, "PoolBackPropOperation"
+    )
     self._strides = list(self._ksize)
     self._pool_fn_string = pool_fn_string
     self._n = len(self._ksize)
     self._outputs = [Tensor(self, x.shape, dy.dtype)]
     self._initialize_splittable_and_unsplittable_dims(
-        "splittable", [d.name for d in _spatial_dims(x.shape, self._n)])
+      "splittable", [d.name for d in _spatial_dims(x.shape, self._n)]
+    )
 
   def lower(self, lowering):
-    check_splits_allowed(self, lowering, self.inputs + self.outputs,
-                         self.splittable_dims)
+    check_splits_allowed(
+      self, lowering, self.inputs + self.outputs, self.splittable_dims
+    )
     mesh_impl = lowering.mesh_impl(self)
     n, ksize = self._n, self._ksize
     is_max = self._pool_fn_string.startswith("MAX")
@@ -198,15 +241,24 @@ class PoolBackPropOperation(Operation):
       if core != full:
         dx = tf.pad(dx, [[0, f - c] for f, c in zip(full, core)])
       return dx
+
     args = convert_args_to_laid_out_tensors(
-        [lowering.tensors[t] for t in self.inputs])
-    lowering.set_tensor_lowering(self.outputs[0],
-                                 mesh_impl.slicewise(slice_fn, *args))
+      [lowering.tensors[t] for t in self.inputs]
+    )
+    lowering.set_tensor_lowering(
+      self.outputs[0], mesh_impl.slicewise(slice_fn, *args)
+    )
 
 
-def pool_backprop(x: Tensor, y: Tensor, dy: Tensor, ksize: Sequence[int],
-                  strides: Sequence[int], pool_fn_string: str,
-                  name: Optional[str] = None) -> Tensor:
+def pool_backprop(
+  x: Tensor,
+  y: Tensor,
+  dy: Tensor,
+  ksize: Sequence[int],
+  strides: Sequence[int],
+  pool_fn_string: str,
+  name: Optional[str] = None,
+) -> Tensor:
   """Gradient w.r.t. x of y = PoolOperation(x, ksize, strides, ...) given dy.
 
   Args:
@@ -222,9 +274,9 @@ def pool_backprop(x: Tensor, y: Tensor, dy: Tensor, ksize: Sequence[int],
   Returns:
     an mtf Tensor shaped like x: the gradient with respect to x.
   """
-  return PoolBackPropOperation(x, y, dy, ksize, strides, pool_fn_string,
-                               name=name).outputs[0]
+  return PoolBackPropOperation(
+    x, y, dy, ksize, strides, pool_fn_string, name=name
+  ).outputs[0]
 
 
-__all__ = ["PoolBackPropOperation", "PoolOperation", "pool_backprop",
-           "pool_fn"]
+__all__ = ["PoolBackPropOperation", "PoolOperation", "pool_backprop", "pool_fn"]

@@ -38,7 +38,9 @@ import zlib
 import numpy as np
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Mesh, Operation, Tensor
+from mesh_tensorflow._src.graph import Mesh
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.ops import binary
 from mesh_tensorflow._src.ops import broadcast_binary
 from mesh_tensorflow._src.ops import elementwise
@@ -53,17 +55,21 @@ _SECOND_STREAM = 0xD1B54A32D192ED03  # rekeys the second Box–Muller stream.
 # Supported TF samplers -> distribution. A table (not `fn == tf...` checks
 # spread through the code) so the accepted set is explicit and documented.
 _DISTRIBUTIONS = {
-    tf.random.uniform: "uniform",
-    tf.random.normal: "normal",
-    tf.random.truncated_normal: "truncated_normal",
+  tf.random.uniform: "uniform",
+  tf.random.normal: "normal",
+  tf.random.truncated_normal: "truncated_normal",
 }
 _KWARGS = {
-    "uniform": ("minval", "maxval", "dtype", "seed", "name"),
-    "normal": ("mean", "stddev", "dtype", "seed", "name"),
-    "truncated_normal": ("mean", "stddev", "dtype", "seed", "name"),
+  "uniform": ("minval", "maxval", "dtype", "seed", "name"),
+  "normal": ("mean", "stddev", "dtype", "seed", "name"),
+  "truncated_normal": ("mean", "stddev", "dtype", "seed", "name"),
 }
-_SIGNIFICAND_BITS = {tf.bfloat16: 8, tf.float16: 11, tf.float32: 24,
-                     tf.float64: 53}
+_SIGNIFICAND_BITS = {
+  tf.bfloat16: 8,
+  tf.float16: 11,
+  tf.float32: 24,
+  tf.float64: 53,
+}
 
 
 def _mix64_py(z: int) -> int:
@@ -89,8 +95,9 @@ def _mix64(z: tf.Tensor) -> tf.Tensor:
 def _global_index(begin, slice_shape, full_shape) -> tf.Tensor:
   """int64 row-major index in the full tensor of every element of a slice."""
   rank = len(slice_shape)
-  strides = [int(np.prod(full_shape[i + 1:], dtype=np.int64))
-             for i in range(rank)]
+  strides = [
+    int(np.prod(full_shape[i + 1 :], dtype=np.int64)) for i in range(rank)
+  ]
   index = tf.constant(0, dtype=tf.int64)
   for axis, (size, stride) in enumerate(zip(slice_shape, strides)):
     start = begin[axis]
@@ -98,8 +105,9 @@ def _global_index(begin, slice_shape, full_shape) -> tf.Tensor:
       coords = tf.range(start, start + size, dtype=tf.int64)
     else:
       coords = tf.range(size, dtype=tf.int64) + tf.cast(start, tf.int64)
-    index += tf.reshape(coords * stride,
-                        [1] * axis + [size] + [1] * (rank - axis - 1))
+    index += tf.reshape(
+      coords * stride, [1] * axis + [size] + [1] * (rank - axis - 1)
+    )
   return tf.broadcast_to(index, slice_shape)
 
 
@@ -112,15 +120,16 @@ def _random_bits(key: tf.Tensor, index: tf.Tensor) -> tf.Tensor:
 def _unit_uniform(bits: tf.Tensor, num_bits: int, dtype) -> tf.Tensor:
   """The top num_bits of `bits` as a float of `dtype` in [0, 1), exactly."""
   top = tf.bitwise.right_shift(bits, _u64(64 - num_bits))
-  return tf.cast(top, dtype) * tf.constant(2.0 ** -num_bits, dtype)
+  return tf.cast(top, dtype) * tf.constant(2.0**-num_bits, dtype)
 
 
 def _uniform_slice(key, index, dtype, minval, maxval) -> tf.Tensor:
   bits = _random_bits(key, index)
   if dtype.is_integer:
     if maxval is None:
-      raise ValueError("random_uniform with integer dtype %s needs maxval"
-                       % dtype.name)
+      raise ValueError(
+        "random_uniform with integer dtype %s needs maxval" % dtype.name
+      )
     u = _unit_uniform(bits, 53, tf.float64)
     low = tf.cast(minval, tf.int64)
     span = tf.cast(maxval, tf.int64) - low
@@ -138,8 +147,9 @@ def _uniform_slice(key, index, dtype, minval, maxval) -> tf.Tensor:
 
 def _normal_slice(key, index, dtype, mean, stddev, truncated) -> tf.Tensor:
   if not dtype.is_floating:
-    raise ValueError("random_normal needs a floating dtype, got %s"
-                     % dtype.name)
+    raise ValueError(
+      "random_normal needs a floating dtype, got %s" % dtype.name
+    )
   u1 = _unit_uniform(_random_bits(key, index), 53, tf.float64)
   if truncated:
     low = 0.5 * math.erfc(2.0 / math.sqrt(2.0))  # Phi(-2)
@@ -171,15 +181,19 @@ class RandomOperation(Operation):
     distribution = _DISTRIBUTIONS.get(tf_fn)
     if distribution is None:
       raise ValueError(
-          "RandomOperation supports tf_fn in %s, got %r" %
-          (sorted(f.__name__ for f in _DISTRIBUTIONS), tf_fn))
+        "RandomOperation supports tf_fn in %s, got %r"
+        % (sorted(f.__name__ for f in _DISTRIBUTIONS), tf_fn)
+      )
     unknown = sorted(set(kwargs) - set(_KWARGS[distribution]))
     if unknown:
-      raise TypeError("%s got unexpected keyword arguments %s (allowed: %s)"
-                      % (tf_fn.__name__, unknown, _KWARGS[distribution]))
+      raise TypeError(
+        "%s got unexpected keyword arguments %s (allowed: %s)"
+        % (tf_fn.__name__, unknown, _KWARGS[distribution])
+      )
     seed = kwargs.get("seed")
-    if seed is not None and (not isinstance(seed, (int, np.integer)) or
-                             isinstance(seed, bool)):
+    if seed is not None and (
+      not isinstance(seed, (int, np.integer)) or isinstance(seed, bool)
+    ):
       raise TypeError("random seed must be a Python int, got %r" % (seed,))
     super().__init__([], mesh=mesh, name=kwargs.get("name") or "random")
     self._tf_fn = tf_fn
@@ -206,9 +220,11 @@ class RandomOperation(Operation):
     if seed is not None:
       return _u64(_mix64_py(_mix64_py(int(seed) + _GAMMA) ^ self._name_hash()))
     draw = mesh_impl.first_processor_value(
-        lambda: tf.random.uniform([], 0, 2 ** 62, dtype=tf.int64))
-    return _mix64(tf.bitcast(draw, tf.uint64) +
-                  _u64(_mix64_py(self._name_hash())))
+      lambda: tf.random.uniform([], 0, 2**62, dtype=tf.int64)
+    )
+    return _mix64(
+      tf.bitcast(draw, tf.uint64) + _u64(_mix64_py(self._name_hash()))
+    )
 
   def lower(self, lowering):
     mesh_impl = lowering.mesh_impl(self)
@@ -220,22 +236,31 @@ class RandomOperation(Operation):
     key = self._key(mesh_impl)
 
     if self._distribution == "uniform":
+
       def sample(index):
-        return _uniform_slice(key, index, dtype, kw.get("minval", 0),
-                              kw.get("maxval"))
+        return _uniform_slice(
+          key, index, dtype, kw.get("minval", 0), kw.get("maxval")
+        )
     else:
       truncated = self._distribution == "truncated_normal"
 
       def sample(index):
-        return _normal_slice(key, index, dtype, kw.get("mean", 0.0),
-                             kw.get("stddev", 1.0), truncated)
+        return _normal_slice(
+          key,
+          index,
+          dtype,
+          kw.get("mean", 0.0),
+          kw.get("stddev", 1.0),
+          truncated,
+        )
 
     def slice_fn(begin):
       return sample(_global_index(begin, slice_shape, full_shape))
 
     lowering.set_tensor_lowering(
-        out, mesh_impl.slicewise(slice_fn,
-                                 mesh_impl.laid_out_slice_begin(out.shape)))
+      out,
+      mesh_impl.slicewise(slice_fn, mesh_impl.laid_out_slice_begin(out.shape)),
+    )
 
 
 def random_uniform(mesh: Mesh, shape, **kwargs) -> Tensor:
@@ -272,9 +297,14 @@ def random_normal(mesh: Mesh, shape, **kwargs) -> Tensor:
   return RandomOperation(mesh, shape, tf.random.normal, **kwargs).outputs[0]
 
 
-def dropout(x: Tensor, is_training: bool = True,
-            keep_prob: Optional[float] = None, rate: Optional[float] = None,
-            noise_shape=None, name: Optional[str] = None) -> Tensor:
+def dropout(
+  x: Tensor,
+  is_training: bool = True,
+  keep_prob: Optional[float] = None,
+  rate: Optional[float] = None,
+  noise_shape=None,
+  name: Optional[str] = None,
+) -> Tensor:
   """Zeroes elements with probability rate; float x is rescaled by 1/keep_prob.
 
   Code written for mesh_tensorflow 0.1.18 and earlier, whose dropout had no
@@ -301,31 +331,38 @@ def dropout(x: Tensor, is_training: bool = True,
   Example:
     h = mtf.dropout(h, is_training, rate=0.1, noise_shape=[batch, d_model])
   """
-  if (isinstance(is_training, float) and keep_prob is None and
-      rate is None):
+  if isinstance(is_training, float) and keep_prob is None and rate is None:
     is_training, keep_prob = True, is_training  # 0.1.18: dropout(x, keep_prob)
   if (keep_prob is None) == (rate is None):
-    raise ValueError("dropout needs exactly one of keep_prob and rate, got "
-                     "keep_prob=%r, rate=%r" % (keep_prob, rate))
+    raise ValueError(
+      "dropout needs exactly one of keep_prob and rate, got "
+      "keep_prob=%r, rate=%r" % (keep_prob, rate)
+    )
   if keep_prob is None:
     keep_prob = 1.0 - rate
-  noise_shape = x.shape if noise_shape is None else convert_to_shape(
-      noise_shape)
+  noise_shape = (
+    x.shape if noise_shape is None else convert_to_shape(noise_shape)
+  )
   for d in noise_shape.dims:
     if d not in x.shape.dims:
-      raise ValueError("dropout noise_shape dimension %s is not a dimension of "
-                       "x %s" % (d, x.to_string))
+      raise ValueError(
+        "dropout noise_shape dimension %s is not a dimension of "
+        "x %s" % (d, x.to_string)
+      )
   if not is_training or keep_prob == 1.0:
     return x
   name = name or "dropout"
-  noise = random_uniform(x.mesh, noise_shape, dtype=tf.float32,
-                         name=name + "/noise")
-  mask = elementwise.cast(broadcast_binary.less(noise, float(keep_prob)),
-                          x.dtype)
+  noise = random_uniform(
+    x.mesh, noise_shape, dtype=tf.float32, name=name + "/noise"
+  )
+  mask = elementwise.cast(
+    broadcast_binary.less(noise, float(keep_prob)), x.dtype
+  )
   if x.dtype.is_floating:
     mask = mask * (1.0 / keep_prob)
-  return binary.multiply(x, elementwise.stop_gradient(mask),
-                         output_shape=x.shape, name=name)
+  return binary.multiply(
+    x, elementwise.stop_gradient(mask), output_shape=x.shape, name=name
+  )
 
 
 __all__ = ["RandomOperation", "dropout", "random_normal", "random_uniform"]

@@ -7,16 +7,18 @@ from typing import Callable, Optional
 import tensorflow as tf
 
 from mesh_tensorflow._src import mesh_impl as mesh_impl_lib
-from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.laid_out import LazyAllreduceSum
 from mesh_tensorflow._src.ops import broadcast_binary
 from mesh_tensorflow._src.ops import elementwise
-from mesh_tensorflow._src.shapes import Shape, convert_to_shape
+from mesh_tensorflow._src.shapes import Shape
+from mesh_tensorflow._src.shapes import convert_to_shape
 
 _LOCAL_REDUCTIONS = {
-    "SUM": tf.reduce_sum,
-    "MAX": tf.reduce_max,
-    "MIN": tf.reduce_min,
+  "SUM": tf.reduce_sum,
+  "MAX": tf.reduce_max,
+  "MIN": tf.reduce_min,
 }
 
 
@@ -35,8 +37,9 @@ def reduction_fn(reduction_fn_string: str) -> Callable[..., tf.Tensor]:
   try:
     return _LOCAL_REDUCTIONS[reduction_fn_string]
   except KeyError:
-    raise ValueError("unknown reduction %r; expected SUM, MAX or MIN"
-                     % (reduction_fn_string,)) from None
+    raise ValueError(
+      "unknown reduction %r; expected SUM, MAX or MIN" % (reduction_fn_string,)
+    ) from None
 
 
 class ReduceOperation(Operation):
@@ -49,8 +52,13 @@ class ReduceOperation(Operation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, x: Tensor, output_shape, reduction_fn_string: str,
-               name: Optional[str] = None):
+  def __init__(
+    self,
+    x: Tensor,
+    output_shape,
+    reduction_fn_string: str,
+    name: Optional[str] = None,
+  ):
     super().__init__([x], name=name or "reduce")
     # Checked when lowered, not here: the original builds the op with any
     # string (its tests use "sum") and fails only on lowering.
@@ -76,8 +84,9 @@ class ReduceOperation(Operation):
     x = self.inputs[0]
     out_shape = self.outputs[0].shape
     names = x.shape.dimension_names
-    reduced_axes = [i for i, n in enumerate(names)
-                    if n not in out_shape.dimension_names]
+    reduced_axes = [
+      i for i, n in enumerate(names) if n not in out_shape.dimension_names
+    ]
     kept = [n for n in names if n in out_shape.dimension_names]
     perm = [kept.index(n) for n in out_shape.dimension_names]
     fn = reduction_fn(self._reduction_fn_string)
@@ -88,14 +97,19 @@ class ReduceOperation(Operation):
       if perm != sorted(perm):
         t = tf.transpose(t, perm)
       return t
+
     laid_out_x = lowering.tensors[x]
     if self._reduction_fn_string == "SUM":
       y = mesh_impl.slicewise_delay_allreduce(local_reduce, laid_out_x)
     else:
       y = mesh_impl.slicewise(local_reduce, laid_out_x)
-    mesh_axes = sorted(set(
+    mesh_axes = sorted(
+      set(
         mesh_impl.tensor_dimension_to_mesh_axis(x.shape.dims[i])
-        for i in reduced_axes) - {None})
+        for i in reduced_axes
+      )
+      - {None}
+    )
     if mesh_axes:
       counter = "allreduce/%s/reduce_op" % mesh_axes
       if self._reduction_fn_string == "SUM":
@@ -109,57 +123,81 @@ class ReduceOperation(Operation):
             mesh_axes = sorted(set(mesh_axes) | set(y.mesh_axes))
             y = y.laid_out_input
         y = LazyAllreduceSum(
-            mesh_impl, y, mesh_axes,
-            add_counter_fn=lambda: lowering.add_counter(
-                counter, lowering.laid_out_size(self.outputs[0])))
+          mesh_impl,
+          y,
+          mesh_axes,
+          add_counter_fn=lambda: lowering.add_counter(
+            counter, lowering.laid_out_size(self.outputs[0])
+          ),
+        )
       else:
         lowering.add_counter(counter, lowering.laid_out_size(self.outputs[0]))
         y = mesh_impl.allreduce(y, mesh_axes, self._reduction_fn_string)
     lowering.set_tensor_lowering(self.outputs[0], y)
 
 
-def _reduction_output_shape(x: Tensor, output_shape, reduced_dim,
-                            op_name: str) -> Shape:
+def _reduction_output_shape(
+  x: Tensor, output_shape, reduced_dim, op_name: str
+) -> Shape:
   if reduced_dim is not None:
     if reduced_dim not in x.shape.dims:
-      raise ValueError("%s: reduced_dim %s is not in %s"
-                       % (op_name, reduced_dim, x.shape.to_string))
+      raise ValueError(
+        "%s: reduced_dim %s is not in %s"
+        % (op_name, reduced_dim, x.shape.to_string)
+      )
     if output_shape is None:
       return x.shape - reduced_dim
     output_shape = convert_to_shape(output_shape)
     # Both given: output_shape (in any order) must keep all dims but that one.
     if [d for d in x.shape.dims if d not in output_shape.dims] != [reduced_dim]:
-      raise ValueError("%s: output_shape %s disagrees with reduced_dim %s of %s"
-                       % (op_name, output_shape.to_string, reduced_dim,
-                          x.shape.to_string))
+      raise ValueError(
+        "%s: output_shape %s disagrees with reduced_dim %s of %s"
+        % (op_name, output_shape.to_string, reduced_dim, x.shape.to_string)
+      )
   if output_shape is None:
     return Shape([])
   output_shape = convert_to_shape(output_shape)
   for d in output_shape.dims:
     if d not in x.shape.dims:
-      raise ValueError("%s: output dimension %s is not in the input shape %s"
-                       % (op_name, d, x.shape.to_string))
+      raise ValueError(
+        "%s: output dimension %s is not in the input shape %s"
+        % (op_name, d, x.shape.to_string)
+      )
   return output_shape
 
 
 def _check_keywords(disable_positional_args, op_name):
   if disable_positional_args is not None:
-    raise TypeError("%s: pass output_shape / reduced_dim as keyword arguments"
-                    % op_name)
+    raise TypeError(
+      "%s: pass output_shape / reduced_dim as keyword arguments" % op_name
+    )
 
 
-def _reduce(x, disable_positional_args, output_shape, reduced_dim, name,
-            reduction_fn_string, op_name):
+def _reduce(
+  x,
+  disable_positional_args,
+  output_shape,
+  reduced_dim,
+  name,
+  reduction_fn_string,
+  op_name,
+):
   _check_keywords(disable_positional_args, op_name)
   output_shape = _reduction_output_shape(x, output_shape, reduced_dim, op_name)
   if output_shape == x.shape:
     return x
-  return ReduceOperation(x, output_shape, reduction_fn_string,
-                         name=name or op_name).outputs[0]
+  return ReduceOperation(
+    x, output_shape, reduction_fn_string, name=name or op_name
+  ).outputs[0]
 
 
-def reduce_sum(x: Tensor, disable_positional_args=None, output_shape=None,
-               reduced_dim=None, name: Optional[str] = None) -> Tensor:
+def reduce_sum(
+  x: Tensor,
+  disable_positional_args=None,
+  output_shape=None,
+  reduced_dim=None,
+  name: Optional[str] = None,
+) -> Tensor:
   """Sum to output_shape (default: a scalar).
 
   Args:
@@ -177,12 +215,24 @@ def reduce_sum(x: Tensor, disable_positional_args=None, output_shape=None,
     an mtf Tensor of shape `output_shape`: the sum over the reduced dims, with
     the dtype of x.
   """
-  return _reduce(x, disable_positional_args, output_shape, reduced_dim, name,
-                 "SUM", "reduce_sum")
+  return _reduce(
+    x,
+    disable_positional_args,
+    output_shape,
+    reduced_dim,
+    name,
+    "SUM",
+    "reduce_sum",
+  )
 
 
-def reduce_mean(x: Tensor, disable_positional_args=None, output_shape=None,
-                reduced_dim=None, name: Optional[str] = None) -> Tensor:
+def reduce_mean(
+  x: Tensor,
+  disable_positional_args=None,
+  output_shape=None,
+  reduced_dim=None,
+  name: Optional[str] = None,
+) -> Tensor:
   """The mean of x over the reduced dims.
 
   Args:
@@ -201,16 +251,22 @@ def reduce_mean(x: Tensor, disable_positional_args=None, output_shape=None,
     the dtype of x.
   """
   _check_keywords(disable_positional_args, "reduce_mean")
-  output_shape = _reduction_output_shape(x, output_shape, reduced_dim,
-                                         "reduce_mean")
+  output_shape = _reduction_output_shape(
+    x, output_shape, reduced_dim, "reduce_mean"
+  )
   if output_shape == x.shape:
     return x
   total = reduce_sum(x, output_shape=output_shape, name=name or "reduce_mean")
   return total * (output_shape.size / x.shape.size)
 
 
-def reduce_max(x: Tensor, disable_positional_args=None, output_shape=None,
-               reduced_dim=None, name: Optional[str] = None) -> Tensor:
+def reduce_max(
+  x: Tensor,
+  disable_positional_args=None,
+  output_shape=None,
+  reduced_dim=None,
+  name: Optional[str] = None,
+) -> Tensor:
   """The maximum of x over the reduced dims.
 
   Args:
@@ -228,12 +284,24 @@ def reduce_max(x: Tensor, disable_positional_args=None, output_shape=None,
     an mtf Tensor of shape `output_shape`: the maximum over the reduced dims,
     with the dtype of x.
   """
-  return _reduce(x, disable_positional_args, output_shape, reduced_dim, name,
-                 "MAX", "reduce_max")
+  return _reduce(
+    x,
+    disable_positional_args,
+    output_shape,
+    reduced_dim,
+    name,
+    "MAX",
+    "reduce_max",
+  )
 
 
-def reduce_min(x: Tensor, disable_positional_args=None, output_shape=None,
-               reduced_dim=None, name: Optional[str] = None) -> Tensor:
+def reduce_min(
+  x: Tensor,
+  disable_positional_args=None,
+  output_shape=None,
+  reduced_dim=None,
+  name: Optional[str] = None,
+) -> Tensor:
   """The minimum of x over the reduced dims.
 
   Args:
@@ -251,12 +319,24 @@ def reduce_min(x: Tensor, disable_positional_args=None, output_shape=None,
     an mtf Tensor of shape `output_shape`: the minimum over the reduced dims,
     with the dtype of x.
   """
-  return _reduce(x, disable_positional_args, output_shape, reduced_dim, name,
-                 "MIN", "reduce_min")
+  return _reduce(
+    x,
+    disable_positional_args,
+    output_shape,
+    reduced_dim,
+    name,
+    "MIN",
+    "reduce_min",
+  )
 
 
-def reduce_all(x: Tensor, disable_positional_args=None, output_shape=None,
-               reduced_dim=None, name: Optional[str] = None) -> Tensor:
+def reduce_all(
+  x: Tensor,
+  disable_positional_args=None,
+  output_shape=None,
+  reduced_dim=None,
+  name: Optional[str] = None,
+) -> Tensor:
   """The logical and of x over the reduced dims.
 
   Args:
@@ -275,13 +355,24 @@ def reduce_all(x: Tensor, disable_positional_args=None, output_shape=None,
     (boolean).
   """
   _check_keywords(disable_positional_args, "reduce_all")
-  return elementwise.cast(reduce_min(
-      elementwise.to_float(x), output_shape=output_shape,
-      reduced_dim=reduced_dim, name=name), tf.bool)
+  return elementwise.cast(
+    reduce_min(
+      elementwise.to_float(x),
+      output_shape=output_shape,
+      reduced_dim=reduced_dim,
+      name=name,
+    ),
+    tf.bool,
+  )
 
 
-def reduce_any(x: Tensor, disable_positional_args=None, output_shape=None,
-               reduced_dim=None, name: Optional[str] = None) -> Tensor:
+def reduce_any(
+  x: Tensor,
+  disable_positional_args=None,
+  output_shape=None,
+  reduced_dim=None,
+  name: Optional[str] = None,
+) -> Tensor:
   """The logical or of x over the reduced dims.
 
   Args:
@@ -300,9 +391,15 @@ def reduce_any(x: Tensor, disable_positional_args=None, output_shape=None,
     (boolean).
   """
   _check_keywords(disable_positional_args, "reduce_any")
-  return elementwise.cast(reduce_max(
-      elementwise.to_float(x), output_shape=output_shape,
-      reduced_dim=reduced_dim, name=name), tf.bool)
+  return elementwise.cast(
+    reduce_max(
+      elementwise.to_float(x),
+      output_shape=output_shape,
+      reduced_dim=reduced_dim,
+      name=name,
+    ),
+    tf.bool,
+  )
 
 
 class BroadcastOperation(Operation):
@@ -314,8 +411,9 @@ class BroadcastOperation(Operation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, x: Tensor, output_shape: Shape,
-               name: Optional[str] = None):
+  def __init__(
+    self, x: Tensor, output_shape: Shape, name: Optional[str] = None
+  ):
     super().__init__([x], name=name or "broadcast")
     self._outputs = [Tensor(self, output_shape, x.dtype)]
 
@@ -328,10 +426,14 @@ class BroadcastOperation(Operation):
     new_shape = self.outputs[0].shape
     slice_shape = mesh_impl.slice_shape(new_shape)
     lowering.set_tensor_lowering(
-        self.outputs[0], mesh_impl.slicewise_delay_allreduce(
-            lambda t: mesh_impl_lib.broadcast_slice(t, old_shape, new_shape,
-                                                    slice_shape),
-            lowering.tensors[self.inputs[0]]))
+      self.outputs[0],
+      mesh_impl.slicewise_delay_allreduce(
+        lambda t: mesh_impl_lib.broadcast_slice(
+          t, old_shape, new_shape, slice_shape
+        ),
+        lowering.tensors[self.inputs[0]],
+      ),
+    )
 
 
 def broadcast(x: Tensor, new_shape) -> Tensor:
@@ -350,13 +452,22 @@ def broadcast(x: Tensor, new_shape) -> Tensor:
     return x
   for d in x.shape.dims:
     if d not in new_shape.dims:
-      raise ValueError("cannot broadcast %s to %s: %s is missing"
-                       % (x.shape.to_string, new_shape.to_string, d))
+      raise ValueError(
+        "cannot broadcast %s to %s: %s is missing"
+        % (x.shape.to_string, new_shape.to_string, d)
+      )
   return BroadcastOperation(x, new_shape).outputs[0]
 
 
 __all__ = [
-    "BroadcastOperation", "ReduceOperation", "broadcast", "reduce_all",
-    "reduce_any", "reduce_max", "reduce_mean", "reduce_min", "reduce_sum",
-    "reduction_fn",
+  "BroadcastOperation",
+  "ReduceOperation",
+  "broadcast",
+  "reduce_all",
+  "reduce_any",
+  "reduce_max",
+  "reduce_mean",
+  "reduce_min",
+  "reduce_sum",
+  "reduction_fn",
 ]

@@ -21,7 +21,8 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.laid_out import to_laid_out_tensor
 from mesh_tensorflow._src.ops import binary
 from mesh_tensorflow._src.ops import broadcast_binary
@@ -31,7 +32,8 @@ from mesh_tensorflow._src.ops import gather as gather_lib
 from mesh_tensorflow._src.ops import reduce as reduce_lib
 from mesh_tensorflow._src.ops import reshape as reshape_lib
 from mesh_tensorflow._src.ops import shift as shift_lib
-from mesh_tensorflow._src.ops.tensor_ops import DimLike, find_axis
+from mesh_tensorflow._src.ops.tensor_ops import DimLike
+from mesh_tensorflow._src.ops.tensor_ops import find_axis
 from mesh_tensorflow._src.shapes import Dimension
 
 
@@ -54,12 +56,20 @@ class CumsumOperation(Operation):
   reverse). The gradient is the same op with `reverse` flipped.
   """
 
-  def __init__(self, x: Tensor, dim: DimLike, exclusive: bool = False,
-               reverse: bool = False, name: Optional[str] = None):
+  def __init__(
+    self,
+    x: Tensor,
+    dim: DimLike,
+    exclusive: bool = False,
+    reverse: bool = False,
+    name: Optional[str] = None,
+  ):
     axis, dim = find_axis(x, dim, "cumsum")
     if x.dtype == tf.bool:
-      raise ValueError("cumsum along %r: tensor %s is boolean; cast it to a "
-                       "number type first" % (dim.name, x.name))
+      raise ValueError(
+        "cumsum along %r: tensor %s is boolean; cast it to a "
+        "number type first" % (dim.name, x.name)
+      )
     super().__init__([x], name=name or "cumsum")
     self._axis = axis
     self._dim = dim
@@ -76,12 +86,19 @@ class CumsumOperation(Operation):
     return self._reverse
 
   def gradient(self, grad_ys):
-    return [CumsumOperation(grad_ys[0], self._dim, exclusive=self._exclusive,
-                            reverse=not self._reverse).outputs[0]]
+    return [
+      CumsumOperation(
+        grad_ys[0],
+        self._dim,
+        exclusive=self._exclusive,
+        reverse=not self._reverse,
+      ).outputs[0]
+    ]
 
   def _local_cumsum(self, t):
-    return tf.cumsum(t, axis=self._axis, exclusive=self._exclusive,
-                     reverse=self._reverse)
+    return tf.cumsum(
+      t, axis=self._axis, exclusive=self._exclusive, reverse=self._reverse
+    )
 
   def lower(self, lowering):
     mesh_impl = lowering.mesh_impl(self)
@@ -98,10 +115,12 @@ class CumsumOperation(Operation):
     num_blocks = mesh_impl.shape.dims[mesh_axis].size
     local = mesh_impl.slicewise(self._local_cumsum, laid_out)
     totals = mesh_impl.slicewise(
-        lambda t: tf.reduce_sum(t, axis=axis, keepdims=True), laid_out)
-    lowering.add_counter("allconcat/%d/cumsum_op" % mesh_axis,
-                         mesh_impl.laid_out_size(x.shape) * num_blocks //
-                         self._dim.size)
+      lambda t: tf.reduce_sum(t, axis=axis, keepdims=True), laid_out
+    )
+    lowering.add_counter(
+      "allconcat/%d/cumsum_op" % mesh_axis,
+      mesh_impl.laid_out_size(x.shape) * num_blocks // self._dim.size,
+    )
     all_totals = mesh_impl.allconcat(totals, mesh_axis, axis)
     reverse = self._reverse
 
@@ -115,8 +134,12 @@ class CumsumOperation(Operation):
       earlier = tf.where(before, block_totals, tf.zeros_like(block_totals))
       return local_slice + tf.reduce_sum(earlier, axis=axis, keepdims=True)
 
-    y = mesh_impl.slicewise(add_previous_blocks, local, all_totals,
-                            mesh_impl.laid_out_pcoord(mesh_axis))
+    y = mesh_impl.slicewise(
+      add_previous_blocks,
+      local,
+      all_totals,
+      mesh_impl.laid_out_pcoord(mesh_axis),
+    )
     lowering.set_tensor_lowering(self.outputs[0], y)
 
 
@@ -146,8 +169,9 @@ def cumsum(x: Tensor, dim: DimLike, exclusive: bool = False) -> Tensor:
   return CumsumOperation(x, dim, exclusive=exclusive).outputs[0]
 
 
-def dynamic_shift(x: Tensor, offset: Tensor, dim: DimLike, wrap: bool
-                  ) -> Tensor:
+def dynamic_shift(
+  x: Tensor, offset: Tensor, dim: DimLike, wrap: bool
+) -> Tensor:
   """Shifts x along dim by a per-position offset tensor.
 
   y[..., i] = x[..., i - offset[...]]: each row (a position in offset's
@@ -178,26 +202,34 @@ def dynamic_shift(x: Tensor, offset: Tensor, dim: DimLike, wrap: bool
   if isinstance(offset, int) and not isinstance(offset, bool):
     return shift_lib.shift(x, offset, dim, wrap)
   if not isinstance(offset, Tensor):
-    raise ValueError("dynamic_shift along %r: offset must be an integer mtf "
-                     "Tensor, got %r" % (dim.name, offset))
+    raise ValueError(
+      "dynamic_shift along %r: offset must be an integer mtf "
+      "Tensor, got %r" % (dim.name, offset)
+    )
   if not offset.dtype.is_integer:
-    raise ValueError("dynamic_shift along %r: offset %s must have an integer "
-                     "dtype, got %s" % (dim.name, offset.name,
-                                        offset.dtype.name))
+    raise ValueError(
+      "dynamic_shift along %r: offset %s must have an integer "
+      "dtype, got %s" % (dim.name, offset.name, offset.dtype.name)
+    )
   if dim.name in offset.shape.dimension_names:
-    raise ValueError("dynamic_shift: offset %s must not contain the shifted "
-                     "dimension %r (its dims must be dims of x %s other than "
-                     "%r)" % (offset.to_string, dim.name, x.shape.to_string,
-                              dim.name))
+    raise ValueError(
+      "dynamic_shift: offset %s must not contain the shifted "
+      "dimension %r (its dims must be dims of x %s other than "
+      "%r)" % (offset.to_string, dim.name, x.shape.to_string, dim.name)
+    )
   for d in offset.shape.dims:
     if d not in x.shape.dims:
-      raise ValueError("dynamic_shift along %r: offset dimension %s is not a "
-                       "dimension of x %s" % (dim.name, d, x.shape.to_string))
+      raise ValueError(
+        "dynamic_shift along %r: offset dimension %s is not a "
+        "dimension of x %s" % (dim.name, d, x.shape.to_string)
+      )
   if x.dtype == tf.bool:
-    return elementwise.cast(dynamic_shift(elementwise.to_float(x), offset, dim,
-                                          wrap), tf.bool)
-  target_dim = Dimension(_fresh_dim_name("_shifted_" + dim.name, x, offset),
-                         dim.size)
+    return elementwise.cast(
+      dynamic_shift(elementwise.to_float(x), offset, dim, wrap), tf.bool
+    )
+  target_dim = Dimension(
+    _fresh_dim_name("_shifted_" + dim.name, x, offset), dim.size
+  )
   # source[..., j] = j - offset: the position of x that lands on position j.
   positions = gather_lib.mtf_range(x.mesh, target_dim, offset.dtype)
   source = binary.sub(positions, offset)
@@ -206,8 +238,9 @@ def dynamic_shift(x: Tensor, offset: Tensor, dim: DimLike, wrap: bool
   # Out-of-range sources give all-zero one_hot rows: zero fill.
   permutation = gather_lib.one_hot(source, dim, dtype=x.dtype)
   y = einsum_lib.einsum(
-      [x, permutation],
-      output_shape=x.shape.rename_dimension(dim.name, target_dim.name))
+    [x, permutation],
+    output_shape=x.shape.rename_dimension(dim.name, target_dim.name),
+  )
   return reshape_lib.rename_dimension(y, target_dim.name, dim.name)
 
 
@@ -236,28 +269,41 @@ def reduce_first(tensor: Tensor, reduced_dim: DimLike) -> Tensor:
   return gather_lib.gather(tensor, 0, reduced_dim)
 
 
-def _split_pool_dim(tensor: Tensor, pool_dim: DimLike, pool_size: int,
-                    op_name: str):
+def _split_pool_dim(
+  tensor: Tensor, pool_dim: DimLike, pool_size: int, op_name: str
+):
   """tensor reshaped so pool_dim becomes [pool_dim / pool_size, pool_size]."""
   _, pool_dim = find_axis(tensor, pool_dim, op_name)
-  if (not isinstance(pool_size, int) or isinstance(pool_size, bool)
-      or pool_size < 1):
-    raise ValueError("%s along %r: pool_size must be a positive int, got %r"
-                     % (op_name, pool_dim.name, pool_size))
+  if (
+    not isinstance(pool_size, int)
+    or isinstance(pool_size, bool)
+    or pool_size < 1
+  ):
+    raise ValueError(
+      "%s along %r: pool_size must be a positive int, got %r"
+      % (op_name, pool_dim.name, pool_size)
+    )
   if pool_dim.size % pool_size:
-    raise ValueError("%s: dimension %s does not divide into pools of size %d"
-                     % (op_name, pool_dim, pool_size))
+    raise ValueError(
+      "%s: dimension %s does not divide into pools of size %d"
+      % (op_name, pool_dim, pool_size)
+    )
   pooled_dim = Dimension(pool_dim.name, pool_dim.size // pool_size)
-  within_dim = Dimension(_fresh_dim_name("_pool_" + pool_dim.name, tensor),
-                         pool_size)
-  reshaped = reshape_lib.replace_dimensions(tensor, pool_dim,
-                                            [pooled_dim, within_dim])
+  within_dim = Dimension(
+    _fresh_dim_name("_pool_" + pool_dim.name, tensor), pool_size
+  )
+  reshaped = reshape_lib.replace_dimensions(
+    tensor, pool_dim, [pooled_dim, within_dim]
+  )
   return reshaped, within_dim
 
 
-def pool_tensor_1d(tensor: Tensor, pool_dim: DimLike,
-                   reduce_fn: Callable = reduce_lib.reduce_mean,
-                   pool_size: int = 2) -> Tensor:
+def pool_tensor_1d(
+  tensor: Tensor,
+  pool_dim: DimLike,
+  reduce_fn: Callable = reduce_lib.reduce_mean,
+  pool_size: int = 2,
+) -> Tensor:
   """Pools non-overlapping windows of pool_size along pool_dim.
 
   pool_dim keeps its name and shrinks to pool_dim.size // pool_size. If
@@ -287,13 +333,15 @@ def pool_tensor_1d(tensor: Tensor, pool_dim: DimLike,
   Raises:
     ValueError: if pool_size does not divide pool_dim.size.
   """
-  reshaped, within_dim = _split_pool_dim(tensor, pool_dim, pool_size,
-                                         "pool_tensor_1d")
+  reshaped, within_dim = _split_pool_dim(
+    tensor, pool_dim, pool_size, "pool_tensor_1d"
+  )
   return reduce_fn(reshaped, reduced_dim=within_dim)
 
 
-def stride_tensor_1d(tensor: Tensor, pool_dim: DimLike,
-                     pool_size: int = 2) -> Tensor:
+def stride_tensor_1d(
+  tensor: Tensor, pool_dim: DimLike, pool_size: int = 2
+) -> Tensor:
   """Every pool_size-th position along pool_dim (starting at 0).
 
   Example:
@@ -314,10 +362,16 @@ def stride_tensor_1d(tensor: Tensor, pool_dim: DimLike,
   Raises:
     ValueError: if pool_size does not divide pool_dim.size.
   """
-  reshaped, within_dim = _split_pool_dim(tensor, pool_dim, pool_size,
-                                         "stride_tensor_1d")
+  reshaped, within_dim = _split_pool_dim(
+    tensor, pool_dim, pool_size, "stride_tensor_1d"
+  )
   return reduce_first(reshaped, within_dim)
 
 
-__all__ = ["cumsum", "dynamic_shift", "pool_tensor_1d", "reduce_first",
-           "stride_tensor_1d"]
+__all__ = [
+  "cumsum",
+  "dynamic_shift",
+  "pool_tensor_1d",
+  "reduce_first",
+  "stride_tensor_1d",
+]

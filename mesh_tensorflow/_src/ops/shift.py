@@ -15,9 +15,11 @@ from typing import Optional
 
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.laid_out import to_laid_out_tensor
-from mesh_tensorflow._src.ops.tensor_ops import DimLike, find_axis
+from mesh_tensorflow._src.ops.tensor_ops import DimLike
+from mesh_tensorflow._src.ops.tensor_ops import find_axis
 
 
 def _is_int(x) -> bool:
@@ -38,13 +40,21 @@ class ShiftOperation(Operation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, x: Tensor, offset: int, dim: DimLike, wrap: bool,
-               name: Optional[str] = None):
+  def __init__(
+    self,
+    x: Tensor,
+    offset: int,
+    dim: DimLike,
+    wrap: bool,
+    name: Optional[str] = None,
+  ):
     super().__init__([x], name=name or "shift")
     self._axis, self._dim = find_axis(x, dim, "shift")
     if not _is_int(offset):
-      raise ValueError("shift along %r: offset must be an int, got %r"
-                       % (self._dim.name, offset))
+      raise ValueError(
+        "shift along %r: offset must be an int, got %r"
+        % (self._dim.name, offset)
+      )
     self._offset = offset
     self._wrap = bool(wrap)
     self._outputs = [Tensor(self, x.shape, x.dtype)]
@@ -84,14 +94,17 @@ class ShiftOperation(Operation):
       y = lowered_x
     elif abs(offset) >= size:  # Only without wrap: everything shifts out.
       slice_shape, dtype = mesh_impl.slice_shape(x.shape), x.dtype
-      y = mesh_impl.slicewise(lambda _: tf.zeros(slice_shape, dtype),
-                              mesh_impl.laid_out_pnum())
+      y = mesh_impl.slicewise(
+        lambda _: tf.zeros(slice_shape, dtype), mesh_impl.laid_out_pnum()
+      )
     elif mesh_axis is None:
       y = mesh_impl.slicewise_delay_allreduce(
-          lambda t: self._shift_local(t, offset, size), lowered_x)
+        lambda t: self._shift_local(t, offset, size), lowered_x
+      )
     else:
-      y = self._shift_split(lowering, mesh_impl, to_laid_out_tensor(lowered_x),
-                            mesh_axis, offset)
+      y = self._shift_split(
+        lowering, mesh_impl, to_laid_out_tensor(lowered_x), mesh_axis, offset
+      )
     lowering.set_tensor_lowering(self.outputs[0], y)
 
   def _shift_local(self, t, offset: int, size: int):
@@ -107,8 +120,9 @@ class ShiftOperation(Operation):
       paddings[self._axis] = [0, -offset]
     return tf.pad(kept, paddings)
 
-  def _shift_split(self, lowering, mesh_impl, lowered_x, mesh_axis: int,
-                   offset: int):
+  def _shift_split(
+    self, lowering, mesh_impl, lowered_x, mesh_axis: int, offset: int
+  ):
     """Shift along a dimension split over mesh_axis (0 < |offset| < size)."""
     num_blocks = mesh_impl.shape.dims[mesh_axis].size
     block = self._dim.size // num_blocks
@@ -119,22 +133,26 @@ class ShiftOperation(Operation):
       return self._shift_blocks(mesh_impl, lowered_x, mesh_axis, n, num_blocks)
     # The tail of block i - n - 1 becomes the head of output block i ...
     tail = mesh_impl.slicewise(
-        lambda t: self._local_slice(t, block - r, r), lowered_x)
+      lambda t: self._local_slice(t, block - r, r), lowered_x
+    )
     lowering.add_counter("shift[%d]" % (n + 1), laid_out_size * r // block)
-    head_part = self._shift_blocks(mesh_impl, tail, mesh_axis, n + 1,
-                                   num_blocks)
+    head_part = self._shift_blocks(
+      mesh_impl, tail, mesh_axis, n + 1, num_blocks
+    )
     # ... and the head of block i - n its remainder.
     head = mesh_impl.slicewise(
-        lambda t: self._local_slice(t, 0, block - r), lowered_x)
-    lowering.add_counter("shift[%d]" % n,
-                         laid_out_size * (block - r) // block)
+      lambda t: self._local_slice(t, 0, block - r), lowered_x
+    )
+    lowering.add_counter("shift[%d]" % n, laid_out_size * (block - r) // block)
     tail_part = self._shift_blocks(mesh_impl, head, mesh_axis, n, num_blocks)
     axis = self._axis
-    return mesh_impl.slicewise(lambda a, b: tf.concat([a, b], axis=axis),
-                               head_part, tail_part)
+    return mesh_impl.slicewise(
+      lambda a, b: tf.concat([a, b], axis=axis), head_part, tail_part
+    )
 
-  def _shift_blocks(self, mesh_impl, laid_out, mesh_axis: int, n: int,
-                    num_blocks: int):
+  def _shift_blocks(
+    self, mesh_impl, laid_out, mesh_axis: int, n: int, num_blocks: int
+  ):
     """Each processor gets the slice of the one n before it on mesh_axis."""
     if self._wrap:
       n %= num_blocks
@@ -145,8 +163,9 @@ class ShiftOperation(Operation):
     return mesh_impl.shift_by_n_processors(laid_out, mesh_axis, n, self._wrap)
 
 
-def shift(x: Tensor, offset: int, dim: DimLike, wrap: bool,
-          name: Optional[str] = None) -> Tensor:
+def shift(
+  x: Tensor, offset: int, dim: DimLike, wrap: bool, name: Optional[str] = None
+) -> Tensor:
   """Shifts x by offset along dim (negative offset = towards the start).
 
   Example:

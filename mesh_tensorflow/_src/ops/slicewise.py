@@ -6,7 +6,8 @@ from typing import Callable, List, Optional, Sequence
 
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.shapes import convert_to_shape
 
 
@@ -14,8 +15,9 @@ def _dim_names(dims) -> List[str]:
   return [d if isinstance(d, str) else d.name for d in (dims or [])]
 
 
-def check_splits_allowed(op: Operation, lowering, tensors: Sequence[Tensor],
-                         allowed_names) -> None:
+def check_splits_allowed(
+  op: Operation, lowering, tensors: Sequence[Tensor], allowed_names
+) -> None:
   """ValueError naming the first dim of `tensors` split but not allowed.
 
   Args:
@@ -38,10 +40,15 @@ def check_splits_allowed(op: Operation, lowering, tensors: Sequence[Tensor],
       mesh_axis = mesh_impl.tensor_dimension_to_mesh_axis(dim)
       if mesh_axis is not None:
         raise ValueError(
-            "%s (%s) cannot split dimension %r over mesh dimension %r: the "
-            "operation needs the whole dimension on each processor" %
-            (type(op).__name__, op.name, dim.name,
-             mesh_impl.shape.dims[mesh_axis].name))
+          "%s (%s) cannot split dimension %r over mesh dimension %r: the "
+          "operation needs the whole dimension on each processor"
+          % (
+            type(op).__name__,
+            op.name,
+            dim.name,
+            mesh_impl.shape.dims[mesh_axis].name,
+          )
+        )
 
 
 class SlicewiseOperation(Operation):
@@ -61,18 +68,27 @@ class SlicewiseOperation(Operation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, tf_fn: Callable, inputs: Sequence[Tensor],
-               output_shapes, output_dtypes, splittable_dims,
-               grad_function=None, name: Optional[str] = None):
+  def __init__(
+    self,
+    tf_fn: Callable,
+    inputs: Sequence[Tensor],
+    output_shapes,
+    output_dtypes,
+    splittable_dims,
+    grad_function=None,
+    name: Optional[str] = None,
+  ):
     super().__init__(inputs, name=name or "slicewise")
     self._tf_fn = tf_fn
-    self._outputs = [Tensor(self, convert_to_shape(shape), dtype, index=i)
-                     for i, (shape, dtype) in enumerate(
-                         zip(output_shapes, output_dtypes))]
+    self._outputs = [
+      Tensor(self, convert_to_shape(shape), dtype, index=i)
+      for i, (shape, dtype) in enumerate(zip(output_shapes, output_dtypes))
+    ]
     self._splittable_names = _dim_names(splittable_dims)
     self._grad_function = grad_function
     self._initialize_splittable_and_unsplittable_dims(
-        "unsplittable", self._splittable_names)
+      "unsplittable", self._splittable_names
+    )
 
   @property
   def tf_fn(self) -> Callable:
@@ -91,11 +107,13 @@ class SlicewiseOperation(Operation):
     return self._grad_function(self, *grad_ys)
 
   def lower(self, lowering):
-    check_splits_allowed(self, lowering, self._inputs + self._outputs,
-                         self._splittable_names)
+    check_splits_allowed(
+      self, lowering, self._inputs + self._outputs, self._splittable_names
+    )
     mesh_impl = lowering.mesh_impl(self)
     values = mesh_impl.slicewise(
-        self._tf_fn, *[lowering.tensors[x] for x in self._inputs])
+      self._tf_fn, *[lowering.tensors[x] for x in self._inputs]
+    )
     if len(self._outputs) == 1:
       values = (values,) if not isinstance(values, tuple) else values
     for output, value in zip(self._outputs, values):
@@ -111,20 +129,29 @@ class GenericGradOperation(Operation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, forward_op: SlicewiseOperation, grad_ys,
-               name: Optional[str] = None):
+  def __init__(
+    self, forward_op: SlicewiseOperation, grad_ys, name: Optional[str] = None
+  ):
     self._forward_op = forward_op
-    self._float_inputs = [i for i, x in enumerate(forward_op.inputs)
-                          if x.dtype.is_floating]
-    self._float_outputs = [i for i, (y, dy) in enumerate(
-        zip(forward_op.outputs, grad_ys))
-                           if y.dtype.is_floating and dy is not None]
+    self._float_inputs = [
+      i for i, x in enumerate(forward_op.inputs) if x.dtype.is_floating
+    ]
+    self._float_outputs = [
+      i
+      for i, (y, dy) in enumerate(zip(forward_op.outputs, grad_ys))
+      if y.dtype.is_floating and dy is not None
+    ]
     super().__init__(
-        forward_op.inputs + [grad_ys[i] for i in self._float_outputs],
-        mesh=forward_op.mesh, name=name or "generic_grad")
-    self._outputs = [Tensor(self, forward_op.inputs[i].shape,
-                            forward_op.inputs[i].dtype, index=k)
-                     for k, i in enumerate(self._float_inputs)]
+      forward_op.inputs + [grad_ys[i] for i in self._float_outputs],
+      mesh=forward_op.mesh,
+      name=name or "generic_grad",
+    )
+    self._outputs = [
+      Tensor(
+        self, forward_op.inputs[i].shape, forward_op.inputs[i].dtype, index=k
+      )
+      for k, i in enumerate(self._float_inputs)
+    ]
     # As the original: the default (every dimension splittable), not the
     # forward op's sets; splittability only informs layout search.
 
@@ -155,23 +182,32 @@ class GenericGradOperation(Operation):
       if not isinstance(ys, (tuple, list)):
         ys = (ys,)
       grads = tape.gradient(
-          [ys[i] for i in float_outputs], [xs[i] for i in float_inputs],
-          output_gradients=list(dys),
-          unconnected_gradients=tf.UnconnectedGradients.ZERO)
+        [ys[i] for i in float_outputs],
+        [xs[i] for i in float_inputs],
+        output_gradients=list(dys),
+        unconnected_gradients=tf.UnconnectedGradients.ZERO,
+      )
       return tuple(grads) if len(grads) > 1 else grads[0]
 
     mesh_impl = lowering.mesh_impl(self)
     values = mesh_impl.slicewise(
-        grad_fn, *[lowering.tensors[x] for x in self._inputs])
+      grad_fn, *[lowering.tensors[x] for x in self._inputs]
+    )
     if not isinstance(values, tuple):
       values = (values,)
     for output, value in zip(self._outputs, values):
       lowering.set_tensor_lowering(output, value)
 
 
-def slicewise(tf_fn: Callable, xs: Sequence[Tensor], output_shape=None,
-              output_dtype=None, splittable_dims=None, grad_function=None,
-              name: Optional[str] = None) -> Tensor | tuple[Tensor, ...]:
+def slicewise(
+  tf_fn: Callable,
+  xs: Sequence[Tensor],
+  output_shape=None,
+  output_dtype=None,
+  splittable_dims=None,
+  grad_function=None,
+  name: Optional[str] = None,
+) -> Tensor | tuple[Tensor, ...]:
   """Applies tf_fn to each slice of xs.
 
   Example:
@@ -199,16 +235,27 @@ def slicewise(tf_fn: Callable, xs: Sequence[Tensor], output_shape=None,
   multiple = isinstance(output_dtype, (list, tuple))
   if multiple:
     dtypes = list(output_dtype)
-    shapes_ = (list(output_shape) if isinstance(output_shape, (list, tuple))
-               and output_shape and not _is_dim_like(output_shape[0])
-               else [output_shape] * len(dtypes))
+    shapes_ = (
+      list(output_shape)
+      if isinstance(output_shape, (list, tuple))
+      and output_shape
+      and not _is_dim_like(output_shape[0])
+      else [output_shape] * len(dtypes)
+    )
   else:
     dtypes = [output_dtype]
     shapes_ = [output_shape]
   shapes_ = [xs[0].shape if s is None else convert_to_shape(s) for s in shapes_]
   dtypes = [xs[0].dtype if d is None else tf.as_dtype(d) for d in dtypes]
-  op = SlicewiseOperation(tf_fn, xs, shapes_, dtypes, splittable_dims or [],
-                          grad_function=grad_function, name=name)
+  op = SlicewiseOperation(
+    tf_fn,
+    xs,
+    shapes_,
+    dtypes,
+    splittable_dims or [],
+    grad_function=grad_function,
+    name=name,
+  )
   return tuple(op.outputs) if multiple else op.outputs[0]
 
 
@@ -216,8 +263,13 @@ def _is_dim_like(x) -> bool:
   return isinstance(x, tuple) and len(x) == 2 and isinstance(x[0], str)
 
 
-def cwise(tf_fn: Callable, xs: Sequence[Tensor], output_dtype=None,
-          grad_function=None, name: Optional[str] = None) -> Tensor:
+def cwise(
+  tf_fn: Callable,
+  xs: Sequence[Tensor],
+  output_dtype=None,
+  grad_function=None,
+  name: Optional[str] = None,
+) -> Tensor:
   """Component-wise: slicewise with every dimension of xs[0] splittable.
 
   Args:
@@ -232,10 +284,20 @@ def cwise(tf_fn: Callable, xs: Sequence[Tensor], output_dtype=None,
   Returns:
     an mtf Tensor with the shape of xs[0].
   """
-  return slicewise(tf_fn, xs, output_dtype=output_dtype,
-                   splittable_dims=xs[0].shape.dims,
-                   grad_function=grad_function, name=name or "cwise")
+  return slicewise(
+    tf_fn,
+    xs,
+    output_dtype=output_dtype,
+    splittable_dims=xs[0].shape.dims,
+    grad_function=grad_function,
+    name=name or "cwise",
+  )
 
 
-__all__ = ["GenericGradOperation", "SlicewiseOperation", "check_splits_allowed",
-           "cwise", "slicewise"]
+__all__ = [
+  "GenericGradOperation",
+  "SlicewiseOperation",
+  "check_splits_allowed",
+  "cwise",
+  "slicewise",
+]

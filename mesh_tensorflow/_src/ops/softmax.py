@@ -6,7 +6,8 @@ from typing import Optional
 
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.ops import binary
 from mesh_tensorflow._src.ops import einsum as einsum_lib
 from mesh_tensorflow._src.ops import elementwise
@@ -14,8 +15,9 @@ from mesh_tensorflow._src.ops import reduce
 from mesh_tensorflow._src.shapes import convert_to_dimension
 
 
-def reduce_logsumexp(x: Tensor, reduced_dim, extra_logit=None,
-                     name: Optional[str] = None) -> Tensor:
+def reduce_logsumexp(
+  x: Tensor, reduced_dim, extra_logit=None, name: Optional[str] = None
+) -> Tensor:
   """log(sum(exp(x))) over reduced_dim, computed stably.
 
   extra_logit acts as one more logit of that value in the sum.
@@ -32,21 +34,24 @@ def reduce_logsumexp(x: Tensor, reduced_dim, extra_logit=None,
   """
   del name
   reduced_shape = x.shape - reduced_dim
-  max_logit = reduce.reduce_max(elementwise.stop_gradient(x),
-                                output_shape=reduced_shape)
+  max_logit = reduce.reduce_max(
+    elementwise.stop_gradient(x), output_shape=reduced_shape
+  )
   if extra_logit is not None:
     if isinstance(extra_logit, Tensor):
       extra_logit = elementwise.stop_gradient(extra_logit)
     max_logit = binary.maximum(max_logit, extra_logit)
-  total = reduce.reduce_sum(elementwise.exp(x - max_logit),
-                            output_shape=reduced_shape)
+  total = reduce.reduce_sum(
+    elementwise.exp(x - max_logit), output_shape=reduced_shape
+  )
   if extra_logit is not None:
     total += elementwise.exp(extra_logit - max_logit)
   return elementwise.log(total) + max_logit
 
 
-def log_softmax(x: Tensor, reduced_dim, extra_logit=None,
-                name: Optional[str] = None) -> Tensor:
+def log_softmax(
+  x: Tensor, reduced_dim, extra_logit=None, name: Optional[str] = None
+) -> Tensor:
   """x - reduce_logsumexp(x, reduced_dim): log-probabilities along reduced_dim.
 
   Args:
@@ -102,18 +107,24 @@ class SoftmaxOperation(Operation):
       # tf.nn.softmax would transpose a slice whose axis is not the last.
       if mesh_axes:
         lowering.add_counter(
-            "allreduce/%s/softmax_op" % mesh_axes,
-            2 * mesh_impl.laid_out_size(x.shape - self._reduced_dim))
+          "allreduce/%s/softmax_op" % mesh_axes,
+          2 * mesh_impl.laid_out_size(x.shape - self._reduced_dim),
+        )
       max_x = mesh_impl.allreduce(
-          mesh_impl.slicewise(
-              lambda t: tf.reduce_max(t, axis=axis, keepdims=True),
-              laid_out_x), mesh_axes, "MAX")
-      exp_x = mesh_impl.slicewise(lambda t, m: tf.exp(t - m), laid_out_x,
-                                  max_x)
+        mesh_impl.slicewise(
+          lambda t: tf.reduce_max(t, axis=axis, keepdims=True), laid_out_x
+        ),
+        mesh_axes,
+        "MAX",
+      )
+      exp_x = mesh_impl.slicewise(lambda t, m: tf.exp(t - m), laid_out_x, max_x)
       sum_exp = mesh_impl.allreduce(
-          mesh_impl.slicewise(
-              lambda e: tf.reduce_sum(e, axis=axis, keepdims=True), exp_x),
-          mesh_axes, "SUM")
+        mesh_impl.slicewise(
+          lambda e: tf.reduce_sum(e, axis=axis, keepdims=True), exp_x
+        ),
+        mesh_axes,
+        "SUM",
+      )
       y = mesh_impl.slicewise(lambda e, total: e / total, exp_x, sum_exp)
     lowering.set_tensor_lowering(self.outputs[0], y)
 
@@ -126,12 +137,14 @@ def _softmax_last_axis(t: tf.Tensor) -> tf.Tensor:
   """
   if t.shape.ndims <= 2:
     return tf.nn.softmax(t)
-  return tf.reshape(tf.nn.softmax(tf.reshape(t, [-1, t.shape.as_list()[-1]])),
-                    t.shape.as_list())
+  return tf.reshape(
+    tf.nn.softmax(tf.reshape(t, [-1, t.shape.as_list()[-1]])), t.shape.as_list()
+  )
 
 
-def softmax(x: Tensor, reduced_dim, extra_logit=None,
-            name: Optional[str] = None) -> Tensor:
+def softmax(
+  x: Tensor, reduced_dim, extra_logit=None, name: Optional[str] = None
+) -> Tensor:
   """exp(x) / sum(exp(x)) over reduced_dim (plus exp(extra_logit) if given).
 
   Example:
@@ -154,12 +167,12 @@ def softmax(x: Tensor, reduced_dim, extra_logit=None,
     (less with extra_logit).
   """
   if extra_logit is not None:
-    return elementwise.exp(log_softmax(x, reduced_dim,
-                                       extra_logit=extra_logit))
+    return elementwise.exp(log_softmax(x, reduced_dim, extra_logit=extra_logit))
   reduced_dim = convert_to_dimension(reduced_dim)
   if reduced_dim not in x.shape.dims:
-    raise ValueError("softmax: reduced_dim %s is not in %s"
-                     % (reduced_dim, x.shape.to_string))
+    raise ValueError(
+      "softmax: reduced_dim %s is not in %s" % (reduced_dim, x.shape.to_string)
+    )
   return SoftmaxOperation(x, reduced_dim, name=name).outputs[0]
 
 

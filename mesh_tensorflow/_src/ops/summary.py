@@ -6,7 +6,8 @@ from typing import Optional, Sequence
 
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
 
 SCALAR_SUMMARIES_COLLECTION_KEY = "mtf_scalar_summaries"
 
@@ -21,8 +22,14 @@ class PrintOperation(Operation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, x: Tensor, data: Sequence[Tensor], message: str,
-               name: Optional[str] = None, **kwargs):
+  def __init__(
+    self,
+    x: Tensor,
+    data: Sequence[Tensor],
+    message: str,
+    name: Optional[str] = None,
+    **kwargs,
+  ):
     super().__init__([x], name=name or "Print")
     self._data = list(data)
     self._message = message
@@ -36,9 +43,11 @@ class PrintOperation(Operation):
     mesh_impl = lowering.mesh_impl(self)
     data = [lowering.export_to_tf_tensor(d) for d in self._data]
     lowering.set_tensor_lowering(
-        self.outputs[0],
-        mesh_impl.Print(lowering.tensors[self.inputs[0]], data, self._message,
-                        **self._kwargs))
+      self.outputs[0],
+      mesh_impl.Print(
+        lowering.tensors[self.inputs[0]], data, self._message, **self._kwargs
+      ),
+    )
 
 
 def Print(x: Tensor, data: Sequence[Tensor], message: str, **kwargs) -> Tensor:  # pylint: disable=invalid-name
@@ -65,8 +74,9 @@ class ScalarSummaryOperation(Operation):
 
   def __init__(self, name: str, x: Tensor):
     if x.shape.ndims:
-      raise ValueError("scalar_summary %r needs a scalar, got %s"
-                       % (name, x.to_string))
+      raise ValueError(
+        "scalar_summary %r needs a scalar, got %s" % (name, x.to_string)
+      )
     super().__init__([x], name="ScalarSummaryOperation")
     self._summary_name = name
 
@@ -82,8 +92,9 @@ class ScalarSummaryOperation(Operation):
     value = tf.cast(lowering.export_to_tf_tensor(self.inputs[0]), tf.float32)
     lowering.operations[self] = value
     if not tf.executing_eagerly():
-      tf.compat.v1.add_to_collection(SCALAR_SUMMARIES_COLLECTION_KEY,
-                                     (self._summary_name, value))
+      tf.compat.v1.add_to_collection(
+        SCALAR_SUMMARIES_COLLECTION_KEY, (self._summary_name, value)
+      )
 
 
 def scalar_summary(name: str, x: Tensor) -> Operation:
@@ -100,4 +111,9 @@ def scalar_summary(name: str, x: Tensor) -> Operation:
   return ScalarSummaryOperation(name, x)
 
 
-__all__ = ["Print", "PrintOperation", "ScalarSummaryOperation", "scalar_summary"]
+__all__ = [
+  "Print",
+  "PrintOperation",
+  "ScalarSummaryOperation",
+  "scalar_summary",
+]

@@ -16,11 +16,14 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.laid_out import to_laid_out_tensor
 from mesh_tensorflow._src.ops import io
 from mesh_tensorflow._src.ops.slicewise import check_splits_allowed
-from mesh_tensorflow._src.shapes import Dimension, Shape, convert_to_dimension
+from mesh_tensorflow._src.shapes import Dimension
+from mesh_tensorflow._src.shapes import Shape
+from mesh_tensorflow._src.shapes import convert_to_dimension
 
 DimLike = Union[Dimension, str, Tuple[str, int]]
 
@@ -42,19 +45,23 @@ def find_axis(x: Tensor, dim: DimLike, op_name: str) -> Tuple[int, Dimension]:
   name = _dim_name(dim)
   names = x.shape.dimension_names
   if name not in names:
-    raise ValueError("%s: dimension %r is not in %s (tensor %s)"
-                     % (op_name, name, x.shape.to_string, x.name))
+    raise ValueError(
+      "%s: dimension %r is not in %s (tensor %s)"
+      % (op_name, name, x.shape.to_string, x.name)
+    )
   axis = names.index(name)
   actual = x.shape.dims[axis]
   if not isinstance(dim, str) and convert_to_dimension(dim) != actual:
-    raise ValueError("%s: dimension %s does not match %s of %s"
-                     % (op_name, convert_to_dimension(dim), actual,
-                        x.shape.to_string))
+    raise ValueError(
+      "%s: dimension %s does not match %s of %s"
+      % (op_name, convert_to_dimension(dim), actual, x.shape.to_string)
+    )
   return axis, actual
 
 
-def _check_not_split(op: Operation, lowering, tensors: Sequence[Tensor],
-                     dim_name: str) -> None:
+def _check_not_split(
+  op: Operation, lowering, tensors: Sequence[Tensor], dim_name: str
+) -> None:
   """ValueError (naming dim_name) if the operated dim is split on the mesh."""
   others = set()
   for t in tensors:
@@ -80,8 +87,9 @@ class ConcatOperation(Operation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, xs: Sequence[Tensor], concat_dim_name: str,
-               name: Optional[str] = None):
+  def __init__(
+    self, xs: Sequence[Tensor], concat_dim_name: str, name: Optional[str] = None
+  ):
     xs = list(xs)
     if not xs:
       raise ValueError("concat needs at least one tensor")
@@ -91,39 +99,57 @@ class ConcatOperation(Operation):
     reference = xs[0].shape.resize_dimension(concat_dim_name, 0)
     for i, x in enumerate(xs[1:], 1):
       if x.dtype != xs[0].dtype:
-        raise ValueError("concat: tensor %d has dtype %s but tensor 0 has %s"
-                         % (i, x.dtype.name, xs[0].dtype.name))
+        raise ValueError(
+          "concat: tensor %d has dtype %s but tensor 0 has %s"
+          % (i, x.dtype.name, xs[0].dtype.name)
+        )
       if concat_dim_name not in x.shape.dimension_names:
-        raise ValueError("concat: tensor %d (%s) has no dimension %r"
-                         % (i, x.shape.to_string, concat_dim_name))
+        raise ValueError(
+          "concat: tensor %d (%s) has no dimension %r"
+          % (i, x.shape.to_string, concat_dim_name)
+        )
       other = x.shape.resize_dimension(concat_dim_name, 0)
       if other != reference:
         raise ValueError(
-            "concat along %r: tensor %d has shape %s, incompatible with tensor "
-            "0's %s (%s); only dimension %r may differ in size"
-            % (concat_dim_name, i, x.shape.to_string, xs[0].shape.to_string,
-               _first_difference(reference, other), concat_dim_name))
+          "concat along %r: tensor %d has shape %s, incompatible with tensor "
+          "0's %s (%s); only dimension %r may differ in size"
+          % (
+            concat_dim_name,
+            i,
+            x.shape.to_string,
+            xs[0].shape.to_string,
+            _first_difference(reference, other),
+            concat_dim_name,
+          )
+        )
     self._input_sizes = [x.shape.dims[self._axis].size for x in xs]
-    self._outputs = [Tensor(
-        self, xs[0].shape.resize_dimension(concat_dim_name,
-                                           sum(self._input_sizes)),
-        xs[0].dtype)]
+    self._outputs = [
+      Tensor(
+        self,
+        xs[0].shape.resize_dimension(concat_dim_name, sum(self._input_sizes)),
+        xs[0].dtype,
+      )
+    ]
     self._initialize_splittable_and_unsplittable_dims(
-        "splittable", [concat_dim_name])
+      "splittable", [concat_dim_name]
+    )
 
   def gradient(self, grad_ys):
     dy = grad_ys[0]
-    return split(dy, self.outputs[0].shape.dims[self._axis],
-                 list(self._input_sizes))
+    return split(
+      dy, self.outputs[0].shape.dims[self._axis], list(self._input_sizes)
+    )
 
   def lower(self, lowering):
-    _check_not_split(self, lowering, self._inputs + self._outputs,
-                     self._concat_dim_name)
+    _check_not_split(
+      self, lowering, self._inputs + self._outputs, self._concat_dim_name
+    )
     mesh_impl = lowering.mesh_impl(self)
     axis = self._axis
     y = mesh_impl.slicewise_delay_allreduce(
-        lambda *slices: tf.concat(list(slices), axis=axis),
-        *_lowered_inputs(self, lowering))
+      lambda *slices: tf.concat(list(slices), axis=axis),
+      *_lowered_inputs(self, lowering),
+    )
     lowering.set_tensor_lowering(self.outputs[0], y)
 
 
@@ -137,8 +163,9 @@ def _first_difference(a: Shape, b: Shape) -> str:
   return "shapes differ"
 
 
-def concat(xs: Sequence[Tensor], concat_dim_name: str,
-           name: Optional[str] = None) -> Tensor:
+def concat(
+  xs: Sequence[Tensor], concat_dim_name: str, name: Optional[str] = None
+) -> Tensor:
   """Concatenates xs along the dimension named concat_dim_name.
 
   Example:
@@ -177,8 +204,13 @@ class SplitOperation(Operation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, x: Tensor, split_dim: DimLike, num_or_size_splits,
-               name: Optional[str] = None):
+  def __init__(
+    self,
+    x: Tensor,
+    split_dim: DimLike,
+    num_or_size_splits,
+    name: Optional[str] = None,
+  ):
     super().__init__([x], name=name or "split")
     self._axis, self._split_dim = find_axis(x, split_dim, "split")
     size = self._split_dim.size
@@ -186,33 +218,46 @@ class SplitOperation(Operation):
       sizes = list(num_or_size_splits)
       if not sizes or not all(_is_int(s) and s >= 0 for s in sizes):
         raise ValueError(
-            "split of dimension %r: size_splits must be a non-empty list of "
-            "non-negative ints, got %r" % (self._split_dim.name, sizes))
+          "split of dimension %r: size_splits must be a non-empty list of "
+          "non-negative ints, got %r" % (self._split_dim.name, sizes)
+        )
       if sum(sizes) != size:
         raise ValueError(
-            "split of dimension %r (size %d): size_splits %r sum to %d"
-            % (self._split_dim.name, size, sizes, sum(sizes)))
+          "split of dimension %r (size %d): size_splits %r sum to %d"
+          % (self._split_dim.name, size, sizes, sum(sizes))
+        )
     elif _is_int(num_or_size_splits):
       num = num_or_size_splits
       if num <= 0 or size % num:
         raise ValueError(
-            "split of dimension %r (size %d) into %d equal pieces: %d does "
-            "not divide %d" % (self._split_dim.name, size, num, num, size))
+          "split of dimension %r (size %d) into %d equal pieces: %d does "
+          "not divide %d" % (self._split_dim.name, size, num, num, size)
+        )
       sizes = [size // num] * num
     else:
       raise ValueError(
-          "split of dimension %r: num_or_size_splits must be an int or a list "
-          "of ints, got %r" % (self._split_dim.name, num_or_size_splits))
+        "split of dimension %r: num_or_size_splits must be an int or a list "
+        "of ints, got %r" % (self._split_dim.name, num_or_size_splits)
+      )
     self._output_sizes = sizes
     self._outputs = [
-        Tensor(self, x.shape.resize_dimension(self._split_dim.name, s),
-               x.dtype, index=i) for i, s in enumerate(sizes)]
+      Tensor(
+        self,
+        x.shape.resize_dimension(self._split_dim.name, s),
+        x.dtype,
+        index=i,
+      )
+      for i, s in enumerate(sizes)
+    ]
     self._initialize_splittable_and_unsplittable_dims(
-        "splittable", [self._split_dim.name])
+      "splittable", [self._split_dim.name]
+    )
 
   def gradient(self, grad_ys):
-    grads = [io.zeros_like(y) if dy is None else dy
-             for y, dy in zip(self._outputs, grad_ys)]
+    grads = [
+      io.zeros_like(y) if dy is None else dy
+      for y, dy in zip(self._outputs, grad_ys)
+    ]
     return [concat(grads, self._split_dim.name)]
 
   def lower(self, lowering):
@@ -220,14 +265,16 @@ class SplitOperation(Operation):
     mesh_impl = lowering.mesh_impl(self)
     axis, sizes = self._axis, self._output_sizes
     values = mesh_impl.slicewise(
-        lambda t: tuple(tf.split(t, sizes, axis=axis)),
-        to_laid_out_tensor(lowering.tensors[self.inputs[0]]))
+      lambda t: tuple(tf.split(t, sizes, axis=axis)),
+      to_laid_out_tensor(lowering.tensors[self.inputs[0]]),
+    )
     for output, value in zip(self._outputs, values):
       lowering.set_tensor_lowering(output, value)
 
 
-def split(x: Tensor, split_dim: DimLike, num_or_size_splits,
-          name: Optional[str] = None) -> List[Tensor]:
+def split(
+  x: Tensor, split_dim: DimLike, num_or_size_splits, name: Optional[str] = None
+) -> List[Tensor]:
   """Splits x along split_dim.
 
   Example:
@@ -252,13 +299,16 @@ def split(x: Tensor, split_dim: DimLike, num_or_size_splits,
 
 def _normalize_stack_axis(axis: int, ndims: int, dim_name: str) -> int:
   if not _is_int(axis):
-    raise ValueError("stack along %r: axis must be an int, got %r"
-                     % (dim_name, axis))
+    raise ValueError(
+      "stack along %r: axis must be an int, got %r" % (dim_name, axis)
+    )
   if axis < 0:
     axis += ndims + 1
   if not 0 <= axis <= ndims:
-    raise ValueError("stack along %r: axis %d out of range for %d-d inputs"
-                     % (dim_name, axis, ndims))
+    raise ValueError(
+      "stack along %r: axis %d out of range for %d-d inputs"
+      % (dim_name, axis, ndims)
+    )
   return axis
 
 
@@ -273,8 +323,13 @@ class StackOperation(Operation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, xs: Sequence[Tensor], dim_name: str, axis: int,
-               name: Optional[str] = None):
+  def __init__(
+    self,
+    xs: Sequence[Tensor],
+    dim_name: str,
+    axis: int,
+    name: Optional[str] = None,
+  ):
     xs = list(xs)
     if not xs:
       raise ValueError("stack along %r needs at least one tensor" % dim_name)
@@ -283,18 +338,31 @@ class StackOperation(Operation):
     for i, x in enumerate(xs[1:], 1):
       if x.shape != input_shape or x.dtype != xs[0].dtype:
         raise ValueError(
-            "stack along %r: tensor %d is %s %s but tensor 0 is %s %s"
-            % (dim_name, i, x.shape.to_string, x.dtype.name,
-               input_shape.to_string, xs[0].dtype.name))
+          "stack along %r: tensor %d is %s %s but tensor 0 is %s %s"
+          % (
+            dim_name,
+            i,
+            x.shape.to_string,
+            x.dtype.name,
+            input_shape.to_string,
+            xs[0].dtype.name,
+          )
+        )
     if dim_name in input_shape.dimension_names:
-      raise ValueError("stack: new dimension %r is already in %s"
-                       % (dim_name, input_shape.to_string))
+      raise ValueError(
+        "stack: new dimension %r is already in %s"
+        % (dim_name, input_shape.to_string)
+      )
     self._axis = _normalize_stack_axis(axis, input_shape.ndims, dim_name)
     self._new_dim = Dimension(dim_name, len(xs))
     dims = input_shape.dims
-    self._outputs = [Tensor(
-        self, Shape(dims[:self._axis] + [self._new_dim] + dims[self._axis:]),
-        xs[0].dtype)]
+    self._outputs = [
+      Tensor(
+        self,
+        Shape(dims[: self._axis] + [self._new_dim] + dims[self._axis :]),
+        xs[0].dtype,
+      )
+    ]
     self._initialize_splittable_and_unsplittable_dims("splittable", [dim_name])
 
   def gradient(self, grad_ys):
@@ -305,13 +373,15 @@ class StackOperation(Operation):
     mesh_impl = lowering.mesh_impl(self)
     axis = self._axis
     y = mesh_impl.slicewise_delay_allreduce(
-        lambda *slices: tf.stack(list(slices), axis=axis),
-        *_lowered_inputs(self, lowering))
+      lambda *slices: tf.stack(list(slices), axis=axis),
+      *_lowered_inputs(self, lowering),
+    )
     lowering.set_tensor_lowering(self.outputs[0], y)
 
 
-def stack(xs: Sequence[Tensor], dim_name: str, axis: int = 0,
-          name: Optional[str] = None) -> Tensor:
+def stack(
+  xs: Sequence[Tensor], dim_name: str, axis: int = 0, name: Optional[str] = None
+) -> Tensor:
   """Stacks xs along a new dimension `dim_name` of size len(xs).
 
   Example:
@@ -347,14 +417,19 @@ class UnstackOperation(Operation):
     super().__init__([x], name=name or "unstack")
     self._axis, self._dim = find_axis(x, dim, "unstack")
     output_shape = x.shape - self._dim
-    self._outputs = [Tensor(self, output_shape, x.dtype, index=i)
-                     for i in range(self._dim.size)]
+    self._outputs = [
+      Tensor(self, output_shape, x.dtype, index=i)
+      for i in range(self._dim.size)
+    ]
     self._initialize_splittable_and_unsplittable_dims(
-        "splittable", [self._dim.name])
+      "splittable", [self._dim.name]
+    )
 
   def gradient(self, grad_ys):
-    grads = [io.zeros_like(y) if dy is None else dy
-             for y, dy in zip(self._outputs, grad_ys)]
+    grads = [
+      io.zeros_like(y) if dy is None else dy
+      for y, dy in zip(self._outputs, grad_ys)
+    ]
     return [stack(grads, self._dim.name, self._axis)]
 
   def lower(self, lowering):
@@ -362,14 +437,16 @@ class UnstackOperation(Operation):
     mesh_impl = lowering.mesh_impl(self)
     axis = self._axis
     values = mesh_impl.slicewise(
-        lambda t: tuple(tf.unstack(t, axis=axis)),
-        to_laid_out_tensor(lowering.tensors[self.inputs[0]]))
+      lambda t: tuple(tf.unstack(t, axis=axis)),
+      to_laid_out_tensor(lowering.tensors[self.inputs[0]]),
+    )
     for output, value in zip(self._outputs, values):
       lowering.set_tensor_lowering(output, value)
 
 
-def unstack(x: Tensor, dim: DimLike, name: Optional[str] = None
-            ) -> List[Tensor]:
+def unstack(
+  x: Tensor, dim: DimLike, name: Optional[str] = None
+) -> List[Tensor]:
   """Unstacks x along dim: [a=2, n=3] along n -> three tensors [a=2].
 
   Args:
@@ -395,21 +472,35 @@ class SliceOperation(Operation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, x: Tensor, begin: int, size: int, slice_dim_name: str,
-               name: Optional[str] = None):
+  def __init__(
+    self,
+    x: Tensor,
+    begin: int,
+    size: int,
+    slice_dim_name: str,
+    name: Optional[str] = None,
+  ):
     super().__init__([x], name=name or "slice")
     self._axis, input_dim = find_axis(x, slice_dim_name, "slice")
-    if not (_is_int(begin) and _is_int(size) and begin >= 0 and size >= 0 and
-            begin + size <= input_dim.size):
+    if not (
+      _is_int(begin)
+      and _is_int(size)
+      and begin >= 0
+      and size >= 0
+      and begin + size <= input_dim.size
+    ):
       raise ValueError(
-          "slice of dimension %r (size %d): begin=%r, size=%r is out of range"
-          % (slice_dim_name, input_dim.size, begin, size))
+        "slice of dimension %r (size %d): begin=%r, size=%r is out of range"
+        % (slice_dim_name, input_dim.size, begin, size)
+      )
     self._begin = begin
     self._slice_dim = Dimension(slice_dim_name, size)
-    self._outputs = [Tensor(
-        self, x.shape.resize_dimension(slice_dim_name, size), x.dtype)]
+    self._outputs = [
+      Tensor(self, x.shape.resize_dimension(slice_dim_name, size), x.dtype)
+    ]
     self._initialize_splittable_and_unsplittable_dims(
-        "splittable", [slice_dim_name])
+      "splittable", [slice_dim_name]
+    )
 
   def gradient(self, grad_ys):
     full = self.inputs[0].shape.dims[self._axis].size
@@ -425,12 +516,18 @@ class SliceOperation(Operation):
     sizes = [-1] * ndims
     sizes[self._axis] = self._slice_dim.size
     y = mesh_impl.slicewise_delay_allreduce(
-        lambda t: tf.slice(t, begin, sizes), lowering.tensors[self.inputs[0]])
+      lambda t: tf.slice(t, begin, sizes), lowering.tensors[self.inputs[0]]
+    )
     lowering.set_tensor_lowering(self.outputs[0], y)
 
 
-def mtf_slice(x: Tensor, begin: int, size: int, slice_dim_name: str,
-              name: Optional[str] = None) -> Tensor:
+def mtf_slice(
+  x: Tensor,
+  begin: int,
+  size: int,
+  slice_dim_name: str,
+  name: Optional[str] = None,
+) -> Tensor:
   """Slice of one dimension; the output dimension keeps its name.
 
   Example:
@@ -467,27 +564,39 @@ class PadOperation(Operation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, x: Tensor, paddings: Sequence[int], pad_dim_name: str,
-               name: Optional[str] = None):
+  def __init__(
+    self,
+    x: Tensor,
+    paddings: Sequence[int],
+    pad_dim_name: str,
+    name: Optional[str] = None,
+  ):
     super().__init__([x], name=name or "pad")
     self._axis, input_dim = find_axis(x, pad_dim_name, "pad")
     paddings = list(paddings)
     if len(paddings) != 2 or not all(_is_int(p) and p >= 0 for p in paddings):
       raise ValueError(
-          "pad of dimension %r: paddings must be [before, after] with "
-          "non-negative ints, got %r" % (pad_dim_name, paddings))
+        "pad of dimension %r: paddings must be [before, after] with "
+        "non-negative ints, got %r" % (pad_dim_name, paddings)
+      )
     self._paddings = paddings
     self._output_dim = Dimension(pad_dim_name, input_dim.size + sum(paddings))
-    self._outputs = [Tensor(
-        self, x.shape.resize_dimension(pad_dim_name, self._output_dim.size),
-        x.dtype)]
-    self._initialize_splittable_and_unsplittable_dims("splittable",
-                                                      [pad_dim_name])
+    self._outputs = [
+      Tensor(
+        self,
+        x.shape.resize_dimension(pad_dim_name, self._output_dim.size),
+        x.dtype,
+      )
+    ]
+    self._initialize_splittable_and_unsplittable_dims(
+      "splittable", [pad_dim_name]
+    )
 
   def gradient(self, grad_ys):
     size = self.inputs[0].shape.dims[self._axis].size
-    return [mtf_slice(grad_ys[0], self._paddings[0], size,
-                      self._output_dim.name)]
+    return [
+      mtf_slice(grad_ys[0], self._paddings[0], size, self._output_dim.name)
+    ]
 
   def lower(self, lowering):
     _check_not_split(self, lowering, self._outputs, self._output_dim.name)
@@ -495,12 +604,14 @@ class PadOperation(Operation):
     paddings = [[0, 0] for _ in range(self.inputs[0].shape.ndims)]
     paddings[self._axis] = list(self._paddings)
     y = mesh_impl.slicewise_delay_allreduce(
-        lambda t: tf.pad(t, paddings), lowering.tensors[self.inputs[0]])
+      lambda t: tf.pad(t, paddings), lowering.tensors[self.inputs[0]]
+    )
     lowering.set_tensor_lowering(self.outputs[0], y)
 
 
-def pad(x: Tensor, paddings: Sequence[int], dim_name: str,
-        name: Optional[str] = None) -> Tensor:
+def pad(
+  x: Tensor, paddings: Sequence[int], dim_name: str, name: Optional[str] = None
+) -> Tensor:
   """Zero-pads dimension dim_name: [a=2, n=3], [1, 2] -> [a=2, n=6].
 
   Args:
@@ -517,7 +628,16 @@ def pad(x: Tensor, paddings: Sequence[int], dim_name: str,
 
 
 __all__ = [
-    "ConcatOperation", "PadOperation", "SliceOperation", "SplitOperation",
-    "StackOperation", "UnstackOperation", "concat", "mtf_slice", "pad",
-    "split", "stack", "unstack",
+  "ConcatOperation",
+  "PadOperation",
+  "SliceOperation",
+  "SplitOperation",
+  "StackOperation",
+  "UnstackOperation",
+  "concat",
+  "mtf_slice",
+  "pad",
+  "split",
+  "stack",
+  "unstack",
 ]

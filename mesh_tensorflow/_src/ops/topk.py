@@ -32,7 +32,8 @@ from typing import Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.ops import einsum as einsum_lib
 from mesh_tensorflow._src.ops import elementwise
 from mesh_tensorflow._src.ops import gather as gather_lib
@@ -40,7 +41,9 @@ from mesh_tensorflow._src.ops import random as random_lib
 from mesh_tensorflow._src.ops import reshape as reshape_lib
 from mesh_tensorflow._src.ops import tensor_ops
 from mesh_tensorflow._src.ops.slicewise import check_splits_allowed
-from mesh_tensorflow._src.shapes import Dimension, convert_to_dimension, list_product
+from mesh_tensorflow._src.shapes import Dimension
+from mesh_tensorflow._src.shapes import convert_to_dimension
+from mesh_tensorflow._src.shapes import list_product
 
 # With a split reduced dim, k below this uses rounds of top-1 selections (the
 # original's threshold).
@@ -61,8 +64,10 @@ def _check_reduced_dim(x: Tensor, reduced_dim, op_name: str) -> Dimension:
     raise TypeError("%s: x must be an mtf Tensor, got %r" % (op_name, x))
   reduced_dim = convert_to_dimension(reduced_dim)
   if reduced_dim not in x.shape.dims:
-    raise ValueError("%s: reduced_dim %s is not a dimension of x %s"
-                     % (op_name, reduced_dim, x.shape.to_string))
+    raise ValueError(
+      "%s: reduced_dim %s is not a dimension of x %s"
+      % (op_name, reduced_dim, x.shape.to_string)
+    )
   return reduced_dim
 
 
@@ -83,30 +88,37 @@ class TopKOperation(Operation):
     name: an optional name for the operation.
   """
 
-  def __init__(self, x: Tensor, reduced_dim, k_dim,
-               name: Optional[str] = None):
+  def __init__(self, x: Tensor, reduced_dim, k_dim, name: Optional[str] = None):
     reduced_dim = _check_reduced_dim(x, reduced_dim, "top_k")
     k_dim = convert_to_dimension(k_dim)
     if k_dim is None:
       raise ValueError("top_k: k_dim must be a Dimension, got None")
     if k_dim.name in x.shape.dimension_names:
-      raise ValueError("top_k: k_dim %s has the name of a dimension of x %s"
-                       % (k_dim, x.shape.to_string))
+      raise ValueError(
+        "top_k: k_dim %s has the name of a dimension of x %s"
+        % (k_dim, x.shape.to_string)
+      )
     if not 1 <= k_dim.size <= reduced_dim.size:
       raise ValueError(
-          "top_k: k = k_dim.size must be in [1, reduced_dim.size]; got k_dim "
-          "%s and reduced_dim %s" % (k_dim, reduced_dim))
+        "top_k: k = k_dim.size must be in [1, reduced_dim.size]; got k_dim "
+        "%s and reduced_dim %s" % (k_dim, reduced_dim)
+      )
     if x.dtype == tf.bool or not (x.dtype.is_floating or x.dtype.is_integer):
-      raise ValueError("top_k: x %s must have a real number dtype, got %s"
-                       % (x.name, x.dtype.name))
+      raise ValueError(
+        "top_k: x %s must have a real number dtype, got %s"
+        % (x.name, x.dtype.name)
+      )
     super().__init__([x], name=name or "top_k")
     self._reduced_dim = reduced_dim
     self._k_dim = k_dim
     output_shape = x.shape - reduced_dim + k_dim
-    self._outputs = [Tensor(self, output_shape, x.dtype, index=0),
-                     Tensor(self, output_shape, tf.int32, index=1)]
+    self._outputs = [
+      Tensor(self, output_shape, x.dtype, index=0),
+      Tensor(self, output_shape, tf.int32, index=1),
+    ]
     self._initialize_splittable_and_unsplittable_dims(
-        "splittable", [k_dim.name])
+      "splittable", [k_dim.name]
+    )
 
   @property
   def reduced_dim(self) -> Dimension:
@@ -123,15 +135,19 @@ class TopKOperation(Operation):
     x = self.inputs[0]
     if dvalues is None:
       return [None]
-    selection = gather_lib.one_hot(self.outputs[1], self._reduced_dim,
-                                   dtype=dvalues.dtype)
+    selection = gather_lib.one_hot(
+      self.outputs[1], self._reduced_dim, dtype=dvalues.dtype
+    )
     return [einsum_lib.einsum([dvalues, selection], output_shape=x.shape)]
 
   def lower(self, lowering):
     values_out, indices_out = self.outputs
     check_splits_allowed(
-        self, lowering, self.outputs,
-        [d.name for d in values_out.shape.dims if d != self._k_dim])
+      self,
+      lowering,
+      self.outputs,
+      [d.name for d in values_out.shape.dims if d != self._k_dim],
+    )
     mesh_impl = lowering.mesh_impl(self)
     x = self.inputs[0]
     k = self._k_dim.size
@@ -143,75 +159,97 @@ class TopKOperation(Operation):
     def to_reduced_last(t):
       return tf.transpose(t, perm) if perm != sorted(perm) else t
 
-    t = mesh_impl.slicewise(to_reduced_last,
-                            lowering.tensors[x].to_laid_out_tensor())
+    t = mesh_impl.slicewise(
+      to_reduced_last, lowering.tensors[x].to_laid_out_tensor()
+    )
     mesh_axis = mesh_impl.tensor_dimension_to_mesh_axis(self._reduced_dim)
     if mesh_axis is None:
       begins = 0
     else:
       # Global index of each processor's first element of reduced_dim.
       begins = mesh_impl.slicewise(
-          lambda b: b[reduced_axis], mesh_impl.laid_out_slice_begin(x.shape))
+        lambda b: b[reduced_axis], mesh_impl.laid_out_slice_begin(x.shape)
+      )
     if mesh_axis is not None and k < _ROUNDS_MAX_K:
-      values, indices = self._lower_rounds(lowering, mesh_impl, mesh_axis, t,
-                                           begins, k, reduced_size)
+      values, indices = self._lower_rounds(
+        lowering, mesh_impl, mesh_axis, t, begins, k, reduced_size
+      )
     else:
-      values, indices = self._lower_sorted(lowering, mesh_impl, mesh_axis, t,
-                                           begins, k)
+      values, indices = self._lower_sorted(
+        lowering, mesh_impl, mesh_axis, t, begins, k
+      )
     lowering.set_tensor_lowering(values_out, values)
     lowering.set_tensor_lowering(indices_out, indices)
 
   def _allconcat(self, lowering, mesh_impl, mesh_axis, values, indices):
     """Candidates of all processors along mesh_axis, in coordinate order."""
     lowering.add_counter(
-        "allconcat/%d/top_k" % mesh_axis,
-        2 * mesh_impl.size * list_product(values.slice_shape) *
-        mesh_impl.shape.dims[mesh_axis].size)
+      "allconcat/%d/top_k" % mesh_axis,
+      2
+      * mesh_impl.size
+      * list_product(values.slice_shape)
+      * mesh_impl.shape.dims[mesh_axis].size,
+    )
     concat_axis = len(values.slice_shape) - 1
-    return (mesh_impl.allconcat(values, mesh_axis, concat_axis),
-            mesh_impl.allconcat(indices, mesh_axis, concat_axis))
+    return (
+      mesh_impl.allconcat(values, mesh_axis, concat_axis),
+      mesh_impl.allconcat(indices, mesh_axis, concat_axis),
+    )
 
-  def _lower_rounds(self, lowering, mesh_impl, mesh_axis, t, begins, k,
-                    reduced_size):
+  def _lower_rounds(
+    self, lowering, mesh_impl, mesh_axis, t, begins, k, reduced_size
+  ):
     """k rounds of top-1 over a split dim, one allconcat per round."""
     taken = mesh_impl.slicewise(lambda s: tf.zeros(s.shape, tf.bool), t)
     values, indices = [], []
     for _ in range(k):
       best, index = mesh_impl.slicewise(
-          lambda s, tk, b: _local_top1(s, tk, b, reduced_size), t, taken,
-          begins)
+        lambda s, tk, b: _local_top1(s, tk, b, reduced_size), t, taken, begins
+      )
       all_best, all_index = self._allconcat(
-          lowering, mesh_impl, mesh_axis,
-          mesh_impl.slicewise(lambda v: v[..., None], best),
-          mesh_impl.slicewise(lambda i: i[..., None], index))
+        lowering,
+        mesh_impl,
+        mesh_axis,
+        mesh_impl.slicewise(lambda v: v[..., None], best),
+        mesh_impl.slicewise(lambda i: i[..., None], index),
+      )
       best, index = mesh_impl.slicewise(
-          lambda v, i: _pick_best(v, i, reduced_size), all_best, all_index)
+        lambda v, i: _pick_best(v, i, reduced_size), all_best, all_index
+      )
       values.append(best)
       indices.append(index)
       if len(values) < k:
         taken = mesh_impl.slicewise(_mark_taken, taken, index, begins)
     stack = lambda *ts: tf.stack(list(ts), axis=-1)
-    return (mesh_impl.slicewise(stack, *values),
-            mesh_impl.slicewise(stack, *indices))
+    return (
+      mesh_impl.slicewise(stack, *values),
+      mesh_impl.slicewise(stack, *indices),
+    )
 
   def _lower_sorted(self, lowering, mesh_impl, mesh_axis, t, begins, k):
     """tf.math.top_k per slice, then (split dim) over all candidates."""
+
     def local_top_k(s, b):
-      values, positions = tf.math.top_k(s, min(k, s.shape.as_list()[-1]),
-                                        sorted=True)
+      values, positions = tf.math.top_k(
+        s, min(k, s.shape.as_list()[-1]), sorted=True
+      )
       return values, positions + tf.cast(b, tf.int32)
+
     values, indices = mesh_impl.slicewise(local_top_k, t, begins)
     if mesh_axis is None:
       return values, indices
-    values, indices = self._allconcat(lowering, mesh_impl, mesh_axis, values,
-                                      indices)
+    values, indices = self._allconcat(
+      lowering, mesh_impl, mesh_axis, values, indices
+    )
 
     def global_top_k(all_values, all_indices):
       # Candidates come in processor-coordinate order, so equal values are
       # in global index order, and tf.math.top_k keeps the first of them.
       top_values, positions = tf.math.top_k(all_values, k, sorted=True)
-      return top_values, tf.gather(all_indices, positions,
-                                   batch_dims=all_values.shape.rank - 1)
+      return top_values, tf.gather(
+        all_indices, positions, batch_dims=all_values.shape.rank - 1
+      )
+
     return mesh_impl.slicewise(global_top_k, values, indices)
 
 
@@ -223,10 +261,12 @@ def _local_top1(t: tf.Tensor, taken: tf.Tensor, offset, reduced_size: int):
   best = tf.reduce_max(tf.where(available, t, lowest), axis=-1)
   is_best = tf.logical_and(available, tf.equal(t, best[..., None]))
   local = tf.reduce_min(
-      tf.where(is_best, tf.range(shard, dtype=tf.int32), shard), axis=-1)
+    tf.where(is_best, tf.range(shard, dtype=tf.int32), shard), axis=-1
+  )
   # A slice with nothing left offers (lowest, reduced_size): it loses all ties.
-  index = tf.where(local < shard, local + tf.cast(offset, tf.int32),
-                   reduced_size)
+  index = tf.where(
+    local < shard, local + tf.cast(offset, tf.int32), reduced_size
+  )
   return best, index
 
 
@@ -234,19 +274,21 @@ def _pick_best(values: tf.Tensor, indices: tf.Tensor, reduced_size: int):
   """Largest candidate value and, among equal ones, the lowest index."""
   best = tf.reduce_max(values, axis=-1)
   index = tf.reduce_min(
-      tf.where(tf.equal(values, best[..., None]), indices, reduced_size),
-      axis=-1)
+    tf.where(tf.equal(values, best[..., None]), indices, reduced_size), axis=-1
+  )
   return best, index
 
 
 def _mark_taken(taken: tf.Tensor, index: tf.Tensor, offset) -> tf.Tensor:
   positions = tf.range(taken.shape.as_list()[-1], dtype=tf.int32) + tf.cast(
-      offset, tf.int32)
+    offset, tf.int32
+  )
   return tf.logical_or(taken, tf.equal(positions, index[..., None]))
 
 
-def top_k(x: Tensor, reduced_dim, k_dim,
-          name: Optional[str] = None) -> Tuple[Tensor, Tensor]:
+def top_k(
+  x: Tensor, reduced_dim, k_dim, name: Optional[str] = None
+) -> Tuple[Tensor, Tensor]:
   """Like tf.math.top_k along a named dimension.
 
   Args:
@@ -275,8 +317,9 @@ def top_k(x: Tensor, reduced_dim, k_dim,
 _ONE = "_top_1"
 
 
-def top_1(x: Tensor, reduced_dim,
-          name: Optional[str] = None) -> Tuple[Tensor, Tensor]:
+def top_1(
+  x: Tensor, reduced_dim, name: Optional[str] = None
+) -> Tuple[Tensor, Tensor]:
   """(max, argmax) along reduced_dim; ties go to the lowest index.
 
   Example:
@@ -294,8 +337,10 @@ def top_1(x: Tensor, reduced_dim,
   reduced_dim = _check_reduced_dim(x, reduced_dim, "top_1")
   one = Dimension(_ONE, 1)
   values, indices = top_k(x, reduced_dim, one, name=name or "top_1")
-  return (reshape_lib.reshape(values, values.shape - one),
-          reshape_lib.reshape(indices, indices.shape - one))
+  return (
+    reshape_lib.reshape(values, values.shape - one),
+    reshape_lib.reshape(indices, indices.shape - one),
+  )
 
 
 def argmax(x: Tensor, reduced_dim, name: Optional[str] = None) -> Tensor:
@@ -312,8 +357,9 @@ def argmax(x: Tensor, reduced_dim, name: Optional[str] = None) -> Tensor:
   return top_1(x, reduced_dim, name=name or "argmax")[1]
 
 
-def nth_largest_element(x: Tensor, n: int, reduced_dim,
-                        name: Optional[str] = None) -> Tensor:
+def nth_largest_element(
+  x: Tensor, n: int, reduced_dim, name: Optional[str] = None
+) -> Tensor:
   """The n-th largest value along reduced_dim; n is zero-based (0 = max).
 
   Example:
@@ -334,19 +380,24 @@ def nth_largest_element(x: Tensor, n: int, reduced_dim,
     an mtf Tensor with the dims of x but reduced_dim, and x's dtype.
   """
   reduced_dim = _check_reduced_dim(x, reduced_dim, "nth_largest_element")
-  if (not isinstance(n, (int, np.integer)) or isinstance(n, bool) or
-      not 0 <= n < reduced_dim.size):
-    raise ValueError("nth_largest_element: n must be an int in [0, %d) for "
-                     "reduced_dim %s, got %r" % (reduced_dim.size, reduced_dim,
-                                                 n))
+  if (
+    not isinstance(n, (int, np.integer))
+    or isinstance(n, bool)
+    or not 0 <= n < reduced_dim.size
+  ):
+    raise ValueError(
+      "nth_largest_element: n must be an int in [0, %d) for "
+      "reduced_dim %s, got %r" % (reduced_dim.size, reduced_dim, n)
+    )
   k_dim = Dimension("_nth_element", int(n) + 1)
   values, _ = top_k(x, reduced_dim, k_dim, name=name or "nth_largest_element")
   nth = tensor_ops.mtf_slice(values, int(n), 1, k_dim.name)
   return reshape_lib.reshape(nth, nth.shape - nth.shape.dims[-1])
 
 
-def nth_smallest_element(x: Tensor, n: int, reduced_dim,
-                         name: Optional[str] = None) -> Tensor:
+def nth_smallest_element(
+  x: Tensor, n: int, reduced_dim, name: Optional[str] = None
+) -> Tensor:
   """The n-th smallest value along reduced_dim; n is zero-based (0 = min).
 
   Args:
@@ -358,13 +409,19 @@ def nth_smallest_element(x: Tensor, n: int, reduced_dim,
   Returns:
     an mtf Tensor with the dims of x but reduced_dim, and x's dtype.
   """
-  return elementwise.negative(nth_largest_element(
-      elementwise.negative(x), n, reduced_dim,
-      name=name or "nth_smallest_element"))
+  return elementwise.negative(
+    nth_largest_element(
+      elementwise.negative(x),
+      n,
+      reduced_dim,
+      name=name or "nth_smallest_element",
+    )
+  )
 
 
-def sample_with_temperature(logits: Tensor, dim, temperature=1.0,
-                            name: Optional[str] = None) -> Tensor:
+def sample_with_temperature(
+  logits: Tensor, dim, temperature=1.0, name: Optional[str] = None
+) -> Tensor:
   """Samples int32 ids along dim from softmax(logits / temperature).
 
   Gumbel-max in float32: argmax(logits + temperature * g) with
@@ -387,20 +444,35 @@ def sample_with_temperature(logits: Tensor, dim, temperature=1.0,
   name = name or "sample_with_temperature"
   if not isinstance(temperature, Tensor):
     if temperature < 0:
-      raise ValueError("sample_with_temperature: temperature must be >= 0, "
-                       "got %r" % (temperature,))
+      raise ValueError(
+        "sample_with_temperature: temperature must be >= 0, "
+        "got %r" % (temperature,)
+      )
     if temperature == 0:
       return argmax(logits, dim, name=name)
-  u = random_lib.random_uniform(logits.mesh, logits.shape, minval=_TINY,
-                                maxval=1.0, dtype=tf.float32,
-                                name=name + "/uniform")
-  gumbel = elementwise.negative(elementwise.log(elementwise.negative(
-      elementwise.log(u))))
+  u = random_lib.random_uniform(
+    logits.mesh,
+    logits.shape,
+    minval=_TINY,
+    maxval=1.0,
+    dtype=tf.float32,
+    name=name + "/uniform",
+  )
+  gumbel = elementwise.negative(
+    elementwise.log(elementwise.negative(elementwise.log(u)))
+  )
   if isinstance(temperature, Tensor):
     temperature = elementwise.cast(temperature, tf.float32)
   noisy = elementwise.cast(logits, tf.float32) + gumbel * temperature
   return argmax(noisy, dim, name=name)
 
 
-__all__ = ["TopKOperation", "argmax", "nth_largest_element",
-           "nth_smallest_element", "sample_with_temperature", "top_1", "top_k"]
+__all__ = [
+  "TopKOperation",
+  "argmax",
+  "nth_largest_element",
+  "nth_smallest_element",
+  "sample_with_temperature",
+  "top_1",
+  "top_k",
+]

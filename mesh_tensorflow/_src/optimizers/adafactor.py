@@ -14,18 +14,24 @@ from typing import List, Optional
 import gin
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.layers.core import unit_scaling_convention
 from mesh_tensorflow._src.ops import binary
 from mesh_tensorflow._src.ops import elementwise
 from mesh_tensorflow._src.ops import reduce as reduce_lib
-from mesh_tensorflow._src.optimizers.base import (
-    Optimizer, check_grad, create_slot, reduce_rms)
+from mesh_tensorflow._src.optimizers.base import Optimizer
+from mesh_tensorflow._src.optimizers.base import check_grad
+from mesh_tensorflow._src.optimizers.base import create_slot
+from mesh_tensorflow._src.optimizers.base import reduce_rms
 from mesh_tensorflow._src.optimizers.global_step import step_num
 from mesh_tensorflow._src.optimizers.schedules import MultiLRScheduleMixin
 from mesh_tensorflow._src.optimizers.sgd import SgdOptimizer
-from mesh_tensorflow._src.shapes import Dimension, Shape
-from mesh_tensorflow._src.variables import Variable, assign, assign_sub
+from mesh_tensorflow._src.shapes import Dimension
+from mesh_tensorflow._src.shapes import Shape
+from mesh_tensorflow._src.variables import Variable
+from mesh_tensorflow._src.variables import assign
+from mesh_tensorflow._src.variables import assign_sub
 
 
 def _as_list(x) -> List[str]:
@@ -76,25 +82,32 @@ class AdafactorOptimizer(Optimizer):
       are not multiplied by the parameter scale.
   """
 
-  def __init__(self,
-               multiply_by_parameter_scale=True,
-               learning_rate=None,
-               decay_rate=None,
-               beta1=0.0,
-               clipping_threshold=1.0,
-               factored=True,
-               epsilon1=1e-30,
-               epsilon2=1e-3,
-               min_dim_size_to_factor=128,
-               stacked_dim_names=None,
-               exclude_from_parameter_scale=None):
+  def __init__(
+    self,
+    multiply_by_parameter_scale=True,
+    learning_rate=None,
+    decay_rate=None,
+    beta1=0.0,
+    clipping_threshold=1.0,
+    factored=True,
+    epsilon1=1e-30,
+    epsilon2=1e-3,
+    min_dim_size_to_factor=128,
+    stacked_dim_names=None,
+    exclude_from_parameter_scale=None,
+  ):
     if isinstance(beta1, (int, float)) and not 0.0 <= beta1 < 1.0:
-      raise ValueError("AdafactorOptimizer: beta1 must be in [0, 1), got %r"
-                       % (beta1,))
-    if (isinstance(clipping_threshold, (int, float))
-        and not clipping_threshold > 0):
-      raise ValueError("AdafactorOptimizer: clipping_threshold must be "
-                       "positive or None, got %r" % (clipping_threshold,))
+      raise ValueError(
+        "AdafactorOptimizer: beta1 must be in [0, 1), got %r" % (beta1,)
+      )
+    if (
+      isinstance(clipping_threshold, (int, float))
+      and not clipping_threshold > 0
+    ):
+      raise ValueError(
+        "AdafactorOptimizer: clipping_threshold must be "
+        "positive or None, got %r" % (clipping_threshold,)
+      )
     self._multiply_by_parameter_scale = multiply_by_parameter_scale
     self._learning_rate = learning_rate
     self._decay_rate = decay_rate
@@ -110,15 +123,19 @@ class AdafactorOptimizer(Optimizer):
       try:
         re.compile(pattern)
       except re.error as e:
-        raise ValueError("AdafactorOptimizer: bad exclude_from_parameter_scale "
-                         "regex %r: %s" % (pattern, e)) from None
+        raise ValueError(
+          "AdafactorOptimizer: bad exclude_from_parameter_scale "
+          "regex %r: %s" % (pattern, e)
+        ) from None
 
   # Step-dependent scalars, built once per apply_grads call.
   def _get_learning_rate(self):
     if self._learning_rate is not None:
       return self._learning_rate
-    return self._cached("learning_rate", lambda: self._learning_rate_default(
-        self._multiply_by_parameter_scale))
+    return self._cached(
+      "learning_rate",
+      lambda: self._learning_rate_default(self._multiply_by_parameter_scale),
+    )
 
   def _get_decay_rate(self):
     if self._decay_rate is not None:
@@ -164,11 +181,14 @@ class AdafactorOptimizer(Optimizer):
   def _uses_parameter_scale(self, var_name: str) -> bool:
     if not self._multiply_by_parameter_scale:
       return False
-    return not any(re.search(p, var_name) is not None
-                   for p in self._exclude_from_parameter_scale)
+    return not any(
+      re.search(p, var_name) is not None
+      for p in self._exclude_from_parameter_scale
+    )
 
-  def apply_grad(self, grad: Optional[Tensor],
-                 var: Variable) -> List[Operation]:
+  def apply_grad(
+    self, grad: Optional[Tensor], var: Variable
+  ) -> List[Operation]:
     if not check_grad(grad, var, type(self).__name__):
       return []
     grad = elementwise.cast(grad, tf.float32)
@@ -210,7 +230,8 @@ class AdafactorOptimizer(Optimizer):
       x = grad * elementwise.rsqrt(new_v)
     if self._clipping_threshold is not None:
       clipping_denom = binary.maximum(
-          self._rms(x) * (1.0 / self._clipping_threshold), 1.0)
+        self._rms(x) * (1.0 / self._clipping_threshold), 1.0
+      )
       x = x / clipping_denom
     subtrahend = x * update_scale
     if self._beta1:
@@ -257,13 +278,17 @@ def adafactor_decay_rate_adam(beta2: float) -> tf.Tensor:
   t = step_num() + 1.0
   log_beta2 = tf.math.log(tf.constant(beta2, tf.float32))
   # 1 - beta2**n as -expm1(n log beta2): no cancellation for beta2 near 1.
-  return beta2 * (-tf.math.expm1((t - 1.0) * log_beta2)) / (
-      -tf.math.expm1(t * log_beta2))
+  return (
+    beta2
+    * (-tf.math.expm1((t - 1.0) * log_beta2))
+    / (-tf.math.expm1(t * log_beta2))
+  )
 
 
 @gin.configurable(module="mesh_tensorflow.optimize")
-def adafactor_decay_rate_pow(exponent: float = 0.8,
-                             offset: int = 0) -> tf.Tensor:
+def adafactor_decay_rate_pow(
+  exponent: float = 0.8, offset: int = 0
+) -> tf.Tensor:
   """Decay rate 1 - (step - offset + 1)**-exponent (memory grows with step).
 
   Args:
@@ -300,18 +325,23 @@ def adafactor_optimizer_from_hparams(hparams, lr) -> AdafactorOptimizer:
     decay_rate = adafactor_decay_rate_adam(hparams.optimizer_adafactor_beta2)
   elif decay_type == "pow":
     decay_rate = adafactor_decay_rate_pow(
-        hparams.optimizer_adafactor_memory_exponent)
+      hparams.optimizer_adafactor_memory_exponent
+    )
   else:
-    raise ValueError("unknown optimizer_adafactor_decay_type %r (expected "
-                     "'Adam' or 'pow')" % (decay_type,))
+    raise ValueError(
+      "unknown optimizer_adafactor_decay_type %r (expected "
+      "'Adam' or 'pow')" % (decay_type,)
+    )
   return AdafactorOptimizer(
-      multiply_by_parameter_scale=(
-          hparams.optimizer_adafactor_multiply_by_parameter_scale),
-      learning_rate=lr,
-      decay_rate=decay_rate,
-      beta1=hparams.optimizer_adafactor_beta1,
-      clipping_threshold=hparams.optimizer_adafactor_clipping_threshold,
-      factored=hparams.optimizer_adafactor_factored)
+    multiply_by_parameter_scale=(
+      hparams.optimizer_adafactor_multiply_by_parameter_scale
+    ),
+    learning_rate=lr,
+    decay_rate=decay_rate,
+    beta1=hparams.optimizer_adafactor_beta1,
+    clipping_threshold=hparams.optimizer_adafactor_clipping_threshold,
+    factored=hparams.optimizer_adafactor_factored,
+  )
 
 
 def make_optimizer(hparams, lr) -> Optimizer:
@@ -332,10 +362,17 @@ def make_optimizer(hparams, lr) -> Optimizer:
     return SgdOptimizer(lr)
   if hparams.optimizer == "Adafactor":
     return adafactor_optimizer_from_hparams(hparams, lr)
-  raise ValueError("unknown optimizer %r (make_optimizer knows 'SGD' and "
-                   "'Adafactor')" % (hparams.optimizer,))
+  raise ValueError(
+    "unknown optimizer %r (make_optimizer knows 'SGD' and "
+    "'Adafactor')" % (hparams.optimizer,)
+  )
 
 
-__all__ = ["AdafactorOptimizer", "AdafactorWithMultiLRSchedule",
-           "adafactor_decay_rate_adam", "adafactor_decay_rate_pow",
-           "adafactor_optimizer_from_hparams", "make_optimizer"]
+__all__ = [
+  "AdafactorOptimizer",
+  "AdafactorWithMultiLRSchedule",
+  "adafactor_decay_rate_adam",
+  "adafactor_decay_rate_pow",
+  "adafactor_optimizer_from_hparams",
+  "make_optimizer",
+]

@@ -8,12 +8,16 @@ from typing import List, Optional
 import gin
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.ops import elementwise
-from mesh_tensorflow._src.optimizers.base import (
-    Optimizer, check_grad, create_slot)
+from mesh_tensorflow._src.optimizers.base import Optimizer
+from mesh_tensorflow._src.optimizers.base import check_grad
+from mesh_tensorflow._src.optimizers.base import create_slot
 from mesh_tensorflow._src.optimizers.schedules import MultiLRScheduleMixin
-from mesh_tensorflow._src.variables import Variable, assign, assign_sub
+from mesh_tensorflow._src.variables import Variable
+from mesh_tensorflow._src.variables import assign
+from mesh_tensorflow._src.variables import assign_sub
 
 
 @gin.configurable(module="mesh_tensorflow.optimize")
@@ -43,16 +47,25 @@ class AdamWeightDecayOptimizer(Optimizer):
       matches one get no weight decay.
   """
 
-  def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9,
-               beta_2=0.999, epsilon=1e-6, exclude_from_weight_decay=None):
+  def __init__(
+    self,
+    learning_rate,
+    weight_decay_rate=0.0,
+    beta_1=0.9,
+    beta_2=0.999,
+    epsilon=1e-6,
+    exclude_from_weight_decay=None,
+  ):
     if isinstance(exclude_from_weight_decay, str):
       exclude_from_weight_decay = [exclude_from_weight_decay]
     for pattern in exclude_from_weight_decay or []:
       try:
         re.compile(pattern)
       except re.error as e:
-        raise ValueError("AdamWeightDecayOptimizer: bad exclude_from_weight_"
-                         "decay regex %r: %s" % (pattern, e)) from None
+        raise ValueError(
+          "AdamWeightDecayOptimizer: bad exclude_from_weight_"
+          "decay regex %r: %s" % (pattern, e)
+        ) from None
     self.learning_rate = learning_rate
     self.weight_decay_rate = weight_decay_rate
     self.beta_1 = beta_1
@@ -72,8 +85,9 @@ class AdamWeightDecayOptimizer(Optimizer):
   def _learning_rate_for(self, var: Variable):
     return self.learning_rate
 
-  def apply_grad(self, grad: Optional[Tensor],
-                 var: Variable) -> List[Operation]:
+  def apply_grad(
+    self, grad: Optional[Tensor], var: Variable
+  ) -> List[Operation]:
     if not check_grad(grad, var, type(self).__name__):
       return []
     grad = elementwise.cast(grad, tf.float32)
@@ -85,8 +99,11 @@ class AdamWeightDecayOptimizer(Optimizer):
     if self._do_use_weight_decay(var.name):
       update += elementwise.cast(var.value, tf.float32) * self.weight_decay_rate
     update_with_lr = update * self._learning_rate_for(var)
-    return [assign_sub(var, update_with_lr), assign(m, next_m),
-            assign(v, next_v)]
+    return [
+      assign_sub(var, update_with_lr),
+      assign(m, next_m),
+      assign(v, next_v),
+    ]
 
 
 @gin.configurable(module="mesh_tensorflow.optimize")

@@ -13,13 +13,15 @@ from typing import Any, Callable, List, Optional, Sequence, Tuple
 from absl import logging
 import tensorflow as tf
 
-from mesh_tensorflow._src.graph import Operation, Tensor
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.ops import binary
 from mesh_tensorflow._src.ops import elementwise
 from mesh_tensorflow._src.ops import io
 from mesh_tensorflow._src.ops import reduce as reduce_lib
 from mesh_tensorflow._src.optimizers.global_step import root_variable_scope
-from mesh_tensorflow._src.variables import Variable, get_variable
+from mesh_tensorflow._src.variables import Variable
+from mesh_tensorflow._src.variables import get_variable
 
 
 class Optimizer:
@@ -32,8 +34,9 @@ class Optimizer:
 
   _step_cache: Optional[dict] = None
 
-  def apply_grads(self, grads: Sequence[Optional[Tensor]],
-                  variables: Sequence[Variable]) -> List[Operation]:
+  def apply_grads(
+    self, grads: Sequence[Optional[Tensor]], variables: Sequence[Variable]
+  ) -> List[Operation]:
     """Updates `variables` with `grads`; call this rather than apply_grad.
 
     Args:
@@ -52,8 +55,10 @@ class Optimizer:
     grads = list(grads)
     variables = list(variables)
     if len(grads) != len(variables):
-      raise ValueError("%s.apply_grads got %d gradients for %d variables"
-                       % (type(self).__name__, len(grads), len(variables)))
+      raise ValueError(
+        "%s.apply_grads got %d gradients for %d variables"
+        % (type(self).__name__, len(grads), len(variables))
+      )
     for var in variables:
       check_variable(var, type(self).__name__)
     ops = []
@@ -64,8 +69,9 @@ class Optimizer:
       return ops
     return variables[0].graph.combine_assignments(ops)
 
-  def apply_grad(self, grad: Optional[Tensor],
-                 var: Variable) -> List[Operation]:
+  def apply_grad(
+    self, grad: Optional[Tensor], var: Variable
+  ) -> List[Operation]:
     """Assign operations updating `var` (and its slots) with `grad`.
 
     Args:
@@ -79,8 +85,10 @@ class Optimizer:
     Raises:
       ValueError: if the optimizer does not implement apply_grad.
     """
-    raise ValueError("%s does not implement apply_grad (grad %s, variable %s)"
-                     % (type(self).__name__, grad, var))
+    raise ValueError(
+      "%s does not implement apply_grad (grad %s, variable %s)"
+      % (type(self).__name__, grad, var)
+    )
 
   @contextlib.contextmanager
   def _per_call_cache(self):
@@ -108,32 +116,39 @@ def check_variable(var, who: str) -> None:
     return
   if isinstance(var, Tensor):
     raise ValueError(
-        "%s: expected an mtf.Variable, got the mtf Tensor %r; pass the "
-        "Variable objects (e.g. graph.trainable_variables), not their values"
-        % (who, var.name))
-  raise ValueError("%s: expected an mtf.Variable, got %r of type %s"
-                   % (who, var, type(var).__name__))
+      "%s: expected an mtf.Variable, got the mtf Tensor %r; pass the "
+      "Variable objects (e.g. graph.trainable_variables), not their values"
+      % (who, var.name)
+    )
+  raise ValueError(
+    "%s: expected an mtf.Variable, got %r of type %s"
+    % (who, var, type(var).__name__)
+  )
 
 
 def check_grad(grad: Optional[Tensor], var, who: str) -> bool:
   """False (after a warning) for a None gradient; checks var and shapes."""
   check_variable(var, who)
   if grad is None:
-    logging.warning("%s: gradient is None for variable %s; not updating it",
-                    who, var.name)
+    logging.warning(
+      "%s: gradient is None for variable %s; not updating it", who, var.name
+    )
     return False
   if not isinstance(grad, Tensor):
-    raise ValueError("%s: gradient for variable %s must be an mtf Tensor, got "
-                     "%r" % (who, var.name, grad))
+    raise ValueError(
+      "%s: gradient for variable %s must be an mtf Tensor, got "
+      "%r" % (who, var.name, grad)
+    )
   if grad.shape != var.shape:
-    raise ValueError("%s: gradient %s has shape %s but variable %s has shape "
-                     "%s" % (who, grad.name, grad.shape.to_string, var.name,
-                             var.shape.to_string))
+    raise ValueError(
+      "%s: gradient %s has shape %s but variable %s has shape "
+      "%s"
+      % (who, grad.name, grad.shape.to_string, var.name, var.shape.to_string)
+    )
   return True
 
 
-def create_slot(var: Variable, suffix: str, shape,
-                dtype=tf.float32) -> Tensor:
+def create_slot(var: Variable, suffix: str, shape, dtype=tf.float32) -> Tensor:
   """A zero-initialized, untrainable slot variable named `var.name + suffix`.
 
   Slots are created in the top-level variable scope, so their names are
@@ -141,8 +156,14 @@ def create_slot(var: Variable, suffix: str, shape,
   scope the optimizer is called in.
   """
   with root_variable_scope():
-    return get_variable(var.mesh, var.name + suffix, shape, dtype=dtype,
-                        initializer=tf.zeros_initializer(), trainable=False)
+    return get_variable(
+      var.mesh,
+      var.name + suffix,
+      shape,
+      dtype=dtype,
+      initializer=tf.zeros_initializer(),
+      trainable=False,
+    )
 
 
 def reduce_rms(x: Tensor, **kwargs) -> Tensor:
@@ -159,7 +180,8 @@ def reduce_rms(x: Tensor, **kwargs) -> Tensor:
     an mtf Tensor: sqrt(mean(x ** 2)) over the reduced dims.
   """
   return elementwise.sqrt(
-      reduce_lib.reduce_mean(elementwise.square(x), **kwargs))
+    reduce_lib.reduce_mean(elementwise.square(x), **kwargs)
+  )
 
 
 def scalar_to_mtf(mesh, value, dtype=tf.float32) -> Tensor:
@@ -171,8 +193,9 @@ def scalar_to_mtf(mesh, value, dtype=tf.float32) -> Tensor:
   return io.constant(mesh, value, shape=[], dtype=dtype)
 
 
-def clip_by_global_norm(grads: Sequence[Optional[Tensor]], clip_norm
-                        ) -> Tuple[List[Optional[Tensor]], Optional[Tensor]]:
+def clip_by_global_norm(
+  grads: Sequence[Optional[Tensor]], clip_norm
+) -> Tuple[List[Optional[Tensor]], Optional[Tensor]]:
   """Scales gradients so that their joint L2 norm is at most `clip_norm`.
 
   Like `tf.clip_by_global_norm`: each gradient becomes
@@ -191,16 +214,19 @@ def clip_by_global_norm(grads: Sequence[Optional[Tensor]], clip_norm
     grads, norm = mtf.optimize.clip_by_global_norm(grads, 1.0)
   """
   if isinstance(clip_norm, (int, float)) and not clip_norm > 0:
-    raise ValueError("clip_by_global_norm: clip_norm must be positive, got %r"
-                     % (clip_norm,))
+    raise ValueError(
+      "clip_by_global_norm: clip_norm must be positive, got %r" % (clip_norm,)
+    )
   grads = list(grads)
   present = [g for g in grads if g is not None]
   if not present:
     return grads, None
   for g in present:
     if not isinstance(g, Tensor):
-      raise ValueError("clip_by_global_norm: gradients must be mtf Tensors or "
-                       "None, got %r" % (g,))
+      raise ValueError(
+        "clip_by_global_norm: gradients must be mtf Tensors or "
+        "None, got %r" % (g,)
+      )
   total = None
   for g in present:
     g32 = elementwise.cast(g, tf.float32)
@@ -220,5 +246,12 @@ def clip_by_global_norm(grads: Sequence[Optional[Tensor]], clip_norm
   return clipped, global_norm
 
 
-__all__ = ["Optimizer", "check_grad", "check_variable", "clip_by_global_norm",
-           "create_slot", "reduce_rms", "scalar_to_mtf"]
+__all__ = [
+  "Optimizer",
+  "check_grad",
+  "check_variable",
+  "clip_by_global_norm",
+  "create_slot",
+  "reduce_rms",
+  "scalar_to_mtf",
+]

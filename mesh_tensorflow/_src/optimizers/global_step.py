@@ -29,8 +29,9 @@ _eager_global_step: Optional[tf.Variable] = None
 @contextlib.contextmanager
 def root_variable_scope():
   """Enters the top-level tf.compat.v1 variable scope (keeps name scopes)."""
-  with tf1.variable_scope(tf1.VariableScope(reuse=None, name=""),
-                          auxiliary_name_scope=False):
+  with tf1.variable_scope(
+    tf1.VariableScope(reuse=None, name=""), auxiliary_name_scope=False
+  ):
     yield
 
 
@@ -82,14 +83,20 @@ def _eager_step(top_level: bool) -> tf.Variable:
   if top_level:
     collection = tf1.get_collection_ref(tf1.GraphKeys.GLOBAL_STEP)
     tf1_step = collection[0] if collection else None
-    if (_eager_global_step is None and isinstance(tf1_step, tf.Variable)
-        and tf1_step.dtype == tf.int64):
+    if (
+      _eager_global_step is None
+      and isinstance(tf1_step, tf.Variable)
+      and tf1_step.dtype == tf.int64
+    ):
       _eager_global_step = tf1_step
   if _eager_global_step is None:
     with tf.init_scope(), tf.device("cpu:0"):
       _eager_global_step = tf.Variable(
-          tf.constant(0, tf.int64), name=GLOBAL_STEP_NAME, trainable=False,
-          aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        tf.constant(0, tf.int64),
+        name=GLOBAL_STEP_NAME,
+        trainable=False,
+        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+      )
   if top_level and tf1_step is None:
     tf1.add_to_collection(tf1.GraphKeys.GLOBAL_STEP, _eager_global_step)
   return _eager_global_step

@@ -18,9 +18,12 @@ from mesh_tensorflow._src.optimizers.global_step import step_num
 
 
 @gin.configurable(module="mesh_tensorflow.optimize")
-def product_learning_rate(step, total_train_steps: int,
-                          factors: Sequence[Any] = gin.REQUIRED,
-                          offset: int = 0):
+def product_learning_rate(
+  step,
+  total_train_steps: int,
+  factors: Sequence[Any] = gin.REQUIRED,
+  offset: int = 0,
+):
   """The product of `f(step - offset, total_train_steps)` over `factors`.
 
   Args:
@@ -48,8 +51,9 @@ def product_learning_rate(step, total_train_steps: int,
 
 
 @gin.configurable(module="mesh_tensorflow.optimize")
-def compute_lr_for_step(schedules: Sequence[Any], learning_rate,
-                        train_steps: int = 524288) -> list:
+def compute_lr_for_step(
+  schedules: Sequence[Any], learning_rate, train_steps: int = 524288
+) -> list:
   """The learning rate of each schedule at the current global step.
 
   Args:
@@ -78,24 +82,33 @@ def compute_lr_for_step(schedules: Sequence[Any], learning_rate,
 class MultiLRScheduleMixin:
   """Selects a learning rate per variable by the first matching regex."""
 
-  def _init_multi_lr(self, variable_search: Optional[Sequence[str]],
-                     alt_lr_schedules: Optional[Sequence[Any]]) -> None:
+  def _init_multi_lr(
+    self,
+    variable_search: Optional[Sequence[str]],
+    alt_lr_schedules: Optional[Sequence[Any]],
+  ) -> None:
     if isinstance(variable_search, str):
       variable_search = [variable_search]
     self._variable_search = list(variable_search or [])
     self._alt_lr_schedules = list(alt_lr_schedules or [])
     if len(self._variable_search) != len(self._alt_lr_schedules):
       raise ValueError(
-          "%s: variable_search has %d regexes but alt_lr_schedules has %d "
-          "schedules; they must correspond one to one"
-          % (type(self).__name__, len(self._variable_search),
-             len(self._alt_lr_schedules)))
+        "%s: variable_search has %d regexes but alt_lr_schedules has %d "
+        "schedules; they must correspond one to one"
+        % (
+          type(self).__name__,
+          len(self._variable_search),
+          len(self._alt_lr_schedules),
+        )
+      )
     for pattern in self._variable_search:
       try:
         re.compile(pattern)
       except re.error as e:
-        raise ValueError("%s: bad variable_search regex %r: %s"
-                         % (type(self).__name__, pattern, e)) from None
+        raise ValueError(
+          "%s: bad variable_search regex %r: %s"
+          % (type(self).__name__, pattern, e)
+        ) from None
 
   @property
   def variable_search(self) -> List[str]:
@@ -112,12 +125,17 @@ class MultiLRScheduleMixin:
     for i, pattern in enumerate(self._variable_search):
       if re.search(pattern, var_name) is not None:
         rates = self._cached(  # pylint: disable=no-member
-            "alt_lr_schedules",
-            lambda: compute_lr_for_step(self._alt_lr_schedules,
-                                        base_learning_rate))
+          "alt_lr_schedules",
+          lambda: compute_lr_for_step(
+            self._alt_lr_schedules, base_learning_rate
+          ),
+        )
         return rates[i]
     return base_learning_rate
 
 
-__all__ = ["MultiLRScheduleMixin", "compute_lr_for_step",
-           "product_learning_rate"]
+__all__ = [
+  "MultiLRScheduleMixin",
+  "compute_lr_for_step",
+  "product_learning_rate",
+]

@@ -6,11 +6,15 @@ from typing import List, Optional
 
 import gin
 
-from mesh_tensorflow._src.graph import Operation, Tensor
-from mesh_tensorflow._src.optimizers.base import (
-    Optimizer, check_grad, create_slot)
-from mesh_tensorflow._src.variables import (
-    Variable, assign, assign_add, assign_sub)
+from mesh_tensorflow._src.graph import Operation
+from mesh_tensorflow._src.graph import Tensor
+from mesh_tensorflow._src.optimizers.base import Optimizer
+from mesh_tensorflow._src.optimizers.base import check_grad
+from mesh_tensorflow._src.optimizers.base import create_slot
+from mesh_tensorflow._src.variables import Variable
+from mesh_tensorflow._src.variables import assign
+from mesh_tensorflow._src.variables import assign_add
+from mesh_tensorflow._src.variables import assign_sub
 
 
 @gin.configurable(module="mesh_tensorflow.optimize")
@@ -39,8 +43,9 @@ class SgdOptimizer(Optimizer):
     """The learning rate (a float or a scalar tensor)."""
     return self._lr
 
-  def apply_grad(self, grad: Optional[Tensor],
-                 var: Variable) -> List[Operation]:
+  def apply_grad(
+    self, grad: Optional[Tensor], var: Variable
+  ) -> List[Operation]:
     if not check_grad(grad, var, type(self).__name__):
       return []
     # assign_sub rather than assign(var, var - ...): with bfloat16 slices the
@@ -79,8 +84,9 @@ class MomentumOptimizer(Optimizer):
     """The momentum coefficient."""
     return self._momentum
 
-  def apply_grad(self, grad: Optional[Tensor],
-                 var: Variable) -> List[Operation]:
+  def apply_grad(
+    self, grad: Optional[Tensor], var: Variable
+  ) -> List[Operation]:
     if not check_grad(grad, var, type(self).__name__):
       return []
     velocity = create_slot(var, "_momentum_v", var.shape, dtype=var.dtype)

@@ -20,19 +20,20 @@ __all__ = ["dynamic_text2self"]
 
 def _segments_and_positions(features: Dict[str, mtf.Tensor], prefix: str):
   """(segmentation, position) of features[prefix]: the packed ones, or for
-  unpacked data segment 1 on the nonzero ids and positions 0, 1, ..."""
+  unpacked data segment 1 on the nonzero ids and positions 0, 1, ...
+  """
   ids = features[prefix]
   if prefix + "_segmentation" in features:
-    return (features[prefix + "_segmentation"],
-            features[prefix + "_position"])
+    return (features[prefix + "_segmentation"], features[prefix + "_position"])
   segmentation = mtf.cast(mtf.not_equal(ids, 0), tf.int32)
   length_dim = ids.shape.dims[-1]
   position = mtf.range(ids.mesh, length_dim, dtype=tf.int32) * segmentation
   return segmentation, position
 
 
-def dynamic_text2self(mtf_features: Dict[str, mtf.Tensor]
-                      ) -> Dict[str, mtf.Tensor]:
+def dynamic_text2self(
+  mtf_features: Dict[str, mtf.Tensor],
+) -> Dict[str, mtf.Tensor]:
   """Joins each example's inputs and targets into new targets.
 
   Within every segment (packed example) the inputs come first, then the
@@ -61,9 +62,11 @@ def dynamic_text2self(mtf_features: Dict[str, mtf.Tensor]
   targets_length_dim = targets.shape.dims[-1]
   packed = "inputs_segmentation" in mtf_features
   inputs_segmentation, inputs_position = _segments_and_positions(
-      mtf_features, "inputs")
+    mtf_features, "inputs"
+  )
   targets_segmentation, targets_position = _segments_and_positions(
-      mtf_features, "targets")
+    mtf_features, "targets"
+  )
 
   # Per segment id (0 is padding and gets length 0): the number of inputs
   # and targets tokens. There are fewer segments than targets positions.
@@ -73,27 +76,32 @@ def dynamic_text2self(mtf_features: Dict[str, mtf.Tensor]
 
   def segment_lengths(segmentation, length_dim):
     counts = mtf.reduce_sum(
-        mtf.one_hot(segmentation, segments_dim, dtype=tf.int32),
-        reduced_dim=length_dim)
+      mtf.one_hot(segmentation, segments_dim, dtype=tf.int32),
+      reduced_dim=length_dim,
+    )
     return counts * is_real_segment
 
   inputs_lengths = segment_lengths(inputs_segmentation, inputs_length_dim)
-  joined_lengths = inputs_lengths + segment_lengths(targets_segmentation,
-                                                    targets_length_dim)
+  joined_lengths = inputs_lengths + segment_lengths(
+    targets_segmentation, targets_length_dim
+  )
   joined_length_dim = mtf.Dimension(
-      "joined_length", inputs_length_dim.size + targets_length_dim.size)
+    "joined_length", inputs_length_dim.size + targets_length_dim.size
+  )
   # Where each segment starts in the joined sequence; padding (segment 0)
   # starts past the end, so its tokens go nowhere.
   segment_starts = mtf.cumsum(joined_lengths, segments_dim, exclusive=True)
   segment_starts += joined_length_dim.size * (1 - is_real_segment)
   # A segment's targets follow its inputs.
-  targets_position += mtf.gather(inputs_lengths, targets_segmentation,
-                                 segments_dim)
+  targets_position += mtf.gather(
+    inputs_lengths, targets_segmentation, segments_dim
+  )
   joined_range = mtf.range(mesh, joined_length_dim, dtype=tf.int32)
 
   def placement(segmentation, position):
-    destination = position + mtf.gather(segment_starts, segmentation,
-                                        segments_dim)
+    destination = position + mtf.gather(
+      segment_starts, segmentation, segments_dim
+    )
     return mtf.cast(mtf.equal(joined_range, destination), tf.int32)
 
   inputs_placement = placement(inputs_segmentation, inputs_position)
@@ -101,15 +109,15 @@ def dynamic_text2self(mtf_features: Dict[str, mtf.Tensor]
   output_shape = targets.shape.dims[:-1] + [joined_length_dim]
 
   def join(from_inputs, from_targets):
-    joined = (
-        mtf.einsum([from_inputs, inputs_placement], output_shape=output_shape)
-        + mtf.einsum([from_targets, targets_placement],
-                     output_shape=output_shape))
+    joined = mtf.einsum(
+      [from_inputs, inputs_placement], output_shape=output_shape
+    ) + mtf.einsum([from_targets, targets_placement], output_shape=output_shape)
     return mtf.rename_dimension(joined, joined_length_dim.name, "length")
 
   result = {"targets": join(inputs, targets)}
   if packed:
-    result["targets_segmentation"] = join(inputs_segmentation,
-                                          targets_segmentation)
+    result["targets_segmentation"] = join(
+      inputs_segmentation, targets_segmentation
+    )
     result["targets_position"] = join(inputs_position, targets_position)
   return result

@@ -28,27 +28,35 @@ def _length_of(length: Length, key: str, what: str) -> int:
   """The length for feature `key` when `length` is an int or a dict."""
   if isinstance(length, Mapping):
     if key not in length:
-      raise ValueError("%s: no length given for feature %r (lengths: %r)"
-                       % (what, key, dict(length)))
+      raise ValueError(
+        "%s: no length given for feature %r (lengths: %r)"
+        % (what, key, dict(length))
+      )
     value = length[key]
   else:
     value = length
   if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-    raise ValueError("%s: length of feature %r must be a positive int, got %r"
-                     % (what, key, value))
+    raise ValueError(
+      "%s: length of feature %r must be a positive int, got %r"
+      % (what, key, value)
+    )
   return value
 
 
-def _check_keys(dataset: tf.data.Dataset, keys: Sequence[str],
-                what: str) -> None:
+def _check_keys(
+  dataset: tf.data.Dataset, keys: Sequence[str], what: str
+) -> None:
   spec = dataset.element_spec
   if not isinstance(spec, Mapping):
-    raise ValueError("%s: expected a dataset of feature dicts, got elements "
-                     "%s" % (what, spec))
+    raise ValueError(
+      "%s: expected a dataset of feature dicts, got elements %s" % (what, spec)
+    )
   for k in keys:
     if k not in spec:
-      raise ValueError("%s: feature %r not found in the dataset; available "
-                       "features: %s" % (what, k, sorted(spec)))
+      raise ValueError(
+        "%s: feature %r not found in the dataset; available "
+        "features: %s" % (what, k, sorted(spec))
+      )
 
 
 def _ensure_eos_trimmed(v: tf.Tensor, length: int) -> tf.Tensor:
@@ -59,7 +67,8 @@ def _ensure_eos_trimmed(v: tf.Tensor, length: int) -> tf.Tensor:
   """
   v = v[:length]
   return tf.concat(
-      [v[:length - 1], tf.clip_by_value(v[length - 1:length], 0, EOS_ID)], 0)
+    [v[: length - 1], tf.clip_by_value(v[length - 1 : length], 0, EOS_ID)], 0
+  )
 
 
 # ----------------------------------------------------------------------------
@@ -67,10 +76,13 @@ def _ensure_eos_trimmed(v: tf.Tensor, length: int) -> tf.Tensor:
 
 
 @gin.configurable(module=_GIN_MODULE)
-def pack_or_pad(dataset: tf.data.Dataset, length: Optional[Length],
-                pack: bool = True,
-                feature_keys: Optional[Sequence[str]] = None,
-                ensure_eos: bool = False) -> tf.data.Dataset:
+def pack_or_pad(
+  dataset: tf.data.Dataset,
+  length: Optional[Length],
+  pack: bool = True,
+  feature_keys: Optional[Sequence[str]] = None,
+  ensure_eos: bool = False,
+) -> tf.data.Dataset:
   """Packs (`pack_dataset`) or trims and pads a dataset to `length`.
 
   Args:
@@ -93,20 +105,24 @@ def pack_or_pad(dataset: tf.data.Dataset, length: Optional[Length],
       lengths = {k: _length_of(length, k, "pack_or_pad") for k in keys}
 
       def eos_fn(features):
-        return {k: (_ensure_eos_trimmed(v, lengths[k]) if k in lengths else v)
-                for k, v in features.items()}
+        return {
+          k: (_ensure_eos_trimmed(v, lengths[k]) if k in lengths else v)
+          for k, v in features.items()
+        }
+
       dataset = dataset.map(eos_fn, num_parallel_calls=_AUTOTUNE)
     return pack_dataset(dataset, length=length, keys=feature_keys)
-  dataset = trim_and_pad_dataset(dataset, length=length,
-                                 feature_keys=feature_keys)
+  dataset = trim_and_pad_dataset(
+    dataset, length=length, feature_keys=feature_keys
+  )
   if ensure_eos:
     dataset = ensure_dataset_eos(dataset, feature_keys=feature_keys)
   return dataset
 
 
-def ensure_dataset_eos(dataset: tf.data.Dataset,
-                       feature_keys: Optional[Sequence[str]] = None
-                      ) -> tf.data.Dataset:
+def ensure_dataset_eos(
+  dataset: tf.data.Dataset, feature_keys: Optional[Sequence[str]] = None
+) -> tf.data.Dataset:
   """Replaces the final token of each feature by EOS unless it is padding.
 
   For padded fixed-length examples: one whose sequence was cut ends in EOS.
@@ -122,6 +138,7 @@ def ensure_dataset_eos(dataset: tf.data.Dataset,
     The dataset with the last id of each chosen feature clipped to at most EOS
     (1): padding (0) and EOS stay, any other id becomes EOS.
   """
+
   def fn(features):
     out = {}
     for k, v in features.items():
@@ -130,12 +147,15 @@ def ensure_dataset_eos(dataset: tf.data.Dataset,
       else:
         out[k] = tf.concat([v[:-1], tf.clip_by_value(v[-1:], 0, EOS_ID)], 0)
     return out
+
   return dataset.map(fn, num_parallel_calls=_AUTOTUNE)
 
 
-def trim_and_pad_dataset(dataset: tf.data.Dataset, length: Length,
-                         feature_keys: Optional[Sequence[str]] = None
-                        ) -> tf.data.Dataset:
+def trim_and_pad_dataset(
+  dataset: tf.data.Dataset,
+  length: Length,
+  feature_keys: Optional[Sequence[str]] = None,
+) -> tf.data.Dataset:
   """Trims and zero-pads the first axis of features to `length`.
 
   Args:
@@ -149,6 +169,7 @@ def trim_and_pad_dataset(dataset: tf.data.Dataset, length: Length,
     The dataset with each chosen feature's first axis cut or zero-padded to
     exactly its length (a static shape).
   """
+
   def trim_and_pad(k, t):
     if feature_keys and k not in feature_keys:
       return t
@@ -158,18 +179,23 @@ def trim_and_pad_dataset(dataset: tf.data.Dataset, length: Length,
     t = tf.pad(t, [[0, n - tf.shape(t)[0]]] + extra_dims)
     t.set_shape([n] + t.shape.as_list()[1:])
     return t
+
   return dataset.map(
-      lambda x: {k: trim_and_pad(k, t) for k, t in x.items()},
-      num_parallel_calls=_AUTOTUNE)
+    lambda x: {k: trim_and_pad(k, t) for k, t in x.items()},
+    num_parallel_calls=_AUTOTUNE,
+  )
 
 
 _FLUSH = "__pack_flush__"
 
 
 @gin.configurable(module=_GIN_MODULE)
-def pack_dataset(dataset: tf.data.Dataset, length: Length,
-                 keys: Optional[Sequence[str]] = None,
-                 use_custom_ops: bool = False) -> tf.data.Dataset:
+def pack_dataset(
+  dataset: tf.data.Dataset,
+  length: Length,
+  keys: Optional[Sequence[str]] = None,
+  use_custom_ops: bool = False,
+) -> tf.data.Dataset:
   """Packs several examples into each fixed-length output example.
 
   Sequences are cut to `length`, then appended in order to the current output
@@ -209,34 +235,44 @@ def pack_dataset(dataset: tf.data.Dataset, length: Length,
   """
   if use_custom_ops:
     raise ValueError(
-        "pack_dataset: use_custom_ops=True needs tensor2tensor's custom "
-        "packing ops, which do not exist for TensorFlow 2; use "
-        "use_custom_ops=False (the same packing with TF ops)")
+      "pack_dataset: use_custom_ops=True needs tensor2tensor's custom "
+      "packing ops, which do not exist for TensorFlow 2; use "
+      "use_custom_ops=False (the same packing with TF ops)"
+    )
   spec = dataset.element_spec
-  keys = list(keys if keys is not None else
-              (spec.keys() if isinstance(spec, Mapping) else []))
+  keys = list(
+    keys
+    if keys is not None
+    else (spec.keys() if isinstance(spec, Mapping) else [])
+  )
   _check_keys(dataset, keys, "pack_dataset")
   if not keys:
     raise ValueError("pack_dataset: no features to pack")
   for k in keys:
     if not spec[k].shape.is_compatible_with([None]):
-      raise ValueError("pack_dataset: feature %r must be 1-D to be packed, "
-                       "has shape %s" % (k, spec[k].shape))
+      raise ValueError(
+        "pack_dataset: feature %r must be 1-D to be packed, "
+        "has shape %s" % (k, spec[k].shape)
+      )
     if not spec[k].dtype.is_integer:
-      raise ValueError("pack_dataset: feature %r must be integer token ids "
-                       "to be packed, has dtype %s (encode it first)"
-                       % (k, spec[k].dtype.name))
+      raise ValueError(
+        "pack_dataset: feature %r must be integer token ids "
+        "to be packed, has dtype %s (encode it first)" % (k, spec[k].dtype.name)
+      )
   lengths = {k: _length_of(length, k, "pack_dataset") for k in keys}
   for k in keys:
     for suffix in ("_segmentation", "_position"):
       if k + suffix in keys:
-        raise ValueError("pack_dataset: cannot pack both %r and %r (packing "
-                         "%r adds %r)" % (k, k + suffix, k, k + suffix))
+        raise ValueError(
+          "pack_dataset: cannot pack both %r and %r (packing "
+          "%r adds %r)" % (k, k + suffix, k, k + suffix)
+        )
 
   def prepare(features):
-    out = {k: tf.cast(features[k][:lengths[k]], tf.int32) for k in keys}
+    out = {k: tf.cast(features[k][: lengths[k]], tf.int32) for k in keys}
     out[_FLUSH] = tf.constant(False)
     return out
+
   flush = {k: tf.zeros([0], tf.int32) for k in keys}
   flush[_FLUSH] = tf.constant(True)
   dataset = dataset.map(prepare, num_parallel_calls=_AUTOTUNE)
@@ -254,17 +290,19 @@ def pack_dataset(dataset: tf.data.Dataset, length: Length,
     partial, count = state
     sizes = {k: tf.size(example[k]) for k in keys}
     nonempty = tf.reduce_any(tf.stack([sizes[k] > 0 for k in keys]))
-    fits = tf.reduce_all(tf.stack(
-        [tf.size(partial[k]) + sizes[k] <= lengths[k] for k in keys]))
+    fits = tf.reduce_all(
+      tf.stack([tf.size(partial[k]) + sizes[k] <= lengths[k] for k in keys])
+    )
     emit = tf.logical_and(
-        count > 0,
-        tf.logical_or(example[_FLUSH],
-                      tf.logical_and(nonempty, tf.logical_not(fits))))
+      count > 0,
+      tf.logical_or(
+        example[_FLUSH], tf.logical_and(nonempty, tf.logical_not(fits))
+      ),
+    )
     output = {}
     for name, value in partial.items():
       n = out_lengths[name]
-      output[name] = tf.reshape(tf.pad(value, [[0, n - tf.size(value)]]),
-                                [n])
+      output[name] = tf.reshape(tf.pad(value, [[0, n - tf.size(value)]]), [n])
     # Keep the partial example unless it was emitted (slicing, not tf.cond).
     keep = tf.where(emit, 0, 1)
     count = count * keep
@@ -275,22 +313,30 @@ def pack_dataset(dataset: tf.data.Dataset, length: Length,
       kept = tf.size(partial[k]) * keep
       new_partial[k] = tf.concat([partial[k][:kept], seq], 0)
       new_partial[k + "_segmentation"] = tf.concat(
-          [partial[k + "_segmentation"][:kept],
-           tf.fill(tf.shape(seq), segment_id)], 0)
+        [
+          partial[k + "_segmentation"][:kept],
+          tf.fill(tf.shape(seq), segment_id),
+        ],
+        0,
+      )
       new_partial[k + "_position"] = tf.concat(
-          [partial[k + "_position"][:kept],
-           tf.range(tf.size(seq), dtype=tf.int32)], 0)
+        [
+          partial[k + "_position"][:kept],
+          tf.range(tf.size(seq), dtype=tf.int32),
+        ],
+        0,
+      )
     count = count + tf.cast(nonempty, tf.int32)
     return (new_partial, count), (emit, output)
 
   dataset = dataset.scan(initial_state, step)
   dataset = dataset.filter(lambda emit, output: emit)
-  return dataset.map(lambda emit, output: output,
-                     num_parallel_calls=_AUTOTUNE)
+  return dataset.map(lambda emit, output: output, num_parallel_calls=_AUTOTUNE)
 
 
-def pad_dataset_with_zeroed_out_examples(ds: tf.data.Dataset
-                                        ) -> tf.data.Dataset:
+def pad_dataset_with_zeroed_out_examples(
+  ds: tf.data.Dataset,
+) -> tf.data.Dataset:
   """`ds` followed by endless all-zero copies of its examples.
 
   Lets an evaluation run a whole number of full batches: zeroed examples are
@@ -303,6 +349,8 @@ def pad_dataset_with_zeroed_out_examples(ds: tf.data.Dataset
     An endless dataset: the examples of `ds`, then its examples with every
     feature replaced by zeros of the same shape and dtype, repeated.
   """
+
   def zero_out(features):
     return {k: tf.zeros_like(v) for k, v in features.items()}
+
   return ds.concatenate(ds.map(zero_out).repeat())

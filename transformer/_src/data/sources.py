@@ -32,8 +32,8 @@ _AUTOTUNE = tf.data.AUTOTUNE
 # dataset_split)` makes it, `postprocess_fn` turns decoded strings into what
 # the `metric_fns(targets, predictions)` compare.
 EvalDataset = collections.namedtuple(
-    "EvalDataset", ["name", "dataset_fn", "postprocess_fn", "metric_fns"])
-
+  "EvalDataset", ["name", "dataset_fn", "postprocess_fn", "metric_fns"]
+)
 
 
 def _vocabulary_for(vocabulary, key: str):
@@ -59,14 +59,19 @@ def encode_dataset(dataset: tf.data.Dataset, vocabulary) -> tf.data.Dataset:
   Returns:
     A dataset of {feature: 1-D int32 ids [length]} dicts, without EOS.
   """
+
   def fn(features):
-    return {k: _vocabulary_for(vocabulary, k).encode_tf(v)
-            for k, v in features.items()}
+    return {
+      k: _vocabulary_for(vocabulary, k).encode_tf(v)
+      for k, v in features.items()
+    }
+
   return dataset.map(fn, num_parallel_calls=_AUTOTUNE)
 
 
-def encode_all_features(dataset: tf.data.Dataset,
-                        vocabulary) -> tf.data.Dataset:
+def encode_all_features(
+  dataset: tf.data.Dataset, vocabulary
+) -> tf.data.Dataset:
   """Encodes every (string) feature and appends EOS; ids become int64.
 
   Example (ByteVocabulary): {"targets": "hi"} -> {"targets": [107, 108, 1]}.
@@ -80,17 +85,20 @@ def encode_all_features(dataset: tf.data.Dataset,
     A dataset of {feature: 1-D int64 ids [length]} dicts, each ending in EOS
     (1).
   """
+
   def fn(features):
     out = {}
     for k, v in features.items():
       ids = tf.cast(_vocabulary_for(vocabulary, k).encode_tf(v), tf.int64)
       out[k] = tf.concat([ids, tf.constant([EOS_ID], tf.int64)], 0)
     return out
+
   return dataset.map(fn, num_parallel_calls=_AUTOTUNE)
 
 
-def supervised_to_dict(dataset: tf.data.Dataset,
-                       text2self: bool) -> tf.data.Dataset:
+def supervised_to_dict(
+  dataset: tf.data.Dataset, text2self: bool
+) -> tf.data.Dataset:
   """(inputs, targets) pairs -> {"inputs", "targets"} dicts.
 
   With text2self (language modelling) only {"targets": targets} is kept.
@@ -104,10 +112,12 @@ def supervised_to_dict(dataset: tf.data.Dataset,
     A dataset of {"inputs": inputs, "targets": targets} dicts (or {"targets":
     targets}).
   """
+
   def fn(inputs, targets):
     if text2self:
       return {"targets": targets}
     return {"inputs": inputs, "targets": targets}
+
   return dataset.map(fn, num_parallel_calls=_AUTOTUNE)
 
 
@@ -115,9 +125,12 @@ def supervised_to_dict(dataset: tf.data.Dataset,
 # TFDS.
 
 
-def _load_tfds(dataset_name: str, dataset_split: str,
-               tfds_data_dir: Optional[str],
-               as_supervised: bool = True) -> tf.data.Dataset:
+def _load_tfds(
+  dataset_name: str,
+  dataset_split: str,
+  tfds_data_dir: Optional[str],
+  as_supervised: bool = True,
+) -> tf.data.Dataset:
   """tfds.load without network: prepared data or an offline builder.
 
   The offline builders (offline/) generate their data into
@@ -131,36 +144,46 @@ def _load_tfds(dataset_name: str, dataset_split: str,
     builder = tfds.builder(dataset_name, data_dir=tfds_data_dir)
   except tfds.core.registered.DatasetNotFoundError:
     raise ValueError(
-        "TFDS does not know dataset %r (data_dir=%r). Offline datasets of "
-        "this package: %s; any other TFDS dataset must be prepared in the "
-        "data_dir beforehand." % (dataset_name, tfds_data_dir,
-                                  sorted(offline.OFFLINE_DATASETS))) from None
+      "TFDS does not know dataset %r (data_dir=%r). Offline datasets of "
+      "this package: %s; any other TFDS dataset must be prepared in the "
+      "data_dir beforehand."
+      % (dataset_name, tfds_data_dir, sorted(offline.OFFLINE_DATASETS))
+    ) from None
   if not builder.is_prepared():
     if isinstance(builder, offline.OfflineBuilder):
       offline.prepare(builder)
     else:
       raise ValueError(
-          "TFDS dataset %r is not prepared in data_dir %r and this package "
-          "never downloads; prepare it first (e.g. `tfds build %s "
-          "--data_dir=...`) or use an offline dataset: %s"
-          % (dataset_name, str(builder.data_dir), dataset_name,
-             sorted(offline.OFFLINE_DATASETS)))
+        "TFDS dataset %r is not prepared in data_dir %r and this package "
+        "never downloads; prepare it first (e.g. `tfds build %s "
+        "--data_dir=...`) or use an offline dataset: %s"
+        % (
+          dataset_name,
+          str(builder.data_dir),
+          dataset_name,
+          sorted(offline.OFFLINE_DATASETS),
+        )
+      )
   if dataset_split not in builder.info.splits:
-    raise ValueError("TFDS dataset %r has no split %r; splits: %s"
-                     % (dataset_name, dataset_split,
-                        sorted(builder.info.splits)))
-  return builder.as_dataset(split=dataset_split, as_supervised=as_supervised,
-                            shuffle_files=False)
+    raise ValueError(
+      "TFDS dataset %r has no split %r; splits: %s"
+      % (dataset_name, dataset_split, sorted(builder.info.splits))
+    )
+  return builder.as_dataset(
+    split=dataset_split, as_supervised=as_supervised, shuffle_files=False
+  )
 
 
 @gin.configurable(module=_GIN_MODULE)
-def pretokenized_tfds_dataset(dataset_name=gin.REQUIRED,
-                              text2self=gin.REQUIRED,
-                              tfds_data_dir=gin.REQUIRED,
-                              dataset_split=gin.REQUIRED,
-                              batch_size=None,
-                              sequence_length=gin.REQUIRED,
-                              vocabulary=None) -> tf.data.Dataset:
+def pretokenized_tfds_dataset(
+  dataset_name=gin.REQUIRED,
+  text2self=gin.REQUIRED,
+  tfds_data_dir=gin.REQUIRED,
+  dataset_split=gin.REQUIRED,
+  batch_size=None,
+  sequence_length=gin.REQUIRED,
+  vocabulary=None,
+) -> tf.data.Dataset:
   """A TFDS dataset whose text features are already encoded, packed.
 
   TFDS encoders reserve 0 for padding but have no EOS, so ids are shifted up
@@ -188,9 +211,10 @@ def pretokenized_tfds_dataset(dataset_name=gin.REQUIRED,
   for spec in dataset.element_spec:
     if not spec.dtype.is_integer:
       raise ValueError(
-          "pretokenized_tfds_dataset: dataset %r holds %s features, not "
-          "token ids; use untokenized_tfds_dataset with a vocabulary"
-          % (dataset_name, spec.dtype.name))
+        "pretokenized_tfds_dataset: dataset %r holds %s features, not "
+        "token ids; use untokenized_tfds_dataset with a vocabulary"
+        % (dataset_name, spec.dtype.name)
+      )
   if dataset_split == "train":
     dataset = dataset.repeat().shuffle(1000)
 
@@ -201,21 +225,26 @@ def pretokenized_tfds_dataset(dataset_name=gin.REQUIRED,
   def fn(inputs, targets):
     if text2self:
       return {"targets": shift_and_append_eos(targets)}
-    return {"inputs": shift_and_append_eos(inputs),
-            "targets": shift_and_append_eos(targets)}
+    return {
+      "inputs": shift_and_append_eos(inputs),
+      "targets": shift_and_append_eos(targets),
+    }
+
   dataset = dataset.map(fn, num_parallel_calls=_AUTOTUNE)
   return pack_or_pad(dataset, sequence_length)
 
 
 @gin.configurable(module=_GIN_MODULE)
-def untokenized_tfds_dataset(dataset_name=gin.REQUIRED,
-                             text2self=gin.REQUIRED,
-                             tfds_data_dir=gin.REQUIRED,
-                             dataset_split=gin.REQUIRED,
-                             batch_size=None,
-                             sequence_length=gin.REQUIRED,
-                             vocabulary=gin.REQUIRED,
-                             pack=gin.REQUIRED) -> tf.data.Dataset:
+def untokenized_tfds_dataset(
+  dataset_name=gin.REQUIRED,
+  text2self=gin.REQUIRED,
+  tfds_data_dir=gin.REQUIRED,
+  dataset_split=gin.REQUIRED,
+  batch_size=None,
+  sequence_length=gin.REQUIRED,
+  vocabulary=gin.REQUIRED,
+  pack=gin.REQUIRED,
+) -> tf.data.Dataset:
   """A TFDS dataset of (inputs, targets) strings, encoded, packed or padded.
 
   Strings are encoded with `vocabulary` (a pair for separate inputs and
@@ -266,9 +295,11 @@ def _glob(pattern: str, what: str) -> list:
 
 
 @gin.configurable(module=_GIN_MODULE)
-def sample_from_text_line_datasets(glob_weight_list: Sequence[
-    Tuple[str, float]], shuffle_buffer_size: int = 100000,
-                                   prefetch: int = 1000) -> tf.data.Dataset:
+def sample_from_text_line_datasets(
+  glob_weight_list: Sequence[Tuple[str, float]],
+  shuffle_buffer_size: int = 100000,
+  prefetch: int = 1000,
+) -> tf.data.Dataset:
   """Endless lines sampled from several file globs with the given weights.
 
   Example: sample_from_text_line_datasets([("a/*.txt", 0.9), ("b.txt", 0.1)])
@@ -287,12 +318,14 @@ def sample_from_text_line_datasets(glob_weight_list: Sequence[
     ValueError: if `glob_weight_list` is empty.
   """
   if not glob_weight_list:
-    raise ValueError("sample_from_text_line_datasets: glob_weight_list is "
-                     "empty")
+    raise ValueError(
+      "sample_from_text_line_datasets: glob_weight_list is empty"
+    )
   globs, weights = zip(*glob_weight_list)
   datasets = [
-      simple_text_line_dataset(g, shuffle_buffer_size).repeat().prefetch(
-          prefetch) for g in globs]
+    simple_text_line_dataset(g, shuffle_buffer_size).repeat().prefetch(prefetch)
+    for g in globs
+  ]
   if len(datasets) == 1:
     return datasets[0]
   return tf.data.Dataset.sample_from_datasets(datasets, weights=list(weights))
@@ -312,9 +345,9 @@ def make_text_line_dataset(glob=gin.REQUIRED) -> tf.data.Dataset:
 
 
 @gin.configurable(module=_GIN_MODULE)
-def simple_text_line_dataset(glob=gin.REQUIRED,
-                             shuffle_buffer_size: int = 100000
-                            ) -> tf.data.Dataset:
+def simple_text_line_dataset(
+  glob=gin.REQUIRED, shuffle_buffer_size: int = 100000
+) -> tf.data.Dataset:
   """The lines (tf.string, no newline) of the files matching `glob`, shuffled
   within a buffer (0 or None: in file order).
 
@@ -332,14 +365,16 @@ def simple_text_line_dataset(glob=gin.REQUIRED,
 
 
 @gin.configurable(module=_GIN_MODULE)
-def packed_parallel_tsv_dataset(dataset=gin.REQUIRED,
-                                dataset_split=gin.REQUIRED,
-                                batch_size=None,
-                                sequence_length=gin.REQUIRED,
-                                vocabulary=gin.REQUIRED,
-                                append_eos=True,
-                                eos_id=1,
-                                max_encoded_len=0) -> tf.data.Dataset:
+def packed_parallel_tsv_dataset(
+  dataset=gin.REQUIRED,
+  dataset_split=gin.REQUIRED,
+  batch_size=None,
+  sequence_length=gin.REQUIRED,
+  vocabulary=gin.REQUIRED,
+  append_eos=True,
+  eos_id=1,
+  max_encoded_len=0,
+) -> tf.data.Dataset:
   """Lines "inputs<TAB>targets" -> encoded, packed examples.
 
   Args:
@@ -363,25 +398,31 @@ def packed_parallel_tsv_dataset(dataset=gin.REQUIRED,
     dataset = dataset.repeat()
 
   def parse(line):
-    fields = tf.io.decode_csv(line, record_defaults=["", ""],
-                              field_delim="\t", use_quote_delim=False)
+    fields = tf.io.decode_csv(
+      line, record_defaults=["", ""], field_delim="\t", use_quote_delim=False
+    )
     return {"inputs": fields[0], "targets": fields[1]}
 
   def encode(features):
     out = {}
     for k in ("inputs", "targets"):
-      ids = tf.cast(_vocabulary_for(vocabulary, k).encode_tf(features[k]),
-                    tf.int64)
+      ids = tf.cast(
+        _vocabulary_for(vocabulary, k).encode_tf(features[k]), tf.int64
+      )
       if append_eos:
         ids = tf.concat([ids, tf.constant([eos_id], tf.int64)], 0)
       out[k] = ids
     return out
+
   dataset = dataset.map(parse, num_parallel_calls=_AUTOTUNE)
   dataset = dataset.map(encode, num_parallel_calls=_AUTOTUNE)
   if max_encoded_len:
-    dataset = dataset.filter(lambda x: tf.logical_and(
+    dataset = dataset.filter(
+      lambda x: tf.logical_and(
         tf.size(x["inputs"]) <= max_encoded_len,
-        tf.size(x["targets"]) <= max_encoded_len))
+        tf.size(x["targets"]) <= max_encoded_len,
+      )
+    )
   return pack_dataset(dataset, sequence_length)
 
 
@@ -389,10 +430,15 @@ def packed_parallel_tsv_dataset(dataset=gin.REQUIRED,
 # Pre-tokenized TFRecord files.
 
 
-def pretokenized_tfrecord_dataset(filenames: Sequence[str], text2self: bool,
-                                  eos_included: bool, repeat: bool,
-                                  batch_size, sequence_length: Length,
-                                  vocab_shift: int = 0) -> tf.data.Dataset:
+def pretokenized_tfrecord_dataset(
+  filenames: Sequence[str],
+  text2self: bool,
+  eos_included: bool,
+  repeat: bool,
+  batch_size,
+  sequence_length: Length,
+  vocab_shift: int = 0,
+) -> tf.data.Dataset:
   """tf.train.Examples with int64 list features "inputs"/"targets", packed.
 
   Args:
@@ -410,8 +456,9 @@ def pretokenized_tfrecord_dataset(filenames: Sequence[str], text2self: bool,
     features, each 1-D of its sequence length).
   """
   del batch_size
-  dataset = tf.data.TFRecordDataset(list(filenames),
-                                    buffer_size=64 * 1024 * 1024)
+  dataset = tf.data.TFRecordDataset(
+    list(filenames), buffer_size=64 * 1024 * 1024
+  )
   if repeat:
     dataset = dataset.repeat()
   keys = ["targets"] if text2self else ["inputs", "targets"]
@@ -426,20 +473,23 @@ def pretokenized_tfrecord_dataset(filenames: Sequence[str], text2self: bool,
         ids = tf.concat([ids, tf.constant([EOS_ID], tf.int64)], 0)
       out[k] = ids
     return out
+
   dataset = dataset.map(decode, num_parallel_calls=_AUTOTUNE)
   return pack_or_pad(dataset, sequence_length)
 
 
 @gin.configurable(module=_GIN_MODULE)
-def pretokenized_t2t_dataset(dataset_name=gin.REQUIRED,
-                             text2self=False,
-                             data_dir=gin.REQUIRED,
-                             dataset_split="train",
-                             batch_size=None,
-                             sequence_length=gin.REQUIRED,
-                             vocabulary=None,
-                             eos_included=True,
-                             vocab_shift=0) -> tf.data.Dataset:
+def pretokenized_t2t_dataset(
+  dataset_name=gin.REQUIRED,
+  text2self=False,
+  data_dir=gin.REQUIRED,
+  dataset_split="train",
+  batch_size=None,
+  sequence_length=gin.REQUIRED,
+  vocabulary=None,
+  eos_included=True,
+  vocab_shift=0,
+) -> tf.data.Dataset:
   """The TFRecord shards tensor2tensor's t2t-datagen wrote, packed.
 
   Reads `<data_dir>/<dataset_name>-<dataset_split>-*` (tensor2tensor itself is
@@ -471,14 +521,21 @@ def pretokenized_t2t_dataset(dataset_name=gin.REQUIRED,
   filenames = sorted(tf.io.gfile.glob(pattern))
   if not filenames:
     raise ValueError(
-        "pretokenized_t2t_dataset: no files match %r; generate the %r data "
-        "with tensor2tensor's t2t-datagen first" % (pattern, dataset_name))
-  logging.info("pretokenized_t2t_dataset: %d files match %s",
-               len(filenames), pattern)
+      "pretokenized_t2t_dataset: no files match %r; generate the %r data "
+      "with tensor2tensor's t2t-datagen first" % (pattern, dataset_name)
+    )
+  logging.info(
+    "pretokenized_t2t_dataset: %d files match %s", len(filenames), pattern
+  )
   dataset = pretokenized_tfrecord_dataset(
-      filenames=filenames, text2self=text2self, eos_included=eos_included,
-      repeat=dataset_split == "train", batch_size=batch_size,
-      sequence_length=sequence_length, vocab_shift=vocab_shift)
+    filenames=filenames,
+    text2self=text2self,
+    eos_included=eos_included,
+    repeat=dataset_split == "train",
+    batch_size=batch_size,
+    sequence_length=sequence_length,
+    vocab_shift=vocab_shift,
+  )
   if dataset_split == "train":
     dataset = dataset.shuffle(1000)
   return dataset

@@ -74,11 +74,11 @@ class T2tVocabulary(vocabulary.Vocabulary):
           # pylint: enable=g-import-not-at-top
         except ImportError as e:
           raise ImportError(
-              "T2tVocabulary needs the tensor2tensor package to read the "
-              "vocabulary file %r, and it cannot be imported (%s). Install "
-              "tensor2tensor yourself (it is not a dependency of this "
-              "package), or use a TFDS vocabulary "
-              "(vocabulary.get_tfds_vocabulary)." % (self._filepath, e)
+            "T2tVocabulary needs the tensor2tensor package to read the "
+            "vocabulary file %r, and it cannot be imported (%s). Install "
+            "tensor2tensor yourself (it is not a dependency of this "
+            "package), or use a TFDS vocabulary "
+            "(vocabulary.get_tfds_vocabulary)." % (self._filepath, e)
           ) from e
         self._encoder = text_encoder.SubwordTextEncoder(self._filepath)
       return self._encoder
@@ -106,9 +106,9 @@ class T2tVocabulary(vocabulary.Vocabulary):
 
 
 @gin.configurable(module=_GIN_MODULE)
-def get_t2t_vocabulary(data_dir: str = gin.REQUIRED,
-                       vocabulary_filename: str = gin.REQUIRED
-                      ) -> T2tVocabulary:
+def get_t2t_vocabulary(
+  data_dir: str = gin.REQUIRED, vocabulary_filename: str = gin.REQUIRED
+) -> T2tVocabulary:
   """`T2tVocabulary(os.path.join(data_dir, vocabulary_filename))`.
 
   Nothing is read until the vocabulary is used.
@@ -132,12 +132,15 @@ def get_t2t_vocabulary(data_dir: str = gin.REQUIRED,
       file binds it to a `%gin.REQUIRED` macro such as T2T_DATA_DIR that was
       never set).
   """
-  for name, value in (("data_dir", data_dir),
-                      ("vocabulary_filename", vocabulary_filename)):
+  for name, value in (
+    ("data_dir", data_dir),
+    ("vocabulary_filename", vocabulary_filename),
+  ):
     if value is gin.REQUIRED or value is None:
       raise ValueError(
-          "get_t2t_vocabulary: %s is required; bind "
-          "t2t_vocabulary.get_t2t_vocabulary.%s (the problems/t2t_*.gin "
-          "files take it from the macro T2T_DATA_DIR, e.g. "
-          "--gin_param=\"T2T_DATA_DIR = '/path/to/t2t_data'\")" % (name, name))
+        "get_t2t_vocabulary: %s is required; bind "
+        "t2t_vocabulary.get_t2t_vocabulary.%s (the problems/t2t_*.gin "
+        "files take it from the macro T2T_DATA_DIR, e.g. "
+        "--gin_param=\"T2T_DATA_DIR = '/path/to/t2t_data'\")" % (name, name)
+      )
   return T2tVocabulary(os.path.join(data_dir, vocabulary_filename))

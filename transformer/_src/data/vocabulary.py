@@ -18,8 +18,12 @@ import gin
 import numpy as np
 import tensorflow as tf
 
-__all__ = ["ByteVocabulary", "TFDSVocabulary", "Vocabulary",
-           "get_tfds_vocabulary"]
+__all__ = [
+  "ByteVocabulary",
+  "TFDSVocabulary",
+  "Vocabulary",
+  "get_tfds_vocabulary",
+]
 
 _GIN_MODULE = "mesh_tensorflow.transformer.vocabulary"
 
@@ -97,8 +101,10 @@ def encode_tf_in_python(vocab: Vocabulary, s: tf.Tensor) -> tf.Tensor:
   For vocabularies whose encoder is Python code; a SavedModel cannot carry
   the result.
   """
+
   def fn(text):
     return np.asarray(vocab.encode(text.numpy()), dtype=np.int32)
+
   ids = tf.py_function(fn, [s], tf.int32)
   ids.set_shape([None])
   return ids
@@ -106,8 +112,10 @@ def encode_tf_in_python(vocab: Vocabulary, s: tf.Tensor) -> tf.Tensor:
 
 def decode_tf_in_python(vocab: Vocabulary, ids: tf.Tensor) -> tf.Tensor:
   """vocab.decode of 1-D ids as a scalar tf.string (tf.py_function)."""
+
   def fn(values):
     return vocab.decode(values.numpy()).encode("utf-8")
+
   text = tf.py_function(fn, [ids], tf.string)
   text.set_shape([])
   return text
@@ -172,7 +180,8 @@ class TFDSVocabulary(Vocabulary):
   def decode(self, ids: Sequence[int]) -> str:
     """Ids -> text; stops at the first EOS and drops padding ids."""
     return self._tfds_encoder.decode(
-        [i - 1 for i in ids_before_eos(ids) if i != PAD_ID])
+      [i - 1 for i in ids_before_eos(ids) if i != PAD_ID]
+    )
 
   def encode_tf(self, s: tf.Tensor) -> tf.Tensor:
     """Scalar tf.string -> 1-D int32 ids (runs the encoder in Python)."""
@@ -205,25 +214,31 @@ def get_tfds_vocabulary(dataset_name: str = gin.REQUIRED) -> TFDSVocabulary:
     ValueError: if the dataset has no text feature with an encoder.
   """
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
   info = tfds.builder(dataset_name).info
   features = info.features
   if info.supervised_keys:
     key = info.supervised_keys[1]
     if isinstance(key, dict):
-      raise ValueError("get_tfds_vocabulary(%r): nested supervised keys %r "
-                       "are not supported" % (dataset_name, key))
+      raise ValueError(
+        "get_tfds_vocabulary(%r): nested supervised keys %r "
+        "are not supported" % (dataset_name, key)
+      )
     encoder = getattr(features[key], "encoder", None)
     if encoder is None:
-      raise ValueError("get_tfds_vocabulary(%r): target feature %r has no "
-                       "text encoder" % (dataset_name, key))
+      raise ValueError(
+        "get_tfds_vocabulary(%r): target feature %r has no "
+        "text encoder" % (dataset_name, key)
+      )
     return TFDSVocabulary(encoder)
   encoders = [(k, getattr(features[k], "encoder", None)) for k in features]
   encoders = [(k, e) for k, e in encoders if e is not None]
   if len(encoders) != 1:
     raise ValueError(
-        "get_tfds_vocabulary(%r): dataset has no supervised keys and %d text "
-        "features with an encoder (%s); need exactly one"
-        % (dataset_name, len(encoders), [k for k, _ in encoders]))
+      "get_tfds_vocabulary(%r): dataset has no supervised keys and %d text "
+      "features with an encoder (%s); need exactly one"
+      % (dataset_name, len(encoders), [k for k, _ in encoders])
+    )
   return TFDSVocabulary(encoders[0][1])
 
 
@@ -254,9 +269,13 @@ class ByteVocabulary(Vocabulary):
 
   def decode(self, ids: Sequence[int]) -> str:
     """Ids -> text; stops at the first EOS, drops non-byte ids and bytes
-    that are not valid UTF-8."""
-    data = bytes(i - self._OFFSET for i in ids_before_eos(ids)
-                 if self._OFFSET <= i < self.vocab_size)
+    that are not valid UTF-8.
+    """
+    data = bytes(
+      i - self._OFFSET
+      for i in ids_before_eos(ids)
+      if self._OFFSET <= i < self.vocab_size
+    )
     return data.decode("utf-8", errors="ignore")
 
   def encode_tf(self, s: tf.Tensor) -> tf.Tensor:
@@ -267,8 +286,10 @@ class ByteVocabulary(Vocabulary):
     """
     s = tf.convert_to_tensor(s, dtype=tf.string)
     if s.shape.rank not in (None, 0):
-      raise ValueError("ByteVocabulary.encode_tf: expected a scalar string, "
-                       "got shape %s" % s.shape)
+      raise ValueError(
+        "ByteVocabulary.encode_tf: expected a scalar string, "
+        "got shape %s" % s.shape
+      )
     data = tf.io.decode_raw(s, tf.uint8)
     return tf.cast(data, tf.int32) + self._OFFSET
 
@@ -280,15 +301,18 @@ class ByteVocabulary(Vocabulary):
     """
     ids = tf.cast(tf.convert_to_tensor(ids), tf.int32)
     if ids.shape.rank not in (None, 1):
-      raise ValueError("ByteVocabulary.decode_tf: expected 1-D ids, got "
-                       "shape %s" % ids.shape)
-    before_eos = tf.equal(tf.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32)),
-                          0)
+      raise ValueError(
+        "ByteVocabulary.decode_tf: expected 1-D ids, got shape %s" % ids.shape
+      )
+    before_eos = tf.equal(
+      tf.cumsum(tf.cast(tf.equal(ids, EOS_ID), tf.int32)), 0
+    )
     keep = tf.logical_and(
-        before_eos, tf.logical_and(ids >= self._OFFSET, ids < self.vocab_size))
+      before_eos, tf.logical_and(ids >= self._OFFSET, ids < self.vocab_size)
+    )
     byte_values = tf.boolean_mask(ids, keep) - self._OFFSET
     table = tf.constant([bytes([b]) for b in range(256)])
     data = tf.strings.reduce_join(tf.gather(table, byte_values))
     return tf.strings.unicode_transcode(
-        data, input_encoding="UTF-8", output_encoding="UTF-8",
-        errors="ignore")
+      data, input_encoding="UTF-8", output_encoding="UTF-8", errors="ignore"
+    )

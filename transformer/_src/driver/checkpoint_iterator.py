@@ -18,11 +18,13 @@ def _checkpoint_path(model_dir, step: int) -> str:
   return os.path.join(model_dir, "model.ckpt-%d" % step)
 
 
-def _wait_for_checkpoints(model_dir, skip_until, stop_after, last_step,
-                          timeout, poll_seconds) -> Iterator[str]:
+def _wait_for_checkpoints(
+  model_dir, skip_until, stop_after, last_step, timeout, poll_seconds
+) -> Iterator[str]:
   """Existing checkpoints after skip_until in order, then new ones as they
   appear; ends after a step >= stop_after or last_step, or after timeout
-  seconds without a new checkpoint (None: wait forever)."""
+  seconds without a new checkpoint (None: wait forever).
+  """
   done = skip_until
   waited_since = time.monotonic()
   while True:
@@ -37,18 +39,26 @@ def _wait_for_checkpoints(model_dir, skip_until, stop_after, last_step,
       waited_since = time.monotonic()
       continue
     if timeout is not None and time.monotonic() - waited_since > timeout:
-      logging.info("No new checkpoint in %s for %s s; stopping", model_dir,
-                   timeout)
+      logging.info(
+        "No new checkpoint in %s for %s s; stopping", model_dir, timeout
+      )
       return
-    logging.info("Waiting for checkpoints after step %d in %s", done,
-                 model_dir)
+    logging.info("Waiting for checkpoints after step %d in %s", done, model_dir)
     time.sleep(poll_seconds)
 
 
 @gin.configurable(module=_GIN_MODULE)
-def get_checkpoint_iterator(checkpoint_step, model_dir, skip_until=0,
-                            stop_after=None, find_closest=True, *,
-                            last_step=None, timeout=None, poll_seconds=5.0):
+def get_checkpoint_iterator(
+  checkpoint_step,
+  model_dir,
+  skip_until=0,
+  stop_after=None,
+  find_closest=True,
+  *,
+  last_step=None,
+  timeout=None,
+  poll_seconds=5.0,
+):
   """Checkpoint paths, in step order, from checkpoint_step.
 
   - an int: that step's checkpoint (the closest one if find_closest);
@@ -87,8 +97,9 @@ def get_checkpoint_iterator(checkpoint_step, model_dir, skip_until=0,
       checkpoint when find_closest is False.
   """
   if checkpoint_step is None:
-    return _wait_for_checkpoints(model_dir, skip_until, stop_after,
-                                 last_step, timeout, poll_seconds)
+    return _wait_for_checkpoints(
+      model_dir, skip_until, stop_after, last_step, timeout, poll_seconds
+    )
   steps = checkpoints.checkpoint_steps(model_dir)
   if not steps:
     raise ValueError("no checkpoints (model.ckpt-*.index) in %r" % model_dir)
@@ -96,19 +107,27 @@ def get_checkpoint_iterator(checkpoint_step, model_dir, skip_until=0,
     latest = checkpoints.latest_checkpoint(model_dir)
     return [latest or _checkpoint_path(model_dir, steps[-1])]
   if checkpoint_step == "all":
-    return [_checkpoint_path(model_dir, s) for s in steps
-            if s > skip_until and (stop_after is None or s <= stop_after)]
-  wanted = (checkpoint_step if isinstance(checkpoint_step, (list, tuple))
-            else [checkpoint_step])
+    return [
+      _checkpoint_path(model_dir, s)
+      for s in steps
+      if s > skip_until and (stop_after is None or s <= stop_after)
+    ]
+  wanted = (
+    checkpoint_step
+    if isinstance(checkpoint_step, (list, tuple))
+    else [checkpoint_step]
+  )
   out = []
   for w in wanted:
     w = int(w)
     if w in steps:
       out.append(_checkpoint_path(model_dir, w))
     elif find_closest:
-      out.append(_checkpoint_path(model_dir,
-                                  min(steps, key=lambda s: abs(s - w))))
+      out.append(
+        _checkpoint_path(model_dir, min(steps, key=lambda s: abs(s - w)))
+      )
     else:
-      raise ValueError("no checkpoint for step %d in %r (have %s)"
-                       % (w, model_dir, steps))
+      raise ValueError(
+        "no checkpoint for step %d in %r (have %s)" % (w, model_dir, steps)
+      )
   return out

@@ -34,26 +34,35 @@ from __future__ import annotations
 import os
 import re
 import time
+from typing import (
+  Callable,
+  Dict,
+  Iterable,
+  List,
+  Mapping,
+  Optional,
+  Sequence,
+  Tuple,
+  Union,
+)
 import uuid
-from typing import (Callable, Dict, Iterable, List, Mapping, Optional,
-                    Sequence, Tuple, Union)
 
 from absl import logging
 import tensorflow as tf
 from tensorflow.python.util import deprecation  # pylint: disable=g-direct-tensorflow-import
 
 __all__ = [
-    "CHECKPOINT_BASENAME",
-    "STATE_FILENAME",
-    "all_checkpoints",
-    "checkpoint_prefix",
-    "checkpoint_steps",
-    "flexible_ckpt_init_mapping",
-    "init_from_checkpoint",
-    "latest_checkpoint",
-    "list_checkpoint_variables",
-    "restore",
-    "save",
+  "CHECKPOINT_BASENAME",
+  "STATE_FILENAME",
+  "all_checkpoints",
+  "checkpoint_prefix",
+  "checkpoint_steps",
+  "flexible_ckpt_init_mapping",
+  "init_from_checkpoint",
+  "latest_checkpoint",
+  "list_checkpoint_variables",
+  "restore",
+  "save",
 ]
 
 CHECKPOINT_BASENAME = "model.ckpt"
@@ -103,8 +112,13 @@ def _bundle_files(prefix: str) -> List[str]:
 class _State:
   """What the state file says: latest path, kept paths and their times."""
 
-  def __init__(self, latest: Optional[str], paths: List[str],
-               timestamps: List[float], last_preserved: float = 0.0):
+  def __init__(
+    self,
+    latest: Optional[str],
+    paths: List[str],
+    timestamps: List[float],
+    last_preserved: float = 0.0,
+  ):
     self.latest = latest
     self.paths = paths
     self.timestamps = timestamps
@@ -126,22 +140,30 @@ def _read_state(model_dir: str) -> Optional[_State]:
   except ValueError:  # No model_checkpoint_path in it.
     proto = None
   if proto is None:  # TF logs the parse error and returns None.
-    raise ValueError("checkpoint state file %s cannot be parsed as a "
-                     "CheckpointState" % state_file)
+    raise ValueError(
+      "checkpoint state file %s cannot be parsed as a "
+      "CheckpointState" % state_file
+    )
   paths = list(proto.all_model_checkpoint_paths)
   timestamps = list(proto.all_model_checkpoint_timestamps)
   if len(timestamps) != len(paths):
     timestamps = [0.0] * len(paths)
-  return _State(proto.model_checkpoint_path, paths, timestamps,
-                proto.last_preserved_timestamp)
+  return _State(
+    proto.model_checkpoint_path,
+    paths,
+    timestamps,
+    proto.last_preserved_timestamp,
+  )
 
 
 def _absolute(model_dir: str, path: str) -> str:
   """A path of the state file (tf.train.get_checkpoint_state joined relative
   ones to model_dir); a stale absolute path that no longer exists (model_dir
-  was moved) is looked up in model_dir by basename."""
+  was moved) is looked up in model_dir by basename.
+  """
   if not _bundle_exists(path) and _bundle_exists(
-      _join(model_dir, _basename(path))):
+    _join(model_dir, _basename(path))
+  ):
     return _join(model_dir, _basename(path))
   return path
 
@@ -153,18 +175,24 @@ def _relative(model_dir: str, path: str) -> str:
 def _write_state(model_dir: str, state: _State) -> None:
   """Replaces the state file (tf.train.update_checkpoint_state writes a
   temporary file, then renames it: atomic). Paths inside model_dir are
-  written relative to it, so a moved model_dir stays readable."""
+  written relative to it, so a moved model_dir stays readable.
+  """
+
   def name(path):
     # TF writes paths as given under an absolute model_dir and makes them
     # relative to a relative one.
     return _relative(model_dir, path) if os.path.isabs(model_dir) else path
+
   # TF marks the function deprecated in favour of CheckpointManager, which
   # cannot write the original's relative paths; its warning is noise here.
   with deprecation.silence():
     tf.compat.v1.train.update_checkpoint_state(
-        model_dir, name(state.latest), [name(p) for p in state.paths],
-        all_model_checkpoint_timestamps=state.timestamps,
-        last_preserved_timestamp=state.last_preserved)
+      model_dir,
+      name(state.latest),
+      [name(p) for p in state.paths],
+      all_model_checkpoint_timestamps=state.timestamps,
+      last_preserved_timestamp=state.last_preserved,
+    )
 
 
 def latest_checkpoint(model_dir: str) -> Optional[str]:
@@ -189,8 +217,13 @@ def latest_checkpoint(model_dir: str) -> Optional[str]:
     path = _absolute(model_dir, path)
     if _bundle_exists(path):
       if i:
-        logging.warning("checkpoint %s named by %s/%s is missing; using %s",
-                        candidates[0], model_dir, STATE_FILENAME, path)
+        logging.warning(
+          "checkpoint %s named by %s/%s is missing; using %s",
+          candidates[0],
+          model_dir,
+          STATE_FILENAME,
+          path,
+        )
       return path
   return None
 
@@ -232,13 +265,16 @@ def _remove_stale_temporaries(model_dir: str) -> None:
       gfile.remove(path)
 
 
-def _write_bundle(prefix: str, names: Sequence[str],
-                  variables: VariableMap) -> None:
+def _write_bundle(
+  prefix: str, names: Sequence[str], variables: VariableMap
+) -> None:
   with tf.device("/cpu:0"):
     tf.raw_ops.SaveV2(
-        prefix=prefix, tensor_names=list(names),
-        shape_and_slices=[""] * len(names),
-        tensors=[variables[n].read_value() for n in names])
+      prefix=prefix,
+      tensor_names=list(names),
+      shape_and_slices=[""] * len(names),
+      tensors=[variables[n].read_value() for n in names],
+    )
 
 
 def _move_bundle(src: str, dst: str) -> None:
@@ -253,19 +289,25 @@ def _move_bundle(src: str, dst: str) -> None:
   for old in gfile.glob(dst + ".data-?????-of-?????"):
     gfile.remove(old)
   for data in gfile.glob(src + ".data-?????-of-?????"):
-    gfile.rename(data, dst + data[len(src):], overwrite=True)
+    gfile.rename(data, dst + data[len(src) :], overwrite=True)
   gfile.rename(src + _INDEX_SUFFIX, dst + _INDEX_SUFFIX, overwrite=True)
 
 
 def _delete_bundle(prefix: str) -> None:
   """Deletes a bundle, its index first (so it is never seen incomplete)."""
-  for path in sorted(_bundle_files(prefix), key=lambda p: not p.endswith(
-      _INDEX_SUFFIX)):
+  for path in sorted(
+    _bundle_files(prefix), key=lambda p: not p.endswith(_INDEX_SUFFIX)
+  ):
     gfile.remove(path)
 
 
-def save(model_dir: str, step: int, variables: VariableMap, *,
-         keep_checkpoint_max: Optional[int] = None) -> str:
+def save(
+  model_dir: str,
+  step: int,
+  variables: VariableMap,
+  *,
+  keep_checkpoint_max: Optional[int] = None,
+) -> str:
   """Writes `model.ckpt-<step>` with exactly `variables` and makes it latest.
 
   Args:
@@ -285,24 +327,31 @@ def save(model_dir: str, step: int, variables: VariableMap, *,
       keep_checkpoint_max, or when not executing eagerly.
   """
   if not tf.executing_eagerly():
-    raise ValueError("checkpoints.save runs eagerly (outside tf.function and "
-                     "tf.compat.v1 graphs); got a graph context")
+    raise ValueError(
+      "checkpoints.save runs eagerly (outside tf.function and "
+      "tf.compat.v1 graphs); got a graph context"
+    )
   step = int(step)
   if step < 0:
     raise ValueError("checkpoints.save: step must be >= 0, got %d" % step)
   if keep_checkpoint_max is not None and int(keep_checkpoint_max) < 0:
-    raise ValueError("checkpoints.save: keep_checkpoint_max must be None or "
-                     ">= 0, got %r" % (keep_checkpoint_max,))
+    raise ValueError(
+      "checkpoints.save: keep_checkpoint_max must be None or "
+      ">= 0, got %r" % (keep_checkpoint_max,)
+    )
   if not variables:
-    raise ValueError("checkpoints.save: no variables to save in %s"
-                     % model_dir)
+    raise ValueError("checkpoints.save: no variables to save in %s" % model_dir)
   for name, var in variables.items():
     if not isinstance(name, str) or not name:
-      raise ValueError("checkpoints.save: variable names must be non-empty "
-                       "strings, got %r" % (name,))
+      raise ValueError(
+        "checkpoints.save: variable names must be non-empty "
+        "strings, got %r" % (name,)
+      )
     if not isinstance(var, tf.Variable):
-      raise ValueError("checkpoints.save: %r is a %s, not a tf.Variable"
-                       % (name, type(var).__name__))
+      raise ValueError(
+        "checkpoints.save: %r is a %s, not a tf.Variable"
+        % (name, type(var).__name__)
+      )
   names = sorted(variables)
   gfile.makedirs(model_dir)
   state = _read_state(model_dir)  # ValueError before writing anything.
@@ -321,8 +370,12 @@ def save(model_dir: str, step: int, variables: VariableMap, *,
   return prefix
 
 
-def _update_state(model_dir: str, state: Optional[_State], prefix: str,
-                  keep_checkpoint_max: Optional[int]) -> None:
+def _update_state(
+  model_dir: str,
+  state: Optional[_State],
+  prefix: str,
+  keep_checkpoint_max: Optional[int],
+) -> None:
   """Names prefix latest, then deletes checkpoints beyond the limit."""
   kept: List[Tuple[str, float]] = []
   last_preserved = 0.0
@@ -338,8 +391,10 @@ def _update_state(model_dir: str, state: Optional[_State], prefix: str,
     excess = max(0, len(kept) - int(keep_checkpoint_max))
     doomed = [path for path, _ in kept[:excess]]
     kept = kept[excess:]
-  _write_state(model_dir, _State(prefix, [p for p, _ in kept],
-                                 [s for _, s in kept], last_preserved))
+  _write_state(
+    model_dir,
+    _State(prefix, [p for p, _ in kept], [s for _, s in kept], last_preserved),
+  )
   for path in doomed:  # Only after the state no longer names them.
     logging.info("deleting old checkpoint %s", path)
     _delete_bundle(path)
@@ -363,15 +418,17 @@ def _resolve(path: str) -> str:
       raise ValueError("no checkpoint in directory %s" % path)
     return latest
   if path.endswith(_INDEX_SUFFIX):
-    path = path[:-len(_INDEX_SUFFIX)]
+    path = path[: -len(_INDEX_SUFFIX)]
   if not _bundle_exists(path):
-    raise ValueError("checkpoint %s not found (no %s%s)"
-                     % (path, path, _INDEX_SUFFIX))
+    raise ValueError(
+      "checkpoint %s not found (no %s%s)" % (path, path, _INDEX_SUFFIX)
+    )
   return path
 
 
-def list_checkpoint_variables(path: str
-                              ) -> Dict[str, Tuple[List[int], tf.DType]]:
+def list_checkpoint_variables(
+  path: str,
+) -> Dict[str, Tuple[List[int], tf.DType]]:
   """{name: (shape, dtype)} of a checkpoint (prefix or model directory).
 
   Raises:
@@ -383,8 +440,10 @@ def list_checkpoint_variables(path: str
     shapes = reader.get_variable_to_shape_map()
     dtypes = reader.get_variable_to_dtype_map()
   except (tf.errors.OpError, RuntimeError, ValueError) as e:
-    raise ValueError("cannot read checkpoint %s: corrupt or unreadable index "
-                     "(%s)" % (prefix, _first_line(e))) from e
+    raise ValueError(
+      "cannot read checkpoint %s: corrupt or unreadable index "
+      "(%s)" % (prefix, _first_line(e))
+    ) from e
   return {name: (list(shapes[name]), dtypes[name]) for name in shapes}
 
 
@@ -401,31 +460,43 @@ def _names_text(names: Iterable[str]) -> str:
   return shown
 
 
-def _read_tensors(prefix: str, ckpt_names: Sequence[str],
-                  dtypes: Sequence[tf.DType]) -> List[tf.Tensor]:
+def _read_tensors(
+  prefix: str, ckpt_names: Sequence[str], dtypes: Sequence[tf.DType]
+) -> List[tf.Tensor]:
   if not ckpt_names:
     return []
   try:
     with tf.device("/cpu:0"):
-      return list(tf.raw_ops.RestoreV2(
-          prefix=prefix, tensor_names=list(ckpt_names),
-          shape_and_slices=[""] * len(ckpt_names), dtypes=list(dtypes)))
+      return list(
+        tf.raw_ops.RestoreV2(
+          prefix=prefix,
+          tensor_names=list(ckpt_names),
+          shape_and_slices=[""] * len(ckpt_names),
+          dtypes=list(dtypes),
+        )
+      )
   except tf.errors.OpError as e:
-    raise ValueError("cannot read checkpoint %s: corrupt or missing data "
-                     "(%s)" % (prefix, _first_line(e))) from e
+    raise ValueError(
+      "cannot read checkpoint %s: corrupt or missing data "
+      "(%s)" % (prefix, _first_line(e))
+    ) from e
 
 
-def _load(prefix: str, pairs: Sequence[Tuple[str, str]],
-          variables: VariableMap,
-          contents: Mapping[str, Tuple[List[int], tf.DType]]) -> None:
+def _load(
+  prefix: str,
+  pairs: Sequence[Tuple[str, str]],
+  variables: VariableMap,
+  contents: Mapping[str, Tuple[List[int], tf.DType]],
+) -> None:
   """Reads every (variable name, checkpoint name) pair, then assigns all.
 
   Shapes were checked by the caller; values are cast to each variable's dtype.
   Nothing is assigned unless everything was read.
   """
   ckpt_names = [c for _, c in pairs]
-  values = _read_tensors(prefix, ckpt_names,
-                         [contents[c][1] for c in ckpt_names])
+  values = _read_tensors(
+    prefix, ckpt_names, [contents[c][1] for c in ckpt_names]
+  )
   casts = []
   for (name, ckpt_name), value in zip(pairs, values):
     var = variables[name]
@@ -433,30 +504,34 @@ def _load(prefix: str, pairs: Sequence[Tuple[str, str]],
       casts.append(tf.cast(value, var.dtype))
     except (TypeError, ValueError, tf.errors.OpError) as e:
       raise ValueError(
-          "checkpoint %s: cannot cast %s (%s) to the dtype %s of variable %s"
-          % (prefix, ckpt_name, value.dtype.name, var.dtype.name, name)
+        "checkpoint %s: cannot cast %s (%s) to the dtype %s of variable %s"
+        % (prefix, ckpt_name, value.dtype.name, var.dtype.name, name)
       ) from e
   for (name, _), value in zip(pairs, casts):
     variables[name].assign(value)
 
 
-def _shape_problems(prefix: str, pairs: Sequence[Tuple[str, str]],
-                    variables: VariableMap,
-                    contents: Mapping[str, Tuple[List[int], tf.DType]]
-                    ) -> List[str]:
+def _shape_problems(
+  prefix: str,
+  pairs: Sequence[Tuple[str, str]],
+  variables: VariableMap,
+  contents: Mapping[str, Tuple[List[int], tf.DType]],
+) -> List[str]:
   problems = []
   for name, ckpt_name in pairs:
     want = variables[name].shape.as_list()
     have = contents[ckpt_name][0]
     if want != have:
       what = name if name == ckpt_name else "%s (from %s)" % (name, ckpt_name)
-      problems.append("%s: checkpoint shape %s, variable shape %s"
-                      % (what, have, want))
+      problems.append(
+        "%s: checkpoint shape %s, variable shape %s" % (what, have, want)
+      )
   return problems
 
 
-def restore(path: str, variables: VariableMap, *,
-            allow_missing: bool = False) -> List[str]:
+def restore(
+  path: str, variables: VariableMap, *, allow_missing: bool = False
+) -> List[str]:
   """Assigns each variable the checkpoint tensor of the same name.
 
   Values are cast to the variable's dtype (bfloat16 checkpoints into float32
@@ -484,30 +559,38 @@ def restore(path: str, variables: VariableMap, *,
   missing = [n for n in names if n not in contents]
   if missing and not allow_missing:
     raise ValueError(
-        "checkpoint %s does not match the model: it lacks %d of its %d "
-        "variables: %s (is this model_dir holding another model's "
-        "checkpoints?)" % (prefix, len(missing), len(names),
-                           _names_text(missing)))
+      "checkpoint %s does not match the model: it lacks %d of its %d "
+      "variables: %s (is this model_dir holding another model's "
+      "checkpoints?)" % (prefix, len(missing), len(names), _names_text(missing))
+    )
   if missing:
-    logging.warning("checkpoint %s lacks %d variables, left as they are: %s",
-                    prefix, len(missing), _names_text(missing))
+    logging.warning(
+      "checkpoint %s lacks %d variables, left as they are: %s",
+      prefix,
+      len(missing),
+      _names_text(missing),
+    )
   pairs = [(n, n) for n in names if n in contents]
   problems = _shape_problems(prefix, pairs, variables, contents)
   if problems:
     raise ValueError(
-        "checkpoint %s does not match the model: %d variables have other "
-        "shapes: %s" % (prefix, len(problems), "; ".join(
-            problems[:_MAX_NAMES_IN_ERROR])))
+      "checkpoint %s does not match the model: %d variables have other "
+      "shapes: %s"
+      % (prefix, len(problems), "; ".join(problems[:_MAX_NAMES_IN_ERROR]))
+    )
   _load(prefix, pairs, variables, contents)
   logging.info("restored %d variables from %s", len(pairs), prefix)
   return [n for n, _ in pairs]
 
 
 def init_from_checkpoint(
-    path: str, variables: VariableMap,
-    variable_filter: Optional[str] = None,
-    name_mapping: Optional[Callable[[str], Optional[str]]] = None, *,
-    should_load: Optional[Callable[[str], bool]] = None) -> Dict[str, str]:
+  path: str,
+  variables: VariableMap,
+  variable_filter: Optional[str] = None,
+  name_mapping: Optional[Callable[[str], Optional[str]]] = None,
+  *,
+  should_load: Optional[Callable[[str], bool]] = None,
+) -> Dict[str, str]:
   """Initialises variables from another model's checkpoint (init_checkpoint).
 
   As the original driver: checkpoint names are kept if they match the regex
@@ -540,8 +623,10 @@ def init_from_checkpoint(
     try:
       pattern = re.compile(variable_filter)
     except re.error as e:
-      raise ValueError("init_from_checkpoint: bad variable_filter regex %r: "
-                       "%s" % (variable_filter, e)) from e
+      raise ValueError(
+        "init_from_checkpoint: bad variable_filter regex %r: "
+        "%s" % (variable_filter, e)
+      ) from e
     ckpt_names = {n for n in ckpt_names if pattern.search(n)}
   pairs = []
   for name in sorted(variables):
@@ -552,9 +637,11 @@ def init_from_checkpoint(
       pairs.append((name, ckpt_name))
   problems = _shape_problems(prefix, pairs, variables, contents)
   if problems:
-    raise ValueError("init_from_checkpoint %s: %d variables have other "
-                     "shapes: %s" % (prefix, len(problems), "; ".join(
-                         problems[:_MAX_NAMES_IN_ERROR])))
+    raise ValueError(
+      "init_from_checkpoint %s: %d variables have other "
+      "shapes: %s"
+      % (prefix, len(problems), "; ".join(problems[:_MAX_NAMES_IN_ERROR]))
+    )
   _load(prefix, pairs, variables, contents)
   loaded = dict(pairs)
   unused = sorted(ckpt_names - set(loaded.values()))
@@ -563,8 +650,9 @@ def init_from_checkpoint(
   if unused:
     logging.info("variables in %s not loaded: %s", prefix, _names_text(unused))
   if not_loaded:
-    logging.info("variables not initialised from %s: %s", prefix,
-                 _names_text(not_loaded))
+    logging.info(
+      "variables not initialised from %s: %s", prefix, _names_text(not_loaded)
+    )
   return loaded
 
 
@@ -579,12 +667,17 @@ NewLayers = Union[Sequence[int], Mapping[str, Sequence[int]], None]
 
 def _split_numbered(name: str) -> Optional[Tuple[str, int, str, str]]:
   """(tower, index, rest, kind) of `<tower>/block_<i><rest>` or, without
-  block scopes, `<tower>/layer_<i><rest>`; None for unnumbered names."""
+  block scopes, `<tower>/layer_<i><rest>`; None for unnumbered names.
+  """
   for kind, regex in (("block", _BLOCK_RE), ("layer", _FLAT_LAYER_RE)):
     match = regex.match(name)
     if match:
-      return ((match.group(1) or "").rstrip("/"), int(match.group(2)),
-              name[match.end():], kind)
+      return (
+        (match.group(1) or "").rstrip("/"),
+        int(match.group(2)),
+        name[match.end() :],
+        kind,
+      )
   return None
 
 
@@ -600,9 +693,11 @@ def _new_indices(new_layers: NewLayers, tower: str) -> List[int]:
   return sorted(int(i) for i in new_layers)
 
 
-def flexible_ckpt_init_mapping(ckpt_path: str = "",
-                               new_layers: NewLayers = None,
-                               return_mapping_fn: bool = True):
+def flexible_ckpt_init_mapping(
+  ckpt_path: str = "",
+  new_layers: NewLayers = None,
+  return_mapping_fn: bool = True,
+):
   """Maps model names to checkpoint names when blocks were inserted.
 
   The model has extra blocks (`<tower>/block_%03d`, or `<tower>/layer_%03d`
@@ -639,8 +734,10 @@ def flexible_ckpt_init_mapping(ckpt_path: str = "",
   if return_mapping_fn:
     return mapping_fn
   if not ckpt_path:
-    raise ValueError("flexible_ckpt_init_mapping: ckpt_path is required when "
-                     "return_mapping_fn=False")
+    raise ValueError(
+      "flexible_ckpt_init_mapping: ckpt_path is required when "
+      "return_mapping_fn=False"
+    )
   mapping = {}
   for ckpt_name in sorted(list_checkpoint_variables(ckpt_path)):
     parts = _split_numbered(ckpt_name)

@@ -34,8 +34,9 @@ SequenceLength = Union[int, Mapping[str, int]]
 
 
 @gin.configurable(module=_GIN_MODULE)
-def get_variable_dtype(master_dtype=tf.bfloat16, slice_dtype=tf.float32,
-                       activation_dtype=tf.float32) -> mtf.VariableDType:
+def get_variable_dtype(
+  master_dtype=tf.bfloat16, slice_dtype=tf.float32, activation_dtype=tf.float32
+) -> mtf.VariableDType:
   """The VariableDType the driver builds models with.
 
   Dtypes may be given as tf.DTypes or names ("bfloat16"), so gin files can set
@@ -58,22 +59,27 @@ def get_variable_dtype(master_dtype=tf.bfloat16, slice_dtype=tf.float32,
     ValueError: if a dtype name is not a TensorFlow dtype.
   """
   dtypes = {}
-  for what, value in (("master_dtype", master_dtype),
-                      ("slice_dtype", slice_dtype),
-                      ("activation_dtype", activation_dtype)):
+  for what, value in (
+    ("master_dtype", master_dtype),
+    ("slice_dtype", slice_dtype),
+    ("activation_dtype", activation_dtype),
+  ):
     try:
       dtypes[what] = tf.as_dtype(value)
     except TypeError as e:
-      raise ValueError("get_variable_dtype: %s=%r is not a TensorFlow dtype"
-                       % (what, value)) from e
+      raise ValueError(
+        "get_variable_dtype: %s=%r is not a TensorFlow dtype" % (what, value)
+      ) from e
   return mtf.VariableDType(**dtypes)
 
 
 def _num_cores(tpu_topology: str) -> int:
   """Cores of a TPU topology string: "AxB" -> A*B*2, "v3-N"/"v2-N" -> N."""
   if not isinstance(tpu_topology, str):
-    raise ValueError("tpu_mesh_shape: tpu_topology must be a string like "
-                     "'2x2' or 'v3-8', got %r" % (tpu_topology,))
+    raise ValueError(
+      "tpu_mesh_shape: tpu_topology must be a string like "
+      "'2x2' or 'v3-8', got %r" % (tpu_topology,)
+    )
   match = re.fullmatch(r"v\d+[a-z]*-(\d+)", tpu_topology)
   if match:
     num_cores = int(match.group(1))
@@ -81,19 +87,24 @@ def _num_cores(tpu_topology: str) -> int:
     # "4x4_twisted" / "4x4_untwisted" describe wiring, not size.
     match = re.fullmatch(r"(\d+)x(\d+)(?:_twisted|_untwisted)?", tpu_topology)
     if not match:
-      raise ValueError("tpu_mesh_shape: cannot parse tpu_topology %r; expected "
-                       "'AxB' (A*B chips of 2 cores) or 'v3-N' (N cores)"
-                       % tpu_topology)
+      raise ValueError(
+        "tpu_mesh_shape: cannot parse tpu_topology %r; expected "
+        "'AxB' (A*B chips of 2 cores) or 'v3-N' (N cores)" % tpu_topology
+      )
     num_cores = int(match.group(1)) * int(match.group(2)) * 2
   if num_cores <= 0:
-    raise ValueError("tpu_mesh_shape: tpu_topology %r has no cores"
-                     % tpu_topology)
+    raise ValueError(
+      "tpu_mesh_shape: tpu_topology %r has no cores" % tpu_topology
+    )
   return num_cores
 
 
 @gin.configurable(module=_GIN_MODULE)
-def tpu_mesh_shape(tpu_topology=gin.REQUIRED, model_parallelism=gin.REQUIRED,
-                   ensemble_parallelism: Optional[int] = None) -> mtf.Shape:
+def tpu_mesh_shape(
+  tpu_topology=gin.REQUIRED,
+  model_parallelism=gin.REQUIRED,
+  ensemble_parallelism: Optional[int] = None,
+) -> mtf.Shape:
   """A mesh shape for data, model and ensemble parallelism on a TPU.
 
   The cores are split into [ensemble, batch, model] with model size
@@ -120,30 +131,44 @@ def tpu_mesh_shape(tpu_topology=gin.REQUIRED, model_parallelism=gin.REQUIRED,
   Raises:
     ValueError: unparsable topology, or sizes that do not divide the cores.
   """
-  for param, value in (("tpu_topology", tpu_topology),
-                       ("model_parallelism", model_parallelism)):
+  for param, value in (
+    ("tpu_topology", tpu_topology),
+    ("model_parallelism", model_parallelism),
+  ):
     if value is gin.REQUIRED:
       raise ValueError("tpu_mesh_shape: parameter %r is required" % param)
   num_cores = _num_cores(tpu_topology)
   if isinstance(model_parallelism, (list, tuple)):
     return mtf.simd_mesh_impl.HierarchicalTiling.spec_to_mesh_shape(
-        model_parallelism, num_cores)
+      model_parallelism, num_cores
+    )
   ensemble = ensemble_parallelism or 1
-  for param, value in (("model_parallelism", model_parallelism),
-                       ("ensemble_parallelism", ensemble)):
+  for param, value in (
+    ("model_parallelism", model_parallelism),
+    ("ensemble_parallelism", ensemble),
+  ):
     if not isinstance(value, (int, np.integer)) or value < 1:
-      raise ValueError("tpu_mesh_shape: %s must be a positive int, got %r"
-                       % (param, value))
+      raise ValueError(
+        "tpu_mesh_shape: %s must be a positive int, got %r" % (param, value)
+      )
   if num_cores % (model_parallelism * ensemble):
     raise ValueError(
-        "tpu_mesh_shape: model_parallelism %d x ensemble_parallelism %d does "
-        "not divide the %d cores of tpu_topology %r"
-        % (model_parallelism, ensemble, num_cores, tpu_topology))
+      "tpu_mesh_shape: model_parallelism %d x ensemble_parallelism %d does "
+      "not divide the %d cores of tpu_topology %r"
+      % (model_parallelism, ensemble, num_cores, tpu_topology)
+    )
   data_parallelism = num_cores // (model_parallelism * ensemble)
-  dims = [mtf.Dimension(name, int(size)) for name, size in
-          (("ensemble", ensemble), ("batch", data_parallelism),
-           ("model", model_parallelism)) if size > 1]
+  dims = [
+    mtf.Dimension(name, int(size))
+    for name, size in (
+      ("ensemble", ensemble),
+      ("batch", data_parallelism),
+      ("model", model_parallelism),
+    )
+    if size > 1
+  ]
   return mtf.Shape(dims)
+
 
 # ----------------------------------------------------------------------------
 # Batch sizes and steps.
@@ -163,19 +188,28 @@ def _batch_replicas(mesh_shape, layout_rules) -> int:
   layout_rules = mtf.convert_to_layout_rules(layout_rules)
   replicas = 1
   for mesh_dim in mesh_shape.dims:
-    if (("batch", mesh_dim.name) in layout_rules.pairs or
-        ("outer_batch", mesh_dim.name) in layout_rules.pairs):
+    if ("batch", mesh_dim.name) in layout_rules.pairs or (
+      "outer_batch",
+      mesh_dim.name,
+    ) in layout_rules.pairs:
       replicas *= mesh_dim.size
   return replicas
 
 
-_BATCH_SIZE_METHODS = ("sequences_per_batch", "tokens_per_batch",
-                       "sequences_per_replica", "tokens_per_replica")
+_BATCH_SIZE_METHODS = (
+  "sequences_per_batch",
+  "tokens_per_batch",
+  "sequences_per_replica",
+  "tokens_per_replica",
+)
 
 
-def compute_batch_size(sequence_length: SequenceLength, mesh_shape,
-                       layout_rules, method_and_value: Tuple[str, int]
-                       ) -> int:
+def compute_batch_size(
+  sequence_length: SequenceLength,
+  mesh_shape,
+  layout_rules,
+  method_and_value: Tuple[str, int],
+) -> int:
   """The global batch size (in sequences) from a (method, value) pair.
 
   Methods: "sequences_per_batch" (value), "tokens_per_batch"
@@ -204,11 +238,15 @@ def compute_batch_size(sequence_length: SequenceLength, mesh_shape,
   try:
     method, value = method_and_value
   except (TypeError, ValueError) as e:
-    raise ValueError("compute_batch_size: method_and_value must be a (method, "
-                     "value) pair, got %r" % (method_and_value,)) from e
+    raise ValueError(
+      "compute_batch_size: method_and_value must be a (method, "
+      "value) pair, got %r" % (method_and_value,)
+    ) from e
   if method not in _BATCH_SIZE_METHODS:
-    raise ValueError("compute_batch_size: unknown method %r; expected one of %s"
-                     % (method, list(_BATCH_SIZE_METHODS)))
+    raise ValueError(
+      "compute_batch_size: unknown method %r; expected one of %s"
+      % (method, list(_BATCH_SIZE_METHODS))
+    )
   length = _max_sequence_length(sequence_length, "compute_batch_size")
   replicas = _batch_replicas(mesh_shape, layout_rules)
   if method == "sequences_per_batch":
@@ -222,18 +260,29 @@ def compute_batch_size(sequence_length: SequenceLength, mesh_shape,
   batch_size = int(batch_size)
   if batch_size < 1:
     raise ValueError(
-        "compute_batch_size: (%r, %r) gives batch size %d for sequence length "
-        "%d and %d replicas" % (method, value, batch_size, length, replicas))
-  logging.info("compute_batch_size: (%s, %s) -> %d sequences (sequence length "
-               "%d, %d replicas)", method, value, batch_size, length, replicas)
+      "compute_batch_size: (%r, %r) gives batch size %d for sequence length "
+      "%d and %d replicas" % (method, value, batch_size, length, replicas)
+    )
+  logging.info(
+    "compute_batch_size: (%s, %s) -> %d sequences (sequence length "
+    "%d, %d replicas)",
+    method,
+    value,
+    batch_size,
+    length,
+    replicas,
+  )
   return batch_size
 
 
 @gin.configurable(module=_GIN_MODULE)
-def serialize_num_microbatches(batch_dim: mtf.Dimension,
-                               sequence_length: SequenceLength, mesh_shape,
-                               layout_rules,
-                               tokens_per_microbatch_per_replica=None) -> int:
+def serialize_num_microbatches(
+  batch_dim: mtf.Dimension,
+  sequence_length: SequenceLength,
+  mesh_shape,
+  layout_rules,
+  tokens_per_microbatch_per_replica=None,
+) -> int:
   """How many microbatches to split a training batch into.
 
   Each replica processes at most tokens_per_microbatch_per_replica tokens at
@@ -260,23 +309,28 @@ def serialize_num_microbatches(batch_dim: mtf.Dimension,
   if not tokens_per_microbatch_per_replica:
     return 1
   batch_per_replica = mtf.tensor_dim_to_size_per_split(
-      layout_rules, mesh_shape, batch_dim)
+    layout_rules, mesh_shape, batch_dim
+  )
   length = _max_sequence_length(sequence_length, "serialize_num_microbatches")
   microbatch_size = max(1, tokens_per_microbatch_per_replica // length)
   microbatch_size = min(microbatch_size, batch_per_replica)
   while batch_per_replica % microbatch_size:
     microbatch_size -= 1
   num_microbatches = batch_per_replica // microbatch_size
-  logging.info("serialize_num_microbatches: %d tokens per microbatch per "
-               "replica, %d sequences per replica -> %d microbatches",
-               tokens_per_microbatch_per_replica, batch_per_replica,
-               num_microbatches)
+  logging.info(
+    "serialize_num_microbatches: %d tokens per microbatch per "
+    "replica, %d sequences per replica -> %d microbatches",
+    tokens_per_microbatch_per_replica,
+    batch_per_replica,
+    num_microbatches,
+  )
   return num_microbatches
 
 
 @gin.configurable(module=_GIN_MODULE)
-def auto_train_steps(batch_size: int, sequence_length: SequenceLength,
-                     train_tokens: int = 2 ** 36) -> int:
+def auto_train_steps(
+  batch_size: int, sequence_length: SequenceLength, train_tokens: int = 2**36
+) -> int:
   """Training steps to see train_tokens tokens.
 
   Example: auto_train_steps(128, 512) -> 2**36 // 65536 = 1048576.
@@ -300,8 +354,9 @@ def auto_train_steps(batch_size: int, sequence_length: SequenceLength,
 
 
 @gin.configurable(module=_GIN_MODULE)
-def clean_decodes(ids, eos_id: int = 1, pad_id: int = 0,
-                  length_axis: int = -1) -> tf.Tensor:
+def clean_decodes(
+  ids, eos_id: int = 1, pad_id: int = 0, length_axis: int = -1
+) -> tf.Tensor:
   """ids with every position after the first EOS replaced by pad_id.
 
   Example: [[5, 1, 7, 1, 8]] -> [[5, 1, 0, 0, 0]].
@@ -316,10 +371,10 @@ def clean_decodes(ids, eos_id: int = 1, pad_id: int = 0,
     A tensor of the shape and dtype of `ids`.
   """
   ids = tf.convert_to_tensor(ids)
-  eos_before = tf.cumsum(tf.cast(tf.equal(ids, eos_id), tf.int32),
-                         axis=length_axis, exclusive=True)
-  return tf.where(tf.equal(eos_before, 0), ids,
-                  tf.cast(pad_id, ids.dtype))
+  eos_before = tf.cumsum(
+    tf.cast(tf.equal(ids, eos_id), tf.int32), axis=length_axis, exclusive=True
+  )
+  return tf.where(tf.equal(eos_before, 0), ids, tf.cast(pad_id, ids.dtype))
 
 
 def inputs_vocabulary(vocabulary):
@@ -369,8 +424,10 @@ def maybe_add_pretokenized_features(examples, vocabulary):
   Returns:
     examples.
   """
-  vocabularies = {"inputs": inputs_vocabulary(vocabulary),
-                  "targets": targets_vocabulary(vocabulary)}
+  vocabularies = {
+    "inputs": inputs_vocabulary(vocabulary),
+    "targets": targets_vocabulary(vocabulary),
+  }
   warned = set()
   for example in examples:
     for name, vocab in vocabularies.items():
@@ -384,8 +441,11 @@ def maybe_add_pretokenized_features(examples, vocabulary):
         example[name + "_neg_pretokenized"] = vocab.decode(negative_ids)
       if name not in warned:
         warned.add(name)
-        logging.warning("Feature %r is approximated by decoding the "
-                        "tokenized feature %r.", text_name, name)
+        logging.warning(
+          "Feature %r is approximated by decoding the tokenized feature %r.",
+          text_name,
+          name,
+        )
   return examples
 
 
@@ -409,8 +469,9 @@ def separate_vocabularies(inputs=gin.REQUIRED, targets=gin.REQUIRED):
   """
   for param, value in (("inputs", inputs), ("targets", targets)):
     if value is gin.REQUIRED:
-      raise ValueError("separate_vocabularies: parameter %r is required"
-                       % param)
+      raise ValueError(
+        "separate_vocabularies: parameter %r is required" % param
+      )
   return (inputs, targets)
 
 
@@ -433,8 +494,10 @@ def get_step_from_checkpoint_path(checkpoint_path: str) -> int:
   """
   match = re.match(r".*model\.ckpt-(\d+)", str(checkpoint_path))
   if match is None:
-    raise ValueError("get_step_from_checkpoint_path: %r does not contain "
-                     "'model.ckpt-<step>'" % (checkpoint_path,))
+    raise ValueError(
+      "get_step_from_checkpoint_path: %r does not contain "
+      "'model.ckpt-<step>'" % (checkpoint_path,)
+    )
   return int(match.group(1))
 
 
@@ -451,15 +514,18 @@ def variable_filter_max_size(v, max_size: float = 1e7) -> bool:
     True if the variable has at most max_size elements.
   """
   shape = v.shape
-  size = shape.size if isinstance(shape, mtf.Shape) else int(
-      np.prod(tf.TensorShape(shape).as_list()))
+  size = (
+    shape.size
+    if isinstance(shape, mtf.Shape)
+    else int(np.prod(tf.TensorShape(shape).as_list()))
+  )
   return size <= max_size
 
 
 @gin.configurable(module=_GIN_MODULE)
-def should_load_variable(name: str,
-                         filter_fn: Optional[Callable[[str], bool]] = None
-                         ) -> bool:
+def should_load_variable(
+  name: str, filter_fn: Optional[Callable[[str], bool]] = None
+) -> bool:
   """Whether init_checkpoint should load variable `name` (default: yes).
 
   Args:
@@ -474,7 +540,8 @@ def should_load_variable(name: str,
 
 @gin.configurable(module=_GIN_MODULE)
 def init_checkpoint_variable_mapping(
-    name: str, mapping_fn: Optional[Callable[[str], str]] = None) -> str:
+  name: str, mapping_fn: Optional[Callable[[str], str]] = None
+) -> str:
   """The checkpoint name to load model variable `name` from (default: same).
 
   Args:
@@ -488,12 +555,13 @@ def init_checkpoint_variable_mapping(
   return name if mapping_fn is None else mapping_fn(name)
 
 
-
 # The checkpoint-name remapping lives with the checkpoint code; gin knows it
 # under the original's utils name.
 flexible_ckpt_init_mapping = gin.external_configurable(
-    checkpoints.flexible_ckpt_init_mapping, name="flexible_ckpt_init_mapping",
-    module=_GIN_MODULE)
+  checkpoints.flexible_ckpt_init_mapping,
+  name="flexible_ckpt_init_mapping",
+  module=_GIN_MODULE,
+)
 
 
 # ----------------------------------------------------------------------------
@@ -501,16 +569,23 @@ flexible_ckpt_init_mapping = gin.external_configurable(
 
 if "gin_file" not in flags.FLAGS:
   flags.DEFINE_multi_string(
-      "gin_file", None, "gin files (searched under --gin_location_prefix and "
-      "the package's configs/); configs/defaults.gin is always parsed first")
+    "gin_file",
+    None,
+    "gin files (searched under --gin_location_prefix and "
+    "the package's configs/); configs/defaults.gin is always parsed first",
+  )
   flags.DEFINE_multi_string(
-      "gin_param", None, "gin bindings, e.g. 'utils.run.train_steps = 100'")
-  flags.DEFINE_list("gin_location_prefix", [],
-                    "directories to search gin files in")
+    "gin_param", None, "gin bindings, e.g. 'utils.run.train_steps = 100'"
+  )
+  flags.DEFINE_list(
+    "gin_location_prefix", [], "directories to search gin files in"
+  )
 
 try:  # the demo's vocabulary in gin files: @vocabulary.ByteVocabulary()
-  gin.external_configurable(vocabulary_lib.ByteVocabulary,
-                            module="mesh_tensorflow.transformer.vocabulary")
+  gin.external_configurable(
+    vocabulary_lib.ByteVocabulary,
+    module="mesh_tensorflow.transformer.vocabulary",
+  )
 except ValueError:  # already registered
   pass
 
@@ -524,20 +599,27 @@ def config_dir() -> str:
   Raises:
     FileNotFoundError: if no defaults.gin is found near the package.
   """
-  package_dir = os.path.dirname(os.path.dirname(os.path.dirname(
-      os.path.abspath(__file__))))
-  for candidate in (os.path.join(package_dir, "gin"),
-                    os.path.join(package_dir, "configs"),
-                    os.path.join(os.path.dirname(package_dir), "configs")):
+  package_dir = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  )
+  for candidate in (
+    os.path.join(package_dir, "gin"),
+    os.path.join(package_dir, "configs"),
+    os.path.join(os.path.dirname(package_dir), "configs"),
+  ):
     if os.path.exists(os.path.join(candidate, "defaults.gin")):
       return candidate
   raise FileNotFoundError("cannot find defaults.gin near %s" % package_dir)
 
 
-def parse_gin_defaults_and_flags(skip_unknown=False, finalize_config=True,
-                                 *, gin_files: Optional[Sequence[str]] = None,
-                                 gin_params: Optional[Sequence[str]] = None,
-                                 gin_location_prefix=None) -> None:
+def parse_gin_defaults_and_flags(
+  skip_unknown=False,
+  finalize_config=True,
+  *,
+  gin_files: Optional[Sequence[str]] = None,
+  gin_params: Optional[Sequence[str]] = None,
+  gin_location_prefix=None,
+) -> None:
   """Parses configs/defaults.gin, then --gin_file files, then --gin_param.
 
   Files are looked up as given, then under each gin_location_prefix and the
@@ -573,8 +655,11 @@ def parse_gin_defaults_and_flags(skip_unknown=False, finalize_config=True,
   for name in gin_files or []:
     files.append(_find_gin_file(name, prefixes))
   gin.parse_config_files_and_bindings(
-      files, list(gin_params or []), skip_unknown=skip_unknown,
-      finalize_config=finalize_config)
+    files,
+    list(gin_params or []),
+    skip_unknown=skip_unknown,
+    finalize_config=finalize_config,
+  )
 
 
 def _find_gin_file(name: str, prefixes: Sequence[str]) -> str:

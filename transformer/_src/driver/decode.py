@@ -28,14 +28,25 @@ from transformer._src.driver.estimator import eager_in_legacy_mode
 _GIN_MODULE = "mesh_tensorflow.transformer.utils"
 
 __all__ = [
-    "compute_log_likelihoods", "decode", "decode_examples",
-    "decode_from_dataset",
-    "decode_from_file", "decode_strings", "encode_delimited_lm",
-    "encode_inputs", "get_inputs_from_file", "infer_model",
-    "named_datasets", "save_scores", "save_scores_to_tfrecords",
-    "score_from_dataset", "score_from_strings", "score_with_estimator",
-    "score_with_estimator_lazy",
-    "text_metrics", "write_lines_to_file",
+  "compute_log_likelihoods",
+  "decode",
+  "decode_examples",
+  "decode_from_dataset",
+  "decode_from_file",
+  "decode_strings",
+  "encode_delimited_lm",
+  "encode_inputs",
+  "get_inputs_from_file",
+  "infer_model",
+  "named_datasets",
+  "save_scores",
+  "save_scores_to_tfrecords",
+  "score_from_dataset",
+  "score_from_strings",
+  "score_with_estimator",
+  "score_with_estimator_lazy",
+  "text_metrics",
+  "write_lines_to_file",
 ]
 
 
@@ -96,8 +107,15 @@ def _pad_to_batches(rows: List[List[int]], batch_size: int) -> np.ndarray:
   return np.array(rows, dtype=np.int32)
 
 
-def encode_inputs(inputs, vocabulary, model_type, batch_size,
-                  sequence_length, eos_id=1, unscored_prefix=None):
+def encode_inputs(
+  inputs,
+  vocabulary,
+  model_type,
+  batch_size,
+  sequence_length,
+  eos_id=1,
+  unscored_prefix=None,
+):
   """Encodes input strings for decoding or scoring.
 
   Each string is encoded with the inputs vocabulary; an unscored_prefix is
@@ -136,8 +154,15 @@ def encode_inputs(inputs, vocabulary, model_type, batch_size,
   return _pad_to_batches(rows, batch_size)
 
 
-def encode_delimited_lm(inputs, targets, vocabulary, batch_size,
-                        sequence_length, eos_id=1, include_final_eos=True):
+def encode_delimited_lm(
+  inputs,
+  targets,
+  vocabulary,
+  batch_size,
+  sequence_length,
+  eos_id=1,
+  include_final_eos=True,
+):
   """Encodes (input, target) string pairs as one delimited LM sequence.
 
   Each row is input ids, EOS, target ids (and a final EOS if
@@ -160,12 +185,17 @@ def encode_delimited_lm(inputs, targets, vocabulary, batch_size,
     ValueError: if inputs and targets differ in number.
   """
   if len(inputs) != len(targets):
-    raise ValueError("encode_delimited_lm: %d inputs but %d targets"
-                     % (len(inputs), len(targets)))
+    raise ValueError(
+      "encode_delimited_lm: %d inputs but %d targets"
+      % (len(inputs), len(targets))
+    )
   rows = []
   for x, y in zip(inputs, targets):
-    ids = (list(inputs_vocabulary(vocabulary).encode(x.strip())) + [eos_id]
-           + list(targets_vocabulary(vocabulary).encode(y.strip())))
+    ids = (
+      list(inputs_vocabulary(vocabulary).encode(x.strip()))
+      + [eos_id]
+      + list(targets_vocabulary(vocabulary).encode(y.strip()))
+    )
     if include_final_eos:
       ids.append(eos_id)
     rows.append(_fit(ids, sequence_length))
@@ -179,38 +209,51 @@ def _call_input_fn(input_fn: Callable, estimator) -> tf.data.Dataset:
   return input_fn()
 
 
-def _feature_rows(dataset: tf.data.Dataset, keys: Sequence[str],
-                  lengths: Dict[str, int]) -> Dict[str, np.ndarray]:
+def _feature_rows(
+  dataset: tf.data.Dataset, keys: Sequence[str], lengths: Dict[str, int]
+) -> Dict[str, np.ndarray]:
   """{key: int32 [n, length]} from a dataset of examples or batches."""
   rows = {k: [] for k in keys}
   for element in dataset.as_numpy_iterator():
     for k in keys:
       if k not in element:
-        raise ValueError("the dataset has no %r feature (it has %s)"
-                         % (k, sorted(element)))
+        raise ValueError(
+          "the dataset has no %r feature (it has %s)" % (k, sorted(element))
+        )
       value = np.asarray(element[k])
-      for row in (value if value.ndim == 2 else [value]):
+      for row in value if value.ndim == 2 else [value]:
         rows[k].append(_fit([int(i) for i in row], lengths[k]))
-  return {k: np.array(v, np.int32).reshape([-1, lengths[k]])
-          for k, v in rows.items()}
+  return {
+    k: np.array(v, np.int32).reshape([-1, lengths[k]]) for k, v in rows.items()
+  }
 
 
 # ----------------------------------------------------------------------------
 # Decoding.
 
 
-def _decode_ids_to_text(estimator, input_ids: np.ndarray, vocabulary,
-                        checkpoint_path=None, **decode_kwargs) -> List[str]:
-  outputs = driver_eval.decode_ids(estimator, input_ids,
-                                   checkpoint_path=checkpoint_path,
-                                   **decode_kwargs)
+def _decode_ids_to_text(
+  estimator,
+  input_ids: np.ndarray,
+  vocabulary,
+  checkpoint_path=None,
+  **decode_kwargs,
+) -> List[str]:
+  outputs = driver_eval.decode_ids(
+    estimator, input_ids, checkpoint_path=checkpoint_path, **decode_kwargs
+  )
   vocab = targets_vocabulary(vocabulary)
   return [vocab.decode([int(i) for i in row]) for row in outputs]
 
 
 @eager_in_legacy_mode
-def decode_strings(estimator, strings: Sequence[str], vocabulary=None,
-                   checkpoint_path=None, **decode_kwargs) -> List[str]:
+def decode_strings(
+  estimator,
+  strings: Sequence[str],
+  vocabulary=None,
+  checkpoint_path=None,
+  **decode_kwargs,
+) -> List[str]:
   """Decoded output strings for input strings (greedy unless configured).
 
   Args:
@@ -225,10 +268,12 @@ def decode_strings(estimator, strings: Sequence[str], vocabulary=None,
     The decoded strings, one per input.
   """
   vocabulary = vocabulary or estimator.vocabulary
-  ids = driver_eval.encode_strings(inputs_vocabulary(vocabulary), strings,
-                                   estimator.sequence_length["inputs"])
-  return _decode_ids_to_text(estimator, ids, vocabulary, checkpoint_path,
-                             **decode_kwargs)
+  ids = driver_eval.encode_strings(
+    inputs_vocabulary(vocabulary), strings, estimator.sequence_length["inputs"]
+  )
+  return _decode_ids_to_text(
+    estimator, ids, vocabulary, checkpoint_path, **decode_kwargs
+  )
 
 
 @gin.configurable(module=_GIN_MODULE)
@@ -249,8 +294,9 @@ def decode(estimator, input_fn, vocabulary, checkpoint_path=None):
     A list of decoded strings, one per example.
   """
   length = estimator.sequence_length["inputs"]
-  ids = _feature_rows(_call_input_fn(input_fn, estimator), ["inputs"],
-                      {"inputs": length})["inputs"]
+  ids = _feature_rows(
+    _call_input_fn(input_fn, estimator), ["inputs"], {"inputs": length}
+  )["inputs"]
   if not len(ids):  # pylint: disable=g-explicit-length-test
     return []
   return _decode_ids_to_text(estimator, ids, vocabulary, checkpoint_path)
@@ -266,10 +312,18 @@ def _checkpoint_step(estimator, checkpoint_path) -> int:
 
 @gin.configurable(module=_GIN_MODULE)
 @eager_in_legacy_mode
-def decode_from_file(estimator, vocabulary, model_type, batch_size,
-                     sequence_length, checkpoint_path=None,
-                     input_filename=gin.REQUIRED,
-                     output_filename=gin.REQUIRED, eos_id=1, repeats=1):
+def decode_from_file(
+  estimator,
+  vocabulary,
+  model_type,
+  batch_size,
+  sequence_length,
+  checkpoint_path=None,
+  input_filename=gin.REQUIRED,
+  output_filename=gin.REQUIRED,
+  eos_id=1,
+  repeats=1,
+):
   """Decodes each line of input_filename into `<output_filename>-<step>`.
 
   With repeats > 1 each input is decoded that many times (useful with
@@ -293,25 +347,35 @@ def decode_from_file(estimator, vocabulary, model_type, batch_size,
     The list of decoded strings (repeats per input).
   """
   del batch_size, sequence_length
-  _required("decode_from_file", input_filename=input_filename,
-            output_filename=output_filename)
-  inputs = [s for s in get_inputs_from_file(input_filename)
-            for _ in range(repeats)]
+  _required(
+    "decode_from_file",
+    input_filename=input_filename,
+    output_filename=output_filename,
+  )
+  inputs = [
+    s for s in get_inputs_from_file(input_filename) for _ in range(repeats)
+  ]
   length = estimator.sequence_length["inputs"]
   ids = encode_inputs(inputs, vocabulary, model_type, 1, length, eos_id)
   decodes = _decode_ids_to_text(estimator, ids, vocabulary, checkpoint_path)
-  out = "%s-%d" % (output_filename,
-                   _checkpoint_step(estimator, checkpoint_path))
+  out = "%s-%d" % (
+    output_filename,
+    _checkpoint_step(estimator, checkpoint_path),
+  )
   write_lines_to_file(decodes, out)
   logging.info("decode_from_file: %d lines -> %s", len(decodes), out)
   return decodes
 
 
-def named_datasets(dataset_fn, sequence_length, vocabulary, dataset_split,
-                    what: str):
+def named_datasets(
+  dataset_fn, sequence_length, vocabulary, dataset_split, what: str
+):
   """[(name, dataset, EvalDataset or None)] from a dataset function."""
-  result = dataset_fn(sequence_length=sequence_length, vocabulary=vocabulary,
-                      dataset_split=dataset_split)
+  result = dataset_fn(
+    sequence_length=sequence_length,
+    vocabulary=vocabulary,
+    dataset_split=dataset_split,
+  )
   if isinstance(result, tf.data.Dataset):
     return [(what, result, None)]
   out = []
@@ -325,24 +389,31 @@ def named_datasets(dataset_fn, sequence_length, vocabulary, dataset_split,
   return out
 
 
-def decode_examples(estimator, dataset: tf.data.Dataset, vocabulary,
-                    checkpoint_path=None) -> Dict[str, List[str]]:
+def decode_examples(
+  estimator, dataset: tf.data.Dataset, vocabulary, checkpoint_path=None
+) -> Dict[str, List[str]]:
   """{"inputs", "predictions"[, "targets"]} texts of a dataset's examples,
-  predictions decoded greedily from the inputs."""
-  keys = ["inputs"] + (["targets"] if "targets" in dataset.element_spec
-                       else [])
+  predictions decoded greedily from the inputs.
+  """
+  keys = ["inputs"] + (["targets"] if "targets" in dataset.element_spec else [])
   rows = _feature_rows(dataset, keys, estimator.sequence_length)
-  texts = {"predictions": _decode_ids_to_text(estimator, rows["inputs"],
-                                              vocabulary, checkpoint_path)}
-  for key, vocab in (("inputs", inputs_vocabulary(vocabulary)),
-                     ("targets", targets_vocabulary(vocabulary))):
+  texts = {
+    "predictions": _decode_ids_to_text(
+      estimator, rows["inputs"], vocabulary, checkpoint_path
+    )
+  }
+  for key, vocab in (
+    ("inputs", inputs_vocabulary(vocabulary)),
+    ("targets", targets_vocabulary(vocabulary)),
+  ):
     if key in rows:
       texts[key] = [vocab.decode([int(i) for i in r]) for r in rows[key]]
   return texts
 
 
-def text_metrics(eval_dataset, targets: List[str],
-                 predictions: List[str]) -> Dict[str, float]:
+def text_metrics(
+  eval_dataset, targets: List[str], predictions: List[str]
+) -> Dict[str, float]:
   """An EvalDataset's metric_fns on postprocessed targets and predictions."""
   if eval_dataset is None or not eval_dataset.metric_fns:
     return {}
@@ -357,11 +428,17 @@ def text_metrics(eval_dataset, targets: List[str],
 
 @gin.configurable(module=_GIN_MODULE)
 @eager_in_legacy_mode
-def decode_from_dataset(estimator, vocabulary, model_type, batch_size,
-                        sequence_length, checkpoint_path=None,
-                        infer_dataset_fn=gin.REQUIRED,
-                        dataset_split="validation",
-                        decode_output_dir=gin.REQUIRED):
+def decode_from_dataset(
+  estimator,
+  vocabulary,
+  model_type,
+  batch_size,
+  sequence_length,
+  checkpoint_path=None,
+  infer_dataset_fn=gin.REQUIRED,
+  dataset_split="validation",
+  decode_output_dir=gin.REQUIRED,
+):
   """Decodes the inputs of every dataset infer_dataset_fn returns.
 
   infer_dataset_fn(sequence_length=, vocabulary=, dataset_split=) returns a
@@ -392,34 +469,58 @@ def decode_from_dataset(estimator, vocabulary, model_type, batch_size,
     {dataset name: list of decoded strings}.
   """
   del model_type, batch_size
-  _required("decode_from_dataset", infer_dataset_fn=infer_dataset_fn,
-            decode_output_dir=decode_output_dir)
+  _required(
+    "decode_from_dataset",
+    infer_dataset_fn=infer_dataset_fn,
+    decode_output_dir=decode_output_dir,
+  )
   step = _checkpoint_step(estimator, checkpoint_path)
   results = {}
   for name, dataset, eval_dataset in named_datasets(
-      infer_dataset_fn, sequence_length, vocabulary, dataset_split,
-      "decode_from_dataset"):
+    infer_dataset_fn,
+    sequence_length,
+    vocabulary,
+    dataset_split,
+    "decode_from_dataset",
+  ):
     texts = decode_examples(estimator, dataset, vocabulary, checkpoint_path)
     base = os.path.join(decode_output_dir, name)
     write_lines_to_file(texts["inputs"], base + "_inputs")
-    write_lines_to_file(texts["predictions"],
-                        "%s_predictions-%d" % (base, step))
+    write_lines_to_file(
+      texts["predictions"], "%s_predictions-%d" % (base, step)
+    )
     if "targets" in texts:
       write_lines_to_file(texts["targets"], base + "_targets")
-      metrics = text_metrics(eval_dataset, texts["targets"],
-                             texts["predictions"])
+      metrics = text_metrics(
+        eval_dataset, texts["targets"], texts["predictions"]
+      )
       if metrics:
-        print("decode %s (step %d): %s" % (name, step, "  ".join(
-            "%s %.4f" % kv for kv in sorted(metrics.items()))), flush=True)
+        print(
+          "decode %s (step %d): %s"
+          % (
+            name,
+            step,
+            "  ".join("%s %.4f" % kv for kv in sorted(metrics.items())),
+          ),
+          flush=True,
+        )
     results[name] = texts["predictions"]
   return results
 
 
 @gin.configurable(module=_GIN_MODULE)
 @eager_in_legacy_mode
-def infer_model(estimator, vocabulary, sequence_length, batch_size,
-                model_type, model_dir, eval_checkpoint_step,
-                checkpoint_paths=None, decode_fn=decode_from_file):
+def infer_model(
+  estimator,
+  vocabulary,
+  sequence_length,
+  batch_size,
+  model_type,
+  model_dir,
+  eval_checkpoint_step,
+  checkpoint_paths=None,
+  decode_fn=decode_from_file,
+):
   """Runs decode_fn for each checkpoint to evaluate.
 
   Args:
@@ -439,11 +540,16 @@ def infer_model(estimator, vocabulary, sequence_length, batch_size,
       batch_size, sequence_length, checkpoint_path=path), e.g. decode_from_file.
   """
   if checkpoint_paths is None:
-    checkpoint_paths = get_checkpoint_iterator(eval_checkpoint_step,
-                                               model_dir)
+    checkpoint_paths = get_checkpoint_iterator(eval_checkpoint_step, model_dir)
   for path in checkpoint_paths:
-    decode_fn(estimator, vocabulary, model_type, batch_size,
-              sequence_length, checkpoint_path=path)
+    decode_fn(
+      estimator,
+      vocabulary,
+      model_type,
+      batch_size,
+      sequence_length,
+      checkpoint_path=path,
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -472,8 +578,12 @@ def compute_log_likelihoods(estimator, input_fn, checkpoint_path=None):
   dataset = _call_input_fn(input_fn, estimator)
   keys = [k for k in ("inputs", "targets") if k in dataset.element_spec]
   rows = _feature_rows(dataset, keys, lengths)
-  return [float(s) for s in driver_eval.score_ids(
-      estimator, rows.get("inputs"), rows["targets"], checkpoint_path)]
+  return [
+    float(s)
+    for s in driver_eval.score_ids(
+      estimator, rows.get("inputs"), rows["targets"], checkpoint_path
+    )
+  ]
 
 
 def _add_example_text(results, vocabulary) -> None:
@@ -482,8 +592,10 @@ def _add_example_text(results, vocabulary) -> None:
   Negative ids (marking contrastive negatives) and padding are left out of
   the text, as the original did.
   """
-  vocabs = {"inputs": inputs_vocabulary(vocabulary),
-            "targets": targets_vocabulary(vocabulary)}
+  vocabs = {
+    "inputs": inputs_vocabulary(vocabulary),
+    "targets": targets_vocabulary(vocabulary),
+  }
   for result in results:
     for key, vocab in vocabs.items():
       if key in result and key + "_pretokenized" not in result:
@@ -499,8 +611,9 @@ def _unpadded_length(ids, pad_id: int = 0) -> int:
 
 
 @gin.configurable(module=_GIN_MODULE)
-def save_scores(results, vocabulary, scores_filename=None,
-                save_example_text=True):
+def save_scores(
+  results, vocabulary, scores_filename=None, save_example_text=True
+):
   """The scores (and example texts) of scored examples; maybe written.
 
   With scores_filename, writes scores_filename + ".scores" (one "%g" per
@@ -526,8 +639,7 @@ def save_scores(results, vocabulary, scores_filename=None,
     raise ValueError("No examples were scored.")
   scores = [float(r["scores"]) for r in results]
   if scores_filename is not None:
-    write_lines_to_file(["%g" % s for s in scores],
-                        scores_filename + ".scores")
+    write_lines_to_file(["%g" % s for s in scores], scores_filename + ".scores")
   if not save_example_text:
     return scores
   _add_example_text(results, vocabulary)
@@ -545,8 +657,9 @@ def save_scores(results, vocabulary, scores_filename=None,
 
 
 @gin.configurable(module=_GIN_MODULE)
-def save_scores_to_tfrecords(results, vocabulary, scores_filename,
-                             shard_idx=0, save_ids_only=False):
+def save_scores_to_tfrecords(
+  results, vocabulary, scores_filename, shard_idx=0, save_ids_only=False
+):
   """Writes scored examples to scores_filename + "_<shard_idx>.tfrecord".
 
   Each record is a tf.train.Example with bytes features "input" (the inputs
@@ -568,17 +681,24 @@ def save_scores_to_tfrecords(results, vocabulary, scores_filename,
   def feature(value):
     if isinstance(value, float):
       return tf.train.Feature(float_list=tf.train.FloatList(value=[value]))
-    return tf.train.Feature(bytes_list=tf.train.BytesList(
-        value=[value.encode("utf-8")]))
+    return tf.train.Feature(
+      bytes_list=tf.train.BytesList(value=[value.encode("utf-8")])
+    )
 
   with tf.io.TFRecordWriter(path) as writer:
     for r in results:
       text = r.get("targets_neg_pretokenized", r.get("inputs_pretokenized", ""))
       if save_ids_only:
         text = text.split(" ", 1)[0]
-      example = tf.train.Example(features=tf.train.Features(feature={
-          "input": feature(text), "target": feature(r["targets_pretokenized"]),
-          "score": feature(float(r.get("scores", 0.0)))}))
+      example = tf.train.Example(
+        features=tf.train.Features(
+          feature={
+            "input": feature(text),
+            "target": feature(r["targets_pretokenized"]),
+            "score": feature(float(r.get("scores", 0.0))),
+          }
+        )
+      )
       writer.write(example.SerializeToString())
 
 
@@ -591,9 +711,15 @@ def _scoring_checkpoint(eval_checkpoint_step, model_dir) -> str:
 
 @gin.configurable(module=_GIN_MODULE)
 @eager_in_legacy_mode
-def score_with_estimator(estimator, input_fn, eval_checkpoint_step, model_dir,
-                         vocabulary, score_postprocess_fn=save_scores,
-                         num_examples=None):
+def score_with_estimator(
+  estimator,
+  input_fn,
+  eval_checkpoint_step,
+  model_dir,
+  vocabulary,
+  score_postprocess_fn=save_scores,
+  num_examples=None,
+):
   """Scores input_fn()'s examples with one checkpoint; post-processes them.
 
   Returns score_postprocess_fn(results, vocabulary), where results is a list
@@ -620,8 +746,9 @@ def score_with_estimator(estimator, input_fn, eval_checkpoint_step, model_dir,
   keys = [k for k in ("inputs", "targets") if k in dataset.element_spec]
   rows = _feature_rows(dataset, keys, lengths)
   path = _scoring_checkpoint(eval_checkpoint_step, model_dir)
-  scores = driver_eval.score_ids(estimator, rows.get("inputs"),
-                                 rows["targets"], path)
+  scores = driver_eval.score_ids(
+    estimator, rows.get("inputs"), rows["targets"], path
+  )
   results = []
   for i, score in enumerate(scores[:num_examples]):
     result = {k: rows[k][i] for k in keys}
@@ -632,11 +759,16 @@ def score_with_estimator(estimator, input_fn, eval_checkpoint_step, model_dir,
 
 @gin.configurable(module=_GIN_MODULE)
 @eager_in_legacy_mode
-def score_with_estimator_lazy(estimator, input_fn, eval_checkpoint_step,
-                              model_dir, vocabulary,
-                              score_postprocess_fn=save_scores_to_tfrecords,
-                              num_examples=None,
-                              num_examples_per_shard=100000):
+def score_with_estimator_lazy(
+  estimator,
+  input_fn,
+  eval_checkpoint_step,
+  model_dir,
+  vocabulary,
+  score_postprocess_fn=save_scores_to_tfrecords,
+  num_examples=None,
+  num_examples_per_shard=100000,
+):
   """score_with_estimator, post-processed in shards of examples.
 
   score_postprocess_fn(results, vocabulary, shard_idx=i) is called on each
@@ -657,13 +789,23 @@ def score_with_estimator_lazy(estimator, input_fn, eval_checkpoint_step,
     num_examples_per_shard: examples per shard (<= 0 or None: one shard).
   """
   results = score_with_estimator(
-      estimator, input_fn, eval_checkpoint_step, model_dir, vocabulary,
-      lambda results, vocabulary: results, num_examples=num_examples)
-  shard = (num_examples_per_shard if num_examples_per_shard and
-           num_examples_per_shard > 0 else max(len(results), 1))
+    estimator,
+    input_fn,
+    eval_checkpoint_step,
+    model_dir,
+    vocabulary,
+    lambda results, vocabulary: results,
+    num_examples=num_examples,
+  )
+  shard = (
+    num_examples_per_shard
+    if num_examples_per_shard and num_examples_per_shard > 0
+    else max(len(results), 1)
+  )
   for shard_idx, start in enumerate(range(0, len(results), shard)):
-    score_postprocess_fn(results[start:start + shard], vocabulary,
-                         shard_idx=shard_idx)
+    score_postprocess_fn(
+      results[start : start + shard], vocabulary, shard_idx=shard_idx
+    )
 
 
 def _arrays_input_fn(arrays: Dict[str, np.ndarray]):
@@ -673,12 +815,21 @@ def _arrays_input_fn(arrays: Dict[str, np.ndarray]):
 
 @gin.configurable(module=_GIN_MODULE)
 @eager_in_legacy_mode
-def score_from_strings(estimator, vocabulary, model_type, batch_size,
-                       sequence_length, model_dir, eval_checkpoint_step,
-                       inputs=gin.REQUIRED, targets=gin.REQUIRED,
-                       score_postprocess_fn=gin.REQUIRED, eos_id=1,
-                       score_eos=True,
-                       score_with_estimator_fn=score_with_estimator):
+def score_from_strings(
+  estimator,
+  vocabulary,
+  model_type,
+  batch_size,
+  sequence_length,
+  model_dir,
+  eval_checkpoint_step,
+  inputs=gin.REQUIRED,
+  targets=gin.REQUIRED,
+  score_postprocess_fn=gin.REQUIRED,
+  eos_id=1,
+  score_eos=True,
+  score_with_estimator_fn=score_with_estimator,
+):
   """Log-likelihoods of targets given inputs (lists of strings or files).
 
   For "lm" models only the targets are scored. Returns
@@ -713,37 +864,59 @@ def score_from_strings(estimator, vocabulary, model_type, batch_size,
       in number.
   """
   del batch_size, sequence_length
-  _required("score_from_strings", inputs=inputs, targets=targets,
-            score_postprocess_fn=score_postprocess_fn)
+  _required(
+    "score_from_strings",
+    inputs=inputs,
+    targets=targets,
+    score_postprocess_fn=score_postprocess_fn,
+  )
   if isinstance(inputs, str):
     inputs = get_inputs_from_file(inputs)
   if isinstance(targets, str):
     targets = get_inputs_from_file(targets)
   if len(inputs) != len(targets):
-    raise ValueError("score_from_strings: %d inputs but %d targets"
-                     % (len(inputs), len(targets)))
+    raise ValueError(
+      "score_from_strings: %d inputs but %d targets"
+      % (len(inputs), len(targets))
+    )
   lengths = estimator.sequence_length
-  input_ids = (None if model_type in ("lm", "delimited_lm") else
-               driver_eval.encode_strings(inputs_vocabulary(vocabulary),
-                                          inputs, lengths["inputs"], eos_id))
-  target_ids = driver_eval.encode_strings(targets_vocabulary(vocabulary),
-                                          targets, lengths["targets"], eos_id)
+  input_ids = (
+    None
+    if model_type in ("lm", "delimited_lm")
+    else driver_eval.encode_strings(
+      inputs_vocabulary(vocabulary), inputs, lengths["inputs"], eos_id
+    )
+  )
+  target_ids = driver_eval.encode_strings(
+    targets_vocabulary(vocabulary), targets, lengths["targets"], eos_id
+  )
   if not score_eos:
     target_ids[target_ids == eos_id] = 0
   return score_with_estimator_fn(
-      estimator, _arrays_input_fn({"inputs": input_ids,
-                                   "targets": target_ids}),
-      eval_checkpoint_step, model_dir, vocabulary, score_postprocess_fn,
-      num_examples=len(targets))
+    estimator,
+    _arrays_input_fn({"inputs": input_ids, "targets": target_ids}),
+    eval_checkpoint_step,
+    model_dir,
+    vocabulary,
+    score_postprocess_fn,
+    num_examples=len(targets),
+  )
 
 
 @gin.configurable(module=_GIN_MODULE)
 @eager_in_legacy_mode
-def score_from_dataset(estimator, vocabulary, batch_size, sequence_length,
-                       model_dir, eval_checkpoint_step, dataset_split,
-                       score_dataset_fn=None,
-                       score_postprocess_fn=gin.REQUIRED,
-                       score_with_estimator_fn=score_with_estimator):
+def score_from_dataset(
+  estimator,
+  vocabulary,
+  batch_size,
+  sequence_length,
+  model_dir,
+  eval_checkpoint_step,
+  dataset_split,
+  score_dataset_fn=None,
+  score_postprocess_fn=gin.REQUIRED,
+  score_with_estimator_fn=score_with_estimator,
+):
   """Log-likelihoods of the examples of score_dataset_fn's one dataset.
 
   score_dataset_fn(sequence_length=, vocabulary=, dataset_split=) returns a
@@ -781,12 +954,24 @@ def score_from_dataset(estimator, vocabulary, batch_size, sequence_length,
   _required("score_from_dataset", score_postprocess_fn=score_postprocess_fn)
   if score_dataset_fn is None:
     raise ValueError("score_from_dataset: score_dataset_fn is required")
-  datasets = named_datasets(score_dataset_fn, sequence_length, vocabulary,
-                             dataset_split, "score_from_dataset")
+  datasets = named_datasets(
+    score_dataset_fn,
+    sequence_length,
+    vocabulary,
+    dataset_split,
+    "score_from_dataset",
+  )
   if len(datasets) != 1:
-    raise ValueError("score_from_dataset: scores one dataset, got %d (%s)"
-                     % (len(datasets), [name for name, _, _ in datasets]))
+    raise ValueError(
+      "score_from_dataset: scores one dataset, got %d (%s)"
+      % (len(datasets), [name for name, _, _ in datasets])
+    )
   dataset = datasets[0][1]
-  return score_with_estimator_fn(estimator, lambda: dataset,
-                              eval_checkpoint_step, model_dir, vocabulary,
-                              score_postprocess_fn)
+  return score_with_estimator_fn(
+    estimator,
+    lambda: dataset,
+    eval_checkpoint_step,
+    model_dir,
+    vocabulary,
+    score_postprocess_fn,
+  )

@@ -38,12 +38,22 @@ from transformer._src.layers.context import ModeKeys
 from transformer._src.models.unitransformer import Unitransformer
 from transformer._src.models.unitransformer import autoregressive_inputs
 
-__all__ = ["Estimator", "eager_in_legacy_mode", "mesh_devices_for",
-           "model_features"]
+__all__ = [
+  "Estimator",
+  "eager_in_legacy_mode",
+  "mesh_devices_for",
+  "model_features",
+]
 
 MODEL_FEATURES = (
-    "inputs", "inputs_position", "inputs_segmentation", "targets",
-    "targets_position", "targets_segmentation", "targets_subsegmentation")
+  "inputs",
+  "inputs_position",
+  "inputs_segmentation",
+  "targets",
+  "targets_position",
+  "targets_segmentation",
+  "targets_subsegmentation",
+)
 
 GLOBAL_STEP = "global_step"
 
@@ -72,8 +82,9 @@ def eager_in_legacy_mode(fn: Callable) -> Callable:
 
 def model_features(features: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
   """The entries of a dataset element the model reads (int32)."""
-  return {k: tf.cast(v, tf.int32) for k, v in features.items()
-          if k in MODEL_FEATURES}
+  return {
+    k: tf.cast(v, tf.int32) for k, v in features.items() if k in MODEL_FEATURES
+  }
 
 
 def mesh_devices_for(mesh_shape, mesh_devices=None) -> List[str]:
@@ -89,9 +100,10 @@ def mesh_devices_for(mesh_shape, mesh_devices=None) -> List[str]:
   if mesh_devices:
     devices = list(mesh_devices)
     if len(devices) != size:
-      raise ValueError("mesh_devices has %d devices but mesh_shape %s has %d "
-                       "processors" % (len(devices), mesh_shape.to_string,
-                                       size))
+      raise ValueError(
+        "mesh_devices has %d devices but mesh_shape %s has %d "
+        "processors" % (len(devices), mesh_shape.to_string, size)
+      )
     return devices
   if not mesh_shape.dims:
     return [""]
@@ -100,11 +112,16 @@ def mesh_devices_for(mesh_shape, mesh_devices=None) -> List[str]:
     if len(local) >= size:
       return [d.name for d in local[:size]]
   raise ValueError(
-      "mesh_shape %s needs %d devices but this process has %d CPU device(s); "
-      "create virtual CPUs before TensorFlow starts (python -m transformer.main "
-      "--mesh_devices=%d) or set run.mesh_devices"
-      % (mesh_shape.to_string, size,
-         len(tf.config.list_logical_devices("CPU")), size))
+    "mesh_shape %s needs %d devices but this process has %d CPU device(s); "
+    "create virtual CPUs before TensorFlow starts (python -m transformer.main "
+    "--mesh_devices=%d) or set run.mesh_devices"
+    % (
+      mesh_shape.to_string,
+      size,
+      len(tf.config.list_logical_devices("CPU")),
+      size,
+    )
+  )
 
 
 def feature_length(sequence_length, key: str) -> int:
@@ -180,19 +197,34 @@ class Estimator:
     ValueError: if outer_batch_size does not divide batch_size.
   """
 
-  def __init__(self, model_type: str, transformer_model, vocabulary,
-               model_dir: str, mesh_shape, layout_rules, batch_size: int,
-               sequence_length, *, autostack: bool = True,
-               keep_checkpoint_max: Optional[int] = None,
-               save_checkpoints_steps: int = 5000,
-               learning_rate_schedule=None, optimizer=None,
-               variable_filter=None, init_checkpoint: Optional[str] = None,
-               init_variable_filter: str = "", mesh_devices=None,
-               variable_dtype: Optional[mtf.VariableDType] = None,
-               log_every_steps: int = 100, total_train_steps=None,
-               outer_batch_size: int = 1, ensemble_inputs: Optional[int] = None,
-               predict_fn: Optional[Callable] = None,
-               model_info_file: Optional[str] = None):
+  def __init__(
+    self,
+    model_type: str,
+    transformer_model,
+    vocabulary,
+    model_dir: str,
+    mesh_shape,
+    layout_rules,
+    batch_size: int,
+    sequence_length,
+    *,
+    autostack: bool = True,
+    keep_checkpoint_max: Optional[int] = None,
+    save_checkpoints_steps: int = 5000,
+    learning_rate_schedule=None,
+    optimizer=None,
+    variable_filter=None,
+    init_checkpoint: Optional[str] = None,
+    init_variable_filter: str = "",
+    mesh_devices=None,
+    variable_dtype: Optional[mtf.VariableDType] = None,
+    log_every_steps: int = 100,
+    total_train_steps=None,
+    outer_batch_size: int = 1,
+    ensemble_inputs: Optional[int] = None,
+    predict_fn: Optional[Callable] = None,
+    model_info_file: Optional[str] = None,
+  ):
     self.model_type = model_type
     self.model = transformer_model
     self.vocabulary = vocabulary
@@ -201,8 +233,7 @@ class Estimator:
     self.layout_rules = mtf.convert_to_layout_rules(layout_rules)
     self.batch_size = int(batch_size)
     if isinstance(sequence_length, int):
-      sequence_length = {"inputs": sequence_length,
-                         "targets": sequence_length}
+      sequence_length = {"inputs": sequence_length, "targets": sequence_length}
     self.sequence_length = dict(sequence_length)
     self.autostack = autostack
     self.keep_checkpoint_max = keep_checkpoint_max
@@ -217,19 +248,22 @@ class Estimator:
     self.total_train_steps = total_train_steps
     self.outer_batch_size = int(outer_batch_size or 1)
     if self.outer_batch_size < 1 or self.batch_size % self.outer_batch_size:
-      raise ValueError("outer_batch_size %r does not divide batch_size %d"
-                       % (outer_batch_size, self.batch_size))
+      raise ValueError(
+        "outer_batch_size %r does not divide batch_size %d"
+        % (outer_batch_size, self.batch_size)
+      )
     self.ensemble_inputs = int(ensemble_inputs) if ensemble_inputs else None
     self.predict_fn = predict_fn
     self.model_info_file = model_info_file
     self.devices = mesh_devices_for(self.mesh_shape, mesh_devices)
     self.mesh_impl = placement_mesh_impl.PlacementMeshImpl(
-        self.mesh_shape, self.layout_rules, self.devices)
+      self.mesh_shape, self.layout_rules, self.devices
+    )
     self.store = mtf.VariableStore()
     self.global_step = mtf.optimize.get_or_create_global_step()
     self._train_fn: Optional[_PhaseFn] = None
     self._phase_fns: Dict[str, _PhaseFn] = {}
-    self._masters_version = 0   # bumped when masters change
+    self._masters_version = 0  # bumped when masters change
     self._masters_stale = False  # slices trained since the last sync
     self._restored_path: Optional[str] = None
     self._restore_later: Optional[str] = None
@@ -237,8 +271,9 @@ class Estimator:
   # --------------------------------------------------------------------------
   # Building mtf graphs.
 
-  def batch_dims(self, batch_size: Optional[int] = None,
-                 training: bool = True) -> List[mtf.Dimension]:
+  def batch_dims(
+    self, batch_size: Optional[int] = None, training: bool = True
+  ) -> List[mtf.Dimension]:
     """The leading dims of a feature, as the original's model_fn made them.
 
     [ensemble] when ensemble_inputs (each member gets its own examples), then
@@ -262,16 +297,21 @@ class Estimator:
       dims.append(mtf.Dimension("ensemble", self.ensemble_inputs))
     if training and self.outer_batch_size > 1:
       if batch_size % self.outer_batch_size:
-        raise ValueError("outer_batch_size %d does not divide the batch of %d"
-                         % (self.outer_batch_size, batch_size))
-      dims += [mtf.Dimension("outer_batch", self.outer_batch_size),
-               mtf.Dimension("batch", batch_size // self.outer_batch_size)]
+        raise ValueError(
+          "outer_batch_size %d does not divide the batch of %d"
+          % (self.outer_batch_size, batch_size)
+        )
+      dims += [
+        mtf.Dimension("outer_batch", self.outer_batch_size),
+        mtf.Dimension("batch", batch_size // self.outer_batch_size),
+      ]
     else:
       dims.append(mtf.Dimension("batch", batch_size))
     return dims
 
-  def import_features(self, mesh: mtf.Mesh, features, batch_size=None,
-                      training: bool = True):
+  def import_features(
+    self, mesh: mtf.Mesh, features, batch_size=None, training: bool = True
+  ):
     """mtf Tensors [batch dims..., length] of int features [ensemble?,
     batch, length].
 
@@ -288,15 +328,14 @@ class Estimator:
     mtf_features = {}
     for key, x in sorted(features.items()):
       length_dim = mtf.Dimension(
-          "length", feature_length(self.sequence_length, key))
+        "length", feature_length(self.sequence_length, key)
+      )
       shape = mtf.Shape(batch_dims + [length_dim])
       x = tf.reshape(tf.cast(x, tf.int32), shape.to_integer_list)
-      mtf_features[key] = mtf.import_fully_replicated(mesh, x, shape,
-                                                       name=key)
+      mtf_features[key] = mtf.import_fully_replicated(mesh, x, shape, name=key)
     return mtf_features
 
-  def logits_and_loss(self, mtf_features, mode: str,
-                      num_microbatches: int = 1):
+  def logits_and_loss(self, mtf_features, mode: str, num_microbatches: int = 1):
     """(logits, loss) of the model, as the original's model_fn computed.
 
     Args:
@@ -317,35 +356,44 @@ class Estimator:
     targets = mtf_features["targets"]
     if isinstance(model, Unitransformer):
       position_kwargs = dict(
-          sequence_id=mtf_features.get("targets_segmentation"),
-          position=mtf_features.get("targets_position"))
+        sequence_id=mtf_features.get("targets_segmentation"),
+        position=mtf_features.get("targets_position"),
+      )
     else:
       position_kwargs = dict(
-          encoder_sequence_id=mtf_features.get("inputs_segmentation"),
-          decoder_sequence_id=mtf_features.get("targets_segmentation"),
-          decoder_subsequence_id=mtf_features.get("targets_subsegmentation"),
-          encoder_position=mtf_features.get("inputs_position"),
-          decoder_position=mtf_features.get("targets_position"))
+        encoder_sequence_id=mtf_features.get("inputs_segmentation"),
+        decoder_sequence_id=mtf_features.get("targets_segmentation"),
+        decoder_subsequence_id=mtf_features.get("targets_subsegmentation"),
+        encoder_position=mtf_features.get("inputs_position"),
+        decoder_position=mtf_features.get("targets_position"),
+      )
     if self.model_type in ("lm", "delimited_lm"):
       inputs = autoregressive_inputs(
-          targets, sequence_id=position_kwargs["sequence_id"])
+        targets, sequence_id=position_kwargs["sequence_id"]
+      )
     elif "inputs" in mtf_features:
       inputs = mtf_features["inputs"]
     else:
-      raise ValueError("model_type %r needs an 'inputs' feature; the dataset "
-                       "has %s" % (self.model_type, sorted(mtf_features)))
+      raise ValueError(
+        "model_type %r needs an 'inputs' feature; the dataset "
+        "has %s" % (self.model_type, sorted(mtf_features))
+      )
     return model.call_simple(
-        inputs=inputs, targets=targets, compute_loss=True, mode=mode,
-        variable_dtype=self.variable_dtype,
-        num_microbatches=num_microbatches, **position_kwargs)
+      inputs=inputs,
+      targets=targets,
+      compute_loss=True,
+      mode=mode,
+      variable_dtype=self.variable_dtype,
+      num_microbatches=num_microbatches,
+      **position_kwargs,
+    )
 
   def _learning_rate(self) -> tf.Tensor:
     schedule = self.learning_rate_schedule
     if schedule is None:
       return tf.constant(0.0)  # the optimizer's own default rate is used
     if callable(schedule):
-      return tf.cast(schedule(step=self.global_step.read_value()),
-                     tf.float32)
+      return tf.cast(schedule(step=self.global_step.read_value()), tf.float32)
     return tf.constant(float(schedule), tf.float32)
 
   def _make_optimizer(self, learning_rate):
@@ -378,19 +426,27 @@ class Estimator:
       batch_dim = self.batch_dims()[-1]
       num_microbatches = self._num_microbatches(batch_dim)
       if num_microbatches > 1:
+
         def serialized_fn(microbatch_features):
-          return {"loss": self.logits_and_loss(
-              microbatch_features, ModeKeys.TRAIN, num_microbatches)[1]}
+          return {
+            "loss": self.logits_and_loss(
+              microbatch_features, ModeKeys.TRAIN, num_microbatches
+            )[1]
+          }
+
         var_grads, loss_dict = mtf.serialize_training_step(
-            mtf_features, serialized_fn, batch_dim, num_microbatches)
+          mtf_features, serialized_fn, batch_dim, num_microbatches
+        )
         loss = loss_dict["loss"]
       else:
         _, loss = self.logits_and_loss(mtf_features, ModeKeys.TRAIN)
         var_grads = mtf.gradients(
-            [loss], [v.outputs[0] for v in graph.trainable_variables])
+          [loss], [v.outputs[0] for v in graph.trainable_variables]
+        )
       tf_lr = self._learning_rate()
-      lr = mtf.import_fully_replicated(mesh, tf_lr, mtf.Shape([]),
-                                       name="learning_rate")
+      lr = mtf.import_fully_replicated(
+        mesh, tf_lr, mtf.Shape([]), name="learning_rate"
+      )
       variables = graph.trainable_variables
       if self.variable_filter is not None:
         keep = [i for i, v in enumerate(variables) if self.variable_filter(v)]
@@ -398,11 +454,15 @@ class Estimator:
         var_grads = [var_grads[i] for i in keep]
       self._make_optimizer(lr).apply_grads(var_grads, variables)
     self._write_model_info(graph)
-    lowering = mtf.Lowering(graph, {mesh: self.mesh_impl},
-                            autostack=self.autostack)
+    lowering = mtf.Lowering(
+      graph, {mesh: self.mesh_impl}, autostack=self.autostack
+    )
     tf_loss = tf.cast(lowering.export_to_tf_tensor(loss), tf.float32)
-    updates = [lowering.lowered_operation(op) for op in graph.operations
-               if isinstance(op, mtf.Assign)]
+    updates = [
+      lowering.lowered_operation(op)
+      for op in graph.operations
+      if isinstance(op, mtf.Assign)
+    ]
     return lowering, tf_loss, updates, tf_lr
 
   def _build_train_fn(self) -> _PhaseFn:
@@ -414,10 +474,19 @@ class Estimator:
       phase.laid_out_variables = list(lowering.variables.values())
       with tf.control_dependencies(updates + [tf_loss]):
         step = self.global_step.assign_add(1)
-      tokens = tf.add_n([tf.reduce_sum(tf.cast(features[k] > 0, tf.int64))
-                         for k in ("inputs", "targets") if k in features])
-      return {"loss": tf_loss, "learning_rate": tf_lr, "step": step,
-              "tokens": tokens}
+      tokens = tf.add_n(
+        [
+          tf.reduce_sum(tf.cast(features[k] > 0, tf.int64))
+          for k in ("inputs", "targets")
+          if k in features
+        ]
+      )
+      return {
+        "loss": tf_loss,
+        "learning_rate": tf_lr,
+        "step": step,
+        "tokens": tokens,
+      }
 
     phase.fn = train_step
     return phase
@@ -429,10 +498,18 @@ class Estimator:
     lines, total = [], 0
     for v in graph.all_variables:
       total += v.shape.size
-      lines.append("%s %s %d%s" % (v.name, v.shape.to_string, v.shape.size,
-                                   "" if v.trainable else " (not trained)"))
-    lines.append("total parameters %d in %d variables" % (total, len(
-        graph.all_variables)))
+      lines.append(
+        "%s %s %d%s"
+        % (
+          v.name,
+          v.shape.to_string,
+          v.shape.size,
+          "" if v.trainable else " (not trained)",
+        )
+      )
+    lines.append(
+      "total parameters %d in %d variables" % (total, len(graph.all_variables))
+    )
     directory = os.path.dirname(self.model_info_file)
     if directory:
       tf.io.gfile.makedirs(directory)
@@ -440,8 +517,9 @@ class Estimator:
       f.write("\n".join(lines) + "\n")
 
   def _num_microbatches(self, batch_dim):
-    return serialize_num_microbatches(batch_dim, self.sequence_length,
-                                      self.mesh_shape, self.layout_rules)
+    return serialize_num_microbatches(
+      batch_dim, self.sequence_length, self.mesh_shape, self.layout_rules
+    )
 
   # --------------------------------------------------------------------------
   # Masters <-> slices and checkpoints.
@@ -480,9 +558,10 @@ class Estimator:
     if fn is None:
       # A partial, not a closure: TF keys its retracing warning on a
       # function's code, which every phase's copy would share.
-      fn = tf.function(functools.partial(_copy_variables,
-                                         phase.laid_out_variables, what),
-                       autograph=False)
+      fn = tf.function(
+        functools.partial(_copy_variables, phase.laid_out_variables, what),
+        autograph=False,
+      )
       phase.copy_fns[what] = fn
     fn()
 
@@ -503,9 +582,12 @@ class Estimator:
     """
     self._sync_masters()
     step = int(self.global_step.numpy())
-    path = checkpoints.save(self.model_dir, step,
-                            self.checkpoint_variables(),
-                            keep_checkpoint_max=self.keep_checkpoint_max)
+    path = checkpoints.save(
+      self.model_dir,
+      step,
+      self.checkpoint_variables(),
+      keep_checkpoint_max=self.keep_checkpoint_max,
+    )
     logging.info("Saved checkpoint %s", path)
     return path
 
@@ -520,8 +602,9 @@ class Estimator:
     self._masters_stale = False
     self._masters_version += 1
     self._restored_path = path
-    logging.info("Restored %s (global step %d)", path,
-                 int(self.global_step.numpy()))
+    logging.info(
+      "Restored %s (global step %d)", path, int(self.global_step.numpy())
+    )
 
   def _initialize_from(self, checkpoint_path: Optional[str]) -> None:
     """Restores checkpoint_path, the latest checkpoint, or init_checkpoint."""
@@ -535,20 +618,26 @@ class Estimator:
       # the original's graph: training goes on from the pretrained step, so
       # train_steps counts from there (pretrained step + fine-tuning steps).
       checkpoints.init_from_checkpoint(
-          self.init_checkpoint, self.checkpoint_variables(),
-          variable_filter=self.init_variable_filter or None,
-          name_mapping=init_checkpoint_variable_mapping)
+        self.init_checkpoint,
+        self.checkpoint_variables(),
+        variable_filter=self.init_variable_filter or None,
+        name_mapping=init_checkpoint_variable_mapping,
+      )
       self._masters_version += 1
-      logging.info("Initialised from init_checkpoint %s",
-                   self.init_checkpoint)
+      logging.info("Initialised from init_checkpoint %s", self.init_checkpoint)
 
   # --------------------------------------------------------------------------
   # Training.
 
   @eager_in_legacy_mode
-  def train(self, input_fn: Callable[[], tf.data.Dataset], max_steps: int,
-            *, skip_seen_data: bool = False, seen_data_init_step: int = 0
-            ) -> Dict[str, float]:
+  def train(
+    self,
+    input_fn: Callable[[], tf.data.Dataset],
+    max_steps: int,
+    *,
+    skip_seen_data: bool = False,
+    seen_data_init_step: int = 0,
+  ) -> Dict[str, float]:
     """Trains until the global step reaches max_steps; resumes if possible.
 
     Returns {"loss", "learning_rate", "step"} of the last step run.
@@ -574,16 +663,18 @@ class Estimator:
       # Trace now: creates every master and slice, so a checkpoint can be
       # restored into them before the first step.
       self._train_fn.fn.get_concrete_function(dataset.element_spec)
-      with tf.io.gfile.GFile(os.path.join(self.model_dir,
-                                          "operative_config.gin"), "w") as f:
+      with tf.io.gfile.GFile(
+        os.path.join(self.model_dir, "operative_config.gin"), "w"
+      ) as f:
         f.write(gin.operative_config_str())
       self._initialize_from(None)
       self._train_fn.slices_version = -1
     self._load_slices(self._train_fn)
     step = int(self.global_step.numpy())
     if step >= max_steps:
-      logging.info("Global step %d >= train steps %d: nothing to train",
-                   step, max_steps)
+      logging.info(
+        "Global step %d >= train steps %d: nothing to train", step, max_steps
+      )
       return {"step": step}
     if skip_seen_data and step > seen_data_init_step:
       dataset = dataset.skip(step - seen_data_init_step)
@@ -597,21 +688,31 @@ class Estimator:
       step = int(out["step"].numpy())
       progress.add_tokens(int(out["tokens"].numpy()))
       if progress.due(step) or step >= max_steps:
-        result = {"loss": float(out["loss"].numpy()),
-                  "learning_rate": float(out["learning_rate"].numpy()),
-                  "step": step}
+        result = {
+          "loss": float(out["loss"].numpy()),
+          "learning_rate": float(out["learning_rate"].numpy()),
+          "step": step,
+        }
         if not np.isfinite(result["loss"]):
-          raise FloatingPointError("training loss is %s at step %d"
-                                   % (result["loss"], step))
-        stats = progress.report(step, result["loss"],
-                                result["learning_rate"])
-        write_scalars(writer, step, {
+          raise FloatingPointError(
+            "training loss is %s at step %d" % (result["loss"], step)
+          )
+        stats = progress.report(step, result["loss"], result["learning_rate"])
+        write_scalars(
+          writer,
+          step,
+          {
             "loss": result["loss"],
             "learning_rate": result["learning_rate"],
             "tokens_per_second": stats["tokens_per_second"],
-            "steps_per_second": stats["steps_per_second"]})
-      if (self.save_checkpoints_steps and
-          step % self.save_checkpoints_steps == 0 and step < max_steps):
+            "steps_per_second": stats["steps_per_second"],
+          },
+        )
+      if (
+        self.save_checkpoints_steps
+        and step % self.save_checkpoints_steps == 0
+        and step < max_steps
+      ):
         self.save()
         last_saved = step
       if step >= max_steps:
@@ -646,10 +747,13 @@ class Estimator:
     if checkpoint_path is None:
       checkpoint_path = self.latest_checkpoint()
       if checkpoint_path is None:
-        raise ValueError("no checkpoint in model_dir %r to evaluate, decode "
-                         "or export" % self.model_dir)
-    self._restore_later = (None if checkpoint_path == self._restored_path
-                           else checkpoint_path)
+        raise ValueError(
+          "no checkpoint in model_dir %r to evaluate, decode "
+          "or export" % self.model_dir
+        )
+    self._restore_later = (
+      None if checkpoint_path == self._restored_path else checkpoint_path
+    )
 
   def phase_fn(self, name: str, build: Callable) -> _PhaseFn:
     """A cached _PhaseFn built by build(phase) -> tf.function.
@@ -688,9 +792,12 @@ class Estimator:
     return phase.fn(*args)
 
   @eager_in_legacy_mode
-  def evaluate(self, dataset: tf.data.Dataset,
-               checkpoint_path: Optional[str] = None,
-               max_batches: Optional[int] = None) -> Dict[str, float]:
+  def evaluate(
+    self,
+    dataset: tf.data.Dataset,
+    checkpoint_path: Optional[str] = None,
+    max_batches: Optional[int] = None,
+  ) -> Dict[str, float]:
     """Teacher-forced metrics over `dataset` (batched dicts of features).
 
     Returns loss (mean cross-entropy per target token), token_accuracy,
@@ -724,8 +831,9 @@ def write_scalars(writer, step: int, scalars: Dict[str, float]) -> None:
   metadata.plugin_data.plugin_name = "scalars"
   with writer.as_default(step=step):
     for name, value in scalars.items():
-      tf.summary.write(name, tf.constant(value, tf.float32), step=step,
-                       metadata=metadata)
+      tf.summary.write(
+        name, tf.constant(value, tf.float32), step=step, metadata=metadata
+      )
   writer.flush()
 
 
@@ -752,14 +860,26 @@ class _Progress:
     tokens_per_second = self.tokens / seconds
     remaining = max(self.max_steps - step, 0)
     eta = remaining / steps_per_second if steps_per_second > 0 else 0.0
-    line = ("step %d/%d  loss %.4f  lr %.3g  %.2f steps/s  %.0f tokens/s  "
-            "ETA %s" % (step, self.max_steps, loss, lr, steps_per_second,
-                        tokens_per_second, _format_seconds(eta)))
+    line = (
+      "step %d/%d  loss %.4f  lr %.3g  %.2f steps/s  %.0f tokens/s  "
+      "ETA %s"
+      % (
+        step,
+        self.max_steps,
+        loss,
+        lr,
+        steps_per_second,
+        tokens_per_second,
+        _format_seconds(eta),
+      )
+    )
     # One line on stdout (not also logged: absl would print it twice).
     print(line, flush=True)
     self.last_step, self.last_time, self.tokens = step, now, 0
-    return {"steps_per_second": steps_per_second,
-            "tokens_per_second": tokens_per_second}
+    return {
+      "steps_per_second": steps_per_second,
+      "tokens_per_second": tokens_per_second,
+    }
 
 
 def _format_seconds(seconds: float) -> str:

@@ -17,16 +17,24 @@ import mesh_tensorflow as mtf
 from transformer._src.layers.context import ModeKeys
 from transformer._src.models.unitransformer import Unitransformer
 
-__all__ = ["decode_graph", "decode_ids", "evaluate", "score_ids",
-           "teacher_forced", "teacher_forced_graph"]
+__all__ = [
+  "decode_graph",
+  "decode_ids",
+  "evaluate",
+  "score_ids",
+  "teacher_forced",
+  "teacher_forced_graph",
+]
 
 
 def _static_batch_size(features: Dict[str, tf.Tensor]) -> int:
   """The batch size of [ensemble?, batch, length] features."""
   sizes = {int(v.shape[-2]) for v in features.values()}
   if len(sizes) != 1:
-    raise ValueError("features have different batch sizes: %s"
-                     % {k: v.shape for k, v in features.items()})
+    raise ValueError(
+      "features have different batch sizes: %s"
+      % {k: v.shape for k, v in features.items()}
+    )
   return sizes.pop()
 
 
@@ -49,16 +57,20 @@ def teacher_forced_graph(est, features: Dict[str, tf.Tensor]):
     vocab_dim = logits.shape.dims[-1]
     targets = mtf_features["targets"]
     xent = mtf.layers.softmax_cross_entropy_with_logits(
-        logits, targets, vocab_dim)
+      logits, targets, vocab_dim
+    )
     predictions = mtf.argmax(logits, vocab_dim)
-  lowering = mtf.Lowering(graph, {mesh: est.mesh_impl},
-                          autostack=est.autostack)
+  lowering = mtf.Lowering(graph, {mesh: est.mesh_impl}, autostack=est.autostack)
   # [ensemble?, outer_batch?, batch, length] -> the features' shape.
   shape = tf.shape(features["targets"])
-  return (lowering, tf.cast(lowering.export_to_tf_tensor(loss), tf.float32),
-          tf.reshape(lowering.export_to_tf_tensor(xent), shape),
-          tf.reshape(tf.cast(lowering.export_to_tf_tensor(predictions),
-                             tf.int32), shape))
+  return (
+    lowering,
+    tf.cast(lowering.export_to_tf_tensor(loss), tf.float32),
+    tf.reshape(lowering.export_to_tf_tensor(xent), shape),
+    tf.reshape(
+      tf.cast(lowering.export_to_tf_tensor(predictions), tf.int32), shape
+    ),
+  )
 
 
 def build_teacher_forced(est, phase):
@@ -69,6 +81,7 @@ def build_teacher_forced(est, phase):
     lowering, _, xent, predictions = teacher_forced_graph(est, features)
     phase.laid_out_variables = list(lowering.variables.values())
     return {"xent": xent, "predictions": predictions}
+
   return fn
 
 
@@ -80,16 +93,20 @@ def teacher_forced(est, features: Dict[str, tf.Tensor]):
   """
   features = {k: tf.convert_to_tensor(v) for k, v in features.items()}
   if est.ensemble_inputs:
-    features = {k: tf.tile(v[tf.newaxis], [est.ensemble_inputs, 1, 1])
-                for k, v in features.items()}
-  phase = est.phase_fn("teacher_forced", lambda p: build_teacher_forced(est,
-                                                                         p))
+    features = {
+      k: tf.tile(v[tf.newaxis], [est.ensemble_inputs, 1, 1])
+      for k, v in features.items()
+    }
+  phase = est.phase_fn("teacher_forced", lambda p: build_teacher_forced(est, p))
   return est.run_phase(phase, features)
 
 
-def evaluate(est, dataset: tf.data.Dataset,
-             checkpoint_path: Optional[str] = None,
-             max_batches: Optional[int] = None) -> Dict[str, float]:
+def evaluate(
+  est,
+  dataset: tf.data.Dataset,
+  checkpoint_path: Optional[str] = None,
+  max_batches: Optional[int] = None,
+) -> Dict[str, float]:
   """Teacher-forced loss, token accuracy and exact-match over `dataset`.
 
   A target token counts where targets > 0; a row counts (for
@@ -104,10 +121,12 @@ def evaluate(est, dataset: tf.data.Dataset,
       break
     # Zero rows fill the last batch (no target tokens, so they do not count)
     # and keep one traced shape.
-    features = {k: _pad_rows(v.numpy(), est.batch_size)
-                for k, v in batch.items()
-                if k in ("inputs", "targets") or k.endswith(
-                    ("_segmentation", "_position"))}
+    features = {
+      k: _pad_rows(v.numpy(), est.batch_size)
+      for k, v in batch.items()
+      if k in ("inputs", "targets")
+      or k.endswith(("_segmentation", "_position"))
+    }
     out = teacher_forced(est, features)
     xent = out["xent"].numpy()
     targets = np.broadcast_to(features["targets"], xent.shape)
@@ -123,17 +142,21 @@ def evaluate(est, dataset: tf.data.Dataset,
     raise ValueError("evaluate: the eval dataset has no target tokens")
   loss = xent_sum / tokens
   return {
-      "loss": loss,
-      "neg_log_perplexity": -loss,
-      "token_accuracy": correct_tokens / tokens,
-      "sequence_accuracy": correct_sequences / max(sequences, 1),
-      "num_eval_tokens": float(tokens),
-      "num_eval_sequences": float(sequences),
+    "loss": loss,
+    "neg_log_perplexity": -loss,
+    "token_accuracy": correct_tokens / tokens,
+    "sequence_accuracy": correct_sequences / max(sequences, 1),
+    "num_eval_tokens": float(tokens),
+    "num_eval_sequences": float(sequences),
   }
 
 
-def score_ids(est, inputs: Optional[np.ndarray], targets: np.ndarray,
-              checkpoint_path: Optional[str] = None) -> np.ndarray:
+def score_ids(
+  est,
+  inputs: Optional[np.ndarray],
+  targets: np.ndarray,
+  checkpoint_path: Optional[str] = None,
+) -> np.ndarray:
   """Log-likelihood of each target row (sum over tokens with id > 0)."""
   est.prepare(checkpoint_path)
   scores = []
@@ -143,7 +166,7 @@ def score_ids(est, inputs: Optional[np.ndarray], targets: np.ndarray,
     row = -np.sum(out["xent"].numpy() * weights, axis=-1)
     if row.ndim == 2:  # ensemble_inputs: the members' mean log-likelihood
       row = row.mean(axis=0)
-    scores.append(row[:_rows_left(start, len(targets), est.batch_size)])
+    scores.append(row[: _rows_left(start, len(targets), est.batch_size)])
   return np.concatenate(scores) if scores else np.zeros([0], np.float32)
 
 
@@ -151,10 +174,12 @@ def _pad_rows(array: np.ndarray, rows: int) -> np.ndarray:
   """array [n, ...] padded with zero rows to [rows, ...] (n <= rows)."""
   array = np.asarray(array, np.int32)
   if len(array) > rows:
-    raise ValueError("a batch of %d rows exceeds the batch size %d"
-                     % (len(array), rows))
+    raise ValueError(
+      "a batch of %d rows exceeds the batch size %d" % (len(array), rows)
+    )
   return np.concatenate(
-      [array, np.zeros((rows - len(array),) + array.shape[1:], np.int32)])
+    [array, np.zeros((rows - len(array),) + array.shape[1:], np.int32)]
+  )
 
 
 def _rows_left(start: int, total: int, batch_size: int) -> int:
@@ -163,13 +188,16 @@ def _rows_left(start: int, total: int, batch_size: int) -> int:
 
 def _batches(est, arrays: Dict[str, Optional[np.ndarray]]):
   """(start, {key: [batch_size, length] int32}) with zero rows padding."""
-  arrays = {k: np.asarray(v, np.int32) for k, v in arrays.items()
-            if v is not None}
+  arrays = {
+    k: np.asarray(v, np.int32) for k, v in arrays.items() if v is not None
+  }
   total = len(next(iter(arrays.values())))
   b = est.batch_size
   for start in range(0, total, b):
-    yield start, {k: _pad_rows(v[start:start + b], b)
-                  for k, v in arrays.items()}
+    yield (
+      start,
+      {k: _pad_rows(v[start : start + b], b) for k, v in arrays.items()},
+    )
 
 
 def decode_graph(est, inputs: tf.Tensor, **decode_kwargs):
@@ -183,21 +211,27 @@ def decode_graph(est, inputs: tf.Tensor, **decode_kwargs):
   mesh = mtf.Mesh(graph, "mesh")
   with mtf.variable_store(est.store):
     mtf_inputs = est.import_features(
-        mesh, {"inputs": inputs}, int(inputs.shape[-2]),
-        training=False)["inputs"]
+      mesh, {"inputs": inputs}, int(inputs.shape[-2]), training=False
+    )["inputs"]
     model = est.model
     if est.predict_fn is not None:
-      outputs = est.predict_fn(model=model, features={"inputs": mtf_inputs},
-                               variable_dtype=est.variable_dtype)
+      outputs = est.predict_fn(
+        model=model,
+        features={"inputs": mtf_inputs},
+        variable_dtype=est.variable_dtype,
+      )
     elif isinstance(model, Unitransformer):
       outputs = model.sample_autoregressive(
-          mtf_inputs, variable_dtype=est.variable_dtype,
-          remove_partial_sequences=True, **decode_kwargs)
+        mtf_inputs,
+        variable_dtype=est.variable_dtype,
+        remove_partial_sequences=True,
+        **decode_kwargs,
+      )
     else:
-      outputs = model.decode(mtf_inputs, variable_dtype=est.variable_dtype,
-                             **decode_kwargs)
-  lowering = mtf.Lowering(graph, {mesh: est.mesh_impl},
-                          autostack=est.autostack)
+      outputs = model.decode(
+        mtf_inputs, variable_dtype=est.variable_dtype, **decode_kwargs
+      )
+  lowering = mtf.Lowering(graph, {mesh: est.mesh_impl}, autostack=est.autostack)
   return lowering, tf.cast(lowering.export_to_tf_tensor(outputs), tf.int32)
 
 
@@ -209,29 +243,36 @@ def build_decode(est, phase, decode_kwargs):
     lowering, outputs = decode_graph(est, inputs, **decode_kwargs)
     phase.laid_out_variables = list(lowering.variables.values())
     return outputs
+
   return fn
 
 
-def decode_ids(est, inputs: np.ndarray, *,
-               checkpoint_path: Optional[str] = None,
-               **decode_kwargs) -> List[np.ndarray]:
+def decode_ids(
+  est,
+  inputs: np.ndarray,
+  *,
+  checkpoint_path: Optional[str] = None,
+  **decode_kwargs,
+) -> List[np.ndarray]:
   """Decoded id rows for encoded input rows [n, length] (greedy by default;
-  decode_kwargs go to model.decode, e.g. beam_size=4)."""
+  decode_kwargs go to model.decode, e.g. beam_size=4).
+  """
   est.prepare(checkpoint_path)
   key = "decode:%s" % sorted(decode_kwargs.items())
   phase = est.phase_fn(key, lambda p: build_decode(est, p, decode_kwargs))
   results = []
   for start, batch in _batches(est, {"inputs": inputs}):
     out = est.run_phase(phase, tf.constant(batch["inputs"])).numpy()
-    results.extend(out[:_rows_left(start, len(inputs), est.batch_size)])
+    results.extend(out[: _rows_left(start, len(inputs), est.batch_size)])
   return results
 
 
-def encode_strings(vocabulary, strings: Sequence[str], length: int,
-                   eos_id: int = 1) -> np.ndarray:
+def encode_strings(
+  vocabulary, strings: Sequence[str], length: int, eos_id: int = 1
+) -> np.ndarray:
   """Rows of ids (EOS appended, truncated to length, zero padded)."""
   rows = np.zeros([len(strings), length], np.int32)
   for i, s in enumerate(strings):
-    ids = list(vocabulary.encode(s))[:length - 1] + [eos_id]
-    rows[i, :len(ids)] = ids
+    ids = list(vocabulary.encode(s))[: length - 1] + [eos_id]
+    rows[i, : len(ids)] = ids
   return rows

@@ -29,10 +29,12 @@ __all__ = ["export_model"]
 
 def _encode(vocab, strings: tf.Tensor, length: int) -> tf.Tensor:
   """string [n] -> int32 [n, length]: ids, EOS, zero padding."""
-  ids = tf.map_fn(vocab.encode_tf, strings,
-                  fn_output_signature=tf.RaggedTensorSpec(
-                      [None], tf.int32, ragged_rank=0))
-  ids = ids[:, :length - 1]
+  ids = tf.map_fn(
+    vocab.encode_tf,
+    strings,
+    fn_output_signature=tf.RaggedTensorSpec([None], tf.int32, ragged_rank=0),
+  )
+  ids = ids[:, : length - 1]
   eos = tf.ones([tf.shape(strings)[0], 1], tf.int32)
   ids = tf.concat([ids, tf.RaggedTensor.from_tensor(eos)], axis=1)
   return ids.to_tensor(default_value=0, shape=[None, length])
@@ -42,25 +44,35 @@ def _in_chunks(fn, arrays, batch_size: int, output_spec: tf.TensorSpec):
   """fn over [batch_size, ...] chunks of arrays (zero-padded), rows [n]."""
   n = tf.shape(arrays[0])[0]
   padded = (n + batch_size - 1) // batch_size * batch_size
-  chunks = [tf.reshape(tf.pad(a, [[0, padded - n], [0, 0]]),
-                       [-1, batch_size, a.shape[1]]) for a in arrays]
-  outputs = tf.map_fn(lambda c: fn(*c), tuple(chunks),
-                      fn_output_signature=output_spec)
-  return tf.reshape(outputs, tf.concat([[padded], tf.shape(outputs)[2:]],
-                                       0))[:n]
+  chunks = [
+    tf.reshape(
+      tf.pad(a, [[0, padded - n], [0, 0]]), [-1, batch_size, a.shape[1]]
+    )
+    for a in arrays
+  ]
+  outputs = tf.map_fn(
+    lambda c: fn(*c), tuple(chunks), fn_output_signature=output_spec
+  )
+  return tf.reshape(outputs, tf.concat([[padded], tf.shape(outputs)[2:]], 0))[
+    :n
+  ]
 
 
 class _ServingModule(tf.Module):
   """Tracks the variables and holds the serving function."""
 
-  def __init__(self, est: driver.Estimator, vocabulary, phase_fn,
-               eval_with_score: bool):
+  def __init__(
+    self, est: driver.Estimator, vocabulary, phase_fn, eval_with_score: bool
+  ):
     super().__init__(name="mtf_transformer")
     self.store = est.store
     self._phase_fn = phase_fn
-    inputs_vocab = vocabulary[0] if isinstance(vocabulary, tuple) else vocabulary
-    targets_vocab = (vocabulary[1] if isinstance(vocabulary, tuple)
-                     else vocabulary)
+    inputs_vocab = (
+      vocabulary[0] if isinstance(vocabulary, tuple) else vocabulary
+    )
+    targets_vocab = (
+      vocabulary[1] if isinstance(vocabulary, tuple) else vocabulary
+    )
     lengths = est.sequence_length
     batch_size = est.batch_size
     strings = tf.TensorSpec([None], tf.string)
@@ -68,10 +80,17 @@ class _ServingModule(tf.Module):
     @tf.function(input_signature=[strings], autograph=False)
     def decode(inputs):
       ids = _encode(inputs_vocab, inputs, lengths["inputs"])
-      outputs = _in_chunks(self._phase_fn, [ids], batch_size,
-                           tf.TensorSpec([batch_size, None], tf.int32))
-      text = tf.map_fn(targets_vocab.decode_tf, outputs,
-                       fn_output_signature=tf.TensorSpec([], tf.string))
+      outputs = _in_chunks(
+        self._phase_fn,
+        [ids],
+        batch_size,
+        tf.TensorSpec([batch_size, None], tf.int32),
+      )
+      text = tf.map_fn(
+        targets_vocab.decode_tf,
+        outputs,
+        fn_output_signature=tf.TensorSpec([], tf.string),
+      )
       return {"outputs": text}
 
     @tf.function(input_signature=[strings, strings], autograph=False)
@@ -79,24 +98,34 @@ class _ServingModule(tf.Module):
       target_ids = _encode(targets_vocab, targets, lengths["targets"])
 
       def row_scores(input_chunk, target_chunk):
-        xent = self._phase_fn({"inputs": input_chunk,
-                               "targets": target_chunk})["xent"]
+        xent = self._phase_fn({"inputs": input_chunk, "targets": target_chunk})[
+          "xent"
+        ]
         weights = tf.cast(target_chunk > 0, tf.float32)
         return -tf.reduce_sum(xent * weights, axis=-1)
 
       scores = _in_chunks(
-          row_scores, [_encode(inputs_vocab, inputs, lengths["inputs"]),
-                       target_ids], batch_size,
-          tf.TensorSpec([batch_size], tf.float32))
+        row_scores,
+        [_encode(inputs_vocab, inputs, lengths["inputs"]), target_ids],
+        batch_size,
+        tf.TensorSpec([batch_size], tf.float32),
+      )
       return {"scores": scores}
 
     self.serve = score if eval_with_score else decode
 
 
 @driver.eager_in_legacy_mode
-def export_model(estimator, export_dir, vocabulary, sequence_length,
-                 model_type, eval_with_score=False, batch_size=1,
-                 checkpoint_path=None):
+def export_model(
+  estimator,
+  export_dir,
+  vocabulary,
+  sequence_length,
+  model_type,
+  eval_with_score=False,
+  batch_size=1,
+  checkpoint_path=None,
+):
   """Writes a SavedModel to `<export_dir>/<step>`; returns its path.
 
   Uses checkpoint_path (default: the latest checkpoint in the estimator's
@@ -125,31 +154,49 @@ def export_model(estimator, export_dir, vocabulary, sequence_length,
   if checkpoint_path is None:
     checkpoint_path = estimator.latest_checkpoint()
   if checkpoint_path is None:
-    raise ValueError("export_model: no checkpoint in %r to export"
-                     % estimator.model_dir)
-  dtype = mtf.VariableDType(tf.float32, tf.float32,
-                            estimator.variable_dtype.activation_dtype)
+    raise ValueError(
+      "export_model: no checkpoint in %r to export" % estimator.model_dir
+    )
+  dtype = mtf.VariableDType(
+    tf.float32, tf.float32, estimator.variable_dtype.activation_dtype
+  )
   est = driver.Estimator(
-      estimator.model_type, estimator.model, vocabulary,
-      estimator.model_dir, "", "", batch_size, sequence_length,
-      autostack=False, variable_dtype=dtype, mesh_devices=["/cpu:0"],
-      predict_fn=estimator.predict_fn)
+    estimator.model_type,
+    estimator.model,
+    vocabulary,
+    estimator.model_dir,
+    "",
+    "",
+    batch_size,
+    sequence_length,
+    autostack=False,
+    variable_dtype=dtype,
+    mesh_devices=["/cpu:0"],
+    predict_fn=estimator.predict_fn,
+  )
   est.prepare(checkpoint_path)
   lengths = est.sequence_length
   if eval_with_score:
     phase = est.phase_fn(
-        "teacher_forced", lambda p: driver_eval.build_teacher_forced(est, p))
-    example = ({k: tf.zeros([batch_size, lengths[k]], tf.int32)
-                for k in ("inputs", "targets")},)
+      "teacher_forced", lambda p: driver_eval.build_teacher_forced(est, p)
+    )
+    example = (
+      {
+        k: tf.zeros([batch_size, lengths[k]], tf.int32)
+        for k in ("inputs", "targets")
+      },
+    )
   else:
-    phase = est.phase_fn("decode",
-                         lambda p: driver_eval.build_decode(est, p, {}))
+    phase = est.phase_fn(
+      "decode", lambda p: driver_eval.build_decode(est, p, {})
+    )
     example = (tf.zeros([batch_size, lengths["inputs"]], tf.int32),)
   est.run_phase(phase, *example)  # traces, restores the checkpoint
   module = _ServingModule(est, vocabulary, phase.fn, eval_with_score)
   path = os.path.join(export_dir, str(int(est.global_step.numpy())))
   tf.io.gfile.makedirs(export_dir)
-  tf.saved_model.save(module, path,
-                      signatures={"serving_default": module.serve})
+  tf.saved_model.save(
+    module, path, signatures={"serving_default": module.serve}
+  )
   logging.info("Exported SavedModel to %s", path)
   return path

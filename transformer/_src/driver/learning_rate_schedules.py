@@ -21,15 +21,15 @@ import numpy as np
 import tensorflow as tf
 
 __all__ = [
-    "constant",
-    "constant_learning_rate",
-    "learning_rate_schedule_noam",
-    "linear_decay",
-    "linear_decay_learning_rate",
-    "linear_warmup",
-    "product_learning_rate",
-    "slanted_triangular",
-    "truncated_rsqrt",
+  "constant",
+  "constant_learning_rate",
+  "learning_rate_schedule_noam",
+  "linear_decay",
+  "linear_decay_learning_rate",
+  "linear_warmup",
+  "product_learning_rate",
+  "slanted_triangular",
+  "truncated_rsqrt",
 ]
 
 _GIN_MODULE = "mesh_tensorflow.transformer.learning_rate_schedules"
@@ -80,14 +80,18 @@ def _like_step(step, value):
 
 def _check_positive(value, what: str, schedule: str) -> None:
   if not _is_tf(value) and value <= 0:
-    raise ValueError("%s: %s must be positive, got %r"
-                     % (schedule, what, value))
+    raise ValueError(
+      "%s: %s must be positive, got %r" % (schedule, what, value)
+    )
 
 
 @gin.configurable(module=_GIN_MODULE)
-def product_learning_rate(step: Step, total_train_steps: Number,
-                          factors: Sequence[Any] = gin.REQUIRED,
-                          offset: Number = 0):
+def product_learning_rate(
+  step: Step,
+  total_train_steps: Number,
+  factors: Sequence[Any] = gin.REQUIRED,
+  offset: Number = 0,
+):
   """The product of the factors: numbers, or schedules called on the offset steps.
 
   Each callable factor is called as `f(step - offset, total_train_steps -
@@ -119,14 +123,17 @@ def product_learning_rate(step: Step, total_train_steps: Number,
     elif isinstance(factor, (int, float, np.number)) or _is_tf(factor):
       ret *= factor
     else:
-      raise ValueError("product_learning_rate: factor %r is neither a number "
-                       "nor a schedule function" % (factor,))
+      raise ValueError(
+        "product_learning_rate: factor %r is neither a number "
+        "nor a schedule function" % (factor,)
+      )
   return _like_step(step, ret)
 
 
 @gin.configurable(module=_GIN_MODULE)
-def linear_decay(step: Step, total_train_steps: Number,
-                 steps_or_fraction: Number = 0.1):
+def linear_decay(
+  step: Step, total_train_steps: Number, steps_or_fraction: Number = 0.1
+):
   """1.0, then linear decay to 0 over the last steps of training.
 
   Example:
@@ -144,17 +151,21 @@ def linear_decay(step: Step, total_train_steps: Number,
   decay_steps = steps_or_fraction
   if steps_or_fraction <= 1:
     decay_steps = steps_or_fraction * total_train_steps
-  _check_positive(decay_steps, "decay steps (steps_or_fraction=%r, "
-                  "total_train_steps=%r)" % (steps_or_fraction,
-                                             total_train_steps),
-                  "linear_decay")
-  return _like_step(step, _minimum(
-      1.0, (total_train_steps - _float(step)) / decay_steps))
+  _check_positive(
+    decay_steps,
+    "decay steps (steps_or_fraction=%r, "
+    "total_train_steps=%r)" % (steps_or_fraction, total_train_steps),
+    "linear_decay",
+  )
+  return _like_step(
+    step, _minimum(1.0, (total_train_steps - _float(step)) / decay_steps)
+  )
 
 
 @gin.configurable(module=_GIN_MODULE)
-def linear_warmup(step: Step, total_train_steps: Number,
-                  steps_or_fraction: Number = 10000):
+def linear_warmup(
+  step: Step, total_train_steps: Number, steps_or_fraction: Number = 10000
+):
   """Linear warm-up from 0 to 1, then 1.
 
   Example:
@@ -172,16 +183,19 @@ def linear_warmup(step: Step, total_train_steps: Number,
   warmup_steps = steps_or_fraction
   if steps_or_fraction <= 1:
     warmup_steps = steps_or_fraction * total_train_steps
-  _check_positive(warmup_steps, "warm-up steps (steps_or_fraction=%r, "
-                  "total_train_steps=%r)" % (steps_or_fraction,
-                                             total_train_steps),
-                  "linear_warmup")
+  _check_positive(
+    warmup_steps,
+    "warm-up steps (steps_or_fraction=%r, "
+    "total_train_steps=%r)" % (steps_or_fraction, total_train_steps),
+    "linear_warmup",
+  )
   return _like_step(step, _minimum(1.0, _float(step) / warmup_steps))
 
 
 @gin.configurable(module=_GIN_MODULE)
-def truncated_rsqrt(step: Step, total_train_steps: Number,
-                    warmup_steps: Number = 10000):
+def truncated_rsqrt(
+  step: Step, total_train_steps: Number, warmup_steps: Number = 10000
+):
   """Inverse square root of the step, constant during warm-up.
 
   Example:
@@ -220,8 +234,9 @@ def constant(step: Step, total_train_steps: Number, value: Number = 1.0):
 
 
 @gin.configurable(module=_GIN_MODULE)
-def constant_learning_rate(step: Step, total_train_steps: Number,
-                           learning_rate: Number = gin.REQUIRED):
+def constant_learning_rate(
+  step: Step, total_train_steps: Number, learning_rate: Number = gin.REQUIRED
+):
   """The constant `learning_rate`.
 
   Example:
@@ -240,8 +255,12 @@ def constant_learning_rate(step: Step, total_train_steps: Number,
 
 
 @gin.configurable(module=_GIN_MODULE)
-def linear_decay_learning_rate(step: Step, total_train_steps: Number,
-                               initial_lr: Number = 0.1, offset: Number = 0):
+def linear_decay_learning_rate(
+  step: Step,
+  total_train_steps: Number,
+  initial_lr: Number = 0.1,
+  offset: Number = 0,
+):
   """initial_lr until `offset`, then linear decay to 0 at total_train_steps.
 
   Example:
@@ -257,18 +276,29 @@ def linear_decay_learning_rate(step: Step, total_train_steps: Number,
     initial_lr * min(1, (total_train_steps - step) / (total_train_steps -
     offset)).
   """
-  _check_positive(total_train_steps - offset, "total_train_steps - offset",
-                  "linear_decay_learning_rate")
-  return _like_step(step, initial_lr * _minimum(
-      1.0, (total_train_steps - _float(step)) / (total_train_steps - offset)))
+  _check_positive(
+    total_train_steps - offset,
+    "total_train_steps - offset",
+    "linear_decay_learning_rate",
+  )
+  return _like_step(
+    step,
+    initial_lr
+    * _minimum(
+      1.0, (total_train_steps - _float(step)) / (total_train_steps - offset)
+    ),
+  )
 
 
 @gin.configurable(module=_GIN_MODULE)
-def learning_rate_schedule_noam(step: Step, total_train_steps: Number,
-                                warmup_steps: Number = 10000,
-                                linear_decay_fraction: Number = 0.1,
-                                multiplier: Number = 1.0,
-                                offset: Number = 0):
+def learning_rate_schedule_noam(
+  step: Step,
+  total_train_steps: Number,
+  warmup_steps: Number = 10000,
+  linear_decay_fraction: Number = 0.1,
+  multiplier: Number = 1.0,
+  offset: Number = 0,
+):
   """Noam's schedule: flat warm-up, rsqrt decay, then a linear tail to 0.
 
     rsqrt(max(s, warmup_steps)) * multiplier
@@ -298,15 +328,20 @@ def learning_rate_schedule_noam(step: Step, total_train_steps: Number,
   learning_rate = _rsqrt(_maximum(step_num, float(warmup_steps))) * multiplier
   if linear_decay_fraction > 0:
     learning_rate *= _minimum(
-        1.0, (train_steps - step_num) / (train_steps * linear_decay_fraction))
+      1.0, (train_steps - step_num) / (train_steps * linear_decay_fraction)
+    )
   return _like_step(step, learning_rate)
 
 
 @gin.configurable(module=_GIN_MODULE)
-def slanted_triangular(step: Step, total_train_steps: Number,
-                       cut_fraction: float = 0.1, ratio: Number = 32,
-                       max_learning_rate: float = 0.01,
-                       start_step: Number = 0):
+def slanted_triangular(
+  step: Step,
+  total_train_steps: Number,
+  cut_fraction: float = 0.1,
+  ratio: Number = 32,
+  max_learning_rate: float = 0.01,
+  start_step: Number = 0,
+):
   """ULMFiT's slanted triangular rate: short linear rise, long linear fall.
 
   With T = total_train_steps - start_step, t = step - start_step and
@@ -339,14 +374,16 @@ def slanted_triangular(step: Step, total_train_steps: Number,
   cut = math.floor(train_steps * cut_fraction)
   if cut < 1 or not 0 < cut_fraction < 1:
     raise ValueError(
-        "slanted_triangular: cut_fraction=%r of %r training steps leaves no "
-        "warm-up step; need 0 < cut_fraction < 1 and total_train_steps * "
-        "cut_fraction >= 1" % (cut_fraction, train_steps))
+      "slanted_triangular: cut_fraction=%r of %r training steps leaves no "
+      "warm-up step; need 0 < cut_fraction < 1 and total_train_steps * "
+      "cut_fraction >= 1" % (cut_fraction, train_steps)
+    )
   step_num = _float(step) - start_step
   decay_length = cut * (1.0 / cut_fraction - 1.0)
   if _is_tf(step_num):
-    p = tf.where(step_num < cut, step_num / cut,
-                 1.0 - (step_num - cut) / decay_length)
+    p = tf.where(
+      step_num < cut, step_num / cut, 1.0 - (step_num - cut) / decay_length
+    )
   elif step_num < cut:
     p = step_num / cut
   else:

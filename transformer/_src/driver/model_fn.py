@@ -26,8 +26,13 @@ from transformer._src.driver import evaluation as driver_eval
 from transformer._src.driver.config import get_variable_dtype
 from transformer._src.layers.context import ModeKeys
 
-__all__ = ["ModelFn", "ModelFnSpec", "metric_max", "metric_sum",
-           "tpu_estimator_model_fn"]
+__all__ = [
+  "ModelFn",
+  "ModelFnSpec",
+  "metric_max",
+  "metric_sum",
+  "tpu_estimator_model_fn",
+]
 
 _GIN_MODULE = "mesh_tensorflow.transformer.utils"
 _tf1 = tf.compat.v1
@@ -37,10 +42,16 @@ def _metric_variable(name: Optional[str], default_name: str, values):
   """A float32 scalar local variable for a streaming metric."""
   with _tf1.variable_scope(name, default_name, [values]):
     return _tf1.get_variable(
-        "accum", shape=[], dtype=tf.float32, trainable=False,
-        collections=[_tf1.GraphKeys.LOCAL_VARIABLES,
-                     _tf1.GraphKeys.METRIC_VARIABLES],
-        initializer=_tf1.zeros_initializer())
+      "accum",
+      shape=[],
+      dtype=tf.float32,
+      trainable=False,
+      collections=[
+        _tf1.GraphKeys.LOCAL_VARIABLES,
+        _tf1.GraphKeys.METRIC_VARIABLES,
+      ],
+      initializer=_tf1.zeros_initializer(),
+    )
 
 
 def metric_sum(values, name=None, **kwargs):
@@ -58,8 +69,7 @@ def metric_sum(values, name=None, **kwargs):
   """
   del kwargs
   accum = _metric_variable(name, "metric_sum", values)
-  update_op = _tf1.assign_add(accum, tf.reduce_sum(tf.cast(values,
-                                                           tf.float32)))
+  update_op = _tf1.assign_add(accum, tf.reduce_sum(tf.cast(values, tf.float32)))
   return accum, update_op
 
 
@@ -75,8 +85,9 @@ def metric_max(values, name=None, **kwargs):
   """
   del kwargs
   accum = _metric_variable(name, "metric_max", values)
-  update_op = _tf1.assign(accum, tf.maximum(
-      accum, tf.reduce_max(tf.cast(values, tf.float32))))
+  update_op = _tf1.assign(
+    accum, tf.maximum(accum, tf.reduce_max(tf.cast(values, tf.float32)))
+  )
   return accum, update_op
 
 
@@ -85,8 +96,7 @@ def _metric_ratio(numerator, denominator, name: str):
   with _tf1.variable_scope(name):
     num, num_update = metric_sum(numerator, "numerator")
     den, den_update = metric_sum(denominator, "denominator")
-  return (tf.math.divide_no_nan(num, den),
-          tf.group(num_update, den_update))
+  return (tf.math.divide_no_nan(num, den), tf.group(num_update, den_update))
 
 
 class ModelFnSpec(NamedTuple):
@@ -96,6 +106,7 @@ class ModelFnSpec(NamedTuple):
   initialised or restored) and `saver_listener` (copy slices to masters
   before a checkpoint is saved) as the original's Estimator did.
   """
+
   mode: str
   loss: Optional[tf.Tensor]
   train_op: Optional[Any]
@@ -111,20 +122,28 @@ def _eval_metric_ops(xent, predictions, targets):
   weights = tf.cast(targets > 0, tf.float32)
   correct = tf.cast(tf.equal(predictions, targets), tf.float32) * weights
   rows = tf.cast(tf.reduce_any(targets > 0, axis=-1), tf.float32)
-  all_right = tf.cast(tf.reduce_all(
-      tf.logical_or(tf.equal(predictions, targets), targets <= 0),
-      axis=-1), tf.float32) * rows
+  all_right = (
+    tf.cast(
+      tf.reduce_all(
+        tf.logical_or(tf.equal(predictions, targets), targets <= 0), axis=-1
+      ),
+      tf.float32,
+    )
+    * rows
+  )
   return {
-      "neg_log_perplexity": _metric_ratio(-xent * weights, weights,
-                                          "neg_log_perplexity"),
-      "token_accuracy": _metric_ratio(correct, weights, "token_accuracy"),
-      "sequence_accuracy": _metric_ratio(all_right, rows,
-                                         "sequence_accuracy"),
-      "mean_label": _metric_ratio(tf.cast(targets, tf.float32) * weights,
-                                  weights, "mean_label"),
-      "num_eval_tokens": metric_sum(weights, "num_eval_tokens"),
-      "max_targets_length": metric_max(tf.reduce_sum(weights, axis=-1),
-                                       "max_targets_length"),
+    "neg_log_perplexity": _metric_ratio(
+      -xent * weights, weights, "neg_log_perplexity"
+    ),
+    "token_accuracy": _metric_ratio(correct, weights, "token_accuracy"),
+    "sequence_accuracy": _metric_ratio(all_right, rows, "sequence_accuracy"),
+    "mean_label": _metric_ratio(
+      tf.cast(targets, tf.float32) * weights, weights, "mean_label"
+    ),
+    "num_eval_tokens": metric_sum(weights, "num_eval_tokens"),
+    "max_targets_length": metric_max(
+      tf.reduce_sum(weights, axis=-1), "max_targets_length"
+    ),
   }
 
 
@@ -136,24 +155,25 @@ class ModelFn:
   them.
   """
 
-  def __init__(self, estimator_kwargs: Dict[str, Any],
-               score_in_predict_mode: bool):
+  def __init__(
+    self, estimator_kwargs: Dict[str, Any], score_in_predict_mode: bool
+  ):
     self._kwargs = estimator_kwargs
     self.score_in_predict_mode = score_in_predict_mode
     self._estimators: Dict[Any, driver.Estimator] = {}
     self.estimator = self._estimator_for_current_graph()
 
   def _estimator_for_current_graph(self) -> driver.Estimator:
-    key = ("eager" if tf.executing_eagerly()
-           else _tf1.get_default_graph())
+    key = "eager" if tf.executing_eagerly() else _tf1.get_default_graph()
     est = self._estimators.get(key)
     if est is None:
       est = driver.Estimator(**self._kwargs)
       self._estimators[key] = est
     return est
 
-  def __call__(self, features, labels=None, mode=ModeKeys.TRAIN, params=None,
-               config=None) -> ModelFnSpec:
+  def __call__(
+    self, features, labels=None, mode=ModeKeys.TRAIN, params=None, config=None
+  ) -> ModelFnSpec:
     del labels, params, config
     est = self._estimator_for_current_graph()
     features = driver.model_features(features)
@@ -161,46 +181,92 @@ class ModelFn:
       lowering, loss, updates, _ = est.build_train_graph(features)
       with tf.control_dependencies(updates + [loss]):
         train_op = est.global_step.assign_add(1)
-      return ModelFnSpec(mode, loss, train_op, None, None,
-                         [mtf.MtfRestoreHook(lowering)],
-                         mtf.MtfCheckpointSaverListener(lowering), lowering)
-    if mode == ModeKeys.EVAL or (mode == ModeKeys.PREDICT and
-                                 self.score_in_predict_mode):
+      return ModelFnSpec(
+        mode,
+        loss,
+        train_op,
+        None,
+        None,
+        [mtf.MtfRestoreHook(lowering)],
+        mtf.MtfCheckpointSaverListener(lowering),
+        lowering,
+      )
+    if mode == ModeKeys.EVAL or (
+      mode == ModeKeys.PREDICT and self.score_in_predict_mode
+    ):
       lowering, loss, xent, predictions = driver_eval.teacher_forced_graph(
-          est, features)
+        est, features
+      )
       targets = features["targets"]
       if mode == ModeKeys.EVAL:
-        return ModelFnSpec(mode, loss, None, None,
-                           _eval_metric_ops(xent, predictions, targets),
-                           [mtf.MtfRestoreHook(lowering)], None, lowering)
-      scores = -tf.reduce_sum(xent * tf.cast(targets > 0, tf.float32),
-                              axis=-1)
+        return ModelFnSpec(
+          mode,
+          loss,
+          None,
+          None,
+          _eval_metric_ops(xent, predictions, targets),
+          [mtf.MtfRestoreHook(lowering)],
+          None,
+          lowering,
+        )
+      scores = -tf.reduce_sum(xent * tf.cast(targets > 0, tf.float32), axis=-1)
       outputs = dict(features, scores=scores)
-      return ModelFnSpec(mode, None, None, outputs, None,
-                         [mtf.MtfRestoreHook(lowering)], None, lowering)
+      return ModelFnSpec(
+        mode,
+        None,
+        None,
+        outputs,
+        None,
+        [mtf.MtfRestoreHook(lowering)],
+        None,
+        lowering,
+      )
     if mode == ModeKeys.PREDICT:
       lowering, outputs = driver_eval.decode_graph(est, features["inputs"])
-      return ModelFnSpec(mode, None, None,
-                         {"inputs": features["inputs"], "outputs": outputs},
-                         None, [mtf.MtfRestoreHook(lowering)], None,
-                         lowering)
-    raise ValueError("model_fn: unknown mode %r; expected %r, %r or %r"
-                     % (mode, ModeKeys.TRAIN, ModeKeys.EVAL,
-                        ModeKeys.PREDICT))
+      return ModelFnSpec(
+        mode,
+        None,
+        None,
+        {"inputs": features["inputs"], "outputs": outputs},
+        None,
+        [mtf.MtfRestoreHook(lowering)],
+        None,
+        lowering,
+      )
+    raise ValueError(
+      "model_fn: unknown mode %r; expected %r, %r or %r"
+      % (mode, ModeKeys.TRAIN, ModeKeys.EVAL, ModeKeys.PREDICT)
+    )
 
 
 @gin.configurable(module=_GIN_MODULE, denylist=["predict_fn"])
-def tpu_estimator_model_fn(model_type, transformer_model, vocabulary,
-                           model_dir, use_tpu, mesh_shape, layout_rules,
-                           batch_size, sequence_length, autostack,
-                           keep_checkpoint_max, save_checkpoints_steps,
-                           learning_rate_schedule=None, optimizer=None,
-                           outer_batch_size=1, tpu_summaries=False,
-                           predict_fn=None, score_in_predict_mode=False,
-                           variable_filter=None, init_checkpoint=None,
-                           init_variable_filter="", ensemble_inputs=None,
-                           mesh_devices=None, model_info_file=None,
-                           hierarchical_tiling_spec=None) -> ModelFn:
+def tpu_estimator_model_fn(
+  model_type,
+  transformer_model,
+  vocabulary,
+  model_dir,
+  use_tpu,
+  mesh_shape,
+  layout_rules,
+  batch_size,
+  sequence_length,
+  autostack,
+  keep_checkpoint_max,
+  save_checkpoints_steps,
+  learning_rate_schedule=None,
+  optimizer=None,
+  outer_batch_size=1,
+  tpu_summaries=False,
+  predict_fn=None,
+  score_in_predict_mode=False,
+  variable_filter=None,
+  init_checkpoint=None,
+  init_variable_filter="",
+  ensemble_inputs=None,
+  mesh_devices=None,
+  model_info_file=None,
+  hierarchical_tiling_spec=None,
+) -> ModelFn:
   """The model_fn of a transformer on a PlacementMeshImpl (see ModelFn).
 
   use_tpu, tpu_summaries and hierarchical_tiling_spec concern TPUs, which
@@ -258,20 +324,33 @@ def tpu_estimator_model_fn(model_type, transformer_model, vocabulary,
     A ModelFn: callable as model_fn(features, labels, mode, params).
   """
   if use_tpu or hierarchical_tiling_spec or tpu_summaries:
-    logging.warning("tpu_estimator_model_fn: use_tpu / tpu_summaries / "
-                    "hierarchical_tiling_spec are ignored; the model runs on "
-                    "local devices (PlacementMeshImpl)")
+    logging.warning(
+      "tpu_estimator_model_fn: use_tpu / tpu_summaries / "
+      "hierarchical_tiling_spec are ignored; the model runs on "
+      "local devices (PlacementMeshImpl)"
+    )
   kwargs = dict(
-      model_type=model_type, transformer_model=transformer_model,
-      vocabulary=vocabulary, model_dir=model_dir, mesh_shape=mesh_shape,
-      layout_rules=layout_rules, batch_size=batch_size,
-      sequence_length=sequence_length, autostack=autostack,
-      keep_checkpoint_max=keep_checkpoint_max,
-      save_checkpoints_steps=save_checkpoints_steps,
-      learning_rate_schedule=learning_rate_schedule, optimizer=optimizer,
-      variable_filter=variable_filter, init_checkpoint=init_checkpoint,
-      init_variable_filter=init_variable_filter, mesh_devices=mesh_devices,
-      variable_dtype=get_variable_dtype(),
-      outer_batch_size=outer_batch_size, ensemble_inputs=ensemble_inputs,
-      predict_fn=predict_fn, model_info_file=model_info_file)
+    model_type=model_type,
+    transformer_model=transformer_model,
+    vocabulary=vocabulary,
+    model_dir=model_dir,
+    mesh_shape=mesh_shape,
+    layout_rules=layout_rules,
+    batch_size=batch_size,
+    sequence_length=sequence_length,
+    autostack=autostack,
+    keep_checkpoint_max=keep_checkpoint_max,
+    save_checkpoints_steps=save_checkpoints_steps,
+    learning_rate_schedule=learning_rate_schedule,
+    optimizer=optimizer,
+    variable_filter=variable_filter,
+    init_checkpoint=init_checkpoint,
+    init_variable_filter=init_variable_filter,
+    mesh_devices=mesh_devices,
+    variable_dtype=get_variable_dtype(),
+    outer_batch_size=outer_batch_size,
+    ensemble_inputs=ensemble_inputs,
+    predict_fn=predict_fn,
+    model_info_file=model_info_file,
+  )
   return ModelFn(kwargs, score_in_predict_mode)

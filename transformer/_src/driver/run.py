@@ -16,13 +16,13 @@ from absl import logging
 import gin
 import tensorflow as tf
 
-from transformer._src.driver import estimator as driver
 from transformer._src.driver import decode as driver_decode
+from transformer._src.driver import estimator as driver
 from transformer._src.driver import evaluation as driver_eval
 from transformer._src.driver import export as driver_export
 from transformer._src.driver import learning_rate_schedules
-from transformer._src.driver.checkpoint_iterator import get_checkpoint_iterator
 from transformer._src.driver import model_fn as driver_model_fn
+from transformer._src.driver.checkpoint_iterator import get_checkpoint_iterator
 from transformer._src.driver.config import auto_train_steps
 from transformer._src.driver.config import compute_batch_size
 from transformer._src.driver.config import get_step_from_checkpoint_path
@@ -32,21 +32,48 @@ from transformer._src.models.builders import build_model
 
 _GIN_MODULE = "mesh_tensorflow.transformer.utils"
 
-RUN_MODES = ("train", "eval", "score_eval", "perplexity_eval", "infer",
-             "score_from_dataset", "score_from_strings", "export_score",
-             "export_infer", "export")
+RUN_MODES = (
+  "train",
+  "eval",
+  "score_eval",
+  "perplexity_eval",
+  "infer",
+  "score_from_dataset",
+  "score_from_strings",
+  "export_score",
+  "export_infer",
+  "export",
+)
 
 
 @driver.eager_in_legacy_mode
-def get_estimator(model_type, vocabulary, mesh_shape, layout_rules,
-                  model_dir, batch_size, sequence_length, autostack,
-                  learning_rate_schedule, keep_checkpoint_max,
-                  save_checkpoints_steps, optimizer, predict_fn,
-                  variable_filter, ensemble_inputs, use_tpu, tpu_job_name,
-                  iterations_per_loop, cluster, init_checkpoint=None,
-                  mesh_devices=None, score_in_predict_mode=False,
-                  *, log_every_steps: int = 100,
-                  total_train_steps=None) -> driver.Estimator:
+def get_estimator(
+  model_type,
+  vocabulary,
+  mesh_shape,
+  layout_rules,
+  model_dir,
+  batch_size,
+  sequence_length,
+  autostack,
+  learning_rate_schedule,
+  keep_checkpoint_max,
+  save_checkpoints_steps,
+  optimizer,
+  predict_fn,
+  variable_filter,
+  ensemble_inputs,
+  use_tpu,
+  tpu_job_name,
+  iterations_per_loop,
+  cluster,
+  init_checkpoint=None,
+  mesh_devices=None,
+  score_in_predict_mode=False,
+  *,
+  log_every_steps: int = 100,
+  total_train_steps=None,
+) -> driver.Estimator:
   """A driver.Estimator for the model (the TPUEstimator's replacement).
 
   Built through the gin-configurable tpu_estimator_model_fn, so its gin
@@ -104,21 +131,39 @@ def get_estimator(model_type, vocabulary, mesh_shape, layout_rules,
   """
   del tpu_job_name, cluster, iterations_per_loop
   if vocabulary is None:
-    raise ValueError("run.vocabulary is required (e.g. "
-                     "run.vocabulary = @vocabulary.ByteVocabulary())")
+    raise ValueError(
+      "run.vocabulary is required (e.g. "
+      "run.vocabulary = @vocabulary.ByteVocabulary())"
+    )
   model = build_model(
-      model_type=model_type,
-      input_vocab_size=inputs_vocabulary(vocabulary).vocab_size,
-      output_vocab_size=targets_vocabulary(vocabulary).vocab_size,
-      layout_rules=layout_rules, mesh_shape=mesh_shape)
+    model_type=model_type,
+    input_vocab_size=inputs_vocabulary(vocabulary).vocab_size,
+    output_vocab_size=targets_vocabulary(vocabulary).vocab_size,
+    layout_rules=layout_rules,
+    mesh_shape=mesh_shape,
+  )
   model_fn = driver_model_fn.tpu_estimator_model_fn(
-      model_type, model, vocabulary, model_dir, use_tpu, mesh_shape,
-      layout_rules, batch_size, sequence_length, autostack,
-      keep_checkpoint_max, save_checkpoints_steps,
-      learning_rate_schedule=learning_rate_schedule, optimizer=optimizer,
-      predict_fn=predict_fn, score_in_predict_mode=score_in_predict_mode,
-      variable_filter=variable_filter, init_checkpoint=init_checkpoint,
-      ensemble_inputs=ensemble_inputs, mesh_devices=mesh_devices)
+    model_type,
+    model,
+    vocabulary,
+    model_dir,
+    use_tpu,
+    mesh_shape,
+    layout_rules,
+    batch_size,
+    sequence_length,
+    autostack,
+    keep_checkpoint_max,
+    save_checkpoints_steps,
+    learning_rate_schedule=learning_rate_schedule,
+    optimizer=optimizer,
+    predict_fn=predict_fn,
+    score_in_predict_mode=score_in_predict_mode,
+    variable_filter=variable_filter,
+    init_checkpoint=init_checkpoint,
+    ensemble_inputs=ensemble_inputs,
+    mesh_devices=mesh_devices,
+  )
   estimator = model_fn.estimator
   estimator.log_every_steps = max(1, int(log_every_steps))
   estimator.total_train_steps = total_train_steps
@@ -141,15 +186,25 @@ def _pad_to_length(ex, sequence_length):
 
 def _examples(dataset: tf.data.Dataset, sequence_length) -> tf.data.Dataset:
   """Model features only, each truncated / zero-padded to its length."""
-  return dataset.map(_filter_features).map(functools.partial(
-      _pad_to_length, sequence_length=sequence_length))
+  return dataset.map(_filter_features).map(
+    functools.partial(_pad_to_length, sequence_length=sequence_length)
+  )
 
 
 @driver.eager_in_legacy_mode
-def train_model(estimator, vocabulary, sequence_length, batch_size,
-                train_dataset_fn, train_steps, ensemble_inputs,
-                dataset_split="train", skip_seen_data=False,
-                seen_data_init_step=0, checkpoint_input_pipeline=False):
+def train_model(
+  estimator,
+  vocabulary,
+  sequence_length,
+  batch_size,
+  train_dataset_fn,
+  train_steps,
+  ensemble_inputs,
+  dataset_split="train",
+  skip_seen_data=False,
+  seen_data_init_step=0,
+  checkpoint_input_pipeline=False,
+):
   """Trains until the global step is train_steps (resuming from model_dir).
 
   train_dataset_fn(sequence_length=, vocabulary=, dataset_split=) returns
@@ -182,26 +237,39 @@ def train_model(estimator, vocabulary, sequence_length, batch_size,
     {"loss", "learning_rate", "step"} of the last step run.
   """
   if checkpoint_input_pipeline:
-    logging.warning("checkpoint_input_pipeline is not supported; use "
-                    "skip_seen_data to resume the input where it stopped")
+    logging.warning(
+      "checkpoint_input_pipeline is not supported; use "
+      "skip_seen_data to resume the input where it stopped"
+    )
 
   def input_fn():
-    dataset = train_dataset_fn(sequence_length=sequence_length,
-                               vocabulary=vocabulary,
-                               dataset_split=dataset_split)
+    dataset = train_dataset_fn(
+      sequence_length=sequence_length,
+      vocabulary=vocabulary,
+      dataset_split=dataset_split,
+    )
     dataset = _examples(dataset, estimator.sequence_length)
     dataset = dataset.repeat().batch(batch_size, drop_remainder=True)
     if ensemble_inputs:
       dataset = dataset.batch(ensemble_inputs, drop_remainder=True)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
-  return estimator.train(input_fn, train_steps,
-                         skip_seen_data=skip_seen_data,
-                         seen_data_init_step=seen_data_init_step)
+  return estimator.train(
+    input_fn,
+    train_steps,
+    skip_seen_data=skip_seen_data,
+    seen_data_init_step=seen_data_init_step,
+  )
 
 
-def evaluate_dataset(estimator, dataset, sequence_length, batch_size,
-                     checkpoint_path=None, max_batches=None):
+def evaluate_dataset(
+  estimator,
+  dataset,
+  sequence_length,
+  batch_size,
+  checkpoint_path=None,
+  max_batches=None,
+):
   """Teacher-forced metrics of examples in `dataset` (see driver_eval).
 
   Args:
@@ -218,30 +286,54 @@ def evaluate_dataset(estimator, dataset, sequence_length, batch_size,
     {metric name: float} (see Estimator.evaluate).
   """
   dataset = _examples(dataset, sequence_length).batch(batch_size)
-  return driver_eval.evaluate(estimator, dataset, checkpoint_path,
-                              max_batches)
+  return driver_eval.evaluate(estimator, dataset, checkpoint_path, max_batches)
 
 
-def _report(kind: str, name: str, dataset_split: str, step: int,
-            metrics: Dict[str, float], summary_dir: str) -> None:
+def _report(
+  kind: str,
+  name: str,
+  dataset_split: str,
+  step: int,
+  metrics: Dict[str, float],
+  summary_dir: str,
+) -> None:
   """Prints one line of metrics and writes them as TensorBoard scalars."""
-  print("%s %s (%s, step %d): %s" % (
-      kind, name, dataset_split, step,
-      "  ".join("%s %.4f" % kv for kv in sorted(metrics.items()))),
-        flush=True)
+  print(
+    "%s %s (%s, step %d): %s"
+    % (
+      kind,
+      name,
+      dataset_split,
+      step,
+      "  ".join("%s %.4f" % kv for kv in sorted(metrics.items())),
+    ),
+    flush=True,
+  )
   writer = tf.summary.create_file_writer(summary_dir)
-  driver.write_scalars(writer, step,
-                       {"eval/" + k: v for k, v in metrics.items()})
+  driver.write_scalars(
+    writer, step, {"eval/" + k: v for k, v in metrics.items()}
+  )
   writer.close()
 
 
 @driver.eager_in_legacy_mode
-def eval_model(estimator, vocabulary, sequence_length, batch_size,
-               dataset_split, model_dir, eval_dataset_fn, eval_summary_dir,
-               eval_checkpoint_step, eval_with_score=False,
-               output_eval_examples=True, eval_dir_suffix=None,
-               score_with_estimator_fn=driver_decode.score_with_estimator, *,
-               max_batches=None):
+def eval_model(
+  estimator,
+  vocabulary,
+  sequence_length,
+  batch_size,
+  dataset_split,
+  model_dir,
+  eval_dataset_fn,
+  eval_summary_dir,
+  eval_checkpoint_step,
+  eval_with_score=False,
+  output_eval_examples=True,
+  eval_dir_suffix=None,
+  score_with_estimator_fn=driver_decode.score_with_estimator,
+  *,
+  max_batches=None,
+):
   """Evaluates checkpoints on every eval dataset; prints and summarises.
 
   For each checkpoint get_checkpoint_iterator(eval_checkpoint_step) names
@@ -289,40 +381,61 @@ def eval_model(estimator, vocabulary, sequence_length, batch_size,
   if eval_dataset_fn is None:
     raise ValueError("mode 'eval' needs run.eval_dataset_fn")
   datasets = driver_decode.named_datasets(
-      eval_dataset_fn, sequence_length, vocabulary, dataset_split, "eval")
+    eval_dataset_fn, sequence_length, vocabulary, dataset_split, "eval"
+  )
   checkpoints = get_checkpoint_iterator(
-      eval_checkpoint_step, model_dir,
-      last_step=estimator.total_train_steps)
+    eval_checkpoint_step, model_dir, last_step=estimator.total_train_steps
+  )
   results = {}
   for path in checkpoints:
     step = get_step_from_checkpoint_path(path)
     for name, dataset, eval_dataset in datasets:
-      metrics = evaluate_dataset(estimator, dataset,
-                                 estimator.sequence_length, batch_size, path,
-                                 max_batches)
+      metrics = evaluate_dataset(
+        estimator,
+        dataset,
+        estimator.sequence_length,
+        batch_size,
+        path,
+        max_batches,
+      )
       summary_dir = eval_summary_dir or os.path.join(
-          model_dir, "%s_%s" % (name, dataset_split))
+        model_dir, "%s_%s" % (name, dataset_split)
+      )
       if eval_dir_suffix is not None:
         summary_dir += "_%s" % eval_dir_suffix
-      if (eval_dataset is not None and eval_dataset.metric_fns and
-          eval_with_score):
+      if (
+        eval_dataset is not None and eval_dataset.metric_fns and eval_with_score
+      ):
         # save_scores' (scores, [inputs,] targets): the scores are the
         # predictions.
         scored = score_with_estimator_fn(
-            estimator, lambda: dataset,  # pylint: disable=cell-var-from-loop
-            step, model_dir, vocabulary)
-        metrics.update(driver_decode.text_metrics(
-            eval_dataset, scored[-1], scored[0]))
-      elif (eval_dataset is not None and eval_dataset.metric_fns and
-            not eval_with_score):
-        texts = driver_decode.decode_examples(estimator, dataset, vocabulary,
-                                              path)
-        metrics.update(driver_decode.text_metrics(
-            eval_dataset, texts["targets"], texts["predictions"]))
+          estimator,
+          lambda dataset=dataset: dataset,
+          step,
+          model_dir,
+          vocabulary,
+        )
+        metrics.update(
+          driver_decode.text_metrics(eval_dataset, scored[-1], scored[0])
+        )
+      elif (
+        eval_dataset is not None
+        and eval_dataset.metric_fns
+        and not eval_with_score
+      ):
+        texts = driver_decode.decode_examples(
+          estimator, dataset, vocabulary, path
+        )
+        metrics.update(
+          driver_decode.text_metrics(
+            eval_dataset, texts["targets"], texts["predictions"]
+          )
+        )
         if output_eval_examples:
           driver_decode.write_lines_to_file(
-              texts["predictions"], os.path.join(
-                  summary_dir, "%s_predictions-%d" % (name, step)))
+            texts["predictions"],
+            os.path.join(summary_dir, "%s_predictions-%d" % (name, step)),
+          )
       results[name] = metrics
       _report("eval", name, dataset_split, step, metrics, summary_dir)
   return results
@@ -331,31 +444,56 @@ def eval_model(estimator, vocabulary, sequence_length, batch_size,
 def _resolve_learning_rate_schedule(schedule, total_train_steps):
   if isinstance(schedule, (list, tuple)):
     schedule = functools.partial(
-        learning_rate_schedules.product_learning_rate, factors=list(schedule))
+      learning_rate_schedules.product_learning_rate, factors=list(schedule)
+    )
   if callable(schedule):
-    schedule = functools.partial(schedule,
-                                 total_train_steps=total_train_steps)
+    schedule = functools.partial(schedule, total_train_steps=total_train_steps)
   return schedule
 
 
 @gin.configurable(module=_GIN_MODULE)
 @driver.eager_in_legacy_mode
-def run(tpu_job_name, tpu, gcp_project, tpu_zone, model_dir,
-        model_type="bitransformer", vocabulary=None, train_dataset_fn=None,
-        eval_dataset_fn=None, dataset_split="train", autostack=True,
-        eval_checkpoint_step=None, export_checkpoint_step=None,
-        export_path="", mode="train", iterations_per_loop=100,
-        save_checkpoints_steps=5000, keep_checkpoint_max=None,
-        eval_summary_dir=None, batch_size=("tokens_per_replica", 2048),
-        train_steps=auto_train_steps, total_run_steps=None,
-        sequence_length=None, mesh_shape=gin.REQUIRED, mesh_devices=None,
-        layout_rules=gin.REQUIRED, learning_rate_schedule=None,
-        optimizer=None, predict_fn=None, variable_filter=None,
-        perplexity_eval_steps=100, init_checkpoint=None,
-        ensemble_inputs=None, train_model_fn=train_model,
-        skip_seen_data=False, seen_data_init_step=0,
-        output_eval_examples=True, checkpoint_input_pipeline=False,
-        eval_dir_suffix=None):
+def run(
+  tpu_job_name,
+  tpu,
+  gcp_project,
+  tpu_zone,
+  model_dir,
+  model_type="bitransformer",
+  vocabulary=None,
+  train_dataset_fn=None,
+  eval_dataset_fn=None,
+  dataset_split="train",
+  autostack=True,
+  eval_checkpoint_step=None,
+  export_checkpoint_step=None,
+  export_path="",
+  mode="train",
+  iterations_per_loop=100,
+  save_checkpoints_steps=5000,
+  keep_checkpoint_max=None,
+  eval_summary_dir=None,
+  batch_size=("tokens_per_replica", 2048),
+  train_steps=auto_train_steps,
+  total_run_steps=None,
+  sequence_length=None,
+  mesh_shape=gin.REQUIRED,
+  mesh_devices=None,
+  layout_rules=gin.REQUIRED,
+  learning_rate_schedule=None,
+  optimizer=None,
+  predict_fn=None,
+  variable_filter=None,
+  perplexity_eval_steps=100,
+  init_checkpoint=None,
+  ensemble_inputs=None,
+  train_model_fn=train_model,
+  skip_seen_data=False,
+  seen_data_init_step=0,
+  output_eval_examples=True,
+  checkpoint_input_pipeline=False,
+  eval_dir_suffix=None,
+):
   """Runs `mode` as configured by gin; returns the mode's result.
 
   Modes: "train" (train_model_fn up to total_run_steps or train_steps),
@@ -447,12 +585,15 @@ def run(tpu_job_name, tpu, gcp_project, tpu_zone, model_dir,
   """
   del tpu_job_name, gcp_project, tpu_zone
   if mode not in RUN_MODES:
-    raise ValueError("run: unknown mode %r; expected one of %s"
-                     % (mode, list(RUN_MODES)))
+    raise ValueError(
+      "run: unknown mode %r; expected one of %s" % (mode, list(RUN_MODES))
+    )
   if tpu:
     logging.warning("run: tpu=%r is ignored (no TPU driver in TF2 mode)", tpu)
-  for name, value in (("mesh_shape", mesh_shape),
-                      ("layout_rules", layout_rules)):
+  for name, value in (
+    ("mesh_shape", mesh_shape),
+    ("layout_rules", layout_rules),
+  ):
     if value is gin.REQUIRED:
       raise ValueError("run: parameter %r is required" % name)
   if sequence_length is None:
@@ -460,31 +601,57 @@ def run(tpu_job_name, tpu, gcp_project, tpu_zone, model_dir,
   if isinstance(sequence_length, int):
     sequence_length = {"inputs": sequence_length, "targets": sequence_length}
   if isinstance(batch_size, (tuple, list)):
-    batch_size = compute_batch_size(sequence_length, mesh_shape,
-                                          layout_rules, batch_size)
+    batch_size = compute_batch_size(
+      sequence_length, mesh_shape, layout_rules, batch_size
+    )
   if train_steps is None:
     train_steps = auto_train_steps
   if callable(train_steps):
     train_steps = train_steps(batch_size, sequence_length)
   learning_rate_schedule = _resolve_learning_rate_schedule(
-      learning_rate_schedule, train_steps)
+    learning_rate_schedule, train_steps
+  )
   estimator = get_estimator(
-      model_type, vocabulary, mesh_shape, layout_rules, model_dir,
-      batch_size, sequence_length, autostack, learning_rate_schedule,
-      keep_checkpoint_max, save_checkpoints_steps, optimizer, predict_fn,
-      variable_filter, ensemble_inputs, False, None, iterations_per_loop,
-      None, init_checkpoint=init_checkpoint, mesh_devices=mesh_devices,
-      score_in_predict_mode=mode == "export_score",
-      total_train_steps=train_steps)
+    model_type,
+    vocabulary,
+    mesh_shape,
+    layout_rules,
+    model_dir,
+    batch_size,
+    sequence_length,
+    autostack,
+    learning_rate_schedule,
+    keep_checkpoint_max,
+    save_checkpoints_steps,
+    optimizer,
+    predict_fn,
+    variable_filter,
+    ensemble_inputs,
+    False,
+    None,
+    iterations_per_loop,
+    None,
+    init_checkpoint=init_checkpoint,
+    mesh_devices=mesh_devices,
+    score_in_predict_mode=mode == "export_score",
+    total_train_steps=train_steps,
+  )
   if mode == "train":
     if train_dataset_fn is None:
       raise ValueError("mode 'train' needs run.train_dataset_fn")
-    return train_model_fn(estimator, vocabulary, sequence_length, batch_size,
-                          train_dataset_fn, total_run_steps or train_steps,
-                          ensemble_inputs, dataset_split=dataset_split,
-                          skip_seen_data=skip_seen_data,
-                          seen_data_init_step=seen_data_init_step,
-                          checkpoint_input_pipeline=checkpoint_input_pipeline)
+    return train_model_fn(
+      estimator,
+      vocabulary,
+      sequence_length,
+      batch_size,
+      train_dataset_fn,
+      total_run_steps or train_steps,
+      ensemble_inputs,
+      dataset_split=dataset_split,
+      skip_seen_data=skip_seen_data,
+      seen_data_init_step=seen_data_init_step,
+      checkpoint_input_pipeline=checkpoint_input_pipeline,
+    )
   if mode in ("eval", "score_eval", "perplexity_eval"):
     max_batches = None
     if mode == "perplexity_eval":
@@ -492,34 +659,66 @@ def run(tpu_job_name, tpu, gcp_project, tpu_zone, model_dir,
       # training data stands in when there is no eval dataset.
       eval_dataset_fn = eval_dataset_fn or train_dataset_fn
       max_batches = perplexity_eval_steps
-    return eval_model(estimator, vocabulary, sequence_length, batch_size,
-                      dataset_split, model_dir, eval_dataset_fn,
-                      eval_summary_dir, eval_checkpoint_step,
-                      eval_with_score=(mode != "eval"),
-                      output_eval_examples=output_eval_examples,
-                      eval_dir_suffix=eval_dir_suffix,
-                      max_batches=max_batches)
+    return eval_model(
+      estimator,
+      vocabulary,
+      sequence_length,
+      batch_size,
+      dataset_split,
+      model_dir,
+      eval_dataset_fn,
+      eval_summary_dir,
+      eval_checkpoint_step,
+      eval_with_score=(mode != "eval"),
+      output_eval_examples=output_eval_examples,
+      eval_dir_suffix=eval_dir_suffix,
+      max_batches=max_batches,
+    )
   if mode == "infer":
     return driver_decode.infer_model(
-        estimator, vocabulary, sequence_length, batch_size, model_type,
-        model_dir, eval_checkpoint_step)
+      estimator,
+      vocabulary,
+      sequence_length,
+      batch_size,
+      model_type,
+      model_dir,
+      eval_checkpoint_step,
+    )
   if mode == "score_from_strings":
     return driver_decode.score_from_strings(
-        estimator, vocabulary, model_type, batch_size, sequence_length,
-        model_dir, eval_checkpoint_step)
+      estimator,
+      vocabulary,
+      model_type,
+      batch_size,
+      sequence_length,
+      model_dir,
+      eval_checkpoint_step,
+    )
   if mode == "score_from_dataset":
     return driver_decode.score_from_dataset(
-        estimator, vocabulary, batch_size, sequence_length, model_dir,
-        eval_checkpoint_step, dataset_split)
+      estimator,
+      vocabulary,
+      batch_size,
+      sequence_length,
+      model_dir,
+      eval_checkpoint_step,
+      dataset_split,
+    )
   if mode in ("export", "export_infer", "export_score"):
     if mode == "export":
       logging.warning("mode 'export' is deprecated; use 'export_infer'")
-    checkpoint_path = (None if export_checkpoint_step is None else
-                       get_checkpoint_iterator(export_checkpoint_step,
-                                               model_dir)[-1])
+    checkpoint_path = (
+      None
+      if export_checkpoint_step is None
+      else get_checkpoint_iterator(export_checkpoint_step, model_dir)[-1]
+    )
     return driver_export.export_model(
-        estimator, export_path or os.path.join(model_dir, "export"),
-        vocabulary, sequence_length, model_type,
-        eval_with_score=(mode == "export_score"),
-        checkpoint_path=checkpoint_path)
+      estimator,
+      export_path or os.path.join(model_dir, "export"),
+      vocabulary,
+      sequence_length,
+      model_type,
+      eval_with_score=(mode == "export_score"),
+      checkpoint_path=checkpoint_path,
+    )
   raise AssertionError("unreachable: mode %r" % mode)

@@ -36,8 +36,14 @@ _CACHE_KEY = "adaptive_softmax_vocab_embedding"
 class _Cluster:
   """One cluster: its embedding and the ids [start_token_id, end_token_id)."""
 
-  def __init__(self, embedding, start_token_id: int, end_token_id: int,
-               length_projection_factor: float, vocab_dim: mtf.Dimension):
+  def __init__(
+    self,
+    embedding,
+    start_token_id: int,
+    end_token_id: int,
+    length_projection_factor: float,
+    vocab_dim: mtf.Dimension,
+  ):
     self.embedding = embedding
     self.start_token_id = start_token_id
     self.end_token_id = end_token_id
@@ -51,7 +57,8 @@ class _Cluster:
 
   def ids_to_embedding(self, ids: mtf.Tensor, context) -> mtf.Tensor:
     return vocab_embeddings.cluster_ids_to_embedding(
-        self.embedding, ids, self.start_token_id, self.token_count, context)
+      self.embedding, ids, self.start_token_id, self.token_count, context
+    )
 
   def log_softmax(self, hidden: mtf.Tensor, context) -> mtf.Tensor:
     logits = self.embedding.hidden_to_logits(hidden, context)
@@ -59,17 +66,28 @@ class _Cluster:
 
   def mask(self, targets: mtf.Tensor) -> mtf.Tensor:
     """Boolean: targets in this cluster."""
-    return mtf.logical_and(mtf.greater_equal(targets, self.start_token_id),
-                           mtf.less(targets, self.end_token_id))
+    return mtf.logical_and(
+      mtf.greater_equal(targets, self.start_token_id),
+      mtf.less(targets, self.end_token_id),
+    )
 
-  def summed_loss(self, decoder, hidden: mtf.Tensor, targets: mtf.Tensor,
-                  weights: mtf.Tensor, context) -> mtf.Tensor:
+  def summed_loss(
+    self,
+    decoder,
+    hidden: mtf.Tensor,
+    targets: mtf.Tensor,
+    weights: mtf.Tensor,
+    context,
+  ) -> mtf.Tensor:
     """Sum over positions of weights * cross-entropy of local targets."""
     logits = self.embedding.hidden_to_logits(hidden, context)
     z_loss = _z_loss(decoder) if context.train else 0.0
     loss = mtf.layers.softmax_cross_entropy_with_logits(
-        logits, mtf.one_hot(targets, self.vocab_dim, dtype=logits.dtype),
-        self.vocab_dim, z_loss=z_loss)
+      logits,
+      mtf.one_hot(targets, self.vocab_dim, dtype=logits.dtype),
+      self.vocab_dim,
+      z_loss=z_loss,
+    )
     return mtf.reduce_sum(loss * mtf.cast(weights, loss.dtype))
 
 
@@ -120,29 +138,51 @@ class AdaptiveSoftmaxVocabEmbedding:
       also scores the other clusters).
   """
 
-  def __init__(self, mesh: mtf.Mesh, vocab_dim: mtf.Dimension,
-               output_dim: mtf.Dimension, variable_dtype, name: str,
-               ensemble_dim: Optional[mtf.Dimension],
-               clusters: Sequence[Dict[str, Any]] = gin.REQUIRED):
+  def __init__(
+    self,
+    mesh: mtf.Mesh,
+    vocab_dim: mtf.Dimension,
+    output_dim: mtf.Dimension,
+    variable_dtype,
+    name: str,
+    ensemble_dim: Optional[mtf.Dimension],
+    clusters: Sequence[Dict[str, Any]] = gin.REQUIRED,
+  ):
     self._vocab_dim = mtf.convert_to_dimension(vocab_dim)
     self._output_dim = mtf.convert_to_dimension(output_dim)
     specs = vocab_embeddings.cluster_specs(
-        clusters, self._vocab_dim, self._output_dim,
-        "AdaptiveSoftmaxVocabEmbedding %r" % name,
-        allow_length_projection=True)
+      clusters,
+      self._vocab_dim,
+      self._output_dim,
+      "AdaptiveSoftmaxVocabEmbedding %r" % name,
+      allow_length_projection=True,
+    )
     num_tails = len(specs) - 1
     self._clusters = []
     start = 0
     for i, spec in enumerate(specs):
       count = spec["token_count"]
       cluster_vocab_dim = mtf.Dimension(
-          self._vocab_dim.name, count + (num_tails if i == 0 else 0))
+        self._vocab_dim.name, count + (num_tails if i == 0 else 0)
+      )
       embedding = vocab_embeddings.cluster_embedding(
-          mesh, cluster_vocab_dim, self._output_dim, variable_dtype,
-          "%s_%d" % (name, i), ensemble_dim, spec["embedding_size"])
-      self._clusters.append(_Cluster(embedding, start, start + count,
-                                     spec["length_projection_factor"],
-                                     cluster_vocab_dim))
+        mesh,
+        cluster_vocab_dim,
+        self._output_dim,
+        variable_dtype,
+        "%s_%d" % (name, i),
+        ensemble_dim,
+        spec["embedding_size"],
+      )
+      self._clusters.append(
+        _Cluster(
+          embedding,
+          start,
+          start + count,
+          spec["length_projection_factor"],
+          cluster_vocab_dim,
+        )
+      )
       start += count
 
   @property
@@ -195,17 +235,21 @@ class AdaptiveSoftmaxVocabEmbedding:
     if len(self._clusters) == 1:
       return head_log_softmax
     head_tokens, _ = mtf.split(
-        head_log_softmax, head.vocab_dim,
-        [head.token_count, len(self._clusters) - 1])
+      head_log_softmax,
+      head.vocab_dim,
+      [head.token_count, len(self._clusters) - 1],
+    )
     parts = [head_tokens]
     for i, cluster in enumerate(self._clusters[1:]):
-      log_p_cluster = mtf.gather(head_log_softmax, head.token_count + i,
-                                 head.vocab_dim)
+      log_p_cluster = mtf.gather(
+        head_log_softmax, head.token_count + i, head.vocab_dim
+      )
       parts.append(cluster.log_softmax(hidden, context) + log_p_cluster)
     return mtf.concat(parts, self._vocab_dim.name)
 
-  def compute_loss(self, decoder, hidden: mtf.Tensor, targets: mtf.Tensor,
-                   context) -> mtf.Tensor:
+  def compute_loss(
+    self, decoder, hidden: mtf.Tensor, targets: mtf.Tensor, context
+  ) -> mtf.Tensor:
     """Mean cross-entropy of targets from the hidden states (scalar).
 
     Sums -log p(target) over target positions (targets > 0; 0 is padding,
@@ -228,27 +272,38 @@ class AdaptiveSoftmaxVocabEmbedding:
     length_dim = _length_dim(targets, context)
     if length_dim not in hidden.shape.dims:
       raise ValueError(
-          "AdaptiveSoftmaxVocabEmbedding.compute_loss: hidden %s lacks the "
-          "targets' length dimension %s"
-          % (hidden.shape.to_string, length_dim))
+        "AdaptiveSoftmaxVocabEmbedding.compute_loss: hidden %s lacks the "
+        "targets' length dimension %s" % (hidden.shape.to_string, length_dim)
+      )
     weights = mtf.greater(targets, 0)
     head = self._clusters[0]
-    head_targets = mtf.where(head.mask(targets), targets,
-                             mtf.zeros_like(targets))
+    head_targets = mtf.where(
+      head.mask(targets), targets, mtf.zeros_like(targets)
+    )
     for i, cluster in enumerate(self._clusters[1:]):
       head_targets = mtf.where(
-          cluster.mask(targets),
-          mtf.zeros_like(targets) + (head.token_count + i), head_targets)
-    total = (head.summed_loss(decoder, hidden, head_targets, weights, context)
-             / _loss_denominator(decoder, targets, context))
+        cluster.mask(targets),
+        mtf.zeros_like(targets) + (head.token_count + i),
+        head_targets,
+      )
+    total = head.summed_loss(
+      decoder, hidden, head_targets, weights, context
+    ) / _loss_denominator(decoder, targets, context)
     for cluster in self._clusters[1:]:
-      total += self._tail_loss(cluster, decoder, hidden, targets, length_dim,
-                               context)
+      total += self._tail_loss(
+        cluster, decoder, hidden, targets, length_dim, context
+      )
     return total
 
-  def _tail_loss(self, cluster: _Cluster, decoder, hidden: mtf.Tensor,
-                 targets: mtf.Tensor, length_dim: mtf.Dimension,
-                 context) -> mtf.Tensor:
+  def _tail_loss(
+    self,
+    cluster: _Cluster,
+    decoder,
+    hidden: mtf.Tensor,
+    targets: mtf.Tensor,
+    length_dim: mtf.Dimension,
+    context,
+  ) -> mtf.Tensor:
     """Loss of one tail cluster at the positions of its targets.
 
     The summed loss is divided by the decoder's loss denominator of the
@@ -256,43 +311,51 @@ class AdaptiveSoftmaxVocabEmbedding:
     ones when the cluster projects (as the original does).
     """
     mask = cluster.mask(targets)
-    local_targets = mtf.where(mask, targets - cluster.start_token_id,
-                              mtf.zeros_like(targets))
+    local_targets = mtf.where(
+      mask, targets - cluster.start_token_id, mtf.zeros_like(targets)
+    )
     if cluster.length_projection_factor >= 1:
-      return (cluster.summed_loss(decoder, hidden, local_targets, mask,
-                                  context)
-              / _loss_denominator(decoder, targets, context))
+      return cluster.summed_loss(
+        decoder, hidden, local_targets, mask, context
+      ) / _loss_denominator(decoder, targets, context)
     # Gather the in-cluster positions into a shorter "cluster_length" dim:
     # the k-th in-cluster position of a sequence goes to slot k.
     cluster_length_dim = mtf.Dimension(
-        "cluster_length",
-        max(1, math.ceil(length_dim.size * cluster.length_projection_factor)))
+      "cluster_length",
+      max(1, math.ceil(length_dim.size * cluster.length_projection_factor)),
+    )
     slot = mtf.cumsum(mtf.cast(mask, tf.int32), length_dim) - 1
     dtype = hidden.dtype
     projection = mtf.one_hot(slot, cluster_length_dim, dtype=dtype) * mtf.cast(
-        mask, dtype)
-    cluster_hidden = mtf.einsum([projection, hidden],
-                                reduced_dims=[length_dim])
+      mask, dtype
+    )
+    cluster_hidden = mtf.einsum([projection, hidden], reduced_dims=[length_dim])
     cluster_weights = mtf.reduce_sum(projection, reduced_dim=length_dim)
     cluster_targets = mtf.cast(
-        mtf.einsum([projection, mtf.cast(local_targets, dtype)],
-                   reduced_dims=[length_dim]) + 0.5, tf.int32)
-    return (cluster.summed_loss(decoder, cluster_hidden, cluster_targets,
-                                cluster_weights, context)
-            / _loss_denominator(decoder, cluster_targets, context))
+      mtf.einsum(
+        [projection, mtf.cast(local_targets, dtype)], reduced_dims=[length_dim]
+      )
+      + 0.5,
+      tf.int32,
+    )
+    return cluster.summed_loss(
+      decoder, cluster_hidden, cluster_targets, cluster_weights, context
+    ) / _loss_denominator(decoder, cluster_targets, context)
 
 
 def _length_dim(targets: mtf.Tensor, context) -> mtf.Dimension:
   """The sequence dim of targets: the context's length_dim if targets have
-  it, else their dim named "length" (the original looks it up by name)."""
+  it, else their dim named "length" (the original looks it up by name).
+  """
   length_dim = getattr(context, "length_dim", None)
   if isinstance(length_dim, mtf.Dimension) and length_dim in targets.shape.dims:
     return length_dim
   if "length" not in targets.shape.dimension_names:
     raise ValueError(
-        "AdaptiveSoftmaxVocabEmbedding.compute_loss: targets %s have neither "
-        "the context's length dimension %s nor a dimension named 'length'"
-        % (targets.shape.to_string, length_dim))
+      "AdaptiveSoftmaxVocabEmbedding.compute_loss: targets %s have neither "
+      "the context's length dimension %s nor a dimension named 'length'"
+      % (targets.shape.to_string, length_dim)
+    )
   return targets.shape.get_dim_by_name("length")
 
 
@@ -313,9 +376,13 @@ def _find_embedding(context) -> Optional[AdaptiveSoftmaxVocabEmbedding]:
 
 
 @gin.configurable(module=_GIN_MODULE)
-def adaptive_softmax_loss_fn(decoder, context, logits: mtf.Tensor,
-                             targets: mtf.Tensor,
-                             output_vocab_dim: mtf.Dimension) -> mtf.Tensor:
+def adaptive_softmax_loss_fn(
+  decoder,
+  context,
+  logits: mtf.Tensor,
+  targets: mtf.Tensor,
+  output_vocab_dim: mtf.Dimension,
+) -> mtf.Tensor:
   """Unitransformer loss_fn for AdaptiveSoftmaxVocabEmbedding.
 
   In training `logits` are the final hidden states (what the embedding's
@@ -345,17 +412,21 @@ def adaptive_softmax_loss_fn(decoder, context, logits: mtf.Tensor,
   output_vocab_dim = mtf.convert_to_dimension(output_vocab_dim)
   if output_vocab_dim in logits.shape.dims:
     loss = mtf.layers.softmax_cross_entropy_with_logits(
-        logits, mtf.one_hot(targets, output_vocab_dim, dtype=logits.dtype),
-        output_vocab_dim)
+      logits,
+      mtf.one_hot(targets, output_vocab_dim, dtype=logits.dtype),
+      output_vocab_dim,
+    )
     weights = mtf.cast(mtf.greater(targets, 0), loss.dtype)
-    return (mtf.reduce_sum(loss * weights)
-            / _loss_denominator(decoder, targets, context))
+    return mtf.reduce_sum(loss * weights) / _loss_denominator(
+      decoder, targets, context
+    )
   embedding = _find_embedding(context)
   if embedding is None:
     raise ValueError(
-        "adaptive_softmax_loss_fn: logits %s have no vocab dimension %s and "
-        "no AdaptiveSoftmaxVocabEmbedding produced them; use "
-        "AdaptiveSoftmaxVocabEmbedding as the vocab embedding with "
-        "shared_embedding_and_softmax_weights=True"
-        % (logits.shape.to_string, output_vocab_dim))
+      "adaptive_softmax_loss_fn: logits %s have no vocab dimension %s and "
+      "no AdaptiveSoftmaxVocabEmbedding produced them; use "
+      "AdaptiveSoftmaxVocabEmbedding as the vocab embedding with "
+      "shared_embedding_and_softmax_weights=True"
+      % (logits.shape.to_string, output_vocab_dim)
+    )
   return embedding.compute_loss(decoder, logits, targets, context)

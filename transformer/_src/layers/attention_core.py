@@ -35,14 +35,14 @@ import mesh_tensorflow as mtf
 tf1 = tf.compat.v1
 
 __all__ = [
-    "AttentionParams",
-    "attention",
-    "attention_params_simple",
-    "hybrid_attention",
-    "local_attention_1d",
-    "maybe_reshape_attention_input_for_2d_sharding",
-    "synthetic_attention",
-    "visibility_mask_to_attention_bias",
+  "AttentionParams",
+  "attention",
+  "attention_params_simple",
+  "hybrid_attention",
+  "local_attention_1d",
+  "maybe_reshape_attention_input_for_2d_sharding",
+  "synthetic_attention",
+  "visibility_mask_to_attention_bias",
 ]
 
 _GIN_MODULE = "mesh_tensorflow.transformer.attention"
@@ -58,36 +58,49 @@ def _is_training(context) -> bool:
   return True if context is None else bool(context.train)
 
 
-def _attention_dropout(weights: mtf.Tensor, dropout_rate: float,
-                       dropout_broadcast_dims, context) -> mtf.Tensor:
+def _attention_dropout(
+  weights: mtf.Tensor, dropout_rate: float, dropout_broadcast_dims, context
+) -> mtf.Tensor:
   if not dropout_rate or not _is_training(context):
     return weights
-  broadcast = [d for d in (dropout_broadcast_dims or [])
-               if d in weights.shape.dims]
-  return mtf.dropout(weights, True, rate=dropout_rate,
-                     noise_shape=weights.shape - broadcast)
+  broadcast = [
+    d for d in (dropout_broadcast_dims or []) if d in weights.shape.dims
+  ]
+  return mtf.dropout(
+    weights, True, rate=dropout_rate, noise_shape=weights.shape - broadcast
+  )
 
 
-def _check_attention_dims(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor,
-                          memory_length_dim: mtf.Dimension,
-                          key_dim: mtf.Dimension, value_dim: mtf.Dimension,
-                          what: str) -> None:
-  for name, t, needed in (("q", q, [key_dim]),
-                          ("k", k, [memory_length_dim, key_dim]),
-                          ("v", v, [memory_length_dim, value_dim])):
+def _check_attention_dims(
+  q: mtf.Tensor,
+  k: mtf.Tensor,
+  v: mtf.Tensor,
+  memory_length_dim: mtf.Dimension,
+  key_dim: mtf.Dimension,
+  value_dim: mtf.Dimension,
+  what: str,
+) -> None:
+  for name, t, needed in (
+    ("q", q, [key_dim]),
+    ("k", k, [memory_length_dim, key_dim]),
+    ("v", v, [memory_length_dim, value_dim]),
+  ):
     for d in needed:
       if d not in t.shape.dims:
-        raise ValueError("%s: %s %s has no dimension %s"
-                         % (what, name, t.shape.to_string, d))
+        raise ValueError(
+          "%s: %s %s has no dimension %s" % (what, name, t.shape.to_string, d)
+        )
   if memory_length_dim in q.shape.dims:
     raise ValueError(
-        "%s: the memory length dimension %s must not be a dimension of q %s "
-        "(rename the key/value length, e.g. to 'memory_length')"
-        % (what, memory_length_dim, q.shape.to_string))
+      "%s: the memory length dimension %s must not be a dimension of q %s "
+      "(rename the key/value length, e.g. to 'memory_length')"
+      % (what, memory_length_dim, q.shape.to_string)
+    )
 
 
-def _logits_shape(q: mtf.Tensor, k: mtf.Tensor,
-                  key_dim: mtf.Dimension) -> mtf.Shape:
+def _logits_shape(
+  q: mtf.Tensor, k: mtf.Tensor, key_dim: mtf.Dimension
+) -> mtf.Shape:
   """The q . k logits' dims: those of both first, then q's, then k's.
 
   [batch, length, heads, d_kv] . [batch, memory_length, heads, d_kv]
@@ -112,9 +125,13 @@ def _add_bias(logits: mtf.Tensor, bias: Optional[mtf.Tensor]) -> mtf.Tensor:
   return logits + mtf.cast(bias, logits.dtype)
 
 
-def _add_attention_z_loss(logits: mtf.Tensor,
-                          memory_length_dim: mtf.Dimension,
-                          z_loss_coeff: float, context, dtype) -> None:
+def _add_attention_z_loss(
+  logits: mtf.Tensor,
+  memory_length_dim: mtf.Dimension,
+  z_loss_coeff: float,
+  context,
+  dtype,
+) -> None:
   """Appends the attention z-loss (see `attention`) to context.losses.
 
   The mean is divided by the number of microbatches, so that accumulated
@@ -131,13 +148,21 @@ def _add_attention_z_loss(logits: mtf.Tensor,
 
 
 @gin.configurable(module=_GIN_MODULE)
-def attention(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor,
-              memory_length_dim: mtf.Dimension, key_dim: mtf.Dimension,
-              value_dim: mtf.Dimension, bias: Optional[mtf.Tensor] = None,
-              dropout_rate: float = 0.0, dropout_broadcast_dims=None,
-              extra_logit=None, context=None,
-              float32_logits: bool = True,
-              z_loss_coeff: Optional[float] = None) -> mtf.Tensor:
+def attention(
+  q: mtf.Tensor,
+  k: mtf.Tensor,
+  v: mtf.Tensor,
+  memory_length_dim: mtf.Dimension,
+  key_dim: mtf.Dimension,
+  value_dim: mtf.Dimension,
+  bias: Optional[mtf.Tensor] = None,
+  dropout_rate: float = 0.0,
+  dropout_broadcast_dims=None,
+  extra_logit=None,
+  context=None,
+  float32_logits: bool = True,
+  z_loss_coeff: Optional[float] = None,
+) -> mtf.Tensor:
   """Softmax dot-product attention (no 1/sqrt(d_kv) logit scaling).
 
   logits = q . k (contracting key_dim) + bias; weights = softmax over
@@ -167,12 +192,15 @@ def attention(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor,
   Raises:
     ValueError: if q, k, v lack the named dimensions.
   """
-  _check_attention_dims(q, k, v, memory_length_dim, key_dim, value_dim,
-                        "attention")
+  _check_attention_dims(
+    q, k, v, memory_length_dim, key_dim, value_dim, "attention"
+  )
   output_shape = mtf.Shape(
-      [value_dim if d == key_dim else d for d in q.shape.dims])
+    [value_dim if d == key_dim else d for d in q.shape.dims]
+  )
   q, k, v, bias = maybe_reshape_attention_input_for_2d_sharding(
-      context, q, k, v, bias, [key_dim, value_dim])
+    context, q, k, v, bias, [key_dim, value_dim]
+  )
   key_dim = _renamed(key_dim, q)
   value_dim = _renamed(value_dim, v)
   if float32_logits:
@@ -181,27 +209,37 @@ def attention(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor,
   logits = _us_einsum([q, k], output_shape=_logits_shape(q, k, key_dim))
   logits = _add_bias(logits, bias)
   if z_loss_coeff is not None and context is not None and context.train:
-    _add_attention_z_loss(logits, memory_length_dim, z_loss_coeff, context,
-                          v.dtype)
+    _add_attention_z_loss(
+      logits, memory_length_dim, z_loss_coeff, context, v.dtype
+    )
   weights = mtf.softmax(logits, memory_length_dim, extra_logit=extra_logit)
   weights = mtf.cast(weights, v.dtype)
-  weights = _attention_dropout(weights, dropout_rate, dropout_broadcast_dims,
-                               context)
+  weights = _attention_dropout(
+    weights, dropout_rate, dropout_broadcast_dims, context
+  )
   outputs = mtf.einsum(
-      [weights, v],
-      mtf.Shape([value_dim if d == key_dim else d for d in q.shape.dims]))
+    [weights, v],
+    mtf.Shape([value_dim if d == key_dim else d for d in q.shape.dims]),
+  )
   if outputs.shape != output_shape:
     outputs = mtf.reshape(outputs, output_shape)
   return outputs
 
 
 @gin.configurable(module=_GIN_MODULE)
-def hybrid_attention(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor, context,
-                     memory_length_dim: mtf.Dimension,
-                     key_dim: mtf.Dimension, value_dim: mtf.Dimension,
-                     bias: Optional[mtf.Tensor] = None,
-                     dropout_rate: float = 0.0, dropout_broadcast_dims=None,
-                     extra_logit=None) -> mtf.Tensor:
+def hybrid_attention(
+  q: mtf.Tensor,
+  k: mtf.Tensor,
+  v: mtf.Tensor,
+  context,
+  memory_length_dim: mtf.Dimension,
+  key_dim: mtf.Dimension,
+  value_dim: mtf.Dimension,
+  bias: Optional[mtf.Tensor] = None,
+  dropout_rate: float = 0.0,
+  dropout_broadcast_dims=None,
+  extra_logit=None,
+) -> mtf.Tensor:
   """A learned mix of softmax attention and doubly-normalised attention.
 
   Doubly-normalised weights normalise the logits first over the queries (a
@@ -231,37 +269,52 @@ def hybrid_attention(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor, context,
   Raises:
     ValueError: if q has no query "length" dimension of the memory's size.
   """
-  _check_attention_dims(q, k, v, memory_length_dim, key_dim, value_dim,
-                        "hybrid_attention")
+  _check_attention_dims(
+    q, k, v, memory_length_dim, key_dim, value_dim, "hybrid_attention"
+  )
   if context is None:
-    raise ValueError("hybrid_attention needs a context (it creates the "
-                     "variable 'doubly_coeff')")
+    raise ValueError(
+      "hybrid_attention needs a context (it creates the "
+      "variable 'doubly_coeff')"
+    )
   query_length_dim = mtf.Dimension("length", memory_length_dim.size)
   if query_length_dim not in q.shape.dims:
     raise ValueError(
-        "hybrid_attention: q %s needs a query dimension %s matching the "
-        "memory dimension %s" % (q.shape.to_string, query_length_dim,
-                                 memory_length_dim))
+      "hybrid_attention: q %s needs a query dimension %s matching the "
+      "memory dimension %s"
+      % (q.shape.to_string, query_length_dim, memory_length_dim)
+    )
   logits = _us_einsum([q, k], reduced_dims=[key_dim])
   logits = _add_bias(logits, bias)
-  coeff = mtf.get_variable(context.mesh, "doubly_coeff", [],
-                           initializer=tf1.constant_initializer(0.5),
-                           dtype=context.variable_dtype)
+  coeff = mtf.get_variable(
+    context.mesh,
+    "doubly_coeff",
+    [],
+    initializer=tf1.constant_initializer(0.5),
+    dtype=context.variable_dtype,
+  )
   coeff = mtf.maximum(mtf.minimum(coeff, 1.0), 0.0)
   upper = mtf.softmax(logits, memory_length_dim, extra_logit=extra_logit)
-  lower_log = mtf.log_softmax(logits, query_length_dim,
-                              extra_logit=extra_logit)
+  lower_log = mtf.log_softmax(logits, query_length_dim, extra_logit=extra_logit)
   doubly = mtf.softmax(lower_log, memory_length_dim, extra_logit=extra_logit)
   weights = coeff * doubly + (1.0 - coeff) * upper
-  weights = _attention_dropout(weights, dropout_rate, dropout_broadcast_dims,
-                               context)
+  weights = _attention_dropout(
+    weights, dropout_rate, dropout_broadcast_dims, context
+  )
   outputs_shape = mtf.Shape(
-      [value_dim if d == key_dim else d for d in q.shape.dims])
+    [value_dim if d == key_dim else d for d in q.shape.dims]
+  )
   return mtf.einsum([weights, v], outputs_shape)
 
 
-_SYNTHESIZE_MODES = ("random", "factorized", "dense", "dense_minus",
-                     "random_plus", "random_plus_alpha")
+_SYNTHESIZE_MODES = (
+  "random",
+  "factorized",
+  "dense",
+  "dense_minus",
+  "random_plus",
+  "random_plus_alpha",
+)
 
 
 def _slice_to(x: mtf.Tensor, name: str, size: int) -> mtf.Tensor:
@@ -270,20 +323,32 @@ def _slice_to(x: mtf.Tensor, name: str, size: int) -> mtf.Tensor:
   return mtf.slice(x, 0, size, name)
 
 
-def _synthetic_table(context, q: mtf.Tensor, memory_length_dim, heads_dims,
-                     max_length: int, name: str) -> mtf.Tensor:
+def _synthetic_table(
+  context,
+  q: mtf.Tensor,
+  memory_length_dim,
+  heads_dims,
+  max_length: int,
+  name: str,
+) -> mtf.Tensor:
   """Variable `name` [length, heads..., memory_length] cut to the query."""
   if context is None:
-    raise ValueError("synthetic_attention needs a context (it creates the "
-                     "variable %r)" % name)
+    raise ValueError(
+      "synthetic_attention needs a context (it creates the variable %r)" % name
+    )
   if memory_length_dim.size > max_length:
     raise ValueError(
-        "synthetic_attention: memory dimension %s is longer than max_length "
-        "%d" % (memory_length_dim, max_length))
-  shape = mtf.Shape([mtf.Dimension("length", max_length)] + heads_dims +
-                    [mtf.Dimension(memory_length_dim.name, max_length)])
-  r = mtf.get_variable(context.mesh, name, shape, initializer=None,
-                       dtype=context.variable_dtype)
+      "synthetic_attention: memory dimension %s is longer than max_length "
+      "%d" % (memory_length_dim, max_length)
+    )
+  shape = mtf.Shape(
+    [mtf.Dimension("length", max_length)]
+    + heads_dims
+    + [mtf.Dimension(memory_length_dim.name, max_length)]
+  )
+  r = mtf.get_variable(
+    context.mesh, name, shape, initializer=None, dtype=context.variable_dtype
+  )
   r = _slice_to(r, memory_length_dim.name, memory_length_dim.size)
   table_length = r.shape.get_dim_by_name("length")
   if context.mode == "incremental":
@@ -293,16 +358,23 @@ def _synthetic_table(context, q: mtf.Tensor, memory_length_dim, heads_dims,
 
 
 @gin.configurable(module=_GIN_MODULE)
-def synthetic_attention(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor,
-                        memory_length_dim: mtf.Dimension,
-                        key_dim: mtf.Dimension, value_dim: mtf.Dimension,
-                        bias: Optional[mtf.Tensor] = None,
-                        dropout_rate: float = 0.0,
-                        dropout_broadcast_dims=None, extra_logit=None,
-                        synthesize: bool = True,
-                        synthesize_mode: str = "random_plus_alpha",
-                        factorized_dim: int = 16, max_length: int = 512,
-                        context=None) -> mtf.Tensor:
+def synthetic_attention(
+  q: mtf.Tensor,
+  k: mtf.Tensor,
+  v: mtf.Tensor,
+  memory_length_dim: mtf.Dimension,
+  key_dim: mtf.Dimension,
+  value_dim: mtf.Dimension,
+  bias: Optional[mtf.Tensor] = None,
+  dropout_rate: float = 0.0,
+  dropout_broadcast_dims=None,
+  extra_logit=None,
+  synthesize: bool = True,
+  synthesize_mode: str = "random_plus_alpha",
+  factorized_dim: int = 16,
+  max_length: int = 512,
+  context=None,
+) -> mtf.Tensor:
   """Attention with synthesized logits (Synthesizer, arXiv:2005.00743).
 
   synthesize_mode:
@@ -343,42 +415,59 @@ def synthetic_attention(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor,
   Raises:
     ValueError: for an unknown synthesize_mode (named) or missing context.
   """
-  _check_attention_dims(q, k, v, memory_length_dim, key_dim, value_dim,
-                        "synthetic_attention")
+  _check_attention_dims(
+    q, k, v, memory_length_dim, key_dim, value_dim, "synthetic_attention"
+  )
   if synthesize and synthesize_mode not in _SYNTHESIZE_MODES:
-    raise ValueError("synthetic_attention: unknown synthesize_mode %r; "
-                     "expected one of %s"
-                     % (synthesize_mode, list(_SYNTHESIZE_MODES)))
+    raise ValueError(
+      "synthetic_attention: unknown synthesize_mode %r; "
+      "expected one of %s" % (synthesize_mode, list(_SYNTHESIZE_MODES))
+    )
   heads_dims = [d for d in v.shape.dims if d.name == "heads"]
-  if not synthesize or synthesize_mode in ("random_plus",
-                                           "random_plus_alpha"):
+  if not synthesize or synthesize_mode in ("random_plus", "random_plus_alpha"):
     logits = _us_einsum([q, k], reduced_dims=[key_dim])
   if synthesize:
     if synthesize_mode in ("random", "random_plus", "random_plus_alpha"):
-      r = _synthetic_table(context, q, memory_length_dim, heads_dims,
-                           max_length, "R")
+      r = _synthetic_table(
+        context, q, memory_length_dim, heads_dims, max_length, "R"
+      )
       if synthesize_mode == "random":
         logits = r
       elif synthesize_mode == "random_plus":
         logits = logits + r
       else:
         alpha = mtf.get_variable(
-            context.mesh, "alpha", mtf.Shape([mtf.Dimension("alpha", 1)]),
-            initializer=tf1.zeros_initializer(),
-            dtype=context.variable_dtype)
+          context.mesh,
+          "alpha",
+          mtf.Shape([mtf.Dimension("alpha", 1)]),
+          initializer=tf1.zeros_initializer(),
+          dtype=context.variable_dtype,
+        )
         alpha = mtf.sigmoid(mtf.reduce_sum(alpha))
         logits = (1.0 - alpha) * logits + alpha * r
     elif synthesize_mode == "factorized":
       if context is None:
-        raise ValueError("synthetic_attention: mode 'factorized' needs a "
-                         "context")
+        raise ValueError(
+          "synthetic_attention: mode 'factorized' needs a context"
+        )
       tmp = mtf.Dimension("tmp", factorized_dim)
-      shape = mtf.Shape([tmp] + heads_dims +
-                        [mtf.Dimension("memory_length", max_length)])
-      r1 = mtf.get_variable(context.mesh, "R1", shape, initializer=None,
-                            dtype=context.variable_dtype)
-      r2 = mtf.get_variable(context.mesh, "R2", shape, initializer=None,
-                            dtype=context.variable_dtype)
+      shape = mtf.Shape(
+        [tmp] + heads_dims + [mtf.Dimension("memory_length", max_length)]
+      )
+      r1 = mtf.get_variable(
+        context.mesh,
+        "R1",
+        shape,
+        initializer=None,
+        dtype=context.variable_dtype,
+      )
+      r2 = mtf.get_variable(
+        context.mesh,
+        "R2",
+        shape,
+        initializer=None,
+        dtype=context.variable_dtype,
+      )
       r2 = mtf.rename_dimension(r2, "memory_length", "length")
       r = mtf.einsum([r1, r2], reduced_dims=[tmp])
       r = _slice_to(r, memory_length_dim.name, memory_length_dim.size)
@@ -390,25 +479,28 @@ def synthetic_attention(q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor,
     else:  # dense, dense_minus
       tmp = mtf.Dimension(memory_length_dim.name, max_length)
       logits = mtf.layers.dense(
-          mtf.relu(q), [tmp], reduced_dims=[key_dim], use_bias=False,
-          name="pi",
-          variable_dtype=None if context is None else context.variable_dtype)
-      logits = _slice_to(logits, memory_length_dim.name,
-                         memory_length_dim.size)
+        mtf.relu(q),
+        [tmp],
+        reduced_dims=[key_dim],
+        use_bias=False,
+        name="pi",
+        variable_dtype=None if context is None else context.variable_dtype,
+      )
+      logits = _slice_to(logits, memory_length_dim.name, memory_length_dim.size)
   logits = _add_bias(logits, bias)
   weights = mtf.softmax(logits, memory_length_dim, extra_logit=extra_logit)
   weights = mtf.cast(weights, v.dtype)
-  weights = _attention_dropout(weights, dropout_rate, dropout_broadcast_dims,
-                               context)
+  weights = _attention_dropout(
+    weights, dropout_rate, dropout_broadcast_dims, context
+  )
   query_dims = [d for d in q.shape.dims if d != key_dim]
   outputs_shape = mtf.Shape(
-      query_dims + [d for d in heads_dims if d not in query_dims] +
-      [value_dim])
+    query_dims + [d for d in heads_dims if d not in query_dims] + [value_dim]
+  )
   return mtf.einsum([weights, v], outputs_shape)
 
 
-def visibility_mask_to_attention_bias(visible: mtf.Tensor,
-                                      dtype) -> mtf.Tensor:
+def visibility_mask_to_attention_bias(visible: mtf.Tensor, dtype) -> mtf.Tensor:
   """0 where visible, -1e9 where not: an additive attention-logits bias.
 
   Example:
@@ -438,8 +530,12 @@ def _unsplit_name(name: str) -> str:
 
 
 def maybe_reshape_attention_input_for_2d_sharding(
-    context, q: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor,
-    bias: Optional[mtf.Tensor], unsplittable_dims: Sequence[mtf.Dimension]
+  context,
+  q: mtf.Tensor,
+  k: mtf.Tensor,
+  v: mtf.Tensor,
+  bias: Optional[mtf.Tensor],
+  unsplittable_dims: Sequence[mtf.Dimension],
 ) -> Tuple[mtf.Tensor, mtf.Tensor, mtf.Tensor, Optional[mtf.Tensor]]:
   """Keeps the attention channel dims whole under 2-d model sharding.
 
@@ -475,8 +571,11 @@ def maybe_reshape_attention_input_for_2d_sharding(
   if mesh_shape.size <= 1:
     return unchanged
   layout_rules = mtf.convert_to_layout_rules(layout)
-  split = [d for d in unsplittable_dims
-           if mtf.tensor_dim_to_mesh_dim_size(layout_rules, mesh_shape, d) > 1]
+  split = [
+    d
+    for d in unsplittable_dims
+    if mtf.tensor_dim_to_mesh_dim_size(layout_rules, mesh_shape, d) > 1
+  ]
   if not split:
     return unchanged
 
@@ -485,6 +584,7 @@ def maybe_reshape_attention_input_for_2d_sharding(
       if d in t.shape.dims:
         t = mtf.rename_dimension(t, d.name, _unsplit_name(d.name))
     return t
+
   return unsplit(q), unsplit(k), unsplit(v), bias
 
 
@@ -514,16 +614,25 @@ class AttentionParams:
                              [heads], [heads], variable_dtype)
   """
 
-  def __init__(self, mesh: mtf.Mesh, query_input_dim: mtf.Dimension,
-               memory_input_dim: mtf.Dimension, output_dim: mtf.Dimension,
-               key_dim: mtf.Dimension, value_dim: mtf.Dimension,
-               query_heads_dims, memory_heads_dims,
-               variable_dtype: mtf.VariableDType, shared_kv: bool = False,
-               no_query: bool = False, combine_dims: bool = True,
-               ensemble_dim: Optional[mtf.Dimension] = None,
-               keep_query_heads_dims: bool = False,
-               fold_scaling_into_initializer: bool = True,
-               make_attention_vars: bool = True):
+  def __init__(
+    self,
+    mesh: mtf.Mesh,
+    query_input_dim: mtf.Dimension,
+    memory_input_dim: mtf.Dimension,
+    output_dim: mtf.Dimension,
+    key_dim: mtf.Dimension,
+    value_dim: mtf.Dimension,
+    query_heads_dims,
+    memory_heads_dims,
+    variable_dtype: mtf.VariableDType,
+    shared_kv: bool = False,
+    no_query: bool = False,
+    combine_dims: bool = True,
+    ensemble_dim: Optional[mtf.Dimension] = None,
+    keep_query_heads_dims: bool = False,
+    fold_scaling_into_initializer: bool = True,
+    make_attention_vars: bool = True,
+  ):
     """Creates the projections' variables (unless make_attention_vars is False).
 
     Args:
@@ -571,14 +680,17 @@ class AttentionParams:
     self.fold_scaling_into_initializer = fold_scaling_into_initializer
     self.make_attention_vars = make_attention_vars
     if shared_kv and key_dim != value_dim:
-      raise ValueError("AttentionParams: shared_kv needs key_dim == value_dim, "
-                       "got %s and %s" % (key_dim, value_dim))
+      raise ValueError(
+        "AttentionParams: shared_kv needs key_dim == value_dim, "
+        "got %s and %s" % (key_dim, value_dim)
+      )
     for d in self.memory_heads_dims:
       if d not in self.query_heads_dims:
         raise ValueError(
-            "AttentionParams: memory heads dimension %s must also be a query "
-            "heads dimension (query heads %s)"
-            % (d, mtf.Shape(self.query_heads_dims).to_string))
+          "AttentionParams: memory heads dimension %s must also be a query "
+          "heads dimension (query heads %s)"
+          % (d, mtf.Shape(self.query_heads_dims).to_string)
+        )
     self.wq = self.wk = self.wv = self.wkv = self.wo = None
     if make_attention_vars:
       self.init_weights()
@@ -587,14 +699,16 @@ class AttentionParams:
     if mtf.layers.unit_scaling_convention():
       unit = tf1.random_normal_initializer(stddev=1.0)
       return unit, unit, unit
-    q_stddev = self.query_input_dim.size ** -0.5
+    q_stddev = self.query_input_dim.size**-0.5
     if self.fold_scaling_into_initializer:
-      q_stddev *= self.key_dim.size ** -0.5
-    kv_stddev = self.memory_input_dim.size ** -0.5
+      q_stddev *= self.key_dim.size**-0.5
+    kv_stddev = self.memory_input_dim.size**-0.5
     o_stddev = mtf.Shape(self.query_heads_dims + [self.value_dim]).size ** -0.5
-    return (tf1.random_normal_initializer(stddev=q_stddev),
-            tf1.random_normal_initializer(stddev=kv_stddev),
-            tf1.random_normal_initializer(stddev=o_stddev))
+    return (
+      tf1.random_normal_initializer(stddev=q_stddev),
+      tf1.random_normal_initializer(stddev=kv_stddev),
+      tf1.random_normal_initializer(stddev=o_stddev),
+    )
 
   def _kernel_shapes(self):
     if self.combine_dims:
@@ -609,10 +723,14 @@ class AttentionParams:
       o_shape = self.o_dims + [self.output_dim]
     if self.ensemble_dim is not None:
       q_shape, k_shape, v_shape, o_shape = (
-          [self.ensemble_dim] + s for s in (q_shape, k_shape, v_shape,
-                                            o_shape))
-    return (mtf.Shape(q_shape), mtf.Shape(k_shape), mtf.Shape(v_shape),
-            mtf.Shape(o_shape))
+        [self.ensemble_dim] + s for s in (q_shape, k_shape, v_shape, o_shape)
+      )
+    return (
+      mtf.Shape(q_shape),
+      mtf.Shape(k_shape),
+      mtf.Shape(v_shape),
+      mtf.Shape(o_shape),
+    )
 
   def init_weights(self) -> None:
     """Creates (or reuses) the variables q, k, v (or kv) and o."""
@@ -620,28 +738,42 @@ class AttentionParams:
     q_shape, k_shape, v_shape, o_shape = self._kernel_shapes()
     dtype = self.variable_dtype
     if not self.no_query:
-      self.wq = mtf.get_variable(self.mesh, "q", q_shape,
-                                 initializer=q_init, dtype=dtype)
+      self.wq = mtf.get_variable(
+        self.mesh, "q", q_shape, initializer=q_init, dtype=dtype
+      )
     if self.shared_kv:
-      self.wkv = mtf.get_variable(self.mesh, "kv", k_shape,
-                                  initializer=kv_init, dtype=dtype)
+      self.wkv = mtf.get_variable(
+        self.mesh, "kv", k_shape, initializer=kv_init, dtype=dtype
+      )
     else:
-      self.wk = mtf.get_variable(self.mesh, "k", k_shape,
-                                 initializer=kv_init, dtype=dtype)
-      self.wv = mtf.get_variable(self.mesh, "v", v_shape,
-                                 initializer=kv_init, dtype=dtype)
-    self.wo = mtf.get_variable(self.mesh, "o", o_shape, initializer=o_init,
-                               dtype=dtype)
+      self.wk = mtf.get_variable(
+        self.mesh, "k", k_shape, initializer=kv_init, dtype=dtype
+      )
+      self.wv = mtf.get_variable(
+        self.mesh, "v", v_shape, initializer=kv_init, dtype=dtype
+      )
+    self.wo = mtf.get_variable(
+      self.mesh, "o", o_shape, initializer=o_init, dtype=dtype
+    )
 
-  def _project(self, x: mtf.Tensor, w: Optional[mtf.Tensor],
-               input_dim: mtf.Dimension, dims: List[mtf.Dimension],
-               what: str) -> mtf.Tensor:
+  def _project(
+    self,
+    x: mtf.Tensor,
+    w: Optional[mtf.Tensor],
+    input_dim: mtf.Dimension,
+    dims: List[mtf.Dimension],
+    what: str,
+  ) -> mtf.Tensor:
     if w is None:
-      raise ValueError("AttentionParams: no %s weights (make_attention_vars, "
-                       "no_query or shared_kv exclude them)" % what)
+      raise ValueError(
+        "AttentionParams: no %s weights (make_attention_vars, "
+        "no_query or shared_kv exclude them)" % what
+      )
     if input_dim not in x.shape.dims:
-      raise ValueError("AttentionParams.compute_%s: input %s has no dimension "
-                       "%s" % (what, x.shape.to_string, input_dim))
+      raise ValueError(
+        "AttentionParams.compute_%s: input %s has no dimension "
+        "%s" % (what, x.shape.to_string, input_dim)
+      )
     ret = _us_einsum([x, w], reduced_dims=[input_dim])
     if self.combine_dims:
       ret = mtf.replace_dimensions(ret, ret.shape.dims[-1], dims)
@@ -656,10 +788,11 @@ class AttentionParams:
     Returns:
       The queries [batch..., length, query heads..., d_k].
     """
-    ret = self._project(query_antecedent, self.wq, self.query_input_dim,
-                        self.q_dims, "q")
+    ret = self._project(
+      query_antecedent, self.wq, self.query_input_dim, self.q_dims, "q"
+    )
     if not self.fold_scaling_into_initializer:
-      ret *= self.key_dim.size ** -0.5
+      ret *= self.key_dim.size**-0.5
     return ret
 
   def compute_kv(self, memory_antecedent: mtf.Tensor) -> mtf.Tensor:
@@ -676,8 +809,9 @@ class AttentionParams:
     """
     if not self.shared_kv:
       raise ValueError("AttentionParams.compute_kv needs shared_kv=True")
-    return self._project(memory_antecedent, self.wkv, self.memory_input_dim,
-                         self.k_dims, "kv")
+    return self._project(
+      memory_antecedent, self.wkv, self.memory_input_dim, self.k_dims, "kv"
+    )
 
   def compute_k(self, memory_antecedent: mtf.Tensor) -> mtf.Tensor:
     """[..., memory_input_dim] -> [..., memory heads..., key_dim].
@@ -692,10 +826,12 @@ class AttentionParams:
       ValueError: with shared_kv (use compute_kv).
     """
     if self.shared_kv:
-      raise ValueError("AttentionParams.compute_k: use compute_kv with "
-                       "shared_kv=True")
-    return self._project(memory_antecedent, self.wk, self.memory_input_dim,
-                         self.k_dims, "k")
+      raise ValueError(
+        "AttentionParams.compute_k: use compute_kv with shared_kv=True"
+      )
+    return self._project(
+      memory_antecedent, self.wk, self.memory_input_dim, self.k_dims, "k"
+    )
 
   def compute_v(self, memory_antecedent: mtf.Tensor) -> mtf.Tensor:
     """[..., memory_input_dim] -> [..., memory heads..., value_dim].
@@ -710,13 +846,14 @@ class AttentionParams:
       ValueError: with shared_kv (use compute_kv).
     """
     if self.shared_kv:
-      raise ValueError("AttentionParams.compute_v: use compute_kv with "
-                       "shared_kv=True")
-    return self._project(memory_antecedent, self.wv, self.memory_input_dim,
-                         self.v_dims, "v")
+      raise ValueError(
+        "AttentionParams.compute_v: use compute_kv with shared_kv=True"
+      )
+    return self._project(
+      memory_antecedent, self.wv, self.memory_input_dim, self.v_dims, "v"
+    )
 
-  def compute_output(self, o: mtf.Tensor,
-                     output_shape=None) -> mtf.Tensor:
+  def compute_output(self, o: mtf.Tensor, output_shape=None) -> mtf.Tensor:
     """[..., query heads..., value_dim] -> output_shape (default: the heads
     and value dims replaced by output_dim).
 
@@ -733,8 +870,9 @@ class AttentionParams:
         o was not set.
     """
     if self.wo is None:
-      raise ValueError("AttentionParams: no o weights (make_attention_vars "
-                       "was False)")
+      raise ValueError(
+        "AttentionParams: no o weights (make_attention_vars was False)"
+      )
     wo = self.wo
     if self.combine_dims:
       wo = mtf.replace_dimensions(wo, wo.shape.dims[-2], self.o_dims)
@@ -763,10 +901,13 @@ class AttentionParams:
     return self.query_heads_dims + [self.value_dim]
 
 
-def attention_params_simple(mesh: mtf.Mesh, io_dim: mtf.Dimension,
-                            kv_dim: mtf.Dimension, heads_dim: mtf.Dimension,
-                            variable_dtype: mtf.VariableDType
-                            ) -> AttentionParams:
+def attention_params_simple(
+  mesh: mtf.Mesh,
+  io_dim: mtf.Dimension,
+  kv_dim: mtf.Dimension,
+  heads_dim: mtf.Dimension,
+  variable_dtype: mtf.VariableDType,
+) -> AttentionParams:
   """AttentionParams for plain multi-head attention (io_dim in and out).
 
   Example:
@@ -782,12 +923,17 @@ def attention_params_simple(mesh: mtf.Mesh, io_dim: mtf.Dimension,
   Returns:
     An AttentionParams with one heads dim, shared by queries and memory.
   """
-  return AttentionParams(mesh, query_input_dim=io_dim,
-                         memory_input_dim=io_dim, output_dim=io_dim,
-                         key_dim=kv_dim, value_dim=kv_dim,
-                         query_heads_dims=[heads_dim],
-                         memory_heads_dims=[heads_dim],
-                         variable_dtype=variable_dtype)
+  return AttentionParams(
+    mesh,
+    query_input_dim=io_dim,
+    memory_input_dim=io_dim,
+    output_dim=io_dim,
+    key_dim=kv_dim,
+    value_dim=kv_dim,
+    query_heads_dims=[heads_dim],
+    memory_heads_dims=[heads_dim],
+    variable_dtype=variable_dtype,
+  )
 
 
 def _block_length(length_per_split: int, radius: int) -> int:
@@ -798,14 +944,21 @@ def _block_length(length_per_split: int, radius: int) -> int:
   return block
 
 
-def local_attention_1d(q: mtf.Tensor, k: mtf.Tensor, v: Optional[mtf.Tensor],
-                       length_dim: mtf.Dimension, key_dim: mtf.Dimension,
-                       value_dim: mtf.Dimension,
-                       fully_autoregressive: bool = True,
-                       length_dim_num_splits: int = 1, radius: int = 128,
-                       sequence_id=1, write_priority=None,
-                       read_priority=None,
-                       attention_kwargs=None) -> mtf.Tensor:
+def local_attention_1d(
+  q: mtf.Tensor,
+  k: mtf.Tensor,
+  v: Optional[mtf.Tensor],
+  length_dim: mtf.Dimension,
+  key_dim: mtf.Dimension,
+  value_dim: mtf.Dimension,
+  fully_autoregressive: bool = True,
+  length_dim_num_splits: int = 1,
+  radius: int = 128,
+  sequence_id=1,
+  write_priority=None,
+  read_priority=None,
+  attention_kwargs=None,
+) -> mtf.Tensor:
   """Attention to the positions within `radius` (blocked, no length^2 cost).
 
   Query position i sees memory position j iff -radius < j - i <= 0
@@ -840,24 +993,28 @@ def local_attention_1d(q: mtf.Tensor, k: mtf.Tensor, v: Optional[mtf.Tensor],
       divide it.
   """
   if length_dim not in q.shape.dims or length_dim not in k.shape.dims:
-    raise ValueError("local_attention_1d: length dimension %s must be in q %s "
-                     "and k %s" % (length_dim, q.shape.to_string,
-                                   k.shape.to_string))
+    raise ValueError(
+      "local_attention_1d: length dimension %s must be in q %s "
+      "and k %s" % (length_dim, q.shape.to_string, k.shape.to_string)
+    )
   if radius < 1:
-    raise ValueError("local_attention_1d: radius must be >= 1, got %r"
-                     % (radius,))
+    raise ValueError(
+      "local_attention_1d: radius must be >= 1, got %r" % (radius,)
+    )
   if length_dim_num_splits < 1 or length_dim.size % length_dim_num_splits:
     raise ValueError(
-        "local_attention_1d: length_dim_num_splits %r does not divide the "
-        "length dimension %s" % (length_dim_num_splits, length_dim))
+      "local_attention_1d: length_dim_num_splits %r does not divide the "
+      "length dimension %s" % (length_dim_num_splits, length_dim)
+    )
   mesh = q.mesh
   block = _block_length(length_dim.size // length_dim_num_splits, radius)
   num_blocks = mtf.Dimension(length_dim.name, length_dim.size // block)
   query_block = mtf.Dimension("query_block_length", block)
   memory_block = mtf.Dimension("memory_block_length", block)
   right = 0 if fully_autoregressive else radius
-  padded_memory_block = mtf.Dimension("memory_block_length",
-                                      block + radius + right)
+  padded_memory_block = mtf.Dimension(
+    "memory_block_length", block + radius + right
+  )
 
   def to_query_blocks(x):
     return mtf.replace_dimensions(x, length_dim, [num_blocks, query_block])
@@ -874,25 +1031,46 @@ def local_attention_1d(q: mtf.Tensor, k: mtf.Tensor, v: Optional[mtf.Tensor],
 
   # Positions: query nb*B + i; memory (with halo) nb*B + j - radius.
   query_pos = mtf.range(mesh, num_blocks, tf.int32) * block + mtf.range(
-      mesh, query_block, tf.int32)
-  memory_pos = (mtf.range(mesh, num_blocks, tf.int32) * block +
-                mtf.range(mesh, padded_memory_block, tf.int32) - radius)
+    mesh, query_block, tf.int32
+  )
+  memory_pos = (
+    mtf.range(mesh, num_blocks, tf.int32) * block
+    + mtf.range(mesh, padded_memory_block, tf.int32)
+    - radius
+  )
   relative = memory_pos - query_pos
-  visible = mtf.logical_and(mtf.greater(relative, -radius),
-                            mtf.less_equal(relative, 0 if fully_autoregressive
-                                           else radius - 1))
+  visible = mtf.logical_and(
+    mtf.greater(relative, -radius),
+    mtf.less_equal(relative, 0 if fully_autoregressive else radius - 1),
+  )
   visible = mtf.logical_and(visible, mtf.greater_equal(memory_pos, 0))
   visible = mtf.logical_and(visible, mtf.less(memory_pos, length_dim.size))
   if isinstance(sequence_id, mtf.Tensor) and length_dim in sequence_id.shape:
-    visible = mtf.logical_and(visible, mtf.equal(
-        to_query_blocks(sequence_id), to_memory_blocks(sequence_id)))
+    visible = mtf.logical_and(
+      visible,
+      mtf.equal(to_query_blocks(sequence_id), to_memory_blocks(sequence_id)),
+    )
   if read_priority is not None or write_priority is not None:
     if read_priority is None or write_priority is None:
-      raise ValueError("local_attention_1d: give both read_priority and "
-                       "write_priority, or neither")
-    visible = mtf.logical_and(visible, mtf.greater_equal(
-        to_query_blocks(read_priority), to_memory_blocks(write_priority)))
+      raise ValueError(
+        "local_attention_1d: give both read_priority and "
+        "write_priority, or neither"
+      )
+    visible = mtf.logical_and(
+      visible,
+      mtf.greater_equal(
+        to_query_blocks(read_priority), to_memory_blocks(write_priority)
+      ),
+    )
   bias = visibility_mask_to_attention_bias(visible, q.dtype)
-  o = attention(q, k, v, padded_memory_block, key_dim, value_dim, bias,
-                **(attention_kwargs or {}))
+  o = attention(
+    q,
+    k,
+    v,
+    padded_memory_block,
+    key_dim,
+    value_dim,
+    bias,
+    **(attention_kwargs or {}),
+  )
   return mtf.replace_dimensions(o, [num_blocks, query_block], length_dim)

@@ -32,17 +32,18 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from transformer._src.layers import attention_core as attention
 from transformer._src.layers import hyperprompts
-from transformer._src.layers.context import Context, TransformerLayer
+from transformer._src.layers.context import Context
+from transformer._src.layers.context import TransformerLayer
 
 __all__ = [
-    "EncDecAttention",
-    "LocalSelfAttention",
-    "SelfAttention",
-    "TransparentEncDecAttention",
-    "attention_params",
-    "enc_dec_attention",
-    "enc_dec_attention_bias",
-    "relative_position_spans",
+  "EncDecAttention",
+  "LocalSelfAttention",
+  "SelfAttention",
+  "TransparentEncDecAttention",
+  "attention_params",
+  "enc_dec_attention",
+  "enc_dec_attention_bias",
+  "relative_position_spans",
 ]
 
 _GIN_MODULE = "mesh_tensorflow.transformer.transformer_layers"
@@ -50,12 +51,17 @@ _RELATIVE_ATTENTION_TYPES = (None, "bias", "bias_shared", "contextual")
 _ATTENTION_FUNCS = (None, "hybrid")
 
 
-def attention_params(context: Context, kv_dim: mtf.Dimension, num_heads: int,
-                     num_memory_heads: int = 0, shared_kv: bool = False,
-                     no_query: bool = False, combine_dims: bool = True,
-                     keep_query_heads_dims: bool = False,
-                     fold_scaling_into_initializer: bool = True
-                     ) -> attention.AttentionParams:
+def attention_params(
+  context: Context,
+  kv_dim: mtf.Dimension,
+  num_heads: int,
+  num_memory_heads: int = 0,
+  shared_kv: bool = False,
+  no_query: bool = False,
+  combine_dims: bool = True,
+  keep_query_heads_dims: bool = False,
+  fold_scaling_into_initializer: bool = True,
+) -> attention.AttentionParams:
   """AttentionParams for a layer with num_heads query heads over d_model.
 
   Heads dims: num_heads == 1 -> none; num_memory_heads == 0 -> "heads" for
@@ -95,27 +101,40 @@ def attention_params(context: Context, kv_dim: mtf.Dimension, num_heads: int,
     memory_heads_dims = []
   else:
     if num_heads % num_memory_heads:
-      raise ValueError("num_memory_heads (%d) must divide num_heads (%d)"
-                       % (num_memory_heads, num_heads))
+      raise ValueError(
+        "num_memory_heads (%d) must divide num_heads (%d)"
+        % (num_memory_heads, num_heads)
+      )
     memory_heads_dims = [mtf.Dimension("heads", num_memory_heads)]
     query_heads_dims = memory_heads_dims + [
-        mtf.Dimension("query_heads", num_heads // num_memory_heads)]
+      mtf.Dimension("query_heads", num_heads // num_memory_heads)
+    ]
   model = context.model
   return attention.AttentionParams(
-      context.mesh, query_input_dim=model.model_dim,
-      memory_input_dim=model.model_dim, output_dim=model.model_dim,
-      key_dim=kv_dim, value_dim=kv_dim, query_heads_dims=query_heads_dims,
-      memory_heads_dims=memory_heads_dims,
-      variable_dtype=context.variable_dtype, shared_kv=shared_kv,
-      no_query=no_query, ensemble_dim=getattr(model, "ensemble_dim", None),
-      combine_dims=combine_dims, keep_query_heads_dims=keep_query_heads_dims,
-      fold_scaling_into_initializer=fold_scaling_into_initializer)
+    context.mesh,
+    query_input_dim=model.model_dim,
+    memory_input_dim=model.model_dim,
+    output_dim=model.model_dim,
+    key_dim=kv_dim,
+    value_dim=kv_dim,
+    query_heads_dims=query_heads_dims,
+    memory_heads_dims=memory_heads_dims,
+    variable_dtype=context.variable_dtype,
+    shared_kv=shared_kv,
+    no_query=no_query,
+    ensemble_dim=getattr(model, "ensemble_dim", None),
+    combine_dims=combine_dims,
+    keep_query_heads_dims=keep_query_heads_dims,
+    fold_scaling_into_initializer=fold_scaling_into_initializer,
+  )
 
 
-def _relative_position_bucket(relative_position: mtf.Tensor,
-                              bidirectional: bool = True,
-                              num_buckets: int = 32,
-                              max_distance: int = 128) -> mtf.Tensor:
+def _relative_position_bucket(
+  relative_position: mtf.Tensor,
+  bidirectional: bool = True,
+  num_buckets: int = 32,
+  max_distance: int = 128,
+) -> mtf.Tensor:
   """T5 relative-position buckets of (memory position - query position).
 
   With bidirectional, half the buckets are for memory after the query. Of
@@ -138,8 +157,11 @@ def _relative_position_bucket(relative_position: mtf.Tensor,
   is_small = mtf.less(distance, max_exact)
   # log(d / max_exact) / log(max_distance / max_exact) of the log buckets;
   # d is clamped to >= 1 where the exact bucket is used anyway.
-  scaled = mtf.log(mtf.to_float(mtf.maximum(distance, 1)) / max_exact) / (
-      math.log(max_distance / max_exact)) * (num_buckets - max_exact)
+  scaled = (
+    mtf.log(mtf.to_float(mtf.maximum(distance, 1)) / max_exact)
+    / (math.log(max_distance / max_exact))
+    * (num_buckets - max_exact)
+  )
   large = mtf.minimum(max_exact + mtf.to_int32(scaled), num_buckets - 1)
   return bucket + mtf.where(is_small, distance, large)
 
@@ -155,7 +177,8 @@ def _sequence_id_for_bias(context: Context):
 
 def _to_bias(visible: mtf.Tensor, context: Context) -> mtf.Tensor:
   return attention.visibility_mask_to_attention_bias(
-      visible, context.activation_dtype)
+    visible, context.activation_dtype
+  )
 
 
 @gin.configurable(module=_GIN_MODULE)
@@ -172,21 +195,28 @@ class SelfAttention(TransformerLayer):
     y = layer.call(context, x)   # x, y: [batch, length, d_model]
   """
 
-  def __init__(self, num_heads: int = 8, num_memory_heads: int = 0,
-               key_value_size: int = 128, shared_kv: bool = False,
-               dropout_rate: float = 0.0, attention_kwargs=None,
-               relative_attention_type: Optional[str] = None,
-               relative_attention_num_buckets: int = 32,
-               attention_func: Optional[str] = None,
-               combine_dims: bool = True, keep_query_heads_dims: bool = False,
-               fold_scaling_into_initializer: bool = True,
-               z_loss_coeff: Optional[float] = None,
-               use_hyperprompt: bool = False,
-               hyperprompt_mtlshare: bool = False,
-               hyperprompt_length_encoder: Optional[int] = None,
-               hyperprompt_length_decoder: Optional[int] = None,
-               hyperprompt_hidden_dim: Optional[int] = None,
-               hyperprompt_task_num: int = 8):
+  def __init__(
+    self,
+    num_heads: int = 8,
+    num_memory_heads: int = 0,
+    key_value_size: int = 128,
+    shared_kv: bool = False,
+    dropout_rate: float = 0.0,
+    attention_kwargs=None,
+    relative_attention_type: Optional[str] = None,
+    relative_attention_num_buckets: int = 32,
+    attention_func: Optional[str] = None,
+    combine_dims: bool = True,
+    keep_query_heads_dims: bool = False,
+    fold_scaling_into_initializer: bool = True,
+    z_loss_coeff: Optional[float] = None,
+    use_hyperprompt: bool = False,
+    hyperprompt_mtlshare: bool = False,
+    hyperprompt_length_encoder: Optional[int] = None,
+    hyperprompt_length_decoder: Optional[int] = None,
+    hyperprompt_hidden_dim: Optional[int] = None,
+    hyperprompt_task_num: int = 8,
+  ):
     """Args after fold_scaling_into_initializer (the others as the original).
 
     Args:
@@ -226,13 +256,18 @@ class SelfAttention(TransformerLayer):
     """
     if relative_attention_type not in _RELATIVE_ATTENTION_TYPES:
       raise ValueError(
-          "%s: unknown relative_attention_type %r; expected one of %s"
-          % (type(self).__name__, relative_attention_type,
-             list(_RELATIVE_ATTENTION_TYPES)))
+        "%s: unknown relative_attention_type %r; expected one of %s"
+        % (
+          type(self).__name__,
+          relative_attention_type,
+          list(_RELATIVE_ATTENTION_TYPES),
+        )
+      )
     if attention_func not in _ATTENTION_FUNCS:
-      raise ValueError("%s: unknown attention_func %r; expected one of %s"
-                       % (type(self).__name__, attention_func,
-                          list(_ATTENTION_FUNCS)))
+      raise ValueError(
+        "%s: unknown attention_func %r; expected one of %s"
+        % (type(self).__name__, attention_func, list(_ATTENTION_FUNCS))
+      )
     self.num_heads = num_heads
     self.num_memory_heads = num_memory_heads
     self.key_value_size = key_value_size
@@ -255,9 +290,9 @@ class SelfAttention(TransformerLayer):
 
   # -- hooks for subclasses -------------------------------------------------
 
-  def layer_output_from_attention_output(self, context: Context,
-                                         attention_output: mtf.Tensor,
-                                         losses) -> mtf.Tensor:
+  def layer_output_from_attention_output(
+    self, context: Context, attention_output: mtf.Tensor, losses
+  ) -> mtf.Tensor:
     """The layer output (identity here; subclasses may post-process).
 
     Args:
@@ -273,9 +308,9 @@ class SelfAttention(TransformerLayer):
     del context, losses
     return attention_output
 
-  def expected_attention_output_shape(self, x: mtf.Tensor,
-                                      params: attention.AttentionParams
-                                      ) -> mtf.Shape:
+  def expected_attention_output_shape(
+    self, x: mtf.Tensor, params: attention.AttentionParams
+  ) -> mtf.Shape:
     """x's shape, with the query heads dims kept if keep_query_heads_dims.
 
     Args:
@@ -286,8 +321,9 @@ class SelfAttention(TransformerLayer):
       An mtf.Shape.
     """
     if self.keep_query_heads_dims:
-      return mtf.Shape(x.shape.dims[:-1] + params.query_heads_dims +
-                       x.shape.dims[-1:])
+      return mtf.Shape(
+        x.shape.dims[:-1] + params.query_heads_dims + x.shape.dims[-1:]
+      )
     return x.shape
 
   def attention_kwargs_from_context(self, context: Context) -> dict:
@@ -314,11 +350,15 @@ class SelfAttention(TransformerLayer):
       The layer's AttentionParams (variables q, k, v, o).
     """
     return attention_params(
-        context=context, kv_dim=self.kv_dim, num_heads=self.num_heads,
-        num_memory_heads=self.num_memory_heads, shared_kv=self.shared_kv,
-        combine_dims=self.combine_dims,
-        keep_query_heads_dims=self.keep_query_heads_dims,
-        fold_scaling_into_initializer=self.fold_scaling_into_initializer)
+      context=context,
+      kv_dim=self.kv_dim,
+      num_heads=self.num_heads,
+      num_memory_heads=self.num_memory_heads,
+      shared_kv=self.shared_kv,
+      combine_dims=self.combine_dims,
+      keep_query_heads_dims=self.keep_query_heads_dims,
+      fold_scaling_into_initializer=self.fold_scaling_into_initializer,
+    )
 
   # -- the layer ------------------------------------------------------------
 
@@ -328,12 +368,14 @@ class SelfAttention(TransformerLayer):
       return kv, kv
     return params.compute_k(x), params.compute_v(x)
 
-  def _write_kv_states(self, context: Context, write: mtf.Tensor,
-                       k: mtf.Tensor, v: mtf.Tensor):
+  def _write_kv_states(
+    self, context: Context, write: mtf.Tensor, k: mtf.Tensor, v: mtf.Tensor
+  ):
     """Incremental mode: the cached k/v states with this step's k/v written
-    where `write` is true; records them as the layer's new states."""
+    where `write` is true; records them as the layer's new states.
+    """
     if self.shared_kv:
-      prev_kv, = context.get_states(1)
+      (prev_kv,) = context.get_states(1)
       k = v = mtf.where(write, k, prev_kv, output_shape=prev_kv.shape)
       context.record_new_states([k])
     else:
@@ -343,51 +385,81 @@ class SelfAttention(TransformerLayer):
       context.record_new_states([k, v])
     return k, v
 
-  def call(self, context: Context, x: mtf.Tensor,
-           losses=None) -> mtf.Tensor:
+  def call(self, context: Context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
     """x: [batch..., length, d_model] ([batch..., d_model] incrementally)."""
     params = self.make_params(context)
     q = params.compute_q(x)
     memory_length = self.memory_length(context)
     k, v = self._keys_and_values(params, x)
     if context.mode == "incremental":
-      write = mtf.equal(mtf.range(context.mesh, memory_length, tf.int32),
-                        context.get_position())
+      write = mtf.equal(
+        mtf.range(context.mesh, memory_length, tf.int32), context.get_position()
+      )
       k, v = self._write_kv_states(context, write, k, v)
       memory_position = mtf.range(context.mesh, memory_length, tf.int32)
     else:
       k = self.rename_length_to_memory_length(k, context)
-      v = k if self.shared_kv else self.rename_length_to_memory_length(
-          v, context)
+      v = (
+        k if self.shared_kv else self.rename_length_to_memory_length(v, context)
+      )
       if context.mode == "first_part":
         context.record_new_states([k] if self.shared_kv else [k, v])
       memory_position = self.rename_length_to_memory_length(
-          context.get_position(), context)
+        context.get_position(), context
+      )
     use_prompt_kv = self._prompt_kind()
     if use_prompt_kv is not None:
       k, v, memory_position, memory_length = (
-          hyperprompts.concat_hyper_prompts_kv(
-              k, v, use_prompt_kv.split("_")[0], self.use_hyperprompt,
-              memory_length, self.hyperprompt_task_num, self.num_heads,
-              self.hyperprompt_hidden_dim, self.kv_dim, context,
-              self.hyperprompt_mtlshare, self.dropout_rate,
-              prompt_length=self._prompt_length(use_prompt_kv)))
-    bias = self.compute_bias(context, memory_position, x,
-                             params.query_heads_dims, q,
-                             use_prompt_kv=use_prompt_kv)
+        hyperprompts.concat_hyper_prompts_kv(
+          k,
+          v,
+          use_prompt_kv.split("_")[0],
+          self.use_hyperprompt,
+          memory_length,
+          self.hyperprompt_task_num,
+          self.num_heads,
+          self.hyperprompt_hidden_dim,
+          self.kv_dim,
+          context,
+          self.hyperprompt_mtlshare,
+          self.dropout_rate,
+          prompt_length=self._prompt_length(use_prompt_kv),
+        )
+      )
+    bias = self.compute_bias(
+      context,
+      memory_position,
+      x,
+      params.query_heads_dims,
+      q,
+      use_prompt_kv=use_prompt_kv,
+    )
     kwargs = self.attention_kwargs_from_context(context)
     if self.z_loss_coeff is not None:
       kwargs["z_loss_coeff"] = self.z_loss_coeff
     o = self.attention_fn(
-        q, k, v, context=context, memory_length_dim=memory_length,
-        key_dim=self.kv_dim, value_dim=self.kv_dim, bias=bias, **kwargs)
+      q,
+      k,
+      v,
+      context=context,
+      memory_length_dim=memory_length,
+      key_dim=self.kv_dim,
+      value_dim=self.kv_dim,
+      bias=bias,
+      **kwargs,
+    )
     output = params.compute_output(
-        o, output_shape=self.expected_attention_output_shape(x, params))
+      o, output_shape=self.expected_attention_output_shape(x, params)
+    )
     return self.layer_output_from_attention_output(context, output, losses)
 
   def _prompt_kind(self) -> Optional[str]:
-    """"encoder_prompts"/"decoder_prompts" if this layer prepends task
-    prompts (its tower, the outer variable scope, has a prompt length)."""
+    """The state key of the task prompts this layer prepends, if any.
+
+    Returns:
+      "encoder_prompts" or "decoder_prompts" if this layer's tower (the outer
+      variable scope) has a prompt length, else None.
+    """
     tower = tf.compat.v1.get_variable_scope().name.split("/")[0]
     if tower == "encoder" and self.hyperprompt_length_encoder:
       return "encoder_prompts"
@@ -402,10 +474,15 @@ class SelfAttention(TransformerLayer):
       return self.hyperprompt_length_decoder
     return 0
 
-  def compute_bias(self, context: Context, memory_position: mtf.Tensor,
-                   x: mtf.Tensor, heads_dims: List[mtf.Dimension],
-                   q: mtf.Tensor, use_prompt_kv: Optional[str] = None
-                   ) -> Optional[mtf.Tensor]:
+  def compute_bias(
+    self,
+    context: Context,
+    memory_position: mtf.Tensor,
+    x: mtf.Tensor,
+    heads_dims: List[mtf.Dimension],
+    q: mtf.Tensor,
+    use_prompt_kv: Optional[str] = None,
+  ) -> Optional[mtf.Tensor]:
     """Sum of the logit biases: relative-position window limits, causality
     (read/write priority), packed sequences, relative attention; None if
     there are none.
@@ -438,92 +515,157 @@ class SelfAttention(TransformerLayer):
     min_rp = self.min_relative_position(context)
     max_rp = self.max_relative_position(context)
     if min_rp is not None:
-      biases.append(_to_bias(
-          mtf.greater_equal(relative_position, min_rp), context))
+      biases.append(
+        _to_bias(mtf.greater_equal(relative_position, min_rp), context)
+      )
     if max_rp is not None:
-      biases.append(_to_bias(
-          mtf.less_equal(relative_position, max_rp), context))
+      biases.append(
+        _to_bias(mtf.less_equal(relative_position, max_rp), context)
+      )
     if (context.read_priority is None) != (context.write_priority is None):
-      raise ValueError("%s: context.read_priority and write_priority must be "
-                       "given together" % type(self).__name__)
+      raise ValueError(
+        "%s: context.read_priority and write_priority must be "
+        "given together" % type(self).__name__
+      )
     if context.read_priority is not None:
       write_priority = context.write_priority
       if context.length_dim in write_priority.shape.dims:
         write_priority = self.rename_length_to_memory_length(
-            write_priority, context)
+          write_priority, context
+        )
       if prompt_length and "memory_length" in (
-          write_priority.shape.dimension_names):
+        write_priority.shape.dimension_names
+      ):
         # The prompts' write priority -1 is below every read priority.
         prompt_dim = mtf.Dimension("memory_length", prompt_length)
-        prompt_priority = mtf.zeros(
-            x.mesh, mtf.Shape([prompt_dim if d.name == "memory_length" else d
-                               for d in write_priority.shape.dims]),
-            dtype=write_priority.dtype) - 1
-        write_priority = mtf.concat([prompt_priority, write_priority],
-                                    "memory_length")
-      biases.append(_to_bias(
-          mtf.greater_equal(context.read_priority, write_priority), context))
+        prompt_priority = (
+          mtf.zeros(
+            x.mesh,
+            mtf.Shape(
+              [
+                prompt_dim if d.name == "memory_length" else d
+                for d in write_priority.shape.dims
+              ]
+            ),
+            dtype=write_priority.dtype,
+          )
+          - 1
+        )
+        write_priority = mtf.concat(
+          [prompt_priority, write_priority], "memory_length"
+        )
+      biases.append(
+        _to_bias(
+          mtf.greater_equal(context.read_priority, write_priority), context
+        )
+      )
     sequence_id = _sequence_id_for_bias(context)
-    if (prompt_length and sequence_id is not None and
-        context.mode != "incremental" and
-        context.length_dim in sequence_id.shape.dims):
+    if (
+      prompt_length
+      and sequence_id is not None
+      and context.mode != "incremental"
+      and context.length_dim in sequence_id.shape.dims
+    ):
       # Prompts are visible to every query; tokens within their sequence.
       memory_ids = self.rename_length_to_memory_length(sequence_id, context)
       prompt_dim = mtf.Dimension("memory_length", prompt_length)
-      prompt_ids = mtf.zeros(
-          x.mesh, mtf.Shape([prompt_dim if d.name == "memory_length" else d
-                             for d in memory_ids.shape.dims]),
-          dtype=sequence_id.dtype) - 1
+      prompt_ids = (
+        mtf.zeros(
+          x.mesh,
+          mtf.Shape(
+            [
+              prompt_dim if d.name == "memory_length" else d
+              for d in memory_ids.shape.dims
+            ]
+          ),
+          dtype=sequence_id.dtype,
+        )
+        - 1
+      )
       memory_ids = mtf.concat([prompt_ids, memory_ids], "memory_length")
-      biases.append(_to_bias(mtf.logical_or(
-          mtf.equal(sequence_id, memory_ids),
-          mtf.less(memory_position, prompt_length)), context))
-    elif (sequence_id is not None and context.mode != "incremental" and
-          context.length_dim in sequence_id.shape.dims):
-      biases.append(_to_bias(mtf.equal(
-          sequence_id,
-          self.rename_length_to_memory_length(sequence_id, context)),
-                             context))
+      biases.append(
+        _to_bias(
+          mtf.logical_or(
+            mtf.equal(sequence_id, memory_ids),
+            mtf.less(memory_position, prompt_length),
+          ),
+          context,
+        )
+      )
+    elif (
+      sequence_id is not None
+      and context.mode != "incremental"
+      and context.length_dim in sequence_id.shape.dims
+    ):
+      biases.append(
+        _to_bias(
+          mtf.equal(
+            sequence_id,
+            self.rename_length_to_memory_length(sequence_id, context),
+          ),
+          context,
+        )
+      )
     if self.relative_attention_type is not None:
-      biases.append(self._relative_attention_bias(
-          context, relative_position, heads_dims, q, min_rp, max_rp))
+      biases.append(
+        self._relative_attention_bias(
+          context, relative_position, heads_dims, q, min_rp, max_rp
+        )
+      )
     if not biases:
       return None
     return biases[0] if len(biases) == 1 else mtf.add_n(biases)
 
-  def _relative_attention_bias(self, context, relative_position, heads_dims,
-                               q, min_rp, max_rp) -> mtf.Tensor:
+  def _relative_attention_bias(
+    self, context, relative_position, heads_dims, q, min_rp, max_rp
+  ) -> mtf.Tensor:
     buckets_dim = mtf.Dimension("buckets", self.relative_attention_num_buckets)
     bucket = _relative_position_bucket(
-        relative_position,
-        bidirectional=not context.model.fully_autoregressive,
-        num_buckets=buckets_dim.size)
+      relative_position,
+      bidirectional=not context.model.fully_autoregressive,
+      num_buckets=buckets_dim.size,
+    )
     ensemble_dims = list(getattr(context.model, "ensemble_dims", []) or [])
     if self.relative_attention_type in ("bias", "bias_shared"):
       values = None
       cache_key = None
       if self.relative_attention_type == "bias_shared":
-        cache_key = ("self_attention_bias", min_rp, max_rp,
-                     tuple(heads_dims), buckets_dim)
+        cache_key = (
+          "self_attention_bias",
+          min_rp,
+          max_rp,
+          tuple(heads_dims),
+          buckets_dim,
+        )
         values = context.cache.get(cache_key)
       if values is None:
         # No initializer, as the original: TF's default glorot_uniform.
         values = mtf.get_variable(
-            context.mesh, "relative_attention_bias",
-            mtf.Shape(ensemble_dims + heads_dims + [buckets_dim]),
-            initializer=None, dtype=context.variable_dtype)
+          context.mesh,
+          "relative_attention_bias",
+          mtf.Shape(ensemble_dims + heads_dims + [buckets_dim]),
+          initializer=None,
+          dtype=context.variable_dtype,
+        )
         if cache_key is not None:
           context.cache[cache_key] = values
     elif self.relative_attention_type == "contextual":
       values = mtf.layers.dense(
-          q, reduced_dims=[self.kv_dim], new_dims=[buckets_dim],
-          expert_dims=ensemble_dims + heads_dims, use_bias=False,
-          variable_dtype=context.variable_dtype, name="relative_attention_ak")
+        q,
+        reduced_dims=[self.kv_dim],
+        new_dims=[buckets_dim],
+        expert_dims=ensemble_dims + heads_dims,
+        use_bias=False,
+        variable_dtype=context.variable_dtype,
+        name="relative_attention_ak",
+      )
     else:
-      raise ValueError("unknown relative_attention_type %r"
-                       % (self.relative_attention_type,))
-    return mtf.cast(mtf.gather(values, bucket, buckets_dim),
-                    context.activation_dtype)
+      raise ValueError(
+        "unknown relative_attention_type %r" % (self.relative_attention_type,)
+      )
+    return mtf.cast(
+      mtf.gather(values, bucket, buckets_dim), context.activation_dtype
+    )
 
   # -- dimensions and properties --------------------------------------------
 
@@ -544,8 +686,9 @@ class SelfAttention(TransformerLayer):
     """
     return mtf.Dimension("memory_length", context.length_dim.size)
 
-  def rename_length_to_memory_length(self, x: mtf.Tensor,
-                                     context: Context) -> mtf.Tensor:
+  def rename_length_to_memory_length(
+    self, x: mtf.Tensor, context: Context
+  ) -> mtf.Tensor:
     """Renames x's length dim to the memory length dim.
 
     Args:
@@ -555,8 +698,9 @@ class SelfAttention(TransformerLayer):
     Returns:
       x with its length dim renamed "memory_length".
     """
-    return mtf.replace_dimensions(x, context.length_dim,
-                                  self.memory_length(context))
+    return mtf.replace_dimensions(
+      x, context.length_dim, self.memory_length(context)
+    )
 
   def min_relative_position(self, context: Context) -> Optional[int]:
     """Smallest visible memory - query position (None: unlimited).
@@ -585,8 +729,9 @@ class SelfAttention(TransformerLayer):
 
 
 @gin.configurable(module=_GIN_MODULE)
-def relative_position_spans(context: Context,
-                            num_sentinels: int = gin.REQUIRED) -> mtf.Tensor:
+def relative_position_spans(
+  context: Context, num_sentinels: int = gin.REQUIRED
+) -> mtf.Tensor:
   """Relative positions (encoder - decoder) under a span-filling objective.
 
   The encoder inputs are a text with spans replaced by single sentinels, the
@@ -612,11 +757,13 @@ def relative_position_spans(context: Context,
       or without encoder_inputs / inputs.
   """
   if context.mode == "incremental":
-    raise ValueError("relative_position_spans does not support mode "
-                     "'incremental'")
+    raise ValueError(
+      "relative_position_spans does not support mode 'incremental'"
+    )
   if context.encoder_inputs is None or context.inputs is None:
-    raise ValueError("relative_position_spans needs context.encoder_inputs "
-                     "and context.inputs")
+    raise ValueError(
+      "relative_position_spans needs context.encoder_inputs and context.inputs"
+    )
   model = context.model
   vocab_size = getattr(model, "input_vocab_size", None)
   if not isinstance(vocab_size, int):
@@ -642,21 +789,24 @@ def relative_position_spans(context: Context,
   enc_span = mtf.cumsum(enc_sentinel, memory_dim, exclusive=True)
   dec_span = mtf.cumsum(dec_sentinel, length_dim) - 1
   enc_span_before_dec = mtf.to_int32(mtf.less_equal(enc_span, dec_span))
-  dec_pos = (mtf.cumsum(dec_text, length_dim, exclusive=True) +
-             mtf.reduce_sum(enc_span_before_dec * enc_text,
-                            reduced_dim=memory_dim))
-  enc_pos = (mtf.cumsum(enc_text, memory_dim, exclusive=True) +
-             mtf.reduce_sum((1 - enc_span_before_dec) * dec_text,
-                            reduced_dim=length_dim))
-  return mtf.sub(enc_pos, dec_pos,
-                 output_shape=mtf.Shape(dec_pos.shape.dims + [memory_dim]))
+  dec_pos = mtf.cumsum(dec_text, length_dim, exclusive=True) + mtf.reduce_sum(
+    enc_span_before_dec * enc_text, reduced_dim=memory_dim
+  )
+  enc_pos = mtf.cumsum(enc_text, memory_dim, exclusive=True) + mtf.reduce_sum(
+    (1 - enc_span_before_dec) * dec_text, reduced_dim=length_dim
+  )
+  return mtf.sub(
+    enc_pos, dec_pos, output_shape=mtf.Shape(dec_pos.shape.dims + [memory_dim])
+  )
 
 
 @gin.configurable(module=_GIN_MODULE)
-def enc_dec_attention_bias(layer: SelfAttention, context: Context,
-                           heads_dims: List[mtf.Dimension],
-                           relative_position_fn=relative_position_spans
-                           ) -> Optional[mtf.Tensor]:
+def enc_dec_attention_bias(
+  layer: SelfAttention,
+  context: Context,
+  heads_dims: List[mtf.Dimension],
+  relative_position_fn=relative_position_spans,
+) -> Optional[mtf.Tensor]:
   """Bias of encoder-decoder attention: same packed sequence, plus the
   relative attention bias `enc_dec_relative_attention_bias` for
   relative_attention_type "bias"/"bias_shared".
@@ -678,36 +828,50 @@ def enc_dec_attention_bias(layer: SelfAttention, context: Context,
   """
   bias = None
   sequence_id = context.sequence_id
-  if (isinstance(context.encoder_sequence_id, mtf.Tensor) and
-      (isinstance(sequence_id, mtf.Tensor) or sequence_id)):
-    bias = _to_bias(mtf.equal(sequence_id, context.encoder_sequence_id),
-                    context)
+  if isinstance(context.encoder_sequence_id, mtf.Tensor) and (
+    isinstance(sequence_id, mtf.Tensor) or sequence_id
+  ):
+    bias = _to_bias(
+      mtf.equal(sequence_id, context.encoder_sequence_id), context
+    )
   if layer.relative_attention_type in ("bias", "bias_shared"):
     buckets_dim = mtf.Dimension("buckets", layer.relative_attention_num_buckets)
     ensemble_dims = list(getattr(context.model, "ensemble_dims", []) or [])
     values = mtf.get_variable(
-        context.mesh, "enc_dec_relative_attention_bias",
-        mtf.Shape(ensemble_dims + heads_dims + [buckets_dim]),
-        initializer=None, dtype=context.variable_dtype)
+      context.mesh,
+      "enc_dec_relative_attention_bias",
+      mtf.Shape(ensemble_dims + heads_dims + [buckets_dim]),
+      initializer=None,
+      dtype=context.variable_dtype,
+    )
     bucket = _relative_position_bucket(
-        relative_position_fn(context), bidirectional=True,
-        num_buckets=buckets_dim.size)
-    relative = mtf.cast(mtf.gather(values, bucket, buckets_dim),
-                        context.activation_dtype)
+      relative_position_fn(context),
+      bidirectional=True,
+      num_buckets=buckets_dim.size,
+    )
+    relative = mtf.cast(
+      mtf.gather(values, bucket, buckets_dim), context.activation_dtype
+    )
     bias = relative if bias is None else bias + relative
   elif layer.relative_attention_type is not None:
-    raise ValueError("%s: unsupported relative_attention_type %r for "
-                     "encoder-decoder attention"
-                     % (type(layer).__name__, layer.relative_attention_type))
+    raise ValueError(
+      "%s: unsupported relative_attention_type %r for "
+      "encoder-decoder attention"
+      % (type(layer).__name__, layer.relative_attention_type)
+    )
   return bias
 
 
 @gin.configurable(module=_GIN_MODULE)
-def enc_dec_attention(self_attention_layer: SelfAttention,
-                      memory_antecedent: Optional[mtf.Tensor],
-                      context: Context, x: mtf.Tensor, losses,
-                      attention_fn=attention.attention,
-                      z_loss_coeff: Optional[float] = None) -> mtf.Tensor:
+def enc_dec_attention(
+  self_attention_layer: SelfAttention,
+  memory_antecedent: Optional[mtf.Tensor],
+  context: Context,
+  x: mtf.Tensor,
+  losses,
+  attention_fn=attention.attention,
+  z_loss_coeff: Optional[float] = None,
+) -> mtf.Tensor:
   """Attention from x to memory_antecedent [batch..., memory_length, d_model].
 
   In "first_part" mode the keys, values and memory length are recorded as
@@ -735,13 +899,15 @@ def enc_dec_attention(self_attention_layer: SelfAttention,
     k, v, memory_length = context.get_constant_state()
   else:
     if memory_antecedent is None:
-      raise ValueError("%s needs an encoder output (memory_antecedent)"
-                       % type(layer).__name__)
+      raise ValueError(
+        "%s needs an encoder output (memory_antecedent)" % type(layer).__name__
+      )
     names = memory_antecedent.shape.dimension_names
     if "memory_length" not in names:
-      raise ValueError("%s: memory %s has no 'memory_length' dimension"
-                       % (type(layer).__name__,
-                          memory_antecedent.shape.to_string))
+      raise ValueError(
+        "%s: memory %s has no 'memory_length' dimension"
+        % (type(layer).__name__, memory_antecedent.shape.to_string)
+      )
     memory_length = memory_antecedent.shape.get_dim_by_name("memory_length")
     if layer.shared_kv:
       k = v = params.compute_kv(memory_antecedent)
@@ -754,34 +920,50 @@ def enc_dec_attention(self_attention_layer: SelfAttention,
   kwargs = layer.attention_kwargs_from_context(context)
   if z_loss_coeff is not None:
     kwargs["z_loss_coeff"] = z_loss_coeff
-  a = attention_fn(q, k, v, memory_length_dim=memory_length,
-                   key_dim=layer.kv_dim, value_dim=layer.kv_dim, bias=bias,
-                   context=context, **kwargs)
+  a = attention_fn(
+    q,
+    k,
+    v,
+    memory_length_dim=memory_length,
+    key_dim=layer.kv_dim,
+    value_dim=layer.kv_dim,
+    bias=bias,
+    context=context,
+    **kwargs,
+  )
   output = params.compute_output(
-      a, output_shape=layer.expected_attention_output_shape(x, params))
+    a, output_shape=layer.expected_attention_output_shape(x, params)
+  )
   return layer.layer_output_from_attention_output(context, output, losses)
 
 
 @gin.configurable(module=_GIN_MODULE)
 class EncDecAttention(SelfAttention):
   """Multi-head attention to context.encoder_output (same variables as
-  SelfAttention; relative bias `enc_dec_relative_attention_bias`)."""
+  SelfAttention; relative bias `enc_dec_relative_attention_bias`).
+  """
 
-  def __init__(self, relative_attention_type: Optional[str] = None,
-               **kwargs):
-    super().__init__(relative_attention_type=relative_attention_type,
-                     **kwargs)
+  def __init__(self, relative_attention_type: Optional[str] = None, **kwargs):
+    super().__init__(relative_attention_type=relative_attention_type, **kwargs)
 
   def _get_memory_antecedent(self, context: Context):
     return context.encoder_output
 
-  def call(self, context: Context, x: mtf.Tensor,
-           losses=None) -> mtf.Tensor:
-    memory = (None if context.mode == "incremental"
-              else self._get_memory_antecedent(context))
-    return enc_dec_attention(self, memory, context, x, losses,
-                             attention_fn=self.attention_fn,
-                             z_loss_coeff=self.z_loss_coeff)
+  def call(self, context: Context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
+    memory = (
+      None
+      if context.mode == "incremental"
+      else self._get_memory_antecedent(context)
+    )
+    return enc_dec_attention(
+      self,
+      memory,
+      context,
+      x,
+      losses,
+      attention_fn=self.attention_fn,
+      z_loss_coeff=self.z_loss_coeff,
+    )
 
 
 def _length_num_splits(context: Context) -> int:
@@ -790,8 +972,7 @@ def _length_num_splits(context: Context) -> int:
   mesh_shape = getattr(model, "mesh_shape", None)
   if not layout or not mesh_shape:
     return 1
-  return mtf.tensor_dim_to_mesh_dim_size(layout, mesh_shape,
-                                         context.length_dim)
+  return mtf.tensor_dim_to_mesh_dim_size(layout, mesh_shape, context.length_dim)
 
 
 @gin.configurable(module=_GIN_MODULE)
@@ -810,23 +991,35 @@ class LocalSelfAttention(SelfAttention):
       unless fully autoregressive, the `radius` next ones).
   """
 
-  def __init__(self, radius: int = 128, num_heads: int = 8,
-               num_memory_heads: int = 0, key_value_size: int = 128,
-               shared_kv: bool = False, dropout_rate: float = 0.0,
-               attention_kwargs=None):
-    super().__init__(num_heads=num_heads, num_memory_heads=num_memory_heads,
-                     key_value_size=key_value_size, shared_kv=shared_kv,
-                     dropout_rate=dropout_rate,
-                     attention_kwargs=attention_kwargs)
+  def __init__(
+    self,
+    radius: int = 128,
+    num_heads: int = 8,
+    num_memory_heads: int = 0,
+    key_value_size: int = 128,
+    shared_kv: bool = False,
+    dropout_rate: float = 0.0,
+    attention_kwargs=None,
+  ):
+    super().__init__(
+      num_heads=num_heads,
+      num_memory_heads=num_memory_heads,
+      key_value_size=key_value_size,
+      shared_kv=shared_kv,
+      dropout_rate=dropout_rate,
+      attention_kwargs=attention_kwargs,
+    )
     if radius < 1:
-      raise ValueError("LocalSelfAttention: radius must be >= 1, got %r"
-                       % (radius,))
+      raise ValueError(
+        "LocalSelfAttention: radius must be >= 1, got %r" % (radius,)
+      )
     self.radius = radius
 
   @property
   def window_dim(self) -> mtf.Dimension:
     """The Dimension ("window", radius + 1 or 2 * radius + 1) of a query's
-    window."""
+    window.
+    """
     return mtf.Dimension("window", self.radius)
 
   def min_relative_position(self, context: Context) -> int:
@@ -852,8 +1045,7 @@ class LocalSelfAttention(SelfAttention):
     """
     return 0 if context.model.fully_autoregressive else self.radius - 1
 
-  def call(self, context: Context, x: mtf.Tensor,
-           losses=None) -> mtf.Tensor:
+  def call(self, context: Context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
     if context.mode == "incremental":
       return self._call_incremental(context, x, losses)
     params = self.make_params(context)
@@ -863,49 +1055,71 @@ class LocalSelfAttention(SelfAttention):
     if context.length_dim.size <= max(256, 4 * self.radius):
       memory_length = self.memory_length(context)
       memory_position = self.rename_length_to_memory_length(
-          context.get_position(), context)
-      bias = self.compute_bias(context, memory_position, x,
-                               params.query_heads_dims, q)
+        context.get_position(), context
+      )
+      bias = self.compute_bias(
+        context, memory_position, x, params.query_heads_dims, q
+      )
       o = attention.attention(
-          q, self.rename_length_to_memory_length(k, context),
-          self.rename_length_to_memory_length(v, context), memory_length,
-          self.kv_dim, self.kv_dim, bias, context=context, **kwargs)
+        q,
+        self.rename_length_to_memory_length(k, context),
+        self.rename_length_to_memory_length(v, context),
+        memory_length,
+        self.kv_dim,
+        self.kv_dim,
+        bias,
+        context=context,
+        **kwargs,
+      )
     else:
       sequence_id = _sequence_id_for_bias(context)
       o = attention.local_attention_1d(
-          q, k, v, context.length_dim, self.kv_dim, self.kv_dim,
-          fully_autoregressive=context.model.fully_autoregressive,
-          length_dim_num_splits=_length_num_splits(context),
-          radius=self.radius,
-          sequence_id=1 if sequence_id is None else sequence_id,
-          write_priority=context.write_priority,
-          read_priority=context.read_priority, attention_kwargs=kwargs)
+        q,
+        k,
+        v,
+        context.length_dim,
+        self.kv_dim,
+        self.kv_dim,
+        fully_autoregressive=context.model.fully_autoregressive,
+        length_dim_num_splits=_length_num_splits(context),
+        radius=self.radius,
+        sequence_id=1 if sequence_id is None else sequence_id,
+        write_priority=context.write_priority,
+        read_priority=context.read_priority,
+        attention_kwargs=kwargs,
+      )
     if context.mode == "first_part":
       self._record_window(context, [k] if self.shared_kv else [k, v])
     output = params.compute_output(
-        o, output_shape=self.expected_attention_output_shape(x, params))
+      o, output_shape=self.expected_attention_output_shape(x, params)
+    )
     return self.layer_output_from_attention_output(context, output, losses)
 
   def _record_window(self, context: Context, states) -> None:
     """States for decoding: slot w holds position p < initial_position,
-    p >= initial_position - radius, p % radius == w."""
+    p >= initial_position - radius, p % radius == w.
+    """
     mesh = context.mesh
     pos = mtf.range(mesh, context.length_dim, tf.int32)
     slot = mtf.range(mesh, self.window_dim, tf.int32)
     start = context.initial_position
     select = mtf.logical_and(
-        mtf.equal(mtf.mod(pos, self.radius), slot),
-        mtf.logical_and(mtf.less(pos, start),
-                        mtf.greater_equal(pos, start - self.radius)))
+      mtf.equal(mtf.mod(pos, self.radius), slot),
+      mtf.logical_and(
+        mtf.less(pos, start), mtf.greater_equal(pos, start - self.radius)
+      ),
+    )
     recorded = []
     for s in states:
-      shape = mtf.replace_dimensions(s.shape, context.length_dim,
-                                     self.window_dim)
+      shape = mtf.replace_dimensions(
+        s.shape, context.length_dim, self.window_dim
+      )
       recorded.append(mtf.einsum([s, mtf.cast(select, s.dtype)], shape))
     context.record_new_states(recorded)
 
-  def _call_incremental(self, context: Context, x: mtf.Tensor,
-                        losses) -> mtf.Tensor:
+  def _call_incremental(
+    self, context: Context, x: mtf.Tensor, losses
+  ) -> mtf.Tensor:
     params = self.make_params(context)
     q = params.compute_q(x)
     k, v = self._keys_and_values(params, x)
@@ -914,14 +1128,24 @@ class LocalSelfAttention(SelfAttention):
     write = mtf.equal(slot, mtf.mod(position, self.radius))
     k, v = self._write_kv_states(context, write, k, v)
     # Slot w holds position p - ((p - w) mod radius), visible if >= 0.
-    slot_position = position - mtf.mod(position - slot + self.radius,
-                                       self.radius)
+    slot_position = position - mtf.mod(
+      position - slot + self.radius, self.radius
+    )
     bias = _to_bias(mtf.greater_equal(slot_position, 0), context)
     o = attention.attention(
-        q, k, v, self.window_dim, self.kv_dim, self.kv_dim, bias,
-        context=context, **self.attention_kwargs_from_context(context))
+      q,
+      k,
+      v,
+      self.window_dim,
+      self.kv_dim,
+      self.kv_dim,
+      bias,
+      context=context,
+      **self.attention_kwargs_from_context(context),
+    )
     output = params.compute_output(
-        o, output_shape=self.expected_attention_output_shape(x, params))
+      o, output_shape=self.expected_attention_output_shape(x, params)
+    )
     return self.layer_output_from_attention_output(context, output, losses)
 
 
@@ -946,11 +1170,15 @@ class TransparentEncDecAttention(EncDecAttention):
     decoder_num_modules: the number of decoder modules.
   """
 
-  def __init__(self, layers_per_encoder_module: int = gin.REQUIRED,
-               layers_per_decoder_module: int = gin.REQUIRED,
-               encoder_num_modules: int = gin.REQUIRED,
-               decoder_num_modules: int = gin.REQUIRED,
-               dropout_rate: float = 0.0, **kwargs):
+  def __init__(
+    self,
+    layers_per_encoder_module: int = gin.REQUIRED,
+    layers_per_decoder_module: int = gin.REQUIRED,
+    encoder_num_modules: int = gin.REQUIRED,
+    decoder_num_modules: int = gin.REQUIRED,
+    dropout_rate: float = 0.0,
+    **kwargs,
+  ):
     super().__init__(dropout_rate=dropout_rate, **kwargs)
     self.layers_per_encoder_module = layers_per_encoder_module
     self.layers_per_decoder_module = layers_per_decoder_module
@@ -962,43 +1190,57 @@ class TransparentEncDecAttention(EncDecAttention):
     inputs = self._get_decoder_inputs(context)
     if index >= len(inputs):
       raise ValueError(
-          "TransparentEncDecAttention: layer index %d is in decoder module "
-          "%d, but decoder_num_modules is %d"
-          % (context.layer_index, index, self.decoder_num_modules))
+        "TransparentEncDecAttention: layer index %d is in decoder module "
+        "%d, but decoder_num_modules is %d"
+        % (context.layer_index, index, self.decoder_num_modules)
+      )
     return inputs[index]
 
   def _get_decoder_inputs(self, context: Context) -> List[mtf.Tensor]:
     """One mixed encoder output per decoder module (cached per call)."""
-    key = ("transparent_decoder_inputs", self.layers_per_encoder_module,
-           self.encoder_num_modules, self.decoder_num_modules)
+    key = (
+      "transparent_decoder_inputs",
+      self.layers_per_encoder_module,
+      self.encoder_num_modules,
+      self.decoder_num_modules,
+    )
     if key in context.cache:
       return context.cache[key]
     outputs = context.encoder_layer_outputs
     if not outputs:
-      raise ValueError("TransparentEncDecAttention needs "
-                       "context.encoder_layer_outputs")
+      raise ValueError(
+        "TransparentEncDecAttention needs context.encoder_layer_outputs"
+      )
     step = self.layers_per_encoder_module
     chosen = [outputs[0]] + list(outputs[step::step])
     if len(chosen) != self.encoder_num_modules + 1:
       raise ValueError(
-          "TransparentEncDecAttention: %d encoder layer outputs with "
-          "layers_per_encoder_module=%d give %d module outputs, expected "
-          "encoder_num_modules + 1 = %d"
-          % (len(outputs), step, len(chosen), self.encoder_num_modules + 1))
-    chosen = [t if "memory_length" in t.shape.dimension_names
-              else mtf.rename_dimension(t, context.length_dim.name,
-                                        "memory_length") for t in chosen]
-    enc_dim = mtf.Dimension("encoder_module_outputs",
-                            self.encoder_num_modules + 1)
-    dec_dim = mtf.Dimension("decoder_module_inputs",
-                            self.decoder_num_modules)
+        "TransparentEncDecAttention: %d encoder layer outputs with "
+        "layers_per_encoder_module=%d give %d module outputs, expected "
+        "encoder_num_modules + 1 = %d"
+        % (len(outputs), step, len(chosen), self.encoder_num_modules + 1)
+      )
+    chosen = [
+      t
+      if "memory_length" in t.shape.dimension_names
+      else mtf.rename_dimension(t, context.length_dim.name, "memory_length")
+      for t in chosen
+    ]
+    enc_dim = mtf.Dimension(
+      "encoder_module_outputs", self.encoder_num_modules + 1
+    )
+    dec_dim = mtf.Dimension("decoder_module_inputs", self.decoder_num_modules)
     stacked = mtf.stack(chosen, enc_dim.name, axis=0)
-    stddev = 1.0 if mtf.layers.unit_scaling_convention() else (
-        enc_dim.size ** -0.5)
+    stddev = (
+      1.0 if mtf.layers.unit_scaling_convention() else (enc_dim.size**-0.5)
+    )
     w = mtf.get_variable(
-        context.mesh, "w", mtf.Shape([enc_dim, dec_dim]),
-        initializer=tf.compat.v1.random_normal_initializer(stddev=stddev),
-        dtype=context.variable_dtype)
+      context.mesh,
+      "w",
+      mtf.Shape([enc_dim, dec_dim]),
+      initializer=tf.compat.v1.random_normal_initializer(stddev=stddev),
+      dtype=context.variable_dtype,
+    )
     if self.dropout_rate and context.train:
       w = mtf.dropout(w, True, rate=self.dropout_rate)
     weights = mtf.softmax(w, enc_dim)

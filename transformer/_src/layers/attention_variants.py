@@ -36,13 +36,13 @@ from transformer._src.layers.context import Context
 from transformer._src.layers.dense_layers import DenseReluDense
 
 __all__ = [
-    "BranchedEncDecAttention",
-    "BranchedSelfAttention",
-    "GeneralBilinearEncDecAttention",
-    "GeneralBilinearSelfAttention",
-    "Synthesizer",
-    "TalkingHeadsEncDecAttention",
-    "TalkingHeadsSelfAttention",
+  "BranchedEncDecAttention",
+  "BranchedSelfAttention",
+  "GeneralBilinearEncDecAttention",
+  "GeneralBilinearSelfAttention",
+  "Synthesizer",
+  "TalkingHeadsEncDecAttention",
+  "TalkingHeadsSelfAttention",
 ]
 
 _GIN_MODULE = "mesh_tensorflow.transformer.transformer_layers"
@@ -56,11 +56,14 @@ def _to_dims(spec, what: str, layer: str) -> List[mtf.Dimension]:
   try:
     dims = [mtf.convert_to_dimension(d) for d in spec]
   except (TypeError, ValueError) as e:
-    raise ValueError("%s: %s must be a sequence of (name, size) pairs, got %r"
-                     % (layer, what, spec)) from e
+    raise ValueError(
+      "%s: %s must be a sequence of (name, size) pairs, got %r"
+      % (layer, what, spec)
+    ) from e
   if len({d.name for d in dims}) != len(dims):
-    raise ValueError("%s: %s has repeated dimension names: %r"
-                     % (layer, what, spec))
+    raise ValueError(
+      "%s: %s has repeated dimension names: %r" % (layer, what, spec)
+    )
   return dims
 
 
@@ -70,24 +73,32 @@ def _ensemble_dims(context: Context) -> List[mtf.Dimension]:
 
 def _variable(context: Context, name: str, dims, stddev: float) -> mtf.Tensor:
   """Variable `name` (normal init), cast to the activation dtype."""
-  w = mtf.get_variable(context.mesh, name, mtf.Shape(list(dims)),
-                       initializer=tf1.random_normal_initializer(
-                           stddev=stddev),
-                       dtype=context.variable_dtype)
+  w = mtf.get_variable(
+    context.mesh,
+    name,
+    mtf.Shape(list(dims)),
+    initializer=tf1.random_normal_initializer(stddev=stddev),
+    dtype=context.variable_dtype,
+  )
   return mtf.cast(w, context.activation_dtype)
 
 
-def _write_position(context: Context, step: mtf.Tensor, old: mtf.Tensor,
-                    memory_length: mtf.Dimension) -> mtf.Tensor:
+def _write_position(
+  context: Context,
+  step: mtf.Tensor,
+  old: mtf.Tensor,
+  memory_length: mtf.Dimension,
+) -> mtf.Tensor:
   """old [..., memory_length, ...] with this step's value at the position."""
-  write = mtf.equal(mtf.range(context.mesh, memory_length, tf.int32),
-                    context.get_position())
+  write = mtf.equal(
+    mtf.range(context.mesh, memory_length, tf.int32), context.get_position()
+  )
   return mtf.where(write, step, old, output_shape=old.shape)
 
 
-def _self_attention_memory(layer: SelfAttention, context: Context,
-                           steps: Sequence[mtf.Tensor]
-                           ) -> Tuple[List[mtf.Tensor], mtf.Tensor]:
+def _self_attention_memory(
+  layer: SelfAttention, context: Context, steps: Sequence[mtf.Tensor]
+) -> Tuple[List[mtf.Tensor], mtf.Tensor]:
   """Memory tensors over "memory_length" and their positions.
 
   steps: this call's tensors with the length dim ([batch..., length, ...],
@@ -96,15 +107,17 @@ def _self_attention_memory(layer: SelfAttention, context: Context,
   memory_length = layer.memory_length(context)
   if context.mode == "incremental":
     olds = context.get_states(len(steps))
-    memory = [_write_position(context, s, o, memory_length)
-              for s, o in zip(steps, olds)]
+    memory = [
+      _write_position(context, s, o, memory_length) for s, o in zip(steps, olds)
+    ]
     context.record_new_states(memory)
     return memory, mtf.range(context.mesh, memory_length, tf.int32)
   memory = [layer.rename_length_to_memory_length(s, context) for s in steps]
   if context.mode == "first_part":
     context.record_new_states(memory)
   return memory, layer.rename_length_to_memory_length(
-      context.get_position(), context)
+    context.get_position(), context
+  )
 
 
 def _encoder_memory(layer, context: Context, compute):
@@ -115,10 +128,13 @@ def _encoder_memory(layer, context: Context, compute):
   if memory is None:
     raise ValueError("%s needs context.encoder_output" % type(layer).__name__)
   if "memory_length" not in memory.shape.dimension_names:
-    raise ValueError("%s: encoder_output %s has no 'memory_length' dimension"
-                     % (type(layer).__name__, memory.shape.to_string))
+    raise ValueError(
+      "%s: encoder_output %s has no 'memory_length' dimension"
+      % (type(layer).__name__, memory.shape.to_string)
+    )
   values = tuple(compute(memory)) + (
-      memory.shape.get_dim_by_name("memory_length"),)
+    memory.shape.get_dim_by_name("memory_length"),
+  )
   if context.mode == "first_part":
     context.record_constant_state(values)
   return values
@@ -128,8 +144,12 @@ def _dropout(layer, context: Context, weights: mtf.Tensor) -> mtf.Tensor:
   if not context.train or not layer.dropout_rate:
     return weights
   broadcast = [d for d in [context.length_dim] if d in weights.shape.dims]
-  return mtf.dropout(weights, True, rate=layer.dropout_rate,
-                     noise_shape=weights.shape - broadcast)
+  return mtf.dropout(
+    weights,
+    True,
+    rate=layer.dropout_rate,
+    noise_shape=weights.shape - broadcast,
+  )
 
 
 # ----------------------------------------------------------------------------
@@ -173,32 +193,41 @@ class TalkingHeadsSelfAttention(SelfAttention):
     ValueError: for an unknown dynamic projection.
   """
 
-  def __init__(self, key_heads_dims=(("heads", 12),),
-               softmax_heads_dims=(("heads", 12),),
-               value_heads_dims=(("heads", 12),), key_size: int = 64,
-               value_size: int = 64, dropout_rate: float = 0.0,
-               relative_attention_type: Optional[str] = None,
-               relative_attention_num_buckets: int = 32,
-               dynamic_projections=None,
-               dynamic_projections_init_scale: float = 1e-2):
+  def __init__(
+    self,
+    key_heads_dims=(("heads", 12),),
+    softmax_heads_dims=(("heads", 12),),
+    value_heads_dims=(("heads", 12),),
+    key_size: int = 64,
+    value_size: int = 64,
+    dropout_rate: float = 0.0,
+    relative_attention_type: Optional[str] = None,
+    relative_attention_num_buckets: int = 32,
+    dynamic_projections=None,
+    dynamic_projections_init_scale: float = 1e-2,
+  ):
     name = type(self).__name__
     self.key_heads_dims = _to_dims(key_heads_dims, "key_heads_dims", name)
-    self.softmax_heads_dims = _to_dims(softmax_heads_dims,
-                                       "softmax_heads_dims", name)
-    self.value_heads_dims = _to_dims(value_heads_dims, "value_heads_dims",
-                                     name)
+    self.softmax_heads_dims = _to_dims(
+      softmax_heads_dims, "softmax_heads_dims", name
+    )
+    self.value_heads_dims = _to_dims(value_heads_dims, "value_heads_dims", name)
     super().__init__(
-        num_heads=max(1, mtf.Shape(self.softmax_heads_dims).size),
-        key_value_size=key_size, dropout_rate=dropout_rate,
-        relative_attention_type=relative_attention_type,
-        relative_attention_num_buckets=relative_attention_num_buckets)
+      num_heads=max(1, mtf.Shape(self.softmax_heads_dims).size),
+      key_value_size=key_size,
+      dropout_rate=dropout_rate,
+      relative_attention_type=relative_attention_type,
+      relative_attention_num_buckets=relative_attention_num_buckets,
+    )
     self.key_size = key_size
     self.value_size = value_size
     dynamic_projections = list(dynamic_projections or [])
     for p in dynamic_projections:
       if p not in _DYNAMIC_PROJECTIONS:
-        raise ValueError("%s: unknown dynamic projection %r; expected some of "
-                         "%s" % (name, p, list(_DYNAMIC_PROJECTIONS)))
+        raise ValueError(
+          "%s: unknown dynamic projection %r; expected some of "
+          "%s" % (name, p, list(_DYNAMIC_PROJECTIONS))
+        )
     self.dynamic_projections = dynamic_projections
     self.dynamic_projections_init_scale = dynamic_projections_init_scale
 
@@ -223,8 +252,9 @@ class TalkingHeadsSelfAttention(SelfAttention):
     Returns:
       The queries [batch..., length, key heads..., d_k].
     """
-    return self._project(context, x, "q", self.key_heads_dims, self.key_dim,
-                         self.key_size ** -0.5)
+    return self._project(
+      context, x, "q", self.key_heads_dims, self.key_dim, self.key_size**-0.5
+    )
 
   def compute_k(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
     """Keys [..., key heads..., d_k] (variable `k`).
@@ -248,8 +278,7 @@ class TalkingHeadsSelfAttention(SelfAttention):
     Returns:
       The values [batch..., length, value heads..., d_v].
     """
-    return self._project(context, x, "v", self.value_heads_dims,
-                         self.value_dim)
+    return self._project(context, x, "v", self.value_heads_dims, self.value_dim)
 
   def compute_y(self, context: Context, u: mtf.Tensor) -> mtf.Tensor:
     """The output: u [..., value heads..., d_v] -> [..., d_model]
@@ -264,22 +293,41 @@ class TalkingHeadsSelfAttention(SelfAttention):
     """
     model_dim = context.model.model_dim
     reduced = self.value_heads_dims + [self.value_dim]
-    wo = _variable(context, "o",
-                   _ensemble_dims(context) + reduced + [model_dim],
-                   mtf.Shape(reduced).size ** -0.5)
+    wo = _variable(
+      context,
+      "o",
+      _ensemble_dims(context) + reduced + [model_dim],
+      mtf.Shape(reduced).size ** -0.5,
+    )
     return mtf.layers.us_einsum([u, wo], reduced_dims=reduced)
 
-  def _project(self, context: Context, x: mtf.Tensor, name: str, heads_dims,
-               size_dim: mtf.Dimension, scale: float = 1.0) -> mtf.Tensor:
+  def _project(
+    self,
+    context: Context,
+    x: mtf.Tensor,
+    name: str,
+    heads_dims,
+    size_dim: mtf.Dimension,
+    scale: float = 1.0,
+  ) -> mtf.Tensor:
     model_dim = context.model.model_dim
-    w = _variable(context, name,
-                  _ensemble_dims(context) + [model_dim] + heads_dims +
-                  [size_dim], scale * model_dim.size ** -0.5)
+    w = _variable(
+      context,
+      name,
+      _ensemble_dims(context) + [model_dim] + heads_dims + [size_dim],
+      scale * model_dim.size**-0.5,
+    )
     return mtf.layers.us_einsum([x, w], reduced_dims=[model_dim])
 
-  def talking_heads(self, context: Context, inp: mtf.Tensor, name: str,
-                    input_heads_dims, output_heads_dims,
-                    dynamic_projections_from=None) -> mtf.Tensor:
+  def talking_heads(
+    self,
+    context: Context,
+    inp: mtf.Tensor,
+    name: str,
+    input_heads_dims,
+    output_heads_dims,
+    dynamic_projections_from=None,
+  ) -> mtf.Tensor:
     """Maps inp's heads dims input_heads_dims -> output_heads_dims.
 
     A linear map (variable `name` [shared..., input-only..., output-only...]);
@@ -298,13 +346,23 @@ class TalkingHeadsSelfAttention(SelfAttention):
     Returns:
       inp with output_heads_dims in place of input_heads_dims.
     """
-    sources = [("%s_dynamic_%d" % (name, i), t)
-               for i, t in enumerate(dynamic_projections_from or [])]
-    return self._talking(context, inp, name, input_heads_dims,
-                         output_heads_dims, sources)
+    sources = [
+      ("%s_dynamic_%d" % (name, i), t)
+      for i, t in enumerate(dynamic_projections_from or [])
+    ]
+    return self._talking(
+      context, inp, name, input_heads_dims, output_heads_dims, sources
+    )
 
-  def _talking(self, context: Context, t: mtf.Tensor, name: str,
-               from_dims, to_dims, dynamic_sources) -> mtf.Tensor:
+  def _talking(
+    self,
+    context: Context,
+    t: mtf.Tensor,
+    name: str,
+    from_dims,
+    to_dims,
+    dynamic_sources,
+  ) -> mtf.Tensor:
     """talking_heads with the dynamic maps' (variable name, source) pairs."""
     reduced = [d for d in from_dims if d not in to_dims]
     new = [d for d in to_dims if d not in from_dims]
@@ -314,27 +372,43 @@ class TalkingHeadsSelfAttention(SelfAttention):
     others = [d for d in t.shape.dims if d not in from_dims]
     out_shape = mtf.Shape(others[:-1] + list(to_dims) + others[-1:])
     ens = _ensemble_dims(context)
-    w = _variable(context, name, ens + shared + reduced + new,
-                  max(1, mtf.Shape(reduced).size) ** -0.5)
+    w = _variable(
+      context,
+      name,
+      ens + shared + reduced + new,
+      max(1, mtf.Shape(reduced).size) ** -0.5,
+    )
     out = mtf.layers.us_einsum([t, w], out_shape)
     model_dim = context.model.model_dim
-    scale = self.dynamic_projections_init_scale * model_dim.size ** -0.5
+    scale = self.dynamic_projections_init_scale * model_dim.size**-0.5
     for pname, source in dynamic_sources:
-      wd = _variable(context, pname,
-                     ens + [model_dim] + shared + reduced + new, scale)
+      wd = _variable(
+        context, pname, ens + [model_dim] + shared + reduced + new, scale
+      )
       proj = mtf.einsum([source, wd], reduced_dims=[model_dim])
       out += mtf.einsum([t, proj], out_shape)
     return out
 
-  def _dynamic_sources(self, x: mtf.Tensor, m: Optional[mtf.Tensor],
-                       from_x: str, from_m: str):
-    return [(p, t) for p, t in ((from_x, x), (from_m, m))
-            if p in self.dynamic_projections]
+  def _dynamic_sources(
+    self, x: mtf.Tensor, m: Optional[mtf.Tensor], from_x: str, from_m: str
+  ):
+    return [
+      (p, t)
+      for p, t in ((from_x, x), (from_m, m))
+      if p in self.dynamic_projections
+    ]
 
-  def attention_internal(self, context: Context, x: mtf.Tensor,
-                         m: Optional[mtf.Tensor], q: mtf.Tensor,
-                         k: mtf.Tensor, v: mtf.Tensor,
-                         memory_length: mtf.Dimension, bias) -> mtf.Tensor:
+  def attention_internal(
+    self,
+    context: Context,
+    x: mtf.Tensor,
+    m: Optional[mtf.Tensor],
+    q: mtf.Tensor,
+    k: mtf.Tensor,
+    v: mtf.Tensor,
+    memory_length: mtf.Dimension,
+    bias,
+  ) -> mtf.Tensor:
     """Attention from q/k/v (x, m: the query and memory inputs, for the
     dynamic projections) to the layer output [..., d_model].
 
@@ -352,33 +426,45 @@ class TalkingHeadsSelfAttention(SelfAttention):
       The attention output [batch..., length, value heads..., d_v].
     """
     logits = mtf.layers.us_einsum([q, k], reduced_dims=[self.key_dim])
-    logits = self._talking(context, logits, "talking_heads_pre_softmax",
-                           self.key_heads_dims, self.softmax_heads_dims,
-                           self._dynamic_sources(x, m, "x2l", "m2l"))
+    logits = self._talking(
+      context,
+      logits,
+      "talking_heads_pre_softmax",
+      self.key_heads_dims,
+      self.softmax_heads_dims,
+      self._dynamic_sources(x, m, "x2l", "m2l"),
+    )
     if bias is not None:
       logits += mtf.cast(bias, logits.dtype)
     weights = _dropout(self, context, mtf.softmax(logits, memory_length))
-    weights = self._talking(context, weights, "talking_heads_post_softmax",
-                            self.softmax_heads_dims, self.value_heads_dims,
-                            self._dynamic_sources(x, m, "x2w", "m2w"))
+    weights = self._talking(
+      context,
+      weights,
+      "talking_heads_post_softmax",
+      self.softmax_heads_dims,
+      self.value_heads_dims,
+      self._dynamic_sources(x, m, "x2w", "m2w"),
+    )
     u = mtf.einsum([weights, v], reduced_dims=[memory_length])
     return self.compute_y(context, u)
 
-  def call(self, context: Context, x: mtf.Tensor,
-           losses=None) -> mtf.Tensor:
+  def call(self, context: Context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
     del losses
     q = self.compute_q(context, x)
     k = self.compute_k(context, x)
     v = self.compute_v(context, x)
     use_m = any(p.startswith("m") for p in self.dynamic_projections)
     memory, memory_position = _self_attention_memory(
-        self, context, [k, v, x] if use_m else [k, v])
+      self, context, [k, v, x] if use_m else [k, v]
+    )
     k, v = memory[0], memory[1]
     m = memory[2] if use_m else None
-    bias = self.compute_bias(context, memory_position, x,
-                             self.softmax_heads_dims, q)
-    return self.attention_internal(context, x, m, q, k, v,
-                                   self.memory_length(context), bias)
+    bias = self.compute_bias(
+      context, memory_position, x, self.softmax_heads_dims, q
+    )
+    return self.attention_internal(
+      context, x, m, q, k, v, self.memory_length(context), bias
+    )
 
 
 @gin.configurable(module=_GIN_MODULE)
@@ -390,25 +476,26 @@ class TalkingHeadsEncDecAttention(TalkingHeadsSelfAttention):
     ValueError: if dynamic_projections are given (self-attention only).
   """
 
-  def __init__(self, relative_attention_type: Optional[str] = None,
-               **kwargs):
-    super().__init__(relative_attention_type=relative_attention_type,
-                     **kwargs)
+  def __init__(self, relative_attention_type: Optional[str] = None, **kwargs):
+    super().__init__(relative_attention_type=relative_attention_type, **kwargs)
     if self.dynamic_projections:
-      raise ValueError("TalkingHeadsEncDecAttention: dynamic_projections are "
-                       "only supported in self-attention, got %r"
-                       % (self.dynamic_projections,))
+      raise ValueError(
+        "TalkingHeadsEncDecAttention: dynamic_projections are "
+        "only supported in self-attention, got %r" % (self.dynamic_projections,)
+      )
 
-  def call(self, context: Context, x: mtf.Tensor,
-           losses=None) -> mtf.Tensor:
+  def call(self, context: Context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
     del losses
     q = self.compute_q(context, x)
     k, v, memory_length = _encoder_memory(
-        self, context, lambda m: (self.compute_k(context, m),
-                                  self.compute_v(context, m)))
+      self,
+      context,
+      lambda m: (self.compute_k(context, m), self.compute_v(context, m)),
+    )
     bias = enc_dec_attention_bias(self, context, self.softmax_heads_dims)
-    return self.attention_internal(context, x, None, q, k, v, memory_length,
-                                   bias)
+    return self.attention_internal(
+      context, x, None, q, k, v, memory_length, bias
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -430,15 +517,20 @@ class GeneralBilinearSelfAttention(SelfAttention):
       12),).
   """
 
-  def __init__(self, heads_dims=(("heads", 12),), dropout_rate: float = 0.0,
-               relative_attention_type: Optional[str] = None,
-               relative_attention_num_buckets: int = 32):
+  def __init__(
+    self,
+    heads_dims=(("heads", 12),),
+    dropout_rate: float = 0.0,
+    relative_attention_type: Optional[str] = None,
+    relative_attention_num_buckets: int = 32,
+  ):
     self.heads_dims = _to_dims(heads_dims, "heads_dims", type(self).__name__)
     super().__init__(
-        num_heads=max(1, mtf.Shape(self.heads_dims).size),
-        dropout_rate=dropout_rate,
-        relative_attention_type=relative_attention_type,
-        relative_attention_num_buckets=relative_attention_num_buckets)
+      num_heads=max(1, mtf.Shape(self.heads_dims).size),
+      dropout_rate=dropout_rate,
+      relative_attention_type=relative_attention_type,
+      relative_attention_num_buckets=relative_attention_num_buckets,
+    )
 
   def _inner_dim(self, context: Context) -> mtf.Dimension:
     """d_model renamed, for the input side of the bilinear forms."""
@@ -457,11 +549,16 @@ class GeneralBilinearSelfAttention(SelfAttention):
     """
     model_dim = context.model.model_dim
     inner = self._inner_dim(context)
-    wq = _variable(context, "q", _ensemble_dims(context) + [inner] +
-                   self.heads_dims + [model_dim], 1.0 / model_dim.size)
+    wq = _variable(
+      context,
+      "q",
+      _ensemble_dims(context) + [inner] + self.heads_dims + [model_dim],
+      1.0 / model_dim.size,
+    )
     return mtf.layers.us_einsum(
-        [mtf.rename_dimension(x, model_dim.name, inner.name), wq],
-        reduced_dims=[inner])
+      [mtf.rename_dimension(x, model_dim.name, inner.name), wq],
+      reduced_dims=[inner],
+    )
 
   def compute_y(self, context: Context, u: mtf.Tensor) -> mtf.Tensor:
     """The output: u [..., heads..., d_model] -> [..., d_model]
@@ -476,16 +573,23 @@ class GeneralBilinearSelfAttention(SelfAttention):
     """
     model_dim = context.model.model_dim
     inner = self._inner_dim(context)
-    wo = _variable(context, "o", _ensemble_dims(context) + self.heads_dims +
-                   [inner, model_dim],
-                   (mtf.Shape(self.heads_dims).size * model_dim.size) ** -0.5)
+    wo = _variable(
+      context,
+      "o",
+      _ensemble_dims(context) + self.heads_dims + [inner, model_dim],
+      (mtf.Shape(self.heads_dims).size * model_dim.size) ** -0.5,
+    )
     u = mtf.rename_dimension(u, model_dim.name, inner.name)
-    return mtf.layers.us_einsum([u, wo],
-                                reduced_dims=self.heads_dims + [inner])
+    return mtf.layers.us_einsum([u, wo], reduced_dims=self.heads_dims + [inner])
 
-  def attention_internal(self, context: Context, q: mtf.Tensor,
-                         m: mtf.Tensor, memory_length: mtf.Dimension,
-                         bias) -> mtf.Tensor:
+  def attention_internal(
+    self,
+    context: Context,
+    q: mtf.Tensor,
+    m: mtf.Tensor,
+    memory_length: mtf.Dimension,
+    bias,
+  ) -> mtf.Tensor:
     """Attention of queries q to the memory inputs m (keys and values).
 
     Args:
@@ -498,23 +602,23 @@ class GeneralBilinearSelfAttention(SelfAttention):
     Returns:
       The attention output [batch..., length, heads, d_model].
     """
-    logits = mtf.layers.us_einsum([q, m],
-                                  reduced_dims=[context.model.model_dim])
+    logits = mtf.layers.us_einsum(
+      [q, m], reduced_dims=[context.model.model_dim]
+    )
     if bias is not None:
       logits += mtf.cast(bias, logits.dtype)
     weights = _dropout(self, context, mtf.softmax(logits, memory_length))
     u = mtf.einsum([weights, m], reduced_dims=[memory_length])
     return self.compute_y(context, u)
 
-  def call(self, context: Context, x: mtf.Tensor,
-           losses=None) -> mtf.Tensor:
+  def call(self, context: Context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
     del losses
     q = self.compute_q(context, x)
     (m,), memory_position = _self_attention_memory(self, context, [x])
-    bias = self.compute_bias(context, memory_position, x, self.heads_dims,
-                             None)
-    return self.attention_internal(context, q, m, self.memory_length(context),
-                                   bias)
+    bias = self.compute_bias(context, memory_position, x, self.heads_dims, None)
+    return self.attention_internal(
+      context, q, m, self.memory_length(context), bias
+    )
 
 
 @gin.configurable(module=_GIN_MODULE)
@@ -526,13 +630,10 @@ class GeneralBilinearEncDecAttention(GeneralBilinearSelfAttention):
       12),); the other arguments are GeneralBilinearSelfAttention's.
   """
 
-  def __init__(self, relative_attention_type: Optional[str] = None,
-               **kwargs):
-    super().__init__(relative_attention_type=relative_attention_type,
-                     **kwargs)
+  def __init__(self, relative_attention_type: Optional[str] = None, **kwargs):
+    super().__init__(relative_attention_type=relative_attention_type, **kwargs)
 
-  def call(self, context: Context, x: mtf.Tensor,
-           losses=None) -> mtf.Tensor:
+  def call(self, context: Context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
     del losses
     q = self.compute_q(context, x)
     m, memory_length = _encoder_memory(self, context, lambda mem: (mem,))
@@ -562,24 +663,30 @@ class _BranchedMixin:
 
   def _init_branched(self) -> None:
     if self.num_memory_heads != 0:
-      raise ValueError("%s: num_memory_heads must be 0 for branched "
-                       "attention, got %d"
-                       % (type(self).__name__, self.num_memory_heads))
+      raise ValueError(
+        "%s: num_memory_heads must be 0 for branched "
+        "attention, got %d" % (type(self).__name__, self.num_memory_heads)
+      )
     if self.num_heads < 2:
-      raise ValueError("%s: branched attention needs num_heads >= 2, got %d"
-                       % (type(self).__name__, self.num_heads))
+      raise ValueError(
+        "%s: branched attention needs num_heads >= 2, got %d"
+        % (type(self).__name__, self.num_heads)
+      )
     self.dense_layer = DenseReluDense()
 
-  def layer_output_from_attention_output(self, context: Context,
-                                         attention_output: mtf.Tensor,
-                                         losses) -> mtf.Tensor:
+  def layer_output_from_attention_output(
+    self, context: Context, attention_output: mtf.Tensor, losses
+  ) -> mtf.Tensor:
     heads_dim = mtf.Dimension("heads", self.num_heads)
     weights = []
     for name in ("kappa", "alpha"):
       w = mtf.get_variable(
-          context.mesh, name, mtf.Shape([heads_dim]),
-          initializer=tf1.random_uniform_initializer(minval=0.0, maxval=1.0),
-          dtype=context.variable_dtype)
+        context.mesh,
+        name,
+        mtf.Shape([heads_dim]),
+        initializer=tf1.random_uniform_initializer(minval=0.0, maxval=1.0),
+        dtype=context.variable_dtype,
+      )
       weights.append(_simplex(mtf.cast(w, context.activation_dtype)))
     kappa, alpha = weights
     o = self.dense_layer.call(context, attention_output * kappa, losses)
@@ -595,8 +702,7 @@ class BranchedSelfAttention(_BranchedMixin, SelfAttention):
   """
 
   def __init__(self, **kwargs):
-    super().__init__(combine_dims=False, keep_query_heads_dims=True,
-                     **kwargs)
+    super().__init__(combine_dims=False, keep_query_heads_dims=True, **kwargs)
     self._init_branched()
 
 
@@ -604,11 +710,13 @@ class BranchedSelfAttention(_BranchedMixin, SelfAttention):
 class BranchedEncDecAttention(_BranchedMixin, EncDecAttention):
   """Branched (weighted-transformer) attention to the encoder output."""
 
-  def __init__(self, relative_attention_type: Optional[str] = None,
-               **kwargs):
-    super().__init__(relative_attention_type=relative_attention_type,
-                     combine_dims=False, keep_query_heads_dims=True,
-                     **kwargs)
+  def __init__(self, relative_attention_type: Optional[str] = None, **kwargs):
+    super().__init__(
+      relative_attention_type=relative_attention_type,
+      combine_dims=False,
+      keep_query_heads_dims=True,
+      **kwargs,
+    )
     self._init_branched()
 
 
@@ -631,28 +739,45 @@ class Synthesizer(SelfAttention):
       attention.synthetic_attention).
   """
 
-  def __init__(self, num_heads: int = 8, num_memory_heads: int = 0,
-               key_value_size: int = 128, shared_kv: bool = False,
-               dropout_rate: float = 0.0, attention_kwargs=None,
-               relative_attention_type: Optional[str] = None,
-               relative_attention_num_buckets: int = 32,
-               attention_func: Optional[str] = None,
-               combine_dims: bool = True, keep_query_heads_dims: bool = False,
-               synthesize_mode: str = "random_plus_alpha",
-               fold_scaling_into_initializer: bool = True, **kwargs):
-    super().__init__(**kwargs,
-        num_heads=num_heads, num_memory_heads=num_memory_heads,
-        key_value_size=key_value_size, shared_kv=shared_kv,
-        dropout_rate=dropout_rate, attention_kwargs=attention_kwargs,
-        relative_attention_type=relative_attention_type,
-        relative_attention_num_buckets=relative_attention_num_buckets,
-        attention_func=attention_func, combine_dims=combine_dims,
-        keep_query_heads_dims=keep_query_heads_dims,
-        fold_scaling_into_initializer=fold_scaling_into_initializer)
+  def __init__(
+    self,
+    num_heads: int = 8,
+    num_memory_heads: int = 0,
+    key_value_size: int = 128,
+    shared_kv: bool = False,
+    dropout_rate: float = 0.0,
+    attention_kwargs=None,
+    relative_attention_type: Optional[str] = None,
+    relative_attention_num_buckets: int = 32,
+    attention_func: Optional[str] = None,
+    combine_dims: bool = True,
+    keep_query_heads_dims: bool = False,
+    synthesize_mode: str = "random_plus_alpha",
+    fold_scaling_into_initializer: bool = True,
+    **kwargs,
+  ):
+    super().__init__(
+      **kwargs,
+      num_heads=num_heads,
+      num_memory_heads=num_memory_heads,
+      key_value_size=key_value_size,
+      shared_kv=shared_kv,
+      dropout_rate=dropout_rate,
+      attention_kwargs=attention_kwargs,
+      relative_attention_type=relative_attention_type,
+      relative_attention_num_buckets=relative_attention_num_buckets,
+      attention_func=attention_func,
+      combine_dims=combine_dims,
+      keep_query_heads_dims=keep_query_heads_dims,
+      fold_scaling_into_initializer=fold_scaling_into_initializer,
+    )
     self.synthesize_mode = synthesize_mode
 
   @property
   def attention_fn(self):
     """synthetic_attention with this layer's synthesize_mode."""
-    return functools.partial(attention.synthetic_attention, synthesize=True,
-                             synthesize_mode=self.synthesize_mode)
+    return functools.partial(
+      attention.synthetic_attention,
+      synthesize=True,
+      synthesize_mode=self.synthesize_mode,
+    )

@@ -22,6 +22,7 @@ class ModeKeys:
   Besides these, layers see "first_part" (decoding: run the prefix, record
   states), "incremental" (decoding: one position from states) and "score".
   """
+
   TRAIN = "train"
   EVAL = "eval"
   PREDICT = "infer"
@@ -46,8 +47,9 @@ class TransformerLayer:
     Returns:
       The output, shaped as x.
     """
-    raise NotImplementedError("%s must implement call(context, x)"
-                              % type(self).__name__)
+    raise NotImplementedError(
+      "%s must implement call(context, x)" % type(self).__name__
+    )
 
   def to_json(self) -> str:
     """The layer's class and constructor-visible attributes, as JSON.
@@ -55,6 +57,7 @@ class TransformerLayer:
     Returns:
       A JSON string: {"class": name, attribute: value...}.
     """
+
     def encode(value):
       if isinstance(value, TransformerLayer):
         return json.loads(value.to_json())
@@ -67,10 +70,15 @@ class TransformerLayer:
       if value is None or isinstance(value, (bool, int, float, str)):
         return value
       return repr(value)
-    attrs = {k: encode(v) for k, v in sorted(vars(self).items())
-             if not k.startswith("_")}
-    return json.dumps({"class": type(self).__name__, "attributes": attrs},
-                      sort_keys=True)
+
+    attrs = {
+      k: encode(v)
+      for k, v in sorted(vars(self).items())
+      if not k.startswith("_")
+    }
+    return json.dumps(
+      {"class": type(self).__name__, "attributes": attrs}, sort_keys=True
+    )
 
   def set_name(self, name: Optional[str]) -> None:
     """Sets the layer's name (the scope of its variables).
@@ -97,15 +105,35 @@ class Context:
   read_priority[a] >= write_priority[b].
   """
 
-  def __init__(self, model, mesh, batch_dims, length_dim, variable_dtype,
-               beam_dim=None, mode=ModeKeys.TRAIN, position=None,
-               position_is_default=False, sequence_id=None,
-               subsequence_id=None, states=None, new_states=None, losses=None,
-               initial_position=None, layer_outputs=None, encoder_output=None,
-               encoder_sequence_id=None, constant_states=None,
-               shared_params=None, encoder_layer_outputs=None,
-               write_priority=None, read_priority=None, inputs=None,
-               encoder_inputs=None, num_microbatches=1):
+  def __init__(
+    self,
+    model,
+    mesh,
+    batch_dims,
+    length_dim,
+    variable_dtype,
+    beam_dim=None,
+    mode=ModeKeys.TRAIN,
+    position=None,
+    position_is_default=False,
+    sequence_id=None,
+    subsequence_id=None,
+    states=None,
+    new_states=None,
+    losses=None,
+    initial_position=None,
+    layer_outputs=None,
+    encoder_output=None,
+    encoder_sequence_id=None,
+    constant_states=None,
+    shared_params=None,
+    encoder_layer_outputs=None,
+    write_priority=None,
+    read_priority=None,
+    inputs=None,
+    encoder_inputs=None,
+    num_microbatches=1,
+  ):
     """Stores every argument as the attribute of the same name.
 
     Args:
@@ -198,8 +226,10 @@ class Context:
     for dim in self.encoder_output.shape.dims:
       if dim.name == "memory_length":
         return dim
-    raise ValueError("encoder_output %s has no 'memory_length' dimension"
-                     % self.encoder_output.shape)
+    raise ValueError(
+      "encoder_output %s has no 'memory_length' dimension"
+      % self.encoder_output.shape
+    )
 
   @property
   def nonpadding(self):
@@ -212,8 +242,9 @@ class Context:
       return None
     if isinstance(self.sequence_id, int):
       if self.sequence_id != 1:
-        raise ValueError("an int sequence_id must be 1 (no padding), got %d"
-                         % self.sequence_id)
+        raise ValueError(
+          "an int sequence_id must be 1 (no padding), got %d" % self.sequence_id
+        )
       return 1
     return mtf.cast(mtf.not_equal(self.sequence_id, 0), self.activation_dtype)
 
@@ -232,9 +263,10 @@ class Context:
     start = len(self.new_states)
     if self.states is None or start + n > len(self.states):
       raise ValueError(
-          "layer asked for %d states at index %d but %s were recorded"
-          % (n, start, "none" if self.states is None else len(self.states)))
-    return self.states[start:start + n]
+        "layer asked for %d states at index %d but %s were recorded"
+        % (n, start, "none" if self.states is None else len(self.states))
+      )
+    return self.states[start : start + n]
 
   def record_new_states(self, new_states: List[Any]) -> None:
     """Appends the states a layer passes to incremental decoding.
@@ -262,10 +294,12 @@ class Context:
     Raises:
       ValueError: if no constant state is left.
     """
-    if (self.constant_states is None
-        or self.next_constant_state >= len(self.constant_states)):
-      raise ValueError("no constant state left at index %d"
-                       % self.next_constant_state)
+    if self.constant_states is None or self.next_constant_state >= len(
+      self.constant_states
+    ):
+      raise ValueError(
+        "no constant state left at index %d" % self.next_constant_state
+      )
     state = self.constant_states[self.next_constant_state]
     self.next_constant_state += 1
     return state

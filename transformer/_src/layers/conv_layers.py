@@ -36,9 +36,13 @@ from transformer._src.layers.context import Context
 from transformer._src.layers.context import TransformerLayer
 
 __all__ = [
-    "Conv1D", "Conv1DLayer", "SeparableConv1DLayer", "Conv1DLocalAttn",
-    "LightweightConv1DLocalAttn", "DynamicConv1DLocalAttn",
-    "LocalConvAttnBlock",
+  "Conv1D",
+  "Conv1DLayer",
+  "SeparableConv1DLayer",
+  "Conv1DLocalAttn",
+  "LightweightConv1DLocalAttn",
+  "DynamicConv1DLocalAttn",
+  "LocalConvAttnBlock",
 ]
 
 _GIN_MODULE = "mesh_tensorflow.transformer.transformer_layers"
@@ -54,8 +58,9 @@ _SEPARABLE_SCOPE = "separable_conv1d"
 
 def _check_positive_int(value, what: str, layer: str) -> int:
   if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-    raise ValueError("%s: %s must be a positive int, got %r"
-                     % (layer, what, value))
+    raise ValueError(
+      "%s: %s must be a positive int, got %r" % (layer, what, value)
+    )
   return value
 
 
@@ -67,8 +72,10 @@ def _apply_activation(y: mtf.Tensor, activation, layer: str) -> mtf.Tensor:
     return activation(y)
   fn = getattr(mtf, activation, None)
   if not callable(fn):
-    raise ValueError("%s: unknown activation %r (expected 'linear', an mtf "
-                     "function name or a callable)" % (layer, activation))
+    raise ValueError(
+      "%s: unknown activation %r (expected 'linear', an mtf "
+      "function name or a callable)" % (layer, activation)
+    )
   return fn(y)
 
 
@@ -76,8 +83,9 @@ def _mask_padding(context, x: mtf.Tensor) -> mtf.Tensor:
   """x with the positions where context.inputs is 0 (padding) zeroed."""
   if context.inputs is None:
     return x
-  return x * mtf.cast(mtf.not_equal(context.inputs, 0),
-                      context.activation_dtype)
+  return x * mtf.cast(
+    mtf.not_equal(context.inputs, 0), context.activation_dtype
+  )
 
 
 class Conv1D(TransformerLayer):
@@ -91,9 +99,13 @@ class Conv1D(TransformerLayer):
   last) to compute the output at t from.
   """
 
-  def record_states_first_part_mode(self, context: Context, x: mtf.Tensor,
-                                    filter_size: int,
-                                    length_dim_name: str = "length") -> None:
+  def record_states_first_part_mode(
+    self,
+    context: Context,
+    x: mtf.Tensor,
+    filter_size: int,
+    length_dim_name: str = "length",
+  ) -> None:
     """Records the inputs before context.initial_position as the state.
 
     With initial position i, the state holds x at positions
@@ -105,25 +117,34 @@ class Conv1D(TransformerLayer):
       filter_size: the number of positions kept.
       length_dim_name: name of the state's window dimension.
     """
-    filter_size = _check_positive_int(filter_size, "filter_size",
-                                      type(self).__name__)
+    filter_size = _check_positive_int(
+      filter_size, "filter_size", type(self).__name__
+    )
     if context.initial_position is None:
-      raise ValueError("%s: mode 'first_part' needs context.initial_position"
-                       % type(self).__name__)
+      raise ValueError(
+        "%s: mode 'first_part' needs context.initial_position"
+        % type(self).__name__
+      )
     length_dim = x.shape.dims[-2]
     tmp_dim = mtf.Dimension("_conv_state", filter_size)
     offsets = mtf.range(x.mesh, tmp_dim, tf.int32) - filter_size
     positions = context.initial_position + offsets  # [batch..., tmp]
     select = mtf.one_hot(positions, length_dim, dtype=x.dtype)
-    state = mtf.einsum([select, x], output_shape=mtf.Shape(
-        x.shape.dims[:-2] + [tmp_dim] + x.shape.dims[-1:]))
+    state = mtf.einsum(
+      [select, x],
+      output_shape=mtf.Shape(x.shape.dims[:-2] + [tmp_dim] + x.shape.dims[-1:]),
+    )
     context.record_new_states(
-        [mtf.rename_dimension(state, tmp_dim.name, length_dim_name)])
+      [mtf.rename_dimension(state, tmp_dim.name, length_dim_name)]
+    )
 
-  def record_states_incremental_mode(self, context: Context, x: mtf.Tensor,
-                                     filter_size: int,
-                                     length_dim_name: str = "length"
-                                     ) -> mtf.Tensor:
+  def record_states_incremental_mode(
+    self,
+    context: Context,
+    x: mtf.Tensor,
+    filter_size: int,
+    length_dim_name: str = "length",
+  ) -> mtf.Tensor:
     """Shifts x into the window state; records and returns the new window.
 
     Args:
@@ -136,24 +157,36 @@ class Conv1D(TransformerLayer):
       the window [batch..., length_dim_name=filter_size, d_model]: inputs
       at positions t - filter_size + 1 ... t.
     """
-    filter_size = _check_positive_int(filter_size, "filter_size",
-                                      type(self).__name__)
+    filter_size = _check_positive_int(
+      filter_size, "filter_size", type(self).__name__
+    )
     filter_dim = mtf.Dimension(length_dim_name, filter_size)
     old_state = context.get_states(1)[0]
     if filter_dim not in old_state.shape.dims:
-      raise ValueError("%s: recorded state %s has no window dimension %s"
-                       % (type(self).__name__, old_state.shape.to_string,
-                          filter_dim))
-    last = mtf.constant(x.mesh, filter_size - 1,
-                        shape=mtf.Shape(x.shape.dims[:-1]), dtype=tf.int32)
-    window = self.update_state(old_state, x, last, filter_dim,
-                               dtype=context.activation_dtype)
+      raise ValueError(
+        "%s: recorded state %s has no window dimension %s"
+        % (type(self).__name__, old_state.shape.to_string, filter_dim)
+      )
+    last = mtf.constant(
+      x.mesh,
+      filter_size - 1,
+      shape=mtf.Shape(x.shape.dims[:-1]),
+      dtype=tf.int32,
+    )
+    window = self.update_state(
+      old_state, x, last, filter_dim, dtype=context.activation_dtype
+    )
     context.record_new_states([window])
     return window
 
-  def update_state(self, old_state: mtf.Tensor, x: mtf.Tensor,
-                   position: mtf.Tensor, filter_dim: mtf.Dimension,
-                   dtype) -> mtf.Tensor:
+  def update_state(
+    self,
+    old_state: mtf.Tensor,
+    x: mtf.Tensor,
+    position: mtf.Tensor,
+    filter_dim: mtf.Dimension,
+    dtype,
+  ) -> mtf.Tensor:
     """Drops the oldest entry of the window and writes x at `position`.
 
     Args:
@@ -172,8 +205,9 @@ class Conv1D(TransformerLayer):
     shifted = mtf.shift(old_state, -1, filter_dim, wrap=False)
     return shifted + mtf.one_hot(position, filter_dim, dtype=dtype) * x
 
-  def _window_input(self, context, x: mtf.Tensor,
-                    filter_size: int) -> mtf.Tensor:
+  def _window_input(
+    self, context, x: mtf.Tensor, filter_size: int
+  ) -> mtf.Tensor:
     """Records the states of the mode; returns the input to convolve.
 
     Modes "first_part"/"incremental" record states; "incremental" returns
@@ -191,8 +225,9 @@ def _last_position(y: mtf.Tensor, filter_size: int) -> mtf.Tensor:
   """y's entry at the newest window slot, without the "length" dimension."""
   window_dim = mtf.Dimension("length", filter_size)
   last = mtf.mtf_slice(y, filter_size - 1, 1, window_dim.name)
-  return mtf.reduce_sum(last, reduced_dim=last.shape.get_dim_by_name(
-      window_dim.name))
+  return mtf.reduce_sum(
+    last, reduced_dim=last.shape.get_dim_by_name(window_dim.name)
+  )
 
 
 @gin.configurable(module=_GIN_MODULE)
@@ -211,8 +246,9 @@ class Conv1DLayer(Conv1D):
     Conv1DLayer(filter_size=3, output_size=512).call(context, x)
   """
 
-  def __init__(self, filter_size: int, output_size: int,
-               activation: str = "linear"):
+  def __init__(
+    self, filter_size: int, output_size: int, activation: str = "linear"
+  ):
     """Creates the layer.
 
     Args:
@@ -232,14 +268,17 @@ class Conv1DLayer(Conv1D):
     output_size = _check_positive_int(self._output_size, "output_size", name)
     x = self._window_input(context, x, filter_size)
     model_dim = x.shape.dims[-1]
-    x = mtf.replace_dimensions(x, model_dim,
-                               mtf.Dimension("input_dim", model_dim.size))
+    x = mtf.replace_dimensions(
+      x, model_dim, mtf.Dimension("input_dim", model_dim.size)
+    )
     y = mtf.layers.conv1d(
-        x, output_dim=mtf.Dimension(model_dim.name, output_size),
-        filter_size=filter_size,
-        padding="VALID" if context.mode == "incremental" else "SAME",
-        filter_initializer=tf1.glorot_uniform_initializer(),
-        name=_CONV1D_SCOPE)
+      x,
+      output_dim=mtf.Dimension(model_dim.name, output_size),
+      filter_size=filter_size,
+      padding="VALID" if context.mode == "incremental" else "SAME",
+      filter_initializer=tf1.glorot_uniform_initializer(),
+      name=_CONV1D_SCOPE,
+    )
     if context.mode == "incremental":
       y = mtf.reduce_sum(y, reduced_dim=mtf.Dimension("length", 1))
     return _apply_activation(y, self._activation, name)
@@ -268,11 +307,15 @@ class SeparableConv1DLayer(Conv1D):
     SeparableConv1DLayer(-2, 0, output_size=512).call(context, x)
   """
 
-  def __init__(self, min_relative_pos: int, max_relative_pos: int,
-               output_size: int,
-               depthwise_filter_initializer_scale: float = 1.0,
-               pointwise_filter_initializer_scale: float = 1.0,
-               activation: str = "linear"):
+  def __init__(
+    self,
+    min_relative_pos: int,
+    max_relative_pos: int,
+    output_size: int,
+    depthwise_filter_initializer_scale: float = 1.0,
+    pointwise_filter_initializer_scale: float = 1.0,
+    activation: str = "linear",
+  ):
     """Creates the layer.
 
     Args:
@@ -287,13 +330,20 @@ class SeparableConv1DLayer(Conv1D):
     self._max_relative_pos = max_relative_pos
     self._output_size = output_size
     self._depthwise_filter_initializer_scale = (
-        depthwise_filter_initializer_scale)
+      depthwise_filter_initializer_scale
+    )
     self._pointwise_filter_initializer_scale = (
-        pointwise_filter_initializer_scale)
+      pointwise_filter_initializer_scale
+    )
     self._activation = activation
 
-  def call(self, context, x: mtf.Tensor, losses=None,
-           all_kernel_wts: Optional[List[mtf.Tensor]] = None) -> mtf.Tensor:
+  def call(
+    self,
+    context,
+    x: mtf.Tensor,
+    losses=None,
+    all_kernel_wts: Optional[List[mtf.Tensor]] = None,
+  ) -> mtf.Tensor:
     """Convolves x; all_kernel_wts replace the depthwise kernels if given.
 
     Args:
@@ -312,21 +362,27 @@ class SeparableConv1DLayer(Conv1D):
     output_size = _check_positive_int(self._output_size, "output_size", name)
     filter_size = self.filter_size
     if filter_size < 1:
-      raise ValueError("%s: max_relative_pos %d < min_relative_pos %d"
-                       % (name, self._max_relative_pos,
-                          self._min_relative_pos))
+      raise ValueError(
+        "%s: max_relative_pos %d < min_relative_pos %d"
+        % (name, self._max_relative_pos, self._min_relative_pos)
+      )
     x = self._window_input(context, x, filter_size)
     model_dim = x.shape.dims[-1]
     y = mtf.layers.separable_conv1d(
-        x, output_dim=mtf.Dimension(model_dim.name, output_size),
-        min_relative_pos=self._min_relative_pos,
-        max_relative_pos=self._max_relative_pos,
-        depthwise_filter_initializer_scale=(
-            self._depthwise_filter_initializer_scale),
-        pointwise_filter_initializer_scale=(
-            self._pointwise_filter_initializer_scale),
-        use_bias=True, kernel_depth_weights=all_kernel_wts,
-        name=_SEPARABLE_SCOPE)
+      x,
+      output_dim=mtf.Dimension(model_dim.name, output_size),
+      min_relative_pos=self._min_relative_pos,
+      max_relative_pos=self._max_relative_pos,
+      depthwise_filter_initializer_scale=(
+        self._depthwise_filter_initializer_scale
+      ),
+      pointwise_filter_initializer_scale=(
+        self._pointwise_filter_initializer_scale
+      ),
+      use_bias=True,
+      kernel_depth_weights=all_kernel_wts,
+      name=_SEPARABLE_SCOPE,
+    )
     if context.mode == "incremental":
       y = _last_position(y, filter_size)
     return _apply_activation(y, self._activation, name)
@@ -334,7 +390,8 @@ class SeparableConv1DLayer(Conv1D):
   @property
   def filter_size(self) -> int:
     """The number of positions the filter covers (max - min relative position +
-    1)."""
+    1).
+    """
     return self._max_relative_pos - self._min_relative_pos + 1
 
 
@@ -350,12 +407,16 @@ class Conv1DLocalAttn(SeparableConv1DLayer):
   depthwise filter of SeparableConv1DLayer.call.
   """
 
-  def __init__(self, min_relative_pos: int, max_relative_pos: int,
-               output_size: int,
-               depthwise_filter_initializer_scale: float = 1.0,
-               pointwise_filter_initializer_scale: float = 1.0,
-               activation: str = "linear",
-               num_unique_depth_filters: int = 1):
+  def __init__(
+    self,
+    min_relative_pos: int,
+    max_relative_pos: int,
+    output_size: int,
+    depthwise_filter_initializer_scale: float = 1.0,
+    pointwise_filter_initializer_scale: float = 1.0,
+    activation: str = "linear",
+    num_unique_depth_filters: int = 1,
+  ):
     """Creates the layer.
 
     Args:
@@ -369,14 +430,20 @@ class Conv1DLocalAttn(SeparableConv1DLayer):
       num_unique_depth_filters: how many times the unique filter repeats
         along the channels.
     """
-    super().__init__(min_relative_pos, max_relative_pos, output_size,
-                     depthwise_filter_initializer_scale,
-                     pointwise_filter_initializer_scale, activation)
+    super().__init__(
+      min_relative_pos,
+      max_relative_pos,
+      output_size,
+      depthwise_filter_initializer_scale,
+      pointwise_filter_initializer_scale,
+      activation,
+    )
     self._num_unique_depth_filters = num_unique_depth_filters
     if output_size % num_unique_depth_filters:
       raise ValueError(
-          "%s: num_unique_depth_filters=%d must divide output_size=%d"
-          % (type(self).__name__, num_unique_depth_filters, output_size))
+        "%s: num_unique_depth_filters=%d must divide output_size=%d"
+        % (type(self).__name__, num_unique_depth_filters, output_size)
+      )
 
   def call(self, context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
     """Builds the normalised depthwise filter and convolves x with it."""
@@ -384,23 +451,30 @@ class Conv1DLocalAttn(SeparableConv1DLayer):
     scale = self._depthwise_filter_initializer_scale or 1.0
     filter_size = self.filter_size
     initializer = mtf.layers.VarianceScalingInitializer(
-        scale=scale / filter_size)
+      scale=scale / filter_size
+    )
     repeated_dim = mtf.Dimension(
-        "repeated_kernel_dim", depth_dim.size // self._num_unique_depth_filters)
+      "repeated_kernel_dim", depth_dim.size // self._num_unique_depth_filters
+    )
     kernels = []
     for i in range(filter_size):
       unique = self.get_kernel_wt(
-          x, repeated_kernel_dim=[repeated_dim],
-          kernel_initializer=initializer, i=i, context=context,
-          variable_dtype=context.variable_dtype)
-      tiled = mtf.concat([unique] * self._num_unique_depth_filters,
-                         repeated_dim.name)
-      kernels.append(mtf.rename_dimension(tiled, repeated_dim.name,
-                                          "d_model"))
+        x,
+        repeated_kernel_dim=[repeated_dim],
+        kernel_initializer=initializer,
+        i=i,
+        context=context,
+        variable_dtype=context.variable_dtype,
+      )
+      tiled = mtf.concat(
+        [unique] * self._num_unique_depth_filters, repeated_dim.name
+      )
+      kernels.append(mtf.rename_dimension(tiled, repeated_dim.name, "d_model"))
     stacked = mtf.stack(kernels, "new_stack_dim")
     stack_dim = stacked.shape.dims[0]
-    normalised = mtf.unstack(mtf.softmax(stacked, reduced_dim=stack_dim),
-                             stack_dim)
+    normalised = mtf.unstack(
+      mtf.softmax(stacked, reduced_dim=stack_dim), stack_dim
+    )
     return super().call(context, x, losses, normalised)
 
 
@@ -412,12 +486,17 @@ class LightweightConv1DLocalAttn(Conv1DLocalAttn):
   (plus the SeparableConv1DLayer biases and pointwise variables).
   """
 
-  def get_kernel_wt(self, x: mtf.Tensor,
-                    repeated_kernel_dim: List[mtf.Dimension],
-                    kernel_initializer, i: int, context,
-                    variable_dtype: mtf.VariableDType,
-                    master_dtype=tf.float32,
-                    slice_dtype=tf.float32) -> mtf.Tensor:
+  def get_kernel_wt(
+    self,
+    x: mtf.Tensor,
+    repeated_kernel_dim: List[mtf.Dimension],
+    kernel_initializer,
+    i: int,
+    context,
+    variable_dtype: mtf.VariableDType,
+    master_dtype=tf.float32,
+    slice_dtype=tf.float32,
+  ) -> mtf.Tensor:
     """The learned filter of relative position i [repeated_kernel_dim].
 
     Args:
@@ -435,10 +514,14 @@ class LightweightConv1DLocalAttn(Conv1DLocalAttn):
     """
     del variable_dtype, master_dtype, slice_dtype
     return mtf.layers.get_dense_kernel_weights(
-        x, new_dims=[], reduced_dims=[], expert_dims=repeated_kernel_dim,
-        kernel_initializer=kernel_initializer,
-        name="lightwt_depthwise_dense_%d" % i,
-        variable_dtype=context.variable_dtype)
+      x,
+      new_dims=[],
+      reduced_dims=[],
+      expert_dims=repeated_kernel_dim,
+      kernel_initializer=kernel_initializer,
+      name="lightwt_depthwise_dense_%d" % i,
+      variable_dtype=context.variable_dtype,
+    )
 
 
 @gin.configurable(module=_GIN_MODULE)
@@ -450,12 +533,17 @@ class DynamicConv1DLocalAttn(Conv1DLocalAttn):
   [d_model, repeated_kernel_dim]).
   """
 
-  def get_kernel_wt(self, x: mtf.Tensor,
-                    repeated_kernel_dim: List[mtf.Dimension],
-                    kernel_initializer, i: int, context,
-                    variable_dtype: mtf.VariableDType,
-                    master_dtype=tf.float32,
-                    slice_dtype=tf.float32) -> mtf.Tensor:
+  def get_kernel_wt(
+    self,
+    x: mtf.Tensor,
+    repeated_kernel_dim: List[mtf.Dimension],
+    kernel_initializer,
+    i: int,
+    context,
+    variable_dtype: mtf.VariableDType,
+    master_dtype=tf.float32,
+    slice_dtype=tf.float32,
+  ) -> mtf.Tensor:
     """The filter of relative position i [..., repeated_kernel_dim].
 
     Args:
@@ -473,16 +561,19 @@ class DynamicConv1DLocalAttn(Conv1DLocalAttn):
     """
     del variable_dtype, master_dtype, slice_dtype
     return mtf.layers.dense(
-        x, new_dims=repeated_kernel_dim,
-        reduced_dims=[context.model.model_dim], expert_dims=[],
-        kernel_initializer=kernel_initializer,
-        name="dyn_conv_depthwise_dense_%d" % i,
-        variable_dtype=context.variable_dtype)
+      x,
+      new_dims=repeated_kernel_dim,
+      reduced_dims=[context.model.model_dim],
+      expert_dims=[],
+      kernel_initializer=kernel_initializer,
+      name="dyn_conv_depthwise_dense_%d" % i,
+      variable_dtype=context.variable_dtype,
+    )
 
 
 _ATTENTION_TYPES = {
-    "lightweight_conv": LightweightConv1DLocalAttn,
-    "dynamic_conv": DynamicConv1DLocalAttn,
+  "lightweight_conv": LightweightConv1DLocalAttn,
+  "dynamic_conv": DynamicConv1DLocalAttn,
 }
 
 
@@ -499,13 +590,17 @@ class LocalConvAttnBlock(TransformerLayer):
   = 1: the argument is accepted and not used.
   """
 
-  def __init__(self, min_relative_pos: int, max_relative_pos: int,
-               output_size: int,
-               depthwise_filter_initializer_scale: float = 1.0,
-               pointwise_filter_initializer_scale: float = 1.0,
-               activation: str = "linear",
-               num_unique_depth_filters: int = 1,
-               attention_type: str = "lightweight_conv"):
+  def __init__(
+    self,
+    min_relative_pos: int,
+    max_relative_pos: int,
+    output_size: int,
+    depthwise_filter_initializer_scale: float = 1.0,
+    pointwise_filter_initializer_scale: float = 1.0,
+    activation: str = "linear",
+    num_unique_depth_filters: int = 1,
+    attention_type: str = "lightweight_conv",
+  ):
     """Creates the block.
 
     Args:
@@ -525,22 +620,35 @@ class LocalConvAttnBlock(TransformerLayer):
     cls = _ATTENTION_TYPES.get(attention_type)
     if cls is None:
       raise NotImplementedError(
-          "LocalConvAttnBlock: attention_type %r not implemented; expected "
-          "one of %s" % (attention_type, sorted(_ATTENTION_TYPES)))
+        "LocalConvAttnBlock: attention_type %r not implemented; expected "
+        "one of %s" % (attention_type, sorted(_ATTENTION_TYPES))
+      )
     self.conv_local_attn_layer = cls(
-        min_relative_pos, max_relative_pos, output_size,
-        depthwise_filter_initializer_scale,
-        pointwise_filter_initializer_scale, activation)
+      min_relative_pos,
+      max_relative_pos,
+      output_size,
+      depthwise_filter_initializer_scale,
+      pointwise_filter_initializer_scale,
+      activation,
+    )
 
   def call(self, context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
     """Runs the block on x [batch..., length, d_model]."""
     model_dim = context.model.model_dim
     gated = mtf.layers.dense_product(
-        x, reduced_dims=[model_dim], new_dims=[model_dim],
-        activation_functions=["linear", "sigmoid"],
-        variable_dtype=context.variable_dtype, name="local_conv_inp")
+      x,
+      reduced_dims=[model_dim],
+      new_dims=[model_dim],
+      activation_functions=["linear", "sigmoid"],
+      variable_dtype=context.variable_dtype,
+      name="local_conv_inp",
+    )
     h = self.conv_local_attn_layer.call(context, gated, losses)
     return mtf.layers.dense(
-        h, reduced_dims=[model_dim], new_dims=[model_dim], activation=None,
-        variable_dtype=context.variable_dtype,
-        name="local_conv_attn_op_projection")
+      h,
+      reduced_dims=[model_dim],
+      new_dims=[model_dim],
+      activation=None,
+      variable_dtype=context.variable_dtype,
+      name="local_conv_attn_op_projection",
+    )

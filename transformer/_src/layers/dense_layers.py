@@ -18,7 +18,8 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from mesh_tensorflow import ops_with_redefined_builtins as mtf_ops
 from transformer._src.layers.attention_layers import SelfAttention
-from transformer._src.layers.context import Context, TransformerLayer
+from transformer._src.layers.context import Context
+from transformer._src.layers.context import TransformerLayer
 
 __all__ = ["DenseReluDense", "ParallelLayer"]
 
@@ -53,17 +54,24 @@ def resolve_activation(activation, layer_name: str) -> Optional[Callable]:
     if name == "linear":
       return None
     fn = getattr(mtf_ops, name, None)
-    if (fn is None or name.startswith("_") or isinstance(fn, type)
-        or not callable(fn)):
+    if (
+      fn is None
+      or name.startswith("_")
+      or isinstance(fn, type)
+      or not callable(fn)
+    ):
       raise ValueError(
-          "%s: unknown activation %r; expected the name of an mtf function "
-          "such as 'relu', 'gelu', 'swish', 'silu', 'sigmoid', 'tanh' or "
-          "'linear'" % (layer_name, activation))
+        "%s: unknown activation %r; expected the name of an mtf function "
+        "such as 'relu', 'gelu', 'swish', 'silu', 'sigmoid', 'tanh' or "
+        "'linear'" % (layer_name, activation)
+      )
     return fn
   if callable(activation):
     return activation
-  raise ValueError("%s: activation must be a string, a callable or a list of "
-                   "them, got %r" % (layer_name, activation))
+  raise ValueError(
+    "%s: activation must be a string, a callable or a list of "
+    "them, got %r" % (layer_name, activation)
+  )
 
 
 def _ensemble_dims(context: Context):
@@ -86,9 +94,13 @@ class DenseReluDense(TransformerLayer):
     y = layer.call(context, x)  # x, y: [batch, length, d_model]
   """
 
-  def __init__(self, hidden_size: int = 4096, dropout_rate: float = 0.0,
-               activation: Union[str, Sequence[str]] = "relu",
-               use_bias: bool = False):
+  def __init__(
+    self,
+    hidden_size: int = 4096,
+    dropout_rate: float = 0.0,
+    activation: Union[str, Sequence[str]] = "relu",
+    use_bias: bool = False,
+  ):
     """Creates the layer.
 
     Args:
@@ -113,8 +125,7 @@ class DenseReluDense(TransformerLayer):
   def _wo_initializer(self):
     return None
 
-  def call(self, context: Context, x: mtf.Tensor,
-           losses=None) -> mtf.Tensor:
+  def call(self, context: Context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
     """x [batch..., (length,) d_model] -> same shape.
 
     Raises:
@@ -124,11 +135,14 @@ class DenseReluDense(TransformerLayer):
     del losses
     name = type(self).__name__
     if not isinstance(self.hidden_size, int) or self.hidden_size < 1:
-      raise ValueError("%s: hidden_size must be a positive int, got %r"
-                       % (name, self.hidden_size))
+      raise ValueError(
+        "%s: hidden_size must be a positive int, got %r"
+        % (name, self.hidden_size)
+      )
     if not 0.0 <= self.dropout_rate < 1.0:
-      raise ValueError("%s: dropout_rate must be in [0, 1), got %r"
-                       % (name, self.dropout_rate))
+      raise ValueError(
+        "%s: dropout_rate must be in [0, 1), got %r" % (name, self.dropout_rate)
+      )
     if isinstance(self.activation, (list, tuple)):
       if not self.activation:
         raise ValueError("%s: activation is an empty list" % name)
@@ -139,17 +153,34 @@ class DenseReluDense(TransformerLayer):
     hidden_dim = mtf.Dimension("d_ff", self.hidden_size)
     expert_dims = _ensemble_dims(context)
     h = mtf.layers.dense_product(
-        x, reduced_dims=[io_dim], new_dims=[hidden_dim],
-        activation_functions=activations, name="wi",
-        use_bias=self.use_bias, variable_dtype=context.variable_dtype,
-        expert_dims=expert_dims, kernel_initializer=self._wi_initializer())
+      x,
+      reduced_dims=[io_dim],
+      new_dims=[hidden_dim],
+      activation_functions=activations,
+      name="wi",
+      use_bias=self.use_bias,
+      variable_dtype=context.variable_dtype,
+      expert_dims=expert_dims,
+      kernel_initializer=self._wi_initializer(),
+    )
     if context.train and self.dropout_rate != 0.0:
-      h = mtf.dropout(h, context.train, keep_prob=1.0 - self.dropout_rate,
-                      noise_shape=h.shape - [context.length_dim])
+      h = mtf.dropout(
+        h,
+        context.train,
+        keep_prob=1.0 - self.dropout_rate,
+        noise_shape=h.shape - [context.length_dim],
+      )
     return mtf.layers.dense(
-        h, [io_dim], reduced_dims=[hidden_dim], use_bias=self.use_bias,
-        activation=None, variable_dtype=context.variable_dtype, name="wo",
-        expert_dims=expert_dims, kernel_initializer=self._wo_initializer())
+      h,
+      [io_dim],
+      reduced_dims=[hidden_dim],
+      use_bias=self.use_bias,
+      activation=None,
+      variable_dtype=context.variable_dtype,
+      name="wo",
+      expert_dims=expert_dims,
+      kernel_initializer=self._wo_initializer(),
+    )
 
 
 @gin.configurable(module=_GIN_MODULE)
@@ -175,8 +206,9 @@ class ParallelLayer(TransformerLayer):
       TransformerLayer classes or instances.
   """
 
-  def __init__(self, layer_classes=(DenseReluDense, SelfAttention),
-               use_scope: bool = True):
+  def __init__(
+    self, layer_classes=(DenseReluDense, SelfAttention), use_scope: bool = True
+  ):
     if not layer_classes:
       raise ValueError("ParallelLayer: layer_classes is empty")
     layers = []
@@ -186,14 +218,14 @@ class ParallelLayer(TransformerLayer):
       elif isinstance(entry, type) and issubclass(entry, TransformerLayer):
         layers.append(entry())
       else:
-        raise ValueError("ParallelLayer: layer_classes entries must be "
-                         "TransformerLayer classes or instances, got %r"
-                         % (entry,))
+        raise ValueError(
+          "ParallelLayer: layer_classes entries must be "
+          "TransformerLayer classes or instances, got %r" % (entry,)
+        )
     self.layer_classes = layers
     self.use_scope = use_scope
 
-  def call(self, context: Context, x: mtf.Tensor,
-           losses=None) -> mtf.Tensor:
+  def call(self, context: Context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
     del losses
     outputs = []
     for i, layer in enumerate(self.layer_classes):
@@ -203,4 +235,3 @@ class ParallelLayer(TransformerLayer):
       else:
         outputs.append(layer.call(context, x))
     return mtf.add_n(outputs)
-

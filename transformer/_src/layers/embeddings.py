@@ -9,15 +9,16 @@ same interface; `get_vocab_embedding_cls` is the gin swap point.
 from __future__ import annotations
 
 import math
+
 import gin
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
 
 __all__ = [
-    "VocabEmbedding",
-    "get_vocab_embedding_cls",
-    "sinusoid_positional_embedding_weights",
+  "VocabEmbedding",
+  "get_vocab_embedding_cls",
+  "sinusoid_positional_embedding_weights",
 ]
 
 _GIN_MODULE = "mesh_tensorflow.transformer.transformer"
@@ -40,9 +41,16 @@ class VocabEmbedding:
     logits = emb.hidden_to_logits(x, context)    # [batch, length, vocab]
   """
 
-  def __init__(self, mesh: mtf.Mesh, vocab_dim: mtf.Dimension,
-               output_dim: mtf.Dimension, variable_dtype, name: str,
-               ensemble_dim, scale_variable_like_classifier_weights=False):
+  def __init__(
+    self,
+    mesh: mtf.Mesh,
+    vocab_dim: mtf.Dimension,
+    output_dim: mtf.Dimension,
+    variable_dtype,
+    name: str,
+    ensemble_dim,
+    scale_variable_like_classifier_weights=False,
+  ):
     """Creates the table variable.
 
     Args:
@@ -58,13 +66,20 @@ class VocabEmbedding:
     self._vocab_dim = vocab_dim
     self._output_dim = output_dim
     self._scale_variable_like_classifier_weights = (
-        scale_variable_like_classifier_weights)
-    stddev = (output_dim.size ** -0.5
-              if scale_variable_like_classifier_weights else 1.0)
+      scale_variable_like_classifier_weights
+    )
+    stddev = (
+      output_dim.size**-0.5 if scale_variable_like_classifier_weights else 1.0
+    )
     self._embedding_weights = mtf.layers.embedding_weights(
-        mesh, vocab_dim, output_dim, variable_dtype, name=name,
-        ensemble_dim=ensemble_dim,
-        initializer=tf.compat.v1.random_normal_initializer(stddev=stddev))
+      mesh,
+      vocab_dim,
+      output_dim,
+      variable_dtype,
+      name=name,
+      ensemble_dim=ensemble_dim,
+      initializer=tf.compat.v1.random_normal_initializer(stddev=stddev),
+    )
 
   @property
   def embedding_weights(self) -> mtf.Tensor:
@@ -84,7 +99,7 @@ class VocabEmbedding:
     del context
     x = mtf.gather(self._embedding_weights, ids, self._vocab_dim)
     if self._scale_variable_like_classifier_weights:
-      x *= self._output_dim.size ** 0.5
+      x *= self._output_dim.size**0.5
     return x
 
   def hidden_to_logits(self, hidden: mtf.Tensor, context) -> mtf.Tensor:
@@ -99,9 +114,10 @@ class VocabEmbedding:
     """
     del context
     if not self._scale_variable_like_classifier_weights:
-      hidden *= self._output_dim.size ** -0.5
-    return mtf.einsum([hidden, self._embedding_weights],
-                      reduced_dims=[self._output_dim])
+      hidden *= self._output_dim.size**-0.5
+    return mtf.einsum(
+      [hidden, self._embedding_weights], reduced_dims=[self._output_dim]
+    )
 
 
 @gin.configurable(module=_GIN_MODULE)
@@ -115,9 +131,13 @@ def get_vocab_embedding_cls(cls=VocabEmbedding):
 
 
 def sinusoid_positional_embedding_weights(
-    mesh: mtf.Mesh, max_length_dim: mtf.Dimension, model_dim: mtf.Dimension,
-    dtype, min_timescale: float = 1.0,
-    max_timescale: float = 1.0e4) -> mtf.Tensor:
+  mesh: mtf.Mesh,
+  max_length_dim: mtf.Dimension,
+  model_dim: mtf.Dimension,
+  dtype,
+  min_timescale: float = 1.0,
+  max_timescale: float = 1.0e4,
+) -> mtf.Tensor:
   """The fixed [max_length, d_model] sinusoid table (no variable).
 
   Channel i < d/2 holds sin(p * w_i), channel d/2 + i holds cos(p * w_i),
@@ -146,18 +166,22 @@ def sinusoid_positional_embedding_weights(
   dtype = tf.as_dtype(dtype)
   num_timescales = model_dim.size // 2
   if num_timescales < 1:
-    raise ValueError("sinusoid_positional_embedding_weights: %s needs at least "
-                     "2 channels" % (model_dim,))
+    raise ValueError(
+      "sinusoid_positional_embedding_weights: %s needs at least "
+      "2 channels" % (model_dim,)
+    )
   timescales_dim = mtf.Dimension(model_dim.name, num_timescales)
-  increment = (math.log(float(max_timescale) / float(min_timescale)) /
-               max(float(num_timescales - 1), 1.0))
+  increment = math.log(float(max_timescale) / float(min_timescale)) / max(
+    float(num_timescales - 1), 1.0
+  )
   position = mtf.range(mesh, max_length_dim, dtype=tf.float32)
   inv_timescales = mtf.exp(
-      mtf.range(mesh, timescales_dim, dtype=tf.float32) * -increment) * (
-          float(min_timescale))
+    mtf.range(mesh, timescales_dim, dtype=tf.float32) * -increment
+  ) * (float(min_timescale))
   scaled_time = position * inv_timescales
-  signal = mtf.concat([mtf.sin(scaled_time), mtf.cos(scaled_time)],
-                      model_dim.name)
+  signal = mtf.concat(
+    [mtf.sin(scaled_time), mtf.cos(scaled_time)], model_dim.name
+  )
   if model_dim.size % 2:
     signal = mtf.pad(signal, [0, 1], model_dim.name)
   return mtf.cast(signal, dtype)

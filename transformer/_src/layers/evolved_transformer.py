@@ -39,10 +39,10 @@ from transformer._src.layers.conv_layers import Conv1DLayer
 from transformer._src.layers.conv_layers import SeparableConv1DLayer
 
 __all__ = [
-    "DecoderAttentionLayer",
-    "DecoderConvolutionalLayer",
-    "EncoderConvolutionalLayer",
-    "GatedLinearUnitLayer",
+  "DecoderAttentionLayer",
+  "DecoderConvolutionalLayer",
+  "EncoderConvolutionalLayer",
+  "GatedLinearUnitLayer",
 ]
 
 _GIN_MODULE = "mesh_tensorflow.transformer.evolved_transformer"
@@ -53,8 +53,10 @@ def _pad_channels_dim(x: mtf.Tensor, size: int) -> mtf.Tensor:
   """Zero-pads x's last (channel) dimension at its end to `size`."""
   channels = x.shape.dims[-1]
   if channels.size > size:
-    raise ValueError("Cannot pad to size of %d when the original size of %d "
-                     "is bigger" % (size, channels.size))
+    raise ValueError(
+      "Cannot pad to size of %d when the original size of %d "
+      "is bigger" % (size, channels.size)
+    )
   if channels.size == size:
     return x
   return mtf.pad(x, [0, size - channels.size], channels.name)
@@ -65,8 +67,11 @@ def _dropout(x: mtf.Tensor, context: Context, rate: float) -> mtf.Tensor:
   if not context.train or rate <= 0:
     return x
   return mtf.dropout(
-      x, context.train, rate=rate,
-      noise_shape=mtf.Shape(context.batch_dims + x.shape.dims[-1:]))
+    x,
+    context.train,
+    rate=rate,
+    noise_shape=mtf.Shape(context.batch_dims + x.shape.dims[-1:]),
+  )
 
 
 @gin.configurable(module=_GIN_MODULE)
@@ -79,15 +84,18 @@ class GatedLinearUnitLayer(TransformerLayer):
     y = GatedLinearUnitLayer().call(context, x)  # x, y [batch, length, d]
   """
 
-  def call(self, context: Context, x: mtf.Tensor,
-           losses=None) -> mtf.Tensor:
+  def call(self, context: Context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
     """Runs the layer on x [..., d_model]."""
     del losses
     return mtf.layers.dense_product(
-        x, reduced_dims=x.shape.dims[-1:], new_dims=x.shape.dims[-1:],
-        activation_functions=["linear", "sigmoid"],
-        variable_dtype=context.variable_dtype, name="glu",
-        expert_dims=context.model.ensemble_dims)
+      x,
+      reduced_dims=x.shape.dims[-1:],
+      new_dims=x.shape.dims[-1:],
+      activation_functions=["linear", "sigmoid"],
+      variable_dtype=context.variable_dtype,
+      name="glu",
+      expert_dims=context.model.ensemble_dims,
+    )
 
 
 @gin.configurable(module=_GIN_MODULE)
@@ -106,8 +114,13 @@ class EncoderConvolutionalLayer(TransformerLayer):
         context, x)
   """
 
-  def __init__(self, d_model: int, dropout_rate: float,
-               initializer_scale: float = 1.0, norm_epsilon: float = 1e-6):
+  def __init__(
+    self,
+    d_model: int,
+    dropout_rate: float,
+    initializer_scale: float = 1.0,
+    norm_epsilon: float = 1e-6,
+  ):
     """Creates the layer.
 
     Args:
@@ -118,31 +131,39 @@ class EncoderConvolutionalLayer(TransformerLayer):
     """
     self._dropout_rate = dropout_rate
     self._norm_epsilon = norm_epsilon
-    self._conv3x1 = Conv1DLayer(filter_size=3, output_size=int(d_model / 2),
-                                activation="relu")
+    self._conv3x1 = Conv1DLayer(
+      filter_size=3, output_size=int(d_model / 2), activation="relu"
+    )
     self._sep_conv9x1 = SeparableConv1DLayer(
-        min_relative_pos=-4, max_relative_pos=4,
-        output_size=int(d_model / 2),
-        depthwise_filter_initializer_scale=initializer_scale,
-        pointwise_filter_initializer_scale=initializer_scale)
+      min_relative_pos=-4,
+      max_relative_pos=4,
+      output_size=int(d_model / 2),
+      depthwise_filter_initializer_scale=initializer_scale,
+      pointwise_filter_initializer_scale=initializer_scale,
+    )
 
-  def call(self, context: Context, x: mtf.Tensor,
-           losses=None) -> mtf.Tensor:
+  def call(self, context: Context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
     """Runs the block on x [batch..., length, d_model]."""
     model_dim = context.model.model_dim
     hidden_dim = mtf.Dimension(model_dim.name, 4 * model_dim.size)
     with tf1.variable_scope("conv1x1"):
       left = mtf.layers.dense(
-          x, reduced_dims=x.shape.dims[-1:], new_dims=[hidden_dim],
-          activation=mtf.relu, use_bias=False,
-          variable_dtype=context.variable_dtype, name="dense")
+        x,
+        reduced_dims=x.shape.dims[-1:],
+        new_dims=[hidden_dim],
+        activation=mtf.relu,
+        use_bias=False,
+        variable_dtype=context.variable_dtype,
+        name="dense",
+      )
       left = _dropout(left, context, self._dropout_rate)
     with tf1.variable_scope("conv3x1"):
       right = self._conv3x1.call(context, x, losses)
       right = _dropout(right, context, self._dropout_rate)
       right = _pad_channels_dim(right, hidden_dim.size)
-    hidden = mtf.layers.layer_norm(left + right, left.shape.dims[-1],
-                                   epsilon=self._norm_epsilon)
+    hidden = mtf.layers.layer_norm(
+      left + right, left.shape.dims[-1], epsilon=self._norm_epsilon
+    )
     with tf1.variable_scope("sep_conv9x1"):
       output = self._sep_conv9x1.call(context, hidden, losses)
       output = _dropout(output, context, self._dropout_rate)
@@ -167,8 +188,7 @@ class DecoderAttentionLayer(TransformerLayer):
     self._self_attention = SelfAttention(num_heads=2 * base_num_heads)
     self._enc_dec_attention = EncDecAttention(num_heads=base_num_heads)
 
-  def call(self, context: Context, x: mtf.Tensor,
-           losses=None) -> mtf.Tensor:
+  def call(self, context: Context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
     """Runs both attentions on x and sums them."""
     with tf1.variable_scope("self_attention"):
       left = self._self_attention.call(context, x, losses)
@@ -193,8 +213,13 @@ class DecoderConvolutionalLayer(TransformerLayer):
         context, x)
   """
 
-  def __init__(self, d_model: int, dropout_rate: float,
-               initializer_scale: float = 1.0, norm_epsilon: float = 1e-6):
+  def __init__(
+    self,
+    d_model: int,
+    dropout_rate: float,
+    initializer_scale: float = 1.0,
+    norm_epsilon: float = 1e-6,
+  ):
     """Creates the layer.
 
     Args:
@@ -209,17 +234,19 @@ class DecoderConvolutionalLayer(TransformerLayer):
 
     def separable(lo, output_size, activation="linear"):
       return SeparableConv1DLayer(
-          min_relative_pos=lo, max_relative_pos=0, output_size=output_size,
-          depthwise_filter_initializer_scale=initializer_scale,
-          pointwise_filter_initializer_scale=initializer_scale,
-          activation=activation)
+        min_relative_pos=lo,
+        max_relative_pos=0,
+        output_size=output_size,
+        depthwise_filter_initializer_scale=initializer_scale,
+        pointwise_filter_initializer_scale=initializer_scale,
+        activation=activation,
+      )
 
     self._sep_conv11x1 = separable(-10, int(2 * d_model), "relu")
     self._sep_conv7x1_1 = separable(-6, int(d_model / 2))
     self._sep_conv7x1_2 = separable(-6, d_model)
 
-  def call(self, context: Context, x: mtf.Tensor,
-           losses=None) -> mtf.Tensor:
+  def call(self, context: Context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
     """Runs the block on x ([batch..., d_model] when decoding)."""
     with tf1.variable_scope("sep_conv11x1"):
       left = self._sep_conv11x1.call(context, x, losses)
@@ -228,8 +255,9 @@ class DecoderConvolutionalLayer(TransformerLayer):
       right = self._sep_conv7x1_1.call(context, x, losses)
       right = _dropout(right, context, self._dropout_rate)
       right = _pad_channels_dim(right, left.shape.dims[-1].size)
-    hidden = mtf.layers.layer_norm(left + right, left.shape.dims[-1],
-                                   epsilon=self._norm_epsilon)
+    hidden = mtf.layers.layer_norm(
+      left + right, left.shape.dims[-1], epsilon=self._norm_epsilon
+    )
     with tf1.variable_scope("sep_conv7x1_2"):
       output = self._sep_conv7x1_2.call(context, hidden, losses)
       return _dropout(output, context, self._dropout_rate)

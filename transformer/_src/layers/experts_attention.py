@@ -21,7 +21,9 @@ from transformer._src.layers import moe_layers
 from transformer._src.layers.attention_layers import EncDecAttention
 from transformer._src.layers.attention_layers import SelfAttention
 from transformer._src.layers.context import Context
-from transformer._src.layers.experts_attention_params import ExpertsAttentionParams
+from transformer._src.layers.experts_attention_params import (
+  ExpertsAttentionParams,
+)
 
 __all__ = ["ExpertsEncDecAttention", "ExpertsSelfAttention"]
 
@@ -65,34 +67,48 @@ class ExpertsSelfAttention(SelfAttention):
       v), "q" (queries only) or "kv" (keys and values only).
   """
 
-  def __init__(self, num_experts=16, loss_coef=1e-2, group_size=1024,
-               capacity_factor_train=1.25, capacity_factor_eval=2.0,
-               moe_gating="switch", min_expert_capacity=4,
-               switch_policy_train="input_jitter",
-               switch_policy_eval="input_jitter", switch_dropout=0.0,
-               switch_temperature=1.0, switch_jitter=1e-2, ntlb_top_k=4,
-               hidden_size=3072, activation="relu", z_loss=None, expert_computation="qkv",
-               **kwargs):
+  def __init__(
+    self,
+    num_experts=16,
+    loss_coef=1e-2,
+    group_size=1024,
+    capacity_factor_train=1.25,
+    capacity_factor_eval=2.0,
+    moe_gating="switch",
+    min_expert_capacity=4,
+    switch_policy_train="input_jitter",
+    switch_policy_eval="input_jitter",
+    switch_dropout=0.0,
+    switch_temperature=1.0,
+    switch_jitter=1e-2,
+    ntlb_top_k=4,
+    hidden_size=3072,
+    activation="relu",
+    z_loss=None,
+    expert_computation="qkv",
+    **kwargs,
+  ):
     super().__init__(**kwargs)
     self.expert_computation = expert_computation
     self._hparams = moe_layers.HParams(
-        moe_gating=moe_gating,
-        num_experts=num_experts,
-        loss_coef=loss_coef,
-        group_size=group_size,
-        min_expert_capacity=min_expert_capacity,
-        capacity_factor_train=capacity_factor_train,
-        capacity_factor_eval=capacity_factor_eval,
-        switch_policy_train=switch_policy_train,
-        switch_policy_eval=switch_policy_eval,
-        switch_dropout=switch_dropout,
-        switch_temperature=switch_temperature,
-        switch_jitter=switch_jitter,
-        ntlb_top_k=ntlb_top_k,
-        hidden_size=hidden_size,
-        use_experts_attention=True,
-        activation=activation,
-        z_loss=z_loss)
+      moe_gating=moe_gating,
+      num_experts=num_experts,
+      loss_coef=loss_coef,
+      group_size=group_size,
+      min_expert_capacity=min_expert_capacity,
+      capacity_factor_train=capacity_factor_train,
+      capacity_factor_eval=capacity_factor_eval,
+      switch_policy_train=switch_policy_train,
+      switch_policy_eval=switch_policy_eval,
+      switch_dropout=switch_dropout,
+      switch_temperature=switch_temperature,
+      switch_jitter=switch_jitter,
+      ntlb_top_k=ntlb_top_k,
+      hidden_size=hidden_size,
+      use_experts_attention=True,
+      activation=activation,
+      z_loss=z_loss,
+    )
 
   def _heads_dims(self):
     """(query heads dims, memory heads dims) as SelfAttention's params."""
@@ -104,35 +120,38 @@ class ExpertsSelfAttention(SelfAttention):
     if self.num_memory_heads == 1:
       return [mtf.Dimension("heads", self.num_heads)], None
     if self.num_heads % self.num_memory_heads != 0:
-      raise ValueError("%s: num_memory_heads %d must divide num_heads %d"
-                       % (type(self).__name__, self.num_memory_heads,
-                          self.num_heads))
+      raise ValueError(
+        "%s: num_memory_heads %d must divide num_heads %d"
+        % (type(self).__name__, self.num_memory_heads, self.num_heads)
+      )
     memory = [mtf.Dimension("heads", self.num_memory_heads)]
-    return memory + [mtf.Dimension(
-        "query_heads", self.num_heads // self.num_memory_heads)], memory
+    return memory + [
+      mtf.Dimension("query_heads", self.num_heads // self.num_memory_heads)
+    ], memory
 
   def make_params(self, context: Context) -> ExpertsAttentionParams:
     query_heads_dims, memory_heads_dims = self._heads_dims()
     model_dim = context.model.model_dim
     return ExpertsAttentionParams(
-        context.mesh,
-        query_input_dim=model_dim,
-        memory_input_dim=model_dim,
-        output_dim=model_dim,
-        key_dim=self.kv_dim,
-        value_dim=self.kv_dim,
-        query_heads_dims=query_heads_dims,
-        memory_heads_dims=memory_heads_dims,
-        variable_dtype=context.variable_dtype,
-        shared_kv=self.shared_kv,
-        no_query=False,
-        ensemble_dim=getattr(context.model, "ensemble_dim", None),
-        combine_dims=self.combine_dims,
-        keep_query_heads_dims=self.keep_query_heads_dims,
-        fold_scaling_into_initializer=self.fold_scaling_into_initializer,
-        context=context,
-        experts_hparams=self._hparams,
-        expert_computation=self.expert_computation)
+      context.mesh,
+      query_input_dim=model_dim,
+      memory_input_dim=model_dim,
+      output_dim=model_dim,
+      key_dim=self.kv_dim,
+      value_dim=self.kv_dim,
+      query_heads_dims=query_heads_dims,
+      memory_heads_dims=memory_heads_dims,
+      variable_dtype=context.variable_dtype,
+      shared_kv=self.shared_kv,
+      no_query=False,
+      ensemble_dim=getattr(context.model, "ensemble_dim", None),
+      combine_dims=self.combine_dims,
+      keep_query_heads_dims=self.keep_query_heads_dims,
+      fold_scaling_into_initializer=self.fold_scaling_into_initializer,
+      context=context,
+      experts_hparams=self._hparams,
+      expert_computation=self.expert_computation,
+    )
 
 
 @gin.configurable(module=_GIN_MODULE)
@@ -144,7 +163,5 @@ class ExpertsEncDecAttention(ExpertsSelfAttention, EncDecAttention):
   on the encoder output for kv.
   """
 
-  def __init__(self, relative_attention_type: Optional[str] = None,
-               **kwargs):
-    super().__init__(relative_attention_type=relative_attention_type,
-                     **kwargs)
+  def __init__(self, relative_attention_type: Optional[str] = None, **kwargs):
+    super().__init__(relative_attention_type=relative_attention_type, **kwargs)

@@ -19,8 +19,8 @@ from typing import Optional
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from transformer._src.layers.attention_core import AttentionParams
 from transformer._src.layers import moe_layers
+from transformer._src.layers.attention_core import AttentionParams
 
 __all__ = ["ExpertsAttentionParams"]
 
@@ -44,21 +44,46 @@ class ExpertsAttentionParams(AttentionParams):
     q = params.compute_q(x); kv = params.compute_kv(x)
   """
 
-  def __init__(self, mesh: mtf.Mesh, query_input_dim: mtf.Dimension,
-               memory_input_dim: mtf.Dimension, output_dim: mtf.Dimension,
-               key_dim: mtf.Dimension, value_dim: mtf.Dimension,
-               query_heads_dims, memory_heads_dims,
-               variable_dtype: mtf.VariableDType, shared_kv: bool = False,
-               no_query: bool = False, combine_dims: bool = True,
-               ensemble_dim: Optional[mtf.Dimension] = None,
-               keep_query_heads_dims: bool = False,
-               fold_scaling_into_initializer: bool = True, context=None,
-               experts_hparams=None, expert_computation: str = "qkv"):
+  def __init__(
+    self,
+    mesh: mtf.Mesh,
+    query_input_dim: mtf.Dimension,
+    memory_input_dim: mtf.Dimension,
+    output_dim: mtf.Dimension,
+    key_dim: mtf.Dimension,
+    value_dim: mtf.Dimension,
+    query_heads_dims,
+    memory_heads_dims,
+    variable_dtype: mtf.VariableDType,
+    shared_kv: bool = False,
+    no_query: bool = False,
+    combine_dims: bool = True,
+    ensemble_dim: Optional[mtf.Dimension] = None,
+    keep_query_heads_dims: bool = False,
+    fold_scaling_into_initializer: bool = True,
+    context=None,
+    experts_hparams=None,
+    expert_computation: str = "qkv",
+  ):
     """An AttentionParams whose projections a mixture of experts computes.
 
-    The other arguments are AttentionParams's.
-
     Args:
+      mesh: the Mesh the parameters live on.
+      query_input_dim: the Dimension of the query inputs (e.g. d_model).
+      memory_input_dim: the Dimension of the memory inputs.
+      output_dim: the Dimension of the outputs.
+      key_dim: the per-head key Dimension.
+      value_dim: the per-head value Dimension.
+      query_heads_dims: the list of query head Dimensions.
+      memory_heads_dims: the list of memory (key/value) head Dimensions.
+      variable_dtype: the mtf.VariableDType of the weights.
+      shared_kv: keys and values share one projection.
+      no_query: make no query projection.
+      combine_dims: store each projection as one combined weight.
+      ensemble_dim: an optional ensemble Dimension of the weights.
+      keep_query_heads_dims: keep the query heads dims in combined weights.
+      fold_scaling_into_initializer: fold 1/sqrt(key size) into the query
+        initializer instead of scaling the logits.
       context: the layer's Context (the MoE reads mode, padding, losses).
       experts_hparams: HParams with moe_gating, num_experts, loss_coef,
         group_size, min_expert_capacity, capacity_factor_train/eval,
@@ -72,28 +97,43 @@ class ExpertsAttentionParams(AttentionParams):
       NotImplementedError: under the unit-scaling convention.
     """
     super().__init__(
-        mesh, query_input_dim, memory_input_dim, output_dim, key_dim,
-        value_dim, query_heads_dims, memory_heads_dims, variable_dtype,
-        shared_kv=shared_kv, no_query=no_query, combine_dims=combine_dims,
-        ensemble_dim=ensemble_dim,
-        keep_query_heads_dims=keep_query_heads_dims,
-        fold_scaling_into_initializer=fold_scaling_into_initializer,
-        make_attention_vars=False)
+      mesh,
+      query_input_dim,
+      memory_input_dim,
+      output_dim,
+      key_dim,
+      value_dim,
+      query_heads_dims,
+      memory_heads_dims,
+      variable_dtype,
+      shared_kv=shared_kv,
+      no_query=no_query,
+      combine_dims=combine_dims,
+      ensemble_dim=ensemble_dim,
+      keep_query_heads_dims=keep_query_heads_dims,
+      fold_scaling_into_initializer=fold_scaling_into_initializer,
+      make_attention_vars=False,
+    )
     if expert_computation not in _EXPERT_COMPUTATIONS:
-      raise ValueError("ExpertsAttentionParams: unknown expert_computation %r;"
-                       " expected one of %s"
-                       % (expert_computation, list(_EXPERT_COMPUTATIONS)))
+      raise ValueError(
+        "ExpertsAttentionParams: unknown expert_computation %r;"
+        " expected one of %s" % (expert_computation, list(_EXPERT_COMPUTATIONS))
+      )
     if not combine_dims:
       raise ValueError("ExpertsAttentionParams: combine_dims must be True")
     if not shared_kv:
-      raise ValueError("ExpertsAttentionParams: shared_kv must be True "
-                       "(set shared_kv=True on the experts attention layer)")
+      raise ValueError(
+        "ExpertsAttentionParams: shared_kv must be True "
+        "(set shared_kv=True on the experts attention layer)"
+      )
     if context is None or experts_hparams is None:
-      raise ValueError("ExpertsAttentionParams needs context and "
-                       "experts_hparams")
+      raise ValueError(
+        "ExpertsAttentionParams needs context and experts_hparams"
+      )
     if mtf.layers.unit_scaling_convention():
-      raise NotImplementedError("ExpertsAttentionParams does not support the "
-                                "unit-scaling convention")
+      raise NotImplementedError(
+        "ExpertsAttentionParams does not support the unit-scaling convention"
+      )
     self.context = context
     self.expert_computation = expert_computation
     self._qkv_input = None
@@ -102,23 +142,33 @@ class ExpertsAttentionParams(AttentionParams):
     ensemble = [] if ensemble_dim is None else [ensemble_dim]
     if expert_computation == "q":
       self.wkv = mtf.get_variable(
-          mesh, "kv",
-          mtf.Shape(ensemble + [memory_input_dim, _combined(self.k_dims)]),
-          initializer=tf1.random_normal_initializer(
-              stddev=memory_input_dim.size ** -0.5),
-          dtype=variable_dtype)
+        mesh,
+        "kv",
+        mtf.Shape(ensemble + [memory_input_dim, _combined(self.k_dims)]),
+        initializer=tf1.random_normal_initializer(
+          stddev=memory_input_dim.size**-0.5
+        ),
+        dtype=variable_dtype,
+      )
     elif expert_computation == "kv":
       self.wq = mtf.get_variable(
-          mesh, "q",
-          mtf.Shape(ensemble + [query_input_dim, _combined(self.q_dims)]),
-          initializer=tf1.random_normal_initializer(
-              stddev=query_input_dim.size ** -0.5),
-          dtype=variable_dtype)
-    self.wo = mtf.get_variable(
-        mesh, "o", mtf.Shape(ensemble + [_combined(self.o_dims), output_dim]),
+        mesh,
+        "q",
+        mtf.Shape(ensemble + [query_input_dim, _combined(self.q_dims)]),
         initializer=tf1.random_normal_initializer(
-            stddev=mtf.Shape(self.o_dims).size ** -0.5),
-        dtype=variable_dtype)
+          stddev=query_input_dim.size**-0.5
+        ),
+        dtype=variable_dtype,
+      )
+    self.wo = mtf.get_variable(
+      mesh,
+      "o",
+      mtf.Shape(ensemble + [_combined(self.o_dims), output_dim]),
+      initializer=tf1.random_normal_initializer(
+        stddev=mtf.Shape(self.o_dims).size ** -0.5
+      ),
+      dtype=variable_dtype,
+    )
 
     # Named "d_model" (not "heads") so that layouts can split both the
     # experts' hidden dim and the heads.
@@ -126,28 +176,29 @@ class ExpertsAttentionParams(AttentionParams):
     hp = experts_hparams
     get = lambda name, default: getattr(hp, name, default)
     self.moe_layer = moe_layers.MoE1D(
-        moe_gating=get("moe_gating", "switch"),
-        num_experts=get("num_experts", 16),
-        loss_coef=get("loss_coef", 1e-2),
-        group_size=get("group_size", 1024),
-        min_expert_capacity=get("min_expert_capacity", 4),
-        capacity_factor_train=get("capacity_factor_train", 1.25),
-        capacity_factor_eval=get("capacity_factor_eval", 2.0),
-        switch_policy_train=get("switch_policy_train", "input_jitter"),
-        switch_policy_eval=get("switch_policy_eval", "input_jitter"),
-        switch_dropout=get("switch_dropout", 0.1),
-        switch_temperature=get("switch_temperature", 1.0),
-        switch_jitter=get("switch_jitter", 1e-2),
-        ntlb_top_k=get("ntlb_top_k", 4),
-        hidden_size=get("hidden_size", 3072),
-        output_dim=moe_output_dim,
-        use_experts_attention=(expert_computation == "qkv"),
-        activation=get("activation", "relu"),
-        z_loss=get("z_loss", None))
+      moe_gating=get("moe_gating", "switch"),
+      num_experts=get("num_experts", 16),
+      loss_coef=get("loss_coef", 1e-2),
+      group_size=get("group_size", 1024),
+      min_expert_capacity=get("min_expert_capacity", 4),
+      capacity_factor_train=get("capacity_factor_train", 1.25),
+      capacity_factor_eval=get("capacity_factor_eval", 2.0),
+      switch_policy_train=get("switch_policy_train", "input_jitter"),
+      switch_policy_eval=get("switch_policy_eval", "input_jitter"),
+      switch_dropout=get("switch_dropout", 0.1),
+      switch_temperature=get("switch_temperature", 1.0),
+      switch_jitter=get("switch_jitter", 1e-2),
+      ntlb_top_k=get("ntlb_top_k", 4),
+      hidden_size=get("hidden_size", 3072),
+      output_dim=moe_output_dim,
+      use_experts_attention=(expert_computation == "qkv"),
+      activation=get("activation", "relu"),
+      z_loss=get("z_loss", None),
+    )
 
   def _scale_q(self, q: mtf.Tensor) -> mtf.Tensor:
     if not self.fold_scaling_into_initializer:
-      q *= self.key_dim.size ** -0.5
+      q *= self.key_dim.size**-0.5
     return q
 
   def _merged_qkv(self, antecedent: mtf.Tensor):
@@ -158,7 +209,8 @@ class ExpertsAttentionParams(AttentionParams):
 
   def compute_q(self, query_antecedent: mtf.Tensor) -> mtf.Tensor:
     """q [..., query heads..., d_kv] (by experts unless expert_computation
-    is "kv")."""
+    is "kv").
+    """
     if self.expert_computation == "qkv":
       self._q, self._kv = self._merged_qkv(query_antecedent)
       self._qkv_input = query_antecedent
@@ -166,7 +218,8 @@ class ExpertsAttentionParams(AttentionParams):
     if self.expert_computation == "q":
       q = self.moe_layer.call(self.context, query_antecedent)
       return self._scale_q(
-          mtf.replace_dimensions(q, q.shape.dims[-1], self.q_dims))
+        mtf.replace_dimensions(q, q.shape.dims[-1], self.q_dims)
+      )
     return super().compute_q(query_antecedent)
 
   def compute_kv(self, memory_antecedent: mtf.Tensor) -> mtf.Tensor:
@@ -180,13 +233,15 @@ class ExpertsAttentionParams(AttentionParams):
       if memory_antecedent is self._qkv_input and self._kv is not None:
         return self._kv
       use_enc = memory_antecedent is self.context.encoder_output
-      _, kv = self.moe_layer.run_experts(self.context, memory_antecedent,
-                                         use_enc_nonpadding=use_enc)
+      _, kv = self.moe_layer.run_experts(
+        self.context, memory_antecedent, use_enc_nonpadding=use_enc
+      )
       return mtf.replace_dimensions(kv, kv.shape.dims[-1], self.k_dims)
     if self.expert_computation == "kv":
       use_enc = memory_antecedent is self.context.encoder_output
-      kv = self.moe_layer.run_experts(self.context, memory_antecedent,
-                                      use_enc_nonpadding=use_enc)
+      kv = self.moe_layer.run_experts(
+        self.context, memory_antecedent, use_enc_nonpadding=use_enc
+      )
       return mtf.replace_dimensions(kv, kv.shape.dims[-1], self.k_dims)
     return super().compute_kv(memory_antecedent)
 

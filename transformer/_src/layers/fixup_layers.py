@@ -29,22 +29,23 @@ from transformer._src.layers.context import Context
 from transformer._src.layers.context import TransformerLayer
 
 __all__ = [
-    "AttentionParamsFixup",
-    "DenseReluDenseFixup",
-    "EncDecAttentionFixup",
-    "SelfAttentionFixup",
-    "dense_product_fixup",
-    "get_single_scalar_bias",
-    "sublayer_fixup_scale",
-    "sublayer_fixup_shift",
+  "AttentionParamsFixup",
+  "DenseReluDenseFixup",
+  "EncDecAttentionFixup",
+  "SelfAttentionFixup",
+  "dense_product_fixup",
+  "get_single_scalar_bias",
+  "sublayer_fixup_scale",
+  "sublayer_fixup_shift",
 ]
 
 _GIN_MODULE = "mesh_tensorflow.transformer.fixup_layers"
 tf1 = tf.compat.v1
 
 
-def _fixup_initializer(default_init: str, init_distribution: str,
-                       glorot_scale: float):
+def _fixup_initializer(
+  default_init: str, init_distribution: str, glorot_scale: float
+):
   """Variance scaling: Glorot (fan_avg, glorot_scale) or He (fan_in, 2x).
 
   tf's variance scaling draws with variance scale / fan, so glorot_scale is
@@ -52,13 +53,16 @@ def _fixup_initializer(default_init: str, init_distribution: str,
   """
   if default_init == "glorot":
     return tf1.initializers.variance_scaling(
-        mode="fan_avg", distribution=init_distribution, scale=glorot_scale)
+      mode="fan_avg", distribution=init_distribution, scale=glorot_scale
+    )
   if default_init == "he":
     return tf1.initializers.variance_scaling(
-        mode="fan_in", distribution=init_distribution,
-        scale=2.0 * glorot_scale)
-  raise ValueError("Unsupported default initialization %r. Only 'glorot' and "
-                   "'he' initializations are supported." % (default_init,))
+      mode="fan_in", distribution=init_distribution, scale=2.0 * glorot_scale
+    )
+  raise ValueError(
+    "Unsupported default initialization %r. Only 'glorot' and "
+    "'he' initializations are supported." % (default_init,)
+  )
 
 
 def get_single_scalar_bias(x: mtf.Tensor, name: str) -> mtf.Tensor:
@@ -74,13 +78,23 @@ def get_single_scalar_bias(x: mtf.Tensor, name: str) -> mtf.Tensor:
     the variable, a Tensor [single_bias=1].
   """
   return mtf.get_variable(
-      x.mesh, name, mtf.Shape([mtf.Dimension("single_bias", 1)]),
-      initializer=tf1.zeros_initializer(), dtype=x.dtype)
+    x.mesh,
+    name,
+    mtf.Shape([mtf.Dimension("single_bias", 1)]),
+    initializer=tf1.zeros_initializer(),
+    dtype=x.dtype,
+  )
 
 
-def dense_product_fixup(x: mtf.Tensor, reduced_dims, new_dims,
-                        kernel_initializer, activation_functions=None,
-                        name: str = "dense_product", **kwargs) -> mtf.Tensor:
+def dense_product_fixup(
+  x: mtf.Tensor,
+  reduced_dims,
+  new_dims,
+  kernel_initializer,
+  activation_functions=None,
+  name: str = "dense_product",
+  **kwargs,
+) -> mtf.Tensor:
   """mtf.layers.dense_product with an explicit kernel initializer.
 
   Args:
@@ -96,8 +110,14 @@ def dense_product_fixup(x: mtf.Tensor, reduced_dims, new_dims,
     the elementwise product of the dense layers.
   """
   return mtf.layers.dense_product(
-      x, reduced_dims, new_dims, activation_functions, name,
-      kernel_initializer=kernel_initializer, **kwargs)
+    x,
+    reduced_dims,
+    new_dims,
+    activation_functions,
+    name,
+    kernel_initializer=kernel_initializer,
+    **kwargs,
+  )
 
 
 class AttentionParamsFixup(attention_core.AttentionParams):
@@ -109,12 +129,24 @@ class AttentionParamsFixup(attention_core.AttentionParams):
   `o_fixup`, zero-initialized.
   """
 
-  def __init__(self, mesh, query_input_dim, memory_input_dim, output_dim,
-               key_dim, value_dim, query_heads_dims, memory_heads_dims,
-               variable_dtype, shared_kv: bool = False,
-               fold_scaling_into_initializer: bool = False,
-               num_blocks=None, default_init: str = "he",
-               init_distribution: str = "uniform", **kwargs):
+  def __init__(
+    self,
+    mesh,
+    query_input_dim,
+    memory_input_dim,
+    output_dim,
+    key_dim,
+    value_dim,
+    query_heads_dims,
+    memory_heads_dims,
+    variable_dtype,
+    shared_kv: bool = False,
+    fold_scaling_into_initializer: bool = False,
+    num_blocks=None,
+    default_init: str = "he",
+    init_distribution: str = "uniform",
+    **kwargs,
+  ):
     """Creates the parameters (the arguments of AttentionParams and more).
 
     Args:
@@ -142,28 +174,46 @@ class AttentionParamsFixup(attention_core.AttentionParams):
     self.default_init = default_init
     self.init_distribution = init_distribution
     if mtf.layers.unit_scaling_convention():
-      raise ValueError("Fixup initialization is not compatible with unit "
-                       "scaling convention.")
+      raise ValueError(
+        "Fixup initialization is not compatible with unit scaling convention."
+      )
     if fold_scaling_into_initializer:
-      raise ValueError("Fixup initialization is not compatible with "
-                       "`fold_scaling_into_initializer`.")
+      raise ValueError(
+        "Fixup initialization is not compatible with "
+        "`fold_scaling_into_initializer`."
+      )
     super().__init__(
-        mesh, query_input_dim, memory_input_dim, output_dim, key_dim,
-        value_dim, query_heads_dims, memory_heads_dims, variable_dtype,
-        shared_kv=shared_kv,
-        fold_scaling_into_initializer=fold_scaling_into_initializer,
-        **kwargs)
+      mesh,
+      query_input_dim,
+      memory_input_dim,
+      output_dim,
+      key_dim,
+      value_dim,
+      query_heads_dims,
+      memory_heads_dims,
+      variable_dtype,
+      shared_kv=shared_kv,
+      fold_scaling_into_initializer=fold_scaling_into_initializer,
+      **kwargs,
+    )
 
   def init_weights(self) -> None:
     """Creates q/k/v (or kv) and o with the Fixup initializers."""
-    init = _fixup_initializer(self.default_init, self.init_distribution,
-                              math.pow(self.num_blocks, -1.0 / 3))
+    init = _fixup_initializer(
+      self.default_init,
+      self.init_distribution,
+      math.pow(self.num_blocks, -1.0 / 3),
+    )
     q_shape, k_shape, v_shape, o_shape = self._kernel_shapes()
 
     def variable(name, shape, initializer):
-      return mtf.get_variable(self.mesh, name, shape,
-                              initializer=initializer,
-                              dtype=self.variable_dtype)
+      return mtf.get_variable(
+        self.mesh,
+        name,
+        shape,
+        initializer=initializer,
+        dtype=self.variable_dtype,
+      )
 
     if not self.no_query:
       self.wq = variable("q_fixup", q_shape, init)
@@ -185,10 +235,16 @@ class DenseReluDenseFixup(TransformerLayer):
   init 0), then `wo/kernel` [d_ff, d_model], zero-initialized.
   """
 
-  def __init__(self, hidden_size: int = 4096, dropout_rate: float = 0.0,
-               activation="relu", use_bias: bool = False,
-               default_init: str = "he", init_distribution: str = "uniform",
-               num_blocks: int = gin.REQUIRED):
+  def __init__(
+    self,
+    hidden_size: int = 4096,
+    dropout_rate: float = 0.0,
+    activation="relu",
+    use_bias: bool = False,
+    default_init: str = "he",
+    init_distribution: str = "uniform",
+    num_blocks: int = gin.REQUIRED,
+  ):
     """Creates the layer.
 
     Args:
@@ -209,7 +265,8 @@ class DenseReluDenseFixup(TransformerLayer):
     self.use_bias = use_bias
     self.downproject_initializer = tf1.zeros_initializer()
     self.upproject_initializer = _fixup_initializer(
-        default_init, init_distribution, 1.0 / num_blocks)
+      default_init, init_distribution, 1.0 / num_blocks
+    )
 
   def call(self, context: Context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
     """Runs the layer on x [..., d_model]."""
@@ -217,22 +274,35 @@ class DenseReluDenseFixup(TransformerLayer):
     io_channels = x.shape.dims[-1]
     ensemble_dims = context.model.ensemble_dims
     h = dense_product_fixup(
-        x, reduced_dims=x.shape.dims[-1:],
-        new_dims=[mtf.Dimension("d_ff", self.hidden_size)],
-        activation_functions=self.activation, use_bias=self.use_bias,
-        variable_dtype=context.variable_dtype, name="wi",
-        kernel_initializer=self.upproject_initializer,
-        expert_dims=ensemble_dims)
+      x,
+      reduced_dims=x.shape.dims[-1:],
+      new_dims=[mtf.Dimension("d_ff", self.hidden_size)],
+      activation_functions=self.activation,
+      use_bias=self.use_bias,
+      variable_dtype=context.variable_dtype,
+      name="wi",
+      kernel_initializer=self.upproject_initializer,
+      expert_dims=ensemble_dims,
+    )
     if context.train and self.dropout_rate != 0.0:
-      h = mtf.dropout(h, context.train, 1.0 - self.dropout_rate,
-                      noise_shape=h.shape - context.length_dim)
+      h = mtf.dropout(
+        h,
+        context.train,
+        1.0 - self.dropout_rate,
+        noise_shape=h.shape - context.length_dim,
+      )
     h = mtf.reshape(h + get_single_scalar_bias(x, "shift"), h.shape)
     return mtf.layers.dense(
-        h, io_channels, use_bias=self.use_bias, activation=None,
-        variable_dtype=context.variable_dtype,
-        reduced_dims=h.shape.dims[-1:], name="wo",
-        expert_dims=ensemble_dims,
-        kernel_initializer=self.downproject_initializer)
+      h,
+      io_channels,
+      use_bias=self.use_bias,
+      activation=None,
+      variable_dtype=context.variable_dtype,
+      reduced_dims=h.shape.dims[-1:],
+      name="wo",
+      expert_dims=ensemble_dims,
+      kernel_initializer=self.downproject_initializer,
+    )
 
 
 def _heads_dims(num_heads: int, num_memory_heads: int):
@@ -247,8 +317,9 @@ def _heads_dims(num_heads: int, num_memory_heads: int):
   if num_heads % num_memory_heads:
     raise ValueError("num_memory_heads must divide num_heads")
   memory = [mtf.Dimension("heads", num_memory_heads)]
-  return memory + [mtf.Dimension("query_heads",
-                                 num_heads // num_memory_heads)], memory
+  return memory + [
+    mtf.Dimension("query_heads", num_heads // num_memory_heads)
+  ], memory
 
 
 @gin.configurable(module=_GIN_MODULE)
@@ -259,9 +330,13 @@ class SelfAttentionFixup(attention_layers.SelfAttention):
   it). Variables `q_fixup`, `k_fixup`, `v_fixup`, `o_fixup`.
   """
 
-  def __init__(self, num_blocks: int = gin.REQUIRED,
-               default_init: str = "glorot",
-               init_distribution: str = "uniform", **kwargs):
+  def __init__(
+    self,
+    num_blocks: int = gin.REQUIRED,
+    default_init: str = "glorot",
+    init_distribution: str = "uniform",
+    **kwargs,
+  ):
     """Creates the layer.
 
     Args:
@@ -276,20 +351,29 @@ class SelfAttentionFixup(attention_layers.SelfAttention):
     self.init_distribution = init_distribution
 
   def make_params(self, context: Context) -> AttentionParamsFixup:
-    query_heads, memory_heads = _heads_dims(self.num_heads,
-                                            self.num_memory_heads)
+    query_heads, memory_heads = _heads_dims(
+      self.num_heads, self.num_memory_heads
+    )
     model = context.model
     return AttentionParamsFixup(
-        context.mesh, query_input_dim=model.model_dim,
-        memory_input_dim=model.model_dim, output_dim=model.model_dim,
-        key_dim=self.kv_dim, value_dim=self.kv_dim,
-        query_heads_dims=query_heads, memory_heads_dims=memory_heads,
-        variable_dtype=context.variable_dtype, shared_kv=self.shared_kv,
-        ensemble_dim=model.ensemble_dim, combine_dims=self.combine_dims,
-        keep_query_heads_dims=self.keep_query_heads_dims,
-        fold_scaling_into_initializer=self.fold_scaling_into_initializer,
-        num_blocks=self.num_blocks, default_init=self.default_init,
-        init_distribution=self.init_distribution)
+      context.mesh,
+      query_input_dim=model.model_dim,
+      memory_input_dim=model.model_dim,
+      output_dim=model.model_dim,
+      key_dim=self.kv_dim,
+      value_dim=self.kv_dim,
+      query_heads_dims=query_heads,
+      memory_heads_dims=memory_heads,
+      variable_dtype=context.variable_dtype,
+      shared_kv=self.shared_kv,
+      ensemble_dim=model.ensemble_dim,
+      combine_dims=self.combine_dims,
+      keep_query_heads_dims=self.keep_query_heads_dims,
+      fold_scaling_into_initializer=self.fold_scaling_into_initializer,
+      num_blocks=self.num_blocks,
+      default_init=self.default_init,
+      init_distribution=self.init_distribution,
+    )
 
 
 @gin.configurable(module=_GIN_MODULE)
@@ -302,13 +386,13 @@ class EncDecAttentionFixup(attention_layers.EncDecAttention):
 
   def __init__(self, relative_attention_type=None, **kwargs):
     """Creates the layer; the arguments as EncDecAttention's."""
-    super().__init__(relative_attention_type=relative_attention_type,
-                     **kwargs)
+    super().__init__(relative_attention_type=relative_attention_type, **kwargs)
 
 
 @gin.configurable(module=_GIN_MODULE)
-def sublayer_fixup_scale(x: mtf.Tensor, layer_stack,
-                         context: Context) -> mtf.Tensor:
+def sublayer_fixup_scale(
+  x: mtf.Tensor, layer_stack, context: Context
+) -> mtf.Tensor:
   """x times a learned scalar `fixup_scale_weight` [single_scale=1], init 1.
 
   The variable lives in the scope of the layer in progress.
@@ -323,16 +407,19 @@ def sublayer_fixup_scale(x: mtf.Tensor, layer_stack,
   """
   del layer_stack
   weight = mtf.get_variable(
-      x.mesh, "fixup_scale_weight",
-      shape=mtf.Shape([mtf.Dimension("single_scale", 1)]),
-      dtype=context.variable_dtype,
-      initializer=tf1.constant_initializer(1.0))
+    x.mesh,
+    "fixup_scale_weight",
+    shape=mtf.Shape([mtf.Dimension("single_scale", 1)]),
+    dtype=context.variable_dtype,
+    initializer=tf1.constant_initializer(1.0),
+  )
   return mtf.reshape(x * weight, x.shape)
 
 
 @gin.configurable(module=_GIN_MODULE)
-def sublayer_fixup_shift(x: mtf.Tensor, layer_stack,
-                         context: Context) -> mtf.Tensor:
+def sublayer_fixup_shift(
+  x: mtf.Tensor, layer_stack, context: Context
+) -> mtf.Tensor:
   """x plus a learned scalar `fixup_bias` [single_bias=1], init 0.
 
   The variable lives in the scope of the layer in progress.
@@ -347,7 +434,10 @@ def sublayer_fixup_shift(x: mtf.Tensor, layer_stack,
   """
   del layer_stack
   bias = mtf.get_variable(
-      x.mesh, "fixup_bias",
-      shape=mtf.Shape([mtf.Dimension("single_bias", 1)]),
-      dtype=context.variable_dtype, initializer=tf1.zeros_initializer())
+    x.mesh,
+    "fixup_bias",
+    shape=mtf.Shape([mtf.Dimension("single_bias", 1)]),
+    dtype=context.variable_dtype,
+    initializer=tf1.zeros_initializer(),
+  )
   return mtf.reshape(x + bias, x.shape)

@@ -18,7 +18,8 @@ import gin
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from transformer._src.layers.context import Context, TransformerLayer
+from transformer._src.layers.context import Context
+from transformer._src.layers.context import TransformerLayer
 
 __all__ = ["ProductKeyValueMemory"]
 
@@ -28,8 +29,9 @@ tf1 = tf.compat.v1
 
 def _check_positive_int(value, what: str) -> int:
   if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-    raise ValueError("ProductKeyValueMemory: %s must be a positive int, got %r"
-                     % (what, value))
+    raise ValueError(
+      "ProductKeyValueMemory: %s must be a positive int, got %r" % (what, value)
+    )
   return value
 
 
@@ -56,8 +58,13 @@ class ProductKeyValueMemory(TransformerLayer):
     ProductKeyValueMemory(key_size=64, n_keys=128, n_heads=4, knn=16)
   """
 
-  def __init__(self, key_size: int = gin.REQUIRED, n_keys: int = gin.REQUIRED,
-               n_heads: int = gin.REQUIRED, knn: int = gin.REQUIRED):
+  def __init__(
+    self,
+    key_size: int = gin.REQUIRED,
+    n_keys: int = gin.REQUIRED,
+    n_heads: int = gin.REQUIRED,
+    knn: int = gin.REQUIRED,
+  ):
     """Creates the layer.
 
     Args:
@@ -69,57 +76,70 @@ class ProductKeyValueMemory(TransformerLayer):
     """
     self.key_size = key_size
     self.n_keys = n_keys
-    self.n_values = n_keys ** 2 if isinstance(n_keys, int) else n_keys
+    self.n_values = n_keys**2 if isinstance(n_keys, int) else n_keys
     self.n_heads = n_heads
     self.knn = knn
 
   def _check(self) -> None:
     _check_positive_int(self.key_size, "key_size")
     if self.key_size < 2:
-      raise ValueError("ProductKeyValueMemory: key_size must be at least 2 "
-                       "(each half has key_size // 2 entries), got %d"
-                       % self.key_size)
+      raise ValueError(
+        "ProductKeyValueMemory: key_size must be at least 2 "
+        "(each half has key_size // 2 entries), got %d" % self.key_size
+      )
     _check_positive_int(self.n_keys, "n_keys")
     _check_positive_int(self.n_heads, "n_heads")
     _check_positive_int(self.knn, "knn")
     if self.knn > self.n_keys:
-      raise ValueError("ProductKeyValueMemory: knn (%d) must not exceed "
-                       "n_keys (%d)" % (self.knn, self.n_keys))
+      raise ValueError(
+        "ProductKeyValueMemory: knn (%d) must not exceed "
+        "n_keys (%d)" % (self.knn, self.n_keys)
+      )
 
   def call(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
     """x [batch..., (length,) d_model] -> same shape."""
     self._check()
     ensemble_dims = getattr(context.model, "ensemble_dims", None)
     if isinstance(ensemble_dims, (list, tuple)) and ensemble_dims:
-      raise ValueError("ProductKeyValueMemory does not support ensembles "
-                       "(model ensemble dims %s)"
-                       % (context.model.ensemble_dims,))
+      raise ValueError(
+        "ProductKeyValueMemory does not support ensembles "
+        "(model ensemble dims %s)" % (context.model.ensemble_dims,)
+      )
     model_dim = x.shape.dims[-1]
     heads = mtf.Dimension("n_heads", self.n_heads)
     halves = mtf.Dimension("product_key", 2)
     subkey = mtf.Dimension("key", self.key_size // 2)
     slots = mtf.Dimension("n_values", self.n_keys * self.n_keys)
     keys = mtf.get_variable(
-        x.mesh, "keys",
-        mtf.Shape([heads, halves, mtf.Dimension("n_keys", self.n_keys),
-                   subkey]),
-        dtype=context.variable_dtype)
+      x.mesh,
+      "keys",
+      mtf.Shape([heads, halves, mtf.Dimension("n_keys", self.n_keys), subkey]),
+      dtype=context.variable_dtype,
+    )
     values = mtf.layers.embedding_weights(
-        x.mesh, slots, model_dim, context.variable_dtype, name="values")
+      x.mesh, slots, model_dim, context.variable_dtype, name="values"
+    )
     query = mtf.layers.dense(
-        x, new_dims=[heads, halves, subkey], reduced_dims=[model_dim],
-        use_bias=True, variable_dtype=context.variable_dtype, name="query")
+      x,
+      new_dims=[heads, halves, subkey],
+      reduced_dims=[model_dim],
+      use_bias=True,
+      variable_dtype=context.variable_dtype,
+      name="query",
+    )
     query = mtf.layers.layer_norm(query, subkey)
     scores, memory_ids = self.get_indices(keys, query)
     weights = mtf.softmax(scores, scores.shape.dims[-1])
     # Sparse lookup: weight * one-hot slot, summed with the values (and
     # over the heads).
     lookup = mtf.one_hot(memory_ids, slots, dtype=weights.dtype) * weights
-    return mtf.einsum([lookup, mtf.cast(values, weights.dtype)],
-                      output_shape=x.shape)
+    return mtf.einsum(
+      [lookup, mtf.cast(values, weights.dtype)], output_shape=x.shape
+    )
 
-  def get_indices(self, keys: mtf.Tensor, query: mtf.Tensor
-                  ) -> Tuple[mtf.Tensor, mtf.Tensor]:
+  def get_indices(
+    self, keys: mtf.Tensor, query: mtf.Tensor
+  ) -> Tuple[mtf.Tensor, mtf.Tensor]:
     """The knn best memory slots of each query and their scores.
 
     Args:
@@ -137,8 +157,9 @@ class ProductKeyValueMemory(TransformerLayer):
     knn_b = mtf.Dimension("knn_b", self.knn)
     candidates = mtf.Dimension("knn_candidates", self.knn * self.knn)
     # Per half: scores against its sub-keys, top knn.
-    scores = mtf.einsum([query, mtf.cast(keys, query.dtype)],
-                        reduced_dims=[query.shape.dims[-1]])
+    scores = mtf.einsum(
+      [query, mtf.cast(keys, query.dtype)], reduced_dims=[query.shape.dims[-1]]
+    )
     half_scores, half_ids = mtf.top_k(scores, keys_dim, knn)
     s1, s2 = mtf.unstack(half_scores, halves)
     i1, i2 = mtf.unstack(half_ids, halves)
@@ -146,7 +167,8 @@ class ProductKeyValueMemory(TransformerLayer):
     i2 = mtf.rename_dimension(i2, knn.name, knn_b.name)
     # All knn x knn candidate pairs, flattened; then the top knn of those.
     pair_scores = mtf.replace_dimensions(s1 + s2, [knn, knn_b], candidates)
-    pair_ids = mtf.replace_dimensions(i1 * keys_dim.size + i2, [knn, knn_b],
-                                      candidates)
+    pair_ids = mtf.replace_dimensions(
+      i1 * keys_dim.size + i2, [knn, knn_b], candidates
+    )
     best_scores, best = mtf.top_k(pair_scores, candidates, knn)
     return best_scores, mtf.gather(pair_ids, best, candidates)

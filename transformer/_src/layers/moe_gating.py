@@ -48,14 +48,14 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 
 __all__ = [
-    "top_2_gating",
-    "top_n_gating",
-    "switch_gating",
-    "ntlb_gating",
-    "switch_max_gating",
-    "expert_selection_gating",
-    "router_z_loss",
-    "compute_gating",
+  "top_2_gating",
+  "top_n_gating",
+  "switch_gating",
+  "ntlb_gating",
+  "switch_max_gating",
+  "expert_selection_gating",
+  "router_z_loss",
+  "compute_gating",
 ]
 
 GatingResult = Tuple[mtf.Tensor, mtf.Tensor, mtf.Tensor]
@@ -68,8 +68,9 @@ def _hparam(hparams, name: str, default):
   return getattr(hparams, name, default)
 
 
-def _use_non_top_expert(logits: mtf.Tensor, experts_dim: mtf.Dimension,
-                        prob: float, temperature) -> mtf.Tensor:
+def _use_non_top_expert(
+  logits: mtf.Tensor, experts_dim: mtf.Dimension, prob: float, temperature
+) -> mtf.Tensor:
   """With probability `prob` per position, hides the top expert's logit.
 
   The second-best expert then wins; with a temperature, one of the other
@@ -79,50 +80,74 @@ def _use_non_top_expert(logits: mtf.Tensor, experts_dim: mtf.Dimension,
   _, top = mtf.top_1(logits, reduced_dim=experts_dim)
   hidden = logits - 1e9 * mtf.one_hot(top, experts_dim, dtype=logits.dtype)
   if temperature is not None:
-    sampled = mtf.sample_with_temperature(hidden, experts_dim,
-                                          temperature=temperature)
-    hidden += -1e9 * (1.0 - mtf.one_hot(sampled, experts_dim,
-                                        dtype=logits.dtype))
-  switch = mtf.cast(mtf.less(
-      mtf.random_uniform(logits.mesh, logits.shape.dims[:-1]), prob),
-                    logits.dtype)
+    sampled = mtf.sample_with_temperature(
+      hidden, experts_dim, temperature=temperature
+    )
+    hidden += -1e9 * (
+      1.0 - mtf.one_hot(sampled, experts_dim, dtype=logits.dtype)
+    )
+  switch = mtf.cast(
+    mtf.less(mtf.random_uniform(logits.mesh, logits.shape.dims[:-1]), prob),
+    logits.dtype,
+  )
   return switch * hidden + (1.0 - switch) * logits
 
 
-def _router(inputs: mtf.Tensor, experts_dim: mtf.Dimension,
-            outer_expert_dims, variable_dtype, name: str, hparams=None,
-            train: bool = False):
+def _router(
+  inputs: mtf.Tensor,
+  experts_dim: mtf.Dimension,
+  outer_expert_dims,
+  variable_dtype,
+  name: str,
+  hparams=None,
+  train: bool = False,
+):
   """Router logits (dense `<name>/kernel`, no bias) and float32 softmax.
 
   Given hparams with moe_use_second_place_expert_prob, training sometimes
   routes to a non-top expert (see _use_non_top_expert).
   """
   logits = mtf.layers.dense(
-      inputs, experts_dim, reduced_dims=inputs.shape.dims[-1:],
-      use_bias=False, expert_dims=outer_expert_dims,
-      variable_dtype=variable_dtype, name=name)
+    inputs,
+    experts_dim,
+    reduced_dims=inputs.shape.dims[-1:],
+    use_bias=False,
+    expert_dims=outer_expert_dims,
+    variable_dtype=variable_dtype,
+    name=name,
+  )
   prob = _hparam(hparams, "moe_use_second_place_expert_prob", None)
   if prob is not None and train:
     logits = _use_non_top_expert(
-        logits, experts_dim, prob,
-        _hparam(hparams, "moe_use_second_place_expert_prob_temp", None))
+      logits,
+      experts_dim,
+      prob,
+      _hparam(hparams, "moe_use_second_place_expert_prob_temp", None),
+    )
   gates = mtf.to_float(mtf.softmax(logits, reduced_dim=experts_dim))
   return logits, gates
 
 
-def _balance_loss(first_choice_mask: mtf.Tensor, gates: mtf.Tensor,
-                  group_dim: mtf.Dimension,
-                  experts_dim: mtf.Dimension) -> mtf.Tensor:
+def _balance_loss(
+  first_choice_mask: mtf.Tensor,
+  gates: mtf.Tensor,
+  group_dim: mtf.Dimension,
+  experts_dim: mtf.Dimension,
+) -> mtf.Tensor:
   """mean(mean_g(gates) * mean_g(first-choice mask)) * experts**2."""
   density = mtf.reduce_mean(first_choice_mask, reduced_dim=group_dim)
   density_proxy = mtf.reduce_mean(gates, reduced_dim=group_dim)
-  return (mtf.reduce_mean(density_proxy * density)
-          * float(experts_dim.size * experts_dim.size))
+  return mtf.reduce_mean(density_proxy * density) * float(
+    experts_dim.size * experts_dim.size
+  )
 
 
-def router_z_loss(logits: mtf.Tensor, experts_dim: mtf.Dimension,
-                  num_microbatches: Optional[int] = None,
-                  importance: Optional[mtf.Tensor] = None) -> mtf.Tensor:
+def router_z_loss(
+  logits: mtf.Tensor,
+  experts_dim: mtf.Dimension,
+  num_microbatches: Optional[int] = None,
+  importance: Optional[mtf.Tensor] = None,
+) -> mtf.Tensor:
   """Mean over (important) positions of logsumexp(logits)**2.
 
   Penalises large router logits (ST-MoE's router z-loss); positions whose
@@ -142,19 +167,25 @@ def router_z_loss(logits: mtf.Tensor, experts_dim: mtf.Dimension,
   return z_loss
 
 
-def _finish_loss(loss, logits, experts_dim, hparams, train, importance,
-                 num_microbatches):
+def _finish_loss(
+  loss, logits, experts_dim, hparams, train, importance, num_microbatches
+):
   if num_microbatches and num_microbatches > 1:
     loss /= float(num_microbatches)
   z_coef = _hparam(hparams, "moe_z_loss", None)
   if train and z_coef is not None:
-    loss += z_coef * router_z_loss(logits, experts_dim, num_microbatches,
-                                   importance)
+    loss += z_coef * router_z_loss(
+      logits, experts_dim, num_microbatches, importance
+    )
   return loss
 
 
-def _slot(mask: mtf.Tensor, group_dim: mtf.Dimension,
-          already_used: Optional[mtf.Tensor], capacity: float):
+def _slot(
+  mask: mtf.Tensor,
+  group_dim: mtf.Dimension,
+  already_used: Optional[mtf.Tensor],
+  capacity: float,
+):
   """Assigns slots to the positions of a one-hot [.., group, experts] mask.
 
   Returns (kept mask, slot index per position [.., group] as float, count of
@@ -171,27 +202,36 @@ def _slot(mask: mtf.Tensor, group_dim: mtf.Dimension,
   return kept, slot, count
 
 
-def _combine_term(gate: mtf.Tensor, kept: mtf.Tensor, slot: mtf.Tensor,
-                  expert_capacity_dim: mtf.Dimension) -> mtf.Tensor:
+def _combine_term(
+  gate: mtf.Tensor,
+  kept: mtf.Tensor,
+  slot: mtf.Tensor,
+  expert_capacity_dim: mtf.Dimension,
+) -> mtf.Tensor:
   """gate * kept one-hot expert * one-hot slot: [.., group, experts, cap]."""
   kept_flat = mtf.reduce_sum(kept, reduced_dim=kept.shape.dims[-1])
-  return ((gate * kept_flat) * kept
-          * mtf.one_hot(mtf.to_int32(slot), expert_capacity_dim,
-                        dtype=tf.float32))
+  return (
+    (gate * kept_flat)
+    * kept
+    * mtf.one_hot(mtf.to_int32(slot), expert_capacity_dim, dtype=tf.float32)
+  )
 
 
-def _finish(combine: mtf.Tensor, loss: mtf.Tensor,
-            inputs: mtf.Tensor) -> GatingResult:
+def _finish(
+  combine: mtf.Tensor, loss: mtf.Tensor, inputs: mtf.Tensor
+) -> GatingResult:
   combine = mtf.cast(combine, inputs.dtype)
   dispatch = mtf.cast(mtf.cast(combine, tf.bool), inputs.dtype)
   return dispatch, combine, mtf.cast(loss, inputs.dtype)
 
 
-def _apply_second_policy(mask: mtf.Tensor, gate: mtf.Tensor, hparams,
-                         train: bool, gating: str) -> mtf.Tensor:
+def _apply_second_policy(
+  mask: mtf.Tensor, gate: mtf.Tensor, hparams, train: bool, gating: str
+) -> mtf.Tensor:
   """Keeps a lower-place expert choice per moe_second_policy_{train,eval}:
   "all", "none", "threshold" (gate above the threshold) or "random"
-  (with probability gate / threshold)."""
+  (with probability gate / threshold).
+  """
   if train:
     policy = _hparam(hparams, "moe_second_policy_train", "random")
     threshold = _hparam(hparams, "moe_second_threshold_train", 0.2)
@@ -206,20 +246,26 @@ def _apply_second_policy(mask: mtf.Tensor, gate: mtf.Tensor, hparams,
     return mask * mtf.to_float(mtf.greater(gate, threshold))
   if policy == "random":
     uniform = mtf.random_uniform(gate.mesh, gate.shape, dtype=tf.float32)
-    return mask * mtf.to_float(
-        mtf.less(uniform, gate / max(threshold, 1e-9)))
-  raise ValueError("%s gating: unknown second-expert policy %r "
-                   "(moe_second_policy_%s); expected one of %s"
-                   % (gating, policy, "train" if train else "eval",
-                      list(_SECOND_POLICIES)))
+    return mask * mtf.to_float(mtf.less(uniform, gate / max(threshold, 1e-9)))
+  raise ValueError(
+    "%s gating: unknown second-expert policy %r "
+    "(moe_second_policy_%s); expected one of %s"
+    % (gating, policy, "train" if train else "eval", list(_SECOND_POLICIES))
+  )
 
 
-def top_2_gating(inputs: mtf.Tensor, outer_expert_dims,
-                 experts_dim: mtf.Dimension,
-                 expert_capacity_dim: mtf.Dimension, hparams, train: bool,
-                 variable_dtype, importance: Optional[mtf.Tensor] = None,
-                 name: str = "top_2_gating",
-                 num_microbatches: Optional[int] = None) -> GatingResult:
+def top_2_gating(
+  inputs: mtf.Tensor,
+  outer_expert_dims,
+  experts_dim: mtf.Dimension,
+  expert_capacity_dim: mtf.Dimension,
+  hparams,
+  train: bool,
+  variable_dtype,
+  importance: Optional[mtf.Tensor] = None,
+  name: str = "top_2_gating",
+  num_microbatches: Optional[int] = None,
+) -> GatingResult:
   """Top-2 gating: dispatch, combine and the load-balancing loss.
 
   importance (optional, [outer, groups, group]): 1.0 positions get a first
@@ -227,8 +273,9 @@ def top_2_gating(inputs: mtf.Tensor, outer_expert_dims,
   only a second-place slot (their best expert), 0.0 positions none.
   """
   group_dim = inputs.shape.dims[-2]
-  logits, gates = _router(inputs, experts_dim, outer_expert_dims,
-                          variable_dtype, name)
+  logits, gates = _router(
+    inputs, experts_dim, outer_expert_dims, variable_dtype, name
+  )
   capacity = float(expert_capacity_dim.size)
 
   gate_1, index_1 = mtf.top_1(gates, experts_dim)
@@ -253,17 +300,20 @@ def top_2_gating(inputs: mtf.Tensor, outer_expert_dims,
     # The same loss for the second place, the gates renormalised without
     # the first choice standing in for the second-place density.
     normalized = without_top_1 / (
-        mtf.reduce_sum(without_top_1, reduced_dim=experts_dim) + 1e-9)
+      mtf.reduce_sum(without_top_1, reduced_dim=experts_dim) + 1e-9
+    )
     loss += 0.5 * _balance_loss(mask_2, normalized, group_dim, experts_dim)
 
   mask_2 = _apply_second_policy(mask_2, gate_2, hparams, train, "top_2")
 
   kept_1, slot_1, count_1 = _slot(mask_1, group_dim, None, capacity)
   kept_2, slot_2, _ = _slot(mask_2, group_dim, count_1, capacity)
-  combine = (_combine_term(gate_1, kept_1, slot_1, expert_capacity_dim)
-             + _combine_term(gate_2, kept_2, slot_2, expert_capacity_dim))
-  loss = _finish_loss(loss, logits, experts_dim, hparams, train, importance,
-                      num_microbatches)
+  combine = _combine_term(
+    gate_1, kept_1, slot_1, expert_capacity_dim
+  ) + _combine_term(gate_2, kept_2, slot_2, expert_capacity_dim)
+  loss = _finish_loss(
+    loss, logits, experts_dim, hparams, train, importance, num_microbatches
+  )
   return _finish(combine, loss, inputs)
 
 
@@ -273,22 +323,25 @@ def _switch_policy(hparams, train: bool) -> str:
   else:
     policy = _hparam(hparams, "moe_switch_policy_eval", "input_jitter")
   if policy not in _SWITCH_POLICIES:
-    raise ValueError("switch gating: unknown policy %r (moe_switch_policy_%s);"
-                     " expected one of %s"
-                     % (policy, "train" if train else "eval",
-                        list(_SWITCH_POLICIES)))
+    raise ValueError(
+      "switch gating: unknown policy %r (moe_switch_policy_%s);"
+      " expected one of %s"
+      % (policy, "train" if train else "eval", list(_SWITCH_POLICIES))
+    )
   return policy
 
 
-def _perturb_inputs(inputs: mtf.Tensor, policy: str, hparams,
-                    train: bool) -> mtf.Tensor:
+def _perturb_inputs(
+  inputs: mtf.Tensor, policy: str, hparams, train: bool
+) -> mtf.Tensor:
   if train and policy == "input_dropout":
-    return mtf.dropout(inputs, True,
-                       keep_prob=1.0 - _hparam(hparams, "moe_switch_dropout",
-                                               0.1))
+    return mtf.dropout(
+      inputs, True, keep_prob=1.0 - _hparam(hparams, "moe_switch_dropout", 0.1)
+    )
   if train and policy == "input_jitter":
     return mtf.layers.multiplicative_jitter(
-        inputs, _hparam(hparams, "moe_switch_jitter", 1e-2))
+      inputs, _hparam(hparams, "moe_switch_jitter", 1e-2)
+    )
   return inputs
 
 
@@ -299,66 +352,107 @@ def _mask_unimportant(importance, *tensors):
   return tuple(t * full for t in tensors)
 
 
-def _one_expert_gating(inputs, outer_expert_dims, experts_dim,
-                       expert_capacity_dim, hparams, train, variable_dtype,
-                       importance, name, num_microbatches, choose):
+def _one_expert_gating(
+  inputs,
+  outer_expert_dims,
+  experts_dim,
+  expert_capacity_dim,
+  hparams,
+  train,
+  variable_dtype,
+  importance,
+  name,
+  num_microbatches,
+  choose,
+):
   """Shared body of switch and switch_max: one expert per position."""
   group_dim = inputs.shape.dims[-2]
   policy = _switch_policy(hparams, train)
   inputs_for_router = _perturb_inputs(inputs, policy, hparams, train)
-  logits, gates = _router(inputs_for_router, experts_dim, outer_expert_dims,
-                          variable_dtype, name, hparams, train)
+  logits, gates = _router(
+    inputs_for_router,
+    experts_dim,
+    outer_expert_dims,
+    variable_dtype,
+    name,
+    hparams,
+    train,
+  )
   gate, index = choose(policy, logits, gates, group_dim)
   mask = mtf.one_hot(index, experts_dim, dtype=tf.float32)
   # The density counts every first choice; padding (importance != 1) is
   # left out of the router's mean probabilities and is never dispatched.
   density = mtf.reduce_mean(mask, reduced_dim=group_dim)
-  proxy_gates, = _mask_unimportant(importance, gates)
+  (proxy_gates,) = _mask_unimportant(importance, gates)
   density_proxy = mtf.reduce_mean(proxy_gates, reduced_dim=group_dim)
   mask, gate = _mask_unimportant(importance, mask, gate)
-  loss = (mtf.reduce_mean(density_proxy * density)
-          * float(experts_dim.size * experts_dim.size))
-  loss = _finish_loss(loss, logits, experts_dim, hparams, train, importance,
-                      num_microbatches)
-  kept, slot, _ = _slot(mask, group_dim, None,
-                        float(expert_capacity_dim.size))
+  loss = mtf.reduce_mean(density_proxy * density) * float(
+    experts_dim.size * experts_dim.size
+  )
+  loss = _finish_loss(
+    loss, logits, experts_dim, hparams, train, importance, num_microbatches
+  )
+  kept, slot, _ = _slot(mask, group_dim, None, float(expert_capacity_dim.size))
   combine = _combine_term(gate, kept, slot, expert_capacity_dim)
   return _finish(combine, loss, inputs)
 
 
-def switch_gating(inputs: mtf.Tensor, outer_expert_dims,
-                  experts_dim: mtf.Dimension,
-                  expert_capacity_dim: mtf.Dimension, hparams, train: bool,
-                  variable_dtype, importance: Optional[mtf.Tensor] = None,
-                  name: str = "switch_gating",
-                  num_microbatches: Optional[int] = None) -> GatingResult:
+def switch_gating(
+  inputs: mtf.Tensor,
+  outer_expert_dims,
+  experts_dim: mtf.Dimension,
+  expert_capacity_dim: mtf.Dimension,
+  hparams,
+  train: bool,
+  variable_dtype,
+  importance: Optional[mtf.Tensor] = None,
+  name: str = "switch_gating",
+  num_microbatches: Optional[int] = None,
+) -> GatingResult:
   """Switch (top-1) gating: dispatch, combine and the load-balancing loss."""
 
   def choose(policy, logits, gates, group_dim):
     del group_dim
     if policy == "sample":
       index = mtf.sample_with_temperature(
-          logits, experts_dim,
-          temperature=_hparam(hparams, "moe_switch_temperature", 1.0))
+        logits,
+        experts_dim,
+        temperature=_hparam(hparams, "moe_switch_temperature", 1.0),
+      )
       gate = mtf.reduce_sum(
-          gates * mtf.one_hot(index, experts_dim, dtype=tf.float32),
-          reduced_dim=experts_dim)
+        gates * mtf.one_hot(index, experts_dim, dtype=tf.float32),
+        reduced_dim=experts_dim,
+      )
       return gate, index
     return mtf.top_1(gates, experts_dim)
 
-  return _one_expert_gating(inputs, outer_expert_dims, experts_dim,
-                            expert_capacity_dim, hparams, train,
-                            variable_dtype, importance, name,
-                            num_microbatches, choose)
+  return _one_expert_gating(
+    inputs,
+    outer_expert_dims,
+    experts_dim,
+    expert_capacity_dim,
+    hparams,
+    train,
+    variable_dtype,
+    importance,
+    name,
+    num_microbatches,
+    choose,
+  )
 
 
-def switch_max_gating(inputs: mtf.Tensor, outer_expert_dims,
-                      experts_dim: mtf.Dimension,
-                      expert_capacity_dim: mtf.Dimension, hparams,
-                      train: bool, variable_dtype,
-                      importance: Optional[mtf.Tensor] = None,
-                      name: str = "switch_max_gating",
-                      num_microbatches: Optional[int] = None) -> GatingResult:
+def switch_max_gating(
+  inputs: mtf.Tensor,
+  outer_expert_dims,
+  experts_dim: mtf.Dimension,
+  expert_capacity_dim: mtf.Dimension,
+  hparams,
+  train: bool,
+  variable_dtype,
+  importance: Optional[mtf.Tensor] = None,
+  name: str = "switch_max_gating",
+  num_microbatches: Optional[int] = None,
+) -> GatingResult:
   """Switch gating routed by each gate relative to its expert's group max.
 
   A position goes to argmax_e gates[e] / max_over_group(gates[e]): an
@@ -377,23 +471,39 @@ def switch_max_gating(inputs: mtf.Tensor, outer_expert_dims,
     relative = mtf.where(mtf.equal(gates, max_gates), 1.0, gates / max_gates)
     _, index = mtf.top_1(relative, experts_dim)
     gate = mtf.reduce_sum(
-        gates * mtf.one_hot(index, experts_dim, dtype=tf.float32),
-        reduced_dim=experts_dim)
+      gates * mtf.one_hot(index, experts_dim, dtype=tf.float32),
+      reduced_dim=experts_dim,
+    )
     return gate, index
 
-  return _one_expert_gating(inputs, outer_expert_dims, experts_dim,
-                            expert_capacity_dim, hparams, train,
-                            variable_dtype, importance, name,
-                            num_microbatches, choose)
+  return _one_expert_gating(
+    inputs,
+    outer_expert_dims,
+    experts_dim,
+    expert_capacity_dim,
+    hparams,
+    train,
+    variable_dtype,
+    importance,
+    name,
+    num_microbatches,
+    choose,
+  )
 
 
-def ntlb_gating(inputs: mtf.Tensor, outer_expert_dims,
-                experts_dim: mtf.Dimension,
-                expert_capacity_dim: mtf.Dimension, hparams, train: bool,
-                variable_dtype, importance: Optional[mtf.Tensor] = None,
-                name: str = "ntlb_gating",
-                num_microbatches: Optional[int] = None) -> GatingResult:
-  """"No token left behind": the first of the top-k experts with room.
+def ntlb_gating(
+  inputs: mtf.Tensor,
+  outer_expert_dims,
+  experts_dim: mtf.Dimension,
+  expert_capacity_dim: mtf.Dimension,
+  hparams,
+  train: bool,
+  variable_dtype,
+  importance: Optional[mtf.Tensor] = None,
+  name: str = "ntlb_gating",
+  num_microbatches: Optional[int] = None,
+) -> GatingResult:
+  """No-token-left-behind gating: the first of the top-k experts with room.
 
   Rank r (r = 0..moe_ntlb_top_k-1) is tried for the positions not yet
   placed, after all positions of rank r-1 (slots continue after the ones
@@ -402,10 +512,18 @@ def ntlb_gating(inputs: mtf.Tensor, outer_expert_dims,
   group_dim = inputs.shape.dims[-2]
   policy = _switch_policy(hparams, train)
   inputs_for_router = _perturb_inputs(inputs, policy, hparams, train)
-  logits, gates = _router(inputs_for_router, experts_dim, outer_expert_dims,
-                          variable_dtype, name, hparams, train)
-  top_k = max(1, min(int(_hparam(hparams, "moe_ntlb_top_k", 4)),
-                     experts_dim.size))
+  logits, gates = _router(
+    inputs_for_router,
+    experts_dim,
+    outer_expert_dims,
+    variable_dtype,
+    name,
+    hparams,
+    train,
+  )
+  top_k = max(
+    1, min(int(_hparam(hparams, "moe_ntlb_top_k", 4)), experts_dim.size)
+  )
   capacity = float(expert_capacity_dim.size)
   remaining = gates
   unplaced = None
@@ -418,10 +536,11 @@ def ntlb_gating(inputs: mtf.Tensor, outer_expert_dims,
     remaining *= 1.0 - choice
     if rank == 0:
       density = mtf.reduce_mean(choice, reduced_dim=group_dim)
-      proxy_gates, = _mask_unimportant(importance, gates)
+      (proxy_gates,) = _mask_unimportant(importance, gates)
       density_proxy = mtf.reduce_mean(proxy_gates, reduced_dim=group_dim)
-      loss = (mtf.reduce_mean(density_proxy * density)
-              * float(experts_dim.size * experts_dim.size))
+      loss = mtf.reduce_mean(density_proxy * density) * float(
+        experts_dim.size * experts_dim.size
+      )
       choice, gate = _mask_unimportant(importance, choice, gate)
     else:
       choice *= unplaced
@@ -436,19 +555,24 @@ def ntlb_gating(inputs: mtf.Tensor, outer_expert_dims,
       combine += term
       used += count
       unplaced *= 1.0 - placed
-  loss = _finish_loss(loss, logits, experts_dim, hparams, train, importance,
-                      num_microbatches)
+  loss = _finish_loss(
+    loss, logits, experts_dim, hparams, train, importance, num_microbatches
+  )
   return _finish(combine, loss, inputs)
 
 
-def expert_selection_gating(inputs: mtf.Tensor, outer_expert_dims,
-                            experts_dim: mtf.Dimension,
-                            expert_capacity_dim: mtf.Dimension, hparams,
-                            train: bool, variable_dtype,
-                            importance: Optional[mtf.Tensor] = None,
-                            name: str = "expert_selection_gating",
-                            num_microbatches: Optional[int] = None
-                            ) -> GatingResult:
+def expert_selection_gating(
+  inputs: mtf.Tensor,
+  outer_expert_dims,
+  experts_dim: mtf.Dimension,
+  expert_capacity_dim: mtf.Dimension,
+  hparams,
+  train: bool,
+  variable_dtype,
+  importance: Optional[mtf.Tensor] = None,
+  name: str = "expert_selection_gating",
+  num_microbatches: Optional[int] = None,
+) -> GatingResult:
   """Experts choose positions: each takes its capacity best of the group.
 
   Scores are the router probabilities (padding scores 0, never dispatched).
@@ -460,32 +584,42 @@ def expert_selection_gating(inputs: mtf.Tensor, outer_expert_dims,
   group_dim = inputs.shape.dims[-2]
   if expert_capacity_dim.size > group_dim.size:
     raise ValueError(
-        "expert_selection gating: expert_capacity %d exceeds the group size %d"
-        " (lower min_expert_capacity or raise group_size)"
-        % (expert_capacity_dim.size, group_dim.size))
+      "expert_selection gating: expert_capacity %d exceeds the group size %d"
+      " (lower min_expert_capacity or raise group_size)"
+      % (expert_capacity_dim.size, group_dim.size)
+    )
   policy = _switch_policy(hparams, train)
   inputs_for_router = _perturb_inputs(inputs, policy, hparams, train)
-  logits, gates = _router(inputs_for_router, experts_dim, outer_expert_dims,
-                          variable_dtype, name)
-  gates, = _mask_unimportant(importance, gates)
+  logits, gates = _router(
+    inputs_for_router, experts_dim, outer_expert_dims, variable_dtype, name
+  )
+  (gates,) = _mask_unimportant(importance, gates)
   # [.., experts, capacity]: the chosen positions and their gates.
   gate, index = mtf.top_k(gates, group_dim, expert_capacity_dim)
   chosen = mtf.one_hot(index, group_dim, dtype=tf.float32)
   combine = mtf.einsum(
-      [chosen, gate],
-      output_shape=gates.shape.dims[:-1] + [experts_dim, expert_capacity_dim])
+    [chosen, gate],
+    output_shape=gates.shape.dims[:-1] + [experts_dim, expert_capacity_dim],
+  )
   loss = mtf.zeros(inputs.mesh, [], dtype=tf.float32)
-  loss = _finish_loss(loss, logits, experts_dim, hparams, train, importance,
-                      num_microbatches)
+  loss = _finish_loss(
+    loss, logits, experts_dim, hparams, train, importance, num_microbatches
+  )
   return _finish(combine, loss, inputs)
 
 
-def top_n_gating(inputs: mtf.Tensor, outer_expert_dims,
-                 experts_dim: mtf.Dimension,
-                 expert_capacity_dim: mtf.Dimension, hparams, train: bool,
-                 variable_dtype, importance: Optional[mtf.Tensor] = None,
-                 name: str = "top_n_gating",
-                 num_microbatches: Optional[int] = None) -> GatingResult:
+def top_n_gating(
+  inputs: mtf.Tensor,
+  outer_expert_dims,
+  experts_dim: mtf.Dimension,
+  expert_capacity_dim: mtf.Dimension,
+  hparams,
+  train: bool,
+  variable_dtype,
+  importance: Optional[mtf.Tensor] = None,
+  name: str = "top_n_gating",
+  num_microbatches: Optional[int] = None,
+) -> GatingResult:
   """Top-n gating: each position goes to its n best experts
   (n = hparams.moe_top_n_num_experts_per_token, default 3).
 
@@ -497,18 +631,20 @@ def top_n_gating(inputs: mtf.Tensor, outer_expert_dims,
   the second choices).
   """
   group_dim = inputs.shape.dims[-2]
-  logits, gates = _router(inputs, experts_dim, outer_expert_dims,
-                          variable_dtype, name)
+  logits, gates = _router(
+    inputs, experts_dim, outer_expert_dims, variable_dtype, name
+  )
   density_proxy = gates
   dispatched = None
   if importance is not None:
     density_proxy *= mtf.to_float(mtf.equal(importance, 1.0))
     dispatched = mtf.to_float(mtf.greater(importance, 0.0))
   remaining = gates
-  choices = []        # (gate, one-hot mask) per place
+  choices = []  # (gate, one-hot mask) per place
   without_top_1 = None
-  for place in range(int(_hparam(hparams, "moe_top_n_num_experts_per_token",
-                                 3))):
+  for place in range(
+    int(_hparam(hparams, "moe_top_n_num_experts_per_token", 3))
+  ):
     gate, index = mtf.top_1(remaining, experts_dim)
     mask = mtf.one_hot(index, experts_dim, dtype=tf.float32)
     if dispatched is not None:
@@ -525,11 +661,14 @@ def top_n_gating(inputs: mtf.Tensor, outer_expert_dims,
   loss = _balance_loss(choices[0][1], density_proxy, group_dim, experts_dim)
   if _hparam(hparams, "moe_use_second_place_loss", False) and len(choices) > 1:
     normalized = without_top_1 / (
-        mtf.reduce_sum(without_top_1, reduced_dim=experts_dim) + 1e-9)
-    loss += 0.5 * _balance_loss(choices[1][1], normalized, group_dim,
-                                experts_dim)
-  loss = _finish_loss(loss, logits, experts_dim, hparams, train, importance,
-                      num_microbatches)
+      mtf.reduce_sum(without_top_1, reduced_dim=experts_dim) + 1e-9
+    )
+    loss += 0.5 * _balance_loss(
+      choices[1][1], normalized, group_dim, experts_dim
+    )
+  loss = _finish_loss(
+    loss, logits, experts_dim, hparams, train, importance, num_microbatches
+  )
 
   capacity = float(expert_capacity_dim.size)
   used = None
@@ -544,32 +683,48 @@ def top_n_gating(inputs: mtf.Tensor, outer_expert_dims,
 
 
 _GATINGS = {
-    "top_2": top_2_gating,
-    "switch": switch_gating,
-    "ntlb": ntlb_gating,
-    "switch_max": switch_max_gating,
-    "expert_selection": expert_selection_gating,
-    "top_n": top_n_gating,
+  "top_2": top_2_gating,
+  "switch": switch_gating,
+  "ntlb": ntlb_gating,
+  "switch_max": switch_max_gating,
+  "expert_selection": expert_selection_gating,
+  "top_n": top_n_gating,
 }
 
 
-def compute_gating(moe_gating: str, inputs: mtf.Tensor,
-                   outer_expert_dims: Optional[Sequence[mtf.Dimension]],
-                   experts_dim: mtf.Dimension,
-                   expert_capacity_dim: mtf.Dimension, hparams, train: bool,
-                   variable_dtype, importance: Optional[mtf.Tensor] = None,
-                   num_microbatches: Optional[int] = None,
-                   name: Optional[str] = None) -> GatingResult:
+def compute_gating(
+  moe_gating: str,
+  inputs: mtf.Tensor,
+  outer_expert_dims: Optional[Sequence[mtf.Dimension]],
+  experts_dim: mtf.Dimension,
+  expert_capacity_dim: mtf.Dimension,
+  hparams,
+  train: bool,
+  variable_dtype,
+  importance: Optional[mtf.Tensor] = None,
+  num_microbatches: Optional[int] = None,
+  name: Optional[str] = None,
+) -> GatingResult:
   """Dispatches to the gating function named `moe_gating`.
 
   Raises:
     ValueError: for an unknown gating name.
   """
   if moe_gating not in _GATINGS:
-    raise ValueError("unknown moe_gating %r; expected one of %s"
-                     % (moe_gating, sorted(_GATINGS)))
+    raise ValueError(
+      "unknown moe_gating %r; expected one of %s"
+      % (moe_gating, sorted(_GATINGS))
+    )
   kwargs = {} if name is None else {"name": name}
   return _GATINGS[moe_gating](
-      inputs, outer_expert_dims, experts_dim, expert_capacity_dim, hparams,
-      train, variable_dtype, importance=importance,
-      num_microbatches=num_microbatches, **kwargs)
+    inputs,
+    outer_expert_dims,
+    experts_dim,
+    expert_capacity_dim,
+    hparams,
+    train,
+    variable_dtype,
+    importance=importance,
+    num_microbatches=num_microbatches,
+    **kwargs,
+  )

@@ -26,15 +26,16 @@ import gin
 
 import mesh_tensorflow as mtf
 from transformer._src.layers import moe_gating
-from transformer._src.layers.context import Context, TransformerLayer
+from transformer._src.layers.context import Context
+from transformer._src.layers.context import TransformerLayer
 
 __all__ = [
-    "HParams",
-    "MoE1D",
-    "MoE2D",
-    "set_default_moe_hparams",
-    "transformer_moe_layer_v1",
-    "transformer_moe_layer_v2",
+  "HParams",
+  "MoE1D",
+  "MoE2D",
+  "set_default_moe_hparams",
+  "transformer_moe_layer_v1",
+  "transformer_moe_layer_v2",
 ]
 
 _GIN_MODULE = "mesh_tensorflow.transformer.moe"
@@ -68,8 +69,12 @@ class HParams:
       ValueError: if `k` is not a usable attribute name (empty, private or
         a method of HParams).
     """
-    if (not isinstance(k, str) or not k or k.startswith("_") or
-        hasattr(type(self), k)):
+    if (
+      not isinstance(k, str)
+      or not k
+      or k.startswith("_")
+      or hasattr(type(self), k)
+    ):
       raise ValueError("HParams: invalid hyperparameter name %r" % (k,))
     setattr(self, k, v)
 
@@ -84,8 +89,10 @@ class HParams:
       ValueError: if `name` was never added.
     """
     if name not in self.__dict__:
-      raise ValueError("HParams: unknown hyperparameter %r (known: %s)"
-                       % (name, sorted(self.values())))
+      raise ValueError(
+        "HParams: unknown hyperparameter %r (known: %s)"
+        % (name, sorted(self.values()))
+      )
     setattr(self, name, value)
 
   def values(self) -> Dict[str, Any]:
@@ -113,7 +120,8 @@ class HParams:
 
   def __repr__(self) -> str:
     return "HParams(%s)" % ", ".join(
-        "%s=%r" % kv for kv in sorted(self.values().items()))
+      "%s=%r" % kv for kv in sorted(self.values().items())
+    )
 
 
 def set_default_moe_hparams(hparams: HParams) -> None:
@@ -146,8 +154,9 @@ def set_default_moe_hparams(hparams: HParams) -> None:
   hparams.add_hparam("moe_second_threshold_eval", 0.2)
 
 
-def _split_into_groups(n: int, max_group_size: int,
-                       mesh_dim_size: int) -> Tuple[int, int]:
+def _split_into_groups(
+  n: int, max_group_size: int, mesh_dim_size: int
+) -> Tuple[int, int]:
   """n = num_groups * group_size, group_size <= max_group_size as large as
   possible, with num_groups a multiple of mesh_dim_size.
 
@@ -155,16 +164,23 @@ def _split_into_groups(n: int, max_group_size: int,
     ValueError: if n is not a multiple of mesh_dim_size.
   """
   if n % mesh_dim_size != 0:
-    raise ValueError("mixture of experts: %d positions per batch do not divide"
-                     " into a multiple of the batch's mesh split %d"
-                     % (n, mesh_dim_size))
+    raise ValueError(
+      "mixture of experts: %d positions per batch do not divide"
+      " into a multiple of the batch's mesh split %d" % (n, mesh_dim_size)
+    )
   num_groups = max(1, -(-n // max(1, max_group_size)))
   while num_groups % mesh_dim_size != 0 or n % num_groups != 0:
     num_groups += 1
   group_size = n // num_groups
-  logging.info("_split_into_groups(n=%d, max_group_size=%d, mesh_dim_size=%d)"
-               " = (num_groups=%d, group_size=%d)", n, max_group_size,
-               mesh_dim_size, num_groups, group_size)
+  logging.info(
+    "_split_into_groups(n=%d, max_group_size=%d, mesh_dim_size=%d)"
+    " = (num_groups=%d, group_size=%d)",
+    n,
+    max_group_size,
+    mesh_dim_size,
+    num_groups,
+    group_size,
+  )
   return num_groups, group_size
 
 
@@ -174,30 +190,36 @@ def _mesh_split(layout, mesh_shape, dim: mtf.Dimension) -> int:
   return mtf.tensor_dim_to_mesh_dim_size(layout, mesh_shape, dim)
 
 
-def _expert_capacity(group_size: int, capacity_factor: float,
-                     num_experts: int, min_expert_capacity: int) -> int:
+def _expert_capacity(
+  group_size: int,
+  capacity_factor: float,
+  num_experts: int,
+  min_expert_capacity: int,
+) -> int:
   capacity = min(group_size, int((group_size * capacity_factor) / num_experts))
   return max(capacity, min_expert_capacity)
 
 
-def _broadcast_nonpadding(nonpadding, inputs: mtf.Tensor,
-                          dims: List[mtf.Dimension]):
+def _broadcast_nonpadding(
+  nonpadding, inputs: mtf.Tensor, dims: List[mtf.Dimension]
+):
   """nonpadding (None, a number or a Tensor) as a Tensor of shape dims."""
   if nonpadding is None:
     return None
   if isinstance(nonpadding, mtf.Tensor):
     extra = [d for d in nonpadding.shape.dims if d not in dims]
     if extra:
-      raise ValueError("mixture of experts: nonpadding %s has dimensions %s "
-                       "that the input %s lacks" % (nonpadding.shape, extra,
-                                                   inputs.shape))
+      raise ValueError(
+        "mixture of experts: nonpadding %s has dimensions %s "
+        "that the input %s lacks" % (nonpadding.shape, extra, inputs.shape)
+      )
     nonpadding = mtf.cast(nonpadding, inputs.dtype)
   return mtf.zeros(inputs.mesh, dims, dtype=inputs.dtype) + nonpadding
 
 
-def gate_inputs_with_token_embeddings(gate_inputs: mtf.Tensor,
-                                      token_embeddings: mtf.Tensor,
-                                      mode: str) -> mtf.Tensor:
+def gate_inputs_with_token_embeddings(
+  gate_inputs: mtf.Tensor, token_embeddings: mtf.Tensor, mode: str
+) -> mtf.Tensor:
   """The router's inputs with the token embeddings mixed in.
 
   Args:
@@ -216,10 +238,11 @@ def gate_inputs_with_token_embeddings(gate_inputs: mtf.Tensor,
   token_embeddings = mtf.to_float(token_embeddings)
   if mode.endswith("_stop_grad"):
     token_embeddings = mtf.stop_gradient(token_embeddings)
-    mode = mode[:-len("_stop_grad")]
+    mode = mode[: -len("_stop_grad")]
   if mode == "concat":
-    return mtf.concat([gate_inputs, token_embeddings],
-                      gate_inputs.shape.dims[-1].name)
+    return mtf.concat(
+      [gate_inputs, token_embeddings], gate_inputs.shape.dims[-1].name
+    )
   if mode == "add":
     return gate_inputs + token_embeddings
   if mode == "embed_only":
@@ -227,12 +250,19 @@ def gate_inputs_with_token_embeddings(gate_inputs: mtf.Tensor,
   raise ValueError("unknown moe_word_embed_mode %r" % (mode,))
 
 
-def transformer_moe_layer_v1(inputs: mtf.Tensor, output_dim: mtf.Dimension,
-                             hparams, train: bool, variable_dtype,
-                             layout=None, mesh_shape=None, nonpadding=None,
-                             activation=mtf.relu,
-                             num_microbatches: Optional[int] = None,
-                             token_embeddings: Optional[mtf.Tensor] = None):
+def transformer_moe_layer_v1(
+  inputs: mtf.Tensor,
+  output_dim: mtf.Dimension,
+  hparams,
+  train: bool,
+  variable_dtype,
+  layout=None,
+  mesh_shape=None,
+  nonpadding=None,
+  activation=mtf.relu,
+  num_microbatches: Optional[int] = None,
+  token_embeddings: Optional[mtf.Tensor] = None,
+):
   """Mixture of experts, one level.
 
   Args:
@@ -269,10 +299,13 @@ def transformer_moe_layer_v1(inputs: mtf.Tensor, output_dim: mtf.Dimension,
   batch_and_length_dims = inputs.shape.dims[:-1]
   input_dim = inputs.shape.dims[-1]
   if not batch_and_length_dims:
-    raise ValueError("mixture of experts: input %s needs batch/length "
-                     "dimensions before %s" % (inputs.shape, input_dim))
+    raise ValueError(
+      "mixture of experts: input %s needs batch/length "
+      "dimensions before %s" % (inputs.shape, input_dim)
+    )
   if len(batch_and_length_dims) >= 3 and (
-      batch_and_length_dims[0].name == "outer_batch"):
+    batch_and_length_dims[0].name == "outer_batch"
+  ):
     outer_batch_dim = batch_and_length_dims[0]
     inner_dims = batch_and_length_dims[1:]
   else:
@@ -281,24 +314,29 @@ def transformer_moe_layer_v1(inputs: mtf.Tensor, output_dim: mtf.Dimension,
   orig_batch_dim = inner_dims[0]
   n = mtf.Shape(inner_dims).size
   num_groups, group_size = _split_into_groups(
-      n, hparams.moe_group_size,
-      _mesh_split(layout, mesh_shape, orig_batch_dim))
+    n, hparams.moe_group_size, _mesh_split(layout, mesh_shape, orig_batch_dim)
+  )
   group_size_dim = mtf.Dimension("group", group_size)
   num_groups_dim = mtf.Dimension(orig_batch_dim.name, num_groups)
   batch_dim_unsplit = mtf.Dimension("batch_unsplit", num_groups)
   moe_input_dims = [outer_batch_dim, num_groups_dim, group_size_dim, input_dim]
   inputs = mtf.reshape(inputs, moe_input_dims)
 
-  capacity_factor = (hparams.moe_capacity_factor_train if train
-                     else hparams.moe_capacity_factor_eval)
+  capacity_factor = (
+    hparams.moe_capacity_factor_train
+    if train
+    else hparams.moe_capacity_factor_eval
+  )
   expert_capacity = _expert_capacity(
-      group_size, capacity_factor, experts_dim.size,
-      getattr(hparams, "moe_min_expert_capacity", 4))
+    group_size,
+    capacity_factor,
+    experts_dim.size,
+    getattr(hparams, "moe_min_expert_capacity", 4),
+  )
   logging.info("expert_capacity: %d", expert_capacity)
   expert_capacity_dim = mtf.Dimension("expert_capacity", expert_capacity)
 
-  importance = _broadcast_nonpadding(nonpadding, inputs,
-                                     batch_and_length_dims)
+  importance = _broadcast_nonpadding(nonpadding, inputs, batch_and_length_dims)
   if importance is not None:
     importance = mtf.reshape(importance, moe_input_dims[:-1])
 
@@ -306,52 +344,118 @@ def transformer_moe_layer_v1(inputs: mtf.Tensor, output_dim: mtf.Dimension,
   word_embed_mode = getattr(hparams, "moe_word_embed_mode", None)
   if word_embed_mode is not None:
     gate_inputs = gate_inputs_with_token_embeddings(
-        inputs, mtf.cast(mtf.reshape(token_embeddings, moe_input_dims),
-                         inputs.dtype), word_embed_mode)
+      inputs,
+      mtf.cast(mtf.reshape(token_embeddings, moe_input_dims), inputs.dtype),
+      word_embed_mode,
+    )
   dispatch_tensor, combine_tensor, loss = moe_gating.compute_gating(
-      hparams.moe_gating, gate_inputs, None, experts_dim_unsplit,
-      expert_capacity_dim, hparams, train, variable_dtype,
-      importance=importance, num_microbatches=num_microbatches)
+    hparams.moe_gating,
+    gate_inputs,
+    None,
+    experts_dim_unsplit,
+    expert_capacity_dim,
+    hparams,
+    train,
+    variable_dtype,
+    importance=importance,
+    num_microbatches=num_microbatches,
+  )
 
   # [outer_batch, experts, groups, capacity, d_model]: experts first, so the
   # rename below is an all-to-all when experts and groups share a mesh axis.
   expert_inputs = mtf.einsum(
-      [inputs, dispatch_tensor],
-      mtf.Shape([outer_batch_dim, experts_dim_unsplit, num_groups_dim,
-                 expert_capacity_dim, input_dim]))
+    [inputs, dispatch_tensor],
+    mtf.Shape(
+      [
+        outer_batch_dim,
+        experts_dim_unsplit,
+        num_groups_dim,
+        expert_capacity_dim,
+        input_dim,
+      ]
+    ),
+  )
   # Renaming d_model first turns a model-parallel d_model into a cheap slice
   # before the all-to-all (no effect otherwise).
   d_model_split_dim = mtf.Dimension("d_model_split", input_dim.size)
-  expert_inputs = mtf.reshape(expert_inputs, mtf.Shape(
-      [outer_batch_dim, experts_dim, batch_dim_unsplit, expert_capacity_dim,
-       d_model_split_dim]))
-  expert_inputs = mtf.reshape(expert_inputs, mtf.Shape(
-      [outer_batch_dim, experts_dim, batch_dim_unsplit, expert_capacity_dim,
-       input_dim]))
+  expert_inputs = mtf.reshape(
+    expert_inputs,
+    mtf.Shape(
+      [
+        outer_batch_dim,
+        experts_dim,
+        batch_dim_unsplit,
+        expert_capacity_dim,
+        d_model_split_dim,
+      ]
+    ),
+  )
+  expert_inputs = mtf.reshape(
+    expert_inputs,
+    mtf.Shape(
+      [
+        outer_batch_dim,
+        experts_dim,
+        batch_dim_unsplit,
+        expert_capacity_dim,
+        input_dim,
+      ]
+    ),
+  )
 
   h = mtf.layers.dense_product(
-      expert_inputs, reduced_dims=expert_inputs.shape.dims[-1:],
-      new_dims=[hidden_dim], expert_dims=[experts_dim],
-      activation_functions=activation, use_bias=False,
-      variable_dtype=variable_dtype, name="wi")
+    expert_inputs,
+    reduced_dims=expert_inputs.shape.dims[-1:],
+    new_dims=[hidden_dim],
+    expert_dims=[experts_dim],
+    activation_functions=activation,
+    use_bias=False,
+    variable_dtype=variable_dtype,
+    name="wi",
+  )
   dropout_rate = getattr(hparams, "moe_dropout_rate", 0.0)
   if dropout_rate:
     h = mtf.dropout(h, train, keep_prob=1.0 - dropout_rate)
 
   def compute_output(hidden: mtf.Tensor, layer_name: str) -> mtf.Tensor:
     expert_output = mtf.layers.dense(
-        hidden, output_dim, expert_dims=[experts_dim], use_bias=False,
-        reduced_dims=hidden.shape.dims[-1:], variable_dtype=variable_dtype,
-        name=layer_name)
+      hidden,
+      output_dim,
+      expert_dims=[experts_dim],
+      use_bias=False,
+      reduced_dims=hidden.shape.dims[-1:],
+      variable_dtype=variable_dtype,
+      name=layer_name,
+    )
     output_split_dim = mtf.Dimension("d_model_split", output_dim.size)
-    expert_output = mtf.reshape(expert_output, mtf.Shape(
-        [outer_batch_dim, experts_dim_unsplit, num_groups_dim,
-         expert_capacity_dim, output_split_dim]))
-    expert_output = mtf.reshape(expert_output, mtf.Shape(
-        [outer_batch_dim, experts_dim_unsplit, num_groups_dim,
-         expert_capacity_dim, output_dim]))
-    output = mtf.einsum([expert_output, combine_tensor],
-                        mtf.Shape(moe_input_dims[:-1] + [output_dim]))
+    expert_output = mtf.reshape(
+      expert_output,
+      mtf.Shape(
+        [
+          outer_batch_dim,
+          experts_dim_unsplit,
+          num_groups_dim,
+          expert_capacity_dim,
+          output_split_dim,
+        ]
+      ),
+    )
+    expert_output = mtf.reshape(
+      expert_output,
+      mtf.Shape(
+        [
+          outer_batch_dim,
+          experts_dim_unsplit,
+          num_groups_dim,
+          expert_capacity_dim,
+          output_dim,
+        ]
+      ),
+    )
+    output = mtf.einsum(
+      [expert_output, combine_tensor],
+      mtf.Shape(moe_input_dims[:-1] + [output_dim]),
+    )
     return mtf.reshape(output, batch_and_length_dims + [output_dim])
 
   loss = loss * hparams.moe_loss_coef
@@ -361,10 +465,17 @@ def transformer_moe_layer_v1(inputs: mtf.Tensor, output_dim: mtf.Dimension,
   return compute_output(h, "wo"), loss
 
 
-def transformer_moe_layer_v2(inputs: mtf.Tensor, output_dim: mtf.Dimension,
-                             hparams, train: bool, variable_dtype,
-                             layout=None, mesh_shape=None, nonpadding=None,
-                             num_microbatches: Optional[int] = None):
+def transformer_moe_layer_v2(
+  inputs: mtf.Tensor,
+  output_dim: mtf.Dimension,
+  hparams,
+  train: bool,
+  variable_dtype,
+  layout=None,
+  mesh_shape=None,
+  nonpadding=None,
+  num_microbatches: Optional[int] = None,
+):
   """Two-level mixture of experts (top_2 gating on both levels).
 
   Each position goes to up to two of hparams.moe_num_experts[0] outer
@@ -399,20 +510,26 @@ def transformer_moe_layer_v2(inputs: mtf.Tensor, output_dim: mtf.Dimension,
     ValueError: if moe_num_experts is not a pair or the gating is not top_2.
   """
   if hparams.moe_gating != "top_2":
-    raise ValueError("transformer_moe_layer_v2: unknown moe_gating %r "
-                     "(only 'top_2' is supported)" % (hparams.moe_gating,))
+    raise ValueError(
+      "transformer_moe_layer_v2: unknown moe_gating %r "
+      "(only 'top_2' is supported)" % (hparams.moe_gating,)
+    )
   if len(hparams.moe_num_experts) != 2:
-    raise ValueError("transformer_moe_layer_v2: moe_num_experts must be a pair"
-                     " [expert_x, expert_y], got %r"
-                     % (hparams.moe_num_experts,))
+    raise ValueError(
+      "transformer_moe_layer_v2: moe_num_experts must be a pair"
+      " [expert_x, expert_y], got %r" % (hparams.moe_num_experts,)
+    )
   orig_shape = inputs.shape
   if len(orig_shape.dims) == 3:
     inputs = mtf.reshape(
-        inputs, [mtf.Dimension("outer_batch", 1)] + orig_shape.dims)
+      inputs, [mtf.Dimension("outer_batch", 1)] + orig_shape.dims
+    )
   elif len(orig_shape.dims) != 4:
-    raise ValueError("transformer_moe_layer_v2: input %s must be [batch, "
-                     "length, d_model] or [outer_batch, batch, length, "
-                     "d_model]" % (orig_shape,))
+    raise ValueError(
+      "transformer_moe_layer_v2: input %s must be [batch, "
+      "length, d_model] or [outer_batch, batch, length, "
+      "d_model]" % (orig_shape,)
+    )
   a0, b1, l, m = inputs.shape.dims
   min_capacity = getattr(hparams, "moe_min_expert_capacity", 4)
   hidden_dim = mtf.Dimension("expert_hidden", hparams.moe_hidden_size)
@@ -422,43 +539,66 @@ def transformer_moe_layer_v2(inputs: mtf.Tensor, output_dim: mtf.Dimension,
   y = mtf.Dimension("expert_y_unsplit", y0.size)
 
   num_groups, group_size = _split_into_groups(
-      b1.size * l.size, hparams.moe_group_size,
-      _mesh_split(layout, mesh_shape, b1))
+    b1.size * l.size,
+    hparams.moe_group_size,
+    _mesh_split(layout, mesh_shape, b1),
+  )
   g1 = mtf.Dimension(b1.name, num_groups)
   g = mtf.Dimension(b1.name + "_unsplit", num_groups)
   s = mtf.Dimension("group_size_x", group_size)
-  capacity_factor = (hparams.moe_capacity_factor_train if train
-                     else hparams.moe_capacity_factor_eval)
-  c = mtf.Dimension("expert_capacity_x", _expert_capacity(
-      s.size, capacity_factor, x.size, min_capacity))
+  capacity_factor = (
+    hparams.moe_capacity_factor_train
+    if train
+    else hparams.moe_capacity_factor_eval
+  )
+  c = mtf.Dimension(
+    "expert_capacity_x",
+    _expert_capacity(s.size, capacity_factor, x.size, min_capacity),
+  )
 
   num_groups, group_size = _split_into_groups(
-      a0.size * g.size * c.size, hparams.moe_group_size,
-      _mesh_split(layout, mesh_shape, a0))
+    a0.size * g.size * c.size,
+    hparams.moe_group_size,
+    _mesh_split(layout, mesh_shape, a0),
+  )
   t = mtf.Dimension("group_size_y", group_size)
   h0 = mtf.Dimension(a0.name, num_groups)
   h = mtf.Dimension(a0.name + "_unsplit", num_groups)
-  d = mtf.Dimension("expert_capacity_y", _expert_capacity(
-      t.size, hparams.moe_capacity_factor_second_level, y.size, min_capacity))
+  d = mtf.Dimension(
+    "expert_capacity_y",
+    _expert_capacity(
+      t.size, hparams.moe_capacity_factor_second_level, y.size, min_capacity
+    ),
+  )
 
   inputs = mtf.reshape(inputs, [a0, g1, s, m])
-  importance = _broadcast_nonpadding(nonpadding, inputs, [a0, b1, l]
-                                     if len(orig_shape.dims) == 4
-                                     else [b1, l])
+  importance = _broadcast_nonpadding(
+    nonpadding, inputs, [a0, b1, l] if len(orig_shape.dims) == 4 else [b1, l]
+  )
   if importance is not None:
     importance = mtf.reshape(importance, [a0, g1, s])
 
   dispatch_x, combine_x, loss_outer = moe_gating.top_2_gating(
-      inputs, None, x, c, hparams, train, variable_dtype,
-      importance=importance, name="outer_gating",
-      num_microbatches=num_microbatches)
+    inputs,
+    None,
+    x,
+    c,
+    hparams,
+    train,
+    variable_dtype,
+    importance=importance,
+    name="outer_gating",
+    num_microbatches=num_microbatches,
+  )
   expert_inputs_x = mtf.einsum([inputs, dispatch_x], [x, a0, g1, c, m])
 
   # Importance for the inner gating: 1.0 for a first-choice outer expert,
   # 0.5 for a second choice, 0.0 for an empty slot.
   importance = mtf.reduce_sum(combine_x, output_shape=[x, a0, g1, c])
-  importance = 0.5 * (mtf.to_float(mtf.greater(importance, 0.5))
-                      + mtf.to_float(mtf.greater(importance, 0.0)))
+  importance = 0.5 * (
+    mtf.to_float(mtf.greater(importance, 0.5))
+    + mtf.to_float(mtf.greater(importance, 0.0))
+  )
 
   expert_inputs_x = mtf.reshape(expert_inputs_x, mtf.Shape([x1, a0, g, c, m]))
   importance = mtf.reshape(importance, [x1, a0, g, c])
@@ -466,20 +606,39 @@ def transformer_moe_layer_v2(inputs: mtf.Tensor, output_dim: mtf.Dimension,
   importance = mtf.reshape(importance, [x1, h0, t])
 
   dispatch_y, combine_y, loss_inner = moe_gating.top_2_gating(
-      inputs_y, [x1], y, d, hparams, train, variable_dtype,
-      importance=importance, name="inner_gating",
-      num_microbatches=num_microbatches)
+    inputs_y,
+    [x1],
+    y,
+    d,
+    hparams,
+    train,
+    variable_dtype,
+    importance=importance,
+    name="inner_gating",
+    num_microbatches=num_microbatches,
+  )
   expert_inputs_y = mtf.einsum([inputs_y, dispatch_y], [y, x1, h0, d, m])
   expert_inputs_y = mtf.reshape(expert_inputs_y, mtf.Shape([y0, x1, h, d, m]))
 
   hidden = mtf.layers.dense(
-      expert_inputs_y, hidden_dim, expert_dims=[y0, x1],
-      reduced_dims=expert_inputs_y.shape.dims[-1:], activation=mtf.relu,
-      use_bias=False, variable_dtype=variable_dtype, name="wi")
+    expert_inputs_y,
+    hidden_dim,
+    expert_dims=[y0, x1],
+    reduced_dims=expert_inputs_y.shape.dims[-1:],
+    activation=mtf.relu,
+    use_bias=False,
+    variable_dtype=variable_dtype,
+    name="wi",
+  )
   expert_output = mtf.layers.dense(
-      hidden, output_dim, expert_dims=[y0, x1],
-      reduced_dims=hidden.shape.dims[-1:], use_bias=False,
-      variable_dtype=variable_dtype, name="wo")
+    hidden,
+    output_dim,
+    expert_dims=[y0, x1],
+    reduced_dims=hidden.shape.dims[-1:],
+    use_bias=False,
+    variable_dtype=variable_dtype,
+    name="wo",
+  )
 
   n = output_dim
   expert_output = mtf.reshape(expert_output, mtf.Shape([y, x1, h0, d, n]))
@@ -497,13 +656,15 @@ def _with_length_dim(context: Context, x: mtf.Tensor):
     return x, None
   shape = x.shape
   one = mtf.Dimension("length", 1)
-  return mtf.reshape(x, mtf.Shape(shape.dims[:-1] + [one] + shape.dims[-1:])
-                     ), shape
+  return mtf.reshape(
+    x, mtf.Shape(shape.dims[:-1] + [one] + shape.dims[-1:])
+  ), shape
 
 
 def _usable_nonpadding(nonpadding, x: mtf.Tensor):
   if isinstance(nonpadding, mtf.Tensor) and not set(
-      nonpadding.shape.dims) <= set(x.shape.dims[:-1]):
+    nonpadding.shape.dims
+  ) <= set(x.shape.dims[:-1]):
     return None
   return nonpadding
 
@@ -560,50 +721,68 @@ class MoE1D(TransformerLayer):
       gating.
   """
 
-  def __init__(self, num_experts=16, loss_coef=1e-2, hidden_size=4096,
-               group_size=1024, capacity_factor_train=1.25,
-               capacity_factor_eval=2.0, use_second_place_loss=False,
-               second_policy_train="random", second_policy_eval="random",
-               second_threshold_train=0.2, second_threshold_eval=0.2,
-               dropout_rate=0.0, activation="relu", moe_gating="top_2",
-               min_expert_capacity=4, switch_policy_train="input_jitter",
-               switch_policy_eval="input_jitter", switch_dropout=0.1,
-               switch_temperature=1.0, switch_jitter=1e-2, ntlb_top_k=4,
-               output_dim=None, use_experts_attention=False, z_loss=None,
-               word_embed_mode=None, use_second_place_expert_prob=None,
-               use_second_place_expert_prob_temp=None,
-               top_n_num_experts_per_token=3):
+  def __init__(
+    self,
+    num_experts=16,
+    loss_coef=1e-2,
+    hidden_size=4096,
+    group_size=1024,
+    capacity_factor_train=1.25,
+    capacity_factor_eval=2.0,
+    use_second_place_loss=False,
+    second_policy_train="random",
+    second_policy_eval="random",
+    second_threshold_train=0.2,
+    second_threshold_eval=0.2,
+    dropout_rate=0.0,
+    activation="relu",
+    moe_gating="top_2",
+    min_expert_capacity=4,
+    switch_policy_train="input_jitter",
+    switch_policy_eval="input_jitter",
+    switch_dropout=0.1,
+    switch_temperature=1.0,
+    switch_jitter=1e-2,
+    ntlb_top_k=4,
+    output_dim=None,
+    use_experts_attention=False,
+    z_loss=None,
+    word_embed_mode=None,
+    use_second_place_expert_prob=None,
+    use_second_place_expert_prob_temp=None,
+    top_n_num_experts_per_token=3,
+  ):
     if output_dim is not None and not isinstance(output_dim, mtf.Dimension):
       output_dim = mtf.convert_to_dimension(output_dim)
     self._hparams = HParams(
-        moe_gating=moe_gating,
-        moe_num_experts=num_experts,
-        moe_loss_coef=loss_coef,
-        moe_hidden_size=hidden_size,
-        moe_group_size=group_size,
-        moe_min_expert_capacity=min_expert_capacity,
-        moe_capacity_factor_train=capacity_factor_train,
-        moe_capacity_factor_eval=capacity_factor_eval,
-        moe_use_second_place_loss=use_second_place_loss,
-        moe_second_policy_train=second_policy_train,
-        moe_second_policy_eval=second_policy_eval,
-        moe_second_threshold_train=second_threshold_train,
-        moe_second_threshold_eval=second_threshold_eval,
-        moe_dropout_rate=dropout_rate,
-        moe_switch_policy_train=switch_policy_train,
-        moe_switch_policy_eval=switch_policy_eval,
-        moe_switch_dropout=switch_dropout,
-        moe_switch_temperature=switch_temperature,
-        moe_switch_jitter=switch_jitter,
-        moe_output_dim=output_dim,
-        moe_ntlb_top_k=ntlb_top_k,
-        moe_use_experts_attention=use_experts_attention,
-        moe_z_loss=z_loss,
-        moe_word_embed_mode=word_embed_mode,
-        moe_use_second_place_expert_prob=use_second_place_expert_prob,
-        moe_use_second_place_expert_prob_temp=(
-            use_second_place_expert_prob_temp),
-        moe_top_n_num_experts_per_token=top_n_num_experts_per_token)
+      moe_gating=moe_gating,
+      moe_num_experts=num_experts,
+      moe_loss_coef=loss_coef,
+      moe_hidden_size=hidden_size,
+      moe_group_size=group_size,
+      moe_min_expert_capacity=min_expert_capacity,
+      moe_capacity_factor_train=capacity_factor_train,
+      moe_capacity_factor_eval=capacity_factor_eval,
+      moe_use_second_place_loss=use_second_place_loss,
+      moe_second_policy_train=second_policy_train,
+      moe_second_policy_eval=second_policy_eval,
+      moe_second_threshold_train=second_threshold_train,
+      moe_second_threshold_eval=second_threshold_eval,
+      moe_dropout_rate=dropout_rate,
+      moe_switch_policy_train=switch_policy_train,
+      moe_switch_policy_eval=switch_policy_eval,
+      moe_switch_dropout=switch_dropout,
+      moe_switch_temperature=switch_temperature,
+      moe_switch_jitter=switch_jitter,
+      moe_output_dim=output_dim,
+      moe_ntlb_top_k=ntlb_top_k,
+      moe_use_experts_attention=use_experts_attention,
+      moe_z_loss=z_loss,
+      moe_word_embed_mode=word_embed_mode,
+      moe_use_second_place_expert_prob=use_second_place_expert_prob,
+      moe_use_second_place_expert_prob_temp=(use_second_place_expert_prob_temp),
+      moe_top_n_num_experts_per_token=top_n_num_experts_per_token,
+    )
     self._activation = activation
 
   def call(self, context: Context, x: mtf.Tensor, losses=None):
@@ -622,8 +801,9 @@ class MoE1D(TransformerLayer):
     del losses
     return self.run_experts(context, x)
 
-  def run_experts(self, context: Context, x: mtf.Tensor,
-                  use_enc_nonpadding: bool = False):
+  def run_experts(
+    self, context: Context, x: mtf.Tensor, use_enc_nonpadding: bool = False
+  ):
     """`call`, optionally with the encoder's padding mask.
 
     Args:
@@ -641,18 +821,26 @@ class MoE1D(TransformerLayer):
       output_dim = context.model.model_dim
     if use_enc_nonpadding:
       seq = context.encoder_sequence_id
-      nonpadding = (mtf.cast(mtf.not_equal(seq, 0), context.activation_dtype)
-                    if isinstance(seq, mtf.Tensor) else seq)
+      nonpadding = (
+        mtf.cast(mtf.not_equal(seq, 0), context.activation_dtype)
+        if isinstance(seq, mtf.Tensor)
+        else seq
+      )
     else:
       nonpadding = context.nonpadding
     y, loss = transformer_moe_layer_v1(
-        x, output_dim, self._hparams, context.train, context.variable_dtype,
-        layout=getattr(context.model, "layout", None),
-        mesh_shape=getattr(context.model, "mesh_shape", None),
-        nonpadding=_usable_nonpadding(nonpadding, x),
-        activation=self._activation,
-        num_microbatches=context.num_microbatches,
-        token_embeddings=self._token_embeddings(context, x))
+      x,
+      output_dim,
+      self._hparams,
+      context.train,
+      context.variable_dtype,
+      layout=getattr(context.model, "layout", None),
+      mesh_shape=getattr(context.model, "mesh_shape", None),
+      nonpadding=_usable_nonpadding(nonpadding, x),
+      activation=self._activation,
+      num_microbatches=context.num_microbatches,
+      token_embeddings=self._token_embeddings(context, x),
+    )
     if context.losses is not None:
       context.losses.append(loss)
     if orig_shape is not None:
@@ -662,7 +850,6 @@ class MoE1D(TransformerLayer):
       else:
         y = mtf.reshape(y, out_shape(y))
     return y
-
 
   def _token_embeddings(self, context: Context, x: mtf.Tensor):
     """context.input_embeddings shaped as x, if the router uses them."""
@@ -700,39 +887,54 @@ class MoE2D(TransformerLayer):
     second_threshold_eval: the same outside training.
   """
 
-  def __init__(self, expert_x=8, expert_y=8, loss_coef=1e-2, hidden_size=4096,
-               group_size=1024, capacity_factor_train=1.25,
-               capacity_factor_eval=2.0, capacity_factor_second_level=1.0,
-               use_second_place_loss=False, second_policy_train="random",
-               second_policy_eval="random", second_threshold_train=0.2,
-               second_threshold_eval=0.2):
+  def __init__(
+    self,
+    expert_x=8,
+    expert_y=8,
+    loss_coef=1e-2,
+    hidden_size=4096,
+    group_size=1024,
+    capacity_factor_train=1.25,
+    capacity_factor_eval=2.0,
+    capacity_factor_second_level=1.0,
+    use_second_place_loss=False,
+    second_policy_train="random",
+    second_policy_eval="random",
+    second_threshold_train=0.2,
+    second_threshold_eval=0.2,
+  ):
     self._hparams = HParams(
-        moe_gating="top_2",
-        moe_num_experts=[expert_x, expert_y],
-        moe_loss_coef=loss_coef,
-        moe_hidden_size=hidden_size,
-        moe_group_size=group_size,
-        moe_min_expert_capacity=4,
-        moe_capacity_factor_train=capacity_factor_train,
-        moe_capacity_factor_eval=capacity_factor_eval,
-        moe_capacity_factor_second_level=capacity_factor_second_level,
-        moe_use_second_place_loss=use_second_place_loss,
-        moe_second_policy_train=second_policy_train,
-        moe_second_policy_eval=second_policy_eval,
-        moe_second_threshold_train=second_threshold_train,
-        moe_second_threshold_eval=second_threshold_eval)
+      moe_gating="top_2",
+      moe_num_experts=[expert_x, expert_y],
+      moe_loss_coef=loss_coef,
+      moe_hidden_size=hidden_size,
+      moe_group_size=group_size,
+      moe_min_expert_capacity=4,
+      moe_capacity_factor_train=capacity_factor_train,
+      moe_capacity_factor_eval=capacity_factor_eval,
+      moe_capacity_factor_second_level=capacity_factor_second_level,
+      moe_use_second_place_loss=use_second_place_loss,
+      moe_second_policy_train=second_policy_train,
+      moe_second_policy_eval=second_policy_eval,
+      moe_second_threshold_train=second_threshold_train,
+      moe_second_threshold_eval=second_threshold_eval,
+    )
 
   def call(self, context: Context, x: mtf.Tensor, losses=None):
     """Runs the two-level experts; appends the loss to context.losses."""
     del losses
     x, orig_shape = _with_length_dim(context, x)
     y, loss = transformer_moe_layer_v2(
-        x, context.model.model_dim, self._hparams, context.train,
-        context.variable_dtype,
-        layout=getattr(context.model, "layout", None),
-        mesh_shape=getattr(context.model, "mesh_shape", None),
-        nonpadding=_usable_nonpadding(context.nonpadding, x),
-        num_microbatches=context.num_microbatches)
+      x,
+      context.model.model_dim,
+      self._hparams,
+      context.train,
+      context.variable_dtype,
+      layout=getattr(context.model, "layout", None),
+      mesh_shape=getattr(context.model, "mesh_shape", None),
+      nonpadding=_usable_nonpadding(context.nonpadding, x),
+      num_microbatches=context.num_microbatches,
+    )
     if context.losses is not None:
       context.losses.append(loss)
     if orig_shape is not None:

@@ -31,8 +31,12 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from transformer._src.layers import embeddings as embeddings_lib
 
-__all__ = ["AdaptiveVocabEmbedding", "FactorizedVocabEmbedding", "Mixtape",
-           "MixtureOfSoftmaxes"]
+__all__ = [
+  "AdaptiveVocabEmbedding",
+  "FactorizedVocabEmbedding",
+  "Mixtape",
+  "MixtureOfSoftmaxes",
+]
 
 _GIN_MODULE = "mesh_tensorflow.transformer.vocab_embeddings"
 
@@ -51,7 +55,7 @@ def _ensemble_list(ensemble_dim) -> List[mtf.Dimension]:
 
 def _scale_hidden(hidden: mtf.Tensor, output_dim: mtf.Dimension) -> mtf.Tensor:
   """hidden * d_model**-0.5, as VocabEmbedding does before its softmax."""
-  return hidden * (output_dim.size ** -0.5)
+  return hidden * (output_dim.size**-0.5)
 
 
 @gin.configurable(module=_GIN_MODULE)
@@ -83,31 +87,52 @@ class FactorizedVocabEmbedding:
     ValueError: if inner_dimension_size is not a positive int.
   """
 
-  def __init__(self, mesh: mtf.Mesh, vocab_dim: mtf.Dimension,
-               output_dim: mtf.Dimension, variable_dtype, name: str,
-               ensemble_dim: Optional[mtf.Dimension],
-               inner_dimension_size: int = gin.REQUIRED):
+  def __init__(
+    self,
+    mesh: mtf.Mesh,
+    vocab_dim: mtf.Dimension,
+    output_dim: mtf.Dimension,
+    variable_dtype,
+    name: str,
+    ensemble_dim: Optional[mtf.Dimension],
+    inner_dimension_size: int = gin.REQUIRED,
+  ):
     if not isinstance(inner_dimension_size, int) or inner_dimension_size < 1:
-      raise ValueError("FactorizedVocabEmbedding %r: inner_dimension_size must "
-                       "be a positive int, got %r" % (name,
-                                                      inner_dimension_size))
+      raise ValueError(
+        "FactorizedVocabEmbedding %r: inner_dimension_size must "
+        "be a positive int, got %r" % (name, inner_dimension_size)
+      )
     self._vocab_dim = mtf.convert_to_dimension(vocab_dim)
     self._output_dim = mtf.convert_to_dimension(output_dim)
     self._inner_dim = mtf.Dimension("inner_vocab", inner_dimension_size)
     initializer = tf1.random_normal_initializer(
-        stddev=inner_dimension_size ** -0.25)
+      stddev=inner_dimension_size**-0.25
+    )
     ensemble = _ensemble_list(ensemble_dim)
     self._factored_embedding = mtf.layers.embedding_weights(
-        mesh, self._vocab_dim, self._inner_dim, variable_dtype,
-        name="%s1" % name, ensemble_dim=ensemble, initializer=initializer)
+      mesh,
+      self._vocab_dim,
+      self._inner_dim,
+      variable_dtype,
+      name="%s1" % name,
+      ensemble_dim=ensemble,
+      initializer=initializer,
+    )
     self._embedding_proj = mtf.layers.embedding_weights(
-        mesh, self._inner_dim, self._output_dim, variable_dtype,
-        name="%s2" % name, ensemble_dim=ensemble, initializer=initializer)
+      mesh,
+      self._inner_dim,
+      self._output_dim,
+      variable_dtype,
+      name="%s2" % name,
+      ensemble_dim=ensemble,
+      initializer=initializer,
+    )
 
   @property
   def inner_dim(self) -> mtf.Dimension:
     """The factorization's inner Dimension ("inner_vocab",
-    inner_dimension_size)."""
+    inner_dimension_size).
+    """
     return self._inner_dim
 
   def ids_to_embedding(self, ids: mtf.Tensor, context) -> mtf.Tensor:
@@ -122,8 +147,9 @@ class FactorizedVocabEmbedding:
     """
     del context
     inner = mtf.gather(self._factored_embedding, ids, self._vocab_dim)
-    return mtf.einsum([inner, self._embedding_proj],
-                      reduced_dims=[self._inner_dim])
+    return mtf.einsum(
+      [inner, self._embedding_proj], reduced_dims=[self._inner_dim]
+    )
 
   def hidden_to_logits(self, hidden: mtf.Tensor, context) -> mtf.Tensor:
     """hidden [..., d_model] -> logits [..., vocab] (hidden * d_model^-0.5).
@@ -137,80 +163,125 @@ class FactorizedVocabEmbedding:
     """
     del context
     hidden = _scale_hidden(hidden, self._output_dim)
-    inner = mtf.einsum([hidden, self._embedding_proj],
-                       reduced_dims=[self._output_dim])
-    return mtf.einsum([inner, self._factored_embedding],
-                      reduced_dims=[self._inner_dim])
+    inner = mtf.einsum(
+      [hidden, self._embedding_proj], reduced_dims=[self._output_dim]
+    )
+    return mtf.einsum(
+      [inner, self._factored_embedding], reduced_dims=[self._inner_dim]
+    )
 
 
-def cluster_specs(clusters: Sequence[Dict[str, Any]], vocab_dim: mtf.Dimension,
-                  output_dim: mtf.Dimension, owner: str,
-                  allow_length_projection: bool) -> List[Dict[str, Any]]:
+def cluster_specs(
+  clusters: Sequence[Dict[str, Any]],
+  vocab_dim: mtf.Dimension,
+  output_dim: mtf.Dimension,
+  owner: str,
+  allow_length_projection: bool,
+) -> List[Dict[str, Any]]:
   """Validated cluster specs with defaults filled in.
 
   Each spec is a dict with "token_count" (required), "embedding_size"
   (default: d_model) and, for the adaptive softmax, "length_projection_factor"
   (default 1.0). The token counts must add up to the vocabulary size.
   """
-  if clusters is None or not isinstance(clusters, (list, tuple)) or not clusters:
-    raise ValueError("%s: clusters must be a non-empty list of dicts, got %r"
-                     % (owner, clusters))
+  if (
+    clusters is None or not isinstance(clusters, (list, tuple)) or not clusters
+  ):
+    raise ValueError(
+      "%s: clusters must be a non-empty list of dicts, got %r"
+      % (owner, clusters)
+    )
   allowed = {"token_count", "embedding_size"}
   if allow_length_projection:
     allowed.add("length_projection_factor")
   specs = []
   for i, spec in enumerate(clusters):
     if not isinstance(spec, dict) or "token_count" not in spec:
-      raise ValueError("%s: cluster %d must be a dict with a 'token_count', "
-                       "got %r" % (owner, i, spec))
+      raise ValueError(
+        "%s: cluster %d must be a dict with a 'token_count', "
+        "got %r" % (owner, i, spec)
+      )
     unknown = sorted(set(spec) - allowed)
     if unknown:
-      raise ValueError("%s: cluster %d has unknown keys %s (allowed: %s)"
-                       % (owner, i, unknown, sorted(allowed)))
+      raise ValueError(
+        "%s: cluster %d has unknown keys %s (allowed: %s)"
+        % (owner, i, unknown, sorted(allowed))
+      )
     token_count = spec["token_count"]
     embedding_size = spec.get("embedding_size", output_dim.size)
     factor = spec.get("length_projection_factor", 1.0)
     if not isinstance(token_count, int) or token_count < 1:
-      raise ValueError("%s: cluster %d token_count must be a positive int, "
-                       "got %r" % (owner, i, token_count))
+      raise ValueError(
+        "%s: cluster %d token_count must be a positive int, "
+        "got %r" % (owner, i, token_count)
+      )
     if not isinstance(embedding_size, int) or embedding_size < 1:
-      raise ValueError("%s: cluster %d embedding_size must be a positive int, "
-                       "got %r" % (owner, i, embedding_size))
+      raise ValueError(
+        "%s: cluster %d embedding_size must be a positive int, "
+        "got %r" % (owner, i, embedding_size)
+      )
     if not 0 < factor <= 1:
-      raise ValueError("%s: cluster %d length_projection_factor must be in "
-                       "(0, 1], got %r" % (owner, i, factor))
-    specs.append({"token_count": token_count,
-                  "embedding_size": embedding_size,
-                  "length_projection_factor": factor})
+      raise ValueError(
+        "%s: cluster %d length_projection_factor must be in "
+        "(0, 1], got %r" % (owner, i, factor)
+      )
+    specs.append(
+      {
+        "token_count": token_count,
+        "embedding_size": embedding_size,
+        "length_projection_factor": factor,
+      }
+    )
   counts = [s["token_count"] for s in specs]
   if sum(counts) != vocab_dim.size:
-    raise ValueError("%s: the cluster token counts %s sum to %d, not to the "
-                     "size %d of vocab dimension %r"
-                     % (owner, counts, sum(counts), vocab_dim.size,
-                        vocab_dim.name))
+    raise ValueError(
+      "%s: the cluster token counts %s sum to %d, not to the "
+      "size %d of vocab dimension %r"
+      % (owner, counts, sum(counts), vocab_dim.size, vocab_dim.name)
+    )
   return specs
 
 
-def cluster_embedding(mesh: mtf.Mesh, cluster_vocab_dim: mtf.Dimension,
-                      output_dim: mtf.Dimension, variable_dtype, name: str,
-                      ensemble_dim, embedding_size: int):
+def cluster_embedding(
+  mesh: mtf.Mesh,
+  cluster_vocab_dim: mtf.Dimension,
+  output_dim: mtf.Dimension,
+  variable_dtype,
+  name: str,
+  ensemble_dim,
+  embedding_size: int,
+):
   """The embedding of one cluster: a VocabEmbedding when embedding_size is
-  d_model, else a FactorizedVocabEmbedding through embedding_size."""
+  d_model, else a FactorizedVocabEmbedding through embedding_size.
+  """
   if embedding_size == output_dim.size:
     return embeddings_lib.VocabEmbedding(
-        mesh=mesh, vocab_dim=cluster_vocab_dim, output_dim=output_dim,
-        variable_dtype=variable_dtype, name=name, ensemble_dim=ensemble_dim)
+      mesh=mesh,
+      vocab_dim=cluster_vocab_dim,
+      output_dim=output_dim,
+      variable_dtype=variable_dtype,
+      name=name,
+      ensemble_dim=ensemble_dim,
+    )
   return FactorizedVocabEmbedding(
-      mesh=mesh, vocab_dim=cluster_vocab_dim, output_dim=output_dim,
-      variable_dtype=variable_dtype, name=name, ensemble_dim=ensemble_dim,
-      inner_dimension_size=embedding_size)
+    mesh=mesh,
+    vocab_dim=cluster_vocab_dim,
+    output_dim=output_dim,
+    variable_dtype=variable_dtype,
+    name=name,
+    ensemble_dim=ensemble_dim,
+    inner_dimension_size=embedding_size,
+  )
 
 
-def cluster_ids_to_embedding(embedding, ids: mtf.Tensor, start_token_id: int,
-                             cluster_size: int, context) -> mtf.Tensor:
+def cluster_ids_to_embedding(
+  embedding, ids: mtf.Tensor, start_token_id: int, cluster_size: int, context
+) -> mtf.Tensor:
   """Embeddings of the ids in [start, start + cluster_size); zeros elsewhere."""
-  in_cluster = mtf.logical_and(mtf.greater_equal(ids, start_token_id),
-                               mtf.less(ids, start_token_id + cluster_size))
+  in_cluster = mtf.logical_and(
+    mtf.greater_equal(ids, start_token_id),
+    mtf.less(ids, start_token_id + cluster_size),
+  )
   local_ids = mtf.where(in_cluster, ids - start_token_id, mtf.zeros_like(ids))
   emb = embedding.ids_to_embedding(local_ids, context)
   return emb * mtf.cast(in_cluster, emb.dtype)
@@ -246,23 +317,40 @@ class AdaptiveVocabEmbedding:
       d_model.
   """
 
-  def __init__(self, mesh: mtf.Mesh, vocab_dim: mtf.Dimension,
-               output_dim: mtf.Dimension, variable_dtype, name: str,
-               ensemble_dim: Optional[mtf.Dimension],
-               clusters: Sequence[Dict[str, Any]] = gin.REQUIRED):
+  def __init__(
+    self,
+    mesh: mtf.Mesh,
+    vocab_dim: mtf.Dimension,
+    output_dim: mtf.Dimension,
+    variable_dtype,
+    name: str,
+    ensemble_dim: Optional[mtf.Dimension],
+    clusters: Sequence[Dict[str, Any]] = gin.REQUIRED,
+  ):
     self._vocab_dim = mtf.convert_to_dimension(vocab_dim)
     self._output_dim = mtf.convert_to_dimension(output_dim)
-    specs = cluster_specs(clusters, self._vocab_dim, self._output_dim,
-                           "AdaptiveVocabEmbedding %r" % name,
-                           allow_length_projection=False)
+    specs = cluster_specs(
+      clusters,
+      self._vocab_dim,
+      self._output_dim,
+      "AdaptiveVocabEmbedding %r" % name,
+      allow_length_projection=False,
+    )
     self._clusters = []  # (embedding, start_token_id, token_count)
     start = 0
     for i, spec in enumerate(specs):
-      cluster_vocab_dim = mtf.Dimension(self._vocab_dim.name,
-                                        spec["token_count"])
+      cluster_vocab_dim = mtf.Dimension(
+        self._vocab_dim.name, spec["token_count"]
+      )
       embedding = cluster_embedding(
-          mesh, cluster_vocab_dim, self._output_dim, variable_dtype,
-          "%s_%d" % (name, i), ensemble_dim, spec["embedding_size"])
+        mesh,
+        cluster_vocab_dim,
+        self._output_dim,
+        variable_dtype,
+        "%s_%d" % (name, i),
+        ensemble_dim,
+        spec["embedding_size"],
+      )
       self._clusters.append((embedding, start, spec["token_count"]))
       start += spec["token_count"]
 
@@ -276,9 +364,12 @@ class AdaptiveVocabEmbedding:
     Returns:
       The embeddings [batch..., length, d_model].
     """
-    return mtf.add_n([
+    return mtf.add_n(
+      [
         cluster_ids_to_embedding(embedding, ids, start, count, context)
-        for embedding, start, count in self._clusters])
+        for embedding, start, count in self._clusters
+      ]
+    )
 
   def hidden_to_logits(self, hidden: mtf.Tensor, context) -> mtf.Tensor:
     """The clusters' logits concatenated along the vocab dimension.
@@ -290,8 +381,10 @@ class AdaptiveVocabEmbedding:
     Returns:
       The logits [batch..., length, vocab].
     """
-    logits = [embedding.hidden_to_logits(hidden, context)
-              for embedding, _, _ in self._clusters]
+    logits = [
+      embedding.hidden_to_logits(hidden, context)
+      for embedding, _, _ in self._clusters
+    ]
     if len(logits) == 1:
       return logits[0]
     return mtf.concat(logits, self._vocab_dim.name)
@@ -327,29 +420,52 @@ class MixtureOfSoftmaxes:
     ValueError: if num_softmaxes is not a positive int.
   """
 
-  def __init__(self, mesh: mtf.Mesh, vocab_dim: mtf.Dimension,
-               output_dim: mtf.Dimension, variable_dtype, name: str,
-               ensemble_dim: Optional[mtf.Dimension],
-               num_softmaxes: int = gin.REQUIRED):
+  def __init__(
+    self,
+    mesh: mtf.Mesh,
+    vocab_dim: mtf.Dimension,
+    output_dim: mtf.Dimension,
+    variable_dtype,
+    name: str,
+    ensemble_dim: Optional[mtf.Dimension],
+    num_softmaxes: int = gin.REQUIRED,
+  ):
     if not isinstance(num_softmaxes, int) or num_softmaxes < 1:
-      raise ValueError("MixtureOfSoftmaxes %r: num_softmaxes must be a "
-                       "positive int, got %r" % (name, num_softmaxes))
+      raise ValueError(
+        "MixtureOfSoftmaxes %r: num_softmaxes must be a "
+        "positive int, got %r" % (name, num_softmaxes)
+      )
     self._vocab_dim = mtf.convert_to_dimension(vocab_dim)
     self._output_dim = mtf.convert_to_dimension(output_dim)
     self._copy_output_dim = mtf.Dimension(
-        "_%s_copy" % self._output_dim.name, self._output_dim.size)
+      "_%s_copy" % self._output_dim.name, self._output_dim.size
+    )
     self._components_dim = mtf.Dimension("softmax_components", num_softmaxes)
     ensemble = _ensemble_list(ensemble_dim)
     self._embedding_weights = mtf.layers.embedding_weights(
-        mesh, self._vocab_dim, self._output_dim, variable_dtype,
-        name="%s_embedding_weights" % name, ensemble_dim=ensemble)
+      mesh,
+      self._vocab_dim,
+      self._output_dim,
+      variable_dtype,
+      name="%s_embedding_weights" % name,
+      ensemble_dim=ensemble,
+    )
     self._mixture_weights = mtf.layers.embedding_weights(
-        mesh, self._components_dim, self._output_dim, variable_dtype,
-        name="%s_mixture_weights" % name, ensemble_dim=ensemble)
+      mesh,
+      self._components_dim,
+      self._output_dim,
+      variable_dtype,
+      name="%s_mixture_weights" % name,
+      ensemble_dim=ensemble,
+    )
     self._context_weights = mtf.layers.embedding_weights(
-        mesh, self._copy_output_dim, self._output_dim, variable_dtype,
-        name="%s_context_weights" % name,
-        ensemble_dim=ensemble + [self._components_dim])
+      mesh,
+      self._copy_output_dim,
+      self._output_dim,
+      variable_dtype,
+      name="%s_context_weights" % name,
+      ensemble_dim=ensemble + [self._components_dim],
+    )
 
   def ids_to_embedding(self, ids: mtf.Tensor, context) -> mtf.Tensor:
     """Looks the ids up in the embedding table.
@@ -379,18 +495,28 @@ class MixtureOfSoftmaxes:
     """
     del context
     hidden = _scale_hidden(hidden, self._output_dim)
-    prior_logits = mtf.einsum([hidden, self._mixture_weights],
-                              reduced_dims=[self._output_dim])
-    contexts = mtf.tanh(mtf.einsum(
-        [mtf.rename_dimension(hidden, self._output_dim.name,
-                              self._copy_output_dim.name),
-         self._context_weights], reduced_dims=[self._copy_output_dim]))
-    component_logits = mtf.einsum([contexts, self._embedding_weights],
-                                  reduced_dims=[self._output_dim])
+    prior_logits = mtf.einsum(
+      [hidden, self._mixture_weights], reduced_dims=[self._output_dim]
+    )
+    contexts = mtf.tanh(
+      mtf.einsum(
+        [
+          mtf.rename_dimension(
+            hidden, self._output_dim.name, self._copy_output_dim.name
+          ),
+          self._context_weights,
+        ],
+        reduced_dims=[self._copy_output_dim],
+      )
+    )
+    component_logits = mtf.einsum(
+      [contexts, self._embedding_weights], reduced_dims=[self._output_dim]
+    )
     log_priors = mtf.log_softmax(prior_logits, reduced_dim=self._components_dim)
     log_probs = mtf.log_softmax(component_logits, reduced_dim=self._vocab_dim)
-    return mtf.reduce_logsumexp(log_priors + log_probs,
-                                reduced_dim=self._components_dim)
+    return mtf.reduce_logsumexp(
+      log_priors + log_probs, reduced_dim=self._components_dim
+    )
 
 
 @gin.configurable(module=_GIN_MODULE)
@@ -447,13 +573,20 @@ class Mixtape:
       int, or dropout_rate is not in [0, 1).
   """
 
-  def __init__(self, mesh: mtf.Mesh, vocab_dim: mtf.Dimension,
-               output_dim: mtf.Dimension, variable_dtype, name: str,
-               ensemble_dim: Optional[mtf.Dimension], extra_ids: int = 0,
-               dropout_rate: float = 0.0,
-               gate_embedding_size: int = gin.REQUIRED,
-               frequent_token_fraction: float = 0.1,
-               noise_std_dev: float = 0.0):
+  def __init__(
+    self,
+    mesh: mtf.Mesh,
+    vocab_dim: mtf.Dimension,
+    output_dim: mtf.Dimension,
+    variable_dtype,
+    name: str,
+    ensemble_dim: Optional[mtf.Dimension],
+    extra_ids: int = 0,
+    dropout_rate: float = 0.0,
+    gate_embedding_size: int = gin.REQUIRED,
+    frequent_token_fraction: float = 0.1,
+    noise_std_dev: float = 0.0,
+  ):
     owner = "Mixtape %r" % name
     self._vocab_dim = mtf.convert_to_dimension(vocab_dim)
     self._output_dim = mtf.convert_to_dimension(output_dim)
@@ -461,67 +594,107 @@ class Mixtape:
     num_frequent = int(frequent_token_fraction * vocab_size)
     if not 0 < num_frequent < vocab_size:
       raise ValueError(
-          "%s: frequent_token_fraction=%r of vocab dimension %r (size %d) "
-          "gives %d frequent tokens; need at least one frequent and one rare "
-          "token" % (owner, frequent_token_fraction, self._vocab_dim.name,
-                     vocab_size, num_frequent))
+        "%s: frequent_token_fraction=%r of vocab dimension %r (size %d) "
+        "gives %d frequent tokens; need at least one frequent and one rare "
+        "token"
+        % (
+          owner,
+          frequent_token_fraction,
+          self._vocab_dim.name,
+          vocab_size,
+          num_frequent,
+        )
+      )
     if not isinstance(extra_ids, int) or not 0 <= extra_ids < vocab_size:
-      raise ValueError("%s: extra_ids must be an int in [0, %d), got %r"
-                       % (owner, vocab_size, extra_ids))
+      raise ValueError(
+        "%s: extra_ids must be an int in [0, %d), got %r"
+        % (owner, vocab_size, extra_ids)
+      )
     if not isinstance(gate_embedding_size, int) or gate_embedding_size < 1:
-      raise ValueError("%s: gate_embedding_size must be a positive int, got "
-                       "%r" % (owner, gate_embedding_size))
+      raise ValueError(
+        "%s: gate_embedding_size must be a positive int, got "
+        "%r" % (owner, gate_embedding_size)
+      )
     if not 0.0 <= dropout_rate < 1.0:
-      raise ValueError("%s: dropout_rate must be in [0, 1), got %r"
-                       % (owner, dropout_rate))
+      raise ValueError(
+        "%s: dropout_rate must be in [0, 1), got %r" % (owner, dropout_rate)
+      )
     self._mesh = mesh
     self._extra_ids = extra_ids
     self._dropout_rate = dropout_rate
     self._noise_std_dev = noise_std_dev
-    self._frequent_vocab_dim = mtf.Dimension(self._vocab_dim.name,
-                                             num_frequent)
-    self._rare_vocab_dim = mtf.Dimension(self._vocab_dim.name,
-                                         vocab_size - num_frequent)
+    self._frequent_vocab_dim = mtf.Dimension(self._vocab_dim.name, num_frequent)
+    self._rare_vocab_dim = mtf.Dimension(
+      self._vocab_dim.name, vocab_size - num_frequent
+    )
     self._copy_output_dim = mtf.Dimension(
-        "_%s_copy" % self._output_dim.name, self._output_dim.size)
+      "_%s_copy" % self._output_dim.name, self._output_dim.size
+    )
     self._pre_gates_dim = mtf.Dimension("gates", 3)
     self._gates_dim = mtf.Dimension("gates", 4)
-    self._gate_embedding_dim = mtf.Dimension("gate_embedding",
-                                             gate_embedding_size)
+    self._gate_embedding_dim = mtf.Dimension(
+      "gate_embedding", gate_embedding_size
+    )
     ensemble = _ensemble_list(ensemble_dim)
 
     def variable(suffix, dims, initializer):
-      return mtf.get_variable(mesh, "%s_%s" % (name, suffix),
-                              mtf.Shape(ensemble + dims), dtype=variable_dtype,
-                              initializer=initializer)
+      return mtf.get_variable(
+        mesh,
+        "%s_%s" % (name, suffix),
+        mtf.Shape(ensemble + dims),
+        dtype=variable_dtype,
+        initializer=initializer,
+      )
 
     self._embedding_weights = mtf.layers.embedding_weights(
-        mesh, self._vocab_dim, self._output_dim, variable_dtype,
-        name="%s_embedding_weights" % name, ensemble_dim=ensemble)
+      mesh,
+      self._vocab_dim,
+      self._output_dim,
+      variable_dtype,
+      name="%s_embedding_weights" % name,
+      ensemble_dim=ensemble,
+    )
     self._context_weights = mtf.layers.embedding_weights(
-        mesh, self._copy_output_dim, self._output_dim, variable_dtype,
-        name="%s_context_weights" % name,
-        ensemble_dim=ensemble + [self._gates_dim])
+      mesh,
+      self._copy_output_dim,
+      self._output_dim,
+      variable_dtype,
+      name="%s_context_weights" % name,
+      ensemble_dim=ensemble + [self._gates_dim],
+    )
     self._context_weights_bias = variable(
-        "context_weights_bias", [self._gates_dim, self._output_dim],
-        tf1.zeros_initializer())
+      "context_weights_bias",
+      [self._gates_dim, self._output_dim],
+      tf1.zeros_initializer(),
+    )
     self._prior_weights = mtf.layers.embedding_weights(
-        mesh, self._gate_embedding_dim, self._output_dim, variable_dtype,
-        name="%s_prior_weights" % name,
-        ensemble_dim=ensemble + [self._pre_gates_dim])
+      mesh,
+      self._gate_embedding_dim,
+      self._output_dim,
+      variable_dtype,
+      name="%s_prior_weights" % name,
+      ensemble_dim=ensemble + [self._pre_gates_dim],
+    )
     self._prior_weights_bias = variable(
-        "prior_weights_bias", [self._pre_gates_dim, self._gate_embedding_dim],
-        tf1.zeros_initializer())
+      "prior_weights_bias",
+      [self._pre_gates_dim, self._gate_embedding_dim],
+      tf1.zeros_initializer(),
+    )
     self._prior_vocab_vector = variable(
-        "prior_vocab_vector",
-        [self._frequent_vocab_dim, self._gate_embedding_dim],
-        tf1.random_normal_initializer())
+      "prior_vocab_vector",
+      [self._frequent_vocab_dim, self._gate_embedding_dim],
+      tf1.random_normal_initializer(),
+    )
     self._prior_gates_vector = variable(
-        "prior_gates_vector", [self._pre_gates_dim, self._output_dim],
-        tf1.random_normal_initializer())
+      "prior_gates_vector",
+      [self._pre_gates_dim, self._output_dim],
+      tf1.random_normal_initializer(),
+    )
     self._prior_bias = variable(
-        "prior_bias", [self._frequent_vocab_dim, self._pre_gates_dim],
-        tf1.random_normal_initializer())
+      "prior_bias",
+      [self._frequent_vocab_dim, self._pre_gates_dim],
+      tf1.random_normal_initializer(),
+    )
 
   def ids_to_embedding(self, ids: mtf.Tensor, context) -> mtf.Tensor:
     """Looks the ids up in the embedding table.
@@ -539,8 +712,10 @@ class Mixtape:
   def _sigmoid_tree(self, gate_logits: mtf.Tensor) -> mtf.Tensor:
     """3 gate logits -> 4 gate probabilities along "gates" (a binary tree)."""
     g1, g2, g3 = mtf.split(mtf.sigmoid(gate_logits), self._pre_gates_dim, 3)
-    return mtf.concat([g1 * g2, g1 * (1.0 - g2), (1.0 - g1) * g3,
-                       (1.0 - g1) * (1.0 - g3)], self._gates_dim.name)
+    return mtf.concat(
+      [g1 * g2, g1 * (1.0 - g2), (1.0 - g1) * g3, (1.0 - g1) * (1.0 - g3)],
+      self._gates_dim.name,
+    )
 
   def _dropout(self, x: mtf.Tensor, context) -> mtf.Tensor:
     if not context.train or self._dropout_rate == 0.0:
@@ -548,23 +723,29 @@ class Mixtape:
     noise_shape = x.shape
     if context.length_dim in noise_shape.dims:
       noise_shape = noise_shape - context.length_dim
-    return mtf.dropout(x, True, rate=self._dropout_rate,
-                       noise_shape=noise_shape)
+    return mtf.dropout(
+      x, True, rate=self._dropout_rate, noise_shape=noise_shape
+    )
 
   def _add_noise(self, gate_logits: mtf.Tensor, context) -> mtf.Tensor:
     if not context.train or self._noise_std_dev == 0.0:
       return gate_logits
     return gate_logits + mtf.random_normal(
-        self._mesh, gate_logits.shape, stddev=self._noise_std_dev,
-        dtype=gate_logits.dtype)
+      self._mesh,
+      gate_logits.shape,
+      stddev=self._noise_std_dev,
+      dtype=gate_logits.dtype,
+    )
 
   def _move_first_ids_last(self, logits: mtf.Tensor) -> mtf.Tensor:
     """Moves the first extra_ids entries along vocab to the end."""
     if not self._extra_ids:
       return logits
     first, rest = mtf.split(
-        logits, self._vocab_dim,
-        [self._extra_ids, self._vocab_dim.size - self._extra_ids])
+      logits,
+      self._vocab_dim,
+      [self._extra_ids, self._vocab_dim.size - self._extra_ids],
+    )
     return mtf.concat([rest, first], self._vocab_dim.name)
 
   def hidden_to_logits(self, hidden: mtf.Tensor, context) -> mtf.Tensor:
@@ -579,30 +760,55 @@ class Mixtape:
     """
     hidden = _scale_hidden(hidden, self._output_dim)
     contexts = mtf.einsum(
-        [mtf.rename_dimension(hidden, self._output_dim.name,
-                              self._copy_output_dim.name),
-         self._context_weights], reduced_dims=[self._copy_output_dim])
+      [
+        mtf.rename_dimension(
+          hidden, self._output_dim.name, self._copy_output_dim.name
+        ),
+        self._context_weights,
+      ],
+      reduced_dims=[self._copy_output_dim],
+    )
     contexts = mtf.tanh(contexts + self._context_weights_bias)
     component_logits = self._dropout(
-        mtf.einsum([contexts, self._embedding_weights],
-                   reduced_dims=[self._output_dim]), context)
+      mtf.einsum(
+        [contexts, self._embedding_weights], reduced_dims=[self._output_dim]
+      ),
+      context,
+    )
 
-    gate_contexts = self._dropout(mtf.tanh(
-        mtf.einsum([hidden, self._prior_weights],
-                   reduced_dims=[self._output_dim]) + self._prior_weights_bias),
-                                  context)
-    shared_gate_logits = mtf.einsum([hidden, self._prior_gates_vector],
-                                    reduced_dims=[self._output_dim])
+    gate_contexts = self._dropout(
+      mtf.tanh(
+        mtf.einsum(
+          [hidden, self._prior_weights], reduced_dims=[self._output_dim]
+        )
+        + self._prior_weights_bias
+      ),
+      context,
+    )
+    shared_gate_logits = mtf.einsum(
+      [hidden, self._prior_gates_vector], reduced_dims=[self._output_dim]
+    )
     frequent_gate_logits = (
-        mtf.einsum([gate_contexts, self._prior_vocab_vector],
-                   reduced_dims=[self._gate_embedding_dim])
-        + shared_gate_logits + self._prior_bias)
+      mtf.einsum(
+        [gate_contexts, self._prior_vocab_vector],
+        reduced_dims=[self._gate_embedding_dim],
+      )
+      + shared_gate_logits
+      + self._prior_bias
+    )
     rare_gate_logits = shared_gate_logits * mtf.ones(
-        self._mesh, mtf.Shape([self._rare_vocab_dim]),
-        dtype=shared_gate_logits.dtype)
+      self._mesh,
+      mtf.Shape([self._rare_vocab_dim]),
+      dtype=shared_gate_logits.dtype,
+    )
     gate_logits = self._add_noise(
-        mtf.concat([frequent_gate_logits, rare_gate_logits],
-                   self._vocab_dim.name), context)
-    logits = mtf.einsum([component_logits, self._sigmoid_tree(gate_logits)],
-                        reduced_dims=[self._gates_dim])
+      mtf.concat(
+        [frequent_gate_logits, rare_gate_logits], self._vocab_dim.name
+      ),
+      context,
+    )
+    logits = mtf.einsum(
+      [component_logits, self._sigmoid_tree(gate_logits)],
+      reduced_dims=[self._gates_dim],
+    )
     return self._move_first_ids_last(logits)

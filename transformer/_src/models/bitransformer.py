@@ -23,10 +23,10 @@ from transformer._src.models.unitransformer import autoregressive_inputs
 tf1 = tf.compat.v1
 
 __all__ = [
-    "Bitransformer",
-    "StudentTeacher",
-    "make_bi_student_teacher",
-    "make_bitransformer",
+  "Bitransformer",
+  "StudentTeacher",
+  "make_bi_student_teacher",
+  "make_bitransformer",
 ]
 
 _GIN_MODULE = "mesh_tensorflow.transformer.transformer"
@@ -47,8 +47,12 @@ class Bitransformer:
     ids = model.decode(inputs)
   """
 
-  def __init__(self, encoder: Unitransformer, decoder: Unitransformer,
-               shared_embedding: bool = True):
+  def __init__(
+    self,
+    encoder: Unitransformer,
+    decoder: Unitransformer,
+    shared_embedding: bool = True,
+  ):
     """Pairs an encoder and a decoder.
 
     Args:
@@ -71,8 +75,9 @@ class Bitransformer:
     """The decoder's z_loss weight."""
     return self.decoder.z_loss
 
-  def loss_denominator(self, targets: mtf.Tensor,
-                       num_microbatches: int) -> float:
+  def loss_denominator(
+    self, targets: mtf.Tensor, num_microbatches: int
+  ) -> float:
     """What the summed loss is divided by (the decoder's).
 
     Args:
@@ -90,33 +95,60 @@ class Bitransformer:
     if not self.shared_embedding:
       return shared_params
     encoder, decoder = self.encoder, self.decoder
-    if (encoder.model_dim != decoder.model_dim or
-        encoder.input_vocab_dim != decoder.input_vocab_dim):
+    if (
+      encoder.model_dim != decoder.model_dim
+      or encoder.input_vocab_dim != decoder.input_vocab_dim
+    ):
       raise ValueError(
-          "Bitransformer: shared_embedding needs the same d_model and input "
-          "vocabulary in encoder and decoder, got %s/%s and %s/%s"
-          % (encoder.model_dim, encoder.input_vocab_dim, decoder.model_dim,
-             decoder.input_vocab_dim))
+        "Bitransformer: shared_embedding needs the same d_model and input "
+        "vocabulary in encoder and decoder, got %s/%s and %s/%s"
+        % (
+          encoder.model_dim,
+          encoder.input_vocab_dim,
+          decoder.model_dim,
+          decoder.input_vocab_dim,
+        )
+      )
     with tf1.variable_scope("shared"):
       shared_params["embedding"] = get_vocab_embedding_cls()(
-          mesh, encoder.input_vocab_dim, encoder.model_dim, variable_dtype,
-          name="embedding", ensemble_dim=encoder.ensemble_dim)
+        mesh,
+        encoder.input_vocab_dim,
+        encoder.model_dim,
+        variable_dtype,
+        name="embedding",
+        ensemble_dim=encoder.ensemble_dim,
+      )
       learned_positions = [
-          t.positional_embedding and not t.sinusoid_positional_embedding
-          for t in (encoder, decoder)]
+        t.positional_embedding and not t.sinusoid_positional_embedding
+        for t in (encoder, decoder)
+      ]
       if all(learned_positions) and (
-          encoder.max_length_dim == decoder.max_length_dim):
+        encoder.max_length_dim == decoder.max_length_dim
+      ):
         shared_params["positional_embedding"] = mtf.layers.embedding_weights(
-            mesh, encoder.max_length_dim, encoder.model_dim, variable_dtype,
-            "positional_embedding", ensemble_dim=encoder.ensemble_dim)
+          mesh,
+          encoder.max_length_dim,
+          encoder.model_dim,
+          variable_dtype,
+          "positional_embedding",
+          ensemble_dim=encoder.ensemble_dim,
+        )
     return shared_params
 
-  def call_simple(self, inputs: mtf.Tensor, targets: mtf.Tensor,
-                  compute_loss: bool, mode=ModeKeys.TRAIN,
-                  variable_dtype=mtf.VariableDType(tf.float32),
-                  encoder_sequence_id=None, decoder_sequence_id=None,
-                  decoder_subsequence_id=None, encoder_position=None,
-                  decoder_position=None, num_microbatches: int = 1):
+  def call_simple(
+    self,
+    inputs: mtf.Tensor,
+    targets: mtf.Tensor,
+    compute_loss: bool,
+    mode=ModeKeys.TRAIN,
+    variable_dtype=mtf.VariableDType(tf.float32),
+    encoder_sequence_id=None,
+    decoder_sequence_id=None,
+    decoder_subsequence_id=None,
+    encoder_position=None,
+    decoder_position=None,
+    num_microbatches: int = 1,
+  ):
     """Decoder logits (and loss) for inputs -> targets.
 
     Without sequence ids, padding is where the ids are 0
@@ -146,33 +178,55 @@ class Bitransformer:
     """
     if decoder_sequence_id is None:
       decoder_sequence_id = mtf.minimum(targets, 1)
-    (encoder_output, encoder_sequence_id, encoder_inputs, shared_params,
-     encoder_layer_outputs, encoder_loss) = self._encode(
-         inputs, compute_loss, mode, variable_dtype, encoder_sequence_id,
-         encoder_position, num_microbatches)
+    (
+      encoder_output,
+      encoder_sequence_id,
+      encoder_inputs,
+      shared_params,
+      encoder_layer_outputs,
+      encoder_loss,
+    ) = self._encode(
+      inputs,
+      compute_loss,
+      mode,
+      variable_dtype,
+      encoder_sequence_id,
+      encoder_position,
+      num_microbatches,
+    )
     logits, loss = self.decoder.call_simple(
-        autoregressive_inputs(targets, sequence_id=decoder_sequence_id),
-        targets, compute_loss, mode=mode, variable_dtype=variable_dtype,
-        sequence_id=decoder_sequence_id,
-        subsequence_id=decoder_subsequence_id,
-        encoder_output=encoder_output,
-        encoder_sequence_id=encoder_sequence_id,
-        encoder_inputs=encoder_inputs, position=decoder_position,
-        shared_params=shared_params,
-        encoder_layer_outputs=encoder_layer_outputs,
-        num_microbatches=num_microbatches)
+      autoregressive_inputs(targets, sequence_id=decoder_sequence_id),
+      targets,
+      compute_loss,
+      mode=mode,
+      variable_dtype=variable_dtype,
+      sequence_id=decoder_sequence_id,
+      subsequence_id=decoder_subsequence_id,
+      encoder_output=encoder_output,
+      encoder_sequence_id=encoder_sequence_id,
+      encoder_inputs=encoder_inputs,
+      position=decoder_position,
+      shared_params=shared_params,
+      encoder_layer_outputs=encoder_layer_outputs,
+      num_microbatches=num_microbatches,
+    )
     if loss is not None and encoder_loss is not None:
       loss += encoder_loss
     return logits, loss
 
   @gin.configurable(module="Bitransformer")
-  def decode(self, inputs: mtf.Tensor,
-             variable_dtype=mtf.VariableDType(tf.float32),
-             beam_size: int = 1, alpha: float = 0.6, temperature=0.0,
-             sampling_keep_top_k: int = -1,
-             decode_length_multiplier: float = 1.5,
-             decode_length_constant: int = 10,
-             max_decode_length: Optional[int] = None) -> mtf.Tensor:
+  def decode(
+    self,
+    inputs: mtf.Tensor,
+    variable_dtype=mtf.VariableDType(tf.float32),
+    beam_size: int = 1,
+    alpha: float = 0.6,
+    temperature=0.0,
+    sampling_keep_top_k: int = -1,
+    decode_length_multiplier: float = 1.5,
+    decode_length_constant: int = 10,
+    max_decode_length: Optional[int] = None,
+  ) -> mtf.Tensor:
     """Decoded ids [batch..., length] for inputs [batch..., length].
 
     beam_size 1 samples (temperature 0 = greedy) over the inputs' length, or
@@ -197,95 +251,180 @@ class Bitransformer:
       int ids [batch..., length] of the decoded targets.
     """
     return self._decode_encoded(
-        inputs, self._encode(inputs, False, ModeKeys.PREDICT, variable_dtype,
-                             None, None, 1)[:5],
-        variable_dtype, beam_size, alpha, temperature, sampling_keep_top_k,
-        decode_length_multiplier, decode_length_constant, max_decode_length)
+      inputs,
+      self._encode(
+        inputs, False, ModeKeys.PREDICT, variable_dtype, None, None, 1
+      )[:5],
+      variable_dtype,
+      beam_size,
+      alpha,
+      temperature,
+      sampling_keep_top_k,
+      decode_length_multiplier,
+      decode_length_constant,
+      max_decode_length,
+    )
 
-  def _run_encoder(self, inputs: mtf.Tensor, compute_loss: bool, mode,
-                   variable_dtype, encoder_sequence_id, encoder_position,
-                   num_microbatches: int):
+  def _run_encoder(
+    self,
+    inputs: mtf.Tensor,
+    compute_loss: bool,
+    mode,
+    variable_dtype,
+    encoder_sequence_id,
+    encoder_position,
+    num_microbatches: int,
+  ):
     """Runs the encoder tower: (output, sequence ids, shared params, layer
-    outputs, loss), at the inputs' length (named "length")."""
+    outputs, loss), at the inputs' length (named "length").
+    """
     if encoder_sequence_id is None:
       encoder_sequence_id = mtf.minimum(inputs, 1)
     encoder_layer_outputs = []
     shared_params = self._shared_params(inputs.mesh, variable_dtype)
     encoder_output, encoder_loss = self.encoder.call_simple(
-        inputs, None, compute_loss, mode=mode, variable_dtype=variable_dtype,
-        sequence_id=encoder_sequence_id, position=encoder_position,
-        shared_params=shared_params, layer_outputs=encoder_layer_outputs,
-        num_microbatches=num_microbatches)
-    return (encoder_output, encoder_sequence_id, shared_params,
-            encoder_layer_outputs, encoder_loss)
+      inputs,
+      None,
+      compute_loss,
+      mode=mode,
+      variable_dtype=variable_dtype,
+      sequence_id=encoder_sequence_id,
+      position=encoder_position,
+      shared_params=shared_params,
+      layer_outputs=encoder_layer_outputs,
+      num_microbatches=num_microbatches,
+    )
+    return (
+      encoder_output,
+      encoder_sequence_id,
+      shared_params,
+      encoder_layer_outputs,
+      encoder_loss,
+    )
 
-  def _encode(self, inputs: mtf.Tensor, compute_loss: bool, mode,
-              variable_dtype, encoder_sequence_id, encoder_position,
-              num_microbatches: int):
+  def _encode(
+    self,
+    inputs: mtf.Tensor,
+    compute_loss: bool,
+    mode,
+    variable_dtype,
+    encoder_sequence_id,
+    encoder_position,
+    num_microbatches: int,
+  ):
     """What the decoder needs from the encoder: (encoder output, its
     sequence ids, encoder ids, shared params, encoder layer outputs, encoder
     loss), with length renamed memory_length. Subclasses that change the
-    encoder output's length (BitransformerFunnel) override this."""
-    (encoder_output, encoder_sequence_id, shared_params,
-     encoder_layer_outputs, encoder_loss) = self._run_encoder(
-         inputs, compute_loss, mode, variable_dtype, encoder_sequence_id,
-         encoder_position, num_microbatches)
+    encoder output's length (BitransformerFunnel) override this.
+    """
+    (
+      encoder_output,
+      encoder_sequence_id,
+      shared_params,
+      encoder_layer_outputs,
+      encoder_loss,
+    ) = self._run_encoder(
+      inputs,
+      compute_loss,
+      mode,
+      variable_dtype,
+      encoder_sequence_id,
+      encoder_position,
+      num_microbatches,
+    )
     encoder_output = _rename_length_to_memory_length(encoder_output)
     if isinstance(encoder_sequence_id, mtf.Tensor):
-      encoder_sequence_id = _rename_length_to_memory_length(
-          encoder_sequence_id)
-    return (encoder_output, encoder_sequence_id,
-            _rename_length_to_memory_length(inputs), shared_params,
-            encoder_layer_outputs, encoder_loss)
+      encoder_sequence_id = _rename_length_to_memory_length(encoder_sequence_id)
+    return (
+      encoder_output,
+      encoder_sequence_id,
+      _rename_length_to_memory_length(inputs),
+      shared_params,
+      encoder_layer_outputs,
+      encoder_loss,
+    )
 
-  def _decode_encoded(self, inputs, encoded, variable_dtype, beam_size, alpha,
-                      temperature, sampling_keep_top_k,
-                      decode_length_multiplier, decode_length_constant,
-                      max_decode_length) -> mtf.Tensor:
+  def _decode_encoded(
+    self,
+    inputs,
+    encoded,
+    variable_dtype,
+    beam_size,
+    alpha,
+    temperature,
+    sampling_keep_top_k,
+    decode_length_multiplier,
+    decode_length_constant,
+    max_decode_length,
+  ) -> mtf.Tensor:
     """decode()'s second half: sampling or beam search from an encoding."""
-    (encoder_output, encoder_sequence_id, encoder_inputs, shared_params,
-     encoder_layer_outputs) = encoded
+    (
+      encoder_output,
+      encoder_sequence_id,
+      encoder_inputs,
+      shared_params,
+      encoder_layer_outputs,
+    ) = encoded
     name = type(self).__name__
     batch_dims = inputs.shape.dims[:-1]
     length_dim = inputs.shape.dims[-1]
-    decode_length_dim = (length_dim if max_decode_length is None else
-                         mtf.Dimension(length_dim.name, max_decode_length))
+    decode_length_dim = (
+      length_dim
+      if max_decode_length is None
+      else mtf.Dimension(length_dim.name, max_decode_length)
+    )
     if beam_size == 1:
       partial_sequences = mtf.zeros(
-          inputs.mesh, mtf.Shape(batch_dims + [decode_length_dim]),
-          dtype=tf.int32)
+        inputs.mesh, mtf.Shape(batch_dims + [decode_length_dim]), dtype=tf.int32
+      )
       return self.decoder.sample_autoregressive(
-          partial_sequences, temperature=temperature,
-          sampling_keep_top_k=sampling_keep_top_k,
-          variable_dtype=variable_dtype, encoder_output=encoder_output,
-          encoder_sequence_id=encoder_sequence_id,
-          encoder_inputs=encoder_inputs, shared_params=shared_params,
-          has_partial_sequences=False,
-          encoder_layer_outputs=encoder_layer_outputs)
-    if temperature != 0:
-      raise ValueError("%s.decode: beam search (beam_size=%d) needs "
-                       "temperature 0, got %r" % (name, beam_size, temperature))
-    if sampling_keep_top_k != -1:
-      raise ValueError("%s.decode: beam search (beam_size=%d) does not sample; "
-                       "sampling_keep_top_k must be -1, got %r"
-                       % (name, beam_size, sampling_keep_top_k))
-    beam_dim = mtf.Dimension("beam", beam_size)
-    partial_sequences = mtf.zeros(
-        inputs.mesh, mtf.Shape(batch_dims + [beam_dim, decode_length_dim]),
-        dtype=tf.int32)
-    input_length = mtf.reduce_sum(mtf.to_float(mtf.not_equal(inputs, 0)),
-                                  reduced_dim=length_dim)
-    max_input_length = mtf.reduce_max(input_length)
-    decode_length = mtf.cast(
-        max_input_length * decode_length_multiplier + decode_length_constant,
-        tf.int32)
-    return self.decoder.beam_search(
-        partial_sequences, decode_length, variable_dtype=variable_dtype,
+        partial_sequences,
+        temperature=temperature,
+        sampling_keep_top_k=sampling_keep_top_k,
+        variable_dtype=variable_dtype,
         encoder_output=encoder_output,
         encoder_sequence_id=encoder_sequence_id,
-        encoder_inputs=encoder_inputs, alpha=alpha,
+        encoder_inputs=encoder_inputs,
         shared_params=shared_params,
-        encoder_layer_outputs=encoder_layer_outputs)
+        has_partial_sequences=False,
+        encoder_layer_outputs=encoder_layer_outputs,
+      )
+    if temperature != 0:
+      raise ValueError(
+        "%s.decode: beam search (beam_size=%d) needs "
+        "temperature 0, got %r" % (name, beam_size, temperature)
+      )
+    if sampling_keep_top_k != -1:
+      raise ValueError(
+        "%s.decode: beam search (beam_size=%d) does not sample; "
+        "sampling_keep_top_k must be -1, got %r"
+        % (name, beam_size, sampling_keep_top_k)
+      )
+    beam_dim = mtf.Dimension("beam", beam_size)
+    partial_sequences = mtf.zeros(
+      inputs.mesh,
+      mtf.Shape(batch_dims + [beam_dim, decode_length_dim]),
+      dtype=tf.int32,
+    )
+    input_length = mtf.reduce_sum(
+      mtf.to_float(mtf.not_equal(inputs, 0)), reduced_dim=length_dim
+    )
+    max_input_length = mtf.reduce_max(input_length)
+    decode_length = mtf.cast(
+      max_input_length * decode_length_multiplier + decode_length_constant,
+      tf.int32,
+    )
+    return self.decoder.beam_search(
+      partial_sequences,
+      decode_length,
+      variable_dtype=variable_dtype,
+      encoder_output=encoder_output,
+      encoder_sequence_id=encoder_sequence_id,
+      encoder_inputs=encoder_inputs,
+      alpha=alpha,
+      shared_params=shared_params,
+      encoder_layer_outputs=encoder_layer_outputs,
+    )
 
 
 @gin.configurable(module=_GIN_MODULE)
@@ -301,11 +440,16 @@ class StudentTeacher:
   matching student weights) from teacher_checkpoint.
   """
 
-  def __init__(self, student, teacher, temperature: Optional[float] = None,
-               fraction_soft: Optional[float] = None,
-               distill_start_step: int = 0,
-               teacher_checkpoint: Optional[str] = None,
-               initialize_student_weights: bool = False):
+  def __init__(
+    self,
+    student,
+    teacher,
+    temperature: Optional[float] = None,
+    fraction_soft: Optional[float] = None,
+    distill_start_step: int = 0,
+    teacher_checkpoint: Optional[str] = None,
+    initialize_student_weights: bool = False,
+  ):
     """Pairs a student with a teacher.
 
     Args:
@@ -329,10 +473,15 @@ class StudentTeacher:
     self.teacher_checkpoint = teacher_checkpoint
     self.initialize_student_weights = initialize_student_weights
 
-  def call_simple(self, inputs: mtf.Tensor, targets: mtf.Tensor,
-                  compute_loss: bool,
-                  variable_dtype=mtf.VariableDType(tf.float32),
-                  num_microbatches: int = 1, **kargs):
+  def call_simple(
+    self,
+    inputs: mtf.Tensor,
+    targets: mtf.Tensor,
+    compute_loss: bool,
+    variable_dtype=mtf.VariableDType(tf.float32),
+    num_microbatches: int = 1,
+    **kargs,
+  ):
     """(student logits, distillation loss), or the logits alone without loss.
 
     Args:
@@ -350,40 +499,57 @@ class StudentTeacher:
     """
     with tf1.variable_scope("student"):
       student_logits, hard_loss = self.student.call_simple(
-          inputs, targets, compute_loss=True, variable_dtype=variable_dtype,
-          num_microbatches=num_microbatches, **kargs)
+        inputs,
+        targets,
+        compute_loss=True,
+        variable_dtype=variable_dtype,
+        num_microbatches=num_microbatches,
+        **kargs,
+      )
     if not compute_loss:
       return student_logits
     if self.fraction_soft == 0.0:
       # No teacher needed.
       return student_logits, hard_loss
     if self.temperature is None or self.fraction_soft is None:
-      raise ValueError("StudentTeacher: temperature (%r) and fraction_soft "
-                       "(%r) are required to distil"
-                       % (self.temperature, self.fraction_soft))
+      raise ValueError(
+        "StudentTeacher: temperature (%r) and fraction_soft "
+        "(%r) are required to distil" % (self.temperature, self.fraction_soft)
+      )
     vocab_dim = self.student.output_vocab_dim
     if vocab_dim != self.teacher.output_vocab_dim:
-      raise ValueError("StudentTeacher: student vocabulary %s differs from "
-                       "the teacher's %s"
-                       % (vocab_dim, self.teacher.output_vocab_dim))
+      raise ValueError(
+        "StudentTeacher: student vocabulary %s differs from "
+        "the teacher's %s" % (vocab_dim, self.teacher.output_vocab_dim)
+      )
     graph = inputs.mesh.graph
     with tf1.variable_scope("teacher"):
       teacher_logits, _ = self.teacher.call_simple(
-          inputs, targets, compute_loss=True, variable_dtype=variable_dtype,
-          num_microbatches=num_microbatches, **kargs)
+        inputs,
+        targets,
+        compute_loss=True,
+        variable_dtype=variable_dtype,
+        num_microbatches=num_microbatches,
+        **kargs,
+      )
     graph.make_variables_untrainable(
-        [v for v in graph.trainable_variables
-         if v.name.startswith("teacher/")])
+      [v for v in graph.trainable_variables if v.name.startswith("teacher/")]
+    )
     soft_targets = mtf.softmax(teacher_logits / self.temperature, vocab_dim)
     soft_loss = mtf.layers.softmax_cross_entropy_with_logits(
-        student_logits / self.temperature, mtf.stop_gradient(soft_targets),
-        vocab_dim, z_loss=self.student.z_loss)
+      student_logits / self.temperature,
+      mtf.stop_gradient(soft_targets),
+      vocab_dim,
+      z_loss=self.student.z_loss,
+    )
     weights = mtf.cast(mtf.greater(targets, 0), soft_loss.dtype)
-    soft_loss = (mtf.reduce_sum(soft_loss * weights) /
-                 self.student.loss_denominator(targets, num_microbatches))
+    soft_loss = mtf.reduce_sum(
+      soft_loss * weights
+    ) / self.student.loss_denominator(targets, num_microbatches)
     fraction = self._current_fraction_soft(inputs.mesh, hard_loss.dtype)
-    loss = ((1.0 - fraction) * hard_loss +
-            (self.temperature ** 2) * fraction * soft_loss)
+    loss = (1.0 - fraction) * hard_loss + (
+      self.temperature**2
+    ) * fraction * soft_loss
     return student_logits, loss
 
   def _current_fraction_soft(self, mesh: mtf.Mesh, dtype):
@@ -391,15 +557,19 @@ class StudentTeacher:
     if step is None:
       if self.distill_start_step > 0:
         raise ValueError(
-            "StudentTeacher: distill_start_step=%d needs a TF global step "
-            "(tf.compat.v1.train.get_or_create_global_step())"
-            % self.distill_start_step)
+          "StudentTeacher: distill_start_step=%d needs a TF global step "
+          "(tf.compat.v1.train.get_or_create_global_step())"
+          % self.distill_start_step
+        )
       return float(self.fraction_soft)
     fraction = tf.where(
-        tf.greater(tf.cast(step, tf.int64), self.distill_start_step),
-        tf.constant(self.fraction_soft, dtype), tf.constant(0.0, dtype))
-    return mtf.import_fully_replicated(mesh, fraction, mtf.Shape([]),
-                                       name="fraction_soft")
+      tf.greater(tf.cast(step, tf.int64), self.distill_start_step),
+      tf.constant(self.fraction_soft, dtype),
+      tf.constant(0.0, dtype),
+    )
+    return mtf.import_fully_replicated(
+      mesh, fraction, mtf.Shape([]), name="fraction_soft"
+    )
 
   def decode(self, *args, **kargs):
     """The student's decode (under scope "student").
@@ -426,39 +596,46 @@ class StudentTeacher:
         checkpoint, or a shape mismatch.
     """
     if not self.teacher_checkpoint:
-      raise ValueError("StudentTeacher.initialize: teacher_checkpoint is not "
-                       "set")
+      raise ValueError(
+        "StudentTeacher.initialize: teacher_checkpoint is not set"
+      )
     store = mtf.get_default_variable_store()
     reader = tf.train.load_checkpoint(self.teacher_checkpoint)
     shapes = reader.get_variable_to_shape_map()
     for name, var in sorted(store.masters.items()):
-      for prefix, required in (("teacher/", True),
-                               ("student/", False)):
+      for prefix, required in (("teacher/", True), ("student/", False)):
         if not name.startswith(prefix):
           continue
         if prefix == "student/" and not self.initialize_student_weights:
           continue
-        source = name[len(prefix):]
+        source = name[len(prefix) :]
         if source not in shapes:
           if required:
-            raise ValueError("StudentTeacher.initialize: %r is not in the "
-                             "teacher checkpoint %s (for %r)"
-                             % (source, self.teacher_checkpoint, name))
+            raise ValueError(
+              "StudentTeacher.initialize: %r is not in the "
+              "teacher checkpoint %s (for %r)"
+              % (source, self.teacher_checkpoint, name)
+            )
           continue
         if list(shapes[source]) != var.shape.as_list():
-          raise ValueError("StudentTeacher.initialize: %r has shape %s in the "
-                           "checkpoint but %r has %s"
-                           % (source, shapes[source], name,
-                              var.shape.as_list()))
+          raise ValueError(
+            "StudentTeacher.initialize: %r has shape %s in the "
+            "checkpoint but %r has %s"
+            % (source, shapes[source], name, var.shape.as_list())
+          )
         var.assign(tf.cast(reader.get_tensor(source), var.dtype))
 
 
 @gin.configurable(module=_GIN_MODULE)
-def make_bitransformer(input_vocab_size=gin.REQUIRED,
-                       output_vocab_size=gin.REQUIRED, layout=None,
-                       mesh_shape=None, encoder_name: str = "encoder",
-                       decoder_name: str = "decoder",
-                       bitransformer_cls=Bitransformer):
+def make_bitransformer(
+  input_vocab_size=gin.REQUIRED,
+  output_vocab_size=gin.REQUIRED,
+  layout=None,
+  mesh_shape=None,
+  encoder_name: str = "encoder",
+  decoder_name: str = "decoder",
+  bitransformer_cls=Bitransformer,
+):
   """An encoder-decoder configured by the gin scopes "encoder"/"decoder".
 
   Example (gin):
@@ -481,27 +658,42 @@ def make_bitransformer(input_vocab_size=gin.REQUIRED,
   Returns:
     A bitransformer_cls instance.
   """
-  for param, value in (("input_vocab_size", input_vocab_size),
-                       ("output_vocab_size", output_vocab_size)):
+  for param, value in (
+    ("input_vocab_size", input_vocab_size),
+    ("output_vocab_size", output_vocab_size),
+  ):
     if value is gin.REQUIRED:
       raise ValueError("make_bitransformer: parameter %r is required" % param)
   with gin.config_scope("encoder"):
     encoder = Unitransformer(
-        layer_stack=make_layer_stack(), input_vocab_size=input_vocab_size,
-        output_vocab_size=None, autoregressive=False, name=encoder_name,
-        layout=layout, mesh_shape=mesh_shape)
+      layer_stack=make_layer_stack(),
+      input_vocab_size=input_vocab_size,
+      output_vocab_size=None,
+      autoregressive=False,
+      name=encoder_name,
+      layout=layout,
+      mesh_shape=mesh_shape,
+    )
   with gin.config_scope("decoder"):
     decoder = Unitransformer(
-        layer_stack=make_layer_stack(), input_vocab_size=output_vocab_size,
-        output_vocab_size=output_vocab_size, autoregressive=True,
-        name=decoder_name, layout=layout, mesh_shape=mesh_shape)
+      layer_stack=make_layer_stack(),
+      input_vocab_size=output_vocab_size,
+      output_vocab_size=output_vocab_size,
+      autoregressive=True,
+      name=decoder_name,
+      layout=layout,
+      mesh_shape=mesh_shape,
+    )
   return bitransformer_cls(encoder, decoder)
 
 
 @gin.configurable(module=_GIN_MODULE)
-def make_bi_student_teacher(input_vocab_size=gin.REQUIRED,
-                            output_vocab_size=gin.REQUIRED, layout=None,
-                            mesh_shape=None):
+def make_bi_student_teacher(
+  input_vocab_size=gin.REQUIRED,
+  output_vocab_size=gin.REQUIRED,
+  layout=None,
+  mesh_shape=None,
+):
   """A StudentTeacher of two Bitransformers (gin scopes "student"/"teacher").
 
   Args:
@@ -517,12 +709,16 @@ def make_bi_student_teacher(input_vocab_size=gin.REQUIRED,
   """
   with gin.config_scope("student"):
     student = make_bitransformer(
-        input_vocab_size=input_vocab_size,
-        output_vocab_size=output_vocab_size, layout=layout,
-        mesh_shape=mesh_shape)
+      input_vocab_size=input_vocab_size,
+      output_vocab_size=output_vocab_size,
+      layout=layout,
+      mesh_shape=mesh_shape,
+    )
   with gin.config_scope("teacher"):
     teacher = make_bitransformer(
-        input_vocab_size=input_vocab_size,
-        output_vocab_size=output_vocab_size, layout=layout,
-        mesh_shape=mesh_shape)
+      input_vocab_size=input_vocab_size,
+      output_vocab_size=output_vocab_size,
+      layout=layout,
+      mesh_shape=mesh_shape,
+    )
   return StudentTeacher(student=student, teacher=teacher)

@@ -9,15 +9,22 @@ from transformer._src.models.bitransformer import make_bitransformer
 from transformer._src.models.layer_stack import make_layer_stack
 from transformer._src.models.unitransformer import Unitransformer
 
-MODEL_TYPES = ("bitransformer", "bi_student_teacher", "lm", "delimited_lm",
-               "aligned")
+MODEL_TYPES = (
+  "bitransformer",
+  "bi_student_teacher",
+  "lm",
+  "delimited_lm",
+  "aligned",
+)
 
 
-
-
-def build_model(model_type: str = "bitransformer",
-                input_vocab_size=gin.REQUIRED, output_vocab_size=gin.REQUIRED,
-                layout_rules=None, mesh_shape=None):
+def build_model(
+  model_type: str = "bitransformer",
+  input_vocab_size=gin.REQUIRED,
+  output_vocab_size=gin.REQUIRED,
+  layout_rules=None,
+  mesh_shape=None,
+):
   """The model of model_type, configured by gin.
 
   "bitransformer" -> make_bitransformer (gin scopes "encoder"/"decoder");
@@ -46,26 +53,35 @@ def build_model(model_type: str = "bitransformer",
     ValueError: unknown model_type or a missing vocabulary size.
   """
   if model_type not in MODEL_TYPES:
-    raise ValueError("build_model: unknown model_type %r; expected one of %s"
-                     % (model_type, list(MODEL_TYPES)))
-  for param, value in (("input_vocab_size", input_vocab_size),
-                       ("output_vocab_size", output_vocab_size)):
+    raise ValueError(
+      "build_model: unknown model_type %r; expected one of %s"
+      % (model_type, list(MODEL_TYPES))
+    )
+  for param, value in (
+    ("input_vocab_size", input_vocab_size),
+    ("output_vocab_size", output_vocab_size),
+  ):
     if value is gin.REQUIRED:
       raise ValueError("build_model: parameter %r is required" % param)
   if model_type == "bitransformer":
     return make_bitransformer(
-        input_vocab_size=input_vocab_size,
-        output_vocab_size=output_vocab_size, mesh_shape=mesh_shape,
-        layout=layout_rules)
-  if model_type == "bi_student_teacher":
-    return make_bi_student_teacher(
-        input_vocab_size=input_vocab_size,
-        output_vocab_size=output_vocab_size, mesh_shape=mesh_shape,
-        layout=layout_rules)
-  return Unitransformer(
-      layer_stack=make_layer_stack(),
       input_vocab_size=input_vocab_size,
       output_vocab_size=output_vocab_size,
-      autoregressive=model_type in ("lm", "delimited_lm"),
-      mesh_shape=mesh_shape, layout=layout_rules)
-
+      mesh_shape=mesh_shape,
+      layout=layout_rules,
+    )
+  if model_type == "bi_student_teacher":
+    return make_bi_student_teacher(
+      input_vocab_size=input_vocab_size,
+      output_vocab_size=output_vocab_size,
+      mesh_shape=mesh_shape,
+      layout=layout_rules,
+    )
+  return Unitransformer(
+    layer_stack=make_layer_stack(),
+    input_vocab_size=input_vocab_size,
+    output_vocab_size=output_vocab_size,
+    autoregressive=model_type in ("lm", "delimited_lm"),
+    mesh_shape=mesh_shape,
+    layout=layout_rules,
+  )

@@ -38,29 +38,38 @@ import gin
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
+from transformer._src.layers.context import Context
+from transformer._src.layers.context import ModeKeys
+from transformer._src.layers.context import TransformerLayer
 from transformer._src.models.bitransformer import Bitransformer
-from transformer._src.layers.context import Context, ModeKeys, TransformerLayer
 from transformer._src.models.layer_stack import LayerStack
 from transformer._src.models.layer_stack import sublayer_mask_padding
 
 __all__ = ["BitransformerFunnel", "FunnelTransformerLayerStack"]
 
 _GIN_MODULE = "mesh_tensorflow.transformer.funnel_transformer"
-_POOLING_FNS = {"mean": mtf.reduce_mean, "max": mtf.reduce_max,
-                "min": mtf.reduce_min}
+_POOLING_FNS = {
+  "mean": mtf.reduce_mean,
+  "max": mtf.reduce_max,
+  "min": mtf.reduce_min,
+}
 
 tf1 = tf.compat.v1
 
 
 def _check_int_list(name: str, value, n_blocks: int) -> list:
   if value is gin.REQUIRED:
-    raise ValueError("FunnelTransformerLayerStack: parameter %r is required"
-                     % name)
+    raise ValueError(
+      "FunnelTransformerLayerStack: parameter %r is required" % name
+    )
   value = list(value)
   if len(value) != n_blocks or any(
-      not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in value):
-    raise ValueError("FunnelTransformerLayerStack: %s must be %d positive "
-                     "ints (one per block), got %r" % (name, n_blocks, value))
+    not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in value
+  ):
+    raise ValueError(
+      "FunnelTransformerLayerStack: %s must be %d positive "
+      "ints (one per block), got %r" % (name, n_blocks, value)
+    )
   return value
 
 
@@ -84,13 +93,19 @@ class FunnelTransformerLayerStack(LayerStack):
     y = stack.call(context, x)   # x [batch, 8, d_model] -> y [batch, 4, ...]
   """
 
-  def __init__(self, layers: Sequence[TransformerLayer],
-               n_blocks: int = gin.REQUIRED,
-               block_param_size: Sequence[int] = gin.REQUIRED,
-               block_repeat_size: Sequence[int] = gin.REQUIRED,
-               pooling_size: int = 2, sublayers_initial=None,
-               sublayers_per_layer=None, sublayers_final=None,
-               pooling_type: str = "mean", n_submodules: int = 2):
+  def __init__(
+    self,
+    layers: Sequence[TransformerLayer],
+    n_blocks: int = gin.REQUIRED,
+    block_param_size: Sequence[int] = gin.REQUIRED,
+    block_repeat_size: Sequence[int] = gin.REQUIRED,
+    pooling_size: int = 2,
+    sublayers_initial=None,
+    sublayers_per_layer=None,
+    sublayers_final=None,
+    pooling_type: str = "mean",
+    n_submodules: int = 2,
+  ):
     """Creates the stack.
 
     Args:
@@ -102,8 +117,9 @@ class FunnelTransformerLayerStack(LayerStack):
         with their own weights.
       block_repeat_size: per block, how often its layers are applied.
       pooling_size: the pooling window (and stride) along "length".
-      sublayers_initial, sublayers_per_layer, sublayers_final: as in
-        LayerStack.
+      sublayers_initial: as in LayerStack (applied once before the layers).
+      sublayers_per_layer: as in LayerStack (around each layer).
+      sublayers_final: as in LayerStack (applied once after the layers).
       pooling_type: "mean", "max" or "min".
       n_submodules: TransformerLayers per layer (2: attention + feed-forward).
 
@@ -111,41 +127,54 @@ class FunnelTransformerLayerStack(LayerStack):
       ValueError: naming the parameter, for inconsistent sizes or an unknown
         pooling_type.
     """
-    super().__init__(layers, sublayers_initial=sublayers_initial,
-                     sublayers_per_layer=sublayers_per_layer,
-                     sublayers_final=sublayers_final)
+    super().__init__(
+      layers,
+      sublayers_initial=sublayers_initial,
+      sublayers_per_layer=sublayers_per_layer,
+      sublayers_final=sublayers_final,
+    )
     if n_blocks is gin.REQUIRED:
-      raise ValueError("FunnelTransformerLayerStack: parameter 'n_blocks' is "
-                       "required")
+      raise ValueError(
+        "FunnelTransformerLayerStack: parameter 'n_blocks' is required"
+      )
     if not isinstance(n_blocks, int) or n_blocks < 1:
-      raise ValueError("FunnelTransformerLayerStack: n_blocks must be a "
-                       "positive int, got %r" % (n_blocks,))
+      raise ValueError(
+        "FunnelTransformerLayerStack: n_blocks must be a "
+        "positive int, got %r" % (n_blocks,)
+      )
     self.n_blocks = n_blocks
-    self.block_param_size = _check_int_list("block_param_size",
-                                            block_param_size, n_blocks)
-    self.block_repeat_size = _check_int_list("block_repeat_size",
-                                             block_repeat_size, n_blocks)
+    self.block_param_size = _check_int_list(
+      "block_param_size", block_param_size, n_blocks
+    )
+    self.block_repeat_size = _check_int_list(
+      "block_repeat_size", block_repeat_size, n_blocks
+    )
     if not isinstance(pooling_size, int) or pooling_size < 1:
-      raise ValueError("FunnelTransformerLayerStack: pooling_size must be a "
-                       "positive int, got %r" % (pooling_size,))
+      raise ValueError(
+        "FunnelTransformerLayerStack: pooling_size must be a "
+        "positive int, got %r" % (pooling_size,)
+      )
     self.pooling_size = pooling_size
     if pooling_type not in _POOLING_FNS:
-      raise ValueError("FunnelTransformerLayerStack: unknown pooling_type %r; "
-                       "expected one of %s"
-                       % (pooling_type, sorted(_POOLING_FNS)))
+      raise ValueError(
+        "FunnelTransformerLayerStack: unknown pooling_type %r; "
+        "expected one of %s" % (pooling_type, sorted(_POOLING_FNS))
+      )
     self.pooling_type = pooling_type
     if not isinstance(n_submodules, int) or n_submodules < 1:
-      raise ValueError("FunnelTransformerLayerStack: n_submodules must be a "
-                       "positive int, got %r" % (n_submodules,))
+      raise ValueError(
+        "FunnelTransformerLayerStack: n_submodules must be a "
+        "positive int, got %r" % (n_submodules,)
+      )
     self.n_submodules = n_submodules
     self._context = None
     expected = sum(self.block_param_size) * n_submodules
     if len(self._layers) != expected:
       raise ValueError(
-          "FunnelTransformerLayerStack: got %d layers but block_param_size %s "
-          "with n_submodules=%d needs %d"
-          % (len(self._layers), self.block_param_size, n_submodules,
-             expected))
+        "FunnelTransformerLayerStack: got %d layers but block_param_size %s "
+        "with n_submodules=%d needs %d"
+        % (len(self._layers), self.block_param_size, n_submodules, expected)
+      )
 
   @property
   def pooling_fn(self):
@@ -167,8 +196,7 @@ class FunnelTransformerLayerStack(LayerStack):
     Returns:
       x with length_dim shrunk by a factor of pooling_size.
     """
-    return mtf.pool_tensor_1d(x, length_dim, self.pooling_fn,
-                              self.pooling_size)
+    return mtf.pool_tensor_1d(x, length_dim, self.pooling_fn, self.pooling_size)
 
   @property
   def context(self) -> Optional[Context]:
@@ -183,8 +211,9 @@ class FunnelTransformerLayerStack(LayerStack):
     """
     self._context = context
 
-  def update_context(self, context: Context, x: mtf.Tensor,
-                     pool_dim_name: str) -> None:
+  def update_context(
+    self, context: Context, x: mtf.Tensor, pool_dim_name: str
+  ) -> None:
     """Switches context to the pooled sequence x.
 
     The positions become 0..pooled_length-1 (the first positions, so a
@@ -199,15 +228,21 @@ class FunnelTransformerLayerStack(LayerStack):
     """
     length_dim = context.length_dim
     pooled_dim = x.shape.get_dim_by_name(pool_dim_name)
-    context.position = mtf.slice(context.get_position(), begin=0,
-                                 size=pooled_dim.size,
-                                 slice_dim_name=pool_dim_name)
+    context.position = mtf.slice(
+      context.get_position(),
+      begin=0,
+      size=pooled_dim.size,
+      slice_dim_name=pool_dim_name,
+    )
     context.position_is_default = False
     for name in ("sequence_id", "subsequence_id", "inputs"):
       value = getattr(context, name)
       if isinstance(value, mtf.Tensor) and length_dim in value.shape.dims:
-        setattr(context, name, mtf.stride_tensor_1d(value, length_dim,
-                                                    self.pooling_size))
+        setattr(
+          context,
+          name,
+          mtf.stride_tensor_1d(value, length_dim, self.pooling_size),
+        )
     context.length_dim = pooled_dim
 
   def call(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
@@ -224,24 +259,33 @@ class FunnelTransformerLayerStack(LayerStack):
         positions), or if the length does not divide into pools.
     """
     if context.mode in ("first_part", "incremental"):
-      raise ValueError("FunnelTransformerLayerStack does not support mode %r "
-                       "(pooling mixes positions; use it in encoders)"
-                       % context.mode)
+      raise ValueError(
+        "FunnelTransformerLayerStack does not support mode %r "
+        "(pooling mixes positions; use it in encoders)" % context.mode
+      )
     if context.read_priority is not None or context.write_priority is not None:
-      raise ValueError("FunnelTransformerLayerStack: causal attention "
-                       "(context.read_priority) is not supported; pooling "
-                       "mixes positions, so use it in non-autoregressive "
-                       "towers")
+      raise ValueError(
+        "FunnelTransformerLayerStack: causal attention "
+        "(context.read_priority) is not supported; pooling "
+        "mixes positions, so use it in non-autoregressive "
+        "towers"
+      )
     if self.n_blocks > 1 and context.length_dim.size % self.total_pooling_size:
       raise ValueError(
-          "FunnelTransformerLayerStack: dimension %s does not divide into "
-          "pools of size %d (pooling_size %d, %d blocks)"
-          % (context.length_dim, self.total_pooling_size, self.pooling_size,
-             self.n_blocks))
+        "FunnelTransformerLayerStack: dimension %s does not divide into "
+        "pools of size %d (pooling_size %d, %d blocks)"
+        % (
+          context.length_dim,
+          self.total_pooling_size,
+          self.pooling_size,
+          self.n_blocks,
+        )
+      )
     x = self._call_sublayers(self._sublayers_initial, x, context)
     self._record(context, x)
-    num_calls = sum(p * r for p, r in zip(self.block_param_size,
-                                          self.block_repeat_size))
+    num_calls = sum(
+      p * r for p, r in zip(self.block_param_size, self.block_repeat_size)
+    )
     num_calls *= self.n_submodules
     calls = 0
     start = 0
@@ -251,8 +295,10 @@ class FunnelTransformerLayerStack(LayerStack):
         for repeat in range(self.block_repeat_size[block]):
           for sub in range(self.n_submodules):
             layer = self._layers[first + sub]
-            layer.set_name("funnel_block_%03d/param_idx_%03d/submodule_%03d"
-                           % (block, param, sub))
+            layer.set_name(
+              "funnel_block_%03d/param_idx_%03d/submodule_%03d"
+              % (block, param, sub)
+            )
             with tf1.variable_scope(layer.name):
               x = self._layer_fn(x, layer, context)
             if block > 0 and param == 0 and repeat == 0 and sub == 0:
@@ -270,15 +316,15 @@ class FunnelTransformerLayerStack(LayerStack):
     return x
 
 
-def _pool_to_length(ids, length_dim: mtf.Dimension,
-                    pooled_dim: mtf.Dimension):
+def _pool_to_length(ids, length_dim: mtf.Dimension, pooled_dim: mtf.Dimension):
   """ids along length_dim strided to pooled_dim (each window's first id)."""
   if not isinstance(ids, mtf.Tensor) or pooled_dim.size == length_dim.size:
     return ids
   if length_dim.size % pooled_dim.size:
-    raise ValueError("BitransformerFunnel: the encoder output length %s does "
-                     "not divide the input length %s" % (pooled_dim,
-                                                         length_dim))
+    raise ValueError(
+      "BitransformerFunnel: the encoder output length %s does "
+      "not divide the input length %s" % (pooled_dim, length_dim)
+    )
   factor = length_dim.size // pooled_dim.size
   return mtf.stride_tensor_1d(ids, length_dim, factor)
 
@@ -293,40 +339,72 @@ class BitransformerFunnel(Bitransformer):
   first entry) to that length.
   """
 
-  def _encode(self, inputs: mtf.Tensor, compute_loss: bool, mode,
-              variable_dtype, encoder_sequence_id, encoder_position,
-              num_microbatches: int):
+  def _encode(
+    self,
+    inputs: mtf.Tensor,
+    compute_loss: bool,
+    mode,
+    variable_dtype,
+    encoder_sequence_id,
+    encoder_position,
+    num_microbatches: int,
+  ):
     """(encoder output, its sequence ids, encoder ids, shared params,
-    encoder layer outputs, encoder loss), all at the pooled length."""
-    (encoder_output, encoder_sequence_id, shared_params,
-     encoder_layer_outputs, encoder_loss) = self._run_encoder(
-         inputs, compute_loss, mode, variable_dtype, encoder_sequence_id,
-         encoder_position, num_microbatches)
+    encoder layer outputs, encoder loss), all at the pooled length.
+    """
+    (
+      encoder_output,
+      encoder_sequence_id,
+      shared_params,
+      encoder_layer_outputs,
+      encoder_loss,
+    ) = self._run_encoder(
+      inputs,
+      compute_loss,
+      mode,
+      variable_dtype,
+      encoder_sequence_id,
+      encoder_position,
+      num_microbatches,
+    )
     length_dim = inputs.shape.dims[-1]
     if length_dim.name not in encoder_output.shape.dimension_names:
-      raise ValueError("BitransformerFunnel: the encoder output %s has no %r "
-                       "dimension" % (encoder_output.shape.to_string,
-                                      length_dim.name))
+      raise ValueError(
+        "BitransformerFunnel: the encoder output %s has no %r "
+        "dimension" % (encoder_output.shape.to_string, length_dim.name)
+      )
     pooled_dim = encoder_output.shape.get_dim_by_name(length_dim.name)
-    encoder_sequence_id = _pool_to_length(encoder_sequence_id, length_dim,
-                                          pooled_dim)
+    encoder_sequence_id = _pool_to_length(
+      encoder_sequence_id, length_dim, pooled_dim
+    )
     encoder_inputs = _pool_to_length(inputs, length_dim, pooled_dim)
     rename = mtf.layers.rename_length_to_memory_length
     encoder_output = rename(encoder_output, length_dim.name)
     if isinstance(encoder_sequence_id, mtf.Tensor):
       encoder_sequence_id = rename(encoder_sequence_id, length_dim.name)
     encoder_inputs = rename(encoder_inputs, length_dim.name)
-    return (encoder_output, encoder_sequence_id, encoder_inputs,
-            shared_params, encoder_layer_outputs, encoder_loss)
+    return (
+      encoder_output,
+      encoder_sequence_id,
+      encoder_inputs,
+      shared_params,
+      encoder_layer_outputs,
+      encoder_loss,
+    )
 
   @gin.configurable(module="BitransformerFunnel")
-  def decode(self, inputs: mtf.Tensor,
-             variable_dtype=mtf.VariableDType(tf.float32),
-             beam_size: int = 1, alpha: float = 0.6, temperature=0.0,
-             sampling_keep_top_k: int = -1,
-             decode_length_multiplier: float = 1.5,
-             decode_length_constant: int = 10,
-             max_decode_length: Optional[int] = None) -> mtf.Tensor:
+  def decode(
+    self,
+    inputs: mtf.Tensor,
+    variable_dtype=mtf.VariableDType(tf.float32),
+    beam_size: int = 1,
+    alpha: float = 0.6,
+    temperature=0.0,
+    sampling_keep_top_k: int = -1,
+    decode_length_multiplier: float = 1.5,
+    decode_length_constant: int = 10,
+    max_decode_length: Optional[int] = None,
+  ) -> mtf.Tensor:
     """As Bitransformer.decode, with a pooled encoder output.
 
     Args:
@@ -346,7 +424,16 @@ class BitransformerFunnel(Bitransformer):
       int ids [batch..., length] of the decoded targets.
     """
     return self._decode_encoded(
-        inputs, self._encode(inputs, False, ModeKeys.PREDICT, variable_dtype,
-                             None, None, 1)[:5],
-        variable_dtype, beam_size, alpha, temperature, sampling_keep_top_k,
-        decode_length_multiplier, decode_length_constant, max_decode_length)
+      inputs,
+      self._encode(
+        inputs, False, ModeKeys.PREDICT, variable_dtype, None, None, 1
+      )[:5],
+      variable_dtype,
+      beam_size,
+      alpha,
+      temperature,
+      sampling_keep_top_k,
+      decode_length_multiplier,
+      decode_length_constant,
+      max_decode_length,
+    )

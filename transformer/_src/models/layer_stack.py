@@ -22,28 +22,29 @@ import gin
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from transformer._src.layers.context import Context, TransformerLayer
+from transformer._src.layers.context import Context
+from transformer._src.layers.context import TransformerLayer
 
 tf1 = tf.compat.v1
 
 __all__ = [
-    "LayerStack",
-    "ReversibleLayerStack",
-    "make_layer_stack",
-    "sublayer_annealed_dropout",
-    "sublayer_call_layer",
-    "sublayer_clip_activation_gradient",
-    "sublayer_dropout",
-    "sublayer_legacy_dropout",
-    "sublayer_legacy_final_rms_norm",
-    "sublayer_legacy_rms_norm",
-    "sublayer_mask_padding",
-    "sublayer_residual",
-    "sublayer_rezero",
-    "sublayer_rms_norm",
-    "sublayer_rms_norm_subsampled",
-    "sublayer_scale_norm",
-    "sublayer_true_layer_norm",
+  "LayerStack",
+  "ReversibleLayerStack",
+  "make_layer_stack",
+  "sublayer_annealed_dropout",
+  "sublayer_call_layer",
+  "sublayer_clip_activation_gradient",
+  "sublayer_dropout",
+  "sublayer_legacy_dropout",
+  "sublayer_legacy_final_rms_norm",
+  "sublayer_legacy_rms_norm",
+  "sublayer_mask_padding",
+  "sublayer_residual",
+  "sublayer_rezero",
+  "sublayer_rms_norm",
+  "sublayer_rms_norm_subsampled",
+  "sublayer_scale_norm",
+  "sublayer_true_layer_norm",
 ]
 
 _GIN_MODULE = "mesh_tensorflow.transformer.transformer"
@@ -60,8 +61,9 @@ def _ensemble_dims(context: Context) -> List[mtf.Dimension]:
 
 
 @gin.configurable(module=_GIN_MODULE)
-def sublayer_mask_padding(x: mtf.Tensor, layer_stack, context: Context
-                          ) -> mtf.Tensor:
+def sublayer_mask_padding(
+  x: mtf.Tensor, layer_stack, context: Context
+) -> mtf.Tensor:
   """Zeroes padding positions (sequence_id == 0) so no value leaks from them.
 
   Args:
@@ -74,14 +76,16 @@ def sublayer_mask_padding(x: mtf.Tensor, layer_stack, context: Context
   """
   del layer_stack
   if isinstance(context.sequence_id, mtf.Tensor):
-    return x * mtf.cast(mtf.not_equal(context.sequence_id, 0),
-                        context.activation_dtype)
+    return x * mtf.cast(
+      mtf.not_equal(context.sequence_id, 0), context.activation_dtype
+    )
   return x
 
 
 @gin.configurable(module=_GIN_MODULE)
-def sublayer_call_layer(x: mtf.Tensor, layer_stack, context: Context
-                        ) -> mtf.Tensor:
+def sublayer_call_layer(
+  x: mtf.Tensor, layer_stack, context: Context
+) -> mtf.Tensor:
   """Calls context.current_layer on x (padding masked first).
 
   Variables of the layer are created under `<layer name>/<ClassName>/`.
@@ -100,22 +104,32 @@ def sublayer_call_layer(x: mtf.Tensor, layer_stack, context: Context
     return layer.call(context, x)
 
 
-def _rms_normalize(x: mtf.Tensor, context: Context, epsilon: float,
-                   variance_of: Optional[mtf.Tensor] = None) -> mtf.Tensor:
+def _rms_normalize(
+  x: mtf.Tensor,
+  context: Context,
+  epsilon: float,
+  variance_of: Optional[mtf.Tensor] = None,
+) -> mtf.Tensor:
   model_dim = context.model.model_dim
   source = x if variance_of is None else variance_of
   reduced = [d for d in source.shape.dims if d.name == model_dim.name]
   if not reduced:
-    raise ValueError("rms norm: the input %s has no %r dimension"
-                     % (x.shape.to_string, model_dim.name))
+    raise ValueError(
+      "rms norm: the input %s has no %r dimension"
+      % (x.shape.to_string, model_dim.name)
+    )
   variance = mtf.reduce_mean(mtf.square(source), reduced_dim=reduced[0])
   return x * mtf.rsqrt(variance + epsilon)
 
 
 @gin.configurable(module=_GIN_MODULE)
-def sublayer_rms_norm(x: mtf.Tensor, layer_stack, context: Context,
-                      epsilon: float = 1e-6, name: str = "rms_norm"
-                      ) -> mtf.Tensor:
+def sublayer_rms_norm(
+  x: mtf.Tensor,
+  layer_stack,
+  context: Context,
+  epsilon: float = 1e-6,
+  name: str = "rms_norm",
+) -> mtf.Tensor:
   """RMS norm over d_model: x * rsqrt(mean(x^2) + epsilon) * scale.
 
   Variable `<name>/scale` [ensemble..., d_model], initialised to ones. No mean
@@ -135,14 +149,19 @@ def sublayer_rms_norm(x: mtf.Tensor, layer_stack, context: Context,
   model_dim = context.model.model_dim
   with tf1.variable_scope(name):
     scale = mtf.get_variable(
-        context.mesh, "scale", mtf.Shape(_ensemble_dims(context) + [model_dim]),
-        initializer=tf1.ones_initializer(), dtype=context.variable_dtype)
+      context.mesh,
+      "scale",
+      mtf.Shape(_ensemble_dims(context) + [model_dim]),
+      initializer=tf1.ones_initializer(),
+      dtype=context.variable_dtype,
+    )
   return _rms_normalize(x, context, epsilon) * scale
 
 
 @gin.configurable(module=_GIN_MODULE)
-def sublayer_legacy_rms_norm(x: mtf.Tensor, layer_stack, context: Context
-                             ) -> mtf.Tensor:
+def sublayer_legacy_rms_norm(
+  x: mtf.Tensor, layer_stack, context: Context
+) -> mtf.Tensor:
   """RMS norm with the legacy scope "layer_norm" and layer_stack.norm_epsilon.
 
   Args:
@@ -153,13 +172,15 @@ def sublayer_legacy_rms_norm(x: mtf.Tensor, layer_stack, context: Context
   Returns:
     The new activations, shaped as x.
   """
-  return sublayer_rms_norm(x, layer_stack, context,
-                           epsilon=layer_stack.norm_epsilon, name="layer_norm")
+  return sublayer_rms_norm(
+    x, layer_stack, context, epsilon=layer_stack.norm_epsilon, name="layer_norm"
+  )
 
 
 @gin.configurable(module=_GIN_MODULE)
-def sublayer_legacy_final_rms_norm(x: mtf.Tensor, layer_stack,
-                                   context: Context) -> mtf.Tensor:
+def sublayer_legacy_final_rms_norm(
+  x: mtf.Tensor, layer_stack, context: Context
+) -> mtf.Tensor:
   """The final RMS norm under the legacy scope "final_layer_norm".
 
   Args:
@@ -170,15 +191,23 @@ def sublayer_legacy_final_rms_norm(x: mtf.Tensor, layer_stack,
   Returns:
     The new activations, shaped as x.
   """
-  return sublayer_rms_norm(x, layer_stack, context,
-                           epsilon=layer_stack.norm_epsilon,
-                           name="final_layer_norm")
+  return sublayer_rms_norm(
+    x,
+    layer_stack,
+    context,
+    epsilon=layer_stack.norm_epsilon,
+    name="final_layer_norm",
+  )
 
 
 @gin.configurable(module=_GIN_MODULE)
-def sublayer_rms_norm_subsampled(x: mtf.Tensor, layer_stack, context: Context,
-                                 percentage: float = 100.0,
-                                 epsilon: float = 1e-6) -> mtf.Tensor:
+def sublayer_rms_norm_subsampled(
+  x: mtf.Tensor,
+  layer_stack,
+  context: Context,
+  percentage: float = 100.0,
+  epsilon: float = 1e-6,
+) -> mtf.Tensor:
   """RMS norm whose variance uses only the first `percentage`% of d_model.
 
   Variable `layer_norm_subsampled/scale` [ensemble..., d_model].
@@ -198,13 +227,19 @@ def sublayer_rms_norm_subsampled(x: mtf.Tensor, layer_stack, context: Context,
   """
   del layer_stack
   if not 0.0 < percentage <= 100.0:
-    raise ValueError("sublayer_rms_norm_subsampled: percentage must be in "
-                     "(0, 100], got %r" % (percentage,))
+    raise ValueError(
+      "sublayer_rms_norm_subsampled: percentage must be in "
+      "(0, 100], got %r" % (percentage,)
+    )
   model_dim = context.model.model_dim
   with tf1.variable_scope("layer_norm_subsampled"):
     scale = mtf.get_variable(
-        context.mesh, "scale", mtf.Shape(_ensemble_dims(context) + [model_dim]),
-        initializer=tf1.ones_initializer(), dtype=context.variable_dtype)
+      context.mesh,
+      "scale",
+      mtf.Shape(_ensemble_dims(context) + [model_dim]),
+      initializer=tf1.ones_initializer(),
+      dtype=context.variable_dtype,
+    )
   size = max(1, int(math.ceil(model_dim.size * percentage / 100.0)))
   subsampled = x
   if size < model_dim.size:
@@ -213,9 +248,13 @@ def sublayer_rms_norm_subsampled(x: mtf.Tensor, layer_stack, context: Context,
 
 
 @gin.configurable(module=_GIN_MODULE)
-def sublayer_scale_norm(x: mtf.Tensor, layer_stack, context: Context,
-                        epsilon: float = 1e-6, name: str = "scale_norm"
-                        ) -> mtf.Tensor:
+def sublayer_scale_norm(
+  x: mtf.Tensor,
+  layer_stack,
+  context: Context,
+  epsilon: float = 1e-6,
+  name: str = "scale_norm",
+) -> mtf.Tensor:
   """ScaleNorm: RMS norm with one learned scalar (per ensemble member).
 
   Variable `<name>/scale` of shape [ensemble...] (a scalar), ones.
@@ -233,14 +272,19 @@ def sublayer_scale_norm(x: mtf.Tensor, layer_stack, context: Context,
   del layer_stack
   with tf1.variable_scope(name):
     scale = mtf.get_variable(
-        context.mesh, "scale", mtf.Shape(_ensemble_dims(context)),
-        initializer=tf1.ones_initializer(), dtype=context.variable_dtype)
+      context.mesh,
+      "scale",
+      mtf.Shape(_ensemble_dims(context)),
+      initializer=tf1.ones_initializer(),
+      dtype=context.variable_dtype,
+    )
   return _rms_normalize(x, context, epsilon) * scale
 
 
 @gin.configurable(module=_GIN_MODULE)
-def sublayer_residual(x: mtf.Tensor, layer_stack, context: Context
-                      ) -> mtf.Tensor:
+def sublayer_residual(
+  x: mtf.Tensor, layer_stack, context: Context
+) -> mtf.Tensor:
   """Adds the layer's input: x + context.current_layer_input.
 
   Args:
@@ -261,8 +305,9 @@ def _dropout_noise_shape(x: mtf.Tensor, context: Context) -> mtf.Shape:
 
 
 @gin.configurable(module=_GIN_MODULE)
-def sublayer_dropout(x: mtf.Tensor, layer_stack, context: Context,
-                     dropout_rate: float = 0.0) -> mtf.Tensor:
+def sublayer_dropout(
+  x: mtf.Tensor, layer_stack, context: Context, dropout_rate: float = 0.0
+) -> mtf.Tensor:
   """Dropout in training, with the mask broadcast over the length dim.
 
   Args:
@@ -276,14 +321,19 @@ def sublayer_dropout(x: mtf.Tensor, layer_stack, context: Context,
   """
   del layer_stack
   if context.train and dropout_rate > 0:
-    return mtf.dropout(x, context.train, rate=dropout_rate,
-                       noise_shape=_dropout_noise_shape(x, context))
+    return mtf.dropout(
+      x,
+      context.train,
+      rate=dropout_rate,
+      noise_shape=_dropout_noise_shape(x, context),
+    )
   return x
 
 
 @gin.configurable(module=_GIN_MODULE)
-def sublayer_legacy_dropout(x: mtf.Tensor, layer_stack, context: Context
-                            ) -> mtf.Tensor:
+def sublayer_legacy_dropout(
+  x: mtf.Tensor, layer_stack, context: Context
+) -> mtf.Tensor:
   """Dropout at layer_stack.dropout_rate (legacy mode).
 
   Args:
@@ -294,15 +344,20 @@ def sublayer_legacy_dropout(x: mtf.Tensor, layer_stack, context: Context
   Returns:
     The new activations, shaped as x.
   """
-  return sublayer_dropout(x, layer_stack, context,
-                          dropout_rate=layer_stack.dropout_rate)
+  return sublayer_dropout(
+    x, layer_stack, context, dropout_rate=layer_stack.dropout_rate
+  )
 
 
 @gin.configurable(module=_GIN_MODULE)
-def sublayer_annealed_dropout(x: mtf.Tensor, layer_stack, context: Context,
-                              init_dropout_rate: float = 0.0,
-                              start_step: Optional[int] = None,
-                              end_step: Optional[int] = None) -> mtf.Tensor:
+def sublayer_annealed_dropout(
+  x: mtf.Tensor,
+  layer_stack,
+  context: Context,
+  init_dropout_rate: float = 0.0,
+  start_step: Optional[int] = None,
+  end_step: Optional[int] = None,
+) -> mtf.Tensor:
   """Dropout whose rate falls linearly to 0 between start_step and end_step.
 
   Args:
@@ -323,18 +378,25 @@ def sublayer_annealed_dropout(x: mtf.Tensor, layer_stack, context: Context,
   del layer_stack
   if context.train and init_dropout_rate > 0:
     if start_step is None or end_step is None:
-      raise ValueError("sublayer_annealed_dropout: start_step and end_step "
-                       "are required when init_dropout_rate > 0")
+      raise ValueError(
+        "sublayer_annealed_dropout: start_step and end_step "
+        "are required when init_dropout_rate > 0"
+      )
     return mtf.layers.annealed_dropout(
-        x, context.train, start_step, end_step, init_rate=init_dropout_rate,
-        noise_shape=_dropout_noise_shape(x, context))
+      x,
+      context.train,
+      start_step,
+      end_step,
+      init_rate=init_dropout_rate,
+      noise_shape=_dropout_noise_shape(x, context),
+    )
   return x
 
 
 @gin.configurable(module=_GIN_MODULE)
-def sublayer_clip_activation_gradient(x: mtf.Tensor, layer_stack,
-                                      context: Context, rms_norm: float = 1.0
-                                      ) -> mtf.Tensor:
+def sublayer_clip_activation_gradient(
+  x: mtf.Tensor, layer_stack, context: Context, rms_norm: float = 1.0
+) -> mtf.Tensor:
   """Identity whose gradient is clipped to RMS norm <= rms_norm.
 
   Args:
@@ -351,8 +413,9 @@ def sublayer_clip_activation_gradient(x: mtf.Tensor, layer_stack,
 
 
 @gin.configurable(module=_GIN_MODULE)
-def sublayer_rezero(x: mtf.Tensor, layer_stack, context: Context,
-                    initial_value: float = 0.0) -> mtf.Tensor:
+def sublayer_rezero(
+  x: mtf.Tensor, layer_stack, context: Context, initial_value: float = 0.0
+) -> mtf.Tensor:
   """ReZero: x times the scalar variable `rezero_weight` (initial_value).
 
   Args:
@@ -366,15 +429,19 @@ def sublayer_rezero(x: mtf.Tensor, layer_stack, context: Context,
   """
   del layer_stack
   weight = mtf.get_variable(
-      context.mesh, "rezero_weight", mtf.Shape(_ensemble_dims(context)),
-      initializer=tf1.constant_initializer(initial_value),
-      dtype=context.variable_dtype)
+    context.mesh,
+    "rezero_weight",
+    mtf.Shape(_ensemble_dims(context)),
+    initializer=tf1.constant_initializer(initial_value),
+    dtype=context.variable_dtype,
+  )
   return x * weight
 
 
 @gin.configurable(module=_GIN_MODULE)
-def sublayer_true_layer_norm(x: mtf.Tensor, layer_stack, context: Context,
-                             epsilon: float = 1e-6) -> mtf.Tensor:
+def sublayer_true_layer_norm(
+  x: mtf.Tensor, layer_stack, context: Context, epsilon: float = 1e-6
+) -> mtf.Tensor:
   """Standard layer norm (mean and variance, scale and bias) over d_model.
 
   Variables `true_layer_norm/layer_norm/layer_norm_{scale,bias}`.
@@ -389,18 +456,21 @@ def sublayer_true_layer_norm(x: mtf.Tensor, layer_stack, context: Context,
     The new activations, shaped as x.
   """
   del layer_stack
-  return mtf.layers.layer_norm(x, context.model.model_dim, epsilon=epsilon,
-                               name="true_layer_norm")
+  return mtf.layers.layer_norm(
+    x, context.model.model_dim, epsilon=epsilon, name="true_layer_norm"
+  )
 
 
 # ----------------------------------------------------------------------------
 # Rematerialisation.
 
 
-def _recompute_grad(fn: Callable[[mtf.Tensor], mtf.Tensor], x: mtf.Tensor,
-                    context: Context) -> mtf.Tensor:
+def _recompute_grad(
+  fn: Callable[[mtf.Tensor], mtf.Tensor], x: mtf.Tensor, context: Context
+) -> mtf.Tensor:
   """fn(x) under mtf.recompute_grad; aux losses fn appends to context.losses
-  become outputs of the recomputed block (so they stay differentiable)."""
+  become outputs of the recomputed block (so they stay differentiable).
+  """
   losses = context.losses
 
   def fn_and_losses(x):
@@ -411,6 +481,7 @@ def _recompute_grad(fn: Callable[[mtf.Tensor], mtf.Tensor], x: mtf.Tensor,
     new_losses = losses[num_losses:]
     del losses[num_losses:]
     return [y] + new_losses
+
   outputs = mtf.recompute_grad(fn_and_losses, [x])
   if losses is not None:
     losses.extend(outputs[1:])
@@ -439,13 +510,16 @@ class LayerStack(TransformerLayer):
     y = stack.call(context, x)
   """
 
-  def __init__(self, layers: Sequence[TransformerLayer],
-               sublayers_initial: Optional[Sequence[Sublayer]] = None,
-               sublayers_per_layer: Optional[Sequence[Sublayer]] = None,
-               sublayers_final: Optional[Sequence[Sublayer]] = None,
-               dropout_rate: Optional[float] = None,
-               norm_epsilon: Optional[float] = None,
-               recompute_grads: bool = False):
+  def __init__(
+    self,
+    layers: Sequence[TransformerLayer],
+    sublayers_initial: Optional[Sequence[Sublayer]] = None,
+    sublayers_per_layer: Optional[Sequence[Sublayer]] = None,
+    sublayers_final: Optional[Sequence[Sublayer]] = None,
+    dropout_rate: Optional[float] = None,
+    norm_epsilon: Optional[float] = None,
+    recompute_grads: bool = False,
+  ):
     """Stores the layers and sublayers.
 
     Args:
@@ -473,30 +547,48 @@ class LayerStack(TransformerLayer):
     self._norm_epsilon = norm_epsilon
     if (dropout_rate is None) != (norm_epsilon is None):
       raise ValueError(
-          "LayerStack: dropout_rate (%r) and norm_epsilon (%r) must both be "
-          "given (legacy mode) or both be None" % (dropout_rate, norm_epsilon))
+        "LayerStack: dropout_rate (%r) and norm_epsilon (%r) must both be "
+        "given (legacy mode) or both be None" % (dropout_rate, norm_epsilon)
+      )
     if dropout_rate is not None:
-      if any(s is not None for s in (sublayers_initial, sublayers_per_layer,
-                                     sublayers_final)):
-        logging.warning("LayerStack legacy mode (dropout_rate, norm_epsilon) "
-                        "ignores the given sublayers")
+      if any(
+        s is not None
+        for s in (sublayers_initial, sublayers_per_layer, sublayers_final)
+      ):
+        logging.warning(
+          "LayerStack legacy mode (dropout_rate, norm_epsilon) "
+          "ignores the given sublayers"
+        )
       self._sublayers_initial = [sublayer_legacy_dropout]
-      self._sublayers_per_layer = [sublayer_legacy_rms_norm,
-                                   sublayer_call_layer,
-                                   sublayer_legacy_dropout, sublayer_residual]
-      self._sublayers_final = [sublayer_legacy_final_rms_norm,
-                               sublayer_legacy_dropout]
+      self._sublayers_per_layer = [
+        sublayer_legacy_rms_norm,
+        sublayer_call_layer,
+        sublayer_legacy_dropout,
+        sublayer_residual,
+      ]
+      self._sublayers_final = [
+        sublayer_legacy_final_rms_norm,
+        sublayer_legacy_dropout,
+      ]
     else:
       self._sublayers_initial = list(
-          [sublayer_dropout] if sublayers_initial is None
-          else sublayers_initial)
+        [sublayer_dropout] if sublayers_initial is None else sublayers_initial
+      )
       self._sublayers_per_layer = list(
-          [sublayer_rms_norm, sublayer_call_layer, sublayer_dropout,
-           sublayer_residual] if sublayers_per_layer is None
-          else sublayers_per_layer)
+        [
+          sublayer_rms_norm,
+          sublayer_call_layer,
+          sublayer_dropout,
+          sublayer_residual,
+        ]
+        if sublayers_per_layer is None
+        else sublayers_per_layer
+      )
       self._sublayers_final = list(
-          [sublayer_rms_norm, sublayer_dropout] if sublayers_final is None
-          else sublayers_final)
+        [sublayer_rms_norm, sublayer_dropout]
+        if sublayers_final is None
+        else sublayers_final
+      )
 
   @property
   def layers(self) -> List[TransformerLayer]:
@@ -538,22 +630,29 @@ class LayerStack(TransformerLayer):
     """The final sublayer functions (a copy)."""
     return list(self._sublayers_final)
 
-  def _call_sublayers(self, sublayers, x: mtf.Tensor,
-                      context: Context) -> mtf.Tensor:
+  def _call_sublayers(
+    self, sublayers, x: mtf.Tensor, context: Context
+  ) -> mtf.Tensor:
     for sublayer in sublayers:
       x = sublayer(x, self, context)
     return x
 
-  def _layer_fn(self, x: mtf.Tensor, layer: TransformerLayer,
-                context: Context) -> mtf.Tensor:
+  def _layer_fn(
+    self, x: mtf.Tensor, layer: TransformerLayer, context: Context
+  ) -> mtf.Tensor:
     context.current_layer = layer
     context.current_layer_input = x
     y = self._call_sublayers(self._sublayers_per_layer, x, context)
     if y.shape != x.shape:
       raise ValueError(
-          "layer %s (%s) returned shape %s for an input of shape %s"
-          % (layer.name, type(layer).__name__, y.shape.to_string,
-             x.shape.to_string))
+        "layer %s (%s) returned shape %s for an input of shape %s"
+        % (
+          layer.name,
+          type(layer).__name__,
+          y.shape.to_string,
+          x.shape.to_string,
+        )
+      )
     return y
 
   @staticmethod
@@ -572,8 +671,10 @@ class LayerStack(TransformerLayer):
     for lnum, layer in enumerate(self._layers):
       with tf1.variable_scope(layer.name or ""):
         if self._recompute_grads:
+
           def fn(x, layer=layer):
             return self._layer_fn(x, layer, context)
+
           x = _recompute_grad(fn, x, context)
         else:
           x = self._layer_fn(x, layer, context)
@@ -607,14 +708,22 @@ class ReversibleLayerStack(LayerStack):
     x1, x1_backwards, x2, x2_backwards = x, None, x, None
     for lnum, layer in enumerate(self._layers):
       with tf1.variable_scope(layer.name or ""):
+
         def fn(y, layer=layer):
           context.current_layer = layer
           context.current_layer_input = y
           return self._call_sublayers(self._sublayers_per_layer, y, context)
+
         x1, x1_backwards, x2, x2_backwards = (
-            mtf.layers.reversible_half_residual_and_swap(
-                x1, x1_backwards, x2, x2_backwards, fn,
-                recompute_grads=self._recompute_grads))
+          mtf.layers.reversible_half_residual_and_swap(
+            x1,
+            x1_backwards,
+            x2,
+            x2_backwards,
+            fn,
+            recompute_grads=self._recompute_grads,
+          )
+        )
       if lnum != len(self._layers) - 1:
         self._record(context, x2)
       context.layer_index += 1
@@ -626,8 +735,12 @@ class ReversibleLayerStack(LayerStack):
 
 
 @gin.configurable(module=_GIN_MODULE)
-def make_layer_stack(layers=gin.REQUIRED, layer_stack_cls=LayerStack,
-                     num_layers: int = 6, block_scope: bool = True):
+def make_layer_stack(
+  layers=gin.REQUIRED,
+  layer_stack_cls=LayerStack,
+  num_layers: int = 6,
+  block_scope: bool = True,
+):
   """num_layers blocks of `layers`, as a layer_stack_cls.
 
   Each entry of `layers` is a TransformerLayer class, or a list/tuple
@@ -672,8 +785,10 @@ def _parse_layer_entry(entry):
   if not isinstance(entry, (list, tuple)):
     return entry, None, {}
   if not entry or len(entry) > 3:
-    raise ValueError("make_layer_stack: a layer entry must be a class or "
-                     "(class, [name], [kwargs]), got %r" % (entry,))
+    raise ValueError(
+      "make_layer_stack: a layer entry must be a class or "
+      "(class, [name], [kwargs]), got %r" % (entry,)
+    )
   cls, name, kwargs = entry[0], None, {}
   for item in entry[1:]:
     if isinstance(item, str):
@@ -681,6 +796,8 @@ def _parse_layer_entry(entry):
     elif isinstance(item, dict):
       kwargs = item
     elif item is not None:
-      raise ValueError("make_layer_stack: in layer entry %r, %r is neither a "
-                       "name string nor a kwargs dict" % (entry, item))
+      raise ValueError(
+        "make_layer_stack: in layer entry %r, %r is neither a "
+        "name string nor a kwargs dict" % (entry, item)
+      )
   return cls, name, kwargs

@@ -17,21 +17,24 @@ import gin
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from transformer._src.layers.context import Context, ModeKeys
+from transformer._src.layers.context import Context
+from transformer._src.layers.context import ModeKeys
 from transformer._src.layers.embeddings import get_vocab_embedding_cls
-from transformer._src.layers.embeddings import sinusoid_positional_embedding_weights
+from transformer._src.layers.embeddings import (
+  sinusoid_positional_embedding_weights,
+)
 
 tf1 = tf.compat.v1
 
 __all__ = [
-    "Unitransformer",
-    "autoregressive_inputs",
-    "delimited_lm_inputs_mask",
-    "reduce_ensemble_logits",
-    "reduce_ensemble_logits_mean_logit",
-    "reduce_ensemble_logits_mean_prob",
-    "reduce_ensemble_logits_select",
-    "shift_targets",
+  "Unitransformer",
+  "autoregressive_inputs",
+  "delimited_lm_inputs_mask",
+  "reduce_ensemble_logits",
+  "reduce_ensemble_logits_mean_logit",
+  "reduce_ensemble_logits_mean_prob",
+  "reduce_ensemble_logits_select",
+  "shift_targets",
 ]
 
 _GIN_MODULE = "mesh_tensorflow.transformer.transformer"
@@ -42,8 +45,9 @@ _GIN_MODULE = "mesh_tensorflow.transformer.transformer"
 
 
 @gin.configurable(module=_GIN_MODULE)
-def shift_targets(targets: mtf.Tensor, bos_id: int = 0,
-                  eos_id: int = 1) -> mtf.Tensor:
+def shift_targets(
+  targets: mtf.Tensor, bos_id: int = 0, eos_id: int = 1
+) -> mtf.Tensor:
   """Deprecated (use autoregressive_inputs): targets shifted right by one.
 
   The EOS shifted in from a previous packed sequence becomes 0; with bos_id,
@@ -62,13 +66,16 @@ def shift_targets(targets: mtf.Tensor, bos_id: int = 0,
   shifted = mtf.shift(targets, offset=1, dim=length_dim, wrap=False)
   shifted *= mtf.to_int32(mtf.not_equal(shifted, eos_id))
   if bos_id:
-    shifted += mtf.to_int32(mtf.logical_and(
-        mtf.equal(shifted, 0), mtf.not_equal(targets, 0))) * bos_id
+    shifted += (
+      mtf.to_int32(
+        mtf.logical_and(mtf.equal(shifted, 0), mtf.not_equal(targets, 0))
+      )
+      * bos_id
+    )
   return shifted
 
 
-def autoregressive_inputs(targets: mtf.Tensor,
-                          sequence_id=None) -> mtf.Tensor:
+def autoregressive_inputs(targets: mtf.Tensor, sequence_id=None) -> mtf.Tensor:
   """Decoder inputs from targets: shifted right by one along length.
 
   Packed sequences (sequence_id a Tensor) start with 0; negative target ids
@@ -89,9 +96,12 @@ def autoregressive_inputs(targets: mtf.Tensor,
   length_dim = targets.shape.dims[-1]
   inputs = mtf.shift(targets, offset=1, dim=length_dim, wrap=False)
   if isinstance(sequence_id, mtf.Tensor):
-    inputs *= mtf.to_int32(mtf.equal(
-        sequence_id, mtf.shift(sequence_id, offset=1, dim=length_dim,
-                               wrap=False)))
+    inputs *= mtf.to_int32(
+      mtf.equal(
+        sequence_id,
+        mtf.shift(sequence_id, offset=1, dim=length_dim, wrap=False),
+      )
+    )
   return mtf.abs(inputs)
 
 
@@ -109,8 +119,9 @@ def delimited_lm_inputs_mask(ids: mtf.Tensor, eos_id: int = 1) -> mtf.Tensor:
     A boolean Tensor shaped as ids.
   """
   length_dim = ids.shape.dims[-1]
-  eos_before = mtf.cumsum(mtf.to_int32(mtf.equal(ids, eos_id)), length_dim,
-                          exclusive=True)
+  eos_before = mtf.cumsum(
+    mtf.to_int32(mtf.equal(ids, eos_id)), length_dim, exclusive=True
+  )
   return mtf.equal(mtf.mod(eos_before, 2), 0)
 
 
@@ -119,10 +130,12 @@ def delimited_lm_inputs_mask(ids: mtf.Tensor, eos_id: int = 1) -> mtf.Tensor:
 
 
 @gin.configurable(module=_GIN_MODULE)
-def reduce_ensemble_logits_select(logits: mtf.Tensor,
-                                  ensemble_dim: mtf.Dimension,
-                                  vocab_dim: mtf.Dimension,
-                                  model_id: int = 0) -> mtf.Tensor:
+def reduce_ensemble_logits_select(
+  logits: mtf.Tensor,
+  ensemble_dim: mtf.Dimension,
+  vocab_dim: mtf.Dimension,
+  model_id: int = 0,
+) -> mtf.Tensor:
   """The logits of ensemble member model_id.
 
   Args:
@@ -139,9 +152,9 @@ def reduce_ensemble_logits_select(logits: mtf.Tensor,
 
 
 @gin.configurable(module=_GIN_MODULE)
-def reduce_ensemble_logits_mean_prob(logits: mtf.Tensor,
-                                     ensemble_dim: mtf.Dimension,
-                                     vocab_dim: mtf.Dimension) -> mtf.Tensor:
+def reduce_ensemble_logits_mean_prob(
+  logits: mtf.Tensor, ensemble_dim: mtf.Dimension, vocab_dim: mtf.Dimension
+) -> mtf.Tensor:
   """log of the members' mean probability (floored at 1e-20).
 
   Args:
@@ -158,9 +171,9 @@ def reduce_ensemble_logits_mean_prob(logits: mtf.Tensor,
 
 
 @gin.configurable(module=_GIN_MODULE)
-def reduce_ensemble_logits_mean_logit(logits: mtf.Tensor,
-                                      ensemble_dim: mtf.Dimension,
-                                      vocab_dim: mtf.Dimension) -> mtf.Tensor:
+def reduce_ensemble_logits_mean_logit(
+  logits: mtf.Tensor, ensemble_dim: mtf.Dimension, vocab_dim: mtf.Dimension
+) -> mtf.Tensor:
   """The members' mean logit.
 
   Args:
@@ -176,10 +189,12 @@ def reduce_ensemble_logits_mean_logit(logits: mtf.Tensor,
 
 
 @gin.configurable(module=_GIN_MODULE)
-def reduce_ensemble_logits(logits: mtf.Tensor, ensemble_dim: mtf.Dimension,
-                           vocab_dim: mtf.Dimension,
-                           reduce_fn=reduce_ensemble_logits_mean_prob
-                           ) -> mtf.Tensor:
+def reduce_ensemble_logits(
+  logits: mtf.Tensor,
+  ensemble_dim: mtf.Dimension,
+  vocab_dim: mtf.Dimension,
+  reduce_fn=reduce_ensemble_logits_mean_prob,
+) -> mtf.Tensor:
   """Combines [ensemble, ..., vocab] logits into [..., vocab] by reduce_fn.
 
   Args:
@@ -222,19 +237,30 @@ class Unitransformer:
     logits, loss = lm.call_simple(inputs, targets, compute_loss=True)
   """
 
-  def __init__(self, layer_stack, d_model: int = 1024,
-               input_vocab_size=gin.REQUIRED, output_vocab_size=gin.REQUIRED,
-               autoregressive=gin.REQUIRED, max_length=gin.REQUIRED,
-               shared_embedding_and_softmax_weights: bool = False,
-               label_smoothing: float = 0.0, z_loss: float = 1e-4,
-               name: str = "transformer", layout=None, mesh_shape=None,
-               vocab_divisor: Optional[int] = 128, ensemble=None,
-               loss_fn: Optional[Callable] = None,
-               positional_embedding: bool = True,
-               sinusoid_positional_embedding: bool = False,
-               input_full_attention: bool = False,
-               loss_on_targets_only: bool = False, loss_denominator=None,
-               token_dropout_rate: float = 0.0):
+  def __init__(
+    self,
+    layer_stack,
+    d_model: int = 1024,
+    input_vocab_size=gin.REQUIRED,
+    output_vocab_size=gin.REQUIRED,
+    autoregressive=gin.REQUIRED,
+    max_length=gin.REQUIRED,
+    shared_embedding_and_softmax_weights: bool = False,
+    label_smoothing: float = 0.0,
+    z_loss: float = 1e-4,
+    name: str = "transformer",
+    layout=None,
+    mesh_shape=None,
+    vocab_divisor: Optional[int] = 128,
+    ensemble=None,
+    loss_fn: Optional[Callable] = None,
+    positional_embedding: bool = True,
+    sinusoid_positional_embedding: bool = False,
+    input_full_attention: bool = False,
+    loss_on_targets_only: bool = False,
+    loss_denominator=None,
+    token_dropout_rate: float = 0.0,
+  ):
     """Creates the tower's dims (variables are created when it is called).
 
     Args:
@@ -277,63 +303,81 @@ class Unitransformer:
       ValueError: a required argument is missing, an autoregressive tower has no
         output_vocab_size, or shared embeddings have different vocabulary sizes.
     """
-    for param, value in (("input_vocab_size", input_vocab_size),
-                         ("output_vocab_size", output_vocab_size),
-                         ("autoregressive", autoregressive),
-                         ("max_length", max_length)):
+    for param, value in (
+      ("input_vocab_size", input_vocab_size),
+      ("output_vocab_size", output_vocab_size),
+      ("autoregressive", autoregressive),
+      ("max_length", max_length),
+    ):
       if value is gin.REQUIRED:
-        raise ValueError("Unitransformer %r: parameter %r is required"
-                         % (name, param))
+        raise ValueError(
+          "Unitransformer %r: parameter %r is required" % (name, param)
+        )
     self.layer_stack = layer_stack
     self.model_dim = mtf.Dimension("d_model", d_model)
     self.input_vocab_size_unpadded = input_vocab_size
     self.input_vocab_dim = mtf.Dimension(
-        "vocab", _round_up_to_multiple(input_vocab_size, vocab_divisor))
+      "vocab", _round_up_to_multiple(input_vocab_size, vocab_divisor)
+    )
     if output_vocab_size:
       self.output_vocab_size_unpadded = output_vocab_size
       self.output_vocab_dim = mtf.Dimension(
-          "vocab", _round_up_to_multiple(output_vocab_size, vocab_divisor))
+        "vocab", _round_up_to_multiple(output_vocab_size, vocab_divisor)
+      )
     else:
       self.output_vocab_size_unpadded = None
       self.output_vocab_dim = None
       if autoregressive:
-        raise ValueError("Unitransformer %r: an autoregressive tower needs "
-                         "output_vocab_size" % name)
+        raise ValueError(
+          "Unitransformer %r: an autoregressive tower needs "
+          "output_vocab_size" % name
+        )
     self.autoregressive = autoregressive
     self.max_length_dim = mtf.Dimension("max_length", max_length)
-    if (shared_embedding_and_softmax_weights and self.output_vocab_dim
-        is not None and self.output_vocab_dim != self.input_vocab_dim):
+    if (
+      shared_embedding_and_softmax_weights
+      and self.output_vocab_dim is not None
+      and self.output_vocab_dim != self.input_vocab_dim
+    ):
       raise ValueError(
-          "Unitransformer %r: shared_embedding_and_softmax_weights needs equal "
-          "input and output vocabularies, got %s and %s"
-          % (name, self.input_vocab_dim, self.output_vocab_dim))
+        "Unitransformer %r: shared_embedding_and_softmax_weights needs equal "
+        "input and output vocabularies, got %s and %s"
+        % (name, self.input_vocab_dim, self.output_vocab_dim)
+      )
     self.shared_embedding_and_softmax_weights = (
-        shared_embedding_and_softmax_weights)
+      shared_embedding_and_softmax_weights
+    )
     self.label_smoothing = label_smoothing
     self.z_loss = z_loss
     self.name = name
     self.layout = layout
     self.mesh_shape = mesh_shape
-    self.ensemble_dim = (mtf.Dimension("ensemble", ensemble) if ensemble
-                         else None)
+    self.ensemble_dim = (
+      mtf.Dimension("ensemble", ensemble) if ensemble else None
+    )
     self.loss_fn = loss_fn
     self.positional_embedding = positional_embedding
     self.sinusoid_positional_embedding = sinusoid_positional_embedding
     if input_full_attention and not autoregressive:
-      raise ValueError("Unitransformer %r: input_full_attention only applies "
-                       "to autoregressive models" % name)
+      raise ValueError(
+        "Unitransformer %r: input_full_attention only applies "
+        "to autoregressive models" % name
+      )
     self.input_full_attention = input_full_attention
     self.loss_on_targets_only = loss_on_targets_only
     self._loss_denominator = loss_denominator
     if not 0.0 <= token_dropout_rate < 1.0:
-      raise ValueError("Unitransformer %r: token_dropout_rate must be in "
-                       "[0, 1), got %r" % (name, token_dropout_rate))
+      raise ValueError(
+        "Unitransformer %r: token_dropout_rate must be in "
+        "[0, 1), got %r" % (name, token_dropout_rate)
+      )
     self.token_dropout_rate = token_dropout_rate
 
   @property
   def fully_autoregressive(self) -> bool:
     """Whether every position sees only earlier positions (autoregressive and
-    not input_full_attention)."""
+    not input_full_attention).
+    """
     return bool(self.autoregressive) and not self.input_full_attention
 
   @property
@@ -343,11 +387,11 @@ class Unitransformer:
 
   @property
   def _uses_positions(self) -> bool:
-    return bool(self.positional_embedding or
-                self.sinusoid_positional_embedding)
+    return bool(self.positional_embedding or self.sinusoid_positional_embedding)
 
-  def loss_denominator(self, targets: mtf.Tensor,
-                       num_microbatches: int) -> float:
+  def loss_denominator(
+    self, targets: mtf.Tensor, num_microbatches: int
+  ) -> float:
     """What the summed loss is divided by.
 
     The configured loss_denominator, else the number of target tokens
@@ -374,56 +418,85 @@ class Unitransformer:
     mesh = x.mesh
     if self.sinusoid_positional_embedding:
       table = sinusoid_positional_embedding_weights(
-          mesh, self.max_length_dim, self.model_dim,
-          context.variable_dtype.activation_dtype)
+        mesh,
+        self.max_length_dim,
+        self.model_dim,
+        context.variable_dtype.activation_dtype,
+      )
     elif "positional_embedding" in (context.shared_params or {}):
       table = context.shared_params["positional_embedding"]
     else:
       table = mtf.layers.embedding_weights(
-          mesh, self.max_length_dim, self.model_dim, context.variable_dtype,
-          "positional_embedding", ensemble_dim=self.ensemble_dim)
-    if (context.length_dim is not None and
-        context.length_dim.size > self.max_length_dim.size):
-      message = ("Unitransformer %r: length dimension %s is longer than the "
-                 "positional embedding table %s"
-                 % (self.name, context.length_dim, self.max_length_dim))
+        mesh,
+        self.max_length_dim,
+        self.model_dim,
+        context.variable_dtype,
+        "positional_embedding",
+        ensemble_dim=self.ensemble_dim,
+      )
+    if (
+      context.length_dim is not None
+      and context.length_dim.size > self.max_length_dim.size
+    ):
+      message = (
+        "Unitransformer %r: length dimension %s is longer than the "
+        "positional embedding table %s"
+        % (self.name, context.length_dim, self.max_length_dim)
+      )
       if context.position_is_default:
         raise ValueError(message)
-      logging.warning("%s; fine for packed shorter sequences, later positions "
-                      "get zeros", message)
+      logging.warning(
+        "%s; fine for packed shorter sequences, later positions get zeros",
+        message,
+      )
     if context.position_is_default and context.length_dim in x.shape.dims:
       pos_emb = mtf.rename_dimension(
-          mtf.slice(table, 0, context.length_dim.size,
-                    self.max_length_dim.name),
-          self.max_length_dim.name, context.length_dim.name)
+        mtf.slice(table, 0, context.length_dim.size, self.max_length_dim.name),
+        self.max_length_dim.name,
+        context.length_dim.name,
+      )
     else:
       pos_emb = mtf.gather(table, context.position, self.max_length_dim)
     return pos_emb
 
-  def _call_internal(self, context: Context, inputs: mtf.Tensor,
-                     targets: Optional[mtf.Tensor] = None):
+  def _call_internal(
+    self,
+    context: Context,
+    inputs: mtf.Tensor,
+    targets: Optional[mtf.Tensor] = None,
+  ):
     """Embeds inputs, runs the stack, returns logits (or hidden states)."""
     mesh = inputs.mesh
-    broadcast_ensemble = bool(self.ensemble_dim and
-                              self.ensemble_dim not in inputs.shape.dims)
+    broadcast_ensemble = bool(
+      self.ensemble_dim and self.ensemble_dim not in inputs.shape.dims
+    )
     if broadcast_ensemble:
       # Every member sees the same examples.
       inputs = mtf.broadcast(inputs, [self.ensemble_dim] + inputs.shape.dims)
       if targets is not None:
-        targets = mtf.broadcast(targets,
-                                [self.ensemble_dim] + targets.shape.dims)
+        targets = mtf.broadcast(
+          targets, [self.ensemble_dim] + targets.shape.dims
+        )
     if self.token_dropout_rate and context.train:
       # Dropped tokens become id 0.
-      inputs = mtf.dropout(inputs, context.train,
-                           rate=self.token_dropout_rate,
-                           noise_shape=inputs.shape)
+      inputs = mtf.dropout(
+        inputs,
+        context.train,
+        rate=self.token_dropout_rate,
+        noise_shape=inputs.shape,
+      )
     shared = context.shared_params or {}
     if "embedding" in shared:
       vocab_embedding = shared["embedding"]
     else:
       vocab_embedding = get_vocab_embedding_cls()(
-          mesh, self.input_vocab_dim, self.model_dim, context.variable_dtype,
-          name="embedding", ensemble_dim=self.ensemble_dim)
+        mesh,
+        self.input_vocab_dim,
+        self.model_dim,
+        context.variable_dtype,
+        name="embedding",
+        ensemble_dim=self.ensemble_dim,
+      )
     x = vocab_embedding.ids_to_embedding(inputs, context)
     context.input_embeddings = x
     if self._uses_positions:
@@ -436,21 +509,31 @@ class Unitransformer:
       logits = vocab_embedding.hidden_to_logits(x, context)
     else:
       logits = mtf.layers.dense(
-          x, self.output_vocab_dim, use_bias=False,
-          variable_dtype=context.variable_dtype,
-          reduced_dims=[self.model_dim], expert_dims=self.ensemble_dims,
-          name="logits")
+        x,
+        self.output_vocab_dim,
+        use_bias=False,
+        variable_dtype=context.variable_dtype,
+        reduced_dims=[self.model_dim],
+        expert_dims=self.ensemble_dims,
+        name="logits",
+      )
     if targets is not None and context.losses is not None:
       context.losses.append(
-          self._compute_loss(context, logits, targets, self.output_vocab_dim))
+        self._compute_loss(context, logits, targets, self.output_vocab_dim)
+      )
     if broadcast_ensemble:
-      logits = reduce_ensemble_logits(logits, self.ensemble_dim,
-                                      self.output_vocab_dim)
+      logits = reduce_ensemble_logits(
+        logits, self.ensemble_dim, self.output_vocab_dim
+      )
     return logits
 
-  def _compute_loss(self, context: Context, logits: mtf.Tensor,
-                    targets: mtf.Tensor,
-                    output_vocab_dim: mtf.Dimension) -> mtf.Tensor:
+  def _compute_loss(
+    self,
+    context: Context,
+    logits: mtf.Tensor,
+    targets: mtf.Tensor,
+    output_vocab_dim: mtf.Dimension,
+  ) -> mtf.Tensor:
     """Label-smoothed softmax cross-entropy over positions with targets > 0."""
     if self.loss_fn:
       return self.loss_fn(self, context, logits, targets, output_vocab_dim)
@@ -458,33 +541,52 @@ class Unitransformer:
       off_value = self.label_smoothing / output_vocab_dim.size
       on_value = 1.0 - self.label_smoothing + off_value
       loss_targets = mtf.one_hot(
-          mtf.maximum(targets, 0), output_vocab_dim,
-          dtype=context.activation_dtype, on_value=on_value,
-          off_value=off_value)
+        mtf.maximum(targets, 0),
+        output_vocab_dim,
+        dtype=context.activation_dtype,
+        on_value=on_value,
+        off_value=off_value,
+      )
     else:
       # The same loss as their one-hots, as hard targets: a gather of the
       # target logits instead of a [..., vocab]-sized one-hot product.
       loss_targets = mtf.maximum(targets, 0)
     loss = mtf.layers.softmax_cross_entropy_with_logits(
-        logits, loss_targets, output_vocab_dim,
-        z_loss=self.z_loss if context.train else 0.0)
+      logits,
+      loss_targets,
+      output_vocab_dim,
+      z_loss=self.z_loss if context.train else 0.0,
+    )
     weights = mtf.cast(mtf.greater(targets, 0), context.activation_dtype)
     if self.loss_on_targets_only:
-      weights *= mtf.cast(mtf.logical_not(delimited_lm_inputs_mask(targets)),
-                          context.activation_dtype)
-    return (mtf.reduce_sum(loss * weights) /
-            self.loss_denominator(targets, context.num_microbatches))
+      weights *= mtf.cast(
+        mtf.logical_not(delimited_lm_inputs_mask(targets)),
+        context.activation_dtype,
+      )
+    return mtf.reduce_sum(loss * weights) / self.loss_denominator(
+      targets, context.num_microbatches
+    )
 
   # --------------------------------------------------------------------------
 
-  def call_simple(self, inputs: mtf.Tensor, targets: Optional[mtf.Tensor],
-                  compute_loss: bool, mode=ModeKeys.TRAIN,
-                  variable_dtype=mtf.VariableDType(tf.float32),
-                  sequence_id=None, subsequence_id=None, position=None,
-                  encoder_output=None, encoder_sequence_id=None,
-                  encoder_inputs=None, shared_params=None,
-                  layer_outputs=None, encoder_layer_outputs=None,
-                  num_microbatches: int = 1):
+  def call_simple(
+    self,
+    inputs: mtf.Tensor,
+    targets: Optional[mtf.Tensor],
+    compute_loss: bool,
+    mode=ModeKeys.TRAIN,
+    variable_dtype=mtf.VariableDType(tf.float32),
+    sequence_id=None,
+    subsequence_id=None,
+    position=None,
+    encoder_output=None,
+    encoder_sequence_id=None,
+    encoder_inputs=None,
+    shared_params=None,
+    layer_outputs=None,
+    encoder_layer_outputs=None,
+    num_microbatches: int = 1,
+  ):
     """Logits (or hidden states) and the loss for a batch.
 
     Args:
@@ -524,32 +626,46 @@ class Unitransformer:
       position = length_range
     if self.input_full_attention:
       if targets is None:
-        raise ValueError("Unitransformer %r: input_full_attention needs the "
-                         "targets (to find the inputs part)" % self.name)
+        raise ValueError(
+          "Unitransformer %r: input_full_attention needs the "
+          "targets (to find the inputs part)" % self.name
+        )
       # Each sequence's inputs part (and the position reading its final EOS)
       # attends fully within itself; later positions see only the past.
       region = delimited_lm_inputs_mask(targets)
       region = mtf.logical_or(
-          region, mtf.shift(region, offset=1, dim=length_dim, wrap=False))
+        region, mtf.shift(region, offset=1, dim=length_dim, wrap=False)
+      )
       read_priority = write_priority = length_range * mtf.to_int32(
-          mtf.logical_not(region))
+        mtf.logical_not(region)
+      )
     elif self.autoregressive:
       read_priority = write_priority = length_range
     else:
       read_priority = write_priority = None
     context = Context(
-        model=self, mesh=mesh, batch_dims=batch_dims, length_dim=length_dim,
-        variable_dtype=variable_dtype, mode=mode,
-        losses=[] if compute_loss else None, sequence_id=sequence_id,
-        subsequence_id=subsequence_id, position=position,
-        position_is_default=position_is_default,
-        encoder_output=encoder_output,
-        encoder_sequence_id=encoder_sequence_id, shared_params=shared_params,
-        layer_outputs=layer_outputs,
-        encoder_layer_outputs=encoder_layer_outputs,
-        write_priority=write_priority, read_priority=read_priority,
-        inputs=inputs, encoder_inputs=encoder_inputs,
-        num_microbatches=num_microbatches)
+      model=self,
+      mesh=mesh,
+      batch_dims=batch_dims,
+      length_dim=length_dim,
+      variable_dtype=variable_dtype,
+      mode=mode,
+      losses=[] if compute_loss else None,
+      sequence_id=sequence_id,
+      subsequence_id=subsequence_id,
+      position=position,
+      position_is_default=position_is_default,
+      encoder_output=encoder_output,
+      encoder_sequence_id=encoder_sequence_id,
+      shared_params=shared_params,
+      layer_outputs=layer_outputs,
+      encoder_layer_outputs=encoder_layer_outputs,
+      write_priority=write_priority,
+      read_priority=read_priority,
+      inputs=inputs,
+      encoder_inputs=encoder_inputs,
+      num_microbatches=num_microbatches,
+    )
     with tf1.variable_scope(self.name):
       logits = self._call_internal(context, inputs, targets)
     loss = mtf.add_n(context.losses) if compute_loss else None
@@ -560,31 +676,63 @@ class Unitransformer:
   # --------------------------------------------------------------------------
   # Decoding.
 
-  def _first_part_context(self, inputs, batch_dims, length_dim,
-                          variable_dtype, initial_position, sequence_id,
-                          read_priority, write_priority, encoder_output,
-                          encoder_sequence_id, encoder_inputs, shared_params,
-                          encoder_layer_outputs) -> Context:
+  def _first_part_context(
+    self,
+    inputs,
+    batch_dims,
+    length_dim,
+    variable_dtype,
+    initial_position,
+    sequence_id,
+    read_priority,
+    write_priority,
+    encoder_output,
+    encoder_sequence_id,
+    encoder_inputs,
+    shared_params,
+    encoder_layer_outputs,
+  ) -> Context:
     return Context(
-        model=self, mesh=inputs.mesh, batch_dims=batch_dims,
-        length_dim=length_dim, variable_dtype=variable_dtype,
-        mode="first_part",
-        position=mtf.range(inputs.mesh, length_dim, dtype=tf.int32),
-        position_is_default=True, new_states=[],
-        initial_position=initial_position, sequence_id=sequence_id,
-        encoder_output=encoder_output,
-        encoder_sequence_id=encoder_sequence_id, constant_states=[],
-        shared_params=shared_params,
-        encoder_layer_outputs=encoder_layer_outputs,
-        write_priority=write_priority, read_priority=read_priority,
-        inputs=inputs, encoder_inputs=encoder_inputs)
+      model=self,
+      mesh=inputs.mesh,
+      batch_dims=batch_dims,
+      length_dim=length_dim,
+      variable_dtype=variable_dtype,
+      mode="first_part",
+      position=mtf.range(inputs.mesh, length_dim, dtype=tf.int32),
+      position_is_default=True,
+      new_states=[],
+      initial_position=initial_position,
+      sequence_id=sequence_id,
+      encoder_output=encoder_output,
+      encoder_sequence_id=encoder_sequence_id,
+      constant_states=[],
+      shared_params=shared_params,
+      encoder_layer_outputs=encoder_layer_outputs,
+      write_priority=write_priority,
+      read_priority=read_priority,
+      inputs=inputs,
+      encoder_inputs=encoder_inputs,
+    )
 
-  def _incremental_logits(self, ids, position, write_priority, states,
-                          constant_states,
-                          batch_dims, length_dim, variable_dtype, bos_id,
-                          sequence_id, encoder_output, encoder_sequence_id,
-                          encoder_inputs, shared_params,
-                          encoder_layer_outputs):
+  def _incremental_logits(
+    self,
+    ids,
+    position,
+    write_priority,
+    states,
+    constant_states,
+    batch_dims,
+    length_dim,
+    variable_dtype,
+    bos_id,
+    sequence_id,
+    encoder_output,
+    encoder_sequence_id,
+    encoder_inputs,
+    shared_params,
+    encoder_layer_outputs,
+  ):
     """(logits [batch..., vocab], new states) for the token at `position`.
 
     position is int [batch...]; the input read there is ids[position - 1]
@@ -596,39 +744,55 @@ class Unitransformer:
     if bos_id:
       inputs_this_step += bos_id * mtf.to_int32(mtf.equal(position, 0))
     context = Context(
-        model=self, mesh=ids.mesh, batch_dims=batch_dims,
-        length_dim=length_dim, variable_dtype=variable_dtype,
-        mode="incremental", position=position, states=list(states),
-        new_states=[], sequence_id=sequence_id,
-        encoder_output=encoder_output,
-        encoder_sequence_id=encoder_sequence_id,
-        constant_states=constant_states, shared_params=shared_params,
-        encoder_layer_outputs=encoder_layer_outputs,
-        write_priority=write_priority, read_priority=position,
-        inputs=inputs_this_step, encoder_inputs=encoder_inputs)
+      model=self,
+      mesh=ids.mesh,
+      batch_dims=batch_dims,
+      length_dim=length_dim,
+      variable_dtype=variable_dtype,
+      mode="incremental",
+      position=position,
+      states=list(states),
+      new_states=[],
+      sequence_id=sequence_id,
+      encoder_output=encoder_output,
+      encoder_sequence_id=encoder_sequence_id,
+      constant_states=constant_states,
+      shared_params=shared_params,
+      encoder_layer_outputs=encoder_layer_outputs,
+      write_priority=write_priority,
+      read_priority=position,
+      inputs=inputs_this_step,
+      encoder_inputs=encoder_inputs,
+    )
     with tf1.variable_scope(self.name, reuse=True):
       logits = self._call_internal(context, inputs_this_step)
     if len(context.new_states) != len(states):
       raise ValueError(
-          "Unitransformer %r: the layers recorded %d states in incremental "
-          "mode but %d in first_part mode"
-          % (self.name, len(context.new_states), len(states)))
+        "Unitransformer %r: the layers recorded %d states in incremental "
+        "mode but %d in first_part mode"
+        % (self.name, len(context.new_states), len(states))
+      )
     return logits, context.new_states
 
   @gin.configurable(module="Unitransformer")
-  def sample_autoregressive(self, partial_sequences: mtf.Tensor,
-                            stop_at_token: Optional[int] = 1,
-                            max_steps: Optional[int] = None,
-                            temperature=0.0,
-                            variable_dtype=mtf.VariableDType(tf.float32),
-                            encoder_output=None, encoder_sequence_id=None,
-                            encoder_inputs=None, shared_params=None,
-                            has_partial_sequences: bool = True,
-                            encoder_layer_outputs=None,
-                            never_end: bool = False,
-                            remove_partial_sequences: bool = False,
-                            sampling_keep_top_k: int = -1,
-                            bos_id: int = 0) -> mtf.Tensor:
+  def sample_autoregressive(
+    self,
+    partial_sequences: mtf.Tensor,
+    stop_at_token: Optional[int] = 1,
+    max_steps: Optional[int] = None,
+    temperature=0.0,
+    variable_dtype=mtf.VariableDType(tf.float32),
+    encoder_output=None,
+    encoder_sequence_id=None,
+    encoder_inputs=None,
+    shared_params=None,
+    has_partial_sequences: bool = True,
+    encoder_layer_outputs=None,
+    never_end: bool = False,
+    remove_partial_sequences: bool = False,
+    sampling_keep_top_k: int = -1,
+    bos_id: int = 0,
+  ) -> mtf.Tensor:
     """Continues partial sequences one sampled token at a time.
 
     partial_sequences [batch..., length] hold each prompt followed by zeros;
@@ -667,99 +831,148 @@ class Unitransformer:
         neither -1 nor positive.
     """
     if not self.autoregressive:
-      raise ValueError("Unitransformer %r: sample_autoregressive needs an "
-                       "autoregressive model" % self.name)
+      raise ValueError(
+        "Unitransformer %r: sample_autoregressive needs an "
+        "autoregressive model" % self.name
+      )
     if sampling_keep_top_k != -1 and sampling_keep_top_k <= 0:
-      raise ValueError("sample_autoregressive: sampling_keep_top_k must be -1 "
-                       "or positive, got %r" % (sampling_keep_top_k,))
+      raise ValueError(
+        "sample_autoregressive: sampling_keep_top_k must be -1 "
+        "or positive, got %r" % (sampling_keep_top_k,)
+      )
     inputs = partial_sequences
     mesh = inputs.mesh
     batch_dims = inputs.shape.dims[:-1]
     length_dim = inputs.shape.dims[-1]
     length_range = mtf.range(mesh, length_dim, dtype=tf.int32)
     initial_position = mtf.reduce_sum(
-        mtf.to_int32(mtf.not_equal(inputs, 0)), reduced_dim=length_dim)
+      mtf.to_int32(mtf.not_equal(inputs, 0)), reduced_dim=length_dim
+    )
     sequence_id = 1 if encoder_sequence_id is not None else None
     if self.input_full_attention:
       # The prompt (and the position reading its last token) attend fully
       # within themselves, as in call_simple.
       read_priority = write_priority = length_range * mtf.to_int32(
-          mtf.greater(length_range, initial_position))
+        mtf.greater(length_range, initial_position)
+      )
     else:
       read_priority = write_priority = length_range
     context_first_part = self._first_part_context(
-        inputs, batch_dims, length_dim, variable_dtype, initial_position,
-        sequence_id, read_priority, write_priority, encoder_output,
-        encoder_sequence_id, encoder_inputs, shared_params,
-        encoder_layer_outputs)
+      inputs,
+      batch_dims,
+      length_dim,
+      variable_dtype,
+      initial_position,
+      sequence_id,
+      read_priority,
+      write_priority,
+      encoder_output,
+      encoder_sequence_id,
+      encoder_inputs,
+      shared_params,
+      encoder_layer_outputs,
+    )
     shifted_inputs = autoregressive_inputs(inputs)
     if bos_id:
       shifted_inputs += bos_id * mtf.one_hot(
-          mtf.constant(mesh, 0, dtype=tf.int32), length_dim, dtype=tf.int32)
+        mtf.constant(mesh, 0, dtype=tf.int32), length_dim, dtype=tf.int32
+      )
     with tf1.variable_scope(self.name):
       self._call_internal(context_first_part, shifted_inputs)
     constant_states = context_first_part.constant_states
     if has_partial_sequences:
       initial_states = list(context_first_part.new_states)
       partial_eos_count = (
-          mtf.reduce_sum(mtf.to_int32(mtf.equal(inputs, stop_at_token)),
-                         reduced_dim=length_dim)
-          if stop_at_token is not None else None)
+        mtf.reduce_sum(
+          mtf.to_int32(mtf.equal(inputs, stop_at_token)), reduced_dim=length_dim
+        )
+        if stop_at_token is not None
+        else None
+      )
     else:
-      initial_states = [mtf.zeros_like(t)
-                        for t in context_first_part.new_states]
+      initial_states = [
+        mtf.zeros_like(t) for t in context_first_part.new_states
+      ]
       partial_eos_count = 0
 
     def cond_fn(position, ids, *unused_states):
       is_done = mtf.greater_equal(position, length_dim.size)
       if max_steps:
         is_done = mtf.logical_or(
-            is_done, mtf.greater_equal(position - initial_position, max_steps))
+          is_done, mtf.greater_equal(position - initial_position, max_steps)
+        )
       if stop_at_token is not None:
         eos_count = mtf.reduce_sum(
-            mtf.to_int32(mtf.equal(ids, stop_at_token)),
-            reduced_dim=length_dim)
-        is_done = mtf.logical_or(is_done,
-                                 mtf.greater(eos_count, partial_eos_count))
+          mtf.to_int32(mtf.equal(ids, stop_at_token)), reduced_dim=length_dim
+        )
+        is_done = mtf.logical_or(
+          is_done, mtf.greater(eos_count, partial_eos_count)
+        )
       return mtf.logical_not(mtf.reduce_all(is_done))
 
     def body_fn(position, ids, *states):
       logits, new_states = self._incremental_logits(
-          ids, position, write_priority, states, constant_states, batch_dims,
-          length_dim,
-          variable_dtype, bos_id, sequence_id, encoder_output,
-          encoder_sequence_id, encoder_inputs, shared_params,
-          encoder_layer_outputs)
+        ids,
+        position,
+        write_priority,
+        states,
+        constant_states,
+        batch_dims,
+        length_dim,
+        variable_dtype,
+        bos_id,
+        sequence_id,
+        encoder_output,
+        encoder_sequence_id,
+        encoder_inputs,
+        shared_params,
+        encoder_layer_outputs,
+      )
       if never_end and stop_at_token is not None:
         logits += mtf.one_hot(
-            mtf.constant(mesh, stop_at_token, dtype=tf.int32),
-            self.output_vocab_dim, on_value=-1e9, off_value=0.0,
-            dtype=logits.dtype)
+          mtf.constant(mesh, stop_at_token, dtype=tf.int32),
+          self.output_vocab_dim,
+          on_value=-1e9,
+          off_value=0.0,
+          dtype=logits.dtype,
+        )
       if sampling_keep_top_k != -1:
         kth_largest = mtf.nth_largest_element(
-            logits, sampling_keep_top_k - 1, self.output_vocab_dim)
-        logits = mtf.where(mtf.less(logits, kth_largest),
-                           mtf.ones_like(logits) * -1e6, logits)
+          logits, sampling_keep_top_k - 1, self.output_vocab_dim
+        )
+        logits = mtf.where(
+          mtf.less(logits, kth_largest), mtf.ones_like(logits) * -1e6, logits
+        )
       ids_this_step = mtf.sample_with_temperature(
-          logits, self.output_vocab_dim, temperature)
+        logits, self.output_vocab_dim, temperature
+      )
       new_ids = ids + mtf.cast(ids_this_step, ids.dtype) * mtf.one_hot(
-          position, length_dim, dtype=ids.dtype)
+        position, length_dim, dtype=ids.dtype
+      )
       return [position + 1, new_ids] + list(new_states)
 
     loop_inputs = [initial_position, inputs] + initial_states
     outputs = mtf.while_loop(cond_fn, body_fn, loop_inputs)[1]
     if has_partial_sequences and remove_partial_sequences:
-      outputs = mtf.dynamic_shift(outputs, -initial_position, length_dim,
-                                  wrap=False)
+      outputs = mtf.dynamic_shift(
+        outputs, -initial_position, length_dim, wrap=False
+      )
     return outputs
 
   @gin.configurable(module="Unitransformer")
-  def beam_search(self, inputs: mtf.Tensor, decode_length,
-                  variable_dtype=mtf.VariableDType(tf.float32),
-                  encoder_output=None, encoder_sequence_id=None,
-                  encoder_inputs=None, alpha: float = 0.6,
-                  shared_params=None, encoder_layer_outputs=None,
-                  bos_id: int = 0) -> mtf.Tensor:
+  def beam_search(
+    self,
+    inputs: mtf.Tensor,
+    decode_length,
+    variable_dtype=mtf.VariableDType(tf.float32),
+    encoder_output=None,
+    encoder_sequence_id=None,
+    encoder_inputs=None,
+    alpha: float = 0.6,
+    shared_params=None,
+    encoder_layer_outputs=None,
+    bos_id: int = 0,
+  ) -> mtf.Tensor:
     """Beam search from scratch; returns the best beam [batch, length].
 
     Args:
@@ -788,49 +1001,82 @@ class Unitransformer:
         dim).
     """
     if not self.autoregressive:
-      raise ValueError("Unitransformer %r: beam_search needs an autoregressive "
-                       "model" % self.name)
+      raise ValueError(
+        "Unitransformer %r: beam_search needs an autoregressive "
+        "model" % self.name
+      )
     if inputs.shape.ndims != 3:
       raise NotImplementedError(
-          "beam_search supports exactly one batch dimension: inputs must be "
-          "[batch, beam, length], got %s" % inputs.shape.to_string)
+        "beam_search supports exactly one batch dimension: inputs must be "
+        "[batch, beam, length], got %s" % inputs.shape.to_string
+      )
     if self.input_full_attention:
-      raise NotImplementedError("beam_search with input_full_attention (beam "
-                                "search from partial sequences)")
+      raise NotImplementedError(
+        "beam_search with input_full_attention (beam "
+        "search from partial sequences)"
+      )
     mesh = inputs.mesh
     batch_dims = inputs.shape.dims[:-2]
     beam_dim = inputs.shape.dims[-2]
     length_dim = inputs.shape.dims[-1]
     length_range = mtf.range(mesh, length_dim, dtype=tf.int32)
     initial_position = mtf.reduce_sum(
-        mtf.to_int32(mtf.not_equal(inputs, 0)), reduced_dim=length_dim)
+      mtf.to_int32(mtf.not_equal(inputs, 0)), reduced_dim=length_dim
+    )
     sequence_id = 1 if encoder_sequence_id is not None else None
     context_first_part = self._first_part_context(
-        inputs, batch_dims + [beam_dim], length_dim, variable_dtype,
-        initial_position, sequence_id, length_range, length_range,
-        encoder_output, encoder_sequence_id, encoder_inputs, shared_params,
-        encoder_layer_outputs)
+      inputs,
+      batch_dims + [beam_dim],
+      length_dim,
+      variable_dtype,
+      initial_position,
+      sequence_id,
+      length_range,
+      length_range,
+      encoder_output,
+      encoder_sequence_id,
+      encoder_inputs,
+      shared_params,
+      encoder_layer_outputs,
+    )
     shifted_inputs = autoregressive_inputs(inputs)
     with tf1.variable_scope(self.name):
       self._call_internal(context_first_part, shifted_inputs)
     # No partial targets: the states start as zeros.
-    initial_states = [mtf.zeros_like(t)
-                      for t in context_first_part.new_states]
+    initial_states = [mtf.zeros_like(t) for t in context_first_part.new_states]
     constant_states = context_first_part.constant_states
     state_batch_shape = mtf.Shape(batch_dims + [beam_dim])
 
     def logits_fn(step_num, ids, states):
       position = mtf.broadcast(step_num, state_batch_shape)
       logits, new_states = self._incremental_logits(
-          ids, position, length_range, states, constant_states,
-          batch_dims + [beam_dim],
-          length_dim, variable_dtype, bos_id, sequence_id, encoder_output,
-          encoder_sequence_id, encoder_inputs, shared_params,
-          encoder_layer_outputs)
+        ids,
+        position,
+        length_range,
+        states,
+        constant_states,
+        batch_dims + [beam_dim],
+        length_dim,
+        variable_dtype,
+        bos_id,
+        sequence_id,
+        encoder_output,
+        encoder_sequence_id,
+        encoder_inputs,
+        shared_params,
+        encoder_layer_outputs,
+      )
       return mtf.to_float(logits), new_states
 
     beams, _ = mtf.beam_search.beam_search(
-        logits_fn, inputs, alpha, states=initial_states,
-        decode_length=decode_length, use_tpu=True, dtype=tf.float32,
-        mesh_shape=self.mesh_shape, layout=self.layout)
+      logits_fn,
+      inputs,
+      alpha,
+      states=initial_states,
+      decode_length=decode_length,
+      use_tpu=True,
+      dtype=tf.float32,
+      mesh_shape=self.mesh_shape,
+      layout=self.layout,
+    )
     return mtf.gather(beams, mtf.constant(mesh, 0, dtype=tf.int32), beam_dim)

@@ -43,8 +43,11 @@ import gin
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from transformer._src.layers.context import Context, TransformerLayer
-from transformer._src.layers.embeddings import sinusoid_positional_embedding_weights
+from transformer._src.layers.context import Context
+from transformer._src.layers.context import TransformerLayer
+from transformer._src.layers.embeddings import (
+  sinusoid_positional_embedding_weights,
+)
 from transformer._src.models.layer_stack import LayerStack
 from transformer._src.models.layer_stack import sublayer_mask_padding
 
@@ -53,16 +56,20 @@ __all__ = ["UTLayerStack"]
 _GIN_MODULE = "mesh_tensorflow.transformer.universal_transformer"
 _SCOPE = "universal_transformer"
 _CHOICES = {
-    "act_type": ("basic",),
-    "recurrence_type": ("basic", "highway", "skip", "act"),
-    "add_or_concat_timing_signal": ("add", "concat"),
-    "step_timing_signal_type": ("learned", "sinusoid"),
-    "gate_ffn_layer": ("dense", "dense_relu_dense"),
-    "gating_type": ("highway", "gru"),
+  "act_type": ("basic",),
+  "recurrence_type": ("basic", "highway", "skip", "act"),
+  "add_or_concat_timing_signal": ("add", "concat"),
+  "step_timing_signal_type": ("learned", "sinusoid"),
+  "gate_ffn_layer": ("dense", "dense_relu_dense"),
+  "gating_type": ("highway", "gru"),
 }
-_BOOLS = ("add_position_timing_signal", "add_step_timing_signal",
-          "mix_with_transformer_before_ut", "mix_with_transformer_after_ut",
-          "use_gated_transformer")
+_BOOLS = (
+  "add_position_timing_signal",
+  "add_step_timing_signal",
+  "mix_with_transformer_before_ut",
+  "mix_with_transformer_after_ut",
+  "use_gated_transformer",
+)
 
 tf1 = tf.compat.v1
 
@@ -89,29 +96,34 @@ class UTLayerStack(LayerStack):
     y = stack.call(context, x)
   """
 
-  def __init__(self, layers: Sequence[TransformerLayer],
-               dropout_rate: float = 0.0, norm_epsilon: float = 1e-6,
-               num_vanilla_transformer_layers: int = 2,
-               couple_carry_transform_gates: bool = True,
-               act_type: str = gin.REQUIRED,
-               recurrence_type: str = gin.REQUIRED,
-               act_max_steps: int = gin.REQUIRED,
-               act_epsilon: float = gin.REQUIRED,
-               num_rec_steps: int = gin.REQUIRED,
-               num_inrecurrence_layers: int = gin.REQUIRED,
-               position_start_index: int = gin.REQUIRED,
-               add_or_concat_timing_signal: str = gin.REQUIRED,
-               step_timing_signal_type: str = gin.REQUIRED,
-               add_position_timing_signal: bool = gin.REQUIRED,
-               add_step_timing_signal: bool = gin.REQUIRED,
-               mix_with_transformer_before_ut: bool = gin.REQUIRED,
-               mix_with_transformer_after_ut: bool = gin.REQUIRED,
-               gates_inputs: str = gin.REQUIRED,
-               gate_ffn_layer: str = gin.REQUIRED,
-               use_gated_transformer: bool = gin.REQUIRED,
-               gating_type: str = gin.REQUIRED,
-               *, act_loss_weight: float = 0.01,
-               act_halting_bias_init: float = 1.0):
+  def __init__(
+    self,
+    layers: Sequence[TransformerLayer],
+    dropout_rate: float = 0.0,
+    norm_epsilon: float = 1e-6,
+    num_vanilla_transformer_layers: int = 2,
+    couple_carry_transform_gates: bool = True,
+    act_type: str = gin.REQUIRED,
+    recurrence_type: str = gin.REQUIRED,
+    act_max_steps: int = gin.REQUIRED,
+    act_epsilon: float = gin.REQUIRED,
+    num_rec_steps: int = gin.REQUIRED,
+    num_inrecurrence_layers: int = gin.REQUIRED,
+    position_start_index: int = gin.REQUIRED,
+    add_or_concat_timing_signal: str = gin.REQUIRED,
+    step_timing_signal_type: str = gin.REQUIRED,
+    add_position_timing_signal: bool = gin.REQUIRED,
+    add_step_timing_signal: bool = gin.REQUIRED,
+    mix_with_transformer_before_ut: bool = gin.REQUIRED,
+    mix_with_transformer_after_ut: bool = gin.REQUIRED,
+    gates_inputs: str = gin.REQUIRED,
+    gate_ffn_layer: str = gin.REQUIRED,
+    use_gated_transformer: bool = gin.REQUIRED,
+    gating_type: str = gin.REQUIRED,
+    *,
+    act_loss_weight: float = 0.01,
+    act_halting_bias_init: float = 1.0,
+  ):
     """Creates the stack.
 
     Args:
@@ -148,49 +160,67 @@ class UTLayerStack(LayerStack):
     Raises:
       ValueError: naming the parameter, if one is missing or invalid.
     """
-    super().__init__(layers, dropout_rate=dropout_rate,
-                     norm_epsilon=norm_epsilon)
+    super().__init__(
+      layers, dropout_rate=dropout_rate, norm_epsilon=norm_epsilon
+    )
     given = dict(
-        act_type=act_type, recurrence_type=recurrence_type,
-        act_max_steps=act_max_steps, act_epsilon=act_epsilon,
-        num_rec_steps=num_rec_steps,
-        num_inrecurrence_layers=num_inrecurrence_layers,
-        position_start_index=position_start_index,
-        add_or_concat_timing_signal=add_or_concat_timing_signal,
-        step_timing_signal_type=step_timing_signal_type,
-        add_position_timing_signal=add_position_timing_signal,
-        add_step_timing_signal=add_step_timing_signal,
-        mix_with_transformer_before_ut=mix_with_transformer_before_ut,
-        mix_with_transformer_after_ut=mix_with_transformer_after_ut,
-        gates_inputs=gates_inputs, gate_ffn_layer=gate_ffn_layer,
-        use_gated_transformer=use_gated_transformer, gating_type=gating_type)
+      act_type=act_type,
+      recurrence_type=recurrence_type,
+      act_max_steps=act_max_steps,
+      act_epsilon=act_epsilon,
+      num_rec_steps=num_rec_steps,
+      num_inrecurrence_layers=num_inrecurrence_layers,
+      position_start_index=position_start_index,
+      add_or_concat_timing_signal=add_or_concat_timing_signal,
+      step_timing_signal_type=step_timing_signal_type,
+      add_position_timing_signal=add_position_timing_signal,
+      add_step_timing_signal=add_step_timing_signal,
+      mix_with_transformer_before_ut=mix_with_transformer_before_ut,
+      mix_with_transformer_after_ut=mix_with_transformer_after_ut,
+      gates_inputs=gates_inputs,
+      gate_ffn_layer=gate_ffn_layer,
+      use_gated_transformer=use_gated_transformer,
+      gating_type=gating_type,
+    )
     for name, value in given.items():
       if value is gin.REQUIRED:
         raise ValueError("UTLayerStack: parameter %r is required" % name)
       if name in _CHOICES and value not in _CHOICES[name]:
-        raise ValueError("UTLayerStack: unknown %s %r; expected one of %s"
-                         % (name, value, list(_CHOICES[name])))
+        raise ValueError(
+          "UTLayerStack: unknown %s %r; expected one of %s"
+          % (name, value, list(_CHOICES[name]))
+        )
       if name in _BOOLS and not isinstance(value, bool):
-        raise ValueError("UTLayerStack: %s must be a bool, got %r"
-                         % (name, value))
+        raise ValueError(
+          "UTLayerStack: %s must be a bool, got %r" % (name, value)
+        )
     for name, value, minimum in (
-        ("act_max_steps", act_max_steps, 1),
-        ("num_rec_steps", num_rec_steps, 1),
-        ("num_inrecurrence_layers", num_inrecurrence_layers, 1),
-        ("position_start_index", position_start_index, 0),
-        ("num_vanilla_transformer_layers", num_vanilla_transformer_layers,
-         0)):
-      if (not isinstance(value, int) or isinstance(value, bool)
-          or value < minimum):
-        raise ValueError("UTLayerStack: %s must be an int >= %d, got %r"
-                         % (name, minimum, value))
+      ("act_max_steps", act_max_steps, 1),
+      ("num_rec_steps", num_rec_steps, 1),
+      ("num_inrecurrence_layers", num_inrecurrence_layers, 1),
+      ("position_start_index", position_start_index, 0),
+      ("num_vanilla_transformer_layers", num_vanilla_transformer_layers, 0),
+    ):
+      if (
+        not isinstance(value, int) or isinstance(value, bool) or value < minimum
+      ):
+        raise ValueError(
+          "UTLayerStack: %s must be an int >= %d, got %r"
+          % (name, minimum, value)
+        )
     if not 0.0 < act_epsilon < 1.0:
-      raise ValueError("UTLayerStack: act_epsilon must be in (0, 1), got %r"
-                       % (act_epsilon,))
-    if (not isinstance(gates_inputs, str) or not gates_inputs or
-        set(gates_inputs) - set("ist")):
-      raise ValueError("UTLayerStack: gates_inputs must be letters of 'ist', "
-                       "got %r" % (gates_inputs,))
+      raise ValueError(
+        "UTLayerStack: act_epsilon must be in (0, 1), got %r" % (act_epsilon,)
+      )
+    if (
+      not isinstance(gates_inputs, str)
+      or not gates_inputs
+      or set(gates_inputs) - set("ist")
+    ):
+      raise ValueError(
+        "UTLayerStack: gates_inputs must be letters of 'ist', "
+        "got %r" % (gates_inputs,)
+      )
     for name, value in given.items():
       setattr(self, name, value)
     self.num_vanilla_transformer_layers = num_vanilla_transformer_layers
@@ -219,12 +249,14 @@ class UTLayerStack(LayerStack):
       The signal [batch..., length, d_model].
     """
     table_dim = mtf.Dimension(
-        "ut_positions", context.length_dim.size + self.position_start_index)
+      "ut_positions", context.length_dim.size + self.position_start_index
+    )
     table = sinusoid_positional_embedding_weights(
-        context.mesh, table_dim, context.model.model_dim,
-        context.activation_dtype)
-    return mtf.gather(table, context.get_position() + self.position_start_index,
-                      table_dim)
+      context.mesh, table_dim, context.model.model_dim, context.activation_dtype
+    )
+    return mtf.gather(
+      table, context.get_position() + self.position_start_index, table_dim
+    )
 
   def step_timing_signal(self, context: Context, step: int) -> mtf.Tensor:
     """The signal of recurrence step `step`, [ensemble..., d_model].
@@ -240,19 +272,23 @@ class UTLayerStack(LayerStack):
     steps_dim = mtf.Dimension("ut_steps", self.num_steps)
     if self.step_timing_signal_type == "learned":
       table = mtf.get_variable(
-          context.mesh, "step_embedding",
-          mtf.Shape(_ensemble_dims(context) + [steps_dim, model_dim]),
-          initializer=tf1.random_normal_initializer(
-              stddev=model_dim.size ** -0.5),
-          dtype=context.variable_dtype)
+        context.mesh,
+        "step_embedding",
+        mtf.Shape(_ensemble_dims(context) + [steps_dim, model_dim]),
+        initializer=tf1.random_normal_initializer(stddev=model_dim.size**-0.5),
+        dtype=context.variable_dtype,
+      )
     else:
       table = sinusoid_positional_embedding_weights(
-          context.mesh, steps_dim, model_dim, context.activation_dtype)
-    return mtf.gather(table, mtf.constant(context.mesh, step, dtype=tf.int32),
-                      steps_dim)
+        context.mesh, steps_dim, model_dim, context.activation_dtype
+      )
+    return mtf.gather(
+      table, mtf.constant(context.mesh, step, dtype=tf.int32), steps_dim
+    )
 
-  def step_preprocess(self, context: Context, x: mtf.Tensor,
-                      step: int) -> mtf.Tensor:
+  def step_preprocess(
+    self, context: Context, x: mtf.Tensor, step: int
+  ) -> mtf.Tensor:
     """x plus (or concatenated with) this step's timing signals.
 
     Args:
@@ -277,12 +313,18 @@ class UTLayerStack(LayerStack):
       model_dim = context.model.model_dim
       signal = mtf.broadcast(mtf.cast(signal, x.dtype), x.shape)
       concat_dim = mtf.Dimension("ut_timing_concat", 2 * model_dim.size)
-      both = mtf.rename_dimension(mtf.concat([x, signal], model_dim.name),
-                                  model_dim.name, concat_dim.name)
+      both = mtf.rename_dimension(
+        mtf.concat([x, signal], model_dim.name), model_dim.name, concat_dim.name
+      )
       return mtf.layers.dense(
-          both, [model_dim], reduced_dims=[concat_dim], use_bias=False,
-          expert_dims=_ensemble_dims(context),
-          variable_dtype=context.variable_dtype, name="timing_concat")
+        both,
+        [model_dim],
+        reduced_dims=[concat_dim],
+        use_bias=False,
+        expert_dims=_ensemble_dims(context),
+        variable_dtype=context.variable_dtype,
+        name="timing_concat",
+      )
 
   # -- the block -------------------------------------------------------------
 
@@ -308,8 +350,7 @@ class UTLayerStack(LayerStack):
       x = self._run_block(context, x)
     return x
 
-  def ut_step(self, context: Context, x: mtf.Tensor,
-              step: int) -> mtf.Tensor:
+  def ut_step(self, context: Context, x: mtf.Tensor, step: int) -> mtf.Tensor:
     """One "basic" recurrence step: transition(step_preprocess(x)).
 
     Args:
@@ -322,37 +363,62 @@ class UTLayerStack(LayerStack):
     """
     return self.transition(context, self.step_preprocess(context, x, step))
 
-  def _dense(self, context: Context, x: mtf.Tensor, name: str,
-             reduced_dim: mtf.Dimension, new_dim: mtf.Dimension
-             ) -> mtf.Tensor:
+  def _dense(
+    self,
+    context: Context,
+    x: mtf.Tensor,
+    name: str,
+    reduced_dim: mtf.Dimension,
+    new_dim: mtf.Dimension,
+  ) -> mtf.Tensor:
     return mtf.layers.dense(
-        x, [new_dim], reduced_dims=[reduced_dim], use_bias=False,
-        expert_dims=_ensemble_dims(context),
-        variable_dtype=context.variable_dtype, name=name)
+      x,
+      [new_dim],
+      reduced_dims=[reduced_dim],
+      use_bias=False,
+      expert_dims=_ensemble_dims(context),
+      variable_dtype=context.variable_dtype,
+      name=name,
+    )
 
-  def _gate(self, context: Context, inputs: Dict[str, mtf.Tensor], name: str,
-            bias_init: float) -> mtf.Tensor:
+  def _gate(
+    self,
+    context: Context,
+    inputs: Dict[str, mtf.Tensor],
+    name: str,
+    bias_init: float,
+  ) -> mtf.Tensor:
     """sigmoid(gate_ffn_layer(inputs[c] for c in gates_inputs) + bias)."""
     model_dim = context.model.model_dim
     with tf1.variable_scope(name):
       bias = mtf.get_variable(
-          context.mesh, "bias", mtf.Shape(_ensemble_dims(context) +
-                                          [model_dim]),
-          initializer=tf1.constant_initializer(bias_init),
-          dtype=context.variable_dtype)
-      hidden_dim = (None if self.gate_ffn_layer == "dense" else
-                    mtf.Dimension("ut_gate_hidden", model_dim.size))
-      terms = [self._dense(context, inputs[c], "w_" + c, model_dim,
-                           hidden_dim or model_dim)
-               for c in self.gates_inputs]
+        context.mesh,
+        "bias",
+        mtf.Shape(_ensemble_dims(context) + [model_dim]),
+        initializer=tf1.constant_initializer(bias_init),
+        dtype=context.variable_dtype,
+      )
+      hidden_dim = (
+        None
+        if self.gate_ffn_layer == "dense"
+        else mtf.Dimension("ut_gate_hidden", model_dim.size)
+      )
+      terms = [
+        self._dense(
+          context, inputs[c], "w_" + c, model_dim, hidden_dim or model_dim
+        )
+        for c in self.gates_inputs
+      ]
       logits = terms[0] if len(terms) == 1 else mtf.add_n(terms)
       if hidden_dim is not None:
-        logits = self._dense(context, mtf.relu(logits), "wo", hidden_dim,
-                             model_dim)
+        logits = self._dense(
+          context, mtf.relu(logits), "wo", hidden_dim, model_dim
+        )
       return mtf.sigmoid(logits + bias)
 
-  def ut_highway(self, context: Context, x: mtf.Tensor,
-                 skip: bool = False) -> mtf.Tensor:
+  def ut_highway(
+    self, context: Context, x: mtf.Tensor, skip: bool = False
+  ) -> mtf.Tensor:
     """Highway (or, with skip, skip-to-input) gated recurrence.
 
     Args:
@@ -392,25 +458,32 @@ class UTLayerStack(LayerStack):
       x = self.ut_step(context, x, step)
     return x
 
-  def _halting_probability(self, context: Context,
-                           state: mtf.Tensor) -> mtf.Tensor:
+  def _halting_probability(
+    self, context: Context, state: mtf.Tensor
+  ) -> mtf.Tensor:
     model_dim = context.model.model_dim
     with tf1.variable_scope(_SCOPE + "/act_halting"):
       kernel = mtf.get_variable(
-          context.mesh, "kernel", mtf.Shape(_ensemble_dims(context) +
-                                            [model_dim]),
-          initializer=tf1.random_normal_initializer(
-              stddev=model_dim.size ** -0.5),
-          dtype=context.variable_dtype)
+        context.mesh,
+        "kernel",
+        mtf.Shape(_ensemble_dims(context) + [model_dim]),
+        initializer=tf1.random_normal_initializer(stddev=model_dim.size**-0.5),
+        dtype=context.variable_dtype,
+      )
       bias = mtf.get_variable(
-          context.mesh, "bias", mtf.Shape(_ensemble_dims(context)),
-          initializer=tf1.constant_initializer(self.act_halting_bias_init),
-          dtype=context.variable_dtype)
-    return mtf.sigmoid(mtf.einsum([state, kernel], reduced_dims=[model_dim])
-                       + bias)
+        context.mesh,
+        "bias",
+        mtf.Shape(_ensemble_dims(context)),
+        initializer=tf1.constant_initializer(self.act_halting_bias_init),
+        dtype=context.variable_dtype,
+      )
+    return mtf.sigmoid(
+      mtf.einsum([state, kernel], reduced_dims=[model_dim]) + bias
+    )
 
-  def ut_act(self, context: Context, x: mtf.Tensor
-             ) -> Tuple[mtf.Tensor, mtf.Tensor, mtf.Tensor]:
+  def ut_act(
+    self, context: Context, x: mtf.Tensor
+  ) -> Tuple[mtf.Tensor, mtf.Tensor, mtf.Tensor]:
     """ACT ("basic"): (output, ponder steps, remainders).
 
     Steps and remainders are [batch..., length]; every position takes
@@ -440,8 +513,10 @@ class UTLayerStack(LayerStack):
       if step == self.act_max_steps - 1:
         new_halted = running  # Out of steps: everyone still running halts.
       else:
-        new_halted = mtf.cast(
-            mtf.greater(halting + p * running, threshold), dtype) * running
+        new_halted = (
+          mtf.cast(mtf.greater(halting + p * running, threshold), dtype)
+          * running
+        )
       still_running = running - new_halted
       halting += p * still_running
       remainder = new_halted * (1.0 - halting)
@@ -457,7 +532,8 @@ class UTLayerStack(LayerStack):
       nonpadding = context.nonpadding
       if isinstance(nonpadding, mtf.Tensor):
         ponder_mean = mtf.reduce_sum(ponder * nonpadding) / mtf.maximum(
-            mtf.reduce_sum(nonpadding), 1.0)
+          mtf.reduce_sum(nonpadding), 1.0
+        )
       else:
         ponder_mean = mtf.reduce_mean(ponder)
       context.losses.append(ponder_mean * self.act_loss_weight)
@@ -465,19 +541,23 @@ class UTLayerStack(LayerStack):
 
   # -- gated residuals -------------------------------------------------------
 
-  def _sublayer_gated_residual(self, x: mtf.Tensor, layer_stack,
-                               context: Context) -> mtf.Tensor:
+  def _sublayer_gated_residual(
+    self, x: mtf.Tensor, layer_stack, context: Context
+  ) -> mtf.Tensor:
     """Gated replacement of sublayer_residual (variables `gating/...`)."""
     del layer_stack
     residual = context.current_layer_input
     model_dim = context.model.model_dim
     with tf1.variable_scope("gating"):
+
       def bias(name, value):
         return mtf.get_variable(
-            context.mesh, name, mtf.Shape(_ensemble_dims(context) +
-                                          [model_dim]),
-            initializer=tf1.constant_initializer(value),
-            dtype=context.variable_dtype)
+          context.mesh,
+          name,
+          mtf.Shape(_ensemble_dims(context) + [model_dim]),
+          initializer=tf1.constant_initializer(value),
+          dtype=context.variable_dtype,
+        )
 
       def linear(t, name):
         return self._dense(context, t, name, model_dim, model_dim)
@@ -487,15 +567,15 @@ class UTLayerStack(LayerStack):
         return g * x + (1.0 - g) * residual
       # GRU-type gating (Parisotto et al. 2019).
       r = mtf.sigmoid(linear(x, "w_r") + linear(residual, "u_r"))
-      z = mtf.sigmoid(linear(x, "w_z") + linear(residual, "u_z") -
-                      bias("b_z", 2.0))
+      z = mtf.sigmoid(
+        linear(x, "w_z") + linear(residual, "u_z") - bias("b_z", 2.0)
+      )
       h = mtf.tanh(linear(x, "w_h") + linear(r * residual, "u_h"))
       return (1.0 - z) * residual + z * h
 
   # -- the stack -------------------------------------------------------------
 
-  def _vanilla(self, context: Context, x: mtf.Tensor,
-               where: str) -> mtf.Tensor:
+  def _vanilla(self, context: Context, x: mtf.Tensor, where: str) -> mtf.Tensor:
     for i in range(self.num_vanilla_transformer_layers):
       with tf1.variable_scope("vanilla_%s_%03d" % (where, i)):
         x = self._run_block(context, x)
@@ -509,8 +589,9 @@ class UTLayerStack(LayerStack):
     """
     x = self._call_sublayers(self._sublayers_initial, x, context)
     self._record(context, x)
-    num_recorded = (len(context.layer_outputs)
-                    if context.layer_outputs is not None else 0)
+    num_recorded = (
+      len(context.layer_outputs) if context.layer_outputs is not None else 0
+    )
     if self.mix_with_transformer_before_ut:
       x = self._vanilla(context, x, "before")
     if self.recurrence_type == "basic":
@@ -521,8 +602,10 @@ class UTLayerStack(LayerStack):
       x, _, _ = self.ut_act(context, x)
     if self.mix_with_transformer_after_ut:
       x = self._vanilla(context, x, "after")
-    if (context.layer_outputs is not None and
-        len(context.layer_outputs) > num_recorded):
+    if (
+      context.layer_outputs is not None
+      and len(context.layer_outputs) > num_recorded
+    ):
       context.layer_outputs.pop()
     x = self._call_sublayers(self._sublayers_final, x, context)
     x = sublayer_mask_padding(x, self, context)

@@ -30,10 +30,10 @@ from transformer._src.data.offline.reverse import MtfReverse
 from transformer._src.data.offline.stdlib_docs import MtfStdlibDocs
 
 __all__ = [
-    "MtfReverse",
-    "MtfStdlibDocs",
-    "OFFLINE_DATASETS",
-    "OfflineBuilder",
-    "get_subword_vocabulary",
-    "prepare",
+  "MtfReverse",
+  "MtfStdlibDocs",
+  "OFFLINE_DATASETS",
+  "OfflineBuilder",
+  "get_subword_vocabulary",
+  "prepare",
 ]

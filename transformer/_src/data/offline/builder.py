@@ -14,15 +14,18 @@ from tensorflow_datasets.core import utils as tfds_utils
 
 from transformer._src.data import vocabulary as vocabulary_lib
 
-__all__ = ["OFFLINE_DATASETS", "OfflineBuilder", "get_subword_vocabulary",
-           "prepare"]
+__all__ = [
+  "OFFLINE_DATASETS",
+  "OfflineBuilder",
+  "get_subword_vocabulary",
+  "prepare",
+]
 
 # name -> builder class of every offline builder (filled on class creation).
 OFFLINE_DATASETS: Dict[str, type] = {}
 
 
-class OfflineBuilder(tfds.core.GeneratorBasedBuilder,
-                     skip_registration=True):
+class OfflineBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
   """A GeneratorBasedBuilder whose data is generated locally, no download.
 
   Subclasses generate their examples from code or from files that every
@@ -52,10 +55,12 @@ def prepare(builder: tfds.core.DatasetBuilder) -> tfds.core.DatasetBuilder:
   """
   if not isinstance(builder, OfflineBuilder):
     raise ValueError(
-        "prepare: %r is not an offline dataset of this package (%s); "
-        "refusing to download it" % (builder.name, sorted(OFFLINE_DATASETS)))
+      "prepare: %r is not an offline dataset of this package (%s); "
+      "refusing to download it" % (builder.name, sorted(OFFLINE_DATASETS))
+    )
   builder.download_and_prepare(
-      download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+    download_config=tfds.download.DownloadConfig(try_download_gcs=False)
+  )
   return builder
 
 
@@ -64,12 +69,14 @@ def _builder(dataset_name: str, data_dir: Optional[str]):
     return tfds.builder(dataset_name, data_dir=data_dir)
   except tfds.core.registered.DatasetNotFoundError:
     raise ValueError(
-        "TFDS does not know dataset %r; offline datasets: %s"
-        % (dataset_name, sorted(OFFLINE_DATASETS))) from None
+      "TFDS does not know dataset %r; offline datasets: %s"
+      % (dataset_name, sorted(OFFLINE_DATASETS))
+    ) from None
 
 
-def _text_corpus(builder, split: str, keys: Sequence[str],
-                 max_chars: Optional[int]) -> Iterable[str]:
+def _text_corpus(
+  builder, split: str, keys: Sequence[str], max_chars: Optional[int]
+) -> Iterable[str]:
   """The texts of `keys`, read in batches, until `max_chars` characters."""
   ds = builder.as_dataset(split=split, shuffle_files=False).batch(1024)
   chars = 0
@@ -84,12 +91,13 @@ def _text_corpus(builder, split: str, keys: Sequence[str],
 
 
 @gin.configurable(module="transformer.datasets")
-def get_subword_vocabulary(dataset_name: str = gin.REQUIRED,
-                           data_dir: Optional[str] = None,
-                           target_vocab_size: int = 1000,
-                           split: str = "train",
-                           max_corpus_chars: Optional[int] = 300000
-                          ) -> vocabulary_lib.TFDSVocabulary:
+def get_subword_vocabulary(
+  dataset_name: str = gin.REQUIRED,
+  data_dir: Optional[str] = None,
+  target_vocab_size: int = 1000,
+  split: str = "train",
+  max_corpus_chars: Optional[int] = 300000,
+) -> vocabulary_lib.TFDSVocabulary:
   """A subword vocabulary built offline from a dataset's text, cached.
 
   Builds a tfds.deprecated.text.SubwordTextEncoder from the text features of
@@ -106,24 +114,33 @@ def get_subword_vocabulary(dataset_name: str = gin.REQUIRED,
   """
   builder = _builder(dataset_name, data_dir)
   prefix = os.path.join(
-      str(builder.data_dir_root), dataset_name.replace("/", "_"),
-      "subwords_%d" % target_vocab_size)
+    str(builder.data_dir_root),
+    dataset_name.replace("/", "_"),
+    "subwords_%d" % target_vocab_size,
+  )
   encoder_cls = tfds.deprecated.text.SubwordTextEncoder
   if tf.io.gfile.exists(prefix + ".subwords"):
     return vocabulary_lib.TFDSVocabulary(encoder_cls.load_from_file(prefix))
   if not builder.is_prepared():
     prepare(builder)
-  keys = [k for k, f in builder.info.features.items()
-          if isinstance(f, tfds.features.Text)]
+  keys = [
+    k
+    for k, f in builder.info.features.items()
+    if isinstance(f, tfds.features.Text)
+  ]
   if not keys:
-    raise ValueError("get_subword_vocabulary: dataset %r has no text "
-                     "features" % dataset_name)
+    raise ValueError(
+      "get_subword_vocabulary: dataset %r has no text features" % dataset_name
+    )
   encoder = encoder_cls.build_from_corpus(
-      _text_corpus(builder, split, keys, max_corpus_chars),
-      target_vocab_size=target_vocab_size, max_corpus_chars=max_corpus_chars)
+    _text_corpus(builder, split, keys, max_corpus_chars),
+    target_vocab_size=target_vocab_size,
+    max_corpus_chars=max_corpus_chars,
+  )
   tf.io.gfile.makedirs(os.path.dirname(prefix))
   tmp_prefix = prefix + ".tmp%d" % os.getpid()
   encoder.save_to_file(tmp_prefix)
-  tf.io.gfile.rename(tmp_prefix + ".subwords", prefix + ".subwords",
-                     overwrite=True)
+  tf.io.gfile.rename(
+    tmp_prefix + ".subwords", prefix + ".subwords", overwrite=True
+  )
   return vocabulary_lib.TFDSVocabulary(encoder)

@@ -40,11 +40,13 @@ def reverse_examples(split: str):
   if split == "train":
     strings = train
   elif split == "validation":
-    strings = _random_strings(_SEEDS["validation"], VALIDATION_SIZE,
-                              exclude=frozenset(train))
+    strings = _random_strings(
+      _SEEDS["validation"], VALIDATION_SIZE, exclude=frozenset(train)
+    )
   else:
-    raise ValueError("mtf_reverse has splits 'train' and 'validation', not "
-                     "%r" % (split,))
+    raise ValueError(
+      "mtf_reverse has splits 'train' and 'validation', not %r" % (split,)
+    )
   return [(s, s[::-1]) for s in strings]
 
 
@@ -56,24 +58,28 @@ class MtfReverse(OfflineBuilder):
 
   def _info(self) -> tfds.core.DatasetInfo:
     return tfds.core.DatasetInfo(
-        builder=self,
-        description=(
-            "Algorithmic seq2seq task generated locally: inputs are random "
-            "strings of %d-%d letters from %r, targets the same strings "
-            "reversed. Train %d, validation %d examples (held out), fixed "
-            "seeds." % (MIN_LENGTH, MAX_LENGTH, ALPHABET, TRAIN_SIZE,
-                        VALIDATION_SIZE)),
-        features=tfds.features.FeaturesDict({
-            "inputs": tfds.features.Text(),
-            "targets": tfds.features.Text(),
-        }),
-        supervised_keys=("inputs", "targets"),
+      builder=self,
+      description=(
+        "Algorithmic seq2seq task generated locally: inputs are random "
+        "strings of %d-%d letters from %r, targets the same strings "
+        "reversed. Train %d, validation %d examples (held out), fixed "
+        "seeds."
+        % (MIN_LENGTH, MAX_LENGTH, ALPHABET, TRAIN_SIZE, VALIDATION_SIZE)
+      ),
+      features=tfds.features.FeaturesDict(
+        {
+          "inputs": tfds.features.Text(),
+          "targets": tfds.features.Text(),
+        }
+      ),
+      supervised_keys=("inputs", "targets"),
     )
 
   def _split_generators(self, dl_manager):
     del dl_manager  # nothing to download
-    return {split: self._generate_examples(split)
-            for split in ("train", "validation")}
+    return {
+      split: self._generate_examples(split) for split in ("train", "validation")
+    }
 
   def _generate_examples(self, split):
     for i, (inputs, targets) in enumerate(reverse_examples(split)):

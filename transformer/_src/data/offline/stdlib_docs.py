@@ -7,8 +7,8 @@ import functools
 import glob
 import os
 import sysconfig
-import zlib
 from typing import Optional, Tuple
+import zlib
 
 import tensorflow_datasets as tfds
 
@@ -56,7 +56,7 @@ def stdlib_paragraphs(stdlib_dir: Optional[str] = None) -> Tuple[str, ...]:
 
 
 def split_of(text: str) -> str:
-  """"validation" for a stable ~5% of paragraphs (by CRC32), else "train"."""
+  """The split of a paragraph: "validation" for a stable ~5% (by CRC32)."""
   if zlib.crc32(text.encode("utf-8")) % 100 < VALIDATION_PERCENT:
     return "validation"
   return "train"
@@ -70,22 +70,25 @@ class MtfStdlibDocs(OfflineBuilder):
 
   def _info(self) -> tfds.core.DatasetInfo:
     return tfds.core.DatasetInfo(
-        builder=self,
-        description=(
-            "Docstring paragraphs of the top-level modules of the Python "
-            "standard library of the interpreter that generated the data "
-            "(present with every Python install; no download). About %d%% "
-            "of the paragraphs, chosen by CRC32, form the validation split."
-            % VALIDATION_PERCENT),
-        features=tfds.features.FeaturesDict({"text": tfds.features.Text()}),
-        supervised_keys=("text", "text"),
+      builder=self,
+      description=(
+        "Docstring paragraphs of the top-level modules of the Python "
+        "standard library of the interpreter that generated the data "
+        "(present with every Python install; no download). About %d%% "
+        "of the paragraphs, chosen by CRC32, form the validation split."
+        % VALIDATION_PERCENT
+      ),
+      features=tfds.features.FeaturesDict({"text": tfds.features.Text()}),
+      supervised_keys=("text", "text"),
     )
 
   def _split_generators(self, dl_manager):
     del dl_manager  # nothing to download
     paragraphs = stdlib_paragraphs()
-    return {split: self._generate_examples(paragraphs, split)
-            for split in ("train", "validation")}
+    return {
+      split: self._generate_examples(paragraphs, split)
+      for split in ("train", "validation")
+    }
 
   def _generate_examples(self, paragraphs, split):
     for i, text in enumerate(paragraphs):
