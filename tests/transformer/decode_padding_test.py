@@ -309,7 +309,7 @@ def test_driver_decodes_ignore_the_inputs_sequence_length(trained_model_dir):
     ids = utils.encode_inputs(STRINGS, BYTES, "bitransformer", 1, length)
     assert ids.shape == (len(STRINGS), length)
     dataset = tf.data.Dataset.from_tensor_slices({"inputs": ids})
-    decodes[length] = utils.decode(est, lambda dataset=dataset: dataset, BYTES)
+    decodes[length] = utils.decode(est, lambda *_, ds=dataset: ds, BYTES)
     assert utils.decode_strings(est, STRINGS) == decodes[length]
   assert len(set(decodes[8])) > 1  # The decodes depend on the input.
   assert decodes[8] == decodes[16]

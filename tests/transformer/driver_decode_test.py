@@ -314,7 +314,9 @@ def test_eval_model_adds_metric_fns_of_greedy_decodes(
   )
   assert "eval rev (validation, step 1):" in capsys.readouterr().out
   assert tf.io.gfile.glob(os.path.join(summary_dir, "events.out.tfevents*"))
-  # eval_with_score: teacher-forced metrics only.
+  # eval_with_score: as in the original, the metric_fns get the scores as
+  # their predictions (so no score equals a target string), besides the
+  # teacher-forced metrics.
   scored = utils.eval_model(
     est,
     BYTES,
@@ -327,4 +329,6 @@ def test_eval_model_adds_metric_fns_of_greedy_decodes(
     -1,
     eval_with_score=True,
   )
-  assert "exact_match" not in scored["rev"]
+  assert scored["rev"]["exact_match"] == 0.0
+  for name, value in teacher_forced.items():
+    assert scored["rev"][name] == pytest.approx(value, rel=1e-6), name

@@ -874,6 +874,7 @@ RUN_PARAMS = [
   "seen_data_init_step",
   "output_eval_examples",
   "checkpoint_input_pipeline",
+  "eval_dir_suffix",
 ]
 
 

@@ -17,6 +17,7 @@ MtfCheckpointSaverListener / MtfRestoreHook did.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import time
 from typing import Callable, Dict, List, Optional
@@ -77,6 +78,10 @@ def eager_in_legacy_mode(fn: Callable) -> Callable:
     with eager_context.eager_mode():
       return fn(*args, **kwargs)
 
+  # gin reads parameters with inspect.getfullargspec, which does not follow
+  # __wrapped__: without the signature it would see (*args, **kwargs), accept
+  # bindings of any name and no longer enforce gin.REQUIRED.
+  wrapper.__signature__ = inspect.signature(fn)
   return wrapper
 
 

@@ -410,7 +410,7 @@ def eval_model(
         # predictions.
         scored = score_with_estimator_fn(
           estimator,
-          lambda dataset=dataset: dataset,
+          lambda *_, ds=dataset: ds,
           step,
           model_dir,
           vocabulary,
