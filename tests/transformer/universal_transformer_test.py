@@ -482,3 +482,188 @@ def test_gin_registration():
     assert stack.num_rec_steps == 5 and stack.act_epsilon == 0.01
   finally:
     gin.clear_config()
+
+
+# ----------------------------------------------------------------------------
+# The original's building blocks
+
+
+def _np_timing_signal(positions, d=D, min_timescale=1.0, max_timescale=1e4):
+  n = d // 2
+  increment = np.log(max_timescale / min_timescale) / max(n - 1, 1)
+  inv = min_timescale * np.exp(np.arange(n) * -increment)
+  t = np.asarray(positions, np.float64)[..., None] * inv
+  return np.concatenate([np.sin(t), np.cos(t)], -1).astype(np.float32)
+
+
+def _np_layer_norm(x, eps=1e-6):
+  x = x - x.mean(-1, keepdims=True)
+  return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
+
+
+def _sigmoid(x):
+  return 1.0 / (1.0 + np.exp(-x))
+
+
+def test_get_timing_signal_1d_matches_numpy():
+  def build(mesh):
+    stack, context = _ut(), _context(mesh)
+    return [
+      stack.get_timing_signal_1d(context, LENGTH, D_MODEL, start_index=3),
+      stack.get_timing_signal_1d(context, LENGTH, D_MODEL, 2.0, 100.0),
+    ]
+
+  a, b = mtu.run_program(build)
+  np.testing.assert_allclose(a, _np_timing_signal(np.arange(L) + 3), atol=1e-5)
+  np.testing.assert_allclose(
+    b, _np_timing_signal(np.arange(L), D, 2.0, 100.0), atol=1e-5
+  )
+  with pytest.raises(NotImplementedError):
+    mtu.run_program(
+      lambda mesh: [
+        _ut().get_timing_signal_1d(
+          _context(mesh), LENGTH, mtf.Dimension("d_model", 7)
+        )
+      ]
+    )
+
+
+def test_timing_signal_funcs_match_numpy():
+  def build(mesh):
+    context, x = _context(mesh), _import_x(mesh)
+    stack = _ut(position_start_index=2, num_rec_steps=2)
+    learned = _ut(
+      step_timing_signal_type="learned", recurrence_type="act", act_max_steps=5
+    )
+    concat = _ut(add_or_concat_timing_signal="concat")
+    outs = [
+      stack.add_position_timing_signal_func(context, x, 0),
+      stack.add_step_timing_signal_func(context, x, 1),
+      learned.add_step_timing_signal_func(context, x, 3),
+      concat.add_position_timing_signal_func(context, x, 0),
+    ]
+    table = mesh.graph.name_to_variable["layer_embedding"].outputs[0]
+    return outs + [table]
+
+  pos, step, learned, concat, table = mtu.run_program(build)
+  np.testing.assert_allclose(
+    pos, X + _np_timing_signal(np.arange(L) + 2), atol=1e-5
+  )
+  np.testing.assert_allclose(step, X + _np_timing_signal(1), atol=1e-5)
+  assert table.shape == (5, D)  # act_max_steps layers ("act")
+  np.testing.assert_allclose(learned, X + table[3] * np.sqrt(D), atol=1e-5)
+  assert concat.shape == (B, L, 2 * D)
+  np.testing.assert_allclose(concat[..., :D], X)
+  np.testing.assert_allclose(
+    concat[..., D:],
+    np.broadcast_to(_np_timing_signal(np.arange(L)), (B, L, D)),
+    atol=1e-5,
+  )
+
+
+@pytest.mark.parametrize("gating_type", ["highway", "gru"])
+def test_gating_matches_numpy(gating_type):
+  mask = (SEQ != 0).astype(np.float32)
+
+  def build(mesh):
+    context, x = _context(mesh), _import_x(mesh)
+    transformed = x * 2.0 - 1.0
+    mtf_mask = mtf.import_tf_tensor(
+      mesh, tf.constant(mask), mtf.Shape([BATCH, LENGTH])
+    )
+    out = _ut(gating_type=gating_type).gating(context, x, transformed, mtf_mask)
+    variables = mesh.graph.name_to_variable
+    params = [
+      variables[name].outputs[0]
+      for name in sorted(variables)
+      if name.startswith("dense")
+    ]
+    return [out] + params
+
+  out, *params = mtu.run_program(build)
+  kernels, biases = params[1::2], params[0::2]  # sorted: bias < kernel
+
+  def gate(i, *inputs):
+    normed = [_np_layer_norm(t * mask[..., None]) for t in inputs]
+    return _sigmoid(np.concatenate(normed, -1) @ kernels[i] + biases[i])
+
+  x, t = X, X * 2.0 - 1.0
+  if gating_type == "highway":
+    expected = x * gate(1, x) + t * gate(0, x)
+  else:
+    update, reset = gate(0, x, t), gate(1, x, t)
+    candidate = gate(2, reset * x, t)
+    expected = (1 - update) * t + update * candidate
+  np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_ffn_layer_multi_inputs_dense_relu_dense_and_postprocess():
+  def build(mesh):
+    context, x = _context(mesh), _import_x(mesh)
+    stack = _ut()
+    out = stack.ffn_layer_multi_inputs(
+      context,
+      None,
+      [x, x * 3.0],
+      ffn_layer_type="dense_relu_dense",
+      postprocess=True,
+    )
+    variables = mesh.graph.name_to_variable
+    return [out] + [variables[n].outputs[0] for n in sorted(variables)]
+
+  out, b0, k0, b1, k1, *_ = mtu.run_program(build)
+  hidden = np.maximum(np.concatenate([X, X * 3.0], -1) @ k0 + b0, 0.0)
+  expected = _np_layer_norm(hidden @ k1 + b1)
+  np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
+  with pytest.raises(ValueError, match="Unknown ffn_layer type"):
+    mtu.run_program(
+      lambda mesh: [
+        _ut().ffn_layer_multi_inputs(
+          _context(mesh), None, [_import_x(mesh)], ffn_layer_type="conv"
+        )
+      ]
+    )
+
+
+def test_original_signatures_delegate():
+  """act_layer, vanilla_transformer_layer, ut_basic and ut_highway with the
+  original's (x, mask) and (state, inputs, memory) arguments, each in its own
+  program with the same initial weights as the method it delegates to.
+  """
+
+  def run(make_stack, method):
+    def build(mesh):
+      return [method(make_stack(), _context(mesh), _import_x(mesh))]
+
+    tf.random.set_seed(7)
+    return mtu.run_program(build)[0]
+
+  act = functools.partial(_ut, recurrence_type="act")
+  basic = functools.partial(_ut, num_rec_steps=2)
+  highway = functools.partial(_ut, recurrence_type="highway", num_rec_steps=2)
+  pairs = [
+    (
+      act,
+      lambda s, c, x: s.act_layer(c, x, None),
+      lambda s, c, x: s.ut_act(c, x)[0],
+    ),
+    (
+      basic,
+      lambda s, c, x: s.vanilla_transformer_layer(c, x, None),
+      lambda s, c, x: s.transition(c, x),
+    ),
+    (
+      basic,
+      lambda s, c, x: s.ut_basic(c, x, None),
+      lambda s, c, x: s.ut_step(c, s.ut_step(c, x, 0), 1),
+    ),
+    (
+      highway,
+      lambda s, c, x: s.ut_highway(c, (x, x, x), None),
+      lambda s, c, x: s.ut_highway(c, x, None),
+    ),
+  ]
+  for make_stack, original, ours in pairs:
+    np.testing.assert_allclose(
+      run(make_stack, original), run(make_stack, ours), rtol=1e-6, atol=1e-6
+    )

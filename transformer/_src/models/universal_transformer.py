@@ -37,7 +37,9 @@ residual gates under `<layer name>/gating/`.
 
 from __future__ import annotations
 
-from typing import Dict, Sequence, Tuple
+import functools
+import math
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import gin
 import tensorflow as tf
@@ -417,20 +419,33 @@ class UTLayerStack(LayerStack):
       return mtf.sigmoid(logits + bias)
 
   def ut_highway(
-    self, context: Context, x: mtf.Tensor, skip: bool = False
+    self,
+    context: Context,
+    layer_inputs: Union[mtf.Tensor, Sequence[mtf.Tensor]],
+    mask: Optional[mtf.Tensor],
+    *,
+    skip: bool = False,
   ) -> mtf.Tensor:
     """Highway (or, with skip, skip-to-input) gated recurrence.
 
     Args:
       context: the Context of the call.
-      x: the activations [batch..., length, d_model].
+      layer_inputs: the activations [batch..., length, d_model], or the
+        original's (state, inputs, memory) triple, whose first element is the
+        initial state and second the recurrence input the gates read.
+      mask: unused (the layers mask padding themselves); kept for the
+        original's signature.
       skip: gate between the step's output and the recurrence's input
         (skip-to-input) instead of the previous state (highway).
 
     Returns:
-      The output, shaped as x.
+      The output, shaped as the state.
     """
-    ut_input = x
+    del mask
+    if isinstance(layer_inputs, mtf.Tensor):
+      x = ut_input = layer_inputs
+    else:
+      x, ut_input = layer_inputs[0], layer_inputs[1]
     for step in range(self.num_rec_steps):
       state = self.step_preprocess(context, x, step)
       transformed = self.transition(context, state)
@@ -444,16 +459,21 @@ class UTLayerStack(LayerStack):
       x = transformed * transform + (ut_input if skip else state) * carry
     return x
 
-  def ut_basic(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
+  def ut_basic(
+    self, context: Context, x: mtf.Tensor, mask: Optional[mtf.Tensor]
+  ) -> mtf.Tensor:
     """The "basic" recurrence: num_rec_steps ut_steps.
 
     Args:
       context: the Context of the call.
       x: the activations [batch..., length, d_model].
+      mask: unused (the layers mask padding themselves); kept for the
+        original's signature.
 
     Returns:
       The output, shaped as x.
     """
+    del mask
     for step in range(self.num_rec_steps):
       x = self.ut_step(context, x, step)
     return x
@@ -539,6 +559,298 @@ class UTLayerStack(LayerStack):
       context.losses.append(ponder_mean * self.act_loss_weight)
     return output, n_updates, remainders
 
+  # -- the original's building blocks ----------------------------------------
+
+  def get_timing_signal_1d(
+    self,
+    context: Context,
+    length: mtf.Dimension,
+    channels: mtf.Dimension,
+    min_timescale: float = 1.0,
+    max_timescale: float = 1.0e4,
+    start_index: Union[int, mtf.Tensor] = 0,
+  ) -> mtf.Tensor:
+    """Sinusoids of geometric timescales at positions + start_index.
+
+    The first channels/2 channels are sin(position / timescale), the rest
+    cos(position / timescale), with timescales from min_timescale to
+    max_timescale (the tensor2tensor timing signal).
+
+    Args:
+      context: the Context of the call (positions: context.get_position()).
+      length: the sequence Dimension (the positions carry it).
+      channels: the signal Dimension; its size must be even.
+      min_timescale: the shortest timescale.
+      max_timescale: the longest timescale.
+      start_index: an int (or int Tensor) added to every position.
+
+    Returns:
+      The signal [position dims..., channels] in the activation dtype.
+
+    Raises:
+      NotImplementedError: for an odd channels size.
+    """
+    del length
+    if channels.size % 2:
+      raise NotImplementedError("Odd channel size not implemented.")
+    dtype = context.activation_dtype
+    half_dim = mtf.Dimension(channels.name, channels.size // 2)
+    increment = math.log(float(max_timescale) / float(min_timescale)) / max(
+      half_dim.size - 1, 1
+    )
+    inv_timescales = min_timescale * mtf.exp(
+      mtf.mtf_range(context.mesh, half_dim, dtype) * -increment
+    )
+    position = mtf.cast(context.get_position() + start_index, dtype)
+    scaled_time = position * inv_timescales
+    return mtf.concat(
+      [mtf.sin(scaled_time), mtf.cos(scaled_time)], channels.name
+    )
+
+  def _add_or_concat(self, x: mtf.Tensor, signal: mtf.Tensor) -> mtf.Tensor:
+    signal = mtf.cast(signal, x.dtype)
+    if self.add_or_concat_timing_signal == "add":
+      return x + signal
+    last_dim = x.shape.dims[-1]
+    return mtf.concat([x, mtf.broadcast(signal, x.shape)], last_dim.name)
+
+  def add_position_timing_signal_func(
+    self, context: Context, x: mtf.Tensor, step: int
+  ) -> mtf.Tensor:
+    """x with the position (horizontal) timing signal added or concatenated.
+
+    Positions start at position_start_index.
+
+    Args:
+      context: the Context of the call.
+      x: the activations [batch..., length, d_model].
+      step: the recurrence step (unused: the start index is fixed).
+
+    Returns:
+      x plus the signal, or x concatenated with it along d_model ("concat").
+    """
+    del step
+    signal = self.get_timing_signal_1d(
+      context,
+      context.length_dim,
+      context.model.model_dim,
+      start_index=self.position_start_index,
+    )
+    return self._add_or_concat(x, signal)
+
+  def get_layer_timing_signal_learned_1d(
+    self,
+    context: Context,
+    channels: mtf.Dimension,
+    layer: int,
+    num_layers: int,
+  ) -> mtf.Tensor:
+    """The learned embedding of layer (step) `layer`: the vertical signal.
+
+    Variable `layer_embedding` [layer: num_layers, channels], initialised
+    N(0, channels^-1/2), is scaled by channels^1/2.
+
+    Args:
+      context: the Context of the call.
+      channels: the signal Dimension.
+      layer: the layer (recurrence step) index.
+      num_layers: how many layers the embedding holds.
+
+    Returns:
+      The signal [channels].
+    """
+    layer_dim = mtf.Dimension("layer", num_layers)
+    embedding = mtf.get_variable(
+      context.mesh,
+      "layer_embedding",
+      mtf.Shape([layer_dim, channels]),
+      initializer=tf1.random_normal_initializer(0.0, channels.size**-0.5),
+      dtype=context.variable_dtype,
+    )
+    if not isinstance(layer, mtf.Tensor):
+      layer = mtf.constant(context.mesh, layer, dtype=tf.int32)
+    return mtf.gather(embedding * (channels.size**0.5), layer, layer_dim)
+
+  def add_step_timing_signal_func(
+    self, context: Context, x: mtf.Tensor, step: int
+  ) -> mtf.Tensor:
+    """x with the step (vertical) timing signal added or concatenated.
+
+    The signal is learned (get_layer_timing_signal_learned_1d over num_steps
+    steps) or the sinusoid of the step (step_timing_signal).
+
+    Args:
+      context: the Context of the call.
+      x: the activations [batch..., length, d_model].
+      step: the recurrence step (0-based).
+
+    Returns:
+      x plus the signal, or x concatenated with it along d_model ("concat").
+    """
+    if self.step_timing_signal_type == "learned":
+      signal = self.get_layer_timing_signal_learned_1d(
+        context, x.shape.dims[-1], step, self.num_steps
+      )
+    else:
+      signal = self.step_timing_signal(context, step)
+    return self._add_or_concat(x, signal)
+
+  def vanilla_transformer_layer(
+    self, context: Context, x: mtf.Tensor, mask: Optional[mtf.Tensor]
+  ) -> mtf.Tensor:
+    """One pass of the block: every layer with its norm and residual.
+
+    Residuals are gated when use_gated_transformer is set.
+
+    Args:
+      context: the Context of the call.
+      x: the activations [batch..., length, d_model].
+      mask: unused (the layers mask padding themselves); kept for the
+        original's signature.
+
+    Returns:
+      The output, shaped as x.
+    """
+    del mask
+    return self._run_block(context, x)
+
+  def ffn_layer_multi_inputs(
+    self,
+    context: Context,
+    mask: Optional[mtf.Tensor],
+    inputs_list: List[mtf.Tensor],
+    ffn_layer_type: str = "dense",
+    kernel_initializer=None,
+    activation=None,
+    preprocess: bool = False,
+    postprocess: bool = False,
+  ) -> mtf.Tensor:
+    """A feed-forward layer over several inputs concatenated along d_model.
+
+    "dense" is activation(dense(inputs) + bias); "dense_relu_dense" is
+    activation(dense(relu(dense(inputs)))) with a d_model-sized hidden
+    layer (the original's version of it read an attribute it never set).
+
+    Args:
+      context: the Context of the call.
+      mask: optional padding mask [batch..., length], applied before norms.
+      inputs_list: the inputs [batch..., length, d_model] (not modified).
+      ffn_layer_type: "dense" or "dense_relu_dense".
+      kernel_initializer: optional kernel initializer ("dense").
+      activation: optional function applied to the output.
+      preprocess: layer-norm every input first.
+      postprocess: layer-norm the output.
+
+    Returns:
+      The output [batch..., length, d_model].
+
+    Raises:
+      ValueError: for no inputs or an unknown ffn_layer_type.
+    """
+    if not inputs_list:
+      raise ValueError("ffn_layer_multi_inputs: need at least one input")
+    model_dim = context.model.model_dim
+
+    def norm(t):
+      if mask is not None:
+        t *= mask
+      return mtf.layers.layer_norm(t, model_dim, epsilon=self.norm_epsilon)
+
+    inputs_list = list(inputs_list)
+    if preprocess:
+      inputs_list = [norm(t) for t in inputs_list]
+    ffn_inputs = (
+      inputs_list[0]
+      if len(inputs_list) == 1
+      else mtf.concat(inputs_list, model_dim.name)
+    )
+    reduced = [d for d in ffn_inputs.shape.dims if d.name == model_dim.name]
+    dense = functools.partial(
+      mtf.layers.dense,
+      variable_dtype=context.variable_dtype,
+      expert_dims=_ensemble_dims(context),
+    )
+    if ffn_layer_type == "dense":
+      output = dense(
+        ffn_inputs,
+        [model_dim],
+        reduced_dims=reduced,
+        activation=activation,
+        kernel_initializer=kernel_initializer,
+      )
+    elif ffn_layer_type == "dense_relu_dense":
+      hidden_dim = mtf.Dimension("ut_ffn_hidden", model_dim.size)
+      hidden = dense(
+        ffn_inputs, [hidden_dim], reduced_dims=reduced, activation=mtf.relu
+      )
+      output = dense(
+        hidden, [model_dim], reduced_dims=[hidden_dim], activation=activation
+      )
+    else:
+      raise ValueError("Unknown ffn_layer type: %s" % ffn_layer_type)
+    return norm(output) if postprocess else output
+
+  def gating(
+    self,
+    context: Context,
+    x: mtf.Tensor,
+    transformed_x: mtf.Tensor,
+    mask: Optional[mtf.Tensor],
+  ) -> mtf.Tensor:
+    """Combines a layer's input and output through learned sigmoid gates.
+
+    "highway": x * carry + transformed_x * transform, both gates
+    sigmoid(ffn(norm(x))). "gru": update u and reset r gates
+    sigmoid(ffn(norm(x), norm(transformed_x))), candidate
+    c = sigmoid(ffn(norm(r * x), norm(transformed_x))), output
+    (1 - u) * transformed_x + u * c. The ffn is gate_ffn_layer.
+
+    Args:
+      context: the Context of the call.
+      x: the layer input [batch..., length, d_model].
+      transformed_x: the layer output, shaped as x.
+      mask: optional padding mask [batch..., length].
+
+    Returns:
+      The gated output, shaped as x.
+    """
+
+    def gate(inputs):
+      return self.ffn_layer_multi_inputs(
+        context,
+        mask,
+        inputs,
+        ffn_layer_type=self.gate_ffn_layer,
+        activation=mtf.sigmoid,
+        preprocess=True,
+      )
+
+    if self.gating_type == "highway":
+      transform, carry = gate([x]), gate([x])
+      return x * carry + transformed_x * transform
+    update = gate([x, transformed_x])
+    reset = gate([x, transformed_x])
+    candidate = gate([reset * x, transformed_x])
+    return (1.0 - update) * transformed_x + update * candidate
+
+  def act_layer(
+    self, context: Context, x: mtf.Tensor, mask: Optional[mtf.Tensor]
+  ) -> mtf.Tensor:
+    """The ACT recurrence's output (see ut_act).
+
+    Args:
+      context: the Context of the call.
+      x: the activations [batch..., length, d_model].
+      mask: unused (the layers mask padding themselves); kept for the
+        original's signature.
+
+    Returns:
+      The output, shaped as x.
+    """
+    del mask
+    output, _, _ = self.ut_act(context, x)
+    return output
+
   # -- gated residuals -------------------------------------------------------
 
   def _sublayer_gated_residual(
@@ -595,11 +907,11 @@ class UTLayerStack(LayerStack):
     if self.mix_with_transformer_before_ut:
       x = self._vanilla(context, x, "before")
     if self.recurrence_type == "basic":
-      x = self.ut_basic(context, x)
+      x = self.ut_basic(context, x, None)
     elif self.recurrence_type in ("highway", "skip"):
-      x = self.ut_highway(context, x, skip=self.recurrence_type == "skip")
+      x = self.ut_highway(context, x, None, skip=self.recurrence_type == "skip")
     else:
-      x, _, _ = self.ut_act(context, x)
+      x = self.act_layer(context, x, None)
     if self.mix_with_transformer_after_ut:
       x = self._vanilla(context, x, "after")
     if (
