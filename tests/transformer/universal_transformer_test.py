@@ -395,6 +395,9 @@ def _run_variant(variant, mesh_shape="", layout="", grads=False):
   names = []
 
   def build(mesh):
+    # The same initial weights on every mesh; set here, as a TF1 pass run
+    # builds its own graph.
+    tf.random.set_seed(2024)
     out, loss = _encode(
       mesh,
       _ut(**VARIANTS[variant]),
@@ -411,7 +414,6 @@ def _run_variant(variant, mesh_shape="", layout="", grads=False):
       result += mtf.gradients([objective], list(variables.values()))
     return result
 
-  tf.random.set_seed(2024)  # the same initial weights on every mesh
   out = mtu.run_program(build, mesh_shape, layout)
   return out[0], names, out[1:]
 
@@ -633,9 +635,9 @@ def test_original_signatures_delegate():
 
   def run(make_stack, method):
     def build(mesh):
+      tf.random.set_seed(7)  # In build: a TF1 pass run has its own graph.
       return [method(make_stack(), _context(mesh), _import_x(mesh))]
 
-    tf.random.set_seed(7)
     return mtu.run_program(build)[0]
 
   act = functools.partial(_ut, recurrence_type="act")
