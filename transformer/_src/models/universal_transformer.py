@@ -33,6 +33,13 @@ passes under `vanilla_before_%03d/` / `vanilla_after_%03d/`; the UT's own
 under `universal_transformer/` (`step_embedding`, `timing_concat/kernel`,
 `act_halting/{kernel,bias}`, `transform_gate/...`, `carry_gate/...`) and the
 residual gates under `<layer name>/gating/`.
+
+The original's building blocks are methods too (get_timing_signal_1d,
+add_position_timing_signal_func, add_step_timing_signal_func,
+get_layer_timing_signal_learned_1d, vanilla_transformer_layer,
+ffn_layer_multi_inputs, gating, act_layer); those with variables create them
+in the caller's scope: `layer_embedding`, `dense*/{kernel,bias}` and the
+`layer_prepostprocess/layer_norm/...` of the gates' input norms.
 """
 
 from __future__ import annotations
