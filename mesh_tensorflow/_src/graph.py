@@ -75,8 +75,18 @@ def register_tensor_operators(
   """Sets the functions behind Tensor's arithmetic operators.
 
   Example:
-    register_tensor_operators({"add": add, "negative": negative})
-    x + 1   # add(x, 1);  1 - x is sub(1, x);  -x is negative(x)
+    Importing mesh_tensorflow registers the ops; `1 - x` then builds
+    negative(x) and adds 1:
+
+    >>> TENSOR_OPERATOR_NAMES
+    ('add', 'sub', 'multiply', 'divide', 'floordiv', 'mod', 'negative')
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = converter.convert_np_array_to_mtf_tensor([1, 2], ["n"])
+    >>> y = 1 - x
+    >>> [op.name for op in converter.graph.operations]
+    ['constant', 'negative', 'sub']
+    >>> converter.convert_mtf_tensor_to_np_array(y)
+    array([ 0, -1], dtype=int32)
 
   Args:
     operators: name (one of TENSOR_OPERATOR_NAMES) -> function. Binary
@@ -116,8 +126,12 @@ class Graph:
   """A container of mtf Operations, in the order they were created.
 
   Example:
-    graph = mtf.Graph()
-    mesh = mtf.Mesh(graph, "my_mesh")
+    >>> graph = mtf.Graph()
+    >>> mesh = mtf.Mesh(graph, "my_mesh")
+    >>> x = mtf.zeros(mesh, "batch:2;d_model:3")
+    >>> y = x + 1.0
+    >>> [op.name for op in graph.operations]
+    ['constant', 'scalar_add']
   """
 
   def __init__(self):
@@ -217,8 +231,14 @@ class Graph:
     variables and reuse the same random values.
 
     Example:
-      new_ops, mapping = graph.clone_operations(forward_ops, {x: x2})
-      y2 = mapping[y]   # y recomputed from x2
+      >>> converter = mtf.test_utils.NumpyConverter()
+      >>> graph = converter.graph
+      >>> x = converter.convert_np_array_to_mtf_tensor([1, 2], ["n"])
+      >>> y = x * 10
+      >>> x2 = converter.convert_np_array_to_mtf_tensor([3, 4], ["n"])
+      >>> new_ops, mapping = graph.clone_operations([y.operation], {x: x2})
+      >>> converter.convert_mtf_tensor_to_np_array(mapping[y])  # y from x2
+      array([30, 40], dtype=int32)
 
     Args:
       ops: operations to copy, in graph order.
@@ -344,7 +364,12 @@ class Mesh:
   """A named set of processors; its shape is given only at lowering time.
 
   Example:
-    mesh = mtf.Mesh(graph, "my_mesh")
+    >>> mesh = mtf.Mesh(mtf.Graph(), "my_mesh")
+    >>> mesh
+    Mesh(name='my_mesh')
+    >>> x = mtf.ones(mesh, "batch:4")
+    >>> x.mesh is mesh
+    True
 
   Args:
     graph: the mtf Graph the mesh belongs to.

@@ -93,12 +93,26 @@ def create_host_call(
   create_host_call.
 
   Example:
-    mtf.scalar_summary("loss", loss)
-    lowering = mtf.Lowering(graph, {mesh: mesh_impl})
-    host_call = mtf.utils.create_host_call(model_dir)
-    if host_call is not None:
-      fn, args = host_call
-      write_op = fn(*args)   # run it with the training step
+    >>> import os, tempfile
+    >>> model_dir = tempfile.mkdtemp()
+    >>> with tf.Graph().as_default():
+    ...   _ = tf.compat.v1.train.get_or_create_global_step()
+    ...   graph = mtf.Graph()
+    ...   mesh = mtf.Mesh(graph, "my_mesh")
+    ...   x = mtf.import_tf_tensor(mesh, tf.constant([1.0, 3.0]), "batch:2")
+    ...   _ = mtf.scalar_summary("loss", mtf.reduce_mean(x))
+    ...   mesh_impl = mtf.placement_mesh_impl.PlacementMeshImpl("", "", [""])
+    ...   lowering = mtf.Lowering(graph, {mesh: mesh_impl})
+    ...   fn, args = mtf.utils.create_host_call(model_dir)
+    ...   write_op = fn(*args)  # run it with the training step
+    ...   with tf.compat.v1.Session() as session:
+    ...     session.run(tf.compat.v1.global_variables_initializer())
+    ...     step_and_loss = session.run(args)
+    ...     session.run(write_op)
+    >>> step_and_loss
+    [array([0]), array([2.], dtype=float32)]
+    >>> [f.endswith(".host_call") for f in os.listdir(model_dir)]
+    [True]
 
   Args:
     model_dir: directory for the summary events files.

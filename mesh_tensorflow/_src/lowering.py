@@ -34,8 +34,15 @@ class Lowering:
   """Lowers every operation of `graph` through `mesh_to_impl`.
 
   Example:
-    lowering = mtf.Lowering(graph, {mesh: mesh_impl})
-    tf_y = lowering.export_to_tf_tensor(y)
+    >>> graph = mtf.Graph()
+    >>> mesh = mtf.Mesh(graph, "my_mesh")
+    >>> x = mtf.import_tf_tensor(mesh, tf.ones([4, 3]), "batch:4;d_model:3")
+    >>> y = mtf.reduce_sum(x, reduced_dim=x.shape.dims[1])
+    >>> mesh_impl = mtf.placement_mesh_impl.PlacementMeshImpl(
+    ...     "all:2", "batch:all", ["cpu:0", "cpu:1"])
+    >>> lowering = mtf.Lowering(graph, {mesh: mesh_impl})
+    >>> lowering.export_to_tf_tensor(y).numpy()
+    array([3., 3., 3., 3.], dtype=float32)
 
   Args:
     graph: the mtf Graph to lower.

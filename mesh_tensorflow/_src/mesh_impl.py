@@ -28,8 +28,14 @@ class MeshImpl:
   raise NotImplementedError until a backend (placement, SIMD) overrides them.
 
   Example:
-    mesh_impl = mtf.placement_mesh_impl.PlacementMeshImpl(
-        "rows:2;cols:2", "batch:rows;hidden:cols", ["cpu:0"] * 4)
+    >>> mesh_impl = MeshImpl("rows:2;cols:2", "batch:rows;hidden:cols")
+    >>> mesh_impl.size
+    4
+    >>> shape = mtf.convert_to_shape("batch:6;hidden:8")
+    >>> mesh_impl.tensor_layout(shape)  # mesh axis of each tensor axis
+    TensorLayout(0, 1)
+    >>> mesh_impl.slice_shape(shape)  # each processor holds a [3, 4] slice
+    [3, 4]
   """
 
   def __init__(self, shape, layout_rules, *, strict_layout_rules: bool = False):

@@ -22,7 +22,16 @@ def einsum(equation: str, *operands) -> tf.Tensor:
   """Same result as tf.einsum(equation, *operands); explicit "->" required.
 
   Example:
-    einsum("ab,bc->ac", x, w)  # tf.matmul(x, w)
+    >>> x = tf.constant([[1.0, 2.0], [3.0, 4.0]])
+    >>> w = tf.constant([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]])
+    >>> y = einsum("ab,bc->ac", x, w)  # computed with tf.matmul
+    >>> y.numpy()
+    array([[1., 2., 3.],
+           [3., 4., 7.]], dtype=float32)
+    >>> np.allclose(y, tf.einsum("ab,bc->ac", x, w))
+    True
+    >>> np.allclose(einsum("ab,ab->ab", x, x), x * x)  # with tf.multiply
+    True
   """
   inputs, output = equation.replace(" ", "").split("->")
   labels = inputs.split(",")

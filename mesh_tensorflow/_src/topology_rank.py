@@ -13,8 +13,17 @@ def topology_rank(topology) -> int:
   """Number of dimensions of a TPU topology's mesh (4 for [x, y, z, core]).
 
   Example:
-    topology_rank(tf.tpu.experimental.initialize_tpu_system(resolver)) -> 4
-    topology_rank([2, 2, 1, 2]) -> 4
+    On a TPU, pass tf.tpu.experimental.initialize_tpu_system(resolver):
+
+    >>> topology = tf.tpu.experimental.Topology(
+    ...     mesh_shape=[2, 2, 1, 2],
+    ...     device_coordinates=np.zeros([1, 1, 4], np.int32))
+    >>> topology_rank(topology)
+    4
+    >>> topology_rank(topology.serialized())
+    4
+    >>> topology_rank([2, 2, 1, 2])
+    4
 
   Args:
     topology: a tf.tpu.experimental.Topology, its serialized TopologyProto

@@ -64,11 +64,16 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
   needs a TPU.
 
   Example:
-    slices = [tf.Variable(tf.zeros([4]), name="w_slice_%d" % i)
-              for i in range(num_replicas)]
-    w = ReplicatedVariable("w", slices)
-    w.assign_add(tf.ones([4]))   # outside replicate: slices[0] only
-    tf.convert_to_tensor(w)      # value of slices[0]
+    >>> slices = [tf.Variable(tf.zeros([2]), name="w_slice_%d" % i)
+    ...           for i in range(2)]
+    >>> w = ReplicatedVariable("w", slices)
+    >>> w
+    <ReplicatedVariable name='w' shape=(2,) dtype=float32 replicas=2>
+    >>> _ = w.assign_add(tf.ones([2]))  # outside replicate: slices[0] only
+    >>> tf.convert_to_tensor(w).numpy()  # the value of slices[0]
+    array([1., 1.], dtype=float32)
+    >>> slices[1].numpy()
+    array([0., 0.], dtype=float32)
 
   Args:
     name: the name of the variable.

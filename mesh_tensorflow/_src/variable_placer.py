@@ -25,9 +25,19 @@ class BalancedVariablePlacer:
   assignments created with a variable) go to the device chosen last.
 
   Example:
-    placer = BalancedVariablePlacer(["/cpu:0", "/cpu:1"])
-    mesh = mtf.Mesh(graph, "mesh", variable_placer=placer)
-    # in a tf.compat.v1 graph: variables alternate by size between the CPUs
+    In a tf.compat.v1 graph, the 64-byte w1 goes to cpu:0, then w2 and w3
+    (16 bytes each) both to cpu:1, which has fewer bytes:
+
+    >>> placer = BalancedVariablePlacer(["/cpu:0", "/cpu:1"])
+    >>> with tf.Graph().as_default():
+    ...   graph = mtf.Graph()
+    ...   mesh = mtf.Mesh(graph, "my_mesh", variable_placer=placer)
+    ...   for name, shape in [("w1", "a:4;b:4"), ("w2", "a:4"), ("w3", "a:4")]:
+    ...     _ = mtf.get_variable(mesh, name, shape)
+    >>> [v.master_device for v in graph.all_variables]
+    ['/cpu:0', '/cpu:1', '/cpu:1']
+    >>> placer
+    BalancedVariablePlacer(devices=['/cpu:0', '/cpu:1'], usage=[64, 32])
   """
 
   def __init__(

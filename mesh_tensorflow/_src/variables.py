@@ -323,8 +323,13 @@ def variable_store(store: VariableStore) -> Iterator[VariableStore]:
   """Makes `store` the VariableStore for mtf variables created inside.
 
   Example:
-    with mtf.variable_store(mtf.VariableStore()):
-      w = mtf.get_variable(mesh, "w", shape)
+    >>> mesh = mtf.Mesh(mtf.Graph(), "my_mesh")
+    >>> with mtf.variable_store(mtf.VariableStore()) as store:
+    ...   w = mtf.get_variable(mesh, "w", "d_model:2;d_ff:3")
+    >>> list(store.masters)
+    ['w']
+    >>> store.masters["w"].shape
+    TensorShape([2, 3])
 
   Args:
     store: a VariableStore.
@@ -511,8 +516,14 @@ def get_variable(
   """Creates (or reuses, by full name) an mtf variable; returns its value.
 
   Example:
-    w = mtf.get_variable(mesh, "w", [d_model, d_ff],
-                         initializer=tf.random_normal_initializer())
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> w = mtf.get_variable(converter.mesh, "w", "d_model:2;d_ff:3",
+    ...                      initializer=tf.ones_initializer())
+    >>> w
+    Tensor[w:0, Shape[d_model=2, d_ff=3], float32]
+    >>> converter.convert_mtf_tensor_to_np_array(w)
+    array([[1., 1., 1.],
+           [1., 1., 1.]], dtype=float32)
 
   Args:
     mesh: the mtf Mesh.

@@ -19,9 +19,13 @@ def configure_virtual_cpus(num_cpus: int) -> List[str]:
   for example), those devices are used as they are.
 
   Example:
-    devices = configure_virtual_cpus(4)  # ["/cpu:0", ..., "/cpu:3"]
-    mesh_impl = mtf.placement_mesh_impl.PlacementMeshImpl(
-        "rows:2;cols:2", "batch:rows", devices)
+    >>> devices = configure_virtual_cpus(4)
+    >>> devices
+    ['/cpu:0', '/cpu:1', '/cpu:2', '/cpu:3']
+    >>> mesh_impl = mtf.placement_mesh_impl.PlacementMeshImpl(
+    ...     "rows:2;cols:2", "batch:rows", devices)
+    >>> mesh_impl.devices
+    ['/cpu:0', '/cpu:1', '/cpu:2', '/cpu:3']
 
   Args:
     num_cpus: how many logical CPU devices to create (at least 1).

@@ -286,8 +286,15 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
   """Mesh implementation with one TF device per processor.
 
   Example:
-    mesh_impl = PlacementMeshImpl("rows:2;cols:2", "batch:rows;hidden:cols",
-                                  ["/cpu:0", "/cpu:1", "/cpu:2", "/cpu:3"])
+    >>> mesh_impl = PlacementMeshImpl("rows:2;cols:2", "batch:rows;hidden:cols",
+    ...                               ["/cpu:0", "/cpu:1", "/cpu:2", "/cpu:3"])
+    >>> graph = mtf.Graph()
+    >>> mesh = mtf.Mesh(graph, "my_mesh")
+    >>> x = mtf.import_tf_tensor(
+    ...     mesh, tf.reshape(tf.range(8.0), [2, 4]), "batch:2;hidden:4")
+    >>> lowering = mtf.Lowering(graph, {mesh: mesh_impl})
+    >>> [s.numpy().tolist() for s in lowering.tensors[x].tensor_list]
+    [[[0.0, 1.0]], [[2.0, 3.0]], [[4.0, 5.0]], [[6.0, 7.0]]]
 
   Args:
     shape: the mesh shape, e.g. "rows:2;cols:2".
