@@ -26,7 +26,12 @@ def infer_binary_broadcast_shape(
 ) -> Shape:
   """Output shape of a broadcasting binary op.
 
-  Example: [a, b] and [b, c] give [a, b, c]; [b] and [a, b] give [a, b].
+  Example:
+    >>> a, b, c = [mtf.Dimension(n, s) for n, s in zip("abc", [2, 3, 4])]
+    >>> infer_binary_broadcast_shape(mtf.Shape([a, b]), mtf.Shape([b, c]))
+    Shape[a=2, b=3, c=4]
+    >>> infer_binary_broadcast_shape(mtf.Shape([b]), mtf.Shape([a, b]))
+    Shape[a=2, b=3]
 
   Args:
     shape1: the first operand's Shape.

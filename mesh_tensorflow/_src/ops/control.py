@@ -125,8 +125,13 @@ def depend(x: Tensor, dependencies: Sequence) -> Tensor:
   """x, computed after `dependencies` (mtf Operations or Tensors).
 
   Example:
-    update = mtf.assign(v, v + 1.0)
-    v_new = mtf.depend(v, [update])   # the value after the assignment
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> v = mtf.get_variable(converter.mesh, "v", "n:2",
+    ...                      initializer=tf.ones_initializer())
+    >>> update = mtf.assign(v, v + 1.0)
+    >>> v_new = mtf.depend(v, [update])  # the value after the assignment
+    >>> converter.convert_mtf_tensor_to_np_array(v_new)
+    array([2., 2.], dtype=float32)
 
   Args:
     x: the mtf Tensor to pass through.
@@ -427,10 +432,17 @@ def while_loop(
   """A while loop over mtf tensors (no gradient).
 
   Example:
-    i, total = mtf.while_loop(
-        lambda i, total: mtf.less(i, 10),
-        lambda i, total: [i + 1, total + x],
-        [mtf.constant(mesh, 0, dtype=tf.int32), mtf.zeros(mesh, x.shape)])
+    Adds x three times:
+
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> mesh = converter.mesh
+    >>> x = converter.convert_np_array_to_mtf_tensor([1, 2], ["n"])
+    >>> i, total = mtf.while_loop(
+    ...     lambda i, total: mtf.less(i, 3),
+    ...     lambda i, total: [i + 1, total + x],
+    ...     [mtf.constant(mesh, 0, dtype=tf.int32), mtf.zeros_like(x)])
+    >>> converter.convert_mtf_tensor_to_np_array(total)
+    array([3, 6], dtype=int32)
 
   Args:
     cond_fn: loop variables -> scalar boolean mtf Tensor.

@@ -22,7 +22,19 @@ b, b_ch for target a, the batch dims for target w. Gradients are built from the
 same three targets, so every op here is differentiable twice.
 
 Example:
-  y = mtf.Conv2dOperation(x, w, [1, 1, 1, 1], "SAME").outputs[0]
+  >>> converter = mtf.test_utils.NumpyConverter()
+  >>> x_np = np.arange(16.0, dtype=np.float32).reshape([1, 4, 4, 1])
+  >>> x = converter.convert_np_array_to_mtf_tensor(
+  ...     x_np, ["batch", "h", "w", "in"], dtype=tf.float32)
+  >>> w = mtf.ones(converter.mesh, "fh:2;fw:2;in:1;out:1")
+  >>> y = mtf.Conv2dOperation(x, w, [1, 1, 1, 1], "SAME").outputs[0]
+  >>> y.shape
+  Shape[batch=1, h=4, w=4, out=1]
+  >>> converter.convert_mtf_tensor_to_np_array(y)[0, :, :, 0]  # 2x2 sums
+  array([[10., 14., 18., 10.],
+         [26., 30., 34., 18.],
+         [42., 46., 50., 26.],
+         [25., 27., 29., 15.]], dtype=float32)
 """
 
 from __future__ import annotations
@@ -424,7 +436,22 @@ class Conv2dOperation(_ConvNdOperation):
   fh, fw may not be split; a split `in` gives a LazyAllreduceSum.
 
   Example:
-    y = mtf.Conv2dOperation(x, w, [1, 2, 2, 1], "VALID").outputs[0]
+    With batch split over two processors:
+
+    >>> converter = mtf.test_utils.NumpyConverter(
+    ...     mesh_shape="all:2", layout="batch:all", devices=["cpu:0", "cpu:1"])
+    >>> x_np = np.random.RandomState(0).randn(2, 5, 5, 3).astype(np.float32)
+    >>> w_np = np.random.RandomState(1).randn(3, 3, 3, 4).astype(np.float32)
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     x_np, ["batch", "h", "w", "in"], dtype=tf.float32)
+    >>> w = converter.convert_np_array_to_mtf_tensor(
+    ...     w_np, ["fh", "fw", "in", "out"], dtype=tf.float32)
+    >>> y = mtf.Conv2dOperation(x, w, [1, 2, 2, 1], "VALID").outputs[0]
+    >>> y.shape
+    Shape[batch=2, h=2, w=2, out=4]
+    >>> np.allclose(converter.convert_mtf_tensor_to_np_array(y),
+    ...             tf.nn.conv2d(x_np, w_np, [1, 2, 2, 1], "VALID"), atol=1e-5)
+    True
 
   Args:
     conv_input: the input, an mtf Tensor [batch..., h, w, in_channels].

@@ -161,10 +161,20 @@ def custom_gradient(
   """fn(*explicit_inputs) with gradients given by grad_fn.
 
   Example:
-    def grad_fn(explicit_inputs, all_inputs, forward_operations, outputs,
-                output_grads):
-      return [output_grads[0] * 2.0] + [None] * (len(all_inputs) - 1)
-    y = mtf.custom_gradient(mtf.identity, grad_fn, [x])  # dy/dx = 2
+    An identity whose gradient is doubled:
+
+    >>> def grad_fn(explicit_inputs, all_inputs, forward_operations, outputs,
+    ...             output_grads):
+    ...   return [output_grads[0] * 2.0] + [None] * (len(all_inputs) - 1)
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     [1.0, -2.0], ["n"], dtype=tf.float32)
+    >>> y = mtf.custom_gradient(mtf.identity, grad_fn, [x])
+    >>> [dx] = mtf.gradients([mtf.reduce_sum(y)], [x])
+    >>> converter.convert_mtf_tensor_to_np_array(y)
+    array([ 1., -2.], dtype=float32)
+    >>> converter.convert_mtf_tensor_to_np_array(dx)
+    array([2., 2.], dtype=float32)
 
   Args:
     fn: explicit inputs -> a Tensor or a list/tuple of Tensors. It may read
@@ -251,7 +261,22 @@ def recompute_grad(
   reused) and differentiates the clones.
 
   Example:
-    y = mtf.recompute_grad(lambda x: mtf.relu(mtf.einsum([x, w], shape)), [x])
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     [1.0, -2.0], ["n"], dtype=tf.float32)
+    >>> w = converter.convert_np_array_to_mtf_tensor(
+    ...     [[1.0, 2.0], [3.0, -4.0]], ["n", "m"], dtype=tf.float32)
+    >>> m = w.shape.dims[1]
+    >>> y = mtf.recompute_grad(
+    ...     lambda x: mtf.relu(mtf.einsum([x, w], output_shape=[m])), [x])
+    >>> [dx] = mtf.gradients([mtf.reduce_sum(y)], [x])
+    >>> converter.convert_mtf_tensor_to_np_array(y)  # relu(x @ w)
+    array([ 0., 10.], dtype=float32)
+    >>> converter.convert_mtf_tensor_to_np_array(dx)  # w[:, 1]
+    array([ 2., -4.], dtype=float32)
+    >>> [op.name for op in converter.graph.operations if "recompute" in op.name]
+    ['custom_gradient/gradients/recompute_after',
+     'custom_gradient/gradients/recompute_after_1']
 
   Args:
     fn: explicit inputs -> Tensor(s). It may create variables (a layer

@@ -135,7 +135,14 @@ def one_hot(
   """One-hot encoding of integer `indices` along a new last dim `output_dim`.
 
   Example:
-    ids: [batch] int32 -> mtf.one_hot(ids, vocab_dim): [batch, vocab] float32
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> ids = converter.convert_np_array_to_mtf_tensor([2, 0], ["batch"])
+    >>> y = mtf.one_hot(ids, mtf.Dimension("vocab", 3))
+    >>> y
+    Tensor[one_hot:0, Shape[batch=2, vocab=3], float32]
+    >>> converter.convert_mtf_tensor_to_np_array(y)
+    array([[0., 0., 1.],
+           [1., 0., 0.]], dtype=float32)
 
   Args:
     indices: an integer mtf Tensor of indices into output_dim.
@@ -439,8 +446,19 @@ def gather(weights: Tensor, indices, dim, output_shape=None) -> Tensor:
     a Tensor of weights' dtype.
 
   Example:
-    embedding [vocab, d_model], ids [batch, length]
-      -> mtf.gather(embedding, ids, vocab): [batch, length, d_model]
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> embedding_np = np.arange(8.0, dtype=np.float32).reshape([4, 2])
+    >>> embedding = converter.convert_np_array_to_mtf_tensor(
+    ...     embedding_np, ["vocab", "d_model"], dtype=tf.float32)
+    >>> ids = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 0, 1]], ["batch", "length"])
+    >>> y = mtf.gather(embedding, ids, embedding.shape.dims[0])
+    >>> y.shape
+    Shape[batch=1, length=3, d_model=2]
+    >>> converter.convert_mtf_tensor_to_np_array(y)
+    array([[[6., 7.],
+            [0., 1.],
+            [2., 3.]]], dtype=float32)
   """
   dim = convert_to_dimension(dim)
   if dim not in weights.shape.dims:
@@ -523,7 +541,12 @@ def mtf_range(mesh: Mesh, dim, dtype, name: Optional[str] = None) -> Tensor:
   """[0, dim.size) along `dim` (also exported as `mtf.range`).
 
   Example:
-    mtf.range(mesh, length_dim, tf.int32): [length] = 0, 1, ..., length - 1
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = mtf.range(converter.mesh, mtf.Dimension("length", 5), tf.int32)
+    >>> x.shape
+    Shape[length=5]
+    >>> converter.convert_mtf_tensor_to_np_array(x)
+    array([0, 1, 2, 3, 4], dtype=int32)
 
   Args:
     mesh: the mtf Mesh.

@@ -20,7 +20,15 @@ def gradients(
   """d(sum of ys · grad_ys)/d xs; None for xs that do not reach ys.
 
   Example:
-    [dw] = mtf.gradients([loss], [w])
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     [1.0, 2.0, 3.0], ["n"], dtype=tf.float32)
+    >>> w = mtf.get_variable(converter.mesh, "w", "n:3",
+    ...                      initializer=tf.ones_initializer())
+    >>> loss = mtf.reduce_sum(mtf.square(w * x))
+    >>> [dw] = mtf.gradients([loss], [w])
+    >>> converter.convert_mtf_tensor_to_np_array(dw)  # 2 * w * x**2
+    array([ 2.,  8., 18.], dtype=float32)
 
   Args:
     ys: the mtf Tensors to differentiate (e.g. [loss]).

@@ -100,8 +100,23 @@ def halo_exchange(
   """Appends margins from the neighbouring blocks on both sides.
 
   Example:
-    x: [nb=2, b=3] = [[1, 2, 3], [4, 5, 6]];
-    halo_exchange(x, nb, b, 1) -> [nb=2, b=5] [[0, 1, 2, 3, 4], [3, 4, 5, 6, 0]]
+    Two blocks of 3, one per processor, each gets 1 value from each
+    neighbour (zeros past the ends):
+
+    >>> converter = mtf.test_utils.NumpyConverter(
+    ...     mesh_shape="all:2", layout="nb:all", devices=["cpu:0", "cpu:1"])
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     [[1, 2, 3], [4, 5, 6]], ["nb", "b"])
+    >>> y = halo_exchange(x, "nb", "b", 1)
+    >>> y.shape
+    Shape[nb=2, b=5]
+    >>> converter.convert_mtf_tensor_to_np_array(y)
+    array([[0, 1, 2, 3, 4],
+           [3, 4, 5, 6, 0]], dtype=int32)
+    >>> converter.convert_mtf_tensor_to_np_array(
+    ...     halo_exchange(x, "nb", "b", 1, wrap=True))
+    array([[6, 1, 2, 3, 4],
+           [3, 4, 5, 6, 1]], dtype=int32)
 
   Args:
     x: a Tensor with dims blocks_dim and block_size_dim.
@@ -138,7 +153,13 @@ def left_halo_exchange(
   """Like halo_exchange, but prepends the left margin only.
 
   Example:
-    [[1, 2, 3], [4, 5, 6]] -> (halo_size=1) [[0, 1, 2, 3], [3, 4, 5, 6]]
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     [[1, 2, 3], [4, 5, 6]], ["nb", "b"])
+    >>> converter.convert_mtf_tensor_to_np_array(
+    ...     left_halo_exchange(x, "nb", "b", 1))
+    array([[0, 1, 2, 3],
+           [3, 4, 5, 6]], dtype=int32)
 
   Args:
     x: an mtf Tensor laid out as blocks: blocks_dim x block_size_dim.
@@ -174,8 +195,13 @@ def halo_exchange_sides(
   """Halo exchange with margins of different sizes on the two sides.
 
   Example:
-    [[1, 2, 3], [4, 5, 6]] -> (left 1, right 2) [[0, 1, 2, 3, 4, 5],
-                                                  [3, 4, 5, 6, 0, 0]]
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     [[1, 2, 3], [4, 5, 6]], ["nb", "b"])
+    >>> converter.convert_mtf_tensor_to_np_array(
+    ...     halo_exchange_sides(x, "nb", "b", 1, 2))  # left 1, right 2
+    array([[0, 1, 2, 3, 4, 5],
+           [3, 4, 5, 6, 0, 0]], dtype=int32)
   """
   blocks, block_size = _check_args(
     x, blocks_dim, block_size_dim, left_size, label
