@@ -99,12 +99,26 @@ def serialize_training_step(
   """Runs model_fn on num_splits microbatches in sequence; sums gradients.
 
   Example:
-    def model_fn(features):
-      logits = ...                                   # [batch, vocab]
-      return {"loss": mtf.reduce_sum(xent), "logits": logits}
-    grads, outputs = mtf.serialize_training_step(
-        {"inputs": inputs, "targets": targets}, model_fn, batch_dim, 4)
-    # grads[i] belongs to graph.trainable_variables[i]
+    Two microbatches of 2 give the gradients of the whole batch of 4:
+
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x_np = np.arange(8.0, dtype=np.float32).reshape([4, 2])
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     x_np, ["batch", "d"], dtype=tf.float32)
+    >>> def model_fn(features):
+    ...   w = mtf.get_variable(converter.mesh, "w", "d:2",
+    ...                        initializer=tf.ones_initializer())
+    ...   y = mtf.reduce_sum(features["x"] * w, reduced_dim=w.shape.dims[0])
+    ...   return {"loss": mtf.reduce_sum(mtf.square(y)), "y": y}
+    >>> grads, outputs = mtf.serialize_training_step(
+    ...     {"x": x}, model_fn, x.shape.dims[0], 2)
+    >>> [v.name for v in converter.graph.trainable_variables]  # grads order
+    ['w']
+    >>> converter.convert_mtf_tensor_to_np_array(outputs["y"])
+    array([ 1.,  5.,  9., 13.], dtype=float32)
+    >>> dw = converter.convert_mtf_tensor_to_np_array(grads[0])
+    >>> np.allclose(dw, 2 * x_np.T @ (x_np @ np.ones(2)))
+    True
 
   Args:
     features: dict of mtf Tensors; those with batch_dim are split into

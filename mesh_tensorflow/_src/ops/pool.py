@@ -6,7 +6,16 @@ lies in one place and the backprop is an upsampling of dy. Spatial dims may not
 be split (ValueError at lowering, naming the dim); batch and channel dims may.
 
 Example:
-  y = mtf.PoolOperation(x, [2, 2], [2, 2], "MAX_2D").outputs[0]
+  >>> converter = mtf.test_utils.NumpyConverter()
+  >>> x = converter.convert_np_array_to_mtf_tensor(
+  ...     np.arange(16.0).reshape([1, 4, 4, 1]), ["batch", "h", "w", "c"],
+  ...     dtype=tf.float32)
+  >>> y = mtf.PoolOperation(x, [2, 2], [2, 2], "MAX_2D").outputs[0]
+  >>> y.shape
+  Shape[batch=1, h=2, w=2, c=1]
+  >>> converter.convert_mtf_tensor_to_np_array(y)[0, :, :, 0]
+  array([[ 5.,  7.],
+         [13., 15.]], dtype=float32)
 """
 
 from __future__ import annotations
@@ -35,7 +44,10 @@ def pool_fn(pool_fn_string: str) -> Callable:
   """The TF pooling function (x, ksize, strides, padding) for a pool string.
 
   Example:
-    pool_fn("MAX_2D") is tf.nn.max_pool2d
+    >>> pool_fn("MAX_2D") is tf.nn.max_pool2d
+    True
+    >>> pool_fn("AVG_3D") is tf.nn.avg_pool3d
+    True
 
   Args:
     pool_fn_string: "MAX_2D", "AVG_2D", "MAX_3D" or "AVG_3D".

@@ -267,7 +267,19 @@ def random_uniform(mesh: Mesh, shape, **kwargs) -> Tensor:
   """Uniform values in [minval, maxval) (default [0, 1)), as tf.random.uniform.
 
   Example:
-    u = mtf.random_uniform(mesh, [batch, hidden], minval=-1.0, maxval=1.0)
+    The values do not depend on the mesh: one processor and two give the
+    same tensor.
+
+    >>> def uniform_on(converter):
+    ...   u = mtf.random_uniform(converter.mesh, "batch:4;hidden:3",
+    ...                          minval=-1.0, maxval=1.0, seed=1)
+    ...   return converter.convert_mtf_tensor_to_np_array(u)
+    >>> u = uniform_on(mtf.test_utils.NumpyConverter())
+    >>> u.shape, bool(np.all((u >= -1.0) & (u < 1.0)))
+    ((4, 3), True)
+    >>> np.array_equal(u, uniform_on(mtf.test_utils.NumpyConverter(
+    ...     mesh_shape="all:2", layout="batch:all", devices=["cpu:0", "cpu:1"])))
+    True
 
   Args:
     mesh: the mtf Mesh.
@@ -284,7 +296,12 @@ def random_normal(mesh: Mesh, shape, **kwargs) -> Tensor:
   """Normal values (mean, stddev), as tf.random.normal.
 
   Example:
-    n = mtf.random_normal(mesh, [batch, hidden], stddev=0.02, seed=1)
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> n = mtf.random_normal(converter.mesh, "batch:100;hidden:100",
+    ...                       stddev=0.02, seed=1)
+    >>> n_np = converter.convert_mtf_tensor_to_np_array(n)
+    >>> round(float(n_np.std()), 3), bool(abs(n_np.mean()) < 0.001)
+    (0.02, True)
 
   Args:
     mesh: the mtf Mesh.
@@ -311,6 +328,22 @@ def dropout(
   `is_training` and always dropped, runs unchanged: `dropout(x, rate=0.1)`
   drops (is_training defaults to True), and `dropout(x, 0.9)` (0.1.18's
   positional keep_prob; a non-bool number where is_training goes) keeps 90%.
+
+  Example:
+    With the mask drawn over d_model only, whole columns are dropped; kept
+    values are scaled by 1 / (1 - rate):
+
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = mtf.ones(converter.mesh, "batch:3;d_model:8")
+    >>> h = mtf.dropout(x, True, rate=0.5,
+    ...                 noise_shape=mtf.convert_to_shape("d_model:8"))
+    >>> h_np = converter.convert_mtf_tensor_to_np_array(h)
+    >>> sorted(set(h_np.flatten().tolist())) in ([0.0, 2.0], [0.0], [2.0])
+    True
+    >>> bool(np.all(h_np == h_np[0]))  # every row has the same mask
+    True
+    >>> x is mtf.dropout(x, False, rate=0.5)  # not training: unchanged
+    True
 
   Args:
     x: the input.

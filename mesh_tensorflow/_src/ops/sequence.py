@@ -180,8 +180,20 @@ def dynamic_shift(
   vacated positions are zero.
 
   Example:
-    x = [[1, 2, 3], [4, 5, 6]] over [b, n], offset = [1, -1] over [b]:
-    dynamic_shift(x, offset, n, wrap=False) -> [[0, 1, 2], [5, 6, 0]]
+    Row 0 moves right by 1, row 1 left by 1:
+
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     [[1, 2, 3], [4, 5, 6]], ["b", "n"])
+    >>> offset = converter.convert_np_array_to_mtf_tensor([1, -1], ["b"])
+    >>> converter.convert_mtf_tensor_to_np_array(
+    ...     mtf.dynamic_shift(x, offset, "n", wrap=False))
+    array([[0, 1, 2],
+           [5, 6, 0]], dtype=int32)
+    >>> converter.convert_mtf_tensor_to_np_array(
+    ...     mtf.dynamic_shift(x, offset, "n", wrap=True))
+    array([[3, 1, 2],
+           [5, 6, 4]], dtype=int32)
 
   Args:
     x: the tensor.

@@ -211,7 +211,16 @@ def slicewise(
   """Applies tf_fn to each slice of xs.
 
   Example:
-    y = mtf.slicewise(tf.nn.relu, [x], splittable_dims=x.shape.dims)
+    Each of two processors applies tf.nn.relu to its half of x:
+
+    >>> converter = mtf.test_utils.NumpyConverter(
+    ...     mesh_shape="all:2", layout="batch:all", devices=["cpu:0", "cpu:1"])
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     [[1.0, -2.0], [-3.0, 4.0]], ["batch", "d"], dtype=tf.float32)
+    >>> y = mtf.slicewise(tf.nn.relu, [x], splittable_dims=x.shape.dims)
+    >>> converter.convert_mtf_tensor_to_np_array(y)
+    array([[1., 0.],
+           [0., 4.]], dtype=float32)
 
   Args:
     tf_fn: a function of tf.Tensors (one slice of each input) returning the

@@ -6,8 +6,17 @@ therefore not be split across the mesh (ValueError at lowering, naming it);
 every other dimension may be split freely.
 
 Example:
-  y = mtf.concat([a, b], "length")         # length sizes add up
-  a2, b2 = mtf.split(y, y.shape.get_dim_by_name("length"), [3, 5])
+  >>> converter = mtf.test_utils.NumpyConverter()
+  >>> a = converter.convert_np_array_to_mtf_tensor([[1, 2, 3]], ["b", "length"])
+  >>> b = converter.convert_np_array_to_mtf_tensor([[4, 5]], ["b", "length"])
+  >>> y = mtf.concat([a, b], "length")  # length sizes add up
+  >>> y.shape
+  Shape[b=1, length=5]
+  >>> converter.convert_mtf_tensor_to_np_array(y)
+  array([[1, 2, 3, 4, 5]], dtype=int32)
+  >>> a2, b2 = mtf.split(y, y.shape.get_dim_by_name("length"), [3, 2])
+  >>> converter.convert_mtf_tensor_to_np_array(b2)
+  array([[4, 5]], dtype=int32)
 """
 
 from __future__ import annotations

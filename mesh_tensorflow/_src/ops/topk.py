@@ -78,8 +78,16 @@ class TopKOperation(Operation):
   k_dim may not be split; reduced_dim may (see the module docstring).
 
   Example:
-    op = mtf.TopKOperation(logits, vocab_dim, mtf.Dimension("k", 8))
-    values, indices = op.outputs
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> logits = converter.convert_np_array_to_mtf_tensor(
+    ...     [[0.5, 2.0, -1.0, 3.0]], ["batch", "vocab"], dtype=tf.float32)
+    >>> vocab = logits.shape.dims[1]
+    >>> op = mtf.TopKOperation(logits, vocab, mtf.Dimension("k", 2))
+    >>> values, indices = op.outputs
+    >>> values.shape
+    Shape[batch=1, k=2]
+    >>> converter.convert_mtf_tensor_to_np_array(indices)
+    array([[3, 1]], dtype=int32)
 
   Args:
     x: a floating or integer mtf Tensor.
@@ -307,8 +315,23 @@ def top_k(
       already a dimension of x; at lowering, if k_dim is split.
 
   Example:
-    logits [batch, vocab] -> top_k(logits, vocab, Dimension("k", 3)):
-    two tensors [batch, k=3].
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> logits_np = np.array([[0.5, 2.0, -1.0, 3.0], [4.0, 1.0, 1.0, 0.0]])
+    >>> logits = converter.convert_np_array_to_mtf_tensor(
+    ...     logits_np, ["batch", "vocab"], dtype=tf.float32)
+    >>> vocab = logits.shape.dims[1]
+    >>> values, indices = mtf.top_k(logits, vocab, mtf.Dimension("k", 3))
+    >>> values.shape
+    Shape[batch=2, k=3]
+    >>> converter.convert_mtf_tensor_to_np_array(values)
+    array([[3. , 2. , 0.5],
+           [4. , 1. , 1. ]], dtype=float32)
+    >>> converter.convert_mtf_tensor_to_np_array(indices)  # ties: lowest first
+    array([[3, 1, 0],
+           [0, 1, 2]], dtype=int32)
+    >>> np.array_equal(converter.convert_mtf_tensor_to_np_array(indices),
+    ...                tf.math.top_k(logits_np, 3).indices)
+    True
   """
   op = TopKOperation(x, reduced_dim, k_dim, name=name)
   return op.outputs[0], op.outputs[1]
@@ -323,7 +346,17 @@ def top_1(
   """(max, argmax) along reduced_dim; ties go to the lowest index.
 
   Example:
-    x [batch, vocab] -> (values [batch], int32 indices [batch])
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     [[0.5, 2.0, 2.0], [4.0, 1.0, 0.0]], ["batch", "vocab"],
+    ...     dtype=tf.float32)
+    >>> values, indices = mtf.top_1(x, x.shape.dims[1])
+    >>> indices.shape
+    Shape[batch=2]
+    >>> converter.convert_mtf_tensor_to_np_array(values)
+    array([2., 4.], dtype=float32)
+    >>> converter.convert_mtf_tensor_to_np_array(indices)
+    array([1, 0], dtype=int32)
 
   Args:
     x: an mtf Tensor.
@@ -438,7 +471,21 @@ def sample_with_temperature(
     an int32 Tensor of shape logits.shape - dim.
 
   Example:
-    ids = mtf.sample_with_temperature(logits, vocab_dim, 0.7)
+    Temperature 0 is argmax; with temperature 1, sampling 1000 times picks
+    each id about as often as its probability (0.1, 0.2, 0.7):
+
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> logits = converter.convert_np_array_to_mtf_tensor(
+    ...     np.log(np.tile([[0.1, 0.2, 0.7]], [1000, 1])), ["batch", "vocab"],
+    ...     dtype=tf.float32)
+    >>> vocab = logits.shape.dims[1]
+    >>> ids = mtf.sample_with_temperature(logits, vocab, 0.0)
+    >>> set(converter.convert_mtf_tensor_to_np_array(ids).tolist())
+    {2}
+    >>> ids = mtf.sample_with_temperature(logits, vocab, 1.0)
+    >>> counts = np.bincount(converter.convert_mtf_tensor_to_np_array(ids))
+    >>> np.allclose(counts / 1000, [0.1, 0.2, 0.7], atol=0.05)
+    True
   """
   dim = _check_reduced_dim(logits, dim, "sample_with_temperature")
   name = name or "sample_with_temperature"
