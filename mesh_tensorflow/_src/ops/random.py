@@ -277,8 +277,9 @@ def random_uniform(mesh: Mesh, shape, **kwargs) -> Tensor:
     >>> u = uniform_on(mtf.test_utils.NumpyConverter())
     >>> u.shape, bool(np.all((u >= -1.0) & (u < 1.0)))
     ((4, 3), True)
-    >>> np.array_equal(u, uniform_on(mtf.test_utils.NumpyConverter(
-    ...     mesh_shape="all:2", layout="batch:all", devices=["cpu:0", "cpu:1"])))
+    >>> two_processors = mtf.test_utils.NumpyConverter(
+    ...     mesh_shape="all:2", layout="batch:all", devices=["cpu:0", "cpu:1"])
+    >>> np.array_equal(u, uniform_on(two_processors))
     True
 
   Args:
