@@ -72,8 +72,26 @@ def compute_topk_scores_and_seq(
      one-hot of the chosen old beams).
 
   Example:
-    seq, log_probs, flags, _ = compute_topk_scores_and_seq(
-        seq2k, scores2k, log_probs2k, eos2k, beam_dim, "grow_alive")
+    The 2 best of 4 sequences:
+
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> def to_mtf(value, names, dtype):
+    ...   return converter.convert_np_array_to_mtf_tensor(value, names, dtype)
+    >>> seq = to_mtf([[[5, 1], [6, 0], [7, 0], [8, 1]]],
+    ...              ["batch", "old_beam", "length"], tf.int32)
+    >>> scores = to_mtf([[0.1, 0.4, 0.3, 0.2]], ["batch", "old_beam"],
+    ...                 tf.float32)
+    >>> flags = to_mtf([[True, False, False, True]], ["batch", "old_beam"],
+    ...                tf.bool)
+    >>> top_seq, top_scores, top_flags, _ = compute_topk_scores_and_seq(
+    ...     seq, scores, scores, flags, mtf.Dimension("beam", 2))
+    >>> converter.convert_mtf_tensor_to_np_array(top_seq)
+    array([[[6, 0],
+            [7, 0]]], dtype=int32)
+    >>> converter.convert_mtf_tensor_to_np_array(top_scores)
+    array([[0.4, 0.3]], dtype=float32)
+    >>> converter.convert_mtf_tensor_to_np_array(top_flags)
+    array([[False, False]])
   """
   if sequences.shape.ndims != 3:
     raise ValueError(
@@ -175,8 +193,27 @@ def beam_search(
       of size 0, or logits not [batch, beam, vocab] with vocab >= 2.
 
   Example:
-    seqs, scores = beam_search(logits_fn, mtf.zeros(mesh, [batch, beam,
-                               length], tf.int32), alpha=0.6)
+    A model that always favours token 3 first and EOS (1) after it:
+
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> mesh = converter.mesh
+    >>> batch, beam = mtf.Dimension("batch", 1), mtf.Dimension("beam", 2)
+    >>> length, vocab = mtf.Dimension("length", 3), mtf.Dimension("vocab", 4)
+    >>> def logits_fn(step_num, ids, states):
+    ...   favoured = 3 - 2 * mtf.minimum(step_num, 1)
+    ...   logits = 5.0 * mtf.one_hot(favoured, vocab)
+    ...   return logits + mtf.zeros(mesh, [batch, beam, vocab]), states
+    >>> seqs, scores = mtf.beam_search.beam_search(
+    ...     logits_fn, mtf.zeros(mesh, [batch, beam, length], tf.int32),
+    ...     alpha=0.6)
+    >>> converter.convert_mtf_tensor_to_np_array(seqs)
+    array([[[3, 1, 0],
+            [3, 0, 1]]], dtype=int32)
+    >>> scores_np = converter.convert_mtf_tensor_to_np_array(scores)
+    >>> log_p = 5.0 - np.log(np.exp(5.0) + 3)  # log prob of a favoured token
+    >>> penalty = ((5.0 + 2) / 6) ** 0.6  # for length 2, alpha 0.6
+    >>> np.allclose(scores_np[0, 0], 2 * log_p / penalty)
+    True
   """
   if not isinstance(initial_ids, Tensor) or initial_ids.shape.ndims != 3:
     raise ValueError(
@@ -499,8 +536,21 @@ def greedy_decode(
     ids [..., length].
 
   Example:
-    ids = greedy_decode(logits_fn, mtf.zeros(mesh, [batch, length],
-                                             tf.int32))
+    A model that always favours token 3 first and EOS (1) after it:
+
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> mesh = converter.mesh
+    >>> batch, length = mtf.Dimension("batch", 2), mtf.Dimension("length", 3)
+    >>> vocab = mtf.Dimension("vocab", 4)
+    >>> def logits_fn(step_num, ids, states):
+    ...   favoured = 3 - 2 * mtf.minimum(step_num, 1)
+    ...   logits = 5.0 * mtf.one_hot(favoured, vocab)
+    ...   return logits + mtf.zeros(mesh, [batch, vocab]), states
+    >>> ids = mtf.beam_search.greedy_decode(
+    ...     logits_fn, mtf.zeros(mesh, [batch, length], tf.int32))
+    >>> converter.convert_mtf_tensor_to_np_array(ids)
+    array([[3, 1, 0],
+           [3, 1, 0]], dtype=int32)
   """
   del use_tpu
   if not isinstance(initial_ids, Tensor) or initial_ids.shape.ndims < 1:
