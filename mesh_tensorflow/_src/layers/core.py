@@ -77,7 +77,17 @@ def us_einsum(xs: Sequence[Tensor], *args, **kwargs) -> Tensor:
   """mtf.einsum, divided by sqrt(contracted size) under unit scaling.
 
   Example:
-    y = us_einsum([x, w], output_shape=[batch, d_ff])
+    The convention is off by default, so this is plain mtf.einsum:
+
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = mtf.ones(converter.mesh, "batch:2;d_model:4")
+    >>> w = mtf.ones(converter.mesh, "d_model:4;d_ff:3")
+    >>> unit_scaling_convention()
+    False
+    >>> y = us_einsum([x, w], output_shape=[x.shape.dims[0], w.shape.dims[1]])
+    >>> converter.convert_mtf_tensor_to_np_array(y)
+    array([[4., 4., 4.],
+           [4., 4., 4.]], dtype=float32)
 
   Args:
     xs: the mtf Tensors to contract (more arguments as for mtf.einsum).
@@ -130,8 +140,17 @@ class VarianceScalingInitializer(DenseInitializer):
   "fan_in" is allowed.
 
   Example:
-    init = VarianceScalingInitializer(scale=2.0, mode="fan_avg")
-    y = dense(x, [d_ff], reduced_dims=[d_model], kernel_initializer=init)
+    With fan_avg over 100 inputs and 300 outputs, n = 200 and the standard
+    deviation is sqrt(2.0 / 200) = 0.1:
+
+    >>> init = VarianceScalingInitializer(
+    ...     scale=2.0, mode="fan_avg", distribution="uniform")
+    >>> d_in, d_out = mtf.Dimension("d_in", 100), mtf.Dimension("d_out", 300)
+    >>> kernel = init([d_in], [d_out])([100, 300]).numpy()
+    >>> round(float(kernel.std()), 2), bool(abs(kernel).max() <= 0.1 * 3**0.5)
+    (0.1, True)
+
+    Pass it to `dense` as `kernel_initializer=init`.
 
   Args:
     scale: the variance scale.
@@ -250,8 +269,11 @@ def get_dense_kernel_weights(
   """The kernel of a dense layer: variable `<name>/kernel`, cast to x.dtype.
 
   Example:
-    w = get_dense_kernel_weights(x, [d_ff], [d_model], [], None, name="wi")
-    # w: [d_model, d_ff]
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = mtf.ones(converter.mesh, "batch:2;d_model:3")
+    >>> d_model, d_ff = x.shape.dims[1], mtf.Dimension("d_ff", 4)
+    >>> get_dense_kernel_weights(x, [d_ff], [d_model], [], None, name="wi")
+    Tensor[wi/kernel:0, Shape[d_model=3, d_ff=4], float32]
 
   Args:
     x: the layer input (gives the mesh and the activation dtype).
@@ -300,9 +322,21 @@ def dense(
   """Dense layer: activation(einsum(x, kernel) + bias).
 
   Example:
-    h = dense(x, [d_ff], reduced_dims=[d_model], name="wi")
-    # x: [batch, length, d_model] -> h: [batch, length, d_ff]
-    # variables: wi/kernel [d_model, d_ff], wi/bias [d_ff]
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x_np = np.arange(6.0, dtype=np.float32).reshape([1, 2, 3])
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     x_np, ["batch", "length", "d_model"], dtype=tf.float32)
+    >>> d_model, d_ff = x.shape.dims[2], mtf.Dimension("d_ff", 4)
+    >>> h = mtf.layers.dense(x, [d_ff], reduced_dims=[d_model], name="wi")
+    >>> h.shape
+    Shape[batch=1, length=2, d_ff=4]
+    >>> [(v.name, v.shape) for v in converter.graph.trainable_variables]
+    [('wi/kernel', Shape[d_model=3, d_ff=4]), ('wi/bias', Shape[d_ff=4])]
+    >>> kernel, bias = [converter.convert_mtf_tensor_to_np_array(v.outputs[0])
+    ...                 for v in converter.graph.trainable_variables]
+    >>> np.allclose(converter.convert_mtf_tensor_to_np_array(h),
+    ...             x_np @ kernel + bias)
+    True
 
   Args:
     x: a Tensor with all of reduced_dims (and expert_dims).
@@ -445,8 +479,17 @@ def dense_product(
   """Elementwise product of dense layers, one per activation (e.g. GLU).
 
   Example:
-    # Gated linear unit: scopes "glu_0" (linear) and "glu_1" (sigmoid).
-    h = dense_product(x, [d_model], [d_ff], ["linear", "sigmoid"], name="glu")
+    A gated linear unit, linear(x) * sigmoid(x'):
+
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = mtf.ones(converter.mesh, "batch:2;d_model:3")
+    >>> d_model, d_ff = x.shape.dims[1], mtf.Dimension("d_ff", 4)
+    >>> h = dense_product(x, [d_model], [d_ff], ["linear", "sigmoid"],
+    ...                   name="glu")
+    >>> h.shape
+    Shape[batch=2, d_ff=4]
+    >>> [v.name for v in converter.graph.trainable_variables]
+    ['glu_0/kernel', 'glu_0/bias', 'glu_1/kernel', 'glu_1/bias']
 
   Args:
     x: a Tensor.
@@ -496,9 +539,15 @@ def dense_relu_dense(
   """relu(x W_i) W_o, without biases; the output has x's shape.
 
   Example:
-    y = dense_relu_dense(x, d_ff, is_training, dropout=0.1)
-    # variables dense_relu_dense/wi/kernel [d_model, d_ff],
-    #           dense_relu_dense/wo/kernel [d_ff, d_model]
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = mtf.ones(converter.mesh, "batch:2;d_model:3")
+    >>> y = dense_relu_dense(x, mtf.Dimension("d_ff", 4), is_training=False,
+    ...                      dropout=0.1)
+    >>> y.shape
+    Shape[batch=2, d_model=3]
+    >>> [(v.name, v.shape) for v in converter.graph.trainable_variables]
+    [('dense_relu_dense/wi/kernel', Shape[d_model=3, d_ff=4]),
+     ('dense_relu_dense/wo/kernel', Shape[d_ff=4, d_model=3])]
 
   Args:
     x: a Tensor whose last dimension is the io channels.
@@ -562,7 +611,10 @@ def embedding_weights(
   """The embedding variable `name`, shape [ensemble..., vocab, output].
 
   Example:
-    w = embedding_weights(mesh, vocab, d_model, mtf.VariableDType())
+    >>> mesh = mtf.Mesh(mtf.Graph(), "my_mesh")
+    >>> vocab, d_model = mtf.Dimension("vocab", 5), mtf.Dimension("d_model", 3)
+    >>> embedding_weights(mesh, vocab, d_model, mtf.VariableDType())
+    Tensor[embedding:0, Shape[vocab=5, d_model=3], float32]
 
   Args:
     mesh: the Mesh.
@@ -598,8 +650,18 @@ def embedding(
   """Looks integer `indices` up in the embedding variable `name`.
 
   Example:
-    ids: [batch, length] int32 -> embedding(ids, vocab, d_model, vdt):
-      [batch, length, d_model]
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> ids = converter.convert_np_array_to_mtf_tensor(
+    ...     [[4, 0, 4]], ["batch", "length"])
+    >>> vocab, d_model = mtf.Dimension("vocab", 5), mtf.Dimension("d_model", 3)
+    >>> y = embedding(ids, vocab, d_model, mtf.VariableDType())
+    >>> y.shape
+    Shape[batch=1, length=3, d_model=3]
+    >>> table = converter.convert_mtf_tensor_to_np_array(
+    ...     converter.graph.trainable_variables[0].outputs[0])
+    >>> y_np = converter.convert_mtf_tensor_to_np_array(y)
+    >>> np.allclose(y_np, table[[[4, 0, 4]]])
+    True
 
   Args:
     indices: an integer mtf Tensor of ids in [0, vocab_dim.size).
@@ -639,7 +701,16 @@ def multiplicative_jitter(x: Tensor, epsilon: float = 1e-2) -> Tensor:
   """x times uniform noise in [1 - epsilon, 1 + epsilon) (bfloat16 robustness).
 
   Example:
-    logits = multiplicative_jitter(logits, epsilon=1e-2)
+    Each value is multiplied by a random factor in [1 - epsilon, 1 + epsilon]:
+
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> logits = mtf.ones(converter.mesh, "batch:2;vocab:4")
+    >>> jittered = converter.convert_mtf_tensor_to_np_array(
+    ...     multiplicative_jitter(logits, epsilon=1e-2))
+    >>> bool(np.all(np.abs(jittered - 1.0) <= 1e-2))
+    True
+    >>> multiplicative_jitter(logits, epsilon=0) is logits
+    True
 
   Args:
     x: a floating mtf Tensor.
@@ -707,12 +778,29 @@ def reversible_half_residual_and_swap(
   outputs of each block to the next.
 
   Example:
-    x1, x1_b, x2, x2_b = x, None, x, None
-    for i, f in enumerate(fs):
-      with tf.compat.v1.variable_scope("layer_%d" % i):
-        x1, x1_b, x2, x2_b = reversible_half_residual_and_swap(
-            x1, x1_b, x2, x2_b, f)
-    y = (x1 + x2) / 2
+    Two blocks with f(t) = t @ kernel, checked against numpy:
+
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x_np = np.array([[1.0, 2.0], [3.0, 4.0]], dtype=np.float32)
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     x_np, ["batch", "d_model"], dtype=tf.float32)
+    >>> d_model = x.shape.dims[1]
+    >>> def f(t):
+    ...   return mtf.layers.dense(t, d_model, reduced_dims=[d_model],
+    ...                           use_bias=False)
+    >>> x1, x1_b, x2, x2_b = x, None, x, None
+    >>> for i in range(2):
+    ...   with tf.compat.v1.variable_scope("layer_%d" % i):
+    ...     x1, x1_b, x2, x2_b = reversible_half_residual_and_swap(
+    ...         x1, x1_b, x2, x2_b, f)
+    >>> y = (x1 + x2) / 2
+    >>> kernels = [converter.convert_mtf_tensor_to_np_array(v.outputs[0])
+    ...            for v in converter.graph.trainable_variables]
+    >>> a1, a2 = x_np, x_np
+    >>> for kernel in kernels:
+    ...   a1, a2 = a2, a1 + a2 @ kernel
+    >>> np.allclose(converter.convert_mtf_tensor_to_np_array(y), (a1 + a2) / 2)
+    True
 
   Args:
     x1: a Tensor.
@@ -848,7 +936,16 @@ def summary_for_clip_activation_gradient(
     `<name>/grad_rms_norm_max` and `<name>/grad_rms_norm_mean`.
 
   Example:
-    x = summary_for_clip_activation_gradient(x, "layer_3", [batch])
+    The summaries are made with the gradients:
+
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = mtf.ones(converter.mesh, "batch:2;d_model:3")
+    >>> y = summary_for_clip_activation_gradient(x, "layer_3", x.shape.dims[:1])
+    >>> _ = mtf.gradients([mtf.reduce_sum(y)], [x])
+    >>> [op.summary_name for op in converter.graph.operations
+    ...  if isinstance(op, mtf.ScalarSummaryOperation)]
+    ['layer_3/grad_rms_norm', 'layer_3/grad_rms_norm_max',
+     'layer_3/grad_rms_norm_mean']
 
   Args:
     t: a Tensor.
@@ -902,7 +999,19 @@ def annealed_dropout(
   training, x is returned unchanged.
 
   Example:
-    h = annealed_dropout(h, is_training, 0, 10000, init_rate=0.1)
+    At global step 0 the rate is init_rate (kept values are scaled by 2);
+    not training, x is unchanged:
+
+    >>> with tf.Graph().as_default():
+    ...   _ = tf.compat.v1.train.get_or_create_global_step()  # step 0
+    ...   converter = mtf.test_utils.NumpyConverter()
+    ...   x = mtf.ones(converter.mesh, "batch:4;d_model:8")
+    ...   h = annealed_dropout(x, True, 0, 10000, init_rate=0.5)
+    ...   h_np = converter.convert_mtf_tensor_to_np_array(h)
+    >>> sorted(set(h_np.flatten().tolist()))
+    [0.0, 2.0]
+    >>> annealed_dropout(x, False, 0, 10000, init_rate=0.5) is x
+    True
 
   Args:
     x: a floating mtf Tensor.
