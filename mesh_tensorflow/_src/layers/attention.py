@@ -8,9 +8,30 @@ works: batch and heads split for free; splitting io/kv channels makes the
 contractions allreduce; the length dims may be split as well.
 
 Example:
-  y = mtf.layers.multihead_attention(
-      x, None, mtf.layers.attention_mask_autoregressive(pos), d_kv, heads,
-      is_training=True)                    # x: [batch, length, d_model]
+  Causal self-attention: changing the input at the last position changes
+  only the output at the last position.
+
+  >>> converter = mtf.test_utils.NumpyConverter()
+  >>> mesh = converter.mesh
+  >>> x = mtf.random_normal(mesh, "batch:2;length:3;d_model:4", seed=0)
+  >>> length = x.shape.dims[1]
+  >>> mask = mtf.layers.attention_mask_autoregressive(
+  ...     mtf.range(mesh, length, tf.int32))
+  >>> converter.convert_mtf_tensor_to_np_array(mask) == 0  # may attend
+  array([[ True, False, False],
+         [ True,  True, False],
+         [ True,  True,  True]])
+  >>> def attend(x):
+  ...   return mtf.layers.multihead_attention(
+  ...       x, None, mask, mtf.Dimension("d_kv", 2), mtf.Dimension("heads", 2),
+  ...       is_training=False, name="att")
+  >>> last = mtf.one_hot(mtf.constant(mesh, 2, dtype=tf.int32), length)
+  >>> y = converter.convert_mtf_tensor_to_np_array(attend(x))
+  >>> y_changed = converter.convert_mtf_tensor_to_np_array(attend(x + last))
+  >>> np.allclose(y[:, :2], y_changed[:, :2]), np.allclose(y, y_changed)
+  (True, False)
+  >>> [(v.name, v.shape) for v in converter.graph.trainable_variables]
+  [('att/qkvo', Shape[qkvo=4, heads=2, d_model=4, d_kv=2])]
 """
 
 from __future__ import annotations
@@ -119,8 +140,16 @@ def multihead_attention_params(
     [wq, wk, wv, wo], each a Tensor of shape [heads, io_channels, kv_channels].
 
   Example:
-    wq, wk, wv, wo = multihead_attention_params(
-        mesh, heads, d_model, d_kv, mtf.VariableDType(tf.float32))
+    >>> mesh = mtf.Mesh(mtf.Graph(), "my_mesh")
+    >>> heads, d_model = mtf.Dimension("heads", 2), mtf.Dimension("d_model", 4)
+    >>> d_kv = mtf.Dimension("d_kv", 3)
+    >>> with tf.compat.v1.variable_scope("attention"):
+    ...   wq, wk, wv, wo = multihead_attention_params(
+    ...       mesh, heads, d_model, d_kv, mtf.VariableDType(tf.float32))
+    >>> wq
+    Tensor[attention/q:0, Shape[heads=2, d_model=4, d_kv=3], float32]
+    >>> [v.name for v in mesh.graph.trainable_variables]
+    ['attention/q', 'attention/k', 'attention/v', 'attention/o']
   """
   heads = _check_dim(heads, "heads")
   io_channels = _check_dim(io_channels, "io_channels")
@@ -254,6 +283,23 @@ def dot_product_attention(
 
   weights = softmax over length_kv of (q . k + mask); output = weights . v.
 
+  Example:
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> mesh = converter.mesh
+    >>> q = mtf.random_normal(mesh, "batch:1;heads:2;length:3;d_kv:4", seed=1)
+    >>> kv_shape = "batch:1;heads:2;memory_length:5;d_kv:4"
+    >>> k = mtf.random_normal(mesh, kv_shape, seed=2)
+    >>> v = mtf.random_normal(mesh, kv_shape, seed=3)
+    >>> o = dot_product_attention(q, k, v, None, is_training=False)
+    >>> o.shape
+    Shape[batch=1, heads=2, length=3, d_kv=4]
+    >>> q_np, k_np, v_np, o_np = [
+    ...     converter.convert_mtf_tensor_to_np_array(t) for t in (q, k, v, o)]
+    >>> weights = tf.nn.softmax(np.einsum("bhqd,bhkd->bhqk", q_np, k_np))
+    >>> np.allclose(o_np, np.einsum("bhqk,bhkd->bhqd", weights, v_np),
+    ...             atol=1e-5)
+    True
+
   Args:
     q: [..., length_q, depth_k] (leading dims typically [batch, heads]).
     k: [..., length_kv, depth_k]; length_kv is k's second-to-last dim.
@@ -272,10 +318,6 @@ def dot_product_attention(
 
   Raises:
     ValueError: if the shapes of q, k, v or mask do not fit together.
-
-  Example:
-    q: [batch, heads, length, d_kv], k/v: [batch, heads, memory_length, d_kv]
-      -> o: [batch, heads, length, d_kv]
   """
   _check_qkv(q, k, v)
   length_kv = k.shape.dims[-2]
@@ -631,7 +673,15 @@ def compress_mean(x: Tensor, dim: Dimension, compression_factor: int) -> Tensor:
   The result keeps dim's name with size dim.size // compression_factor.
 
   Example:
-    x [batch, length=8, d]; compress_mean(x, length, 2) -> [batch, length=4, d]
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     np.arange(8.0).reshape([1, 8, 1]), ["batch", "length", "d"],
+    ...     dtype=tf.float32)
+    >>> y = compress_mean(x, x.shape.dims[1], 2)
+    >>> y.shape
+    Shape[batch=1, length=4, d=1]
+    >>> converter.convert_mtf_tensor_to_np_array(y)[0, :, 0]
+    array([0.5, 2.5, 4.5, 6.5], dtype=float32)
 
   Args:
     x: an mtf Tensor.

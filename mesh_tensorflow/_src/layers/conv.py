@@ -12,7 +12,20 @@ border it needs, and the result equals the plain layer on the unblocked image
 (SAME padding); dims without blocks are zero-padded.
 
 Example:
-  y = mtf.layers.conv2d(x, mtf.Dimension("out", 16), filter_size=(3, 3))
+  >>> converter = mtf.test_utils.NumpyConverter()
+  >>> x_np = np.random.RandomState(0).randn(1, 4, 4, 2).astype(np.float32)
+  >>> x = converter.convert_np_array_to_mtf_tensor(
+  ...     x_np, ["batch", "h", "w", "in"], dtype=tf.float32)
+  >>> y = mtf.layers.conv2d(x, mtf.Dimension("out", 3), filter_size=(3, 3))
+  >>> y.shape
+  Shape[batch=1, h=4, w=4, out=3]
+  >>> [(v.name, v.shape) for v in converter.graph.trainable_variables]
+  [('conv2d/kernel', Shape[fh=3, fw=3, in=2, out=3])]
+  >>> kernel = converter.convert_mtf_tensor_to_np_array(
+  ...     converter.graph.trainable_variables[0].outputs[0])
+  >>> np.allclose(converter.convert_mtf_tensor_to_np_array(y),
+  ...             tf.nn.conv2d(x_np, kernel, 1, "SAME"), atol=1e-5)
+  True
 """
 
 from __future__ import annotations
@@ -550,9 +563,29 @@ def conv2d_with_blocks(
   """conv2d of an image stored as blocks (spatial partitioning).
 
   Example:
-    x: [batch, h_blocks=2, w_blocks=2, h=4, w=4, in] with h_blocks split;
-    conv2d_with_blocks(x, out, h_blocks_dim=h_blocks, w_blocks_dim=w_blocks)
-    equals conv2d of the 8x8 image, re-blocked.
+    An 8x8 image as 2x2 blocks of 4x4, h_blocks split over two processors;
+    the result is conv2d of the whole image, re-blocked:
+
+    >>> converter = mtf.test_utils.NumpyConverter(
+    ...     mesh_shape="all:2", layout="h_blocks:all",
+    ...     devices=["cpu:0", "cpu:1"])
+    >>> image = np.random.RandomState(0).randn(1, 8, 8, 2).astype(np.float32)
+    >>> def to_blocks(a):  # [b, 8, 8, c] -> [b, h_blocks, w_blocks, 4, 4, c]
+    ...   return a.reshape([1, 2, 4, 2, 4, -1]).transpose([0, 1, 3, 2, 4, 5])
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     to_blocks(image), ["batch", "h_blocks", "w_blocks", "h", "w", "in"],
+    ...     dtype=tf.float32)
+    >>> y = conv2d_with_blocks(x, mtf.Dimension("out", 3),
+    ...                        h_blocks_dim=x.shape.dims[1],
+    ...                        w_blocks_dim=x.shape.dims[2])
+    >>> y.shape
+    Shape[batch=1, h_blocks=2, w_blocks=2, h=4, w=4, out=3]
+    >>> kernel = converter.convert_mtf_tensor_to_np_array(
+    ...     converter.graph.trainable_variables[0].outputs[0])
+    >>> np.allclose(converter.convert_mtf_tensor_to_np_array(y),
+    ...             to_blocks(tf.nn.conv2d(image, kernel, 1, "SAME").numpy()),
+    ...             atol=1e-5)
+    True
 
   Args:
     x: [batch..., h_blocks, w_blocks, h, w, in_channels].

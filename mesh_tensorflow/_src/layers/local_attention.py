@@ -7,8 +7,23 @@ dimension (a collective permute when that dimension is split) and are joined
 with mtf.concat along the (never split) within-block dimension.
 
 Example:
-  y = mtf.layers.masked_local_attention_1d(x, d_kv, heads, is_training,
-                                           window_size=64)
+  With window 2, position p sees positions p - 1 and p: a change at position
+  3 (the last of the first processor's half) reaches outputs 3 and 4.
+
+  >>> converter = mtf.test_utils.NumpyConverter(
+  ...     mesh_shape="all:2", layout="length:all", devices=["cpu:0", "cpu:1"])
+  >>> mesh = converter.mesh
+  >>> x = mtf.random_normal(mesh, "batch:1;length:8;d_model:4", seed=0)
+  >>> def attend(x):
+  ...   return mtf.layers.masked_local_attention_1d(
+  ...       x, mtf.Dimension("d_kv", 2), mtf.Dimension("heads", 2),
+  ...       is_training=False, window_size=2, length_per_split=4,
+  ...       name="local")
+  >>> y = converter.convert_mtf_tensor_to_np_array(attend(x))
+  >>> at_3 = mtf.one_hot(mtf.constant(mesh, 3, dtype=tf.int32), x.shape.dims[1])
+  >>> y_changed = converter.convert_mtf_tensor_to_np_array(attend(x + at_3))
+  >>> np.any(y != y_changed, axis=(0, 2))  # which outputs changed
+  array([False, False, False,  True,  True, False, False, False])
 """
 
 from __future__ import annotations
