@@ -30,8 +30,23 @@ def softmax_cross_entropy_with_logits(
   where Z is the softmax partition function. vocab_dim may be split.
 
   Example:
-    loss = softmax_cross_entropy_with_logits(logits, ids, vocab)
-    # logits [batch, length, vocab], ids [batch, length] -> [batch, length]
+    With the vocabulary split over two processors:
+
+    >>> converter = mtf.test_utils.NumpyConverter(
+    ...     mesh_shape="all:2", layout="vocab:all", devices=["cpu:0", "cpu:1"])
+    >>> logits_np = np.random.RandomState(0).randn(2, 3, 4).astype(np.float32)
+    >>> logits = converter.convert_np_array_to_mtf_tensor(
+    ...     logits_np, ["batch", "length", "vocab"], dtype=tf.float32)
+    >>> ids = converter.convert_np_array_to_mtf_tensor(
+    ...     [[0, 3, 1], [2, 2, 0]], ["batch", "length"])
+    >>> vocab = logits.shape.dims[2]
+    >>> loss = softmax_cross_entropy_with_logits(logits, ids, vocab)
+    >>> loss.shape
+    Shape[batch=2, length=3]
+    >>> np.allclose(converter.convert_mtf_tensor_to_np_array(loss),
+    ...             tf.nn.sparse_softmax_cross_entropy_with_logits(
+    ...                 [[0, 3, 1], [2, 2, 0]], logits_np))
+    True
 
   Args:
     logits: a floating mtf Tensor with vocab_dim.
@@ -110,7 +125,16 @@ def sigmoid_cross_entropy_with_logits(
   """Elementwise sigmoid cross-entropy (numerically stable form).
 
   Example:
-    loss = sigmoid_cross_entropy_with_logits(logits, labels)  # same shape
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> logits_np = np.array([[-50.0, -1.0, 0.0, 2.0]], dtype=np.float32)
+    >>> labels_np = np.array([[0.0, 1.0, 0.5, 1.0]], dtype=np.float32)
+    >>> logits, labels = [
+    ...     converter.convert_np_array_to_mtf_tensor(a, ["batch", "d"], None)
+    ...     for a in (logits_np, labels_np)]
+    >>> loss = sigmoid_cross_entropy_with_logits(logits, labels)
+    >>> expected = tf.nn.sigmoid_cross_entropy_with_logits(labels_np, logits_np)
+    >>> np.allclose(converter.convert_mtf_tensor_to_np_array(loss), expected)
+    True
 
   Args:
     logits: a floating mtf Tensor.
@@ -143,7 +167,11 @@ def weights_nonzero(targets: Tensor, dtype=tf.float32) -> Tensor:
   """1 where targets != 0, else 0 (e.g. to mask padding), of `dtype`.
 
   Example:
-    weights = weights_nonzero(target_ids)  # float32, same shape
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> target_ids = converter.convert_np_array_to_mtf_tensor(
+    ...     [[5, 7, 0, 0]], ["batch", "length"])
+    >>> converter.convert_mtf_tensor_to_np_array(weights_nonzero(target_ids))
+    array([[1., 1., 0., 0.]], dtype=float32)
 
   Args:
     targets: an mtf Tensor (e.g. target ids, 0 for padding).

@@ -41,8 +41,18 @@ def layer_norm(
   the mesh (the mean and variance are then allreduced).
 
   Example:
-    y = layer_norm(x, d_model, name="encoder/final")
-    # variables encoder/final/layer_norm/layer_norm_scale, .../layer_norm_bias
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x_np = np.random.RandomState(0).randn(2, 3, 4).astype(np.float32)
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     x_np, ["batch", "length", "d_model"], dtype=tf.float32)
+    >>> y = layer_norm(x, x.shape.dims[2], name="encoder/final")
+    >>> [v.name for v in converter.graph.trainable_variables]
+    ['encoder/final/layer_norm/layer_norm_scale',
+     'encoder/final/layer_norm/layer_norm_bias']
+    >>> mean, var = x_np.mean(-1, keepdims=True), x_np.var(-1, keepdims=True)
+    >>> np.allclose(converter.convert_mtf_tensor_to_np_array(y),
+    ...             (x_np - mean) / np.sqrt(var + 1e-6), atol=1e-5)
+    True
 
   Args:
     x: a floating mtf Tensor.
@@ -107,8 +117,22 @@ def batch_norm(
   Otherwise the moving statistics normalize x and no update is returned.
 
   Example:
-    y, update_ops = batch_norm(x, is_training=True, momentum=0.99)
-    # run update_ops with the training step (lowering.lowered_operation(op))
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x_np = np.random.RandomState(0).randn(8, 3).astype(np.float32) * 3 + 1
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     x_np, ["batch", "channels"], dtype=tf.float32)
+    >>> y, update_ops = batch_norm(x, is_training=True, momentum=0.99)
+    >>> [v.name for v in converter.graph.all_variables]
+    ['batch_norm/batch_norm_scale', 'batch_norm/batch_norm_bias',
+     'batch_norm/bn_moving_mean', 'batch_norm/bn_moving_variance']
+    >>> moving_mean = converter.graph.all_variables[2].outputs[0]
+    >>> lowering, moving_mean_tf = converter.convert_mtf_tensor_to_tf_tensor(
+    ...     mtf.depend(moving_mean, update_ops))  # read after the update
+    >>> np.allclose(moving_mean_tf, 0.01 * x_np.mean(0))
+    True
+    >>> y_np = lowering.export_to_tf_tensor(y).numpy()
+    >>> np.allclose(y_np.mean(0), 0, atol=1e-5), np.allclose(y_np.std(0), 1)
+    (True, True)
 
   Args:
     x: a floating mtf Tensor.
@@ -209,9 +233,20 @@ def corr(
   event_axis at `dim` and every other axis a sample axis).
 
   Example:
-    c = corr(x, channels)  # x: [batch, length, channels]
-    # c: [channels_1, channels_2]; c[i, j] is the correlation of channel i
-    # with channel j, estimated over batch and length.
+    c[i, j] is the correlation of channel i with channel j, estimated over
+    batch and length:
+
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x_np = np.random.RandomState(0).randn(2, 3, 4).astype(np.float32)
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     x_np, ["batch", "length", "channels"], dtype=tf.float32)
+    >>> c = corr(x, x.shape.dims[2])
+    >>> c.shape
+    Shape[channels_1=4, channels_2=4]
+    >>> samples = x_np.reshape([6, 4])  # one row per (batch, length)
+    >>> np.allclose(converter.convert_mtf_tensor_to_np_array(c),
+    ...             np.corrcoef(samples, rowvar=False), atol=1e-5)
+    True
 
   Args:
     x: a Tensor with dimension `dim`, which should be its last dimension (as

@@ -36,7 +36,13 @@ def unique_default_name(graph: Graph, default_name: str) -> str:
   """`default_name`, or `default_name_<k>` if this graph already used it.
 
   Example:
-    unique_default_name(graph, "dense")  # "dense", then "dense_1", ...
+    >>> graph = mtf.Graph()
+    >>> unique_default_name(graph, "dense")
+    'dense'
+    >>> unique_default_name(graph, "dense")
+    'dense_1'
+    >>> unique_default_name(mtf.Graph(), "dense")  # counted per graph
+    'dense'
   """
   used = _default_names_used.setdefault(graph, {})
   outer = current_variable_scope_name()
@@ -55,8 +61,12 @@ def layer_variable_scope(graph: Graph, name: Optional[str], default_name: str):
   """tf.compat.v1.variable_scope(name), or a per-graph unique default name.
 
   Example:
-    with layer_variable_scope(x.mesh.graph, name, "dense"):
-      w = mtf.get_variable(x.mesh, "kernel", shape)  # "dense/kernel"
+    >>> mesh = mtf.Mesh(mtf.Graph(), "my_mesh")
+    >>> for name in [None, None, "out"]:
+    ...   with layer_variable_scope(mesh.graph, name, "dense"):
+    ...     _ = mtf.get_variable(mesh, "kernel", "d:2")
+    >>> [v.name for v in mesh.graph.trainable_variables]
+    ['dense/kernel', 'dense_1/kernel', 'out/kernel']
   """
   if name is None:
     name = unique_default_name(graph, default_name)
