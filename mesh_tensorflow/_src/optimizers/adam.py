@@ -34,8 +34,34 @@ class AdamWeightDecayOptimizer(Optimizer):
   `exclude_from_weight_decay` matches (re.search) the variable name.
 
   Example:
-    opt = AdamWeightDecayOptimizer(1e-3, weight_decay_rate=0.01,
-                                   exclude_from_weight_decay=["bias", "norm"])
+    One step from w = b = 1 with gradients g_w = [1, -2], g_b = [1, 1]; the
+    decay term 0.5 * w applies to w only:
+
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     [1.0, -2.0], ["d"], dtype=tf.float32)
+    >>> with tf.compat.v1.variable_scope("layer"):
+    ...   w = mtf.get_variable(converter.mesh, "w", "d:2",
+    ...                        initializer=tf.ones_initializer())
+    ...   b = mtf.get_variable(converter.mesh, "bias", "d:2",
+    ...                        initializer=tf.ones_initializer())
+    >>> variables = converter.graph.trainable_variables
+    >>> grads = mtf.gradients([mtf.reduce_sum(w * x + b)], [w, b])
+    >>> opt = AdamWeightDecayOptimizer(0.1, weight_decay_rate=0.5,
+    ...                                exclude_from_weight_decay=["bias"])
+    >>> update_ops = opt.apply_grads(grads, variables)
+    >>> [v.name for v in converter.graph.all_variables]
+    ['layer/w', 'layer/bias', 'layer/w/adam_m', 'layer/w/adam_v',
+     'layer/bias/adam_m', 'layer/bias/adam_v']
+    >>> new_w, new_b = mtf.depend(w, update_ops), mtf.depend(b, update_ops)
+    >>> lowering, new_w_tf = converter.convert_mtf_tensor_to_tf_tensor(new_w)
+    >>> def first_update(g):  # m = (1 - beta_1) g, v = (1 - beta_2) g**2
+    ...   return 0.1 * g / (np.sqrt(0.001 * g**2) + 1e-6)
+    >>> np.allclose(new_w_tf, 1 - 0.1 * (first_update(np.array([1, -2])) + 0.5))
+    True
+    >>> np.allclose(lowering.export_to_tf_tensor(new_b),
+    ...             1 - 0.1 * first_update(np.array([1, 1])))
+    True
 
   Args:
     learning_rate: a Python number or float scalar tf.Tensor.

@@ -28,8 +28,19 @@ class Optimizer:
   """Base class: subclasses implement `apply_grad(grad, var)`.
 
   Example:
-    opt = mtf.optimize.AdafactorOptimizer()
-    update_ops = opt.apply_grads(grads, graph.trainable_variables)
+    A minimal subclass, and its use:
+
+    >>> class HalfGradientDescent(Optimizer):
+    ...   def apply_grad(self, grad, var):
+    ...     return [mtf.assign_sub(var, grad * 0.5)]
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> w = mtf.get_variable(converter.mesh, "w", "d:2",
+    ...                      initializer=tf.ones_initializer())
+    >>> [grad] = mtf.gradients([mtf.reduce_sum(mtf.square(w))], [w])
+    >>> update_ops = HalfGradientDescent().apply_grads(
+    ...     [grad], converter.graph.trainable_variables)
+    >>> converter.convert_mtf_tensor_to_np_array(mtf.depend(w, update_ops))
+    array([0., 0.], dtype=float32)
   """
 
   _step_cache: Optional[dict] = None
@@ -170,8 +181,14 @@ def reduce_rms(x: Tensor, **kwargs) -> Tensor:
   """Root mean square of x; kwargs (output_shape, reduced_dim) as reduce_mean.
 
   Example:
-    reduce_rms(x)                                # scalar
-    reduce_rms(x, output_shape=[stacked_dim])    # one RMS per stacked slice
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3.0, 4.0], [0.0, 0.0]], ["stacked", "d"], dtype=tf.float32)
+    >>> converter.convert_mtf_tensor_to_np_array(reduce_rms(x))  # scalar
+    array(2.5, dtype=float32)
+    >>> converter.convert_mtf_tensor_to_np_array(  # one RMS per stacked slice
+    ...     reduce_rms(x, output_shape=x.shape.dims[:1]))
+    array([3.535534, 0.      ], dtype=float32)
 
   Args:
     x: a floating mtf Tensor.
@@ -211,7 +228,19 @@ def clip_by_global_norm(
     global norm as a float32 mtf scalar (None when every gradient is None).
 
   Example:
-    grads, norm = mtf.optimize.clip_by_global_norm(grads, 1.0)
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> g1 = converter.convert_np_array_to_mtf_tensor(
+    ...     [3.0, 4.0], ["a"], dtype=tf.float32)
+    >>> g2 = converter.convert_np_array_to_mtf_tensor(
+    ...     [[0.0, 12.0]], ["b", "c"], dtype=tf.float32)
+    >>> grads, norm = mtf.optimize.clip_by_global_norm([g1, None, g2], 1.0)
+    >>> converter.convert_mtf_tensor_to_np_array(norm)  # sqrt(9 + 16 + 144)
+    array(13., dtype=float32)
+    >>> grads[1] is None
+    True
+    >>> np.allclose(converter.convert_mtf_tensor_to_np_array(grads[0]),
+    ...             np.array([3.0, 4.0]) / 13)
+    True
   """
   if isinstance(clip_norm, (int, float)) and not clip_norm > 0:
     raise ValueError(

@@ -37,7 +37,11 @@ def product_learning_rate(
     The learning rate (1.0 for an empty list of factors).
 
   Example:
-    product_learning_rate(step, 1000, factors=[lambda s, t: 0.1])  # 0.1
+    >>> product_learning_rate(10, 1000, factors=[lambda s, t: 0.1, 2.0])
+    0.2
+    >>> linear_decay = lambda step, total: 1.0 - step / total
+    >>> product_learning_rate(110, 1000, factors=[linear_decay], offset=10)
+    0.9
   """
   if callable(factors):
     factors = [factors]

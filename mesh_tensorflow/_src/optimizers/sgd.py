@@ -22,7 +22,16 @@ class SgdOptimizer(Optimizer):
   """SGD: `var -= learning_rate * grad`.
 
   Example:
-    mtf.optimize.SgdOptimizer(0.1).apply_grads(grads, variables)
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     [1.0, -2.0], ["d"], dtype=tf.float32)
+    >>> w = mtf.get_variable(converter.mesh, "w", "d:2",
+    ...                      initializer=tf.ones_initializer())
+    >>> [grad] = mtf.gradients([mtf.reduce_sum(w * x)], [w])  # grad = x
+    >>> update_ops = mtf.optimize.SgdOptimizer(0.1).apply_grads(
+    ...     [grad], converter.graph.trainable_variables)
+    >>> converter.convert_mtf_tensor_to_np_array(mtf.depend(w, update_ops))
+    array([0.9, 1.2], dtype=float32)
   """
 
   def __init__(self, learning_rate):
