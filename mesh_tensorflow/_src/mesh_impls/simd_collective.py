@@ -116,8 +116,15 @@ class CollectiveBackend(simd_backend.SimdBackend):
   """SimdBackend running the replicas on local devices with TF collectives.
 
   Example:
-    backend = CollectiveBackend(["/cpu:0", "/cpu:1", "/cpu:2", "/cpu:3"])
-    outputs = backend.replicate(computation, (), [0, 1, 2, 3])
+    Four replicas, each holding pnum + 1, sum within groups {0, 1}, {2, 3}:
+
+    >>> backend = CollectiveBackend(["/cpu:0", "/cpu:1", "/cpu:2", "/cpu:3"])
+    >>> def computation():
+    ...   x = tf.cast(backend.replica_pnum(), tf.float32) + 1.0
+    ...   return backend.allreduce_sum(x, [[0, 1], [2, 3]])
+    >>> outputs = backend.replicate(computation, (), [0, 1, 2, 3])
+    >>> [float(y) for y in outputs]
+    [3.0, 3.0, 7.0, 7.0]
   """
 
   def __init__(self, devices: Sequence[str], *, timeout_seconds: float = 0.0):

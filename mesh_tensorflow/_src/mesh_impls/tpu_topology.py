@@ -86,7 +86,11 @@ def _ring_2d(m: int, n: int) -> List[Tuple[int, int]]:
   between neighbours but whose end is not next to its start. A 1 x n or m x 1
   grid gives the straight line.
 
-  Example: `_ring_2d(2, 2)` -> `[(0, 0), (0, 1), (1, 1), (1, 0)]`.
+  Example:
+    >>> _ring_2d(2, 2)
+    [(0, 0), (0, 1), (1, 1), (1, 0)]
+    >>> _ring_2d(1, 3)
+    [(0, 0), (0, 1), (0, 2)]
 
   Args:
     m: number of rows, a positive int.
@@ -141,7 +145,9 @@ def _logical_1d_to_physical_subspace_auto(
   vary faster, lexicographically. Otherwise the sub-grid is enumerated
   lexicographically. Coordinates are finally multiplied by the strides.
 
-  Example: `([(2, 1), (2, 1)], None)` -> `[[0, 0], [0, 1], [1, 1], [1, 0]]`.
+  Example:
+    >>> _logical_1d_to_physical_subspace_auto([(2, 1), (2, 1)], None)
+    [[0, 0], [0, 1], [1, 1], [1, 0]]
 
   Args:
     sizes_and_strides: a list of (size, stride) pairs, one per physical axis.
@@ -195,8 +201,11 @@ def _logical_to_physical_v1(
   sub-grids must tile the physical mesh: the result is checked to be a
   permutation.
 
-  Example: `([[(2, 1), (1, 1)], [(1, 1), (2, 1)]], [2, 2])` (logical 2x2 onto
-  physical 2x2) -> `[[0, 0], [0, 1], [1, 0], [1, 1]]`.
+  Example:
+    A logical 2x2 mesh onto a physical 2x2 one:
+
+    >>> _logical_to_physical_v1([[(2, 1), (1, 1)], [(1, 1), (2, 1)]], [2, 2])
+    [[0, 0], [0, 1], [1, 0], [1, 1]]
 
   Args:
     sizes_and_strides: one list of (size, stride) pairs per logical dimension.
@@ -276,9 +285,19 @@ class HierarchicalTiling:
   tiles of all later ones. The first entry's shape may be None, meaning
   "whatever is left": physical_shape divided axis-wise by the others.
 
-  Example: spec `[("batch", None), ("model", [2, 1, 2])]` on physical shape
-  `[4, 4, 2]` gives mesh shape `batch:8;model:4`; each model group is a 2x1x2
-  block of neighbouring cores.
+  Example:
+    Each model group is a 2x1x2 block of neighbouring cores; batch takes
+    what is left of the physical shape [4, 4, 2]:
+
+    >>> tiling = HierarchicalTiling([("batch", None), ("model", [2, 1, 2])],
+    ...                             [4, 4, 2])
+    >>> tiling
+    HierarchicalTiling(spec=[('batch', [2, 4, 1]), ('model', [2, 1, 2])],
+                       physical_shape=[4, 4, 2])
+    >>> tiling.mesh_shape
+    Shape[batch=8, model=4]
+    >>> tiling.logical_to_physical[:4]  # cores (0|1, 0, 0|1): pnums of group 0
+    [0, 1, 8, 9]
   """
 
   def __init__(
@@ -381,7 +400,10 @@ class HierarchicalTiling:
   ) -> shapes.Shape:
     """The mesh shape of `spec`, without knowing the physical shape.
 
-    Example: `([("b", None), ("m", [2, 1, 2])], 32)` -> `b:8;m:4`.
+    Example:
+      >>> HierarchicalTiling.spec_to_mesh_shape(
+      ...     [("b", None), ("m", [2, 1, 2])], 32)
+      Shape[b=8, m=4]
 
     Args:
       spec: as in the constructor.
@@ -435,7 +457,9 @@ def physical_shape_3d_from_topology_proto_4d(
 ) -> List[int]:
   """Converts a TPU topology mesh shape [x, y, z, core] to [y*z, x, core].
 
-  Example: `[4, 2, 1, 2]` -> `[2, 4, 2]`.
+  Example:
+    >>> physical_shape_3d_from_topology_proto_4d([4, 2, 1, 2])
+    [2, 4, 2]
 
   Args:
     mesh_shape: the 4 ints [x, y, z, cores per chip] of a TPU topology.
@@ -533,9 +557,12 @@ def auto_logical_to_physical_tpu(
   count that is not a power of 2) or a tiling that does not fit gets the
   identity mapping.
 
-  Example: `([4, 2], [2, 2, 2])` -> `[0, 1, 2, 3, 6, 7, 4, 5]`: each of the 4
-  tiles is one chip (dim 1 = its two cores), tiles following the chip ring
-  (0,0), (0,1), (1,1), (1,0).
+  Example:
+    Each of the 4 tiles is one chip (logical dim 1 = its two cores); the
+    tiles follow the chip ring (0, 0), (0, 1), (1, 1), (1, 0):
+
+    >>> auto_logical_to_physical_tpu([4, 2], [2, 2, 2])
+    [0, 1, 2, 3, 6, 7, 4, 5]
 
   Args:
     logical_shape: a list of ints (the mtf mesh shape).

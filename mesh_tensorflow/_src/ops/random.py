@@ -361,9 +361,6 @@ def dropout(
   Raises:
     ValueError: unless exactly one of keep_prob and rate is given, or if
       noise_shape has a dimension that x lacks.
-
-  Example:
-    h = mtf.dropout(h, is_training, rate=0.1, noise_shape=[batch, d_model])
   """
   if isinstance(is_training, float) and keep_prob is None and rate is None:
     is_training, keep_prob = True, is_training  # 0.1.18: dropout(x, keep_prob)
