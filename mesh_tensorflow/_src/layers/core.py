@@ -479,10 +479,12 @@ def dense_product(
   """Elementwise product of dense layers, one per activation (e.g. GLU).
 
   Example:
-    A gated linear unit, linear(x) * sigmoid(x'):
+    A gated linear unit, (x @ k0 + b0) * sigmoid(x @ k1 + b1):
 
     >>> converter = mtf.test_utils.NumpyConverter()
-    >>> x = mtf.ones(converter.mesh, "batch:2;d_model:3")
+    >>> x_np = np.random.RandomState(0).randn(2, 3).astype(np.float32)
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     x_np, ["batch", "d_model"], dtype=tf.float32)
     >>> d_model, d_ff = x.shape.dims[1], mtf.Dimension("d_ff", 4)
     >>> h = dense_product(x, [d_model], [d_ff], ["linear", "sigmoid"],
     ...                   name="glu")
@@ -490,6 +492,11 @@ def dense_product(
     Shape[batch=2, d_ff=4]
     >>> [v.name for v in converter.graph.trainable_variables]
     ['glu_0/kernel', 'glu_0/bias', 'glu_1/kernel', 'glu_1/bias']
+    >>> lowering, h_tf = converter.convert_mtf_tensor_to_tf_tensor(h)
+    >>> k0, b0, k1, b1 = [lowering.export_to_tf_tensor(v.outputs[0]).numpy()
+    ...                   for v in converter.graph.trainable_variables]
+    >>> np.allclose(h_tf, (x_np @ k0 + b0) * tf.sigmoid(x_np @ k1 + b1))
+    True
 
   Args:
     x: a Tensor.
@@ -540,7 +547,9 @@ def dense_relu_dense(
 
   Example:
     >>> converter = mtf.test_utils.NumpyConverter()
-    >>> x = mtf.ones(converter.mesh, "batch:2;d_model:3")
+    >>> x_np = np.random.RandomState(0).randn(2, 3).astype(np.float32)
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     x_np, ["batch", "d_model"], dtype=tf.float32)
     >>> y = dense_relu_dense(x, mtf.Dimension("d_ff", 4), is_training=False,
     ...                      dropout=0.1)
     >>> y.shape
@@ -548,6 +557,11 @@ def dense_relu_dense(
     >>> [(v.name, v.shape) for v in converter.graph.trainable_variables]
     [('dense_relu_dense/wi/kernel', Shape[d_model=3, d_ff=4]),
      ('dense_relu_dense/wo/kernel', Shape[d_ff=4, d_model=3])]
+    >>> lowering, y_tf = converter.convert_mtf_tensor_to_tf_tensor(y)
+    >>> wi, wo = [lowering.export_to_tf_tensor(v.outputs[0]).numpy()
+    ...           for v in converter.graph.trainable_variables]
+    >>> np.allclose(y_tf, np.maximum(x_np @ wi, 0) @ wo, atol=1e-6)
+    True
 
   Args:
     x: a Tensor whose last dimension is the io channels.

@@ -471,12 +471,12 @@ def sample_with_temperature(
     an int32 Tensor of shape logits.shape - dim.
 
   Example:
-    Temperature 0 is argmax; with temperature 1, sampling 1000 times picks
+    Temperature 0 is argmax; with temperature 1, sampling 4000 times picks
     each id about as often as its probability (0.1, 0.2, 0.7):
 
     >>> converter = mtf.test_utils.NumpyConverter()
     >>> logits = converter.convert_np_array_to_mtf_tensor(
-    ...     np.log(np.tile([[0.1, 0.2, 0.7]], [1000, 1])), ["batch", "vocab"],
+    ...     np.log(np.tile([[0.1, 0.2, 0.7]], [4000, 1])), ["batch", "vocab"],
     ...     dtype=tf.float32)
     >>> vocab = logits.shape.dims[1]
     >>> ids = mtf.sample_with_temperature(logits, vocab, 0.0)
@@ -484,7 +484,7 @@ def sample_with_temperature(
     {2}
     >>> ids = mtf.sample_with_temperature(logits, vocab, 1.0)
     >>> counts = np.bincount(converter.convert_mtf_tensor_to_np_array(ids))
-    >>> np.allclose(counts / 1000, [0.1, 0.2, 0.7], atol=0.05)
+    >>> np.allclose(counts / 4000, [0.1, 0.2, 0.7], atol=0.05)
     True
   """
   dim = _check_reduced_dim(logits, dim, "sample_with_temperature")
