@@ -93,7 +93,7 @@ def create_host_call(
   create_host_call.
 
   Example:
-    >>> import os, tempfile
+    >>> import os, shutil, tempfile
     >>> model_dir = tempfile.mkdtemp()
     >>> with tf.Graph().as_default():
     ...   _ = tf.compat.v1.train.get_or_create_global_step()
@@ -113,6 +113,7 @@ def create_host_call(
     [array([0]), array([2.], dtype=float32)]
     >>> [f.endswith(".host_call") for f in os.listdir(model_dir)]
     [True]
+    >>> shutil.rmtree(model_dir)
 
   Args:
     model_dir: directory for the summary events files.
