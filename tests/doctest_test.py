@@ -29,7 +29,7 @@ import transformer
 # Packages whose `Example:` sections must all be runnable (hold `>>>` lines).
 PACKAGES_WITH_RUNNABLE_EXAMPLES = (mtf,)
 # Fewest examples expected: a guard against examples silently not being found.
-MIN_EXAMPLES = 553
+MIN_EXAMPLES = 554
 OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 # A section title: "Example:" or "Examples:", alone or followed by text.
 _EXAMPLE_SECTION_RE = re.compile(r"^(\s*)Examples?:")
