@@ -42,8 +42,14 @@ def dynamic_text2self(
   (named "length").
 
   Example:
-    joined = dynamic_text2self({"inputs": inputs, "targets": targets})
-    # inputs [[1, 2, 0]], targets [[3, 0, 0]] -> targets [[1, 2, 3, 0, 0, 0]]
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> inputs = converter.convert_np_array_to_mtf_tensor(
+    ...     [[4, 5, 1, 0]], ["batch", "length"])
+    >>> targets = converter.convert_np_array_to_mtf_tensor(
+    ...     [[6, 1, 0, 0]], ["batch", "length"])
+    >>> joined = dynamic_text2self({"inputs": inputs, "targets": targets})
+    >>> converter.convert_mtf_tensor_to_np_array(joined["targets"])
+    array([[4, 5, 1, 6, 1, 0, 0, 0]], dtype=int32)
 
   Args:
     mtf_features: "inputs" and "targets" [batch..., length] and, for packed

@@ -127,7 +127,11 @@ def ensure_dataset_eos(
 
   For padded fixed-length examples: one whose sequence was cut ends in EOS.
 
-  Example: [5, 6, 7] -> [5, 6, 1]; [5, 1, 0] -> [5, 1, 0].
+  Example:
+    >>> dataset = tf.data.Dataset.from_tensor_slices(
+    ...     {"targets": [[5, 6, 7], [5, 1, 0]]})
+    >>> [x["targets"] for x in ensure_dataset_eos(dataset).as_numpy_iterator()]
+    [array([5, 6, 1], dtype=int32), array([5, 1, 0], dtype=int32)]
 
   Args:
     dataset: a dataset of {feature: 1-D int tensor [length]} dicts, already
@@ -163,7 +167,13 @@ def trim_and_pad_dataset(
     length: an int or a {feature: int} dict.
     feature_keys: the features to trim and pad (default: all).
 
-  Example: length 4: [5, 6, 1] -> [5, 6, 1, 0]; [5, 6, 7, 8, 1] -> [5, 6, 7, 8].
+  Example:
+    >>> dataset = tf.data.Dataset.from_generator(
+    ...     lambda: iter([{"targets": [5, 6, 1]}, {"targets": [5, 6, 7, 8, 1]}]),
+    ...     output_signature={"targets": tf.TensorSpec([None], tf.int32)})
+    >>> dataset = trim_and_pad_dataset(dataset, 4)
+    >>> [x["targets"] for x in dataset.as_numpy_iterator()]
+    [array([5, 6, 1, 0], dtype=int32), array([5, 6, 7, 8], dtype=int32)]
 
   Returns:
     The dataset with each chosen feature's first axis cut or zero-padded to

@@ -302,7 +302,18 @@ def sample_from_text_line_datasets(
 ) -> tf.data.Dataset:
   """Endless lines sampled from several file globs with the given weights.
 
-  Example: sample_from_text_line_datasets([("a/*.txt", 0.9), ("b.txt", 0.1)])
+  Example:
+    >>> import tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> for name, text in [("a1.txt", "a1\\n"), ("a2.txt", "a2\\n"),
+    ...                    ("b.txt", "b\\n")]:
+    ...   with open(os.path.join(folder, name), "w") as f:
+    ...     _ = f.write(text)
+    >>> lines = sample_from_text_line_datasets(
+    ...     [(os.path.join(folder, "a*.txt"), 0.9),
+    ...      (os.path.join(folder, "b.txt"), 0.1)])
+    >>> sorted(set(lines.take(500).as_numpy_iterator()))  # "b" 1 time in 10
+    [b'a1', b'a2', b'b']
 
   Args:
     glob_weight_list: (file pattern, weight) pairs; each line is drawn from a

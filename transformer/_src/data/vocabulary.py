@@ -149,10 +149,15 @@ class TFDSVocabulary(Vocabulary):
   EOS, so TFDS id i is id i + 1 here.
 
   Example:
-    enc = tfds.deprecated.text.SubwordTextEncoder.build_from_corpus(
-        ["hello world"], target_vocab_size=300)
-    vocab = TFDSVocabulary(enc)
-    vocab.decode(vocab.encode("hello world"))  # "hello world"
+    >>> import tensorflow_datasets as tfds
+    >>> encoder = tfds.deprecated.text.SubwordTextEncoder.build_from_corpus(
+    ...     ["hello world"], target_vocab_size=300)
+    >>> vocab = TFDSVocabulary(encoder)
+    >>> ids = vocab.encode("hello world")
+    >>> [i - 1 for i in ids] == encoder.encode("hello world")  # shifted by 1
+    True
+    >>> vocab.decode(ids + [1, 0])  # stops at EOS
+    'hello world'
   """
 
   def __init__(self, tfds_encoder):
@@ -201,8 +206,15 @@ def get_tfds_vocabulary(dataset_name: str = gin.REQUIRED) -> TFDSVocabulary:
   vocabulary. A dataset without supervised keys must have exactly one text
   feature with an encoder.
 
+  For example, `get_tfds_vocabulary("lm1b/subwords32k")` wraps the subword
+  encoder of lm1b's text. Datasets whose text has no encoder are refused.
+
   Example:
-    vocab = get_tfds_vocabulary("lm1b/subwords32k")
+    >>> import transformer.dataset  # registers the offline datasets
+    >>> get_tfds_vocabulary("mtf_reverse")
+    Traceback (most recent call last):
+    ...
+    ValueError: get_tfds_vocabulary('mtf_reverse'): ...
 
   Args:
     dataset_name: the TFDS name with config, e.g. "lm1b/subwords32k".
@@ -248,9 +260,13 @@ class ByteVocabulary(Vocabulary):
   Needs no vocabulary file, so it works offline. vocab_size is 259.
 
   Example:
-    vocab = ByteVocabulary()
-    vocab.encode("hi")          # [107, 108]
-    vocab.decode([107, 108, 1])  # "hi"
+    >>> vocab = ByteVocabulary()
+    >>> vocab.encode("hi")  # UTF-8 bytes + 3
+    [107, 108]
+    >>> [b + 3 for b in "hi".encode("utf-8")]
+    [107, 108]
+    >>> vocab.decode([107, 108, 1, 0])  # stops at EOS
+    'hi'
   """
 
   _OFFSET = 3

@@ -22,11 +22,25 @@ crash at any point leaves the previous latest checkpoint named and intact.
 Restoring checks every name and shape before assigning anything, so a failed
 restore changes no variable and touches no file.
 
+In the driver, the variables saved are a VariableStore's masters and the
+global step.
+
 Example:
-  path = checkpoints.save(model_dir, 100, {**store.masters,
-                                           "global_step": step_var},
-                          keep_checkpoint_max=5)
-  checkpoints.restore(checkpoints.latest_checkpoint(model_dir), variables)
+  >>> import tempfile
+  >>> model_dir = tempfile.mkdtemp()
+  >>> w = tf.Variable([[1.0, 2.0]])
+  >>> step = tf.Variable(100, dtype=tf.int64)
+  >>> path = save(model_dir, 100, {"decoder/w": w, "global_step": step},
+  ...             keep_checkpoint_max=5)
+  >>> os.path.basename(latest_checkpoint(model_dir))
+  'model.ckpt-100'
+  >>> sorted(tf.train.list_variables(path))
+  [('decoder/w', [1, 2]), ('global_step', [])]
+  >>> _ = w.assign([[0.0, 0.0]])
+  >>> restore(model_dir, {"decoder/w": w})  # the latest checkpoint
+  ['decoder/w']
+  >>> w.numpy()
+  array([[1., 2.]], dtype=float32)
 """
 
 from __future__ import annotations

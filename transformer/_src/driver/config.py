@@ -43,8 +43,9 @@ def get_variable_dtype(
   them without gin.tf. Note the default: masters (= checkpoints) are bfloat16.
 
   Example:
-    get_variable_dtype(activation_dtype="bfloat16").activation_dtype
-    # tf.bfloat16
+    >>> dtype = get_variable_dtype(activation_dtype="bfloat16")
+    >>> dtype.master_dtype, dtype.slice_dtype, dtype.activation_dtype
+    (tf.bfloat16, tf.float32, tf.bfloat16)
 
   Args:
     master_dtype: the dtype of the stored (checkpointed) variables.
@@ -113,10 +114,12 @@ def tpu_mesh_shape(
   HierarchicalTiling spec instead.
 
   Example:
-    tpu_mesh_shape("4x4", 8)      # 32 cores -> Shape[batch=4, model=8]
-    tpu_mesh_shape("v3-8", 1)     # Shape[batch=8]
-    tpu_mesh_shape("2x2", [("batch", None), ("model", [2, 1, 2])])
-                                  # Shape[batch=2, model=4]
+    >>> tpu_mesh_shape("4x4", 8)  # 4x4 chips, 2 cores each: 32 cores
+    Shape[batch=4, model=8]
+    >>> tpu_mesh_shape("v3-8", 1)
+    Shape[batch=8]
+    >>> tpu_mesh_shape("2x2", [("batch", None), ("model", [2, 1, 2])])
+    Shape[batch=2, model=4]
 
   Args:
     tpu_topology: the TPU topology: a string such as "4x4" or "v3-8".
@@ -218,9 +221,10 @@ def compute_batch_size(
   product of the mesh dims "batch" and "outer_batch" are split over.
 
   Example:
-    compute_batch_size({"inputs": 512, "targets": 512}, "batch:8;model:4",
-                       "batch:batch,d_ff:model", ("tokens_per_replica", 2048))
-    # 2048 * 8 // 512 = 32
+    >>> compute_batch_size({"inputs": 512, "targets": 512}, "batch:8;model:4",
+    ...                    "batch:batch;d_ff:model",
+    ...                    ("tokens_per_replica", 2048))  # 2048 * 8 // 512
+    32
 
   Args:
     sequence_length: an int, or a {"inputs": n, "targets": m} dict: the feature
@@ -290,9 +294,10 @@ def serialize_num_microbatches(
   not above that many sequences (at least one). None/0 -> 1 microbatch.
 
   Example:
-    serialize_num_microbatches(Dimension("batch", 64), 512, "batch:8",
-                               "batch:batch", 2048)
-    # 8 sequences per replica, 4 per microbatch -> 2
+    >>> # 8 sequences of 512 tokens per replica, 4 of them per microbatch:
+    >>> serialize_num_microbatches(mtf.Dimension("batch", 64), 512, "batch:8",
+    ...                            "batch:batch", 2048)
+    2
 
   Args:
     batch_dim: the mtf batch Dimension of a training batch.
@@ -333,7 +338,9 @@ def auto_train_steps(
 ) -> int:
   """Training steps to see train_tokens tokens.
 
-  Example: auto_train_steps(128, 512) -> 2**36 // 65536 = 1048576.
+  Example:
+    >>> auto_train_steps(128, 512)  # 2**36 tokens // (128 * 512) tokens/step
+    1048576
 
   Args:
     batch_size: the number of sequences per batch.
@@ -359,7 +366,9 @@ def clean_decodes(
 ) -> tf.Tensor:
   """ids with every position after the first EOS replaced by pad_id.
 
-  Example: [[5, 1, 7, 1, 8]] -> [[5, 1, 0, 0, 0]].
+  Example:
+    >>> clean_decodes([[5, 1, 7, 1, 8]]).numpy()
+    array([[5, 1, 0, 0, 0]], dtype=int32)
 
   Args:
     ids: an int tensor of decoded ids, e.g. [batch, length].
@@ -414,8 +423,12 @@ def maybe_add_pretokenized_features(examples, vocabulary):
   the decoded absolute values of those. Zeros (padding) are dropped.
 
   Example:
-    maybe_add_pretokenized_features([{"targets": np.array([5, 6, 0])}], vocab)
-    # [{"targets": ..., "targets_pretokenized": vocab.decode([5, 6])}]
+    >>> vocab = vocabulary_lib.ByteVocabulary()
+    >>> examples = [{"targets": np.array(vocab.encode("hi") + [1, 0])}]
+    >>> maybe_add_pretokenized_features(examples, vocab)[0]["targets"]
+    array([107, 108,   1,   0])
+    >>> examples[0]["targets_pretokenized"]
+    'hi'
 
   Args:
     examples: a list of feature dicts (modified in place).

@@ -125,8 +125,11 @@ def encode_inputs(
   pad the list to a whole number of batches.
 
   Example:
-    encode_inputs(["ab"], ByteVocabulary(), "bitransformer", 2, 4)
-    # [[100, 101, 1, 0], [100, 101, 1, 0]]
+    >>> from transformer import vocabulary
+    >>> encode_inputs(["ab"], vocabulary.ByteVocabulary(), "bitransformer",
+    ...               batch_size=2, sequence_length=4)
+    array([[100, 101,   1,   0],
+           [100, 101,   1,   0]], dtype=int32)
 
   Args:
     inputs: the input strings.

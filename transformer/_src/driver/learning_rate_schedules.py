@@ -99,8 +99,12 @@ def product_learning_rate(
   schedule over its own steps.
 
   Example:
-    product_learning_rate(500, 1000, factors=[0.5, linear_warmup])  # with
-    linear_warmup.steps_or_fraction=1000: 0.5 * 0.5 = 0.25
+    >>> gin.bind_parameter("linear_warmup.steps_or_fraction", 1000)
+    >>> product_learning_rate(500, 1000, factors=[0.5, linear_warmup])
+    0.25
+    >>> gin.clear_config()
+
+    (0.5 times half of the 1000 warm-up steps.)
 
   Args:
     step: the current step.
@@ -137,7 +141,8 @@ def linear_decay(
   """1.0, then linear decay to 0 over the last steps of training.
 
   Example:
-    linear_decay(950, 1000, steps_or_fraction=0.1)  # (1000-950)/100 = 0.5
+    >>> linear_decay(950, 1000, steps_or_fraction=0.1)  # (1000 - 950) / 100
+    0.5
 
   Args:
     step: the current step.
@@ -169,7 +174,8 @@ def linear_warmup(
   """Linear warm-up from 0 to 1, then 1.
 
   Example:
-    linear_warmup(2500, 100000, steps_or_fraction=10000)  # 0.25
+    >>> linear_warmup(2500, 100000, steps_or_fraction=10000)
+    0.25
 
   Args:
     step: the current step.
@@ -199,7 +205,10 @@ def truncated_rsqrt(
   """Inverse square root of the step, constant during warm-up.
 
   Example:
-    truncated_rsqrt(40000, 100000)  # 1/sqrt(40000) = 0.005
+    >>> truncated_rsqrt(40000, 100000)  # 1 / sqrt(40000)
+    0.005
+    >>> print(truncated_rsqrt(tf.constant(100), 100000).numpy())  # warm-up
+    0.01
 
   Args:
     step: the global step: an int, a numpy value or an int/float tensor.
@@ -219,7 +228,8 @@ def constant(step: Step, total_train_steps: Number, value: Number = 1.0):
   """The constant `value` (a factor for product_learning_rate).
 
   Example:
-    constant(7, 100, value=0.5)  # 0.5
+    >>> constant(7, 100, value=0.5)
+    0.5
 
   Args:
     step: the global step: an int, a numpy value or an int/float tensor.
@@ -240,7 +250,8 @@ def constant_learning_rate(
   """The constant `learning_rate`.
 
   Example:
-    constant_learning_rate(7, 100, learning_rate=0.01)  # 0.01
+    >>> constant_learning_rate(7, 100, learning_rate=0.01)
+    0.01
 
   Args:
     step: the global step: an int, a numpy value or an int/float tensor.
@@ -264,7 +275,8 @@ def linear_decay_learning_rate(
   """initial_lr until `offset`, then linear decay to 0 at total_train_steps.
 
   Example:
-    linear_decay_learning_rate(600, 1000, initial_lr=0.1, offset=200)  # 0.05
+    >>> linear_decay_learning_rate(600, 1000, initial_lr=0.1, offset=200)
+    0.05
 
   Args:
     step: the global step: an int, a numpy value or an int/float tensor.
@@ -309,7 +321,11 @@ def learning_rate_schedule_noam(
   linear_decay_fraction is 0).
 
   Example:
-    learning_rate_schedule_noam(40000, 1000000)  # 1/sqrt(40000) = 0.005
+    >>> learning_rate_schedule_noam(40000, 1000000)  # 1 / sqrt(40000)
+    0.005
+    >>> rate = learning_rate_schedule_noam(950000, 1000000)  # the linear tail
+    >>> math.isclose(rate, 950000**-0.5 * (1000000 - 950000) / 100000)
+    True
 
   Args:
     step: the current step.
@@ -353,7 +369,10 @@ def slanted_triangular(
   t = cut and falls back to max_learning_rate / ratio at t = T.
 
   Example:
-    slanted_triangular(100, 1000)  # the peak, 0.01
+    >>> slanted_triangular(100, 1000)  # the peak
+    0.01
+    >>> slanted_triangular(0, 1000)  # max_learning_rate / ratio
+    0.0003125
 
   Args:
     step: the current step.

@@ -106,8 +106,17 @@ def get_subword_vocabulary(
   load that file. Offline datasets are generated first if needed.
 
   Example:
-    vocab = get_subword_vocabulary("mtf_stdlib_docs", data_dir="/tmp/tfds")
-    vocab.decode(vocab.encode("Return the value."))  # "Return the value."
+    >>> import tempfile
+    >>> data_dir = tempfile.mkdtemp()
+    >>> vocab = get_subword_vocabulary("mtf_stdlib_docs", data_dir=data_dir,
+    ...                                target_vocab_size=300,
+    ...                                max_corpus_chars=2000)
+    Downloading and preparing dataset ...
+    Dataset mtf_stdlib_docs downloaded and prepared to ...
+    >>> vocab.decode(vocab.encode("Return the value."))
+    'Return the value.'
+    >>> sorted(os.listdir(os.path.join(data_dir, "mtf_stdlib_docs")))
+    ['1.0.0', 'subwords_300.subwords']
 
   Raises:
     ValueError: unknown dataset, or a dataset without text features.
