@@ -8,10 +8,14 @@ tensor2tensor's SubwordTextEncoder reserves id 0 for padding and id 1 for EOS,
 the same convention as `transformer.vocabulary`, so its ids are used as they
 are (no shift).
 
+With tensor2tensor installed, `vocab.decode(vocab.encode("Hallo Welt"))` of
+the vocabulary below gives back "Hallo Welt".
+
 Example:
-  vocab = get_t2t_vocabulary(
-      "/data/t2t", "vocab.translate_ende_wmt32k.32768.subwords")
-  vocab.decode(vocab.encode("Hallo Welt"))  # "Hallo Welt"
+  >>> vocab = get_t2t_vocabulary(
+  ...     "/data/t2t", "vocab.translate_ende_wmt32k.32768.subwords")
+  >>> vocab.filepath  # not read yet
+  '/data/t2t/vocab.translate_ende_wmt32k.32768.subwords'
 """
 
 from __future__ import annotations
@@ -39,8 +43,13 @@ class T2tVocabulary(vocabulary.Vocabulary):
   `encode`, `decode`, `encode_tf` or `decode_tf`.
 
   Example:
-    vocab = T2tVocabulary("/data/t2t/vocab.lm1b.en.32768")
-    vocab.vocab_size  # loads the file now
+    >>> import tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "vocab.lm1b.en.32768")
+    >>> vocab = T2tVocabulary(path)  # the file need not exist yet
+    >>> vocab.filepath == path
+    True
+
+    `vocab.vocab_size` (or encoding, decoding) would load the file now.
   """
 
   def __init__(self, filepath: str):

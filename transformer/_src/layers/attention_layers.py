@@ -190,9 +190,28 @@ class SelfAttention(TransformerLayer):
   "bias_shared" only in the first layer of the tower that needs it) or
   relative_attention_ak/kernel ("contextual").
 
-  Example:
-    layer = SelfAttention(num_heads=4, key_value_size=16)
-    y = layer.call(context, x)   # x, y: [batch, length, d_model]
+  Example (in a one-layer language model):
+    >>> from transformer import transformer
+    >>> stack = transformer.make_layer_stack(
+    ...     [(SelfAttention, {"num_heads": 2, "key_value_size": 4})],
+    ...     num_layers=1)
+    >>> lm = transformer.Unitransformer(
+    ...     stack, d_model=8, input_vocab_size=16, output_vocab_size=16,
+    ...     autoregressive=True, max_length=4, vocab_divisor=1)
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> ids = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 5, 7, 1]], ["batch", "length"])
+    >>> logits, _ = lm.call_simple(ids, ids, compute_loss=False)
+    >>> converter.convert_mtf_tensor_to_np_array(logits).shape
+    (1, 4, 16)
+    >>> prefix = "transformer/block_000/layer_000/SelfAttention/"
+    >>> for v in converter.graph.all_variables:  # the layer's variables
+    ...   if v.name.startswith(prefix):
+    ...     print(v.name[len(prefix):], v.shape)
+    q Shape[d_model=8, heads=8]
+    k Shape[d_model=8, heads=8]
+    v Shape[d_model=8, heads=8]
+    o Shape[heads=8, d_model=8]
   """
 
   def __init__(

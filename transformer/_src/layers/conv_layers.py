@@ -238,12 +238,29 @@ class Conv1DLayer(Conv1D):
   t sees t - (filter_size - 1) // 2 ... t + filter_size // 2), where mask
   zeroes the positions whose context.inputs is 0. Mode "incremental"
   convolves the window of the last filter_size inputs ("VALID"), i.e. the
-  causal filter. Variable `conv2d/kernel` [fake_height=1, fw=filter_size,
+  causal filter. Variable `conv2d/kernel` [fh=1, fw=filter_size,
   input_dim=d_model, d_model=output_size] (mtf.layers.conv1d, glorot
   uniform). Nothing stops information crossing packed-sequence boundaries.
 
-  Example:
-    Conv1DLayer(filter_size=3, output_size=512).call(context, x)
+  Example (in a one-layer language model):
+    >>> from transformer import transformer
+    >>> stack = transformer.make_layer_stack(
+    ...     [(Conv1DLayer, {"filter_size": 3, "output_size": 8})],
+    ...     num_layers=1)
+    >>> lm = transformer.Unitransformer(
+    ...     stack, d_model=8, input_vocab_size=16, output_vocab_size=16,
+    ...     autoregressive=True, max_length=4, vocab_divisor=1)
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> ids = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 5, 7, 1]], ["batch", "length"])
+    >>> logits, _ = lm.call_simple(ids, ids, compute_loss=False)
+    >>> converter.convert_mtf_tensor_to_np_array(logits).shape
+    (1, 4, 16)
+    >>> prefix = "transformer/block_000/layer_000/Conv1DLayer/"
+    >>> for v in converter.graph.all_variables:  # the layer's variables
+    ...   if v.name.startswith(prefix):
+    ...     print(v.name[len(prefix):], v.shape)
+    conv2d/kernel Shape[fh=1, fw=3, input_dim=8, d_model=8]
   """
 
   def __init__(
@@ -303,8 +320,32 @@ class SeparableConv1DLayer(Conv1D):
   "first_part"/"incremental") keeps the last filter_size inputs and is
   exact when max_relative_pos == 0.
 
-  Example:
-    SeparableConv1DLayer(-2, 0, output_size=512).call(context, x)
+  Example (a causal filter over 3 positions in a one-layer model):
+    >>> from transformer import transformer
+    >>> stack = transformer.make_layer_stack(
+    ...     [(SeparableConv1DLayer,
+    ...       {"min_relative_pos": -2, "max_relative_pos": 0,
+    ...        "output_size": 8})], num_layers=1)
+    >>> lm = transformer.Unitransformer(
+    ...     stack, d_model=8, input_vocab_size=16, output_vocab_size=16,
+    ...     autoregressive=True, max_length=4, vocab_divisor=1)
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> ids = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 5, 7, 1]], ["batch", "length"])
+    >>> logits, _ = lm.call_simple(ids, ids, compute_loss=False)
+    >>> converter.convert_mtf_tensor_to_np_array(logits).shape
+    (1, 4, 16)
+    >>> prefix = ("transformer/block_000/layer_000/SeparableConv1DLayer/"
+    ...           "separable_conv1d/")
+    >>> for v in converter.graph.all_variables:  # the layer's variables
+    ...   if v.name.startswith(prefix):
+    ...     print(v.name[len(prefix):], v.shape)
+    depthwise_conv_hack/depthwise_dense_0/kernel Shape[d_model=8]
+    depthwise_conv_hack/depthwise_dense_0/bias Shape[d_model=8]
+    depthwise_conv_hack/depthwise_dense_1/kernel Shape[d_model=8]
+    depthwise_conv_hack/depthwise_dense_2/kernel Shape[d_model=8]
+    pointwise_dense/kernel Shape[_d_model=8, d_model=8]
+    pointwise_dense/bias Shape[d_model=8]
   """
 
   def __init__(

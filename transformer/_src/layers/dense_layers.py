@@ -89,9 +89,28 @@ class DenseReluDense(TransformerLayer):
   [d_ff, d_model], plus `wi/bias` [d_ff] and `wo/bias` [d_model] with
   use_bias. Ensemble dims of the model lead every variable shape.
 
-  Example:
-    layer = DenseReluDense(hidden_size=2048, activation=["gelu", "linear"])
-    y = layer.call(context, x)  # x, y: [batch, length, d_model]
+  Example (a gated GELU layer in a one-layer language model):
+    >>> from transformer import transformer
+    >>> stack = transformer.make_layer_stack(
+    ...     [(DenseReluDense, {"hidden_size": 16,
+    ...                        "activation": ["gelu", "linear"]})],
+    ...     num_layers=1)
+    >>> lm = transformer.Unitransformer(
+    ...     stack, d_model=8, input_vocab_size=16, output_vocab_size=16,
+    ...     autoregressive=True, max_length=4, vocab_divisor=1)
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> ids = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 5, 7, 1]], ["batch", "length"])
+    >>> logits, _ = lm.call_simple(ids, ids, compute_loss=False)
+    >>> converter.convert_mtf_tensor_to_np_array(logits).shape
+    (1, 4, 16)
+    >>> prefix = "transformer/block_000/layer_000/DenseReluDense/"
+    >>> for v in converter.graph.all_variables:  # the layer's variables
+    ...   if v.name.startswith(prefix):
+    ...     print(v.name[len(prefix):], v.shape)
+    wi_0/kernel Shape[d_model=8, d_ff=16]
+    wi_1/kernel Shape[d_model=8, d_ff=16]
+    wo/kernel Shape[d_ff=16, d_model=8]
   """
 
   def __init__(
@@ -191,9 +210,31 @@ class ParallelLayer(TransformerLayer):
   with no arguments, so gin configures it) or an instance. With use_scope,
   layer i creates its variables under `parallel_layer_<i>/`.
 
-  Example:
-    layer = ParallelLayer(layer_classes=(DenseReluDense, SelfAttention))
-    y = layer.call(context, x)  # DenseReluDense(x) + SelfAttention(x)
+  Example (DenseReluDense(x) + SelfAttention(x) in a one-layer model):
+    >>> from transformer import transformer
+    >>> stack = transformer.make_layer_stack(
+    ...     [(ParallelLayer,
+    ...       {"layer_classes": (DenseReluDense, SelfAttention)})],
+    ...     num_layers=1)
+    >>> lm = transformer.Unitransformer(
+    ...     stack, d_model=8, input_vocab_size=16, output_vocab_size=16,
+    ...     autoregressive=True, max_length=4, vocab_divisor=1)
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> ids = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 5, 7, 1]], ["batch", "length"])
+    >>> logits, _ = lm.call_simple(ids, ids, compute_loss=False)
+    >>> converter.convert_mtf_tensor_to_np_array(logits).shape
+    (1, 4, 16)
+    >>> prefix = "transformer/block_000/layer_000/ParallelLayer/"
+    >>> for v in converter.graph.all_variables:  # the layer's variables
+    ...   if v.name.startswith(prefix):
+    ...     print(v.name[len(prefix):], v.shape)
+    parallel_layer_0/wi/kernel Shape[d_model=8, d_ff=4096]
+    parallel_layer_0/wo/kernel Shape[d_ff=4096, d_model=8]
+    parallel_layer_1/q Shape[d_model=8, heads=1024]
+    parallel_layer_1/k Shape[d_model=8, heads=1024]
+    parallel_layer_1/v Shape[d_model=8, heads=1024]
+    parallel_layer_1/o Shape[heads=1024, d_model=8]
 
   Args:
     layer_classes: the TransformerLayer classes (or instances) whose outputs are

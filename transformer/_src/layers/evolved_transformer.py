@@ -80,8 +80,27 @@ class GatedLinearUnitLayer(TransformerLayer):
 
   Variables `glu_{0,1}/{kernel,bias}` ([ensemble..., d_model, d_model]).
 
-  Example:
-    y = GatedLinearUnitLayer().call(context, x)  # x, y [batch, length, d]
+  Example (in a one-layer language model):
+    >>> from transformer import transformer
+    >>> stack = transformer.make_layer_stack(
+    ...     [GatedLinearUnitLayer], num_layers=1)
+    >>> lm = transformer.Unitransformer(
+    ...     stack, d_model=8, input_vocab_size=16, output_vocab_size=16,
+    ...     autoregressive=True, max_length=4, vocab_divisor=1)
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> ids = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 5, 7, 1]], ["batch", "length"])
+    >>> logits, _ = lm.call_simple(ids, ids, compute_loss=False)
+    >>> converter.convert_mtf_tensor_to_np_array(logits).shape
+    (1, 4, 16)
+    >>> prefix = "transformer/block_000/layer_000/GatedLinearUnitLayer/"
+    >>> for v in converter.graph.all_variables:  # the layer's variables
+    ...   if v.name.startswith(prefix):
+    ...     print(v.name[len(prefix):], v.shape)
+    glu_0/kernel Shape[_d_model=8, d_model=8]
+    glu_0/bias Shape[d_model=8]
+    glu_1/kernel Shape[_d_model=8, d_model=8]
+    glu_1/bias Shape[d_model=8]
   """
 
   def call(self, context: Context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
@@ -109,9 +128,30 @@ class EncoderConvolutionalLayer(TransformerLayer):
   `layer_prepostprocess/layer_norm/layer_norm_{scale,bias}` and
   `sep_conv9x1/separable_conv1d/...`.
 
-  Example:
-    y = EncoderConvolutionalLayer(d_model=512, dropout_rate=0.1).call(
-        context, x)
+  Example (in a one-layer model; d_model must match the model's):
+    >>> from transformer import transformer
+    >>> stack = transformer.make_layer_stack(
+    ...     [(EncoderConvolutionalLayer,
+    ...       {"d_model": 8, "dropout_rate": 0.1})], num_layers=1)
+    >>> lm = transformer.Unitransformer(
+    ...     stack, d_model=8, input_vocab_size=16, output_vocab_size=16,
+    ...     autoregressive=True, max_length=4, vocab_divisor=1)
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> ids = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 5, 7, 1]], ["batch", "length"])
+    >>> logits, _ = lm.call_simple(ids, ids, compute_loss=False)
+    >>> converter.convert_mtf_tensor_to_np_array(logits).shape
+    (1, 4, 16)
+    >>> prefix = "transformer/block_000/layer_000/EncoderConvolutionalLayer/"
+    >>> for v in converter.graph.all_variables:  # the layer's variables
+    ...   if v.name.startswith(prefix) and "depthwise_conv_hack" not in v.name:
+    ...     print(v.name[len(prefix):], v.shape)
+    conv1x1/dense/kernel Shape[_d_model=8, d_model=32]
+    conv3x1/conv2d/kernel Shape[fh=1, fw=3, input_dim=8, d_model=4]
+    layer_prepostprocess/layer_norm/layer_norm_scale Shape[d_model=32]
+    layer_prepostprocess/layer_norm/layer_norm_bias Shape[d_model=32]
+    sep_conv9x1/separable_conv1d/pointwise_dense/kernel Shape[_d_model=32, d_model=4]
+    sep_conv9x1/separable_conv1d/pointwise_dense/bias Shape[d_model=4]
   """
 
   def __init__(
@@ -208,9 +248,32 @@ class DecoderConvolutionalLayer(TransformerLayer):
   `layer_prepostprocess/layer_norm/`. Decodes incrementally (one state
   per convolution).
 
-  Example:
-    y = DecoderConvolutionalLayer(d_model=512, dropout_rate=0.1).call(
-        context, x)
+  Example (in a one-layer language model):
+    >>> from transformer import transformer
+    >>> stack = transformer.make_layer_stack(
+    ...     [(DecoderConvolutionalLayer,
+    ...       {"d_model": 8, "dropout_rate": 0.1})], num_layers=1)
+    >>> lm = transformer.Unitransformer(
+    ...     stack, d_model=8, input_vocab_size=16, output_vocab_size=16,
+    ...     autoregressive=True, max_length=4, vocab_divisor=1)
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> ids = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 5, 7, 1]], ["batch", "length"])
+    >>> logits, _ = lm.call_simple(ids, ids, compute_loss=False)
+    >>> converter.convert_mtf_tensor_to_np_array(logits).shape
+    (1, 4, 16)
+    >>> prefix = "transformer/block_000/layer_000/DecoderConvolutionalLayer/"
+    >>> for v in converter.graph.all_variables:  # the layer's variables
+    ...   if v.name.startswith(prefix) and "depthwise_conv_hack" not in v.name:
+    ...     print(v.name[len(prefix):], v.shape)
+    sep_conv11x1/separable_conv1d/pointwise_dense/kernel Shape[_d_model=8, d_model=16]
+    sep_conv11x1/separable_conv1d/pointwise_dense/bias Shape[d_model=16]
+    sep_conv7x1_1/separable_conv1d/pointwise_dense/kernel Shape[_d_model=8, d_model=4]
+    sep_conv7x1_1/separable_conv1d/pointwise_dense/bias Shape[d_model=4]
+    layer_prepostprocess/layer_norm/layer_norm_scale Shape[d_model=16]
+    layer_prepostprocess/layer_norm/layer_norm_bias Shape[d_model=16]
+    sep_conv7x1_2/separable_conv1d/pointwise_dense/kernel Shape[_d_model=16, d_model=8]
+    sep_conv7x1_2/separable_conv1d/pointwise_dense/bias Shape[d_model=8]
   """
 
   def __init__(

@@ -54,8 +54,31 @@ class ProductKeyValueMemory(TransformerLayer):
   Position-wise, so it works in every mode (incremental decoding included).
   Layouts may split "n_heads" and batch dims.
 
-  Example:
-    ProductKeyValueMemory(key_size=64, n_keys=128, n_heads=4, knn=16)
+  Example (16 values, in a one-layer language model):
+    >>> from transformer import transformer
+    >>> stack = transformer.make_layer_stack(
+    ...     [(ProductKeyValueMemory,
+    ...       {"key_size": 8, "n_keys": 4, "n_heads": 2, "knn": 2})],
+    ...     num_layers=1)
+    >>> lm = transformer.Unitransformer(
+    ...     stack, d_model=8, input_vocab_size=16, output_vocab_size=16,
+    ...     autoregressive=True, max_length=4, vocab_divisor=1)
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> ids = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 5, 7, 1]], ["batch", "length"])
+    >>> logits, _ = lm.call_simple(ids, ids, compute_loss=False)
+    >>> converter.convert_mtf_tensor_to_np_array(logits).shape
+    (1, 4, 16)
+    >>> prefix = "transformer/block_000/layer_000/ProductKeyValueMemory/"
+    >>> for v in converter.graph.all_variables:  # the layer's variables
+    ...   if v.name.startswith(prefix):
+    ...     print(v.name[len(prefix):], v.shape)
+    keys Shape[n_heads=2, product_key=2, n_keys=4, key=4]
+    values Shape[n_values=16, d_model=8]
+    query/kernel Shape[d_model=8, n_heads=2, product_key=2, key=4]
+    query/bias Shape[n_heads=2, product_key=2, key=4]
+    layer_prepostprocess/layer_norm/layer_norm_scale Shape[key=4]
+    layer_prepostprocess/layer_norm/layer_norm_bias Shape[key=4]
   """
 
   def __init__(
