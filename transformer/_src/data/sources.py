@@ -305,10 +305,9 @@ def sample_from_text_line_datasets(
   Example:
     >>> import tempfile
     >>> folder = tempfile.mkdtemp()
-    >>> for name, text in [("a1.txt", "a1\\n"), ("a2.txt", "a2\\n"),
-    ...                    ("b.txt", "b\\n")]:
-    ...   with open(os.path.join(folder, name), "w") as f:
-    ...     _ = f.write(text)
+    >>> for name in ["a1", "a2", "b"]:  # one line per file: its name
+    ...   with open(os.path.join(folder, name + ".txt"), "w") as f:
+    ...     _ = f.write(name)
     >>> lines = sample_from_text_line_datasets(
     ...     [(os.path.join(folder, "a*.txt"), 0.9),
     ...      (os.path.join(folder, "b.txt"), 0.1)])
