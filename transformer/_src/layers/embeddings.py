@@ -35,10 +35,25 @@ class VocabEmbedding:
   up by d_model**0.5 (same function, different parameterisation).
 
   Example:
-    emb = VocabEmbedding(mesh, vocab, d_model, mtf.VariableDType(), "embedding",
-                         None)
-    x = emb.ids_to_embedding(ids, context)       # [batch, length, d_model]
-    logits = emb.hidden_to_logits(x, context)    # [batch, length, vocab]
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> vocab_dim = mtf.Dimension("vocab", 16)
+    >>> d_model = mtf.Dimension("d_model", 8)
+    >>> emb = VocabEmbedding(converter.mesh, vocab_dim, d_model,
+    ...                      mtf.VariableDType(), "embedding", None)
+    >>> ids = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 5, 7, 1]], ["batch", "length"])
+    >>> x = emb.ids_to_embedding(ids, None)  # the context is not used
+    >>> logits = emb.hidden_to_logits(x, None)
+    >>> x.shape, logits.shape
+    (Shape[batch=1, length=4, d_model=8], Shape[batch=1, length=4, vocab=16])
+    >>> lowering, table = converter.convert_mtf_tensor_to_tf_tensor(
+    ...     emb.embedding_weights)
+    >>> x_np = lowering.export_to_tf_tensor(x).numpy()
+    >>> logits_np = lowering.export_to_tf_tensor(logits).numpy()
+    >>> np.allclose(x_np, table.numpy()[[[3, 5, 7, 1]]])  # rows of the table
+    True
+    >>> np.allclose(logits_np, x_np @ table.numpy().T * 8**-0.5, atol=1e-6)
+    True
   """
 
   def __init__(
@@ -146,8 +161,17 @@ def sinusoid_positional_embedding_weights(
   An odd d_model gets one trailing zero channel.
 
   Example:
-    table = sinusoid_positional_embedding_weights(mesh, max_length, d_model,
-                                                  tf.float32)
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> table = sinusoid_positional_embedding_weights(
+    ...     converter.mesh, mtf.Dimension("max_length", 4),
+    ...     mtf.Dimension("d_model", 6), tf.float32)
+    >>> table.shape
+    Shape[max_length=4, d_model=6]
+    >>> w = 1e4 ** -(np.arange(3) / 2)  # d/2 = 3 timescales from 1 to 1e4
+    >>> p = np.arange(4)[:, np.newaxis]
+    >>> np.allclose(converter.convert_mtf_tensor_to_np_array(table),
+    ...             np.concatenate([np.sin(p * w), np.cos(p * w)], axis=1))
+    True
 
   Args:
     mesh: the mtf.Mesh.

@@ -68,10 +68,22 @@ class FactorizedVocabEmbedding:
   VocabEmbedding's table. The inner dimension is named "inner_vocab".
 
   Example:
-    emb = FactorizedVocabEmbedding(mesh, vocab, d_model, mtf.VariableDType(),
-                                   "embedding", None, inner_dimension_size=16)
-    x = emb.ids_to_embedding(ids, context)         # [batch, length, d_model]
-    logits = emb.hidden_to_logits(x, context)      # [batch, length, vocab]
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> vocab_dim = mtf.Dimension("vocab", 16)
+    >>> d_model = mtf.Dimension("d_model", 8)
+    >>> emb = FactorizedVocabEmbedding(
+    ...     converter.mesh, vocab_dim, d_model, mtf.VariableDType(),
+    ...     "embedding", None, inner_dimension_size=4)
+    >>> ids = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 5, 7, 1]], ["batch", "length"])
+    >>> x = emb.ids_to_embedding(ids, None)  # the context is not used
+    >>> logits = emb.hidden_to_logits(x, None)
+    >>> x.shape, logits.shape
+    (Shape[batch=1, length=4, d_model=8], Shape[batch=1, length=4, vocab=16])
+    >>> for v in converter.graph.all_variables:
+    ...   print(v.name, v.shape)
+    embedding1 Shape[vocab=16, inner_vocab=4]
+    embedding2 Shape[inner_vocab=4, d_model=8]
 
   Args:
     mesh: the mtf.Mesh the variables live on.
@@ -301,9 +313,26 @@ class AdaptiveVocabEmbedding:
   the whole vocabulary (concatenated cluster logits), so the vocab dimension
   must not be split over the mesh.
 
-  Example:
-    clusters=[{"token_count": 24, "embedding_size": 8},
-              {"token_count": 8, "embedding_size": 4}]
+  Example (ids 0-11 embedded in d_model dims, ids 12-15 in 4 dims):
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> vocab_dim = mtf.Dimension("vocab", 16)
+    >>> d_model = mtf.Dimension("d_model", 8)
+    >>> emb = AdaptiveVocabEmbedding(
+    ...     converter.mesh, vocab_dim, d_model, mtf.VariableDType(),
+    ...     "embedding", None,
+    ...     clusters=[{"token_count": 12, "embedding_size": 8},
+    ...               {"token_count": 4, "embedding_size": 4}])
+    >>> ids = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 5, 7, 1]], ["batch", "length"])
+    >>> x = emb.ids_to_embedding(ids, None)  # the context is not used
+    >>> logits = emb.hidden_to_logits(x, None)
+    >>> x.shape, logits.shape
+    (Shape[batch=1, length=4, d_model=8], Shape[batch=1, length=4, vocab=16])
+    >>> for v in converter.graph.all_variables:
+    ...   print(v.name, v.shape)
+    embedding_0 Shape[vocab=12, d_model=8]
+    embedding_11 Shape[vocab=4, inner_vocab=4]
+    embedding_12 Shape[inner_vocab=4, d_model=8]
 
   Args:
     mesh: the mtf.Mesh the variables live on.
@@ -404,8 +433,21 @@ class MixtureOfSoftmaxes:
   `<name>_context_weights` W [softmax_components, _<d_model>_copy, d_model].
 
   Example:
-    emb = MixtureOfSoftmaxes(mesh, vocab, d_model, vdt, "embedding", None,
-                             num_softmaxes=3)
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> vocab_dim = mtf.Dimension("vocab", 16)
+    >>> d_model = mtf.Dimension("d_model", 8)
+    >>> emb = MixtureOfSoftmaxes(
+    ...     converter.mesh, vocab_dim, d_model, mtf.VariableDType(),
+    ...     "embedding", None, num_softmaxes=3)
+    >>> ids = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 5, 7, 1]], ["batch", "length"])
+    >>> x = emb.ids_to_embedding(ids, None)  # the context is not used
+    >>> logits = emb.hidden_to_logits(x, None)
+    >>> x.shape, logits.shape
+    (Shape[batch=1, length=4, d_model=8], Shape[batch=1, length=4, vocab=16])
+    >>> log_p = converter.convert_mtf_tensor_to_np_array(logits)
+    >>> np.allclose(np.exp(log_p).sum(axis=-1), 1.0)  # log-probabilities
+    True
 
   Args:
     mesh: the mtf.Mesh the variables live on.
@@ -548,9 +590,33 @@ class Mixtape:
   logits are assembled with split/concat, so vocab must not be split over
   the mesh.
 
-  Example:
-    emb = Mixtape(mesh, vocab, d_model, vdt, "embedding", None,
-                  gate_embedding_size=16, frequent_token_fraction=0.25)
+  Example (the shared embedding and softmax of a tiny model, set by gin):
+    >>> from transformer import transformer
+    >>> gin.bind_parameter("get_vocab_embedding_cls.cls", Mixtape)
+    >>> gin.bind_parameter("Mixtape.gate_embedding_size", 2)
+    >>> gin.bind_parameter("Mixtape.frequent_token_fraction", 0.25)
+    >>> lm = transformer.Unitransformer(
+    ...     transformer.LayerStack([]), d_model=8, input_vocab_size=16,
+    ...     output_vocab_size=16, autoregressive=True, max_length=4,
+    ...     vocab_divisor=1, shared_embedding_and_softmax_weights=True)
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> ids = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 5, 7, 1]], ["batch", "length"])
+    >>> logits, _ = lm.call_simple(ids, ids, compute_loss=False)
+    >>> gin.clear_config()
+    >>> converter.convert_mtf_tensor_to_np_array(logits).shape
+    (1, 4, 16)
+    >>> for v in converter.graph.all_variables:
+    ...   if "embedding_" in v.name:
+    ...     print(v.name, v.shape)
+    transformer/embedding_embedding_weights Shape[vocab=16, d_model=8]
+    transformer/embedding_context_weights Shape[gates=4, _d_model_copy=8, d_model=8]
+    transformer/embedding_context_weights_bias Shape[gates=4, d_model=8]
+    transformer/embedding_prior_weights Shape[gates=3, gate_embedding=2, d_model=8]
+    transformer/embedding_prior_weights_bias Shape[gates=3, gate_embedding=2]
+    transformer/embedding_prior_vocab_vector Shape[vocab=4, gate_embedding=2]
+    transformer/embedding_prior_gates_vector Shape[gates=3, d_model=8]
+    transformer/embedding_prior_bias Shape[vocab=4, gates=3]
 
   Args:
     mesh: the mtf.Mesh the variables live on.
