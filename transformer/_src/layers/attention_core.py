@@ -13,14 +13,37 @@ dimension distinct from the query "length"; the contraction dims are
 scaling of dot-product attention is folded into the q initializer by default,
 so `attention` does not scale the logits.
 
-Example:
-  params = AttentionParams(mesh, d_model, d_model, d_model, d_kv, d_kv,
-                           [heads], [heads], variable_dtype)
-  q = params.compute_q(x)                         # [batch, length, heads, d_kv]
-  k = mtf.replace_dimensions(params.compute_k(x), length, memory_length)
-  v = mtf.replace_dimensions(params.compute_v(x), length, memory_length)
-  o = attention(q, k, v, memory_length, d_kv, d_kv)
-  y = params.compute_output(o, output_shape=x.shape)
+Example (self-attention with 2 heads, checked against numpy):
+  >>> converter = mtf.test_utils.NumpyConverter()
+  >>> x_np = np.random.RandomState(0).randn(1, 3, 8).astype(np.float32)
+  >>> x = converter.convert_np_array_to_mtf_tensor(
+  ...     x_np, ["batch", "length", "d_model"], dtype=tf.float32)
+  >>> batch, length, d_model = x.shape.dims
+  >>> memory_length = mtf.Dimension("memory_length", 3)
+  >>> d_kv, heads = mtf.Dimension("d_kv", 4), mtf.Dimension("heads", 2)
+  >>> params = AttentionParams(converter.mesh, d_model, d_model, d_model,
+  ...                          d_kv, d_kv, [heads], [heads],
+  ...                          mtf.VariableDType())
+  >>> q = params.compute_q(x)
+  >>> k = mtf.replace_dimensions(params.compute_k(x), length, memory_length)
+  >>> v = mtf.replace_dimensions(params.compute_v(x), length, memory_length)
+  >>> o = attention(q, k, v, memory_length, d_kv, d_kv)
+  >>> q.shape
+  Shape[batch=1, length=3, heads=2, d_kv=4]
+  >>> o.shape
+  Shape[batch=1, length=3, heads=2, d_kv=4]
+  >>> y = params.compute_output(o, output_shape=x.shape)
+  >>> lowering, y_tf = converter.convert_mtf_tensor_to_tf_tensor(y)
+  >>> wq, wk, wv, wo = [lowering.export_to_tf_tensor(w).numpy()
+  ...                   for w in (params.wq, params.wk, params.wv, params.wo)]
+  >>> wq.shape, wo.shape  # heads and d_kv combined into one dim
+  ((8, 8), (8, 8))
+  >>> q_np, k_np, v_np = [(x_np @ w).reshape(1, 3, 2, 4) for w in (wq, wk, wv)]
+  >>> logits = np.einsum("bqhd,bkhd->bhqk", q_np, k_np)
+  >>> weights = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+  >>> o_np = np.einsum("bhqk,bkhd->bqhd", weights, v_np).reshape(1, 3, 8)
+  >>> np.allclose(y_tf.numpy(), o_np @ wo, atol=1e-5)
+  True
 """
 
 from __future__ import annotations
@@ -503,9 +526,18 @@ def synthetic_attention(
 def visibility_mask_to_attention_bias(visible: mtf.Tensor, dtype) -> mtf.Tensor:
   """0 where visible, -1e9 where not: an additive attention-logits bias.
 
-  Example:
-    bias = visibility_mask_to_attention_bias(
-        mtf.greater_equal(query_pos, memory_pos), tf.float32)
+  Example (a causal mask):
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> query_pos = mtf.range(converter.mesh, mtf.Dimension("length", 3),
+    ...                       tf.int32)
+    >>> memory_pos = mtf.range(converter.mesh,
+    ...                        mtf.Dimension("memory_length", 3), tf.int32)
+    >>> bias = visibility_mask_to_attention_bias(
+    ...     mtf.greater_equal(query_pos, memory_pos), tf.float32)
+    >>> converter.convert_mtf_tensor_to_np_array(bias) + 0.0  # no -0.0
+    array([[ 0.e+00, -1.e+09, -1.e+09],
+           [ 0.e+00,  0.e+00, -1.e+09],
+           [ 0.e+00,  0.e+00,  0.e+00]], dtype=float32)
 
   Args:
     visible: a boolean mtf.Tensor: True where the query may attend to the memory
@@ -610,8 +642,17 @@ class AttentionParams:
   over heads); the caller passes an output_shape that contains them.
 
   Example:
-    params = AttentionParams(mesh, d_model, d_model, d_model, d_kv, d_kv,
-                             [heads], [heads], variable_dtype)
+    >>> mesh = mtf.Mesh(mtf.Graph(), "mesh")
+    >>> d_model, d_kv = mtf.Dimension("d_model", 8), mtf.Dimension("d_kv", 4)
+    >>> heads = mtf.Dimension("heads", 2)
+    >>> params = AttentionParams(mesh, d_model, d_model, d_model, d_kv, d_kv,
+    ...                          [heads], [heads], mtf.VariableDType())
+    >>> for v in mesh.graph.all_variables:
+    ...   print(v.name, v.shape)
+    q Shape[d_model=8, heads=8]
+    k Shape[d_model=8, heads=8]
+    v Shape[d_model=8, heads=8]
+    o Shape[heads=8, d_model=8]
   """
 
   def __init__(
@@ -911,7 +952,14 @@ def attention_params_simple(
   """AttentionParams for plain multi-head attention (io_dim in and out).
 
   Example:
-    params = attention_params_simple(mesh, d_model, d_kv, heads, dtype)
+    >>> mesh = mtf.Mesh(mtf.Graph(), "mesh")
+    >>> d_model, d_kv = mtf.Dimension("d_model", 8), mtf.Dimension("d_kv", 4)
+    >>> params = attention_params_simple(
+    ...     mesh, d_model, d_kv, mtf.Dimension("heads", 2), mtf.VariableDType())
+    >>> params.query_heads_dims == params.memory_heads_dims
+    True
+    >>> [v.name for v in mesh.graph.all_variables]
+    ['q', 'k', 'v', 'o']
 
   Args:
     mesh: the mtf.Mesh.
