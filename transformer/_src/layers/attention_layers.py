@@ -761,8 +761,32 @@ def relative_position_spans(
   its span's first token; id 0 is padding / BOS and counts as no text), and
   the result is encoder position - decoder position.
 
-  Example: encoder "A B <S> E" (original "A B C D E"), decoder "<S> C D":
-  encoder positions 0 1 2 4, decoder positions 2 2 3.
+  For example, the encoder "A B <S> E" (original "A B C D E") and the
+  decoder "<S> C D" have the positions 0 1 2 4 and 2 2 3.
+
+  Example (vocabulary of 16 ids, the sentinels are 14 and 15):
+    >>> import types
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> encoder_inputs = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 4, 15, 6]], ["batch", "memory_length"])  # A B <S> E
+    >>> inputs = converter.convert_np_array_to_mtf_tensor(
+    ...     [[15, 7, 8]], ["batch", "length"])  # <S> C D
+    >>> batch, length = inputs.shape.dims
+    >>> context = Context(
+    ...     types.SimpleNamespace(input_vocab_size=16), converter.mesh,
+    ...     [batch], length, mtf.VariableDType(), mode="eval",
+    ...     encoder_inputs=encoder_inputs, inputs=inputs)
+    >>> relative = relative_position_spans(context, num_sentinels=2)
+    >>> relative.shape
+    Shape[batch=1, length=3, memory_length=4]
+    >>> converter.convert_mtf_tensor_to_np_array(relative)[0]
+    array([[-2, -1,  0,  2],
+           [-2, -1,  0,  2],
+           [-3, -2, -1,  1]], dtype=int32)
+    >>> np.array([0, 1, 2, 4]) - np.array([[2], [2], [3]])
+    array([[-2, -1,  0,  2],
+           [-2, -1,  0,  2],
+           [-3, -2, -1,  1]])
 
   Args:
     context: the Context of the call (mesh, dims, mode, states...).

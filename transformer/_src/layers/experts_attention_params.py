@@ -36,12 +36,34 @@ def _combined(dims) -> mtf.Dimension:
 class ExpertsAttentionParams(AttentionParams):
   """AttentionParams whose q and/or kv projections are MoE layers.
 
-  Example:
-    params = ExpertsAttentionParams(
-        mesh, d_model, d_model, d_model, d_kv, d_kv, [heads], [heads],
-        variable_dtype, shared_kv=True, context=context,
-        experts_hparams=moe.HParams(moe_gating="switch", num_experts=4, ...))
-    q = params.compute_q(x); kv = params.compute_kv(x)
+  ExpertsSelfAttention builds its projections with this class.
+
+  Example (2 experts compute q and the shared kv; a switch router):
+    >>> from transformer import transformer
+    >>> from transformer.transformer_layers import ExpertsSelfAttention
+    >>> stack = transformer.make_layer_stack(
+    ...     [(ExpertsSelfAttention, {"num_experts": 2, "hidden_size": 4,
+    ...                              "shared_kv": True, "num_heads": 2,
+    ...                              "key_value_size": 4})],
+    ...     num_layers=1)
+    >>> lm = transformer.Unitransformer(
+    ...     stack, d_model=8, input_vocab_size=16, output_vocab_size=16,
+    ...     autoregressive=True, max_length=4, vocab_divisor=1)
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> ids = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 5, 7, 1]], ["batch", "length"])
+    >>> logits, _ = lm.call_simple(ids, ids, compute_loss=False)
+    >>> converter.convert_mtf_tensor_to_np_array(logits).shape
+    (1, 4, 16)
+    >>> prefix = "transformer/block_000/layer_000/ExpertsSelfAttention/"
+    >>> for v in converter.graph.all_variables:  # the layer's variables
+    ...   if v.name.startswith(prefix):
+    ...     print(v.name[len(prefix):], v.shape)
+    o Shape[heads=8, d_model=8]
+    switch_gating/kernel Shape[d_model=8, expert_unsplit=2]
+    wi/kernel Shape[experts=2, d_model=8, expert_hidden=4]
+    q/kernel Shape[experts=2, expert_hidden=4, d_model=8]
+    kv/kernel Shape[experts=2, expert_hidden=4, d_model=8]
   """
 
   def __init__(

@@ -45,10 +45,13 @@ class HParams:
   """A bag of hyperparameters (stand-in for tf.contrib.training.HParams).
 
   Example:
-    hparams = HParams(moe_num_experts=16)
-    hparams.add_hparam("moe_gating", "top_2")
-    hparams.moe_gating            # "top_2"
-    hparams.values()  # {"moe_gating": "top_2", "moe_num_experts": 16}
+    >>> hparams = HParams(moe_num_experts=16)
+    >>> hparams.add_hparam("moe_gating", "top_2")
+    >>> hparams.moe_gating
+    'top_2'
+    >>> hparams.set_hparam("moe_num_experts", 8)
+    >>> hparams.values()
+    {'moe_num_experts': 8, 'moe_gating': 'top_2'}
   """
 
   def __init__(self, **kwargs: Any):
