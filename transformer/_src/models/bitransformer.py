@@ -40,11 +40,32 @@ def _rename_length_to_memory_length(x: mtf.Tensor) -> mtf.Tensor:
 class Bitransformer:
   """An encoder and a decoder (both Unitransformers).
 
-  Example:
-    model = make_bitransformer(input_vocab_size=32128,
-                               output_vocab_size=32128)
-    logits, loss = model.call_simple(inputs, targets, compute_loss=True)
-    ids = model.decode(inputs)
+  Example (a tiny model configured by gin, as the gin files do):
+    >>> _ = gin.parse_config('''
+    ... encoder/make_layer_stack.layers = [@SelfAttention, @DenseReluDense]
+    ... decoder/make_layer_stack.layers = [@SelfAttention, @EncDecAttention,
+    ...                                    @DenseReluDense]
+    ... make_layer_stack.num_layers = 1
+    ... Unitransformer.d_model = 8
+    ... Unitransformer.max_length = 4
+    ... Unitransformer.vocab_divisor = 1
+    ... SelfAttention.num_heads = 2
+    ... SelfAttention.key_value_size = 4
+    ... DenseReluDense.hidden_size = 16
+    ... ''')
+    >>> model = make_bitransformer(input_vocab_size=16, output_vocab_size=16)
+    >>> gin.clear_config()
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> inputs = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 5, 7, 1]], ["batch", "length"])
+    >>> targets = converter.convert_np_array_to_mtf_tensor(
+    ...     [[7, 5, 3, 1]], ["batch", "length"])
+    >>> logits, loss = model.call_simple(inputs, targets, compute_loss=True)
+    >>> logits.shape, loss.shape
+    (Shape[batch=1, length=4, vocab=16], Shape[])
+    >>> ids = model.decode(inputs)  # greedy
+    >>> converter.convert_mtf_tensor_to_np_array(ids).shape
+    (1, 4)
   """
 
   def __init__(

@@ -33,9 +33,17 @@ def build_model(
   -> Unitransformer(layer_stack=make_layer_stack()).
 
   Example:
-    model = build_model("lm", input_vocab_size=32000,
-                        output_vocab_size=32000,
-                        layout_rules="batch:batch", mesh_shape="batch:8")
+    >>> _ = gin.parse_config(["make_layer_stack.layers = [@SelfAttention]",
+    ...                       "Unitransformer.max_length = 4"])
+    >>> model = build_model("lm", input_vocab_size=16, output_vocab_size=16,
+    ...                     layout_rules="batch:batch", mesh_shape="batch:8")
+    >>> gin.clear_config()
+    >>> type(model).__name__, model.autoregressive
+    ('Unitransformer', True)
+    >>> model.input_vocab_dim, model.output_vocab_dim  # vocab_divisor=128
+    (Dimension(name='vocab', size=128), Dimension(name='vocab', size=128))
+    >>> len(model.layer_stack.layers)  # make_layer_stack.num_layers=6
+    6
 
   Args:
     model_type: "bitransformer", "bi_student_teacher", "lm", "delimited_lm" or

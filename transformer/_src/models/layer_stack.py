@@ -505,9 +505,21 @@ class LayerStack(TransformerLayer):
   forces the same recipe with the legacy sublayers, whose variables are named
   `layer_norm/scale` and `final_layer_norm/scale`.
 
-  Example:
-    stack = LayerStack([DenseReluDense(), SelfAttention()])
-    y = stack.call(context, x)
+  Example (the stack of a tiny language model):
+    >>> from transformer import transformer
+    >>> from transformer.transformer_layers import DenseReluDense
+    >>> from transformer.transformer_layers import SelfAttention
+    >>> stack = LayerStack([SelfAttention(num_heads=2, key_value_size=4),
+    ...                     DenseReluDense(hidden_size=16)])
+    >>> lm = transformer.Unitransformer(
+    ...     stack, d_model=8, input_vocab_size=16, output_vocab_size=16,
+    ...     autoregressive=True, max_length=4, vocab_divisor=1)
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> ids = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 5, 7, 1]], ["batch", "length"])
+    >>> logits, _ = lm.call_simple(ids, ids, compute_loss=False)
+    >>> converter.convert_mtf_tensor_to_np_array(logits).shape
+    (1, 4, 16)
   """
 
   def __init__(
@@ -749,8 +761,15 @@ def make_layer_stack(
   block_scope, else `<name or layer_%03d>` (index in the whole stack).
 
   Example:
-    make_layer_stack([SelfAttention, DenseReluDense], num_layers=2)
-    # names block_000/layer_000, block_000/layer_001, block_001/layer_000, ...
+    >>> from transformer.transformer_layers import DenseReluDense
+    >>> from transformer.transformer_layers import SelfAttention
+    >>> stack = make_layer_stack(
+    ...     [SelfAttention, (DenseReluDense, "ffn", {"hidden_size": 16})],
+    ...     num_layers=2)
+    >>> [layer.name for layer in stack.layers]
+    ['block_000/layer_000', 'block_000/ffn', 'block_001/layer_000', 'block_001/ffn']
+    >>> stack.layers[1].hidden_size
+    16
 
   Args:
     layers: the layers of one block (see above).

@@ -81,9 +81,15 @@ def autoregressive_inputs(targets: mtf.Tensor, sequence_id=None) -> mtf.Tensor:
   Packed sequences (sequence_id a Tensor) start with 0; negative target ids
   (masked from the loss) are fed as their absolute value.
 
-  Example:
-    targets [5, 6, 1, 7, 1], sequence_id [1, 1, 1, 2, 2]
-    -> inputs [0, 5, 6, 0, 7]
+  Example (two packed sequences):
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> targets = converter.convert_np_array_to_mtf_tensor(
+    ...     [[5, 6, 1, 7, 1]], ["batch", "length"])
+    >>> sequence_id = converter.convert_np_array_to_mtf_tensor(
+    ...     [[1, 1, 1, 2, 2]], ["batch", "length"])
+    >>> inputs = autoregressive_inputs(targets, sequence_id)
+    >>> converter.convert_mtf_tensor_to_np_array(inputs)
+    array([[0, 5, 6, 0, 7]], dtype=int32)
 
   Args:
     targets: int target ids [batch..., length].
@@ -229,12 +235,29 @@ class Unitransformer:
   `logits/kernel` [d_model, vocab] (unless the softmax shares the embedding),
   and the layers'.
 
-  Example:
-    lm = Unitransformer(make_layer_stack([SelfAttention, DenseReluDense]),
-                        d_model=512, input_vocab_size=32000,
-                        output_vocab_size=32000, autoregressive=True,
-                        max_length=512)
-    logits, loss = lm.call_simple(inputs, targets, compute_loss=True)
+  Example (a one-layer language model; the loss checked against numpy):
+    >>> from transformer import transformer
+    >>> from transformer.transformer_layers import DenseReluDense
+    >>> from transformer.transformer_layers import SelfAttention
+    >>> lm = Unitransformer(
+    ...     transformer.make_layer_stack([SelfAttention, DenseReluDense],
+    ...                                  num_layers=1),
+    ...     d_model=8, input_vocab_size=16, output_vocab_size=16,
+    ...     autoregressive=True, max_length=4, vocab_divisor=1)
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> targets = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 5, 7, 1]], ["batch", "length"])
+    >>> inputs = autoregressive_inputs(targets)  # [[0, 3, 5, 7]]
+    >>> logits, loss = lm.call_simple(inputs, targets, compute_loss=True,
+    ...                               mode="eval")
+    >>> logits.shape, loss.shape
+    (Shape[batch=1, length=4, vocab=16], Shape[])
+    >>> lowering, loss_tf = converter.convert_mtf_tensor_to_tf_tensor(loss)
+    >>> logits_np = lowering.export_to_tf_tensor(logits).numpy()[0]
+    >>> log_p = logits_np - np.log(np.exp(logits_np).sum(-1, keepdims=True))
+    >>> cross_entropy = -log_p[np.arange(4), [3, 5, 7, 1]]
+    >>> np.allclose(loss_tf.numpy(), cross_entropy.mean())  # per token
+    True
   """
 
   def __init__(
