@@ -84,13 +84,33 @@ class FunnelTransformerLayerStack(LayerStack):
   After `call`, the context's length_dim, sequence_id, subsequence_id,
   position and inputs describe the pooled sequence (the stack's output).
 
-  Example:
-    stack = make_layer_stack([SelfAttention, DenseReluDense], num_layers=4,
-                             layer_stack_cls=functools.partial(
-                                 FunnelTransformerLayerStack, n_blocks=2,
-                                 block_param_size=[2, 2],
-                                 block_repeat_size=[1, 1]))
-    y = stack.call(context, x)   # x [batch, 8, d_model] -> y [batch, 4, ...]
+  Example (an encoder: 8 positions in, 4 out):
+    >>> import functools
+    >>> from transformer import transformer
+    >>> from transformer.transformer_layers import DenseReluDense
+    >>> from transformer.transformer_layers import SelfAttention
+    >>> stack = transformer.make_layer_stack(
+    ...     [(SelfAttention, {"num_heads": 2, "key_value_size": 4}),
+    ...      (DenseReluDense, {"hidden_size": 16})], num_layers=2,
+    ...     layer_stack_cls=functools.partial(
+    ...         FunnelTransformerLayerStack, n_blocks=2,
+    ...         block_param_size=[1, 1], block_repeat_size=[1, 1]))
+    >>> encoder = transformer.Unitransformer(
+    ...     stack, d_model=8, input_vocab_size=16, output_vocab_size=None,
+    ...     autoregressive=False, max_length=8, vocab_divisor=1)
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> ids = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 5, 7, 1, 4, 4, 2, 1]], ["batch", "length"])
+    >>> output, _ = encoder.call_simple(ids, None, compute_loss=False)
+    >>> output.shape
+    Shape[batch=1, length=4, d_model=8]
+    >>> converter.convert_mtf_tensor_to_np_array(output).shape
+    (1, 4, 8)
+    >>> for v in converter.graph.all_variables:
+    ...   if v.name.endswith("SelfAttention/q"):
+    ...     print(v.name)
+    transformer/funnel_block_000/param_idx_000/submodule_000/SelfAttention/q
+    transformer/funnel_block_001/param_idx_000/submodule_000/SelfAttention/q
   """
 
   def __init__(

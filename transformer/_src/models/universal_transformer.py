@@ -98,11 +98,48 @@ class UTLayerStack(LayerStack):
   mix_with_transformer_before_ut, mix_with_transformer_after_ut,
   gates_inputs, gate_ffn_layer, use_gated_transformer, gating_type.
 
-  Example:
-    stack = UTLayerStack(make_layer_stack([SelfAttention, DenseReluDense],
-                                          num_layers=1).layers,
-                         recurrence_type="basic", num_rec_steps=4, ...)
-    y = stack.call(context, x)
+  Example (3 recurrent steps of one attention + feed-forward block):
+    >>> _ = gin.parse_config('''
+    ... UTLayerStack.act_type = "basic"
+    ... UTLayerStack.recurrence_type = "basic"
+    ... UTLayerStack.act_max_steps = 4
+    ... UTLayerStack.act_epsilon = 0.01
+    ... UTLayerStack.num_rec_steps = 3
+    ... UTLayerStack.num_inrecurrence_layers = 1
+    ... UTLayerStack.position_start_index = 0
+    ... UTLayerStack.add_or_concat_timing_signal = "add"
+    ... UTLayerStack.step_timing_signal_type = "learned"
+    ... UTLayerStack.add_position_timing_signal = True
+    ... UTLayerStack.add_step_timing_signal = True
+    ... UTLayerStack.mix_with_transformer_before_ut = False
+    ... UTLayerStack.mix_with_transformer_after_ut = False
+    ... UTLayerStack.gates_inputs = "i"
+    ... UTLayerStack.gate_ffn_layer = "dense"
+    ... UTLayerStack.use_gated_transformer = False
+    ... UTLayerStack.gating_type = "highway"
+    ... ''')
+    >>> from transformer import transformer
+    >>> from transformer.transformer_layers import DenseReluDense
+    >>> from transformer.transformer_layers import SelfAttention
+    >>> block = transformer.make_layer_stack(
+    ...     [(SelfAttention, {"num_heads": 2, "key_value_size": 4}),
+    ...      (DenseReluDense, {"hidden_size": 16})], num_layers=1)
+    >>> stack = UTLayerStack(block.layers)
+    >>> gin.clear_config()
+    >>> lm = transformer.Unitransformer(
+    ...     stack, d_model=8, input_vocab_size=16, output_vocab_size=16,
+    ...     autoregressive=True, max_length=4, vocab_divisor=1)
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> ids = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 5, 7, 1]], ["batch", "length"])
+    >>> logits, _ = lm.call_simple(ids, ids, compute_loss=False)
+    >>> converter.convert_mtf_tensor_to_np_array(logits).shape
+    (1, 4, 16)
+    >>> for v in converter.graph.all_variables:  # one q for the 3 steps
+    ...   if "step" in v.name or "SelfAttention/q" in v.name:
+    ...     print(v.name, v.shape)
+    transformer/universal_transformer/step_embedding Shape[ut_steps=3, d_model=8]
+    transformer/block_000/layer_000/SelfAttention/q Shape[d_model=8, heads=8]
   """
 
   def __init__(
