@@ -219,15 +219,23 @@ def pack_dataset(
   Unlike the original, packing is greedy over the whole stream, not within
   batches of `length` examples.
 
-  Example (length 10):
-    {"inputs": [8, 7, 1], "targets": [4, 1]},
-    {"inputs": [2, 3, 4, 1], "targets": [5, 6, 1]}
-    -> {"inputs":              [8, 7, 1, 2, 3, 4, 1, 0, 0, 0],
-        "inputs_segmentation": [1, 1, 1, 2, 2, 2, 2, 0, 0, 0],
-        "inputs_position":     [0, 1, 2, 0, 1, 2, 3, 0, 0, 0],
-        "targets":             [4, 1, 5, 6, 1, 0, 0, 0, 0, 0],
-        "targets_segmentation":[1, 1, 2, 2, 2, 0, 0, 0, 0, 0],
-        "targets_position":    [0, 1, 0, 1, 2, 0, 0, 0, 0, 0]}
+  Example (two examples packed into one of length 10):
+    >>> dataset = tf.data.Dataset.from_generator(
+    ...     lambda: iter([{"inputs": [8, 7, 1], "targets": [4, 1]},
+    ...                   {"inputs": [2, 3, 4, 1], "targets": [5, 6, 1]}]),
+    ...     output_signature={"inputs": tf.TensorSpec([None], tf.int32),
+    ...                       "targets": tf.TensorSpec([None], tf.int32)})
+    >>> packed = list(pack_dataset(dataset, 10).as_numpy_iterator())
+    >>> len(packed)
+    1
+    >>> for name, ids in sorted(packed[0].items()):
+    ...   print("%-20s %s" % (name, ids))
+    inputs               [8 7 1 2 3 4 1 0 0 0]
+    inputs_position      [0 1 2 0 1 2 3 0 0 0]
+    inputs_segmentation  [1 1 1 2 2 2 2 0 0 0]
+    targets              [4 1 5 6 1 0 0 0 0 0]
+    targets_position     [0 1 0 1 2 0 0 0 0 0]
+    targets_segmentation [1 1 2 2 2 0 0 0 0 0]
 
   Args:
     dataset: a dataset of dicts of 1-D integer features.

@@ -74,7 +74,12 @@ def encode_all_features(
 ) -> tf.data.Dataset:
   """Encodes every (string) feature and appends EOS; ids become int64.
 
-  Example (ByteVocabulary): {"targets": "hi"} -> {"targets": [107, 108, 1]}.
+  Example:
+    >>> from transformer._src.data import vocabulary
+    >>> dataset = tf.data.Dataset.from_tensors({"targets": "hi"})
+    >>> dataset = encode_all_features(dataset, vocabulary.ByteVocabulary())
+    >>> list(dataset.as_numpy_iterator())
+    [{'targets': array([107, 108,   1])}]
 
   Args:
     dataset: a dataset of {feature: scalar tf.string} dicts.

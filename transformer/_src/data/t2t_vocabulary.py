@@ -122,10 +122,17 @@ def get_t2t_vocabulary(
 
   Nothing is read until the vocabulary is used.
 
+  In gin: `utils.run.vocabulary = @t2t_vocabulary.get_t2t_vocabulary()`.
+
   Example (gin):
-    utils.run.vocabulary = @t2t_vocabulary.get_t2t_vocabulary()
-    get_t2t_vocabulary.data_dir = "/data/t2t"
-    get_t2t_vocabulary.vocabulary_filename = "vocab.lm1b.en.32768"
+    >>> _ = gin.parse_config('''
+    ... get_t2t_vocabulary.data_dir = "/data/t2t"
+    ... get_t2t_vocabulary.vocabulary_filename = "vocab.lm1b.en.32768"
+    ... ''')
+    >>> vocab = get_t2t_vocabulary()
+    >>> gin.clear_config()
+    >>> vocab.filepath
+    '/data/t2t/vocab.lm1b.en.32768'
 
   Args:
     data_dir: the directory holding the t2t-datagen output (the T2T_DATA_DIR

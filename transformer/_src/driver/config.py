@@ -466,9 +466,20 @@ def maybe_add_pretokenized_features(examples, vocabulary):
 def separate_vocabularies(inputs=gin.REQUIRED, targets=gin.REQUIRED):
   """A (inputs, targets) vocabulary pair, for `run.vocabulary` in gin.
 
+  In gin: `run.vocabulary = @separate_vocabularies()` and, e.g.,
+  `separate_vocabularies.inputs = @inputs/get_tfds_vocabulary()`.
+
   Example (gin):
-    run.vocabulary = @separate_vocabularies()
-    separate_vocabularies.inputs = @inputs/get_tfds_vocabulary()
+    >>> _ = gin.parse_config('''
+    ... separate_vocabularies.inputs = @inputs/vocabulary.ByteVocabulary()
+    ... separate_vocabularies.targets = @targets/vocabulary.ByteVocabulary()
+    ... ''')
+    >>> inputs_vocabulary, targets_vocabulary = separate_vocabularies()
+    >>> gin.clear_config()
+    >>> type(targets_vocabulary).__name__
+    'ByteVocabulary'
+    >>> inputs_vocabulary is targets_vocabulary  # one object per scope
+    False
 
   Args:
     inputs: the Vocabulary of the "inputs" feature.

@@ -142,8 +142,13 @@ def _relative_position_bucket(
   logarithmically wider buckets up to max_distance, and all larger ones the
   last bucket. Unidirectional: memory after the query falls in bucket 0.
 
-  Example (bidirectional, 32 buckets, max_distance 128): relative -1 -> 1,
-  +1 -> 17, -12 -> 9, -1000 -> 15, +1000 -> 31.
+  Example (bidirectional, 32 buckets, max_distance 128):
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> relative = converter.convert_np_array_to_mtf_tensor(
+    ...     [-1, 1, -12, -1000, 1000], ["pairs"])
+    >>> converter.convert_mtf_tensor_to_np_array(
+    ...     _relative_position_bucket(relative))
+    array([ 1, 17,  9, 15, 31], dtype=int32)
   """
   distance = -relative_position  # > 0: memory before the query.
   bucket = 0
