@@ -117,13 +117,34 @@ class AdaptiveSoftmaxVocabEmbedding:
   model's vocab embedding with shared_embedding_and_softmax_weights=True) and
   the vocab dimension must not be split over the mesh.
 
-  Example (gin):
-    get_vocab_embedding_cls.cls = @AdaptiveSoftmaxVocabEmbedding
-    AdaptiveSoftmaxVocabEmbedding.clusters = [
-        {"token_count": 20000, "embedding_size": 1024},
-        {"token_count": 12768, "embedding_size": 256,
-         "length_projection_factor": 0.25}]
-    Unitransformer.loss_fn = @adaptive_softmax_loss_fn
+  Example (gin; ids 12-15 form a tail cluster embedded in 4 dims):
+    >>> from transformer import transformer
+    >>> _ = gin.parse_config('''
+    ... get_vocab_embedding_cls.cls = @AdaptiveSoftmaxVocabEmbedding
+    ... AdaptiveSoftmaxVocabEmbedding.clusters = [
+    ...     {"token_count": 12, "embedding_size": 8},
+    ...     {"token_count": 4, "embedding_size": 4,
+    ...      "length_projection_factor": 0.5}]
+    ... Unitransformer.loss_fn = @adaptive_softmax_loss_fn
+    ... ''')
+    >>> lm = transformer.Unitransformer(
+    ...     transformer.LayerStack([]), d_model=8, input_vocab_size=16,
+    ...     output_vocab_size=16, autoregressive=True, max_length=4,
+    ...     vocab_divisor=1, shared_embedding_and_softmax_weights=True)
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> targets = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 13, 7, 1]], ["batch", "length"])
+    >>> inputs = transformer.autoregressive_inputs(targets)
+    >>> hidden, loss = lm.call_simple(inputs, targets, compute_loss=True)
+    >>> gin.clear_config()
+    >>> hidden.shape, loss.shape  # training: the loss is computed per cluster
+    (Shape[batch=1, length=4, d_model=8], Shape[])
+    >>> for v in converter.graph.all_variables:
+    ...   if "embedding_" in v.name:
+    ...     print(v.name, v.shape)
+    transformer/embedding_0 Shape[vocab=13, d_model=8]
+    transformer/embedding_11 Shape[vocab=4, inner_vocab=4]
+    transformer/embedding_12 Shape[inner_vocab=4, d_model=8]
 
   Args:
     mesh: the mtf.Mesh the variables live on.
@@ -390,8 +411,34 @@ def adaptive_softmax_loss_fn(
   When `logits` already have output_vocab_dim (log-probabilities outside
   training), the loss is their cross-entropy with the targets.
 
-  Example (gin):
-    Unitransformer.loss_fn = @adaptive_softmax_loss_fn
+  Example (gin; outside training, the loss checked against numpy):
+    >>> from transformer import transformer
+    >>> _ = gin.parse_config('''
+    ... get_vocab_embedding_cls.cls = @AdaptiveSoftmaxVocabEmbedding
+    ... AdaptiveSoftmaxVocabEmbedding.clusters = [
+    ...     {"token_count": 12, "embedding_size": 8},
+    ...     {"token_count": 4, "embedding_size": 4,
+    ...      "length_projection_factor": 0.5}]
+    ... Unitransformer.loss_fn = @adaptive_softmax_loss_fn
+    ... ''')
+    >>> lm = transformer.Unitransformer(
+    ...     transformer.LayerStack([]), d_model=8, input_vocab_size=16,
+    ...     output_vocab_size=16, autoregressive=True, max_length=4,
+    ...     vocab_divisor=1, shared_embedding_and_softmax_weights=True)
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> targets = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 13, 7, 1]], ["batch", "length"])
+    >>> inputs = transformer.autoregressive_inputs(targets)
+    >>> log_p, loss = lm.call_simple(inputs, targets, compute_loss=True,
+    ...                              mode="eval")
+    >>> gin.clear_config()
+    >>> lowering, loss_tf = converter.convert_mtf_tensor_to_tf_tensor(loss)
+    >>> log_p_np = lowering.export_to_tf_tensor(log_p).numpy()[0]
+    >>> np.allclose(np.exp(log_p_np).sum(-1), 1.0)
+    True
+    >>> np.allclose(loss_tf.numpy(),
+    ...             -log_p_np[np.arange(4), [3, 13, 7, 1]].mean())
+    True
 
   Args:
     decoder: the Unitransformer (its output embedding must be an

@@ -34,9 +34,36 @@ _GIN_MODULE = "mesh_tensorflow.transformer.transformer_layers"
 class ExpertsSelfAttention(SelfAttention):
   """Self-attention whose projections are computed by experts.
 
-  Example (gin):
-    ExpertsSelfAttention.num_experts = 4
-    ExpertsSelfAttention.shared_kv = True
+  Example (gin; a one-layer language model):
+    >>> from transformer import transformer
+    >>> _ = gin.parse_config('''
+    ... ExpertsSelfAttention.num_experts = 4
+    ... ExpertsSelfAttention.shared_kv = True
+    ... ExpertsSelfAttention.hidden_size = 4
+    ... ExpertsSelfAttention.num_heads = 2
+    ... ExpertsSelfAttention.key_value_size = 4
+    ... make_layer_stack.layers = [@ExpertsSelfAttention]
+    ... make_layer_stack.num_layers = 1
+    ... ''')
+    >>> lm = transformer.Unitransformer(
+    ...     transformer.make_layer_stack(), d_model=8, input_vocab_size=16,
+    ...     output_vocab_size=16, autoregressive=True, max_length=4,
+    ...     vocab_divisor=1)
+    >>> gin.clear_config()
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> ids = converter.convert_np_array_to_mtf_tensor(
+    ...     [[3, 5, 7, 1]], ["batch", "length"])
+    >>> logits, loss = lm.call_simple(ids, ids, compute_loss=True)
+    >>> converter.convert_mtf_tensor_to_np_array(logits).shape
+    (1, 4, 16)
+    >>> for v in converter.graph.all_variables:
+    ...   if "/ExpertsSelfAttention/" in v.name:
+    ...     print(v.name.split("/ExpertsSelfAttention/")[-1], v.shape)
+    o Shape[heads=8, d_model=8]
+    switch_gating/kernel Shape[d_model=8, expert_unsplit=4]
+    wi/kernel Shape[experts=4, d_model=8, expert_hidden=4]
+    q/kernel Shape[experts=4, expert_hidden=4, d_model=8]
+    kv/kernel Shape[experts=4, expert_hidden=4, d_model=8]
 
   Args:
     num_experts: the number of experts.
