@@ -256,12 +256,29 @@ def untokenized_tfds_dataset(
   targets vocabularies) and get EOS appended. The train split repeats and
   shuffles.
 
-  Example (gin):
-    run.train_dataset_fn = @untokenized_tfds_dataset
-    untokenized_tfds_dataset.dataset_name = "mtf_reverse"
-    untokenized_tfds_dataset.text2self = False
-    untokenized_tfds_dataset.tfds_data_dir = "/tmp/tfds"
-    untokenized_tfds_dataset.pack = False
+  In gin, `run.train_dataset_fn = @untokenized_tfds_dataset` makes the driver
+  call it with the run's split, sequence length and vocabulary.
+
+  Example (gin; the offline dataset is generated on first use):
+    >>> import tempfile
+    >>> from transformer._src.data import vocabulary
+    >>> _ = gin.parse_config('''
+    ... untokenized_tfds_dataset.dataset_name = "mtf_reverse"
+    ... untokenized_tfds_dataset.text2self = False
+    ... untokenized_tfds_dataset.pack = False
+    ... ''')
+    >>> dataset = untokenized_tfds_dataset(
+    ...     tfds_data_dir=tempfile.mkdtemp(), dataset_split="validation",
+    ...     sequence_length=16, vocabulary=vocabulary.ByteVocabulary())
+    Downloading and preparing dataset ...
+    Dataset mtf_reverse downloaded and prepared to ...
+    >>> gin.clear_config()
+    >>> example = next(dataset.as_numpy_iterator())
+    >>> sorted(example), example["inputs"].shape
+    (['inputs', 'targets'], (16,))
+    >>> vocab = vocabulary.ByteVocabulary()
+    >>> vocab.decode(example["targets"]) == vocab.decode(example["inputs"])[::-1]
+    True
 
   Args:
     dataset_name: the TFDS name, e.g. "mtf_reverse" or "lm1b".

@@ -660,9 +660,21 @@ def make_bitransformer(
   """An encoder-decoder configured by the gin scopes "encoder"/"decoder".
 
   Example (gin):
-    encoder/make_layer_stack.layers = [@SelfAttention, @DenseReluDense]
-    decoder/make_layer_stack.layers = [@SelfAttention, @EncDecAttention,
-                                       @DenseReluDense]
+    >>> _ = gin.parse_config('''
+    ... encoder/make_layer_stack.layers = [@SelfAttention, @DenseReluDense]
+    ... decoder/make_layer_stack.layers = [@SelfAttention, @EncDecAttention,
+    ...                                    @DenseReluDense]
+    ... make_layer_stack.num_layers = 1
+    ... Unitransformer.max_length = 4
+    ... ''')
+    >>> model = make_bitransformer(input_vocab_size=16, output_vocab_size=16)
+    >>> gin.clear_config()
+    >>> [layer.name for layer in model.encoder.layer_stack.layers]
+    ['block_000/layer_000', 'block_000/layer_001']
+    >>> [type(layer).__name__ for layer in model.decoder.layer_stack.layers]
+    ['SelfAttention', 'EncDecAttention', 'DenseReluDense']
+    >>> model.encoder.autoregressive, model.decoder.autoregressive
+    (False, True)
 
   Args:
     input_vocab_size: the input vocabulary size (padded up to a multiple of

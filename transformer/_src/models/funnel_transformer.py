@@ -20,14 +20,47 @@ the encoder's sequence ids strided (each window's first id) to match.
 Pooling mixes neighbouring positions, so funnel stacks are for
 non-autoregressive towers (encoders) in full-sequence modes.
 
-Example (gin):
-  encoder/make_layer_stack.layer_stack_cls = @FunnelTransformerLayerStack
-  encoder/make_layer_stack.layers = [@SelfAttention, @DenseReluDense]
-  encoder/make_layer_stack.num_layers = 6        # sum(block_param_size)
-  FunnelTransformerLayerStack.n_blocks = 3
-  FunnelTransformerLayerStack.block_param_size = [2, 2, 2]
-  FunnelTransformerLayerStack.block_repeat_size = [1, 1, 1]
-  make_bitransformer.bitransformer_cls = @BitransformerFunnel
+Example (gin; an encoder of 3 blocks pooling 8 positions down to 2):
+  >>> from transformer import transformer
+  >>> _ = gin.parse_config('''
+  ... encoder/make_layer_stack.layer_stack_cls = @FunnelTransformerLayerStack
+  ... encoder/make_layer_stack.layers = [@SelfAttention, @DenseReluDense]
+  ... encoder/make_layer_stack.num_layers = 3  # sum(block_param_size)
+  ... decoder/make_layer_stack.layers = [@SelfAttention, @EncDecAttention,
+  ...                                    @DenseReluDense]
+  ... decoder/make_layer_stack.num_layers = 1
+  ... FunnelTransformerLayerStack.n_blocks = 3
+  ... FunnelTransformerLayerStack.block_param_size = [1, 1, 1]
+  ... FunnelTransformerLayerStack.block_repeat_size = [1, 1, 1]
+  ... make_bitransformer.bitransformer_cls = @BitransformerFunnel
+  ... Unitransformer.d_model = 8
+  ... Unitransformer.max_length = 8
+  ... Unitransformer.vocab_divisor = 1
+  ... SelfAttention.num_heads = 2
+  ... SelfAttention.key_value_size = 4
+  ... DenseReluDense.hidden_size = 16
+  ... ''')
+  >>> model = transformer.make_bitransformer(input_vocab_size=16,
+  ...                                        output_vocab_size=16)
+  >>> gin.clear_config()
+  >>> type(model).__name__, type(model.encoder.layer_stack).__name__
+  ('BitransformerFunnel', 'FunnelTransformerLayerStack')
+  >>> converter = mtf.test_utils.NumpyConverter()
+  >>> inputs = converter.convert_np_array_to_mtf_tensor(
+  ...     [[3, 5, 7, 9, 4, 4, 2, 1]], ["batch", "length"])
+  >>> targets = converter.convert_np_array_to_mtf_tensor(
+  ...     [[1, 2, 4, 4, 9, 7, 5, 3]], ["batch", "length"])
+  >>> logits, loss = model.call_simple(inputs, targets, compute_loss=True)
+  >>> converter.convert_mtf_tensor_to_np_array(logits).shape
+  (1, 8, 16)
+
+  The encoder alone (in a graph of its own) outputs 8 / 2 / 2 positions:
+  >>> converter = mtf.test_utils.NumpyConverter()
+  >>> inputs = converter.convert_np_array_to_mtf_tensor(
+  ...     [[3, 5, 7, 9, 4, 4, 2, 1]], ["batch", "length"])
+  >>> encoded, _ = model.encoder.call_simple(inputs, None, compute_loss=False)
+  >>> encoded.shape
+  Shape[batch=1, length=2, d_model=8]
 """
 
 from __future__ import annotations
