@@ -27,9 +27,9 @@ import mesh_tensorflow.test_utils  # noqa: F401  (mtf.test_utils in examples)
 import transformer
 
 # Packages whose `Example:` sections must all be runnable (hold `>>>` lines).
-PACKAGES_WITH_RUNNABLE_EXAMPLES = (mtf,)
+PACKAGES_WITH_RUNNABLE_EXAMPLES = (mtf, transformer)
 # Fewest examples expected: a guard against examples silently not being found.
-MIN_EXAMPLES = 554
+MIN_EXAMPLES = 998
 OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 # A section title: "Example:" or "Examples:", alone or followed by text.
 _EXAMPLE_SECTION_RE = re.compile(r"^(\s*)Examples?:")
