@@ -169,7 +169,8 @@ def trim_and_pad_dataset(
 
   Example:
     >>> dataset = tf.data.Dataset.from_generator(
-    ...     lambda: iter([{"targets": [5, 6, 1]}, {"targets": [5, 6, 7, 8, 1]}]),
+    ...     lambda: iter([{"targets": [5, 6, 1]},
+    ...                   {"targets": [5, 6, 7, 8, 1]}]),
     ...     output_signature={"targets": tf.TensorSpec([None], tf.int32)})
     >>> dataset = trim_and_pad_dataset(dataset, 4)
     >>> [x["targets"] for x in dataset.as_numpy_iterator()]

@@ -104,7 +104,7 @@ def product_learning_rate(
     0.25
     >>> gin.clear_config()
 
-    (0.5 times half of the 1000 warm-up steps.)
+    That is 0.5 times the warm-up factor 500 / 1000.
 
   Args:
     step: the current step.

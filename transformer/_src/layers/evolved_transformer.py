@@ -145,13 +145,13 @@ class EncoderConvolutionalLayer(TransformerLayer):
     >>> prefix = "transformer/block_000/layer_000/EncoderConvolutionalLayer/"
     >>> for v in converter.graph.all_variables:  # the layer's variables
     ...   if v.name.startswith(prefix) and "depthwise_conv_hack" not in v.name:
-    ...     print(v.name[len(prefix):], v.shape)
-    conv1x1/dense/kernel Shape[_d_model=8, d_model=32]
-    conv3x1/conv2d/kernel Shape[fh=1, fw=3, input_dim=8, d_model=4]
-    layer_prepostprocess/layer_norm/layer_norm_scale Shape[d_model=32]
-    layer_prepostprocess/layer_norm/layer_norm_bias Shape[d_model=32]
-    sep_conv9x1/separable_conv1d/pointwise_dense/kernel Shape[_d_model=32, d_model=4]
-    sep_conv9x1/separable_conv1d/pointwise_dense/bias Shape[d_model=4]
+    ...     print(v.name[len(prefix):], [d.size for d in v.shape.dims])
+    conv1x1/dense/kernel [8, 32]
+    conv3x1/conv2d/kernel [1, 3, 8, 4]
+    layer_prepostprocess/layer_norm/layer_norm_scale [32]
+    layer_prepostprocess/layer_norm/layer_norm_bias [32]
+    sep_conv9x1/separable_conv1d/pointwise_dense/kernel [32, 4]
+    sep_conv9x1/separable_conv1d/pointwise_dense/bias [4]
   """
 
   def __init__(
@@ -265,15 +265,15 @@ class DecoderConvolutionalLayer(TransformerLayer):
     >>> prefix = "transformer/block_000/layer_000/DecoderConvolutionalLayer/"
     >>> for v in converter.graph.all_variables:  # the layer's variables
     ...   if v.name.startswith(prefix) and "depthwise_conv_hack" not in v.name:
-    ...     print(v.name[len(prefix):], v.shape)
-    sep_conv11x1/separable_conv1d/pointwise_dense/kernel Shape[_d_model=8, d_model=16]
-    sep_conv11x1/separable_conv1d/pointwise_dense/bias Shape[d_model=16]
-    sep_conv7x1_1/separable_conv1d/pointwise_dense/kernel Shape[_d_model=8, d_model=4]
-    sep_conv7x1_1/separable_conv1d/pointwise_dense/bias Shape[d_model=4]
-    layer_prepostprocess/layer_norm/layer_norm_scale Shape[d_model=16]
-    layer_prepostprocess/layer_norm/layer_norm_bias Shape[d_model=16]
-    sep_conv7x1_2/separable_conv1d/pointwise_dense/kernel Shape[_d_model=16, d_model=8]
-    sep_conv7x1_2/separable_conv1d/pointwise_dense/bias Shape[d_model=8]
+    ...     print(v.name[len(prefix):], [d.size for d in v.shape.dims])
+    sep_conv11x1/separable_conv1d/pointwise_dense/kernel [8, 16]
+    sep_conv11x1/separable_conv1d/pointwise_dense/bias [16]
+    sep_conv7x1_1/separable_conv1d/pointwise_dense/kernel [8, 4]
+    sep_conv7x1_1/separable_conv1d/pointwise_dense/bias [4]
+    layer_prepostprocess/layer_norm/layer_norm_scale [16]
+    layer_prepostprocess/layer_norm/layer_norm_bias [16]
+    sep_conv7x1_2/separable_conv1d/pointwise_dense/kernel [16, 8]
+    sep_conv7x1_2/separable_conv1d/pointwise_dense/bias [8]
   """
 
   def __init__(

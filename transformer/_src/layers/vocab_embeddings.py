@@ -608,15 +608,15 @@ class Mixtape:
     (1, 4, 16)
     >>> for v in converter.graph.all_variables:
     ...   if "embedding_" in v.name:
-    ...     print(v.name, v.shape)
-    transformer/embedding_embedding_weights Shape[vocab=16, d_model=8]
-    transformer/embedding_context_weights Shape[gates=4, _d_model_copy=8, d_model=8]
-    transformer/embedding_context_weights_bias Shape[gates=4, d_model=8]
-    transformer/embedding_prior_weights Shape[gates=3, gate_embedding=2, d_model=8]
-    transformer/embedding_prior_weights_bias Shape[gates=3, gate_embedding=2]
-    transformer/embedding_prior_vocab_vector Shape[vocab=4, gate_embedding=2]
-    transformer/embedding_prior_gates_vector Shape[gates=3, d_model=8]
-    transformer/embedding_prior_bias Shape[vocab=4, gates=3]
+    ...     print(v.name[len("transformer/"):], v.shape)
+    embedding_embedding_weights Shape[vocab=16, d_model=8]
+    embedding_context_weights Shape[gates=4, _d_model_copy=8, d_model=8]
+    embedding_context_weights_bias Shape[gates=4, d_model=8]
+    embedding_prior_weights Shape[gates=3, gate_embedding=2, d_model=8]
+    embedding_prior_weights_bias Shape[gates=3, gate_embedding=2]
+    embedding_prior_vocab_vector Shape[vocab=4, gate_embedding=2]
+    embedding_prior_gates_vector Shape[gates=3, d_model=8]
+    embedding_prior_bias Shape[vocab=4, gates=3]
 
   Args:
     mesh: the mtf.Mesh the variables live on.

@@ -766,8 +766,12 @@ def make_layer_stack(
     >>> stack = make_layer_stack(
     ...     [SelfAttention, (DenseReluDense, "ffn", {"hidden_size": 16})],
     ...     num_layers=2)
-    >>> [layer.name for layer in stack.layers]
-    ['block_000/layer_000', 'block_000/ffn', 'block_001/layer_000', 'block_001/ffn']
+    >>> for layer in stack.layers:
+    ...   print(layer.name, type(layer).__name__)
+    block_000/layer_000 SelfAttention
+    block_000/ffn DenseReluDense
+    block_001/layer_000 SelfAttention
+    block_001/ffn DenseReluDense
     >>> stack.layers[1].hidden_size
     16
 

@@ -137,9 +137,9 @@ class UTLayerStack(LayerStack):
     (1, 4, 16)
     >>> for v in converter.graph.all_variables:  # one q for the 3 steps
     ...   if "step" in v.name or "SelfAttention/q" in v.name:
-    ...     print(v.name, v.shape)
-    transformer/universal_transformer/step_embedding Shape[ut_steps=3, d_model=8]
-    transformer/block_000/layer_000/SelfAttention/q Shape[d_model=8, heads=8]
+    ...     print(v.name[len("transformer/"):], v.shape)
+    universal_transformer/step_embedding Shape[ut_steps=3, d_model=8]
+    block_000/layer_000/SelfAttention/q Shape[d_model=8, heads=8]
   """
 
   def __init__(
