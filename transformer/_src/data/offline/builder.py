@@ -108,14 +108,14 @@ def get_subword_vocabulary(
   Example:
     >>> import tempfile
     >>> data_dir = tempfile.mkdtemp()
-    >>> vocab = get_subword_vocabulary("mtf_stdlib_docs", data_dir=data_dir,
+    >>> vocab = get_subword_vocabulary("mtf_reverse", data_dir=data_dir,
     ...                                target_vocab_size=300,
     ...                                max_corpus_chars=2000)
     Downloading and preparing dataset ...
-    Dataset mtf_stdlib_docs downloaded and prepared to ...
+    Dataset mtf_reverse downloaded and prepared to ...
     >>> vocab.decode(vocab.encode("Return the value."))
     'Return the value.'
-    >>> sorted(os.listdir(os.path.join(data_dir, "mtf_stdlib_docs")))
+    >>> sorted(os.listdir(os.path.join(data_dir, "mtf_reverse")))
     ['1.0.0', 'subwords_300.subwords']
 
   Raises:
