@@ -31,8 +31,9 @@ PACKAGES_WITH_RUNNABLE_EXAMPLES = (mtf, transformer)
 # Fewest examples expected: a guard against examples silently not being found.
 MIN_EXAMPLES = 998
 OPTIONS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
-# A section title: "Example:" or "Examples:", alone or followed by text.
-_EXAMPLE_SECTION_RE = re.compile(r"^(\s*)Examples?:")
+# A section title: "Example:", "Examples:" or "Example (what):", alone or
+# followed by text.
+_EXAMPLE_SECTION_RE = re.compile(r"^(\s*)Examples?( \([^)]*\))?:")
 _DOCUMENTED_NODES = (
   ast.Module,
   ast.ClassDef,

@@ -62,7 +62,14 @@ def unit_scaling_convention(value: bool = False) -> bool:
   scaling the initial weights by 1/sqrt(fan_in).
 
   Example (gin):
-    mesh_tensorflow.layers.unit_scaling_convention.value = True
+    >>> import gin
+    >>> unit_scaling_convention()
+    False
+    >>> gin.bind_parameter(
+    ...     "mesh_tensorflow.layers.unit_scaling_convention.value", True)
+    >>> unit_scaling_convention()
+    True
+    >>> gin.clear_config()
 
   Args:
     value: the setting (bound with gin).
@@ -908,7 +915,21 @@ def clip_activation_gradient(
   The RMS is taken over all elements of the gradient; None or 0 disables it.
 
   Example (gin):
-    mesh_tensorflow.layers.clip_activation_gradient.clip_rms_norm = 1.0
+    The gradient of sum(y^2) at x = [3, 4] is [6, 8] (RMS norm sqrt(50));
+    clipped to RMS norm 1 it is [6, 8] / sqrt(50):
+
+    >>> import gin
+    >>> gin.bind_parameter(
+    ...     "mesh_tensorflow.layers.clip_activation_gradient.clip_rms_norm", 1.0)
+    >>> converter = mtf.test_utils.NumpyConverter()
+    >>> x = converter.convert_np_array_to_mtf_tensor(
+    ...     [3.0, 4.0], ["d"], dtype=tf.float32)
+    >>> y = clip_activation_gradient(x)
+    >>> grad = mtf.gradients([mtf.reduce_sum(y * y)], [x])[0]
+    >>> np.allclose(converter.convert_mtf_tensor_to_np_array(grad),
+    ...             np.array([6.0, 8.0]) / np.sqrt(50.0))
+    True
+    >>> gin.clear_config()
 
   Args:
     x: a floating mtf Tensor.

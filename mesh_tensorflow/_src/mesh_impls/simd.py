@@ -239,17 +239,21 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
   """Mesh implementation running one program per processor (SPMD).
 
   Example (collective backend, 4 virtual CPUs):
-    mesh_impl = SimdMeshImpl("all:4", "batch:all")
+    A sum over a batch split four ways; every processor returns the total:
 
-    @tf.function(autograph=False)
-    def step():
-      def computation():
-        graph = mtf.Graph()
-        mesh = mtf.Mesh(graph, "mesh")
-        y = build(mesh)
-        lowering = mtf.Lowering(graph, {mesh: mesh_impl})
-        return lowering.export_to_tf_tensor(y)
-      return mesh_impl.replicate(computation)  # one output per processor
+    >>> mesh_impl = SimdMeshImpl(
+    ...     "all:4", "batch:all", devices=["cpu:%d" % i for i in range(4)])
+    >>> def computation():
+    ...   graph = mtf.Graph()
+    ...   mesh = mtf.Mesh(graph, "mesh")
+    ...   x = mtf.import_tf_tensor(mesh, tf.range(8.0), shape="batch:8")
+    ...   total = mtf.reduce_sum(x)
+    ...   lowering = mtf.Lowering(graph, {mesh: mesh_impl})
+    ...   return lowering.export_to_tf_tensor(total)
+    >>> step = tf.function(
+    ...     lambda: mesh_impl.replicate(computation), autograph=False)
+    >>> [float(total) for total in step()]  # one output per processor
+    [28.0, 28.0, 28.0, 28.0]
   """
 
   LaidOutTensor = LaidOutTensor

@@ -11,8 +11,16 @@ mtf.concat along block_size_dim; a halo larger than a block takes data from
 several blocks. Outside the ends the margins are zeros, or wrap around with
 wrap=True. Gradients follow from those ops.
 
-Example (nb = 2, b = 3, halo_size = 1):
-  blocks [[1, 2, 3], [4, 5, 6]] -> [[0, 1, 2, 3, 4], [3, 4, 5, 6, 0]]
+Example (nb = 2, b = 3, halo_size = 1; one block per processor):
+
+  >>> converter = mtf.test_utils.NumpyConverter(
+  ...     mesh_shape="all:2", layout="nb:all", devices=["cpu:0", "cpu:1"])
+  >>> blocks = converter.convert_np_array_to_mtf_tensor(
+  ...     [[1, 2, 3], [4, 5, 6]], ["nb", "b"])
+  >>> converter.convert_mtf_tensor_to_np_array(
+  ...     halo_exchange(blocks, "nb", "b", halo_size=1))
+  array([[0, 1, 2, 3, 4],
+         [3, 4, 5, 6, 0]], dtype=int32)
 """
 
 from __future__ import annotations
