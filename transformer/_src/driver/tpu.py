@@ -34,6 +34,7 @@ graphs can be built (not run) on CPU from a `synthetic_topology`.
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 import os
 import socket
@@ -54,11 +55,14 @@ from transformer._src.driver.config import init_checkpoint_variable_mapping
 __all__ = [
   "ReplicatedTrainLoop",
   "TpuConnectionError",
+  "TpuEstimator",
   "TpuMeshPlan",
+  "TpuSetup",
   "initialize_tpu",
   "plan_mesh",
   "replica_host_devices",
   "resolve_tpu",
+  "setup_tpu",
   "synthetic_topology",
   "tpu_mesh_impl",
   "train",
@@ -107,16 +111,16 @@ def resolve_tpu(
       worker would otherwise wait forever).
   """
   what = _describe(tpu, tpu_zone, gcp_project)
+  job = tpu_job_name or "worker"
   if not tpu:
     raise TpuConnectionError("no TPU given: set --tpu to a TPU name")
   try:
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
-      tpu=tpu, zone=tpu_zone, project=gcp_project, job_name=tpu_job_name
+      tpu=tpu, zone=tpu_zone, project=gcp_project, job_name=job
     )
     cluster = resolver.cluster_spec().as_dict()
   except Exception as e:  # pylint: disable=broad-except
     raise TpuConnectionError(f"cannot resolve {what}: {e}") from e
-  job = tpu_job_name or "worker"
   for address in _addresses(cluster.get(job, [])):
     _check_reachable(address, what, connect_timeout_seconds)
   return resolver
@@ -248,6 +252,11 @@ class TpuMeshPlan(NamedTuple):
   device_assignment: Any
 
 
+def _mesh_string(shape: mtf.Shape) -> str:
+  """'batch:4;model:2', the form mesh_shape is given in."""
+  return ";".join(f"{d.name}:{d.size}" for d in shape.dims)
+
+
 def _topology_coordinates(physical_shape: List[int], pnum: int) -> List[int]:
   """[x, y, z, core] of physical pnum (row-major over physical_shape)."""
   coords = [int(c) for c in np.unravel_index(pnum, physical_shape)]
@@ -290,7 +299,7 @@ def plan_mesh(
   where = f"TPU {tpu_name!r} " if tpu_name else "the TPU "
   if mesh_shape.size != num_cores:
     raise ValueError(
-      f"mesh_shape {mesh_shape.to_string!r} has {mesh_shape.size} "
+      f"mesh_shape {_mesh_string(mesh_shape)!r} has {mesh_shape.size} "
       f"processors but {where}(topology {tpu_mesh}: x, y, z, cores per "
       f"chip) has {num_cores} cores on {topology.num_tasks} host(s); use a "
       f"mesh of {num_cores} processors, e.g. 'batch:{num_cores}'"
@@ -309,8 +318,8 @@ def plan_mesh(
     if tiling.mesh_shape.to_integer_list != sizes:
       raise ValueError(
         f"hierarchical_tiling_spec {hierarchical_tiling_spec} gives mesh "
-        f"{tiling.mesh_shape.to_string!r} on {where}(physical shape "
-        f"{physical_shape}), not mesh_shape {mesh_shape.to_string!r}"
+        f"{_mesh_string(tiling.mesh_shape)!r} on {where}(physical shape "
+        f"{physical_shape}), not mesh_shape {_mesh_string(mesh_shape)!r}"
       )
     logical_to_physical = tiling.logical_to_physical
   else:
@@ -319,8 +328,7 @@ def plan_mesh(
     )
   core_assignment = np.array(
     [
-      [_topology_coordinates(physical_shape, p)]
-      for p in range(mesh_shape.size)
+      [_topology_coordinates(physical_shape, p)] for p in range(mesh_shape.size)
     ],
     np.int32,
   )
@@ -330,7 +338,7 @@ def plan_mesh(
     )
   except ValueError as e:
     raise ValueError(
-      f"cannot place mesh {mesh_shape.to_string!r} on {where}(topology "
+      f"cannot place mesh {_mesh_string(mesh_shape)!r} on {where}(topology "
       f"{tpu_mesh}): {e}"
     ) from e
   return TpuMeshPlan(
@@ -377,8 +385,7 @@ def replica_host_devices(mesh_impl, job: Optional[str] = None) -> List[str]:
   assignment = mesh_impl.device_assignment
   if assignment is not None:
     return [
-      assignment.host_device(replica=r, job=job)
-      for r in range(mesh_impl.size)
+      assignment.host_device(replica=r, job=job) for r in range(mesh_impl.size)
     ]
   return ["/device:CPU:0"] * mesh_impl.size
 
@@ -443,7 +450,9 @@ class ReplicatedTrainLoop:
     self._run = tf.function(self._loop, autograph=False)
     self._copy_fns = {}
 
-  def make_iterators(self, input_fn: Callable[..., tf.data.Dataset]) -> list:
+  def make_iterators(
+    self, input_fn: Callable[..., tf.data.Dataset], skip: int = 0
+  ) -> list:
     """One iterator per host over that host's own input pipeline.
 
     Args:
@@ -452,6 +461,8 @@ class ReplicatedTrainLoop:
         argument; every host must produce the same batches (each replica
         takes its slice of the global batch, as with the original's
         broadcast input).
+      skip: the number of batches to skip first (data seen before a
+        restart).
 
     Returns:
       the iterators, in the order of `self.hosts`.
@@ -469,12 +480,12 @@ class ReplicatedTrainLoop:
           dataset = input_fn(context)
         else:
           dataset = input_fn()
+        if skip:
+          dataset = dataset.skip(skip)
         if tf.executing_eagerly():
           iterators.append(iter(dataset))
         else:  # a legacy graph (building the program without running it)
-          iterators.append(
-            tf.compat.v1.data.make_one_shot_iterator(dataset)
-          )
+          iterators.append(tf.compat.v1.data.make_one_shot_iterator(dataset))
     return iterators
 
   def run(self, iterators: list, iterations: Optional[int] = None):
@@ -519,8 +530,8 @@ class ReplicatedTrainLoop:
     Returns:
       [loss, learning_rate], float32 scalars.
     """
-    lowering, loss, updates, learning_rate = (
-      self.estimator.build_train_graph(features)
+    lowering, loss, updates, learning_rate = self.estimator.build_train_graph(
+      features
     )
     if self.laid_out_variables is None:
       self.laid_out_variables = list(lowering.variables.values())
@@ -545,9 +556,7 @@ class ReplicatedTrainLoop:
     backend = self.mesh_impl.backend
 
     def computation():
-      return self.replica_step(
-        per_replica_features[backend.current_replica()]
-      )
+      return self.replica_step(per_replica_features[backend.current_replica()])
 
     return self.mesh_impl.replicate(computation)
 
@@ -612,13 +621,11 @@ class ReplicatedTrainLoop:
       fn()
 
 
-def _group_copies(laid_out_variables, what: str):
-  return tf.group(*[getattr(v, what) for v in laid_out_variables])
+def _group_copies(laid_out_variables, what: str) -> None:
+  tf.group(*[getattr(v, what) for v in laid_out_variables])
 
 
 def _takes_an_argument(fn: Callable) -> bool:
-  import inspect  # pylint: disable=g-import-not-at-top
-
   try:
     params = inspect.signature(fn).parameters.values()
   except (TypeError, ValueError):
@@ -654,6 +661,8 @@ def train(
   *,
   replica_hosts: Optional[Sequence[str]] = None,
   job: Optional[str] = None,
+  skip_seen_data: bool = False,
+  seen_data_init_step: int = 0,
 ) -> Dict[str, float]:
   """Trains `estimator` (SimdMeshImpl) to max_steps, iterations_per_loop
   steps per host call; resumes from model_dir and checkpoints like
@@ -671,6 +680,9 @@ def train(
     iterations_per_loop: steps per host call (the last loop may be shorter).
     replica_hosts: see ReplicatedTrainLoop.
     job: the TPU workers' job name.
+    skip_seen_data: skip the batches the steps since seen_data_init_step
+      consumed, so a resumed run sees new data.
+    seen_data_init_step: the step from which the consumed data is counted.
 
   Returns:
     {"loss", "learning_rate", "step"} of the last step.
@@ -695,6 +707,8 @@ def train(
   if step >= max_steps:
     logging.info("Global step %d >= train steps %d", step, max_steps)
     return result
+  if skip_seen_data and step > seen_data_init_step:
+    iterators = loop.make_iterators(input_fn, skip=step - seen_data_init_step)
   writer = tf.summary.create_file_writer(estimator.model_dir)
   save_every = estimator.save_checkpoints_steps
   while step < max_steps:
@@ -727,3 +741,112 @@ def train(
       estimator.save()
   writer.close()
   return result
+
+
+class TpuSetup(NamedTuple):
+  """A connected, initialised TPU and the mesh's place on it.
+
+  Attributes:
+    tpu: the TPU's name or address.
+    resolver: its TPUClusterResolver.
+    plan: the TpuMeshPlan of the mesh.
+    job: the job name of the TPU hosts' devices (None on a TPU VM's own
+      chips).
+  """
+
+  tpu: str
+  resolver: Any
+  plan: TpuMeshPlan
+  job: Optional[str]
+
+  @property
+  def mesh_devices(self) -> List[str]:
+    """The TPU core of each physical processor."""
+    return [
+      self.plan.device_assignment.tpu_device(replica=r, job=self.job)
+      for r in range(self.plan.mesh_shape.size)
+    ]
+
+
+def setup_tpu(
+  tpu: str,
+  tpu_zone: Optional[str],
+  gcp_project: Optional[str],
+  tpu_job_name: Optional[str],
+  mesh_shape,
+  hierarchical_tiling_spec=None,
+) -> TpuSetup:
+  """Resolves, connects and initialises the TPU; maps the mesh onto it.
+
+  Args:
+    tpu: the TPU's name, "local" or a grpc:// address.
+    tpu_zone: the zone of a named TPU.
+    gcp_project: the project of a named TPU.
+    tpu_job_name: the job name of the TPU workers (None: "worker").
+    mesh_shape: the mtf mesh shape.
+    hierarchical_tiling_spec: optional; see plan_mesh.
+
+  Returns:
+    a TpuSetup.
+
+  Raises:
+    TpuConnectionError: if the TPU cannot be reached or initialised.
+    ValueError: if the mesh does not fit the TPU.
+  """
+  resolver = resolve_tpu(tpu, tpu_zone, gcp_project, tpu_job_name)
+  topology = initialize_tpu(resolver, tpu)
+  plan = plan_mesh(mesh_shape, topology, hierarchical_tiling_spec, tpu_name=tpu)
+  job = resolver.get_job_name() if resolver.master() else None
+  return TpuSetup(tpu, resolver, plan, job)
+
+
+class TpuEstimator:
+  """An Estimator whose training runs on the TPU of a TpuSetup.
+
+  Its mesh_impl becomes SimdMeshImpl's TPU backend (as placed by the plan)
+  and `train` runs `iterations_per_loop` steps per host call (`train`
+  above); every other attribute is the wrapped Estimator's.
+
+  Args:
+    estimator: the driver.Estimator.
+    setup: from setup_tpu.
+    iterations_per_loop: training steps per host call.
+  """
+
+  def __init__(self, estimator, setup: TpuSetup, iterations_per_loop: int):
+    estimator.mesh_impl = tpu_mesh_impl(setup.plan, estimator.layout_rules)
+    self.estimator = estimator
+    self.setup = setup
+    self.iterations_per_loop = int(iterations_per_loop)
+
+  def __getattr__(self, name: str):
+    return getattr(self.estimator, name)
+
+  def train(
+    self,
+    input_fn: Callable[..., tf.data.Dataset],
+    max_steps: int,
+    *,
+    skip_seen_data: bool = False,
+    seen_data_init_step: int = 0,
+  ) -> Dict[str, float]:
+    """Trains on the TPU; the arguments are those of Estimator.train.
+
+    Args:
+      input_fn: the dataset of global training batches.
+      max_steps: the global step to stop at.
+      skip_seen_data: skip the batches consumed since seen_data_init_step.
+      seen_data_init_step: the step from which consumed data is counted.
+
+    Returns:
+      {"loss", "learning_rate", "step"} of the last step.
+    """
+    return train(
+      self.estimator,
+      input_fn,
+      max_steps,
+      self.iterations_per_loop,
+      job=self.setup.job,
+      skip_seen_data=skip_seen_data,
+      seen_data_init_step=seen_data_init_step,
+    )
