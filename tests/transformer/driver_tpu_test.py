@@ -16,6 +16,7 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from mesh_tensorflow import simd_mesh_impl
 from tests.transformer import driver_test_util as dtu
+from transformer import vocabulary
 from transformer._src.driver import run as driver_run
 from transformer._src.driver import tpu
 
@@ -405,7 +406,7 @@ def test_loop_needs_a_simd_mesh_impl(tmp_path):
 # utils.run with --tpu.
 
 
-def run_with_tpu(tmp_path, tpu_name, mode="train"):
+def run_with_tpu(tmp_path, tpu_name, mode="train", **kwargs):
   return driver_run.run(
     tpu_job_name=None,
     tpu=tpu_name,
@@ -418,8 +419,46 @@ def run_with_tpu(tmp_path, tpu_name, mode="train"):
     sequence_length=dtu.LENGTH,
     batch_size=dtu.BATCH,
     train_steps=4,
-    train_dataset_fn=lambda **kwargs: dtu.input_fn().unbatch(),
+    train_dataset_fn=lambda **unused: dtu.input_fn().unbatch(),
+    **kwargs,
   )
+
+
+def test_run_with_a_tpu_trains_with_the_tpu_loop(tmp_path, monkeypatch):
+  # The TPU is replaced by a synthetic v3-8 and the training by a recorder:
+  # run() must map the mesh onto it and hand the loop its settings.
+  plan = tpu.plan_mesh("batch:8", v3_8(), tpu_name="my-tpu")
+  setup = tpu.TpuSetup("my-tpu", None, plan, "worker")
+  calls = {}
+
+  def fake_setup(*args):
+    calls["setup"] = args
+    return setup
+
+  def fake_train(estimator, input_fn, max_steps, iterations_per_loop, **kw):
+    calls["train"] = (estimator, max_steps, iterations_per_loop, kw)
+    calls["batch"] = next(iter(input_fn()))
+    return {"step": max_steps}
+
+  monkeypatch.setattr(tpu, "setup_tpu", fake_setup)
+  monkeypatch.setattr(tpu, "train", fake_train)
+  dtu.tiny_gin()
+  result = run_with_tpu(
+    tmp_path,
+    "my-tpu",
+    vocabulary=vocabulary.ByteVocabulary(),
+    iterations_per_loop=3,
+  )
+  assert result == {"step": 4}
+  assert calls["setup"] == ("my-tpu", None, None, None, "batch:8")
+  estimator, max_steps, iterations_per_loop, kw = calls["train"]
+  assert (max_steps, iterations_per_loop) == (4, 3)
+  assert kw["job"] == "worker"
+  mesh_impl = estimator.mesh_impl
+  assert isinstance(mesh_impl, simd_mesh_impl.SimdMeshImpl)
+  assert mesh_impl.device_assignment is plan.device_assignment
+  assert mesh_impl.logical_to_physical == plan.logical_to_physical
+  assert calls["batch"]["targets"].shape == (dtu.BATCH, dtu.LENGTH)
 
 
 def test_run_with_an_unreachable_tpu_fails_before_building(tmp_path):
