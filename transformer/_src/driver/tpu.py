@@ -48,9 +48,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from mesh_tensorflow import simd_mesh_impl
-from transformer._src.driver import checkpoints
 from transformer._src.driver import estimator as driver
-from transformer._src.driver.config import init_checkpoint_variable_mapping
 
 __all__ = [
   "ReplicatedTrainLoop",
@@ -637,22 +635,6 @@ def _takes_an_argument(fn: Callable) -> bool:
   )
 
 
-def _initialize(estimator) -> None:
-  """Restores the latest checkpoint, else init_checkpoint (masters only)."""
-  path = estimator.latest_checkpoint()
-  if path:
-    estimator.restore(path)
-    return
-  estimator.global_step.assign(0)
-  if estimator.init_checkpoint:
-    checkpoints.init_from_checkpoint(
-      estimator.init_checkpoint,
-      estimator.checkpoint_variables(),
-      variable_filter=estimator.init_variable_filter or None,
-      name_mapping=init_checkpoint_variable_mapping,
-    )
-
-
 def train(
   estimator,
   input_fn: Callable[..., tf.data.Dataset],
@@ -700,7 +682,7 @@ def train(
     os.path.join(estimator.model_dir, "operative_config.gin"), "w"
   ) as f:
     f.write(gin.operative_config_str())
-  _initialize(estimator)
+  estimator.initialize()
   loop.copy("copy_master_to_slices")
   step = int(estimator.global_step.numpy())
   result = {"step": step}
