@@ -72,10 +72,10 @@ class TpuConnectionError(RuntimeError):
 
 
 def _describe(tpu, tpu_zone, gcp_project) -> str:
-  where = [f"zone {tpu_zone!r}" if tpu_zone else "", ""]
-  where[1] = f"project {gcp_project!r}" if gcp_project else ""
-  where = ", ".join(w for w in where if w)
-  return f"TPU {tpu!r}" + (f" ({where})" if where else "")
+  """The TPU and where it is, for error messages."""
+  where = [f"zone {tpu_zone!r}"] if tpu_zone else []
+  where += [f"project {gcp_project!r}"] if gcp_project else []
+  return f"TPU {tpu!r}" + (f" ({', '.join(where)})" if where else "")
 
 
 def resolve_tpu(
