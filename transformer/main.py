@@ -29,19 +29,25 @@ import sys
 
 from absl import app
 from absl import flags
-from absl import logging
 
 from transformer._src import quiet
 
-flags.DEFINE_string("tpu_job_name", None, "ignored (no TPU driver)")
+flags.DEFINE_string(
+  "tpu_job_name", None, "job name of the Cloud TPU workers (default: worker)"
+)
 flags.DEFINE_string(
   "model_dir",
   "/tmp/transformer_standalone",
   "directory for checkpoints, summaries and configs",
 )
-flags.DEFINE_string("tpu", None, "ignored (no TPU driver)")
-flags.DEFINE_string("gcp_project", None, "ignored (no TPU driver)")
-flags.DEFINE_string("tpu_zone", None, "ignored (no TPU driver)")
+flags.DEFINE_string(
+  "tpu",
+  None,
+  "train on this Cloud TPU: its name, local (a TPU VM's own chips) or a "
+  "grpc:// address",
+)
+flags.DEFINE_string("gcp_project", None, "GCP project of the TPU")
+flags.DEFINE_string("tpu_zone", None, "GCE zone of the TPU")
 flags.DEFINE_multi_string(
   "module_import",
   None,
@@ -93,13 +99,6 @@ def main(_) -> None:
   quiet.quiet_libraries(verbose=quiet.verbose_requested())
   if FLAGS.mesh_devices:
     _create_virtual_cpus(FLAGS.mesh_devices)
-  for name in ("tpu", "tpu_job_name", "gcp_project", "tpu_zone"):
-    if getattr(FLAGS, name):
-      logging.warning(
-        "--%s=%s is ignored: the TF2 driver runs on local devices",
-        name,
-        getattr(FLAGS, name),
-      )
   import gin  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 

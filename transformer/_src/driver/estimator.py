@@ -611,6 +611,14 @@ class Estimator:
       "Restored %s (global step %d)", path, int(self.global_step.numpy())
     )
 
+  def initialize(self) -> None:
+    """Restores the latest checkpoint of model_dir, else init_checkpoint.
+
+    For training loops other than `train` (e.g. the TPU driver's); the
+    variables must exist (a traced step created them).
+    """
+    self._initialize_from(None)
+
   def _initialize_from(self, checkpoint_path: Optional[str]) -> None:
     """Restores checkpoint_path, the latest checkpoint, or init_checkpoint."""
     path = checkpoint_path or self.latest_checkpoint()

@@ -22,6 +22,7 @@ from transformer._src.driver import evaluation as driver_eval
 from transformer._src.driver import export as driver_export
 from transformer._src.driver import learning_rate_schedules
 from transformer._src.driver import model_fn as driver_model_fn
+from transformer._src.driver import tpu as driver_tpu
 from transformer._src.driver.checkpoint_iterator import get_checkpoint_iterator
 from transformer._src.driver.config import auto_train_steps
 from transformer._src.driver.config import compute_batch_size
@@ -502,15 +503,17 @@ def run(
   latter over perplexity_eval_steps batches), "infer" (infer_model),
   "score_from_strings", "score_from_dataset", "export_infer" / "export_score"
   (a SavedModel; "export" is the deprecated alias of "export_infer").
-  tpu_job_name, tpu, gcp_project and tpu_zone name TPU resources this
-  driver does not use.
+  With `tpu` set, "train" runs on that Cloud TPU (driver/tpu.py):
+  tpu / tpu_zone / gcp_project / tpu_job_name find it, the mesh is mapped
+  onto its topology and iterations_per_loop steps run per host call; the
+  checkpoints are the CPU ones.
 
   Args:
-    tpu_job_name: accepted for the original's signature (TPUs are not driven
-      from here).
-    tpu: accepted for the original's signature (the TPU name or address).
-    gcp_project: accepted for the original's signature.
-    tpu_zone: accepted for the original's signature.
+    tpu_job_name: the job name of the TPU workers (None: "worker").
+    tpu: the Cloud TPU to train on: its name, "local" (a TPU VM's own
+      chips) or a grpc:// address; None or "" trains on local CPUs/GPUs.
+    gcp_project: the GCP project of a named TPU (None: the VM's).
+    tpu_zone: the zone of a named TPU (None: the VM's).
     model_dir: the directory for checkpoints, summaries and outputs.
     model_type: "bitransformer", "lm", "delimited_lm", "aligned" or
       "bi_student_teacher".
@@ -532,8 +535,7 @@ def run(
     mode: what to do: "train", "eval", "score_eval", "perplexity_eval", "infer",
       "score_from_strings", "score_from_dataset", "export", "export_infer" or
       "export_score".
-    iterations_per_loop: accepted for the original's signature (steps per TPU
-      loop).
+    iterations_per_loop: training steps per host call on TPU.
     save_checkpoints_steps: write a checkpoint every this many training steps.
     keep_checkpoint_max: the number of recent checkpoints kept (None: keep all).
     eval_summary_dir: the directory for the evaluation summaries (default:
@@ -581,15 +583,19 @@ def run(
     What the mode's function returns (e.g. the training metrics or the decodes).
 
   Raises:
-    ValueError: an unknown mode, or a missing required parameter.
+    ValueError: an unknown mode, a missing required parameter, a mode other
+      than "train" with a TPU, or a mesh that does not fit the TPU.
+    driver_tpu.TpuConnectionError: if the TPU cannot be reached.
   """
-  del tpu_job_name, gcp_project, tpu_zone
   if mode not in RUN_MODES:
     raise ValueError(
       "run: unknown mode %r; expected one of %s" % (mode, list(RUN_MODES))
     )
-  if tpu:
-    logging.warning("run: tpu=%r is ignored (no TPU driver in TF2 mode)", tpu)
+  if tpu and mode != "train":
+    raise ValueError(
+      "run: mode %r on Cloud TPU (tpu=%r) is not supported; run it "
+      "without --tpu on CPU/GPU: TPU checkpoints restore there" % (mode, tpu)
+    )
   for name, value in (
     ("mesh_shape", mesh_shape),
     ("layout_rules", layout_rules),
@@ -611,6 +617,12 @@ def run(
   learning_rate_schedule = _resolve_learning_rate_schedule(
     learning_rate_schedule, train_steps
   )
+  tpu_setup = None
+  if tpu:
+    tpu_setup = driver_tpu.setup_tpu(
+      tpu, tpu_zone, gcp_project, tpu_job_name, mesh_shape
+    )
+    mesh_devices = tpu_setup.mesh_devices
   estimator = get_estimator(
     model_type,
     vocabulary,
@@ -636,6 +648,10 @@ def run(
     score_in_predict_mode=mode == "export_score",
     total_train_steps=train_steps,
   )
+  if tpu_setup is not None:
+    estimator = driver_tpu.TpuEstimator(
+      estimator, tpu_setup, iterations_per_loop
+    )
   if mode == "train":
     if train_dataset_fn is None:
       raise ValueError("mode 'train' needs run.train_dataset_fn")

@@ -1,0 +1,473 @@
+"""Tests of the Cloud TPU driver (transformer/_src/driver/tpu.py).
+
+No TPU is needed: topologies are synthetic (a v3-8 and a v4-32 slice), the
+TPU step graph is built in a tf.Graph and inspected without running, and the
+same step code runs on CPU with SimdMeshImpl's collective backend.
+"""
+
+import itertools
+import shutil
+import socket
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import mesh_tensorflow as mtf
+from mesh_tensorflow import simd_mesh_impl
+from tests.transformer import driver_test_util as dtu
+from transformer import vocabulary
+from transformer._src.driver import run as driver_run
+from transformer._src.driver import tpu
+
+V3_8 = [2, 2, 1, 2]  # x, y, z, cores per chip; one host
+V4_32 = [2, 2, 4, 1]  # 16 megacore chips on 4 hosts
+V3_MESH = ("rows:4;cols:2", "batch:rows,heads:cols,d_ff:cols,vocab:cols")
+V4_MESH = ("batch:4;model:4", "batch:batch,d_ff:model,vocab:model")
+CPU_MESH = ("all:2", "heads:all,d_ff:all,vocab:all")
+
+
+def v3_8():
+  return tpu.synthetic_topology(V3_8)
+
+
+def v4_32():
+  return tpu.synthetic_topology(V4_32, num_hosts=4)
+
+
+def coordinates(plan, replica):
+  return tuple(int(c) for c in plan.device_assignment.coordinates(replica, 0))
+
+
+# --------------------------------------------------------------------------
+# Synthetic topologies and the mesh -> topology plan.
+
+
+def test_synthetic_topologies_look_like_the_slices():
+  topology = v3_8()
+  assert list(topology.mesh_shape) == V3_8
+  assert (topology.num_tasks, topology.num_tpus_per_task) == (1, 8)
+  topology = v4_32()
+  assert list(topology.mesh_shape) == V4_32
+  assert (topology.num_tasks, topology.num_tpus_per_task) == (4, 4)
+  # Host h owns the z == h plane of 2x2 chips.
+  for host in range(4):
+    zs = {int(c[2]) for c in topology.device_coordinates[host]}
+    assert zs == {host}
+  with pytest.raises(ValueError, match="3 hosts do not divide the 16"):
+    tpu.synthetic_topology(V4_32, num_hosts=3)
+  with pytest.raises(ValueError, match="4 positive ints"):
+    tpu.synthetic_topology([2, 2, 2])
+
+
+def test_plan_v3_8_one_dim_mesh_walks_the_chip_ring():
+  plan = tpu.plan_mesh("batch:8", v3_8())
+  assert plan.physical_shape == [2, 2, 2]  # [y*z, x, cores]
+  assert plan.logical_to_physical == [0, 1, 2, 3, 6, 7, 4, 5]
+  da = plan.device_assignment
+  assert (da.num_replicas, da.num_cores_per_replica) == (8, 1)
+  # Replica r is the core of physical pnum r (row-major over [y, x, core]).
+  for r in range(8):
+    y, x, core = np.unravel_index(r, [2, 2, 2])
+    assert coordinates(plan, r) == (x, y, 0, core)
+  assert len({coordinates(plan, r) for r in range(8)}) == 8
+  # Logical neighbours are on the same chip or on neighbouring chips, and
+  # the ring closes.
+  chips = [coordinates(plan, p)[:2] for p in plan.logical_to_physical]
+  for a, b in zip(chips, chips[1:] + chips[:1]):
+    assert abs(a[0] - b[0]) + abs(a[1] - b[1]) <= 1
+  assert {da.host_device(replica=r) for r in range(8)} == {
+    "/task:0/device:CPU:0"
+  }
+  assert [da.tpu_ordinal(replica=r) for r in range(8)] == [
+    v3_8().tpu_device_ordinal_at_coordinates(coordinates(plan, r))
+    for r in range(8)
+  ]
+
+
+def test_plan_v3_8_two_dim_mesh_keeps_model_groups_on_a_chip():
+  plan = tpu.plan_mesh(V3_MESH[0], v3_8())
+  mesh_impl = tpu.tpu_mesh_impl(plan, V3_MESH[1])
+  assert isinstance(mesh_impl, simd_mesh_impl.SimdMeshImpl)
+  assert mesh_impl.device_assignment is plan.device_assignment
+  # The two processors of every "cols" group are the two cores of one chip.
+  for group in mtf.processor_groups(plan.mesh_shape, [1]):
+    chips = {coordinates(plan, plan.logical_to_physical[p])[:3] for p in group}
+    assert len(chips) == 1, group
+  # The backend's replica devices are the assignment's TPU cores.
+  for r in range(8):
+    assert mesh_impl.backend.device(r) == plan.device_assignment.tpu_device(
+      replica=r
+    )
+
+
+def test_plan_v4_32_covers_every_chip_and_feeds_from_its_host():
+  topology = v4_32()
+  plan = tpu.plan_mesh(V4_MESH[0], topology)
+  assert plan.physical_shape == V4_32  # z > 1: the 4-d grid itself
+  assert sorted(plan.logical_to_physical) == list(range(16))
+  da = plan.device_assignment
+  assert (da.num_replicas, da.num_cores_per_replica) == (16, 1)
+  coords = [coordinates(plan, r) for r in range(16)]
+  assert sorted(coords) == sorted(
+    tuple(c) for c in itertools.product(range(2), range(2), range(4), [0])
+  )
+  mesh_impl = tpu.tpu_mesh_impl(plan, V4_MESH[1])
+  hosts = tpu.replica_host_devices(mesh_impl, job="worker")
+  for r in range(16):
+    task = topology.task_ordinal_at_coordinates(coords[r])
+    assert hosts[r] == "/job:worker/task:%d/device:CPU:0" % task
+    assert task == coords[r][2]
+  assert sorted(hosts.count(h) for h in set(hosts)) == [4, 4, 4, 4]
+
+
+def test_plan_with_a_hierarchical_tiling_spec():
+  spec = [("batch", None), ("model", [1, 1, 2])]
+  plan = tpu.plan_mesh("batch:4;model:2", v3_8(), spec)
+  tiling = simd_mesh_impl.HierarchicalTiling(spec, [2, 2, 2])
+  assert plan.logical_to_physical == tiling.logical_to_physical
+  with pytest.raises(ValueError, match="gives mesh 'batch:4;model:2'"):
+    tpu.plan_mesh("batch:2;model:4", v3_8(), spec)
+
+
+def test_a_mesh_that_does_not_fit_the_topology_is_a_clear_error():
+  with pytest.raises(
+    ValueError,
+    match=r"mesh_shape 'batch:16' has 16 processors but TPU 'my-tpu' "
+    r"\(topology \[2, 2, 1, 2\].*has 8 cores on 1 host",
+  ):
+    tpu.plan_mesh("batch:16", v3_8(), tpu_name="my-tpu")
+  with pytest.raises(ValueError, match="has 4 processors.*16 cores on 4"):
+    tpu.plan_mesh("batch:4", v4_32())
+
+
+# --------------------------------------------------------------------------
+# Resolving and connecting: clear errors naming the TPU.
+
+
+def test_unreachable_tpu_address_is_a_clear_error():
+  port = free_port()
+  address = "grpc://127.0.0.1:%d" % port
+  with pytest.raises(
+    tpu.TpuConnectionError,
+    match=r"TPU 'grpc://127.0.0.1:%d' is unreachable: worker "
+    r"127.0.0.1:%d does not accept connections" % (port, port),
+  ):
+    tpu.resolve_tpu(address, connect_timeout_seconds=5)
+
+
+def test_unresolvable_tpu_name_is_a_clear_error():
+  with pytest.raises(
+    tpu.TpuConnectionError,
+    match=r"cannot resolve TPU 'no-such-tpu' \(zone 'us-central2-b', "
+    r"project 'no-project'\)",
+  ):
+    tpu.resolve_tpu("no-such-tpu", "us-central2-b", "no-project")
+  with pytest.raises(tpu.TpuConnectionError, match="no TPU given"):
+    tpu.resolve_tpu("")
+
+
+def test_initialising_without_a_tpu_is_a_clear_error():
+  resolver = tpu.resolve_tpu("local")
+  with pytest.raises(
+    tpu.TpuConnectionError, match="cannot initialise TPU 'local': TPUs not"
+  ):
+    tpu.initialize_tpu(resolver, "local")
+
+
+def free_port() -> int:
+  """A local port number nothing listens on."""
+  with socket.socket() as sock:
+    sock.bind(("127.0.0.1", 0))
+    return sock.getsockname()[1]
+
+
+# --------------------------------------------------------------------------
+# The TPU step graph, built in a tf.Graph (not run).
+
+
+def all_ops(graph):
+  """The graph's ops and those of the functions it holds (while bodies)."""
+  for op in graph.get_operations():
+    yield op
+  for function in graph._functions.values():  # pylint: disable=protected-access
+    inner = getattr(function, "graph", None)
+    if inner is not None:
+      yield from all_ops(inner)
+
+
+def group_assignment(op):
+  value = tf.get_static_value(op.inputs[-1])
+  if value is None:
+    value = tf.make_ndarray(op.inputs[-1].op.get_attr("value"))
+  return [list(g) for g in np.asarray(value).tolist()]
+
+
+def expected_groups(plan, mesh_axes):
+  return [
+    [plan.logical_to_physical[p] for p in group]
+    for group in mtf.processor_groups(plan.mesh_shape, mesh_axes)
+  ]
+
+
+def build_tpu_train_graph(tmp_path, topology, mesh, iterations_per_loop):
+  plan = tpu.plan_mesh(mesh[0], topology)
+  graph = tf.Graph()
+  with graph.as_default():
+    # The TPU cores as the mesh's devices (the host has too few CPUs).
+    devices = [
+      plan.device_assignment.tpu_device(replica=r)
+      for r in range(plan.mesh_shape.size)
+    ]
+    est = dtu.estimator(tmp_path, mesh=mesh, mesh_devices=devices)
+    est.mesh_impl = tpu.tpu_mesh_impl(plan, mesh[1])
+    loop = tpu.ReplicatedTrainLoop(est, iterations_per_loop, job="worker")
+    outputs = loop.trace(loop.make_iterators(dtu.input_fn))
+  return plan, graph, loop, outputs
+
+
+def test_v3_8_step_graph_replicates_over_8_cores_in_a_host_loop(tmp_path):
+  plan, graph, loop, outputs = build_tpu_train_graph(
+    tmp_path, v3_8(), V3_MESH, iterations_per_loop=3
+  )
+  assert loop.hosts == ["/job:worker/task:0/device:CPU:0"]
+  assert sorted(outputs) == ["learning_rate", "loss", "step"]
+  ops = list(all_ops(graph))
+  (loop_op,) = [op for op in graph.get_operations() if op.type == "While"]
+  (metadata,) = [op for op in ops if op.type == "TPUReplicateMetadata"]
+  # One replicated computation of 8 replicas, inside the host while loop.
+  assert metadata.get_attr("num_replicas") == 8
+  assert metadata.graph is not graph
+  assert metadata.graph.name == loop_op.get_attr("body").name
+  assert metadata.get_attr("device_assignment") == [
+    c for r in range(8) for c in coordinates(plan, r)
+  ]
+  topology = tf.tpu.experimental.Topology(
+    serialized=metadata.get_attr("topology")
+  )
+  assert list(topology.mesh_shape) == V3_8
+  # The loop count is the while condition's bound.
+  cond = loop_op.get_attr("cond").name
+  (bound,) = [
+    tf.get_static_value(op.outputs[0])
+    for op in ops
+    if op.type == "Const" and getattr(op.graph, "name", None) == cond
+  ]
+  assert bound == 3
+  # Collectives run over the physical groups of the mesh axes.
+  allowed = {str(expected_groups(plan, axes)) for axes in ([0], [1], [0, 1])}
+  sums = [op for op in ops if op.type == "CrossReplicaSum"]
+  seen = {str(group_assignment(op)) for op in sums}
+  assert seen <= allowed
+  # The d_ff contraction sums over "cols", the gradients over "rows".
+  assert str(expected_groups(plan, [1])) in seen
+  assert str(expected_groups(plan, [0])) in seen
+  # One host pipeline feeds all 8 replicas.
+  reads = [op for op in ops if op.type == "IteratorGetNext"]
+  assert [op.device for op in reads] == ["/job:worker/task:0/device:CPU:0"]
+
+
+def test_v4_32_step_graph_each_host_feeds_its_own_replicas(tmp_path):
+  plan, graph, loop, _ = build_tpu_train_graph(
+    tmp_path, v4_32(), V4_MESH, iterations_per_loop=2
+  )
+  ops = list(all_ops(graph))
+  (metadata,) = [op for op in ops if op.type == "TPUReplicateMetadata"]
+  assert metadata.get_attr("num_replicas") == 16
+  hosts = ["/job:worker/task:%d/device:CPU:0" % h for h in range(4)]
+  assert loop.hosts == hosts
+  reads = [op for op in ops if op.type == "IteratorGetNext"]
+  assert sorted(op.device for op in reads) == hosts
+  # Each feature's replicated input takes replica r's value from the
+  # pipeline of the host owning replica r's chip.
+  feature_inputs = [
+    op
+    for op in ops
+    if op.type == "TPUReplicatedInput"
+    and op.inputs[0].op.type in ("Cast", "Identity", "IteratorGetNext")
+  ]
+  assert feature_inputs
+  for op in feature_inputs:
+    assert len(op.inputs) == 16
+    for r, tensor in enumerate(op.inputs):
+      source = tensor.op
+      while source.type != "IteratorGetNext":
+        source = source.inputs[0].op
+      task = v4_32().task_ordinal_at_coordinates(coordinates(plan, r))
+      assert source.device == hosts[task]
+  allowed = {str(expected_groups(plan, axes)) for axes in ([0], [1], [0, 1])}
+  sums = [op for op in ops if op.type == "CrossReplicaSum"]
+  assert sums and {str(group_assignment(op)) for op in sums} <= allowed
+
+
+# --------------------------------------------------------------------------
+# The same step code on CPU (collective backend).
+
+
+def simd_estimator(model_dir):
+  est = dtu.estimator(model_dir, mesh=CPU_MESH)
+  est.mesh_impl = simd_mesh_impl.SimdMeshImpl(est.mesh_shape, est.layout_rules)
+  return est
+
+
+def common_start(tmp_path, *names):
+  """Model dirs holding one step-0 checkpoint (the same initial weights)."""
+  start = dtu.estimator(tmp_path / "start", mesh=CPU_MESH)
+  start.train(dtu.input_fn, 0)
+  start.save()
+  for name in names:
+    shutil.copytree(tmp_path / "start", tmp_path / name)
+  return [tmp_path / name for name in names]
+
+
+def assert_same_checkpoints(directory, reference_directory):
+  reference = tf.train.load_checkpoint(str(reference_directory))
+  reader = tf.train.load_checkpoint(str(directory))
+  names = set(reference.get_variable_to_shape_map())
+  assert set(reader.get_variable_to_shape_map()) == names
+  for name in names:
+    np.testing.assert_allclose(
+      reader.get_tensor(name),
+      reference.get_tensor(name),
+      rtol=1e-5,
+      atol=1e-6,
+      err_msg=name,
+    )
+
+
+@pytest.mark.slow
+def test_iterations_per_loop_same_training_as_single_steps_and_placement(
+  tmp_path,
+):
+  placement_dir, single_dir, looped_dir = common_start(
+    tmp_path, "placement", "single", "looped"
+  )
+  # Placement: the Estimator's own loop.
+  expected = dtu.estimator(placement_dir, mesh=CPU_MESH).train(dtu.input_fn, 2)
+  # SIMD (collective backend), one step per call, one host.
+  one = tpu.train(
+    simd_estimator(single_dir), dtu.input_fn, 2, iterations_per_loop=1
+  )
+  # SIMD, two steps in one call, each replica fed by its own "host".
+  two = tpu.train(
+    simd_estimator(looped_dir),
+    dtu.input_fn,
+    2,
+    iterations_per_loop=2,
+    replica_hosts=["/device:CPU:0", "/device:CPU:1"],
+  )
+  assert one["step"] == two["step"] == expected["step"] == 2
+  np.testing.assert_allclose(one["loss"], expected["loss"], rtol=1e-5)
+  np.testing.assert_allclose(two["loss"], expected["loss"], rtol=1e-5)
+  # Same checkpoint names and values: either side restores the other's.
+  assert_same_checkpoints(single_dir, placement_dir)
+  assert_same_checkpoints(looped_dir, placement_dir)
+
+
+@pytest.mark.slow
+def test_checkpoints_restore_across_placement_and_simd(tmp_path):
+  straight_dir, simd_first, placement_first = common_start(
+    tmp_path, "straight", "simd_first", "placement_first"
+  )
+  expected = dtu.estimator(straight_dir, mesh=CPU_MESH).train(dtu.input_fn, 4)
+  # Two SIMD steps, then two placement steps from the SIMD checkpoint.
+  tpu.train(simd_estimator(simd_first), dtu.input_fn, 2, iterations_per_loop=2)
+  got = dtu.estimator(simd_first, mesh=CPU_MESH).train(
+    dtu.input_fn, 4, skip_seen_data=True
+  )
+  np.testing.assert_allclose(got["loss"], expected["loss"], rtol=1e-5)
+  assert_same_checkpoints(simd_first, straight_dir)
+  # Two placement steps, then two SIMD steps from the placement checkpoint.
+  dtu.estimator(placement_first, mesh=CPU_MESH).train(dtu.input_fn, 2)
+  got = tpu.train(
+    simd_estimator(placement_first),
+    dtu.input_fn,
+    4,
+    iterations_per_loop=2,
+    skip_seen_data=True,
+  )
+  assert got["step"] == 4
+  np.testing.assert_allclose(got["loss"], expected["loss"], rtol=1e-5)
+  assert_same_checkpoints(placement_first, straight_dir)
+
+
+def test_loop_needs_a_simd_mesh_impl(tmp_path):
+  est = dtu.estimator(tmp_path, mesh=CPU_MESH)
+  with pytest.raises(ValueError, match="SimdMeshImpl, got PlacementMeshImpl"):
+    tpu.ReplicatedTrainLoop(est)
+  est.mesh_impl = simd_mesh_impl.SimdMeshImpl(est.mesh_shape, est.layout_rules)
+  with pytest.raises(ValueError, match="iterations_per_loop must be >= 1"):
+    tpu.ReplicatedTrainLoop(est, 0)
+  with pytest.raises(ValueError, match="1 replica hosts given for a mesh of 2"):
+    tpu.ReplicatedTrainLoop(est, 1, replica_hosts=["/device:CPU:0"])
+
+
+# --------------------------------------------------------------------------
+# utils.run with --tpu.
+
+
+def run_with_tpu(tmp_path, tpu_name, mode="train", **kwargs):
+  return driver_run.run(
+    tpu_job_name=None,
+    tpu=tpu_name,
+    gcp_project=None,
+    tpu_zone=None,
+    model_dir=str(tmp_path),
+    mode=mode,
+    mesh_shape="batch:8",
+    layout_rules="batch:batch",
+    sequence_length=dtu.LENGTH,
+    batch_size=dtu.BATCH,
+    train_steps=4,
+    train_dataset_fn=lambda **unused: dtu.input_fn().unbatch(),
+    **kwargs,
+  )
+
+
+def test_run_with_a_tpu_trains_with_the_tpu_loop(tmp_path, monkeypatch):
+  # The TPU is replaced by a synthetic v3-8 and the training by a recorder:
+  # run() must map the mesh onto it and hand the loop its settings.
+  plan = tpu.plan_mesh("batch:8", v3_8(), tpu_name="my-tpu")
+  setup = tpu.TpuSetup("my-tpu", None, plan, "worker")
+  calls = {}
+
+  def fake_setup(*args):
+    calls["setup"] = args
+    return setup
+
+  def fake_train(estimator, input_fn, max_steps, iterations_per_loop, **kw):
+    calls["train"] = (estimator, max_steps, iterations_per_loop, kw)
+    calls["batch"] = next(iter(input_fn()))
+    return {"step": max_steps}
+
+  monkeypatch.setattr(tpu, "setup_tpu", fake_setup)
+  monkeypatch.setattr(tpu, "train", fake_train)
+  dtu.tiny_gin()
+  result = run_with_tpu(
+    tmp_path,
+    "my-tpu",
+    vocabulary=vocabulary.ByteVocabulary(),
+    iterations_per_loop=3,
+  )
+  assert result == {"step": 4}
+  assert calls["setup"] == ("my-tpu", None, None, None, "batch:8")
+  estimator, max_steps, iterations_per_loop, kw = calls["train"]
+  assert (max_steps, iterations_per_loop) == (4, 3)
+  assert kw["job"] == "worker"
+  mesh_impl = estimator.mesh_impl
+  assert isinstance(mesh_impl, simd_mesh_impl.SimdMeshImpl)
+  assert mesh_impl.device_assignment is plan.device_assignment
+  assert mesh_impl.logical_to_physical == plan.logical_to_physical
+  assert calls["batch"]["targets"].shape == (dtu.BATCH, dtu.LENGTH)
+
+
+def test_run_with_an_unreachable_tpu_fails_before_building(tmp_path):
+  port = free_port()
+  with pytest.raises(tpu.TpuConnectionError, match="is unreachable"):
+    run_with_tpu(tmp_path, "grpc://127.0.0.1:%d" % port)
+  assert not list(tmp_path.iterdir())
+
+
+def test_run_with_a_tpu_trains_only(tmp_path):
+  with pytest.raises(ValueError, match="mode 'eval' on Cloud TPU"):
+    run_with_tpu(tmp_path, "my-tpu", mode="eval")
