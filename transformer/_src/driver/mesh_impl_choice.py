@@ -173,9 +173,11 @@ def lower_on_mesh(mesh_impl: mtf.MeshImpl, build: Callable, *args) -> Any:
 
   Placement: called once. SIMD: called once per replica (in a tf.function
   or a tf.compat.v1 graph), each under its replica's device; the first
-  replica's result is returned, its tensors made to wait for every other
-  replica's tensors and ops, so fetching it runs the whole mesh (the
-  replicas' exported tensors are equal).
+  replica's result is returned, each of its tensors made to wait for every
+  tensor and op of every replica. Fetching any one of them then runs every
+  collective on every replica (in a legacy graph a collective left out on
+  one replica would stall the others); the replicas' exported tensors are
+  equal.
 
   Args:
     mesh_impl: the mesh implementation.
@@ -189,17 +191,17 @@ def lower_on_mesh(mesh_impl: mtf.MeshImpl, build: Callable, *args) -> Any:
   if not is_simd(mesh_impl):
     return build(*args)
   per_replica = mesh_impl.replicate(build, *args)
-  others = [
+  everything = [
     x
-    for result in per_replica[1:]
+    for result in per_replica
     for x in tf.nest.flatten(result)
     if isinstance(x, (tf.Tensor, tf.Operation))
   ]
 
   def after_all_replicas(x):
-    if not isinstance(x, tf.Tensor) or not others:
+    if not isinstance(x, tf.Tensor):
       return x
-    with tf.control_dependencies(others):
+    with tf.control_dependencies(everything):
       return tf.identity(x)
 
   return tf.nest.map_structure(after_all_replicas, per_replica[0])
