@@ -595,6 +595,10 @@ def test_sampled_greedy_is_identical_across_meshes():
     "eager op seeds under tf.random.set_seed (a new tf.Graph draws "
     "its own op seeds)"
   )
+  mtu.skip_under_simd(
+    "eager op seeds under tf.random.set_seed; in the SIMD tf.function the "
+    "draw's op seed depends on its position in the traced graph"
+  )
   results = []
   for mesh_shape, layout in meshes.BEAM_SEARCH[:4]:
     tf.random.set_seed(5)

@@ -59,6 +59,14 @@ flags.DEFINE_integer(
   "create this many virtual CPU devices (for a mesh on "
   "one machine); must be set before TensorFlow starts",
 )
+flags.DEFINE_enum(
+  "mesh_impl",
+  None,
+  ["auto", "placement", "simd"],
+  "the mesh implementation (overrides utils.run.mesh_impl): placement, "
+  "simd (one program per device, collectives; NCCL on GPUs) or auto "
+  "(simd on TPU hosts, else placement)",
+)
 
 FLAGS = flags.FLAGS
 
@@ -111,6 +119,9 @@ def main(_) -> None:
     importlib.import_module(module)
   utils.parse_gin_defaults_and_flags()
   _write_command_line(FLAGS.model_dir)
+  run_kwargs = {}
+  if FLAGS.mesh_impl:
+    run_kwargs["mesh_impl"] = FLAGS.mesh_impl
   try:
     utils.run(
       tpu_job_name=FLAGS.tpu_job_name,
@@ -118,6 +129,7 @@ def main(_) -> None:
       gcp_project=FLAGS.gcp_project,
       tpu_zone=FLAGS.tpu_zone,
       model_dir=FLAGS.model_dir,
+      **run_kwargs,
     )
   finally:
     with tf.io.gfile.GFile(

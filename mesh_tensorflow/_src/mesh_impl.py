@@ -93,6 +93,23 @@ class MeshImpl:
     """Whether tf control dependencies may be used between lowered ops."""
     return True
 
+  def while_loop(self, cond: Callable, body: Callable, loop_vars, **kwargs):
+    """The tf while loop running a lowered mtf.while_loop (tf.while_loop).
+
+    A mesh implementation whose processors communicate inside the loop may
+    need a particular kind of loop (see SimdMeshImpl).
+
+    Args:
+      cond: the loop condition, a function of the loop tensors.
+      body: the loop body, a function of the loop tensors.
+      loop_vars: the initial loop tensors.
+      **kwargs: further tf.while_loop arguments (e.g. maximum_iterations).
+
+    Returns:
+      the final loop tensors.
+    """
+    return tf.while_loop(cond, body, loop_vars, **kwargs)
+
   # ---------------------------------------------------------------- layouts
   def tensor_dimension_to_mesh_axis(self, tensor_dimension) -> Optional[int]:
     """The mesh axis a tensor dimension is split on, or None.

@@ -182,6 +182,25 @@ class TestBackendCollectives:
     with pytest.raises(NotImplementedError, match="while loop"):
       _run_replicas(backend, fn, [0, 1])
 
+  def test_backend_while_loop_communicates_every_iteration(self):
+    # Replica p starts at p + 1; each of 3 iterations halves the group sum:
+    # sums 10, 20, 40, so 5, 10, 20 on every replica.
+    backend = _backend(SHUFFLED)
+
+    def fn(p):
+      return backend.while_loop(
+        lambda i, x: i < 3,
+        lambda i, x: [i + 1, 0.5 * backend.allreduce_sum(x, [[0, 1, 2, 3]])],
+        [tf.constant(0), tf.constant(float(p + 1))],
+      )[1]
+
+    np.testing.assert_allclose(
+      _run_replicas(backend, fn, [0, 1, 2, 3]), [20.0] * 4
+    )
+
+  def test_collectives_use_the_ring_on_cpus(self):
+    assert _backend(DEVICES[:2]).communication_hint == "auto"
+
 
 # ----------------------------------------------------------- mtf programs
 A = mtf.Dimension("a", 4)

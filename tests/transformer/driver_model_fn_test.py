@@ -178,3 +178,36 @@ class _vocab:  # noqa: N801  pylint: disable=invalid-name
 def test_model_fn_module_exports():
   assert utils.tpu_estimator_model_fn is driver_model_fn.tpu_estimator_model_fn
   assert utils.metric_sum is driver_model_fn.metric_sum
+
+
+@pytest.mark.slow
+def test_simd_model_fn_trains_and_evaluates_like_placement(tmp_path):
+  x, y = dtu.reverse_data(dtu.BATCH)
+  results = {}
+  for mesh_impl in ("placement", "simd"):
+    model_fn = _model_fn(tmp_path / mesh_impl, mesh_impl=mesh_impl)
+    with tf.Graph().as_default():
+      tf1.set_random_seed(3)
+      features = {"inputs": tf.constant(x), "targets": tf.constant(y)}
+      train = model_fn(features, None, "train")
+      evaluate = model_fn(features, None, "eval")
+      with tf1.Session() as session:
+        _start(session, [train])
+        losses = [
+          session.run([train.train_op, train.loss])[1] for _ in range(3)
+        ]
+        train.saver_listener.begin()
+        train.saver_listener.before_save(session, 3)
+        _start(session, [evaluate])
+        results[mesh_impl] = losses + [session.run(evaluate.loss)]
+  np.testing.assert_allclose(results["simd"], results["placement"], rtol=1e-5)
+
+
+def test_simd_model_fn_cannot_decode_in_a_v1_graph(tmp_path):
+  # TF1 while loops keep the replicas' collectives apart (see
+  # CollectiveBackend.while_loop); the driver decodes in tf.functions.
+  x, _ = dtu.reverse_data(dtu.BATCH)
+  model_fn = _model_fn(tmp_path, mesh_impl="simd")
+  with tf.Graph().as_default():
+    with pytest.raises(NotImplementedError, match="while loop"):
+      model_fn({"inputs": tf.constant(x)}, None, "infer")

@@ -6,6 +6,7 @@ main_test_data.py (imported with --module_import).
 """
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -207,3 +208,38 @@ def test_unknown_tfds_dataset_is_named(tmp_path):
   )
   assert code != 0
   assert "no_such_dataset_xyz" in out
+
+
+def _last_loss(out: str) -> str:
+  lines = [line for line in out.splitlines() if line.startswith("step ")]
+  assert lines, out
+  return lines[-1].split("loss ")[1].split()[0]
+
+
+@pytest.mark.slow
+def test_mesh_impl_flag_and_binding_continue_training_alike(tmp_path):
+  # Three placement steps, then three more with --mesh_impl=simd on one copy
+  # of the model_dir and with run.mesh_impl = 'placement' on another: the
+  # same printed loss (microbatched steps, as TINY asks for).
+  first = tmp_path / "first"
+  code, out = _run(tmp_path, first, ["utils.run.train_steps = 3"])
+  assert code == 0, out
+  second = tmp_path / "second"
+  shutil.copytree(first, second)
+  steps = ["utils.run.train_steps = 6"]
+  code, simd_out = _run(tmp_path, first, steps, extra=["--mesh_impl=simd"])
+  assert code == 0, simd_out
+  code, placement_out = _run(
+    tmp_path, second, steps + ["utils.run.mesh_impl = 'placement'"]
+  )
+  assert code == 0, placement_out
+  assert "step 6/6" in simd_out and "step 6/6" in placement_out
+  assert _last_loss(simd_out) == _last_loss(placement_out)
+
+
+def test_unknown_mesh_impl_binding_is_named(tmp_path):
+  code, out = _run(
+    tmp_path, tmp_path / "m", params=["utils.run.mesh_impl = 'spmd'"]
+  )
+  assert code != 0
+  assert "unknown mesh_impl 'spmd'" in out

@@ -431,6 +431,20 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
       computation, args, [self.l2p(i) for i in range(self.size)]
     )
 
+  def while_loop(self, cond: Callable, body: Callable, loop_vars, **kwargs):
+    """The backend's tf while loop (collectives may run inside it).
+
+    Args:
+      cond: the loop condition, a function of the loop tensors.
+      body: the loop body, a function of the loop tensors.
+      loop_vars: the initial loop tensors.
+      **kwargs: further tf.while_loop arguments (e.g. maximum_iterations).
+
+    Returns:
+      the final loop tensors.
+    """
+    return self._backend.while_loop(cond, body, loop_vars, **kwargs)
+
   # ---------------------------------------------------------------- groups
   def _create_group_assignment(self, mesh_axes) -> List[List[int]]:
     """Physical pnums of the processor groups spanning mesh_axes."""

@@ -13,7 +13,7 @@ Two backends exist:
 """
 
 import abc
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -114,6 +114,20 @@ class SimdBackend(abc.ABC):
       replica's own slice inside a TPU replicate context.
     """
     return tpu_variables.ReplicatedVariable(name, list(slice_variables))
+
+  def while_loop(self, cond: Callable, body: Callable, loop_vars, **kwargs):
+    """A tf while loop of one replica's program (default: tf.while_loop).
+
+    Args:
+      cond: the loop condition, a function of the loop tensors.
+      body: the loop body, a function of the loop tensors.
+      loop_vars: the initial loop tensors.
+      **kwargs: further tf.while_loop arguments.
+
+    Returns:
+      the final loop tensors.
+    """
+    return tf.while_loop(cond, body, loop_vars, **kwargs)
 
   def local_replica_pnums(self) -> Optional[List[int]]:
     """Physical pnums whose slice variables the current program updates.

@@ -35,6 +35,7 @@ import weakref
 
 from absl import logging
 import tensorflow as tf
+from tensorflow.core.framework import attr_value_pb2
 
 from mesh_tensorflow._src.mesh_impls import simd_backend
 
@@ -140,6 +141,11 @@ class CollectiveBackend(simd_backend.SimdBackend):
         TF aborts the process (std::system_error in std::thread).
     """
     self._devices = list(devices)
+    device_types = {
+      (tf.DeviceSpec.from_string(d).device_type or "").upper()
+      for d in self._devices
+    }
+    self._communication_hint = "nccl" if device_types == {"GPU"} else "auto"
     self._timeout = float(timeout_seconds)
     if self._timeout > 0:
       logging.warning(
@@ -156,6 +162,9 @@ class CollectiveBackend(simd_backend.SimdBackend):
     # tf.Graph -> {key: tensor}: the constant inputs of collectives, made once
     # per graph, control-flow context and replica (tracing speed).
     self._constants = weakref.WeakKeyDictionary()
+    # Bodies and conditions of the while loops made by while_loop (which
+    # may hold collectives).
+    self._loop_graphs = weakref.WeakSet()
     self._prepare_tokens()
 
   @property
@@ -168,6 +177,11 @@ class CollectiveBackend(simd_backend.SimdBackend):
 
   def device(self, physical_pnum: int) -> str:
     return self._devices[physical_pnum]
+
+  @property
+  def communication_hint(self) -> str:
+    """The collectives' implementation: "nccl" on GPUs, else "auto" (ring)."""
+    return self._communication_hint
 
   # ------------------------------------------------------ replica contexts
   def _stack(self) -> list:
@@ -306,13 +320,14 @@ class CollectiveBackend(simd_backend.SimdBackend):
 
   def _run(self, op_fn: Callable, ctx: _ReplicaContext, group, key: int):
     """Builds one collective of this replica, ordered after its previous one."""
-    _check_not_in_while_loop()
+    _check_not_in_while_loop(self._loop_graphs)
     devices = [self._devices[p] for p in group]
     kwargs = dict(
       group_size=self._constant(ctx, len(group)),
       group_key=self._constant(ctx, _KEYS.group_key(devices)),
       instance_key=key,
       ordering_token=[self._token(ctx.pnum)],
+      communication_hint=self.communication_hint,
       timeout_seconds=self._timeout,
     )
     deps = []
@@ -328,6 +343,41 @@ class CollectiveBackend(simd_backend.SimdBackend):
     if legacy:
       ctx.last_collective = out.op
     return out
+
+  def while_loop(self, cond: Callable, body: Callable, loop_vars, **kwargs):
+    """A tf.while_loop whose body may issue collectives (in tf.function).
+
+    Each replica runs a loop of its own. Lowered to the frames of TF1
+    control flow (as tf.function does by default) the replicas' loops get
+    different frames, and their collectives, keyed by frame, never meet;
+    kept as a functional While op, every iteration calls the body as a
+    function of its own and the n-th collectives of all replicas pair up.
+    Legacy graphs keep TF1 loops, whose collectives are refused.
+
+    Args:
+      cond: the loop condition, a function of the loop tensors.
+      body: the loop body, a function of the loop tensors.
+      loop_vars: the initial loop tensors.
+      **kwargs: further tf.while_loop arguments.
+
+    Returns:
+      the final loop tensors.
+    """
+    if not tf.inside_function():
+      return tf.while_loop(cond, body, loop_vars, **kwargs)
+
+    def in_loop_graph(fn):
+      def traced(*args):
+        self._loop_graphs.add(tf.compat.v1.get_default_graph())
+        return fn(*args)
+
+      return traced
+
+    results = tf.while_loop(
+      in_loop_graph(cond), in_loop_graph(body), loop_vars, **kwargs
+    )
+    _keep_functional(tf.nest.flatten(results))
+    return results
 
   # ---------------------------------------------------------- collectives
   def replica_pnum(self) -> tf.Tensor:
@@ -477,12 +527,27 @@ def _connected_replicas(
   return sorted(seen)
 
 
-def _check_not_in_while_loop() -> None:
+def _keep_functional(loop_outputs: Sequence[tf.Tensor]) -> None:
+  """Marks the While op making loop_outputs to run as a functional op."""
+  for t in loop_outputs:
+    op = t.op
+    while op.type == "Identity" and op.inputs:
+      op = op.inputs[0].op
+    if op.type in ("While", "StatelessWhile"):
+      # pylint: disable-next=protected-access
+      op._set_attr(
+        "_lower_using_switch_merge", attr_value_pb2.AttrValue(b=False)
+      )
+      return
+
+
+def _check_not_in_while_loop(functional_loop_graphs=()) -> None:
   """NotImplementedError inside a tf.while_loop body or condition.
 
-  On TF 2.21 collectives issued from the separate while loops of the
-  replicas never meet (each replica's loop runs its own body invocations),
-  so the program would hang; fail while tracing instead.
+  On TF 2.21 collectives issued from the separate TF1-style (frame) while
+  loops of the replicas never meet (collectives are keyed by frame), so the
+  program would hang; fail while tracing instead. The functional loops of
+  CollectiveBackend.while_loop (graphs in functional_loop_graphs) are fine.
   """
   message = (
     "the SimdMeshImpl collective backend cannot communicate inside "
@@ -497,7 +562,10 @@ def _check_not_in_while_loop() -> None:
       raise NotImplementedError(message)
     context = context.outer_context
   while graph is not None:  # tf.function (while_v2)
-    if type(graph).__name__ in ("WhileBodyFuncGraph", "WhileCondFuncGraph"):
+    if graph not in functional_loop_graphs and type(graph).__name__ in (
+      "WhileBodyFuncGraph",
+      "WhileCondFuncGraph",
+    ):
       raise NotImplementedError(message)
     graph = getattr(graph, "outer_graph", None)
 

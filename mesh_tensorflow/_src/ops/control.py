@@ -408,7 +408,9 @@ class WhileLoopOperation(Operation):
           new_values.append(mesh_impl.slicewise(tf.add, acc, term))
       return flatten(new_values)
 
-    results = tf.while_loop(cond, body, flatten(initial), **self._tf_kwargs)
+    results = mesh_impl.while_loop(
+      cond, body, flatten(initial), **self._tf_kwargs
+    )
     results = unflatten(results)
     for i, (out, value) in enumerate(zip(self._outputs, results)):
       # back_prop=False semantics: nothing flows back through the loop.

@@ -30,11 +30,12 @@ from tensorflow.core.framework import summary_pb2
 from tensorflow.python.eager import context as eager_context  # pylint: disable=g-direct-tensorflow-import
 
 import mesh_tensorflow as mtf
-from mesh_tensorflow import placement_mesh_impl
 from transformer._src.driver import checkpoints
 from transformer._src.driver import evaluation
+from transformer._src.driver import mesh_impl_choice
 from transformer._src.driver.config import init_checkpoint_variable_mapping
 from transformer._src.driver.config import serialize_num_microbatches
+from transformer._src.driver.mesh_impl_choice import mesh_devices_for
 from transformer._src.layers.context import ModeKeys
 from transformer._src.models.unitransformer import Unitransformer
 from transformer._src.models.unitransformer import autoregressive_inputs
@@ -90,43 +91,6 @@ def model_features(features: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
   return {
     k: tf.cast(v, tf.int32) for k, v in features.items() if k in MODEL_FEATURES
   }
-
-
-def mesh_devices_for(mesh_shape, mesh_devices=None) -> List[str]:
-  """Devices for a PlacementMeshImpl: mesh_devices, else the first N local.
-
-  GPUs are used when there are enough of them, else (virtual) CPUs.
-
-  Raises:
-    ValueError: if fewer devices exist than the mesh has processors.
-  """
-  mesh_shape = mtf.convert_to_shape(mesh_shape)
-  size = mesh_shape.size
-  if mesh_devices:
-    devices = list(mesh_devices)
-    if len(devices) != size:
-      raise ValueError(
-        "mesh_devices has %d devices but mesh_shape %s has %d "
-        "processors" % (len(devices), mesh_shape.to_string, size)
-      )
-    return devices
-  if not mesh_shape.dims:
-    return [""]
-  for kind in ("GPU", "CPU"):
-    local = tf.config.list_logical_devices(kind)
-    if len(local) >= size:
-      return [d.name for d in local[:size]]
-  raise ValueError(
-    "mesh_shape %s needs %d devices but this process has %d CPU device(s); "
-    "create virtual CPUs before TensorFlow starts (python -m transformer.main "
-    "--mesh_devices=%d) or set run.mesh_devices"
-    % (
-      mesh_shape.to_string,
-      size,
-      len(tf.config.list_logical_devices("CPU")),
-      size,
-    )
-  )
 
 
 def feature_length(sequence_length, key: str) -> int:
@@ -197,9 +161,13 @@ class Estimator:
       called as predict_fn(model, features, variable_dtype).
     model_info_file: a file to write the model's variable names and shapes to
       (None: do not write).
+    mesh_impl: the mesh implementation: "placement", "simd" (one program per
+      processor; collectives over the local CPUs/GPUs) or "auto" (SIMD on
+      TPU hosts, else placement). See mesh_impl_choice.
 
   Raises:
-    ValueError: if outer_batch_size does not divide batch_size.
+    ValueError: if outer_batch_size does not divide batch_size, or for an
+      unknown mesh_impl or a mesh larger than the devices.
   """
 
   def __init__(
@@ -229,6 +197,7 @@ class Estimator:
     ensemble_inputs: Optional[int] = None,
     predict_fn: Optional[Callable] = None,
     model_info_file: Optional[str] = None,
+    mesh_impl: str = "auto",
   ):
     self.model_type = model_type
     self.model = transformer_model
@@ -260,10 +229,10 @@ class Estimator:
     self.ensemble_inputs = int(ensemble_inputs) if ensemble_inputs else None
     self.predict_fn = predict_fn
     self.model_info_file = model_info_file
-    self.devices = mesh_devices_for(self.mesh_shape, mesh_devices)
-    self.mesh_impl = placement_mesh_impl.PlacementMeshImpl(
-      self.mesh_shape, self.layout_rules, self.devices
+    self.mesh_impl = mesh_impl_choice.make_mesh_impl(
+      mesh_impl, self.mesh_shape, self.layout_rules, mesh_devices
     )
+    self.devices = self.mesh_impl.devices  # None for SIMD on TPU
     self.store = mtf.VariableStore()
     self.global_step = mtf.optimize.get_or_create_global_step()
     self._train_fn: Optional[_PhaseFn] = None
@@ -411,6 +380,21 @@ class Estimator:
       return optimizer()
     return optimizer(learning_rate=learning_rate)
 
+  def lower_on_mesh(self, build: Callable, *args):
+    """build(*args) (builds and lowers an mtf graph) on the estimator's mesh.
+
+    Once for placement, once per replica for SIMD (see
+    mesh_impl_choice.lower_on_mesh).
+
+    Args:
+      build: a function lowering an mtf graph on self.mesh_impl.
+      *args: passed to build.
+
+    Returns:
+      What build returns (the first replica's, for SIMD).
+    """
+    return mesh_impl_choice.lower_on_mesh(self.mesh_impl, build, *args)
+
   def build_train_graph(self, features: Dict[str, tf.Tensor]):
     """Builds and lowers one training step over tf `features`.
 
@@ -424,6 +408,9 @@ class Estimator:
     Returns:
       A (lowering, loss, updates, learning_rate) tuple.
     """
+    return self.lower_on_mesh(self._train_graph, features)
+
+  def _train_graph(self, features: Dict[str, tf.Tensor]):
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
     with mtf.variable_store(self.store):

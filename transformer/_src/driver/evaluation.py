@@ -45,6 +45,10 @@ def teacher_forced_graph(est, features: Dict[str, tf.Tensor]):
   and per-token cross-entropy / argmax, each shaped like features'
   "targets" ([ensemble?, batch, length]).
   """
+  return est.lower_on_mesh(_teacher_forced_on_mesh, est, features)
+
+
+def _teacher_forced_on_mesh(est, features: Dict[str, tf.Tensor]):
   graph = mtf.Graph()
   mesh = mtf.Mesh(graph, "mesh")
   with mtf.variable_store(est.store):
@@ -207,6 +211,12 @@ def decode_graph(est, inputs: tf.Tensor, **decode_kwargs):
   predict_fn(model=, features=, variable_dtype=) replaces the model's own
   decoding when given.
   """
+  return est.lower_on_mesh(
+    lambda: _decode_on_mesh(est, inputs, **decode_kwargs)
+  )
+
+
+def _decode_on_mesh(est, inputs: tf.Tensor, **decode_kwargs):
   graph = mtf.Graph()
   mesh = mtf.Mesh(graph, "mesh")
   with mtf.variable_store(est.store):

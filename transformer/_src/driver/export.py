@@ -173,6 +173,7 @@ def export_model(
     variable_dtype=dtype,
     mesh_devices=["/cpu:0"],
     predict_fn=estimator.predict_fn,
+    mesh_impl="placement",  # one device, whatever the training mesh ran on
   )
   est.prepare(checkpoint_path)
   lengths = est.sequence_length

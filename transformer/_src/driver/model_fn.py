@@ -266,8 +266,10 @@ def tpu_estimator_model_fn(
   mesh_devices=None,
   model_info_file=None,
   hierarchical_tiling_spec=None,
+  *,
+  mesh_impl: str = "auto",
 ) -> ModelFn:
-  """The model_fn of a transformer on a PlacementMeshImpl (see ModelFn).
+  """The model_fn of a transformer on a mesh (see ModelFn).
 
   use_tpu, tpu_summaries and hierarchical_tiling_spec concern TPUs, which
   this driver does not run; they are accepted and logged.
@@ -319,6 +321,8 @@ def tpu_estimator_model_fn(
       (None: do not write).
     hierarchical_tiling_spec: accepted and logged (a TPU device-order
       HierarchicalTiling spec; TPUs are not run here).
+    mesh_impl: "placement", "simd" or "auto" (SIMD on TPU hosts, else
+      placement): the mesh implementation of the driver.Estimator.
 
   Returns:
     A ModelFn: callable as model_fn(features, labels, mode, params).
@@ -327,7 +331,7 @@ def tpu_estimator_model_fn(
     logging.warning(
       "tpu_estimator_model_fn: use_tpu / tpu_summaries / "
       "hierarchical_tiling_spec are ignored; the model runs on "
-      "local devices (PlacementMeshImpl)"
+      "local devices"
     )
   kwargs = dict(
     model_type=model_type,
@@ -352,5 +356,6 @@ def tpu_estimator_model_fn(
     ensemble_inputs=ensemble_inputs,
     predict_fn=predict_fn,
     model_info_file=model_info_file,
+    mesh_impl=mesh_impl,
   )
   return ModelFn(kwargs, score_in_predict_mode)

@@ -74,6 +74,7 @@ def get_estimator(
   *,
   log_every_steps: int = 100,
   total_train_steps=None,
+  mesh_impl: str = "auto",
 ) -> driver.Estimator:
   """A driver.Estimator for the model (the TPUEstimator's replacement).
 
@@ -123,6 +124,8 @@ def get_estimator(
       decoding.
     log_every_steps: log the loss every this many training steps.
     total_train_steps: the training length the learning-rate schedule assumes.
+    mesh_impl: "placement", "simd" or "auto" (SIMD on TPU hosts, else
+      placement): how the mesh runs (see mesh_impl_choice).
 
   Returns:
     A driver.Estimator.
@@ -164,6 +167,7 @@ def get_estimator(
     init_checkpoint=init_checkpoint,
     ensemble_inputs=ensemble_inputs,
     mesh_devices=mesh_devices,
+    mesh_impl=mesh_impl,
   )
   estimator = model_fn.estimator
   estimator.log_every_steps = max(1, int(log_every_steps))
@@ -494,6 +498,8 @@ def run(
   output_eval_examples=True,
   checkpoint_input_pipeline=False,
   eval_dir_suffix=None,
+  *,
+  mesh_impl="auto",
 ):
   """Runs `mode` as configured by gin; returns the mode's result.
 
@@ -578,6 +584,8 @@ def run(
     checkpoint_input_pipeline: accepted for the original's signature; not
       supported (logs a warning).
     eval_dir_suffix: appended as "_<suffix>" to each eval summary directory.
+    mesh_impl: "placement", "simd" or "auto" (the default: SIMD on TPU
+      hosts, else placement): how the mesh runs; flag --mesh_impl.
 
   Returns:
     What the mode's function returns (e.g. the training metrics or the decodes).
@@ -647,6 +655,7 @@ def run(
     mesh_devices=mesh_devices,
     score_in_predict_mode=mode == "export_score",
     total_train_steps=train_steps,
+    mesh_impl=mesh_impl,
   )
   if tpu_setup is not None:
     estimator = driver_tpu.TpuEstimator(

@@ -1,0 +1,207 @@
+"""The driver's choice of mesh implementation: placement or SIMD.
+
+`utils.run.mesh_impl` (flag `--mesh_impl`) picks how the Estimator lowers
+its mtf graphs:
+
+- "placement": mtf.placement_mesh_impl.PlacementMeshImpl, one program that
+  places every processor's slice on its device.
+- "simd": mtf.simd_mesh_impl.SimdMeshImpl, one program per processor; on
+  local CPUs/GPUs with the collective backend (NCCL on GPUs), on TPU hosts
+  with the TPU backend.
+- "auto" (the default): "simd" when the process sees TPUs, else "placement".
+
+Both keep the variables' full-shape masters under the same names, so their
+checkpoints are interchangeable. `lower_on_mesh` runs a graph-building
+function the way the implementation needs (once, or once per replica).
+
+Example:
+  mesh_impl = make_mesh_impl("simd", "batch:4", "batch:batch")
+  loss = lower_on_mesh(mesh_impl, build_and_lower_loss, features)
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, List, Optional, Sequence
+
+import tensorflow as tf
+
+import mesh_tensorflow as mtf
+from mesh_tensorflow import placement_mesh_impl
+from mesh_tensorflow import simd_mesh_impl
+
+__all__ = [
+  "MESH_IMPLS",
+  "is_simd",
+  "lower_on_mesh",
+  "make_mesh_impl",
+  "mesh_devices_for",
+  "resolve_mesh_impl",
+]
+
+MESH_IMPLS = ("auto", "placement", "simd")
+
+
+def resolve_mesh_impl(mesh_impl: str) -> str:
+  """The implementation ("placement" or "simd") a mesh_impl setting names.
+
+  Args:
+    mesh_impl: "auto", "placement" or "simd" (any case).
+
+  Returns:
+    "placement" or "simd"; "auto" is "simd" when TPUs are visible.
+
+  Raises:
+    ValueError: for any other value.
+  """
+  name = str(mesh_impl).strip().lower()
+  if name not in MESH_IMPLS:
+    raise ValueError(
+      "unknown mesh_impl %r; expected one of %s (run.mesh_impl or "
+      "--mesh_impl)" % (mesh_impl, ", ".join(MESH_IMPLS))
+    )
+  if name == "auto":
+    return "simd" if tf.config.list_logical_devices("TPU") else "placement"
+  return name
+
+
+def mesh_devices_for(
+  mesh_shape, mesh_devices: Optional[Sequence[str]] = None
+) -> List[str]:
+  """The devices of a mesh's processors: mesh_devices, else the first N local.
+
+  GPUs are used when there are enough of them, else (virtual) CPUs.
+
+  Args:
+    mesh_shape: an mtf.Shape or a string like "batch:4".
+    mesh_devices: explicit device names, one per processor (None: local
+      devices).
+
+  Returns:
+    A list of mesh_shape.size device names ([""] for an empty mesh).
+
+  Raises:
+    ValueError: if mesh_devices has the wrong length, or fewer local devices
+      exist than the mesh has processors.
+  """
+  mesh_shape = mtf.convert_to_shape(mesh_shape)
+  size = mesh_shape.size
+  if mesh_devices:
+    devices = list(mesh_devices)
+    if len(devices) != size:
+      raise ValueError(
+        "mesh_devices has %d devices but mesh_shape %s has %d "
+        "processors" % (len(devices), mesh_shape.to_string, size)
+      )
+    return devices
+  if not mesh_shape.dims:
+    return [""]
+  for kind in ("GPU", "CPU"):
+    local = tf.config.list_logical_devices(kind)
+    if len(local) >= size:
+      return [d.name for d in local[:size]]
+  raise ValueError(
+    "mesh_shape %s needs %d devices but this process has %d CPU device(s); "
+    "create virtual CPUs before TensorFlow starts (python -m transformer.main "
+    "--mesh_devices=%d) or set run.mesh_devices"
+    % (
+      mesh_shape.to_string,
+      size,
+      len(tf.config.list_logical_devices("CPU")),
+      size,
+    )
+  )
+
+
+def make_mesh_impl(
+  mesh_impl: str,
+  mesh_shape,
+  layout_rules,
+  mesh_devices: Optional[Sequence[str]] = None,
+) -> mtf.MeshImpl:
+  """The mesh implementation the driver lowers its graphs with.
+
+  Args:
+    mesh_impl: "auto", "placement" or "simd".
+    mesh_shape: an mtf.Shape or a string like "batch:2;model:2".
+    layout_rules: an mtf.LayoutRules or a string like "batch:batch".
+    mesh_devices: the device of each processor (None: the first local GPUs,
+      else CPUs; on a TPU host with "simd", the TPU replicas).
+
+  Returns:
+    A PlacementMeshImpl or a SimdMeshImpl.
+
+  Raises:
+    ValueError: an unknown mesh_impl, or a mesh larger than the devices.
+  """
+  name = resolve_mesh_impl(mesh_impl)
+  mesh_shape = mtf.convert_to_shape(mesh_shape)
+  layout_rules = mtf.convert_to_layout_rules(layout_rules)
+  if name == "simd" and not mesh_devices:
+    if tf.config.list_logical_devices("TPU"):
+      return simd_mesh_impl.SimdMeshImpl(
+        mesh_shape, layout_rules, backend="tpu"
+      )
+  try:
+    devices = mesh_devices_for(mesh_shape, mesh_devices)
+  except ValueError as e:
+    raise ValueError("mesh_impl %r: %s" % (name, e)) from None
+  if name == "placement":
+    return placement_mesh_impl.PlacementMeshImpl(
+      mesh_shape, layout_rules, devices
+    )
+  if devices == [""]:  # An empty mesh: one replica on the default device.
+    devices = [tf.config.list_logical_devices("CPU")[0].name]
+  return simd_mesh_impl.SimdMeshImpl(
+    mesh_shape, layout_rules, devices, backend="collective"
+  )
+
+
+def is_simd(mesh_impl: mtf.MeshImpl) -> bool:
+  """Whether mesh_impl runs one program per processor (SimdMeshImpl).
+
+  Args:
+    mesh_impl: a mesh implementation.
+
+  Returns:
+    True for a SimdMeshImpl.
+  """
+  return isinstance(mesh_impl, simd_mesh_impl.SimdMeshImpl)
+
+
+def lower_on_mesh(mesh_impl: mtf.MeshImpl, build: Callable, *args) -> Any:
+  """build(*args), which builds and lowers an mtf graph, run on mesh_impl.
+
+  Placement: called once. SIMD: called once per replica (in a tf.function
+  or a tf.compat.v1 graph), each under its replica's device; the first
+  replica's result is returned, each of its tensors made to wait for every
+  tensor and op of every replica. Fetching any one of them then runs every
+  collective on every replica (in a legacy graph a collective left out on
+  one replica would stall the others); the replicas' exported tensors are
+  equal.
+
+  Args:
+    mesh_impl: the mesh implementation.
+    build: a function lowering an mtf graph on mesh_impl; it returns tensors,
+      ops and other objects (e.g. its mtf.Lowering) in any nest.
+    *args: passed to build.
+
+  Returns:
+    What build returns (the first replica's, for SIMD).
+  """
+  if not is_simd(mesh_impl):
+    return build(*args)
+  per_replica = mesh_impl.replicate(build, *args)
+  everything = [
+    x
+    for result in per_replica
+    for x in tf.nest.flatten(result)
+    if isinstance(x, (tf.Tensor, tf.Operation))
+  ]
+
+  def after_all_replicas(x):
+    if not isinstance(x, tf.Tensor):
+      return x
+    with tf.control_dependencies(everything):
+      return tf.identity(x)
+
+  return tf.nest.map_structure(after_all_replicas, per_replica[0])
