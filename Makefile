@@ -11,7 +11,7 @@ V1_TESTS := tests/ops tests/layers tests/optimizers tests/beam_search_test.py \
 	tests/variables_test.py tests/fidelity_test.py \
 	tests/transformer/layer_stack_test.py tests/transformer/unitransformer_test.py \
 	tests/transformer/bitransformer_test.py tests/transformer/attention_layers_test.py \
-	tests/transformer/dense_layers_test.py
+	tests/transformer/dense_layers_test.py tests/transformer/moe_test.py
 
 .PHONY: demo test test-fast lint bench clean
 
