@@ -159,6 +159,16 @@ def test_legacy_tf1_mode_trains_scores_and_decodes_as_tf2(tmp_path):
   assert len(v1["scores"]) == 4 and all(s < 0 for s in v1["scores"])
 
 
+def test_estimator_made_in_a_v1_graph_trains_eagerly(tmp_path):
+  """As TF1 programs do: the driver's variables stay eager, so it trains."""
+  with tf.Graph().as_default() as graph:
+    est = dtu.estimator(tmp_path, mesh=dtu.MESH_1)
+    out = est.train(dtu.input_fn, 1)
+    assert not graph.get_operations()  # nothing went into the caller's graph
+  assert out["step"] == 1 and np.isfinite(out["loss"])
+  assert int(est.global_step.numpy()) == 1
+
+
 def test_schedule_of_a_python_step_is_a_tensor_in_a_v1_graph():
   with tf.Graph().as_default():
     rate = learning_rate_schedules.linear_decay_learning_rate(

@@ -202,6 +202,9 @@ class Estimator:
     ValueError: if outer_batch_size does not divide batch_size.
   """
 
+  # Eager also in legacy mode, as the other entry points: the global step (and
+  # every variable the Estimator makes) must be an eager resource variable.
+  @eager_in_legacy_mode
   def __init__(
     self,
     model_type: str,
