@@ -7,11 +7,24 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat setup.py | cksum | cut -d' ' -f1)
 PYTEST_WORKERS ?= 2
 # The legacy TF1 pass (tf.compat.v1.disable_v2_behavior() before any test).
+# t5_model_test is left out for time: it traces whole T5 models and their
+# gradients once per layout, which costs about as much in both modes, and the
+# TF2 pass runs it. decode_padding_test is left out as its sampled-decode test
+# needs eager random draws (a v1 graph seeds unseeded ops by op count).
 V1_TESTS := tests/ops tests/layers tests/optimizers tests/beam_search_test.py \
 	tests/variables_test.py tests/fidelity_test.py \
 	tests/transformer/layer_stack_test.py tests/transformer/unitransformer_test.py \
 	tests/transformer/bitransformer_test.py tests/transformer/attention_layers_test.py \
-	tests/transformer/dense_layers_test.py
+	tests/transformer/dense_layers_test.py tests/transformer/moe_test.py \
+	tests/transformer/adaptive_softmax_test.py tests/transformer/attention_core_test.py \
+	tests/transformer/attention_variants_test.py tests/transformer/embeddings_test.py \
+	tests/transformer/evolved_transformer_test.py \
+	tests/transformer/experts_attention_test.py tests/transformer/fixup_layers_test.py \
+	tests/transformer/funnel_transformer_test.py tests/transformer/memory_layers_test.py \
+	tests/transformer/transformer_conv_layers_test.py \
+	tests/transformer/universal_transformer_test.py \
+	tests/transformer/vocab_embeddings_test.py \
+	tests/transformer/learning_rate_schedules_test.py
 
 .PHONY: demo test test-fast lint bench clean
 

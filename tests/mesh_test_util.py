@@ -12,7 +12,8 @@ returns replica 0's values (and checks that every replica exported the same).
 With the environment variable MTF_TEST_MESH_IMPL=simd, every multi-processor
 run_program call runs in mode "simd", whatever mode it asks for (SIMD_ENV).
 With MTF_TEST_TF_MODE=v1 (TF2 behaviour disabled, see conftest.py), there is
-no eager execution: "eager" and "function" runs become "graph" runs (TF1_ENV).
+no eager execution: "eager" and "function" runs become "graph" runs (TF1_ENV),
+whose graph takes the global seed as a tf.function's would.
 """
 
 import os
@@ -21,6 +22,7 @@ from typing import Callable, List, Sequence
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.python.eager import context  # pylint: disable=g-direct-tensorflow-import
 
 import mesh_tensorflow as mtf
 from mesh_tensorflow import placement_mesh_impl
@@ -168,7 +170,11 @@ def run_program(
   """Builds, lowers and runs an mtf program; returns numpy outputs."""
   if mode == "simd" or (SIMD_ENV and mtf.convert_to_shape(mesh_shape).size > 1):
     return run_simd(build_fn, mesh_shape, layout)
+  seed = None
   if TF1_ENV and mode in ("eager", "function"):
+    # The graph run stands in for a tf.function, which takes the global seed
+    # set (eagerly) by tf.random.set_seed when it traces: give it that seed.
+    seed = context.global_seed()
     mode = "graph"
   if mode == "eager":
     with mtf.variable_store(mtf.VariableStore()):
@@ -184,7 +190,9 @@ def run_program(
 
     return [np.asarray(t) for t in fn()]
   if mode == "graph":
-    with tf.Graph().as_default():
+    with tf.Graph().as_default() as graph:
+      if seed is not None:
+        graph.seed = seed
       lowering, tensors = _build_and_export(build_fn, mesh_shape, layout)
       init = tf.compat.v1.global_variables_initializer()
       local_init = tf.compat.v1.local_variables_initializer()

@@ -266,6 +266,14 @@ def _outermost_traced_function() -> Optional[object]:
 
   Its Python frames are on the stack while its function body runs; a traced
   function called from inside another's trace belongs to that outer one.
+
+  Why the stack: TensorFlow (2.21) has no public way to ask which tf.function
+  is tracing. What tracing does expose changes from one trace to the next: the
+  default graph is a new FuncGraph per trace, and the variable creator scope a
+  tf.function installs differs between its first trace and later ones. A store
+  keyed on either would be new in a re-trace, which would then create
+  tf.Variables again, and tf.function rejects that ("only supports singleton
+  tf.Variables created on the first call").
   """
   found = None
   frame = sys._getframe(1)  # pylint: disable=protected-access

@@ -26,9 +26,9 @@ REPO = os.path.dirname(
   os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 )
 
-# Trains 3 steps with get_estimator + train_model, scores, decodes, and
-# runs 3 steps of the tpu_estimator_model_fn in a Session; prints the numbers
-# as JSON. argv: "v1" or "v2", a model directory.
+# Trains 3 steps with get_estimator + train_model, scores, decodes, runs 3
+# steps of the tpu_estimator_model_fn in a Session, and utils.run's train, eval
+# and infer modes; prints the numbers as JSON. argv: "v1" or "v2", a model directory.
 _PROGRAM = textwrap.dedent("""
     import json, os, sys
     sys.path[:0] = [%(repo)r]
@@ -78,10 +78,44 @@ _PROGRAM = textwrap.dedent("""
           hook.after_create_session(session, None)
         fn_losses = [float(session.run([spec.train_op, spec.loss])[1])
                      for _ in range(3)]
+
+    # utils.run as a launcher calls it: train, eval, then infer from a file.
+    import gin
+    from transformer import dataset
+    run_dir = sys.argv[2] + "_run"
+    os.makedirs(run_dir)
+    with open(os.path.join(run_dir, "inputs.txt"), "w") as f:
+      f.write("abc\\nxyz\\n")
+    decode_params = "mesh_tensorflow.transformer.utils.decode_from_file."
+    gin.bind_parameter(decode_params + "input_filename",
+                       os.path.join(run_dir, "inputs.txt"))
+    gin.bind_parameter(decode_params + "output_filename",
+                       os.path.join(run_dir, "decodes"))
+    def eval_dataset_fn(sequence_length, vocabulary, dataset_split):
+      del sequence_length, vocabulary, dataset_split
+      return [dataset.EvalDataset(
+          "rev", lambda: dataset_fn(None, None, None).take(16), None,
+          [lambda targets, predictions: {"same": float(
+              sum(t == p for t, p in zip(targets, predictions)))}])]
+    def run(mode):
+      return utils.run(
+          None, None, None, None, run_dir, vocabulary=vocab,
+          train_dataset_fn=dataset_fn, eval_dataset_fn=eval_dataset_fn,
+          mode=mode, batch_size=u.BATCH, train_steps=3,
+          sequence_length=u.LENGTH, mesh_shape="", layout_rules="",
+          learning_rate_schedule=0.01, eval_checkpoint_step=-1)
+    run_train = run("train")
+    run_eval = run("eval")["rev"]
+    run("infer")
+    with open(os.path.join(run_dir, "decodes-3")) as f:
+      run_infer = f.read()  # a decode may hold a newline byte
     print("RESULT " + json.dumps({
         "train_loss": train["loss"], "step": train["step"],
         "scores": scores, "decoded": decoded,
-        "model_fn_losses": fn_losses}))
+        "model_fn_losses": fn_losses,
+        "run_train": {k: float(v) for k, v in run_train.items()},
+        "run_eval": {k: float(v) for k, v in run_eval.items()},
+        "run_infer": run_infer}))
 """)
 
 
@@ -111,8 +145,28 @@ def test_legacy_tf1_mode_trains_scores_and_decodes_as_tf2(tmp_path):
     v1["model_fn_losses"], v2["model_fn_losses"], rtol=1e-6
   )
   assert v1["decoded"] == v2["decoded"]
+  # utils.run: the same training, evaluation and decodes in both modes.
+  assert v1["run_train"]["step"] == v2["run_train"]["step"] == 3
+  assert sorted(v1["run_eval"]) == sorted(v2["run_eval"])
+  assert "same" in v1["run_eval"] and len(v1["run_eval"]) > 1
+  for name, value in v2["run_eval"].items():
+    np.testing.assert_allclose(v1["run_eval"][name], value, rtol=1e-6)
+  np.testing.assert_allclose(
+    v1["run_train"]["loss"], v2["run_train"]["loss"], rtol=1e-6
+  )
+  assert v1["run_infer"] == v2["run_infer"] and v1["run_infer"]
   assert np.isfinite(v1["train_loss"]) and len(v1["decoded"]) == 2
   assert len(v1["scores"]) == 4 and all(s < 0 for s in v1["scores"])
+
+
+def test_estimator_made_in_a_v1_graph_trains_eagerly(tmp_path):
+  """As TF1 programs do: the driver's variables stay eager, so it trains."""
+  with tf.Graph().as_default() as graph:
+    est = dtu.estimator(tmp_path, mesh=dtu.MESH_1)
+    out = est.train(dtu.input_fn, 1)
+    assert not graph.get_operations()  # nothing went into the caller's graph
+  assert out["step"] == 1 and np.isfinite(out["loss"])
+  assert int(est.global_step.numpy()) == 1
 
 
 def test_schedule_of_a_python_step_is_a_tensor_in_a_v1_graph():

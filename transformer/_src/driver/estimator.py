@@ -170,6 +170,9 @@ class Estimator:
       unknown mesh_impl or a mesh larger than the devices.
   """
 
+  # Eager also in legacy mode, as the other entry points: the global step (and
+  # every variable the Estimator makes) must be an eager resource variable.
+  @eager_in_legacy_mode
   def __init__(
     self,
     model_type: str,
