@@ -16,6 +16,7 @@ from absl import logging
 import gin
 import tensorflow as tf
 
+from transformer._src.driver import cluster as driver_cluster
 from transformer._src.driver import decode as driver_decode
 from transformer._src.driver import estimator as driver
 from transformer._src.driver import evaluation as driver_eval
@@ -73,12 +74,15 @@ def get_estimator(
   *,
   log_every_steps: int = 100,
   total_train_steps=None,
+  cluster_timeout: float = driver_cluster.DEFAULT_TIMEOUT_SECONDS,
 ) -> driver.Estimator:
   """A driver.Estimator for the model (the TPUEstimator's replacement).
 
   Built through the gin-configurable tpu_estimator_model_fn, so its gin
-  bindings apply. tpu_job_name / cluster / iterations_per_loop are accepted
-  for the original's signature; TPUs are not driven from here.
+  bindings apply. tpu_job_name / iterations_per_loop are accepted for the
+  original's signature; TPUs are not driven from here. With a cluster (the
+  `cluster` argument, else TF_CONFIG) the process connects to its tasks and
+  the mesh defaults to the "worker" job's devices (driver/cluster.py).
 
   Args:
     model_type: "bitransformer", "lm", "delimited_lm", "aligned" or
@@ -113,7 +117,10 @@ def get_estimator(
       from here).
     iterations_per_loop: accepted for the original's signature (steps per TPU
       loop).
-    cluster: accepted for the original's signature (a TPU cluster resolver).
+    cluster: the cluster whose "worker" tasks hold the mesh: a
+      tf.distribute.cluster_resolver resolver, a tf.train.ClusterSpec, a
+      {job: [addresses]} dict or a "host:port,host:port" string of the worker
+      tasks; None reads TF_CONFIG (no TF_CONFIG: local devices only).
     init_checkpoint: a checkpoint to initialize the variables from when
       model_dir has none.
     mesh_devices: the device names of the mesh's processors (default: the local
@@ -122,6 +129,7 @@ def get_estimator(
       decoding.
     log_every_steps: log the loss every this many training steps.
     total_train_steps: the training length the learning-rate schedule assumes.
+    cluster_timeout: seconds to wait for the cluster's tasks to answer.
 
   Returns:
     A driver.Estimator.
@@ -129,12 +137,15 @@ def get_estimator(
   Raises:
     ValueError: without a vocabulary.
   """
-  del tpu_job_name, cluster, iterations_per_loop
+  del tpu_job_name, iterations_per_loop
   if vocabulary is None:
     raise ValueError(
       "run.vocabulary is required (e.g. "
       "run.vocabulary = @vocabulary.ByteVocabulary())"
     )
+  connected = driver_cluster.connect(cluster, timeout=cluster_timeout)
+  if connected is not None and not mesh_devices:
+    mesh_devices = connected.mesh_devices(mesh_shape)
   model = build_model(
     model_type=model_type,
     input_vocab_size=inputs_vocabulary(vocabulary).vocab_size,
@@ -453,6 +464,7 @@ def _resolve_learning_rate_schedule(schedule, total_train_steps):
 
 @gin.configurable(module=_GIN_MODULE)
 @driver.eager_in_legacy_mode
+@driver_cluster.names_unavailable_tasks
 def run(
   tpu_job_name,
   tpu,
@@ -493,6 +505,9 @@ def run(
   output_eval_examples=True,
   checkpoint_input_pipeline=False,
   eval_dir_suffix=None,
+  *,
+  cluster=None,
+  cluster_timeout=driver_cluster.DEFAULT_TIMEOUT_SECONDS,
 ):
   """Runs `mode` as configured by gin; returns the mode's result.
 
@@ -503,7 +518,10 @@ def run(
   "score_from_strings", "score_from_dataset", "export_infer" / "export_score"
   (a SavedModel; "export" is the deprecated alias of "export_infer").
   tpu_job_name, tpu, gcp_project and tpu_zone name TPU resources this
-  driver does not use.
+  driver does not use. With a cluster (`cluster`, else TF_CONFIG) the mesh
+  spans the devices of its "worker" tasks (see get_estimator); a task lost
+  mid-run raises TaskUnavailableError naming it and the intact latest
+  checkpoint, from which a new run resumes.
 
   Args:
     tpu_job_name: accepted for the original's signature (TPUs are not driven
@@ -576,6 +594,9 @@ def run(
     checkpoint_input_pipeline: accepted for the original's signature; not
       supported (logs a warning).
     eval_dir_suffix: appended as "_<suffix>" to each eval summary directory.
+    cluster: the cluster of worker tasks to run the mesh on (see
+      get_estimator; None: TF_CONFIG if set, else this process's devices).
+    cluster_timeout: seconds to wait for the cluster's tasks to answer.
 
   Returns:
     What the mode's function returns (e.g. the training metrics or the decodes).
@@ -630,11 +651,12 @@ def run(
     False,
     None,
     iterations_per_loop,
-    None,
+    cluster,
     init_checkpoint=init_checkpoint,
     mesh_devices=mesh_devices,
     score_in_predict_mode=mode == "export_score",
     total_train_steps=train_steps,
+    cluster_timeout=cluster_timeout,
   )
   if mode == "train":
     if train_dataset_fn is None:
