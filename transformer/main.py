@@ -140,7 +140,8 @@ def main(_) -> None:
     )
   except cluster.TaskUnavailableError as e:
     # Says which task is gone and which checkpoint a new run resumes from.
-    sys.exit("transformer.main: %s" % e)
+    # (gin appends a line naming the configurable: left out.)
+    sys.exit("transformer.main: %s" % str(e).splitlines()[0])
   finally:
     with tf.io.gfile.GFile(
       os.path.join(FLAGS.model_dir, "operative_config.gin"), "w"

@@ -27,6 +27,7 @@ import functools
 import inspect
 import json
 import os
+import re
 import socket
 import time
 from typing import Callable, Dict, List, Optional, Tuple, Union
@@ -209,6 +210,19 @@ def _local_task(resolver) -> Optional[Tuple[str, int]]:
   return None
 
 
+def _error_summary(error: Exception) -> str:
+  """The line of a runtime error that says what happened to the connection."""
+  lines = [
+    line.strip()
+    for line in str(getattr(error, "message", error)).splitlines()
+    if line.strip()
+  ]
+  for line in lines:
+    if re.search(r"socket|connect|unavailable|closed|reset", line, re.I):
+      return line
+  return lines[-1] if lines else ""
+
+
 def _describe(tasks: List[Tuple[str, str]]) -> str:
   return ", ".join("task %s at %s" % t for t in tasks)
 
@@ -253,6 +267,7 @@ class Cluster:
     """
     mesh_shape = mtf.convert_to_shape(mesh_shape)
     size = max(mesh_shape.size, 1)
+    mesh_text = ";".join("%s:%d" % (d.name, d.size) for d in mesh_shape.dims)
     by_kind = self.devices(job)
     for kind in ("GPU", "CPU"):
       if len(by_kind[kind]) >= size:
@@ -267,7 +282,7 @@ class Cluster:
       "(python -m transformer.serve --cpus=N), add tasks, or use a smaller "
       "mesh"
       % (
-        mesh_shape.to_string,
+        mesh_text,
         size,
         job,
         len(by_kind["CPU"]),
@@ -338,6 +353,7 @@ def names_unavailable_tasks(fn: Callable) -> Callable:
       )
       if not lost:
         raise
+      logging.error("TensorFlow's error: %s", e)
       model_dir = bound.get("model_dir")
       latest = checkpoints.latest_checkpoint(model_dir) if model_dir else None
       raise TaskUnavailableError(
@@ -346,7 +362,7 @@ def names_unavailable_tasks(fn: Callable) -> Callable:
         % (
           _describe(lost),
           type(e).__name__,
-          str(e).strip().splitlines()[0] if str(e).strip() else "",
+          _error_summary(e),
           "The latest checkpoint %s is intact" % latest
           if latest
           else "No checkpoint was written yet",
