@@ -48,6 +48,7 @@ flags.DEFINE_string(
   "run the mesh on a cluster's worker tasks (python -m transformer.serve): "
   "their addresses host:port,host:port in task order, or a JSON object "
   "{job: [addresses]}; default: TF_CONFIG if set, else local devices",
+  allow_override=True,  # transformer.serve defines it too
 )
 flags.DEFINE_float(
   "cluster_timeout",

@@ -31,6 +31,7 @@ flags.DEFINE_string(
   None,
   "the worker job's task addresses, host:port,host:port (or a JSON object "
   "{job: [addresses]}); default: TF_CONFIG",
+  allow_override=True,  # transformer.main defines it too
 )
 flags.DEFINE_string(
   "job_name", None, "this task's job (default: TF_CONFIG's, else worker)"
