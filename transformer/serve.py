@@ -1,8 +1,9 @@
 r"""Worker entry point: `python -m transformer.serve` runs one server task.
 
 Starts a tf.distribute.Server task of a cluster (from --cluster and
---task_index, or from TF_CONFIG), prints one line naming the task, its
-address and its devices, and serves until SIGTERM or Ctrl-C. A trainer
+--task_index, or from TF_CONFIG), publishes its TensorFlow version for the
+trainer to check, prints one line naming the task, its address and its
+devices, and serves until SIGTERM or Ctrl-C. A trainer
 (`python -m transformer.main --cluster=...`) then lays its mesh over the
 devices of the "worker" job's tasks; see docs/tpu_and_multihost.md.
 
@@ -68,6 +69,7 @@ def main(_) -> None:
     server, job_name, task_index = cluster.start_server(
       FLAGS.cluster, FLAGS.job_name, FLAGS.task_index, FLAGS.cpus
     )
+    cluster.publish_tf_version(server, job_name, task_index)
   except (ValueError, tf.errors.OpError) as e:
     sys.exit("transformer.serve: %s" % (getattr(e, "message", None) or e))
   print(

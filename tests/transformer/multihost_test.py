@@ -65,12 +65,13 @@ def _env():
 class Worker:
   """One `python -m transformer.serve` task, stopped by its pid."""
 
-  def __init__(self, addresses, index, log_dir):
+  def __init__(self, addresses, index, log_dir, command=None):
     self.address = addresses[index]
     self.log = os.path.join(log_dir, "worker%d-%d.log" % (index, time.time()))
     with open(self.log, "w") as out:
       self.process = subprocess.Popen(
-        [
+        command
+        or [
           sys.executable,
           "-m",
           "transformer.serve",
@@ -286,6 +287,49 @@ def test_unreachable_worker_is_named(tmp_path):
   ):
     cluster.connect("localhost:%d" % port, timeout=1.0)
   assert time.monotonic() - start < 10
+
+
+# A worker that says it runs another TensorFlow version.
+OLD_VERSION_WORKER = """
+import sys, time
+from transformer._src.driver import cluster
+server, job, index = cluster.start_server(sys.argv[1], task_index=0)
+cluster.publish_tf_version(server, job, index, version="0.0.0-old")
+print("serving", flush=True)
+time.sleep(600)
+"""
+
+
+def test_other_tensorflow_version_is_named(tmp_path):
+  address = "localhost:%d" % _free_ports(1)[0]
+  worker = Worker(
+    [address],
+    0,
+    str(tmp_path),
+    command=[sys.executable, "-c", OLD_VERSION_WORKER, address],
+  )
+  try:
+    trainer = subprocess.run(
+      [
+        sys.executable,
+        "-c",
+        "import sys; from transformer._src.driver import cluster; "
+        "cluster.connect(sys.argv[1])",
+        address,
+      ],
+      env=_env(),
+      capture_output=True,
+      text=True,
+      timeout=300,
+      check=False,
+    )
+  finally:
+    worker.kill()
+  assert trainer.returncode != 0
+  assert (
+    "ValueError: TensorFlow versions differ: this process runs %s, task "
+    "/job:worker/task:0 at %s runs 0.0.0-old" % (tf.__version__, address)
+  ) in trainer.stderr, trainer.stderr
 
 
 def test_parse_cluster():

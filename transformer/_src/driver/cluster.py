@@ -41,14 +41,22 @@ from transformer._src.driver import checkpoints
 __all__ = [
   "Cluster",
   "TaskUnavailableError",
+  "check_tf_versions",
   "cluster_resolver",
   "connect",
   "names_unavailable_tasks",
   "parse_cluster",
+  "publish_tf_version",
+  "start_server",
+  "unavailable_tasks",
   "wait_for_tasks",
 ]
 
 WORKER_JOB = "worker"
+# A string resource variable on each transformer.serve task's first CPU
+# holding the task's TensorFlow version, which the trainer compares to its
+# own (the runtime does not report a task's version).
+VERSION_VARIABLE = "mesh_tensorflow_serve_tf_version"
 TF_CONFIG = "TF_CONFIG"
 DEFAULT_TIMEOUT_SECONDS = 60.0
 # Errors the eager runtime raises when a remote task went away mid-run.
@@ -307,7 +315,8 @@ def connect(
 
   Raises:
     TaskUnavailableError: a task did not answer within `timeout`.
-    ValueError: a malformed cluster value.
+    ValueError: a malformed cluster value, or a task started by
+      transformer.serve runs another TensorFlow version than this process.
   """
   resolver = cluster_resolver(cluster)
   if resolver is None:
@@ -322,7 +331,68 @@ def connect(
   else:
     tf.config.experimental_connect_to_cluster(spec)
   logging.info("Connected to cluster %s", spec.as_dict())
+  check_tf_versions(spec, skip=local_task)
   return Cluster(spec, local_task)
+
+
+def _version_handle():
+  return tf.raw_ops.VarHandleOp(
+    dtype=tf.string, shape=[], container="", shared_name=VERSION_VARIABLE
+  )
+
+
+def publish_tf_version(
+  server: tf.distribute.Server,
+  job_name: str,
+  task_index: int,
+  version: str = tf.__version__,
+) -> None:
+  """Stores `version` in the server task's resources for check_tf_versions.
+
+  Args:
+    server: the task's running server.
+    job_name: the task's job.
+    task_index: the task's index in its job.
+    version: the version to publish (default: this process's TensorFlow).
+  """
+  with tf.Graph().as_default():
+    with tf.device("/job:%s/task:%d/device:CPU:0" % (job_name, task_index)):
+      assign = tf.raw_ops.AssignVariableOp(
+        resource=_version_handle(), value=tf.constant(version)
+      )
+    with tf.compat.v1.Session(server.target) as session:
+      session.run(assign)
+
+
+def check_tf_versions(spec: tf.train.ClusterSpec, skip=None) -> None:
+  """Compares every task's published TensorFlow version to this process's.
+
+  Tasks not started by transformer.serve publish none and are not checked.
+
+  Args:
+    spec: the cluster this process is connected to.
+    skip: a (job, task index) not to check (this process's own task).
+
+  Raises:
+    ValueError: naming each task whose version differs.
+  """
+  mismatched = []
+  for task, address in _tasks(spec, skip):
+    with tf.device("%s/device:CPU:0" % task):
+      try:
+        version = tf.raw_ops.ReadVariableOp(
+          resource=_version_handle(), dtype=tf.string
+        )
+        version = version.numpy().decode()
+      except (tf.errors.FailedPreconditionError, tf.errors.NotFoundError):
+        continue  # not a transformer.serve task
+    if version != tf.__version__:
+      mismatched.append("task %s at %s runs %s" % (task, address, version))
+  if mismatched:
+    raise ValueError(
+      "TensorFlow versions differ: this process runs %s, %s; install the "
+      "same version on every host" % (tf.__version__, ", ".join(mismatched))
+    )
 
 
 def names_unavailable_tasks(fn: Callable) -> Callable:
