@@ -135,7 +135,8 @@ def get_estimator(
     A driver.Estimator.
 
   Raises:
-    ValueError: without a vocabulary.
+    ValueError: without a vocabulary, or a mesh larger than the cluster.
+    TaskUnavailableError: a task of the cluster does not answer.
   """
   del tpu_job_name, iterations_per_loop
   if vocabulary is None:
