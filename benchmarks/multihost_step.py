@@ -10,14 +10,20 @@ for --steps steps twice with the same seed:
                 mesh's 4 processors are the workers' CPUs, the masters, the
                 input pipeline and the checkpoints stay in the trainer
 
-and prints each run's final loss (they must agree: same seed, same
-placement, same kernels), its steady-state step time (the trainer's progress
+and prints each run's loss at every progress report (every 100 steps and
+the last), its steady-state step time (the trainer's progress
 line after step --steps, which covers the steps since the previous report,
 so tracing and the first steps are excluded when --steps > 100) and its
 wall time including start-up and tracing. All processes share this
 machine's cores; the cluster's cost is gRPC traffic between processes (the
 activations, gradients and slices the 2x2 layout exchanges) instead of
 in-process copies.
+
+The losses start out equal (same seed, same weights, same batches) but are
+not bit-identical: on one task the placement backend knows its devices share
+memory and sums partial results in a different order than across tasks, so
+float rounding differs slightly and training amplifies it over hundreds of
+steps (docs/tpu_and_multihost.md).
 
 Usage: python benchmarks/multihost_step.py [--steps 200]
 """
@@ -111,11 +117,12 @@ def train(name, model_dir, steps, tfds_dir, *flags):
   wall = time.perf_counter() - start
   if result.returncode:
     raise RuntimeError("%s failed:\n%s" % (name, result.stderr[-3000:]))
-  step, loss, steps_per_second = PROGRESS.findall(result.stdout)[-1]
+  reports = PROGRESS.findall(result.stdout)
+  step, _, steps_per_second = reports[-1]
   return {
     "name": name,
     "step": int(step),
-    "loss": float(loss),
+    "losses": {int(s): float(loss) for s, loss, _ in reports},
     "ms_per_step": 1000.0 / float(steps_per_second),
     "wall": wall,
   }
@@ -151,20 +158,20 @@ def main():
         os.kill(process.pid, signal.SIGTERM)
         process.wait(timeout=30)
         log.close()
+  steps = sorted(rows[0]["losses"])
   print(
-    "%-12s %6s %10s %12s %9s" % ("run", "step", "loss", "ms/step", "wall s")
+    "%-12s %9s %9s  %s"
+    % ("run", "ms/step", "wall s", "  ".join("loss@%d" % s for s in steps))
   )
   for row in rows:
+    losses = ["%*.4f" % (len("loss@%d" % s), row["losses"][s]) for s in steps]
     print(
-      "%-12s %6d %10.4f %12.1f %9.1f"
-      % (row["name"], row["step"], row["loss"], row["ms_per_step"], row["wall"])
+      "%-12s %9.1f %9.1f  %s"
+      % (row["name"], row["ms_per_step"], row["wall"], "  ".join(losses))
     )
   print(
-    "cluster / one_process step time: %.2fx; losses %s"
-    % (
-      rows[1]["ms_per_step"] / rows[0]["ms_per_step"],
-      "equal" if rows[0]["loss"] == rows[1]["loss"] else "DIFFER",
-    )
+    "cluster / one_process step time: %.2fx"
+    % (rows[1]["ms_per_step"] / rows[0]["ms_per_step"])
   )
 
 
