@@ -355,12 +355,16 @@ def publish_tf_version(
     task_index: the task's index in its job.
     version: the version to publish (default: this process's TensorFlow).
   """
+  task = "/job:%s/task:%d" % (job_name, task_index)
   with tf.Graph().as_default():
-    with tf.device("/job:%s/task:%d/device:CPU:0" % (job_name, task_index)):
+    with tf.device(task + "/device:CPU:0"):
       assign = tf.raw_ops.AssignVariableOp(
         resource=_version_handle(), value=tf.constant(version)
       )
-    with tf.compat.v1.Session(server.target) as session:
+    # The filter keeps the session to this task: without it the session
+    # would wait for every other task of the cluster to be up.
+    config = tf.compat.v1.ConfigProto(device_filters=[task])
+    with tf.compat.v1.Session(server.target, config=config) as session:
       session.run(assign)
 
 
