@@ -68,6 +68,27 @@ flags.DEFINE_enum(
   "(simd on TPU hosts, else placement)",
 )
 
+flags.DEFINE_string(
+  "cluster",
+  None,
+  "run the mesh on a cluster's worker tasks (python -m transformer.serve): "
+  "their addresses host:port,host:port in task order, or a JSON object "
+  "{job: [addresses]}; default: TF_CONFIG if set, else local devices",
+  allow_override=True,  # transformer.serve defines it too
+)
+flags.DEFINE_float(
+  "cluster_timeout",
+  60.0,
+  "seconds to wait for the cluster's tasks to answer",
+)
+
+flags.DEFINE_integer(
+  "seed",
+  None,
+  "TensorFlow's global random seed (tf.random.set_seed): runs with the same "
+  "seed start from the same weights and see the same data order",
+)
+
 FLAGS = flags.FLAGS
 
 
@@ -114,14 +135,22 @@ def main(_) -> None:
   # modules register some lazily otherwise).
   from transformer import dataset  # pylint: disable=g-import-not-at-top,unused-import
   from transformer import utils  # pylint: disable=g-import-not-at-top
+  from transformer._src.driver import cluster  # pylint: disable=g-import-not-at-top
 
   for module in FLAGS.module_import or []:
     importlib.import_module(module)
   utils.parse_gin_defaults_and_flags()
+  if FLAGS.seed is not None:
+    tf.random.set_seed(FLAGS.seed)
   _write_command_line(FLAGS.model_dir)
+  # Passed only when given, so gin bindings of utils.run still apply.
   run_kwargs = {}
   if FLAGS.mesh_impl:
     run_kwargs["mesh_impl"] = FLAGS.mesh_impl
+  if FLAGS.cluster:
+    run_kwargs["cluster"] = FLAGS.cluster
+  if FLAGS["cluster_timeout"].present:
+    run_kwargs["cluster_timeout"] = FLAGS.cluster_timeout
   try:
     utils.run(
       tpu_job_name=FLAGS.tpu_job_name,
@@ -131,6 +160,10 @@ def main(_) -> None:
       model_dir=FLAGS.model_dir,
       **run_kwargs,
     )
+  except cluster.TaskUnavailableError as e:
+    # Says which task is gone and which checkpoint a new run resumes from.
+    # (gin appends a line naming the configurable: left out.)
+    sys.exit("transformer.main: %s" % str(e).splitlines()[0])
   finally:
     with tf.io.gfile.GFile(
       os.path.join(FLAGS.model_dir, "operative_config.gin"), "w"

@@ -894,11 +894,11 @@ def test_run_signature_and_stub():
   assert params["mesh_shape"].default is gin.REQUIRED
   assert params["layout_rules"].default is gin.REQUIRED
   assert params["checkpoint_input_pipeline"].default is False
-  # The original's parameters in its order; ours follow, keyword-only.
+  # The original's parameters in its order; additions are keyword-only.
   assert list(params)[: len(RUN_PARAMS)] == RUN_PARAMS
-  added = list(params)[len(RUN_PARAMS) :]
-  assert added == ["mesh_impl"]
-  assert all(params[name].kind == params[name].KEYWORD_ONLY for name in added)
+  added = list(params.values())[len(RUN_PARAMS) :]
+  assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in added)
+  assert {"mesh_impl", "cluster", "cluster_timeout"} <= {p.name for p in added}
   _parse("models/tiny.gin", "layouts/single.gin")
   # The driver runs now; without a vocabulary it stops with a clear error.
   with pytest.raises(ValueError, match="run.vocabulary is required"):

@@ -25,7 +25,7 @@ VERBOSE_ENV = "MTF_VERBOSE"
 # quiet TensorFlow start-up (`python -m transformer.main` gets it without).
 OPT_IN_GLOBAL = "MTF_QUIET_STARTUP"
 QUIET_TF_CPP_MIN_LOG_LEVEL = "3"
-ENTRY_POINT_MODULE = "transformer.main"
+ENTRY_POINT_MODULES = ("transformer.main", "transformer.serve")
 
 _VERBOSITY_FLAGS = ("-v", "--v", "-verbosity", "--verbosity")
 # TF's C++ log lines ("I0000 00:00:1795.. 123 port.cc:153] ...") by severity.
@@ -67,13 +67,13 @@ def verbose_requested(argv: Optional[Sequence[str]] = None) -> bool:
 
 
 def _started_as_entry_point() -> bool:
-  """`python -m transformer.main`, or a __main__ script that opted in."""
+  """`python -m transformer.main` (or .serve), or a script that opted in."""
   if getattr(sys.modules.get("__main__"), OPT_IN_GLOBAL, False):
     return True
   argv = getattr(sys, "orig_argv", [])  # Python >= 3.10
   for i, arg in enumerate(argv[:-1]):
     if arg == "-m":
-      return argv[i + 1] == ENTRY_POINT_MODULE
+      return argv[i + 1] in ENTRY_POINT_MODULES
   return False
 
 

@@ -16,6 +16,7 @@ from absl import logging
 import gin
 import tensorflow as tf
 
+from transformer._src.driver import cluster as driver_cluster
 from transformer._src.driver import decode as driver_decode
 from transformer._src.driver import estimator as driver
 from transformer._src.driver import evaluation as driver_eval
@@ -75,12 +76,15 @@ def get_estimator(
   log_every_steps: int = 100,
   total_train_steps=None,
   mesh_impl: str = "auto",
+  cluster_timeout: float = driver_cluster.DEFAULT_TIMEOUT_SECONDS,
 ) -> driver.Estimator:
   """A driver.Estimator for the model (the TPUEstimator's replacement).
 
   Built through the gin-configurable tpu_estimator_model_fn, so its gin
-  bindings apply. tpu_job_name / cluster / iterations_per_loop are accepted
-  for the original's signature; TPUs are not driven from here.
+  bindings apply. tpu_job_name / iterations_per_loop are accepted for the
+  original's signature; TPUs are not driven from here. With a cluster (the
+  `cluster` argument, else TF_CONFIG) the process connects to its tasks and
+  the mesh defaults to the "worker" job's devices (driver/cluster.py).
 
   Args:
     model_type: "bitransformer", "lm", "delimited_lm", "aligned" or
@@ -115,7 +119,10 @@ def get_estimator(
       from here).
     iterations_per_loop: accepted for the original's signature (steps per TPU
       loop).
-    cluster: accepted for the original's signature (a TPU cluster resolver).
+    cluster: the cluster whose "worker" tasks hold the mesh: a
+      tf.distribute.cluster_resolver resolver, a tf.train.ClusterSpec, a
+      {job: [addresses]} dict or a "host:port,host:port" string of the worker
+      tasks; None reads TF_CONFIG (no TF_CONFIG: local devices only).
     init_checkpoint: a checkpoint to initialize the variables from when
       model_dir has none.
     mesh_devices: the device names of the mesh's processors (default: the local
@@ -126,19 +133,24 @@ def get_estimator(
     total_train_steps: the training length the learning-rate schedule assumes.
     mesh_impl: "placement", "simd" or "auto" (SIMD on TPU hosts, else
       placement): how the mesh runs (see mesh_impl_choice).
+    cluster_timeout: seconds to wait for the cluster's tasks to answer.
 
   Returns:
     A driver.Estimator.
 
   Raises:
-    ValueError: without a vocabulary.
+    ValueError: without a vocabulary, or a mesh larger than the cluster.
+    TaskUnavailableError: a task of the cluster does not answer.
   """
-  del tpu_job_name, cluster, iterations_per_loop
+  del tpu_job_name, iterations_per_loop
   if vocabulary is None:
     raise ValueError(
       "run.vocabulary is required (e.g. "
       "run.vocabulary = @vocabulary.ByteVocabulary())"
     )
+  connected = driver_cluster.connect(cluster, timeout=cluster_timeout)
+  if connected is not None and not mesh_devices:
+    mesh_devices = connected.mesh_devices(mesh_shape)
   model = build_model(
     model_type=model_type,
     input_vocab_size=inputs_vocabulary(vocabulary).vocab_size,
@@ -458,6 +470,7 @@ def _resolve_learning_rate_schedule(schedule, total_train_steps):
 
 @gin.configurable(module=_GIN_MODULE)
 @driver.eager_in_legacy_mode
+@driver_cluster.names_unavailable_tasks
 def run(
   tpu_job_name,
   tpu,
@@ -500,6 +513,8 @@ def run(
   eval_dir_suffix=None,
   *,
   mesh_impl="auto",
+  cluster=None,
+  cluster_timeout=driver_cluster.DEFAULT_TIMEOUT_SECONDS,
 ):
   """Runs `mode` as configured by gin; returns the mode's result.
 
@@ -513,6 +528,10 @@ def run(
   tpu / tpu_zone / gcp_project / tpu_job_name find it, the mesh is mapped
   onto its topology and iterations_per_loop steps run per host call; the
   checkpoints are the CPU ones.
+  With a cluster (`cluster`, else TF_CONFIG) the mesh spans the devices of
+  its "worker" tasks (see get_estimator); a task lost mid-run raises
+  TaskUnavailableError naming it and the intact latest checkpoint, from which
+  a new run resumes.
 
   Args:
     tpu_job_name: the job name of the TPU workers (None: "worker").
@@ -586,6 +605,9 @@ def run(
     eval_dir_suffix: appended as "_<suffix>" to each eval summary directory.
     mesh_impl: "placement", "simd" or "auto" (the default: SIMD on TPU
       hosts, else placement): how the mesh runs; flag --mesh_impl.
+    cluster: the cluster of worker tasks to run the mesh on (see
+      get_estimator; None: TF_CONFIG if set, else this process's devices).
+    cluster_timeout: seconds to wait for the cluster's tasks to answer.
 
   Returns:
     What the mode's function returns (e.g. the training metrics or the decodes).
@@ -650,12 +672,13 @@ def run(
     False,
     None,
     iterations_per_loop,
-    None,
+    cluster,
     init_checkpoint=init_checkpoint,
     mesh_devices=mesh_devices,
     score_in_predict_mode=mode == "export_score",
     total_train_steps=train_steps,
     mesh_impl=mesh_impl,
+    cluster_timeout=cluster_timeout,
   )
   if tpu_setup is not None:
     estimator = driver_tpu.TpuEstimator(

@@ -1,0 +1,371 @@
+"""Training on a real 2-task cluster of `python -m transformer.serve` workers.
+
+Each test starts its worker processes on free localhost ports (two CPU
+devices each, so the demo's 2x2 mesh spans both tasks) and stops them by pid.
+The trainer is `python -m transformer.main --cluster=...` in a subprocess, on
+a small model of the demo task (the demo config with fewer layers and a
+smaller batch; benchmarks/multihost_step.py trains the demo config itself).
+
+Checked: the loss after N steps equals the one-process loss with the same
+seed; a mesh larger than the cluster, an unreachable worker and a worker
+killed mid-run give errors naming the counts / task; the checkpoints survive
+and a restarted run resumes from the latest.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import tensorflow as tf
+
+from transformer._src.driver import cluster
+
+REPO = os.path.dirname(
+  os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
+SMALL_DEMO = [
+  "num_layers = 1",
+  "d_model = 32",
+  "d_ff = 64",
+  "num_heads = 4",
+  "d_kv = 8",
+  "utils.run.batch_size = ('sequences_per_batch', 8)",
+  "utils.run.keep_checkpoint_max = None",
+]
+LOSS_LINE = re.compile(r"^step (\d+)/\d+  loss ([0-9.]+) ", re.MULTILINE)
+
+
+def _free_ports(n):
+  sockets = [socket.socket() for _ in range(n)]
+  for s in sockets:
+    s.bind(("localhost", 0))
+  ports = [s.getsockname()[1] for s in sockets]
+  for s in sockets:
+    s.close()
+  return ports
+
+
+def _env():
+  env = {
+    k: v
+    for k, v in os.environ.items()
+    if k not in ("TF_CONFIG", "MTF_VERBOSE", "TF_CPP_MIN_LOG_LEVEL")
+  }
+  env["PYTHONPATH"] = REPO
+  return env
+
+
+class Worker:
+  """One `python -m transformer.serve` task, stopped by its pid."""
+
+  def __init__(self, addresses, index, log_dir, command=None):
+    self.address = addresses[index]
+    self.log = os.path.join(log_dir, "worker%d-%d.log" % (index, time.time()))
+    with open(self.log, "w") as out:
+      self.process = subprocess.Popen(
+        command
+        or [
+          sys.executable,
+          "-m",
+          "transformer.serve",
+          "--cluster=%s" % ",".join(addresses),
+          "--task_index=%d" % index,
+          "--cpus=2",
+        ],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=_env(),
+        cwd=log_dir,
+      )
+    # Generous: on a loaded machine importing the package takes minutes.
+    deadline = time.monotonic() + 300
+    while "serving" not in self.output():
+      if self.process.poll() is not None or time.monotonic() > deadline:
+        self.kill()
+        pytest.fail("worker %d did not start:\n%s" % (index, self.output()))
+      time.sleep(0.2)
+
+  def output(self):
+    with open(self.log) as f:
+      return f.read()
+
+  def kill(self):
+    if self.process.poll() is None:
+      os.kill(self.process.pid, signal.SIGKILL)
+    self.process.wait()
+
+  def stop(self):
+    """SIGTERM: the task must print that it stopped and exit with 0."""
+    if self.process.poll() is None:
+      os.kill(self.process.pid, signal.SIGTERM)
+      assert self.process.wait(timeout=30) == 0, self.output()
+      assert "stopped /job:worker/task:" in self.output()
+
+
+@pytest.fixture(name="tfds_dir", scope="module")
+def fixture_tfds_dir(tmp_path_factory):
+  """The demo's data, generated once, so trainers can share it concurrently."""
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
+  import transformer.dataset  # noqa: F401  # pylint: disable=g-import-not-at-top,unused-import  (registers mtf_reverse)
+
+  data_dir = str(tmp_path_factory.mktemp("tfds"))
+  tfds.builder("mtf_reverse", data_dir=data_dir).download_and_prepare()
+  return data_dir
+
+
+@pytest.fixture(name="workers")
+def fixture_workers(tmp_path):
+  addresses = ["localhost:%d" % p for p in _free_ports(2)]
+  workers = []
+  try:
+    for index in range(2):
+      workers.append(Worker(addresses, index, str(tmp_path)))
+    yield workers
+  finally:
+    for worker in workers:
+      worker.stop()
+
+
+def _train(model_dir, tfds_dir, steps, *args, gin=(), check=True, wait=True):
+  """Runs the trainer; returns its CompletedProcess (a Popen if not wait)."""
+  command = [
+    sys.executable,
+    "-m",
+    "transformer.main",
+    "--seed=1",
+    "--model_dir=%s" % model_dir,
+    "--gin_file=demo/reverse.gin",
+  ] + list(args)
+  command += [
+    "--gin_param=%s" % p
+    for p in SMALL_DEMO
+    + list(gin)
+    + [
+      "utils.run.train_steps = %d" % steps,
+      "dataset.untokenized_tfds_dataset.tfds_data_dir = '%s'" % tfds_dir,
+    ]
+  ]
+  process = subprocess.Popen(
+    command,
+    env=_env(),
+    cwd=REPO,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+  )
+  if not wait:
+    return process
+  return _finish(process, check)
+
+
+def _finish(process, check=True):
+  try:
+    stdout, stderr = process.communicate(timeout=300)
+  finally:
+    if process.poll() is None:
+      process.kill()
+      process.wait()
+  result = subprocess.CompletedProcess(
+    process.args, process.returncode, stdout, stderr
+  )
+  if check:
+    assert result.returncode == 0, result.stdout + result.stderr
+  return result
+
+
+def _last_loss(stdout):
+  matches = LOSS_LINE.findall(stdout)
+  assert matches, stdout
+  return int(matches[-1][0]), float(matches[-1][1])
+
+
+@pytest.mark.slow
+def test_cluster_training_matches_one_process(workers, tmp_path, tfds_dir):
+  steps = 30
+  addresses = ",".join(w.address for w in workers)
+  # Three trainers at once (they mostly trace Python, one core each).
+  local = _train(
+    tmp_path / "local", tfds_dir, steps, "--mesh_devices=4", wait=False
+  )
+  remote = _train(
+    tmp_path / "cluster",
+    tfds_dir,
+    steps,
+    "--cluster=%s" % addresses,
+    wait=False,
+  )
+  # A mesh with more processors than the cluster's 4 devices.
+  too_large = _train(
+    tmp_path / "too_large",
+    tfds_dir,
+    steps,
+    "--cluster=%s" % addresses,
+    gin=["utils.run.mesh_shape = 'rows:2;cols:4'"],
+    wait=False,
+  )
+  local, remote = _finish(local), _finish(remote)
+  too_large = _finish(too_large, check=False)
+  local_step, local_loss = _last_loss(local.stdout)
+  remote_step, remote_loss = _last_loss(remote.stdout)
+  assert local_step == remote_step == steps
+  assert remote_loss == pytest.approx(local_loss, rel=1e-5, abs=1e-6)
+  # The checkpoint is written on the trainer's host.
+  assert (tmp_path / "cluster" / ("model.ckpt-%d.index" % steps)).exists()
+
+  assert too_large.returncode != 0
+  assert re.search(
+    r"mesh_shape rows:2;cols:4 needs 8 devices but the cluster's 'worker' "
+    r"job has 4 CPU and 0 GPU device\(s\) \(task 0: 2 CPU, task 1: 2 CPU\)",
+    too_large.stderr,
+  ), too_large.stderr
+  assert not (tmp_path / "too_large" / "checkpoint").exists()
+
+
+@pytest.mark.slow
+def test_killed_worker_is_named_and_a_restart_resumes(
+  workers, tmp_path, tfds_dir
+):
+  addresses = [w.address for w in workers]
+  model_dir = tmp_path / "model"
+  trainer = _train(
+    model_dir,
+    tfds_dir,
+    100000,
+    "--cluster=%s" % ",".join(addresses),
+    gin=["utils.run.save_checkpoints_steps = 5"],
+    wait=False,
+  )
+  try:
+    deadline = time.monotonic() + 240
+    while not (model_dir / "model.ckpt-10.index").exists():
+      assert trainer.poll() is None, trainer.communicate()
+      assert time.monotonic() < deadline
+      time.sleep(0.2)
+    workers[1].kill()
+    _, stderr = trainer.communicate(timeout=120)
+  finally:
+    if trainer.poll() is None:
+      trainer.kill()
+      trainer.wait()
+  assert trainer.returncode != 0
+  latest = tf.train.latest_checkpoint(str(model_dir))
+  latest_step = int(latest.rsplit("-", 1)[1])
+  assert latest_step >= 10
+  message = stderr.strip().splitlines()[-1]
+  assert message.startswith("transformer.main: lost task /job:worker/task:1 ")
+  assert "at %s during the run" % addresses[1] in message
+  assert "The latest checkpoint %s is intact" % latest in message
+  assert "restart the task and run again to resume from it." in message
+  # The latest checkpoint is complete: its global step is its name's.
+  reader = tf.train.load_checkpoint(latest)
+  assert reader.get_tensor("global_step") == latest_step
+
+  workers[1] = Worker(addresses, 1, str(tmp_path))
+  resumed = _train(
+    model_dir,
+    tfds_dir,
+    latest_step + 5,
+    "--cluster=%s" % ",".join(addresses),
+    "--verbosity=0",
+  )
+  assert re.search(
+    r"Restored %s \(global step %d\)" % (re.escape(latest), latest_step),
+    resumed.stderr,
+  ), resumed.stderr
+  assert _last_loss(resumed.stdout)[0] == latest_step + 5
+
+
+def test_unreachable_worker_is_named(tmp_path):
+  port = _free_ports(1)[0]
+  start = time.monotonic()
+  with pytest.raises(
+    cluster.TaskUnavailableError,
+    match=r"cannot reach task /job:worker/task:0 at localhost:%d within 1 s"
+    % port,
+  ):
+    cluster.connect("localhost:%d" % port, timeout=1.0)
+  assert time.monotonic() - start < 10
+
+
+# A worker that says it runs another TensorFlow version.
+OLD_VERSION_WORKER = """
+import sys, time
+from transformer._src.driver import cluster
+server, job, index = cluster.start_server(sys.argv[1], task_index=0)
+cluster.publish_tf_version(server, job, index, version="0.0.0-old")
+print("serving", flush=True)
+time.sleep(600)
+"""
+
+
+def test_other_tensorflow_version_is_named(tmp_path):
+  address = "localhost:%d" % _free_ports(1)[0]
+  worker = Worker(
+    [address],
+    0,
+    str(tmp_path),
+    command=[sys.executable, "-c", OLD_VERSION_WORKER, address],
+  )
+  try:
+    trainer = subprocess.run(
+      [
+        sys.executable,
+        "-c",
+        "import sys; from transformer._src.driver import cluster; "
+        "cluster.connect(sys.argv[1])",
+        address,
+      ],
+      env=_env(),
+      capture_output=True,
+      text=True,
+      timeout=300,
+      check=False,
+    )
+  finally:
+    worker.kill()
+  assert trainer.returncode != 0
+  assert (
+    "ValueError: TensorFlow versions differ: this process runs %s, task "
+    "/job:worker/task:0 at %s runs 0.0.0-old" % (tf.__version__, address)
+  ) in trainer.stderr, trainer.stderr
+
+
+def test_parse_cluster():
+  assert cluster.parse_cluster("h0:2222, h1:2223") == {
+    "worker": ["h0:2222", "h1:2223"]
+  }
+  assert cluster.parse_cluster('{"worker": ["h0:1"], "ps": ["h1:2"]}') == {
+    "worker": ["h0:1"],
+    "ps": ["h1:2"],
+  }
+  with pytest.raises(ValueError, match="task /job:worker: address 'h0'"):
+    cluster.parse_cluster("h0")
+  with pytest.raises(ValueError, match="names no task"):
+    cluster.parse_cluster("")
+
+
+def test_cluster_resolver_reads_tf_config(monkeypatch):
+  monkeypatch.delenv("TF_CONFIG", raising=False)
+  assert cluster.cluster_resolver(None) is None
+  monkeypatch.setenv(
+    "TF_CONFIG",
+    '{"cluster": {"worker": ["h0:1", "h1:2"]}, '
+    '"task": {"type": "worker", "index": 1}}',
+  )
+  resolver = cluster.cluster_resolver(None)
+  assert isinstance(
+    resolver, tf.distribute.cluster_resolver.TFConfigClusterResolver
+  )
+  assert resolver.cluster_spec().as_dict() == {"worker": ["h0:1", "h1:2"]}
+  assert (resolver.task_type, resolver.task_id) == ("worker", 1)
+  # An explicit cluster wins over TF_CONFIG.
+  explicit = cluster.cluster_resolver("h2:3")
+  assert explicit.cluster_spec().as_dict() == {"worker": ["h2:3"]}

@@ -1,0 +1,498 @@
+"""Training on a cluster of TensorFlow server tasks (several processes/hosts).
+
+Each worker host runs one server task (`python -m transformer.serve`, a
+`tf.distribute.Server`). The trainer is a client of those tasks: it resolves
+the cluster (an explicit `cluster` value, else TF_CONFIG) with TF's cluster
+resolvers, checks every task answers, connects its eager runtime with
+`tf.config.experimental_connect_to_cluster`, and lays the mesh's processors
+over the worker tasks' devices in task order. Everything else stays on the
+trainer's host: the full-shape master variables, the global step, the input
+pipeline and the checkpoints (they are created without a device scope, so on
+the trainer's local device).
+
+Accepted cluster values (`utils.run(cluster=...)`, `--cluster`):
+  - "host0:2222,host1:2222": the addresses of the "worker" job's tasks;
+  - a JSON object or dict {"worker": [...], ...} (TF_CONFIG's "cluster");
+  - a tf.train.ClusterSpec or a tf.distribute.cluster_resolver resolver.
+
+Example (two workers, the trainer on a third process):
+  python -m transformer.serve --cluster=h0:2222,h1:2222 --task_index=0  # h0
+  python -m transformer.serve --cluster=h0:2222,h1:2222 --task_index=1  # h1
+  python -m transformer.main --cluster=h0:2222,h1:2222 --gin_file=...
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import os
+import re
+import socket
+import time
+from typing import Callable, Dict, List, Optional, Tuple, Union
+
+from absl import logging
+import tensorflow as tf
+
+import mesh_tensorflow as mtf
+from transformer._src.driver import checkpoints
+
+__all__ = [
+  "Cluster",
+  "TaskUnavailableError",
+  "check_tf_versions",
+  "cluster_resolver",
+  "connect",
+  "names_unavailable_tasks",
+  "parse_cluster",
+  "publish_tf_version",
+  "start_server",
+  "unavailable_tasks",
+  "wait_for_tasks",
+]
+
+WORKER_JOB = "worker"
+# A string resource variable on each transformer.serve task's first CPU
+# holding the task's TensorFlow version, which the trainer compares to its
+# own (the runtime does not report a task's version).
+VERSION_VARIABLE = "mesh_tensorflow_serve_tf_version"
+TF_CONFIG = "TF_CONFIG"
+DEFAULT_TIMEOUT_SECONDS = 60.0
+# Errors the eager runtime raises when a remote task went away mid-run.
+_TASK_LOSS_ERRORS = (
+  tf.errors.UnavailableError,
+  tf.errors.CancelledError,
+  tf.errors.AbortedError,
+  tf.errors.InternalError,
+  tf.errors.UnknownError,
+)
+
+ClusterLike = Union[
+  None,
+  str,
+  Dict[str, List[str]],
+  tf.train.ClusterSpec,
+  tf.distribute.cluster_resolver.ClusterResolver,
+]
+
+
+class TaskUnavailableError(ConnectionError):
+  """A task of the cluster did not answer (at start-up or during a run)."""
+
+
+def parse_cluster(cluster: Union[str, Dict[str, List[str]]]) -> Dict:
+  """{job: [address, ...]} of a --cluster string or a dict.
+
+  Example: parse_cluster("h0:2222,h1:2222") == {"worker": ["h0:2222",
+  "h1:2222"]}; a JSON object string is read as the dict it spells.
+
+  Args:
+    cluster: "host:port,host:port" (the worker job's tasks in order), a JSON
+      object {"job": ["host:port", ...]}, or such a dict.
+
+  Returns:
+    {job name: [address of task 0, task 1, ...]}.
+
+  Raises:
+    ValueError: if the value names no task or an address has no port.
+  """
+  if isinstance(cluster, str):
+    text = cluster.strip()
+    if text.startswith("{"):
+      cluster = json.loads(text)
+    else:
+      cluster = {WORKER_JOB: [a.strip() for a in text.split(",") if a.strip()]}
+  jobs = {str(job): list(tasks) for job, tasks in dict(cluster).items()}
+  if not any(jobs.values()):
+    raise ValueError("cluster %r names no task" % (cluster,))
+  for job, tasks in jobs.items():
+    for address in tasks:
+      _host_and_port(address, "/job:%s" % job)
+  return jobs
+
+
+def cluster_resolver(
+  cluster: ClusterLike = None,
+) -> Optional[tf.distribute.cluster_resolver.ClusterResolver]:
+  """The cluster resolver of `cluster`, else of TF_CONFIG, else None.
+
+  Args:
+    cluster: see the module docstring; None reads the TF_CONFIG environment
+      variable (TFConfigClusterResolver) if it describes a cluster.
+
+  Returns:
+    A ClusterResolver, or None for a single-process run.
+  """
+  resolvers = tf.distribute.cluster_resolver
+  if isinstance(cluster, resolvers.ClusterResolver):
+    return cluster
+  if isinstance(cluster, tf.train.ClusterSpec):
+    return resolvers.SimpleClusterResolver(cluster)
+  if cluster:
+    return resolvers.SimpleClusterResolver(
+      tf.train.ClusterSpec(parse_cluster(cluster))
+    )
+  if os.environ.get(TF_CONFIG):
+    resolver = resolvers.TFConfigClusterResolver()
+    if resolver.cluster_spec().jobs:
+      return resolver
+  return None
+
+
+def _host_and_port(address: str, task: str) -> Tuple[str, int]:
+  host, _, port = address.rpartition(":")
+  if not host or not port.isdigit():
+    raise ValueError("task %s: address %r is not host:port" % (task, address))
+  return host.strip("[]"), int(port)
+
+
+def _answers(address: str, task: str, timeout: float) -> bool:
+  try:
+    with socket.create_connection(_host_and_port(address, task), timeout):
+      return True
+  except OSError:
+    return False
+
+
+def _tasks(spec: tf.train.ClusterSpec, skip=None) -> List[Tuple[str, str]]:
+  """[(task name, address)] of every task of spec except `skip`."""
+  tasks = []
+  for job in sorted(spec.jobs):
+    for index in spec.task_indices(job):
+      if (job, index) != skip:
+        tasks.append(
+          ("/job:%s/task:%d" % (job, index), spec.task_address(job, index))
+        )
+  return tasks
+
+
+def unavailable_tasks(
+  spec: tf.train.ClusterSpec, skip=None, timeout: float = 2.0
+) -> List[Tuple[str, str]]:
+  """[(task name, address)] of the tasks whose port accepts no connection."""
+  return [
+    (task, address)
+    for task, address in _tasks(spec, skip)
+    if not _answers(address, task, timeout)
+  ]
+
+
+def wait_for_tasks(
+  spec: tf.train.ClusterSpec,
+  timeout: float = DEFAULT_TIMEOUT_SECONDS,
+  skip=None,
+) -> None:
+  """Waits until every task of `spec` (but `skip`) accepts connections.
+
+  Workers started at the same time as the trainer get `timeout` seconds to
+  come up.
+
+  Args:
+    spec: the cluster.
+    timeout: seconds to wait in all.
+    skip: a (job, task index) not to wait for (the trainer's own task).
+
+  Raises:
+    TaskUnavailableError: naming every task still unreachable at the end.
+  """
+  deadline = time.monotonic() + timeout
+  while True:
+    missing = unavailable_tasks(spec, skip)
+    if not missing:
+      return
+    if time.monotonic() >= deadline:
+      raise TaskUnavailableError(
+        "cannot reach %s within %g s: start a server there "
+        "(python -m transformer.serve) or fix the cluster addresses"
+        % (_describe(missing), timeout)
+      )
+    time.sleep(0.25)
+
+
+def _local_task(resolver) -> Optional[Tuple[str, int]]:
+  """The (job, index) a resolver gives this process in its cluster, if any."""
+  job = getattr(resolver, "task_type", None)
+  if job and job in resolver.cluster_spec().jobs:
+    return job, int(resolver.task_id or 0)
+  return None
+
+
+def _error_summary(error: Exception) -> str:
+  """The line of a runtime error that says what happened to the connection."""
+  lines = [
+    line.strip()
+    for line in str(getattr(error, "message", error)).splitlines()
+    if line.strip()
+  ]
+  for line in lines:
+    if re.search(r"socket|connect|unavailable|closed|reset", line, re.I):
+      return line
+  return lines[-1] if lines else ""
+
+
+def _describe(tasks: List[Tuple[str, str]]) -> str:
+  return ", ".join("task %s at %s" % t for t in tasks)
+
+
+class Cluster:
+  """A cluster the trainer is connected to.
+
+  Attributes:
+    spec: the tf.train.ClusterSpec.
+    local_task: the trainer's own (job, task index) in spec, or None when it
+      is a client outside the cluster (job "localhost").
+  """
+
+  def __init__(self, spec: tf.train.ClusterSpec, local_task=None):
+    self.spec = spec
+    self.local_task = local_task
+
+  def devices(self, job: str = WORKER_JOB) -> Dict[str, List[str]]:
+    """{"CPU"/"GPU": device names of `job`'s tasks, in task order}."""
+    by_kind = {}
+    for kind in ("GPU", "CPU"):
+      found = []
+      for device in tf.config.list_logical_devices(kind):
+        spec = tf.DeviceSpec.from_string(device.name)
+        if spec.job == job:
+          found.append((spec.task, spec.device_index, device.name))
+      by_kind[kind] = [name for _, _, name in sorted(found)]
+    return by_kind
+
+  def mesh_devices(self, mesh_shape, job: str = WORKER_JOB) -> List[str]:
+    """The first mesh_shape.size devices of `job`, GPUs if there are enough.
+
+    Args:
+      mesh_shape: an mtf.Shape or a string like "rows:2;cols:2".
+      job: the job whose tasks hold the mesh.
+
+    Returns:
+      Device names such as "/job:worker/replica:0/task:1/device:CPU:0".
+
+    Raises:
+      ValueError: if the job has fewer devices than the mesh has processors.
+    """
+    mesh_shape = mtf.convert_to_shape(mesh_shape)
+    size = max(mesh_shape.size, 1)
+    mesh_text = ";".join("%s:%d" % (d.name, d.size) for d in mesh_shape.dims)
+    by_kind = self.devices(job)
+    for kind in ("GPU", "CPU"):
+      if len(by_kind[kind]) >= size:
+        return by_kind[kind][:size]
+    per_task = {}
+    for name in by_kind["CPU"]:
+      task = tf.DeviceSpec.from_string(name).task
+      per_task[task] = per_task.get(task, 0) + 1
+    raise ValueError(
+      "mesh_shape %s needs %d devices but the cluster's %r job has %d CPU "
+      "and %d GPU device(s) (%s); start the servers with more devices "
+      "(python -m transformer.serve --cpus=N), add tasks, or use a smaller "
+      "mesh"
+      % (
+        mesh_text,
+        size,
+        job,
+        len(by_kind["CPU"]),
+        len(by_kind["GPU"]),
+        ", ".join("task %d: %d CPU" % item for item in sorted(per_task.items()))
+        or "no task",
+      )
+    )
+
+
+def connect(
+  cluster: ClusterLike = None, timeout: float = DEFAULT_TIMEOUT_SECONDS
+) -> Optional[Cluster]:
+  """Connects this process's eager runtime to the cluster, if there is one.
+
+  Args:
+    cluster: see the module docstring (None: TF_CONFIG, else no cluster).
+    timeout: seconds to wait for the tasks to accept connections.
+
+  Returns:
+    The connected Cluster, or None (no cluster: a single-process run).
+
+  Raises:
+    TaskUnavailableError: a task did not answer within `timeout`.
+    ValueError: a malformed cluster value, or a task started by
+      transformer.serve runs another TensorFlow version than this process.
+  """
+  resolver = cluster_resolver(cluster)
+  if resolver is None:
+    return None
+  spec = resolver.cluster_spec()
+  local_task = _local_task(resolver)
+  wait_for_tasks(spec, timeout, skip=local_task)
+  if local_task:
+    tf.config.experimental_connect_to_cluster(
+      spec, job_name=local_task[0], task_index=local_task[1]
+    )
+  else:
+    tf.config.experimental_connect_to_cluster(spec)
+  logging.info("Connected to cluster %s", spec.as_dict())
+  check_tf_versions(spec, skip=local_task)
+  return Cluster(spec, local_task)
+
+
+def _version_handle():
+  return tf.raw_ops.VarHandleOp(
+    dtype=tf.string, shape=[], container="", shared_name=VERSION_VARIABLE
+  )
+
+
+def publish_tf_version(
+  server: tf.distribute.Server,
+  job_name: str,
+  task_index: int,
+  version: str = tf.__version__,
+) -> None:
+  """Stores `version` in the server task's resources for check_tf_versions.
+
+  Args:
+    server: the task's running server.
+    job_name: the task's job.
+    task_index: the task's index in its job.
+    version: the version to publish (default: this process's TensorFlow).
+  """
+  task = "/job:%s/task:%d" % (job_name, task_index)
+  with tf.Graph().as_default():
+    with tf.device(task + "/device:CPU:0"):
+      assign = tf.raw_ops.AssignVariableOp(
+        resource=_version_handle(), value=tf.constant(version)
+      )
+    # The filter keeps the session to this task: without it the session
+    # would wait for every other task of the cluster to be up.
+    config = tf.compat.v1.ConfigProto(device_filters=[task])
+    with tf.compat.v1.Session(server.target, config=config) as session:
+      session.run(assign)
+
+
+def check_tf_versions(spec: tf.train.ClusterSpec, skip=None) -> None:
+  """Compares every task's published TensorFlow version to this process's.
+
+  Tasks not started by transformer.serve publish none and are not checked.
+
+  Args:
+    spec: the cluster this process is connected to.
+    skip: a (job, task index) not to check (this process's own task).
+
+  Raises:
+    ValueError: naming each task whose version differs.
+  """
+  mismatched = []
+  for task, address in _tasks(spec, skip):
+    with tf.device("%s/device:CPU:0" % task):
+      try:
+        version = tf.raw_ops.ReadVariableOp(
+          resource=_version_handle(), dtype=tf.string
+        )
+        version = version.numpy().decode()
+      except (tf.errors.FailedPreconditionError, tf.errors.NotFoundError):
+        continue  # not a transformer.serve task
+    if version != tf.__version__:
+      mismatched.append("task %s at %s runs %s" % (task, address, version))
+  if mismatched:
+    raise ValueError(
+      "TensorFlow versions differ: this process runs %s, %s; install the "
+      "same version on every host" % (tf.__version__, ", ".join(mismatched))
+    )
+
+
+def names_unavailable_tasks(fn: Callable) -> Callable:
+  """Decorates utils.run: a task lost mid-run raises TaskUnavailableError.
+
+  When `fn` fails with one of the errors the eager runtime raises for a lost
+  remote task, every task of the run's cluster (its `cluster` argument, else
+  TF_CONFIG) is probed; the error names those that no longer answer and the
+  latest checkpoint of the run's `model_dir`, which a restarted run resumes
+  from. Other failures pass through unchanged.
+  """
+  signature = inspect.signature(fn)
+
+  @functools.wraps(fn)
+  def wrapper(*args, **kwargs):
+    try:
+      return fn(*args, **kwargs)
+    except _TASK_LOSS_ERRORS as e:
+      bound = signature.bind_partial(*args, **kwargs).arguments
+      try:
+        resolver = cluster_resolver(bound.get("cluster"))
+      except ValueError:
+        resolver = None
+      if resolver is None:
+        raise
+      lost = unavailable_tasks(
+        resolver.cluster_spec(), skip=_local_task(resolver)
+      )
+      if not lost:
+        raise
+      logging.error("TensorFlow's error: %s", e)
+      model_dir = bound.get("model_dir")
+      latest = checkpoints.latest_checkpoint(model_dir) if model_dir else None
+      raise TaskUnavailableError(
+        "lost %s during the run (%s: %s). %s; restart the task and run "
+        "again to resume from it."
+        % (
+          _describe(lost),
+          type(e).__name__,
+          _error_summary(e),
+          "The latest checkpoint %s is intact" % latest
+          if latest
+          else "No checkpoint was written yet",
+        )
+      ) from e
+
+  # gin reads parameters with inspect.getfullargspec (see
+  # estimator.eager_in_legacy_mode).
+  wrapper.__signature__ = signature
+  return wrapper
+
+
+def start_server(
+  cluster: ClusterLike = None,
+  job_name: Optional[str] = None,
+  task_index: Optional[int] = None,
+  cpus: Optional[int] = None,
+) -> Tuple[tf.distribute.Server, str, int]:
+  """Starts this process's tf.distribute.Server task of the cluster.
+
+  Example: start_server("h0:2222,h1:2222", task_index=1, cpus=2) serves
+  /job:worker/task:1 on port 2222 of this host, with 2 CPU devices.
+
+  Args:
+    cluster: see the module docstring (None: TF_CONFIG, whose "task" also
+      gives the job and index).
+    job_name: the task's job (default: TF_CONFIG's task type, else "worker").
+    task_index: the task's index in its job (default: TF_CONFIG's, else 0).
+    cpus: the number of CPU devices the task offers (virtual CPUs sharing the
+      host's cores; default: TensorFlow's one).
+
+  Returns:
+    (server, job name, task index).
+
+  Raises:
+    ValueError: no cluster, or the task is not in it.
+    tf.errors.OpError: the server cannot start (e.g. the port is taken).
+  """
+  resolver = cluster_resolver(cluster)
+  if resolver is None:
+    raise ValueError(
+      "no cluster: pass --cluster=host:port,... or set TF_CONFIG"
+    )
+  spec = resolver.cluster_spec()
+  job_name = job_name or getattr(resolver, "task_type", None) or WORKER_JOB
+  if task_index is None:
+    task_index = int(getattr(resolver, "task_id", None) or 0)
+  if job_name not in spec.jobs or task_index not in spec.task_indices(job_name):
+    raise ValueError(
+      "task /job:%s/task:%d is not in the cluster %s"
+      % (job_name, task_index, spec.as_dict())
+    )
+  config = None
+  if cpus:
+    config = tf.compat.v1.ConfigProto(device_count={"CPU": int(cpus)})
+  server = tf.distribute.Server(
+    spec, job_name=job_name, task_index=task_index, config=config, start=True
+  )
+  return server, job_name, task_index
