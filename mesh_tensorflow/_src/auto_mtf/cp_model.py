@@ -69,7 +69,7 @@ class ModelView:
   objective: LinearObjective
   has_objective: bool
 
-  def HasField(self, field_name: str) -> bool:  # pylint: disable=invalid-name
+  def HasField(self, field_name: str) -> bool:  # noqa: N802  pylint: disable=invalid-name
     """Whether an optional field is set (only `objective` is optional).
 
     Args:
@@ -82,7 +82,7 @@ class ModelView:
 
 
 def negated(literal: int) -> int:
-  """The negation of a literal: -1 - literal (so negated(negated(x)) == x).
+  """The negation of a literal, -1 - literal (an involution).
 
   Args:
     literal: a variable index or a negated variable index.
@@ -250,7 +250,7 @@ class CpModel:
           violated.append(constraint)
     return violated
 
-  def Proto(self) -> ModelView:  # pylint: disable=invalid-name
+  def Proto(self) -> ModelView:  # noqa: N802  pylint: disable=invalid-name
     """A read-only view with the field names of ortools' CpModelProto.
 
     Returns:
@@ -329,7 +329,7 @@ class Solution:
   objective_value: float
   solver_name: str
 
-  def Value(self, variable: int) -> int:  # pylint: disable=invalid-name
+  def Value(self, variable: int) -> int:  # noqa: N802  pylint: disable=invalid-name
     """A variable's value.
 
     Args:
@@ -340,7 +340,7 @@ class Solution:
     """
     return self.values[variable]
 
-  def ObjectiveValue(self) -> float:  # pylint: disable=invalid-name
+  def ObjectiveValue(self) -> float:  # noqa: N802  pylint: disable=invalid-name
     """The objective's value at the solution.
 
     Returns:
@@ -348,7 +348,7 @@ class Solution:
     """
     return self.objective_value
 
-  def ResponseProto(self) -> SolverResponse:  # pylint: disable=invalid-name
+  def ResponseProto(self) -> SolverResponse:  # noqa: N802  pylint: disable=invalid-name
     """The solution values, as CpSolver.ResponseProto() gives them.
 
     Returns:

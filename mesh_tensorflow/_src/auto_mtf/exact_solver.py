@@ -143,13 +143,13 @@ def _dominant_steps(
 
 
 def solve(
-  problem: LayoutProblem, max_nodes: int = MAX_SEARCH_NODES
+  problem: LayoutProblem, max_nodes: Optional[int] = None
 ) -> Tuple[Layout, int]:
   """The lexicographically first layout of minimum objective.
 
   Args:
     problem: the program.
-    max_nodes: the most partial layouts to visit.
+    max_nodes: the most partial layouts to visit (default MAX_SEARCH_NODES).
 
   Returns:
     (layout, objective value).
@@ -157,6 +157,8 @@ def solve(
   Raises:
     SearchLimitError: the search needed more than max_nodes nodes.
   """
+  if max_nodes is None:
+    max_nodes = MAX_SEARCH_NODES
   num_dims = len(problem.dim_names)
   steps = _dominant_steps(problem.memory_contents)
   pruning_problem = dataclasses.replace(problem, memory_contents=steps)
