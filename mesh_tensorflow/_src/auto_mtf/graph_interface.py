@@ -31,10 +31,10 @@ class GraphInterface:
     >>> x = mtf.zeros(mesh, "a:3,b:4")
     >>> view = GraphInterface(graph)
     >>> list(view.get_all_operation_names()), list(view.get_all_tensor_names())
-    (['zeros'], ['zeros:0'])
-    >>> view.get_tensor_size("zeros:0")  # 12 float32 entries
+    (['constant'], ['constant:0'])
+    >>> view.get_tensor_size(x.name)  # 12 float32 entries
     48
-    >>> view.get_tensor_size("zeros:0", {"a": "m"}, {"m": 3})  # a split 3 ways
+    >>> view.get_tensor_size(x.name, {"a": "m"}, {"m": 3})  # a split 3 ways
     16
   """
 

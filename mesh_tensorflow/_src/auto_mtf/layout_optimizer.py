@@ -61,7 +61,6 @@ class LayoutOptimizer:
       installed, else exact).
 
   Example:
-    >>> from mesh_tensorflow._src.auto_mtf.memory_estimator import MemoryEstimator
     >>> graph = mtf.Graph()
     >>> mesh = mtf.Mesh(graph, "mesh")
     >>> x = mtf.zeros(mesh, "a:10,b:5")
@@ -72,8 +71,9 @@ class LayoutOptimizer:
     >>> optimizer.solver = "exact"
     >>> optimizer.solve()
     'a:m2;c:m1'
-    >>> optimizer.evaluate_layout("a:m2;c:m1"), optimizer.evaluate_layout("")
-    (1000.0, 2200.0)
+    >>> # Peak bytes: x, y and z together, unsplit or split 2, 4 and 8 ways.
+    >>> optimizer.evaluate_layout(""), optimizer.evaluate_layout("a:m2;c:m1")
+    (1400.0, 300.0)
   """
 
   def __init__(
