@@ -71,12 +71,12 @@ def test_unknown_variable_raises():
 def test_worker_imports_no_tensorflow():
   # The worker file must run in a process without TensorFlow.
   probe = (
-    "import runpy, sys; runpy.run_path(%r); "
+    "import runpy, sys; del sys.path[0]; runpy.run_path(%r); "
     "print('tensorflow' in sys.modules, 'mesh_tensorflow' in sys.modules)"
     % str(cp_sat.WORKER_PATH)
   )
   out = subprocess.run(
-    [sys.executable, "-P", "-c", probe],
+    [sys.executable, "-c", probe],
     capture_output=True,
     text=True,
     check=True,

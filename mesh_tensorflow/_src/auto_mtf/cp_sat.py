@@ -23,6 +23,24 @@ from mesh_tensorflow._src.auto_mtf.cp_model import CpModel
 
 WORKER_PATH = pathlib.Path(__file__).with_name("cp_sat_worker.py")
 
+# Runs the script named by argv[1] as __main__, without putting its
+# directory (or the current one) first on sys.path, so that nothing there
+# shadows a module the script imports. (`python -P` does the same from
+# Python 3.11 on.)
+_RUN_SCRIPT = (
+  "import runpy, sys; del sys.path[0]; sys.argv = sys.argv[1:]; "
+  "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
+
+
+def worker_command() -> list:
+  """The command line that runs the worker in a fresh interpreter.
+
+  Returns:
+    a list of strings for subprocess.
+  """
+  return [sys.executable, "-c", _RUN_SCRIPT, str(WORKER_PATH)]
+
 
 class CpSatWorkerError(RuntimeError):
   """The CP-SAT worker process failed (crashed, or printed no reply)."""
@@ -78,9 +96,7 @@ def solve_in_subprocess(
     "tiebreaks": [[list(v), list(c)] for v, c in tiebreaks],
     "max_time_in_seconds": max_time_in_seconds,
   }
-  # -P: the worker's directory is not put on sys.path, so the package's
-  # module names cannot shadow anything the worker imports.
-  command = [sys.executable, "-P", str(WORKER_PATH)]
+  command = worker_command()
   env = dict(os.environ)
   env["PYTHONPATH"] = os.pathsep.join(
     p for p in [env.get("PYTHONPATH", "")] + sys.path if p
@@ -95,8 +111,8 @@ def solve_in_subprocess(
   )
   if completed.returncode != 0:
     raise CpSatWorkerError(
-      "the CP-SAT worker (%s) exited with status %d: %s"
-      % (" ".join(command), completed.returncode, completed.stderr[-2000:])
+      "the CP-SAT worker %s exited with status %d: %s"
+      % (command[-1], completed.returncode, completed.stderr[-2000:])
     )
   try:
     reply = json.loads(completed.stdout)
