@@ -112,7 +112,7 @@ class LayoutOptimizer:
   def _collect_dimension_sets(self) -> None:
     """The splittable dimension sets of operations and tensors."""
     graph = self._graph
-    self._operation_dim_sets = {
+    operation_dim_sets = {
       self._splittable(graph.get_operation_mtf_dimension_names(name))
       for name in graph.get_all_operation_names()
     }
@@ -120,9 +120,11 @@ class LayoutOptimizer:
       name: self._splittable(graph.get_tensor_mtf_dimension_names(name))
       for name in graph.get_all_tensor_names()
     }
-    all_sets = self._operation_dim_sets | set(self._tensor_dim_sets.values())
-    # Sorted, so that the program's variable order is reproducible.
-    self._dim_sets = sorted(all_sets, key=lambda s: (len(s), sorted(s)))
+    all_sets = operation_dim_sets | set(self._tensor_dim_sets.values())
+    # Sorted, so that the program is the same in every process (set order
+    # depends on string hashing).
+    self._operation_dim_sets = sorted(operation_dim_sets, key=_set_order)
+    self._dim_sets = sorted(all_sets, key=_set_order)
     self._assignments = {
       dim_set: generate_assignments(dim_set, self._mesh_sizes)
       for dim_set in self._dim_sets
@@ -389,6 +391,10 @@ class LayoutOptimizer:
     for step in self._get_memory_contents():
       peak = max(peak, float(sum(sizes[t] for t in step)))
     return peak
+
+
+def _set_order(dim_set: FrozenSet[str]) -> Tuple[int, List[str]]:
+  return (len(dim_set), sorted(dim_set))
 
 
 # Stands for "no bound" in a linear constraint (CP-SAT takes int64 bounds).
