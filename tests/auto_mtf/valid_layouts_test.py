@@ -1,9 +1,6 @@
-"""Tests for LayoutValidator and MemoryEstimator."""
-
-import tensorflow as tf
+"""Tests for LayoutValidator."""
 
 import mesh_tensorflow as mtf
-from mesh_tensorflow._src.auto_mtf.memory_estimator import MemoryEstimator
 from mesh_tensorflow._src.auto_mtf.valid_layouts import LayoutValidator
 
 
@@ -25,17 +22,3 @@ def test_splittable_dimensions_and_divisibility():
   assert validator.is_valid_assignment("b", "m2")
   assert not validator.is_valid_assignment("b", "m1")
   assert not validator.is_valid_assignment("concat", "m2")
-
-
-def test_memory_estimator_marks_outputs_final():
-  graph = mtf.Graph()
-  mesh = mtf.Mesh(graph, "mesh")
-  x = mtf.Constant(mesh, 0, mtf.convert_to_shape("a:3,b:4"), tf.int32, "X")
-  z = mtf.reduce_sum(x.outputs[0], reduced_dim=mtf.Dimension("b", 4))
-  estimator = MemoryEstimator(graph, mtf.convert_to_shape("m:3"), [z])
-  view = estimator.get_graph_interface()
-  assert view is estimator.get_graph_interface()
-  assert view.is_tensor_final(z.name) and not view.is_tensor_final("X:0")
-  validator = estimator.get_layout_validator()
-  assert validator.is_valid_assignment("a", "m")
-  assert not validator.is_valid_assignment("b", "m")
