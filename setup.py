@@ -36,6 +36,9 @@ setuptools.setup(
     # install `tensorflow` themselves and skip this extra.
     "cpu": ["tensorflow-cpu>=2.16"],
     "tensorflow": ["tensorflow>=2.16"],
+    # mesh_tensorflow.auto_mtf solves with CP-SAT (in a separate process)
+    # when ortools is installed, else with its own exact search.
+    "auto_mtf": ["ortools"],
     # ruff is pinned to a minor version: `make lint` checks formatting,
     # which may change between ruff's minor versions.
     "test": [
