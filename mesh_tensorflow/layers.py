@@ -5,9 +5,13 @@ pooling. The code lives in `mesh_tensorflow/_src/layers/`.
 """
 # pylint: disable=wildcard-import,unused-wildcard-import
 
+from mesh_tensorflow._src import facade as _facade
 from mesh_tensorflow._src.layers.attention import *
 from mesh_tensorflow._src.layers.conv import *
 from mesh_tensorflow._src.layers.core import *
 from mesh_tensorflow._src.layers.local_attention import *
 from mesh_tensorflow._src.layers.losses import *
 from mesh_tensorflow._src.layers.norms import *
+
+_facade.make_patchable(__name__)
+del _facade

@@ -4,11 +4,13 @@ variable lifetime across models, dropout without is_training, legacy TF1 mode,
 and the helpers the original has (corr, squared_relu, nd coordinates).
 """
 
+import contextlib
 import itertools
 import json
 import os
 import subprocess
 import sys
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -17,6 +19,7 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from mesh_tensorflow import placement_mesh_impl
 from mesh_tensorflow import simd_mesh_impl
+from mesh_tensorflow._src.layers import core as layers_core
 from tests import mesh_test_util
 
 TF1_ENV = mesh_test_util.TF1_ENV
@@ -249,6 +252,116 @@ def test_dense_with_a_new_dim_named_like_the_reduced_one():
 
   (got,) = _run(build)
   np.testing.assert_allclose(got, values @ kernel, rtol=1e-6)
+
+
+def test_einsum_tells_same_named_dims_apart_by_size():
+  # [batch, d_model=3] x [d_model=3, d_model=2]: a kernel shrinking d_model,
+  # which the original's Shape and einsum accept.
+  rng = np.random.RandomState(2)
+  x_value = rng.randn(4, 3).astype(np.float32)
+  w_value = rng.randn(3, 2).astype(np.float32)
+
+  def build(mesh):
+    x = mtf.import_tf_tensor(mesh, tf.constant(x_value), "batch:4;d_model:3")
+    w = mtf.import_tf_tensor(mesh, tf.constant(w_value), "d_model:3;d_model:2")
+    y = mtf.einsum([x, w], output_shape="batch:4;d_model:2")
+    loss = mtf.reduce_sum(y * y)
+    dx, dw = mtf.gradients([loss], [x, w])
+    return [y, dx, dw]
+
+  y, dx, dw = mesh_test_util.run_program(build, "b:2", "batch:b")
+  np.testing.assert_allclose(y, x_value @ w_value, rtol=1e-5)
+  np.testing.assert_allclose(dx, 2 * y @ w_value.T, rtol=1e-5)
+  np.testing.assert_allclose(dw, 2 * x_value.T @ y, rtol=1e-5)
+
+
+def test_einsum_still_rejects_one_name_with_two_sizes_across_inputs():
+  mesh = mtf.Mesh(mtf.Graph(), "mesh")
+  x = mtf.zeros(mesh, "batch:4;d_model:3")
+  with pytest.raises(ValueError, match="'d_model' has size 3"):
+    mtf.einsum([x, mtf.zeros(mesh, "d_model:2")])
+
+
+def test_patching_mtf_layers_reaches_dense():
+  # The original's dense calls get_dense_kernel_weights through its module,
+  # so patching mtf.layers replaces the kernel of every dense layer.
+  x_value = np.arange(6, dtype=np.float32).reshape(2, 3)
+  kernel_value = np.arange(12, dtype=np.float32).reshape(3, 4) / 10
+  calls = []
+
+  def fake_kernel(x, new_dims, reduced_dims, *unused_args, **unused_kwargs):
+    calls.append(([d.name for d in reduced_dims], [d.name for d in new_dims]))
+    return mtf.import_tf_tensor(
+      x.mesh, tf.constant(kernel_value), reduced_dims + new_dims
+    )
+
+  def build(mesh):
+    x = mtf.import_tf_tensor(mesh, tf.constant(x_value), "batch:2;d:3")
+    with mock.patch.object(mtf.layers, "get_dense_kernel_weights", fake_kernel):
+      y = mtf.layers.dense(x, mtf.Dimension("f", 4), x.shape.dims[1:])
+    z = mtf.layers.dense(x, mtf.Dimension("f", 4), x.shape.dims[1:])
+    return [y, z]
+
+  y, z = _run(build)
+  np.testing.assert_allclose(y, x_value @ kernel_value, rtol=1e-6)
+  assert calls == [(["d"], ["f"])]
+  assert not np.allclose(z, y)  # Unpatched again: a real, random kernel.
+  assert (
+    mtf.layers.get_dense_kernel_weights is layers_core.get_dense_kernel_weights
+  )
+
+
+# Variable names the original (0.1.21, run in a tf.compat.v1 graph) gives
+# this program: an unnamed dense puts its kernel and its bias in two default
+# scopes, and use_bias=False still takes the bias scope's name.
+_ORIGINAL_DEFAULT_NAMES = [
+  "dense/kernel",
+  "dense/bias",
+  "dense_1/kernel",
+  "dense_2/bias",
+  "dense_3/kernel",
+  "dense_5/kernel",
+  "dense_6/bias",
+  "dense_relu_dense/wi/kernel",
+  "dense_relu_dense/wo/kernel",
+  "dense_relu_dense_1/wi/kernel",
+  "dense_relu_dense_1/wo/kernel",
+  "conv2d/kernel",
+  "conv2d_1/kernel",
+  "outer/dense/kernel",
+  "outer/dense_1/bias",
+]
+
+
+def _default_named_layers(mesh):
+  d, f = mtf.Dimension("d", 3), mtf.Dimension("f", 4)
+  x = mtf.zeros(mesh, [mtf.Dimension("b", 2), d])
+  mtf.layers.dense(x, [f], reduced_dims=[d], name="dense")
+  mtf.layers.dense(x, [f], reduced_dims=[d])
+  mtf.layers.dense(x, [f], reduced_dims=[d], use_bias=False)
+  mtf.layers.dense(x, [f], reduced_dims=[d])
+  for _ in range(2):
+    mtf.layers.dense_relu_dense(x, f, is_training=False, dropout=0.0)
+  image = mtf.zeros(mesh, "b:2;h:4;w:4;d:3")
+  for _ in range(2):
+    mtf.layers.conv2d(image, f)
+  with tf.compat.v1.variable_scope("outer"):
+    mtf.layers.dense(x, [f], reduced_dims=[d])
+
+
+@pytest.mark.parametrize("fresh", ["mtf_graph", "tf_graph"])
+def test_default_layer_names_are_the_originals_in_every_graph(fresh):
+  names = []
+  for _ in range(2):
+    with contextlib.ExitStack() as stack:
+      if fresh == "tf_graph":
+        stack.enter_context(tf.Graph().as_default())
+      else:
+        stack.enter_context(mtf.variable_store(mtf.VariableStore()))
+      graph = mtf.Graph()
+      _default_named_layers(mtf.Mesh(graph, "mesh"))
+      names.append([v.name for v in graph.all_variables])
+  assert names[0] == names[1] == _ORIGINAL_DEFAULT_NAMES
 
 
 class _FakeTopology:

@@ -268,11 +268,13 @@ def test_clone_operations_shares_variables():
   assert mapping[y].operation.inputs[0].operation in new_ops
 
 
-def test_shape_with_duplicate_names_raises():
+def test_shape_with_duplicate_dimensions_raises():
   with pytest.raises(ValueError, match="'a'"):
-    mtf.Shape([A, mtf.Dimension("a", 2)])
+    mtf.Shape([A, mtf.Dimension("a", A.size)])
   with pytest.raises(ValueError, match="'a'"):
-    mtf.convert_to_shape("a:2;a:3")
+    mtf.convert_to_shape("a:2;a:2")
+  # One name with two sizes is two dimensions, as in the original.
+  assert mtf.convert_to_shape("a:2;a:3").to_integer_list == [2, 3]
   _, mesh = _new_mesh()
   with pytest.raises(ValueError, match="'a'"):
     mtf.zeros(mesh, [A, A])

@@ -194,7 +194,7 @@ def test_shape_is_unhashable():
 @pytest.mark.parametrize(
   "dims, dup",
   [
-    ([("batch", 2), ("batch", 4)], "batch"),
+    ([("batch", 2), ("batch", 2)], "batch"),
     ([("a", 1), ("b", 2), ("a", 1)], "a"),
   ],
 )
@@ -205,10 +205,19 @@ def test_duplicate_dimension_raises(dims, dup):
 
 def test_duplicate_dimension_message():
   with pytest.raises(ValueError) as e:
-    Shape([("batch", 2), ("batch", 4)])
+    Shape([("batch", 2), ("d", 3), ("batch", 2)])
   assert str(e.value) == (
-    "Shape has duplicate dimension 'batch': Shape[batch=2, batch=4]"
+    "Shape has duplicate dimension 'batch': Shape[batch=2, d=3, batch=2]"
   )
+
+
+def test_one_name_with_two_sizes_is_allowed():
+  # As in the original: only a repeated Dimension (name and size) is an error.
+  s = Shape([("d_model", 6), ("d_model", 2)])
+  assert s.dims == [Dimension("d_model", 6), Dimension("d_model", 2)]
+  assert s.dimension_names == ["d_model", "d_model"]
+  assert s.get_dim_by_name("d_model") == Dimension("d_model", 6)
+  assert s - [Dimension("d_model", 6)] == Shape([("d_model", 2)])
 
 
 def test_shape_rejects_none_dimension():
@@ -241,7 +250,8 @@ def test_rename_and_resize_dimension():
   assert s.resize_dimension("zz", 7) == s
   assert s == _abc()  # Unchanged.
   with pytest.raises(ValueError, match="duplicate dimension 'a'"):
-    s.rename_dimension("b", "a")
+    Shape([("a", 2), ("b", 2)]).rename_dimension("b", "a")
+  assert s.rename_dimension("b", "a").to_string == "Shape[a=2, a=3, c=4]"
 
 
 def test_get_dim_by_name():
@@ -279,7 +289,8 @@ def test_add():
   assert c + ab == Shape([c, ("a", 2), ("b", 3)])
   assert ab + [] == ab
   with pytest.raises(ValueError, match="duplicate dimension 'a'"):
-    ab + Dimension("a", 5)  # pylint: disable=expression-not-assigned
+    ab + Dimension("a", 2)  # pylint: disable=expression-not-assigned
+  assert (ab + Dimension("a", 5)).to_string == "Shape[a=2, b=3, a=5]"
   with pytest.raises(TypeError):
     ab + 3  # pylint: disable=expression-not-assigned
 

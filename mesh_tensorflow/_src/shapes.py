@@ -76,11 +76,20 @@ def convert_to_dimension(d: Any) -> Dimension | None:
 
 
 class Shape:
-  """An ordered list of Dimensions with distinct names.
+  """An ordered list of distinct Dimensions.
 
   `Shape([("a", 2), ("b", 3)])` prints as `Shape[a=2, b=3]`. Shapes are
   immutable; operators return new Shapes. Like the original, Shape defines
   `__eq__` without `__hash__`, so it is unhashable.
+
+  As in the original, a Dimension (name and size) may occur once only, but
+  one name may be used by dimensions of different sizes: `[d_model=6,
+  d_model=2]` is the shape of a kernel projecting d_model to a smaller
+  d_model. Lookups by name (`get_dim_by_name`) find the first one; layout
+  rules apply to both, so a name split over a mesh dimension can occur only
+  once in a tensor; einsum tells them apart by size. Einsum and broadcasting
+  binary ops still reject a name with two sizes across their operands
+  unless an operand itself has both.
   """
 
   def __init__(self, dims: Iterable[Any]):
@@ -90,7 +99,8 @@ class Shape:
       dims: Dimensions or (name, size) pairs.
 
     Raises:
-      ValueError: on a repeated dimension name or an invalid dimension.
+      ValueError: on a repeated Dimension (same name and size) or an invalid
+        dimension.
     """
     converted = []
     for d in dims:
@@ -99,13 +109,11 @@ class Shape:
         raise ValueError("Shape dimensions must not be None")
       converted.append(d)
     self._dims = converted
-    seen = set()
-    for d in converted:
-      if d.name in seen:
-        raise ValueError(
-          f"Shape has duplicate dimension {d.name!r}: {self.to_string}"
-        )
-      seen.add(d.name)
+    if len(set(converted)) != len(converted):
+      repeated = next(d for i, d in enumerate(converted) if d in converted[:i])
+      raise ValueError(
+        f"Shape has duplicate dimension {repeated.name!r}: {self.to_string}"
+      )
 
   @property
   def dims(self) -> list[Dimension]:
@@ -395,6 +403,35 @@ def anonymous_shape(shape: Any) -> Shape:
   return Shape(
     [Dimension(f"_anonymous_{i}", d.size) for i, d in enumerate(shape)]
   )
+
+
+def names_with_several_sizes(shapes: Iterable[Shape | None]) -> set[str]:
+  """The names that one of `shapes` itself gives to dimensions of two sizes.
+
+  Operations that combine shapes treat a name with two sizes across their
+  operands as a mistake, unless an operand already has both (a deliberate
+  `[d_model=6, d_model=2]`).
+
+  Example:
+    >>> names_with_several_sizes([Shape([("a", 2)]), Shape([("b", 2), ("b", 3)])])
+    {'b'}
+
+  Args:
+    shapes: Shapes (None entries are skipped).
+
+  Returns:
+    a set of dimension names.
+  """
+  names = set()
+  for shape in shapes:
+    if shape is None:
+      continue
+    seen = set()
+    for name in shape.dimension_names:
+      if name in seen:
+        names.add(name)
+      seen.add(name)
+  return names
 
 
 def is_subsequence(short_seq: Sequence[Any], long_seq: Sequence[Any]) -> bool:

@@ -111,13 +111,15 @@ def test_dense_variable_names_shapes_and_scopes():
       mtf.layers.dense(x, HIDDEN, reduced_dims=[D_MODEL])
   names = [(v.name, v.shape.to_string) for v in graph.trainable_variables]
   assert names == [
+    # The original's names: a default-named kernel and bias get separate
+    # scopes; use_bias=False still uses up a scope name (dense_3).
     ("dense/kernel", "Shape[d_model=8, hidden=4]"),
-    ("dense/bias", "Shape[hidden=4]"),
-    ("dense_1/kernel", "Shape[d_model=8, hidden=4]"),
+    ("dense_1/bias", "Shape[hidden=4]"),
+    ("dense_2/kernel", "Shape[d_model=8, hidden=4]"),
     ("outer/proj/kernel", "Shape[experts=2, d_model=8, hidden=4]"),
     ("outer/proj/bias", "Shape[experts=2, hidden=4]"),
     ("outer/dense/kernel", "Shape[d_model=8, hidden=4]"),
-    ("outer/dense/bias", "Shape[hidden=4]"),
+    ("outer/dense_1/bias", "Shape[hidden=4]"),
   ]
   assert y0.shape == mtf.Shape([BATCH, EXPERTS, HIDDEN])
   assert y1.shape == mtf.Shape([BATCH, EXPERTS, HIDDEN])
@@ -141,7 +143,7 @@ def test_dense_default_names_stable_across_rebuilds():
   assert (
     all_names[0]
     == all_names[1]
-    == ["dense/kernel", "dense/bias", "dense_1/kernel", "dense_1/bias"]
+    == ["dense/kernel", "dense_1/bias", "dense_2/kernel", "dense_3/bias"]
   )
   assert sorted(store.masters) == sorted(all_names[0])
 
@@ -409,7 +411,7 @@ def test_dense_default_initializer_is_variance_scaling_fan_in():
   with mtf.variable_store(mtf.VariableStore()):
     mtf.layers.dense(mtf.zeros(mesh, [BATCH, d_in]), d_out, reduced_dims=[d_in])
     kernel = graph.name_to_variable["dense/kernel"].master.numpy()
-    bias = graph.name_to_variable["dense/bias"].master.numpy()
+    bias = graph.name_to_variable["dense_1/bias"].master.numpy()
   np.testing.assert_allclose(kernel.std(), _TRUNCATED_STD / 16.0, rtol=0.05)
   np.testing.assert_array_equal(bias, np.zeros(128, np.float32))
 

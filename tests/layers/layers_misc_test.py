@@ -364,7 +364,7 @@ def test_default_name_skips_explicitly_used_scope():
     "dense/kernel",
     "dense/bias",
     "dense_1/kernel",
-    "dense_1/bias",
+    "dense_2/bias",
   ]
 
 

@@ -325,9 +325,11 @@ def test_reshape_errors():
     mtf.rename_dimension(x, "zz", "c")
   with pytest.raises(ValueError, match="not consecutive"):
     mtf.replace_dimensions(mtf.reshape(x, [X, Y, B]), [X, B], AB)
-  # Renaming to a name already used is a duplicate dimension.
+  # Renaming to an existing dimension (same name and size) is a duplicate.
   with pytest.raises(ValueError, match="'b'"):
-    mtf.rename_dimension(x, "a", "b")
+    mtf.rename_dimension(
+      mtf.zeros(mesh, [A, mtf.Dimension("c", 6), B]), "c", "b"
+    )
 
 
 def test_rename_dimension_shape():

@@ -18,6 +18,7 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
 from tests import meshes
+from transformer import transformer
 from transformer import transformer_layers
 from transformer._src.layers import attention_layers
 from transformer._src.layers import attention_variants as av
@@ -123,33 +124,33 @@ def _th_reference(
   x,
   m,
   v,
-  pre="talking_heads_pre_softmax",
-  post="talking_heads_post_softmax",
+  pre="logits",
+  post="weights",
   visible=None,
   dynamic=(),
 ):
-  q = np.einsum("bld,dhk->blhk", x, v["q"])
-  k = np.einsum("bmd,dhk->bmhk", m, v["k"])
-  vv = np.einsum("bmd,dhk->bmhk", m, v["v"])
+  q = np.einsum("bld,dhk->blhk", x, v["q/kernel"])
+  k = np.einsum("bmd,dhk->bmhk", m, v["k/kernel"])
+  vv = np.einsum("bmd,dhk->bmhk", m, v["v/kernel"])
   logits = np.einsum("blhk,bmhk->blhm", q, k)
 
-  def talk(t, name, dx, dm):
-    if name not in v:
+  def talk(t, scope, dx, dm):
+    if scope + "/kernel" not in v:
       return t
-    out = np.einsum("blhm,hs->blsm", t, v[name])
-    if dx in dynamic:
-      out += np.einsum(
-        "blhm,blhs->blsm", t, np.einsum("bld,dhs->blhs", x, v[dx])
-      )
-    if dm in dynamic:
-      out += np.einsum(
-        "blhm,bmhs->blsm", t, np.einsum("bmd,dhs->bmhs", m, v[dm])
-      )
+    out = np.einsum("blhm,hs->blsm", t, v[scope + "/kernel"])
+    # The dynamic maps of a scope are numbered in the order x, m.
+    sources = [(x, "bld->blhs"), (m, "bmd->bmhs")]
+    sources = [s for s, p in zip(sources, (dx, dm)) if p in dynamic]
+    for i, (source, spec) in enumerate(sources):
+      w = v["%s/%s_dynamic_%d/kernel" % (scope, scope, i)]
+      inputs, projected = spec.split("->")
+      proj = np.einsum("%s,dhs->%s" % (inputs, projected), source, w)
+      out += np.einsum("blhm,%s->blsm" % projected, t, proj)
     return out
 
   logits = _mask(talk(logits, pre, "x2l", "m2l"), visible)
   w = talk(_softmax(logits), post, "x2w", "m2w")
-  return np.einsum("blhm,bmhk,hkd->bld", w, vv, v["o"])
+  return np.einsum("blhm,bmhk,hkd->bld", w, vv, v["y/kernel"])
 
 
 TH_DIMS = dict(
@@ -167,12 +168,12 @@ def test_talking_heads_matches_numpy_and_variable_shapes():
     lambda mesh: [layer.call(_context(mesh), _x(mesh))]
   )()
   assert {n: a.shape for n, a in v.items()} == {
-    "q": (D, 2, 4),
-    "k": (D, 2, 4),
-    "v": (D, 2, 4),
-    "o": (2, 4, D),
-    "talking_heads_pre_softmax": (2, 3),
-    "talking_heads_post_softmax": (3, 2),
+    "q/kernel": (D, 2, 4),
+    "k/kernel": (D, 2, 4),
+    "v/kernel": (D, 2, 4),
+    "y/kernel": (2, 4, D),
+    "logits/kernel": (2, 3),
+    "weights/kernel": (3, 2),
   }
   np.testing.assert_allclose(y, _th_reference(X, X, v), rtol=1e-5, atol=1e-5)
 
@@ -189,12 +190,12 @@ def test_talking_heads_identity_mixing_is_plain_attention():
     _make_vars(
       mesh,
       {
-        "q": ([D_MODEL, kh, dk], wq),
-        "k": ([D_MODEL, kh, dk], wk),
-        "v": ([D_MODEL, vh, dv], wv),
-        "o": ([vh, dv, D_MODEL], wo),
-        "talking_heads_pre_softmax": ([kh, sh], eye),
-        "talking_heads_post_softmax": ([sh, vh], eye),
+        "q/kernel": ([D_MODEL, kh, dk], wq),
+        "k/kernel": ([D_MODEL, kh, dk], wk),
+        "v/kernel": ([D_MODEL, vh, dv], wv),
+        "y/kernel": ([vh, dv, D_MODEL], wo),
+        "logits/kernel": ([kh, sh], eye),
+        "weights/kernel": ([sh, vh], eye),
       },
     )
     layer = av.TalkingHeadsSelfAttention(
@@ -221,16 +222,21 @@ def test_talking_heads_same_dims_equals_self_attention():
 
   def build(mesh):
     kv = {"th": mtf.Dimension("d_k", 4), "sa": mtf.Dimension("d_kv", 4)}
+    # The original's names: dense kernels q, k, v, y in talking heads;
+    # q, k, v, o in SelfAttention.
+    names = {"th": ("q/kernel", "k/kernel", "v/kernel", "y/kernel")}
+    names["sa"] = ("q", "k", "v", "o")
     for scope in ("th", "sa"):
       dk = kv[scope]
       dv = mtf.Dimension("d_v", 4) if scope == "th" else dk
+      q, k, v, o = (scope + "/" + n for n in names[scope])
       _make_vars(
         mesh,
         {
-          scope + "/q": ([D_MODEL, heads, dk], wq),
-          scope + "/k": ([D_MODEL, heads, dk], wk),
-          scope + "/v": ([D_MODEL, heads, dv], wv),
-          scope + "/o": ([heads, dv, D_MODEL], wo),
+          q: ([D_MODEL, heads, dk], wq),
+          k: ([D_MODEL, heads, dk], wk),
+          v: ([D_MODEL, heads, dv], wv),
+          o: ([heads, dv, D_MODEL], wo),
         },
       )
     th = av.TalkingHeadsSelfAttention(
@@ -265,8 +271,9 @@ def test_talking_heads_dynamic_projections():
   (y,), v = mtu.with_variables(
     lambda mesh: [layer.call(_context(mesh, causal=True), _x(mesh))]
   )()
-  assert v["x2l"].shape == v["m2l"].shape == (D, 2, 3)
-  assert v["x2w"].shape == v["m2w"].shape == (D, 3, 2)
+  for i in (0, 1):  # from x, from m
+    assert v["logits/logits_dynamic_%d/kernel" % i].shape == (D, 2, 3)
+    assert v["weights/weights_dynamic_%d/kernel" % i].shape == (D, 3, 2)
   np.testing.assert_allclose(
     y,
     _th_reference(X, X, v, visible=CAUSAL, dynamic=dynamic),
@@ -300,9 +307,9 @@ def test_talking_heads_enc_dec():
 
 
 def _bilinear_reference(x, m, v, visible=None):
-  q = np.einsum("bli,ihd->blhd", x, v["q"])
+  q = np.einsum("bli,ihd->blhd", x, v["q/kernel"])
   w = _softmax(_mask(np.einsum("blhd,bmd->blhm", q, m), visible))
-  return np.einsum("blhm,bmi,hid->bld", w, m, v["o"])
+  return np.einsum("blhm,bmi,hid->bld", w, m, v["y/kernel"])
 
 
 def test_general_bilinear_self_and_enc_dec():
@@ -321,7 +328,10 @@ def test_general_bilinear_self_and_enc_dec():
   (y_sa, y_ed), v = mtu.with_variables(build)()
   sv = {n[5:]: a for n, a in v.items() if n.startswith("self/")}
   ev = {n[7:]: a for n, a in v.items() if n.startswith("encdec/")}
-  assert {n: a.shape for n, a in sv.items()} == {"q": (D, 3, D), "o": (3, D, D)}
+  assert {n: a.shape for n, a in sv.items()} == {
+    "q/kernel": (D, 3, D),
+    "y/kernel": (3, D, D),
+  }
   np.testing.assert_allclose(
     y_sa, _bilinear_reference(X, X, sv, CAUSAL), rtol=1e-5, atol=1e-5
   )
@@ -651,9 +661,10 @@ def test_talking_heads_steps_are_public_methods():
 
   (y, logits, mixed), v = mtu.with_variables(build)()
   np.testing.assert_allclose(y, _th_reference(X, X, v), rtol=1e-5, atol=1e-5)
-  assert v["extra"].shape == (2, 3) and v["extra_dynamic_0"].shape == (D, 2, 3)
-  dynamic = np.einsum("bld,dhs->blhs", X, v["extra_dynamic_0"])
-  expected = np.einsum("blhm,hs->blsm", logits, v["extra"]) + np.einsum(
+  static, from_x = v["extra/kernel"], v["extra/extra_dynamic_0/kernel"]
+  assert static.shape == (2, 3) and from_x.shape == (D, 2, 3)
+  dynamic = np.einsum("bld,dhs->blhs", X, from_x)
+  expected = np.einsum("blhm,hs->blsm", logits, static) + np.einsum(
     "blhm,blhs->blsm", logits, dynamic
   )
   np.testing.assert_allclose(mixed, expected, rtol=1e-4, atol=1e-4)
@@ -675,3 +686,82 @@ def test_general_bilinear_steps_are_public_methods():
   np.testing.assert_allclose(
     y, _bilinear_reference(X, X, v), rtol=1e-4, atol=1e-5
   )
+
+
+# Variables (name: shape) the original 0.1.21 gives these layers, each in a
+# one-layer Unitransformer under its own variable scope (the model's own
+# embeddings and output layer left out).
+_ORIGINAL_VARIABLES = {
+  "plain/transformer//TalkingHeadsSelfAttention/" + name: shape
+  for name, shape in [
+    ("q/kernel", "d_model=8, kh=2, d_k=4"),
+    ("k/kernel", "d_model=8, kh=2, d_k=4"),
+    ("v/kernel", "d_model=8, vh=2, d_v=4"),
+    ("logits/kernel", "kh=2, sh=3"),
+    ("weights/kernel", "sh=3, vh=2"),
+    ("y/kernel", "vh=2, d_v=4, d_model=8"),
+  ]
+}
+_ORIGINAL_VARIABLES.update(
+  {
+    "dynamic/transformer//TalkingHeadsSelfAttention/" + name: shape
+    for name, shape in [
+      ("q/kernel", "d_model=8, kh=2, d_k=4"),
+      ("k/kernel", "d_model=8, kh=2, d_k=4"),
+      ("v/kernel", "d_model=8, vh=2, d_v=4"),
+      ("logits/kernel", "kh=2, sh=3"),
+      ("logits/logits_dynamic_0/kernel", "d_model=8, kh=2, sh=3"),
+      ("weights/kernel", "sh=3, vh=2"),
+      ("weights/weights_dynamic_0/kernel", "d_model=8, sh=3, vh=2"),
+      ("weights/weights_dynamic_1/kernel", "d_model=8, sh=3, vh=2"),
+      ("y/kernel", "vh=2, d_v=4, d_model=8"),
+    ]
+  }
+)
+_ORIGINAL_VARIABLES.update(
+  {
+    "bilinear/transformer//GeneralBilinearSelfAttention/q/kernel": (
+      "_d_model=8, heads=2, d_model=8"
+    ),
+    "bilinear/transformer//GeneralBilinearSelfAttention/y/kernel": (
+      "heads=2, _d_model=8, d_model=8"
+    ),
+  }
+)
+
+
+def test_variable_names_are_the_originals():
+  layers = {
+    "plain": av.TalkingHeadsSelfAttention(**TH_DIMS),
+    "dynamic": av.TalkingHeadsSelfAttention(
+      dynamic_projections=["m2l", "x2w", "m2w"], **TH_DIMS
+    ),
+    "bilinear": av.GeneralBilinearSelfAttention(heads_dims=(("heads", 2),)),
+  }
+  with tf.Graph().as_default():
+    graph = mtf.Graph()
+    mesh = mtf.Mesh(graph, "mesh")
+    ids = mtf.zeros(mesh, "batch:2;length:6", dtype=tf.int32)
+    for scope, layer in layers.items():
+      with tf1.variable_scope(scope):
+        stack = transformer.LayerStack(
+          [layer],
+          sublayers_initial=[],
+          sublayers_per_layer=[transformer.sublayer_call_layer],
+          sublayers_final=[],
+        )
+        model = transformer.Unitransformer(
+          layer_stack=stack,
+          d_model=D,
+          input_vocab_size=10,
+          output_vocab_size=10,
+          autoregressive=True,
+          max_length=6,
+        )
+        model.call_simple(ids, ids, compute_loss=True, mode="train")
+    found = {
+      v.name: v.shape.to_string[6:-1]
+      for v in graph.all_variables
+      if "Attention/" in v.name
+    }
+  assert found == _ORIGINAL_VARIABLES

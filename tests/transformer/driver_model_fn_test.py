@@ -5,6 +5,8 @@ the EstimatorSpec in a graph, initialise, run the MtfRestoreHook's copy, then
 run train_op / metric updates / predictions in a Session.
 """
 
+import inspect
+
 import gin
 import numpy as np
 import pytest
@@ -211,3 +213,35 @@ def test_simd_model_fn_cannot_decode_in_a_v1_graph(tmp_path):
   with tf.Graph().as_default():
     with pytest.raises(NotImplementedError, match="while loop"):
       model_fn({"inputs": tf.constant(x)}, None, "infer")
+
+
+def test_weight_decay_checkpoint_is_accepted_and_changes_nothing(tmp_path):
+  # The original's last parameter; its released code never reads it.
+  names = list(inspect.signature(utils.tpu_estimator_model_fn).parameters)
+  assert names[-2:] == ["hierarchical_tiling_spec", "weight_decay_checkpoint"]
+  assert (
+    inspect.signature(utils.tpu_estimator_model_fn)
+    .parameters["weight_decay_checkpoint"]
+    .default
+    is None
+  )
+  x, y = dtu.reverse_data(dtu.BATCH)
+  losses = []
+  for kwargs in ({}, {"weight_decay_checkpoint": str(tmp_path / "absent")}):
+    model_fn = _model_fn(tmp_path / str(len(losses)), **kwargs)
+    with tf.Graph().as_default():
+      tf1.set_random_seed(7)
+      features = {"inputs": tf.constant(x), "targets": tf.constant(y)}
+      train = model_fn(features, None, "train")
+      with tf1.Session() as session:
+        _start(session, [train])
+        losses.append(
+          [session.run([train.train_op, train.loss])[1] for _ in range(3)]
+        )
+  np.testing.assert_allclose(losses[1], losses[0], rtol=1e-6)
+  try:
+    gin.parse_config(
+      "utils.tpu_estimator_model_fn.weight_decay_checkpoint = '/tmp/ckpt'"
+    )
+  finally:
+    gin.clear_config()

@@ -574,16 +574,16 @@ def test_gating_matches_numpy(gating_type):
       mesh, tf.constant(mask), mtf.Shape([BATCH, LENGTH])
     )
     out = _ut(gating_type=gating_type).gating(context, x, transformed, mtf_mask)
-    variables = mesh.graph.name_to_variable
     params = [
-      variables[name].outputs[0]
-      for name in sorted(variables)
-      if name.startswith("dense")
+      v.outputs[0]
+      for v in mesh.graph.all_variables
+      if v.name.startswith("dense")
     ]
     return [out] + params
 
   out, *params = mtu.run_program(build)
-  kernels, biases = params[1::2], params[0::2]  # sorted: bias < kernel
+  # In creation order: each gate's kernel, then its bias.
+  kernels, biases = params[0::2], params[1::2]
 
   def gate(i, *inputs):
     normed = [_np_layer_norm(t * mask[..., None]) for t in inputs]
@@ -610,10 +610,10 @@ def test_ffn_layer_multi_inputs_dense_relu_dense_and_postprocess():
       ffn_layer_type="dense_relu_dense",
       postprocess=True,
     )
-    variables = mesh.graph.name_to_variable
-    return [out] + [variables[n].outputs[0] for n in sorted(variables)]
+    return [out] + [v.outputs[0] for v in mesh.graph.all_variables]
 
-  out, b0, k0, b1, k1, *_ = mtu.run_program(build)
+  # In creation order: each dense layer's kernel, then its bias.
+  out, k0, b0, k1, b1, *_ = mtu.run_program(build)
   hidden = np.maximum(np.concatenate([X, X * 3.0], -1) @ k0 + b0, 0.0)
   expected = _np_layer_norm(hidden @ k1 + b1)
   np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)

@@ -238,30 +238,6 @@ def _default_variable_dtype(
   return variable_dtype
 
 
-def _kernel_in_current_scope(
-  x: Tensor,
-  new_dims,
-  reduced_dims,
-  expert_dims,
-  kernel_initializer,
-  variable_dtype: VariableDType,
-) -> Tensor:
-  """The `kernel` variable of the current scope, cast to x.dtype."""
-  w_shape = Shape(expert_dims + reduced_dims + new_dims)
-  if kernel_initializer is None:
-    kernel_initializer = VarianceScalingInitializer()
-  if isinstance(kernel_initializer, DenseInitializer):
-    kernel_initializer = kernel_initializer(reduced_dims, new_dims)
-  w = get_variable(
-    x.mesh,
-    "kernel",
-    w_shape,
-    initializer=kernel_initializer,
-    dtype=variable_dtype,
-  )
-  return elementwise.cast(w, x.dtype)
-
-
 def get_dense_kernel_weights(
   x: Tensor,
   new_dims,
@@ -301,15 +277,23 @@ def get_dense_kernel_weights(
   variable_dtype = _default_variable_dtype(
     x, variable_dtype, master_dtype, slice_dtype
   )
+  new_dims = _as_dim_list(new_dims, "new_dims")
+  reduced_dims = _as_dim_list(reduced_dims, "reduced_dims")
+  expert_dims = _as_dim_list(expert_dims, "expert_dims")
+  w_shape = Shape(expert_dims + reduced_dims + new_dims)
   with layer_variable_scope(x.mesh.graph, name, "dense"):
-    return _kernel_in_current_scope(
-      x,
-      _as_dim_list(new_dims, "new_dims"),
-      _as_dim_list(reduced_dims, "reduced_dims"),
-      _as_dim_list(expert_dims, "expert_dims"),
-      kernel_initializer,
-      variable_dtype,
+    if kernel_initializer is None:
+      kernel_initializer = VarianceScalingInitializer()
+    if isinstance(kernel_initializer, DenseInitializer):
+      kernel_initializer = kernel_initializer(reduced_dims, new_dims)
+    w = get_variable(
+      x.mesh,
+      "kernel",
+      w_shape,
+      initializer=kernel_initializer,
+      dtype=variable_dtype,
     )
+    return elementwise.cast(w, x.dtype)
 
 
 def dense(
@@ -349,7 +333,7 @@ def dense(
     x: a Tensor with all of reduced_dims (and expert_dims).
     new_dims: a Dimension or list of Dimensions appended to the output.
     reduced_dims: Dimensions of x to contract; None means the last dim of x
-      (deprecated). A reduced dim named like a new dim is first renamed
+      (deprecated). A reduced dim equal to a new dim is first renamed
       "_<name>" in x.
     expert_dims: optional Dimensions of x with separate weights per index.
     use_bias: add a `bias` variable of shape expert_dims + new_dims (zeros).
@@ -362,7 +346,9 @@ def dense(
       (VarianceScalingInitializer()).
     kernel_weights: optional Tensor used as the kernel (no `kernel`
       variable is made).
-    name: variable scope (default "dense", made unique per mtf Graph).
+    name: variable scope. By default the kernel and the bias each get a
+      "dense" scope made unique per mtf Graph ("dense/kernel" and
+      "dense_1/bias"), as in the original.
 
   Returns:
     a Tensor of shape [dims of x not reduced] + new_dims.
@@ -397,36 +383,40 @@ def dense(
       raise ValueError(
         "dense: dimension %s is both an expert dim and a reduced dim" % (d,)
       )
-  # A reduced dim named like a new dim (of any size): rename it in x so the
-  # kernel does not have two dims of one name. The original renamed only
-  # equal dims and built a kernel [channels:3, channels:8] from same-named
-  # dims of different sizes; this kernel [_channels:3, channels:8] has the
-  # same shape and values and gives the same outputs.
-  new_names = [d.name for d in new_dims]
+  # A reduced dim equal to a new dim is renamed "_<name>" in x, so that the
+  # kernel has two distinct dims. A reduced dim that only shares its name
+  # with a new dim keeps it: the kernel is then e.g. [d_model=6, d_model=2],
+  # as in the original (and a mesh split of that name cannot apply to it).
   for i, d in enumerate(reduced_dims):
-    if d.name in new_names:
+    if d in new_dims:
       tmp = Dimension("_" + d.name, d.size)
       x = reshape_lib.rename_dimension(x, d.name, tmp.name)
       reduced_dims[i] = tmp
   kept = [d for d in x.shape.dims if d not in reduced_dims]
-  kept_names = [d.name for d in kept]
   for d in new_dims:
-    if d.name in kept_names:
+    if d in kept:
       raise ValueError(
         "dense: new dimension %s is already a dimension of x %s "
         "that is not reduced" % (d, x.shape.to_string)
       )
   output_shape = Shape(kept + new_dims)
+  if kernel_weights is None:
+    # Looked up as a module attribute at call time (mockable through
+    # mtf.layers, as in the original). With name=None the kernel and the bias
+    # get separate default scopes ("dense/kernel", "dense_1/bias"), which is
+    # how the original names them.
+    kernel_weights = get_dense_kernel_weights(
+      x,
+      new_dims,
+      reduced_dims,
+      expert_dims,
+      kernel_initializer,
+      name,
+      variable_dtype,
+      master_dtype,
+      slice_dtype,
+    )
   with layer_variable_scope(x.mesh.graph, name, "dense"):
-    if kernel_weights is None:
-      kernel_weights = _kernel_in_current_scope(
-        x,
-        new_dims,
-        reduced_dims,
-        expert_dims,
-        kernel_initializer,
-        variable_dtype,
-      )
     y = us_einsum([x, kernel_weights], output_shape)
     if use_bias:
       b = get_variable(

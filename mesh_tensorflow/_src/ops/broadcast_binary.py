@@ -19,6 +19,7 @@ from mesh_tensorflow._src.ops import io
 from mesh_tensorflow._src.shapes import Shape
 from mesh_tensorflow._src.shapes import convert_to_shape
 from mesh_tensorflow._src.shapes import is_subsequence
+from mesh_tensorflow._src.shapes import names_with_several_sizes
 
 
 def infer_binary_broadcast_shape(
@@ -41,6 +42,10 @@ def infer_binary_broadcast_shape(
   Returns:
     The given shape if any; else the longer shape if the other is a
     subsequence of it; else shape1's dims followed by shape2's new ones.
+
+  Raises:
+    ValueError: if the shapes give one name two sizes (and neither shape
+      has that name twice itself).
   """
   if given_output_shape is not None:
     return convert_to_shape(given_output_shape)
@@ -48,6 +53,15 @@ def infer_binary_broadcast_shape(
     return shape2
   if is_subsequence(shape2.dims, shape1.dims):
     return shape1
+  several_sizes = names_with_several_sizes([shape1, shape2])
+  first_sizes = {d.name: d.size for d in shape1.dims}
+  for d in shape2.dims:
+    size = first_sizes.get(d.name, d.size)
+    if size != d.size and d.name not in several_sizes:
+      raise ValueError(
+        "dimension %r has size %d in %s and %d in %s: cannot broadcast"
+        % (d.name, size, shape1.to_string, d.size, shape2.to_string)
+      )
   return Shape(shape1.dims + [d for d in shape2.dims if d not in shape1.dims])
 
 

@@ -19,30 +19,39 @@ from mesh_tensorflow._src.laid_out import LazyAllreduceSum
 from mesh_tensorflow._src.shapes import Dimension
 from mesh_tensorflow._src.shapes import Shape
 from mesh_tensorflow._src.shapes import convert_to_shape
+from mesh_tensorflow._src.shapes import names_with_several_sizes
 
 
 def _union_dim_list(
-  shapes: Sequence[Shape], descriptions: Optional[Sequence[str]] = None
+  shapes: Sequence[Shape],
+  descriptions: Optional[Sequence[str]] = None,
+  output_shape: Optional[Shape] = None,
 ) -> List[Dimension]:
   """Dimensions of all shapes in order of first appearance (sizes checked).
+
+  Dimensions are told apart by name and size, as in the original. A name
+  with two sizes is an error (a likely mistake) unless an input or
+  output_shape itself has dimensions of both sizes under that name, as the
+  kernel [d_model=6, d_model=2] of a dense layer shrinking d_model does.
 
   descriptions (default: the shapes' strings) name the inputs in errors.
   """
   if descriptions is None:
     descriptions = [shape.to_string for shape in shapes]
+  several_sizes = names_with_several_sizes(list(shapes) + [output_shape])
   by_name: Dict[str, Dimension] = {}
   dims = []
   for shape, description in zip(shapes, descriptions):
     for d in shape.dims:
-      seen = by_name.get(d.name)
-      if seen is None:
-        by_name[d.name] = d
-        dims.append(d)
-      elif seen.size != d.size:
+      if d in dims:
+        continue
+      seen = by_name.setdefault(d.name, d)
+      if seen.size != d.size and d.name not in several_sizes:
         raise ValueError(
           "einsum: dimension %r has size %d in one input and %d "
           "in %s" % (d.name, seen.size, d.size, description)
         )
+      dims.append(d)
   return dims
 
 
@@ -113,20 +122,16 @@ def lower_einsum(
     a LaidOutTensor (or LazyAllreduceSum) of output_shape.
   """
   out_shape = convert_to_shape(output_shape)
-  all_dims = _union_dim_list(input_shapes)
-  all_names = [d.name for d in all_dims]
-  letters = dict(zip(all_names, string.ascii_letters))
-  if len(all_names) > len(string.ascii_letters):
+  all_dims = _union_dim_list(input_shapes, output_shape=out_shape)
+  letters = dict(zip(all_dims, string.ascii_letters))
+  if len(all_dims) > len(string.ascii_letters):
     raise ValueError(
       "einsum over more than %d distinct dimensions" % len(string.ascii_letters)
     )
-  inner_shape = Shape([d for d in out_shape.dims if d.name in letters])
+  inner_shape = Shape([d for d in out_shape.dims if d in letters])
   equation = "%s->%s" % (
-    ",".join(
-      "".join(letters[n] for n in shape.dimension_names)
-      for shape in input_shapes
-    ),
-    "".join(letters[n] for n in inner_shape.dimension_names),
+    ",".join("".join(letters[d] for d in shape.dims) for shape in input_shapes),
+    "".join(letters[d] for d in inner_shape.dims),
   )
   reduced_mesh_axes = sorted(
     set(
@@ -153,14 +158,12 @@ def lower_einsum(
         )
         product = s if product is None else product * s
       reduced_axes = [
-        i
-        for i, n in enumerate(all_names)
-        if n not in inner_shape.dimension_names
+        i for i, d in enumerate(all_dims) if d not in inner_shape.dims
       ]
       if reduced_axes:
         product = tf.reduce_sum(product, axis=reduced_axes)
-      kept = [n for n in all_names if n in inner_shape.dimension_names]
-      perm = [kept.index(n) for n in inner_shape.dimension_names]
+      kept = [d for d in all_dims if d in inner_shape.dims]
+      perm = [kept.index(d) for d in inner_shape.dims]
       if perm != sorted(perm):
         product = tf.transpose(product, perm)
       return product
@@ -254,8 +257,13 @@ def einsum_output_shape(
     ValueError: if sizes conflict, a reduced dim is in no input, or
       output_shape and reduced_dims disagree.
   """
-  input_dims = _union_dim_list(input_shapes, descriptions)
-  by_name = {d.name: d for d in input_dims}
+  if output_shape is not None:
+    output_shape = convert_to_shape(output_shape)
+  input_dims = _union_dim_list(input_shapes, descriptions, output_shape)
+  several_sizes = names_with_several_sizes(list(input_shapes) + [output_shape])
+  by_name = {}
+  for d in input_dims:
+    by_name.setdefault(d.name, d)
   if reduced_dims is not None:
     reduced_dims = [
       d if isinstance(d, Dimension) else by_name.get(d, d) for d in reduced_dims
@@ -268,22 +276,23 @@ def einsum_output_shape(
       counts = {}
       for shape in input_shapes:
         for d in shape.dims:
-          counts[d.name] = counts.get(d.name, 0) + 1
-      output_shape = Shape([d for d in input_dims if counts[d.name] == 1])
+          counts[d] = counts.get(d, 0) + 1
+      output_shape = Shape([d for d in input_dims if counts[d] == 1])
     else:
       output_shape = Shape([d for d in input_dims if d not in reduced_dims])
   else:
-    output_shape = convert_to_shape(output_shape)
     for d in output_shape.dims:
       seen = by_name.get(d.name)
-      if seen is not None and seen.size != d.size:
+      if (
+        seen is not None and d not in input_dims and d.name not in several_sizes
+      ):
         raise ValueError(
           "einsum: output dimension %s conflicts with input "
           "dimension %s" % (d, seen)
         )
     if reduced_dims is not None:
-      expected = {d.name for d in input_dims} - {d.name for d in reduced_dims}
-      kept = {d.name for d in output_shape.dims if d.name in by_name}
+      expected = set(input_dims) - set(reduced_dims)
+      kept = {d for d in output_shape.dims if d in input_dims}
       if kept != expected:
         raise ValueError(
           "einsum: output_shape %s and reduced_dims %s disagree for inputs "

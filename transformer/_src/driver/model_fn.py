@@ -266,6 +266,7 @@ def tpu_estimator_model_fn(
   mesh_devices=None,
   model_info_file=None,
   hierarchical_tiling_spec=None,
+  weight_decay_checkpoint=None,
   *,
   mesh_impl: str = "auto",
 ) -> ModelFn:
@@ -321,6 +322,9 @@ def tpu_estimator_model_fn(
       (None: do not write).
     hierarchical_tiling_spec: accepted and logged (a TPU device-order
       HierarchicalTiling spec; TPUs are not run here).
+    weight_decay_checkpoint: a checkpoint directory to decay the weights
+      towards. Accepted and logged: the original documents it as a
+      Google-internal option and its released code does not use it either.
     mesh_impl: "placement", "simd" or "auto" (SIMD on TPU hosts, else
       placement): the mesh implementation of the driver.Estimator.
 
@@ -332,6 +336,12 @@ def tpu_estimator_model_fn(
       "tpu_estimator_model_fn: use_tpu / tpu_summaries / "
       "hierarchical_tiling_spec are ignored; the model runs on "
       "local devices"
+    )
+  if weight_decay_checkpoint is not None:
+    logging.warning(
+      "tpu_estimator_model_fn: weight_decay_checkpoint=%r is ignored, as in "
+      "the original's released code",
+      weight_decay_checkpoint,
     )
   kwargs = dict(
     model_type=model_type,

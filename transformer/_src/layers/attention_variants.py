@@ -71,16 +71,39 @@ def _ensemble_dims(context: Context) -> List[mtf.Dimension]:
   return list(getattr(context.model, "ensemble_dims", None) or [])
 
 
-def _variable(context: Context, name: str, dims, stddev: float) -> mtf.Tensor:
-  """Variable `name` (normal init), cast to the activation dtype."""
-  w = mtf.get_variable(
-    context.mesh,
-    name,
-    mtf.Shape(list(dims)),
-    initializer=tf1.random_normal_initializer(stddev=stddev),
-    dtype=context.variable_dtype,
+def _variance_scaling(scale: float) -> mtf.layers.VarianceScalingInitializer:
+  """VarianceScalingInitializer(scale), or scale 1 under the unit-scaling
+  convention (where us_einsum does the scaling).
+  """
+  return mtf.layers.VarianceScalingInitializer(
+    1.0 if mtf.layers.unit_scaling_convention() else scale
   )
-  return mtf.cast(w, context.activation_dtype)
+
+
+def _projection(
+  context: Context,
+  x: mtf.Tensor,
+  name: str,
+  reduced_dims,
+  new_dims,
+  expert_dims=(),
+  kernel_initializer=None,
+) -> mtf.Tensor:
+  """A bias-free dense layer: variable `<name>/kernel` [ensemble...,
+  expert_dims..., reduced_dims..., new_dims...], the names the original's
+  talking-heads and general-bilinear layers give their projections.
+  """
+  return mtf.layers.dense(
+    x,
+    reduced_dims=list(reduced_dims),
+    new_dims=list(new_dims),
+    use_bias=False,
+    activation=None,
+    variable_dtype=context.variable_dtype,
+    name=name,
+    expert_dims=_ensemble_dims(context) + list(expert_dims),
+    kernel_initializer=kernel_initializer,
+  )
 
 
 def _write_position(
@@ -161,22 +184,25 @@ class TalkingHeadsSelfAttention(SelfAttention):
   """Talking-heads self-attention.
 
   logits[kh] = q[kh] . k[kh] over key_heads_dims; the logits are mapped
-  linearly to softmax_heads_dims (variable `talking_heads_pre_softmax`
-  [shared..., key-only heads..., softmax-only heads...]), the biases added,
-  softmax over memory; the weights are mapped to value_heads_dims
-  (`talking_heads_post_softmax`) and combine v [value heads, d_v]. A heads
-  Dimension present (same name and size) in both sides of a map is not
-  mixed, so identical heads dims (the default) give plain multi-head
-  attention with no map.
+  linearly to softmax_heads_dims (variable `logits/kernel` [shared...,
+  key-only heads..., softmax-only heads...]), the biases added, softmax
+  over memory; the weights are mapped to value_heads_dims
+  (`weights/kernel`) and combine v [value heads, d_v]. A heads Dimension
+  present (same name and size) in both sides of a map is not mixed, so
+  identical heads dims (the default) give plain multi-head attention with
+  no map.
 
   dynamic_projections (self-attention only): a subset of "x2l", "m2l",
   "x2w", "m2w" adds to the pre-softmax ("l") / post-softmax ("w") map one
-  computed from the query input x or the memory input m (variables of
-  those names [d_model, shared..., from-only..., to-only...], initial
-  stddev dynamic_projections_init_scale / sqrt(d_model)).
+  computed from the query input x or the memory input m (variables
+  `logits/logits_dynamic_<i>/kernel` and `weights/weights_dynamic_<i>/kernel`
+  [d_model, shared..., from-only..., to-only...], variance
+  dynamic_projections_init_scale / (d_model * from-only heads)), numbered
+  in the order x, m.
 
-  Variables: q, k [d_model, key heads..., d_k]; v [d_model, value heads...,
-  d_v]; o [value heads..., d_v, d_model] (ensemble dims first).
+  Variables, as the original names them (ensemble dims first): q/kernel,
+  k/kernel [d_model, key heads..., d_k]; v/kernel [d_model, value heads...,
+  d_v]; y/kernel [value heads..., d_v, d_model].
 
   Args:
     key_heads_dims: the heads dims of q and k, as (name, size) pairs.
@@ -242,8 +268,8 @@ class TalkingHeadsSelfAttention(SelfAttention):
     return mtf.Dimension("d_v", self.value_size)
 
   def compute_q(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
-    """Queries [..., key heads..., d_k] (variable `q`; the 1/sqrt(d_k)
-    logit scaling is folded into its initializer).
+    """Queries [..., key heads..., d_k] (variable `q/kernel`; the
+    1/sqrt(d_k) logit scaling is folded into its initializer).
 
     Args:
       context: the Context of the call (mesh, dims, mode, states...).
@@ -252,12 +278,17 @@ class TalkingHeadsSelfAttention(SelfAttention):
     Returns:
       The queries [batch..., length, key heads..., d_k].
     """
-    return self._project(
-      context, x, "q", self.key_heads_dims, self.key_dim, self.key_size**-0.5
+    return _projection(
+      context,
+      x,
+      "q",
+      [context.model.model_dim],
+      self.key_heads_dims + [self.key_dim],
+      kernel_initializer=_variance_scaling(1.0 / self.key_size),
     )
 
   def compute_k(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
-    """Keys [..., key heads..., d_k] (variable `k`).
+    """Keys [..., key heads..., d_k] (variable `k/kernel`).
 
     Args:
       context: the Context of the call (mesh, dims, mode, states...).
@@ -266,10 +297,16 @@ class TalkingHeadsSelfAttention(SelfAttention):
     Returns:
       The keys [batch..., length, key heads..., d_k].
     """
-    return self._project(context, x, "k", self.key_heads_dims, self.key_dim)
+    return _projection(
+      context,
+      x,
+      "k",
+      [context.model.model_dim],
+      self.key_heads_dims + [self.key_dim],
+    )
 
   def compute_v(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
-    """Values [..., value heads..., d_v] (variable `v`).
+    """Values [..., value heads..., d_v] (variable `v/kernel`).
 
     Args:
       context: the Context of the call (mesh, dims, mode, states...).
@@ -278,11 +315,17 @@ class TalkingHeadsSelfAttention(SelfAttention):
     Returns:
       The values [batch..., length, value heads..., d_v].
     """
-    return self._project(context, x, "v", self.value_heads_dims, self.value_dim)
+    return _projection(
+      context,
+      x,
+      "v",
+      [context.model.model_dim],
+      self.value_heads_dims + [self.value_dim],
+    )
 
   def compute_y(self, context: Context, u: mtf.Tensor) -> mtf.Tensor:
     """The output: u [..., value heads..., d_v] -> [..., d_model]
-    (variable `o`).
+    (variable `y/kernel`).
 
     Args:
       context: the Context of the call (mesh, dims, mode, states...).
@@ -291,33 +334,13 @@ class TalkingHeadsSelfAttention(SelfAttention):
     Returns:
       The layer output [batch..., length, d_model].
     """
-    model_dim = context.model.model_dim
-    reduced = self.value_heads_dims + [self.value_dim]
-    wo = _variable(
+    return _projection(
       context,
-      "o",
-      _ensemble_dims(context) + reduced + [model_dim],
-      mtf.Shape(reduced).size ** -0.5,
+      u,
+      "y",
+      self.value_heads_dims + [self.value_dim],
+      [context.model.model_dim],
     )
-    return mtf.layers.us_einsum([u, wo], reduced_dims=reduced)
-
-  def _project(
-    self,
-    context: Context,
-    x: mtf.Tensor,
-    name: str,
-    heads_dims,
-    size_dim: mtf.Dimension,
-    scale: float = 1.0,
-  ) -> mtf.Tensor:
-    model_dim = context.model.model_dim
-    w = _variable(
-      context,
-      name,
-      _ensemble_dims(context) + [model_dim] + heads_dims + [size_dim],
-      scale * model_dim.size**-0.5,
-    )
-    return mtf.layers.us_einsum([x, w], reduced_dims=[model_dim])
 
   def talking_heads(
     self,
@@ -330,15 +353,16 @@ class TalkingHeadsSelfAttention(SelfAttention):
   ) -> mtf.Tensor:
     """Maps inp's heads dims input_heads_dims -> output_heads_dims.
 
-    A linear map (variable `name` [shared..., input-only..., output-only...]);
-    each tensor in dynamic_projections_from ([..., d_model]) adds a map
-    computed from it (variables `<name>_dynamic_<i>`). Identity when the
-    heads dims are the same.
+    A linear map (variable `<name>/kernel` [shared..., input-only...,
+    output-only...]); each tensor in dynamic_projections_from ([...,
+    d_model]) adds a map computed from it (variables
+    `<name>/<name>_dynamic_<i>/kernel`). Identity when the heads dims are the
+    same.
 
     Args:
       context: the Context.
       inp: [..., input heads..., memory_length].
-      name: the variable name.
+      name: the variable scope ("logits" or "weights").
       input_heads_dims: inp's heads dims.
       output_heads_dims: the heads dims of the result.
       dynamic_projections_from: optional list of tensors [..., d_model].
@@ -346,56 +370,46 @@ class TalkingHeadsSelfAttention(SelfAttention):
     Returns:
       inp with output_heads_dims in place of input_heads_dims.
     """
-    sources = [
-      ("%s_dynamic_%d" % (name, i), t)
-      for i, t in enumerate(dynamic_projections_from or [])
-    ]
-    return self._talking(
-      context, inp, name, input_heads_dims, output_heads_dims, sources
-    )
-
-  def _talking(
-    self,
-    context: Context,
-    t: mtf.Tensor,
-    name: str,
-    from_dims,
-    to_dims,
-    dynamic_sources,
-  ) -> mtf.Tensor:
-    """talking_heads with the dynamic maps' (variable name, source) pairs."""
-    reduced = [d for d in from_dims if d not in to_dims]
-    new = [d for d in to_dims if d not in from_dims]
+    shared = [d for d in input_heads_dims if d in output_heads_dims]
+    reduced = [d for d in input_heads_dims if d not in output_heads_dims]
+    new = [d for d in output_heads_dims if d not in input_heads_dims]
     if not reduced and not new:
-      return t
-    shared = [d for d in from_dims if d in to_dims]
-    others = [d for d in t.shape.dims if d not in from_dims]
-    out_shape = mtf.Shape(others[:-1] + list(to_dims) + others[-1:])
-    ens = _ensemble_dims(context)
-    w = _variable(
-      context,
-      name,
-      ens + shared + reduced + new,
-      max(1, mtf.Shape(reduced).size) ** -0.5,
-    )
-    out = mtf.layers.us_einsum([t, w], out_shape)
-    model_dim = context.model.model_dim
-    scale = self.dynamic_projections_init_scale * model_dim.size**-0.5
-    for pname, source in dynamic_sources:
-      wd = _variable(
-        context, pname, ens + [model_dim] + shared + reduced + new, scale
+      return inp
+    if not dynamic_projections_from:
+      return _projection(context, inp, name, reduced, new, expert_dims=shared)
+    with tf1.variable_scope(name):
+      static_map = mtf.get_variable(
+        inp.mesh,
+        "kernel",
+        _ensemble_dims(context) + shared + reduced + new,
+        initializer=mtf.layers.VarianceScalingInitializer()(reduced, new),
+        dtype=context.variable_dtype,
       )
-      proj = mtf.einsum([source, wd], reduced_dims=[model_dim])
-      out += mtf.einsum([t, proj], out_shape)
-    return out
+      scale = self.dynamic_projections_init_scale / mtf.Shape(reduced).size
+      maps = [
+        _projection(
+          context,
+          source,
+          "%s_dynamic_%d" % (name, i),
+          [context.model.model_dim],
+          shared + reduced + new,
+          kernel_initializer=_variance_scaling(scale),
+        )
+        for i, source in enumerate(dynamic_projections_from)
+      ]
+      # The static map joins the first dynamic one: one einsum fewer than
+      # adding it separately, and no [length, memory_length] sized sum of
+      # maps.
+      maps[0] += mtf.cast(static_map, maps[0].dtype)
+      return mtf.add_n(
+        [mtf.layers.us_einsum([inp, w], reduced_dims=reduced) for w in maps]
+      )
 
   def _dynamic_sources(
     self, x: mtf.Tensor, m: Optional[mtf.Tensor], from_x: str, from_m: str
-  ):
+  ) -> List[mtf.Tensor]:
     return [
-      (p, t)
-      for p, t in ((from_x, x), (from_m, m))
-      if p in self.dynamic_projections
+      t for p, t in ((from_x, x), (from_m, m)) if p in self.dynamic_projections
     ]
 
   def attention_internal(
@@ -426,10 +440,10 @@ class TalkingHeadsSelfAttention(SelfAttention):
       The attention output [batch..., length, value heads..., d_v].
     """
     logits = mtf.layers.us_einsum([q, k], reduced_dims=[self.key_dim])
-    logits = self._talking(
+    logits = self.talking_heads(
       context,
       logits,
-      "talking_heads_pre_softmax",
+      "logits",
       self.key_heads_dims,
       self.softmax_heads_dims,
       self._dynamic_sources(x, m, "x2l", "m2l"),
@@ -437,10 +451,10 @@ class TalkingHeadsSelfAttention(SelfAttention):
     if bias is not None:
       logits += mtf.cast(bias, logits.dtype)
     weights = _dropout(self, context, mtf.softmax(logits, memory_length))
-    weights = self._talking(
+    weights = self.talking_heads(
       context,
       weights,
-      "talking_heads_post_softmax",
+      "weights",
       self.softmax_heads_dims,
       self.value_heads_dims,
       self._dynamic_sources(x, m, "x2w", "m2w"),
@@ -532,13 +546,9 @@ class GeneralBilinearSelfAttention(SelfAttention):
       relative_attention_num_buckets=relative_attention_num_buckets,
     )
 
-  def _inner_dim(self, context: Context) -> mtf.Dimension:
-    """d_model renamed, for the input side of the bilinear forms."""
-    model_dim = context.model.model_dim
-    return mtf.Dimension("_" + model_dim.name, model_dim.size)
-
   def compute_q(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
-    """x W_h: [..., heads..., d_model] (variable `q`).
+    """x W_h: [..., heads..., d_model] (variable `q/kernel`
+    [_d_model, heads..., d_model]).
 
     Args:
       context: the Context of the call (mesh, dims, mode, states...).
@@ -548,21 +558,18 @@ class GeneralBilinearSelfAttention(SelfAttention):
       The projected queries.
     """
     model_dim = context.model.model_dim
-    inner = self._inner_dim(context)
-    wq = _variable(
+    return _projection(
       context,
+      x,
       "q",
-      _ensemble_dims(context) + [inner] + self.heads_dims + [model_dim],
-      1.0 / model_dim.size,
-    )
-    return mtf.layers.us_einsum(
-      [mtf.rename_dimension(x, model_dim.name, inner.name), wq],
-      reduced_dims=[inner],
+      [model_dim],
+      self.heads_dims + [model_dim],
+      kernel_initializer=_variance_scaling(1.0 / model_dim.size),
     )
 
   def compute_y(self, context: Context, u: mtf.Tensor) -> mtf.Tensor:
     """The output: u [..., heads..., d_model] -> [..., d_model]
-    (variable `o`).
+    (variable `y/kernel` [heads..., _d_model, d_model]).
 
     Args:
       context: the Context of the call (mesh, dims, mode, states...).
@@ -572,15 +579,13 @@ class GeneralBilinearSelfAttention(SelfAttention):
       The layer output [batch..., length, d_model].
     """
     model_dim = context.model.model_dim
-    inner = self._inner_dim(context)
-    wo = _variable(
+    return _projection(
       context,
-      "o",
-      _ensemble_dims(context) + self.heads_dims + [inner, model_dim],
-      (mtf.Shape(self.heads_dims).size * model_dim.size) ** -0.5,
+      u,
+      "y",
+      self.heads_dims + [model_dim],
+      [model_dim],
     )
-    u = mtf.rename_dimension(u, model_dim.name, inner.name)
-    return mtf.layers.us_einsum([u, wo], reduced_dims=self.heads_dims + [inner])
 
   def attention_internal(
     self,
