@@ -754,9 +754,9 @@ class Estimator:
   def _stop_non_finite(self, step: int, loss: float) -> None:
     """Raises FloatingPointError for step's non-finite loss or variables.
 
-    The trained slices are copied to the masters only to name the
-    non-finite variables; the masters are then marked unsaveable by
-    checkpoints.save's own check, so no checkpoint of them is written.
+    The trained slices are copied to the masters to name the non-finite
+    variables by their checkpoint names; checkpoints.save refuses such
+    masters, so a later save() in this process writes nothing either.
     """
     self._sync_masters()
     bad = checkpoints.non_finite_names(self.checkpoint_variables())
