@@ -58,6 +58,7 @@ flags.DEFINE_integer(
   None,
   "create this many virtual CPU devices (for a mesh on "
   "one machine); must be set before TensorFlow starts",
+  lower_bound=1,
 )
 flags.DEFINE_enum(
   "mesh_impl",

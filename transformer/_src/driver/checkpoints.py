@@ -22,6 +22,10 @@ crash at any point leaves the previous latest checkpoint named and intact.
 Restoring checks every name and shape before assigning anything, so a failed
 restore changes no variable and touches no file.
 
+Values with inf or nan (a diverged model) are neither saved nor restored
+unless allowed (`allow_non_finite_checkpoints`): a save that refuses writes
+nothing, so rotation only ever deletes checkpoints older than a finite one.
+
 In the driver, the variables saved are a VariableStore's masters and the
 global step.
 
@@ -62,6 +66,7 @@ from typing import (
 import uuid
 
 from absl import logging
+import gin
 import tensorflow as tf
 from tensorflow.python.util import deprecation  # pylint: disable=g-direct-tensorflow-import
 
@@ -69,12 +74,14 @@ __all__ = [
   "CHECKPOINT_BASENAME",
   "STATE_FILENAME",
   "all_checkpoints",
+  "allow_non_finite_checkpoints",
   "checkpoint_prefix",
   "checkpoint_steps",
   "flexible_ckpt_init_mapping",
   "init_from_checkpoint",
   "latest_checkpoint",
   "list_checkpoint_variables",
+  "non_finite_names",
   "restore",
   "save",
 ]
@@ -153,6 +160,12 @@ def _read_state(model_dir: str) -> Optional[_State]:
     proto = tf.compat.v1.train.get_checkpoint_state(model_dir)
   except ValueError:  # No model_checkpoint_path in it.
     proto = None
+  except UnicodeDecodeError as e:  # Binary garbage.
+    raise ValueError(
+      "checkpoint state file %s is not a text CheckpointState (%s); "
+      "restore it or delete it to use the newest model.ckpt-<step> bundle"
+      % (state_file, e)
+    ) from e
   if proto is None:  # TF logs the parse error and returns None.
     raise ValueError(
       "checkpoint state file %s cannot be parsed as a "
@@ -264,6 +277,69 @@ def checkpoint_steps(model_dir: str) -> List[int]:
 
 
 # ----------------------------------------------------------------------------
+# Non-finite values.
+
+
+@gin.configurable(module="mesh_tensorflow.transformer.utils")
+def allow_non_finite_checkpoints(allow: bool = False) -> bool:
+  """Whether checkpoints with inf/nan values may be saved and restored.
+
+  A diverged model's weights are inf/nan: saving them would rotate the last
+  good checkpoints away, and restoring them would train on from garbage. Both
+  refuse unless this is bound True (`--gin_param=
+  "allow_non_finite_checkpoints.allow = True"`), e.g. to inspect a diverged
+  checkpoint.
+
+  Args:
+    allow: allow non-finite values.
+
+  Returns:
+    allow.
+  """
+  return bool(allow)
+
+
+def non_finite_names(tensors: Mapping[str, object]) -> List[str]:
+  """The sorted names of the float tensors (or variables) holding inf or nan.
+
+  Args:
+    tensors: {name: tf.Tensor, tf.Variable or array}.
+
+  Returns:
+    The names whose values are not all finite.
+  """
+  bad = []
+  for name in sorted(tensors):
+    value = tf.convert_to_tensor(tensors[name])
+    if value.dtype.is_floating and not bool(
+      tf.reduce_all(tf.math.is_finite(value))
+    ):
+      bad.append(name)
+  return bad
+
+
+def _check_finite(
+  what: str, tensors: Mapping[str, object], allow: Optional[bool]
+) -> None:
+  """Raises ValueError naming the non-finite tensors unless allowed."""
+  if allow is None:
+    allow = allow_non_finite_checkpoints()
+  bad = non_finite_names(tensors)
+  if not bad:
+    return
+  if allow:
+    logging.warning(
+      "%s: %d tensors hold inf/nan: %s", what, len(bad), _names_text(bad)
+    )
+    return
+  raise ValueError(
+    "%s: %d of %d tensors hold inf/nan values: %s (a diverged model; bind "
+    "allow_non_finite_checkpoints.allow = True to use them anyway)"
+    % (what, len(bad), len(tensors), _names_text(bad))
+  )
+
+
+# ----------------------------------------------------------------------------
 # Saving.
 
 
@@ -280,14 +356,14 @@ def _remove_stale_temporaries(model_dir: str) -> None:
 
 
 def _write_bundle(
-  prefix: str, names: Sequence[str], variables: VariableMap
+  prefix: str, names: Sequence[str], values: Sequence[tf.Tensor]
 ) -> None:
   with tf.device("/cpu:0"):
     tf.raw_ops.SaveV2(
       prefix=prefix,
       tensor_names=list(names),
       shape_and_slices=[""] * len(names),
-      tensors=[variables[n].read_value() for n in names],
+      tensors=list(values),
     )
 
 
@@ -321,6 +397,7 @@ def save(
   variables: VariableMap,
   *,
   keep_checkpoint_max: Optional[int] = None,
+  allow_non_finite: Optional[bool] = None,
 ) -> str:
   """Writes `model.ckpt-<step>` with exactly `variables` and makes it latest.
 
@@ -332,13 +409,18 @@ def save(
     keep_checkpoint_max: keep at most this many checkpoints listed in the
       state file, deleting the oldest; None or 0 keeps all. The new (latest)
       one is never deleted.
+    allow_non_finite: save inf/nan values too (None: as
+      allow_non_finite_checkpoints() says, by default False). Refusing them
+      means only finite checkpoints are written, so rotation never deletes
+      the newest finite one.
 
   Returns:
     The new checkpoint's prefix, `<model_dir>/model.ckpt-<step>`.
 
   Raises:
     ValueError: on an empty/invalid variable map, a negative step or
-      keep_checkpoint_max, or when not executing eagerly.
+      keep_checkpoint_max, non-finite values (unless allowed; nothing is
+      written then), or when not executing eagerly.
   """
   if not tf.executing_eagerly():
     raise ValueError(
@@ -367,6 +449,12 @@ def save(
         % (name, type(var).__name__)
       )
   names = sorted(variables)
+  values = [variables[n].read_value() for n in names]
+  _check_finite(
+    "checkpoints.save of step %d to %s" % (step, model_dir),
+    dict(zip(names, values)),
+    allow_non_finite,
+  )
   gfile.makedirs(model_dir)
   state = _read_state(model_dir)  # ValueError before writing anything.
   _remove_stale_temporaries(model_dir)
@@ -375,7 +463,7 @@ def save(
   tmp_dir = _join(model_dir, "%s%s" % (_TMP_DIR_PREFIX, uuid.uuid4().hex))
   gfile.makedirs(tmp_dir)
   tmp_prefix = _join(tmp_dir, _basename(prefix))
-  _write_bundle(tmp_prefix, names, variables)
+  _write_bundle(tmp_prefix, names, values)
   _move_bundle(tmp_prefix, prefix)
   gfile.rmtree(tmp_dir)
 
@@ -501,15 +589,20 @@ def _load(
   pairs: Sequence[Tuple[str, str]],
   variables: VariableMap,
   contents: Mapping[str, Tuple[List[int], tf.DType]],
+  allow_non_finite: Optional[bool] = None,
 ) -> None:
   """Reads every (variable name, checkpoint name) pair, then assigns all.
 
   Shapes were checked by the caller; values are cast to each variable's dtype.
-  Nothing is assigned unless everything was read.
+  Nothing is assigned unless everything was read (and is finite, unless
+  allow_non_finite).
   """
   ckpt_names = [c for _, c in pairs]
   values = _read_tensors(
     prefix, ckpt_names, [contents[c][1] for c in ckpt_names]
+  )
+  _check_finite(
+    "checkpoint %s" % prefix, dict(zip(ckpt_names, values)), allow_non_finite
   )
   casts = []
   for (name, ckpt_name), value in zip(pairs, values):
@@ -544,7 +637,11 @@ def _shape_problems(
 
 
 def restore(
-  path: str, variables: VariableMap, *, allow_missing: bool = False
+  path: str,
+  variables: VariableMap,
+  *,
+  allow_missing: bool = False,
+  allow_non_finite: Optional[bool] = None,
 ) -> List[str]:
   """Assigns each variable the checkpoint tensor of the same name.
 
@@ -558,6 +655,8 @@ def restore(
       (its latest checkpoint). Original TF1 (sharded) bundles work too.
     variables: {full name: tf.Variable}.
     allow_missing: skip variables the checkpoint lacks instead of failing.
+    allow_non_finite: restore inf/nan values too (None: as
+      allow_non_finite_checkpoints() says, by default False).
 
   Returns:
     The sorted names of the restored variables.
@@ -565,7 +664,8 @@ def restore(
   Raises:
     ValueError: naming the checkpoint and the variables, if the checkpoint is
       missing or corrupt, lacks variables (unless allow_missing), or holds
-      them with other shapes (e.g. model_dir holds another model).
+      them with other shapes (e.g. model_dir holds another model), or holds
+      inf/nan values (unless allowed).
   """
   prefix = _resolve(path)
   contents = list_checkpoint_variables(prefix)
@@ -592,7 +692,7 @@ def restore(
       "shapes: %s"
       % (prefix, len(problems), "; ".join(problems[:_MAX_NAMES_IN_ERROR]))
     )
-  _load(prefix, pairs, variables, contents)
+  _load(prefix, pairs, variables, contents, allow_non_finite)
   logging.info("restored %d variables from %s", len(pairs), prefix)
   return [n for n, _ in pairs]
 
@@ -627,8 +727,9 @@ def init_from_checkpoint(
 
   Raises:
     ValueError: if the checkpoint is missing/corrupt, the filter is not a
-      valid regex, or a selected tensor's shape differs from its variable's
-      (nothing is assigned then).
+      valid regex, a selected tensor's shape differs from its variable's, or
+      a selected tensor holds inf/nan (unless allow_non_finite_checkpoints();
+      nothing is assigned then).
   """
   prefix = _resolve(path)
   contents = list_checkpoint_variables(prefix)

@@ -71,8 +71,15 @@ def get_inputs_from_file(input_filename, ignore_comments=False):
   Returns:
     A list of strings, one per line, without the newline.
   """
-  with tf.io.gfile.GFile(input_filename, "r") as f:
-    lines = f.read().split("\n")
+  with tf.io.gfile.GFile(input_filename, "rb") as f:
+    data = f.read()
+  try:
+    text = data.decode("utf-8")
+  except UnicodeDecodeError as e:
+    raise ValueError(
+      "input file %s is not UTF-8 text: %s" % (input_filename, e)
+    ) from e
+  lines = text.split("\n")
   if lines and not lines[-1]:
     lines.pop()
   if ignore_comments:
@@ -91,8 +98,9 @@ def write_lines_to_file(lines, filename):
   if directory:
     tf.io.gfile.makedirs(directory)
   with tf.io.gfile.GFile(filename, "w") as f:
-    for line in lines:
-      f.write("%s\n" % line)
+    # One write, even of nothing: GFile creates the file on its first write,
+    # and no inputs must still give an (empty) output file.
+    f.write("".join("%s\n" % line for line in lines))
 
 
 def _fit(ids: List[int], length: int) -> List[int]:
@@ -543,7 +551,11 @@ def infer_model(
       batch_size, sequence_length, checkpoint_path=path), e.g. decode_from_file.
   """
   if checkpoint_paths is None:
-    checkpoint_paths = get_checkpoint_iterator(eval_checkpoint_step, model_dir)
+    # As eval_model: waiting for new checkpoints ends with the training's
+    # last one.
+    checkpoint_paths = get_checkpoint_iterator(
+      eval_checkpoint_step, model_dir, last_step=estimator.total_train_steps
+    )
   for path in checkpoint_paths:
     decode_fn(
       estimator,

@@ -24,7 +24,6 @@ from typing import Callable, Dict, List, Optional
 
 from absl import logging
 import gin
-import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 from tensorflow.python.eager import context as eager_context  # pylint: disable=g-direct-tensorflow-import
@@ -33,6 +32,7 @@ import mesh_tensorflow as mtf
 from transformer._src.driver import checkpoints
 from transformer._src.driver import evaluation
 from transformer._src.driver import mesh_impl_choice
+from transformer._src.driver import model_dir_lock
 from transformer._src.driver.config import init_checkpoint_variable_mapping
 from transformer._src.driver.config import serialize_num_microbatches
 from transformer._src.driver.mesh_impl_choice import mesh_devices_for
@@ -41,7 +41,9 @@ from transformer._src.models.unitransformer import Unitransformer
 from transformer._src.models.unitransformer import autoregressive_inputs
 
 __all__ = [
+  "EmptyDatasetError",
   "Estimator",
+  "all_finite",
   "eager_in_legacy_mode",
   "mesh_devices_for",
   "model_features",
@@ -99,6 +101,10 @@ def feature_length(sequence_length, key: str) -> int:
     base = "inputs" if key.startswith("inputs") else "targets"
     return int(sequence_length[base])
   return int(sequence_length)
+
+
+class EmptyDatasetError(ValueError):
+  """The training dataset ended before the first step."""
 
 
 class _PhaseFn:
@@ -469,6 +475,7 @@ class Estimator:
       phase.laid_out_variables = list(lowering.variables.values())
       with tf.control_dependencies(updates + [tf_loss]):
         step = self.global_step.assign_add(1)
+        finite = all_finite([tf_loss] + _slices(phase.laid_out_variables))
       tokens = tf.add_n(
         [
           tf.reduce_sum(tf.cast(features[k] > 0, tf.int64))
@@ -481,6 +488,7 @@ class Estimator:
         "learning_rate": tf_lr,
         "step": step,
         "tokens": tokens,
+        "finite": finite,
       }
 
     phase.fn = train_step
@@ -657,9 +665,21 @@ class Estimator:
       {"loss", "learning_rate", "step"} of the last step run.
 
     Raises:
-      FloatingPointError: if the training loss is not finite.
+      FloatingPointError: if a step's loss or updated variables are not finite
+        (before any checkpoint of them is written).
+      ModelDirLockedError: if another trainer is writing model_dir.
+      EmptyDatasetError: if the dataset ends before the first step.
     """
     tf.io.gfile.makedirs(self.model_dir)
+    with model_dir_lock.ModelDirLock(self.model_dir):
+      return self._train(
+        input_fn, max_steps, skip_seen_data, seen_data_init_step
+      )
+
+  def _train(
+    self, input_fn, max_steps, skip_seen_data, seen_data_init_step
+  ) -> Dict[str, float]:
+    """Estimator.train, with model_dir locked."""
     dataset = input_fn()
     if self._train_fn is None:
       self._train_fn = self._build_train_fn()
@@ -684,11 +704,13 @@ class Estimator:
     writer = tf.summary.create_file_writer(self.model_dir)
     progress = _Progress(step, max_steps, self.log_every_steps)
     result = {}
-    last_saved = step
+    first_step = last_saved = step
     for features in dataset:
       out = self._train_fn.fn(features)
       self._masters_stale = True
       step = int(out["step"].numpy())
+      if not out["finite"].numpy():
+        self._stop_non_finite(step, float(out["loss"].numpy()))
       progress.add_tokens(int(out["tokens"].numpy()))
       if progress.due(step) or step >= max_steps:
         result = {
@@ -696,10 +718,6 @@ class Estimator:
           "learning_rate": float(out["learning_rate"].numpy()),
           "step": step,
         }
-        if not np.isfinite(result["loss"]):
-          raise FloatingPointError(
-            "training loss is %s at step %d" % (result["loss"], step)
-          )
         stats = progress.report(step, result["loss"], result["learning_rate"])
         write_scalars(
           writer,
@@ -720,10 +738,38 @@ class Estimator:
         last_saved = step
       if step >= max_steps:
         break
+    if step == first_step:
+      raise EmptyDatasetError(
+        "the training dataset has no batches: 0 of %d steps trained from "
+        "step %d (an empty split, or fewer examples than one batch)"
+        % (max_steps - step, step)
+      )
     if step != last_saved:
       self.save()
     writer.close()
     return result
+
+  def _stop_non_finite(self, step: int, loss: float) -> None:
+    """Raises FloatingPointError for step's non-finite loss or variables.
+
+    The trained slices are copied to the masters to name the non-finite
+    variables by their checkpoint names; checkpoints.save refuses such
+    masters, so a later save() in this process writes nothing either.
+    """
+    self._sync_masters()
+    bad = checkpoints.non_finite_names(self.checkpoint_variables())
+    latest = self.latest_checkpoint()
+    raise FloatingPointError(
+      "training diverged at step %d: loss %s; non-finite variables: %s. "
+      "Nothing of this step was saved; the last checkpoint is %s (lower the "
+      "learning rate and restart from it)"
+      % (
+        step,
+        loss,
+        _first_names(bad) if bad else "none (only the loss)",
+        latest or "none",
+      )
+    )
 
   # --------------------------------------------------------------------------
   # Phases other than training (eval, decode, score) share this machinery.
@@ -817,6 +863,37 @@ class Estimator:
       {metric name: float}.
     """
     return evaluation.evaluate(self, dataset, checkpoint_path, max_batches)
+
+
+def all_finite(tensors) -> tf.Tensor:
+  """A scalar bool: whether every floating-point tensor is free of inf/nan.
+
+  Args:
+    tensors: tf.Tensors or tf.Variables; non-float ones are skipped.
+
+  Returns:
+    A scalar bool tf.Tensor (True for no float tensors).
+  """
+  flags = [
+    tf.reduce_all(tf.math.is_finite(t)) for t in tensors if t.dtype.is_floating
+  ]
+  return tf.reduce_all(tf.stack(flags)) if flags else tf.constant(True)
+
+
+def _first_names(names: List[str], shown: int = 5) -> str:
+  text = ", ".join(names[:shown])
+  return text + (", ... (%d in all)" % len(names) if len(names) > shown else "")
+
+
+def _slices(laid_out_variables) -> List[tf.Tensor]:
+  """The current values of the distinct slice variables (shared ones once)."""
+  seen, values = set(), []
+  for laid_out in laid_out_variables:
+    for v in laid_out.laid_out_tensor.all_slices:
+      if id(v) not in seen:
+        seen.add(id(v))
+        values.append(tf.convert_to_tensor(v))
+  return values
 
 
 def _copy_variables(laid_out_variables, what: str) -> None:

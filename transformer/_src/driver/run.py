@@ -271,12 +271,17 @@ def train_model(
       dataset = dataset.batch(ensemble_inputs, drop_remainder=True)
     return dataset.prefetch(tf.data.AUTOTUNE)
 
-  return estimator.train(
-    input_fn,
-    train_steps,
-    skip_seen_data=skip_seen_data,
-    seen_data_init_step=seen_data_init_step,
-  )
+  try:
+    return estimator.train(
+      input_fn,
+      train_steps,
+      skip_seen_data=skip_seen_data,
+      seen_data_init_step=seen_data_init_step,
+    )
+  except driver.EmptyDatasetError as e:
+    raise driver.EmptyDatasetError(
+      "dataset_split %r of train_dataset_fn: %s" % (dataset_split, e)
+    ) from e
 
 
 def evaluate_dataset(
@@ -644,6 +649,11 @@ def run(
     train_steps = auto_train_steps
   if callable(train_steps):
     train_steps = train_steps(batch_size, sequence_length)
+  if mode == "train" and (total_run_steps or train_steps) <= 0:
+    raise ValueError(
+      "run: train_steps must be > 0 to train, got %r"
+      % (total_run_steps or train_steps)
+    )
   learning_rate_schedule = _resolve_learning_rate_schedule(
     learning_rate_schedule, train_steps
   )
