@@ -417,9 +417,20 @@ class Estimator:
     Returns:
       A (lowering, loss, updates, learning_rate) tuple.
     """
-    return self.lower_on_mesh(self._train_graph, features)
+    return self.lower_on_mesh(self.lower_train_step, features)
 
-  def _train_graph(self, features: Dict[str, tf.Tensor]):
+  def lower_train_step(self, features: Dict[str, tf.Tensor]):
+    """build_train_graph for one replica, in the caller's replica context.
+
+    For SIMD, the caller runs this once per replica itself (as the Cloud TPU
+    loop does under tpu.replicate); build_train_graph does that for it.
+
+    Args:
+      features: {feature name: int tensor [ensemble?, batch, length]}.
+
+    Returns:
+      A (lowering, loss, updates, learning_rate) tuple.
+    """
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
     with mtf.variable_store(self.store):

@@ -528,7 +528,7 @@ class ReplicatedTrainLoop:
     Returns:
       [loss, learning_rate], float32 scalars.
     """
-    lowering, loss, updates, learning_rate = self.estimator.build_train_graph(
+    lowering, loss, updates, learning_rate = self.estimator.lower_train_step(
       features
     )
     if self.laid_out_variables is None:
