@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+import numpy as np
 import tensorflow as tf
 
 from mesh_tensorflow._src import graph_constants
@@ -152,7 +153,9 @@ class ScalarMultiplyOperation(Operation):
 
 
 def _scalar_constant(scalar, dtype: tf.DType) -> tf.Tensor:
-  """tf.cast(scalar, dtype), shared by the slices of one device."""
+  """tf.cast(scalar, dtype), shared by the slices of one device if a number."""
+  if not isinstance(scalar, (int, float, complex, np.number)):
+    return tf.cast(scalar, dtype)
   return graph_constants.shared(
     ("scalar", type(scalar).__name__, repr(scalar), dtype.name),
     lambda: tf.cast(scalar, dtype),
