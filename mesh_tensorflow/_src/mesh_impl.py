@@ -12,6 +12,7 @@ from typing import Callable, List, Optional, Sequence
 from absl import logging
 import tensorflow as tf
 
+from mesh_tensorflow._src import graph_constants
 from mesh_tensorflow._src import laid_out as laid_out_lib
 from mesh_tensorflow._src import layout as layout_lib
 from mesh_tensorflow._src import tf_einsum
@@ -635,13 +636,13 @@ def broadcast_slice(
     )
   perm = [old_names.index(n) for n in new_names if n in old_names]
   if perm != sorted(perm):
-    x = tf.transpose(x, perm)
+    x = tf.transpose(x, graph_constants.constant(perm))
   if len(perm) < len(new_names):
-    x = tf.reshape(
+    x = graph_constants.reshape(
       x,
       [s if n in old_names else 1 for n, s in zip(new_names, new_slice_shape)],
     )
-    x = tf.broadcast_to(x, new_slice_shape)
+    x = tf.broadcast_to(x, graph_constants.constant(list(new_slice_shape)))
   return x
 
 

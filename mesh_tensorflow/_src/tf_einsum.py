@@ -17,6 +17,8 @@ from typing import List, Optional, Sequence
 
 import tensorflow as tf
 
+from mesh_tensorflow._src import graph_constants
+
 
 def einsum(equation: str, *operands) -> tf.Tensor:
   """Same result as tf.einsum(equation, *operands); explicit "->" required.
@@ -61,11 +63,11 @@ def _reduce_and_transpose(labels: str, keep: str, x: tf.Tensor) -> tf.Tensor:
   """Sums x over labels not in `keep`, then orders the rest as in `keep`."""
   reduced = [i for i, l in enumerate(labels) if l not in keep]
   if reduced:
-    x = tf.reduce_sum(x, axis=reduced)
+    x = tf.reduce_sum(x, axis=graph_constants.constant(reduced))
     labels = "".join(l for l in labels if l in keep)
   perm = [labels.index(l) for l in keep if l in labels]
   if perm != sorted(perm):
-    x = tf.transpose(x, perm)
+    x = tf.transpose(x, graph_constants.constant(perm))
   return x
 
 
@@ -104,7 +106,7 @@ def _broadcast_multiply(la, lb, lo, a, b) -> tf.Tensor:
     x = _reduce_and_transpose(labels, order, x)
     if len(order) < len(lo):
       sizes = dict(zip(order, x.shape.as_list()))
-      x = tf.reshape(x, [sizes.get(l, 1) for l in lo])
+      x = graph_constants.reshape(x, [sizes.get(l, 1) for l in lo])
     return x
 
   return tf.multiply(align(la, a), align(lb, b))
@@ -146,12 +148,16 @@ def _matmul(la, lb, lo, a, b, contracted) -> Optional[tf.Tensor]:
 
   batch_shape = [sizes[l] for l in batch]
   m, k, n = prod(free_a), prod(contracted), prod(free_b)
-  a = tf.reshape(a, batch_shape + ([k, m] if transpose_a else [m, k]))
-  b = tf.reshape(b, batch_shape + ([n, k] if transpose_b else [k, n]))
+  a = graph_constants.reshape(
+    a, batch_shape + ([k, m] if transpose_a else [m, k])
+  )
+  b = graph_constants.reshape(
+    b, batch_shape + ([n, k] if transpose_b else [k, n])
+  )
   if swap:  # out = (a b)^T = b^T a^T
     y = tf.matmul(
       b, a, transpose_a=not transpose_b, transpose_b=not transpose_a
     )
   else:
     y = tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
-  return tf.reshape(y, [sizes[l] for l in lo])
+  return graph_constants.reshape(y, [sizes[l] for l in lo])

@@ -8,7 +8,7 @@ When every device of the group is a CPU of one TF task (e.g. virtual CPUs),
 the devices share host memory: moving a tensor between them is free (TF passes
 the buffer, no copy) while every extra add or concat costs memory bandwidth on
 the same cores. There the result is computed once, on the first device, and
-the others take it with a (zero-copy) tf.identity.
+the others take it with a (zero-copy) tf.identity, or in a graph read it.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ _BINARY_REDUCTIONS = {
 }
 
 
+@functools.lru_cache(maxsize=None)
 def _task_and_type(device: str):
   spec = tf.DeviceSpec.from_string(device or "")
   return (
@@ -82,9 +83,16 @@ def _reduce_list(
 def compute_then_broadcast(
   fn, x: tf.Tensor, devices: Sequence[str]
 ) -> List[tf.Tensor]:
-  """fn(x) on the first device; every other device takes a copy of it."""
+  """fn(x) on the first device; every other device takes a copy of it.
+
+  In a graph, devices sharing host memory use that very tensor instead: their
+  ops read it without a copy either way, and an identity per device would
+  only cost graph-building time (eagerly, each copy is placed on its device).
+  """
   with tf.device(devices[0]):
     y = fn(x)
+  if not tf.executing_eagerly() and share_host_memory(devices):
+    return [y] * len(devices)
   out = [y]
   for d in devices[1:]:
     with tf.device(d):

@@ -79,6 +79,24 @@ def _same_device(a: str, b: str) -> bool:
   ).upper() and ((spec_a.device_index or 0) == (spec_b.device_index or 0))
 
 
+# Stateful ops that a replica may share: reads of one (shared) variable.
+_SHAREABLE_STATEFUL_OPS = frozenset(["ReadVariableOp", "VarHandleOp"])
+
+
+def _builds_stateful_ops(graph, first_op_id: int) -> bool:
+  """Whether ops added to graph after version first_op_id have side effects."""
+  nodes = graph._nodes_by_id  # pylint: disable=protected-access
+  for op_id in range(first_op_id, graph.version + 2):
+    try:
+      op = nodes[op_id]
+    except KeyError:
+      continue
+    # pylint: disable-next=protected-access
+    if op._is_stateful and op.type not in _SHAREABLE_STATEFUL_OPS:
+      return True
+  return False
+
+
 class LaidOutVariable:
   """Per-processor slice variables of one mtf Variable.
 
@@ -341,17 +359,36 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
     return self._share_host_memory
 
   def slicewise(self, fn: Callable, *inputs):
-    """Calls fn once per device on the corresponding slices."""
+    """Calls fn once per device on the corresponding slices.
+
+    In a graph on devices sharing host memory, processors whose slices are
+    the very same tensors (replicas: a shared slice variable, a reduced sum)
+    share the result of the first of them, unless fn builds stateful ops
+    (other than variable reads): replicated work is built and run once.
+    """
     n = self.size
     args = []
     for x in inputs:
       if hasattr(x, "to_laid_out_tensor"):
         x = x.to_laid_out_tensor()
       args.append(x.tensor_list if isinstance(x, LaidOutTensor) else [x] * n)
+    share = self._share_host_memory and n > 1 and not tf.executing_eagerly()
+    if share:
+      graph = tf1.get_default_graph()
+      first_op_id = graph.version
+    by_args = {}
     results = []
     for pnum, device in enumerate(self._devices):
+      slice_args = [a[pnum] for a in args]
+      key = tuple(id(a) for a in slice_args)
+      if share and key in by_args:
+        results.append(by_args[key])
+        continue
       with tf.device(device):
-        results.append(fn(*[a[pnum] for a in args]))
+        results.append(fn(*slice_args))
+      if share and pnum == 0:
+        share = not _builds_stateful_ops(graph, first_op_id)
+      by_args[key] = results[-1]
     if isinstance(results[0], tuple):
       return tuple(LaidOutTensor(list(r)) for r in zip(*results))
     return LaidOutTensor(results)

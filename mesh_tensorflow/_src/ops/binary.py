@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+import numpy as np
 import tensorflow as tf
 
+from mesh_tensorflow._src import graph_constants
 from mesh_tensorflow._src.graph import Operation
 from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.graph import register_tensor_operators
@@ -116,7 +118,8 @@ class ScalarAddOperation(Operation):
     lowering.set_tensor_lowering(
       self.outputs[0],
       lowering.mesh_impl(self).slicewise(
-        lambda t: t + tf.cast(scalar, dtype), lowering.tensors[self.inputs[0]]
+        lambda t: t + _scalar_constant(scalar, dtype),
+        lowering.tensors[self.inputs[0]],
       ),
     )
 
@@ -143,9 +146,20 @@ class ScalarMultiplyOperation(Operation):
     lowering.set_tensor_lowering(
       self.outputs[0],
       lowering.mesh_impl(self).slicewise_delay_allreduce(
-        lambda t: t * tf.cast(scalar, dtype), lowering.tensors[self.inputs[0]]
+        lambda t: t * _scalar_constant(scalar, dtype),
+        lowering.tensors[self.inputs[0]],
       ),
     )
+
+
+def _scalar_constant(scalar, dtype: tf.DType) -> tf.Tensor:
+  """tf.cast(scalar, dtype), shared by the slices of one device if a number."""
+  if not isinstance(scalar, (int, float, complex, np.number)):
+    return tf.cast(scalar, dtype)
+  return graph_constants.shared(
+    ("scalar", type(scalar).__name__, repr(scalar), dtype.name),
+    lambda: tf.cast(scalar, dtype),
+  )
 
 
 def add(x1, x2, output_shape=None, name: Optional[str] = None) -> Tensor:

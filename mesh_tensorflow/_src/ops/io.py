@@ -7,6 +7,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
+from mesh_tensorflow._src import graph_constants
 from mesh_tensorflow._src.graph import Mesh
 from mesh_tensorflow._src.graph import Operation
 from mesh_tensorflow._src.graph import Tensor
@@ -53,7 +54,16 @@ class Constant(Operation):
       slice_shape = mesh_impl.slice_shape(out.shape)
       value, dtype = self._value, out.dtype
       laid_out = mesh_impl.slicewise(
-        lambda _: tf.fill(slice_shape, tf.constant(value, dtype=dtype)),
+        lambda _: graph_constants.shared(
+          (
+            "fill",
+            tuple(slice_shape),
+            value.dtype.str,
+            repr(value.item()),
+            dtype.name,
+          ),
+          lambda: tf.fill(slice_shape, tf.constant(value, dtype=dtype)),
+        ),
         mesh_impl.laid_out_pnum(),
       )
     lowering.set_tensor_lowering(out, laid_out)

@@ -6,6 +6,7 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 
+from mesh_tensorflow._src import graph_constants
 from mesh_tensorflow._src import mesh_impl as mesh_impl_lib
 from mesh_tensorflow._src.graph import Operation
 from mesh_tensorflow._src.graph import Tensor
@@ -93,9 +94,9 @@ class ReduceOperation(Operation):
 
     def local_reduce(t):
       if reduced_axes:
-        t = fn(t, axis=reduced_axes)
+        t = fn(t, axis=graph_constants.constant(reduced_axes))
       if perm != sorted(perm):
-        t = tf.transpose(t, perm)
+        t = tf.transpose(t, graph_constants.constant(perm))
       return t
 
     laid_out_x = lowering.tensors[x]
