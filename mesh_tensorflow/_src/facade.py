@@ -33,8 +33,16 @@ def make_patchable(module_name: str) -> None:
   """Makes the facade `module_name` forward attribute writes (see module doc).
 
   Example:
-    # at the end of mesh_tensorflow/layers.py:
-    facade.make_patchable(__name__)
+    mesh_tensorflow/layers.py ends with `facade.make_patchable(__name__)`,
+    so patching the facade patches the module that calls the function:
+
+    >>> from unittest import mock
+    >>> from mesh_tensorflow._src.layers import core
+    >>> with mock.patch.object(mtf.layers, "get_dense_kernel_weights", "p"):
+    ...   print(core.get_dense_kernel_weights)
+    p
+    >>> core.get_dense_kernel_weights is mtf.layers.get_dense_kernel_weights
+    True
 
   Args:
     module_name: the name of an imported facade module; each public attribute

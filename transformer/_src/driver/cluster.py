@@ -15,10 +15,15 @@ Accepted cluster values (`utils.run(cluster=...)`, `--cluster`):
   - a JSON object or dict {"worker": [...], ...} (TF_CONFIG's "cluster");
   - a tf.train.ClusterSpec or a tf.distribute.cluster_resolver resolver.
 
-Example (two workers, the trainer on a third process):
+Commands for two workers, the trainer in a third process:
+
   python -m transformer.serve --cluster=h0:2222,h1:2222 --task_index=0  # h0
   python -m transformer.serve --cluster=h0:2222,h1:2222 --task_index=1  # h1
   python -m transformer.main --cluster=h0:2222,h1:2222 --gin_file=...
+
+Example (the trainer's view of that cluster):
+  >>> parse_cluster("h0:2222,h1:2222")
+  {'worker': ['h0:2222', 'h1:2222']}
 """
 
 from __future__ import annotations
@@ -84,8 +89,11 @@ class TaskUnavailableError(ConnectionError):
 def parse_cluster(cluster: Union[str, Dict[str, List[str]]]) -> Dict:
   """{job: [address, ...]} of a --cluster string or a dict.
 
-  Example: parse_cluster("h0:2222,h1:2222") == {"worker": ["h0:2222",
-  "h1:2222"]}; a JSON object string is read as the dict it spells.
+  Example:
+    >>> parse_cluster("h0:2222,h1:2222")
+    {'worker': ['h0:2222', 'h1:2222']}
+    >>> parse_cluster('{"worker": ["h0:2222"], "chief": ["h2:2222"]}')
+    {'worker': ['h0:2222'], 'chief': ['h2:2222']}
 
   Args:
     cluster: "host:port,host:port" (the worker job's tasks in order), a JSON
@@ -457,8 +465,9 @@ def start_server(
 ) -> Tuple[tf.distribute.Server, str, int]:
   """Starts this process's tf.distribute.Server task of the cluster.
 
-  Example: start_server("h0:2222,h1:2222", task_index=1, cpus=2) serves
-  /job:worker/task:1 on port 2222 of this host, with 2 CPU devices.
+  For instance, start_server("h0:2222,h1:2222", task_index=1, cpus=2) serves
+  /job:worker/task:1 on port 2222 of this host, with 2 CPU devices (a server
+  lives as long as its process, so this is not run as an example here).
 
   Args:
     cluster: see the module docstring (None: TF_CONFIG, whose "task" also

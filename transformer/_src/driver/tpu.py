@@ -88,8 +88,10 @@ def resolve_tpu(
 ) -> tf.distribute.cluster_resolver.TPUClusterResolver:
   """A TPUClusterResolver for `tpu`, after checking its workers answer.
 
-  Example: `resolve_tpu("my-tpu", "us-central2-b", "my-project")` on a GCE
-  VM, `resolve_tpu("local")` on a TPU VM, `resolve_tpu("grpc://10.0.0.2:8470")`.
+  For instance `resolve_tpu("my-tpu", "us-central2-b", "my-project")` on a
+  GCE VM, `resolve_tpu("local")` on a TPU VM, or
+  `resolve_tpu("grpc://10.0.0.2:8470")` (they need a TPU, so they are not run
+  as examples here).
 
   Args:
     tpu: the TPU's name, "local" (the TPU VM's own chips) or a grpc://
@@ -272,9 +274,13 @@ def plan_mesh(
 ) -> TpuMeshPlan:
   """Maps the mtf mesh onto the TPU topology: one processor per core.
 
-  Example: mesh "batch:8" on a v3-8 (`synthetic_topology([2, 2, 1, 2])`)
-  walks the chips along a ring, two cores per chip: logical_to_physical
-  [0, 1, 2, 3, 6, 7, 4, 5].
+  Example:
+    Mesh "batch:8" on a v3-8 walks the chips along a ring, two cores per
+    chip:
+
+    >>> plan = plan_mesh("batch:8", synthetic_topology([2, 2, 1, 2]))
+    >>> plan.logical_to_physical
+    [0, 1, 2, 3, 6, 7, 4, 5]
 
   Args:
     mesh_shape: an mtf.Shape or its string.
@@ -398,11 +404,26 @@ class ReplicatedTrainLoop:
   The Estimator's mesh_impl must be a SimdMeshImpl (TPU or collective
   backend). See the module docstring.
 
-  Example (collective backend on 4 virtual CPUs):
-    estimator.mesh_impl = mtf.simd_mesh_impl.SimdMeshImpl(mesh, layout)
-    loop = ReplicatedTrainLoop(estimator, iterations_per_loop=10)
-    iterators = loop.make_iterators(input_fn)
-    out = loop.run(iterators)   # 10 steps; {"loss", "learning_rate", "step"}
+  Example (collective backend on 2 virtual CPUs, a tiny LM):
+    >>> import tempfile
+    >>> from transformer import transformer as tr
+    >>> from transformer import transformer_layers as tl
+    >>> from transformer._src.driver.estimator import Estimator
+    >>> model = tr.Unitransformer(
+    ...     layer_stack=tr.LayerStack([tl.DenseReluDense(hidden_size=8)]),
+    ...     d_model=8, input_vocab_size=16, output_vocab_size=16,
+    ...     autoregressive=True, max_length=4)
+    >>> estimator = Estimator(
+    ...     "lm", model, None, tempfile.mkdtemp(), "batch:2", "batch:batch",
+    ...     4, 4, mesh_impl="simd", mesh_devices=["cpu:0", "cpu:1"])
+    >>> estimator.initialize()  # restore the latest checkpoint, else init
+    >>> loop = ReplicatedTrainLoop(estimator, iterations_per_loop=2)
+    >>> def input_fn(*_):
+    ...   batch = {"targets": tf.ones([4, 4], tf.int32)}
+    ...   return tf.data.Dataset.from_tensors(batch).repeat()
+    >>> out = loop.run(loop.make_iterators(input_fn))  # 2 steps in one call
+    >>> int(out["step"]), bool(np.isfinite(out["loss"]))
+    (2, True)
 
   Args:
     estimator: the driver.Estimator (model, variables, global step).
