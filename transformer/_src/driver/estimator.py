@@ -62,9 +62,7 @@ MODEL_FEATURES = (
 GLOBAL_STEP = "global_step"
 
 
-def eager_in_legacy_mode(
-  fn: Optional[Callable] = None, *, legacy_only: bool = False
-) -> Callable:
+def eager_in_legacy_mode(fn: Callable) -> Callable:
   """fn, run with eager execution also after TF2 behaviour was switched off.
 
   The driver is an eager program (it iterates datasets, compiles its steps
@@ -74,27 +72,11 @@ def eager_in_legacy_mode(
   driver's calls run eagerly, so they train, evaluate and decode exactly as
   under TF2 behaviour. Calls made while a function is being traced are left
   as they are.
-
-  Args:
-    fn: the function to wrap (None: returns a decorator with these options).
-    legacy_only: switch to eager execution only after
-      `tf.compat.v1.disable_v2_behavior()`; under TF2 behaviour, a call in a
-      user's `tf.Graph` builds into that graph (as the Cloud TPU loop's
-      inspection of its step graph does).
-
-  Returns:
-    The wrapped function.
   """
-  if fn is None:
-    return functools.partial(eager_in_legacy_mode, legacy_only=legacy_only)
 
   @functools.wraps(fn)
   def wrapper(*args, **kwargs):
-    if (
-      tf.executing_eagerly()
-      or tf.inside_function()
-      or (legacy_only and tf.__internal__.tf2.enabled())
-    ):
+    if tf.executing_eagerly() or tf.inside_function():
       return fn(*args, **kwargs)
     with eager_context.eager_mode():
       return fn(*args, **kwargs)
@@ -188,15 +170,15 @@ class Estimator:
     mesh_impl: the mesh implementation: "placement", "simd" (one program per
       processor; collectives over the local CPUs/GPUs) or "auto" (SIMD on
       TPU hosts, else placement). See mesh_impl_choice.
+    variables_in_current_graph: make the global step in the current graph
+      also in TF1 legacy mode, for a caller that builds and runs its own
+      graph (default: eager there, as the driver runs eagerly).
 
   Raises:
     ValueError: if outer_batch_size does not divide batch_size, or for an
       unknown mesh_impl or a mesh larger than the devices.
   """
 
-  # Eager also in legacy mode, as the other entry points: the global step (and
-  # every variable the Estimator makes) must be an eager resource variable.
-  @eager_in_legacy_mode(legacy_only=True)
   def __init__(
     self,
     model_type: str,
@@ -225,6 +207,7 @@ class Estimator:
     predict_fn: Optional[Callable] = None,
     model_info_file: Optional[str] = None,
     mesh_impl: str = "auto",
+    variables_in_current_graph: bool = False,
   ):
     self.model_type = model_type
     self.model = transformer_model
@@ -261,7 +244,7 @@ class Estimator:
     )
     self.devices = self.mesh_impl.devices  # None for SIMD on TPU
     self.store = mtf.VariableStore()
-    self.global_step = mtf.optimize.get_or_create_global_step()
+    self.global_step = _global_step(variables_in_current_graph)
     self._train_fn: Optional[_PhaseFn] = None
     self._phase_fns: Dict[str, _PhaseFn] = {}
     self._masters_version = 0  # bumped when masters change
@@ -998,3 +981,21 @@ def _format_seconds(seconds: float) -> str:
   if hours:
     return "%dh%02dm%02ds" % (hours, minutes, seconds)
   return "%dm%02ds" % (minutes, seconds)
+
+
+def _global_step(in_current_graph: bool) -> tf.Variable:
+  """The Estimator's global step: eager, except where a graph is wanted.
+
+  After `tf.compat.v1.disable_v2_behavior()` the driver still runs eagerly
+  (see eager_in_legacy_mode), so an Estimator made while a TF1 program's
+  graph is the default keeps an eager resource variable (a ref variable in
+  that graph could not be trained by the driver's tf.functions). A caller
+  that builds and runs its own graph (tpu_estimator_model_fn in a Session)
+  asks for the current graph's global step; under TF2 behaviour a tf.Graph
+  made by the caller is its choice and is honoured too.
+  """
+  legacy = not tf.__internal__.tf2.enabled()
+  if legacy and not in_current_graph and not tf.inside_function():
+    with eager_context.eager_mode():
+      return mtf.optimize.get_or_create_global_step()
+  return mtf.optimize.get_or_create_global_step()

@@ -167,7 +167,9 @@ class ModelFn:
     key = "eager" if tf.executing_eagerly() else _tf1.get_default_graph()
     est = self._estimators.get(key)
     if est is None:
-      est = driver.Estimator(**self._kwargs)
+      est = driver.Estimator(
+        **self._kwargs, variables_in_current_graph=key != "eager"
+      )
       self._estimators[key] = est
     return est
 
