@@ -567,18 +567,7 @@ class Estimator:
   @staticmethod
   def _copy(phase: _PhaseFn, what: str) -> None:
     """Runs copy_master_to_slices / copy_slices_to_master of a phase."""
-    if not phase.laid_out_variables:
-      return
-    fn = phase.copy_fns.get(what)
-    if fn is None:
-      # A partial, not a closure: TF keys its retracing warning on a
-      # function's code, which every phase's copy would share.
-      fn = tf.function(
-        functools.partial(_copy_variables, phase.laid_out_variables, what),
-        autograph=False,
-      )
-      phase.copy_fns[what] = fn
-    fn()
+    copy_laid_out_variables(phase.laid_out_variables, what, phase.copy_fns)
 
   def latest_checkpoint(self) -> Optional[str]:
     """The newest checkpoint of model_dir.
@@ -906,6 +895,30 @@ def _slices(laid_out_variables) -> List[tf.Tensor]:
         seen.add(id(v))
         values.append(tf.convert_to_tensor(v))
   return values
+
+
+def copy_laid_out_variables(
+  laid_out_variables, what: str, compiled: Dict[str, Callable]
+) -> None:
+  """Runs `what` of every laid-out variable, as one compiled function.
+
+  Args:
+    laid_out_variables: the laid-out variables (None or empty: nothing to do).
+    what: "copy_master_to_slices" or "copy_slices_to_master".
+    compiled: the caller's cache {what: tf.function}, filled on first use.
+  """
+  if not laid_out_variables:
+    return
+  fn = compiled.get(what)
+  if fn is None:
+    # A partial, not a closure: TF keys its retracing warning on a
+    # function's code, which every caller's copy would share.
+    fn = tf.function(
+      functools.partial(_copy_variables, laid_out_variables, what),
+      autograph=False,
+    )
+    compiled[what] = fn
+  fn()
 
 
 def _copy_variables(laid_out_variables, what: str) -> None:

@@ -33,7 +33,6 @@ graphs can be built (not run) on CPU from a `synthetic_topology`.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import itertools
 import os
@@ -627,21 +626,10 @@ class ReplicatedTrainLoop:
     Args:
       what: "copy_master_to_slices" or "copy_slices_to_master".
     """
-    if not self.laid_out_variables:
-      return
-    fn = self._copy_fns.get(what)
-    if fn is None:
-      fn = tf.function(
-        functools.partial(_group_copies, self.laid_out_variables, what),
-        autograph=False,
-      )
-      self._copy_fns[what] = fn
     with tf.device(self.master_device):
-      fn()
-
-
-def _group_copies(laid_out_variables, what: str) -> None:
-  tf.group(*[getattr(v, what) for v in laid_out_variables])
+      driver.copy_laid_out_variables(
+        self.laid_out_variables, what, self._copy_fns
+      )
 
 
 def _takes_an_argument(fn: Callable) -> bool:
