@@ -220,39 +220,6 @@ def _broadcast_nonpadding(
   return mtf.zeros(inputs.mesh, dims, dtype=inputs.dtype) + nonpadding
 
 
-def gate_inputs_with_token_embeddings(
-  gate_inputs: mtf.Tensor, token_embeddings: mtf.Tensor, mode: str
-) -> mtf.Tensor:
-  """The router's inputs with the token embeddings mixed in.
-
-  Args:
-    gate_inputs: [..., d_model] the layer inputs.
-    token_embeddings: the same shape, the input token embeddings.
-    mode: "concat" (along d_model, doubling it), "add", either with
-      "_stop_grad" (no gradient into the embeddings), or "embed_only".
-
-  Returns:
-    the router inputs (float32).
-
-  Raises:
-    ValueError: on an unknown mode.
-  """
-  gate_inputs = mtf.to_float(gate_inputs)
-  token_embeddings = mtf.to_float(token_embeddings)
-  if mode.endswith("_stop_grad"):
-    token_embeddings = mtf.stop_gradient(token_embeddings)
-    mode = mode[: -len("_stop_grad")]
-  if mode == "concat":
-    return mtf.concat(
-      [gate_inputs, token_embeddings], gate_inputs.shape.dims[-1].name
-    )
-  if mode == "add":
-    return gate_inputs + token_embeddings
-  if mode == "embed_only":
-    return token_embeddings
-  raise ValueError("unknown moe_word_embed_mode %r" % (mode,))
-
-
 def transformer_moe_layer_v1(
   inputs: mtf.Tensor,
   output_dim: mtf.Dimension,
@@ -283,7 +250,7 @@ def transformer_moe_layer_v1(
     num_microbatches: the balancing loss is divided by it.
     token_embeddings: the input token embeddings, inputs' shape; used by
       the router when hparams.moe_word_embed_mode is set (see
-      `gate_inputs_with_token_embeddings`).
+      `moe_gating.gate_inputs_with_token_embeddings`).
     layout: the model's layout rules (string or mtf.LayoutRules), used to choose
       the expert and batch splits.
     mesh_shape: the mesh shape (string or mtf.Shape).
@@ -343,17 +310,13 @@ def transformer_moe_layer_v1(
   if importance is not None:
     importance = mtf.reshape(importance, moe_input_dims[:-1])
 
-  gate_inputs = inputs
-  word_embed_mode = getattr(hparams, "moe_word_embed_mode", None)
-  if word_embed_mode is not None:
-    gate_inputs = gate_inputs_with_token_embeddings(
-      inputs,
-      mtf.cast(mtf.reshape(token_embeddings, moe_input_dims), inputs.dtype),
-      word_embed_mode,
+  if getattr(hparams, "moe_word_embed_mode", None) is not None:
+    token_embeddings = mtf.cast(
+      mtf.reshape(token_embeddings, moe_input_dims), inputs.dtype
     )
   dispatch_tensor, combine_tensor, loss = moe_gating.compute_gating(
     hparams.moe_gating,
-    gate_inputs,
+    inputs,
     None,
     experts_dim_unsplit,
     expert_capacity_dim,
@@ -362,6 +325,7 @@ def transformer_moe_layer_v1(
     variable_dtype,
     importance=importance,
     num_microbatches=num_microbatches,
+    token_embeddings=token_embeddings,
   )
 
   # [outer_batch, experts, groups, capacity, d_model]: experts first, so the
