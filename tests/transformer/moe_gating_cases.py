@@ -204,3 +204,158 @@ def run_case(mtf, moe, index):
       session.run(tf.compat.v1.global_variables_initializer())
       session.run(router_slice.assign(router_value))
       return session.run(tf_outputs)
+
+
+# Layer cases: (layer module, class name, constructor kwargs, mode). Every
+# trainable variable is set from a RandomState seeded by the case index, in
+# the order of sorted variable names.
+LAYER_CASES = [
+  (
+    "moe",
+    "MoE1D",
+    dict(num_experts=4, hidden_size=6, group_size=8, second_policy_eval="all"),
+    "eval",
+  ),
+  (
+    "moe",
+    "MoE1D",
+    dict(
+      num_experts=4,
+      hidden_size=6,
+      group_size=4,
+      moe_gating="switch",
+      switch_policy_eval="argmax",
+    ),
+    "eval",
+  ),
+  (
+    "moe",
+    "MoE1D",
+    dict(
+      num_experts=4,
+      hidden_size=6,
+      group_size=8,
+      moe_gating="expert_selection",
+      switch_policy_eval="argmax",
+      min_expert_capacity=2,
+    ),
+    "eval",
+  ),
+  (
+    "heterogeneous_moe",
+    "HeterogeneousMoE1D",
+    dict(
+      num_experts=4,
+      hidden_size=3,
+      group_size=8,
+      second_policy_eval="all",
+      moe_num_layers=2,
+    ),
+    "eval",
+  ),
+  (
+    "heterogeneous_moe",
+    "HeterogeneousMoE1D",
+    dict(
+      num_experts=4,
+      hidden_size=1,
+      group_size=8,
+      second_policy_eval="all",
+      heterogeneous_mask_info=[
+        {"percent_number": 0.25, "layers": 1, "width": 1},
+        {"percent_number": 0.75, "layers": 3, "width": 2},
+      ],
+    ),
+    "eval",
+  ),
+  (
+    "heterogeneous_moe",
+    "HeterogeneousMoE1D",
+    dict(
+      num_experts=4,
+      hidden_size=3,
+      group_size=8,
+      moe_gating="top_n",
+      second_policy_eval="all",
+      moe_num_layers=2,
+      heterogeneous_mask_info=[
+        {"percent_number": 0.5, "layers": 2, "width": 1},
+        {"percent_number": 0.5, "layers": 1, "width": 1},
+      ],
+    ),
+    "eval",
+  ),
+]
+
+
+class _Model:
+  """The attributes of a Unitransformer that the layers read."""
+
+  def __init__(self, mtf, d_model):
+    self.model_dim = d_model
+    self.layout = mtf.convert_to_layout_rules("")
+    self.mesh_shape = mtf.convert_to_shape("")
+    self.ensemble_dims = []
+    self.ensemble_dim = None
+    self.fully_autoregressive = False
+    self.autoregressive = False
+
+
+def run_layer_case(mtf, transformer_package, index):
+  """Runs LAYER_CASES[index]; returns (output, loss) as numpy arrays.
+
+  Args:
+    mtf: the mesh_tensorflow package under test.
+    transformer_package: its transformer package (with a `transformer`
+      module holding Context and the layer modules).
+    index: the case.
+  """
+  module_name, class_name, kwargs, mode = LAYER_CASES[index]
+  layer_module = getattr(transformer_package, module_name)
+  rng = np.random.RandomState(100 + index)
+  batch = mtf.Dimension("batch", 2)
+  length = mtf.Dimension("length", 4)
+  d_model = mtf.Dimension("d_model", D_MODEL)
+  graph = tf.Graph()
+  with graph.as_default():
+    mtf_graph = mtf.Graph()
+    mesh = mtf.Mesh(mtf_graph, "mesh")
+    # The second sequence ends with a padding position.
+    sequence_id = mtf.import_tf_tensor(
+      mesh,
+      tf.constant([[1, 1, 1, 1], [1, 1, 1, 0]], tf.int32),
+      mtf.Shape([batch, length]),
+    )
+    context = transformer_package.transformer.Context(
+      _Model(mtf, d_model),
+      mesh,
+      [batch],
+      length,
+      mtf.VariableDType(),
+      mode=mode,
+      sequence_id=sequence_id,
+      losses=[],
+    )
+    x = mtf.import_tf_tensor(
+      mesh,
+      tf.constant(rng.randn(2, 4, D_MODEL).astype(np.float32)),
+      mtf.Shape([batch, length, d_model]),
+    )
+    with tf.compat.v1.variable_scope("layer"):
+      y = getattr(layer_module, class_name)(**kwargs).call(context, x)
+    loss = context.losses[0]
+    mesh_impl = mtf.placement_mesh_impl.PlacementMeshImpl(
+      mtf.Shape([]), mtf.LayoutRules([]), [""]
+    )
+    lowering = mtf.Lowering(mtf_graph, {mesh: mesh_impl})
+    outputs = [lowering.export_to_tf_tensor(t) for t in (y, loss)]
+    variables = sorted(mtf_graph.trainable_variables, key=lambda v: v.name)
+    assigns = []
+    for variable in variables:
+      value = rng.randn(*variable.shape.to_integer_list).astype(np.float32)
+      laid_out = lowering.variables[variable].laid_out_tensor
+      assigns.append(laid_out.all_slices[0].assign(value))
+    with tf.compat.v1.Session(graph=graph) as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      session.run(assigns)
+      return session.run(outputs)
