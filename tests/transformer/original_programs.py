@@ -158,6 +158,67 @@ mesh_tensorflow.transformer.evolved_transformer.EncoderConvolutionalLayer.d_mode
 mesh_tensorflow.transformer.evolved_transformer.EncoderConvolutionalLayer.dropout_rate = 0.0""",
     "lm",
   ),
+  "synthesizer": (
+    f"""{_T}make_layer_stack.layers = [@{_TL}Synthesizer, @{_TL}DenseReluDense]
+{_TL}Synthesizer.num_heads = 2
+{_TL}Synthesizer.key_value_size = 4""",
+    "lm",
+  ),
+  "branched_attention": (
+    f"""{_T}make_layer_stack.layers = [@{_TL}BranchedSelfAttention]
+{_TL}BranchedSelfAttention.num_heads = 2
+{_TL}BranchedSelfAttention.key_value_size = 4""",
+    "lm",
+  ),
+  "conv_local_attention": (
+    f"""{_T}make_layer_stack.layers = [
+  @{_TL}LightweightConv1DLocalAttn,
+  @{_TL}DynamicConv1DLocalAttn]
+{_TL}LightweightConv1DLocalAttn.min_relative_pos = -2
+{_TL}LightweightConv1DLocalAttn.max_relative_pos = 0
+{_TL}LightweightConv1DLocalAttn.output_size = 8
+{_TL}DynamicConv1DLocalAttn.min_relative_pos = -2
+{_TL}DynamicConv1DLocalAttn.max_relative_pos = 0
+{_TL}DynamicConv1DLocalAttn.output_size = 8""",
+    "lm",
+  ),
+  "parallel_layer": (
+    f"""{_T}make_layer_stack.layers = [@{_TL}ParallelLayer]""",
+    "lm",
+  ),
+  "unitransformer_options": (
+    BASE_LAYERS
+    + f"""
+{_T}Unitransformer.shared_embedding_and_softmax_weights = True
+{_T}Unitransformer.label_smoothing = 0.1
+{_T}Unitransformer.z_loss = 1e-3
+{_T}Unitransformer.sinusoid_positional_embedding = True""",
+    "lm",
+  ),
+  "input_full_attention": (
+    BASE_LAYERS
+    + f"""
+{_T}Unitransformer.input_full_attention = True
+{_T}Unitransformer.loss_on_targets_only = True""",
+    "lm",
+  ),
+  "reversible_stack": (
+    BASE_LAYERS
+    + f"""
+{_T}make_layer_stack.layer_stack_cls = @{_T}ReversibleLayerStack""",
+    "lm",
+  ),
+  "adaptive_softmax": (
+    BASE_LAYERS
+    + f"""
+{_T}get_vocab_embedding_cls.cls = @mesh_tensorflow.transformer.adaptive_softmax.AdaptiveSoftmaxVocabEmbedding
+mesh_tensorflow.transformer.adaptive_softmax.AdaptiveSoftmaxVocabEmbedding.clusters = [
+  {{"token_count": 6, "embedding_size": 8, "length_projection_factor": 1}},
+  {{"token_count": 10, "embedding_size": 4, "length_projection_factor": 0.5}},
+]
+{_T}Unitransformer.vocab_divisor = 1""",
+    "lm",
+  ),
   "bitransformer": (BASE_LAYERS, "bitransformer"),
   "adafactor": (BASE_LAYERS, "adafactor"),
   "adam": (BASE_LAYERS, "adam"),
@@ -165,6 +226,7 @@ mesh_tensorflow.transformer.evolved_transformer.EncoderConvolutionalLayer.dropou
 
 # Modules the programs use, imported by name (some are on demand).
 MODULES = (
+  "adaptive_softmax",
   "evolved_transformer",
   "fixup_layers",
   "memory_layers",
@@ -234,16 +296,20 @@ def _run(mtf, tfm, kind, rng, graph):
       mesh, tf.constant(values), mtf.Shape([batch_dim, length_dim])
     )
 
-  targets = ids(_targets(rng))
+  target_values = _targets(rng)
+  targets = ids(target_values)
+  # Packed-style ids: 1 on the tokens, 0 on the padding.
+  sequence_id = ids((target_values != 0).astype(np.int32))
   outputs = {}
   updates = []
   if kind in ("lm", "adafactor", "adam"):
     model = _unitransformer(tfm, make_stack(tfm))
     logits, loss = model.call_simple(
-      inputs=tfm.transformer.autoregressive_inputs(targets),
+      inputs=tfm.transformer.autoregressive_inputs(targets, sequence_id),
       targets=targets,
       compute_loss=True,
       mode="train",
+      sequence_id=sequence_id,
     )
     outputs["logits"], outputs["loss"] = logits, loss
   elif kind == "bitransformer":

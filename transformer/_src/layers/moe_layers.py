@@ -309,7 +309,7 @@ def transformer_moe_layer_v1(
   loss = routing.loss * hparams.moe_loss_coef
   if getattr(hparams, "moe_use_experts_attention", False):
     # q and the shared kv come from the same hidden layer.
-    return [compute_output(h, "q"), compute_output(h, "kv")], loss
+    return [compute_output(h, "q_wo"), compute_output(h, "k_wo")], loss
   return compute_output(h, "wo"), loss
 
 
