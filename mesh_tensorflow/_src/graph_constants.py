@@ -5,7 +5,9 @@ scalars) once per slice: in a graph, a tf.constant made from a Python list
 costs as much Python time as the op it feeds, and constants were a third of
 the ops of a lowered training step. `shared` builds each such constant once
 per graph, device scope and name of the value, and hands the same tensor to
-every later caller in the same place.
+every later caller in the same place; `value_keys` tells which tensors of
+different devices hold the same such value. `reshape` likewise reuses an
+identical earlier reshape of the same tensor.
 
 The cache is bypassed (a fresh tensor is built) when executing eagerly,
 inside a tf.compat.v1 control-flow context (while_loop, cond: their ops need
