@@ -84,12 +84,14 @@ def _same_device(a: str, b: str) -> bool:
 _SHAREABLE_STATEFUL_OPS = frozenset(["ReadVariableOp", "VarHandleOp"])
 
 
-def _op_count(graph) -> int:
-  """The number of operations in graph (cheap: no copy of the op list)."""
+def _operations(graph) -> list:
+  """graph's operations in creation order.
+
+  TF 2.21's Graph.operations is the graph's own list (no copy, unlike
+  get_operations(), which other versions fall back to).
+  """
   operations = getattr(graph, "operations", None)
-  if isinstance(operations, list):
-    return len(operations)
-  return len(graph.get_operations())
+  return operations if isinstance(operations, list) else graph.get_operations()
 
 
 def _builds_stateful_ops(graph, first_op_count: int) -> bool:
@@ -97,10 +99,7 @@ def _builds_stateful_ops(graph, first_op_count: int) -> bool:
 
   Reads of variables do not count (replicas may share them).
   """
-  operations = getattr(graph, "operations", None)
-  if not isinstance(operations, list):
-    operations = graph.get_operations()
-  for op in operations[first_op_count:]:
+  for op in _operations(graph)[first_op_count:]:
     # pylint: disable-next=protected-access
     if op._is_stateful and op.type not in _SHAREABLE_STATEFUL_OPS:
       return True
@@ -373,8 +372,9 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
 
     In a graph on devices sharing host memory, processors whose slices are
     the very same tensors (replicas: a shared slice variable, a reduced sum)
-    share the result of the first of them, unless fn builds stateful ops
-    (other than variable reads): replicated work is built and run once.
+    or equal constants of graph_constants share the result of the first of
+    them, unless fn builds stateful ops (other than variable reads):
+    replicated work is built and run once.
     """
     n = self.size
     args = []
@@ -385,7 +385,7 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
     share = self._share_host_memory and n > 1 and not tf.executing_eagerly()
     if share:
       graph = tf1.get_default_graph()
-      first_op_count = _op_count(graph)
+      first_op_count = len(_operations(graph))
       # A shared constant (one per device) counts as one value.
       value_keys = graph_constants.value_keys(graph)
     else:
