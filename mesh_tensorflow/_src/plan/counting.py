@@ -52,6 +52,55 @@ class ShapeOnlyBackend(simd_backend.SimdBackend):
     return slice_variables[0]
 
 
+def _stand_in(shape, dtype) -> tf.Tensor:
+  """A free graph node of the given shape: a value nothing computes."""
+  return tf.compat.v1.placeholder(dtype, shape)
+
+
+class SliceStandIn:
+  """Stands in for a slice variable: assignments become the ops they cost.
+
+  Args:
+    value: the tensor the slice reads as.
+  """
+
+  def __init__(self, value: tf.Tensor):
+    self.value = value
+
+  def assign(self, new_value):
+    """The new value (an assignment writes it).
+
+    Args:
+      new_value: a tf.Tensor.
+
+    Returns:
+      a tf.Tensor.
+    """
+    return tf.identity(new_value)
+
+  def assign_add(self, delta):
+    """The sum an assign_add computes.
+
+    Args:
+      delta: a tf.Tensor.
+
+    Returns:
+      a tf.Tensor.
+    """
+    return self.value + delta
+
+  def assign_sub(self, delta):
+    """The difference an assign_sub computes.
+
+    Args:
+      delta: a tf.Tensor.
+
+    Returns:
+      a tf.Tensor.
+    """
+    return self.value - delta
+
+
 class ShapeOnlyVariable:
   """The slice of one mtf Variable on the planned processor: a graph node.
 
@@ -62,13 +111,11 @@ class ShapeOnlyVariable:
 
   def __init__(self, variable, mesh_impl: "ShapeOnlyMeshImpl"):
     self._variable = variable
-    slice_shape = mesh_impl.slice_shape(variable.shape)
-    self._slice = tf.Variable(
-      tf.zeros(slice_shape, variable.slice_dtype),
-      name=variable.name.replace("/", "_") + "_plan",
-      trainable=False,
+    value = _stand_in(
+      mesh_impl.slice_shape(variable.shape), variable.slice_dtype
     )
-    self._laid_out_tensor = simd.LaidOutTensor([self._slice])
+    self._slice = SliceStandIn(value)
+    self._laid_out_tensor = simd.LaidOutTensor([value])
 
   @property
   def laid_out_tensor(self):
@@ -113,7 +160,7 @@ class ShapeOnlyMeshImpl(simd.SimdMeshImpl):
 
   def import_tf_tensor(self, x, tf_x):
     del tf_x
-    return simd.LaidOutTensor([tf.zeros(self.slice_shape(x.shape), x.dtype)])
+    return simd.LaidOutTensor([_stand_in(self.slice_shape(x.shape), x.dtype)])
 
   def export_to_tf_tensor(self, x, laid_out_x):
     laid_out_x.to_laid_out_tensor()  # Realises a pending allreduce.
@@ -316,13 +363,22 @@ def lower_shape_only(
     a LoweredCounts.
   """
   mesh_impl = ShapeOnlyMeshImpl(mesh_shape, layout_rules)
-  with _tf_graph_of(graph).as_default() as scratch:
-    first_op = len(scratch.get_operations())
+  lowerings = []
+
+  def lower():
     lowering = Lowering(graph, {mesh: mesh_impl}, autostack=False)
     for tensor in exported:
       lowering.export_to_tf_tensor(tensor)
     mesh_impl.set_collective_counter(None)
-    ops = scratch.get_operations()[first_op:]
+    lowerings.append(lowering)
+
+  # A function graph of its own (traced, never run) for each plan, so cached
+  # constants of earlier lowerings are not reused; it captures the tensors of
+  # the graph the mtf graph was built in.
+  with _tf_graph_of(graph).as_default():
+    traced = tf.function(lower, autograph=False).get_concrete_function()
+  [lowering] = lowerings
+  ops = traced.graph.get_operations()
   counters = {}
   for key, value in lowering.counters:
     counters[key] = counters.get(key, 0) + value
