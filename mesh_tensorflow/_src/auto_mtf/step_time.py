@@ -93,6 +93,8 @@ class _Search:
     # least a multiply and an add per element, a product a multiply.
     # Its FLOPs run at the peak of its dtype (or at the float32 one, if that
     # is higher: an einsum may lower to elementwise ops).
+    # Only einsums the step needs: TF prunes the others (say the gradient of
+    # a constant input).
     self.einsums = [
       (
         _union_dims(op),
@@ -102,7 +104,7 @@ class _Search:
           hw.peak_flops("float32"),
         ),
       )
-      for op in graph.operations
+      for op in _needed_operations(graph, exported)
       if isinstance(op, EinsumOperation)
     ]
     volume = {}
@@ -210,6 +212,20 @@ def _union_dims(op) -> List[Dimension]:
       if d not in dims:
         dims.append(d)
   return dims
+
+
+def _needed_operations(graph: Graph, exported: Sequence) -> List:
+  """Operations the exported tensors and the assignments depend on."""
+  stack = [t.operation for t in exported]
+  stack += [op for op in graph.operations if not op.outputs]
+  needed = set()
+  while stack:
+    op = stack.pop()
+    if op in needed:
+      continue
+    needed.add(op)
+    stack.extend(t.operation for t in op.inputs)
+  return [op for op in graph.operations if op in needed]
 
 
 def _contracts(op) -> bool:

@@ -163,8 +163,17 @@ class ShapeOnlyMeshImpl(simd.SimdMeshImpl):
     return simd.LaidOutTensor([_stand_in(self.slice_shape(x.shape), x.dtype)])
 
   def export_to_tf_tensor(self, x, laid_out_x):
-    laid_out_x.to_laid_out_tensor()  # Realises a pending allreduce.
-    return tf.zeros(x.shape.to_integer_list, x.dtype)
+    """This processor's slice (realising a pending sum): what the step needs.
+
+    Args:
+      x: the mtf Tensor.
+      laid_out_x: its laid-out value.
+
+    Returns:
+      the slice, a tf.Tensor.
+    """
+    del x
+    return laid_out_x.to_laid_out_tensor().one_slice
 
 
 @dataclasses.dataclass(frozen=True)
@@ -330,6 +339,29 @@ class LoweredCounts:
   counters: Dict[str, int]
 
 
+def needed_ops(ops, sinks) -> List[tf.Operation]:
+  """The ops among `ops` that computing `sinks` runs (TF prunes the rest).
+
+  Args:
+    ops: the ops of a graph, in creation order.
+    sinks: tf.Tensors or tf.Operations the step computes.
+
+  Returns:
+    the ops the sinks depend on (through inputs and control inputs), in
+    creation order.
+  """
+  needed = set()
+  stack = [s if isinstance(s, tf.Operation) else s.op for s in sinks]
+  while stack:
+    op = stack.pop()
+    if op in needed:
+      continue
+    needed.add(op)
+    stack.extend(t.op for t in op.inputs)
+    stack.extend(op.control_inputs)
+  return [op for op in ops if op in needed]
+
+
 def _tf_graph_of(graph) -> tf.Graph:
   """The tf.Graph the mtf graph was built in, else a new scratch graph.
 
@@ -365,11 +397,15 @@ def lower_shape_only(
   mesh_impl = ShapeOnlyMeshImpl(mesh_shape, layout_rules)
   lowerings = []
 
+  sinks = []
+
   def lower():
     lowering = Lowering(graph, {mesh: mesh_impl}, autostack=False)
     for tensor in exported:
-      lowering.export_to_tf_tensor(tensor)
+      sinks.append(lowering.export_to_tf_tensor(tensor))
     mesh_impl.set_collective_counter(None)
+    # The assignments (variable updates) and exports are what a step runs.
+    sinks.extend(lowering.operations.values())
     lowerings.append(lowering)
 
   # A function graph of its own (traced, never run) for each plan, so cached
@@ -378,7 +414,7 @@ def lower_shape_only(
   with _tf_graph_of(graph).as_default():
     traced = tf.function(lower, autograph=False).get_concrete_function()
   [lowering] = lowerings
-  ops = traced.graph.get_operations()
+  ops = needed_ops(traced.graph.get_operations(), sinks)
   counters = {}
   for key, value in lowering.counters:
     counters[key] = counters.get(key, 0) + value
