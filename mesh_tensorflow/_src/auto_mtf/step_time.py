@@ -216,16 +216,12 @@ def _union_dims(op) -> List[Dimension]:
 
 def _needed_operations(graph: Graph, exported: Sequence) -> List:
   """Operations the exported tensors and the assignments depend on."""
-  stack = [t.operation for t in exported]
-  stack += [op for op in graph.operations if not op.outputs]
-  needed = set()
-  while stack:
-    op = stack.pop()
-    if op in needed:
-      continue
-    needed.add(op)
-    stack.extend(t.operation for t in op.inputs)
-  return [op for op in graph.operations if op in needed]
+  return counting.needed_in_order(
+    graph.operations,
+    [t.operation for t in exported]
+    + [op for op in graph.operations if not op.outputs],
+    lambda op: [t.operation for t in op.inputs],
+  )
 
 
 def _contracts(op) -> bool:

@@ -339,27 +339,42 @@ class LoweredCounts:
   counters: Dict[str, int]
 
 
+def needed_in_order(items: Sequence, sinks: Sequence, predecessors) -> List:
+  """The items the sinks depend on, in the order of `items`.
+
+  Args:
+    items: all operations of a graph, in creation order.
+    sinks: the operations the step must run.
+    predecessors: a function from an operation to the ones it depends on.
+
+  Returns:
+    the items reachable from the sinks through predecessors.
+  """
+  needed = set()
+  stack = list(sinks)
+  while stack:
+    item = stack.pop()
+    if item not in needed:
+      needed.add(item)
+      stack.extend(predecessors(item))
+  return [item for item in items if item in needed]
+
+
 def needed_ops(ops, sinks) -> List[tf.Operation]:
-  """The ops among `ops` that computing `sinks` runs (TF prunes the rest).
+  """The TF ops among `ops` that computing `sinks` runs (TF prunes the rest).
 
   Args:
     ops: the ops of a graph, in creation order.
     sinks: tf.Tensors or tf.Operations the step computes.
 
   Returns:
-    the ops the sinks depend on (through inputs and control inputs), in
-    creation order.
+    the ops the sinks depend on (through inputs and control inputs).
   """
-  needed = set()
-  stack = [s if isinstance(s, tf.Operation) else s.op for s in sinks]
-  while stack:
-    op = stack.pop()
-    if op in needed:
-      continue
-    needed.add(op)
-    stack.extend(t.op for t in op.inputs)
-    stack.extend(op.control_inputs)
-  return [op for op in ops if op in needed]
+  return needed_in_order(
+    ops,
+    [s if isinstance(s, tf.Operation) else s.op for s in sinks],
+    lambda op: [t.op for t in op.inputs] + list(op.control_inputs),
+  )
 
 
 def _tf_graph_of(graph) -> tf.Graph:
