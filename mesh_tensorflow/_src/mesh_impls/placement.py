@@ -457,6 +457,8 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
   def allreduce(self, x, mesh_axes, reduction_fn_string: str):
     if not mesh_axes:
       return x.to_laid_out_tensor()
+    x = x.to_laid_out_tensor()
+    self.count_collective("allreduce", x.tensor_list[0], mesh_axes)
     return self._per_group(
       x,
       mesh_axes,
@@ -464,6 +466,8 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
     )
 
   def allconcat(self, x, mesh_axis: int, concat_axis: int):
+    x = x.to_laid_out_tensor()
+    self.count_collective("allconcat", x.tensor_list[0], [mesh_axis])
     return self._per_group(
       x,
       [mesh_axis],
@@ -471,6 +475,8 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
     )
 
   def alltoall(self, x, mesh_axis: int, split_axis: int, concat_axis: int):
+    x = x.to_laid_out_tensor()
+    self.count_collective("alltoall", x.tensor_list[0], [mesh_axis])
     return self._per_group(
       x,
       [mesh_axis],
@@ -480,6 +486,14 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
   def receive(self, x, mesh_axis: int, source_pcoord):
     x = x.to_laid_out_tensor()
     shape = self.shape.to_integer_list
+    self.count_collective(
+      "shift",
+      x.tensor_list[0],
+      [mesh_axis],
+      num_transfers=mesh_impl_lib.shift_transfers(
+        shape, mesh_axis, source_pcoord
+      ),
+    )
     out = []
     for pnum, device in enumerate(self._devices):
       coord = layout_lib.pnum_to_processor_coordinates(shape, pnum)
