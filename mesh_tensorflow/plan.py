@@ -29,3 +29,10 @@ __all__ = [
   "plan_gin",
   "plan_graph",
 ]
+
+if __name__ == "__main__":
+  import sys  # pylint: disable=g-import-not-at-top
+
+  from mesh_tensorflow._src.plan import report  # pylint: disable=g-import-not-at-top
+
+  sys.exit(report.main(sys.argv[1:]))

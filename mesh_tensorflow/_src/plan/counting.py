@@ -283,6 +283,22 @@ class LoweredCounts:
   counters: Dict[str, int]
 
 
+def _tf_graph_of(graph) -> tf.Graph:
+  """The tf.Graph the mtf graph was built in, else a new scratch graph.
+
+  An mtf graph built inside a tf.Graph (shape-only) may hold tensors of that
+  graph (a learning rate, a step counter): the lowering must join them there.
+  """
+  if not tf.executing_eagerly():
+    return tf.compat.v1.get_default_graph()
+  for variable in graph.all_variables:
+    try:
+      return variable.master.handle.graph
+    except AttributeError:  # An eager variable has no graph.
+      break
+  return tf.Graph()
+
+
 def lower_shape_only(
   graph, mesh, mesh_shape, layout_rules, exported=()
 ) -> LoweredCounts:
@@ -300,12 +316,13 @@ def lower_shape_only(
     a LoweredCounts.
   """
   mesh_impl = ShapeOnlyMeshImpl(mesh_shape, layout_rules)
-  with tf.Graph().as_default() as scratch:
+  with _tf_graph_of(graph).as_default() as scratch:
+    first_op = len(scratch.get_operations())
     lowering = Lowering(graph, {mesh: mesh_impl}, autostack=False)
     for tensor in exported:
       lowering.export_to_tf_tensor(tensor)
     mesh_impl.set_collective_counter(None)
-    ops = scratch.get_operations()
+    ops = scratch.get_operations()[first_op:]
   counters = {}
   for key, value in lowering.counters:
     counters[key] = counters.get(key, 0) + value
