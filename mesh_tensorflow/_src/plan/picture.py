@@ -157,9 +157,16 @@ def variable_slices(
     known = {v.name for v in variables}
     unknown = [n for n in names if n not in known]
     if unknown:
+      listed = sorted(known)
       raise ValueError(
-        "variable_slices: no variables named %s; the graph has %s"
-        % (unknown, sorted(known))
+        "variable_slices: no variables named %s; the graph's %d variables "
+        "are %s%s"
+        % (
+          unknown,
+          len(listed),
+          ", ".join(listed[:10]),
+          ", ..." if len(listed) > 10 else "",
+        )
       )
     wanted = set(names)
     variables = [v for v in variables if v.name in wanted]
@@ -374,7 +381,7 @@ def svg_picture(slices: Sequence[TensorSlices]) -> str:
     parts.append(_svg_text(_MARGIN, y + 12, _title(s), bold=True))
     parts.append(_svg_text(_MARGIN, y + 12 + _LINE, _summary(s)))
     y += 2 * _LINE + 4
-    left = _MARGIN + 7 * max(len(h) for h in grid.row_heads) + 8
+    left = _MARGIN + _text_pixels(max(grid.row_heads, key=len)) + 8
     if grid.column_title:
       parts.append(_svg_text(left, y + 10, "%s \u2192" % grid.column_title))
       y += _LINE
@@ -421,10 +428,15 @@ def svg_picture(slices: Sequence[TensorSlices]) -> str:
           % (_MARGIN, y, _colour(k, count))
         )
       parts.append(_svg_text(_MARGIN + 18, y + 10, line))
-      width = max(width, _MARGIN + 18 + 7 * len(line))
+      width = max(width, _MARGIN + 18 + _text_pixels(line))
       y += _LINE
     y += _LINE
-  width = max(width, max((7 * len(_title(s)) for s in slices), default=0))
+  for s in slices:
+    width = max(
+      width,
+      _MARGIN + _text_pixels(_title(s)),
+      _MARGIN + _text_pixels(_summary(s)),
+    )
   return "\n".join(
     [
       '<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
@@ -433,6 +445,11 @@ def svg_picture(slices: Sequence[TensorSlices]) -> str:
       "</svg>",
     ]
   )
+
+
+def _text_pixels(text: str) -> int:
+  """The width of text in the picture's 12px monospace font (~0.6 em)."""
+  return int(len(text) * 7.3) + 1
 
 
 def _svg_text(x: int, y: int, text: str, *, bold=False, anchor=None) -> str:
