@@ -149,7 +149,7 @@ def utilisation(plan: plan_lib.Plan) -> float:
 
 
 def markdown_table(rows: Sequence[PaperRow]) -> str:
-  """The planned rows as a Markdown table.
+  """The planned rows as a Markdown table (rows link to their gin files).
 
   Args:
     rows: planned rows.
@@ -176,9 +176,11 @@ def markdown_table(rows: Sequence[PaperRow]) -> str:
       )
     reported = row.model.reported_billions
     lines.append(
-      "| %s | %.2f | %s | %d | %d | `%s` | %d | %s | %s | %s | %s %s "
+      "| [%s](configs/paper/%s.gin) | %.2f | %s | %d | %d | `%s` | %d "
+      "| %s | %s | %s | %s %s "
       "| %.1f | %.0f | %.3f | %.0f%% | %s |"
       % (
+        row.model.name,
         row.model.name,
         row.num_parameters / 1e9,
         "" if reported is None else "%.2f" % reported,

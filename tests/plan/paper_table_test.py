@@ -3,6 +3,7 @@
 import importlib.util
 import math
 import os
+import sys
 
 import pytest
 
@@ -19,8 +20,11 @@ _SCRIPT = os.path.join(
 def paper_table():
   spec = importlib.util.spec_from_file_location("paper_table", _SCRIPT)
   module = importlib.util.module_from_spec(spec)
+  # Its dataclasses look their module up in sys.modules.
+  sys.modules[spec.name] = module
   spec.loader.exec_module(module)
-  return module
+  yield module
+  del sys.modules[spec.name]
 
 
 def test_every_row_has_a_gin_file(paper_table):
@@ -44,6 +48,14 @@ def test_smallest_language_model_row(paper_table):
   table = paper_table.markdown_table([row]).splitlines()
   assert len(table) == 3
   cells = [c.strip() for c in table[2].strip("|").split("|")]
-  assert cells[:7] == ["lm_m1", "0.14", "0.14", "4096", "4", "`batch:32`", "32"]
+  assert cells[:7] == [
+    "[lm_m1](configs/paper/lm_m1.gin)",
+    "0.14",
+    "0.14",
+    "4096",
+    "4",
+    "`batch:32`",
+    "32",
+  ]
   word_perplexity = math.exp(3.209 * paper_table.TOKENS_PER_WORD)
   assert cells[-1] == "3.209 (%.1f)" % word_perplexity
