@@ -112,14 +112,7 @@ def plan_row(model: PaperModel, hardware: str = "tpu_v2") -> PaperRow:
   step = plan_lib.build_gin_step(
     ["paper/%s.gin" % model.name], vocab_size=VOCAB_SIZE
   )
-  plan = plan_lib.plan_graph(
-    step.graph,
-    step.mesh_shape,
-    step.layout_rules,
-    hardware,
-    exported=[step.loss],
-    mesh=step.mesh,
-  )
+  plan = step.plan(hardware)
   return PaperRow(
     model=model,
     # The row's gin config stays parsed after build_gin_step.

@@ -453,6 +453,24 @@ class GinStep:
   mesh_shape: Shape
   layout_rules: layout_lib.LayoutRules
 
+  def plan(self, hardware: Optional[HardwareLike] = None) -> Plan:
+    """Plans the step (plan_graph) on its mesh shape and layout.
+
+    Args:
+      hardware: optional HardwareProfile or profile name for the estimate.
+
+    Returns:
+      a Plan.
+    """
+    return plan_graph(
+      self.graph,
+      self.mesh_shape,
+      self.layout_rules,
+      hardware,
+      exported=[self.loss],
+      mesh=self.mesh,
+    )
+
 
 def build_gin_step(
   gin_files: Sequence[str],
@@ -587,7 +605,7 @@ def plan_gin(
   Raises:
     ValueError: as plan_graph.
   """
-  step = build_gin_step(
+  return build_gin_step(
     gin_files,
     gin_params,
     mesh_shape,
@@ -596,12 +614,4 @@ def plan_gin(
     sequence_length,
     vocab_size=vocab_size,
     optimizer=optimizer,
-  )
-  return plan_graph(
-    step.graph,
-    step.mesh_shape,
-    step.layout_rules,
-    hardware,
-    exported=[step.loss],
-    mesh=step.mesh,
-  )
+  ).plan(hardware)

@@ -18,7 +18,6 @@ from mesh_tensorflow._src.plan.planner import Plan
 from mesh_tensorflow._src.plan.planner import build_gin_step
 from mesh_tensorflow._src.plan.planner import format_bytes
 from mesh_tensorflow._src.plan.planner import format_seconds
-from mesh_tensorflow._src.plan.planner import plan_graph
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -144,13 +143,7 @@ def main(argv: Optional[List[str]] = None) -> int:
       sequence_length=args.sequence_length,
       vocab_size=args.vocab_size,
     )
-    plan = plan_graph(
-      step.graph,
-      step.mesh_shape,
-      step.layout_rules,
-      exported=[step.loss],
-      mesh=step.mesh,
-    )
+    plan = step.plan()
     slices = []
     if args.picture or args.text_picture:
       names = args.tensors.split(",") if args.tensors else None
