@@ -196,13 +196,13 @@ def measure_this_machine(matmul_size: int = 1024) -> HardwareProfile:
   num_ops = 200
 
   @tf.function
-  def chain():
-    x = tf.zeros([4])
-    for _ in range(num_ops):
-      x = x + 1.0
+  def chain(x, y):
+    for _ in range(num_ops):  # Dependent ops on inputs: nothing to fold.
+      x = x * y
     return x
 
-  op_seconds = _best_seconds(lambda: chain().numpy(), 5) / num_ops
+  small = tf.ones([4])
+  op_seconds = _best_seconds(lambda: chain(small, small).numpy(), 5) / num_ops
   try:
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
   except (ValueError, OSError, AttributeError):
