@@ -19,6 +19,7 @@ from xml.sax import saxutils
 from mesh_tensorflow._src import layout as layout_lib
 from mesh_tensorflow._src import mesh_impl as mesh_impl_lib
 from mesh_tensorflow._src import shapes
+from mesh_tensorflow._src.plan.planner import format_bytes
 
 # Slices beyond this many are summarised in a legend line.
 MAX_LEGEND_ROWS = 16
@@ -238,21 +239,12 @@ def _labels(count: int) -> List[str]:
   return [str(k) for k in range(count)]
 
 
-def _human_bytes(num_bytes: int) -> str:
-  size = float(num_bytes)
-  for unit in ("B", "KiB", "MiB", "GiB"):
-    if size < 1024 or unit == "GiB":
-      return ("%d %s" if unit == "B" else "%.1f %s") % (size, unit)
-    size /= 1024
-  raise AssertionError("unreachable")
-
-
 def _summary(slices: TensorSlices) -> str:
   count = len(slices.slice_begins)
   holders = len(slices.processor_slices) // count
   size = "%d elements" % shapes.list_product(slices.slice_shape)
   if slices.slice_bytes() is not None:
-    size += ", " + _human_bytes(slices.slice_bytes())
+    size += ", " + format_bytes(slices.slice_bytes())
   return "%d slice%s of %s (%s), each held by %d processor%s" % (
     count,
     "" if count == 1 else "s",
