@@ -18,10 +18,10 @@ from mesh_tensorflow._src.plan.hardware import (
   measure_this_machine as measure_this_machine,
 )
 from mesh_tensorflow._src.plan.picture import TensorSlices as TensorSlices
+from mesh_tensorflow._src.plan.picture import graph_slices as graph_slices
 from mesh_tensorflow._src.plan.picture import svg_picture as svg_picture
 from mesh_tensorflow._src.plan.picture import tensor_slices as tensor_slices
 from mesh_tensorflow._src.plan.picture import text_picture as text_picture
-from mesh_tensorflow._src.plan.picture import variable_slices as variable_slices
 from mesh_tensorflow._src.plan.picture import write_picture as write_picture
 from mesh_tensorflow._src.plan.planner import GinStep as GinStep
 from mesh_tensorflow._src.plan.planner import Plan as Plan
@@ -38,13 +38,13 @@ __all__ = [
   "StepTime",
   "TensorSlices",
   "build_gin_step",
+  "graph_slices",
   "measure_this_machine",
   "plan_gin",
   "plan_graph",
   "svg_picture",
   "tensor_slices",
   "text_picture",
-  "variable_slices",
   "write_picture",
 ]
 

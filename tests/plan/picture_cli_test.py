@@ -61,4 +61,4 @@ def test_text_picture_of_chosen_variables(capsys):
 
 def test_unknown_variable_is_an_error(capsys):
   assert report.main(TINY + ["--text_picture", "--tensors=nope"]) == 2
-  assert "no variables named ['nope']" in capsys.readouterr().err
+  assert "named ['nope']" in capsys.readouterr().err

@@ -166,25 +166,40 @@ def _graph_with_variables():
   mesh = mtf.Mesh(graph, "mesh")
   dtype = mtf.VariableDType(tf.bfloat16, tf.float32, tf.bfloat16)
   vocab, d_model = mtf.Dimension("vocab", 16), mtf.Dimension("d_model", 4)
-  mtf.get_variable(mesh, "embedding", [vocab, d_model], dtype=dtype)
-  mtf.get_variable(mesh, "scale", [d_model], dtype=dtype)
-  return graph
+  embedding = mtf.get_variable(mesh, "embedding", [vocab, d_model], dtype=dtype)
+  scale = mtf.get_variable(mesh, "scale", [d_model], dtype=dtype)
+  scaled = mtf.multiply(embedding, scale, name="scaled")
+  return graph, scaled
 
 
-def test_variable_slices():
-  graph = _graph_with_variables()
-  everything = picture.variable_slices(graph, "model:4", "vocab:model")
+def test_graph_slices_of_variables():
+  graph, _ = _graph_with_variables()
+  everything = picture.graph_slices(graph, "model:4", "vocab:model")
   assert [s.name for s in everything] == ["embedding", "scale"]
   embedding, scale = everything
   assert embedding.slice_shape == (4, 4)
   assert embedding.slice_bytes() == 4 * 4 * 4  # float32 slices
   assert scale.processor_slices == (0, 0, 0, 0)
-  only = picture.variable_slices(
-    graph, "model:4", "vocab:model", names=["scale"]
-  )
+  only = picture.graph_slices(graph, "model:4", "vocab:model", names=["scale"])
   assert [s.name for s in only] == ["scale"]
-  with pytest.raises(ValueError, match="no variables named.*missing"):
-    picture.variable_slices(graph, "model:4", "", names=["missing"])
+
+
+def test_graph_slices_of_named_tensors():
+  graph, scaled = _graph_with_variables()
+  by_op, by_tensor, variable = picture.graph_slices(
+    graph,
+    "model:2",
+    "vocab:model",
+    names=["scaled", scaled.name, "embedding"],
+  )
+  assert by_op.name == "scaled" and by_tensor.name == scaled.name
+  for s in (by_op, by_tensor):
+    assert s.shape == scaled.shape
+    assert s.slice_ranges(1) == "vocab[8:16] d_model[0:4]"
+    assert s.bytes_per_element == 2  # the bfloat16 activation
+  assert variable.name == "embedding"
+  with pytest.raises(ValueError, match="no variables, tensors or.*missing"):
+    picture.graph_slices(graph, "model:4", "", names=["missing"])
 
 
 def test_write_picture(tmp_path):

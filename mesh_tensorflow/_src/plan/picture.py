@@ -134,53 +134,67 @@ def tensor_slices(
   )
 
 
-def variable_slices(
+def graph_slices(
   graph, mesh_shape, layout_rules, names: Optional[Sequence[str]] = None
 ) -> List[TensorSlices]:
-  """The slices of a graph's variables on a mesh, in creation order.
+  """The slices of a graph's variables, or of the tensors named, on a mesh.
 
-  Sizes are those of the per-processor copies (the variables' slice dtype).
+  Without names: every variable, in creation order, sized as the
+  per-processor copies are (the variables' slice dtype). A name picks a
+  variable, else a tensor ("<operation>:<index>"), else the first output of
+  an operation; the results follow the order of `names`.
 
   Args:
     graph: an mtf.Graph.
     mesh_shape: the mesh shape (an mtf.Shape or a string).
     layout_rules: the layout rules (mtf.LayoutRules or a string).
-    names: only the variables with these names (default: every variable).
+    names: variable, tensor or operation names (default: every variable).
 
   Returns:
-    One TensorSlices per variable.
+    One TensorSlices per variable or tensor.
 
   Raises:
-    ValueError: a name in `names` that no variable has.
+    ValueError: a name that no variable, tensor or operation of the graph
+      has.
   """
-  variables = list(graph.all_variables)
-  if names is not None:
-    known = {v.name for v in variables}
-    unknown = [n for n in names if n not in known]
-    if unknown:
-      listed = sorted(known)
-      raise ValueError(
-        "variable_slices: no variables named %s; the graph's %d variables "
-        "are %s%s"
-        % (
-          unknown,
-          len(listed),
-          ", ".join(listed[:10]),
-          ", ..." if len(listed) > 10 else "",
-        )
+  variables = {v.name: v for v in graph.all_variables}
+  if names is None:
+    names = list(variables)
+  tensors = {}
+  for op in graph.operations:
+    for tensor in op.outputs:
+      tensors.setdefault(tensor.name, tensor)
+    if op.outputs:
+      tensors.setdefault(op.name, op.outputs[0])
+  unknown = [n for n in names if n not in variables and n not in tensors]
+  if unknown:
+    listed = sorted(variables)
+    raise ValueError(
+      "graph_slices: no variables, tensors or operations named %s; the "
+      "graph's %d variables are %s%s"
+      % (
+        unknown,
+        len(listed),
+        ", ".join(listed[:10]),
+        ", ..." if len(listed) > 10 else "",
       )
-    wanted = set(names)
-    variables = [v for v in variables if v.name in wanted]
-  return [
-    tensor_slices(
-      v.shape,
-      mesh_shape,
-      layout_rules,
-      name=v.name,
-      bytes_per_element=v.slice_dtype.size,
     )
-    for v in variables
-  ]
+  result = []
+  for name in names:
+    if name in variables:
+      shape, dtype = variables[name].shape, variables[name].slice_dtype
+    else:
+      shape, dtype = tensors[name].shape, tensors[name].dtype
+    result.append(
+      tensor_slices(
+        shape,
+        mesh_shape,
+        layout_rules,
+        name=name,
+        bytes_per_element=dtype.size,
+      )
+    )
+  return result
 
 
 @dataclasses.dataclass(frozen=True)

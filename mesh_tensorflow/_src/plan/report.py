@@ -65,7 +65,8 @@ def _parser() -> argparse.ArgumentParser:
   )
   parser.add_argument(
     "--tensors",
-    help="comma-separated variable names to draw (default: every variable)",
+    help="comma-separated names of the variables, tensors ('op:0') or "
+    "operations to draw (default: every variable)",
   )
   return parser
 
@@ -147,7 +148,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     slices = []
     if args.picture or args.text_picture:
       names = args.tensors.split(",") if args.tensors else None
-      slices = picture.variable_slices(
+      slices = picture.graph_slices(
         step.graph, step.mesh_shape, step.layout_rules, names
       )
   except (ValueError, OSError) as e:
