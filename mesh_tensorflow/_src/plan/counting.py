@@ -52,6 +52,55 @@ class ShapeOnlyBackend(simd_backend.SimdBackend):
     return slice_variables[0]
 
 
+def _stand_in(shape, dtype) -> tf.Tensor:
+  """A free graph node of the given shape: a value nothing computes."""
+  return tf.compat.v1.placeholder(dtype, shape)
+
+
+class SliceStandIn:
+  """Stands in for a slice variable: assignments become the ops they cost.
+
+  Args:
+    value: the tensor the slice reads as.
+  """
+
+  def __init__(self, value: tf.Tensor):
+    self.value = value
+
+  def assign(self, new_value):
+    """The new value (an assignment writes it).
+
+    Args:
+      new_value: a tf.Tensor.
+
+    Returns:
+      a tf.Tensor.
+    """
+    return tf.identity(new_value)
+
+  def assign_add(self, delta):
+    """The sum an assign_add computes.
+
+    Args:
+      delta: a tf.Tensor.
+
+    Returns:
+      a tf.Tensor.
+    """
+    return self.value + delta
+
+  def assign_sub(self, delta):
+    """The difference an assign_sub computes.
+
+    Args:
+      delta: a tf.Tensor.
+
+    Returns:
+      a tf.Tensor.
+    """
+    return self.value - delta
+
+
 class ShapeOnlyVariable:
   """The slice of one mtf Variable on the planned processor: a graph node.
 
@@ -62,13 +111,11 @@ class ShapeOnlyVariable:
 
   def __init__(self, variable, mesh_impl: "ShapeOnlyMeshImpl"):
     self._variable = variable
-    slice_shape = mesh_impl.slice_shape(variable.shape)
-    self._slice = tf.Variable(
-      tf.zeros(slice_shape, variable.slice_dtype),
-      name=variable.name.replace("/", "_") + "_plan",
-      trainable=False,
+    value = _stand_in(
+      mesh_impl.slice_shape(variable.shape), variable.slice_dtype
     )
-    self._laid_out_tensor = simd.LaidOutTensor([self._slice])
+    self._slice = SliceStandIn(value)
+    self._laid_out_tensor = simd.LaidOutTensor([value])
 
   @property
   def laid_out_tensor(self):
@@ -113,11 +160,20 @@ class ShapeOnlyMeshImpl(simd.SimdMeshImpl):
 
   def import_tf_tensor(self, x, tf_x):
     del tf_x
-    return simd.LaidOutTensor([tf.zeros(self.slice_shape(x.shape), x.dtype)])
+    return simd.LaidOutTensor([_stand_in(self.slice_shape(x.shape), x.dtype)])
 
   def export_to_tf_tensor(self, x, laid_out_x):
-    laid_out_x.to_laid_out_tensor()  # Realises a pending allreduce.
-    return tf.zeros(x.shape.to_integer_list, x.dtype)
+    """This processor's slice (realising a pending sum): what the step needs.
+
+    Args:
+      x: the mtf Tensor.
+      laid_out_x: its laid-out value.
+
+    Returns:
+      the slice, a tf.Tensor.
+    """
+    del x
+    return laid_out_x.to_laid_out_tensor().one_slice
 
 
 @dataclasses.dataclass(frozen=True)
@@ -283,6 +339,29 @@ class LoweredCounts:
   counters: Dict[str, int]
 
 
+def needed_ops(ops, sinks) -> List[tf.Operation]:
+  """The ops among `ops` that computing `sinks` runs (TF prunes the rest).
+
+  Args:
+    ops: the ops of a graph, in creation order.
+    sinks: tf.Tensors or tf.Operations the step computes.
+
+  Returns:
+    the ops the sinks depend on (through inputs and control inputs), in
+    creation order.
+  """
+  needed = set()
+  stack = [s if isinstance(s, tf.Operation) else s.op for s in sinks]
+  while stack:
+    op = stack.pop()
+    if op in needed:
+      continue
+    needed.add(op)
+    stack.extend(t.op for t in op.inputs)
+    stack.extend(op.control_inputs)
+  return [op for op in ops if op in needed]
+
+
 def _tf_graph_of(graph) -> tf.Graph:
   """The tf.Graph the mtf graph was built in, else a new scratch graph.
 
@@ -316,13 +395,26 @@ def lower_shape_only(
     a LoweredCounts.
   """
   mesh_impl = ShapeOnlyMeshImpl(mesh_shape, layout_rules)
-  with _tf_graph_of(graph).as_default() as scratch:
-    first_op = len(scratch.get_operations())
+  lowerings = []
+
+  sinks = []
+
+  def lower():
     lowering = Lowering(graph, {mesh: mesh_impl}, autostack=False)
     for tensor in exported:
-      lowering.export_to_tf_tensor(tensor)
+      sinks.append(lowering.export_to_tf_tensor(tensor))
     mesh_impl.set_collective_counter(None)
-    ops = scratch.get_operations()[first_op:]
+    # The assignments (variable updates) and exports are what a step runs.
+    sinks.extend(lowering.operations.values())
+    lowerings.append(lowering)
+
+  # A function graph of its own (traced, never run) for each plan, so cached
+  # constants of earlier lowerings are not reused; it captures the tensors of
+  # the graph the mtf graph was built in.
+  with _tf_graph_of(graph).as_default():
+    traced = tf.function(lower, autograph=False).get_concrete_function()
+  [lowering] = lowerings
+  ops = needed_ops(traced.graph.get_operations(), sinks)
   counters = {}
   for key, value in lowering.counters:
     counters[key] = counters.get(key, 0) + value
