@@ -28,6 +28,7 @@ from mesh_tensorflow._src.plan import counting
 from mesh_tensorflow._src.plan.hardware import HardwareProfile
 from mesh_tensorflow._src.plan.hardware import get_hardware_profile
 from mesh_tensorflow._src.shapes import Dimension
+from mesh_tensorflow._src.shapes import Shape
 from mesh_tensorflow._src.shapes import convert_to_shape
 
 HardwareLike = Union[str, HardwareProfile]
@@ -434,24 +435,60 @@ def _gin_batch_size(value, sequence_length: int) -> int:
   return int(value)
 
 
-def plan_gin(
+@dataclasses.dataclass(frozen=True)
+class GinStep:
+  """A gin-configured Transformer training step, built shape-only.
+
+  Attributes:
+    graph: the mtf Graph of the step (model, loss, gradients, updates).
+    mesh: the Mesh it is built on.
+    loss: the loss Tensor (what the step exports).
+    mesh_shape: the mesh Shape to lay it out on.
+    layout_rules: the LayoutRules to lay it out by.
+  """
+
+  graph: graph_lib.Graph
+  mesh: graph_lib.Mesh
+  loss: graph_lib.Tensor
+  mesh_shape: Shape
+  layout_rules: layout_lib.LayoutRules
+
+  def plan(self, hardware: Optional[HardwareLike] = None) -> Plan:
+    """Plans the step (plan_graph) on its mesh shape and layout.
+
+    Args:
+      hardware: optional HardwareProfile or profile name for the estimate.
+
+    Returns:
+      a Plan.
+    """
+    return plan_graph(
+      self.graph,
+      self.mesh_shape,
+      self.layout_rules,
+      hardware,
+      exported=[self.loss],
+      mesh=self.mesh,
+    )
+
+
+def build_gin_step(
   gin_files: Sequence[str],
   gin_params: Sequence[str] = (),
   mesh_shape=None,
   layout_rules=None,
   batch_size: Optional[int] = None,
   sequence_length: Optional[int] = None,
-  hardware: Optional[HardwareLike] = None,
   *,
   vocab_size: int = 32128,
   optimizer=None,
-) -> Plan:
-  """Plans a training step of a gin-configured Transformer, shape-only.
+) -> GinStep:
+  """Builds a training step of a gin-configured Transformer, shape-only.
 
   Parses configs/defaults.gin, gin_files and gin_params as the driver does
-  (the gin config is replaced), builds the model of `utils.run.model_type`
-  with its loss, gradients and optimizer updates in a scratch tf.Graph (no
-  weight is allocated), and plans it with plan_graph.
+  (the gin config is replaced, and stays parsed afterwards), then builds the
+  model of `utils.run.model_type` with its loss, gradients and optimizer
+  updates in a scratch tf.Graph (no weight is allocated).
 
   Args:
     gin_files: gin files, as --gin_file takes them (e.g. "models/bi_base.gin").
@@ -461,16 +498,12 @@ def plan_gin(
     batch_size: sequences per step; default from utils.run.batch_size.
     sequence_length: tokens per sequence; default from
       utils.run.sequence_length.
-    hardware: optional HardwareProfile or profile name for the estimate.
     vocab_size: the input and output vocabulary size.
     optimizer: an mtf.optimize.Optimizer, class or factory; default: the
       binding utils.run.optimizer, else AdafactorOptimizer (the driver's).
 
   Returns:
-    a Plan.
-
-  Raises:
-    ValueError: as plan_graph.
+    a GinStep.
   """
   # Imported here: the transformer package is built on mesh_tensorflow.
   import gin  # pylint: disable=g-import-not-at-top
@@ -533,6 +566,52 @@ def plan_gin(
       if not isinstance(optimizer, base.Optimizer):
         optimizer = optimizer()
       optimizer.apply_grads(grads, trainable)
-  return plan_graph(
-    graph, mesh_shape, layout_rules, hardware, exported=[loss], mesh=mesh
-  )
+  return GinStep(graph, mesh, loss, mesh_shape, layout_rules)
+
+
+def plan_gin(
+  gin_files: Sequence[str],
+  gin_params: Sequence[str] = (),
+  mesh_shape=None,
+  layout_rules=None,
+  batch_size: Optional[int] = None,
+  sequence_length: Optional[int] = None,
+  hardware: Optional[HardwareLike] = None,
+  *,
+  vocab_size: int = 32128,
+  optimizer=None,
+) -> Plan:
+  """Plans a training step of a gin-configured Transformer, shape-only.
+
+  Builds the step with build_gin_step (the gin config is replaced, and
+  stays parsed afterwards) and plans it with plan_graph.
+
+  Args:
+    gin_files: gin files, as --gin_file takes them (e.g. "models/bi_base.gin").
+    gin_params: gin bindings, as --gin_param takes them.
+    mesh_shape: the mesh shape; default: the gin binding utils.run.mesh_shape.
+    layout_rules: the layout; default: the binding utils.run.layout_rules.
+    batch_size: sequences per step; default from utils.run.batch_size.
+    sequence_length: tokens per sequence; default from
+      utils.run.sequence_length.
+    hardware: optional HardwareProfile or profile name for the estimate.
+    vocab_size: the input and output vocabulary size.
+    optimizer: an mtf.optimize.Optimizer, class or factory; default: the
+      binding utils.run.optimizer, else AdafactorOptimizer (the driver's).
+
+  Returns:
+    a Plan.
+
+  Raises:
+    ValueError: as plan_graph.
+  """
+  return build_gin_step(
+    gin_files,
+    gin_params,
+    mesh_shape,
+    layout_rules,
+    batch_size,
+    sequence_length,
+    vocab_size=vocab_size,
+    optimizer=optimizer,
+  ).plan(hardware)

@@ -11,12 +11,13 @@ import argparse
 import sys
 from typing import List, Optional, Sequence
 
+from mesh_tensorflow._src.plan import picture
 from mesh_tensorflow._src.plan.hardware import HARDWARE_PROFILES
 from mesh_tensorflow._src.plan.hardware import get_hardware_profile
 from mesh_tensorflow._src.plan.planner import Plan
+from mesh_tensorflow._src.plan.planner import build_gin_step
 from mesh_tensorflow._src.plan.planner import format_bytes
 from mesh_tensorflow._src.plan.planner import format_seconds
-from mesh_tensorflow._src.plan.planner import plan_gin
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -51,6 +52,21 @@ def _parser() -> argparse.ArgumentParser:
     default=[],
     help="hardware profile (repeatable; 'all' for every published one): %s"
     % ", ".join(HARDWARE_PROFILES),
+  )
+  parser.add_argument(
+    "--picture",
+    help="draw which slice of each variable every device holds into this "
+    "file: .svg, .png (needs matplotlib), else text",
+  )
+  parser.add_argument(
+    "--text_picture",
+    action="store_true",
+    help="print that picture as text after the report",
+  )
+  parser.add_argument(
+    "--tensors",
+    help="comma-separated names of the variables, tensors ('op:0') or "
+    "operations to draw (default: every variable)",
   )
   return parser
 
@@ -119,7 +135,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     return 2
   try:
-    plan = plan_gin(
+    step = build_gin_step(
       args.gin_file,
       args.gin_param,
       mesh_shape=args.mesh_shape,
@@ -128,6 +144,13 @@ def main(argv: Optional[List[str]] = None) -> int:
       sequence_length=args.sequence_length,
       vocab_size=args.vocab_size,
     )
+    plan = step.plan()
+    slices = []
+    if args.picture or args.text_picture:
+      names = args.tensors.split(",") if args.tensors else None
+      slices = picture.graph_slices(
+        step.graph, step.mesh_shape, step.layout_rules, names
+      )
   except (ValueError, OSError) as e:
     print("error: %s" % e, file=sys.stderr)
     return 2
@@ -135,4 +158,17 @@ def main(argv: Optional[List[str]] = None) -> int:
   if hardware:
     print()
     print(hardware_table(plan, hardware))
+  if args.text_picture:
+    print()
+    print(picture.text_picture(slices))
+  if args.picture:
+    try:
+      picture.write_picture(args.picture, slices)
+    except ImportError as e:
+      print("error: %s" % e, file=sys.stderr)
+      return 2
+    print(
+      "\nwrote the layout picture of %d variables to %s"
+      % (len(slices), args.picture)
+    )
   return 0
