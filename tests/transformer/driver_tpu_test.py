@@ -6,6 +6,7 @@ same step code runs on CPU with SimdMeshImpl's collective backend.
 """
 
 import itertools
+import os
 import shutil
 import socket
 
@@ -16,7 +17,10 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from mesh_tensorflow import simd_mesh_impl
 from tests.transformer import driver_test_util as dtu
+from transformer import dataset as dataset_lib
+from transformer import utils
 from transformer import vocabulary
+from transformer._src.driver import evaluation
 from transformer._src.driver import run as driver_run
 from transformer._src.driver import tpu
 
@@ -231,7 +235,14 @@ def test_v3_8_step_graph_replicates_over_8_cores_in_a_host_loop(tmp_path):
     tmp_path, v3_8(), V3_MESH, iterations_per_loop=3
   )
   assert loop.hosts == ["/job:worker/task:0/device:CPU:0"]
-  assert sorted(outputs) == ["learning_rate", "loss", "step"]
+  assert sorted(outputs) == [
+    "diverged_loss",
+    "diverged_step",
+    "finite",
+    "learning_rate",
+    "loss",
+    "step",
+  ]
   ops = list(all_ops(graph))
   (loop_op,) = [op for op in graph.get_operations() if op.type == "While"]
   (metadata,) = [op for op in ops if op.type == "TPUReplicateMetadata"]
@@ -254,6 +265,9 @@ def test_v3_8_step_graph_replicates_over_8_cores_in_a_host_loop(tmp_path):
     if op.type == "Const" and getattr(op.graph, "name", None) == cond
   ]
   assert bound == 3
+  # The loop also stops after a non-finite step.
+  cond_ops = [op.type for op in ops if getattr(op.graph, "name", None) == cond]
+  assert "LogicalAnd" in cond_ops
   # Collectives run over the physical groups of the mesh axes.
   allowed = {str(expected_groups(plan, axes)) for axes in ([0], [1], [0, 1])}
   sums = [op for op in ops if op.type == "CrossReplicaSum"]
@@ -298,6 +312,105 @@ def test_v4_32_step_graph_each_host_feeds_its_own_replicas(tmp_path):
   allowed = {str(expected_groups(plan, axes)) for axes in ([0], [1], [0, 1])}
   sums = [op for op in ops if op.type == "CrossReplicaSum"]
   assert sums and {str(group_assignment(op)) for op in sums} <= allowed
+
+
+# --------------------------------------------------------------------------
+# Evaluation, scoring and decoding programs on TPU, built in a tf.Graph.
+
+
+def tpu_estimator_in(graph, tmp_path, topology, mesh):
+  """An Estimator in `graph` whose mesh_impl is the TPU backend."""
+  plan = tpu.plan_mesh(mesh[0], topology)
+  with graph.as_default():
+    devices = [
+      plan.device_assignment.tpu_device(replica=r)
+      for r in range(plan.mesh_shape.size)
+    ]
+    est = dtu.estimator(tmp_path, mesh=mesh, mesh_devices=devices)
+    est.mesh_impl = tpu.tpu_mesh_impl(plan, mesh[1])
+  return plan, est
+
+
+def replicated_ops(ops, metadata):
+  """The ops of the replicated computation `metadata` heads."""
+  cluster = metadata.get_attr("_tpu_replicate")
+  for op in ops:
+    try:
+      if op.get_attr("_tpu_replicate") == cluster:
+        yield op
+    except ValueError:
+      pass
+
+
+@pytest.mark.parametrize(
+  "topology, mesh, replicas",
+  [(v3_8, V3_MESH, 8), (v4_32, V4_MESH, 16)],
+  ids=["v3-8", "v4-32"],
+)
+def test_eval_and_decode_programs_replicate_over_every_core(
+  tmp_path, topology, mesh, replicas
+):
+  graph = tf.Graph()
+  plan, est = tpu_estimator_in(graph, tmp_path, topology(), mesh)
+  x, y = dtu.reverse_data(dtu.BATCH)
+  with graph.as_default():
+    features = {"inputs": tf.constant(x), "targets": tf.constant(y)}
+    # The teacher-forced program of eval and scoring.
+    _, loss, xent, predictions = evaluation.teacher_forced_graph(est, features)
+    # Greedy decoding (the model's while loop).
+    _, decodes = evaluation.decode_graph(est, tf.constant(x))
+  assert loss.shape == [] and loss.dtype == tf.float32
+  assert xent.shape == y.shape and predictions.shape == y.shape
+  assert decodes.shape == x.shape and decodes.dtype == tf.int32
+  ops = list(all_ops(graph))
+  metadata = [op for op in ops if op.type == "TPUReplicateMetadata"]
+  assert len(metadata) == 2  # one replicated program each
+  for m in metadata:
+    assert m.get_attr("num_replicas") == replicas
+    assert m.get_attr("device_assignment") == [
+      c for r in range(replicas) for c in coordinates(plan, r)
+    ]
+  # The outputs are those of logical processor 0's replica.
+  for t in (loss, xent, predictions, decodes):
+    source = t.op.inputs[0]
+    assert source.op.type == "TPUReplicatedOutput", t
+    assert source.value_index == plan.logical_to_physical[0], t
+  # The decode's while loop runs inside its replicated computation.
+  decode_ops = list(replicated_ops(ops, metadata[1]))
+  assert "While" in {op.type for op in decode_ops}
+  # Collectives over the mesh's physical groups; the batch reaches every
+  # replica as its input.
+  allowed = {str(expected_groups(plan, axes)) for axes in ([0], [1], [0, 1])}
+  sums = [op for op in ops if op.type == "CrossReplicaSum"]
+  assert sums and {str(group_assignment(op)) for op in sums} <= allowed
+  inputs = [
+    op
+    for op in ops
+    if op.type == "TPUReplicatedInput"
+    and op.inputs[0].op.type == "Const"
+    and "pnum" not in op.name
+  ]
+  assert inputs and all(len(op.inputs) == replicas for op in inputs)
+
+
+def test_eval_and_decode_programs_compile_with_xla(tmp_path):
+  # A TPU runs only what XLA compiles; the teacher-forced and decoding
+  # programs (one processor) compile with XLA on CPU and give what the
+  # uncompiled ones give.
+  est = dtu.estimator(tmp_path, mesh=("all:1", "batch:all"), mesh_impl="simd")
+  est.train(dtu.input_fn, 1)
+  x, y = dtu.reverse_data(dtu.BATCH)
+  features = {"inputs": tf.constant(x), "targets": tf.constant(y)}
+
+  def programs(features):
+    _, loss, xent, predictions = evaluation.teacher_forced_graph(est, features)
+    _, decodes = evaluation.decode_graph(est, features["inputs"])
+    return loss, xent, predictions, decodes
+
+  compiled = tf.function(programs, jit_compile=True, autograph=False)
+  plain = tf.function(programs, autograph=False)
+  for got, want in zip(compiled(features), plain(features)):
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5)
 
 
 # --------------------------------------------------------------------------
