@@ -1,4 +1,4 @@
-"""Cloud TPU training: find the TPU, map the mesh onto it, run step loops.
+"""Cloud TPU: find the TPU, map the mesh onto it, run the driver's programs.
 
 What TPUEstimator did for the original, on TF 2.21:
 
@@ -22,10 +22,18 @@ What TPUEstimator did for the original, on TF 2.21:
    the steps are a host `tf.while_loop` around it; with SimdMeshImpl's
    collective backend (local CPUs/GPUs) the same step runs through
    `mesh_impl.replicate` and the steps are unrolled (TF collectives cannot
-   run inside a while loop).
+   run inside a while loop). Each step also returns whether its loss and
+   every replica's updated slices are finite; the loop ANDs the flags (the
+   TPU's while loop stops after a non-finite step) and records the first
+   non-finite step.
 4. `train`: trains an Estimator with such a loop. Masters stay on the host
    CPU; checkpoints hold the masters under the same names as on CPU, so
-   either side restores the other's.
+   either side restores the other's. A non-finite step raises the
+   Estimator's FloatingPointError before anything is saved.
+5. `TpuEstimator`: an Estimator whose mesh_impl is the TPU's. Its
+   evaluation, scoring and decoding programs are built by the Estimator's
+   phases as on CPU, and `mesh_impl_choice.lower_on_tpu` runs each as the
+   computation of `tf.compat.v1.tpu.replicate`, one batch per call.
 
 Nothing here runs without a TPU except on the collective backend; the TPU
 graphs can be built (not run) on CPU from a `synthetic_topology`.
@@ -853,7 +861,7 @@ def setup_tpu(
 
 
 class TpuEstimator:
-  """An Estimator whose training runs on the TPU of a TpuSetup.
+  """An Estimator whose programs run on the TPU of a TpuSetup.
 
   Its mesh_impl becomes SimdMeshImpl's TPU backend (as placed by the plan,
   re-planned with the estimator's hierarchical_tiling_spec if it has one)
