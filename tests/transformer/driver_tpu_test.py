@@ -215,9 +215,9 @@ def expected_groups(plan, mesh_axes):
   ]
 
 
-def build_tpu_train_graph(tmp_path, topology, mesh, iterations_per_loop):
+def tpu_estimator_in(graph, tmp_path, topology, mesh):
+  """An Estimator in `graph` whose mesh_impl is the TPU backend."""
   plan = tpu.plan_mesh(mesh[0], topology)
-  graph = tf.Graph()
   with graph.as_default():
     # The TPU cores as the mesh's devices (the host has too few CPUs).
     devices = [
@@ -226,6 +226,13 @@ def build_tpu_train_graph(tmp_path, topology, mesh, iterations_per_loop):
     ]
     est = dtu.estimator(tmp_path, mesh=mesh, mesh_devices=devices)
     est.mesh_impl = tpu.tpu_mesh_impl(plan, mesh[1])
+  return plan, est
+
+
+def build_tpu_train_graph(tmp_path, topology, mesh, iterations_per_loop):
+  graph = tf.Graph()
+  plan, est = tpu_estimator_in(graph, tmp_path, topology, mesh)
+  with graph.as_default():
     loop = tpu.ReplicatedTrainLoop(est, iterations_per_loop, job="worker")
     outputs = loop.trace(loop.make_iterators(dtu.input_fn))
   return plan, graph, loop, outputs
@@ -317,19 +324,6 @@ def test_v4_32_step_graph_each_host_feeds_its_own_replicas(tmp_path):
 
 # --------------------------------------------------------------------------
 # Evaluation, scoring and decoding programs on TPU, built in a tf.Graph.
-
-
-def tpu_estimator_in(graph, tmp_path, topology, mesh):
-  """An Estimator in `graph` whose mesh_impl is the TPU backend."""
-  plan = tpu.plan_mesh(mesh[0], topology)
-  with graph.as_default():
-    devices = [
-      plan.device_assignment.tpu_device(replica=r)
-      for r in range(plan.mesh_shape.size)
-    ]
-    est = dtu.estimator(tmp_path, mesh=mesh, mesh_devices=devices)
-    est.mesh_impl = tpu.tpu_mesh_impl(plan, mesh[1])
-  return plan, est
 
 
 def replicated_ops(ops, metadata):
