@@ -173,6 +173,9 @@ class Estimator:
     variables_in_current_graph: make the global step in the current graph
       also in TF1 legacy mode, for a caller that builds and runs its own
       graph (default: eager there, as the driver runs eagerly).
+    hierarchical_tiling_spec: a HierarchicalTiling spec placing the mesh's
+      processors on a Cloud TPU's cores (the Cloud TPU driver reads it;
+      None: the automatic placement).
 
   Raises:
     ValueError: if outer_batch_size does not divide batch_size, or for an
@@ -208,6 +211,7 @@ class Estimator:
     model_info_file: Optional[str] = None,
     mesh_impl: str = "auto",
     variables_in_current_graph: bool = False,
+    hierarchical_tiling_spec=None,
   ):
     self.model_type = model_type
     self.model = transformer_model
@@ -239,6 +243,7 @@ class Estimator:
     self.ensemble_inputs = int(ensemble_inputs) if ensemble_inputs else None
     self.predict_fn = predict_fn
     self.model_info_file = model_info_file
+    self.hierarchical_tiling_spec = hierarchical_tiling_spec
     self.mesh_impl = mesh_impl_choice.make_mesh_impl(
       mesh_impl, self.mesh_shape, self.layout_rules, mesh_devices
     )
@@ -758,9 +763,24 @@ class Estimator:
     masters, so a later save() in this process writes nothing either.
     """
     self._sync_masters()
+    raise self.non_finite_error(step, loss)
+
+  def non_finite_error(self, step: int, loss: float) -> FloatingPointError:
+    """The error that stops training at a non-finite step.
+
+    It names the masters holding inf or nan (copy the trained slices to the
+    masters first) and the last checkpoint, from which to restart.
+
+    Args:
+      step: the global step whose loss or variables are not finite.
+      loss: that step's loss.
+
+    Returns:
+      a FloatingPointError to raise.
+    """
     bad = checkpoints.non_finite_names(self.checkpoint_variables())
     latest = self.latest_checkpoint()
-    raise FloatingPointError(
+    return FloatingPointError(
       "training diverged at step %d: loss %s; non-finite variables: %s. "
       "Nothing of this step was saved; the last checkpoint is %s (lower the "
       "learning rate and restart from it)"
