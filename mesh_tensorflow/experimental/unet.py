@@ -1,0 +1,42 @@
+"""mesh_tensorflow.experimental.unet: a U-Net split spatially over the mesh."""
+# pylint: disable=useless-import-alias
+
+from mesh_tensorflow._src.experimental.unet import Hparams as Hparams
+from mesh_tensorflow._src.experimental.unet import (
+  PostProcessor as PostProcessor,
+)
+from mesh_tensorflow._src.experimental.unet import (
+  conv_with_spatial_partition as conv_with_spatial_partition,
+)
+from mesh_tensorflow._src.experimental.unet import (
+  deconv_with_spatial_partition as deconv_with_spatial_partition,
+)
+from mesh_tensorflow._src.experimental.unet import define_flags as define_flags
+from mesh_tensorflow._src.experimental.unet import (
+  get_dataset_creator as get_dataset_creator,
+)
+from mesh_tensorflow._src.experimental.unet import (
+  get_input_mtf_shapes as get_input_mtf_shapes,
+)
+from mesh_tensorflow._src.experimental.unet import get_layout as get_layout
+from mesh_tensorflow._src.experimental.unet import hparams as hparams
+from mesh_tensorflow._src.experimental.unet import (
+  hparams_scope as hparams_scope,
+)
+from mesh_tensorflow._src.experimental.unet import (
+  unet_with_spatial_partition as unet_with_spatial_partition,
+)
+
+__all__ = [
+  "Hparams",
+  "PostProcessor",
+  "conv_with_spatial_partition",
+  "deconv_with_spatial_partition",
+  "define_flags",
+  "get_dataset_creator",
+  "get_input_mtf_shapes",
+  "get_layout",
+  "hparams",
+  "hparams_scope",
+  "unet_with_spatial_partition",
+]
