@@ -5,9 +5,10 @@ TPU, infeed threads. Here each phase is a compiled `tf.function` step on a
 PlacementMeshImpl over the local GPUs (else CPUs, e.g. virtual CPUs): the
 input reader slices each batch, the U-Net is lowered inside the step, and
 Adafactor updates the slices. Masters (full-size variables) are what the
-checkpoints hold (`tf.train.Checkpoint` of the variable store and the
-global step, `ckpt-<n>` in checkpoint_dir), so a run resumes from, and
-evaluates, the latest checkpoint. Loss and metrics go to TensorBoard event
+checkpoints hold (name-based, as the original's Saver wrote them: the
+variable store's masters and the global step, `model.ckpt-<n>` in
+checkpoint_dir), so a run resumes from, and evaluates, the latest
+checkpoint. Loss and metrics go to TensorBoard event
 files in summary_dir; evaluation predictions to pred_output_dir.
 
 `num_training_loops` times: `num_train_iterations_per_loop` training steps
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from typing import Dict, List, Optional
 
 from absl import flags
@@ -389,21 +391,22 @@ def run(
     store = VariableStore()
     global_step = global_step_lib.get_or_create_global_step()
     train = _Phase("train", mesh_context, options, store)
-    evaluate = _Phase("eval", mesh_context, options, store)
     # Tracing creates the variables, so a checkpoint can be restored first.
     train.step.get_concrete_function()
-    evaluate.step.get_concrete_function()
-    checkpoint = tf.train.Checkpoint(store=store, global_step=global_step)
-    manager = None
+    evaluate = None
+    if options.num_eval_iterations_per_loop > 0:
+      evaluate = _Phase("eval", mesh_context, options, store)
+    # Name-based, as the original's Saver wrote: the masters under their mtf
+    # names (conv_down_0_0/kernel, ..._slot_vr) and global_step.
+    saver = tf.compat.v1.train.Saver(
+      var_list={**store.masters, "global_step": global_step}, max_to_keep=5
+    )
+    latest = None
     if options.checkpoint_dir:
-      manager = tf.train.CheckpointManager(
-        checkpoint, options.checkpoint_dir, max_to_keep=5
-      )
-    if manager is not None and manager.latest_checkpoint:
-      checkpoint.restore(
-        manager.latest_checkpoint
-      ).assert_existing_objects_matched()
-      logging.info("restored %s", manager.latest_checkpoint)
+      latest = tf.train.latest_checkpoint(options.checkpoint_dir)
+    if latest:
+      saver.restore(None, latest)
+      logging.info("restored %s", latest)
     else:
       global_step.assign(0)
     train.copy("copy_master_to_slices")
@@ -418,9 +421,13 @@ def run(
     }
 
     def save():
-      if manager is not None:
+      if options.checkpoint_dir:
         train.copy("copy_slices_to_master")
-        manager.save(checkpoint_number=int(global_step.numpy()))
+        saver.save(
+          None,
+          os.path.join(options.checkpoint_dir, "model.ckpt"),
+          global_step=int(global_step.numpy()),
+        )
 
     for _ in range(options.num_training_loops):
       for i in range(options.num_train_iterations_per_loop):
@@ -442,7 +449,7 @@ def run(
         last = i == options.num_train_iterations_per_loop - 1
         if last or step % options.save_checkpoints_steps == 0:
           save()
-      if options.num_eval_iterations_per_loop <= 0:
+      if evaluate is None:
         continue
       post_processor = unet.PostProcessor()
       for _ in range(options.num_eval_iterations_per_loop):
