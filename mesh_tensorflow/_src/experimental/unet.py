@@ -68,18 +68,40 @@ __all__ = [
 class Hparams:
   """The U-Net's hyperparameters: the original's flags, names and defaults.
 
-  Data: sampled_2d_slices (2-D model on image_c z slices), ct_resolution,
-  n_dataset_read_interleave, n_dataset_processes, batch_size_train,
-  batch_size_eval, image_nx_block, image_ny_block, image_c, label_c,
-  pred_downsample, output_ground_truth, train_file_pattern and
-  eval_file_pattern (formatted with ct_resolution). Network: n_base_filters,
-  network_depth (pooling levels), n_conv_per_block, with_batch_norm,
-  dropout_keep_p, mtf_dtype, layout. Loss: xen_liver_weight,
-  xen_lesion_weight, dice_loss_weight, dice_epsilon. Augmentation (training
-  data; 0 disables): image_translate_ratio, image_transform_ratio,
-  image_noise_probability, image_noise_ratio, image_corrupt_ratio_mean,
-  image_corrupt_ratio_stddev, per_class_intensity_scale,
-  per_class_intensity_shift.
+  Attributes:
+    sampled_2d_slices: a 2-D model on image_c neighbouring z slices.
+    ct_resolution: the size of each axis of the volumes.
+    n_dataset_read_interleave: files read at once (training).
+    n_dataset_processes: parallel parsing and augmentation calls.
+    batch_size_train: the training batch size.
+    batch_size_eval: the evaluation batch size.
+    image_nx_block: the number of x blocks.
+    image_ny_block: the number of y blocks.
+    image_c: input channels (z slices of a 2-D model; 1 in 3-D).
+    label_c: the number of classes (background, liver, lesion).
+    pred_downsample: the downsampling factor of the saved predictions.
+    output_ground_truth: also output the (downsampled) lesion label.
+    n_base_filters: the filters of the first level (doubled per level).
+    network_depth: the number of levels (pooling layers + 1).
+    n_conv_per_block: convolutions per level.
+    with_batch_norm: batch-normalize after each convolution.
+    dropout_keep_p: the dropout keep probability.
+    xen_liver_weight: the cross-entropy weight of liver voxels.
+    xen_lesion_weight: the cross-entropy weight of lesion voxels.
+    dice_loss_weight: the weight of the dice loss (from 0 to 1).
+    dice_epsilon: added to the dice loss's denominators.
+    image_translate_ratio: augmentation: translation stddev / resolution.
+    image_transform_ratio: augmentation: stddev of the shear.
+    image_noise_probability: augmentation: probability of noise.
+    image_noise_ratio: augmentation: the largest noise stddev.
+    image_corrupt_ratio_mean: augmentation: mean fraction blocked out.
+    image_corrupt_ratio_stddev: augmentation: its stddev.
+    per_class_intensity_scale: augmentation: stddev of intensity scales.
+    per_class_intensity_shift: augmentation: mean change of the scales.
+    mtf_dtype: the dtype of activations and variables.
+    layout: the layout rules.
+    train_file_pattern: training TFRecords (formatted with ct_resolution).
+    eval_file_pattern: evaluation TFRecords (likewise).
   """
 
   sampled_2d_slices: bool = False
