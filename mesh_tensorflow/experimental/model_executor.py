@@ -4,6 +4,7 @@ Run `python -m mesh_tensorflow.experimental.model_executor --help`.
 """
 # pylint: disable=useless-import-alias
 
+import mesh_tensorflow as mtf  # noqa: F401  (the original's module aliases)
 from mesh_tensorflow._src.experimental.model_executor import (
   ExecutorOptions as ExecutorOptions,
 )
@@ -18,6 +19,8 @@ from mesh_tensorflow._src.experimental.model_executor import run as run
 from mesh_tensorflow._src.experimental.model_executor import (
   train_and_eval as train_and_eval,
 )
+from mesh_tensorflow.experimental import input_reader  # noqa: F401
+from mesh_tensorflow.experimental import unet  # noqa: F401
 
 __all__ = [
   "ExecutorOptions",

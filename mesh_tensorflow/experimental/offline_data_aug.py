@@ -20,6 +20,7 @@ from mesh_tensorflow._src.experimental.offline_data_aug import main as main
 from mesh_tensorflow._src.experimental.offline_data_aug import (
   save_to_tfrecord as save_to_tfrecord,
 )
+from mesh_tensorflow.experimental import data_aug_lib  # noqa: F401  (alias)
 
 __all__ = [
   "Options",

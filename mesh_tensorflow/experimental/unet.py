@@ -1,6 +1,7 @@
 """mesh_tensorflow.experimental.unet: a U-Net split spatially over the mesh."""
 # pylint: disable=useless-import-alias
 
+import mesh_tensorflow as mtf  # noqa: F401  (the original's module aliases)
 from mesh_tensorflow._src.experimental.unet import Hparams as Hparams
 from mesh_tensorflow._src.experimental.unet import (
   PostProcessor as PostProcessor,
@@ -26,6 +27,7 @@ from mesh_tensorflow._src.experimental.unet import (
 from mesh_tensorflow._src.experimental.unet import (
   unet_with_spatial_partition as unet_with_spatial_partition,
 )
+from mesh_tensorflow.experimental import data_aug_lib  # noqa: F401
 
 __all__ = [
   "Hparams",
