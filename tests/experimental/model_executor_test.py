@@ -38,10 +38,8 @@ def write_volumes(directory, count=4, reso=8):
   return str(directory / "scan-0-*.tfrecords")
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-  root = tmp_path_factory.mktemp("unet")
-  pattern = write_volumes(root)
+def train(root, **changes):
+  pattern = str(root / "scan-0-*.tfrecords")
   hparams = unet.Hparams(
     **{
       **vars(unet_test.HPARAMS),
@@ -53,74 +51,69 @@ def trained(tmp_path_factory):
     }
   )
   options = model_executor.ExecutorOptions(
-    use_tpu=False,
-    lr=0.05,
-    num_train_iterations_per_loop=6,
-    num_eval_iterations_per_loop=2,
-    num_training_loops=1,
-    mesh_shape="rows:2, columns:2",
-    checkpoint_dir=str(root / "ckpt"),
-    save_checkpoints_steps=4,
-    summary_dir=str(root / "summaries"),
-    pred_output_dir=str(root / "preds"),
+    **{
+      **dict(
+        use_tpu=False,
+        lr=0.05,
+        num_train_iterations_per_loop=6,
+        num_eval_iterations_per_loop=2,
+        num_training_loops=1,
+        mesh_shape="rows:2, columns:2",
+        checkpoint_dir=str(root / "ckpt"),
+        save_checkpoints_steps=4,
+        summary_dir=str(root / "summaries"),
+        pred_output_dir=str(root / "preds"),
+      ),
+      **changes,
+    }
   )
-  history = model_executor.run(options, hparams)
-  return root, options, hparams, history
+  return model_executor.run(options, hparams)
 
 
-def test_training_lowers_the_loss(trained):
-  _, _, _, history = trained
+@pytest.mark.slow
+def test_train_checkpoint_evaluate_and_resume(tmp_path):
+  write_volumes(tmp_path)
+  history = train(tmp_path)
+
+  # A few steps lower the loss.
   losses = history["train_loss"]
   assert len(losses) == 6 and all(np.isfinite(losses))
   assert np.mean(losses[-2:]) < np.mean(losses[:2])
 
-
-def test_checkpoints_hold_full_variables(trained):
-  root, _, hparams, _ = trained
-  latest = tf.train.latest_checkpoint(str(root / "ckpt"))
+  # Checkpoints at steps 4 and 6 hold the full variables under mtf names.
+  checkpoint_dir = str(tmp_path / "ckpt")
+  latest = tf.train.latest_checkpoint(checkpoint_dir)
   assert latest.endswith("model.ckpt-6")
   names = dict(tf.train.list_variables(latest))
-  # The full kernel [fd, fh, fw, in, out], not a slice, under its mtf name.
-  assert names["conv_down_0_0/kernel"] == [3, 3, 3, 1, hparams.n_base_filters]
+  # The full kernel [fd, fh, fw, in, out], not a slice.
+  assert names["conv_down_0_0/kernel"] == [3, 3, 3, 1, 2]
   assert names["global_step"] == []
   steps = sorted(
     int(p.split("-")[-1].split(".")[0])
-    for p in os.listdir(root / "ckpt")
+    for p in os.listdir(checkpoint_dir)
     if p.startswith("model.ckpt-") and p.endswith(".index")
   )
   assert steps == [4, 6]
 
-
-def test_eval_saves_and_scores_predictions(trained):
-  root, _, _, history = trained
+  # Evaluation: 2 steps x 2 volumes of liver, lesion and label cubes of
+  # (8 / 2)^3, scored; summaries written.
   assert len(history["eval_loss"]) == 2
-  saved = sorted(os.listdir(root / "preds"))
-  # 2 steps x 2 volumes, liver, lesion and label cubes of (8 / 2)^3.
+  saved = sorted(os.listdir(tmp_path / "preds"))
   assert len(saved) == 12
-  cube = np.load(root / "preds" / saved[0])
-  assert cube.shape == (4, 4, 4)
+  assert np.load(tmp_path / "preds" / saved[0]).shape == (4, 4, 4)
   assert len(history["dice_global"]) == 1
   assert 0.0 <= history["dice_global"][0] <= 1.0
-  assert os.listdir(root / "summaries")
+  assert os.listdir(tmp_path / "summaries")
 
-
-def test_a_second_run_resumes(trained):
-  _, options, hparams, history = trained
-  again = model_executor.run(
-    model_executor.ExecutorOptions(
-      **{
-        **vars(options),
-        "num_train_iterations_per_loop": 1,
-        "num_eval_iterations_per_loop": 0,
-        "summary_dir": "",
-      }
-    ),
-    hparams,
+  # A second run resumes from step 6 (not from scratch).
+  again = train(
+    tmp_path,
+    num_train_iterations_per_loop=1,
+    num_eval_iterations_per_loop=0,
+    summary_dir="",
   )
-  latest = tf.train.latest_checkpoint(options.checkpoint_dir)
-  assert latest.endswith("model.ckpt-7")
-  # Resumed, not restarted: well below the first steps' loss.
-  assert again["train_loss"][0] < np.mean(history["train_loss"][:2])
+  assert tf.train.latest_checkpoint(checkpoint_dir).endswith("model.ckpt-7")
+  assert again["train_loss"][0] < np.mean(losses[:2])
 
 
 def test_mesh_context_places_processors_on_local_devices():
@@ -171,6 +164,7 @@ def test_offline_data_aug_writes_augmented_records(tmp_path):
     assert np.all(np.sum(label, axis=-1) == 1.0)  # valid one-hot classes
 
 
+@pytest.mark.slow
 def test_offline_data_aug_command_line(tmp_path):
   pattern = write_volumes(tmp_path, count=1, reso=32)
   out = tmp_path / "cli"

@@ -135,6 +135,7 @@ def test_same_results_on_every_mesh(
     np.testing.assert_allclose(g, e, rtol=2e-4, atol=2e-5)
 
 
+@pytest.mark.slow
 def test_same_results_on_a_simd_mesh(one_device_results):
   mesh_shape, layout = MESHES[1]
   got = run_model(mesh_shape, layout, "train", simd=True)
