@@ -191,3 +191,18 @@ def test_offline_data_aug_command_line(tmp_path):
     "augmented-1-0.tfrecords",
     "augmented-1-1.tfrecords",
   ]
+
+
+def test_flags_carry_the_original_names_and_defaults():
+  from absl import flags  # pylint: disable=g-import-not-at-top
+
+  flag_values = flags.FlagValues()
+  model_executor.define_flags(flag_values)
+  offline_data_aug.define_flags(flag_values)  # shares ct_resolution
+  flag_values(["executor", "--use_tpu=false", "--ct_resolution=32"])
+  options = model_executor.ExecutorOptions.from_flags(flag_values)
+  assert options == model_executor.ExecutorOptions(use_tpu=False)
+  assert options.mesh_shape == "rows:4, columns:4, cores:2"
+  assert unet.Hparams.from_flags(flag_values).ct_resolution == 32
+  assert flag_values["process_no"].default is None
+  assert flag_values["output_file_prefix"].default == "augmented"

@@ -39,6 +39,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from mesh_tensorflow._src.experimental import dataclass_flags
 from mesh_tensorflow._src.experimental import input_reader
 from mesh_tensorflow._src.experimental import unet
 from mesh_tensorflow._src.graph import Graph
@@ -115,9 +116,7 @@ class ExecutorOptions:
     Returns:
       an ExecutorOptions.
     """
-    return cls(
-      **{f.name: flag_values[f.name].value for f in dataclasses.fields(cls)}
-    )
+    return dataclass_flags.values_from(cls, flag_values)
 
 
 _FLAG_HELP = {
@@ -138,13 +137,6 @@ _FLAG_HELP = {
   "pred_output_dir": "Path to saved pred results.",
 }
 
-_DEFINE_BY_TYPE = {
-  "bool": flags.DEFINE_boolean,
-  "int": flags.DEFINE_integer,
-  "float": flags.DEFINE_float,
-  "str": flags.DEFINE_string,
-}
-
 
 def define_flags(flag_values=flags.FLAGS) -> None:
   """Defines the loop's and the U-Net's flags (skipping defined names).
@@ -152,14 +144,7 @@ def define_flags(flag_values=flags.FLAGS) -> None:
   Args:
     flag_values: the absl FlagValues to define them in.
   """
-  for field in dataclasses.fields(ExecutorOptions):
-    if field.name not in flag_values:
-      _DEFINE_BY_TYPE[field.type](
-        field.name,
-        field.default,
-        _FLAG_HELP[field.name],
-        flag_values=flag_values,
-      )
+  dataclass_flags.define(ExecutorOptions, _FLAG_HELP, flag_values)
   unet.define_flags(flag_values)
 
 

@@ -25,6 +25,7 @@ import tensorflow as tf
 
 from mesh_tensorflow._src.experimental import ct_records
 from mesh_tensorflow._src.experimental import data_aug_lib
+from mesh_tensorflow._src.experimental import dataclass_flags
 
 __all__ = [
   "Options",
@@ -62,42 +63,25 @@ class Options:
   min_fake_lesion_ratio: float = 0.05
 
 
+_FLAG_HELP = {
+  "input_file_pattern": "Path to input CT scans.",
+  "output_folder": "Path to output folder.",
+  "output_file_prefix": "Filename prefix.",
+  "ct_resolution": "Resolution of CT images along depth, height and width.",
+  "num_data_aug": "The number of data augmentation output.",
+  "process_no": "Which process number I am.",
+  "gen_fake_probability": "Probability of synthesizing lesions.",
+  "min_fake_lesion_ratio": "Minimum amount of synthetic lesion in liver.",
+}
+
+
 def define_flags(flag_values=flags.FLAGS) -> None:
   """Defines the command-line flags (skipping names already defined).
 
   Args:
     flag_values: the absl FlagValues to define them in.
   """
-  definitions = [
-    (flags.DEFINE_string, "input_file_pattern", "Path to input CT scans."),
-    (flags.DEFINE_string, "output_folder", "Path to output folder."),
-    (flags.DEFINE_string, "output_file_prefix", "Filename prefix."),
-    (
-      flags.DEFINE_integer,
-      "ct_resolution",
-      "Resolution of CT images along depth, height and width dimensions.",
-    ),
-    (
-      flags.DEFINE_integer,
-      "num_data_aug",
-      "The number of data augmentation output.",
-    ),
-    (flags.DEFINE_integer, "process_no", "Which process number I am."),
-    (
-      flags.DEFINE_float,
-      "gen_fake_probability",
-      "Probability of synthesizing lesions.",
-    ),
-    (
-      flags.DEFINE_float,
-      "min_fake_lesion_ratio",
-      "Minimum amount of synthetic lesion in liver.",
-    ),
-  ]
-  defaults = Options()
-  for define, name, help_text in definitions:
-    if name not in flag_values:
-      define(name, getattr(defaults, name), help_text, flag_values=flag_values)
+  dataclass_flags.define(Options, _FLAG_HELP, flag_values)
 
 
 def _dataset(options: Options) -> tf.data.Dataset:
@@ -189,12 +173,7 @@ def augment(options: Options) -> List[str]:
 
 def apply_data_aug() -> None:
   """Applies data augmentation and saves the results, as the flags say."""
-  values = flags.FLAGS
-  augment(
-    Options(
-      **{f.name: values[f.name].value for f in dataclasses.fields(Options)}
-    )
-  )
+  augment(dataclass_flags.values_from(Options, flags.FLAGS))
 
 
 def main(argv) -> None:

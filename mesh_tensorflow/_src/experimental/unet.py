@@ -30,6 +30,7 @@ import tensorflow as tf
 
 from mesh_tensorflow._src.experimental import ct_records
 from mesh_tensorflow._src.experimental import data_aug_lib
+from mesh_tensorflow._src.experimental import dataclass_flags
 from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.layers import conv as conv_layers
 from mesh_tensorflow._src.layers import losses
@@ -148,9 +149,7 @@ class Hparams:
     Returns:
       an Hparams.
     """
-    return cls(
-      **{f.name: flag_values[f.name].value for f in dataclasses.fields(cls)}
-    )
+    return dataclass_flags.values_from(cls, flag_values)
 
 
 _FLAG_HELP = {
@@ -189,13 +188,6 @@ _FLAG_HELP = {
   "eval_file_pattern": "Path to CT scan evaluation data.",
 }
 
-_DEFINE_BY_TYPE = {
-  "bool": flags.DEFINE_boolean,
-  "int": flags.DEFINE_integer,
-  "float": flags.DEFINE_float,
-  "str": flags.DEFINE_string,
-}
-
 
 def define_flags(flag_values=flags.FLAGS) -> None:
   """Defines one absl flag per Hparams field (skipping defined names).
@@ -203,15 +195,7 @@ def define_flags(flag_values=flags.FLAGS) -> None:
   Args:
     flag_values: the absl FlagValues to define them in.
   """
-  for field in dataclasses.fields(Hparams):
-    if field.name in flag_values:
-      continue
-    _DEFINE_BY_TYPE[field.type](
-      field.name,
-      field.default,
-      _FLAG_HELP[field.name],
-      flag_values=flag_values,
-    )
+  dataclass_flags.define(Hparams, _FLAG_HELP, flag_values)
 
 
 _SCOPES = threading.local()
