@@ -198,3 +198,42 @@ def test_flags_carry_the_original_names_and_defaults():
 def test_bad_dataset_str():
   with pytest.raises(ValueError, match="'train' or 'eval'"):
     unet.get_input_mtf_shapes("test")
+
+
+def run_2d(mesh_shape, layout):
+  """The 2-D model (sampled_2d_slices) on random slices: loss and metrics."""
+  hp = unet.Hparams(**{**vars(HPARAMS), "sampled_2d_slices": True})
+  rng = np.random.RandomState(3)
+  with unet.hparams_scope(hp, layout=layout):
+    image_shape, label_shape = unet.get_input_mtf_shapes("train")
+    images = rng.rand(*image_shape.to_integer_list).astype(np.float32)
+    classes = rng.randint(0, 3, size=label_shape.to_integer_list[:-1])
+    labels = np.eye(3, dtype=np.float32)[classes]
+    size = mtf.convert_to_shape(mesh_shape).size
+    mesh_impl = mtf.placement_mesh_impl.PlacementMeshImpl(
+      mesh_shape, layout, ["/cpu:%d" % i for i in range(size)]
+    )
+    tf.random.set_seed(1)
+    with mtf.variable_store(mtf.VariableStore()):
+      graph = mtf.Graph()
+      mesh = mtf.Mesh(graph, "my_mesh")
+      preds, loss, metrics, _ = unet.unet_with_spatial_partition(
+        mesh,
+        mesh_impl,
+        "train",
+        mesh_impl.make_slices(images, image_shape),
+        mesh_impl.make_slices(labels, label_shape),
+      )
+      lowering = mtf.Lowering(graph, {mesh: mesh_impl})
+      exported = [loss, metrics["accuracy_of_all_classes"], preds[1]]
+      return image_shape, [
+        np.asarray(lowering.export_to_tf_tensor(t)) for t in exported
+      ]
+
+
+def test_2d_slices_model_same_results_on_2x2():
+  image_shape, expected = run_2d("", "")
+  assert image_shape.to_integer_list == [2, 4, 2, 2, 4, 1]  # no z blocks
+  _, got = run_2d(*MESHES[1])
+  for g, e in zip(got, expected):
+    np.testing.assert_allclose(g, e, rtol=2e-4, atol=2e-5)

@@ -519,6 +519,47 @@ class PostProcessor:
     return np.reshape(data, (data.shape[0], reso, reso, reso))
 
 
+def _blocked_conv(
+  x,
+  sampled_2d_slices,
+  nx_dim,
+  ny_dim,
+  out_dim,
+  size,
+  stride,
+  variable_dtype,
+  name,
+  transpose=False,
+):
+  """A size^n filter, stride^n (transposed) conv over x/y-blocked images."""
+  if sampled_2d_slices:
+    layer = (
+      conv_layers.conv2d_transpose_with_blocks
+      if transpose
+      else conv_layers.conv2d_with_blocks
+    )
+    blocks = {"h_blocks_dim": nx_dim, "w_blocks_dim": ny_dim}
+    n = 2
+  else:
+    layer = (
+      conv_layers.conv3d_transpose_with_blocks
+      if transpose
+      else conv_layers.conv3d_with_blocks
+    )
+    blocks = {"d_blocks_dim": nx_dim, "h_blocks_dim": ny_dim}
+    n = 3
+  return layer(
+    x,
+    out_dim,
+    filter_size=(size,) * n,
+    strides=(stride,) * n,
+    padding="SAME",
+    variable_dtype=variable_dtype,
+    name=name,
+    **blocks,
+  )
+
+
 def conv_with_spatial_partition(
   x: Tensor,
   sampled_2d_slices: bool,
@@ -551,30 +592,17 @@ def conv_with_spatial_partition(
     (output, batch norm update ops).
   """
   out_dim = Dimension(odim_name, n_filters)
-  if sampled_2d_slices:
-    x = conv_layers.conv2d_with_blocks(
-      x,
-      out_dim,
-      filter_size=(3, 3),
-      strides=(1, 1),
-      padding="SAME",
-      h_blocks_dim=image_nx_dim,
-      w_blocks_dim=image_ny_dim,
-      variable_dtype=variable_dtype,
-      name=name,
-    )
-  else:
-    x = conv_layers.conv3d_with_blocks(
-      x,
-      out_dim,
-      filter_size=(3, 3, 3),
-      strides=(1, 1, 1),
-      padding="SAME",
-      d_blocks_dim=image_nx_dim,
-      h_blocks_dim=image_ny_dim,
-      variable_dtype=variable_dtype,
-      name=name,
-    )
+  x = _blocked_conv(
+    x,
+    sampled_2d_slices,
+    image_nx_dim,
+    image_ny_dim,
+    out_dim,
+    3,
+    1,
+    variable_dtype,
+    name,
+  )
   bn_update_ops = []
   if with_batch_norm:
     x, bn_update_ops = norms.batch_norm(
@@ -621,30 +649,18 @@ def deconv_with_spatial_partition(
     the output, each spatial size doubled.
   """
   out_dim = Dimension(odim_name, n_filters)
-  if sampled_2d_slices:
-    x = conv_layers.conv2d_transpose_with_blocks(
-      x,
-      out_dim,
-      filter_size=(2, 2),
-      strides=(2, 2),
-      padding="SAME",
-      h_blocks_dim=image_nx_dim,
-      w_blocks_dim=image_ny_dim,
-      variable_dtype=variable_dtype,
-      name=name,
-    )
-  else:
-    x = conv_layers.conv3d_transpose_with_blocks(
-      x,
-      out_dim,
-      filter_size=(2, 2, 2),
-      strides=(2, 2, 2),
-      padding="SAME",
-      d_blocks_dim=image_nx_dim,
-      h_blocks_dim=image_ny_dim,
-      variable_dtype=variable_dtype,
-      name=name,
-    )
+  x = _blocked_conv(
+    x,
+    sampled_2d_slices,
+    image_nx_dim,
+    image_ny_dim,
+    out_dim,
+    2,
+    2,
+    variable_dtype,
+    name,
+    transpose=True,
+  )
   return random_ops.dropout(x, is_training, keep_p)
 
 
@@ -770,31 +786,17 @@ def unet_with_spatial_partition(
       all_bn_update_ops.extend(bn_update_ops)
 
   # The last layer: a 1x1(x1) convolution to the classes, no dropout.
-  final_name = "final_conv_%d" % hp.label_c
-  if hp.sampled_2d_slices:
-    y = conv_layers.conv2d_with_blocks(
-      x,
-      label_c_dim,
-      filter_size=(1, 1),
-      strides=(1, 1),
-      padding="SAME",
-      h_blocks_dim=nx_dim,
-      w_blocks_dim=ny_dim,
-      variable_dtype=variable_dtype,
-      name=final_name,
-    )
-  else:
-    y = conv_layers.conv3d_with_blocks(
-      x,
-      label_c_dim,
-      filter_size=(1, 1, 1),
-      strides=(1, 1, 1),
-      padding="SAME",
-      d_blocks_dim=nx_dim,
-      h_blocks_dim=ny_dim,
-      variable_dtype=variable_dtype,
-      name=final_name,
-    )
+  y = _blocked_conv(
+    x,
+    hp.sampled_2d_slices,
+    nx_dim,
+    ny_dim,
+    label_c_dim,
+    1,
+    1,
+    variable_dtype,
+    "final_conv_%d" % hp.label_c,
+  )
 
   def scalar(value, scalar_dtype=dtype):
     # An mtf constant: no CPU-side constants on TPU.
