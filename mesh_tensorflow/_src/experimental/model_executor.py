@@ -280,6 +280,7 @@ class _Phase:
     self._options = options
     self._store = store
     self.laid_out_variables = []
+    self._copies = {}
     self.reader = input_reader.PlacementMeshImplInputReader(
       mesh_context.mesh_impl,
       unet.get_dataset_creator(mode),
@@ -337,11 +338,14 @@ class _Phase:
 
   def copy(self, what: str) -> None:
     """Runs copy_master_to_slices or copy_slices_to_master of every variable."""
-    if self.laid_out_variables:
-      tf.function(
+    if not self.laid_out_variables:
+      return
+    if what not in self._copies:  # compiled once per direction
+      self._copies[what] = tf.function(
         functools.partial(_copy_all, self.laid_out_variables, what),
         autograph=False,
-      )()
+      )
+    self._copies[what]()
 
 
 def _copy_all(laid_out_variables, what: str) -> None:
