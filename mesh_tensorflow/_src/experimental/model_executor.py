@@ -14,7 +14,7 @@ files in summary_dir; evaluation predictions to pred_output_dir.
 `num_training_loops` times: `num_train_iterations_per_loop` training steps
 (a checkpoint every `save_checkpoints_steps` and at the end of the phase),
 then `num_eval_iterations_per_loop` evaluation steps whose predictions
-unet.PostProcessor saves and scores.
+unet_data.PostProcessor saves and scores.
 
 `use_tpu` builds the original's TPU mesh (SimdMeshImpl over the TPU system's
 device assignment) in MeshContext, but the loop itself runs only on local
@@ -42,6 +42,8 @@ import tensorflow as tf
 from mesh_tensorflow._src.experimental import dataclass_flags
 from mesh_tensorflow._src.experimental import input_reader
 from mesh_tensorflow._src.experimental import unet
+from mesh_tensorflow._src.experimental import unet_data
+from mesh_tensorflow._src.experimental import unet_hparams
 from mesh_tensorflow._src.graph import Graph
 from mesh_tensorflow._src.graph import Mesh
 from mesh_tensorflow._src.lowering import Lowering
@@ -145,7 +147,7 @@ def define_flags(flag_values=flags.FLAGS) -> None:
     flag_values: the absl FlagValues to define them in.
   """
   dataclass_flags.define(ExecutorOptions, _FLAG_HELP, flag_values)
-  unet.define_flags(flag_values)
+  unet_hparams.define_flags(flag_values)
 
 
 def _local_devices(sess, device_type: str) -> List[str]:
@@ -283,15 +285,15 @@ class _Phase:
     self._copies = {}
     self.reader = input_reader.PlacementMeshImplInputReader(
       mesh_context.mesh_impl,
-      unet.get_dataset_creator(mode),
-      unet.get_input_mtf_shapes(mode),
+      unet_data.get_dataset_creator(mode),
+      unet_data.get_input_mtf_shapes(mode),
       is_eval_mode=False,
     )
-    self._hparams = unet.hparams()
+    self._hparams = unet_hparams.hparams()
     self.step = tf.function(self._step, autograph=False)
 
   def _step(self):
-    with unet.hparams_scope(self._hparams), variable_store(self._store):
+    with unet_hparams.hparams_scope(self._hparams), variable_store(self._store):
       return self.reader.gpu_placement(self._model_fn)
 
   def _model_fn(self, images, labels):
@@ -353,7 +355,7 @@ def _copy_all(laid_out_variables, what: str) -> None:
 
 
 def run(
-  options: ExecutorOptions, hparams: Optional[unet.Hparams] = None
+  options: ExecutorOptions, hparams: Optional[unet_hparams.Hparams] = None
 ) -> Dict[str, List[float]]:
   """Runs the train/eval loops (see the module docstring).
 
@@ -373,9 +375,9 @@ def run(
       "model_executor runs on local devices (use_tpu=False); train mtf "
       "models on Cloud TPU with transformer.main --tpu"
     )
-  with unet.hparams_scope(hparams):
+  with unet_hparams.hparams_scope(hparams):
     mesh_context = MeshContext(
-      None, options.use_tpu, options.mesh_shape, unet.get_layout()
+      None, options.use_tpu, options.mesh_shape, unet_hparams.get_layout()
     )
     store = VariableStore()
     global_step = global_step_lib.get_or_create_global_step()
@@ -440,7 +442,7 @@ def run(
           save()
       if evaluate is None:
         continue
-      post_processor = unet.PostProcessor()
+      post_processor = unet_data.PostProcessor()
       for _ in range(options.num_eval_iterations_per_loop):
         outputs = evaluate.step()
         loss = float(outputs["loss"])
@@ -472,7 +474,7 @@ def train_and_eval() -> None:
   logging.info("master: %r", flags.FLAGS.master)
   run(
     ExecutorOptions.from_flags(flags.FLAGS),
-    unet.Hparams.from_flags(flags.FLAGS),
+    unet_hparams.Hparams.from_flags(flags.FLAGS),
   )
   logging.info("finished.")
 
