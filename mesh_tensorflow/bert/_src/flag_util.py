@@ -70,7 +70,9 @@ def define_flags(
 def use_defaults(
   defaults: Dict[str, Any], flag_values: Optional[flags.FlagValues] = None
 ) -> None:
-  """Sets each flag not given on the command line to defaults[name].
+  """Sets each flag left at its defining default to defaults[name].
+
+  A flag given on the command line, or set by the program, keeps its value.
 
   Args:
     defaults: {flag name: default}, as define_flags returned.
@@ -78,5 +80,6 @@ def use_defaults(
   """
   flag_values = flags.FLAGS if flag_values is None else flag_values
   for name, default in defaults.items():
-    if not flag_values[name].present:
-      flag_values[name].value = default
+    flag = flag_values[name]
+    if not flag.present and flag.value == flag.default:
+      flag.value = default

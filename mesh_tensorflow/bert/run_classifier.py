@@ -1,0 +1,377 @@
+"""Fine-tuning BERT for sentence(-pair) classification on a mesh.
+
+The original's script and flags (tasks cola, mnli, mrpc, xnli), on the TF2
+driver: --do_train fine-tunes from --init_checkpoint (its model weights; the
+optimizer slots and step start afresh) for --num_train_epochs, --do_eval
+writes eval_results.txt (eval_accuracy, eval_loss), --do_predict writes the
+class probabilities of each test example to test_results.tsv.
+
+Usage, with the offline demo data of mesh_tensorflow.bert.demo_data (a
+generated set in the CoLA layout):
+
+  python -m mesh_tensorflow.bert.run_classifier --task_name=cola \
+    --data_dir=DIR/classifier --vocab_file=DIR/vocab.txt \
+    --bert_config_file=DIR/bert_config.json --output_dir=/tmp/cls \
+    --init_checkpoint=/tmp/bert --max_seq_length=32 --do_train --do_eval \
+    --mesh_shape=batch:2 --layout=batch:batch --train_batch_size=16
+"""
+
+from __future__ import annotations
+
+import os
+
+from absl import app
+from absl import flags
+from absl import logging
+import tensorflow as tf
+
+from mesh_tensorflow.bert import tokenization
+from mesh_tensorflow.bert._src import classifier
+from mesh_tensorflow.bert._src import estimator
+from mesh_tensorflow.bert._src import flag_util
+from mesh_tensorflow.bert._src import model as bert_lib
+from mesh_tensorflow.bert._src import run_util
+from mesh_tensorflow.bert._src.classifier import ColaProcessor
+from mesh_tensorflow.bert._src.classifier import DataProcessor
+from mesh_tensorflow.bert._src.classifier import InputExample
+from mesh_tensorflow.bert._src.classifier import InputFeatures
+from mesh_tensorflow.bert._src.classifier import MnliProcessor
+from mesh_tensorflow.bert._src.classifier import MrpcProcessor
+from mesh_tensorflow.bert._src.classifier import PaddingInputExample
+from mesh_tensorflow.bert._src.classifier import XnliProcessor
+from mesh_tensorflow.bert._src.classifier import convert_examples_to_features
+from mesh_tensorflow.bert._src.classifier import convert_single_example
+from mesh_tensorflow.bert._src.classifier import create_model
+from mesh_tensorflow.bert._src.classifier import (
+  file_based_convert_examples_to_features,
+)
+from mesh_tensorflow.bert._src.classifier import file_based_input_fn_builder
+from mesh_tensorflow.bert._src.classifier import input_fn_builder
+
+FLAGS = flags.FLAGS
+
+_DEFAULTS = flag_util.define_flags(
+  [
+    (
+      "string",
+      "data_dir",
+      None,
+      "The task's data directory (its .tsv files).",
+    ),
+    (
+      "string",
+      "bert_config_file",
+      None,
+      "The json config of the BERT model (its architecture).",
+    ),
+    ("string", "task_name", None, "The task: cola, mnli, mrpc or xnli."),
+    (
+      "string",
+      "vocab_file",
+      None,
+      "The vocabulary file the BERT model was trained on.",
+    ),
+    (
+      "string",
+      "output_dir",
+      None,
+      "Where the checkpoints, records and results are written.",
+    ),
+    (
+      "string",
+      "init_checkpoint",
+      None,
+      "Initial checkpoint (usually from a pre-trained BERT model).",
+    ),
+    (
+      "string",
+      "cached_train_file",
+      None,
+      "Prepared training records (skips converting the training set).",
+    ),
+    (
+      "bool",
+      "do_lower_case",
+      True,
+      "Lower-case the input (True for uncased models).",
+    ),
+    (
+      "float",
+      "max_optimized_variable_size",
+      1e7,
+      "Do not optimize variables larger than this.",
+    ),
+    (
+      "integer",
+      "max_seq_length",
+      128,
+      "The padded length of the WordPiece inputs (longer ones are cut).",
+    ),
+    ("bool", "do_train", False, "Whether to run training."),
+    ("bool", "do_eval", False, "Whether to run eval on the dev set."),
+    ("bool", "do_predict", False, "Whether to predict the test set."),
+    ("integer", "train_batch_size", 32, "Total batch size for training."),
+    ("integer", "eval_batch_size", 32, "Total batch size for eval."),
+    ("integer", "predict_batch_size", 8, "Total batch size for predict."),
+    ("float", "learning_rate", 5e-5, "The initial learning rate for Adam."),
+    ("bool", "clip_gradients", True, "Apply gradient clipping."),
+    ("string", "optimizer", "adam", "adam or adafactor."),
+    (
+      "float",
+      "num_train_epochs",
+      3.0,
+      "Total number of training epochs to perform.",
+    ),
+    (
+      "float",
+      "warmup_proportion",
+      0.1,
+      "Fraction of training with a linearly rising learning rate.",
+    ),
+    (
+      "integer",
+      "save_checkpoints_steps",
+      1000,
+      "How often to save the model checkpoint.",
+    ),
+    (
+      "integer",
+      "iterations_per_loop",
+      1000,
+      "Steps per host loop on TPU (unused: each step is one call).",
+    ),
+    (
+      "bool",
+      "use_tpu",
+      False,
+      "Run SIMD over the local TPU chips (else placement on CPUs/GPUs).",
+    ),
+    ("string", "mesh_shape", "batch:8", "mesh shape"),
+    (
+      "string",
+      "layout",
+      "batch:batch,vocab:model,intermediate:model,num_heads:model,"
+      "experts:batch",
+      "layout rules",
+    ),
+    ("string", "tpu_name", None, "The Cloud TPU to use (unused here)."),
+    ("string", "tpu_zone", None, "GCE zone of the Cloud TPU (unused here)."),
+    (
+      "string",
+      "gcp_project",
+      None,
+      "Project of the Cloud TPU (unused here).",
+    ),
+    ("string", "master", None, "TensorFlow master URL (unused here)."),
+  ],
+  __name__,
+)
+
+PROCESSORS = {
+  "cola": ColaProcessor,
+  "mnli": MnliProcessor,
+  "mrpc": MrpcProcessor,
+  "xnli": XnliProcessor,
+}
+
+__all__ = [
+  "ColaProcessor",
+  "DataProcessor",
+  "InputExample",
+  "InputFeatures",
+  "MnliProcessor",
+  "MrpcProcessor",
+  "PaddingInputExample",
+  "XnliProcessor",
+  "convert_examples_to_features",
+  "convert_single_example",
+  "create_model",
+  "file_based_convert_examples_to_features",
+  "file_based_input_fn_builder",
+  "input_fn_builder",
+  "main",
+  "model_fn_builder",
+]
+
+
+def model_fn_builder(
+  bert_config,
+  num_labels,
+  init_checkpoint,
+  learning_rate,
+  num_train_steps,
+  num_warmup_steps,
+  use_tpu,
+  *,
+  mesh_shape=None,
+  layout=None,
+  optimizer=None,
+  clip_gradients=None,
+  max_optimized_variable_size=None,
+) -> estimator.TaskModel:
+  """The classification task that a BertEstimator runs.
+
+  Args:
+    bert_config: the BertConfig.
+    num_labels: the number of labels.
+    init_checkpoint: a checkpoint whose model weights start the run.
+    learning_rate: the peak learning rate.
+    num_train_steps: the step at which the learning rate reaches 0 (None
+      when only evaluating or predicting).
+    num_warmup_steps: the number of warmup steps.
+    use_tpu: unused (the estimator's mesh implementation decides).
+    mesh_shape: the mesh (default --mesh_shape).
+    layout: the layout rules (default --layout).
+    optimizer: "adam" or "adafactor" (default --optimizer).
+    clip_gradients: clip to global norm 1 (default --clip_gradients).
+    max_optimized_variable_size: train only variables of at most this size
+      (default --max_optimized_variable_size).
+
+  Returns:
+    A TaskModel (see classifier.classifier_model for its outputs).
+  """
+  del use_tpu
+  if max_optimized_variable_size is None:
+    max_optimized_variable_size = FLAGS.max_optimized_variable_size
+  return estimator.TaskModel(
+    build=classifier.classifier_model(
+      bert_config,
+      num_labels,
+      FLAGS.mesh_shape if mesh_shape is None else mesh_shape,
+      FLAGS.layout if layout is None else layout,
+    ),
+    learning_rate=learning_rate,
+    num_train_steps=num_train_steps or 1,
+    num_warmup_steps=num_warmup_steps or 0,
+    init_checkpoint=init_checkpoint,
+    optimizer=FLAGS.optimizer if optimizer is None else optimizer,
+    clip_gradients=(
+      FLAGS.clip_gradients if clip_gradients is None else clip_gradients
+    ),
+    max_optimized_variable_size=int(max_optimized_variable_size),
+  )
+
+
+def _records(name, examples, label_list, tokenizer):
+  path = os.path.join(FLAGS.output_dir, name)
+  file_based_convert_examples_to_features(
+    examples, label_list, FLAGS.max_seq_length, tokenizer, path
+  )
+  return path
+
+
+def main(_):
+  """Fine-tunes, evaluates and/or predicts as --do_* say."""
+  flag_util.use_defaults(_DEFAULTS)
+  for name in (
+    "data_dir",
+    "task_name",
+    "vocab_file",
+    "bert_config_file",
+    "output_dir",
+  ):
+    if not FLAGS[name].value:
+      raise app.UsageError("--%s is required" % name)
+  tokenization.validate_case_matches_checkpoint(
+    FLAGS.do_lower_case, FLAGS.init_checkpoint
+  )
+  if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
+    raise ValueError(
+      "At least one of `do_train`, `do_eval` or `do_predict' must be True."
+    )
+  bert_config = bert_lib.BertConfig.from_json_file(FLAGS.bert_config_file)
+  if FLAGS.max_seq_length > bert_config.max_position_embeddings:
+    raise ValueError(
+      "Cannot use sequence length %d because the BERT model was only trained "
+      "up to sequence length %d"
+      % (FLAGS.max_seq_length, bert_config.max_position_embeddings)
+    )
+  tf.io.gfile.makedirs(FLAGS.output_dir)
+  task_name = FLAGS.task_name.lower()
+  if task_name not in PROCESSORS:
+    raise ValueError("Task not found: %s" % task_name)
+  processor = PROCESSORS[task_name]()
+  label_list = processor.get_labels()
+  tokenizer = tokenization.FullTokenizer(
+    vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case
+  )
+  train_examples = num_train_steps = num_warmup_steps = None
+  if FLAGS.do_train:
+    train_examples = processor.get_train_examples(FLAGS.data_dir)
+    num_train_steps = int(
+      len(train_examples) / FLAGS.train_batch_size * FLAGS.num_train_epochs
+    )
+    num_warmup_steps = int(num_train_steps * FLAGS.warmup_proportion)
+  task = model_fn_builder(
+    bert_config=bert_config,
+    num_labels=len(label_list),
+    init_checkpoint=FLAGS.init_checkpoint,
+    learning_rate=FLAGS.learning_rate,
+    num_train_steps=num_train_steps,
+    num_warmup_steps=num_warmup_steps,
+    use_tpu=FLAGS.use_tpu,
+  )
+  est = run_util.make_estimator(
+    task,
+    FLAGS.output_dir,
+    FLAGS.mesh_shape,
+    FLAGS.layout,
+    FLAGS.train_batch_size,
+    FLAGS.save_checkpoints_steps,
+    FLAGS.use_tpu,
+    FLAGS,
+  )
+  if FLAGS.do_train:
+    train_file = FLAGS.cached_train_file or _records(
+      "train.tf_record", train_examples, label_list, tokenizer
+    )
+    logging.info(
+      "Training on %d examples, batch size %d, %d steps",
+      len(train_examples),
+      FLAGS.train_batch_size,
+      num_train_steps,
+    )
+    train_input_fn = file_based_input_fn_builder(
+      train_file, FLAGS.max_seq_length, True, True
+    )
+    est.train(
+      lambda: train_input_fn({"batch_size": FLAGS.train_batch_size}),
+      max_steps=num_train_steps,
+    )
+  # The mesh needs whole batches: the last one is filled with padding
+  # examples, which the metrics and predictions leave out.
+  if FLAGS.do_eval:
+    eval_examples = processor.get_dev_examples(FLAGS.data_dir)
+    classifier.pad_to_batches(eval_examples, FLAGS.eval_batch_size)
+    eval_file = _records("eval.tf_record", eval_examples, label_list, tokenizer)
+    dataset = file_based_input_fn_builder(
+      eval_file, FLAGS.max_seq_length, False, True
+    )({"batch_size": FLAGS.eval_batch_size})
+    result = classifier.classification_metrics(est.predict_batches(dataset))
+    result["global_step"] = int(est.global_step.numpy())
+    run_util.write_results(
+      os.path.join(FLAGS.output_dir, "eval_results.txt"), result
+    )
+  if FLAGS.do_predict:
+    predict_examples = processor.get_test_examples(FLAGS.data_dir)
+    num_real = classifier.pad_to_batches(
+      predict_examples, FLAGS.predict_batch_size
+    )
+    predict_file = _records(
+      "predict.tf_record", predict_examples, label_list, tokenizer
+    )
+    dataset = file_based_input_fn_builder(
+      predict_file, FLAGS.max_seq_length, False, True
+    )({"batch_size": FLAGS.predict_batch_size})
+    lines = []
+    for batch in est.predict_batches(dataset):
+      for probabilities in batch["probabilities"]:
+        lines.append("\t".join(str(p) for p in probabilities) + "\n")
+    with tf.io.gfile.GFile(
+      os.path.join(FLAGS.output_dir, "test_results.tsv"), "w"
+    ) as f:
+      f.write("".join(lines[:num_real]))
+
+
+if __name__ == "__main__":
+  app.run(main)
