@@ -187,9 +187,7 @@ def create_pretraining_features(
     for i in range(len(doc) - 1):
       tokens_a = list(doc[i])
       if len(tokenized) > 1 and rng.random() < 0.5:
-        other = rng.choice(
-          [j for j in range(len(tokenized)) if j != doc_index]
-        )
+        other = rng.choice([j for j in range(len(tokenized)) if j != doc_index])
         tokens_b = list(rng.choice(tokenized[other]))
         next_sentence_label = 1
       else:
@@ -417,4 +415,6 @@ def write_demo_data(
     path = os.path.join(classifier_dir, split + ".tsv")
     with tf.io.gfile.GFile(path, "w") as f:
       f.write("\n".join(lines) + "\n")
-  return DemoData(vocab_file, bert_config_file, pretraining_file, classifier_dir)
+  return DemoData(
+    vocab_file, bert_config_file, pretraining_file, classifier_dir
+  )

@@ -31,6 +31,7 @@ __all__ = [
 # the optimizer's slots nor the global step (a regex over checkpoint names).
 NOT_FROM_INIT_CHECKPOINT = r"^(?!.*(global_step|adam_|slot_))"
 
+
 @dataclasses.dataclass(frozen=True)
 class TaskModel:
   """A BERT task's mtf graph and its training settings.

@@ -64,9 +64,7 @@ def learning_rate_at(
     in_warmup = tf.cast(
       tf.cast(global_step, tf.int32) < int(num_warmup_steps), tf.float32
     )
-    learning_rate = (
-      1.0 - in_warmup
-    ) * learning_rate + in_warmup * warmup_rate
+    learning_rate = (1.0 - in_warmup) * learning_rate + in_warmup * warmup_rate
   return learning_rate
 
 

@@ -123,4 +123,3 @@ def pretraining_metrics(batches: Iterable[Dict[str, np.ndarray]]):
     "next_sentence_accuracy": sums["nsp_right"] / count,
     "next_sentence_loss": sums["nsp_loss"] / count,
   }
-

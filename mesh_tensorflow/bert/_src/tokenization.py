@@ -437,4 +437,3 @@ def _is_punctuation(char: str) -> bool:
   if 123 <= code <= 126:
     return True
   return unicodedata.category(char).startswith("P")
-
