@@ -202,14 +202,12 @@ def model_fn_builder(
   num_train_steps,
   num_warmup_steps,
   use_tpu,
-  *,
-  mesh_shape=None,
-  layout=None,
-  optimizer=None,
-  clip_gradients=None,
-  max_optimized_variable_size=None,
 ) -> estimator.TaskModel:
-  """The classification task that a BertEstimator runs.
+  """The classification task a BertEstimator runs (TPUEstimator's model_fn).
+
+  The mesh, layout, optimizer, clipping and largest trained variable come
+  from --mesh_shape, --layout, --optimizer, --clip_gradients and
+  --max_optimized_variable_size.
 
   Args:
     bert_config: the BertConfig.
@@ -220,35 +218,22 @@ def model_fn_builder(
       when only evaluating or predicting).
     num_warmup_steps: the number of warmup steps.
     use_tpu: unused (the estimator's mesh implementation decides).
-    mesh_shape: the mesh (default --mesh_shape).
-    layout: the layout rules (default --layout).
-    optimizer: "adam" or "adafactor" (default --optimizer).
-    clip_gradients: clip to global norm 1 (default --clip_gradients).
-    max_optimized_variable_size: train only variables of at most this size
-      (default --max_optimized_variable_size).
 
   Returns:
     A TaskModel (see classifier.classifier_model for its outputs).
   """
   del use_tpu
-  if max_optimized_variable_size is None:
-    max_optimized_variable_size = FLAGS.max_optimized_variable_size
   return estimator.TaskModel(
     build=classifier.classifier_model(
-      bert_config,
-      num_labels,
-      FLAGS.mesh_shape if mesh_shape is None else mesh_shape,
-      FLAGS.layout if layout is None else layout,
+      bert_config, num_labels, FLAGS.mesh_shape, FLAGS.layout
     ),
     learning_rate=learning_rate,
     num_train_steps=num_train_steps or 1,
     num_warmup_steps=num_warmup_steps or 0,
     init_checkpoint=init_checkpoint,
-    optimizer=FLAGS.optimizer if optimizer is None else optimizer,
-    clip_gradients=(
-      FLAGS.clip_gradients if clip_gradients is None else clip_gradients
-    ),
-    max_optimized_variable_size=int(max_optimized_variable_size),
+    optimizer=FLAGS.optimizer,
+    clip_gradients=FLAGS.clip_gradients,
+    max_optimized_variable_size=int(FLAGS.max_optimized_variable_size),
   )
 
 

@@ -143,13 +143,11 @@ def model_fn_builder(
   learning_rate,
   num_train_steps,
   num_warmup_steps,
-  *,
-  mesh_shape=None,
-  layout=None,
-  optimizer=None,
-  clip_gradients=None,
 ) -> estimator.TaskModel:
-  """The pretraining task that a BertEstimator runs (TPUEstimator's model_fn).
+  """The pretraining task a BertEstimator runs (TPUEstimator's model_fn).
+
+  The mesh, layout, optimizer and clipping come from --mesh_shape,
+  --layout, --optimizer and --clip_gradients.
 
   Args:
     bert_config: the BertConfig.
@@ -157,28 +155,20 @@ def model_fn_builder(
     learning_rate: the peak learning rate.
     num_train_steps: the step at which the learning rate reaches 0.
     num_warmup_steps: the number of warmup steps.
-    mesh_shape: the mesh (default --mesh_shape).
-    layout: the layout rules (default --layout).
-    optimizer: "adam" or "adafactor" (default --optimizer).
-    clip_gradients: clip to global norm 1 (default --clip_gradients).
 
   Returns:
     A TaskModel (see pretraining.pretraining_model for its outputs).
   """
   return estimator.TaskModel(
     build=pretraining.pretraining_model(
-      bert_config,
-      FLAGS.mesh_shape if mesh_shape is None else mesh_shape,
-      FLAGS.layout if layout is None else layout,
+      bert_config, FLAGS.mesh_shape, FLAGS.layout
     ),
     learning_rate=learning_rate,
     num_train_steps=num_train_steps,
     num_warmup_steps=num_warmup_steps,
     init_checkpoint=init_checkpoint,
-    optimizer=FLAGS.optimizer if optimizer is None else optimizer,
-    clip_gradients=(
-      FLAGS.clip_gradients if clip_gradients is None else clip_gradients
-    ),
+    optimizer=FLAGS.optimizer,
+    clip_gradients=FLAGS.clip_gradients,
   )
 
 

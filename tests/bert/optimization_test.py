@@ -28,7 +28,10 @@ def test_learning_rate_warms_up_then_decays_linearly(warmup):
 
 
 def _one_step(optimizer_name, clip_gradients, init_lr=0.5):
-  """One create_optimizer step on w (bias excluded from weight decay)."""
+  """One create_optimizer step on w (bias excluded from weight decay).
+
+  At global step 0 (a new step variable) without warmup: rate init_lr.
+  """
   x = np.array([[3.0, -4.0], [1.0, 2.0]], np.float32)
 
   def build(mesh):
@@ -48,7 +51,6 @@ def _one_step(optimizer_name, clip_gradients, init_lr=0.5):
       num_warmup_steps=0,
       optimizer=optimizer_name,
       clip_gradients=clip_gradients,
-      global_step=tf.constant(0, tf.int64),
     )
     return [mtf.depend(w, updates), mtf.depend(b, updates)]
 
@@ -81,11 +83,9 @@ def test_create_optimizer_errors():
   mesh = mtf.Mesh(mtf.Graph(), "mesh")
   loss = mtf.zeros(mesh, mtf.Shape([]))
   with pytest.raises(ValueError, match="Adam does not have a default"):
-    optimization.create_optimizer(loss, None, 10, 0, global_step=0)
+    optimization.create_optimizer(loss, None, 10, 0)
   with pytest.raises(ValueError, match="unknown optimizer 'sgd'"):
-    optimization.create_optimizer(
-      loss, 0.1, 10, 0, optimizer="sgd", global_step=0
-    )
+    optimization.create_optimizer(loss, 0.1, 10, 0, optimizer="sgd")
 
 
 def test_clip_by_global_norm():

@@ -160,6 +160,12 @@ class BertEstimator(transformer_utils.Estimator):
     task = self.task
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "bert_mesh")
+    # create_optimizer's learning rate reads the graph's global step.
+    tf_graph = tf.compat.v1.get_default_graph()
+    if not tf_graph.get_collection(tf.compat.v1.GraphKeys.GLOBAL_STEP):
+      tf_graph.add_to_collection(
+        tf.compat.v1.GraphKeys.GLOBAL_STEP, self.global_step
+      )
     with mtf.variable_store(self.store):
       outputs = task.build(mesh, features, True)
       objective = outputs.get("objective", outputs["loss"])
@@ -171,7 +177,6 @@ class BertEstimator(transformer_utils.Estimator):
         max_optimized_variable_size=task.max_optimized_variable_size,
         optimizer=task.optimizer,
         clip_gradients=task.clip_gradients,
-        global_step=self.global_step,
       )
     lowering = mtf.Lowering(graph, {mesh: self.mesh_impl})
     tf_loss = tf.cast(lowering.export_to_tf_tensor(outputs["loss"]), tf.float32)

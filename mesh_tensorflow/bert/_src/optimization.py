@@ -76,10 +76,12 @@ def create_optimizer(
   max_optimized_variable_size: Optional[int] = None,
   optimizer: str = "adam",
   clip_gradients: bool = True,
-  *,
-  global_step=None,
 ):
   """Adds the training updates of loss's mesh graph; returns them.
+
+  The learning rate follows the graph's global step
+  (tf.compat.v1.train.get_or_create_global_step; BertEstimator puts its step
+  into the graph it traces).
 
   Adam (the fine-tuning default, as BERT was pretrained) uses weight decay
   0.01 except on layer-norm and bias variables, beta_1 0.9, beta_2 0.999 and
@@ -94,8 +96,6 @@ def create_optimizer(
       elements (None: all).
     optimizer: "adam" or "adafactor".
     clip_gradients: clip the gradients to global norm 1.
-    global_step: the step variable the learning rate follows (default:
-      tf.compat.v1.train.get_or_create_global_step(), for TF1 graphs).
 
   Returns:
     (learning_rate tf.Tensor or None, the list of mtf update operations).
@@ -103,12 +103,13 @@ def create_optimizer(
   Raises:
     ValueError: for adam without init_lr, or an unknown optimizer.
   """
-  if global_step is None:
-    global_step = tf.compat.v1.train.get_or_create_global_step()
   mesh = loss.mesh
   if init_lr:
     learning_rate = learning_rate_at(
-      global_step, init_lr, num_train_steps, num_warmup_steps
+      tf.compat.v1.train.get_or_create_global_step(),
+      init_lr,
+      num_train_steps,
+      num_warmup_steps,
     )
     mtf_learning_rate = mtf.import_tf_tensor(mesh, learning_rate, [])
   elif optimizer == "adam":
