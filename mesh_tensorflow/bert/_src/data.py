@@ -25,6 +25,7 @@ __all__ = [
   "DemoData",
   "create_pretraining_features",
   "decode_record",
+  "example_proto",
   "generate_classification_set",
   "generate_corpus",
   "pretraining_feature_spec",
@@ -231,8 +232,31 @@ def create_pretraining_features(
   return examples
 
 
+def example_proto(values: Mapping[str, Sequence]) -> tf.train.Example:
+  """A tf.train.Example of {feature name: list of ints or floats}.
+
+  Args:
+    values: the features; a list starting with a float is a float_list.
+
+  Returns:
+    The tf.train.Example.
+  """
+  features = collections.OrderedDict()
+  for name, feature_values in values.items():
+    feature_values = list(feature_values)
+    if feature_values and isinstance(feature_values[0], float):
+      features[name] = tf.train.Feature(
+        float_list=tf.train.FloatList(value=feature_values)
+      )
+    else:
+      features[name] = tf.train.Feature(
+        int64_list=tf.train.Int64List(value=[int(v) for v in feature_values])
+      )
+  return tf.train.Example(features=tf.train.Features(feature=features))
+
+
 def write_examples(path: str, examples: Iterable[Mapping[str, list]]) -> int:
-  """Writes feature dicts as tf.Example records (floats as float_list).
+  """Writes feature dicts as tf.Example records (see example_proto).
 
   Args:
     path: the TFRecord file.
@@ -244,20 +268,7 @@ def write_examples(path: str, examples: Iterable[Mapping[str, list]]) -> int:
   count = 0
   with tf.io.TFRecordWriter(path) as writer:
     for example in examples:
-      features = collections.OrderedDict()
-      for name, values in example.items():
-        values = list(values)
-        if values and isinstance(values[0], float):
-          feature = tf.train.Feature(
-            float_list=tf.train.FloatList(value=values)
-          )
-        else:
-          feature = tf.train.Feature(
-            int64_list=tf.train.Int64List(value=[int(v) for v in values])
-          )
-        features[name] = feature
-      record = tf.train.Example(features=tf.train.Features(feature=features))
-      writer.write(record.SerializeToString())
+      writer.write(example_proto(example).SerializeToString())
       count += 1
   return count
 
