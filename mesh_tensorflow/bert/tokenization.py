@@ -9,9 +9,7 @@ mesh_tensorflow/bert/_src/tokenization.py.
 from absl import flags
 
 from mesh_tensorflow.bert._src import flag_util
-from mesh_tensorflow.bert._src.tokenization import (
-  PRESERVE_UNUSED_TOKENS_FLAG,
-)
+from mesh_tensorflow.bert._src.tokenization import PRESERVE_UNUSED_TOKENS_FLAG
 from mesh_tensorflow.bert._src.tokenization import (
   BasicTokenizer as BasicTokenizer,
 )

@@ -330,7 +330,7 @@ class MrpcProcessor(DataProcessor):
     )
 
   def get_labels(self):
-    """ "0" and "1".
+    """The "0" and "1".
 
     Returns:
       The labels.
@@ -392,7 +392,7 @@ class ColaProcessor(DataProcessor):
     )
 
   def get_labels(self):
-    """ "0" and "1".
+    """The "0" and "1".
 
     Returns:
       The labels.

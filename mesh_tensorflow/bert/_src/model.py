@@ -686,30 +686,30 @@ class BertModel:
 
   @property
   def vocab_dim(self) -> mtf.Dimension:
-    """ "vocab", padded to a multiple of 128 so that it splits evenly."""
+    """The "vocab", padded to a multiple of 128 so that it splits evenly."""
     n = self.config.vocab_size
     return mtf.Dimension("vocab", n + (-n % 128))
 
   @property
   def model_dim(self) -> mtf.Dimension:
-    """ "hidden" of size d_model."""
+    """The "hidden" of size d_model."""
     return mtf.Dimension("hidden", self.config.d_model)
 
   @property
   def token_type_vocab_dim(self) -> mtf.Dimension:
-    """ "token_type_vocab" of size type_vocab_size."""
+    """The "token_type_vocab" of size type_vocab_size."""
     return mtf.Dimension("token_type_vocab", self.config.type_vocab_size)
 
   @property
   def feedforward_intermediate_dim(self) -> mtf.Dimension:
-    """ "intermediate" of size feedforward_intermediate_size."""
+    """The "intermediate" of size feedforward_intermediate_size."""
     return mtf.Dimension(
       "intermediate", self.config.feedforward_intermediate_size
     )
 
   @property
   def num_heads_dim(self) -> mtf.Dimension:
-    """ "num_heads" of size attention_num_heads."""
+    """The "num_heads" of size attention_num_heads."""
     return mtf.Dimension("num_heads", self.config.attention_num_heads)
 
   @property
@@ -719,7 +719,7 @@ class BertModel:
 
   @property
   def max_position_embeddings_dim(self) -> mtf.Dimension:
-    """ "max_position_embeddings" of size max_position_embeddings."""
+    """The "max_position_embeddings" of size max_position_embeddings."""
     return mtf.Dimension(
       "max_position_embeddings", self.config.max_position_embeddings
     )
@@ -731,7 +731,7 @@ class BertModel:
 
   @property
   def memory_seq_dim(self) -> mtf.Dimension:
-    """ "memory_seq": the attended-to positions, of seq_dim's size."""
+    """The "memory_seq": the attended-to positions, of seq_dim's size."""
     return self._memory_seq_dim
 
   @property
@@ -756,7 +756,7 @@ class BertModel:
 
   @property
   def size_per_head_dim(self) -> mtf.Dimension:
-    """ "attention_head": channels per head.
+    """The "attention_head": channels per head.
 
     Raises:
       ValueError: if attention_head_size is unset and attention_num_heads
@@ -774,28 +774,28 @@ class BertModel:
 
   @property
   def key_dim(self) -> mtf.Dimension:
-    """ "d_k" of size attention_key_head_size (ValueError if unset)."""
+    """The "d_k" of size attention_key_head_size (ValueError if unset)."""
     return _required_dim(
       "d_k", self.config.attention_key_head_size, "key head size"
     )
 
   @property
   def key_heads_dims(self) -> mtf.Dimension:
-    """ "key_heads" of size attention_num_key_heads (ValueError if unset)."""
+    """The "key_heads" of size attention_num_key_heads (ValueError if unset)."""
     return _required_dim(
       "key_heads", self.config.attention_num_key_heads, "number of key heads"
     )
 
   @property
   def value_dim(self) -> mtf.Dimension:
-    """ "d_v" of size attention_value_head_size (ValueError if unset)."""
+    """The "d_v" of size attention_value_head_size (ValueError if unset)."""
     return _required_dim(
       "d_v", self.config.attention_value_head_size, "value head size"
     )
 
   @property
   def value_heads_dims(self) -> mtf.Dimension:
-    """ "value_heads" of size attention_num_value_heads (ValueError if unset)."""
+    """The "value_heads" of size attention_num_value_heads (ValueError if unset)."""
     return _required_dim(
       "value_heads",
       self.config.attention_num_value_heads,
@@ -828,7 +828,7 @@ def _required_dim(name: str, size: Optional[int], what: str) -> mtf.Dimension:
 
 
 def _layer_scope_name(block_layers, layer_num: int) -> str:
-  """ "attention", "feedforward", then "attention_1", ... for repeats."""
+  """The "attention", "feedforward", then "attention_1", ... for repeats."""
   layer_type = block_layers[layer_num]
   count = block_layers[:layer_num].count(layer_type)
   return "%s_%d" % (layer_type, count) if count else layer_type

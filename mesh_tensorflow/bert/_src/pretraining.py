@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Callable, Dict, Iterable
 
 import numpy as np
+
 import mesh_tensorflow as mtf
 from mesh_tensorflow.bert._src import estimator
 from mesh_tensorflow.bert._src import model

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import collections
 import re
-import unicodedata
 from typing import Iterable, List, Mapping, Optional
+import unicodedata
 
 from absl import flags
 import tensorflow as tf
