@@ -50,7 +50,9 @@ from mesh_tensorflow.bert._src.classifier import input_fn_builder
 
 FLAGS = flags.FLAGS
 
-_DEFAULTS = flag_util.define_flags(
+# This script's flags, defined unless another module did; main() gives the
+# flags not set on the command line these defaults.
+FLAG_DEFAULTS = flag_util.define_flags(
   [
     (
       "string",
@@ -247,7 +249,7 @@ def _records(name, examples, label_list, tokenizer):
 
 def main(_):
   """Fine-tunes, evaluates and/or predicts as --do_* say."""
-  flag_util.use_defaults(_DEFAULTS)
+  flag_util.use_defaults(FLAG_DEFAULTS)
   for name in (
     "data_dir",
     "task_name",

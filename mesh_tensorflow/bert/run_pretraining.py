@@ -36,7 +36,9 @@ from mesh_tensorflow.bert._src import run_util
 
 FLAGS = flags.FLAGS
 
-_DEFAULTS = flag_util.define_flags(
+# This script's flags, defined unless another module did; main() gives the
+# flags not set on the command line these defaults.
+FLAG_DEFAULTS = flag_util.define_flags(
   [
     (
       "string",
@@ -231,7 +233,7 @@ def _evaluate(est, eval_input_fn, current_step):
 
 def main(_):
   """Pretrains and/or evaluates as --mode says."""
-  flag_util.use_defaults(_DEFAULTS)
+  flag_util.use_defaults(FLAG_DEFAULTS)
   for name in (
     "input_train_files",
     "input_eval_files",

@@ -39,7 +39,9 @@ from mesh_tensorflow.bert._src.squad import convert_examples_to_features
 
 FLAGS = flags.FLAGS
 
-_DEFAULTS = flag_util.define_flags(
+# This script's flags, defined unless another module did; main() gives the
+# flags not set on the command line these defaults.
+FLAG_DEFAULTS = flag_util.define_flags(
   [
     (
       "string",
@@ -432,7 +434,7 @@ def _write_features(name, examples, tokenizer, is_training, keep=None):
 
 def main(_):
   """Fine-tunes and/or predicts as --do_train / --do_predict say."""
-  flag_util.use_defaults(_DEFAULTS)
+  flag_util.use_defaults(FLAG_DEFAULTS)
   for name in ("vocab_file", "bert_config_file", "output_dir"):
     if not FLAGS[name].value:
       raise app.UsageError("--%s is required" % name)

@@ -24,6 +24,10 @@ _DEFINERS = {
   "string": flags.DEFINE_string,
 }
 
+# id(Flag) -> the value use_defaults last gave it (a script's default, which
+# the next script may replace by its own).
+_applied: Dict[int, Any] = {}
+
 # (kind, name, default, help): kind is one of _DEFINERS' keys.
 FlagSpec = Tuple[str, str, Any, str]
 
@@ -70,9 +74,11 @@ def define_flags(
 def use_defaults(
   defaults: Dict[str, Any], flag_values: Optional[flags.FlagValues] = None
 ) -> None:
-  """Sets each flag left at its defining default to defaults[name].
+  """Sets each flag left at a default to defaults[name].
 
-  A flag given on the command line, or set by the program, keeps its value.
+  A flag at the default of its definition, or at the value an earlier
+  use_defaults gave it, takes this script's default; one given on the
+  command line, or set otherwise by the program, keeps its value.
 
   Args:
     defaults: {flag name: default}, as define_flags returned.
@@ -81,5 +87,8 @@ def use_defaults(
   flag_values = flags.FLAGS if flag_values is None else flag_values
   for name, default in defaults.items():
     flag = flag_values[name]
-    if not flag.present and flag.value == flag.default:
+    if flag.present:
+      continue
+    if flag.value == flag.default or flag.value == _applied.get(id(flag)):
       flag.value = default
+      _applied[id(flag)] = default
