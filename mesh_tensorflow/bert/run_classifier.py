@@ -248,7 +248,11 @@ def _records(name, examples, label_list, tokenizer):
 
 
 def main(_):
-  """Fine-tunes, evaluates and/or predicts as --do_* say."""
+  """Fine-tunes, evaluates and/or predicts as --do_* say.
+
+  Args:
+    _: the command-line arguments left after the flags (unused).
+  """
   flag_util.use_defaults(FLAG_DEFAULTS)
   for name in (
     "data_dir",

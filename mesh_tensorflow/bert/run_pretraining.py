@@ -232,7 +232,11 @@ def _evaluate(est, eval_input_fn, current_step):
 
 
 def main(_):
-  """Pretrains and/or evaluates as --mode says."""
+  """Pretrains and/or evaluates as --mode says.
+
+  Args:
+    _: the command-line arguments left after the flags (unused).
+  """
   flag_util.use_defaults(FLAG_DEFAULTS)
   for name in (
     "input_train_files",

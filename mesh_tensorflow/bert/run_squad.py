@@ -433,7 +433,11 @@ def _write_features(name, examples, tokenizer, is_training, keep=None):
 
 
 def main(_):
-  """Fine-tunes and/or predicts as --do_train / --do_predict say."""
+  """Fine-tunes and/or predicts as --do_train / --do_predict say.
+
+  Args:
+    _: the command-line arguments left after the flags (unused).
+  """
   flag_util.use_defaults(FLAG_DEFAULTS)
   for name in ("vocab_file", "bert_config_file", "output_dir"):
     if not FLAGS[name].value:

@@ -60,12 +60,19 @@ def test_unknown_kind():
     flag_util.define_flags([("enum", "x", "a", "")], "m", flags.FlagValues())
 
 
-def test_all_scripts_and_transformer_main_import_in_one_process():
-  program = textwrap.dedent(
+@pytest.mark.parametrize("transformer_main_first", [True, False])
+def test_all_scripts_and_transformer_main_import_in_one_process(
+  transformer_main_first,
+):
+  imports = [
+    "import transformer.main",
+    "from mesh_tensorflow.bert import run_classifier, run_pretraining\n"
+    "from mesh_tensorflow.bert import run_squad, tokenization",
+  ]
+  if not transformer_main_first:
+    imports.reverse()
+  program = "\n".join(imports) + textwrap.dedent(
     """
-    import transformer.main
-    from mesh_tensorflow.bert import run_classifier, run_pretraining
-    from mesh_tensorflow.bert import run_squad, tokenization
     from absl import flags
     from mesh_tensorflow.bert._src import flag_util
     FLAGS = flags.FLAGS

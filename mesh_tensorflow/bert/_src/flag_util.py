@@ -4,9 +4,11 @@ The BERT scripts define the original's flags when imported, as the original
 did. Several of them (and transformer.main) use the same names, and absl
 refuses a second definition, so importing two of them in one process failed
 in the original. Here a flag is defined by the first module that needs it
-and shared afterwards; each script records its own defaults and restores
-them in its main() for flags not given on the command line, so a script
-behaves the same whichever modules were imported before it.
+and shared afterwards, and may be redefined by a module imported later
+(transformer.main defines --gcp_project and --tpu_zone, for example), so
+the modules import in any order; each script records its own defaults and
+restores them in its main() for flags not given on the command line, so a
+script behaves the same whichever modules were imported before it.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ def define_flags(
 ) -> Dict[str, Any]:
   """Defines each flag of specs that flag_values does not have yet.
 
+  The definitions allow a later module to define the same names again.
+
   Args:
     specs: (kind, name, default, help) tuples; kind is "bool", "float",
       "integer" or "string".
@@ -66,6 +70,7 @@ def define_flags(
         help_text,
         flag_values=flag_values,
         module_name=module_name,
+        allow_override=True,
       )
     defaults[name] = default
   return defaults
