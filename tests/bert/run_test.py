@@ -104,7 +104,7 @@ def test_classifier_fine_tunes_from_the_pretraining_checkpoint(
     train_batch_size=16,
     eval_batch_size=16,
     predict_batch_size=16,
-    learning_rate=1e-3,
+    learning_rate=3e-4,
     num_train_epochs=6.0,
     mesh_shape="batch:2",
     layout="batch:batch",
