@@ -53,26 +53,16 @@ FLAGS = flags.FLAGS
 # This script's flags, defined unless another module did; main() gives the
 # flags not set on the command line these defaults.
 FLAG_DEFAULTS = flag_util.define_flags(
-  [
+  run_util.COMMON_FLAGS
+  + run_util.FINE_TUNING_FLAGS
+  + [
     (
       "string",
       "data_dir",
       None,
       "The task's data directory (its .tsv files).",
     ),
-    (
-      "string",
-      "bert_config_file",
-      None,
-      "The json config of the BERT model (its architecture).",
-    ),
     ("string", "task_name", None, "The task: cola, mnli, mrpc or xnli."),
-    (
-      "string",
-      "vocab_file",
-      None,
-      "The vocabulary file the BERT model was trained on.",
-    ),
     (
       "string",
       "output_dir",
@@ -80,91 +70,15 @@ FLAG_DEFAULTS = flag_util.define_flags(
       "Where the checkpoints, records and results are written.",
     ),
     (
-      "string",
-      "init_checkpoint",
-      None,
-      "Initial checkpoint (usually from a pre-trained BERT model).",
-    ),
-    (
-      "string",
-      "cached_train_file",
-      None,
-      "Prepared training records (skips converting the training set).",
-    ),
-    (
-      "bool",
-      "do_lower_case",
-      True,
-      "Lower-case the input (True for uncased models).",
-    ),
-    (
-      "float",
-      "max_optimized_variable_size",
-      1e7,
-      "Do not optimize variables larger than this.",
-    ),
-    (
       "integer",
       "max_seq_length",
       128,
       "The padded length of the WordPiece inputs (longer ones are cut).",
     ),
-    ("bool", "do_train", False, "Whether to run training."),
     ("bool", "do_eval", False, "Whether to run eval on the dev set."),
     ("bool", "do_predict", False, "Whether to predict the test set."),
-    ("integer", "train_batch_size", 32, "Total batch size for training."),
     ("integer", "eval_batch_size", 32, "Total batch size for eval."),
     ("integer", "predict_batch_size", 8, "Total batch size for predict."),
-    ("float", "learning_rate", 5e-5, "The initial learning rate for Adam."),
-    ("bool", "clip_gradients", True, "Apply gradient clipping."),
-    ("string", "optimizer", "adam", "adam or adafactor."),
-    (
-      "float",
-      "num_train_epochs",
-      3.0,
-      "Total number of training epochs to perform.",
-    ),
-    (
-      "float",
-      "warmup_proportion",
-      0.1,
-      "Fraction of training with a linearly rising learning rate.",
-    ),
-    (
-      "integer",
-      "save_checkpoints_steps",
-      1000,
-      "How often to save the model checkpoint.",
-    ),
-    (
-      "integer",
-      "iterations_per_loop",
-      1000,
-      "Steps per host loop on TPU (unused: each step is one call).",
-    ),
-    (
-      "bool",
-      "use_tpu",
-      False,
-      "Run SIMD over the local TPU chips (else placement on CPUs/GPUs).",
-    ),
-    ("string", "mesh_shape", "batch:8", "mesh shape"),
-    (
-      "string",
-      "layout",
-      "batch:batch,vocab:model,intermediate:model,num_heads:model,"
-      "experts:batch",
-      "layout rules",
-    ),
-    ("string", "tpu_name", None, "The Cloud TPU to use (unused here)."),
-    ("string", "tpu_zone", None, "GCE zone of the Cloud TPU (unused here)."),
-    (
-      "string",
-      "gcp_project",
-      None,
-      "Project of the Cloud TPU (unused here).",
-    ),
-    ("string", "master", None, "TensorFlow master URL (unused here)."),
   ],
   __name__,
 )

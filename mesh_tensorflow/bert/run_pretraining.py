@@ -39,13 +39,8 @@ FLAGS = flags.FLAGS
 # This script's flags, defined unless another module did; main() gives the
 # flags not set on the command line these defaults.
 FLAG_DEFAULTS = flag_util.define_flags(
-  [
-    (
-      "string",
-      "bert_config_file",
-      None,
-      "The json config of the BERT model (its architecture).",
-    ),
+  run_util.COMMON_FLAGS
+  + [
     (
       "string",
       "input_train_files",
@@ -65,12 +60,6 @@ FLAG_DEFAULTS = flag_util.define_flags(
       "Where the checkpoints and eval results are written.",
     ),
     (
-      "string",
-      "init_checkpoint",
-      None,
-      "Initial checkpoint (usually from a pre-trained BERT model).",
-    ),
-    (
       "integer",
       "max_seq_length",
       128,
@@ -83,11 +72,7 @@ FLAG_DEFAULTS = flag_util.define_flags(
       "Masked-LM predictions per sequence; must match the data.",
     ),
     ("string", "mode", "train_and_eval", "train_and_eval, train or eval."),
-    ("integer", "train_batch_size", 32, "Total batch size for training."),
     ("integer", "eval_batch_size", 8, "Total batch size for eval."),
-    ("float", "learning_rate", 5e-5, "The initial learning rate for Adam."),
-    ("bool", "clip_gradients", True, "Apply gradient clipping."),
-    ("string", "optimizer", "adam", "adam or adafactor."),
     ("integer", "num_train_steps", 100000, "Number of training steps."),
     ("integer", "num_warmup_steps", 10000, "Number of warmup steps."),
     (
@@ -96,42 +81,7 @@ FLAG_DEFAULTS = flag_util.define_flags(
       5000,
       "Training steps between evaluations in train_and_eval mode.",
     ),
-    (
-      "integer",
-      "save_checkpoints_steps",
-      1000,
-      "How often to save the model checkpoint.",
-    ),
-    (
-      "integer",
-      "iterations_per_loop",
-      1000,
-      "Steps per host loop on TPU (unused: each step is one call).",
-    ),
     ("integer", "max_eval_steps", 100, "Maximum number of eval steps."),
-    (
-      "bool",
-      "use_tpu",
-      False,
-      "Run SIMD over the local TPU chips (else placement on CPUs/GPUs).",
-    ),
-    ("string", "mesh_shape", "batch:8", "mesh shape"),
-    (
-      "string",
-      "layout",
-      "batch:batch,vocab:model,intermediate:model,num_heads:model,"
-      "experts:batch",
-      "layout rules",
-    ),
-    ("string", "tpu_name", None, "The Cloud TPU to use (unused here)."),
-    ("string", "tpu_zone", None, "GCE zone of the Cloud TPU (unused here)."),
-    (
-      "string",
-      "gcp_project",
-      None,
-      "Project of the Cloud TPU (unused here).",
-    ),
-    ("string", "master", None, "TensorFlow master URL (unused here)."),
   ],
   __name__,
 )

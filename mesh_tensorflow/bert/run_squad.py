@@ -42,19 +42,9 @@ FLAGS = flags.FLAGS
 # This script's flags, defined unless another module did; main() gives the
 # flags not set on the command line these defaults.
 FLAG_DEFAULTS = flag_util.define_flags(
-  [
-    (
-      "string",
-      "bert_config_file",
-      None,
-      "The json config of the BERT model (its architecture).",
-    ),
-    (
-      "string",
-      "vocab_file",
-      None,
-      "The vocabulary file the BERT model was trained on.",
-    ),
+  run_util.COMMON_FLAGS
+  + run_util.FINE_TUNING_FLAGS
+  + [
     (
       "string",
       "output_dir",
@@ -63,30 +53,6 @@ FLAG_DEFAULTS = flag_util.define_flags(
     ),
     ("string", "train_file", None, "SQuAD json for training."),
     ("string", "predict_file", None, "SQuAD json for predictions."),
-    (
-      "string",
-      "init_checkpoint",
-      None,
-      "Initial checkpoint (usually from a pre-trained BERT model).",
-    ),
-    (
-      "string",
-      "cached_train_file",
-      None,
-      "Prepared training records (skips converting the training set).",
-    ),
-    (
-      "bool",
-      "do_lower_case",
-      True,
-      "Lower-case the input (True for uncased models).",
-    ),
-    (
-      "float",
-      "max_optimized_variable_size",
-      1e7,
-      "Do not optimize variables larger than this.",
-    ),
     (
       "integer",
       "max_seq_length",
@@ -105,41 +71,12 @@ FLAG_DEFAULTS = flag_util.define_flags(
       64,
       "Questions are cut to this many tokens.",
     ),
-    ("bool", "do_train", False, "Whether to run training."),
     ("bool", "do_predict", False, "Whether to predict --predict_file."),
-    ("integer", "train_batch_size", 32, "Total batch size for training."),
     (
       "integer",
       "predict_batch_size",
       8,
       "Total batch size for predictions.",
-    ),
-    ("float", "learning_rate", 5e-5, "The initial learning rate for Adam."),
-    ("bool", "clip_gradients", True, "Apply gradient clipping."),
-    ("string", "optimizer", "adam", "adam or adafactor."),
-    (
-      "float",
-      "num_train_epochs",
-      3.0,
-      "Total number of training epochs to perform.",
-    ),
-    (
-      "float",
-      "warmup_proportion",
-      0.1,
-      "Fraction of training with a linearly rising learning rate.",
-    ),
-    (
-      "integer",
-      "save_checkpoints_steps",
-      1000,
-      "How often to save the model checkpoint.",
-    ),
-    (
-      "integer",
-      "iterations_per_loop",
-      1000,
-      "Steps per host loop on TPU (unused: each step is one call).",
     ),
     (
       "integer",
@@ -153,29 +90,6 @@ FLAG_DEFAULTS = flag_util.define_flags(
       30,
       "The longest answer in tokens (start and end are predicted apart).",
     ),
-    (
-      "bool",
-      "use_tpu",
-      False,
-      "Run SIMD over the local TPU chips (else placement on CPUs/GPUs).",
-    ),
-    ("string", "mesh_shape", "batch:8", "mesh shape"),
-    (
-      "string",
-      "layout",
-      "batch:batch,vocab:model,intermediate:model,num_heads:model,"
-      "experts:batch",
-      "layout rules",
-    ),
-    ("string", "tpu_name", None, "The Cloud TPU to use (unused here)."),
-    ("string", "tpu_zone", None, "GCE zone of the Cloud TPU (unused here)."),
-    (
-      "string",
-      "gcp_project",
-      None,
-      "Project of the Cloud TPU (unused here).",
-    ),
-    ("string", "master", None, "TensorFlow master URL (unused here)."),
     (
       "bool",
       "verbose_logging",

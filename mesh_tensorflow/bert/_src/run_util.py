@@ -11,6 +11,8 @@ import mesh_tensorflow as mtf
 from mesh_tensorflow.bert._src import estimator
 
 __all__ = [
+  "COMMON_FLAGS",
+  "FINE_TUNING_FLAGS",
   "TPU_FLAG_NAMES",
   "glob_files",
   "make_estimator",
@@ -21,6 +23,102 @@ __all__ = [
 # devices (SIMD over local TPU chips with --use_tpu); remote TPUs go through
 # transformer.main's --tpu, so these are accepted and reported unused.
 TPU_FLAG_NAMES = ("tpu_name", "tpu_zone", "gcp_project", "master")
+
+
+# The flags (flag_util.define_flags specs) of every BERT script.
+COMMON_FLAGS = [
+  (
+    "string",
+    "bert_config_file",
+    None,
+    "The json config of the BERT model (its architecture).",
+  ),
+  (
+    "string",
+    "init_checkpoint",
+    None,
+    "Initial checkpoint (usually from a pre-trained BERT model).",
+  ),
+  ("integer", "train_batch_size", 32, "Total batch size for training."),
+  ("float", "learning_rate", 5e-5, "The initial learning rate for Adam."),
+  ("bool", "clip_gradients", True, "Apply gradient clipping."),
+  ("string", "optimizer", "adam", "adam or adafactor."),
+  (
+    "integer",
+    "save_checkpoints_steps",
+    1000,
+    "How often to save the model checkpoint.",
+  ),
+  (
+    "integer",
+    "iterations_per_loop",
+    1000,
+    "Steps per host loop on TPU (unused: each step is one call).",
+  ),
+  (
+    "bool",
+    "use_tpu",
+    False,
+    "Run SIMD over the local TPU chips (else placement on CPUs/GPUs).",
+  ),
+  ("string", "mesh_shape", "batch:8", "mesh shape"),
+  (
+    "string",
+    "layout",
+    "batch:batch,vocab:model,intermediate:model,num_heads:model,experts:batch",
+    "layout rules",
+  ),
+  ("string", "tpu_name", None, "The Cloud TPU to use (unused here)."),
+  ("string", "tpu_zone", None, "GCE zone of the Cloud TPU (unused here)."),
+  (
+    "string",
+    "gcp_project",
+    None,
+    "Project of the Cloud TPU (unused here).",
+  ),
+  ("string", "master", None, "TensorFlow master URL (unused here)."),
+]
+
+# The flags that run_classifier and run_squad share.
+FINE_TUNING_FLAGS = [
+  (
+    "string",
+    "vocab_file",
+    None,
+    "The vocabulary file the BERT model was trained on.",
+  ),
+  (
+    "string",
+    "cached_train_file",
+    None,
+    "Prepared training records (skips converting the training set).",
+  ),
+  (
+    "bool",
+    "do_lower_case",
+    True,
+    "Lower-case the input (True for uncased models).",
+  ),
+  (
+    "float",
+    "max_optimized_variable_size",
+    1e7,
+    "Do not optimize variables larger than this.",
+  ),
+  ("bool", "do_train", False, "Whether to run training."),
+  (
+    "float",
+    "num_train_epochs",
+    3.0,
+    "Total number of training epochs to perform.",
+  ),
+  (
+    "float",
+    "warmup_proportion",
+    0.1,
+    "Fraction of training with a linearly rising learning rate.",
+  ),
+]
 
 
 def glob_files(patterns: Optional[str]) -> List[str]:
