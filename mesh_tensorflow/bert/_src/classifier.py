@@ -222,11 +222,23 @@ class XnliProcessor(DataProcessor):
     return ["contradiction", "entailment", "neutral"]
 
 
-class MnliProcessor(DataProcessor):
-  """MultiNLI (GLUE): train.tsv, dev_matched.tsv, test_matched.tsv."""
+class _GlueProcessor(DataProcessor):
+  """A GLUE task: one tsv file per split, made into examples per row."""
+
+  # {split: (file name, set type of the example ids)}.
+  FILES = {
+    "train": ("train.tsv", "train"),
+    "dev": ("dev.tsv", "dev"),
+    "test": ("test.tsv", "test"),
+  }
+
+  def _split(self, data_dir, split):
+    file_name, set_type = self.FILES[split]
+    rows = self._read_tsv(os.path.join(data_dir, file_name))
+    return self._create_examples(rows, set_type)
 
   def get_train_examples(self, data_dir):
-    """The examples of train.tsv.
+    """The examples of the training file (train.tsv).
 
     Args:
       data_dir: the data set's directory.
@@ -234,12 +246,10 @@ class MnliProcessor(DataProcessor):
     Returns:
       A list of InputExample.
     """
-    return self._create_examples(
-      self._read_tsv(os.path.join(data_dir, "train.tsv")), "train"
-    )
+    return self._split(data_dir, "train")
 
   def get_dev_examples(self, data_dir):
-    """The examples of dev_matched.tsv.
+    """The examples of the dev file (dev.tsv; MNLI: dev_matched.tsv).
 
     Args:
       data_dir: the data set's directory.
@@ -247,12 +257,12 @@ class MnliProcessor(DataProcessor):
     Returns:
       A list of InputExample.
     """
-    return self._create_examples(
-      self._read_tsv(os.path.join(data_dir, "dev_matched.tsv")), "dev_matched"
-    )
+    return self._split(data_dir, "dev")
 
   def get_test_examples(self, data_dir):
-    """The examples of test_matched.tsv (label "contradiction").
+    """The examples of the test file (test.tsv; MNLI: test_matched.tsv).
+
+    Their labels are placeholders (the first label).
 
     Args:
       data_dir: the data set's directory.
@@ -260,12 +270,23 @@ class MnliProcessor(DataProcessor):
     Returns:
       A list of InputExample.
     """
-    return self._create_examples(
-      self._read_tsv(os.path.join(data_dir, "test_matched.tsv")), "test"
-    )
+    return self._split(data_dir, "test")
+
+  def _create_examples(self, lines, set_type):
+    raise NotImplementedError()
+
+
+class MnliProcessor(_GlueProcessor):
+  """MultiNLI (GLUE): train.tsv, dev_matched.tsv, test_matched.tsv."""
+
+  FILES = {
+    "train": ("train.tsv", "train"),
+    "dev": ("dev_matched.tsv", "dev_matched"),
+    "test": ("test_matched.tsv", "test"),
+  }
 
   def get_labels(self):
-    """contradiction, entailment, neutral.
+    """The labels contradiction, entailment, neutral.
 
     Returns:
       The labels.
@@ -287,50 +308,11 @@ class MnliProcessor(DataProcessor):
     return _examples(lines, make)
 
 
-class MrpcProcessor(DataProcessor):
+class MrpcProcessor(_GlueProcessor):
   """MRPC (GLUE): paraphrase pairs in train.tsv, dev.tsv, test.tsv."""
 
-  def get_train_examples(self, data_dir):
-    """The examples of train.tsv.
-
-    Args:
-      data_dir: the data set's directory.
-
-    Returns:
-      A list of InputExample.
-    """
-    return self._create_examples(
-      self._read_tsv(os.path.join(data_dir, "train.tsv")), "train"
-    )
-
-  def get_dev_examples(self, data_dir):
-    """The examples of dev.tsv.
-
-    Args:
-      data_dir: the data set's directory.
-
-    Returns:
-      A list of InputExample.
-    """
-    return self._create_examples(
-      self._read_tsv(os.path.join(data_dir, "dev.tsv")), "dev"
-    )
-
-  def get_test_examples(self, data_dir):
-    """The examples of test.tsv (label "0").
-
-    Args:
-      data_dir: the data set's directory.
-
-    Returns:
-      A list of InputExample.
-    """
-    return self._create_examples(
-      self._read_tsv(os.path.join(data_dir, "test.tsv")), "test"
-    )
-
   def get_labels(self):
-    """The "0" and "1".
+    """The labels "0" and "1".
 
     Returns:
       The labels.
@@ -349,50 +331,11 @@ class MrpcProcessor(DataProcessor):
     return _examples(lines, make)
 
 
-class ColaProcessor(DataProcessor):
+class ColaProcessor(_GlueProcessor):
   """CoLA (GLUE): single sentences; only test.tsv has a header."""
 
-  def get_train_examples(self, data_dir):
-    """The examples of train.tsv.
-
-    Args:
-      data_dir: the data set's directory.
-
-    Returns:
-      A list of InputExample.
-    """
-    return self._create_examples(
-      self._read_tsv(os.path.join(data_dir, "train.tsv")), "train"
-    )
-
-  def get_dev_examples(self, data_dir):
-    """The examples of dev.tsv.
-
-    Args:
-      data_dir: the data set's directory.
-
-    Returns:
-      A list of InputExample.
-    """
-    return self._create_examples(
-      self._read_tsv(os.path.join(data_dir, "dev.tsv")), "dev"
-    )
-
-  def get_test_examples(self, data_dir):
-    """The examples of test.tsv (label "0").
-
-    Args:
-      data_dir: the data set's directory.
-
-    Returns:
-      A list of InputExample.
-    """
-    return self._create_examples(
-      self._read_tsv(os.path.join(data_dir, "test.tsv")), "test"
-    )
-
   def get_labels(self):
-    """The "0" and "1".
+    """The labels "0" and "1".
 
     Returns:
       The labels.
