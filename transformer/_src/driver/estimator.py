@@ -483,6 +483,22 @@ class Estimator:
     ]
     return lowering, tf_loss, updates, tf_lr
 
+  def count_tokens(self, features: Dict[str, tf.Tensor]) -> tf.Tensor:
+    """The non-padding tokens of a training batch, for tokens_per_second.
+
+    Args:
+      features: the batch ({feature name: int tensor}).
+
+    Returns:
+      An int64 scalar: the nonzero "inputs" and "targets" ids.
+    """
+    counts = [
+      tf.reduce_sum(tf.cast(features[k] > 0, tf.int64))
+      for k in ("inputs", "targets")
+      if k in features
+    ]
+    return tf.add_n(counts) if counts else tf.constant(0, tf.int64)
+
   def _build_train_fn(self) -> _PhaseFn:
     phase = _PhaseFn(None)
 
@@ -493,18 +509,11 @@ class Estimator:
       with tf.control_dependencies(updates + [tf_loss]):
         step = self.global_step.assign_add(1)
         finite = all_finite([tf_loss] + _slices(phase.laid_out_variables))
-      tokens = tf.add_n(
-        [
-          tf.reduce_sum(tf.cast(features[k] > 0, tf.int64))
-          for k in ("inputs", "targets")
-          if k in features
-        ]
-      )
       return {
         "loss": tf_loss,
         "learning_rate": tf_lr,
         "step": step,
-        "tokens": tokens,
+        "tokens": self.count_tokens(features),
         "finite": finite,
       }
 
