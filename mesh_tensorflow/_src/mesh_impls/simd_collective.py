@@ -717,7 +717,8 @@ def _create_as_is_outside_function(next_creator, **kwargs):
   graph; made as they are, tf.function need not trace the replica program a
   second time (as it does after lifting variables made by a first trace).
   """
-  if not tf.inside_function():
+  # Under tf.init_scope eagerly, the default graph is still the trace's.
+  if tf.executing_eagerly() or not tf.inside_function():
     kwargs["experimental_enable_variable_lifting"] = False
   return next_creator(**kwargs)
 
