@@ -248,3 +248,54 @@ def test_traced_once_eagerly_and_in_a_legacy_graph(where):
   assert len(traces) == 1
   for outs in per_replica:
     mtu.assert_all_close([np.asarray(o) for o in outs], expected)
+
+
+def test_program_writing_a_shared_resource_is_traced_per_replica():
+  # Calls of one shared function that all write `shared` would be run one
+  # after the other by automatic control dependencies, and the first would
+  # wait forever for the others' collectives.
+  backend = _backend(DEVICES[:2])
+  shared = tf.Variable(0.0)
+  traces = []
+
+  def program():
+    traces.append(1)
+    shared.assign_add(1.0)
+    x = tf.cast(backend.replica_pnum(), tf.float32) + 1.0
+    return backend.allreduce_sum(x, [[0, 1]])
+
+  run = tf.function(
+    lambda: backend.replicate(program, (), [0, 1]), autograph=False
+  )
+  assert [float(y) for y in run()] == [3.0, 3.0]
+  assert float(shared.numpy()) == 2.0
+  assert len(traces) == 3  # The shared trace, then one per replica.
+
+
+def test_driver_lowers_once_on_simd():
+  from transformer._src.driver import mesh_impl_choice  # pylint: disable=g-import-not-at-top
+
+  mesh_impl = mesh_impl_choice.make_mesh_impl(
+    "simd", "rows:2;cols:2", "batch:rows;hidden:cols"
+  )
+  traces = []
+
+  def build():
+    traces.append(1)
+    graph = mtf.Graph()
+    mesh = mtf.Mesh(graph, "mesh")
+    outputs = _program(mesh)
+    lowering = mtf.Lowering(graph, {mesh: mesh_impl})
+    return lowering, [lowering.export_to_tf_tensor(t) for t in outputs]
+
+  @tf.function(autograph=False)
+  def run():
+    with mtf.variable_store(store):
+      return mesh_impl_choice.lower_on_mesh(mesh_impl, build)[1]
+
+  store = mtf.VariableStore()
+  expected = mtu.run_program(
+    _program, "rows:2;cols:2", "batch:rows;hidden:cols", "function"
+  )
+  mtu.assert_all_close([np.asarray(t) for t in run()], expected)
+  assert len(traces) == 1

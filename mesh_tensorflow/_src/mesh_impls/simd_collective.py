@@ -108,8 +108,20 @@ def _device_sort_key(device: str):
   )
 
 
-class _NeedsPythonPnum(Exception):
-  """Raised in the shared trace by a program asking for its Python pnum."""
+class _TraceEachReplica(Exception):
+  """The program cannot be shared by the replicas: trace it per replica."""
+
+
+# Ops that only read a resource variable: replicas may share what they read.
+_RESOURCE_READS = frozenset(
+  [
+    "ReadVariableOp",
+    "ResourceGather",
+    "ResourceGatherNd",
+    "VariableShape",
+    "VarIsInitializedOp",
+  ]
+)
 
 
 class _ReplicaContext:
@@ -277,7 +289,7 @@ class CollectiveBackend(simd_backend.SimdBackend):
     if not stack:
       return None
     if stack[-1].pnum is None:
-      raise _NeedsPythonPnum()
+      raise _TraceEachReplica("the program asks for its pnum as a Python int")
     return stack[-1].pnum
 
   def _ctx(self, what: str) -> _ReplicaContext:
@@ -345,10 +357,11 @@ class CollectiveBackend(simd_backend.SimdBackend):
         outputs, count = self._replicate_traced_once(
           computation, args, physical_pnums, base
         )
-      except _NeedsPythonPnum:
+      except _TraceEachReplica as e:
         logging.info(
-          "SimdMeshImpl: the replica program asks for its pnum as a Python "
-          "int; tracing it once per replica (%d times)",
+          "SimdMeshImpl: %s; tracing the replica program once per replica "
+          "(%d times)",
+          e,
           len(physical_pnums),
         )
         outputs, count = self._replicate_per_replica(
@@ -378,6 +391,7 @@ class CollectiveBackend(simd_backend.SimdBackend):
     # The trace's ops take the device of each call, none of their own.
     with tf.compat.v1.get_default_graph().device(None):
       concrete = traced.get_concrete_function(tf.TensorSpec([], tf.int32))
+    _check_shared_resources_only_read(concrete, ctx)
     captured = list(concrete.captured_inputs)
     outputs = []
     try:
@@ -708,6 +722,30 @@ def _connected_replicas(
   if len({len(m) for m in partition}) > 1:
     return [list(range(num_replicas))]
   return partition
+
+
+def _check_shared_resources_only_read(concrete, ctx: _ReplicaContext):
+  """_TraceEachReplica if the program may change a resource it shares.
+
+  Replicas sharing a resource the program writes (a variable other than
+  their slices, a summary writer, an iterator) would each call the shared
+  program with it; tf.function's automatic control dependencies would then
+  run the calls one after the other, and the first would wait forever for
+  the others' collectives. Traced per replica, only the writing ops are
+  ordered.
+  """
+  graph = concrete.graph
+  for external, internal in zip(
+    graph.external_captures, graph.internal_captures
+  ):
+    if internal.dtype != tf.resource or id(external) in ctx.per_replica:
+      continue
+    for consumer in internal.consumers():
+      if consumer.type not in _RESOURCE_READS:
+        raise _TraceEachReplica(
+          "the program changes a resource all replicas share (a %s op)"
+          % consumer.type
+        )
 
 
 def _create_as_is_outside_function(next_creator, **kwargs):
