@@ -13,13 +13,16 @@ all with layout "batch:b;heads:m;d_ff:m;vocab:m", and 6 or 24 layers. Nothing
 is run: the figures are the CPU seconds of the process (the machine may be shared) to
 
   build   the mtf graph (model, loss, mtf.gradients, Adafactor updates),
-  lower   mtf.Lowering (for SimdMeshImpl, every replica's lowering),
+  lower   mtf.Lowering (for SimdMeshImpl, the one trace of the replica
+          program, called on every device),
   trace   the rest of tracing the step's tf.function (TensorFlow's own work:
           auto control dependencies, function graph finalisation),
 
 the number of traces (a tf.function that creates variables is traced twice
 on its first call) and the TF op count of the traced step (its graph plus the bodies of the
-functions it calls). Placement is PlacementMeshImpl; simd is SimdMeshImpl
+functions it calls). With --run, the step then runs once on zero inputs:
+"first step" is that run's wall time (TensorFlow optimises and places the
+graph then), and "ready" the wall time from the start to its end. Placement is PlacementMeshImpl; simd is SimdMeshImpl
 with the collective backend (`mesh_impl.replicate`), whose lowering traces
 the replica program.
 
@@ -32,7 +35,7 @@ package on PYTHONPATH this measures the original's placement lowering:
       --layers 6 --impls placement --tf_mode v1  (one line)
 
 Usage: python benchmarks/lowering_scale.py [--devices 1,8,64] [--layers 6,24]
-           [--impls placement,simd]
+           [--impls placement,simd] [--run]
 """
 
 import argparse
@@ -120,10 +123,12 @@ def _count_ops(graph_def):
   )
 
 
-def measure(impl_name, num_devices, layers, tf_mode, devices):
+def measure(impl_name, num_devices, layers, tf_mode, devices, run=False):
   """{build, lower, trace, total, wall, traces, ops} of one configuration.
 
   Times are CPU seconds of this process (wall: wall-clock seconds of all).
+  With run (tf2 mode only), also {first_step, ready}: the wall seconds of
+  the first run of the step, and from the start to its end.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -202,11 +207,19 @@ def measure(impl_name, num_devices, layers, tf_mode, devices):
       concrete = fn.get_concrete_function(spec)
     total = time.process_time() - start
     ops = _count_ops(concrete.graph.as_graph_def())
+  wall = time.perf_counter() - wall_start
+  extra = {}
+  if run and tf_mode != "v1":
+    step_start = time.perf_counter()
+    concrete(tf.zeros([BATCH, LENGTH], tf.int32)).numpy()
+    extra["first_step"] = time.perf_counter() - step_start
+    extra["ready"] = time.perf_counter() - wall_start
   return dict(
+    extra,
     build=times["build"],
     lower=times["lower"],
     trace=total - times["build"] - times["lower"],
-    wall=time.perf_counter() - wall_start,
+    wall=wall,
     total=total,
     traces=times["traces"],
     ops=ops,
@@ -218,7 +231,9 @@ def worker(args):
   devices = _configure_devices(args.worker)
   for impl_name in args.impls.split(","):
     for layers in [int(x) for x in args.layers.split(",")]:
-      result = measure(impl_name, args.worker, layers, args.tf_mode, devices)
+      result = measure(
+        impl_name, args.worker, layers, args.tf_mode, devices, args.run
+      )
       result.update(impl=impl_name, devices=args.worker, layers=layers)
       print("RESULT " + json.dumps(result), flush=True)
 
@@ -229,6 +244,9 @@ def main(argv=None):
   parser.add_argument("--layers", default="6,24")
   parser.add_argument("--impls", default="placement,simd")
   parser.add_argument("--tf_mode", default="tf2", choices=["tf2", "v1"])
+  parser.add_argument(
+    "--run", action="store_true", help="also run the first step (tf2)"
+  )
   parser.add_argument(
     "--worker", type=int, default=0, help="internal: one device count"
   )
@@ -245,7 +263,7 @@ def main(argv=None):
       "--layers=" + args.layers,
       "--impls=" + args.impls,
       "--tf_mode=" + args.tf_mode,
-    ]
+    ] + (["--run"] if args.run else [])
     out = subprocess.run(
       command, check=True, stdout=subprocess.PIPE, text=True
     ).stdout
@@ -254,23 +272,30 @@ def main(argv=None):
         results.append(json.loads(line[len("RESULT ") :]))
         r = results[-1]
         print(
-          "  measured %s %d devices %d layers: %.1f s"
-          % (r["impl"], r["devices"], r["layers"], r["total"]),
+          "  measured %s %d devices %d layers: %.1f s (wall %.1f s%s)"
+          % (
+            r["impl"],
+            r["devices"],
+            r["layers"],
+            r["total"],
+            r["wall"],
+            ", ready to run %.1f s" % r["ready"] if "ready" in r else "",
+          ),
           flush=True,
         )
   print()
   print(
     "| impl | devices | layers | build s | lower s | trace s | total s "
-    "| traces | TF ops | total / 1 device |"
+    "| traces | TF ops | total / 1 device | wall s | first step s |"
   )
-  print("|---|---|---|---|---|---|---|---|---|---|")
+  print("|---|---|---|---|---|---|---|---|---|---|---|---|")
   base = {
     (r["impl"], r["layers"]): r["total"] for r in results if r["devices"] == 1
   }
   for r in results:
     one = base.get((r["impl"], r["layers"]))
     print(
-      "| %s | %d | %d | %.2f | %.2f | %.2f | %.2f | %d | %d | %s |"
+      "| %s | %d | %d | %.2f | %.2f | %.2f | %.2f | %d | %d | %s | %.1f | %s |"
       % (
         r["impl"],
         r["devices"],
@@ -282,6 +307,8 @@ def main(argv=None):
         r["traces"],
         r["ops"],
         "%.2f" % (r["total"] / one) if one else "-",
+        r["wall"],
+        "%.1f" % r["first_step"] if "first_step" in r else "-",
       )
     )
 

@@ -205,14 +205,22 @@ def test_simd_model_fn_trains_and_evaluates_like_placement(tmp_path):
   np.testing.assert_allclose(results["simd"], results["placement"], rtol=1e-5)
 
 
-def test_simd_model_fn_cannot_decode_in_a_v1_graph(tmp_path):
-  # TF1 while loops keep the replicas' collectives apart (see
-  # CollectiveBackend.while_loop); the driver decodes in tf.functions.
+def test_simd_model_fn_decodes_in_a_v1_graph_like_placement(tmp_path):
+  # The replica program is traced as one function, so its decoding while
+  # loops are functional While ops, whose collectives the replicas share
+  # (see CollectiveBackend.while_loop), in a v1 graph too.
   x, _ = dtu.reverse_data(dtu.BATCH)
-  model_fn = _model_fn(tmp_path, mesh_impl="simd")
-  with tf.Graph().as_default():
-    with pytest.raises(NotImplementedError, match="while loop"):
-      model_fn({"inputs": tf.constant(x)}, None, "infer")
+  outputs = {}
+  for mesh_impl in ("placement", "simd"):
+    model_fn = _model_fn(tmp_path / mesh_impl, mesh_impl=mesh_impl)
+    with tf.Graph().as_default():
+      tf1.set_random_seed(3)
+      decode = model_fn({"inputs": tf.constant(x)}, None, "infer")
+      with tf1.Session() as session:
+        _start(session, [decode])
+        outputs[mesh_impl] = session.run(decode.predictions)["outputs"]
+  assert outputs["simd"].shape == (dtu.BATCH, dtu.LENGTH)
+  np.testing.assert_array_equal(outputs["simd"], outputs["placement"])
 
 
 def test_weight_decay_checkpoint_is_accepted_and_changes_nothing(tmp_path):

@@ -407,13 +407,19 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
 
   # -------------------------------------------------------------- running
   def replicate(self, computation: Callable, *args) -> list:
-    """Runs `computation(*args)` once per processor; collective backend only.
+    """Runs `computation(*args)` on every processor; collective backend only.
 
-    Each call happens under `tf.device` of that processor and a replica
-    context in which this mesh's pnum is that processor's. Call it inside a
-    tf.function or a tf.compat.v1 graph (called eagerly, it traces and runs a
-    tf.function itself). Lower the mtf graph inside `computation`; the graph
-    itself may be built there or once outside.
+    `computation` is traced once, as a function of the processor number
+    (`pnum_tensor` is its input), and that function is called on every
+    processor's device: tracing time does not grow with the mesh. A
+    computation asking for its processor as a Python int (the backend's
+    `current_replica()`) is traced once per processor instead, each under
+    `tf.device` of that processor. Call it inside a tf.function or a
+    tf.compat.v1 graph (called eagerly, it traces and runs a tf.function
+    itself). Lower the mtf graph inside `computation`; the graph itself may
+    be built there or once outside. Tensors in the result are each
+    processor's own; other objects (an mtf.Lowering, say) are the trace's,
+    shared by all, and operations are the processor's whole program.
 
     Args:
       computation: builds (or lowers) and returns one replica's outputs.

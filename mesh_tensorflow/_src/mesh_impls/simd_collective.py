@@ -1,12 +1,17 @@
 """CollectiveBackend: SimdMeshImpl replicas on local devices, TF collectives.
 
-The same single-replica program is traced once per replica inside ONE
-tf.function (or tf.compat.v1 graph), each copy under `tf.device` of its
-replica and a replica context that makes `replica_pnum()` that replica's
-constant. The replicas talk with TF's collective ops (`CollectiveReduceV2`,
-`CollectiveGatherV2`, `CollectiveAllToAllV2`), set up the way tf.distribute
-sets them up on TF 2.21:
+The single-replica program is traced ONCE, as a function of the replica's
+physical pnum (an int32 input), and that one function is called on every
+replica's device (`tf.device`); the replicas talk with TF's collective ops
+(`CollectiveReduceV2`, `CollectiveGatherV2`, `CollectiveAllToAllV2`). Build,
+lowering and tracing time therefore do not grow with the number of replicas.
 
+- what differs between replicas is an input of the traced function: the pnum
+  (collective group keys, rank orders and the like are looked up in constant
+  tables by it), and the replica's slice variables and ordering token. The
+  trace reads the variables and token of the first replica (its "template");
+  each call passes its own replica's instead of the template's in the
+  function's captured inputs.
 - every collective a device issues passes that device's *ordering token* (the
   handle of a per-device resource variable). tf.function's automatic control
   dependencies then order the collectives of one device in program order but
@@ -15,10 +20,15 @@ sets them up on TF 2.21:
 - one group key per set of devices, and a fresh instance key per collective:
   every replica issues its collectives in the same order, so the n-th
   collective of each replica gets the same key (a process-wide base, advanced
-  after each `replicate` call, plus a per-replica counter).
+  after each `replicate` call, plus a per-program counter).
 - within a group, the collective ranks follow the device order (job, task,
   device type, index), whatever order the caller lists the group in; the
   results are permuted back into the caller's group order.
+
+A program that needs its replica number as a Python int (it calls
+`current_replica()` or `local_replica_pnums()`, e.g. to pick per-replica
+Python inputs, or copies slices to masters inside the replica) is traced
+once per replica instead, each copy under `tf.device` of its replica.
 
 Chosen over a tf.distribute strategy's replica context: MirroredStrategy runs
 its replicas in threads, and its cross-device ops do not offer all-to-all nor
@@ -98,19 +108,97 @@ def _device_sort_key(device: str):
   )
 
 
-class _ReplicaContext:
-  """State of one replica while its program is traced."""
+class _TraceEachReplica(Exception):
+  """The program cannot be shared by the replicas: trace it per replica."""
 
-  def __init__(self, pnum: int, key_base: int):
+
+# Ops that only read a resource variable: replicas may share what they read.
+_RESOURCE_READS = frozenset(
+  [
+    "ReadVariableOp",
+    "ResourceGather",
+    "ResourceGatherNd",
+    "VariableShape",
+    "VarIsInitializedOp",
+  ]
+)
+
+
+class _ReplicaContext:
+  """State of the replica program being traced.
+
+  Traced once for all replicas, `pnum` is None and the replica's pnum is the
+  tensor `pnum_tensor` (an input of the traced function); traced per replica,
+  `pnum` is that replica's pnum.
+  """
+
+  def __init__(self, pnum: Optional[int], key_base: int, template: int = 0):
     self.pnum = pnum
+    self.pnum_tensor = None
+    # The replica whose variables and token the shared trace reads.
+    self.template = template
     self.key_base = key_base
     self.count = 0
     self.last_collective = None  # Legacy graphs: explicit ordering.
+    # Shared trace: id(tensor of the template) -> (that tensor, that tensor
+    # of each replica by pnum); what each call passes instead of it.
+    self.per_replica: Dict[int, Tuple[Any, List[Any]]] = {}
 
   def reserve_keys(self, n: int) -> int:
     first = self.key_base + self.count
     self.count += n
     return first
+
+  def template_of(self, make: Callable[[int], Any], num_replicas: int):
+    """make(template); each call of the shared trace uses make(its pnum)."""
+    template = make(self.template)
+    if id(template) not in self.per_replica:
+      self.per_replica[id(template)] = (
+        template,
+        [make(p) for p in range(num_replicas)],
+      )
+    return template
+
+  def replica_value(self, captured, pnum: int):
+    """What replica pnum passes for the captured input `captured`."""
+    entry = self.per_replica.get(id(captured))
+    return captured if entry is None else entry[1][pnum]
+
+
+class _Groups:
+  """A replica's view of a partition of the replicas into equal groups.
+
+  Lists indexed by physical pnum: the group's collective key, its members
+  (in the caller's order), their collective ranks and, for all-to-all, the
+  member of each rank.
+
+  Args:
+    groups: the partition (equal sizes).
+    devices: the device of each physical pnum.
+  """
+
+  def __init__(self, groups: Sequence[Sequence[int]], devices: Sequence[str]):
+    self.size = len(groups[0])
+    num_replicas = len(devices)
+    self.members: List[List[int]] = [[] for _ in range(num_replicas)]
+    self.keys = [0] * num_replicas
+    self.ranks: List[Tuple[int, ...]] = [()] * num_replicas
+    self.by_rank: List[Tuple[int, ...]] = [()] * num_replicas
+    for group in groups:
+      group = list(group)
+      order = sorted(
+        range(len(group)), key=lambda i: _device_sort_key(devices[group[i]])
+      )
+      ranks = [0] * len(group)
+      for rank, i in enumerate(order):
+        ranks[i] = rank
+      key = _KEYS.group_key([devices[p] for p in group])
+      for p in group:
+        self.members[p] = group
+        self.keys[p] = key
+        self.ranks[p] = tuple(ranks)
+        self.by_rank[p] = tuple(order)
+    self.in_device_order = all(list(r) == sorted(r) for r in self.ranks if r)
 
 
 class CollectiveBackend(simd_backend.SimdBackend):
@@ -165,6 +253,8 @@ class CollectiveBackend(simd_backend.SimdBackend):
     # Bodies and conditions of the while loops made by while_loop (which
     # may hold collectives).
     self._loop_graphs = weakref.WeakSet()
+    # Partitions (tuples of tuples of pnums) -> their _Groups.
+    self._group_cache: Dict[Tuple[Tuple[int, ...], ...], _Groups] = {}
     self._prepare_tokens()
 
   @property
@@ -190,9 +280,17 @@ class CollectiveBackend(simd_backend.SimdBackend):
     return self._context.stack
 
   def current_replica(self) -> Optional[int]:
-    """Physical pnum of the replica being traced, or None outside replicate."""
+    """Physical pnum of the replica being traced, or None outside replicate.
+
+    Asked while the program is traced once for all replicas, it makes
+    `replicate` trace the program once per replica instead.
+    """
     stack = self._stack()
-    return stack[-1].pnum if stack else None
+    if not stack:
+      return None
+    if stack[-1].pnum is None:
+      raise _TraceEachReplica("the program asks for its pnum as a Python int")
+    return stack[-1].pnum
 
   def _ctx(self, what: str) -> _ReplicaContext:
     stack = self._stack()
@@ -227,7 +325,12 @@ class CollectiveBackend(simd_backend.SimdBackend):
     args: Sequence[Any],
     physical_pnums: Sequence[int],
   ) -> list:
-    """Traces computation(*args) once per replica; see SimdMeshImpl.replicate.
+    """Traces computation(*args) once, runs it on every replica.
+
+    See SimdMeshImpl.replicate. The program is traced once as a function of
+    the replica's pnum and called on each replica's device; if it asks for
+    its pnum as a Python int (`current_replica`, `local_replica_pnums`), it
+    is traced once per replica instead.
 
     Args:
       computation: the single-replica program.
@@ -247,25 +350,88 @@ class CollectiveBackend(simd_backend.SimdBackend):
       return fn()
     if self._stack():
       raise RuntimeError("SimdMeshImpl.replicate cannot be nested")
+    physical_pnums = [int(p) for p in physical_pnums]
     with _KEYS.lock:
       base = _KEYS.next_instance_key
-      outputs, counts = [], []
-      for pnum in physical_pnums:
-        with self.replica_context(pnum, base) as ctx:
-          outputs.append(computation(*args))
-        counts.append(ctx.count)
-      if len(set(counts)) > 1:
-        raise RuntimeError(
-          "replicas issued different numbers of collectives %s (replicas "
-          "%s): the computation must build the same program on every "
-          "replica" % (counts, list(physical_pnums))
+      try:
+        outputs, count = self._replicate_traced_once(
+          computation, args, physical_pnums, base
         )
-      _KEYS.next_instance_key = base + max(counts + [0])
+      except _TraceEachReplica as e:
+        logging.info(
+          "SimdMeshImpl: %s; tracing the replica program once per replica "
+          "(%d times)",
+          e,
+          len(physical_pnums),
+        )
+        outputs, count = self._replicate_per_replica(
+          computation, args, physical_pnums, base
+        )
+      _KEYS.next_instance_key = base + count
     return outputs
 
+  def _replicate_traced_once(self, computation, args, physical_pnums, base):
+    """(outputs, collective count): one trace called on every replica."""
+    ctx = _ReplicaContext(None, base, template=physical_pnums[0])
+    result = {}
+
+    def program(pnum):
+      ctx.pnum_tensor = pnum
+      self._stack().append(ctx)
+      try:
+        with tf.variable_creator_scope(_create_as_is_outside_function):
+          result["structure"] = computation(*args)
+      finally:
+        self._stack().pop()
+      result["flat"] = tf.nest.flatten(result["structure"])
+      # One output at least: its op stands for all the program's operations.
+      return [x for x in result["flat"] if _is_tensor(x)] + [tf.constant(0)]
+
+    traced = tf.function(program, autograph=False)
+    # The trace's ops take the device of each call, none of their own.
+    with tf.compat.v1.get_default_graph().device(None):
+      concrete = traced.get_concrete_function(tf.TensorSpec([], tf.int32))
+    _check_shared_resources_only_read(concrete, ctx)
+    captured = list(concrete.captured_inputs)
+    outputs = []
+    try:
+      for pnum in physical_pnums:
+        concrete.set_external_captures(
+          [ctx.replica_value(c, pnum) for c in captured]
+        )
+        with tf.device(self._devices[pnum]):
+          flat_outputs = concrete(tf.constant(pnum, tf.int32))
+        call = flat_outputs[-1].op
+        values = iter(flat_outputs[:-1])
+        flat = [
+          next(values)
+          if _is_tensor(x)
+          else (call if isinstance(x, tf.Operation) else x)
+          for x in result["flat"]
+        ]
+        outputs.append(tf.nest.pack_sequence_as(result["structure"], flat))
+    finally:
+      concrete.set_external_captures(captured)
+    return outputs, ctx.count
+
+  def _replicate_per_replica(self, computation, args, physical_pnums, base):
+    """(outputs, collective count): the program traced for each replica."""
+    outputs, counts = [], []
+    for pnum in physical_pnums:
+      with self.replica_context(pnum, base) as ctx:
+        outputs.append(computation(*args))
+      counts.append(ctx.count)
+    if len(set(counts)) > 1:
+      raise RuntimeError(
+        "replicas issued different numbers of collectives %s (replicas "
+        "%s): the computation must build the same program on every "
+        "replica" % (counts, list(physical_pnums))
+      )
+    return outputs, max(counts + [0])
+
   # --------------------------------------------------------------- tokens
-  def _token(self, pnum: int) -> tf.Tensor:
-    """The ordering token (a resource handle) of replica pnum's device."""
+  def _token(self, ctx: _ReplicaContext) -> tf.Tensor:
+    """The ordering token (a resource handle) of ctx's replica's device."""
     with tf.init_scope():
       if tf.executing_eagerly():
         if self._eager_tokens is None:
@@ -277,7 +443,9 @@ class CollectiveBackend(simd_backend.SimdBackend):
         if tokens is None:
           tokens = self._make_tokens()
           self._tokens[graph] = tokens
-    return tokens[pnum].handle
+    if ctx.pnum is not None:
+      return tokens[ctx.pnum].handle
+    return ctx.template_of(lambda p: tokens[p].handle, self.num_replicas)
 
   def _make_tokens(self) -> list:
     tokens = []
@@ -290,43 +458,47 @@ class CollectiveBackend(simd_backend.SimdBackend):
         )
     return tokens
 
-  def _constant(self, ctx: _ReplicaContext, value: int) -> tf.Tensor:
-    """An int32 constant on ctx's device, shared by the collectives there."""
+  def _constant(self, ctx: _ReplicaContext, value, dtype=tf.int32):
+    """A constant on ctx's device, shared by the collectives there."""
     graph = tf.compat.v1.get_default_graph()
     # pylint: disable-next=protected-access
-    key = (ctx.pnum, id(graph._get_control_flow_context()), value)
+    key = (ctx.pnum, id(graph._get_control_flow_context()), value, dtype)
     cache = self._constants.setdefault(graph, {})
     if key not in cache:
-      cache[key] = tf.constant(value, tf.int32)
+      cache[key] = tf.constant(value, dtype)
     return cache[key]
 
   # ------------------------------------------------------------- helpers
-  def _my_group(self, groups, pnum: int) -> List[int]:
-    groups = simd_backend.check_groups(groups, self.num_replicas)
-    for g in groups:
-      if pnum in g:
-        return g
-    raise ValueError("replica %d is in no group of %s" % (pnum, groups))
+  def _groups(self, groups) -> _Groups:
+    """The _Groups of a partition (cached: programs reuse a few)."""
+    key = tuple(tuple(int(p) for p in g) for g in groups)
+    found = self._group_cache.get(key)
+    if found is None:
+      simd_backend.check_groups(groups, self.num_replicas)
+      found = self._group_cache[key] = _Groups(key, self._devices)
+    return found
 
-  def _ranks(self, group: Sequence[int]) -> List[int]:
-    """Collective rank of each group member (ranks follow device order)."""
-    order = sorted(
-      range(len(group)), key=lambda i: _device_sort_key(self._devices[group[i]])
-    )
-    ranks = [0] * len(group)
-    for rank, i in enumerate(order):
-      ranks[i] = rank
-    return ranks
+  def _mine(self, ctx: _ReplicaContext, values: Sequence, dtype=tf.int32):
+    """values[pnum] of ctx's replica, as a tensor.
 
-  def _run(self, op_fn: Callable, ctx: _ReplicaContext, group, key: int):
+    A constant when traced per replica or when all replicas have the same
+    value; else looked up in a constant table by the pnum tensor.
+    """
+    if ctx.pnum is not None:
+      return self._constant(ctx, values[ctx.pnum], dtype)
+    if all(v == values[0] for v in values):
+      return self._constant(ctx, values[0], dtype)
+    table = self._constant(ctx, tuple(values), dtype)
+    return tf.gather(table, ctx.pnum_tensor)
+
+  def _run(self, op_fn: Callable, ctx: _ReplicaContext, groups: _Groups, key):
     """Builds one collective of this replica, ordered after its previous one."""
     _check_not_in_while_loop(self._loop_graphs)
-    devices = [self._devices[p] for p in group]
     kwargs = dict(
-      group_size=self._constant(ctx, len(group)),
-      group_key=self._constant(ctx, _KEYS.group_key(devices)),
+      group_size=self._constant(ctx, groups.size),
+      group_key=self._mine(ctx, groups.keys),
       instance_key=key,
-      ordering_token=[self._token(ctx.pnum)],
+      ordering_token=[self._token(ctx)],
       communication_hint=self.communication_hint,
       timeout_seconds=self._timeout,
     )
@@ -381,11 +553,23 @@ class CollectiveBackend(simd_backend.SimdBackend):
 
   # ---------------------------------------------------------- collectives
   def replica_pnum(self) -> tf.Tensor:
-    return tf.constant(self._ctx("replica_pnum").pnum, dtype=tf.int32)
+    ctx = self._ctx("replica_pnum")
+    if ctx.pnum is None:
+      return ctx.pnum_tensor
+    return tf.constant(ctx.pnum, dtype=tf.int32)
 
   def replica_variable(self, name: str, slice_variables: Sequence):
+    """The slice variable of the replica being traced (see SimdBackend).
+
+    In the shared trace, the template replica's; each call passes its own
+    replica's variable in its place.
+    """
     del name
-    return slice_variables[self._ctx("a variable read").pnum]
+    ctx = self._ctx("a variable read")
+    if ctx.pnum is not None:
+      return slice_variables[ctx.pnum]
+    ctx.template_of(lambda p: slice_variables[p].handle, self.num_replicas)
+    return slice_variables[ctx.template]
 
   def local_replica_pnums(self) -> Optional[List[int]]:
     pnum = self.current_replica()
@@ -393,8 +577,8 @@ class CollectiveBackend(simd_backend.SimdBackend):
 
   def allreduce_sum(self, x, groups):
     ctx = self._ctx("allreduce")
-    group = self._my_group(groups, ctx.pnum)
-    if len(group) == 1:
+    groups = self._groups(groups)
+    if groups.size == 1:
       return tf.identity(x)
     key = ctx.reserve_keys(1)
     encoded, decode = _encode_for_sum(tf.convert_to_tensor(x))
@@ -403,13 +587,13 @@ class CollectiveBackend(simd_backend.SimdBackend):
         input=encoded, merge_op="Add", final_op="Id", **kw
       ),
       ctx,
-      group,
+      groups,
       key,
     )
     return decode(out)
 
-  def _gather_stacked(self, x, ctx, group) -> tf.Tensor:
-    """[len(group)] + x.shape: x of every member, in group order."""
+  def _gather_stacked(self, x, ctx, groups: _Groups) -> tf.Tensor:
+    """[group size] + x.shape: x of every member, in group order."""
     key = ctx.reserve_keys(1)
     encoded, decode = _encode_exact(x)
     gathered = self._run(
@@ -417,30 +601,29 @@ class CollectiveBackend(simd_backend.SimdBackend):
         input=tf.expand_dims(encoded, self._constant(ctx, 0)), **kw
       ),
       ctx,
-      group,
+      groups,
       key,
     )
     gathered = tf.ensure_shape(
-      decode(gathered), [len(group)] + x.shape.as_list()
+      decode(gathered), [groups.size] + x.shape.as_list()
     )
-    ranks = self._ranks(group)
-    if ranks != sorted(ranks):
-      gathered = tf.gather(gathered, ranks)
+    if not groups.in_device_order:
+      gathered = tf.gather(gathered, self._mine(ctx, groups.ranks))
     return gathered
 
   def all_gather(self, x, groups, axis: int):
     ctx = self._ctx("all_gather")
-    group = self._my_group(groups, ctx.pnum)
-    if len(group) == 1:
+    groups = self._groups(groups)
+    if groups.size == 1:
       return tf.identity(x)
     x = tf.convert_to_tensor(x)
-    stacked = self._gather_stacked(x, ctx, group)
+    stacked = self._gather_stacked(x, ctx, groups)
     return _merge_leading_axis(stacked, axis)
 
   def all_to_all(self, x, groups, split_axis: int, concat_axis: int):
     ctx = self._ctx("all_to_all")
-    group = self._my_group(groups, ctx.pnum)
-    n = len(group)
+    groups = self._groups(groups)
+    n = groups.size
     if n == 1:
       return tf.identity(x)
     x = tf.convert_to_tensor(x)
@@ -454,24 +637,19 @@ class CollectiveBackend(simd_backend.SimdBackend):
     piece[split_axis] //= n
     # [n] + piece shape: piece j is for the j-th group member.
     pieces = _split_leading_axis(x, split_axis, n)
-    ranks = self._ranks(group)
-    identity = ranks == sorted(ranks)
-    if not identity:
-      by_rank = [0] * n
-      for member, rank in enumerate(ranks):
-        by_rank[rank] = member
-      pieces = tf.gather(pieces, by_rank)
+    if not groups.in_device_order:
+      pieces = tf.gather(pieces, self._mine(ctx, groups.by_rank))
     key = ctx.reserve_keys(1)
     encoded, decode = _encode_exact(pieces)
     received = self._run(
       lambda **kw: tf.raw_ops.CollectiveAllToAllV2(input=encoded, **kw),
       ctx,
-      group,
+      groups,
       key,
     )
     received = tf.ensure_shape(decode(received), [n] + piece)
-    if not identity:
-      received = tf.gather(received, ranks)
+    if not groups.in_device_order:
+      received = tf.gather(received, self._mine(ctx, groups.ranks))
     return _merge_leading_axis(received, concat_axis)
 
   def permute(self, x, source_target_pairs):
@@ -481,7 +659,8 @@ class CollectiveBackend(simd_backend.SimdBackend):
     One all-gather per connected set of replicas (e.g. a mesh row for a
     shift along it), each target picking its source's piece: a single
     collective instead of one per pair, at the price of gathering the whole
-    set (TF has no point-to-point collective outside XLA).
+    set (TF has no point-to-point collective outside XLA). Where the sets
+    differ in size, one all-gather over all replicas.
     """
     ctx = self._ctx("permute")
     pairs = [(int(s), int(t)) for s, t in source_target_pairs]
@@ -498,33 +677,92 @@ class CollectiveBackend(simd_backend.SimdBackend):
           "not in [0, %d)" % (p, pairs, self.num_replicas)
         )
     x = tf.convert_to_tensor(x)
-    me = ctx.pnum
-    group = _connected_replicas(pairs, me)
-    source = dict((t, s) for s, t in pairs).get(me)
-    if len(group) == 1:
+    source_of = dict((t, s) for s, t in pairs)
+    partition = _connected_replicas(pairs, self.num_replicas)
+    if len(partition[0]) == 1:  # Every replica keeps its x or gets zeros.
       ctx.reserve_keys(1)  # Keeps every replica's key sequence aligned.
-      return tf.identity(x) if source == me else tf.zeros_like(x)
-    stacked = self._gather_stacked(x, ctx, group)
-    if source is None:
-      return tf.zeros_like(x)
-    return stacked[group.index(source)]
+      keep = [source_of.get(p) == p for p in range(self.num_replicas)]
+      return tf.where(self._mine(ctx, keep, tf.bool), x, tf.zeros_like(x))
+    groups = self._groups(partition)
+    stacked = self._gather_stacked(x, ctx, groups)
+    index = [
+      groups.members[p].index(source_of[p]) if p in source_of else -1
+      for p in range(self.num_replicas)
+    ]
+    mine = self._mine(ctx, index)
+    picked = tf.gather(stacked, tf.maximum(mine, 0))
+    if min(index) >= 0:
+      return picked
+    return tf.where(mine >= 0, picked, tf.zeros_like(x))
 
 
 def _connected_replicas(
-  pairs: Sequence[Tuple[int, int]], pnum: int
-) -> List[int]:
-  """The replicas linked to pnum through pairs (sorted; [pnum] if none)."""
+  pairs: Sequence[Tuple[int, int]], num_replicas: int
+) -> List[List[int]]:
+  """The partition of the replicas into sets linked by pairs (sorted).
+
+  Sets of unequal sizes are merged into one set of all replicas.
+  """
   neighbours: Dict[int, set] = {}
   for s, t in pairs:
     neighbours.setdefault(s, set()).add(t)
     neighbours.setdefault(t, set()).add(s)
-  seen, todo = {pnum}, [pnum]
-  while todo:
-    for q in neighbours.get(todo.pop(), ()):
-      if q not in seen:
-        seen.add(q)
-        todo.append(q)
-  return sorted(seen)
+  partition, seen = [], set()
+  for pnum in range(num_replicas):
+    if pnum in seen:
+      continue
+    members, todo = {pnum}, [pnum]
+    while todo:
+      for q in neighbours.get(todo.pop(), ()):
+        if q not in members:
+          members.add(q)
+          todo.append(q)
+    seen |= members
+    partition.append(sorted(members))
+  if len({len(m) for m in partition}) > 1:
+    return [list(range(num_replicas))]
+  return partition
+
+
+def _check_shared_resources_only_read(concrete, ctx: _ReplicaContext):
+  """_TraceEachReplica if the program may change a resource it shares.
+
+  Replicas sharing a resource the program writes (a variable other than
+  their slices, a summary writer, an iterator) would each call the shared
+  program with it; tf.function's automatic control dependencies would then
+  run the calls one after the other, and the first would wait forever for
+  the others' collectives. Traced per replica, only the writing ops are
+  ordered.
+  """
+  graph = concrete.graph
+  for external, internal in zip(
+    graph.external_captures, graph.internal_captures
+  ):
+    if internal.dtype != tf.resource or id(external) in ctx.per_replica:
+      continue
+    for consumer in internal.consumers():
+      if consumer.type not in _RESOURCE_READS:
+        raise _TraceEachReplica(
+          "the program changes a resource all replicas share (a %s op)"
+          % consumer.type
+        )
+
+
+def _create_as_is_outside_function(next_creator, **kwargs):
+  """Variable creator: variables made outside the trace are not lifted.
+
+  mtf makes its variables under tf.init_scope, eagerly or in the outer
+  graph; made as they are, tf.function need not trace the replica program a
+  second time (as it does after lifting variables made by a first trace).
+  """
+  # Under tf.init_scope eagerly, the default graph is still the trace's.
+  if tf.executing_eagerly() or not tf.inside_function():
+    kwargs["experimental_enable_variable_lifting"] = False
+  return next_creator(**kwargs)
+
+
+def _is_tensor(x) -> bool:
+  return isinstance(x, (tf.Tensor, tf.SparseTensor, tf.RaggedTensor))
 
 
 def _keep_functional(loop_outputs: Sequence[tf.Tensor]) -> None:

@@ -398,7 +398,7 @@ class Estimator:
   def lower_on_mesh(self, build: Callable, *args):
     """build(*args) (builds and lowers an mtf graph) on the estimator's mesh.
 
-    Once for placement, once per replica for SIMD (see
+    Once for placement; for SIMD traced once and run by every replica (see
     mesh_impl_choice.lower_on_mesh).
 
     Args:

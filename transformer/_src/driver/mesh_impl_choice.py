@@ -185,15 +185,15 @@ def is_simd(mesh_impl: mtf.MeshImpl) -> bool:
 def lower_on_mesh(mesh_impl: mtf.MeshImpl, build: Callable, *args) -> Any:
   """build(*args), which builds and lowers an mtf graph, run on mesh_impl.
 
-  Placement: called once. SIMD with the collective backend: called once per
-  replica (in a tf.function or a tf.compat.v1 graph), each under its
-  replica's device; the first replica's result is returned, each of its
-  tensors made to wait for every tensor and op of every replica. Fetching
-  any one of them then runs every collective on every replica (in a legacy
-  graph a collective left out on one replica would stall the others); the
-  replicas' exported tensors are equal. SIMD with the TPU backend: called
-  once, as the computation of `tf.compat.v1.tpu.replicate` over the mesh's
-  replicas (see `lower_on_tpu`).
+  Placement: called once. SIMD with the collective backend: traced once and
+  run by every replica (in a tf.function or a tf.compat.v1 graph; see
+  SimdMeshImpl.replicate); the first replica's result is returned, each of
+  its tensors made to wait for every tensor and op of every replica.
+  Fetching any one of them then runs every collective on every replica (in a
+  legacy graph a collective left out on one replica would stall the others);
+  the replicas' exported tensors are equal. SIMD with the TPU backend:
+  called once, as the computation of `tf.compat.v1.tpu.replicate` over the
+  mesh's replicas (see `lower_on_tpu`).
 
   Args:
     mesh_impl: the mesh implementation.
