@@ -148,6 +148,7 @@ def get_estimator(
       "run.vocabulary is required (e.g. "
       "run.vocabulary = @vocabulary.ByteVocabulary())"
     )
+  driver_cluster.disable_placement_dependent_rewrites()
   connected = driver_cluster.connect(cluster, timeout=cluster_timeout)
   if connected is not None and not mesh_devices:
     mesh_devices = connected.mesh_devices(mesh_shape)
