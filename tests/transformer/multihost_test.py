@@ -178,10 +178,41 @@ def _finish(process, check=True):
   return result
 
 
+def _kill_running(*processes):
+  """Kills (by pid) the trainers still running, e.g. after another failed."""
+  for process in processes:
+    if process.poll() is None:
+      process.kill()
+      process.wait()
+
+
 def _last_loss(stdout):
   matches = LOSS_LINE.findall(stdout)
   assert matches, stdout
   return int(matches[-1][0]), float(matches[-1][1])
+
+
+def _start_both(workers, tmp_path, tfds_dir, steps, *args, small=True):
+  """Starts a one-process trainer and a cluster trainer: (local, remote)."""
+  local = _train(
+    tmp_path / "local",
+    tfds_dir,
+    steps,
+    "--mesh_devices=4",
+    *args,
+    wait=False,
+    small=small,
+  )
+  remote = _train(
+    tmp_path / "cluster",
+    tfds_dir,
+    steps,
+    "--cluster=%s" % ",".join(w.address for w in workers),
+    *args,
+    wait=False,
+    small=small,
+  )
+  return local, remote
 
 
 def _assert_same_training(local, remote, tmp_path, steps):
@@ -207,27 +238,12 @@ def _assert_same_training(local, remote, tmp_path, steps):
 
 @pytest.mark.slow
 def test_cluster_training_matches_one_process(workers, tmp_path, tfds_dir):
-  # Long enough for last-bit differences in a step to grow into different
-  # losses (they reach 1e-4 by step 60 and 0.07 by step 100).
+  # The demo config: long enough for last-bit differences in a step to grow
+  # into different losses (they reached 1e-4 by step 60, 0.07 by step 100).
   steps = 200
-  addresses = ",".join(w.address for w in workers)
   # Three trainers at once (they share the cores).
-  local = _train(
-    tmp_path / "local",
-    tfds_dir,
-    steps,
-    "--mesh_devices=4",
-    wait=False,
-    small=False,
-  )
-  remote = _train(
-    tmp_path / "cluster",
-    tfds_dir,
-    steps,
-    "--cluster=%s" % addresses,
-    wait=False,
-    small=False,
-  )
+  local, remote = _start_both(workers, tmp_path, tfds_dir, steps, small=False)
+  addresses = ",".join(w.address for w in workers)
   # A mesh with more processors than the cluster's 4 devices.
   too_large = _train(
     tmp_path / "too_large",
@@ -237,16 +253,19 @@ def test_cluster_training_matches_one_process(workers, tmp_path, tfds_dir):
     gin=["utils.run.mesh_shape = 'rows:2;cols:4'"],
     wait=False,
   )
-  local, remote = _finish(local), _finish(remote)
-  too_large = _finish(too_large, check=False)
-  _assert_same_training(local, remote, tmp_path, steps)
+  try:
+    finished = _finish(local), _finish(remote)
+    refused = _finish(too_large, check=False)
+  finally:
+    _kill_running(local, remote, too_large)
+  _assert_same_training(*finished, tmp_path, steps)
 
-  assert too_large.returncode != 0
+  assert refused.returncode != 0
   assert re.search(
     r"mesh_shape rows:2;cols:4 needs 8 devices but the cluster's 'worker' "
     r"job has 4 CPU and 0 GPU device\(s\) \(task 0: 2 CPU, task 1: 2 CPU\)",
-    too_large.stderr,
-  ), too_large.stderr
+    refused.stderr,
+  ), refused.stderr
   assert not (tmp_path / "too_large" / "checkpoint").exists()
 
 
@@ -254,24 +273,14 @@ def test_cluster_training_matches_one_process(workers, tmp_path, tfds_dir):
 def test_simd_cluster_training_matches_one_process(workers, tmp_path, tfds_dir):
   """The collective backend across the two tasks: TF collective ops."""
   steps = 200
-  addresses = ",".join(w.address for w in workers)
-  local = _train(
-    tmp_path / "local",
-    tfds_dir,
-    steps,
-    "--mesh_devices=4",
-    "--mesh_impl=simd",
-    wait=False,
+  local, remote = _start_both(
+    workers, tmp_path, tfds_dir, steps, "--mesh_impl=simd"
   )
-  remote = _train(
-    tmp_path / "cluster",
-    tfds_dir,
-    steps,
-    "--cluster=%s" % addresses,
-    "--mesh_impl=simd",
-    wait=False,
-  )
-  _assert_same_training(_finish(local), _finish(remote), tmp_path, steps)
+  try:
+    finished = _finish(local), _finish(remote)
+  finally:
+    _kill_running(local, remote)
+  _assert_same_training(*finished, tmp_path, steps)
 
 
 @pytest.mark.slow

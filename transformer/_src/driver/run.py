@@ -85,6 +85,9 @@ def get_estimator(
   original's signature; TPUs are not driven from here. With a cluster (the
   `cluster` argument, else TF_CONFIG) the process connects to its tasks and
   the mesh defaults to the "worker" job's devices (driver/cluster.py).
+  Grappler's arithmetic optimizer is turned off for the process, so a run
+  computes the same values whether the mesh's devices are in one process or
+  on a cluster (cluster.disable_placement_dependent_rewrites).
 
   Args:
     model_type: "bitransformer", "lm", "delimited_lm", "aligned" or
