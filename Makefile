@@ -16,6 +16,7 @@ V1_TESTS := tests/ops tests/layers tests/optimizers tests/beam_search_test.py \
 	tests/transformer/layer_stack_test.py tests/transformer/unitransformer_test.py \
 	tests/transformer/bitransformer_test.py tests/transformer/attention_layers_test.py \
 	tests/transformer/dense_layers_test.py tests/transformer/moe_test.py \
+	tests/transformer/moe_gating_original_test.py tests/transformer/heterogeneous_moe_test.py \
 	tests/transformer/adaptive_softmax_test.py tests/transformer/attention_core_test.py \
 	tests/transformer/attention_variants_test.py tests/transformer/embeddings_test.py \
 	tests/transformer/evolved_transformer_test.py \

@@ -106,3 +106,72 @@ def test_shared_slices_compute_once_in_graphs():
     assert len({id(t) for t in z.tensor_list}) == 4
     with tf.compat.v1.Session() as sess:
       np.testing.assert_allclose(sess.run(y.tensor_list[3]), [3.0, 6.0])
+
+
+def test_sharing_survives_a_preceding_stateful_op():
+  # A variable assignment built just before must not count as the slice
+  # function's own stateful op.
+  mesh_impl = placement_mesh_impl.PlacementMeshImpl(
+    "all:4", "", ["/cpu:%d" % i for i in range(4)]
+  )
+  with tf.Graph().as_default() as graph:
+    v = tf.Variable([0.0, 0.0])
+    x = v.assign([1.0, 2.0])
+    laid_out = placement_mesh_impl.LaidOutTensor([x] * 4)
+    y = mesh_impl.slicewise(lambda t: t * 3.0, laid_out)
+    assert all(t is y.tensor_list[0] for t in y.tensor_list)
+    assert len([op for op in graph.get_operations() if op.type == "Mul"]) == 1
+
+
+def test_shared_constants_of_several_devices_count_as_one_value():
+  mesh_impl = placement_mesh_impl.PlacementMeshImpl(
+    "all:4", "", ["/cpu:%d" % i for i in range(4)]
+  )
+  with tf.Graph().as_default() as graph:
+    per_device = mesh_impl.slicewise(
+      lambda _: graph_constants.constant([5, 7]), mesh_impl.laid_out_pnum()
+    )
+    assert len({id(t) for t in per_device.tensor_list}) == 4
+    keys = graph_constants.value_keys(graph)
+    assert len({keys[id(t)] for t in per_device.tensor_list}) == 1
+    y = mesh_impl.slicewise(lambda t: t * 2, per_device)
+    assert all(t is y.tensor_list[0] for t in y.tensor_list)
+    with tf.compat.v1.Session() as sess:
+      np.testing.assert_array_equal(sess.run(y.tensor_list[2]), [10, 14])
+
+
+def test_replicated_groups_share_one_collective():
+  # rows x cols mesh; the slices are equal along rows, so both row groups
+  # reduce the same tensors over cols: one reduction serves both.
+  devices = ["/cpu:%d" % i for i in range(4)]
+  mesh_impl = placement_mesh_impl.PlacementMeshImpl(
+    "rows:2;cols:2", "", devices
+  )
+  with tf.Graph().as_default() as graph:
+    a, b = tf.constant([1.0, 2.0]), tf.constant([10.0, 20.0])
+    laid_out = placement_mesh_impl.LaidOutTensor([a, b, a, b])
+    summed = mesh_impl.allreduce(laid_out, [1], "SUM")
+    assert len({id(t) for t in summed.tensor_list}) == 1
+    adds = [op for op in graph.get_operations() if op.type in ("AddV2", "AddN")]
+    assert len(adds) == 1
+    with tf.compat.v1.Session() as sess:
+      for t in summed.tensor_list:
+        np.testing.assert_allclose(sess.run(t), [11.0, 22.0])
+
+
+def test_reshape_reuses_an_identical_reshape_in_graphs():
+  with tf.Graph().as_default() as graph:
+    x = tf.reshape(tf.range(24.0), [2, 3, 4])
+    a = graph_constants.reshape(x, [6, 4])
+    assert graph_constants.reshape(x, [6, 4]) is a
+    assert graph_constants.reshape(x, [4, 6]) is not a
+    with tf.device("/cpu:1"):
+      assert graph_constants.reshape(x, [6, 4]) is not a
+    with tf.control_dependencies([tf.no_op()]):
+      gated = graph_constants.reshape(x, [6, 4])
+    assert gated is not a and gated.op.control_inputs
+    # x's own reshape, then [6, 4], [4, 6], on cpu:1 and under the gate.
+    reshapes = [op for op in graph.get_operations() if op.type == "Reshape"]
+    assert len(reshapes) == 5
+    with tf.compat.v1.Session() as sess:
+      np.testing.assert_array_equal(sess.run(a), np.arange(24.0).reshape(6, 4))

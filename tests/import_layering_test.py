@@ -6,6 +6,8 @@ violation is reported even where importing would fail. Checked per tree:
   - no `_src` module imports a public facade of its own package;
   - no private name is used across modules (`from m import _x`, `m._x`);
   - transformer/_src: driver -> models, data -> layers (never upwards);
+  - mesh_tensorflow/bert/_src, a leaf package above both, uses only the public
+    APIs of mesh_tensorflow and transformer (no other package's _src);
   - shapes.py and layout.py import no TensorFlow, not even indirectly.
 Each failure names the importing module, the line number and the import.
 The checker itself is tested on small synthetic trees.
@@ -64,6 +66,11 @@ class Tree:
   @property
   def package(self) -> str:
     return self.src_package.split(".")[0]
+
+  @property
+  def facade_package(self) -> str:
+    """The package whose public modules are this tree's facades."""
+    return self.src_package.rpartition("._src")[0]
 
 
 def load_tree(root: pathlib.Path, src_package: str) -> Tree:
@@ -255,7 +262,7 @@ def _forbidden_facades(tree: Tree) -> Tuple[str, ...]:
   if tree.package == "transformer":
     # mesh_tensorflow.transformer aliases the transformer facades.
     return ("transformer", "mesh_tensorflow.transformer")
-  return (tree.package,)
+  return (tree.facade_package,)
 
 
 def _within(dotted: str, package: str) -> bool:
@@ -379,15 +386,31 @@ def tensorflow_violations(tree: Tree, pure_modules: Sequence[str]) -> List[str]:
   return messages
 
 
+def other_src_violations(tree: Tree) -> List[str]:
+  """Imports of another package's _src modules (its private code)."""
+  messages = []
+  for module in tree.modules:
+    for imp in module_imports(tree, module):
+      parts = imp.target.split(".")
+      if "_src" in parts and not _within(imp.target, tree.src_package):
+        messages.append(
+          "%s imports %s, private code of another package (use its public "
+          "API): %s" % (module, imp.target, imp.describe())
+        )
+  return messages
+
+
 # --------------------------------------------------------------------------
 # The real trees.
 
 _MTF = load_tree(_REPO, "mesh_tensorflow._src")
 _TRANSFORMER = load_tree(_REPO, "transformer._src")
+_BERT = load_tree(_REPO, "mesh_tensorflow.bert._src")
 
 _TREES = [
   pytest.param(_MTF, id="mesh_tensorflow"),
   pytest.param(_TRANSFORMER, id="transformer"),
+  pytest.param(_BERT, id="bert"),
 ]
 
 
@@ -426,6 +449,12 @@ def test_transformer_layers(tree):
       m.startswith("transformer._src.%s." % layer) for m in tree.modules
     ), "no subpackage transformer/_src/" + layer
   messages = layer_violations(tree, TRANSFORMER_FORBIDDEN_IMPORTS)
+  assert not messages, _report(messages)
+
+
+def test_bert_uses_only_public_apis_of_other_packages():
+  assert "mesh_tensorflow.bert._src.model" in _BERT.modules
+  messages = other_src_violations(_BERT)
   assert not messages, _report(messages)
 
 
@@ -579,3 +608,22 @@ def test_checker_accepts_a_clean_tree(tmp_path):
   assert facade_violations(tree) == []
   assert private_name_violations(tree) == []
   assert tensorflow_violations(tree, ["pkg._src.high"]) == []
+
+
+def test_checker_finds_imports_of_another_packages_src(tmp_path):
+  _write_tree(
+    tmp_path,
+    {
+      "top/__init__.py": "",
+      "top/leaf/__init__.py": "",
+      "top/leaf/_src/__init__.py": "",
+      "top/leaf/_src/a.py": "import top\nfrom top.leaf._src import b\n",
+      "top/leaf/_src/b.py": "from top._src.core import f\n",
+    },
+  )
+  tree = load_tree(tmp_path, "top.leaf._src")
+  assert tree.facade_package == "top.leaf"
+  assert other_src_violations(tree) == [
+    "top.leaf._src.b imports top._src.core, private code of another package "
+    "(use its public API): top.leaf._src.b:1: from top._src.core import f"
+  ]

@@ -393,3 +393,15 @@ T5_MODEL = mesh_layouts(
 T5_DECODE = mesh_layouts(
   (ONE_DEVICE, [""]), ("b:2;m:2", ["batch:b;heads:m;d_ff:m;vocab:m"])
 )
+# The planner's programs (tests/plan): a matmul contracting c, a shift and a
+# cumsum along n, a reshape that moves a's split to n2: layouts that need
+# each kind of collective (allreduce, shift, allconcat, alltoall).
+PLAN = trio(
+  all_4=["", "a:all", "n:all", "c:all", "a:all;n2:all"],
+  rows_cols=[
+    "a:rows;n:cols",
+    "c:rows;n:cols",
+    "a:rows;c:cols;n2:rows",
+    "n:rows;c:cols",
+  ],
+)

@@ -4,8 +4,8 @@ As in the original, importing the package imports the model modules
 (attention, dataset, learning_rate_schedules, moe, transformer,
 transformer_layers, utils, vocabulary), so their gin configurables are
 registered; the research modules (adaptive_softmax, vocab_embeddings,
-funnel/universal/evolved transformers, fixup and memory layers) are imported
-on demand.
+funnel/universal/evolved transformers, fixup and memory layers,
+heterogeneous_moe) are imported on demand.
 """
 
 from transformer._src import quiet as _quiet

@@ -43,8 +43,8 @@ flags.DEFINE_string(
 flags.DEFINE_string(
   "tpu",
   None,
-  "train on this Cloud TPU: its name, local (a TPU VM's own chips) or a "
-  "grpc:// address",
+  "run on this Cloud TPU: its name, local (a TPU VM's own chips) or a "
+  "grpc:// address (the export modes write a CPU SavedModel without it)",
 )
 flags.DEFINE_string("gcp_project", None, "GCP project of the TPU")
 flags.DEFINE_string("tpu_zone", None, "GCE zone of the TPU")

@@ -15,6 +15,7 @@ from transformer._src.layers.moe_gating import (
   switch_max_gating as _switch_max_gating,
 )
 from transformer._src.layers.moe_gating import top_2_gating as _top_2_gating
+from transformer._src.layers.moe_gating import top_n_gating as _top_n_gating
 from transformer._src.layers.moe_layers import HParams
 from transformer._src.layers.moe_layers import MoE1D
 from transformer._src.layers.moe_layers import MoE2D

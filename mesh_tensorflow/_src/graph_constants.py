@@ -5,7 +5,9 @@ scalars) once per slice: in a graph, a tf.constant made from a Python list
 costs as much Python time as the op it feeds, and constants were a third of
 the ops of a lowered training step. `shared` builds each such constant once
 per graph, device scope and name of the value, and hands the same tensor to
-every later caller in the same place.
+every later caller in the same place; `value_keys` tells which tensors of
+different devices hold the same such value. `reshape` likewise reuses an
+identical earlier reshape of the same tensor.
 
 The cache is bypassed (a fresh tensor is built) when executing eagerly,
 inside a tf.compat.v1 control-flow context (while_loop, cond: their ops need
@@ -20,10 +22,15 @@ import weakref
 
 import tensorflow as tf
 
-__all__ = ["constant", "reshape", "shared"]
+__all__ = ["constant", "reshape", "shared", "value_keys"]
 
 # tf.Graph -> {key: tf.Tensor}.
 _CACHE = weakref.WeakKeyDictionary()
+# tf.Graph -> {id(tensor): key} for the tensors of _CACHE (which keeps them
+# alive, so their ids stay theirs).
+_VALUE_KEYS = weakref.WeakKeyDictionary()
+# tf.Graph -> {(device scope, id(x), shape): (x, reshaped x)}.
+_RESHAPES = weakref.WeakKeyDictionary()
 
 
 def _scope_key(graph) -> Optional[tuple]:
@@ -69,7 +76,23 @@ def shared(key: Hashable, make: Callable[[], tf.Tensor]) -> tf.Tensor:
     with graph.control_dependencies(None):
       tensor = make()
     cache[full_key] = tensor
+    _VALUE_KEYS.setdefault(graph, {})[id(tensor)] = key
   return tensor
+
+
+def value_keys(graph) -> dict:
+  """{id(tensor): key} for the tensors `shared` built in graph.
+
+  Tensors of equal keys hold equal values, whatever their device: a caller
+  may treat them as one value (e.g. compute a function of them once).
+
+  Args:
+    graph: a tf.Graph.
+
+  Returns:
+    a dict (empty if `shared` built nothing in graph); do not modify it.
+  """
+  return _VALUE_KEYS.get(graph, {})
 
 
 def constant(value: Sequence[int], dtype: tf.DType = tf.int32) -> tf.Tensor:
@@ -91,6 +114,10 @@ def constant(value: Sequence[int], dtype: tf.DType = tf.int32) -> tf.Tensor:
 def reshape(x: tf.Tensor, shape: Sequence[int]) -> tf.Tensor:
   """tf.reshape(x, shape) with a shared shape; x itself if already shaped so.
 
+  In a graph, reshaping the same tensor to the same shape again in the same
+  device scope (outside control dependencies) gives the first reshape's
+  result: a matrix view of an activation serves all matmuls that read it.
+
   Args:
     x: a tf.Tensor.
     shape: the new static shape, a list of ints.
@@ -101,4 +128,18 @@ def reshape(x: tf.Tensor, shape: Sequence[int]) -> tf.Tensor:
   shape = [int(d) for d in shape]
   if x.shape.rank is not None and x.shape.as_list() == shape:
     return x
-  return tf.reshape(x, constant(shape))
+  if tf.executing_eagerly():
+    return tf.reshape(x, shape)
+  graph = tf.compat.v1.get_default_graph()
+  scope = _scope_key(graph)
+  # pylint: disable-next=protected-access
+  if scope is None or graph._control_dependencies_stack:
+    return tf.reshape(x, constant(shape))
+  cache = _RESHAPES.setdefault(graph, {})
+  key = (scope, id(x), tuple(shape))
+  hit = cache.get(key)
+  if hit is not None and hit[0] is x:
+    return hit[1]
+  y = tf.reshape(x, constant(shape))
+  cache[key] = (x, y)
+  return y

@@ -19,6 +19,7 @@ from mesh_tensorflow._src import stacking  # noqa: F401  pylint: disable=unused-
 from mesh_tensorflow._src.graph import Graph
 from mesh_tensorflow._src.graph import Mesh
 from mesh_tensorflow._src.graph import Tensor
+from mesh_tensorflow._src.mesh_impl import COLLECTIVE_KINDS
 
 _INVALID_SCOPE_CHARS = re.compile(r"[^A-Za-z0-9_.\-/]")
 
@@ -65,6 +66,11 @@ class Lowering:
     if autostack:
       self.autostack()
     self._counters = []
+    for mesh_impl in mesh_to_impl.values():
+      # Collectives performed later (a lazy sum realised by an export) count
+      # here too, until another Lowering takes the mesh impl over.
+      if hasattr(mesh_impl, "set_collective_counter"):
+        mesh_impl.set_collective_counter(self.add_counter)
     self.tensors = {}
     self.operations = {}
     self.variables = {}
@@ -191,6 +197,22 @@ class Lowering:
   def counters(self):
     """The counters recorded by add_counter: a dict {name: value}."""
     return self._counters
+
+  def collective_bytes(self) -> Dict[str, int]:
+    """Bytes sent by each kind of collective, summed over all processors.
+
+    From the "collective_bytes/<kind>" counters the mesh impls add for every
+    allreduce, allconcat, alltoall and shift (receive) the lowering asked for.
+
+    Returns:
+      a dict {kind: bytes} with every kind of mesh_impl.COLLECTIVE_KINDS.
+    """
+    totals = dict.fromkeys(COLLECTIVE_KINDS, 0)
+    for key, value in self._counters:
+      if key.startswith("collective_bytes/"):
+        kind = key[len("collective_bytes/") :]
+        totals[kind] = totals.get(kind, 0) + value
+    return totals
 
   def laid_out_size(self, tensor: Tensor) -> int:
     """The number of elements of a tensor summed over all processors.

@@ -69,6 +69,52 @@ class MeshImpl:
         self._shape.to_string,
       )
 
+  # ------------------------------------------------- communication counts
+  def set_collective_counter(
+    self, add_counter_fn: Optional[Callable[[str, int], None]]
+  ) -> None:
+    """Routes the byte counts of later collectives to `add_counter_fn`.
+
+    A Lowering installs its own counter while it lowers, so its counters hold
+    the bytes every collective it asked for sends (see count_collective).
+
+    Args:
+      add_counter_fn: a function (counter name, value), or None to stop
+        counting.
+    """
+    self._collective_counter = add_counter_fn
+
+  def count_collective(
+    self,
+    kind: str,
+    slice_tensor,
+    mesh_axes: Sequence[int],
+    num_transfers: Optional[int] = None,
+  ) -> None:
+    """Counts the bytes a collective sends, summed over all processors.
+
+    Backends call this from their allreduce, allconcat, alltoall and receive.
+    The counter "collective_bytes/<kind>" grows by collective_total_bytes.
+
+    Args:
+      kind: "allreduce", "allconcat", "alltoall" or "shift".
+      slice_tensor: one processor's input slice (a tf.Tensor: its static
+        shape and dtype give the slice bytes).
+      mesh_axes: the mesh axes spanning each group of the collective.
+      num_transfers: for "shift", how many processors send their slice.
+    """
+    counter = getattr(self, "_collective_counter", None)
+    if counter is None:
+      return
+    slice_bytes = slice_tensor.shape.num_elements() * slice_tensor.dtype.size
+    group_size = list_product([self._shape[a].size for a in mesh_axes])
+    counter(
+      "collective_bytes/%s" % kind,
+      collective_total_bytes(
+        kind, slice_bytes, group_size, self.size, num_transfers
+      ),
+    )
+
   @property
   def shape(self) -> Shape:
     """The mesh Shape: one named Dimension per mesh axis."""
@@ -605,6 +651,78 @@ class MeshImpl:
       a LaidOutTensor holding each processor's slice of `tf_x`.
     """
     raise NotImplementedError("%s.import_tf_tensor" % type(self).__name__)
+
+
+COLLECTIVE_KINDS = ("allreduce", "allconcat", "alltoall", "shift")
+
+
+def collective_total_bytes(
+  kind: str,
+  slice_bytes: int,
+  group_size: int,
+  num_processors: int,
+  num_transfers: Optional[int] = None,
+) -> int:
+  """Bytes a collective sends, summed over all processors (an exact int).
+
+  The usual bandwidth-optimal algorithms: a ring allreduce sends 2(n-1)/n of
+  the slice from every member of a group of n; an allconcat (all-gather)
+  sends every slice to the n-1 other members; an alltoall keeps 1/n of each
+  slice and sends the rest; a shift sends whole slices, once per transfer.
+
+  Example:
+    >>> collective_total_bytes("allreduce", 1024, 4, 8)  # 2 groups of 4
+    12288
+    >>> collective_total_bytes("shift", 1024, 4, 8, num_transfers=6)
+    6144
+
+  Args:
+    kind: one of COLLECTIVE_KINDS.
+    slice_bytes: the bytes of one processor's input slice.
+    group_size: n, the processors in each group.
+    num_processors: all processors of the mesh.
+    num_transfers: for "shift", the number of processors that send.
+
+  Returns:
+    an int.
+
+  Raises:
+    ValueError: for an unknown kind.
+  """
+  num_groups = num_processors // group_size
+  if kind == "allreduce":
+    return 2 * (group_size - 1) * slice_bytes * num_groups
+  if kind == "allconcat":
+    return (group_size - 1) * slice_bytes * num_processors
+  if kind == "alltoall":
+    return (group_size - 1) * slice_bytes * num_groups
+  if kind == "shift":
+    return slice_bytes * (num_transfers or 0)
+  raise ValueError(
+    "unknown collective %r; expected one of %s" % (kind, COLLECTIVE_KINDS)
+  )
+
+
+def shift_transfers(
+  mesh_shape: Sequence[int],
+  mesh_axis: int,
+  source_pcoord: Sequence[Optional[int]],
+) -> int:
+  """How many processors receive a slice from another one in a receive.
+
+  Args:
+    mesh_shape: the mesh dimension sizes.
+    mesh_axis: the mesh axis of the receive.
+    source_pcoord: for each coordinate along the axis, the coordinate it
+      receives from, or None.
+
+  Returns:
+    an int: the processors whose source is another processor.
+  """
+  moving = sum(
+    1 for i, source in enumerate(source_pcoord) if source not in (None, i)
+  )
+  return moving * list_product(mesh_shape) // mesh_shape[mesh_axis]
 
 
 def static_slice(

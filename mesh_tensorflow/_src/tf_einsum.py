@@ -104,7 +104,8 @@ def _broadcast_multiply(la, lb, lo, a, b) -> tf.Tensor:
   def align(labels, x):
     order = "".join(l for l in lo if l in labels)
     x = _reduce_and_transpose(labels, order, x)
-    if len(order) < len(lo):
+    # Missing leading dims need no size-1 axes: tf.multiply broadcasts them.
+    if not lo.endswith(order):
       sizes = dict(zip(order, x.shape.as_list()))
       x = graph_constants.reshape(x, [sizes.get(l, 1) for l in lo])
     return x

@@ -506,7 +506,8 @@ class Variable(Operation):
 
 
 def _read(v):
-  return v.read_value() if isinstance(v, tf.Variable) else tf.identity(v)
+  """The value of a slice: one read op (read_value adds an identity)."""
+  return v.value() if isinstance(v, tf.Variable) else tf.identity(v)
 
 
 def get_variable(

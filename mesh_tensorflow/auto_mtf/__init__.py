@@ -14,12 +14,20 @@ from mesh_tensorflow.auto_mtf.api import layout as layout
 from mesh_tensorflow.auto_mtf.api import (
   layout_and_mesh_shape as layout_and_mesh_shape,
 )
+from mesh_tensorflow.auto_mtf.api import (
+  layout_and_mesh_shape_for_step_time as layout_and_mesh_shape_for_step_time,
+)
+from mesh_tensorflow.auto_mtf.api import (
+  layout_for_step_time as layout_for_step_time,
+)
 
 __all__ = [
   "api",
   "graph_interface",
   "layout",
   "layout_and_mesh_shape",
+  "layout_and_mesh_shape_for_step_time",
+  "layout_for_step_time",
   "layout_optimizer",
   "memory_estimator",
   "print_cp_model_solution",

@@ -329,7 +329,7 @@ def test_meshes_and_layouts(mesh_shape, layout):
 # ParallelLayer.
 
 
-def test_parallel_layer_sums_outputs_in_scopes():
+def test_parallel_layer_sums_outputs_over_sqrt_n_in_scopes():
   w = {
     i: (_weights(30 + i, (8, D_FF)), _weights(40 + i, (D_FF, 8)))
     for i in range(2)
@@ -358,7 +358,9 @@ def test_parallel_layer_sums_outputs_in_scopes():
     return [y]
 
   (y,) = mtu.run_program(build)
-  expected = _relu(X @ w[0][0]) @ w[0][1] + np.tanh(X @ w[1][0]) @ w[1][1]
+  expected = (
+    _relu(X @ w[0][0]) @ w[0][1] + np.tanh(X @ w[1][0]) @ w[1][1]
+  ) / np.sqrt(2.0)
   np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
   assert sorted(seen) == [
     "parallel_layer_%d/%s/kernel" % (i, n)

@@ -8,6 +8,7 @@ same step code runs on CPU with SimdMeshImpl's collective backend.
 import itertools
 import shutil
 
+import gin
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -15,8 +16,12 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from mesh_tensorflow import simd_mesh_impl
 from tests.transformer import driver_test_util as dtu
+from transformer import dataset as dataset_lib
+from transformer import utils
 from transformer import vocabulary
+from transformer._src.driver import checkpoints
 from transformer._src.driver import cluster
+from transformer._src.driver import evaluation
 from transformer._src.driver import run as driver_run
 from transformer._src.driver import tpu
 
@@ -203,9 +208,9 @@ def expected_groups(plan, mesh_axes):
   ]
 
 
-def build_tpu_train_graph(tmp_path, topology, mesh, iterations_per_loop):
+def tpu_estimator_in(graph, tmp_path, topology, mesh):
+  """An Estimator in `graph` whose mesh_impl is the TPU backend."""
   plan = tpu.plan_mesh(mesh[0], topology)
-  graph = tf.Graph()
   with graph.as_default():
     # The TPU cores as the mesh's devices (the host has too few CPUs).
     devices = [
@@ -214,6 +219,13 @@ def build_tpu_train_graph(tmp_path, topology, mesh, iterations_per_loop):
     ]
     est = dtu.estimator(tmp_path, mesh=mesh, mesh_devices=devices)
     est.mesh_impl = tpu.tpu_mesh_impl(plan, mesh[1])
+  return plan, est
+
+
+def build_tpu_train_graph(tmp_path, topology, mesh, iterations_per_loop):
+  graph = tf.Graph()
+  plan, est = tpu_estimator_in(graph, tmp_path, topology, mesh)
+  with graph.as_default():
     loop = tpu.ReplicatedTrainLoop(est, iterations_per_loop, job="worker")
     outputs = loop.trace(loop.make_iterators(dtu.input_fn))
   return plan, graph, loop, outputs
@@ -224,7 +236,14 @@ def test_v3_8_step_graph_replicates_over_8_cores_in_a_host_loop(tmp_path):
     tmp_path, v3_8(), V3_MESH, iterations_per_loop=3
   )
   assert loop.hosts == ["/job:worker/task:0/device:CPU:0"]
-  assert sorted(outputs) == ["learning_rate", "loss", "step"]
+  assert sorted(outputs) == [
+    "diverged_loss",
+    "diverged_step",
+    "finite",
+    "learning_rate",
+    "loss",
+    "step",
+  ]
   ops = list(all_ops(graph))
   (loop_op,) = [op for op in graph.get_operations() if op.type == "While"]
   (metadata,) = [op for op in ops if op.type == "TPUReplicateMetadata"]
@@ -247,6 +266,9 @@ def test_v3_8_step_graph_replicates_over_8_cores_in_a_host_loop(tmp_path):
     if op.type == "Const" and getattr(op.graph, "name", None) == cond
   ]
   assert bound == 3
+  # The loop also stops after a non-finite step.
+  cond_ops = [op.type for op in ops if getattr(op.graph, "name", None) == cond]
+  assert "LogicalAnd" in cond_ops
   # Collectives run over the physical groups of the mesh axes.
   allowed = {str(expected_groups(plan, axes)) for axes in ([0], [1], [0, 1])}
   sums = [op for op in ops if op.type == "CrossReplicaSum"]
@@ -294,11 +316,97 @@ def test_v4_32_step_graph_each_host_feeds_its_own_replicas(tmp_path):
 
 
 # --------------------------------------------------------------------------
+# Evaluation, scoring and decoding programs on TPU, built in a tf.Graph.
+
+
+def replicated_ops(ops, metadata):
+  """The ops of the replicated computation `metadata` heads."""
+  cluster = metadata.get_attr("_tpu_replicate")
+  for op in ops:
+    try:
+      if op.get_attr("_tpu_replicate") == cluster:
+        yield op
+    except ValueError:
+      pass
+
+
+@pytest.mark.parametrize(
+  "topology, mesh, replicas",
+  [(v3_8, V3_MESH, 8), (v4_32, V4_MESH, 16)],
+  ids=["v3-8", "v4-32"],
+)
+def test_eval_and_decode_programs_replicate_over_every_core(
+  tmp_path, topology, mesh, replicas
+):
+  graph = tf.Graph()
+  plan, est = tpu_estimator_in(graph, tmp_path, topology(), mesh)
+  x, y = dtu.reverse_data(dtu.BATCH)
+  with graph.as_default():
+    features = {"inputs": tf.constant(x), "targets": tf.constant(y)}
+    # The teacher-forced program of eval and scoring.
+    _, loss, xent, predictions = evaluation.teacher_forced_graph(est, features)
+    # Greedy decoding (the model's while loop).
+    _, decodes = evaluation.decode_graph(est, tf.constant(x))
+  assert loss.shape == [] and loss.dtype == tf.float32
+  assert xent.shape == y.shape and predictions.shape == y.shape
+  assert decodes.shape == x.shape and decodes.dtype == tf.int32
+  ops = list(all_ops(graph))
+  metadata = [op for op in ops if op.type == "TPUReplicateMetadata"]
+  assert len(metadata) == 2  # one replicated program each
+  for m in metadata:
+    assert m.get_attr("num_replicas") == replicas
+    assert m.get_attr("device_assignment") == [
+      c for r in range(replicas) for c in coordinates(plan, r)
+    ]
+  # The outputs are those of logical processor 0's replica.
+  for t in (loss, xent, predictions, decodes):
+    source = t.op.inputs[0]
+    assert source.op.type == "TPUReplicatedOutput", t
+    assert source.value_index == plan.logical_to_physical[0], t
+  # The decode's while loop runs inside its replicated computation.
+  decode_ops = list(replicated_ops(ops, metadata[1]))
+  assert "While" in {op.type for op in decode_ops}
+  # Collectives over the mesh's physical groups; the batch reaches every
+  # replica as its input.
+  allowed = {str(expected_groups(plan, axes)) for axes in ([0], [1], [0, 1])}
+  sums = [op for op in ops if op.type == "CrossReplicaSum"]
+  assert sums and {str(group_assignment(op)) for op in sums} <= allowed
+  inputs = [
+    op
+    for op in ops
+    if op.type == "TPUReplicatedInput"
+    and op.inputs[0].op.type == "Const"
+    and "pnum" not in op.name
+  ]
+  assert inputs and all(len(op.inputs) == replicas for op in inputs)
+
+
+def test_eval_and_decode_programs_compile_with_xla(tmp_path):
+  # A TPU runs only what XLA compiles; the teacher-forced and decoding
+  # programs (one processor) compile with XLA on CPU and give what the
+  # uncompiled ones give.
+  est = dtu.estimator(tmp_path, mesh=("all:1", "batch:all"), mesh_impl="simd")
+  est.train(dtu.input_fn, 1)
+  x, y = dtu.reverse_data(dtu.BATCH)
+  features = {"inputs": tf.constant(x), "targets": tf.constant(y)}
+
+  def programs(features):
+    _, loss, xent, predictions = evaluation.teacher_forced_graph(est, features)
+    _, decodes = evaluation.decode_graph(est, features["inputs"])
+    return loss, xent, predictions, decodes
+
+  compiled = tf.function(programs, jit_compile=True, autograph=False)
+  plain = tf.function(programs, autograph=False)
+  for got, want in zip(compiled(features), plain(features)):
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5)
+
+
+# --------------------------------------------------------------------------
 # The same step code on CPU (collective backend).
 
 
-def simd_estimator(model_dir):
-  est = dtu.estimator(model_dir, mesh=CPU_MESH)
+def simd_estimator(model_dir, **kwargs):
+  est = dtu.estimator(model_dir, mesh=CPU_MESH, **kwargs)
   est.mesh_impl = simd_mesh_impl.SimdMeshImpl(est.mesh_shape, est.layout_rules)
   return est
 
@@ -384,6 +492,45 @@ def test_checkpoints_restore_across_placement_and_simd(tmp_path):
   assert_same_checkpoints(placement_first, straight_dir)
 
 
+def diverged_at(error, model_dir):
+  """(step and loss, non-finite names) of a divergence error's message."""
+  message = str(error).replace(str(model_dir), "DIR")
+  head, rest = message.split("; non-finite variables: ")
+  return head, rest.split(". Nothing")[0]
+
+
+@pytest.mark.slow
+def test_a_diverging_loop_raises_as_placement_and_saves_nothing(tmp_path):
+  dirs = common_start(tmp_path, "placement", "two", "four")
+  # SGD at 1e30: step 1's weights are huge, step 2 overflows.
+  diverge = dict(
+    optimizer=mtf.optimize.SgdOptimizer, learning_rate_schedule=1e30
+  )
+  with pytest.raises(FloatingPointError) as placement:
+    dtu.estimator(dirs[0], mesh=CPU_MESH, **diverge).train(dtu.input_fn, 4)
+  want_step, want_names = diverged_at(placement.value, dirs[0])
+  assert want_step.startswith("training diverged at step 2: loss ")
+  for model_dir, iterations in zip(dirs[1:], (2, 4)):
+    est = simd_estimator(model_dir, **diverge)
+    with pytest.raises(FloatingPointError) as looped:
+      # One call runs every step; with 4, steps 3 and 4 run after the
+      # divergence (the collective backend's loop is unrolled).
+      tpu.train(est, dtu.input_fn, 4, iterations_per_loop=iterations)
+    step, names = diverged_at(looped.value, model_dir)
+    assert step == want_step  # the first non-finite step and its loss
+    if iterations == 2:  # the loop ended at that step: the same variables
+      assert names == want_names
+      assert str(looped.value).replace(str(model_dir), "DIR") == str(
+        placement.value
+      ).replace(str(dirs[0]), "DIR")
+    assert names.startswith("decoder/") or names.startswith("encoder/")
+    # Nothing was saved, and the non-finite masters refuse to be.
+    assert checkpoints.checkpoint_steps(str(model_dir)) == [0]
+    with pytest.raises(ValueError, match="hold inf/nan"):
+      est.save()
+    assert checkpoints.checkpoint_steps(str(model_dir)) == [0]
+
+
 def test_loop_needs_a_simd_mesh_impl(tmp_path):
   est = dtu.estimator(tmp_path, mesh=CPU_MESH)
   with pytest.raises(ValueError, match="SimdMeshImpl, got PlacementMeshImpl"):
@@ -400,6 +547,9 @@ def test_loop_needs_a_simd_mesh_impl(tmp_path):
 
 
 def run_with_tpu(tmp_path, tpu_name, mode="train", **kwargs):
+  kwargs.setdefault("mesh_shape", "batch:8")
+  kwargs.setdefault("layout_rules", "batch:batch")
+  kwargs.setdefault("train_steps", 4)
   return driver_run.run(
     tpu_job_name=None,
     tpu=tpu_name,
@@ -407,11 +557,8 @@ def run_with_tpu(tmp_path, tpu_name, mode="train", **kwargs):
     tpu_zone=None,
     model_dir=str(tmp_path),
     mode=mode,
-    mesh_shape="batch:8",
-    layout_rules="batch:batch",
     sequence_length=dtu.LENGTH,
     batch_size=dtu.BATCH,
-    train_steps=4,
     train_dataset_fn=lambda **unused: dtu.input_fn().unbatch(),
     **kwargs,
   )
@@ -461,6 +608,180 @@ def test_run_with_an_unreachable_tpu_fails_before_building(tmp_path):
   assert not list(tmp_path.iterdir())
 
 
-def test_run_with_a_tpu_trains_only(tmp_path):
-  with pytest.raises(ValueError, match="mode 'eval' on Cloud TPU"):
-    run_with_tpu(tmp_path, "my-tpu", mode="eval")
+def test_run_places_the_mesh_as_the_originals_gin_options_say(
+  tmp_path, monkeypatch
+):
+  # The original's recipe: mesh_shape = @tpu_mesh_shape() with a tiling spec
+  # as model_parallelism, the same spec as
+  # tpu_estimator_model_fn.hierarchical_tiling_spec; autostack from run().
+  spec = [("batch", None), ("model", [2, 1, 1])]
+  mesh_shape = utils.tpu_mesh_shape("2x2", spec)
+  assert mesh_shape == mtf.convert_to_shape("batch:4;model:2")
+  monkeypatch.setattr(
+    tpu,
+    "setup_tpu",
+    lambda name, zone, project, job, mesh: tpu.TpuSetup(
+      name, None, tpu.plan_mesh(mesh, v3_8()), None
+    ),
+  )
+  trained = []
+  monkeypatch.setattr(
+    tpu, "train", lambda est, *args, **kwargs: trained.append(est) or {}
+  )
+  dtu.tiny_gin(
+    "utils.tpu_estimator_model_fn.hierarchical_tiling_spec = %r" % spec
+  )
+  run_with_tpu(
+    tmp_path,
+    "my-tpu",
+    mesh_shape=mesh_shape,
+    layout_rules="batch:batch,d_ff:model",
+    autostack=False,
+    vocabulary=vocabulary.ByteVocabulary(),
+  )
+  (est,) = trained
+  tiling = simd_mesh_impl.HierarchicalTiling(spec, [2, 2, 2])
+  automatic = tpu.plan_mesh(mesh_shape, v3_8()).logical_to_physical
+  assert est.mesh_impl.logical_to_physical == tiling.logical_to_physical
+  assert tiling.logical_to_physical != automatic
+  assert est.autostack is False
+  # The "model" pairs span the two chips of a column ([2, 1, 1]: y).
+  plan = tpu.plan_mesh(mesh_shape, v3_8(), spec)
+  for group in mtf.processor_groups(mesh_shape, [1]):
+    chips = [coordinates(plan, plan.logical_to_physical[p]) for p in group]
+    assert [c[1] for c in chips] == [0, 1] and chips[0][0] == chips[1][0]
+  # Ensemble parallelism: [ensemble, batch, model]; the later dims stay
+  # close (each model pair is one chip's two cores).
+  mesh_shape = utils.tpu_mesh_shape("2x2", 2, ensemble_parallelism=2)
+  assert mesh_shape == mtf.convert_to_shape("ensemble:2;batch:2;model:2")
+  plan = tpu.plan_mesh(mesh_shape, v3_8())
+  for group in mtf.processor_groups(mesh_shape, [2]):
+    chips = {coordinates(plan, plan.logical_to_physical[p])[:3] for p in group}
+    assert len(chips) == 1, group
+
+
+def fake_tpu_on_cpus(monkeypatch, mesh_shape):
+  """run()'s TPU: a synthetic slice of mesh_shape's size whose programs run
+  on CPUs with the collective backend (placed as on the TPU).
+  """
+  size = mtf.convert_to_shape(mesh_shape).size
+  topology = tpu.synthetic_topology([1, size // 2, 1, 2])
+  plan = tpu.plan_mesh(mesh_shape, topology, tpu_name="fake-tpu")
+  setup = tpu.TpuSetup("fake-tpu", None, plan, None)
+  made = []
+
+  def collective_mesh_impl(plan, layout_rules):
+    mesh_impl = simd_mesh_impl.SimdMeshImpl(
+      plan.mesh_shape,
+      layout_rules,
+      devices=["/device:CPU:%d" % i for i in range(size)],
+      logical_to_physical=plan.logical_to_physical,
+    )
+    made.append(mesh_impl)
+    return mesh_impl
+
+  monkeypatch.setattr(tpu, "setup_tpu", lambda *args: setup)
+  monkeypatch.setattr(tpu, "tpu_mesh_impl", collective_mesh_impl)
+  return made
+
+
+REVERSE_STRINGS = ["abc", "hello", "xy", "mesh"]
+
+
+def exact_match(targets, predictions):
+  return {
+    "exact_match": float(
+      np.mean([t == p for t, p in zip(targets, predictions)])
+    )
+  }
+
+
+def eval_dataset_fn(**unused):
+  x, y = dtu.reverse_data(12, seed=1)
+  examples = lambda: tf.data.Dataset.from_tensor_slices(
+    {"inputs": x, "targets": y}
+  )
+  return [dataset_lib.EvalDataset("rev", examples, None, [exact_match])]
+
+
+def bind_infer_and_score(tmp_path, name):
+  """gin bindings of infer and score_from_strings; returns the scores."""
+  inputs = str(tmp_path / "inputs.txt")
+  with open(inputs, "w") as f:
+    f.write("\n".join(REVERSE_STRINGS) + "\n")
+  scores = []
+  prefix = "mesh_tensorflow.transformer.utils."
+  for param, value in (
+    ("decode_from_file.input_filename", inputs),
+    ("decode_from_file.output_filename", str(tmp_path / name / "decodes")),
+    ("score_from_strings.inputs", REVERSE_STRINGS),
+    ("score_from_strings.targets", [s[::-1] for s in REVERSE_STRINGS]),
+    (
+      "score_from_strings.score_postprocess_fn",
+      lambda results, vocabulary: scores.extend(r["scores"] for r in results),
+    ),
+  ):
+    gin.bind_parameter(prefix + param, value)
+  return scores
+
+
+@pytest.mark.slow
+def test_run_eval_infer_score_export_with_a_tpu_match_placement(
+  tmp_path, monkeypatch
+):
+  # run() with --tpu on CPUs: the TPU path's estimator and phases, lowered
+  # with the collective backend; the results are placement's.
+  mesh = dict(mesh_shape="all:2", layout_rules=CPU_MESH[1])
+  model_dir = tmp_path / "model"
+  bytes_vocabulary = vocabulary.ByteVocabulary()
+  common = dict(vocabulary=bytes_vocabulary, eval_checkpoint_step=-1, **mesh)
+  # float32 activations: bfloat16 rounds differently on other layouts.
+  dtu.tiny_gin("utils.get_variable_dtype.activation_dtype = 'float32'")
+  run_with_tpu(model_dir, None, "train", train_steps=2, **common)
+  results = {}
+  for name in ("placement", "tpu"):
+    if name == "tpu":
+      made = fake_tpu_on_cpus(monkeypatch, mesh["mesh_shape"])
+    scores = bind_infer_and_score(tmp_path, name)
+    tpu_name = None if name == "placement" else "fake-tpu"
+    metrics = run_with_tpu(
+      model_dir,
+      tpu_name,
+      "eval",
+      eval_dataset_fn=eval_dataset_fn,
+      eval_summary_dir=str(tmp_path / name),
+      **common,
+    )["rev"]
+    run_with_tpu(model_dir, tpu_name, "infer", **common)
+    run_with_tpu(model_dir, tpu_name, "score_from_strings", **common)
+    results[name] = (metrics, scores)
+  assert len(made) == 3  # eval, infer and score ran on the "TPU" mesh
+  assert all(m.device_assignment is None for m in made)  # on CPUs
+  (want, want_scores), (got, got_scores) = results["placement"], results["tpu"]
+  assert sorted(got) == sorted(want)
+  for metric, value in want.items():
+    assert got[metric] == pytest.approx(value, rel=1e-5), metric
+  assert got["num_eval_tokens"] == 12 * dtu.LENGTH
+  np.testing.assert_allclose(got_scores, want_scores, rtol=1e-5)
+  assert len(got_scores) == len(REVERSE_STRINGS)
+
+  # Greedy decodes: of the eval examples and of the infer inputs.
+  def read(name, file_name):
+    return utils.get_inputs_from_file(str(tmp_path / name / file_name))
+
+  for file_name in ("rev_predictions-2", "decodes-2"):
+    assert read("tpu", file_name) == read("placement", file_name), file_name
+  decodes = read("tpu", "decodes-2")
+  assert len(decodes) == len(REVERSE_STRINGS)
+  # Export with --tpu: the CPU SavedModel, without contacting the TPU.
+  monkeypatch.setattr(tpu, "setup_tpu", None)
+  path = run_with_tpu(
+    model_dir,
+    "fake-tpu",
+    "export_infer",
+    export_path=str(tmp_path / "export"),
+    **common,
+  )
+  served = tf.saved_model.load(path).signatures["serving_default"]
+  outputs = served(inputs=tf.constant(REVERSE_STRINGS))["outputs"].numpy()
+  assert [o.decode() for o in outputs] == decodes

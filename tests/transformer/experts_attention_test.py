@@ -141,9 +141,9 @@ def _expected_self_attention(outs):
 
 
 VARIABLES_QKV = [
-  ("kv/kernel", "Shape[experts=4, expert_hidden=16, d_model=8]"),
+  ("k_wo/kernel", "Shape[experts=4, expert_hidden=16, d_model=8]"),
   ("o", "Shape[heads=8, d_model=8]"),
-  ("q/kernel", "Shape[experts=4, expert_hidden=16, d_model=8]"),
+  ("q_wo/kernel", "Shape[experts=4, expert_hidden=16, d_model=8]"),
   ("switch_gating/kernel", "Shape[d_model=8, expert_unsplit=4]"),
   ("wi/kernel", "Shape[experts=4, d_model=8, expert_hidden=16]"),
 ]

@@ -131,13 +131,23 @@ def np_route(
         place(t, second[t], g2[t])
     return combine, loss
   if gating in ("switch", "switch_max"):
-    if gating == "switch_max":
-      relative = (probs / probs.max(0, keepdims=True)).astype(np.float32)
-      first = np.argmax(relative, -1)
-    loss = _balance(first, probs, weight, num_experts)
-    for t in range(g):
-      if weight[t]:
-        place(t, first[t], probs[t, first[t]])
+    # The mean router probability is over the whole group, weighted by the
+    # real positions afterwards (the original's broadcast).
+    mask = np.eye(num_experts)[first]
+    loss = float(
+      np.mean(probs.mean(0) * mask.mean(0)) * weight.mean() * num_experts**2
+    )
+    if gating == "switch":
+      for t in range(g):
+        if weight[t]:
+          place(t, first[t], probs[t, first[t]])
+      return combine, loss
+    # switch_max: each expert keeps its `capacity` most confident takers.
+    for e in range(num_experts):
+      takers = [t for t in range(g) if weight[t] and first[t] == e]
+      takers.sort(key=lambda t: -probs[t, e])
+      for c, t in enumerate(takers[:capacity]):
+        combine[t, e, c] = probs[t, e]
     return combine, loss
   if gating == "ntlb":
     loss = _balance(first, probs, weight, num_experts)
@@ -149,12 +159,22 @@ def np_route(
           placed[t] = place(t, e, probs[t, e])
     return combine, loss
   if gating == "expert_selection":
-    scores = probs * weight[:, None]
+    # Softmax over the group per expert, padding (importance 0) excluded;
+    # a position's weights are divided by the experts that chose it.
+    imp = np.ones(g) if importance is None else importance
+    masked = logits.astype(np.float64) - 1e9 * (imp == 0.0)[:, None]
+    over_group = np.exp(masked - masked.max(0, keepdims=True))
+    over_group /= over_group.sum(0, keepdims=True)
+    chosen = np.zeros((g, num_experts, capacity))
     for e in range(num_experts):
-      best = np.argsort(-scores[:, e], kind="stable")[:capacity]
+      best = np.argsort(-over_group[:, e], kind="stable")[:capacity]
       for c, t in enumerate(best):
-        combine[t, e, c] = scores[t, e]
-    return combine, 0.0
+        chosen[t, e, c] = 1.0
+    times_chosen = np.maximum(chosen.sum(axis=(1, 2)), 1.0)
+    combine = chosen * over_group[:, :, None] / times_chosen[:, None, None]
+    mean_gate = over_group.mean(1) * weight
+    loss = float(np.mean(mean_gate**2 * imp.sum()) * g)
+    return combine, loss
   raise ValueError(gating)
 
 
@@ -198,7 +218,23 @@ def _run_gating(gating, hparams, capacity, train=True, importance=None):
       importance=imp,
     )
     kernel = _var(mesh.graph, "_gating/kernel")
-    return [dispatch, combine, loss, kernel]
+    # switch_max and expert_selection order them [.., experts, capacity,
+    # group]; compare everything as [.., group, experts, capacity].
+    order = mtf.Shape(
+      [
+        OUTER,
+        GROUPS,
+        GROUP,
+        EXPERTS,
+        dispatch.shape.get_dim_by_name("expert_capacity"),
+      ]
+    )
+    return [
+      mtf.transpose(dispatch, order),
+      mtf.transpose(combine, order),
+      loss,
+      kernel,
+    ]
 
   return mtu.run_program(build)
 
@@ -691,7 +727,7 @@ def test_gate_inputs_with_token_embeddings_modes():
   x = mtf.import_tf_tensor(mesh, tf.constant(a), mtf.Shape(dims))
   e = mtf.import_tf_tensor(mesh, tf.constant(b), mtf.Shape(dims))
   outs = {
-    mode: moe_layers.gate_inputs_with_token_embeddings(x, e, mode)
+    mode: moe_gating.gate_inputs_with_token_embeddings(x, e, mode)
     for mode in ("concat", "add_stop_grad", "embed_only")
   }
   lowering = mtf.Lowering(
@@ -707,7 +743,7 @@ def test_gate_inputs_with_token_embeddings_modes():
   np.testing.assert_allclose(got["add_stop_grad"], a + b)
   np.testing.assert_allclose(got["embed_only"], b)
   with pytest.raises(ValueError):
-    moe_layers.gate_inputs_with_token_embeddings(x, e, "multiply")
+    moe_gating.gate_inputs_with_token_embeddings(x, e, "multiply")
 
 
 @pytest.mark.parametrize("temperature", [None, 1.0])
@@ -735,13 +771,20 @@ def test_second_place_expert_prob_off_in_eval():
 
 
 def test_top_n_gating_with_two_experts_is_top_2():
-  hparams = _hparams(
-    moe_top_n_num_experts_per_token=2, moe_use_second_place_loss=True
-  )
+  hparams = _hparams(moe_top_n_num_experts_per_token=2)
   top_n = _run_gating("top_n", hparams, 2)
   top_2 = _run_gating("top_2", hparams, 2)
   for got, expected in zip(top_n[:3], top_2[:3]):
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-7)
+
+
+def test_top_n_second_place_loss_needs_three_places():
+  # The original balances the third choices for the "second place" loss.
+  hparams = _hparams(
+    moe_top_n_num_experts_per_token=2, moe_use_second_place_loss=True
+  )
+  with pytest.raises(ValueError, match="moe_top_n_num_experts_per_token"):
+    _run_gating("top_n", hparams, 2)
 
 
 def test_top_n_gating_routes_to_the_n_best_experts():

@@ -10,6 +10,7 @@ from typing import Callable, List, Sequence
 
 import tensorflow as tf
 
+from mesh_tensorflow._src import graph_constants
 from mesh_tensorflow._src import laid_out as laid_out_lib
 from mesh_tensorflow._src import layout as layout_lib
 from mesh_tensorflow._src import mesh_impl as mesh_impl_lib
@@ -83,14 +84,22 @@ def _same_device(a: str, b: str) -> bool:
 _SHAREABLE_STATEFUL_OPS = frozenset(["ReadVariableOp", "VarHandleOp"])
 
 
-def _builds_stateful_ops(graph, first_op_id: int) -> bool:
-  """Whether ops added to graph after version first_op_id have side effects."""
-  nodes = graph._nodes_by_id  # pylint: disable=protected-access
-  for op_id in range(first_op_id, graph.version + 2):
-    try:
-      op = nodes[op_id]
-    except KeyError:
-      continue
+def _operations(graph) -> list:
+  """graph's operations in creation order.
+
+  TF 2.21's Graph.operations is the graph's own list (no copy, unlike
+  get_operations(), which other versions fall back to).
+  """
+  operations = getattr(graph, "operations", None)
+  return operations if isinstance(operations, list) else graph.get_operations()
+
+
+def _builds_stateful_ops(graph, first_op_count: int) -> bool:
+  """Whether ops added to graph after it had first_op_count ops have effects.
+
+  Reads of variables do not count (replicas may share them).
+  """
+  for op in _operations(graph)[first_op_count:]:
     # pylint: disable-next=protected-access
     if op._is_stateful and op.type not in _SHAREABLE_STATEFUL_OPS:
       return True
@@ -371,8 +380,9 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
 
     In a graph on devices sharing host memory, processors whose slices are
     the very same tensors (replicas: a shared slice variable, a reduced sum)
-    share the result of the first of them, unless fn builds stateful ops
-    (other than variable reads): replicated work is built and run once.
+    or equal constants of graph_constants share the result of the first of
+    them, unless fn builds stateful ops (other than variable reads):
+    replicated work is built and run once.
     """
     n = self.size
     args = []
@@ -383,19 +393,23 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
     share = self._share_host_memory and n > 1 and not tf.executing_eagerly()
     if share:
       graph = tf1.get_default_graph()
-      first_op_id = graph.version
+      first_op_count = len(_operations(graph))
+      # A shared constant (one per device) counts as one value.
+      value_keys = graph_constants.value_keys(graph)
+    else:
+      value_keys = {}
     by_args = {}
     results = []
     for pnum, device in enumerate(self._devices):
       slice_args = [a[pnum] for a in args]
-      key = tuple(id(a) for a in slice_args)
+      key = tuple(value_keys.get(id(a), id(a)) for a in slice_args)
       if share and key in by_args:
         results.append(by_args[key])
         continue
       with tf.device(device):
         results.append(fn(*slice_args))
       if share and pnum == 0:
-        share = not _builds_stateful_ops(graph, first_op_id)
+        share = not _builds_stateful_ops(graph, first_op_count)
       by_args[key] = results[-1]
     if isinstance(results[0], tuple):
       return tuple(LaidOutTensor(list(r)) for r in zip(*results))
@@ -452,13 +466,23 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
     )
 
   def _per_group(self, x, mesh_axes, group_fn):
-    """Runs group_fn(slices, devices) on every processor group; reassembles."""
+    """Runs group_fn(slices, devices) on every processor group; reassembles.
+
+    In a graph on devices sharing host memory, a group whose slices are the
+    very same tensors as an earlier group's (replicas over the other mesh
+    axes) takes that group's results: group_fn builds no stateful ops.
+    """
     x = x.to_laid_out_tensor()
     out = [None] * self.size
+    reuse = self._share_host_memory and not tf.executing_eagerly()
+    by_slices = {}
     for group in layout_lib.processor_groups(self.shape, list(mesh_axes)):
-      results = group_fn(
-        [x.tensor_list[p] for p in group], [self._devices[p] for p in group]
-      )
+      slices = [x.tensor_list[p] for p in group]
+      key = tuple(id(s) for s in slices)
+      results = by_slices.get(key) if reuse else None
+      if results is None:
+        results = group_fn(slices, [self._devices[p] for p in group])
+        by_slices[key] = results
       for p, r in zip(group, results):
         out[p] = r
     return LaidOutTensor(out)
@@ -466,6 +490,8 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
   def allreduce(self, x, mesh_axes, reduction_fn_string: str):
     if not mesh_axes:
       return x.to_laid_out_tensor()
+    x = x.to_laid_out_tensor()
+    self.count_collective("allreduce", x.tensor_list[0], mesh_axes)
     return self._per_group(
       x,
       mesh_axes,
@@ -473,6 +499,8 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
     )
 
   def allconcat(self, x, mesh_axis: int, concat_axis: int):
+    x = x.to_laid_out_tensor()
+    self.count_collective("allconcat", x.tensor_list[0], [mesh_axis])
     return self._per_group(
       x,
       [mesh_axis],
@@ -480,6 +508,8 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
     )
 
   def alltoall(self, x, mesh_axis: int, split_axis: int, concat_axis: int):
+    x = x.to_laid_out_tensor()
+    self.count_collective("alltoall", x.tensor_list[0], [mesh_axis])
     return self._per_group(
       x,
       [mesh_axis],
@@ -489,6 +519,14 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
   def receive(self, x, mesh_axis: int, source_pcoord):
     x = x.to_laid_out_tensor()
     shape = self.shape.to_integer_list
+    self.count_collective(
+      "shift",
+      x.tensor_list[0],
+      [mesh_axis],
+      num_transfers=mesh_impl_lib.shift_transfers(
+        shape, mesh_axis, source_pcoord
+      ),
+    )
     out = []
     for pnum, device in enumerate(self._devices):
       coord = layout_lib.pnum_to_processor_coordinates(shape, pnum)

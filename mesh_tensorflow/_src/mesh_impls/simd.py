@@ -475,6 +475,7 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
       return x
     groups = self._create_group_assignment(mesh_axes)
     t = x.one_slice
+    self.count_collective("allreduce", t, mesh_axes)
     if reduction_fn_string == "SUM":
       dtype = t.dtype
       if (
@@ -504,6 +505,7 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
       t = tf.expand_dims(t, concat_axis)
     if self.shape[mesh_axis].size == 1:
       return LaidOutTensor([t])
+    self.count_collective("allconcat", t, [mesh_axis])
     groups = self._create_group_assignment([mesh_axis])
     return LaidOutTensor([self._backend.all_gather(t, groups, concat_axis)])
 
@@ -511,6 +513,7 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
     x = x.to_laid_out_tensor()
     if self.shape[mesh_axis].size == 1:
       return x
+    self.count_collective("alltoall", x.one_slice, [mesh_axis])
     groups = self._create_group_assignment([mesh_axis])
     return LaidOutTensor(
       [self._backend.all_to_all(x.one_slice, groups, split_axis, concat_axis)]
@@ -531,6 +534,14 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
       pairs.append((self.l2p(src), self.l2p(pnum)))
     if not pairs:
       return LaidOutTensor([tf.zeros_like(x.one_slice)])
+    self.count_collective(
+      "shift",
+      x.one_slice,
+      [mesh_axis],
+      num_transfers=mesh_impl_lib.shift_transfers(
+        shape, mesh_axis, source_pcoord
+      ),
+    )
     return LaidOutTensor([self._backend.permute(x.one_slice, pairs)])
 
   def laid_out_pnum(self) -> LaidOutTensor:

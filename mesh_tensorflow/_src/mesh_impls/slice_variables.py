@@ -13,6 +13,7 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
+from mesh_tensorflow._src import graph_constants
 from mesh_tensorflow._src import mesh_impl as mesh_impl_lib
 
 __all__ = ["slice_variable_creator"]
@@ -45,7 +46,12 @@ def slice_variable_creator(
           variable.slice_dtype,
         )
         return tf.Variable(init, name=name, trainable=False)
-      init = tf.zeros(slice_shape, variable.slice_dtype)
+      dtype = variable.slice_dtype
+      # One zeros tensor per device, shape and dtype serves all slices.
+      init = graph_constants.shared(
+        ("zeros", tuple(slice_shape), dtype.name),
+        lambda: tf.zeros(slice_shape, dtype),
+      )
       return tf.compat.v1.Variable(
         init,
         name=name,

@@ -12,6 +12,7 @@ from typing import Callable, Optional
 
 import tensorflow as tf
 
+from mesh_tensorflow._src import graph_constants
 from mesh_tensorflow._src import mesh_impl as mesh_impl_lib
 from mesh_tensorflow._src.graph import Operation
 from mesh_tensorflow._src.graph import Tensor
@@ -114,7 +115,9 @@ def expand_slice(x: tf.Tensor, old_shape: Shape, new_shape: Shape) -> tf.Tensor:
     x = tf.transpose(x, perm)
   if len(perm) < len(new_names):
     sizes = iter(x.shape.as_list())
-    x = tf.reshape(x, [next(sizes) if n in old_names else 1 for n in new_names])
+    x = graph_constants.reshape(
+      x, [next(sizes) if n in old_names else 1 for n in new_names]
+    )
   return x
 
 

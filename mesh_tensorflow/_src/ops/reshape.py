@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-import tensorflow as tf
-
+from mesh_tensorflow._src import graph_constants
 from mesh_tensorflow._src.graph import Operation
 from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.shapes import Shape
@@ -55,7 +54,7 @@ class ReshapeOperation(Operation):
       lowering.set_tensor_lowering(
         self.outputs[0],
         mesh_impl.slicewise_delay_allreduce(
-          lambda t: tf.reshape(t, new_slice_shape), laid_out
+          lambda t: graph_constants.reshape(t, new_slice_shape), laid_out
         ),
       )
       return
@@ -117,7 +116,7 @@ class ReshapeOperation(Operation):
           )
         )
     laid_out = mesh_impl.slicewise(
-      lambda t: tf.reshape(t, local_shape), laid_out
+      lambda t: graph_constants.reshape(t, local_shape), laid_out
     )
     for m in pending_splits:
       laid_out = mesh_impl.allsplit(laid_out, m, new_ta2ma[m])

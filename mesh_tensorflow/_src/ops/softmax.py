@@ -6,6 +6,7 @@ from typing import Optional
 
 import tensorflow as tf
 
+from mesh_tensorflow._src import graph_constants
 from mesh_tensorflow._src.graph import Operation
 from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.ops import binary
@@ -137,9 +138,9 @@ def _softmax_last_axis(t: tf.Tensor) -> tf.Tensor:
   """
   if t.shape.ndims <= 2:
     return tf.nn.softmax(t)
-  return tf.reshape(
-    tf.nn.softmax(tf.reshape(t, [-1, t.shape.as_list()[-1]])), t.shape.as_list()
-  )
+  shape = t.shape.as_list()
+  rows = graph_constants.reshape(t, [-1, shape[-1]])
+  return graph_constants.reshape(tf.nn.softmax(rows), shape)
 
 
 def softmax(

@@ -75,7 +75,7 @@ def get_variable_dtype(
 
 
 def _num_cores(tpu_topology: str) -> int:
-  """Cores of a TPU topology string: "AxB" -> A*B*2, "v3-N"/"v2-N" -> N."""
+  """Cores of a TPU topology string: "AxB[xC]" -> A*B[*C]*2, "vK-N" -> N."""
   if not isinstance(tpu_topology, str):
     raise ValueError(
       "tpu_mesh_shape: tpu_topology must be a string like "
@@ -86,13 +86,17 @@ def _num_cores(tpu_topology: str) -> int:
     num_cores = int(match.group(1))
   else:
     # "4x4_twisted" / "4x4_untwisted" describe wiring, not size.
-    match = re.fullmatch(r"(\d+)x(\d+)(?:_twisted|_untwisted)?", tpu_topology)
+    match = re.fullmatch(
+      r"(\d+(?:x\d+)+)(?:_twisted|_untwisted)?", tpu_topology
+    )
     if not match:
       raise ValueError(
         "tpu_mesh_shape: cannot parse tpu_topology %r; expected "
-        "'AxB' (A*B chips of 2 cores) or 'v3-N' (N cores)" % tpu_topology
+        "'AxB' or 'AxBxC' (chips of 2 cores) or 'v3-N' (N cores)" % tpu_topology
       )
-    num_cores = int(match.group(1)) * int(match.group(2)) * 2
+    num_cores = 2 * int(
+      np.prod([int(size) for size in match.group(1).split("x")])
+    )
   if num_cores <= 0:
     raise ValueError(
       "tpu_mesh_shape: tpu_topology %r has no cores" % tpu_topology
@@ -120,9 +124,13 @@ def tpu_mesh_shape(
     Shape[batch=8]
     >>> tpu_mesh_shape("2x2", [("batch", None), ("model", [2, 1, 2])])
     Shape[batch=2, model=4]
+    >>> tpu_mesh_shape("2x2x4", 4)  # 3-d torus: 16 chips, 2 cores each
+    Shape[batch=8, model=4]
 
   Args:
-    tpu_topology: the TPU topology: a string such as "4x4" or "v3-8".
+    tpu_topology: the TPU topology: a string such as "4x4", "2x2x4" (chips
+      along each axis, 2 cores each, as the original counted by default) or
+      "v3-8" (cores).
     model_parallelism: the size of the "model" mesh dim, or a HierarchicalTiling
       spec (a list of (name, tiling) pairs).
     ensemble_parallelism: the size of the "ensemble" mesh dim (None: no ensemble

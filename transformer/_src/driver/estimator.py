@@ -173,6 +173,9 @@ class Estimator:
     variables_in_current_graph: make the global step in the current graph
       also in TF1 legacy mode, for a caller that builds and runs its own
       graph (default: eager there, as the driver runs eagerly).
+    hierarchical_tiling_spec: a HierarchicalTiling spec placing the mesh's
+      processors on a Cloud TPU's cores (the Cloud TPU driver reads it;
+      None: the automatic placement).
 
   Raises:
     ValueError: if outer_batch_size does not divide batch_size, or for an
@@ -208,6 +211,7 @@ class Estimator:
     model_info_file: Optional[str] = None,
     mesh_impl: str = "auto",
     variables_in_current_graph: bool = False,
+    hierarchical_tiling_spec=None,
   ):
     self.model_type = model_type
     self.model = transformer_model
@@ -239,6 +243,7 @@ class Estimator:
     self.ensemble_inputs = int(ensemble_inputs) if ensemble_inputs else None
     self.predict_fn = predict_fn
     self.model_info_file = model_info_file
+    self.hierarchical_tiling_spec = hierarchical_tiling_spec
     self.mesh_impl = mesh_impl_choice.make_mesh_impl(
       mesh_impl, self.mesh_shape, self.layout_rules, mesh_devices
     )
@@ -478,6 +483,22 @@ class Estimator:
     ]
     return lowering, tf_loss, updates, tf_lr
 
+  def count_tokens(self, features: Dict[str, tf.Tensor]) -> tf.Tensor:
+    """The non-padding tokens of a training batch, for tokens_per_second.
+
+    Args:
+      features: the batch ({feature name: int tensor}).
+
+    Returns:
+      An int64 scalar: the nonzero "inputs" and "targets" ids.
+    """
+    counts = [
+      tf.reduce_sum(tf.cast(features[k] > 0, tf.int64))
+      for k in ("inputs", "targets")
+      if k in features
+    ]
+    return tf.add_n(counts) if counts else tf.constant(0, tf.int64)
+
   def _build_train_fn(self) -> _PhaseFn:
     phase = _PhaseFn(None)
 
@@ -488,18 +509,11 @@ class Estimator:
       with tf.control_dependencies(updates + [tf_loss]):
         step = self.global_step.assign_add(1)
         finite = all_finite([tf_loss] + _slices(phase.laid_out_variables))
-      tokens = tf.add_n(
-        [
-          tf.reduce_sum(tf.cast(features[k] > 0, tf.int64))
-          for k in ("inputs", "targets")
-          if k in features
-        ]
-      )
       return {
         "loss": tf_loss,
         "learning_rate": tf_lr,
         "step": step,
-        "tokens": tokens,
+        "tokens": self.count_tokens(features),
         "finite": finite,
       }
 
@@ -758,9 +772,24 @@ class Estimator:
     masters, so a later save() in this process writes nothing either.
     """
     self._sync_masters()
+    raise self.non_finite_error(step, loss)
+
+  def non_finite_error(self, step: int, loss: float) -> FloatingPointError:
+    """The error that stops training at a non-finite step.
+
+    It names the masters holding inf or nan (copy the trained slices to the
+    masters first) and the last checkpoint, from which to restart.
+
+    Args:
+      step: the global step whose loss or variables are not finite.
+      loss: that step's loss.
+
+    Returns:
+      a FloatingPointError to raise.
+    """
     bad = checkpoints.non_finite_names(self.checkpoint_variables())
     latest = self.latest_checkpoint()
-    raise FloatingPointError(
+    return FloatingPointError(
       "training diverged at step %d: loss %s; non-finite variables: %s. "
       "Nothing of this step was saved; the last checkpoint is %s (lower the "
       "learning rate and restart from it)"

@@ -211,12 +211,12 @@ def decode_graph(est, inputs: tf.Tensor, **decode_kwargs):
   predict_fn(model=, features=, variable_dtype=) replaces the model's own
   decoding when given.
   """
-  return est.lower_on_mesh(
-    lambda: _decode_on_mesh(est, inputs, **decode_kwargs)
-  )
+  # inputs is an argument (not captured), so that on TPU it becomes the
+  # replicated computation's input.
+  return est.lower_on_mesh(_decode_on_mesh, est, inputs, decode_kwargs)
 
 
-def _decode_on_mesh(est, inputs: tf.Tensor, **decode_kwargs):
+def _decode_on_mesh(est, inputs: tf.Tensor, decode_kwargs):
   graph = mtf.Graph()
   mesh = mtf.Mesh(graph, "mesh")
   with mtf.variable_store(est.store):

@@ -46,6 +46,7 @@ __all__ = [
   "MESH_IMPLS",
   "is_simd",
   "lower_on_mesh",
+  "lower_on_tpu",
   "make_mesh_impl",
   "mesh_devices_for",
   "resolve_mesh_impl",
@@ -184,13 +185,15 @@ def is_simd(mesh_impl: mtf.MeshImpl) -> bool:
 def lower_on_mesh(mesh_impl: mtf.MeshImpl, build: Callable, *args) -> Any:
   """build(*args), which builds and lowers an mtf graph, run on mesh_impl.
 
-  Placement: called once. SIMD: called once per replica (in a tf.function
-  or a tf.compat.v1 graph), each under its replica's device; the first
-  replica's result is returned, each of its tensors made to wait for every
-  tensor and op of every replica. Fetching any one of them then runs every
-  collective on every replica (in a legacy graph a collective left out on
-  one replica would stall the others); the replicas' exported tensors are
-  equal.
+  Placement: called once. SIMD with the collective backend: called once per
+  replica (in a tf.function or a tf.compat.v1 graph), each under its
+  replica's device; the first replica's result is returned, each of its
+  tensors made to wait for every tensor and op of every replica. Fetching
+  any one of them then runs every collective on every replica (in a legacy
+  graph a collective left out on one replica would stall the others); the
+  replicas' exported tensors are equal. SIMD with the TPU backend: called
+  once, as the computation of `tf.compat.v1.tpu.replicate` over the mesh's
+  replicas (see `lower_on_tpu`).
 
   Args:
     mesh_impl: the mesh implementation.
@@ -203,6 +206,8 @@ def lower_on_mesh(mesh_impl: mtf.MeshImpl, build: Callable, *args) -> Any:
   """
   if not is_simd(mesh_impl):
     return build(*args)
+  if not hasattr(mesh_impl.backend, "replicate"):
+    return lower_on_tpu(mesh_impl, build, *args)
   per_replica = mesh_impl.replicate(build, *args)
   everything = [
     x
@@ -218,3 +223,50 @@ def lower_on_mesh(mesh_impl: mtf.MeshImpl, build: Callable, *args) -> Any:
       return tf.identity(x)
 
   return tf.nest.map_structure(after_all_replicas, per_replica[0])
+
+
+def lower_on_tpu(mesh_impl: mtf.MeshImpl, build: Callable, *args) -> Any:
+  """build(*args) as the computation of tf.compat.v1.tpu.replicate.
+
+  For a SimdMeshImpl whose backend is the TPU's: the program is traced once
+  and XLA runs it on every replica of the mesh's device assignment. The
+  tensors among args (in any nest) become every replica's inputs (a batch
+  read on the host and broadcast, as TPUEstimator's BROADCAST input did);
+  other args are passed as they are.
+
+  Args:
+    mesh_impl: a SimdMeshImpl with the TPU backend.
+    build: a function lowering an mtf graph on mesh_impl.
+    *args: passed to build.
+
+  Returns:
+    What build returns, its tensors those of logical processor 0's replica
+    (tpu.replicate's outputs); its operations, which cannot leave the
+    replicated computation, become a group of every replica's outputs.
+  """
+  flat_args = tf.nest.flatten(args)
+  positions = [i for i, x in enumerate(flat_args) if isinstance(x, tf.Tensor)]
+  traced = []
+
+  def computation(*tensors):
+    flat = list(flat_args)
+    for i, t in zip(positions, tensors):
+      flat[i] = t
+    result = build(*tf.nest.pack_sequence_as(args, flat))
+    traced.append(result)
+    return [x for x in tf.nest.flatten(result) if isinstance(x, tf.Tensor)]
+
+  outputs = tf.compat.v1.tpu.replicate(
+    computation,
+    inputs=[[flat_args[i] for i in positions]] * mesh_impl.size,
+    device_assignment=mesh_impl.device_assignment,
+  )
+  first = iter(outputs[mesh_impl.l2p(0)])
+  everything = tf.group(*[t for replica in outputs for t in replica])
+
+  def to_output(x):
+    if isinstance(x, tf.Tensor):
+      return next(first)
+    return everything if isinstance(x, tf.Operation) else x
+
+  return tf.nest.map_structure(to_output, traced[0])

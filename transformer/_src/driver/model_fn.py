@@ -274,8 +274,9 @@ def tpu_estimator_model_fn(
 ) -> ModelFn:
   """The model_fn of a transformer on a mesh (see ModelFn).
 
-  use_tpu, tpu_summaries and hierarchical_tiling_spec concern TPUs, which
-  this driver does not run; they are accepted and logged.
+  use_tpu and tpu_summaries are accepted and logged (utils.run's `tpu`
+  decides where the model runs); hierarchical_tiling_spec places the mesh
+  on a Cloud TPU when utils.run runs there.
 
   Args:
     model_type: "bitransformer", "lm", "delimited_lm", "aligned" or
@@ -322,8 +323,10 @@ def tpu_estimator_model_fn(
       CPUs/GPUs).
     model_info_file: a file to write the model's variable names and shapes to
       (None: do not write).
-    hierarchical_tiling_spec: accepted and logged (a TPU device-order
-      HierarchicalTiling spec; TPUs are not run here).
+    hierarchical_tiling_spec: a HierarchicalTiling spec mapping the mesh's
+      processors onto a Cloud TPU's cores when utils.run runs with `tpu`
+      (used, as in the original, on TPU topologies with z == 1; None: the
+      automatic mapping). Unused off TPU.
     weight_decay_checkpoint: a checkpoint directory to decay the weights
       towards. Accepted and logged: the original documents it as a
       Google-internal option and its released code does not use it either.
@@ -333,11 +336,10 @@ def tpu_estimator_model_fn(
   Returns:
     A ModelFn: callable as model_fn(features, labels, mode, params).
   """
-  if use_tpu or hierarchical_tiling_spec or tpu_summaries:
+  if use_tpu or tpu_summaries:
     logging.warning(
-      "tpu_estimator_model_fn: use_tpu / tpu_summaries / "
-      "hierarchical_tiling_spec are ignored; the model runs on "
-      "local devices"
+      "tpu_estimator_model_fn: use_tpu / tpu_summaries are ignored; "
+      "utils.run's tpu parameter decides where the model runs"
     )
   if weight_decay_checkpoint is not None:
     logging.warning(
@@ -369,5 +371,6 @@ def tpu_estimator_model_fn(
     predict_fn=predict_fn,
     model_info_file=model_info_file,
     mesh_impl=mesh_impl,
+    hierarchical_tiling_spec=hierarchical_tiling_spec,
   )
   return ModelFn(kwargs, score_in_predict_mode)

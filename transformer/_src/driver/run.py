@@ -16,6 +16,7 @@ from absl import logging
 import gin
 import tensorflow as tf
 
+import mesh_tensorflow as mtf
 from transformer._src.driver import cluster as driver_cluster
 from transformer._src.driver import decode as driver_decode
 from transformer._src.driver import estimator as driver
@@ -533,10 +534,15 @@ def run(
   latter over perplexity_eval_steps batches), "infer" (infer_model),
   "score_from_strings", "score_from_dataset", "export_infer" / "export_score"
   (a SavedModel; "export" is the deprecated alias of "export_infer").
-  With `tpu` set, "train" runs on that Cloud TPU (driver/tpu.py):
+  With `tpu` set, the modes run on that Cloud TPU (driver/tpu.py):
   tpu / tpu_zone / gcp_project / tpu_job_name find it, the mesh is mapped
-  onto its topology and iterations_per_loop steps run per host call; the
-  checkpoints are the CPU ones.
+  onto its topology (tpu_estimator_model_fn.hierarchical_tiling_spec, if
+  bound, places the processors) and every program runs as
+  tf.compat.v1.tpu.replicate over its cores: training iterations_per_loop
+  steps per host call, evaluation, scoring and decoding one batch per call.
+  The checkpoints are the CPU ones. The export modes write the same CPU
+  SavedModel as without a TPU (the original exported for CPU too) and do
+  not contact the TPU.
   With a cluster (`cluster`, else TF_CONFIG) the mesh spans the devices of
   its "worker" tasks (see get_estimator); a task lost mid-run raises
   TaskUnavailableError naming it and the intact latest checkpoint, from which
@@ -544,8 +550,8 @@ def run(
 
   Args:
     tpu_job_name: the job name of the TPU workers (None: "worker").
-    tpu: the Cloud TPU to train on: its name, "local" (a TPU VM's own
-      chips) or a grpc:// address; None or "" trains on local CPUs/GPUs.
+    tpu: the Cloud TPU to run on: its name, "local" (a TPU VM's own
+      chips) or a grpc:// address; None or "" runs on local CPUs/GPUs.
     gcp_project: the GCP project of a named TPU (None: the VM's).
     tpu_zone: the zone of a named TPU (None: the VM's).
     model_dir: the directory for checkpoints, summaries and outputs.
@@ -622,18 +628,13 @@ def run(
     What the mode's function returns (e.g. the training metrics or the decodes).
 
   Raises:
-    ValueError: an unknown mode, a missing required parameter, a mode other
-      than "train" with a TPU, or a mesh that does not fit the TPU.
+    ValueError: an unknown mode, a missing required parameter, or a mesh
+      that does not fit the TPU.
     driver_tpu.TpuConnectionError: if the TPU cannot be reached.
   """
   if mode not in RUN_MODES:
     raise ValueError(
       "run: unknown mode %r; expected one of %s" % (mode, list(RUN_MODES))
-    )
-  if tpu and mode != "train":
-    raise ValueError(
-      "run: mode %r on Cloud TPU (tpu=%r) is not supported; run it "
-      "without --tpu on CPU/GPU: TPU checkpoints restore there" % (mode, tpu)
     )
   for name, value in (
     ("mesh_shape", mesh_shape),
@@ -662,7 +663,19 @@ def run(
     learning_rate_schedule, train_steps
   )
   tpu_setup = None
-  if tpu:
+  exporting = mode in ("export", "export_infer", "export_score")
+  if tpu and exporting:
+    # As the original's TPUEstimator (export_to_tpu=False): the SavedModel
+    # is a CPU graph, built from the checkpoint without the TPU.
+    logging.info(
+      "mode %r with tpu=%r: exporting a CPU SavedModel; the TPU is not used",
+      mode,
+      tpu,
+    )
+    if not mesh_devices:
+      mesh_devices = ["/cpu:0"] * mtf.convert_to_shape(mesh_shape).size
+    mesh_impl = "placement"  # the export builds its own one-device program
+  elif tpu:
     tpu_setup = driver_tpu.setup_tpu(
       tpu, tpu_zone, gcp_project, tpu_job_name, mesh_shape
     )

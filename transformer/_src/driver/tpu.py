@@ -1,4 +1,4 @@
-"""Cloud TPU training: find the TPU, map the mesh onto it, run step loops.
+"""Cloud TPU: find the TPU, map the mesh onto it, run the driver's programs.
 
 What TPUEstimator did for the original, on TF 2.21:
 
@@ -22,10 +22,18 @@ What TPUEstimator did for the original, on TF 2.21:
    the steps are a host `tf.while_loop` around it; with SimdMeshImpl's
    collective backend (local CPUs/GPUs) the same step runs through
    `mesh_impl.replicate` and the steps are unrolled (TF collectives cannot
-   run inside a while loop).
+   run inside a while loop). Each step also returns whether its loss and
+   every replica's updated slices are finite; the loop ANDs the flags (the
+   TPU's while loop stops after a non-finite step) and records the first
+   non-finite step.
 4. `train`: trains an Estimator with such a loop. Masters stay on the host
    CPU; checkpoints hold the masters under the same names as on CPU, so
-   either side restores the other's.
+   either side restores the other's. A non-finite step raises the
+   Estimator's FloatingPointError before anything is saved.
+5. `TpuEstimator`: an Estimator whose mesh_impl is the TPU's. Its
+   evaluation, scoring and decoding programs are built by the Estimator's
+   phases as on CPU, and `mesh_impl_choice.lower_on_tpu` runs each as the
+   computation of `tf.compat.v1.tpu.replicate`, one batch per call.
 
 Nothing here runs without a TPU except on the collective backend; the TPU
 graphs can be built (not run) on CPU from a `synthetic_topology`.
@@ -314,6 +322,13 @@ def plan_mesh(
     )
   else:
     physical_shape = tpu_mesh
+  if hierarchical_tiling_spec is not None and len(physical_shape) == 4:
+    logging.warning(
+      "hierarchical_tiling_spec is ignored on %s(topology %s, z > 1): the "
+      "automatic mapping places the mesh, as in the original",
+      where,
+      tpu_mesh,
+    )
   if hierarchical_tiling_spec is not None and len(physical_shape) == 3:
     tiling = simd_mesh_impl.HierarchicalTiling(
       hierarchical_tiling_spec, physical_shape
@@ -514,7 +529,10 @@ class ReplicatedTrainLoop:
       iterations: the number of steps (a Python int).
 
     Returns:
-      {"loss", "learning_rate"} of the last step and the new "step".
+      {"loss", "learning_rate"} of the last step, the new "step", "finite"
+      (whether every step's loss and variables were finite) and the
+      "diverged_step" and "diverged_loss" of the first non-finite step (-1
+      and 0 if none).
     """
     return self._run(iterators, iterations or self.iterations_per_loop)
 
@@ -538,23 +556,31 @@ class ReplicatedTrainLoop:
 
   # ------------------------------------------------------------ one step
   def replica_step(self, features: Dict[str, tf.Tensor]) -> List[tf.Tensor]:
-    """One replica's training step: [loss, learning_rate] after its updates.
+    """One replica's training step: [loss, learning_rate, finite].
 
     The same function runs under tpu.replicate and mesh_impl.replicate.
+    `finite` says whether the loss and this replica's slices after the
+    step's updates are free of inf and nan (the Estimator's guard).
 
     Args:
       features: the global batch, {feature name: int tensor}.
 
     Returns:
-      [loss, learning_rate], float32 scalars.
+      [loss, learning_rate, finite]: float32, float32 and bool scalars.
     """
     lowering, loss, updates, learning_rate = self.estimator.lower_train_step(
       features
     )
+    laid_out = list(lowering.variables.values())
     if self.laid_out_variables is None:
-      self.laid_out_variables = list(lowering.variables.values())
+      self.laid_out_variables = laid_out
     with tf.control_dependencies(updates):
-      return [tf.identity(loss), tf.identity(learning_rate)]
+      # This replica's slices, read after the updates.
+      slices = [
+        tf.convert_to_tensor(v.laid_out_tensor.one_slice) for v in laid_out
+      ]
+      finite = driver.all_finite([loss] + slices)
+      return [tf.identity(loss), tf.identity(learning_rate), finite]
 
   def replicate_step(self, per_replica_features: Sequence[Dict]) -> list:
     """All replicas' step, one feature dict per PHYSICAL replica.
@@ -586,38 +612,55 @@ class ReplicatedTrainLoop:
         by_host[host] = driver.model_features(iterator.get_next())
     return [by_host[h] for h in self.replica_hosts]
 
-  def _one_step(self, iterators: list):
+  def _one_step(self, iterators: list, state: "_LoopState") -> "_LoopState":
+    """One step of every replica; the state after it."""
     outputs = self.replicate_step(self._host_batches(iterators))
     loss, learning_rate = outputs[0][0], outputs[0][1]
+    finite = tf.reduce_all(tf.stack([replica[2] for replica in outputs]))
     deps = [t for replica in outputs for t in replica]
     with tf.control_dependencies(deps):
       step = self.estimator.global_step.assign_add(1)
-    return loss, learning_rate, step
+    first_bad = state.finite & tf.logical_not(finite)
+    return _LoopState(
+      loss,
+      learning_rate,
+      step,
+      state.finite & finite,
+      tf.where(first_bad, step, state.diverged_step),
+      tf.where(first_bad, loss, state.diverged_loss),
+    )
 
   def _loop(self, iterators: list, iterations: int):
+    step_dtype = self.estimator.global_step.dtype
     with tf.device(self.master_device):
+      zero = tf.constant(0.0)
+      state = _LoopState(
+        zero,
+        zero,
+        tf.constant(0, step_dtype),
+        tf.constant(True),
+        tf.constant(-1, step_dtype),
+        zero,
+      )
       if not self.on_tpu or iterations == 1:
-        # Unrolled: the collective backend cannot run in a while loop.
+        # Unrolled: the collective backend cannot run in a while loop. A
+        # non-finite step does not stop the loop's later steps (nothing of
+        # them is saved: the host raises).
         for _ in range(iterations):
-          loss, learning_rate, step = self._one_step(iterators)
+          state = self._one_step(iterators, state)
       else:
+        # Stops after the first non-finite step.
+        def body(i, *state):
+          return (i + 1,) + tuple(self._one_step(iterators, _LoopState(*state)))
 
-        def body(i, loss, learning_rate, step):
-          del loss, learning_rate, step
-          return (i + 1,) + self._one_step(iterators)
-
-        zero = tf.constant(0.0)
-        _, loss, learning_rate, step = tf.while_loop(
-          lambda i, *_: i < iterations,
-          body,
-          (
-            tf.constant(0),
-            zero,
-            zero,
-            tf.constant(0, self.estimator.global_step.dtype),
-          ),
+        state = _LoopState(
+          *tf.while_loop(
+            lambda i, *state: (i < iterations) & _LoopState(*state).finite,
+            body,
+            (tf.constant(0),) + tuple(state),
+          )[1:]
         )
-    return {"loss": loss, "learning_rate": learning_rate, "step": step}
+    return state._asdict()
 
   # ------------------------------------------------- masters <-> slices
   def copy(self, what: str) -> None:
@@ -630,6 +673,27 @@ class ReplicatedTrainLoop:
       driver.copy_laid_out_variables(
         self.laid_out_variables, what, self._copy_fns
       )
+
+
+class _LoopState(NamedTuple):
+  """What the step loop carries from step to step and returns.
+
+  Attributes:
+    loss: the last step's loss.
+    learning_rate: the last step's learning rate.
+    step: the global step after the last step.
+    finite: whether every step so far was finite (loss and every replica's
+      variables).
+    diverged_step: the global step of the first non-finite step (-1: none).
+    diverged_loss: that step's loss.
+  """
+
+  loss: tf.Tensor
+  learning_rate: tf.Tensor
+  step: tf.Tensor
+  finite: tf.Tensor
+  diverged_step: tf.Tensor
+  diverged_loss: tf.Tensor
 
 
 def _takes_an_argument(fn: Callable) -> bool:
@@ -679,7 +743,8 @@ def train(
     {"loss", "learning_rate", "step"} of the last step.
 
   Raises:
-    FloatingPointError: if the loss is not finite.
+    FloatingPointError: if a step's loss or updated variables are not finite
+      (before any checkpoint of them is written).
   """
   tf.io.gfile.makedirs(estimator.model_dir)
   loop = ReplicatedTrainLoop(
@@ -710,9 +775,13 @@ def train(
       "learning_rate": float(out["learning_rate"].numpy()),
       "step": step,
     }
-    if not np.isfinite(result["loss"]):
-      raise FloatingPointError(
-        f"training loss is {result['loss']} at step {step}"
+    if not out["finite"].numpy():
+      # Named by their checkpoint names in the masters, which then refuse
+      # to be saved (checkpoints.save), as in Estimator.train.
+      loop.copy("copy_slices_to_master")
+      raise estimator.non_finite_error(
+        int(out["diverged_step"].numpy()),
+        float(out["diverged_loss"].numpy()),
       )
     logging.info(
       "step %d/%d  loss %.4f  lr %.3g",
@@ -792,11 +861,14 @@ def setup_tpu(
 
 
 class TpuEstimator:
-  """An Estimator whose training runs on the TPU of a TpuSetup.
+  """An Estimator whose programs run on the TPU of a TpuSetup.
 
-  Its mesh_impl becomes SimdMeshImpl's TPU backend (as placed by the plan)
+  Its mesh_impl becomes SimdMeshImpl's TPU backend (as placed by the plan,
+  re-planned with the estimator's hierarchical_tiling_spec if it has one)
   and `train` runs `iterations_per_loop` steps per host call (`train`
-  above); every other attribute is the wrapped Estimator's.
+  above). Every other attribute is the wrapped Estimator's: evaluation,
+  scoring and decoding lower their programs with that mesh_impl, which
+  runs them under tf.compat.v1.tpu.replicate (mesh_impl_choice.lower_on_tpu).
 
   Args:
     estimator: the driver.Estimator.
@@ -805,6 +877,13 @@ class TpuEstimator:
   """
 
   def __init__(self, estimator, setup: TpuSetup, iterations_per_loop: int):
+    spec = estimator.hierarchical_tiling_spec
+    if spec is not None:
+      setup = setup._replace(
+        plan=plan_mesh(
+          setup.plan.mesh_shape, setup.plan.topology, spec, tpu_name=setup.tpu
+        )
+      )
     estimator.mesh_impl = tpu_mesh_impl(setup.plan, estimator.layout_rules)
     self.estimator = estimator
     self.setup = setup

@@ -650,20 +650,17 @@ class GeneralBilinearEncDecAttention(GeneralBilinearSelfAttention):
 # Branched attention.
 
 
-def _simplex(z: mtf.Tensor) -> mtf.Tensor:
-  """max(z, 0), normalized to sum 1."""
-  z = mtf.relu(z)
-  return z / mtf.reduce_sum(z)
-
-
 class _BranchedMixin:
   """Per-head outputs, weighted, through a shared DenseReluDense, summed.
 
   Variables besides the attention's (kept per head: combine_dims=False,
   keep_query_heads_dims=True): `kappa` and `alpha` [heads] (uniform(0, 1)
-  init; used as max(z, 0) / sum(max(z, 0)), the simplex constraint of the
-  Weighted Transformer applied in the forward pass) and the DenseReluDense
-  variables `wi/kernel`, `wo/kernel` (hidden size as gin configures it).
+  init) and the DenseReluDense variables `wi/kernel`, `wo/kernel` (hidden
+  size as gin configures it). The output is
+  sum_heads(alpha * DenseReluDense(kappa * attention_output)) with the raw
+  kappa and alpha, as the original computes it: the original attaches the
+  Weighted Transformer's simplex constraint to the TF variables, where mtf
+  optimizers never apply it.
   """
 
   def _init_branched(self) -> None:
@@ -683,17 +680,16 @@ class _BranchedMixin:
     self, context: Context, attention_output: mtf.Tensor, losses
   ) -> mtf.Tensor:
     heads_dim = mtf.Dimension("heads", self.num_heads)
-    weights = []
-    for name in ("kappa", "alpha"):
-      w = mtf.get_variable(
+    kappa, alpha = [
+      mtf.get_variable(
         context.mesh,
         name,
         mtf.Shape([heads_dim]),
         initializer=tf1.random_uniform_initializer(minval=0.0, maxval=1.0),
         dtype=context.variable_dtype,
       )
-      weights.append(_simplex(mtf.cast(w, context.activation_dtype)))
-    kappa, alpha = weights
+      for name in ("kappa", "alpha")
+    ]
     o = self.dense_layer.call(context, attention_output * kappa, losses)
     return mtf.reduce_sum(o * alpha, reduced_dim=heads_dim)
 

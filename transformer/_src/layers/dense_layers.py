@@ -204,7 +204,8 @@ class DenseReluDense(TransformerLayer):
 
 @gin.configurable(module=_GIN_MODULE)
 class ParallelLayer(TransformerLayer):
-  """Several layers applied to the same input; their outputs are summed.
+  """Several layers applied to the same input; their outputs are summed and
+  divided by sqrt(number of layers), as the original does.
 
   Each entry of layer_classes is a TransformerLayer class (instantiated
   with no arguments, so gin configures it) or an instance. With use_scope,
@@ -267,12 +268,21 @@ class ParallelLayer(TransformerLayer):
     self.use_scope = use_scope
 
   def call(self, context: Context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
-    del losses
+    """sum_i layer_i(x) / sqrt(len(layer_classes)).
+
+    Args:
+      context: the Context of the call.
+      x: the input.
+      losses: passed on to each layer.
+
+    Returns:
+      the scaled sum of the layers' outputs.
+    """
     outputs = []
     for i, layer in enumerate(self.layer_classes):
       if self.use_scope:
         with tf.compat.v1.variable_scope("parallel_layer_%d" % i):
-          outputs.append(layer.call(context, x))
+          outputs.append(layer.call(context, x, losses=losses))
       else:
-        outputs.append(layer.call(context, x))
-    return mtf.add_n(outputs)
+        outputs.append(layer.call(context, x, losses=losses))
+    return mtf.add_n(outputs) * (len(outputs) ** -0.5)

@@ -5,8 +5,9 @@ computed by a mixture-of-experts layer (see ExpertsAttentionParams). The
 layers need shared_kv=True (the experts emit one shared key/value
 projection). Variables under `<layer>/<ClassName>/`: the MoE's router
 (`switch_gating/kernel`, ...), `wi/kernel` [experts, d_model, expert_hidden],
-`q/kernel` and `kv/kernel` [experts, expert_hidden, d_model(=heads*d_kv)] for
-expert_computation "qkv", and the output kernel `o`. The MoE's balancing
+`q_wo/kernel` and `k_wo/kernel` [experts, expert_hidden,
+d_model(=heads*d_kv)] for expert_computation "qkv" (the original's names),
+and the output kernel `o`. The MoE's balancing
 loss is appended to context.losses.
 """
 
@@ -62,8 +63,8 @@ class ExpertsSelfAttention(SelfAttention):
     o Shape[heads=8, d_model=8]
     switch_gating/kernel Shape[d_model=8, expert_unsplit=4]
     wi/kernel Shape[experts=4, d_model=8, expert_hidden=4]
-    q/kernel Shape[experts=4, expert_hidden=4, d_model=8]
-    kv/kernel Shape[experts=4, expert_hidden=4, d_model=8]
+    q_wo/kernel Shape[experts=4, expert_hidden=4, d_model=8]
+    k_wo/kernel Shape[experts=4, expert_hidden=4, d_model=8]
 
   Args:
     num_experts: the number of experts.

@@ -62,8 +62,8 @@ class ExpertsAttentionParams(AttentionParams):
     o Shape[heads=8, d_model=8]
     switch_gating/kernel Shape[d_model=8, expert_unsplit=2]
     wi/kernel Shape[experts=2, d_model=8, expert_hidden=4]
-    q/kernel Shape[experts=2, expert_hidden=4, d_model=8]
-    kv/kernel Shape[experts=2, expert_hidden=4, d_model=8]
+    q_wo/kernel Shape[experts=2, expert_hidden=4, d_model=8]
+    k_wo/kernel Shape[experts=2, expert_hidden=4, d_model=8]
   """
 
   def __init__(

@@ -30,7 +30,15 @@ Gating kinds (hparams.moe_gating):
     largest gate that expert gets in the group (spreads positions over
     experts); weight = the router probability.
   "expert_selection": every expert picks its expert_capacity best positions
-    of the group (no balancing loss is needed).
+    of the group by a softmax over the group (its loss pushes the experts'
+    mean probability per position towards uniform; see
+    expert_selection_gating). Its dispatch and combine tensors are ordered
+    [outer_batch, groups, experts, expert_capacity, group].
+  "top_n": the n best experts (see top_n_gating).
+
+Every gating takes token_embeddings: with hparams.moe_word_embed_mode the
+router also sees the input word embeddings (gate_inputs_with_token_embeddings),
+mixed in after the switch policies' input jitter or dropout.
 
 Load-balancing loss (top_2, switch, ntlb, switch_max): with m the one-hot
 first choice and p the router softmax, both averaged over the group,
@@ -55,6 +63,7 @@ __all__ = [
   "switch_max_gating",
   "expert_selection_gating",
   "router_z_loss",
+  "gate_inputs_with_token_embeddings",
   "compute_gating",
 ]
 
@@ -265,6 +274,7 @@ def top_2_gating(
   importance: Optional[mtf.Tensor] = None,
   name: str = "top_2_gating",
   num_microbatches: Optional[int] = None,
+  token_embeddings: Optional[mtf.Tensor] = None,
 ) -> GatingResult:
   """Top-2 gating: dispatch, combine and the load-balancing loss.
 
@@ -274,7 +284,11 @@ def top_2_gating(
   """
   group_dim = inputs.shape.dims[-2]
   logits, gates = _router(
-    inputs, experts_dim, outer_expert_dims, variable_dtype, name
+    _gate_inputs(inputs, hparams, train, token_embeddings),
+    experts_dim,
+    outer_expert_dims,
+    variable_dtype,
+    name,
   )
   capacity = float(expert_capacity_dim.size)
 
@@ -345,6 +359,68 @@ def _perturb_inputs(
   return inputs
 
 
+def gate_inputs_with_token_embeddings(
+  gate_inputs: mtf.Tensor, token_embeddings: mtf.Tensor, mode: str
+) -> mtf.Tensor:
+  """The router's inputs with the token embeddings mixed in.
+
+  Args:
+    gate_inputs: [..., d_model] the layer inputs.
+    token_embeddings: the same shape, the input token embeddings.
+    mode: "concat" (along d_model, doubling it), "add", either with
+      "_stop_grad" (no gradient into the embeddings), or "embed_only".
+
+  Returns:
+    the router inputs (float32).
+
+  Raises:
+    ValueError: on an unknown mode.
+  """
+  gate_inputs = mtf.to_float(gate_inputs)
+  token_embeddings = mtf.to_float(token_embeddings)
+  if mode.endswith("_stop_grad"):
+    token_embeddings = mtf.stop_gradient(token_embeddings)
+    mode = mode[: -len("_stop_grad")]
+  if mode == "concat":
+    return mtf.concat(
+      [gate_inputs, token_embeddings], gate_inputs.shape.dims[-1].name
+    )
+  if mode == "add":
+    return gate_inputs + token_embeddings
+  if mode == "embed_only":
+    return token_embeddings
+  raise ValueError("unknown moe_word_embed_mode %r" % (mode,))
+
+
+def _gate_inputs(
+  inputs: mtf.Tensor,
+  hparams,
+  train: bool,
+  token_embeddings: Optional[mtf.Tensor],
+  policy: Optional[str] = None,
+) -> mtf.Tensor:
+  """The router's input: float32 inputs, perturbed per the switch policy,
+  then mixed with the token embeddings per moe_word_embed_mode.
+
+  The perturbation comes first, so jitter and dropout never touch the
+  embeddings (the original's order).
+  """
+  gate_inputs = mtf.to_float(inputs)
+  if policy is not None:
+    gate_inputs = _perturb_inputs(gate_inputs, policy, hparams, train)
+  mode = _hparam(hparams, "moe_word_embed_mode", None)
+  if mode is not None:
+    if token_embeddings is None:
+      raise ValueError(
+        "moe_word_embed_mode=%r needs the token embeddings (a Context with"
+        " input_embeddings)" % (mode,)
+      )
+    gate_inputs = gate_inputs_with_token_embeddings(
+      gate_inputs, token_embeddings, mode
+    )
+  return gate_inputs
+
+
 def _mask_unimportant(importance, *tensors):
   if importance is None:
     return tensors
@@ -352,25 +428,37 @@ def _mask_unimportant(importance, *tensors):
   return tuple(t * full for t in tensors)
 
 
-def _one_expert_gating(
+def _switch_choice(
   inputs,
   outer_expert_dims,
   experts_dim,
-  expert_capacity_dim,
   hparams,
   train,
   variable_dtype,
   importance,
   name,
   num_microbatches,
-  choose,
+  token_embeddings,
 ):
-  """Shared body of switch and switch_max: one expert per position."""
+  """The router, one expert per position and the balancing loss of switch
+  and switch_max gating.
+
+  The expert is the router's argmax, or a sample at moe_switch_temperature
+  under the "sample" policy. The density counts every first choice,
+  padding included; the mean router probability of each expert is taken
+  over the whole group and then weighted by the positions of importance 1
+  (so the loss is mean(proxy * density) * experts**2 times the fraction of
+  real positions), as the original computes it. Padding is never
+  dispatched.
+
+  Returns:
+    (gate [.., group], index [.., group], one-hot mask [.., group, experts],
+    loss).
+  """
   group_dim = inputs.shape.dims[-2]
   policy = _switch_policy(hparams, train)
-  inputs_for_router = _perturb_inputs(inputs, policy, hparams, train)
   logits, gates = _router(
-    inputs_for_router,
+    _gate_inputs(inputs, hparams, train, token_embeddings, policy),
     experts_dim,
     outer_expert_dims,
     variable_dtype,
@@ -378,23 +466,33 @@ def _one_expert_gating(
     hparams,
     train,
   )
-  gate, index = choose(policy, logits, gates, group_dim)
+  if policy == "sample":
+    index = mtf.sample_with_temperature(
+      logits,
+      experts_dim,
+      temperature=_hparam(hparams, "moe_switch_temperature", 1.0),
+    )
+    gate = mtf.reduce_sum(
+      gates * mtf.one_hot(index, experts_dim, dtype=tf.float32),
+      reduced_dim=experts_dim,
+    )
+  else:
+    gate, index = mtf.top_1(gates, experts_dim)
   mask = mtf.one_hot(index, experts_dim, dtype=tf.float32)
-  # The density counts every first choice; padding (importance != 1) is
-  # left out of the router's mean probabilities and is never dispatched.
   density = mtf.reduce_mean(mask, reduced_dim=group_dim)
-  (proxy_gates,) = _mask_unimportant(importance, gates)
-  density_proxy = mtf.reduce_mean(proxy_gates, reduced_dim=group_dim)
-  mask, gate = _mask_unimportant(importance, mask, gate)
+  density_proxy = mtf.reduce_mean(gates, reduced_dim=group_dim)
+  if importance is not None:
+    real = mtf.to_float(mtf.equal(importance, 1.0))
+    mask *= real
+    gate *= real
+    density_proxy *= real
   loss = mtf.reduce_mean(density_proxy * density) * float(
     experts_dim.size * experts_dim.size
   )
   loss = _finish_loss(
     loss, logits, experts_dim, hparams, train, importance, num_microbatches
   )
-  kept, slot, _ = _slot(mask, group_dim, None, float(expert_capacity_dim.size))
-  combine = _combine_term(gate, kept, slot, expert_capacity_dim)
-  return _finish(combine, loss, inputs)
+  return gate, index, mask, loss
 
 
 def switch_gating(
@@ -408,37 +506,29 @@ def switch_gating(
   importance: Optional[mtf.Tensor] = None,
   name: str = "switch_gating",
   num_microbatches: Optional[int] = None,
+  token_embeddings: Optional[mtf.Tensor] = None,
 ) -> GatingResult:
-  """Switch (top-1) gating: dispatch, combine and the load-balancing loss."""
+  """Switch (top-1) gating: dispatch, combine and the load-balancing loss.
 
-  def choose(policy, logits, gates, group_dim):
-    del group_dim
-    if policy == "sample":
-      index = mtf.sample_with_temperature(
-        logits,
-        experts_dim,
-        temperature=_hparam(hparams, "moe_switch_temperature", 1.0),
-      )
-      gate = mtf.reduce_sum(
-        gates * mtf.one_hot(index, experts_dim, dtype=tf.float32),
-        reduced_dim=experts_dim,
-      )
-      return gate, index
-    return mtf.top_1(gates, experts_dim)
-
-  return _one_expert_gating(
+  Slots go to the positions in group order; a position that does not fit
+  its expert's capacity is dropped.
+  """
+  group_dim = inputs.shape.dims[-2]
+  gate, _, mask, loss = _switch_choice(
     inputs,
     outer_expert_dims,
     experts_dim,
-    expert_capacity_dim,
     hparams,
     train,
     variable_dtype,
     importance,
     name,
     num_microbatches,
-    choose,
+    token_embeddings,
   )
+  kept, slot, _ = _slot(mask, group_dim, None, float(expert_capacity_dim.size))
+  combine = _combine_term(gate, kept, slot, expert_capacity_dim)
+  return _finish(combine, loss, inputs)
 
 
 def switch_max_gating(
@@ -452,43 +542,47 @@ def switch_max_gating(
   importance: Optional[mtf.Tensor] = None,
   name: str = "switch_max_gating",
   num_microbatches: Optional[int] = None,
+  token_embeddings: Optional[mtf.Tensor] = None,
 ) -> GatingResult:
-  """Switch gating routed by each gate relative to its expert's group max.
+  """Switch gating where an over-full expert keeps its most confident
+  positions.
 
-  A position goes to argmax_e gates[e] / max_over_group(gates[e]): an
-  expert whose best position has a small gate still gets the positions it
-  likes most, which spreads the group over the experts. The weight is the
-  router probability of the chosen expert.
+  Each position chooses one expert as switch gating does; each expert then
+  takes the expert_capacity positions that chose it with the highest router
+  probability (instead of the first ones in group order). Slots of an
+  expert with fewer takers stay empty.
+
+  Returns:
+    (dispatch, combine) of shape [outer_batch, groups, experts,
+    expert_capacity, group] and the loss.
+
+  Raises:
+    ValueError: if expert_capacity exceeds the group size.
   """
-
-  def choose(policy, logits, gates, group_dim):
-    del policy, logits
-    # Softmax gates are > 0, so the max is too; a position that is the
-    # favourite of several experts (relative gate 1.0) takes the lowest.
-    # mtf divides by multiplying with the reciprocal, which can round a
-    # favourite's gate / max an ulp below 1.0: set those to 1.0 exactly.
-    max_gates = mtf.reduce_max(gates, reduced_dim=group_dim)
-    relative = mtf.where(mtf.equal(gates, max_gates), 1.0, gates / max_gates)
-    _, index = mtf.top_1(relative, experts_dim)
-    gate = mtf.reduce_sum(
-      gates * mtf.one_hot(index, experts_dim, dtype=tf.float32),
-      reduced_dim=experts_dim,
+  group_dim = inputs.shape.dims[-2]
+  if expert_capacity_dim.size > group_dim.size:
+    raise ValueError(
+      "switch_max gating: expert_capacity %d exceeds the group size %d"
+      " (lower min_expert_capacity or raise group_size)"
+      % (expert_capacity_dim.size, group_dim.size)
     )
-    return gate, index
-
-  return _one_expert_gating(
+  gate, _, mask, loss = _switch_choice(
     inputs,
     outer_expert_dims,
     experts_dim,
-    expert_capacity_dim,
     hparams,
     train,
     variable_dtype,
     importance,
     name,
     num_microbatches,
-    choose,
+    token_embeddings,
   )
+  best_gate, best_position = mtf.top_k(
+    mask * gate, reduced_dim=group_dim, k_dim=expert_capacity_dim
+  )
+  combine = mtf.one_hot(best_position, group_dim, dtype=tf.float32) * best_gate
+  return _finish(combine, loss, inputs)
 
 
 def ntlb_gating(
@@ -502,6 +596,7 @@ def ntlb_gating(
   importance: Optional[mtf.Tensor] = None,
   name: str = "ntlb_gating",
   num_microbatches: Optional[int] = None,
+  token_embeddings: Optional[mtf.Tensor] = None,
 ) -> GatingResult:
   """No-token-left-behind gating: the first of the top-k experts with room.
 
@@ -511,7 +606,9 @@ def ntlb_gating(
   """
   group_dim = inputs.shape.dims[-2]
   policy = _switch_policy(hparams, train)
-  inputs_for_router = _perturb_inputs(inputs, policy, hparams, train)
+  inputs_for_router = _gate_inputs(
+    inputs, hparams, train, token_embeddings, policy
+  )
   logits, gates = _router(
     inputs_for_router,
     experts_dim,
@@ -565,6 +662,7 @@ def expert_selection_gating(
   inputs: mtf.Tensor,
   outer_expert_dims,
   experts_dim: mtf.Dimension,
+  group_size_dim: mtf.Dimension,
   expert_capacity_dim: mtf.Dimension,
   hparams,
   train: bool,
@@ -572,40 +670,92 @@ def expert_selection_gating(
   importance: Optional[mtf.Tensor] = None,
   name: str = "expert_selection_gating",
   num_microbatches: Optional[int] = None,
+  normalize_by_num_experts_routed: bool = True,
+  token_embeddings: Optional[mtf.Tensor] = None,
 ) -> GatingResult:
   """Experts choose positions: each takes its capacity best of the group.
 
-  Scores are the router probabilities (padding scores 0, never dispatched).
-  Balanced by construction, so the loss is only the optional z-loss.
+  The router's softmax runs over the group (not over the experts), so each
+  expert has a distribution over the group's positions; padding
+  (importance 0) gets logit -1e9. Expert e takes the expert_capacity
+  positions it scores highest, weighted by their probability; with
+  normalize_by_num_experts_routed a position's weights are divided by the
+  number of experts that took it. Loss: with a_g the mean over experts of
+  the probabilities of position g (0 unless importance is 1) and T the
+  number of positions of importance > 0 (their importance summed),
+  mean(a_g**2 * T) * group size, plus the optional z-loss.
+
+  Args:
+    inputs: [outer_batch, groups, group, d_model].
+    outer_expert_dims: None, or dims of an outer level of experts.
+    experts_dim: the (unsplit) experts dimension.
+    group_size_dim: the group dimension of inputs.
+    expert_capacity_dim: the positions each expert takes per group.
+    hparams: the HParams (switch policies, z-loss, word-embedding mode).
+    train: training mode (input perturbation, z-loss).
+    variable_dtype: the router kernel's mtf.VariableDType.
+    importance: None or [outer_batch, groups, group]: 1 for real positions,
+      0 for padding.
+    name: the router's variable scope.
+    num_microbatches: the loss is divided by it.
+    normalize_by_num_experts_routed: divide each position's weights by the
+      number of experts that chose it.
+    token_embeddings: the token embeddings mixed into the router's input
+      (moe_word_embed_mode), inputs' shape.
+
+  Returns:
+    (dispatch, combine) of shape [outer_batch, groups, experts,
+    expert_capacity, group] and the loss (inputs' dtype).
 
   Raises:
     ValueError: if expert_capacity exceeds the group size.
   """
-  group_dim = inputs.shape.dims[-2]
-  if expert_capacity_dim.size > group_dim.size:
+  if expert_capacity_dim.size > group_size_dim.size:
     raise ValueError(
       "expert_selection gating: expert_capacity %d exceeds the group size %d"
       " (lower min_expert_capacity or raise group_size)"
-      % (expert_capacity_dim.size, group_dim.size)
+      % (expert_capacity_dim.size, group_size_dim.size)
     )
   policy = _switch_policy(hparams, train)
-  inputs_for_router = _perturb_inputs(inputs, policy, hparams, train)
-  logits, gates = _router(
-    inputs_for_router, experts_dim, outer_expert_dims, variable_dtype, name
+  logits, _ = _router(
+    _gate_inputs(inputs, hparams, train, token_embeddings, policy),
+    experts_dim,
+    outer_expert_dims,
+    variable_dtype,
+    name,
   )
-  (gates,) = _mask_unimportant(importance, gates)
-  # [.., experts, capacity]: the chosen positions and their gates.
-  gate, index = mtf.top_k(gates, group_dim, expert_capacity_dim)
-  chosen = mtf.one_hot(index, group_dim, dtype=tf.float32)
-  combine = mtf.einsum(
-    [chosen, gate],
-    output_shape=gates.shape.dims[:-1] + [experts_dim, expert_capacity_dim],
+  if importance is not None:
+    logits += mtf.cast(mtf.equal(importance, 0.0), logits.dtype) * -1e9
+  gates = mtf.softmax(logits, reduced_dim=group_size_dim)
+  # [.., experts, capacity]: the chosen positions and their probabilities.
+  gate, index = mtf.top_k(
+    gates, reduced_dim=group_size_dim, k_dim=expert_capacity_dim
   )
-  loss = mtf.zeros(inputs.mesh, [], dtype=tf.float32)
+  dispatch = mtf.one_hot(index, group_size_dim, dtype=gates.dtype)
+  combine = dispatch * gate
+  if normalize_by_num_experts_routed:
+    times_chosen = mtf.reduce_sum(
+      dispatch, output_shape=dispatch.shape[:2] + [group_size_dim]
+    )
+    combine /= mtf.maximum(times_chosen, 1.0)
+
+  mean_gate = mtf.reduce_mean(gates, reduced_dim=experts_dim)
+  if importance is None:
+    real_positions = float(group_size_dim.size)
+  else:
+    mean_gate *= mtf.cast(mtf.equal(importance, 1.0), gates.dtype)
+    real_positions = mtf.cast(
+      mtf.reduce_sum(importance, reduced_dim=group_size_dim), gates.dtype
+    )
+  loss = mtf.reduce_mean(mean_gate * mean_gate * real_positions) * float(
+    group_size_dim.size
+  )
   loss = _finish_loss(
     loss, logits, experts_dim, hparams, train, importance, num_microbatches
   )
-  return _finish(combine, loss, inputs)
+  combine = mtf.cast(combine, inputs.dtype)
+  dispatch = mtf.cast(mtf.cast(dispatch, tf.bool), inputs.dtype)
+  return dispatch, combine, mtf.cast(loss, inputs.dtype)
 
 
 def top_n_gating(
@@ -619,6 +769,7 @@ def top_n_gating(
   importance: Optional[mtf.Tensor] = None,
   name: str = "top_n_gating",
   num_microbatches: Optional[int] = None,
+  token_embeddings: Optional[mtf.Tensor] = None,
 ) -> GatingResult:
   """Top-n gating: each position goes to its n best experts
   (n = hparams.moe_top_n_num_experts_per_token, default 3).
@@ -627,44 +778,58 @@ def top_n_gating(
   the second-expert policy; slots are filled choice by choice (all first
   choices, then all second choices, ...). Positions with importance 0 are
   not dispatched; the balancing loss counts first choices of importance-1
-  positions (plus, with moe_use_second_place_loss, half the same loss for
-  the second choices).
+  positions. With moe_use_second_place_loss it adds half the same loss
+  computed, as the original does, from the third choices against the gates
+  left after removing the first two (renormalised), so it needs n >= 3.
+
+  Raises:
+    ValueError: if moe_use_second_place_loss is set and n < 3.
   """
   group_dim = inputs.shape.dims[-2]
   logits, gates = _router(
-    inputs, experts_dim, outer_expert_dims, variable_dtype, name
+    _gate_inputs(inputs, hparams, train, token_embeddings),
+    experts_dim,
+    outer_expert_dims,
+    variable_dtype,
+    name,
   )
   density_proxy = gates
   dispatched = None
   if importance is not None:
     density_proxy *= mtf.to_float(mtf.equal(importance, 1.0))
     dispatched = mtf.to_float(mtf.greater(importance, 0.0))
+  num_places = int(_hparam(hparams, "moe_top_n_num_experts_per_token", 3))
+  second_place_loss = _hparam(hparams, "moe_use_second_place_loss", False)
+  if second_place_loss and num_places < 3:
+    raise ValueError(
+      "top_n gating: moe_use_second_place_loss needs"
+      " moe_top_n_num_experts_per_token >= 3 (it balances the third choices),"
+      " got %d" % num_places
+    )
   remaining = gates
   choices = []  # (gate, one-hot mask) per place
-  without_top_1 = None
-  for place in range(
-    int(_hparam(hparams, "moe_top_n_num_experts_per_token", 3))
-  ):
+  without_top_2 = None
+  for place in range(num_places):
     gate, index = mtf.top_1(remaining, experts_dim)
     mask = mtf.one_hot(index, experts_dim, dtype=tf.float32)
     if dispatched is not None:
       mask *= dispatched
       gate *= dispatched
     remaining *= 1.0 - mask
-    if place == 0:
-      without_top_1 = remaining
+    if place == 1:
+      without_top_2 = remaining
     choices.append((gate, mask))
   if len(choices) > 1:
     denominator = mtf.add_n([g for g, _ in choices]) + 1e-9
     choices = [(g / denominator, m) for g, m in choices]
 
   loss = _balance_loss(choices[0][1], density_proxy, group_dim, experts_dim)
-  if _hparam(hparams, "moe_use_second_place_loss", False) and len(choices) > 1:
-    normalized = without_top_1 / (
-      mtf.reduce_sum(without_top_1, reduced_dim=experts_dim) + 1e-9
+  if second_place_loss:
+    normalized = without_top_2 / (
+      mtf.reduce_sum(without_top_2, reduced_dim=experts_dim) + 1e-9
     )
     loss += 0.5 * _balance_loss(
-      choices[1][1], normalized, group_dim, experts_dim
+      choices[2][1], normalized, group_dim, experts_dim
     )
   loss = _finish_loss(
     loss, logits, experts_dim, hparams, train, importance, num_microbatches
@@ -704,6 +869,7 @@ def compute_gating(
   importance: Optional[mtf.Tensor] = None,
   num_microbatches: Optional[int] = None,
   name: Optional[str] = None,
+  token_embeddings: Optional[mtf.Tensor] = None,
 ) -> GatingResult:
   """Dispatches to the gating function named `moe_gating`.
 
@@ -716,15 +882,18 @@ def compute_gating(
       % (moe_gating, sorted(_GATINGS))
     )
   kwargs = {} if name is None else {"name": name}
+  if moe_gating == "expert_selection":
+    kwargs["group_size_dim"] = inputs.shape.dims[-2]
   return _GATINGS[moe_gating](
-    inputs,
-    outer_expert_dims,
-    experts_dim,
-    expert_capacity_dim,
-    hparams,
-    train,
-    variable_dtype,
+    inputs=inputs,
+    outer_expert_dims=outer_expert_dims,
+    experts_dim=experts_dim,
+    expert_capacity_dim=expert_capacity_dim,
+    hparams=hparams,
+    train=train,
+    variable_dtype=variable_dtype,
     importance=importance,
     num_microbatches=num_microbatches,
+    token_embeddings=token_embeddings,
     **kwargs,
   )

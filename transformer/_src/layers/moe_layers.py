@@ -19,6 +19,7 @@ the combine tensor. transformer_moe_layer_v2 does this on two levels
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Dict, List, Optional, Tuple
 
 from absl import logging
@@ -30,9 +31,12 @@ from transformer._src.layers.context import Context
 from transformer._src.layers.context import TransformerLayer
 
 __all__ = [
+  "ExpertRouting",
   "HParams",
   "MoE1D",
   "MoE2D",
+  "combine_expert_outputs",
+  "route_to_experts",
   "set_default_moe_hparams",
   "transformer_moe_layer_v1",
   "transformer_moe_layer_v2",
@@ -220,39 +224,6 @@ def _broadcast_nonpadding(
   return mtf.zeros(inputs.mesh, dims, dtype=inputs.dtype) + nonpadding
 
 
-def gate_inputs_with_token_embeddings(
-  gate_inputs: mtf.Tensor, token_embeddings: mtf.Tensor, mode: str
-) -> mtf.Tensor:
-  """The router's inputs with the token embeddings mixed in.
-
-  Args:
-    gate_inputs: [..., d_model] the layer inputs.
-    token_embeddings: the same shape, the input token embeddings.
-    mode: "concat" (along d_model, doubling it), "add", either with
-      "_stop_grad" (no gradient into the embeddings), or "embed_only".
-
-  Returns:
-    the router inputs (float32).
-
-  Raises:
-    ValueError: on an unknown mode.
-  """
-  gate_inputs = mtf.to_float(gate_inputs)
-  token_embeddings = mtf.to_float(token_embeddings)
-  if mode.endswith("_stop_grad"):
-    token_embeddings = mtf.stop_gradient(token_embeddings)
-    mode = mode[: -len("_stop_grad")]
-  if mode == "concat":
-    return mtf.concat(
-      [gate_inputs, token_embeddings], gate_inputs.shape.dims[-1].name
-    )
-  if mode == "add":
-    return gate_inputs + token_embeddings
-  if mode == "embed_only":
-    return token_embeddings
-  raise ValueError("unknown moe_word_embed_mode %r" % (mode,))
-
-
 def transformer_moe_layer_v1(
   inputs: mtf.Tensor,
   output_dim: mtf.Dimension,
@@ -283,7 +254,7 @@ def transformer_moe_layer_v1(
     num_microbatches: the balancing loss is divided by it.
     token_embeddings: the input token embeddings, inputs' shape; used by
       the router when hparams.moe_word_embed_mode is set (see
-      `gate_inputs_with_token_embeddings`).
+      `moe_gating.gate_inputs_with_token_embeddings`).
     layout: the model's layout rules (string or mtf.LayoutRules), used to choose
       the expert and batch splits.
     mesh_shape: the mesh shape (string or mtf.Shape).
@@ -296,7 +267,116 @@ def transformer_moe_layer_v1(
   Raises:
     ValueError: on an unknown gating or a batch that does not split.
   """
+  routing = route_to_experts(
+    inputs,
+    hparams,
+    train,
+    variable_dtype,
+    layout=layout,
+    mesh_shape=mesh_shape,
+    nonpadding=nonpadding,
+    num_microbatches=num_microbatches,
+    token_embeddings=token_embeddings,
+  )
+  experts_dim = routing.experts_dim
   hidden_dim = mtf.Dimension("expert_hidden", hparams.moe_hidden_size)
+  h = mtf.layers.dense_product(
+    routing.expert_inputs,
+    reduced_dims=routing.expert_inputs.shape.dims[-1:],
+    new_dims=[hidden_dim],
+    expert_dims=[experts_dim],
+    activation_functions=activation,
+    use_bias=False,
+    variable_dtype=variable_dtype,
+    name="wi",
+  )
+  dropout_rate = getattr(hparams, "moe_dropout_rate", 0.0)
+  if dropout_rate:
+    h = mtf.dropout(h, train, keep_prob=1.0 - dropout_rate)
+
+  def compute_output(hidden: mtf.Tensor, layer_name: str) -> mtf.Tensor:
+    expert_output = mtf.layers.dense(
+      hidden,
+      output_dim,
+      expert_dims=[experts_dim],
+      use_bias=False,
+      reduced_dims=hidden.shape.dims[-1:],
+      variable_dtype=variable_dtype,
+      name=layer_name,
+    )
+    return combine_expert_outputs(routing, expert_output)
+
+  loss = routing.loss * hparams.moe_loss_coef
+  if getattr(hparams, "moe_use_experts_attention", False):
+    # q and the shared kv come from the same hidden layer.
+    return [compute_output(h, "q_wo"), compute_output(h, "k_wo")], loss
+  return compute_output(h, "wo"), loss
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpertRouting:
+  """The positions of a batch sent to the experts, and how to bring them back.
+
+  Attributes:
+    expert_inputs: [outer_batch, experts, batch_unsplit, expert_capacity,
+      d_model]: the positions each expert got ("experts" is named so that a
+      layout can split it; "batch_unsplit" is the groups).
+    combine_tensor: [outer_batch, groups, group, experts_unsplit,
+      expert_capacity] (any order): the weight of each expert slot in each
+      position's output.
+    loss: the gating's balancing loss (before moe_loss_coef).
+    batch_and_length_dims: the input's dims before d_model.
+    moe_input_dims: [outer_batch, groups, group, d_model].
+    experts_dim: "experts", the experts dim the expert weights carry.
+    experts_dim_unsplit: "expert_unsplit", the same size.
+    expert_capacity_dim: "expert_capacity".
+  """
+
+  expert_inputs: mtf.Tensor
+  combine_tensor: mtf.Tensor
+  loss: mtf.Tensor
+  batch_and_length_dims: List[mtf.Dimension]
+  moe_input_dims: List[mtf.Dimension]
+  experts_dim: mtf.Dimension
+  experts_dim_unsplit: mtf.Dimension
+  expert_capacity_dim: mtf.Dimension
+
+
+def route_to_experts(
+  inputs: mtf.Tensor,
+  hparams,
+  train: bool,
+  variable_dtype,
+  layout=None,
+  mesh_shape=None,
+  nonpadding=None,
+  num_microbatches: Optional[int] = None,
+  token_embeddings: Optional[mtf.Tensor] = None,
+) -> ExpertRouting:
+  """Groups the positions, routes them (hparams.moe_gating) and gathers each
+  expert's inputs: the first half of a one-level mixture of experts.
+
+  Args:
+    inputs: [batch..., length, d_model] (a leading "outer_batch" dim is kept
+      as the outer batch).
+    hparams: an HParams with the moe_* hyperparameters of MoE1D.
+    train: training mode (capacity factor, gating policies).
+    variable_dtype: an mtf.VariableDType.
+    layout: the model's layout rules, used only to make the number of groups
+      a multiple of the batch dim's mesh split.
+    mesh_shape: the mesh shape (string or mtf.Shape).
+    nonpadding: None, 1 or a float Tensor over the batch/length dims.
+    num_microbatches: the balancing loss is divided by it.
+    token_embeddings: the input token embeddings, inputs' shape, for
+      hparams.moe_word_embed_mode.
+
+  Returns:
+    an ExpertRouting; `combine_expert_outputs` brings the experts' outputs
+    back to the positions.
+
+  Raises:
+    ValueError: on an unknown gating or a batch that does not split.
+  """
   experts_dim = mtf.Dimension("experts", hparams.moe_num_experts)
   experts_dim_unsplit = mtf.Dimension("expert_unsplit", experts_dim.size)
   batch_and_length_dims = inputs.shape.dims[:-1]
@@ -343,17 +423,13 @@ def transformer_moe_layer_v1(
   if importance is not None:
     importance = mtf.reshape(importance, moe_input_dims[:-1])
 
-  gate_inputs = inputs
-  word_embed_mode = getattr(hparams, "moe_word_embed_mode", None)
-  if word_embed_mode is not None:
-    gate_inputs = gate_inputs_with_token_embeddings(
-      inputs,
-      mtf.cast(mtf.reshape(token_embeddings, moe_input_dims), inputs.dtype),
-      word_embed_mode,
+  if getattr(hparams, "moe_word_embed_mode", None) is not None:
+    token_embeddings = mtf.cast(
+      mtf.reshape(token_embeddings, moe_input_dims), inputs.dtype
     )
   dispatch_tensor, combine_tensor, loss = moe_gating.compute_gating(
     hparams.moe_gating,
-    gate_inputs,
+    inputs,
     None,
     experts_dim_unsplit,
     expert_capacity_dim,
@@ -362,6 +438,7 @@ def transformer_moe_layer_v1(
     variable_dtype,
     importance=importance,
     num_microbatches=num_microbatches,
+    token_embeddings=token_embeddings,
   )
 
   # [outer_batch, experts, groups, capacity, d_model]: experts first, so the
@@ -381,91 +458,66 @@ def transformer_moe_layer_v1(
   # Renaming d_model first turns a model-parallel d_model into a cheap slice
   # before the all-to-all (no effect otherwise).
   d_model_split_dim = mtf.Dimension("d_model_split", input_dim.size)
-  expert_inputs = mtf.reshape(
-    expert_inputs,
-    mtf.Shape(
-      [
-        outer_batch_dim,
-        experts_dim,
-        batch_dim_unsplit,
-        expert_capacity_dim,
-        d_model_split_dim,
-      ]
-    ),
-  )
-  expert_inputs = mtf.reshape(
-    expert_inputs,
-    mtf.Shape(
-      [
-        outer_batch_dim,
-        experts_dim,
-        batch_dim_unsplit,
-        expert_capacity_dim,
-        input_dim,
-      ]
-    ),
-  )
-
-  h = mtf.layers.dense_product(
-    expert_inputs,
-    reduced_dims=expert_inputs.shape.dims[-1:],
-    new_dims=[hidden_dim],
-    expert_dims=[experts_dim],
-    activation_functions=activation,
-    use_bias=False,
-    variable_dtype=variable_dtype,
-    name="wi",
-  )
-  dropout_rate = getattr(hparams, "moe_dropout_rate", 0.0)
-  if dropout_rate:
-    h = mtf.dropout(h, train, keep_prob=1.0 - dropout_rate)
-
-  def compute_output(hidden: mtf.Tensor, layer_name: str) -> mtf.Tensor:
-    expert_output = mtf.layers.dense(
-      hidden,
-      output_dim,
-      expert_dims=[experts_dim],
-      use_bias=False,
-      reduced_dims=hidden.shape.dims[-1:],
-      variable_dtype=variable_dtype,
-      name=layer_name,
+  for model_dim in (d_model_split_dim, input_dim):
+    expert_inputs = mtf.reshape(
+      expert_inputs,
+      mtf.Shape(
+        [
+          outer_batch_dim,
+          experts_dim,
+          batch_dim_unsplit,
+          expert_capacity_dim,
+          model_dim,
+        ]
+      ),
     )
-    output_split_dim = mtf.Dimension("d_model_split", output_dim.size)
+  return ExpertRouting(
+    expert_inputs=expert_inputs,
+    combine_tensor=combine_tensor,
+    loss=loss,
+    batch_and_length_dims=batch_and_length_dims,
+    moe_input_dims=moe_input_dims,
+    experts_dim=experts_dim,
+    experts_dim_unsplit=experts_dim_unsplit,
+    expert_capacity_dim=expert_capacity_dim,
+  )
+
+
+def combine_expert_outputs(
+  routing: ExpertRouting, expert_output: mtf.Tensor
+) -> mtf.Tensor:
+  """The experts' outputs mixed back into the positions they came from.
+
+  Args:
+    routing: the ExpertRouting of `route_to_experts`.
+    expert_output: [outer_batch, experts, batch_unsplit, expert_capacity,
+      output_dim].
+
+  Returns:
+    [batch..., length, output_dim].
+  """
+  output_dim = expert_output.shape.dims[-1]
+  outer_batch_dim, num_groups_dim = routing.moe_input_dims[:2]
+  output_split_dim = mtf.Dimension("d_model_split", output_dim.size)
+  # Split over experts -> split over batch (the reverse all-to-all).
+  for model_dim in (output_split_dim, output_dim):
     expert_output = mtf.reshape(
       expert_output,
       mtf.Shape(
         [
           outer_batch_dim,
-          experts_dim_unsplit,
+          routing.experts_dim_unsplit,
           num_groups_dim,
-          expert_capacity_dim,
-          output_split_dim,
+          routing.expert_capacity_dim,
+          model_dim,
         ]
       ),
     )
-    expert_output = mtf.reshape(
-      expert_output,
-      mtf.Shape(
-        [
-          outer_batch_dim,
-          experts_dim_unsplit,
-          num_groups_dim,
-          expert_capacity_dim,
-          output_dim,
-        ]
-      ),
-    )
-    output = mtf.einsum(
-      [expert_output, combine_tensor],
-      mtf.Shape(moe_input_dims[:-1] + [output_dim]),
-    )
-    return mtf.reshape(output, batch_and_length_dims + [output_dim])
-
-  loss = loss * hparams.moe_loss_coef
-  if getattr(hparams, "moe_use_experts_attention", False):
-    # q and the shared kv come from the same hidden layer.
-    return [compute_output(h, "q"), compute_output(h, "kv")], loss
-  return compute_output(h, "wo"), loss
+  output = mtf.einsum(
+    [expert_output, routing.combine_tensor],
+    mtf.Shape(routing.moe_input_dims[:-1] + [output_dim]),
+  )
+  return mtf.reshape(output, routing.batch_and_length_dims + [output_dim])
 
 
 def transformer_moe_layer_v2(
@@ -699,8 +751,8 @@ class MoE1D(TransformerLayer):
     dropout_rate: the dropout rate of the experts' hidden layer (training only).
     activation: the experts' hidden activation: a name such as "relu" or a
       function.
-    moe_gating: the routing: "top_2", "switch" (top-1), "ntlb" or
-      "expert_selection".
+    moe_gating: the routing: "top_2", "top_n", "switch" (top-1),
+      "switch_max", "ntlb" or "expert_selection".
     min_expert_capacity: the smallest capacity of an expert, in tokens.
     switch_policy_train: the switch gate's noise policy in training:
       "input_jitter", "argmax", "sample" or "input_dropout".
@@ -831,18 +883,12 @@ class MoE1D(TransformerLayer):
       )
     else:
       nonpadding = context.nonpadding
-    y, loss = transformer_moe_layer_v1(
+    y, loss = self.expert_mixture(
+      context,
       x,
       output_dim,
-      self._hparams,
-      context.train,
-      context.variable_dtype,
-      layout=getattr(context.model, "layout", None),
-      mesh_shape=getattr(context.model, "mesh_shape", None),
-      nonpadding=_usable_nonpadding(nonpadding, x),
-      activation=self._activation,
-      num_microbatches=context.num_microbatches,
-      token_embeddings=self._token_embeddings(context, x),
+      _usable_nonpadding(nonpadding, x),
+      self._token_embeddings(context, x),
     )
     if context.losses is not None:
       context.losses.append(loss)
@@ -853,6 +899,40 @@ class MoE1D(TransformerLayer):
       else:
         y = mtf.reshape(y, out_shape(y))
     return y
+
+  def expert_mixture(
+    self,
+    context: Context,
+    x: mtf.Tensor,
+    output_dim: mtf.Dimension,
+    nonpadding,
+    token_embeddings: Optional[mtf.Tensor],
+  ):
+    """The experts' computation on x; subclasses change the experts.
+
+    Args:
+      context: the Context.
+      x: the input [batch..., length, d_model].
+      output_dim: the output Dimension.
+      nonpadding: None, 1 or a float Tensor over x's batch/length dims.
+      token_embeddings: the input embeddings shaped as x, or None.
+
+    Returns:
+      (output, loss) as transformer_moe_layer_v1.
+    """
+    return transformer_moe_layer_v1(
+      x,
+      output_dim,
+      self._hparams,
+      context.train,
+      context.variable_dtype,
+      layout=getattr(context.model, "layout", None),
+      mesh_shape=getattr(context.model, "mesh_shape", None),
+      nonpadding=nonpadding,
+      activation=self._activation,
+      num_microbatches=context.num_microbatches,
+      token_embeddings=token_embeddings,
+    )
 
   def _token_embeddings(self, context: Context, x: mtf.Tensor):
     """context.input_embeddings shaped as x, if the router uses them."""

@@ -709,7 +709,9 @@ class ReversibleLayerStack(LayerStack):
   sublayer_dropout]) and updates
       (x1, x2) <- (x2, x1 + f_i(x2))
   (mtf.layers.reversible_half_residual_and_swap). The stack's output is
-  x1 + x2, passed through the final sublayers. With recompute_grads, the
+  x1 + x2, passed through the final sublayers (padding positions are not
+  zeroed, unlike LayerStack; context.layer_outputs gets the stack's input
+  once per layer but the last, as in the original). With recompute_grads, the
   backward pass reconstructs each layer's inputs from its outputs instead
   of storing activations.
   """
@@ -737,11 +739,12 @@ class ReversibleLayerStack(LayerStack):
           )
         )
       if lnum != len(self._layers) - 1:
-        self._record(context, x2)
+        # As the original: the stack's input again, not the layer's output.
+        self._record(context, x)
       context.layer_index += 1
     x = x1 + x2
+    # Unlike LayerStack, the original leaves padding positions unmasked.
     x = self._call_sublayers(self._sublayers_final, x, context)
-    x = sublayer_mask_padding(x, self, context)
     self._record(context, x)
     return x
 
