@@ -19,11 +19,8 @@ machine's cores; the cluster's cost is gRPC traffic between processes (the
 activations, gradients and slices the 2x2 layout exchanges) instead of
 in-process copies.
 
-The losses start out equal (same seed, same weights, same batches) but are
-not bit-identical: on one task the placement backend knows its devices share
-memory and sums partial results in a different order than across tasks, so
-float rounding differs slightly and training amplifies it over hundreds of
-steps (docs/tpu_and_multihost.md).
+The two runs do the same arithmetic (docs/tpu_and_multihost.md), so their
+losses are equal at every report.
 
 Usage: python benchmarks/multihost_step.py [--steps 200]
 """
@@ -32,26 +29,16 @@ import argparse
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 PROGRESS = re.compile(
   r"^step (\d+)/\d+  loss ([0-9.]+) .*?([0-9.]+) steps/s", re.M
 )
-
-
-def free_ports(n):
-  sockets = [socket.socket() for _ in range(n)]
-  for s in sockets:
-    s.bind(("localhost", 0))
-  ports = [s.getsockname()[1] for s in sockets]
-  for s in sockets:
-    s.close()
-  return ports
 
 
 def environment():
@@ -132,9 +119,12 @@ def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--steps", type=int, default=200)
   args = parser.parse_args()
+  sys.path.insert(0, REPO)
+  from transformer._src.driver import cluster  # pylint: disable=g-import-not-at-top
+
   with tempfile.TemporaryDirectory() as tmp:
     tfds_dir = os.path.join(tmp, "tfds")
-    addresses = ["localhost:%d" % p for p in free_ports(2)]
+    addresses = ["localhost:%d" % p for p in cluster.free_local_ports(2)]
     workers = start_workers(addresses, tmp)
     try:
       rows = [

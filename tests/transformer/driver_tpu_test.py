@@ -7,7 +7,6 @@ same step code runs on CPU with SimdMeshImpl's collective backend.
 
 import itertools
 import shutil
-import socket
 
 import gin
 import numpy as np
@@ -21,6 +20,7 @@ from transformer import dataset as dataset_lib
 from transformer import utils
 from transformer import vocabulary
 from transformer._src.driver import checkpoints
+from transformer._src.driver import cluster
 from transformer._src.driver import evaluation
 from transformer._src.driver import run as driver_run
 from transformer._src.driver import tpu
@@ -151,7 +151,7 @@ def test_a_mesh_that_does_not_fit_the_topology_is_a_clear_error():
 
 
 def test_unreachable_tpu_address_is_a_clear_error():
-  port = free_port()
+  port = cluster.free_local_ports(1)[0]
   address = "grpc://127.0.0.1:%d" % port
   with pytest.raises(
     tpu.TpuConnectionError,
@@ -178,13 +178,6 @@ def test_initialising_without_a_tpu_is_a_clear_error():
     tpu.TpuConnectionError, match="cannot initialise TPU 'local': TPUs not"
   ):
     tpu.initialize_tpu(resolver, "local")
-
-
-def free_port() -> int:
-  """A local port number nothing listens on."""
-  with socket.socket() as sock:
-    sock.bind(("127.0.0.1", 0))
-    return sock.getsockname()[1]
 
 
 # --------------------------------------------------------------------------
@@ -609,7 +602,7 @@ def test_run_with_a_tpu_trains_with_the_tpu_loop(tmp_path, monkeypatch):
 
 
 def test_run_with_an_unreachable_tpu_fails_before_building(tmp_path):
-  port = free_port()
+  port = cluster.free_local_ports(1)[0]
   with pytest.raises(tpu.TpuConnectionError, match="is unreachable"):
     run_with_tpu(tmp_path, "grpc://127.0.0.1:%d" % port)
   assert not list(tmp_path.iterdir())

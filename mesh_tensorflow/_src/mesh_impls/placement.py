@@ -267,7 +267,11 @@ class ReduceFirstLazySum(laid_out_lib.LazyAllreduceSum):
   fn is linear and does not shrink its input (a scalar multiply, a reshape).
   On devices sharing host memory the allreduce moves no data, so applying fn
   after it, once per processor group, beats applying it to all n partial sums.
-  Continuing the laziness (`laid_out_input`) applies fn to the partials.
+  On other devices each one applies fn to its copy of the reduced value: the
+  same work as before the allreduce, and the same rounding as on shared
+  memory, so a mesh computes the same values whether its devices are in one
+  task or spread over several. Continuing the laziness (`laid_out_input`)
+  applies fn to the partials.
   """
 
   def __init__(
@@ -303,9 +307,13 @@ class ReduceFirstLazySum(laid_out_lib.LazyAllreduceSum):
 
   def to_laid_out_tensor(self):
     if self._reduced is None:
-      self._reduced = self.mesh_impl.apply_once_per_group(
-        self._fn, self._source.to_laid_out_tensor(), self.mesh_axes
-      )
+      reduced = self._source.to_laid_out_tensor()
+      if self.mesh_impl.devices_share_host_memory:
+        self._reduced = self.mesh_impl.apply_once_per_group(
+          self._fn, reduced, self.mesh_axes
+        )
+      else:
+        self._reduced = self.mesh_impl.slicewise(self._fn, reduced)
     return self._reduced
 
 
@@ -408,15 +416,16 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
     return LaidOutTensor(results)
 
   def slicewise_delay_allreduce(self, fn: Callable, *inputs):
-    """As MeshImpl's; on shared host memory fn may run after the allreduce.
+    """As MeshImpl's, but fn may run after the allreduce.
 
     With one lazy input and an fn that keeps the size, the result is a
-    ReduceFirstLazySum: still lazy, but fn then runs once per processor group
-    on the reduced value instead of on every partial sum.
+    ReduceFirstLazySum: still lazy, but fn then runs on the reduced value
+    (once per processor group on devices sharing host memory) instead of on
+    every partial sum. Every mesh does so, whatever its devices, so the
+    rounding of the result does not depend on how devices map to tasks.
     """
     if (
-      self._share_host_memory
-      and len(inputs) == 1
+      len(inputs) == 1
       and isinstance(inputs[0], laid_out_lib.LazyAllreduceSum)
       and inputs[0].mesh_axes
     ):

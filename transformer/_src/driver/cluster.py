@@ -49,6 +49,8 @@ __all__ = [
   "check_tf_versions",
   "cluster_resolver",
   "connect",
+  "disable_placement_dependent_rewrites",
+  "free_local_ports",
   "names_unavailable_tasks",
   "parse_cluster",
   "publish_tf_version",
@@ -118,6 +120,34 @@ def parse_cluster(cluster: Union[str, Dict[str, List[str]]]) -> Dict:
     for address in tasks:
       _host_and_port(address, "/job:%s" % job)
   return jobs
+
+
+def free_local_ports(count: int) -> List[int]:
+  """`count` distinct localhost ports that nothing listens on right now.
+
+  For a cluster of tasks on this host (tests, benchmarks, trying the
+  commands above on one machine): the ports are held together while they
+  are picked, so they differ, then released for the servers to bind.
+
+  Example:
+    >>> ports = free_local_ports(2)
+    >>> len(set(ports)), all(0 < port < 65536 for port in ports)
+    (2, True)
+
+  Args:
+    count: how many ports.
+
+  Returns:
+    The port numbers.
+  """
+  sockets = [socket.socket() for _ in range(count)]
+  try:
+    for s in sockets:
+      s.bind(("localhost", 0))
+    return [s.getsockname()[1] for s in sockets]
+  finally:
+    for s in sockets:
+      s.close()
 
 
 def cluster_resolver(
@@ -341,6 +371,21 @@ def connect(
   logging.info("Connected to cluster %s", spec.as_dict())
   check_tf_versions(spec, skip=local_task)
   return Cluster(spec, local_task)
+
+
+def disable_placement_dependent_rewrites() -> None:
+  """Turns off Grappler's arithmetic optimizer in this process.
+
+  Its rewrites of arithmetic (sums, common factors) depend on the devices
+  the ops are placed on, so the same mesh computation rounds differently
+  when its devices are virtual CPUs of one process or CPUs of several tasks;
+  training amplifies those last-bit differences into different losses after
+  a few dozen steps. Without the rewrites a run on a cluster computes the
+  very values of a one-process run with the same seed.
+  """
+  tf.config.optimizer.set_experimental_options(
+    {"arithmetic_optimization": False}
+  )
 
 
 def _version_handle():

@@ -86,6 +86,9 @@ def get_estimator(
   original's signature; TPUs are not driven from here. With a cluster (the
   `cluster` argument, else TF_CONFIG) the process connects to its tasks and
   the mesh defaults to the "worker" job's devices (driver/cluster.py).
+  Grappler's arithmetic optimizer is turned off for the process, so a run
+  computes the same values whether the mesh's devices are in one process or
+  on a cluster (cluster.disable_placement_dependent_rewrites).
 
   Args:
     model_type: "bitransformer", "lm", "delimited_lm", "aligned" or
@@ -149,6 +152,7 @@ def get_estimator(
       "run.vocabulary is required (e.g. "
       "run.vocabulary = @vocabulary.ByteVocabulary())"
     )
+  driver_cluster.disable_placement_dependent_rewrites()
   connected = driver_cluster.connect(cluster, timeout=cluster_timeout)
   if connected is not None and not mesh_devices:
     mesh_devices = connected.mesh_devices(mesh_shape)
