@@ -20,7 +20,7 @@ the combine tensor. transformer_moe_layer_v2 does this on two levels
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from absl import logging
 import gin
@@ -883,12 +883,18 @@ class MoE1D(TransformerLayer):
       )
     else:
       nonpadding = context.nonpadding
-    y, loss = self.expert_mixture(
-      context,
+    y, loss = self.mixture_function(context)(
       x,
       output_dim,
-      _usable_nonpadding(nonpadding, x),
-      self._token_embeddings(context, x),
+      self._hparams,
+      context.train,
+      context.variable_dtype,
+      layout=getattr(context.model, "layout", None),
+      mesh_shape=getattr(context.model, "mesh_shape", None),
+      nonpadding=_usable_nonpadding(nonpadding, x),
+      activation=self._activation,
+      num_microbatches=context.num_microbatches,
+      token_embeddings=self._token_embeddings(context, x),
     )
     if context.losses is not None:
       context.losses.append(loss)
@@ -900,39 +906,17 @@ class MoE1D(TransformerLayer):
         y = mtf.reshape(y, out_shape(y))
     return y
 
-  def expert_mixture(
-    self,
-    context: Context,
-    x: mtf.Tensor,
-    output_dim: mtf.Dimension,
-    nonpadding,
-    token_embeddings: Optional[mtf.Tensor],
-  ):
-    """The experts' computation on x; subclasses change the experts.
+  def mixture_function(self, context: Context) -> Callable[..., Any]:
+    """The function computing the mixture; subclasses change the experts.
 
     Args:
-      context: the Context.
-      x: the input [batch..., length, d_model].
-      output_dim: the output Dimension.
-      nonpadding: None, 1 or a float Tensor over x's batch/length dims.
-      token_embeddings: the input embeddings shaped as x, or None.
+      context: the Context of the call.
 
     Returns:
-      (output, loss) as transformer_moe_layer_v1.
+      a function with transformer_moe_layer_v1's parameters and results.
     """
-    return transformer_moe_layer_v1(
-      x,
-      output_dim,
-      self._hparams,
-      context.train,
-      context.variable_dtype,
-      layout=getattr(context.model, "layout", None),
-      mesh_shape=getattr(context.model, "mesh_shape", None),
-      nonpadding=nonpadding,
-      activation=self._activation,
-      num_microbatches=context.num_microbatches,
-      token_embeddings=token_embeddings,
-    )
+    del context
+    return transformer_moe_layer_v1
 
   def _token_embeddings(self, context: Context, x: mtf.Tensor):
     """context.input_embeddings shaped as x, if the router uses them."""

@@ -17,7 +17,8 @@ with `width`: the hidden dim becomes max(width) units and the first
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+import functools
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from absl import logging
 import gin
@@ -179,40 +180,16 @@ class HeterogeneousMoE1D(moe_layers.MoE1D):
       raise NotImplementedError("MoE not yet implemented with ensembles")
     return super().call(context, x, losses)
 
-  def expert_mixture(
-    self,
-    context: Context,
-    x: mtf.Tensor,
-    output_dim: mtf.Dimension,
-    nonpadding,
-    token_embeddings: Optional[mtf.Tensor],
-  ):
-    """The heterogeneous experts on x (see transformer_moe_layer_v1).
+  def mixture_function(self, context: Context) -> Callable[..., Any]:
+    """This module's transformer_moe_layer_v1, given the Context.
 
     Args:
-      context: the Context.
-      x: the input [batch..., length, d_model].
-      output_dim: the output Dimension.
-      nonpadding: None, 1 or a float Tensor over x's batch/length dims.
-      token_embeddings: the input embeddings shaped as x, or None.
+      context: the Context of the call (read by the layers after the first).
 
     Returns:
-      (output, loss).
+      a function with moe's transformer_moe_layer_v1's parameters and results.
     """
-    return transformer_moe_layer_v1(
-      x,
-      output_dim,
-      self._hparams,
-      context.train,
-      context.variable_dtype,
-      layout=getattr(context.model, "layout", None),
-      mesh_shape=getattr(context.model, "mesh_shape", None),
-      nonpadding=nonpadding,
-      activation=self._activation,
-      num_microbatches=context.num_microbatches,
-      token_embeddings=token_embeddings,
-      context=context,
-    )
+    return functools.partial(transformer_moe_layer_v1, context=context)
 
 
 def transformer_moe_layer_v1(
