@@ -216,16 +216,7 @@ def main(_):
     num_warmup_steps=num_warmup_steps,
     use_tpu=FLAGS.use_tpu,
   )
-  est = run_util.make_estimator(
-    task,
-    FLAGS.output_dir,
-    FLAGS.mesh_shape,
-    FLAGS.layout,
-    FLAGS.train_batch_size,
-    FLAGS.save_checkpoints_steps,
-    FLAGS.use_tpu,
-    FLAGS,
-  )
+  est = run_util.make_estimator(task, FLAGS)
   if FLAGS.do_train:
     train_file = FLAGS.cached_train_file or _records(
       "train.tf_record", train_examples, label_list, tokenizer

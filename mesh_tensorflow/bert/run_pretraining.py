@@ -213,16 +213,7 @@ def main(_):
     num_train_steps=FLAGS.num_train_steps,
     num_warmup_steps=FLAGS.num_warmup_steps,
   )
-  est = run_util.make_estimator(
-    task,
-    FLAGS.output_dir,
-    FLAGS.mesh_shape,
-    FLAGS.layout,
-    FLAGS.train_batch_size,
-    FLAGS.save_checkpoints_steps,
-    FLAGS.use_tpu,
-    FLAGS,
-  )
+  est = run_util.make_estimator(task, FLAGS)
   train_input_fn = input_fn_builder(
     train_files, FLAGS.max_seq_length, FLAGS.max_predictions_per_seq, True
   )

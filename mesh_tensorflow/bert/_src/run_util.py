@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional
 
+from absl import flags
 from absl import logging
 import tensorflow as tf
 
@@ -148,50 +149,40 @@ def _ensure_devices(mesh_shape: mtf.Shape) -> None:
 
 
 def make_estimator(
-  task: estimator.TaskModel,
-  output_dir: str,
-  mesh_shape: str,
-  layout: str,
-  batch_size: int,
-  save_checkpoints_steps: int,
-  use_tpu: bool,
-  flag_values=None,
+  task: estimator.TaskModel, flag_values: flags.FlagValues
 ) -> estimator.BertEstimator:
-  """The BertEstimator of a driver's flags.
+  """The BertEstimator that a BERT script's parsed flags describe.
 
-  Without use_tpu, on CPUs only, the CPU is split into as many devices as
-  the mesh has processors (the original placed them all on one device).
+  Reads --output_dir (the model directory), --mesh_shape, --layout,
+  --train_batch_size, --save_checkpoints_steps and --use_tpu (SIMD over the
+  local TPU chips, else placement), and warns about each Cloud TPU flag
+  that is set (TPU_FLAG_NAMES: unused here). Without --use_tpu, on CPUs
+  only, the CPU is split into as many devices as the mesh has processors
+  (the original placed them all on one device).
 
   Args:
     task: the TaskModel.
-    output_dir: the model directory.
-    mesh_shape: the --mesh_shape string.
-    layout: the --layout string.
-    batch_size: the training batch size.
-    save_checkpoints_steps: the checkpoint interval in steps.
-    use_tpu: run SIMD over the local TPU chips (else placement).
-    flag_values: the parsed flags, to report unused TPU flags (None: none).
+    flag_values: the parsed flags of the script.
 
   Returns:
     The BertEstimator.
   """
-  shape = mtf.convert_to_shape(mesh_shape)
-  if flag_values is not None:
-    for name in TPU_FLAG_NAMES:
-      if name in flag_values and flag_values[name].value:
-        logging.warning(
-          "--%s is not used: the mesh runs on the local devices", name
-        )
-  if not use_tpu:
+  shape = mtf.convert_to_shape(flag_values.mesh_shape)
+  for name in TPU_FLAG_NAMES:
+    if name in flag_values and flag_values[name].value:
+      logging.warning(
+        "--%s is not used: the mesh runs on the local devices", name
+      )
+  if not flag_values.use_tpu:
     _ensure_devices(shape)
   return estimator.BertEstimator(
     task,
-    output_dir,
+    flag_values.output_dir,
     shape,
-    layout,
-    batch_size,
-    save_checkpoints_steps=save_checkpoints_steps,
-    mesh_impl="simd" if use_tpu else "placement",
+    flag_values.layout,
+    flag_values.train_batch_size,
+    save_checkpoints_steps=flag_values.save_checkpoints_steps,
+    mesh_impl="simd" if flag_values.use_tpu else "placement",
   )
 
 
