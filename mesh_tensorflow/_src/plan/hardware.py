@@ -95,57 +95,58 @@ class HardwareProfile:
       )
 
 
+def _tpu(
+  name: str,
+  device: str,
+  pod_size: int,
+  peak_flops_bf16: float,
+  hbm_gib: int,
+  hbm_bandwidth: float,
+  link_bandwidth: float,
+) -> HardwareProfile:
+  """A TPU device of a pod; float32 matmuls run at a quarter of the peak."""
+  return HardwareProfile(
+    name=name,
+    description="%s (a pod has %d)" % (device, pod_size),
+    peak_flops_bf16=peak_flops_bf16,
+    peak_flops_f32=peak_flops_bf16 / 4,
+    hbm_bytes=hbm_gib * GIB,
+    hbm_bandwidth=hbm_bandwidth,
+    link_bandwidth=link_bandwidth,
+    max_devices=pod_size,
+  )
+
+
+def _nvlink_gpu(
+  name: str,
+  device: str,
+  peak_flops_bf16: float,
+  peak_flops_f32: float,
+  hbm_bandwidth: float,
+  link_bandwidth: float,
+) -> HardwareProfile:
+  """An 80 GB NVIDIA GPU of a node of 8 joined by NVLink."""
+  return HardwareProfile(
+    name=name,
+    description="NVIDIA %s (8 per NVLink node)" % device,
+    peak_flops_bf16=peak_flops_bf16,
+    peak_flops_f32=peak_flops_f32,
+    hbm_bytes=80 * 10**9,
+    hbm_bandwidth=hbm_bandwidth,
+    link_bandwidth=link_bandwidth,
+    max_devices=8,
+  )
+
+
+# The vendors' figures, in the helpers' argument order: TPUs (name, device,
+# pod size, bfloat16 peak, HBM GiB, HBM bytes/s, link bytes/s) and GPUs
+# (name, device, bfloat16 peak, float32 peak, HBM bytes/s, link bytes/s).
 _PUBLISHED = (
-  HardwareProfile(
-    name="tpu_v2",
-    description="TPU v2 core (a pod has 512)",
-    peak_flops_bf16=22.5e12,
-    peak_flops_f32=22.5e12 / 4,
-    hbm_bytes=8 * GIB,
-    hbm_bandwidth=350e9,
-    link_bandwidth=62e9,
-    max_devices=512,
-  ),
-  HardwareProfile(
-    name="tpu_v3",
-    description="TPU v3 core (a pod has 2048)",
-    peak_flops_bf16=61.5e12,
-    peak_flops_f32=61.5e12 / 4,
-    hbm_bytes=16 * GIB,
-    hbm_bandwidth=450e9,
-    link_bandwidth=82e9,
-    max_devices=2048,
-  ),
-  HardwareProfile(
-    name="tpu_v4",
-    description="TPU v4 chip, one TF device (a pod has 4096)",
-    peak_flops_bf16=275e12,
-    peak_flops_f32=275e12 / 4,
-    hbm_bytes=32 * GIB,
-    hbm_bandwidth=1200e9,
-    link_bandwidth=270e9,
-    max_devices=4096,
-  ),
-  HardwareProfile(
-    name="a100",
-    description="NVIDIA A100 80GB SXM (8 per NVLink node)",
-    peak_flops_bf16=312e12,
-    peak_flops_f32=19.5e12,
-    hbm_bytes=80 * 10**9,
-    hbm_bandwidth=2039e9,
-    link_bandwidth=300e9,
-    max_devices=8,
-  ),
-  HardwareProfile(
-    name="h100",
-    description="NVIDIA H100 SXM (8 per NVLink node)",
-    peak_flops_bf16=989e12,
-    peak_flops_f32=67e12,
-    hbm_bytes=80 * 10**9,
-    hbm_bandwidth=3350e9,
-    link_bandwidth=450e9,
-    max_devices=8,
-  ),
+  _tpu("tpu_v2", "TPU v2 core", 512, 22.5e12, 8, 350e9, 62e9),
+  _tpu("tpu_v3", "TPU v3 core", 2048, 61.5e12, 16, 450e9, 82e9),
+  _tpu("tpu_v4", "TPU v4 chip, one TF device", 4096, 275e12, 32, 1200e9, 270e9),
+  _nvlink_gpu("a100", "A100 80GB SXM", 312e12, 19.5e12, 2039e9, 300e9),
+  _nvlink_gpu("h100", "H100 SXM", 989e12, 67e12, 3350e9, 450e9),
 )
 
 THIS_MACHINE = "this_machine"
