@@ -3,7 +3,8 @@
 The experimental entry points keep the original's command-line flags while
 their code takes a frozen dataclass of the same names and defaults: one flag
 per field (bool, int, float or str, or an int defaulting to None), defined
-only when an entry point asks for it.
+only when an entry point asks for it. Such a dataclass derives from
+`FlagSettings`, which reads an instance from parsed flags.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Dict, Type, TypeVar
 
 from absl import flags
 
-__all__ = ["define", "values_from"]
+__all__ = ["FlagSettings", "define", "values_from"]
 
 T = TypeVar("T")
 
@@ -58,3 +59,23 @@ def values_from(cls: Type[T], flag_values) -> T:
   return cls(
     **{f.name: flag_values[f.name].value for f in dataclasses.fields(cls)}
   )
+
+
+class FlagSettings:
+  """Base of a settings dataclass whose fields absl flags of the same names set.
+
+  The entry point defines the flags (`define`, with each field's help) and
+  parses them; `from_flags` then reads the settings.
+  """
+
+  @classmethod
+  def from_flags(cls: Type[T], flag_values=flags.FLAGS) -> T:
+    """The settings that parsed flags give: one flag per field.
+
+    Args:
+      flag_values: parsed absl FlagValues holding a flag per field.
+
+    Returns:
+      an instance of this dataclass.
+    """
+    return values_from(cls, flag_values)

@@ -70,7 +70,7 @@ __all__ = [
 
 
 @dataclasses.dataclass(frozen=True)
-class ExecutorOptions:
+class ExecutorOptions(dataclass_flags.FlagSettings):
   """The loop's settings: the original's flags, names and defaults.
 
   Attributes:
@@ -107,18 +107,6 @@ class ExecutorOptions:
   write_summary: bool = True
   summary_dir: str = ""
   pred_output_dir: str = ""
-
-  @classmethod
-  def from_flags(cls, flag_values=flags.FLAGS) -> "ExecutorOptions":
-    """The options set by parsed flags (see define_flags).
-
-    Args:
-      flag_values: parsed absl FlagValues holding the flags of define_flags.
-
-    Returns:
-      an ExecutorOptions.
-    """
-    return dataclass_flags.values_from(cls, flag_values)
 
 
 _FLAG_HELP = {

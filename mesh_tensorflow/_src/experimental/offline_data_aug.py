@@ -38,7 +38,7 @@ __all__ = [
 
 
 @dataclasses.dataclass(frozen=True)
-class Options:
+class Options(dataclass_flags.FlagSettings):
   """What apply_data_aug reads and writes: the original's flags.
 
   Attributes:
@@ -173,7 +173,7 @@ def augment(options: Options) -> List[str]:
 
 def apply_data_aug() -> None:
   """Applies data augmentation and saves the results, as the flags say."""
-  augment(dataclass_flags.values_from(Options, flags.FLAGS))
+  augment(Options.from_flags(flags.FLAGS))
 
 
 def main(argv) -> None:

@@ -24,7 +24,7 @@ __all__ = ["Hparams", "define_flags", "get_layout", "hparams", "hparams_scope"]
 
 
 @dataclasses.dataclass(frozen=True)
-class Hparams:
+class Hparams(dataclass_flags.FlagSettings):
   """The U-Net's hyperparameters: the original's flags, names and defaults.
 
   Attributes:
@@ -96,18 +96,6 @@ class Hparams:
   layout: str = "batch:cores, image_nx_block:rows, image_ny_block:columns"
   train_file_pattern: str = ""
   eval_file_pattern: str = ""
-
-  @classmethod
-  def from_flags(cls, flag_values=flags.FLAGS) -> "Hparams":
-    """The hyperparameters set by parsed flags (see define_flags).
-
-    Args:
-      flag_values: parsed absl FlagValues holding the flags of define_flags.
-
-    Returns:
-      an Hparams.
-    """
-    return dataclass_flags.values_from(cls, flag_values)
 
 
 _FLAG_HELP = {
