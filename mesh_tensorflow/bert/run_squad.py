@@ -31,11 +31,15 @@ from mesh_tensorflow.bert._src import flag_util
 from mesh_tensorflow.bert._src import model as bert_lib
 from mesh_tensorflow.bert._src import run_util
 from mesh_tensorflow.bert._src import squad
-from mesh_tensorflow.bert._src.squad import FeatureWriter
-from mesh_tensorflow.bert._src.squad import InputFeatures
-from mesh_tensorflow.bert._src.squad import RawResult
-from mesh_tensorflow.bert._src.squad import SquadExample
-from mesh_tensorflow.bert._src.squad import convert_examples_to_features
+from mesh_tensorflow.bert._src import squad_answers
+from mesh_tensorflow.bert._src import squad_features
+from mesh_tensorflow.bert._src.squad_answers import RawResult
+from mesh_tensorflow.bert._src.squad_features import FeatureWriter
+from mesh_tensorflow.bert._src.squad_features import InputFeatures
+from mesh_tensorflow.bert._src.squad_features import SquadExample
+from mesh_tensorflow.bert._src.squad_features import (
+  convert_examples_to_features,
+)
 
 FLAGS = flags.FLAGS
 
@@ -139,7 +143,7 @@ def read_squad_examples(input_file, is_training):
   Returns:
     A list of SquadExample.
   """
-  return squad.read_squad_examples(
+  return squad_features.read_squad_examples(
     input_file, is_training, FLAGS.version_2_with_negative
   )
 
@@ -219,7 +223,7 @@ def input_fn_builder(input_file, seq_length, is_training, drop_remainder):
   def input_fn(params):
     return data.record_dataset(
       input_file,
-      squad.squad_feature_spec(seq_length, is_training),
+      squad_features.squad_feature_spec(seq_length, is_training),
       params["batch_size"],
       is_training,
       drop_remainder=drop_remainder,
@@ -239,7 +243,7 @@ def write_predictions(
   output_nbest_file,
   output_null_log_odds_file,
 ):
-  """Writes the answers and n-best lists (see squad.write_predictions).
+  """Writes the answers and n-best lists (see squad_answers.write_predictions).
 
   --version_2_with_negative, --null_score_diff_threshold and
   --verbose_logging apply.
@@ -258,7 +262,7 @@ def write_predictions(
   Returns:
     {qas_id: answer text}.
   """
-  return squad.write_predictions(
+  return squad_answers.write_predictions(
     all_examples,
     all_features,
     all_results,
@@ -285,7 +289,7 @@ def get_final_text(pred_text, orig_text, do_lower_case):
   Returns:
     The answer text.
   """
-  return squad.get_final_text(
+  return squad_answers.get_final_text(
     pred_text, orig_text, do_lower_case, FLAGS.verbose_logging
   )
 
@@ -401,10 +405,10 @@ def main(_):
       "eval.tf_record", eval_examples, tokenizer, False, eval_features
     )
     # Whole batches for the mesh: padding features answer no question.
-    next_id = squad.FIRST_UNIQUE_ID + len(eval_features)
+    next_id = squad_features.FIRST_UNIQUE_ID + len(eval_features)
     for i in range(-len(eval_features) % FLAGS.predict_batch_size):
       writer.process_feature(
-        squad.padding_feature(next_id + i, FLAGS.max_seq_length)
+        squad_features.padding_feature(next_id + i, FLAGS.max_seq_length)
       )
     writer.close()
     logging.info(
@@ -415,7 +419,7 @@ def main(_):
     dataset = input_fn_builder(
       writer.filename, FLAGS.max_seq_length, False, True
     )({"batch_size": FLAGS.predict_batch_size})
-    results = squad.squad_results(est.predict_batches(dataset))
+    results = squad_answers.squad_results(est.predict_batches(dataset))
     write_predictions(
       eval_examples,
       eval_features,

@@ -3,6 +3,7 @@
 import json
 
 from absl import flags
+from absl.testing import flagsaver
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -12,6 +13,8 @@ from mesh_tensorflow.bert import bert as bert_lib
 from mesh_tensorflow.bert import run_squad
 from mesh_tensorflow.bert import tokenization
 from mesh_tensorflow.bert._src import squad
+from mesh_tensorflow.bert._src import squad_answers
+from mesh_tensorflow.bert._src import squad_features
 from tests import mesh_test_util
 
 VOCAB = (
@@ -60,7 +63,7 @@ def squad_file(tmp_path):
 
 
 def test_read_squad_examples(squad_file):
-  examples = squad.read_squad_examples(squad_file, is_training=True)
+  examples = squad_features.read_squad_examples(squad_file, is_training=True)
   assert [e.qas_id for e in examples] == ["q1", "q2"]
   first = examples[0]
   assert first.doc_tokens[:5] == ["The", "leader", "was", "John", "Smith"]
@@ -72,7 +75,7 @@ def test_read_squad_examples(squad_file):
 
 def _features(examples, tokenizer, max_seq_length, doc_stride, is_training):
   features = []
-  squad.convert_examples_to_features(
+  squad_features.convert_examples_to_features(
     examples,
     tokenizer,
     max_seq_length,
@@ -85,7 +88,7 @@ def _features(examples, tokenizer, max_seq_length, doc_stride, is_training):
 
 
 def test_answer_span_is_narrowed_to_the_answer_tokens(squad_file, tokenizer):
-  examples = squad.read_squad_examples(squad_file, is_training=True)
+  examples = squad_features.read_squad_examples(squad_file, is_training=True)
   (feature,) = _features(examples[:1], tokenizer, 48, 16, True)
   answer = feature.tokens[feature.start_position : feature.end_position + 1]
   assert answer == ["1895"]
@@ -100,11 +103,14 @@ def test_answer_span_is_narrowed_to_the_answer_tokens(squad_file, tokenizer):
 def test_long_documents_are_split_into_overlapping_windows(
   squad_file, tokenizer
 ):
-  examples = squad.read_squad_examples(squad_file, is_training=True)
+  examples = squad_features.read_squad_examples(squad_file, is_training=True)
   features = _features(examples[1:], tokenizer, 16, 4, True)
   assert len(features) > 2
   assert [f.unique_id for f in features] == list(
-    range(squad.FIRST_UNIQUE_ID, squad.FIRST_UNIQUE_ID + len(features))
+    range(
+      squad_features.FIRST_UNIQUE_ID,
+      squad_features.FIRST_UNIQUE_ID + len(features),
+    )
   )
   # Each document piece is scored in exactly one window.
   num_pieces = sum(len(tokenizer.tokenize(w)) for w in examples[1].doc_tokens)
@@ -120,23 +126,27 @@ def test_long_documents_are_split_into_overlapping_windows(
 
 
 def test_check_is_max_context():
-  spans = [squad.DocSpan(0, 5), squad.DocSpan(3, 5), squad.DocSpan(6, 5)]
+  spans = [
+    squad_features.DocSpan(0, 5),
+    squad_features.DocSpan(3, 5),
+    squad_features.DocSpan(6, 5),
+  ]
   # Token 4 is the last of span 0 (context min(4, 0) = 0) and has one token
   # left, three right in span 1 (context 1): span 1 is its best.
-  assert squad.check_is_max_context(spans, 1, 4)
-  assert not squad.check_is_max_context(spans, 0, 4)
-  assert squad.check_is_max_context(spans, 2, 9)
+  assert squad_features.check_is_max_context(spans, 1, 4)
+  assert not squad_features.check_is_max_context(spans, 0, 4)
+  assert squad_features.check_is_max_context(spans, 2, 9)
 
 
 def test_get_final_text_restores_the_original_characters():
-  assert squad.get_final_text("1895", "(1895-1943).", True) == "1895"
-  assert squad.get_final_text("john smith", "John Smith", True) == "John Smith"
-  assert squad.get_final_text("steve", "John Smith", True) == "John Smith"
+  get_final_text = squad_answers.get_final_text
+  assert get_final_text("1895", "(1895-1943).", True) == "1895"
+  assert get_final_text("john smith", "John Smith", True) == "John Smith"
+  assert get_final_text("steve", "John Smith", True) == "John Smith"
 
 
-def test_write_predictions(squad_file, tokenizer, tmp_path):
-  examples = squad.read_squad_examples(squad_file, is_training=False)
-  features = _features(examples, tokenizer, 48, 16, False)
+def _answer_results(features):
+  """RawResults whose logits point at "1895" (q1) and "john smith" (q2)."""
   results = []
   for feature in features:
     start = np.full(48, -5.0)
@@ -145,11 +155,19 @@ def test_write_predictions(squad_file, tokenizer, tmp_path):
     first = feature.tokens.index(wanted, feature.tokens.index("[SEP]"))
     last = first + (1 if wanted == "john" else 0)
     start[first], end[last] = 5.0, 5.0
-    results.append(squad.RawResult(feature.unique_id, list(start), list(end)))
-  predictions = squad.write_predictions(
+    results.append(
+      squad_answers.RawResult(feature.unique_id, list(start), list(end))
+    )
+  return results
+
+
+def test_write_predictions(squad_file, tokenizer, tmp_path):
+  examples = squad_features.read_squad_examples(squad_file, is_training=False)
+  features = _features(examples, tokenizer, 48, 16, False)
+  predictions = squad_answers.write_predictions(
     examples,
     features,
-    results,
+    _answer_results(features),
     n_best_size=3,
     max_answer_length=5,
     do_lower_case=True,
@@ -209,8 +227,6 @@ def test_validate_flags_or_throw():
   config = bert_lib.BertConfig(10, max_position_embeddings=512)
   with pytest.raises(ValueError, match="At least one of `do_train`"):
     run_squad.validate_flags_or_throw(config)
-  from absl.testing import flagsaver  # pylint: disable=g-import-not-at-top
-
   with flagsaver.flagsaver(
     do_predict=True,
     predict_file="x.json",
