@@ -133,43 +133,22 @@ __all__ = [
 ]
 
 
-def read_squad_examples(input_file, is_training):
-  """The SquadExamples of a SQuAD json file (--version_2_with_negative).
-
-  Args:
-    input_file: the json file.
-    is_training: read the answers.
-
-  Returns:
-    A list of SquadExample.
-  """
-  return squad_features.read_squad_examples(
-    input_file, is_training, FLAGS.version_2_with_negative
-  )
-
-
-def create_model(bert_config, is_training, input_ids, input_mask, segment_ids):
-  """Start and end logits [batch, seq] on --mesh_shape and --layout.
-
-  Args:
-    bert_config: the BertConfig.
-    is_training: whether training (dropout).
-    input_ids: int mtf.Tensor [batch, seq].
-    input_mask: int mtf.Tensor [batch, seq].
-    segment_ids: int mtf.Tensor [batch, seq].
-
-  Returns:
-    (start_logits, end_logits).
-  """
-  return squad.create_model(
-    bert_config,
-    is_training,
-    input_ids,
-    input_mask,
-    segment_ids,
-    mesh_shape=FLAGS.mesh_shape,
-    layout=FLAGS.layout,
-  )
+# The original's functions that read flags: --version_2_with_negative,
+# --null_score_diff_threshold, --verbose_logging, --mesh_shape and --layout
+# set the parameters of the same names.
+read_squad_examples = flag_util.bind_flags(
+  squad_features.read_squad_examples, ["version_2_with_negative"]
+)
+create_model = flag_util.bind_flags(
+  squad.create_model, ["mesh_shape", "layout"]
+)
+write_predictions = flag_util.bind_flags(
+  squad_answers.write_predictions,
+  ["version_2_with_negative", "null_score_diff_threshold", "verbose_logging"],
+)
+get_final_text = flag_util.bind_flags(
+  squad_answers.get_final_text, ["verbose_logging"]
+)
 
 
 def model_fn_builder(
@@ -230,68 +209,6 @@ def input_fn_builder(input_file, seq_length, is_training, drop_remainder):
     )
 
   return input_fn
-
-
-def write_predictions(
-  all_examples,
-  all_features,
-  all_results,
-  n_best_size,
-  max_answer_length,
-  do_lower_case,
-  output_prediction_file,
-  output_nbest_file,
-  output_null_log_odds_file,
-):
-  """Writes the answers and n-best lists (see squad_answers.write_predictions).
-
-  --version_2_with_negative, --null_score_diff_threshold and
-  --verbose_logging apply.
-
-  Args:
-    all_examples: the SquadExamples.
-    all_features: their InputFeatures.
-    all_results: RawResults of the features.
-    n_best_size: candidates per logit list and answers per question.
-    max_answer_length: the longest answer in tokens.
-    do_lower_case: the tokenizer's lower-casing.
-    output_prediction_file: {qas_id: answer} json.
-    output_nbest_file: {qas_id: n-best list} json.
-    output_null_log_odds_file: {qas_id: null score difference} json.
-
-  Returns:
-    {qas_id: answer text}.
-  """
-  return squad_answers.write_predictions(
-    all_examples,
-    all_features,
-    all_results,
-    n_best_size,
-    max_answer_length,
-    do_lower_case,
-    output_prediction_file,
-    output_nbest_file,
-    output_null_log_odds_file,
-    version_2_with_negative=FLAGS.version_2_with_negative,
-    null_score_diff_threshold=FLAGS.null_score_diff_threshold,
-    verbose_logging=FLAGS.verbose_logging,
-  )
-
-
-def get_final_text(pred_text, orig_text, do_lower_case):
-  """The characters of orig_text that pred_text spans (--verbose_logging).
-
-  Args:
-    pred_text: the predicted text.
-    orig_text: the original words of the predicted span.
-    do_lower_case: the tokenizer's lower-casing.
-
-  Returns:
-    The answer text.
-  """
-  return squad_answers.get_final_text(
-    pred_text, orig_text, do_lower_case, FLAGS.verbose_logging
-  )
 
 
 def validate_flags_or_throw(bert_config):

@@ -5,6 +5,7 @@ names, so importing two of them in one process failed; here the first
 definition is shared and each script's main() restores its own defaults.
 """
 
+import inspect
 import subprocess
 import sys
 import textwrap
@@ -58,6 +59,32 @@ def test_use_defaults_keeps_values_given_on_the_command_line():
 def test_unknown_kind():
   with pytest.raises(ValueError, match="unknown kind 'enum'"):
     flag_util.define_flags([("enum", "x", "a", "")], "m", flags.FlagValues())
+
+
+def test_bind_flags_reads_the_flags_at_each_call():
+  flag_values = flags.FlagValues()
+  flag_util.define_flags([("integer", "scale", 2, "s")], "m", flag_values)
+  flag_values(["prog"])
+
+  def multiply(x, scale=1):
+    """Multiplies.
+
+    Args:
+      x: a number.
+      scale: its factor.
+
+    Returns:
+      x * scale.
+    """
+    return x * scale
+
+  bound = flag_util.bind_flags(multiply, ["scale"], flag_values)
+  assert list(inspect.signature(bound).parameters) == ["x"]
+  assert bound.__name__ == "multiply"
+  assert "Here the flags of the same names set scale." in bound.__doc__
+  assert bound(3) == 6
+  flag_values.scale = 5
+  assert bound(x=3) == 15
 
 
 @pytest.mark.parametrize("transformer_main_first", [True, False])

@@ -1,5 +1,6 @@
 """Tests of SQuAD data handling and answers (mesh_tensorflow.bert.run_squad)."""
 
+import inspect
 import json
 
 from absl import flags
@@ -183,6 +184,54 @@ def test_write_predictions(squad_file, tokenizer, tmp_path):
   assert nbest["q1"][0]["text"] == "1895"
   assert nbest["q1"][0]["probability"] > 0.99
   assert not (tmp_path / "null.json").exists()
+
+
+def test_run_squad_functions_keep_the_original_signatures_and_read_flags(
+  squad_file, tokenizer, tmp_path
+):
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
+  signature = inspect.signature(run_squad.write_predictions)
+  assert list(signature.parameters) == [
+    "all_examples",
+    "all_features",
+    "all_results",
+    "n_best_size",
+    "max_answer_length",
+    "do_lower_case",
+    "output_prediction_file",
+    "output_nbest_file",
+    "output_null_log_odds_file",
+  ]
+  assert list(inspect.signature(run_squad.read_squad_examples).parameters) == [
+    "input_file",
+    "is_training",
+  ]
+  assert list(inspect.signature(run_squad.get_final_text).parameters) == [
+    "pred_text",
+    "orig_text",
+    "do_lower_case",
+  ]
+  assert list(inspect.signature(run_squad.create_model).parameters) == [
+    "bert_config",
+    "is_training",
+    "input_ids",
+    "input_mask",
+    "segment_ids",
+  ]
+  examples = run_squad.read_squad_examples(squad_file, False)
+  features = _features(examples, tokenizer, 48, 16, False)
+  paths = [str(tmp_path / name) for name in ("p.json", "n.json", "null.json")]
+  with flagsaver.flagsaver(version_2_with_negative=True):
+    predictions = run_squad.write_predictions(
+      examples, features, _answer_results(features), 3, 5, True, *paths
+    )
+  assert predictions == {"q1": "1895", "q2": "John Smith"}
+  # SQuAD 2.0: the null answer's score minus the best one's, per question.
+  with open(paths[2]) as f:
+    null_odds = json.load(f)
+  assert sorted(null_odds) == ["q1", "q2"]
+  assert all(odds < 0 for odds in null_odds.values())
 
 
 def test_squad_model_logits_and_loss():

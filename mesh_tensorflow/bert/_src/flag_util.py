@@ -9,15 +9,20 @@ and shared afterwards, and may be redefined by a module imported later
 the modules import in any order; each script records its own defaults and
 restores them in its main() for flags not given on the command line, so a
 script behaves the same whichever modules were imported before it.
+
+`bind_flags` gives a script the original's public functions, whose
+signatures lack the parameters they read from flags.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Sequence, Tuple
+import functools
+import inspect
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from absl import flags
 
-__all__ = ["define_flags", "use_defaults"]
+__all__ = ["bind_flags", "define_flags", "use_defaults"]
 
 _DEFINERS = {
   "bool": flags.DEFINE_bool,
@@ -97,3 +102,42 @@ def use_defaults(
     if flag.value == flag.default or flag.value == _applied.get(id(flag)):
       flag.value = default
       _applied[id(flag)] = default
+
+
+def bind_flags(
+  fn: Callable,
+  names: Sequence[str],
+  flag_values: Optional[flags.FlagValues] = None,
+) -> Callable:
+  """fn, with its parameters `names` set to the flags of the same names.
+
+  The original's scripts read some settings from flags inside their public
+  functions (run_squad.write_predictions reads --verbose_logging, ...); the
+  library functions take them as parameters. The result has fn's signature
+  without those parameters and reads the flags' values at each call.
+
+  Args:
+    fn: a function with a parameter per flag name.
+    names: the parameters set from flags.
+    flag_values: the parsed FlagValues (default absl's FLAGS).
+
+  Returns:
+    The function, with fn's name and documentation.
+  """
+  flag_values = flags.FLAGS if flag_values is None else flag_values
+  signature = inspect.signature(fn)
+
+  @functools.wraps(fn)
+  def with_flags(*args, **kwargs):
+    return fn(
+      *args, **kwargs, **{name: flag_values[name].value for name in names}
+    )
+
+  with_flags.__signature__ = signature.replace(
+    parameters=[p for p in signature.parameters.values() if p.name not in names]
+  )
+  with_flags.__doc__ = "%s\n\nHere the flags of the same names set %s." % (
+    inspect.cleandoc(fn.__doc__ or ""),
+    ", ".join(names),
+  )
+  return with_flags
