@@ -139,17 +139,15 @@ def model_fn_builder(
     A TaskModel (see classifier.classifier_model for its outputs).
   """
   del use_tpu
-  return estimator.TaskModel(
-    build=classifier.classifier_model(
+  return run_util.fine_tuning_task(
+    classifier.classifier_model(
       bert_config, num_labels, FLAGS.mesh_shape, FLAGS.layout
     ),
-    learning_rate=learning_rate,
-    num_train_steps=num_train_steps or 1,
-    num_warmup_steps=num_warmup_steps or 0,
-    init_checkpoint=init_checkpoint,
-    optimizer=FLAGS.optimizer,
-    clip_gradients=FLAGS.clip_gradients,
-    max_optimized_variable_size=int(FLAGS.max_optimized_variable_size),
+    FLAGS,
+    init_checkpoint,
+    learning_rate,
+    num_train_steps,
+    num_warmup_steps,
   )
 
 

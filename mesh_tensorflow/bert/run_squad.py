@@ -174,15 +174,13 @@ def model_fn_builder(
     A TaskModel (see squad.squad_model for its outputs).
   """
   del use_tpu
-  return estimator.TaskModel(
-    build=squad.squad_model(bert_config, FLAGS.mesh_shape, FLAGS.layout),
-    learning_rate=learning_rate,
-    num_train_steps=num_train_steps or 1,
-    num_warmup_steps=num_warmup_steps or 0,
-    init_checkpoint=init_checkpoint,
-    optimizer=FLAGS.optimizer,
-    clip_gradients=FLAGS.clip_gradients,
-    max_optimized_variable_size=int(FLAGS.max_optimized_variable_size),
+  return run_util.fine_tuning_task(
+    squad.squad_model(bert_config, FLAGS.mesh_shape, FLAGS.layout),
+    FLAGS,
+    init_checkpoint,
+    learning_rate,
+    num_train_steps,
+    num_warmup_steps,
   )
 
 

@@ -15,6 +15,7 @@ __all__ = [
   "COMMON_FLAGS",
   "FINE_TUNING_FLAGS",
   "TPU_FLAG_NAMES",
+  "fine_tuning_task",
   "glob_files",
   "make_estimator",
   "write_results",
@@ -183,6 +184,43 @@ def make_estimator(
     flag_values.train_batch_size,
     save_checkpoints_steps=flag_values.save_checkpoints_steps,
     mesh_impl="simd" if flag_values.use_tpu else "placement",
+  )
+
+
+def fine_tuning_task(
+  build,
+  flag_values: flags.FlagValues,
+  init_checkpoint: Optional[str],
+  learning_rate: float,
+  num_train_steps: Optional[int],
+  num_warmup_steps: Optional[int],
+) -> estimator.TaskModel:
+  """The TaskModel of a fine-tuning script (run_classifier, run_squad).
+
+  The optimizer, clipping and largest trained variable come from
+  --optimizer, --clip_gradients and --max_optimized_variable_size.
+
+  Args:
+    build: the task's build(mesh, features, is_training).
+    flag_values: the parsed flags of the script.
+    init_checkpoint: a checkpoint whose model weights start the run.
+    learning_rate: the peak learning rate.
+    num_train_steps: the step at which the learning rate reaches 0 (None
+      when not training).
+    num_warmup_steps: the number of warmup steps (None when not training).
+
+  Returns:
+    The TaskModel.
+  """
+  return estimator.TaskModel(
+    build=build,
+    learning_rate=learning_rate,
+    num_train_steps=num_train_steps or 1,
+    num_warmup_steps=num_warmup_steps or 0,
+    init_checkpoint=init_checkpoint,
+    optimizer=flag_values.optimizer,
+    clip_gradients=flag_values.clip_gradients,
+    max_optimized_variable_size=int(flag_values.max_optimized_variable_size),
   )
 
 
