@@ -24,7 +24,9 @@ _TL = "mesh_tensorflow.transformer.transformer_layers."
 _VE = "mesh_tensorflow.transformer.vocab_embeddings."
 _MOE = "mesh_tensorflow.transformer.moe."
 _UT = "mesh_tensorflow.transformer.universal_transformer."
-_F = "mesh_tensorflow.transformer.funnel_transformer.FunnelTransformerLayerStack."
+_F = (
+  "mesh_tensorflow.transformer.funnel_transformer.FunnelTransformerLayerStack."
+)
 
 # The original's models/defaults.gin sublayers (its LayerStack needs them).
 DEFAULTS = f"""
@@ -273,7 +275,9 @@ mesh_tensorflow.transformer.adaptive_softmax.AdaptiveSoftmaxVocabEmbedding.clust
     "lm_layers",
   ),
   "universal_transformer": (
-    BASE_LAYERS + _UT_BINDINGS + f"""
+    BASE_LAYERS
+    + _UT_BINDINGS
+    + f"""
 {_UT}UTLayerStack.recurrence_type = "basic"
 {_UT}UTLayerStack.act_type = "basic"
 {_UT}UTLayerStack.add_step_timing_signal = False
@@ -281,7 +285,9 @@ mesh_tensorflow.transformer.adaptive_softmax.AdaptiveSoftmaxVocabEmbedding.clust
     "lm_layers",
   ),
   "universal_transformer_act": (
-    BASE_LAYERS + _UT_BINDINGS + f"""
+    BASE_LAYERS
+    + _UT_BINDINGS
+    + f"""
 {_UT}UTLayerStack.recurrence_type = "act"
 {_UT}UTLayerStack.act_type = "basic"
 {_UT}UTLayerStack.add_step_timing_signal = True
