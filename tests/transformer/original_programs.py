@@ -76,6 +76,18 @@ _MOE_MESH = f"""
 {_T}Unitransformer.layout = ""
 """
 
+_EXPERTS_ATTENTION = f"""
+{_T}make_layer_stack.layers = [
+  @{_TL}ExpertsSelfAttention, @{_TL}DenseReluDense]
+{_TL}ExpertsSelfAttention.num_heads = 2
+{_TL}ExpertsSelfAttention.key_value_size = 4
+{_TL}ExpertsSelfAttention.shared_kv = True
+{_TL}ExpertsSelfAttention.num_experts = 2
+{_TL}ExpertsSelfAttention.hidden_size = 8
+{_TL}ExpertsSelfAttention.switch_policy_train = "argmax"
+{_TL}ExpertsSelfAttention.switch_policy_eval = "argmax"
+"""
+
 BASE_LAYERS = (
   f"{_T}make_layer_stack.layers = [@{_TL}SelfAttention, @{_TL}DenseReluDense]"
 )
@@ -303,6 +315,17 @@ mesh_tensorflow.transformer.adaptive_softmax.AdaptiveSoftmaxVocabEmbedding.clust
 {_T}Unitransformer.shared_embedding_and_softmax_weights = True""",
     "lm_layers",
   ),
+  "experts_attention": (
+    _MOE_MESH + _EXPERTS_ATTENTION,
+    "lm_layers",
+  ),
+  "experts_attention_kv": (
+    _MOE_MESH
+    + _EXPERTS_ATTENTION
+    + f"""
+{_TL}ExpertsSelfAttention.expert_computation = "kv\"""",
+    "lm_layers",
+  ),
   "bfloat16_activations": (BASE_LAYERS, "lm_bfloat16_activations"),
   "bfloat16_variables": (BASE_LAYERS, "lm_bfloat16_variables"),
   "partial_sequences_decode": (BASE_LAYERS, "lm_decode_partial"),
@@ -391,6 +414,8 @@ SEED_ORDER = (
   "t5_style",
   "enc_dec_relative_attention",
   "funnel_transformer",
+  "experts_attention",
+  "experts_attention_kv",
 )
 
 # Modules the programs use, imported by name (some are on demand).
