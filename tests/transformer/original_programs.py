@@ -326,6 +326,24 @@ mesh_tensorflow.transformer.adaptive_softmax.AdaptiveSoftmaxVocabEmbedding.clust
 {_TL}ExpertsSelfAttention.expert_computation = "kv\"""",
     "lm_layers",
   ),
+  "packed_bitransformer": (BASE_LAYERS, "bitransformer_packed"),
+  "norms_and_attention_z_loss": (
+    BASE_LAYERS
+    + f"""
+{_T}LayerStack.sublayers_per_layer = [
+  @{_T}sublayer_true_layer_norm,
+  @{_T}sublayer_call_layer,
+  @{_T}sublayer_dropout,
+  @{_T}sublayer_residual,
+]
+{_T}LayerStack.sublayers_final = [
+  @{_T}sublayer_scale_norm,
+  @{_T}sublayer_dropout,
+]
+{_TL}SelfAttention.z_loss_coeff = 1e-3
+{_T}Unitransformer.loss_denominator = 7.0""",
+    "lm_layers",
+  ),
   "bfloat16_activations": (BASE_LAYERS, "lm_bfloat16_activations"),
   "bfloat16_variables": (BASE_LAYERS, "lm_bfloat16_variables"),
   "partial_sequences_decode": (BASE_LAYERS, "lm_decode_partial"),
@@ -416,6 +434,8 @@ SEED_ORDER = (
   "funnel_transformer",
   "experts_attention",
   "experts_attention_kv",
+  "packed_bitransformer",
+  "norms_and_attention_z_loss",
 )
 
 # Modules the programs use, imported by name (some are on demand).
@@ -575,6 +595,23 @@ def _run(mtf, tfm, kind, rng, graph):
     inputs = ids(_targets(rng))
     logits, loss = model.call_simple(
       inputs=inputs, targets=targets, compute_loss=True, mode="train"
+    )
+    outputs["logits"], outputs["loss"] = logits, loss
+  elif kind == "bitransformer_packed":
+    # Two examples packed in each row (the second row's end is padding).
+    model = _bitransformer(tfm, kind)
+    packed_sequence_id = np.array([[1, 1, 1, 2, 2, 2], [1, 1, 2, 2, 0, 0]])
+    packed_position = np.array([[0, 1, 2, 0, 1, 2], [0, 1, 0, 1, 0, 0]])
+    inputs = _targets(rng) * (packed_sequence_id != 0)
+    logits, loss = model.call_simple(
+      inputs=ids(inputs.astype(np.int32)),
+      targets=ids((target_values * (packed_sequence_id != 0)).astype(np.int32)),
+      compute_loss=True,
+      mode="train",
+      encoder_sequence_id=ids(packed_sequence_id.astype(np.int32)),
+      decoder_sequence_id=ids(packed_sequence_id.astype(np.int32)),
+      encoder_position=ids(packed_position.astype(np.int32)),
+      decoder_position=ids(packed_position.astype(np.int32)),
     )
     outputs["logits"], outputs["loss"] = logits, loss
   elif kind == "bitransformer_decode":
