@@ -344,6 +344,27 @@ mesh_tensorflow.transformer.adaptive_softmax.AdaptiveSoftmaxVocabEmbedding.clust
 {_T}Unitransformer.loss_denominator = 7.0""",
     "lm_layers",
   ),
+  "adafactor_factored": (
+    BASE_LAYERS
+    + """
+mesh_tensorflow.optimize.AdafactorOptimizer.min_dim_size_to_factor = 4
+mesh_tensorflow.optimize.AdafactorOptimizer.beta1 = 0.9
+mesh_tensorflow.optimize.AdafactorOptimizer.decay_rate = 0.8
+mesh_tensorflow.optimize.AdafactorOptimizer.clipping_threshold = 0.5
+mesh_tensorflow.optimize.AdafactorOptimizer.exclude_from_parameter_scale = [
+  "embedding"]""",
+    "adafactor",
+  ),
+  "adam_weight_decay": (
+    BASE_LAYERS
+    + """
+mesh_tensorflow.optimize.AdamWeightDecayOptimizer.weight_decay_rate = 0.1
+mesh_tensorflow.optimize.AdamWeightDecayOptimizer.beta_1 = 0.8
+mesh_tensorflow.optimize.AdamWeightDecayOptimizer.exclude_from_weight_decay = [
+  "rms_norm"]""",
+    "adam",
+  ),
+  "bfloat16_decode": (BASE_LAYERS, "lm_decode_bfloat16"),
   "bfloat16_activations": (BASE_LAYERS, "lm_bfloat16_activations"),
   "bfloat16_variables": (BASE_LAYERS, "lm_bfloat16_variables"),
   "partial_sequences_decode": (BASE_LAYERS, "lm_decode_partial"),
@@ -436,6 +457,9 @@ SEED_ORDER = (
   "experts_attention_kv",
   "packed_bitransformer",
   "norms_and_attention_z_loss",
+  "adafactor_factored",
+  "adam_weight_decay",
+  "bfloat16_decode",
 )
 
 # Modules the programs use, imported by name (some are on demand).
@@ -647,6 +671,16 @@ def _run(mtf, tfm, kind, rng, graph):
     )
     outputs["top_1_sampling"] = model.sample_autoregressive(
       ids(prefix), temperature=1.0, sampling_keep_top_k=1, never_end=True
+    )
+  elif kind == "lm_decode_bfloat16":
+    model = _unitransformer(tfm, make_stack(tfm))
+    prefix = _targets(rng)
+    prefix[:, 3:] = 0
+    outputs["greedy"] = model.sample_autoregressive(
+      ids(prefix),
+      temperature=0.0,
+      never_end=True,
+      variable_dtype=mtf.VariableDType(tf.float32, tf.float32, tf.bfloat16),
     )
   elif kind == "lm_decode_from_scratch":
     model = _unitransformer(tfm, make_stack(tfm))
