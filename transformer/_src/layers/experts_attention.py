@@ -7,7 +7,8 @@ projection). As in the original, the keys/values come from the layer's
 input, not the memory, and keep its length dim: attention over
 memory_length then gives each position (the softmax weights summing to
 one) its own value, and the queries only matter while decoding one token at
-a time, where the cached keys/values are attended. Variables under `<layer>/<ClassName>/`: the MoE's router
+a time, where the cached keys/values are attended. Variables under
+`<layer>/<ClassName>/`: the MoE's router
 (`switch_gating/kernel`, ...), `wi/kernel` [experts, d_model, expert_hidden],
 `q_wo/kernel` and `k_wo/kernel` [experts, expert_hidden,
 d_model(=heads*d_kv)] for expert_computation "qkv" (the original's names),
@@ -271,6 +272,9 @@ class ExpertsEncDecAttention(ExpertsSelfAttention, EncDecAttention):
   the cached keys/values are those of the encoder output (by the experts).
   """
 
+  def __init__(self, relative_attention_type: Optional[str] = None, **kwargs):
+    super().__init__(relative_attention_type=relative_attention_type, **kwargs)
+
   def call(self, context: Context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
     """x: [batch..., length, d_model] ([batch..., d_model] incrementally)."""
     if context.mode == "incremental":
@@ -286,6 +290,3 @@ class ExpertsEncDecAttention(ExpertsSelfAttention, EncDecAttention):
     return self.attend_own_values(
       context, params, x, q, memory_length, bias, losses
     )
-
-  def __init__(self, relative_attention_type: Optional[str] = None, **kwargs):
-    super().__init__(relative_attention_type=relative_attention_type, **kwargs)

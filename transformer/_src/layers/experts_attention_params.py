@@ -10,9 +10,9 @@ As in the original, q and kv both come from the query antecedent
 (compute_q computes both; compute_kv returns that kv, whatever the memory),
 and q is always scaled by d_kv**-0.5. compute_memory_kv gives the kv of a
 memory itself, for the decoding caches. The output projection is always
-the plain kernel `o`. The layer requires
-combine_dims=True and shared_kv=True; the MoE output dim is named "d_model"
-with size heads*d_kv and is split back into heads and d_kv.
+the plain kernel `o`. The layer requires combine_dims=True and
+shared_kv=True; the MoE output dim is named "d_model" with size heads*d_kv
+and is split back into heads and d_kv.
 """
 
 from __future__ import annotations
