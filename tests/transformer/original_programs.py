@@ -76,6 +76,13 @@ _MOE_MESH = f"""
 {_T}Unitransformer.layout = ""
 """
 
+_MOE1D = (
+  _MOE_MESH
+  + f"""{_T}make_layer_stack.layers = [@{_TL}SelfAttention, @{_MOE}MoE1D]
+{_MOE}MoE1D.num_experts = 4
+{_MOE}MoE1D.hidden_size = 12"""
+)
+
 _EXPERTS_ATTENTION = f"""
 {_T}make_layer_stack.layers = [
   @{_TL}ExpertsSelfAttention, @{_TL}DenseReluDense]
@@ -94,9 +101,17 @@ BASE_LAYERS = (
 
 # name -> (gin bindings after DEFAULTS, program kind). The layer stack is
 # make_layer_stack(). (The original's LocalSelfAttention fails on sequences
-# this short: it calls attention() without a context.) Kinds: "lm" (logits,
-# loss, gradients), "lm_decode" (greedy decode), "bitransformer" (logits,
-# loss, gradients, greedy and beam decodes),
+# this short: it calls attention() without a context; its MoE2D is not
+# gin-configurable and lacks an hparam.) Kinds: "lm" (logits, loss,
+# gradients), "lm_layers" (also every layer's output), "lm_bfloat16_*" (an
+# "lm" with bfloat16 activations / also bfloat16 variable slices),
+# "lm_decode" (greedy decode), "lm_decode_partial" (greedy, max_steps and
+# top-1 sampling decodes of prefixes of different lengths),
+# "lm_decode_from_scratch", "lm_decode_bfloat16", "lm_beam" (beam search),
+# "bitransformer" (logits, loss, gradients, greedy and beam decodes),
+# "bitransformer_funnel" (the same with a funnel encoder),
+# "bitransformer_train" (no decodes), "bitransformer_packed" (two examples
+# per row), "bitransformer_decode" (decodes with max_decode_length),
 # "adafactor" / "adam" (variables after two updates).
 PROGRAMS = {
   "base_lm": (BASE_LAYERS, "lm"),
@@ -267,19 +282,15 @@ mesh_tensorflow.transformer.adaptive_softmax.AdaptiveSoftmaxVocabEmbedding.clust
   "adafactor": (BASE_LAYERS, "adafactor"),
   "adam": (BASE_LAYERS, "adam"),
   "moe1d_top_2": (
-    _MOE_MESH
-    + f"""{_T}make_layer_stack.layers = [@{_TL}SelfAttention, @{_MOE}MoE1D]
-{_MOE}MoE1D.num_experts = 4
-{_MOE}MoE1D.hidden_size = 12
+    _MOE1D
+    + f"""
 {_MOE}MoE1D.second_policy_train = "all"
 {_MOE}MoE1D.second_policy_eval = "all\"""",
     "lm_layers",
   ),
   "moe1d_switch": (
-    _MOE_MESH
-    + f"""{_T}make_layer_stack.layers = [@{_TL}SelfAttention, @{_MOE}MoE1D]
-{_MOE}MoE1D.num_experts = 4
-{_MOE}MoE1D.hidden_size = 12
+    _MOE1D
+    + f"""
 {_MOE}MoE1D.moe_gating = "switch"
 {_MOE}MoE1D.switch_policy_train = "argmax"
 {_MOE}MoE1D.switch_policy_eval = "argmax"
