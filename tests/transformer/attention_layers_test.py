@@ -738,11 +738,25 @@ def test_enc_dec_attention_matches_numpy(mesh_layout):
   np.testing.assert_allclose(y[rows], expected[rows], rtol=1e-5, atol=1e-5)
 
 
+def np_relative_spans(enc_ids, dec_ids, first_sentinel, enc_seq, dec_seq):
+  """The original's span positions: each decoder token stands at its
+  sentinel's encoder position (later packed sequences after earlier ones);
+  returns that minus the encoder positions [length, memory_length].
+  """
+  multiplier = max(len(enc_ids), len(dec_ids))
+  enc_span = np.cumsum(enc_ids >= first_sentinel) + enc_seq * multiplier
+  dec_span = np.cumsum(dec_ids >= first_sentinel) + dec_seq * multiplier
+  dec_pos = (enc_span[None, :] < dec_span[:, None]).sum(axis=1)
+  return dec_pos[:, None] - np.arange(len(enc_ids))[None, :]
+
+
 def test_relative_position_spans_example():
-  # Original A B C D E F G; encoder A B <S1> E <S2> G; decoder inputs
-  # (shifted targets) BOS <S1> C D <S2> F. Sentinels: ids >= 90.
+  # Encoder A B <S1> E <S2> G; decoder inputs (shifted targets)
+  # BOS <S1> C D <S2> F. Sentinels: ids >= 90. Row 1 packs two sequences.
   enc_ids = np.array([[5, 6, 99, 7, 98, 8]] * 2, np.int32)
   dec_ids = np.array([[0, 99, 10, 11, 98, 12]] * 2, np.int32)
+  enc_seq = np.array([[1, 1, 1, 1, 1, 1], [1, 1, 2, 2, 2, 0]], np.int32)
+  dec_seq = np.array([[1, 1, 1, 1, 1, 1], [1, 1, 1, 2, 2, 0]], np.int32)
   enc_dim = mtf.Dimension("memory_length", 6)
   dec_dim = mtf.Dimension("length", 6)
 
@@ -755,16 +769,25 @@ def test_relative_position_spans_example():
       F32,
       inputs=imp(mesh, dec_ids, [BATCH, dec_dim], tf.int32),
       encoder_inputs=imp(mesh, enc_ids, [BATCH, enc_dim], tf.int32),
+      sequence_id=imp(mesh, dec_seq, [BATCH, dec_dim], tf.int32),
+      encoder_sequence_id=imp(mesh, enc_seq, [BATCH, enc_dim], tf.int32),
     )
     return [tl.relative_position_spans(ctx, num_sentinels=10)]
 
   (got,) = mtu.run_program(
     build, "rows:2;cols:2", "memory_length:rows;length:cols"
   )
-  enc_pos = np.array([0, 1, 2, 4, 5, 6])
-  dec_pos = np.array([0, 2, 2, 3, 5, 5])
-  np.testing.assert_array_equal(got[0], enc_pos[None, :] - dec_pos[:, None])
-  np.testing.assert_array_equal(got[1], got[0])
+  # Row 0: the decoder tokens of span 1 stand at 2, of span 2 at 4.
+  np.testing.assert_array_equal(
+    got[0], np.array([0, 2, 2, 2, 4, 4])[:, None] - np.arange(6)[None, :]
+  )
+  for row in range(2):
+    np.testing.assert_array_equal(
+      got[row],
+      np_relative_spans(
+        enc_ids[row], dec_ids[row], 90, enc_seq[row], dec_seq[row]
+      ),
+    )
 
 
 def test_enc_dec_relative_attention_bias_with_spans():
@@ -801,9 +824,12 @@ def test_enc_dec_relative_attention_bias_with_spans():
   finally:
     gin.clear_config()
   assert rb.shape == (2, 32)
-  enc_pos = np.array([0, 1, 2, 4, 5])
-  dec_pos = np.array([0, 2, 2, 3, 4, 4, 4, 4])
-  bucket = np_bucket(enc_pos[None, :] - dec_pos[:, None], True)
+  # The decoder tokens from <S> on stand at the sentinel's position, 2.
+  relative = np.array([0, 2, 2, 2, 2, 2, 2, 2])[:, None] - np.arange(5)
+  np.testing.assert_array_equal(
+    relative, np_relative_spans(enc_ids[0], dec_ids[0], 90, 0, 0)
+  )
+  bucket = np_bucket(relative, True)
   expected = np_mha(X, ENC, wq, wk, wv, wo, 2, 2, rb[:, bucket][None])
   np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-5)
 

@@ -346,8 +346,8 @@ def test_norm_and_rezero_sublayers_match_numpy():
       prefix + "scale_norm/scale",
       "encoder/embedding",
       "encoder/layer_norm_subsampled/scale",
-      "encoder/true_layer_norm/layer_norm/layer_norm_bias",
-      "encoder/true_layer_norm/layer_norm/layer_norm_scale",
+      "encoder/true_layer_norm/layer_prepostprocess/layer_norm/layer_norm_bias",
+      "encoder/true_layer_norm/layer_prepostprocess/layer_norm/layer_norm_scale",
     ]
   )
   assert params[prefix + "scale_norm/scale"].shape == ()
@@ -356,8 +356,10 @@ def test_norm_and_rezero_sublayers_match_numpy():
   mean = x.mean(-1, keepdims=True)
   var = np.square(x - mean).mean(-1, keepdims=True)
   x = (x - mean) / np.sqrt(var + 1e-6) * params[
-    "encoder/true_layer_norm/layer_norm/layer_norm_scale"
-  ] + params["encoder/true_layer_norm/layer_norm/layer_norm_bias"]
+    "encoder/true_layer_norm/layer_prepostprocess/layer_norm/layer_norm_scale"
+  ] + params[
+    "encoder/true_layer_norm/layer_prepostprocess/layer_norm/layer_norm_bias"
+  ]
   h = x / np.sqrt(np.square(x).mean(-1, keepdims=True) + 1e-6)
   h *= params[prefix + "scale_norm/scale"]
   y = cmu.np_layer("DenseReluLayer", params, prefix + "DenseReluLayer", h)

@@ -7,7 +7,9 @@ PYTHONPATH, from the repository root:
 
 Output `<key>` of program `<name>` of tests/transformer/original_programs.py
 is stored as `<name>/<key>`; a program the original cannot run is stored as
-`<name>/error` (its message).
+`<name>/error` (its message). Programs already in the file keep their
+stored numbers: only the programs missing from it are run (delete the file
+to recompute everything).
 """
 
 import os
@@ -29,8 +31,13 @@ def main():
       "%s is this project's package; put the original first on PYTHONPATH"
       % mtf.__file__
     )
+  path = os.path.join(os.path.dirname(__file__), "original_numbers.npz")
   arrays = {}
-  for name in sorted(original_programs.PROGRAMS):
+  if os.path.exists(path):
+    with np.load(path) as stored:
+      arrays = dict(stored)
+  done = {key.split("/")[0] for key in arrays}
+  for name in sorted(set(original_programs.PROGRAMS) - done):
     try:
       results = original_programs.run_program(mtf, tfm, name)
     except Exception:  # pylint: disable=broad-except
@@ -40,7 +47,6 @@ def main():
     for key, value in results.items():
       arrays["%s/%s" % (name, key)] = value
     print("%s: %d outputs" % (name, len(results)))
-  path = os.path.join(os.path.dirname(__file__), "original_numbers.npz")
   np.savez_compressed(path, **arrays)
   print("wrote %d arrays to %s" % (len(arrays), path))
 

@@ -756,18 +756,23 @@ class SelfAttention(TransformerLayer):
 def relative_position_spans(
   context: Context, num_sentinels: int = gin.REQUIRED
 ) -> mtf.Tensor:
-  """Relative positions (encoder - decoder) under a span-filling objective.
+  """Relative positions (decoder - encoder) under a span-filling objective.
 
   The encoder inputs are a text with spans replaced by single sentinels, the
   decoder inputs (context.inputs) the dropped spans, each after its
   sentinel; sentinels are the last num_sentinels ids of the vocabulary
-  (context.model.input_vocab_size, else the size of input_vocab_dim). Every
-  token gets its position in the original text (a sentinel: the position of
-  its span's first token; id 0 is padding / BOS and counts as no text), and
-  the result is encoder position - decoder position.
+  (context.model.input_vocab_size_unpadded, else input_vocab_size or the
+  size of input_vocab_dim). Each decoder token stands at the encoder
+  position of its span's sentinel (the number of encoder tokens before that
+  sentinel; a token before any sentinel stands at 0), and the result is
+  that position minus each encoder position. Packed sequences are told
+  apart by their sequence ids: encoder tokens of an earlier sequence (and
+  the padding, id 0) count as before every span of a later one. While
+  decoding one token at a time ("incremental" mode) the decoder token
+  stands at 0, as if it preceded all sentinels.
 
-  For example, the encoder "A B <S> E" (original "A B C D E") and the
-  decoder "<S> C D" have the positions 0 1 2 4 and 2 2 3.
+  For example, the encoder "A B <S> E" and the decoder "<S> C D" put the
+  decoder tokens at encoder position 2 (the sentinel's).
 
   Example (vocabulary of 16 ids, the sentinels are 14 and 15):
     >>> import types
@@ -785,67 +790,64 @@ def relative_position_spans(
     >>> relative.shape
     Shape[batch=1, length=3, memory_length=4]
     >>> converter.convert_mtf_tensor_to_np_array(relative)[0]
-    array([[-2, -1,  0,  2],
-           [-2, -1,  0,  2],
-           [-3, -2, -1,  1]], dtype=int32)
-    >>> np.array([0, 1, 2, 4]) - np.array([[2], [2], [3]])
-    array([[-2, -1,  0,  2],
-           [-2, -1,  0,  2],
-           [-3, -2, -1,  1]])
+    array([[ 2,  1,  0, -1],
+           [ 2,  1,  0, -1],
+           [ 2,  1,  0, -1]], dtype=int32)
 
   Args:
     context: the Context of the call (mesh, dims, mode, states...).
     num_sentinels: the number of sentinel ids (the last ids of the vocabulary).
 
   Returns:
-    int Tensor [batch..., length, memory_length].
+    int Tensor [batch..., length, memory_length] ([batch..., memory_length]
+    in "incremental" mode).
 
   Raises:
-    ValueError: in "incremental" mode (one decoder token lacks its history)
-      or without encoder_inputs / inputs.
+    ValueError: without encoder_inputs / inputs.
   """
-  if context.mode == "incremental":
-    raise ValueError(
-      "relative_position_spans does not support mode 'incremental'"
-    )
   if context.encoder_inputs is None or context.inputs is None:
     raise ValueError(
       "relative_position_spans needs context.encoder_inputs and context.inputs"
     )
   model = context.model
-  vocab_size = getattr(model, "input_vocab_size", None)
+  vocab_size = getattr(model, "input_vocab_size_unpadded", None)
+  if not isinstance(vocab_size, int):
+    vocab_size = getattr(model, "input_vocab_size", None)
   if not isinstance(vocab_size, int):
     vocab_size = model.input_vocab_dim.size
   enc = context.encoder_inputs
   if "memory_length" not in enc.shape.dimension_names:
     enc = mtf.rename_dimension(enc, context.length_dim.name, "memory_length")
   memory_dim = enc.shape.get_dim_by_name("memory_length")
+  enc_pos = mtf.range(enc.mesh, memory_dim, tf.int32)
   dec = context.inputs
   length_dim = context.length_dim
+  if length_dim not in dec.shape.dims:
+    return mtf.negative(enc_pos)
 
-  def sentinel(ids):
-    return mtf.to_int32(mtf.greater_equal(ids, vocab_size - num_sentinels))
+  def span(ids, dim):  # The number of sentinels up to each token.
+    sentinel = mtf.greater_equal(ids, vocab_size - num_sentinels)
+    return mtf.cumsum(mtf.to_int32(sentinel), dim)
 
-  def text(ids, is_sentinel):  # 1 for a token of the original text.
-    return mtf.to_int32(mtf.not_equal(ids, 0)) * (1 - is_sentinel)
-
-  enc_sentinel = sentinel(enc)
-  dec_sentinel = sentinel(dec)
-  enc_text = text(enc, enc_sentinel)
-  dec_text = text(dec, dec_sentinel)
-  # Encoder: number of sentinels before each token; decoder: span index.
-  enc_span = mtf.cumsum(enc_sentinel, memory_dim, exclusive=True)
-  dec_span = mtf.cumsum(dec_sentinel, length_dim) - 1
-  enc_span_before_dec = mtf.to_int32(mtf.less_equal(enc_span, dec_span))
-  dec_pos = mtf.cumsum(dec_text, length_dim, exclusive=True) + mtf.reduce_sum(
-    enc_span_before_dec * enc_text, reduced_dim=memory_dim
+  enc_span = span(enc, memory_dim)
+  dec_span = span(dec, length_dim)
+  enc_sequence_id = context.encoder_sequence_id
+  if enc_sequence_id is not None:
+    if isinstance(enc_sequence_id, mtf.Tensor) and (
+      "memory_length" not in enc_sequence_id.shape.dimension_names
+    ):
+      enc_sequence_id = mtf.rename_dimension(
+        enc_sequence_id, length_dim.name, "memory_length"
+      )
+    # Spans of a later sequence come after every token of an earlier one.
+    multiplier = max(memory_dim.size, length_dim.size)
+    enc_span += enc_sequence_id * multiplier
+    if context.sequence_id is not None:
+      dec_span += context.sequence_id * multiplier
+  dec_pos = mtf.reduce_sum(
+    mtf.to_int32(mtf.less(enc_span, dec_span)), reduced_dim=memory_dim
   )
-  enc_pos = mtf.cumsum(enc_text, memory_dim, exclusive=True) + mtf.reduce_sum(
-    (1 - enc_span_before_dec) * dec_text, reduced_dim=length_dim
-  )
-  return mtf.sub(
-    enc_pos, dec_pos, output_shape=mtf.Shape(dec_pos.shape.dims + [memory_dim])
-  )
+  return dec_pos - enc_pos
 
 
 @gin.configurable(module=_GIN_MODULE)
@@ -868,7 +870,7 @@ def enc_dec_attention_bias(
       buckets).
     context: the Context of the call (mesh, dims, mode, states...).
     heads_dims: the query heads Dimensions.
-    relative_position_fn: called as fn(context) for the encoder-minus-decoder
+    relative_position_fn: called as fn(context) for the decoder-minus-encoder
       positions [batch..., length, memory_length].
 
   Returns:

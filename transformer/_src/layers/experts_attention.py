@@ -3,7 +3,12 @@
 Self-attention (and encoder-decoder attention) whose q / kv projections are
 computed by a mixture-of-experts layer (see ExpertsAttentionParams). The
 layers need shared_kv=True (the experts emit one shared key/value
-projection). Variables under `<layer>/<ClassName>/`: the MoE's router
+projection). As in the original, the keys/values come from the layer's
+input, not the memory, and keep its length dim: attention over
+memory_length then gives each position (the softmax weights summing to
+one) its own value, and the queries only matter while decoding one token at
+a time, where the cached keys/values are attended. Variables under
+`<layer>/<ClassName>/`: the MoE's router
 (`switch_gating/kernel`, ...), `wi/kernel` [experts, d_model, expert_hidden],
 `q_wo/kernel` and `k_wo/kernel` [experts, expert_hidden,
 d_model(=heads*d_kv)] for expert_computation "qkv" (the original's names),
@@ -21,6 +26,7 @@ import mesh_tensorflow as mtf
 from transformer._src.layers import moe_layers
 from transformer._src.layers.attention_layers import EncDecAttention
 from transformer._src.layers.attention_layers import SelfAttention
+from transformer._src.layers.attention_layers import enc_dec_attention_bias
 from transformer._src.layers.context import Context
 from transformer._src.layers.experts_attention_params import (
   ExpertsAttentionParams,
@@ -157,6 +163,79 @@ class ExpertsSelfAttention(SelfAttention):
       mtf.Dimension("query_heads", self.num_heads // self.num_memory_heads)
     ], memory
 
+  def call(self, context: Context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
+    """x: [batch..., length, d_model] ([batch..., d_model] incrementally)."""
+    if context.mode == "incremental" or self._prompt_kind() is not None:
+      return super().call(context, x, losses)
+    params = self.make_params(context)
+    q = params.compute_q(x)
+    if context.mode == "first_part":
+      kv = params.compute_kv(x)
+      context.record_new_states(
+        [self.rename_length_to_memory_length(kv, context)]
+      )
+    memory_position = self.rename_length_to_memory_length(
+      context.get_position(), context
+    )
+    bias = self.compute_bias(
+      context, memory_position, x, params.query_heads_dims, q
+    )
+    return self.attend_own_values(
+      context, params, x, q, self.memory_length(context), bias, losses
+    )
+
+  def attend_own_values(
+    self,
+    context: Context,
+    params: ExpertsAttentionParams,
+    x: mtf.Tensor,
+    q: mtf.Tensor,
+    memory_length: mtf.Dimension,
+    bias: Optional[mtf.Tensor],
+    losses,
+  ) -> mtf.Tensor:
+    """The original's attention with keys/values that keep x's length dim.
+
+    The q . kv logits have no memory_length dim, so the softmax over it sees
+    only the bias; each position gets its own value times the summed
+    weights.
+
+    Args:
+      context: the Context of the call.
+      params: the layer's ExpertsAttentionParams (compute_q already called).
+      x: the layer input [batch..., length, d_model].
+      q: the queries.
+      memory_length: the memory length Dimension of the softmax.
+      bias: the attention logits bias, or None.
+      losses: a list for auxiliary losses, or None.
+
+    Returns:
+      The layer output [batch..., length, d_model].
+    """
+    kv = params.compute_kv(x)
+    logits = mtf.einsum([q, kv], reduced_dims=[self.kv_dim])
+    if bias is not None:
+      logits += mtf.cast(bias, logits.dtype)
+    if memory_length not in logits.shape.dims:
+      # No mask (the original fails here): uniform weights.
+      logits = mtf.broadcast(logits, logits.shape + [memory_length])
+    weights = mtf.softmax(logits, memory_length)
+    kwargs = self.attention_kwargs_from_context(context)
+    rate = kwargs.get("dropout_rate", 0.0)
+    if context.train and rate > 0.0:
+      broadcast = kwargs.get("dropout_broadcast_dims") or []
+      weights = mtf.dropout(
+        weights,
+        context.train,
+        rate=rate,
+        noise_shape=weights.shape - broadcast,
+      )
+    o = mtf.einsum([weights, kv], output_shape=q.shape)
+    output = params.compute_output(
+      o, output_shape=self.expected_attention_output_shape(x, params)
+    )
+    return self.layer_output_from_attention_output(context, output, losses)
+
   def make_params(self, context: Context) -> ExpertsAttentionParams:
     query_heads_dims, memory_heads_dims = self._heads_dims()
     model_dim = context.model.model_dim
@@ -186,10 +265,28 @@ class ExpertsSelfAttention(SelfAttention):
 class ExpertsEncDecAttention(ExpertsSelfAttention, EncDecAttention):
   """Encoder-decoder attention whose projections are computed by experts.
 
-  Attends to context.encoder_output as EncDecAttention does; with
-  expert_computation "qkv" the experts run on the decoder input for q and
-  on the encoder output for kv.
+  As in the original, the keys/values come from the decoder input (see
+  ExpertsSelfAttention), so the output is each position's own value unless
+  no encoder position is visible to it; the encoder output only sets the
+  memory length and, through the sequence ids, the mask. While decoding,
+  the cached keys/values are those of the encoder output (by the experts).
   """
 
   def __init__(self, relative_attention_type: Optional[str] = None, **kwargs):
     super().__init__(relative_attention_type=relative_attention_type, **kwargs)
+
+  def call(self, context: Context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
+    """x: [batch..., length, d_model] ([batch..., d_model] incrementally)."""
+    if context.mode == "incremental":
+      return EncDecAttention.call(self, context, x, losses)
+    memory = self._get_memory_antecedent(context)
+    params = self.make_params(context)
+    q = params.compute_q(x)
+    memory_length = memory.shape.get_dim_by_name("memory_length")
+    if context.mode == "first_part":
+      kv = params.compute_memory_kv(memory)
+      context.record_constant_state((kv, kv, memory_length))
+    bias = enc_dec_attention_bias(self, context, params.query_heads_dims)
+    return self.attend_own_values(
+      context, params, x, q, memory_length, bias, losses
+    )

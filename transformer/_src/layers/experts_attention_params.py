@@ -5,11 +5,14 @@ maps the antecedent to the projections. expert_computation chooses which:
   "qkv": one MoE call on the query antecedent gives q and the shared kv
     (variables `wi`, `q`, `kv` with an "experts" dim, plus the router);
   "q": q by experts (MoE variables `wi`, `wo`), kv by the plain kernel `kv`;
-  "kv": kv by experts (on the memory, with the encoder's padding mask when
-    it is encoder-decoder attention), q by the plain kernel `q`.
-The output projection is always the plain kernel `o`. The layer requires
-combine_dims=True and shared_kv=True; the MoE output dim is named "d_model"
-with size heads*d_kv and is split back into heads and d_kv.
+  "kv": kv by experts, q by the plain kernel `q`.
+As in the original, q and kv both come from the query antecedent
+(compute_q computes both; compute_kv returns that kv, whatever the memory),
+and q is always scaled by d_kv**-0.5. compute_memory_kv gives the kv of a
+memory itself, for the decoding caches. The output projection is always
+the plain kernel `o`. The layer requires combine_dims=True and
+shared_kv=True; the MoE output dim is named "d_model" with size heads*d_kv
+and is split back into heads and d_kv.
 """
 
 from __future__ import annotations
@@ -158,8 +161,7 @@ class ExpertsAttentionParams(AttentionParams):
       )
     self.context = context
     self.expert_computation = expert_computation
-    self._qkv_input = None
-    self._q = self._kv = None
+    self._kv = None
 
     ensemble = [] if ensemble_dim is None else [ensemble_dim]
     if expert_computation == "q":
@@ -218,54 +220,76 @@ class ExpertsAttentionParams(AttentionParams):
       z_loss=get("z_loss", None),
     )
 
-  def _scale_q(self, q: mtf.Tensor) -> mtf.Tensor:
-    if not self.fold_scaling_into_initializer:
-      q *= self.key_dim.size**-0.5
-    return q
-
-  def _merged_qkv(self, antecedent: mtf.Tensor):
-    q, kv = self.moe_layer.call(self.context, antecedent)
-    q = mtf.replace_dimensions(q, q.shape.dims[-1], self.q_dims)
-    kv = mtf.replace_dimensions(kv, kv.shape.dims[-1], self.k_dims)
-    return q, kv
+  def _moe(self, antecedent: mtf.Tensor):
+    return self.moe_layer.call(self.context, antecedent)
 
   def compute_q(self, query_antecedent: mtf.Tensor) -> mtf.Tensor:
-    """q [..., query heads..., d_kv] (by experts unless expert_computation
-    is "kv").
+    """q [..., query heads..., d_kv], always scaled by d_kv**-0.5.
+
+    The same call computes the shared keys/values from the query antecedent
+    (by the experts or the plain kernel, per expert_computation); they are
+    what compute_kv returns.
     """
+    x = query_antecedent
     if self.expert_computation == "qkv":
-      self._q, self._kv = self._merged_qkv(query_antecedent)
-      self._qkv_input = query_antecedent
-      return self._scale_q(self._q)
-    if self.expert_computation == "q":
-      q = self.moe_layer.call(self.context, query_antecedent)
-      return self._scale_q(
-        mtf.replace_dimensions(q, q.shape.dims[-1], self.q_dims)
-      )
-    return super().compute_q(query_antecedent)
+      q, kv = self._moe(x)
+    elif self.expert_computation == "q":
+      q = self._moe(x)
+      kv = self._project(x, self.wkv, self.memory_input_dim, self.k_dims, "kv")
+    else:
+      kv = self._moe(x)
+      q = self._project(x, self.wq, self.query_input_dim, self.q_dims, "q")
+    if q.shape.dims[-1] not in self.q_dims:
+      q = mtf.replace_dimensions(q, q.shape.dims[-1], self.q_dims)
+    if kv.shape.dims[-1] not in self.k_dims:
+      kv = mtf.replace_dimensions(kv, kv.shape.dims[-1], self.k_dims)
+    self._kv = kv
+    return q * self.key_dim.size**-0.5
 
   def compute_kv(self, memory_antecedent: mtf.Tensor) -> mtf.Tensor:
-    """The shared keys/values [..., memory heads..., d_kv].
+    """The shared keys/values compute_q made from the query antecedent.
 
-    With "qkv" and the antecedent compute_q saw, the kv of that MoE call is
-    returned; another antecedent (encoder-decoder attention) runs the
-    experts on it.
+    As in the original, the memory antecedent is not used: the keys/values
+    keep the query's length dim, so attention over memory_length gives each
+    position its own value (in "incremental" mode the one position is the
+    memory's new position, so decoding attends over the cached values).
+
+    Args:
+      memory_antecedent: ignored.
+
+    Returns:
+      The keys/values [batch..., length, memory heads..., d_kv].
+
+    Raises:
+      ValueError: before compute_q.
     """
+    del memory_antecedent
+    if self._kv is None:
+      raise ValueError("ExpertsAttentionParams: compute_q comes first")
+    return self._kv
+
+  def compute_memory_kv(self, memory_antecedent: mtf.Tensor) -> mtf.Tensor:
+    """Keys/values of the memory itself (the layers' decoding caches).
+
+    The experts (or the plain kernel) run on the memory antecedent, with
+    the encoder's padding mask when it is the encoder output.
+
+    Args:
+      memory_antecedent: the memory [batch..., memory_length, d_model].
+
+    Returns:
+      The keys/values [batch..., memory_length, memory heads..., d_kv].
+    """
+    m = memory_antecedent
+    if self.expert_computation == "q":
+      return self._project(
+        m, self.wkv, self.memory_input_dim, self.k_dims, "kv"
+      )
+    use_enc = m is self.context.encoder_output
+    kv = self.moe_layer.run_experts(self.context, m, use_enc_nonpadding=use_enc)
     if self.expert_computation == "qkv":
-      if memory_antecedent is self._qkv_input and self._kv is not None:
-        return self._kv
-      use_enc = memory_antecedent is self.context.encoder_output
-      _, kv = self.moe_layer.run_experts(
-        self.context, memory_antecedent, use_enc_nonpadding=use_enc
-      )
-      return mtf.replace_dimensions(kv, kv.shape.dims[-1], self.k_dims)
-    if self.expert_computation == "kv":
-      use_enc = memory_antecedent is self.context.encoder_output
-      kv = self.moe_layer.run_experts(
-        self.context, memory_antecedent, use_enc_nonpadding=use_enc
-      )
-      return mtf.replace_dimensions(kv, kv.shape.dims[-1], self.k_dims)
-    return super().compute_kv(memory_antecedent)
+      kv = kv[1]
+    return mtf.replace_dimensions(kv, kv.shape.dims[-1], self.k_dims)
 
   def compute_k(self, memory_antecedent: mtf.Tensor) -> mtf.Tensor:
     return self.compute_kv(memory_antecedent)

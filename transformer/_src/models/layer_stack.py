@@ -444,7 +444,9 @@ def sublayer_true_layer_norm(
 ) -> mtf.Tensor:
   """Standard layer norm (mean and variance, scale and bias) over d_model.
 
-  Variables `true_layer_norm/layer_norm/layer_norm_{scale,bias}`.
+  Variables `true_layer_norm/layer_prepostprocess/layer_norm/layer_norm_
+  {scale,bias}` (mtf.layers.layer_norm's default scope, inside
+  `true_layer_norm`), as the original's checkpoints.
 
   Args:
     x: the activations [batch..., length, d_model].
@@ -456,9 +458,8 @@ def sublayer_true_layer_norm(
     The new activations, shaped as x.
   """
   del layer_stack
-  return mtf.layers.layer_norm(
-    x, context.model.model_dim, epsilon=epsilon, name="true_layer_norm"
-  )
+  with tf1.variable_scope("true_layer_norm"):
+    return mtf.layers.layer_norm(x, context.model.model_dim, epsilon=epsilon)
 
 
 # ----------------------------------------------------------------------------

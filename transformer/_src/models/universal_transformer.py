@@ -240,6 +240,8 @@ class UTLayerStack(LayerStack):
         raise ValueError(
           "UTLayerStack: %s must be a bool, got %r" % (name, value)
         )
+    if position_start_index is None:  # The original's "no offset".
+      position_start_index = given["position_start_index"] = 0
     for name, value, minimum in (
       ("act_max_steps", act_max_steps, 1),
       ("num_rec_steps", num_rec_steps, 1),
