@@ -6,8 +6,11 @@ same step code runs on CPU with SimdMeshImpl's collective backend.
 """
 
 import itertools
+import json
+import pathlib
 import shutil
 
+from absl.testing import flagsaver
 import gin
 import numpy as np
 import pytest
@@ -109,7 +112,7 @@ def test_plan_v3_8_two_dim_mesh_keeps_model_groups_on_a_chip():
 def test_plan_v4_32_covers_every_chip_and_feeds_from_its_host():
   topology = v4_32()
   plan = tpu.plan_mesh(V4_MESH[0], topology)
-  assert plan.physical_shape == V4_32  # z > 1: the 4-d grid itself
+  assert plan.physical_shape == [8, 2, 1]  # [y*z, x, cores]
   assert sorted(plan.logical_to_physical) == list(range(16))
   da = plan.device_assignment
   assert (da.num_replicas, da.num_cores_per_replica) == (16, 1)
@@ -133,6 +136,97 @@ def test_plan_with_a_hierarchical_tiling_spec():
   assert plan.logical_to_physical == tiling.logical_to_physical
   with pytest.raises(ValueError, match="gives mesh 'batch:4;model:2'"):
     tpu.plan_mesh("batch:2;model:4", v3_8(), spec)
+
+
+ORIGINAL_MAPPINGS = json.loads(
+  (
+    pathlib.Path(__file__).parents[1]
+    / "mesh_impls"
+    / "data"
+    / "original_tpu_mapping.json"
+  ).read_text()
+)
+
+
+def original_mapping(topology_shape, logical_shape, cores_per_chip, fold_xy):
+  """The original's auto_logical_to_physical_tpu on that input.
+
+  From tests/mesh_impls/data/make_original_tpu_mapping.py.
+  """
+  (case,) = [
+    c
+    for c in ORIGINAL_MAPPINGS
+    if c["topology"] == topology_shape
+    and c["logical_shape"] == logical_shape
+    and c["logical_cores_per_chip"] == cores_per_chip
+    and c["fold_xy"] == fold_xy
+  ]
+  return case["logical_to_physical"]["value"]
+
+
+@pytest.mark.parametrize("fold_xy", [False, True])
+def test_plan_v4_32_with_one_logical_core_per_chip(fold_xy):
+  # --logical_cores_per_chip=1: the original's mapping over TF's default
+  # device assignment (TPUEstimator's), the 16 chips seen as [y*z, x] =
+  # 8 x 2 (--fold_xy: [x*y, z] = 4 x 4).
+  with flagsaver.flagsaver(logical_cores_per_chip=1, fold_xy=fold_xy):
+    plan = tpu.plan_mesh(V4_MESH[0], v4_32())
+    assert plan.physical_shape == ([4, 4, 1] if fold_xy else [8, 2, 1])
+    default = tf.tpu.experimental.DeviceAssignment.build(
+      v4_32(), num_replicas=16
+    )
+    assert [coordinates(plan, r) for r in range(16)] == [
+      tuple(int(c) for c in default.coordinates(r, 0)) for r in range(16)
+    ]
+    assert plan.logical_to_physical == original_mapping(
+      V4_32, [4, 4], 1, fold_xy
+    )
+    # The TPU backend's collectives use those replica ids.
+    mesh_impl = tpu.tpu_mesh_impl(plan, V4_MESH[1])
+    assert mesh_impl.logical_to_physical == plan.logical_to_physical
+    coords = simd_mesh_impl.auto_logical_to_physical_tpu(
+      [4, 4], plan.physical_shape, return_coordinates=True
+    )
+  # Each "model" group is a rectangle of 4 chips of that grid (2 x 2, or a
+  # whole column of 4 when the grid is 4 x 4).
+  for group in mtf.processor_groups(plan.mesh_shape, [1]):
+    rows, columns = zip(*[coords[p][:2] for p in group])
+    assert len(set(rows)) * len(set(columns)) == 4
+    assert max(rows) - min(rows) + 1 == len(set(rows))
+
+
+@pytest.mark.parametrize("fold_xy", [False, True])
+def test_plan_v3_with_fold_xy_and_a_z_axis(fold_xy):
+  # A 2-core-per-chip slice with z > 1 ([2, 2, 2, 2]): the original's
+  # mapping on [y*z, x, 2] (--fold_xy: [x*y, z, 2]); replica r is the core
+  # at 3-d pnum r.
+  topology = tpu.synthetic_topology([2, 2, 2, 2], num_hosts=2)
+  with flagsaver.flagsaver(fold_xy=fold_xy):
+    plan = tpu.plan_mesh("batch:4;model:4", topology)
+  assert plan.physical_shape == [4, 2, 2]
+  assert plan.logical_to_physical == original_mapping(
+    [2, 2, 2, 2], [4, 4], 2, fold_xy
+  )
+  for r in range(16):
+    row, column, core = np.unravel_index(r, [4, 2, 2])
+    if fold_xy:  # rows are (y, x), columns z
+      want = (row % 2, row // 2, column, core)
+    else:  # rows are (z, y), columns x
+      want = (column, row % 2, row // 2, core)
+    assert coordinates(plan, r) == want
+
+
+def test_tpu_mesh_shape_counts_logical_cores_per_chip():
+  assert utils.tpu_mesh_shape("2x2x4", 4) == mtf.convert_to_shape(
+    "batch:8;model:4"
+  )
+  with flagsaver.flagsaver(logical_cores_per_chip=1):
+    assert utils.tpu_mesh_shape("2x2x4", 4) == mtf.convert_to_shape(
+      "batch:4;model:4"
+    )
+    assert utils.tpu_mesh_shape("v4-32", 4) == mtf.convert_to_shape(
+      "batch:8;model:4"
+    )
 
 
 def test_a_mesh_that_does_not_fit_the_topology_is_a_clear_error():

@@ -10,9 +10,11 @@ What TPUEstimator did for the original, on TF 2.21:
    Topology. Every failure is a `TpuConnectionError` naming the TPU.
 2. `plan_mesh`: the mtf mesh onto the topology. Logical processors map to
    physical ones with `auto_logical_to_physical_tpu` (or a
-   HierarchicalTiling spec); replica r of the DeviceAssignment is the core
-   of physical processor r, so the TPU backend's replica ids are the
-   physical pnums SimdMeshImpl computes its collective groups with.
+   HierarchicalTiling spec) on the topology's 3-d form, as the original's
+   flags --logical_cores_per_chip and --fold_xy say; replica r of the
+   DeviceAssignment is the core of physical processor r, so the TPU
+   backend's replica ids are the physical pnums SimdMeshImpl computes its
+   collective groups with.
 3. `ReplicatedTrainLoop`: `iterations_per_loop` training steps per call of
    ONE tf.function. Each host runs its own input pipeline on its CPU and
    feeds the replicas whose cores it owns (the per-host input of
@@ -48,6 +50,7 @@ import socket
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 import urllib.parse
 
+from absl import flags
 from absl import logging
 import gin
 import numpy as np
@@ -246,10 +249,12 @@ class TpuMeshPlan(NamedTuple):
   Attributes:
     mesh_shape: the mtf mesh shape.
     topology: the TPU topology.
-    physical_shape: the physical processor grid the pnums enumerate
-      (row-major): [y*z, x, cores] when z == 1, else [x, y, z, cores].
+    physical_shape: the 3-d grid of chips and cores the mapping works on:
+      [y*z, x, cores], or [x*y, z, cores] with --fold_xy (as the original).
     logical_to_physical: the physical pnum of each logical pnum.
-    device_assignment: replica r = the core of physical pnum r.
+    device_assignment: replica r = the core of physical pnum r (row-major
+      over physical_shape); with --logical_cores_per_chip=1 on one-core
+      chips, TF's default assignment, which the mapping then names.
   """
 
   mesh_shape: mtf.Shape
@@ -264,12 +269,19 @@ def _mesh_string(shape: mtf.Shape) -> str:
   return ";".join(f"{d.name}:{d.size}" for d in shape.dims)
 
 
-def _topology_coordinates(physical_shape: List[int], pnum: int) -> List[int]:
-  """[x, y, z, core] of physical pnum (row-major over physical_shape)."""
-  coords = [int(c) for c in np.unravel_index(pnum, physical_shape)]
-  if len(physical_shape) == 3:  # [y, x, core] with z == 1
-    return [coords[1], coords[0], 0, coords[2]]
-  return coords
+def _topology_coordinates(
+  physical_shape: List[int], tpu_mesh: List[int], pnum: int
+) -> List[int]:
+  """[x, y, z, core] of physical pnum (row-major over the 3-d physical_shape).
+
+  The 3-d rows are the topology's y*z (z slower), or x*y (y slower) with
+  --fold_xy; see physical_shape_3d_from_topology_proto_4d.
+  """
+  row, column, core = [int(c) for c in np.unravel_index(pnum, physical_shape)]
+  x_size, y_size = tpu_mesh[0], tpu_mesh[1]
+  if flags.FLAGS["fold_xy"].value:
+    return [row % x_size, row // x_size, column, core]
+  return [column, row % y_size, row // y_size, core]
 
 
 def plan_mesh(
@@ -316,20 +328,18 @@ def plan_mesh(
       f"mesh of {num_cores} processors, e.g. 'batch:{num_cores}'"
     )
   sizes = mesh_shape.to_integer_list
-  if tpu_mesh[2] == 1:
-    physical_shape = simd_mesh_impl.physical_shape_3d_from_topology_proto_4d(
-      tpu_mesh
-    )
-  else:
-    physical_shape = tpu_mesh
-  if hierarchical_tiling_spec is not None and len(physical_shape) == 4:
+  physical_shape = simd_mesh_impl.physical_shape_3d_from_topology_proto_4d(
+    tpu_mesh
+  )
+  if hierarchical_tiling_spec is not None and tpu_mesh[2] > 1:
     logging.warning(
       "hierarchical_tiling_spec is ignored on %s(topology %s, z > 1): the "
       "automatic mapping places the mesh, as in the original",
       where,
       tpu_mesh,
     )
-  if hierarchical_tiling_spec is not None and len(physical_shape) == 3:
+  device_assignment = None
+  if hierarchical_tiling_spec is not None and tpu_mesh[2] == 1:
     tiling = simd_mesh_impl.HierarchicalTiling(
       hierarchical_tiling_spec, physical_shape
     )
@@ -340,20 +350,32 @@ def plan_mesh(
         f"{physical_shape}), not mesh_shape {_mesh_string(mesh_shape)!r}"
       )
     logical_to_physical = tiling.logical_to_physical
+  elif flags.FLAGS["logical_cores_per_chip"].value == 1 == tpu_mesh[3]:
+    # One core per chip: as the original, the mapping names replicas of
+    # TF's default device assignment (TPUEstimator's).
+    device_assignment = tf.tpu.experimental.DeviceAssignment.build(
+      topology, num_replicas=num_cores
+    )
+    logical_to_physical = simd_mesh_impl.auto_logical_to_physical_tpu(
+      sizes, physical_shape, device_assignment=device_assignment
+    )
   else:
     logical_to_physical = simd_mesh_impl.auto_logical_to_physical_tpu(
-      sizes, tpu_mesh
+      sizes, physical_shape
     )
-  core_assignment = np.array(
-    [
-      [_topology_coordinates(physical_shape, p)] for p in range(mesh_shape.size)
-    ],
-    np.int32,
-  )
   try:
-    device_assignment = tf.tpu.experimental.DeviceAssignment(
-      topology, core_assignment
-    )
+    if device_assignment is None:
+      # Replica r is the core of physical pnum r.
+      core_assignment = np.array(
+        [
+          [_topology_coordinates(physical_shape, tpu_mesh, p)]
+          for p in range(mesh_shape.size)
+        ],
+        np.int32,
+      )
+      device_assignment = tf.tpu.experimental.DeviceAssignment(
+        topology, core_assignment
+      )
   except ValueError as e:
     raise ValueError(
       f"cannot place mesh {_mesh_string(mesh_shape)!r} on {where}(topology "
