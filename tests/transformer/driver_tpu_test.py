@@ -316,12 +316,31 @@ def tpu_estimator_in(graph, tmp_path, topology, mesh):
   return plan, est
 
 
+def count_step_traces(est):
+  """Makes est.lower_train_step count its calls in est.step_traces.
+
+  One call per trace of the replica program.
+  """
+  lower_train_step = est.lower_train_step
+  est.step_traces = 0
+
+  def counted(features):
+    est.step_traces += 1
+    return lower_train_step(features)
+
+  est.lower_train_step = counted
+  return est
+
+
 def build_tpu_train_graph(tmp_path, topology, mesh, iterations_per_loop):
   graph = tf.Graph()
   plan, est = tpu_estimator_in(graph, tmp_path, topology, mesh)
+  count_step_traces(est)
   with graph.as_default():
     loop = tpu.ReplicatedTrainLoop(est, iterations_per_loop, job="worker")
     outputs = loop.trace(loop.make_iterators(dtu.input_fn))
+  # One trace of the replica program for all replicas and steps.
+  assert est.step_traces == 1
   return plan, graph, loop, outputs
 
 
@@ -557,6 +576,56 @@ def test_iterations_per_loop_same_training_as_single_steps_and_placement(
   # Same checkpoint names and values: either side restores the other's.
   assert_same_checkpoints(single_dir, placement_dir)
   assert_same_checkpoints(looped_dir, placement_dir)
+
+
+MULTIHOST_MESH = ("batch:4;model:2", "batch:batch,d_ff:model,vocab:model")
+
+
+@pytest.mark.slow
+def test_multihost_loop_traces_once_and_trains_as_placement(tmp_path):
+  # A v3-8 as if each of its 4 chips had its own host, faked on the 8 CPUs:
+  # the TPU plan places the mesh, host h's "CPU" is /device:CPU:h, and each
+  # host's own input pipeline feeds the replicas on its chip.
+  placement_dir, multihost_dir = common_start(
+    tmp_path, "placement", "multihost"
+  )
+  expected = dtu.estimator(placement_dir, mesh=MULTIHOST_MESH).train(
+    dtu.input_fn, 2
+  )
+  topology = tpu.synthetic_topology(V3_8, num_hosts=4)
+  plan = tpu.plan_mesh(MULTIHOST_MESH[0], topology)
+  assert plan.logical_to_physical != list(range(8))
+  est = dtu.estimator(multihost_dir, mesh=MULTIHOST_MESH)
+  est.mesh_impl = simd_mesh_impl.SimdMeshImpl(
+    est.mesh_shape,
+    est.layout_rules,
+    devices=["/device:CPU:%d" % i for i in range(8)],
+    logical_to_physical=plan.logical_to_physical,
+  )
+  count_step_traces(est)
+  hosts = [
+    "/device:CPU:%d"
+    % topology.task_ordinal_at_coordinates(coordinates(plan, replica))
+    for replica in range(8)
+  ]
+  assert hosts == ["/device:CPU:%d" % (r // 2) for r in range(8)]
+  read_on = []
+
+  def input_fn(context):
+    # Called once per host, on that host's device.
+    read_on.append(
+      (context.input_pipeline_id, tf.constant(0).device.split("device:")[-1])
+    )
+    return dtu.input_fn()
+
+  got = tpu.train(est, input_fn, 2, iterations_per_loop=2, replica_hosts=hosts)
+  assert read_on == [(h, "CPU:%d" % h) for h in range(4)]
+  # The replica program was traced once per step of the loop, not once per
+  # replica.
+  assert est.step_traces == 2
+  assert got["step"] == expected["step"] == 2
+  np.testing.assert_allclose(got["loss"], expected["loss"], rtol=1e-5)
+  assert_same_checkpoints(multihost_dir, placement_dir)
 
 
 @pytest.mark.slow

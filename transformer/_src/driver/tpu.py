@@ -19,12 +19,14 @@ What TPUEstimator did for the original, on TF 2.21:
    ONE tf.function. Each host runs its own input pipeline on its CPU and
    feeds the replicas whose cores it owns (the per-host input of
    TPUEstimator); every replica runs the same step (the Estimator's
-   `build_train_graph`, lowered by SimdMeshImpl). On TPU the step is the
-   computation of `tf.compat.v1.tpu.replicate` (as TPUStrategy.run does) and
-   the steps are a host `tf.while_loop` around it; with SimdMeshImpl's
-   collective backend (local CPUs/GPUs) the same step runs through
-   `mesh_impl.replicate` and the steps are unrolled (TF collectives cannot
-   run inside a while loop). Each step also returns whether its loss and
+   `build_train_graph`, lowered by SimdMeshImpl), traced once for all
+   replicas. On TPU the step is the computation of
+   `tf.compat.v1.tpu.replicate` (as TPUStrategy.run does), replica r's
+   input the batch of its host, and the steps are a host `tf.while_loop`
+   around it; with SimdMeshImpl's collective backend (local CPUs/GPUs) the
+   same step runs through `mesh_impl.replicate`, each replica taking its
+   host's batch by its pnum, and the steps are unrolled (TF collectives
+   cannot run inside a while loop). Each step also returns whether its loss and
    every replica's updated slices are finite; the loop ANDs the flags (the
    TPU's while loop stops after a non-finite step) and records the first
    non-finite step.
@@ -604,35 +606,52 @@ class ReplicatedTrainLoop:
       finite = driver.all_finite([loss] + slices)
       return [tf.identity(loss), tf.identity(learning_rate), finite]
 
-  def replicate_step(self, per_replica_features: Sequence[Dict]) -> list:
-    """All replicas' step, one feature dict per PHYSICAL replica.
+  def replicate_step(self, host_batches: Sequence[Dict]) -> list:
+    """All replicas' step; each replica reads the batch of its own host.
+
+    The replica program is traced once. On TPU, replica r's input is the
+    batch of the host owning its core (per-replica inputs of
+    tpu.replicate). With the collective backend, one host's batch is every
+    replica's argument; batches of several (simulated) hosts are the
+    arguments, and each replica picks its host's by its pnum.
 
     Args:
-      per_replica_features: the features of each physical pnum.
+      host_batches: the features of each host, in the order of `self.hosts`.
 
     Returns:
-      [loss, learning_rate] of each replica.
+      [loss, learning_rate, finite] of each replica (physical order on TPU,
+      logical with the collective backend).
     """
+    host_of_replica = [self.hosts.index(h) for h in self.replica_hosts]
     if self.on_tpu:
       return tf.compat.v1.tpu.replicate(
         lambda features: self.replica_step(features),  # pylint: disable=unnecessary-lambda
-        inputs=[[f] for f in per_replica_features],
+        inputs=[[host_batches[h]] for h in host_of_replica],
         device_assignment=self.mesh_impl.device_assignment,
       )
+    if len(host_batches) == 1:
+      return self.mesh_impl.replicate(self.replica_step, host_batches[0])
     backend = self.mesh_impl.backend
 
-    def computation():
-      return self.replica_step(per_replica_features[backend.current_replica()])
+    def computation(*batches):
+      host = tf.gather(
+        tf.constant(host_of_replica, tf.int32), backend.replica_pnum()
+      )
+      features = {
+        key: tf.gather(tf.stack([batch[key] for batch in batches]), host)
+        for key in batches[0]
+      }
+      return self.replica_step(features)
 
-    return self.mesh_impl.replicate(computation)
+    return self.mesh_impl.replicate(computation, *host_batches)
 
   def _host_batches(self, iterators: list) -> List[Dict]:
-    """Each host's next batch, read on that host; returned per replica."""
-    by_host = {}
+    """Each host's next batch, read on that host (order of `self.hosts`)."""
+    batches = []
     for host, iterator in zip(self.hosts, iterators):
       with tf.device(host):
-        by_host[host] = driver.model_features(iterator.get_next())
-    return [by_host[h] for h in self.replica_hosts]
+        batches.append(driver.model_features(iterator.get_next()))
+    return batches
 
   def _one_step(self, iterators: list, state: "_LoopState") -> "_LoopState":
     """One step of every replica; the state after it."""
