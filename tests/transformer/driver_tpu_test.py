@@ -372,14 +372,9 @@ def test_v3_8_step_graph_replicates_over_8_cores_in_a_host_loop(tmp_path):
   )
   assert list(topology.mesh_shape) == V3_8
   # The loop count is the while condition's bound.
-  cond = loop_op.get_attr("cond").name
-  (bound,) = [
-    tf.get_static_value(op.outputs[0])
-    for op in ops
-    if op.type == "Const" and getattr(op.graph, "name", None) == cond
-  ]
-  assert bound == 3
+  assert loop_bound(ops, loop_op) == 3
   # The loop also stops after a non-finite step.
+  cond = loop_op.get_attr("cond").name
   cond_ops = [op.type for op in ops if getattr(op.graph, "name", None) == cond]
   assert "LogicalAnd" in cond_ops
   # Collectives run over the physical groups of the mesh axes.
@@ -492,6 +487,79 @@ def test_eval_and_decode_programs_replicate_over_every_core(
     and "pnum" not in op.name
   ]
   assert inputs and all(len(op.inputs) == replicas for op in inputs)
+
+
+def loop_bound(ops, loop_op):
+  """The Python int bounding a while loop (the Const of its condition)."""
+  cond = loop_op.get_attr("cond").name
+  (bound,) = [
+    tf.get_static_value(op.outputs[0])
+    for op in ops
+    if op.type == "Const" and getattr(op.graph, "name", None) == cond
+  ]
+  return bound
+
+
+@pytest.mark.parametrize(
+  "topology, mesh, replicas",
+  [(v3_8, V3_MESH, 8), (v4_32, V4_MESH, 16)],
+  ids=["v3-8", "v4-32"],
+)
+def test_eval_loop_runs_iterations_per_loop_batches_per_host_call(
+  tmp_path, topology, mesh, replicas
+):
+  graph = tf.Graph()
+  plan, est = tpu_estimator_in(graph, tmp_path, topology(), mesh)
+  x, y = dtu.reverse_data(dtu.BATCH)
+  with graph.as_default():
+    features = {
+      "inputs": tf.constant(np.stack([x] * 3)),
+      "targets": tf.constant(np.stack([y] * 3)),
+    }
+    _, xent, predictions = evaluation.teacher_forced_loop_graph(est, features)
+  assert xent.shape == predictions.shape == (3,) + y.shape
+  ops = list(all_ops(graph))
+  # One replicated program, traced once, inside a host loop of 3 batches.
+  (loop_op,) = [op for op in graph.get_operations() if op.type == "While"]
+  (metadata,) = [op for op in ops if op.type == "TPUReplicateMetadata"]
+  assert metadata.graph.name == loop_op.get_attr("body").name
+  assert metadata.get_attr("num_replicas") == replicas
+  assert metadata.get_attr("device_assignment") == [
+    c for r in range(replicas) for c in coordinates(plan, r)
+  ]
+  assert loop_bound(ops, loop_op) == 3
+  allowed = {str(expected_groups(plan, axes)) for axes in ([0], [1], [0, 1])}
+  sums = [op for op in ops if op.type == "CrossReplicaSum"]
+  assert sums and {str(group_assignment(op)) for op in sums} <= allowed
+
+
+@pytest.mark.slow
+def test_eval_with_iterations_per_loop_gives_the_same_metrics(
+  tmp_path, monkeypatch
+):
+  # 5 batches, 2 per call on a fake TPU (collective backend on CPUs): 3
+  # calls, and the metrics of placement's one batch per call.
+  (model_dir,) = common_start(tmp_path, "model")
+  dataset = dtu.eval_dataset(n=5 * dtu.BATCH - 3)
+  want = dtu.estimator(model_dir, mesh=CPU_MESH).evaluate(dataset)
+  fake_tpu_on_cpus(monkeypatch, CPU_MESH[0])
+  inner = dtu.estimator(model_dir, mesh=CPU_MESH)
+  est = tpu.TpuEstimator(inner, tpu.setup_tpu(), iterations_per_loop=2)
+  assert est.eval_batches_per_call == 2
+  calls = []
+  run_phase = inner.run_phase
+
+  def counted(phase, features):
+    calls.append(int(features["targets"].shape[0]))
+    return run_phase(phase, features)
+
+  inner.run_phase = counted
+  got = evaluation.evaluate(est, dataset)
+  assert calls == [2, 2, 1]
+  assert sorted(got) == sorted(want)
+  for metric, value in want.items():
+    assert got[metric] == pytest.approx(value, rel=1e-5), metric
+  assert got["num_eval_sequences"] == 5 * dtu.BATCH - 3
 
 
 def test_eval_and_decode_programs_compile_with_xla(tmp_path):

@@ -37,7 +37,9 @@ What TPUEstimator did for the original, on TF 2.21:
 5. `TpuEstimator`: an Estimator whose mesh_impl is the TPU's. Its
    evaluation, scoring and decoding programs are built by the Estimator's
    phases as on CPU, and `mesh_impl_choice.lower_on_tpu` runs each as the
-   computation of `tf.compat.v1.tpu.replicate`, one batch per call.
+   computation of `tf.compat.v1.tpu.replicate`; evaluation runs
+   `iterations_per_loop` batches per call (a host while loop around the
+   replicated program), scoring and decoding one batch per call.
 
 Nothing here runs without a TPU except on the collective backend; the TPU
 graphs can be built (not run) on CPU from a `synthetic_topology`.
@@ -907,9 +909,11 @@ class TpuEstimator:
   Its mesh_impl becomes SimdMeshImpl's TPU backend (as placed by the plan,
   re-planned with the estimator's hierarchical_tiling_spec if it has one)
   and `train` runs `iterations_per_loop` steps per host call (`train`
-  above). Every other attribute is the wrapped Estimator's: evaluation,
-  scoring and decoding lower their programs with that mesh_impl, which
-  runs them under tf.compat.v1.tpu.replicate (mesh_impl_choice.lower_on_tpu).
+  above); evaluation runs `iterations_per_loop` batches per host call
+  (`eval_batches_per_call`). Every other attribute is the wrapped
+  Estimator's: evaluation, scoring and decoding lower their programs with
+  that mesh_impl, which runs them under tf.compat.v1.tpu.replicate
+  (mesh_impl_choice.lower_on_tpu).
 
   Args:
     estimator: the driver.Estimator.
@@ -932,6 +936,14 @@ class TpuEstimator:
 
   def __getattr__(self, name: str):
     return getattr(self.estimator, name)
+
+  @property
+  def eval_batches_per_call(self) -> int:
+    """Evaluation batches per host call: iterations_per_loop.
+
+    As TPUEstimator did (see evaluation.teacher_forced_loop_graph).
+    """
+    return self.iterations_per_loop
 
   def train(
     self,
