@@ -26,10 +26,10 @@ What TPUEstimator did for the original, on TF 2.21:
    around it; with SimdMeshImpl's collective backend (local CPUs/GPUs) the
    same step runs through `mesh_impl.replicate`, each replica taking its
    host's batch by its pnum, and the steps are unrolled (TF collectives
-   cannot run inside a while loop). Each step also returns whether its loss and
-   every replica's updated slices are finite; the loop ANDs the flags (the
-   TPU's while loop stops after a non-finite step) and records the first
-   non-finite step.
+   cannot run inside a while loop). Each step also returns whether its loss
+   and every replica's updated slices are finite; the loop ANDs the flags
+   (the TPU's while loop stops after a non-finite step) and records the
+   first non-finite step.
 4. `train`: trains an Estimator with such a loop. Masters stay on the host
    CPU; checkpoints hold the masters under the same names as on CPU, so
    either side restores the other's. A non-finite step raises the
