@@ -15,34 +15,16 @@ from absl import flags
 from absl.testing import flagsaver
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from mesh_tensorflow import simd_mesh_impl
 from mesh_tensorflow._src import layout as layout_lib
+from tests.mesh_impls.data.make_original_tpu_mapping import default_assignment
 
 CASES = json.loads(
   (
     pathlib.Path(__file__).parent / "data" / "original_tpu_mapping.json"
   ).read_text()
 )
-
-
-def default_assignment(topology_shape):
-  """TF's default device assignment on a one-host topology of that shape."""
-  x, y, z, cores = topology_shape
-  coordinates = [
-    [i, j, k, c]
-    for k, j, i, c in itertools.product(
-      range(z), range(y), range(x), range(cores)
-    )
-  ]
-  topology = tf.tpu.experimental.Topology(
-    mesh_shape=topology_shape,
-    device_coordinates=np.array([coordinates], np.int32),
-  )
-  return tf.tpu.experimental.DeviceAssignment.build(
-    topology, num_replicas=len(coordinates)
-  )
 
 
 def test_flags_have_the_originals_names_and_defaults():

@@ -43,6 +43,14 @@ def v4_32():
   return tpu.synthetic_topology(V4_32, num_hosts=4)
 
 
+# Tests run on the v3-8 and on the v4-32, with their meshes and replicas.
+ON_BOTH_SLICES = pytest.mark.parametrize(
+  "topology, mesh, replicas",
+  [(v3_8, V3_MESH, 8), (v4_32, V4_MESH, 16)],
+  ids=["v3-8", "v4-32"],
+)
+
+
 def coordinates(plan, replica):
   return tuple(int(c) for c in plan.device_assignment.coordinates(replica, 0))
 
@@ -438,11 +446,7 @@ def replicated_ops(ops, metadata):
       pass
 
 
-@pytest.mark.parametrize(
-  "topology, mesh, replicas",
-  [(v3_8, V3_MESH, 8), (v4_32, V4_MESH, 16)],
-  ids=["v3-8", "v4-32"],
-)
+@ON_BOTH_SLICES
 def test_eval_and_decode_programs_replicate_over_every_core(
   tmp_path, topology, mesh, replicas
 ):
@@ -500,11 +504,7 @@ def loop_bound(ops, loop_op):
   return bound
 
 
-@pytest.mark.parametrize(
-  "topology, mesh, replicas",
-  [(v3_8, V3_MESH, 8), (v4_32, V4_MESH, 16)],
-  ids=["v3-8", "v4-32"],
-)
+@ON_BOTH_SLICES
 def test_eval_loop_runs_iterations_per_loop_batches_per_host_call(
   tmp_path, topology, mesh, replicas
 ):
