@@ -407,13 +407,14 @@ _TILED_PHYSICAL = [
   [2, 2, 1, 2],
   [4, 8, 1, 2],
   [8, 8, 1, 2],
+  [2, 2, 2, 2],  # z > 1: [y*z, x, cores], as in the original
 ]
 
 
 def _physical_3d(physical_shape):
   if len(physical_shape) == 4:
-    x, y, _, c = physical_shape
-    return [y, x, c]
+    x, y, z, c = physical_shape
+    return [y * z, x, c]
   return list(physical_shape)
 
 
@@ -509,7 +510,6 @@ _FALLBACK_PHYSICAL = [
   [2, 2, 4],  # four cores per chip
   [3, 2, 2],  # p0 not a power of 2
   [2, 6, 2],  # p1 not a power of 2
-  [2, 2, 2, 2],  # 4-d with z != 1
   [2, 2, 1, 4],  # 4-d, 4 cores
   [3, 1, 1, 2],  # 4-d, y*z = 1, x = 3
   [8, 2],  # 2-d
@@ -524,7 +524,7 @@ _FALLBACK_PHYSICAL = [
 def test_auto_fallback_is_identity(physical_shape):
   n = shapes.list_product(physical_shape)
   effective = physical_shape
-  if len(physical_shape) == 4 and physical_shape[2] == 1:
+  if len(physical_shape) == 4:
     effective = physical_shape_3d_from_topology_proto_4d(physical_shape)
   for logical_shape in _logical_shapes(n, 2):
     l2p = auto_logical_to_physical_tpu(logical_shape, physical_shape)
@@ -546,27 +546,16 @@ def test_auto_single_core():
   ) == [[0, 0, 0]]
 
 
-def test_auto_no_fitting_tile_falls_back(monkeypatch):
-  # Unreachable with valid shapes (all sizes are powers of 2 there), so force
-  # the tiling helper to give up and check the fallback is the identity.
-  monkeypatch.setattr(tpu_topology, "_tile_shape", lambda *args: None)
-  assert auto_logical_to_physical_tpu([4, 4], [2, 4, 2]) == list(range(16))
-  assert auto_logical_to_physical_tpu(
-    [4, 4], [2, 4, 2], return_coordinates=True
-  )[5] == [0, 2, 1]
-
-
-def test_tile_shape_choices():
+def test_tile_chips_shape_choices():
   # Whole column / whole row when the tile has as many chips as p0 / p1.
-  assert tpu_topology._tile_shape([2, 8], 4, 2) == (4, 1)
-  assert tpu_topology._tile_shape([4, 4], 4, 2) == (1, 2)
+  assert tpu_topology._tile_chips_shape(4, 4, 2, 2) == (4, 1)
+  assert tpu_topology._tile_chips_shape(2, 4, 2, 2) == (1, 2)
   # Otherwise roughly square, clamped to the grid.
-  assert tpu_topology._tile_shape([16, 8], 8, 8) == (2, 2)
-  assert tpu_topology._tile_shape([2, 4, 4], 8, 2) == (4, 2)
-  assert tpu_topology._tile_shape([8, 2, 2], 4, 4) == (1, 2)
-  assert tpu_topology._tile_shape([2, 2, 2], 1, 4) == (1, 2)
-  assert tpu_topology._tile_shape([2, 32], 2, 16) == (1, 16)
-  assert tpu_topology._tile_shape([2, 3, 2], 4, 2) is None
+  assert tpu_topology._tile_chips_shape(4, 8, 8, 2) == (2, 2)
+  assert tpu_topology._tile_chips_shape(8, 8, 2, 3) == (4, 2)
+  assert tpu_topology._tile_chips_shape(2, 4, 4, 3) == (1, 2)
+  assert tpu_topology._tile_chips_shape(2, 1, 4, 3) == (1, 2)
+  assert tpu_topology._tile_chips_shape(16, 2, 16, 2) == (1, 16)
 
 
 @pytest.mark.parametrize(

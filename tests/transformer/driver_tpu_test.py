@@ -6,8 +6,11 @@ same step code runs on CPU with SimdMeshImpl's collective backend.
 """
 
 import itertools
+import json
+import pathlib
 import shutil
 
+from absl.testing import flagsaver
 import gin
 import numpy as np
 import pytest
@@ -38,6 +41,14 @@ def v3_8():
 
 def v4_32():
   return tpu.synthetic_topology(V4_32, num_hosts=4)
+
+
+# Tests run on the v3-8 and on the v4-32, with their meshes and replicas.
+ON_BOTH_SLICES = pytest.mark.parametrize(
+  "topology, mesh, replicas",
+  [(v3_8, V3_MESH, 8), (v4_32, V4_MESH, 16)],
+  ids=["v3-8", "v4-32"],
+)
 
 
 def coordinates(plan, replica):
@@ -109,7 +120,7 @@ def test_plan_v3_8_two_dim_mesh_keeps_model_groups_on_a_chip():
 def test_plan_v4_32_covers_every_chip_and_feeds_from_its_host():
   topology = v4_32()
   plan = tpu.plan_mesh(V4_MESH[0], topology)
-  assert plan.physical_shape == V4_32  # z > 1: the 4-d grid itself
+  assert plan.physical_shape == [8, 2, 1]  # [y*z, x, cores]
   assert sorted(plan.logical_to_physical) == list(range(16))
   da = plan.device_assignment
   assert (da.num_replicas, da.num_cores_per_replica) == (16, 1)
@@ -133,6 +144,97 @@ def test_plan_with_a_hierarchical_tiling_spec():
   assert plan.logical_to_physical == tiling.logical_to_physical
   with pytest.raises(ValueError, match="gives mesh 'batch:4;model:2'"):
     tpu.plan_mesh("batch:2;model:4", v3_8(), spec)
+
+
+ORIGINAL_MAPPINGS = json.loads(
+  (
+    pathlib.Path(__file__).parents[1]
+    / "mesh_impls"
+    / "data"
+    / "original_tpu_mapping.json"
+  ).read_text()
+)
+
+
+def original_mapping(topology_shape, logical_shape, cores_per_chip, fold_xy):
+  """The original's auto_logical_to_physical_tpu on that input.
+
+  From tests/mesh_impls/data/make_original_tpu_mapping.py.
+  """
+  (case,) = [
+    c
+    for c in ORIGINAL_MAPPINGS
+    if c["topology"] == topology_shape
+    and c["logical_shape"] == logical_shape
+    and c["logical_cores_per_chip"] == cores_per_chip
+    and c["fold_xy"] == fold_xy
+  ]
+  return case["logical_to_physical"]["value"]
+
+
+@pytest.mark.parametrize("fold_xy", [False, True])
+def test_plan_v4_32_with_one_logical_core_per_chip(fold_xy):
+  # --logical_cores_per_chip=1: the original's mapping over TF's default
+  # device assignment (TPUEstimator's), the 16 chips seen as [y*z, x] =
+  # 8 x 2 (--fold_xy: [x*y, z] = 4 x 4).
+  with flagsaver.flagsaver(logical_cores_per_chip=1, fold_xy=fold_xy):
+    plan = tpu.plan_mesh(V4_MESH[0], v4_32())
+    assert plan.physical_shape == ([4, 4, 1] if fold_xy else [8, 2, 1])
+    default = tf.tpu.experimental.DeviceAssignment.build(
+      v4_32(), num_replicas=16
+    )
+    assert [coordinates(plan, r) for r in range(16)] == [
+      tuple(int(c) for c in default.coordinates(r, 0)) for r in range(16)
+    ]
+    assert plan.logical_to_physical == original_mapping(
+      V4_32, [4, 4], 1, fold_xy
+    )
+    # The TPU backend's collectives use those replica ids.
+    mesh_impl = tpu.tpu_mesh_impl(plan, V4_MESH[1])
+    assert mesh_impl.logical_to_physical == plan.logical_to_physical
+    coords = simd_mesh_impl.auto_logical_to_physical_tpu(
+      [4, 4], plan.physical_shape, return_coordinates=True
+    )
+  # Each "model" group is a rectangle of 4 chips of that grid (2 x 2, or a
+  # whole column of 4 when the grid is 4 x 4).
+  for group in mtf.processor_groups(plan.mesh_shape, [1]):
+    rows, columns = zip(*[coords[p][:2] for p in group])
+    assert len(set(rows)) * len(set(columns)) == 4
+    assert max(rows) - min(rows) + 1 == len(set(rows))
+
+
+@pytest.mark.parametrize("fold_xy", [False, True])
+def test_plan_v3_with_fold_xy_and_a_z_axis(fold_xy):
+  # A 2-core-per-chip slice with z > 1 ([2, 2, 2, 2]): the original's
+  # mapping on [y*z, x, 2] (--fold_xy: [x*y, z, 2]); replica r is the core
+  # at 3-d pnum r.
+  topology = tpu.synthetic_topology([2, 2, 2, 2], num_hosts=2)
+  with flagsaver.flagsaver(fold_xy=fold_xy):
+    plan = tpu.plan_mesh("batch:4;model:4", topology)
+  assert plan.physical_shape == [4, 2, 2]
+  assert plan.logical_to_physical == original_mapping(
+    [2, 2, 2, 2], [4, 4], 2, fold_xy
+  )
+  for r in range(16):
+    row, column, core = np.unravel_index(r, [4, 2, 2])
+    if fold_xy:  # rows are (y, x), columns z
+      want = (row % 2, row // 2, column, core)
+    else:  # rows are (z, y), columns x
+      want = (column, row % 2, row // 2, core)
+    assert coordinates(plan, r) == want
+
+
+def test_tpu_mesh_shape_counts_logical_cores_per_chip():
+  assert utils.tpu_mesh_shape("2x2x4", 4) == mtf.convert_to_shape(
+    "batch:8;model:4"
+  )
+  with flagsaver.flagsaver(logical_cores_per_chip=1):
+    assert utils.tpu_mesh_shape("2x2x4", 4) == mtf.convert_to_shape(
+      "batch:4;model:4"
+    )
+    assert utils.tpu_mesh_shape("v4-32", 4) == mtf.convert_to_shape(
+      "batch:8;model:4"
+    )
 
 
 def test_a_mesh_that_does_not_fit_the_topology_is_a_clear_error():
@@ -222,12 +324,31 @@ def tpu_estimator_in(graph, tmp_path, topology, mesh):
   return plan, est
 
 
+def count_step_traces(est):
+  """Makes est.lower_train_step count its calls in est.step_traces.
+
+  One call per trace of the replica program.
+  """
+  lower_train_step = est.lower_train_step
+  est.step_traces = 0
+
+  def counted(features):
+    est.step_traces += 1
+    return lower_train_step(features)
+
+  est.lower_train_step = counted
+  return est
+
+
 def build_tpu_train_graph(tmp_path, topology, mesh, iterations_per_loop):
   graph = tf.Graph()
   plan, est = tpu_estimator_in(graph, tmp_path, topology, mesh)
+  count_step_traces(est)
   with graph.as_default():
     loop = tpu.ReplicatedTrainLoop(est, iterations_per_loop, job="worker")
     outputs = loop.trace(loop.make_iterators(dtu.input_fn))
+  # One trace of the replica program for all replicas and steps.
+  assert est.step_traces == 1
   return plan, graph, loop, outputs
 
 
@@ -259,14 +380,9 @@ def test_v3_8_step_graph_replicates_over_8_cores_in_a_host_loop(tmp_path):
   )
   assert list(topology.mesh_shape) == V3_8
   # The loop count is the while condition's bound.
-  cond = loop_op.get_attr("cond").name
-  (bound,) = [
-    tf.get_static_value(op.outputs[0])
-    for op in ops
-    if op.type == "Const" and getattr(op.graph, "name", None) == cond
-  ]
-  assert bound == 3
+  assert loop_bound(ops, loop_op) == 3
   # The loop also stops after a non-finite step.
+  cond = loop_op.get_attr("cond").name
   cond_ops = [op.type for op in ops if getattr(op.graph, "name", None) == cond]
   assert "LogicalAnd" in cond_ops
   # Collectives run over the physical groups of the mesh axes.
@@ -330,11 +446,7 @@ def replicated_ops(ops, metadata):
       pass
 
 
-@pytest.mark.parametrize(
-  "topology, mesh, replicas",
-  [(v3_8, V3_MESH, 8), (v4_32, V4_MESH, 16)],
-  ids=["v3-8", "v4-32"],
-)
+@ON_BOTH_SLICES
 def test_eval_and_decode_programs_replicate_over_every_core(
   tmp_path, topology, mesh, replicas
 ):
@@ -379,6 +491,75 @@ def test_eval_and_decode_programs_replicate_over_every_core(
     and "pnum" not in op.name
   ]
   assert inputs and all(len(op.inputs) == replicas for op in inputs)
+
+
+def loop_bound(ops, loop_op):
+  """The Python int bounding a while loop (the Const of its condition)."""
+  cond = loop_op.get_attr("cond").name
+  (bound,) = [
+    tf.get_static_value(op.outputs[0])
+    for op in ops
+    if op.type == "Const" and getattr(op.graph, "name", None) == cond
+  ]
+  return bound
+
+
+@ON_BOTH_SLICES
+def test_eval_loop_runs_iterations_per_loop_batches_per_host_call(
+  tmp_path, topology, mesh, replicas
+):
+  graph = tf.Graph()
+  plan, est = tpu_estimator_in(graph, tmp_path, topology(), mesh)
+  x, y = dtu.reverse_data(dtu.BATCH)
+  with graph.as_default():
+    features = {
+      "inputs": tf.constant(np.stack([x] * 3)),
+      "targets": tf.constant(np.stack([y] * 3)),
+    }
+    _, xent, predictions = evaluation.teacher_forced_loop_graph(est, features)
+  assert xent.shape == predictions.shape == (3,) + y.shape
+  ops = list(all_ops(graph))
+  # One replicated program, traced once, inside a host loop of 3 batches.
+  (loop_op,) = [op for op in graph.get_operations() if op.type == "While"]
+  (metadata,) = [op for op in ops if op.type == "TPUReplicateMetadata"]
+  assert metadata.graph.name == loop_op.get_attr("body").name
+  assert metadata.get_attr("num_replicas") == replicas
+  assert metadata.get_attr("device_assignment") == [
+    c for r in range(replicas) for c in coordinates(plan, r)
+  ]
+  assert loop_bound(ops, loop_op) == 3
+  allowed = {str(expected_groups(plan, axes)) for axes in ([0], [1], [0, 1])}
+  sums = [op for op in ops if op.type == "CrossReplicaSum"]
+  assert sums and {str(group_assignment(op)) for op in sums} <= allowed
+
+
+@pytest.mark.slow
+def test_eval_with_iterations_per_loop_gives_the_same_metrics(
+  tmp_path, monkeypatch
+):
+  # 5 batches, 2 per call on a fake TPU (collective backend on CPUs): 3
+  # calls, and the metrics of placement's one batch per call.
+  (model_dir,) = common_start(tmp_path, "model")
+  dataset = dtu.eval_dataset(n=5 * dtu.BATCH - 3)
+  want = dtu.estimator(model_dir, mesh=CPU_MESH).evaluate(dataset)
+  fake_tpu_on_cpus(monkeypatch, CPU_MESH[0])
+  inner = dtu.estimator(model_dir, mesh=CPU_MESH)
+  est = tpu.TpuEstimator(inner, tpu.setup_tpu(), iterations_per_loop=2)
+  assert est.eval_batches_per_call == 2
+  calls = []
+  run_phase = inner.run_phase
+
+  def counted(phase, features):
+    calls.append(int(features["targets"].shape[0]))
+    return run_phase(phase, features)
+
+  inner.run_phase = counted
+  got = evaluation.evaluate(est, dataset)
+  assert calls == [2, 2, 1]
+  assert sorted(got) == sorted(want)
+  for metric, value in want.items():
+    assert got[metric] == pytest.approx(value, rel=1e-5), metric
+  assert got["num_eval_sequences"] == 5 * dtu.BATCH - 3
 
 
 def test_eval_and_decode_programs_compile_with_xla(tmp_path):
@@ -463,6 +644,56 @@ def test_iterations_per_loop_same_training_as_single_steps_and_placement(
   # Same checkpoint names and values: either side restores the other's.
   assert_same_checkpoints(single_dir, placement_dir)
   assert_same_checkpoints(looped_dir, placement_dir)
+
+
+MULTIHOST_MESH = ("batch:4;model:2", "batch:batch,d_ff:model,vocab:model")
+
+
+@pytest.mark.slow
+def test_multihost_loop_traces_once_and_trains_as_placement(tmp_path):
+  # A v3-8 as if each of its 4 chips had its own host, faked on the 8 CPUs:
+  # the TPU plan places the mesh, host h's "CPU" is /device:CPU:h, and each
+  # host's own input pipeline feeds the replicas on its chip.
+  placement_dir, multihost_dir = common_start(
+    tmp_path, "placement", "multihost"
+  )
+  expected = dtu.estimator(placement_dir, mesh=MULTIHOST_MESH).train(
+    dtu.input_fn, 2
+  )
+  topology = tpu.synthetic_topology(V3_8, num_hosts=4)
+  plan = tpu.plan_mesh(MULTIHOST_MESH[0], topology)
+  assert plan.logical_to_physical != list(range(8))
+  est = dtu.estimator(multihost_dir, mesh=MULTIHOST_MESH)
+  est.mesh_impl = simd_mesh_impl.SimdMeshImpl(
+    est.mesh_shape,
+    est.layout_rules,
+    devices=["/device:CPU:%d" % i for i in range(8)],
+    logical_to_physical=plan.logical_to_physical,
+  )
+  count_step_traces(est)
+  hosts = [
+    "/device:CPU:%d"
+    % topology.task_ordinal_at_coordinates(coordinates(plan, replica))
+    for replica in range(8)
+  ]
+  assert hosts == ["/device:CPU:%d" % (r // 2) for r in range(8)]
+  read_on = []
+
+  def input_fn(context):
+    # Called once per host, on that host's device.
+    read_on.append(
+      (context.input_pipeline_id, tf.constant(0).device.split("device:")[-1])
+    )
+    return dtu.input_fn()
+
+  got = tpu.train(est, input_fn, 2, iterations_per_loop=2, replica_hosts=hosts)
+  assert read_on == [(h, "CPU:%d" % h) for h in range(4)]
+  # The replica program was traced once per step of the loop, not once per
+  # replica.
+  assert est.step_traces == 2
+  assert got["step"] == expected["step"] == 2
+  np.testing.assert_allclose(got["loss"], expected["loss"], rtol=1e-5)
+  assert_same_checkpoints(multihost_dir, placement_dir)
 
 
 @pytest.mark.slow

@@ -11,10 +11,14 @@ together on the TPU interconnect. This module computes such permutations:
     each logical mesh dimension to a strided sub-grid ("subspace") of the
     physical mesh and add up the per-dimension coordinates.
   - `HierarchicalTiling`: a named, hand-written tiling spec on top of those.
-  - `auto_logical_to_physical_tpu`: the automatic choice for a chips x 2-cores
-    TPU mesh (identity for shapes the heuristic does not cover).
+  - `auto_logical_to_physical_tpu`: the automatic choice for a grid of chips
+    of --logical_cores_per_chip cores (identity for shapes the heuristic does
+    not cover).
   - `physical_shape_3d_from_topology_proto_4d`: [x, y, z, core] -> [y*z, x,
-    core], the 3-d form the heuristics use.
+    core] (--fold_xy: [x*y, z, core]), the 3-d form the heuristics use.
+
+The flags --logical_cores_per_chip (default 2) and --fold_xy (default False)
+are defined here, as the original's simd_mesh_impl defined them.
 
 Pure Python (no TensorFlow).
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 import numbers
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
+from absl import flags
 from absl import logging
 
 from mesh_tensorflow._src import layout as layout_lib
@@ -36,6 +41,22 @@ __all__ = [
 ]
 
 SizesAndStrides = Sequence[Tuple[int, int]]
+
+# Command-line flags of the original's simd_mesh_impl, same names and
+# defaults; read through flags.FLAGS[name].value, which is the default until
+# the flags are parsed.
+flags.DEFINE_integer(
+  "logical_cores_per_chip",
+  default=2,
+  help="Cores per TPU chip that the mesh mapping counts as processors (2 "
+  "on TPU v2/v3; 1 on chips seen as one core, e.g. v4 megacore).",
+)
+flags.DEFINE_bool(
+  "fold_xy",
+  default=False,
+  help="Map a 3-d TPU torus [x, y, z] onto a 2-d grid of x*y rows and z "
+  "columns instead of y*z rows and x columns.",
+)
 
 
 def _is_int(x: Any) -> bool:
@@ -452,10 +473,23 @@ class HierarchicalTiling:
     )
 
 
+def _cores_per_chip_flag() -> int:
+  """--logical_cores_per_chip (its default before flags are parsed)."""
+  return int(flags.FLAGS["logical_cores_per_chip"].value)
+
+
+def _fold_xy_flag() -> bool:
+  """--fold_xy (its default before flags are parsed)."""
+  return bool(flags.FLAGS["fold_xy"].value)
+
+
 def physical_shape_3d_from_topology_proto_4d(
   mesh_shape: Sequence[int],
 ) -> List[int]:
-  """Converts a TPU topology mesh shape [x, y, z, core] to [y*z, x, core].
+  """Converts a TPU topology mesh shape [x, y, z, core] to a 3-d grid.
+
+  [y*z, x, core] by default; [x*y, z, core] with --fold_xy (a 3-d torus seen
+  as x*y rows of z chips).
 
   Example:
     >>> physical_shape_3d_from_topology_proto_4d([4, 2, 1, 2])
@@ -465,7 +499,7 @@ def physical_shape_3d_from_topology_proto_4d(
     mesh_shape: the 4 ints [x, y, z, cores per chip] of a TPU topology.
 
   Returns:
-    the 3 ints [y * z, x, cores per chip].
+    the 3 ints [rows, columns, cores per chip].
 
   Raises:
     ValueError: if mesh_shape does not have 4 positive int entries.
@@ -476,61 +510,73 @@ def physical_shape_3d_from_topology_proto_4d(
       f"Expected a 4-d topology mesh shape [x, y, z, core], got {mesh_shape}"
     )
   x, y, z, core = mesh_shape
+  if _fold_xy_flag():
+    return [x * y, z, core]
   return [y * z, x, core]
 
 
-def _chip_ring_layout(
-  num_cores: int, p0: int, p1: int
-) -> List[Tuple[int, int, int]]:
-  """1-d logical mesh: the two cores of a chip, chips in `_ring_2d` order."""
-  ring = _ring_2d(p0, p1)
-  return [ring[pnum // 2] + (pnum % 2,) for pnum in range(num_cores)]
+def _tile_chips_shape(
+  tile_chips: int, p0: int, p1: int, num_logical_dims: int
+) -> Tuple[int, int]:
+  """(t0, t1): the rectangle of chips of each tile of the tiled layout.
 
-
-def _tile_shape(
-  logical_shape: List[int], p0: int, p1: int
-) -> Optional[Tuple[int, int]]:
-  """(t0, t1) chips per tile for the tiled layout, or None if none fits."""
-  num_cores = shapes.list_product(logical_shape)
-  cores_per_tile = num_cores // logical_shape[0]
-  if cores_per_tile % 2:
-    return None
-  tile_chips = cores_per_tile // 2
-  if not _is_power_of_2(tile_chips):
-    return None
-  if len(logical_shape) == 2 and tile_chips == p0:
-    t0, t1 = p0, 1  # one column of chips per tile
-  elif len(logical_shape) == 2 and tile_chips == p1:
-    t0, t1 = 1, p1  # one row of chips per tile
-  else:  # roughly square, clamped to fit the chip grid
-    t0 = 2 ** ((tile_chips.bit_length() - 1) // 2)
-    t0 = max(min(t0, p0), -(-tile_chips // p1))
-    t1 = tile_chips // t0
-  if t0 * t1 != tile_chips or p0 % t0 or p1 % t1:
-    return None
-  return t0, t1
-
-
-def _tiled_layout(
-  logical_shape: List[int], p0: int, p1: int, t0: int, t1: int
-) -> List[Tuple[int, int, int]]:
-  """k-d logical mesh (k >= 2): logical dim 0 picks a t0 x t1 tile of chips.
-
-  Tiles are visited along `_ring_2d` over the (p0/t0) x (p1/t1) tile grid.
-  Inside a tile, the lexicographic index over the later logical dims walks the
-  two cores of a chip, then the chips along `_ring_2d(t0, t1)`.
+  A whole column or row of chips when there are two logical dims and the
+  tile has that many chips; otherwise about square, clamped to the grid.
   """
-  num_cores = shapes.list_product(logical_shape)
-  cores_per_tile = num_cores // logical_shape[0]
-  tile_ring = _ring_2d(p0 // t0, p1 // t1)
-  chip_ring = _ring_2d(t0, t1)
-  result = []
-  for pnum in range(num_cores):
-    tile, within = divmod(pnum, cores_per_tile)
-    ti, tj = tile_ring[tile]
-    ci, cj = chip_ring[within // 2]
-    result.append((ti * t0 + ci, tj * t1 + cj, within % 2))
-  return result
+  if num_logical_dims == 2 and tile_chips == p0:
+    return p0, 1
+  if num_logical_dims == 2 and tile_chips == p1:
+    return 1, p1
+  t0 = 2 ** ((tile_chips.bit_length() - 1) // 2)
+  t0 = max(min(t0, p0), tile_chips // p1)
+  return t0, tile_chips // t0
+
+
+def _auto_coordinates(
+  logical_shape: List[int], p0: int, p1: int, cores: int
+) -> List[Tuple[int, int, int]]:
+  """(row, column, core) of each logical pnum on a p0 x p1 chip grid.
+
+  One logical dim: chips along `_ring_2d(p0, p1)`, the cores of a chip
+  consecutive. More: logical dim 0 picks a tile of chips (tiles along
+  `_ring_2d` over the grid of tiles); the later dims are laid out the same
+  way inside the tile.
+  """
+  num_cores = p0 * p1 * cores
+  if len(logical_shape) == 1:
+    ring = _ring_2d(p0, p1)
+    return [ring[n // cores] + (n % cores,) for n in range(num_cores)]
+  tile_cores = num_cores // logical_shape[0]
+  t0, t1 = _tile_chips_shape(tile_cores // cores, p0, p1, len(logical_shape))
+  inner = _auto_coordinates(logical_shape[1:], t0, t1, cores)
+  tiles = _ring_2d(p0 // t0, p1 // t1)
+  coordinates = []
+  for n in range(num_cores):
+    tile, position = divmod(n, tile_cores)
+    row, column, core = inner[position]
+    coordinates.append(
+      (tiles[tile][0] * t0 + row, tiles[tile][1] * t1 + column, core)
+    )
+  return coordinates
+
+
+def _fits_heuristic(
+  logical_shape: List[int], physical_shape: List[int], cores_per_chip: int
+) -> bool:
+  """Whether the tiling heuristic covers these shapes (else: identity)."""
+  if len(physical_shape) != 3 or not logical_shape:
+    return False
+  p0, p1, cores = physical_shape
+  if cores != cores_per_chip or not (_is_power_of_2(p0) and _is_power_of_2(p1)):
+    return False
+  # Every tile must be a whole number of chips (true whenever the logical
+  # sizes are powers of 2, as they are on such a grid).
+  cores_left = p0 * p1 * cores
+  for size in logical_shape[:-1]:
+    cores_left //= size
+    if cores_left % cores or not _is_power_of_2(cores_left // cores):
+      return False
+  return True
 
 
 def auto_logical_to_physical_tpu(
@@ -541,21 +587,26 @@ def auto_logical_to_physical_tpu(
 ) -> list:
   """A logical-to-physical mapping that keeps later logical dims close.
 
-  Heuristic for a TPU mesh of p0 x p1 chips with 2 cores each (physical shape
-  [p0, p1, 2], or the topology's [x, y, 1, 2], first converted to [y, x, 2]),
-  p0 and p1 powers of 2. Logical dimensions of size 1 are dropped, then:
+  Heuristic for a TPU mesh of p0 x p1 chips with --logical_cores_per_chip
+  cores each (physical shape [p0, p1, cores], or a topology's [x, y, z,
+  cores], first made 3-d by `physical_shape_3d_from_topology_proto_4d`), p0
+  and p1 powers of 2. Logical dimensions of size 1 are dropped, then:
     - one logical dimension: the chips are walked along `_ring_2d(p0, p1)`,
-      both cores of a chip being consecutive, so the ring allreduce has only
+      the cores of a chip consecutive, so the ring allreduce has only
       neighbour hops.
     - k >= 2 dimensions: the chip grid is cut into logical_shape[0] equal
       tiles of t0 x t1 chips (a whole column or row when k == 2 and it fits,
       otherwise roughly square); logical dim 0 selects the tile (tiles in
-      `_ring_2d` order) and the later dims, lexicographically, fill the tile
-      (cores of a chip, then chips along `_ring_2d(t0, t1)`). Collectives
-      over the later (usually model-parallel) dims thus stay inside a tile.
-  Any other physical shape (not 3-d/4-d, a 4-d z != 1, cores != 2, a chip
-  count that is not a power of 2) or a tiling that does not fit gets the
-  identity mapping.
+      `_ring_2d` order) and the later dims are laid out inside the tile the
+      same way (recursively). Collectives over the later (usually
+      model-parallel) dims thus stay inside a tile.
+  Physical pnums are row-major over the 3-d shape; with one logical core
+  per chip (--logical_cores_per_chip=1, e.g. TPU v4) they are the replicas
+  of `device_assignment` at those chips, looked up as the original did
+  (`processor_coordinates_to_pnum_map_nd`). Any other physical shape (not
+  3-d/4-d, a number of cores per chip other than the flag's, a side that is
+  not a power of 2) gets the identity mapping (the original returned its
+  fallback function itself for a core count other than the flag's).
 
   Example:
     Each of the 4 tiles is one chip (logical dim 1 = its two cores); the
@@ -566,23 +617,22 @@ def auto_logical_to_physical_tpu(
 
   Args:
     logical_shape: a list of ints (the mtf mesh shape).
-    physical_shape: a list of ints, typically the topology's [x, y, 1, cores]
-      or [p0, p1, cores].
+    physical_shape: a list of ints, typically the topology's [x, y, z,
+      cores] or [p0, p1, cores].
     return_coordinates: if True, return physical coordinates instead of pnums.
-    device_assignment: accepted for the original's signature and unused: the
-      original needs it only for chips with one logical core (its
-      logical_cores_per_chip flag), which this heuristic maps by identity.
+    device_assignment: the TPU device assignment; needed (and used) only with
+      one logical core per chip.
 
   Returns:
-    indexed by logical pnum: the physical pnum (row-major over the 3-d
-    physical shape, or over the given physical shape when the heuristic does
-    not apply), or with return_coordinates the coordinate list in that shape.
+    indexed by logical pnum: the physical pnum, or with return_coordinates
+    the coordinate list in the 3-d physical shape (in the given physical
+    shape when the heuristic does not apply).
 
   Raises:
-    ValueError: if a size is not a positive int or the two shapes have
-      different products.
+    ValueError: if a size is not a positive int, the two shapes have
+      different products, or one core per chip is asked for without a
+      device_assignment.
   """
-  del device_assignment  # See Args.
   logical_shape = _check_sizes(logical_shape, "logical_shape")
   physical_shape = _check_sizes(
     physical_shape, "physical_shape", allow_empty=False
@@ -595,51 +645,46 @@ def auto_logical_to_physical_tpu(
       f"{physical_shape} (product {num_cores}) must have the same product"
     )
   logical_shape = [s for s in logical_shape if s != 1]
-  if len(physical_shape) == 4 and physical_shape[2] == 1:
+  if len(physical_shape) == 4:
     physical_shape = physical_shape_3d_from_topology_proto_4d(physical_shape)
-
-  def _identity() -> list:
-    pnums = list(range(num_cores))
+  cores_per_chip = _cores_per_chip_flag()
+  if not _fits_heuristic(logical_shape, physical_shape, cores_per_chip):
+    if len(physical_shape) == 3 and logical_shape:
+      logging.info(
+        "auto_logical_to_physical_tpu: physical shape %s is not 2^a x 2^b "
+        "chips x %d cores (--logical_cores_per_chip); using the identity "
+        "mapping",
+        physical_shape,
+        cores_per_chip,
+      )
+    elif logical_shape:
+      logging.warning(
+        "auto_logical_to_physical_tpu: unrecognized TPU physical shape %s; "
+        "using the identity mapping",
+        physical_shape,
+      )
     if return_coordinates:
       return [
         layout_lib.pnum_to_processor_coordinates(physical_shape, p)
-        for p in pnums
+        for p in range(num_cores)
       ]
-    return pnums
-
-  if len(physical_shape) != 3:
-    logging.warning(
-      "auto_logical_to_physical_tpu: unrecognized TPU physical "
-      "shape %s; using the identity mapping",
-      physical_shape,
-    )
-    return _identity()
-  p0, p1, cores = physical_shape
-  if cores != 2 or not (_is_power_of_2(p0) and _is_power_of_2(p1)):
-    logging.info(
-      "auto_logical_to_physical_tpu: physical shape %s is not "
-      "2^a x 2^b chips x 2 cores; using the identity mapping",
-      physical_shape,
-    )
-    return _identity()
-  if not logical_shape:  # a single core
-    return _identity()
-  if len(logical_shape) == 1:
-    coords = _chip_ring_layout(num_cores, p0, p1)
-  else:
-    tile = _tile_shape(logical_shape, p0, p1)
-    if tile is None:
-      logging.info(
-        "auto_logical_to_physical_tpu: no tiling of %s fits %s; "
-        "using the identity mapping",
-        logical_shape,
-        physical_shape,
-      )
-      return _identity()
-    coords = _tiled_layout(logical_shape, p0, p1, *tile)
-  coords = [list(c) for c in coords]
-  if return_coordinates:
-    return coords
-  return [
-    layout_lib.processor_coordinates_to_pnum(physical_shape, c) for c in coords
+    return list(range(num_cores))
+  coordinates = [
+    list(c) for c in _auto_coordinates(logical_shape, *physical_shape)
   ]
+  if return_coordinates:
+    return coordinates
+  if cores_per_chip > 1:
+    return [
+      layout_lib.processor_coordinates_to_pnum(physical_shape, c)
+      for c in coordinates
+    ]
+  if device_assignment is None:
+    raise ValueError(
+      "auto_logical_to_physical_tpu: with one logical core per chip "
+      "(--logical_cores_per_chip=1) the physical pnums are the replicas of "
+      "a device_assignment; pass one"
+    )
+  return layout_lib.processor_coordinates_to_pnum_map_nd(
+    physical_shape, coordinates, device_assignment
+  )

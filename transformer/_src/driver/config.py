@@ -75,7 +75,11 @@ def get_variable_dtype(
 
 
 def _num_cores(tpu_topology: str) -> int:
-  """Cores of a TPU topology string: "AxB[xC]" -> A*B[*C]*2, "vK-N" -> N."""
+  """Cores of a TPU topology string.
+
+  "vK-N" -> N; "AxB[xC]" -> A*B[*C] chips times --logical_cores_per_chip
+  (default 2).
+  """
   if not isinstance(tpu_topology, str):
     raise ValueError(
       "tpu_mesh_shape: tpu_topology must be a string like "
@@ -92,9 +96,9 @@ def _num_cores(tpu_topology: str) -> int:
     if not match:
       raise ValueError(
         "tpu_mesh_shape: cannot parse tpu_topology %r; expected "
-        "'AxB' or 'AxBxC' (chips of 2 cores) or 'v3-N' (N cores)" % tpu_topology
+        "'AxB' or 'AxBxC' (chips) or 'v3-N' (N cores)" % tpu_topology
       )
-    num_cores = 2 * int(
+    num_cores = flags.FLAGS["logical_cores_per_chip"].value * int(
       np.prod([int(size) for size in match.group(1).split("x")])
     )
   if num_cores <= 0:
@@ -129,8 +133,8 @@ def tpu_mesh_shape(
 
   Args:
     tpu_topology: the TPU topology: a string such as "4x4", "2x2x4" (chips
-      along each axis, 2 cores each, as the original counted by default) or
-      "v3-8" (cores).
+      along each axis, of --logical_cores_per_chip cores each: 2 by
+      default, as in the original) or "v3-8" (cores).
     model_parallelism: the size of the "model" mesh dim, or a HierarchicalTiling
       spec (a list of (name, tiling) pairs).
     ensemble_parallelism: the size of the "ensemble" mesh dim (None: no ensemble

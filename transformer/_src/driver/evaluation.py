@@ -8,6 +8,7 @@ whole dataset (no streaming-metric variables).
 
 from __future__ import annotations
 
+import itertools
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -23,7 +24,9 @@ __all__ = [
   "evaluate",
   "score_ids",
   "teacher_forced",
+  "teacher_forced_batches",
   "teacher_forced_graph",
+  "teacher_forced_loop_graph",
 ]
 
 
@@ -95,14 +98,112 @@ def teacher_forced(est, features: Dict[str, tf.Tensor]):
   Features are [batch, length]; with ensemble_inputs every ensemble member
   sees the batch, and the results are [ensemble, batch, length].
   """
+  features = _with_ensemble(est, features)
+  phase = est.phase_fn("teacher_forced", lambda p: build_teacher_forced(est, p))
+  return est.run_phase(phase, features)
+
+
+def teacher_forced_loop_graph(est, features: Dict[str, tf.Tensor]):
+  """The teacher-forced program of several batches, one after the other.
+
+  On TPU (a SimdMeshImpl with a device assignment) the batches are the
+  iterations of one host while loop around the replicated program, as
+  TPUEstimator evaluated iterations_per_loop batches per host call; the
+  program is traced once. Otherwise each batch's program is built in turn
+  (the collective backend cannot run in such a loop).
+
+  Args:
+    est: the Estimator.
+    features: {feature name: int tensor [batches, ensemble?, batch,
+      length]}.
+
+  Returns:
+    (lowering, xent, predictions): a lowering of the program (for its
+    variables), and the per-token cross-entropy and argmax predictions, each
+    shaped like features' "targets".
+  """
+  num_batches = int(features["targets"].shape[0])
+  lowerings = []
+
+  def one_batch(i):
+    lowering, _, xent, predictions = teacher_forced_graph(
+      est, {k: v[i] for k, v in features.items()}
+    )
+    lowerings.append(lowering)
+    return xent, predictions
+
+  if getattr(est.mesh_impl, "device_assignment", None) is None:
+    xents, predictions = zip(*[one_batch(i) for i in range(num_batches)])
+    return lowerings[0], tf.stack(xents), tf.stack(predictions)
+
+  def body(i, xents, predictions):
+    xent, prediction = one_batch(i)
+    return i + 1, xents.write(i, xent), predictions.write(i, prediction)
+
+  _, xents, predictions = tf.while_loop(
+    lambda i, *_: i < num_batches,
+    body,
+    (
+      tf.constant(0),
+      tf.TensorArray(tf.float32, num_batches),
+      tf.TensorArray(tf.int32, num_batches),
+    ),
+  )
+  return lowerings[0], xents.stack(), predictions.stack()
+
+
+def build_teacher_forced_loop(est, phase):
+  """tf.function(features [batches, ...]) -> {"xent", "predictions"}."""
+
+  @tf.function(autograph=False)
+  def fn(features):
+    lowering, xent, predictions = teacher_forced_loop_graph(est, features)
+    phase.laid_out_variables = list(lowering.variables.values())
+    return {"xent": xent, "predictions": predictions}
+
+  return fn
+
+
+def _with_ensemble(est, features: Dict[str, tf.Tensor]):
+  """[batch, length] features; with ensemble_inputs, one copy per member."""
   features = {k: tf.convert_to_tensor(v) for k, v in features.items()}
   if est.ensemble_inputs:
     features = {
       k: tf.tile(v[tf.newaxis], [est.ensemble_inputs, 1, 1])
       for k, v in features.items()
     }
-  phase = est.phase_fn("teacher_forced", lambda p: build_teacher_forced(est, p))
-  return est.run_phase(phase, features)
+  return features
+
+
+def teacher_forced_batches(est, batches: Sequence[Dict[str, np.ndarray]]):
+  """teacher_forced of several batches of one shape in one call.
+
+  Args:
+    est: the Estimator.
+    batches: feature dicts of [batch, length] arrays, all of one shape.
+
+  Returns:
+    {"xent", "predictions"}: arrays [len(batches), ensemble?, batch,
+    length].
+  """
+  per_batch = [_with_ensemble(est, batch) for batch in batches]
+  features = {k: tf.stack([b[k] for b in per_batch]) for k in per_batch[0]}
+  phase = est.phase_fn(
+    "teacher_forced_loop", lambda p: build_teacher_forced_loop(est, p)
+  )
+  return {k: v.numpy() for k, v in est.run_phase(phase, features).items()}
+
+
+def _in_groups(iterable, size: int):
+  """Lists of `size` consecutive items (the last one may be shorter)."""
+  group = []
+  for item in iterable:
+    group.append(item)
+    if len(group) == size:
+      yield group
+      group = []
+  if group:
+    yield group
 
 
 def evaluate(
@@ -115,33 +216,43 @@ def evaluate(
 
   A target token counts where targets > 0; a row counts (for
   sequence_accuracy) where it has any target token, and is exactly right
-  when every counted token is predicted.
+  when every counted token is predicted. An estimator with an
+  `eval_batches_per_call` attribute (TpuEstimator: its iterations_per_loop)
+  gets that many batches per call (see teacher_forced_loop_graph).
   """
   est.prepare(checkpoint_path)
   xent_sum = 0.0
   tokens = correct_tokens = sequences = correct_sequences = 0
-  for i, batch in enumerate(dataset):
-    if max_batches is not None and i >= max_batches:
-      break
-    # Zero rows fill the last batch (no target tokens, so they do not count)
-    # and keep one traced shape.
-    features = {
+  # Zero rows fill the last batch (no target tokens, so they do not count)
+  # and keep one traced shape (two with several batches per call: the last
+  # call may have fewer).
+  batches = (
+    {
       k: _pad_rows(v.numpy(), est.batch_size)
       for k, v in batch.items()
       if k in ("inputs", "targets")
       or k.endswith(("_segmentation", "_position"))
     }
-    out = teacher_forced(est, features)
-    xent = out["xent"].numpy()
-    targets = np.broadcast_to(features["targets"], xent.shape)
-    weights = targets > 0
-    right = (out["predictions"].numpy() == targets) | ~weights
-    xent_sum += float(np.sum(xent * weights))
-    tokens += int(weights.sum())
-    correct_tokens += int((right & weights).sum())
-    rows = weights.any(axis=-1)
-    sequences += int(rows.sum())
-    correct_sequences += int((right.all(axis=-1) & rows).sum())
+    for batch in itertools.islice(dataset, max_batches)
+  )
+  batches_per_call = int(getattr(est, "eval_batches_per_call", 1))
+  for group in _in_groups(batches, batches_per_call):
+    if batches_per_call == 1:
+      outs = [{k: v.numpy() for k, v in teacher_forced(est, group[0]).items()}]
+    else:
+      stacked = teacher_forced_batches(est, group)
+      outs = [{k: v[i] for k, v in stacked.items()} for i in range(len(group))]
+    for features, out in zip(group, outs):
+      xent = out["xent"]
+      targets = np.broadcast_to(features["targets"], xent.shape)
+      weights = targets > 0
+      right = (out["predictions"] == targets) | ~weights
+      xent_sum += float(np.sum(xent * weights))
+      tokens += int(weights.sum())
+      correct_tokens += int((right & weights).sum())
+      rows = weights.any(axis=-1)
+      sequences += int(rows.sum())
+      correct_sequences += int((right.all(axis=-1) & rows).sum())
   if not tokens:
     raise ValueError("evaluate: the eval dataset has no target tokens")
   loss = xent_sum / tokens

@@ -10,22 +10,26 @@ What TPUEstimator did for the original, on TF 2.21:
    Topology. Every failure is a `TpuConnectionError` naming the TPU.
 2. `plan_mesh`: the mtf mesh onto the topology. Logical processors map to
    physical ones with `auto_logical_to_physical_tpu` (or a
-   HierarchicalTiling spec); replica r of the DeviceAssignment is the core
-   of physical processor r, so the TPU backend's replica ids are the
-   physical pnums SimdMeshImpl computes its collective groups with.
+   HierarchicalTiling spec) on the topology's 3-d form, as the original's
+   flags --logical_cores_per_chip and --fold_xy say; replica r of the
+   DeviceAssignment is the core of physical processor r, so the TPU
+   backend's replica ids are the physical pnums SimdMeshImpl computes its
+   collective groups with.
 3. `ReplicatedTrainLoop`: `iterations_per_loop` training steps per call of
    ONE tf.function. Each host runs its own input pipeline on its CPU and
    feeds the replicas whose cores it owns (the per-host input of
    TPUEstimator); every replica runs the same step (the Estimator's
-   `build_train_graph`, lowered by SimdMeshImpl). On TPU the step is the
-   computation of `tf.compat.v1.tpu.replicate` (as TPUStrategy.run does) and
-   the steps are a host `tf.while_loop` around it; with SimdMeshImpl's
-   collective backend (local CPUs/GPUs) the same step runs through
-   `mesh_impl.replicate` and the steps are unrolled (TF collectives cannot
-   run inside a while loop). Each step also returns whether its loss and
-   every replica's updated slices are finite; the loop ANDs the flags (the
-   TPU's while loop stops after a non-finite step) and records the first
-   non-finite step.
+   `build_train_graph`, lowered by SimdMeshImpl), traced once for all
+   replicas. On TPU the step is the computation of
+   `tf.compat.v1.tpu.replicate` (as TPUStrategy.run does), replica r's
+   input the batch of its host, and the steps are a host `tf.while_loop`
+   around it; with SimdMeshImpl's collective backend (local CPUs/GPUs) the
+   same step runs through `mesh_impl.replicate`, each replica taking its
+   host's batch by its pnum, and the steps are unrolled (TF collectives
+   cannot run inside a while loop). Each step also returns whether its loss
+   and every replica's updated slices are finite; the loop ANDs the flags
+   (the TPU's while loop stops after a non-finite step) and records the
+   first non-finite step.
 4. `train`: trains an Estimator with such a loop. Masters stay on the host
    CPU; checkpoints hold the masters under the same names as on CPU, so
    either side restores the other's. A non-finite step raises the
@@ -33,7 +37,9 @@ What TPUEstimator did for the original, on TF 2.21:
 5. `TpuEstimator`: an Estimator whose mesh_impl is the TPU's. Its
    evaluation, scoring and decoding programs are built by the Estimator's
    phases as on CPU, and `mesh_impl_choice.lower_on_tpu` runs each as the
-   computation of `tf.compat.v1.tpu.replicate`, one batch per call.
+   computation of `tf.compat.v1.tpu.replicate`; evaluation runs
+   `iterations_per_loop` batches per call (a host while loop around the
+   replicated program), scoring and decoding one batch per call.
 
 Nothing here runs without a TPU except on the collective backend; the TPU
 graphs can be built (not run) on CPU from a `synthetic_topology`.
@@ -48,6 +54,7 @@ import socket
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 import urllib.parse
 
+from absl import flags
 from absl import logging
 import gin
 import numpy as np
@@ -246,10 +253,12 @@ class TpuMeshPlan(NamedTuple):
   Attributes:
     mesh_shape: the mtf mesh shape.
     topology: the TPU topology.
-    physical_shape: the physical processor grid the pnums enumerate
-      (row-major): [y*z, x, cores] when z == 1, else [x, y, z, cores].
+    physical_shape: the 3-d grid of chips and cores the mapping works on:
+      [y*z, x, cores], or [x*y, z, cores] with --fold_xy (as the original).
     logical_to_physical: the physical pnum of each logical pnum.
-    device_assignment: replica r = the core of physical pnum r.
+    device_assignment: replica r = the core of physical pnum r (row-major
+      over physical_shape); with --logical_cores_per_chip=1 on one-core
+      chips, TF's default assignment, which the mapping then names.
   """
 
   mesh_shape: mtf.Shape
@@ -264,12 +273,19 @@ def _mesh_string(shape: mtf.Shape) -> str:
   return ";".join(f"{d.name}:{d.size}" for d in shape.dims)
 
 
-def _topology_coordinates(physical_shape: List[int], pnum: int) -> List[int]:
-  """[x, y, z, core] of physical pnum (row-major over physical_shape)."""
-  coords = [int(c) for c in np.unravel_index(pnum, physical_shape)]
-  if len(physical_shape) == 3:  # [y, x, core] with z == 1
-    return [coords[1], coords[0], 0, coords[2]]
-  return coords
+def _topology_coordinates(
+  physical_shape: List[int], tpu_mesh: List[int], pnum: int
+) -> List[int]:
+  """[x, y, z, core] of physical pnum (row-major over the 3-d physical_shape).
+
+  The 3-d rows are the topology's y*z (z slower), or x*y (y slower) with
+  --fold_xy; see physical_shape_3d_from_topology_proto_4d.
+  """
+  row, column, core = [int(c) for c in np.unravel_index(pnum, physical_shape)]
+  x_size, y_size = tpu_mesh[0], tpu_mesh[1]
+  if flags.FLAGS["fold_xy"].value:
+    return [row % x_size, row // x_size, column, core]
+  return [column, row % y_size, row // y_size, core]
 
 
 def plan_mesh(
@@ -316,20 +332,18 @@ def plan_mesh(
       f"mesh of {num_cores} processors, e.g. 'batch:{num_cores}'"
     )
   sizes = mesh_shape.to_integer_list
-  if tpu_mesh[2] == 1:
-    physical_shape = simd_mesh_impl.physical_shape_3d_from_topology_proto_4d(
-      tpu_mesh
-    )
-  else:
-    physical_shape = tpu_mesh
-  if hierarchical_tiling_spec is not None and len(physical_shape) == 4:
+  physical_shape = simd_mesh_impl.physical_shape_3d_from_topology_proto_4d(
+    tpu_mesh
+  )
+  if hierarchical_tiling_spec is not None and tpu_mesh[2] > 1:
     logging.warning(
       "hierarchical_tiling_spec is ignored on %s(topology %s, z > 1): the "
       "automatic mapping places the mesh, as in the original",
       where,
       tpu_mesh,
     )
-  if hierarchical_tiling_spec is not None and len(physical_shape) == 3:
+  device_assignment = None
+  if hierarchical_tiling_spec is not None and tpu_mesh[2] == 1:
     tiling = simd_mesh_impl.HierarchicalTiling(
       hierarchical_tiling_spec, physical_shape
     )
@@ -340,20 +354,32 @@ def plan_mesh(
         f"{physical_shape}), not mesh_shape {_mesh_string(mesh_shape)!r}"
       )
     logical_to_physical = tiling.logical_to_physical
+  elif flags.FLAGS["logical_cores_per_chip"].value == 1 == tpu_mesh[3]:
+    # One core per chip: as the original, the mapping names replicas of
+    # TF's default device assignment (TPUEstimator's).
+    device_assignment = tf.tpu.experimental.DeviceAssignment.build(
+      topology, num_replicas=num_cores
+    )
+    logical_to_physical = simd_mesh_impl.auto_logical_to_physical_tpu(
+      sizes, physical_shape, device_assignment=device_assignment
+    )
   else:
     logical_to_physical = simd_mesh_impl.auto_logical_to_physical_tpu(
-      sizes, tpu_mesh
+      sizes, physical_shape
     )
-  core_assignment = np.array(
-    [
-      [_topology_coordinates(physical_shape, p)] for p in range(mesh_shape.size)
-    ],
-    np.int32,
-  )
   try:
-    device_assignment = tf.tpu.experimental.DeviceAssignment(
-      topology, core_assignment
-    )
+    if device_assignment is None:
+      # Replica r is the core of physical pnum r.
+      core_assignment = np.array(
+        [
+          [_topology_coordinates(physical_shape, tpu_mesh, p)]
+          for p in range(mesh_shape.size)
+        ],
+        np.int32,
+      )
+      device_assignment = tf.tpu.experimental.DeviceAssignment(
+        topology, core_assignment
+      )
   except ValueError as e:
     raise ValueError(
       f"cannot place mesh {_mesh_string(mesh_shape)!r} on {where}(topology "
@@ -582,35 +608,52 @@ class ReplicatedTrainLoop:
       finite = driver.all_finite([loss] + slices)
       return [tf.identity(loss), tf.identity(learning_rate), finite]
 
-  def replicate_step(self, per_replica_features: Sequence[Dict]) -> list:
-    """All replicas' step, one feature dict per PHYSICAL replica.
+  def replicate_step(self, host_batches: Sequence[Dict]) -> list:
+    """All replicas' step; each replica reads the batch of its own host.
+
+    The replica program is traced once. On TPU, replica r's input is the
+    batch of the host owning its core (per-replica inputs of
+    tpu.replicate). With the collective backend, one host's batch is every
+    replica's argument; batches of several (simulated) hosts are the
+    arguments, and each replica picks its host's by its pnum.
 
     Args:
-      per_replica_features: the features of each physical pnum.
+      host_batches: the features of each host, in the order of `self.hosts`.
 
     Returns:
-      [loss, learning_rate] of each replica.
+      [loss, learning_rate, finite] of each replica (physical order on TPU,
+      logical with the collective backend).
     """
+    host_of_replica = [self.hosts.index(h) for h in self.replica_hosts]
     if self.on_tpu:
       return tf.compat.v1.tpu.replicate(
         lambda features: self.replica_step(features),  # pylint: disable=unnecessary-lambda
-        inputs=[[f] for f in per_replica_features],
+        inputs=[[host_batches[h]] for h in host_of_replica],
         device_assignment=self.mesh_impl.device_assignment,
       )
+    if len(host_batches) == 1:
+      return self.mesh_impl.replicate(self.replica_step, host_batches[0])
     backend = self.mesh_impl.backend
 
-    def computation():
-      return self.replica_step(per_replica_features[backend.current_replica()])
+    def computation(*batches):
+      host = tf.gather(
+        tf.constant(host_of_replica, tf.int32), backend.replica_pnum()
+      )
+      features = {
+        key: tf.gather(tf.stack([batch[key] for batch in batches]), host)
+        for key in batches[0]
+      }
+      return self.replica_step(features)
 
-    return self.mesh_impl.replicate(computation)
+    return self.mesh_impl.replicate(computation, *host_batches)
 
   def _host_batches(self, iterators: list) -> List[Dict]:
-    """Each host's next batch, read on that host; returned per replica."""
-    by_host = {}
+    """Each host's next batch, read on that host (order of `self.hosts`)."""
+    batches = []
     for host, iterator in zip(self.hosts, iterators):
       with tf.device(host):
-        by_host[host] = driver.model_features(iterator.get_next())
-    return [by_host[h] for h in self.replica_hosts]
+        batches.append(driver.model_features(iterator.get_next()))
+    return batches
 
   def _one_step(self, iterators: list, state: "_LoopState") -> "_LoopState":
     """One step of every replica; the state after it."""
@@ -866,9 +909,11 @@ class TpuEstimator:
   Its mesh_impl becomes SimdMeshImpl's TPU backend (as placed by the plan,
   re-planned with the estimator's hierarchical_tiling_spec if it has one)
   and `train` runs `iterations_per_loop` steps per host call (`train`
-  above). Every other attribute is the wrapped Estimator's: evaluation,
-  scoring and decoding lower their programs with that mesh_impl, which
-  runs them under tf.compat.v1.tpu.replicate (mesh_impl_choice.lower_on_tpu).
+  above); evaluation runs `iterations_per_loop` batches per host call
+  (`eval_batches_per_call`). Every other attribute is the wrapped
+  Estimator's: evaluation, scoring and decoding lower their programs with
+  that mesh_impl, which runs them under tf.compat.v1.tpu.replicate
+  (mesh_impl_choice.lower_on_tpu).
 
   Args:
     estimator: the driver.Estimator.
@@ -891,6 +936,14 @@ class TpuEstimator:
 
   def __getattr__(self, name: str):
     return getattr(self.estimator, name)
+
+  @property
+  def eval_batches_per_call(self) -> int:
+    """Evaluation batches per host call: iterations_per_loop.
+
+    As TPUEstimator did (see evaluation.teacher_forced_loop_graph).
+    """
+    return self.iterations_per_loop
 
   def train(
     self,
