@@ -283,17 +283,14 @@ def test_simd_cluster_training_matches_one_process(workers, tmp_path, tfds_dir):
   _assert_same_training(*finished, tmp_path, steps)
 
 
-@pytest.mark.slow
-def test_killed_worker_is_named_and_a_restart_resumes(
-  workers, tmp_path, tfds_dir
-):
-  addresses = [w.address for w in workers]
-  model_dir = tmp_path / "model"
+def _run_until_killed(workers, model_dir, tfds_dir, mesh_impl):
+  """The CompletedProcess of a trainer whose worker 1 is SIGKILLed mid-run."""
   trainer = _train(
     model_dir,
     tfds_dir,
     100000,
-    "--cluster=%s" % ",".join(addresses),
+    "--cluster=%s" % ",".join(w.address for w in workers),
+    "--mesh_impl=%s" % mesh_impl,
     gin=["utils.run.save_checkpoints_steps = 5"],
     wait=False,
   )
@@ -304,37 +301,81 @@ def test_killed_worker_is_named_and_a_restart_resumes(
       assert time.monotonic() < deadline
       time.sleep(0.2)
     workers[1].kill()
-    _, stderr = trainer.communicate(timeout=120)
+    # A lost peer must fail the step, not leave its collectives waiting.
+    return _finish(trainer, check=False)
   finally:
-    if trainer.poll() is None:
-      trainer.kill()
-      trainer.wait()
+    _kill_running(trainer)
+
+
+def _checkpoint_files(model_dir):
+  return sorted(p.name for p in model_dir.iterdir() if ".ckpt-" in p.name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mesh_impl", ["placement", "simd"])
+def test_killed_worker_is_named_and_a_restart_resumes(
+  workers, tmp_path, tfds_dir, mesh_impl
+):
+  addresses = [w.address for w in workers]
+  model_dir = tmp_path / "model"
+  start = time.monotonic()
+  trainer = _run_until_killed(workers, model_dir, tfds_dir, mesh_impl)
   assert trainer.returncode != 0
   latest = tf.train.latest_checkpoint(str(model_dir))
   latest_step = int(latest.rsplit("-", 1)[1])
   assert latest_step >= 10
-  message = stderr.strip().splitlines()[-1]
-  assert message.startswith("transformer.main: lost task /job:worker/task:1 ")
-  assert "at %s during the run" % addresses[1] in message
-  assert "The latest checkpoint %s is intact" % latest in message
-  assert "restart the task and run again to resume from it." in message
+  message = trainer.stderr.strip().splitlines()[-1]
+  assert message.startswith(
+    "transformer.main: lost task /job:worker/task:1 at %s during the run "
+    % addresses[1]
+  ), message
+  assert "The latest checkpoint %s is intact; restart the task " % latest in (
+    message
+  )
+  assert message.endswith(" and run again to resume from it."), message
   # The latest checkpoint is complete: its global step is its name's.
   reader = tf.train.load_checkpoint(latest)
   assert reader.get_tensor("global_step") == latest_step
+  saved = _checkpoint_files(model_dir)
 
-  workers[1] = Worker(addresses, 1, str(tmp_path))
-  resumed = _train(
+  resume = [
     model_dir,
     tfds_dir,
     latest_step + 5,
     "--cluster=%s" % ",".join(addresses),
+    "--mesh_impl=%s" % mesh_impl,
     "--verbosity=0",
-  )
+  ]
+  workers[1] = Worker(addresses, 1, str(tmp_path))
+  if mesh_impl == "simd":
+    # The survivor's collectives were aborted with the lost peer's: the
+    # message says to restart it too, and a run before that is refused.
+    assert (
+      "restart the task and task /job:worker/task:0 at %s too (the failure "
+      "aborted their collective ops" % addresses[0]
+    ) in message
+    refused = _train(*resume, check=False)
+    assert refused.returncode != 0
+    assert (
+      "transformer.main: task /job:worker/task:0 at %s cannot run "
+      "collective ops (" % addresses[0]
+    ) in refused.stderr, refused.stderr
+    assert (
+      "restart it (python -m transformer.serve) and run again"
+    ) in refused.stderr
+    assert _checkpoint_files(model_dir) == saved
+    workers[0].stop()
+    workers[0] = Worker(addresses, 0, str(tmp_path))
+  resumed = _train(*resume)
   assert re.search(
     r"Restored %s \(global step %d\)" % (re.escape(latest), latest_step),
     resumed.stderr,
   ), resumed.stderr
   assert _last_loss(resumed.stdout)[0] == latest_step + 5
+  print(
+    "%s: killed, refused and resumed in %.0f s"
+    % (mesh_impl, time.monotonic() - start)
+  )
 
 
 def test_unreachable_worker_is_named(tmp_path):
