@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -163,9 +164,9 @@ def _train(
   return _finish(process, check)
 
 
-def _finish(process, check=True):
+def _finish(process, check=True, timeout=900):
   try:
-    stdout, stderr = process.communicate(timeout=900)
+    stdout, stderr = process.communicate(timeout=timeout)
   finally:
     if process.poll() is None:
       process.kill()
@@ -301,8 +302,14 @@ def _run_until_killed(workers, model_dir, tfds_dir, mesh_impl):
       assert time.monotonic() < deadline
       time.sleep(0.2)
     workers[1].kill()
+    killed = time.monotonic()
     # A lost peer must fail the step, not leave its collectives waiting.
-    return _finish(trainer, check=False)
+    finished = _finish(trainer, check=False, timeout=120)
+    print(
+      "%s: the trainer ended %.1f s after the kill"
+      % (mesh_impl, time.monotonic() - killed)
+    )
+    return finished
   finally:
     _kill_running(trainer)
 
@@ -388,6 +395,33 @@ def test_unreachable_worker_is_named(tmp_path):
   ):
     cluster.connect("localhost:%d" % port, timeout=1.0)
   assert time.monotonic() - start < 10
+
+
+def test_taken_port_is_named():
+  with socket.socket() as taken:
+    taken.bind(("localhost", 0))
+    taken.listen()
+    address = "localhost:%d" % taken.getsockname()[1]
+    served = subprocess.run(
+      [
+        sys.executable,
+        "-m",
+        "transformer.serve",
+        "--cluster=localhost:1,%s" % address,
+        "--task_index=1",
+      ],
+      env=_env(),
+      capture_output=True,
+      text=True,
+      timeout=300,
+      check=False,
+    )
+  assert served.returncode == 1
+  assert served.stderr.strip().splitlines()[-1] == (
+    "transformer.serve: cannot serve task /job:worker/task:1 at %s: Could "
+    "not start gRPC server (is another process listening on its port?)"
+    % address
+  ), served.stderr
 
 
 # A worker that says it runs another TensorFlow version.

@@ -629,7 +629,8 @@ def start_server(
 
   Raises:
     ValueError: no cluster, or the task is not in it.
-    tf.errors.OpError: the server cannot start (e.g. the port is taken).
+    OSError: the server cannot start (e.g. the port is taken), naming the
+      task and its address.
   """
   resolver = cluster_resolver(cluster)
   if resolver is None:
@@ -648,7 +649,19 @@ def start_server(
   config = None
   if cpus:
     config = tf.compat.v1.ConfigProto(device_count={"CPU": int(cpus)})
-  server = tf.distribute.Server(
-    spec, job_name=job_name, task_index=task_index, config=config, start=True
-  )
+  try:
+    server = tf.distribute.Server(
+      spec, job_name=job_name, task_index=task_index, config=config, start=True
+    )
+  except tf.errors.OpError as e:
+    raise OSError(
+      "cannot serve task /job:%s/task:%d at %s: %s (is another process "
+      "listening on its port?)"
+      % (
+        job_name,
+        task_index,
+        spec.task_address(job_name, task_index),
+        e.message,
+      )
+    ) from e
   return server, job_name, task_index
