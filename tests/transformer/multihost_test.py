@@ -325,7 +325,6 @@ def test_killed_worker_is_named_and_a_restart_resumes(
 ):
   addresses = [w.address for w in workers]
   model_dir = tmp_path / "model"
-  start = time.monotonic()
   trainer = _run_until_killed(workers, model_dir, tfds_dir, mesh_impl)
   assert trainer.returncode != 0
   latest = tf.train.latest_checkpoint(str(model_dir))
@@ -379,10 +378,6 @@ def test_killed_worker_is_named_and_a_restart_resumes(
     resumed.stderr,
   ), resumed.stderr
   assert _last_loss(resumed.stdout)[0] == latest_step + 5
-  print(
-    "%s: killed, refused and resumed in %.0f s"
-    % (mesh_impl, time.monotonic() - start)
-  )
 
 
 def test_unreachable_worker_is_named(tmp_path):
