@@ -264,17 +264,45 @@ def _local_task(resolver) -> Optional[Tuple[str, int]]:
   return None
 
 
-def _error_summary(error: Exception) -> str:
-  """The line of a runtime error that says what happened to the connection."""
-  lines = [
+def _error_lines(error: Exception) -> List[str]:
+  return [
     line.strip()
     for line in str(getattr(error, "message", error)).splitlines()
     if line.strip()
   ]
+
+
+def _error_summary(
+  error: Exception, pattern: str = r"socket|connect|unavailable|closed|reset"
+) -> str:
+  """The first line of a runtime error matching `pattern`, else its last."""
+  lines = _error_lines(error)
   for line in lines:
-    if re.search(r"socket|connect|unavailable|closed|reset", line, re.I):
+    if re.search(pattern, line, re.I):
       return line
   return lines[-1] if lines else ""
+
+
+def _restarted_task(
+  error: Exception, spec: tf.train.ClusterSpec
+) -> Optional[Tuple[str, str]]:
+  """(task, address) of the task a device incarnation error names, if any.
+
+  The collective ops of a task keep the incarnations of the devices they
+  exchanged data with; after one of those tasks restarted they fail with
+  such an error, naming one of its devices first.
+  """
+  for line in _error_lines(error):
+    if "incarnation" in line:
+      found = re.search(r"/job:([\w-]+)/replica:\d+/task:(\d+)", line)
+      if found:
+        job, index = found.group(1), int(found.group(2))
+        if job in spec.jobs and index in spec.task_indices(job):
+          return (
+            "/job:%s/task:%d" % (job, index),
+            spec.task_address(job, index),
+          )
+  return None
 
 
 def _describe(tasks: List[Tuple[str, str]]) -> str:
@@ -547,8 +575,11 @@ def names_unavailable_tasks(fn: Callable) -> Callable:
   latest checkpoint of the run's `model_dir`, which a restarted run resumes
   from. In a run with collective ops (SIMD) it also names the other tasks:
   TensorFlow aborts their collectives with the lost peer's, and only a
-  restart of their processes resets them (see check_collectives). Other
-  failures pass through unchanged.
+  restart of their processes resets them (see check_collectives). A
+  collective that fails because a task was restarted since the others last
+  exchanged data with it (they keep its former device incarnation) raises
+  TaskUnavailableError naming it and the tasks to restart. Other failures
+  pass through unchanged.
   """
   signature = inspect.signature(fn)
 
@@ -556,7 +587,7 @@ def names_unavailable_tasks(fn: Callable) -> Callable:
   def wrapper(*args, **kwargs):
     try:
       return fn(*args, **kwargs)
-    except _TASK_LOSS_ERRORS as e:
+    except tf.errors.OpError as e:
       bound = signature.bind_partial(*args, **kwargs).arguments
       try:
         resolver = cluster_resolver(bound.get("cluster"))
@@ -564,33 +595,45 @@ def names_unavailable_tasks(fn: Callable) -> Callable:
         resolver = None
       if resolver is None:
         raise
-      lost = unavailable_tasks(
-        resolver.cluster_spec(), skip=_local_task(resolver)
-      )
+      spec, local_task = resolver.cluster_spec(), _local_task(resolver)
+      restarted = _restarted_task(e, spec)
+      lost = [restarted] if restarted else []
+      if not lost and isinstance(e, _TASK_LOSS_ERRORS):
+        lost = unavailable_tasks(spec, skip=local_task)
       if not lost:
         raise
       logging.error("TensorFlow's error: %s", e)
       model_dir = bound.get("model_dir")
       latest = checkpoints.latest_checkpoint(model_dir) if model_dir else None
-      restart = "restart the task"
-      if _uses_collectives(bound.get("mesh_impl", "auto")):
-        survivors = [
-          t
-          for t in _tasks(resolver.cluster_spec(), _local_task(resolver))
-          if t not in lost
-        ]
-        if survivors:
+      survivors = [t for t in _tasks(spec, local_task) if t not in lost]
+      if restarted:
+        message = (
+          "%s was restarted after a run with collective ops: the other tasks "
+          "keep its former incarnation (%s: %s), and this run's failure "
+          "aborted their collective ops"
+          % (
+            _describe(lost),
+            type(e).__name__,
+            _error_summary(e, "incarnation"),
+          )
+        )
+        restart = "restart %s too" % _describe(survivors)
+      else:
+        message = "lost %s during the run (%s: %s)" % (
+          _describe(lost),
+          type(e).__name__,
+          _error_summary(e),
+        )
+        restart = "restart the task"
+        if survivors and _uses_collectives(bound.get("mesh_impl", "auto")):
           restart += (
             " and %s too (the failure aborted their collective ops, which "
             "only a restart of the process resets)" % _describe(survivors)
           )
       raise TaskUnavailableError(
-        "lost %s during the run (%s: %s). %s; %s and run again to resume "
-        "from it."
+        "%s. %s; %s and run again to resume from it."
         % (
-          _describe(lost),
-          type(e).__name__,
-          _error_summary(e),
+          message,
           "The latest checkpoint %s is intact" % latest
           if latest
           else "No checkpoint was written yet",
