@@ -13,7 +13,8 @@ cluster, an unreachable worker, a taken port and a worker killed mid-run
 (placement and SIMD) give errors naming the counts / task; the checkpoints
 survive and a restarted run resumes from the latest. After a SIMD run lost a
 worker, a run on the surviving task is refused, naming it, until it is
-restarted too (TensorFlow keeps its collective ops aborted).
+restarted too (TensorFlow keeps its collective ops aborted); likewise after a
+clean SIMD run when only one worker is restarted.
 """
 
 from __future__ import annotations

@@ -10,6 +10,11 @@ trainer's host: the full-shape master variables, the global step, the input
 pipeline and the checkpoints (they are created without a device scope, so on
 the trainer's local device).
 
+With collective ops across the tasks (mesh_impl="simd"), TensorFlow keeps
+state in every task that only a restart of its process resets (aborted
+collectives after a peer failed, the peers' device incarnations): once one
+task restarted, restart them all. The errors here say which.
+
 Accepted cluster values (`utils.run(cluster=...)`, `--cluster`):
   - "host0:2222,host1:2222": the addresses of the "worker" job's tasks;
   - a JSON object or dict {"worker": [...], ...} (TF_CONFIG's "cluster");
