@@ -70,7 +70,7 @@ def main(_) -> None:
       FLAGS.cluster, FLAGS.job_name, FLAGS.task_index, FLAGS.cpus
     )
     cluster.publish_tf_version(server, job_name, task_index)
-  except (ValueError, tf.errors.OpError) as e:
+  except (ValueError, OSError, tf.errors.OpError) as e:
     sys.exit("transformer.serve: %s" % (getattr(e, "message", None) or e))
   print(
     "serving /job:%s/task:%d at %s with %d CPU device(s) (TensorFlow %s)"

@@ -9,9 +9,12 @@ checked.
 
 Checked: 200 steps of the demo config on the cluster end with the very
 weights and loss of one process with the same seed; a mesh larger than the
-cluster, an unreachable worker and a worker killed mid-run give errors
-naming the counts / task; the checkpoints survive and a restarted run
-resumes from the latest.
+cluster, an unreachable worker, a taken port and a worker killed mid-run
+(placement and SIMD) give errors naming the counts / task; the checkpoints
+survive and a restarted run resumes from the latest. After a SIMD run lost a
+worker, a run on the surviving task is refused, naming it, until it is
+restarted too (TensorFlow keeps its collective ops aborted); likewise after a
+clean SIMD run when only one worker is restarted.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -163,9 +167,9 @@ def _train(
   return _finish(process, check)
 
 
-def _finish(process, check=True):
+def _finish(process, check=True, timeout=900):
   try:
-    stdout, stderr = process.communicate(timeout=900)
+    stdout, stderr = process.communicate(timeout=timeout)
   finally:
     if process.poll() is None:
       process.kill()
@@ -283,17 +287,14 @@ def test_simd_cluster_training_matches_one_process(workers, tmp_path, tfds_dir):
   _assert_same_training(*finished, tmp_path, steps)
 
 
-@pytest.mark.slow
-def test_killed_worker_is_named_and_a_restart_resumes(
-  workers, tmp_path, tfds_dir
-):
-  addresses = [w.address for w in workers]
-  model_dir = tmp_path / "model"
+def _run_until_killed(workers, model_dir, tfds_dir, mesh_impl):
+  """The CompletedProcess of a trainer whose worker 1 is SIGKILLed mid-run."""
   trainer = _train(
     model_dir,
     tfds_dir,
     100000,
-    "--cluster=%s" % ",".join(addresses),
+    "--cluster=%s" % ",".join(w.address for w in workers),
+    "--mesh_impl=%s" % mesh_impl,
     gin=["utils.run.save_checkpoints_steps = 5"],
     wait=False,
   )
@@ -304,37 +305,120 @@ def test_killed_worker_is_named_and_a_restart_resumes(
       assert time.monotonic() < deadline
       time.sleep(0.2)
     workers[1].kill()
-    _, stderr = trainer.communicate(timeout=120)
+    killed = time.monotonic()
+    # A lost peer must fail the step, not leave its collectives waiting.
+    finished = _finish(trainer, check=False, timeout=120)
+    print(
+      "%s: the trainer ended %.1f s after the kill"
+      % (mesh_impl, time.monotonic() - killed)
+    )
+    return finished
   finally:
-    if trainer.poll() is None:
-      trainer.kill()
-      trainer.wait()
+    _kill_running(trainer)
+
+
+def _checkpoint_files(model_dir):
+  return sorted(p.name for p in model_dir.iterdir() if ".ckpt-" in p.name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mesh_impl", ["placement", "simd"])
+def test_killed_worker_is_named_and_a_restart_resumes(
+  workers, tmp_path, tfds_dir, mesh_impl
+):
+  addresses = [w.address for w in workers]
+  model_dir = tmp_path / "model"
+  trainer = _run_until_killed(workers, model_dir, tfds_dir, mesh_impl)
   assert trainer.returncode != 0
   latest = tf.train.latest_checkpoint(str(model_dir))
   latest_step = int(latest.rsplit("-", 1)[1])
   assert latest_step >= 10
-  message = stderr.strip().splitlines()[-1]
-  assert message.startswith("transformer.main: lost task /job:worker/task:1 ")
-  assert "at %s during the run" % addresses[1] in message
-  assert "The latest checkpoint %s is intact" % latest in message
-  assert "restart the task and run again to resume from it." in message
+  message = trainer.stderr.strip().splitlines()[-1]
+  assert message.startswith(
+    "transformer.main: lost task /job:worker/task:1 at %s during the run "
+    % addresses[1]
+  ), message
+  assert "The latest checkpoint %s is intact; restart the task " % latest in (
+    message
+  )
+  assert message.endswith(" and run again to resume from it."), message
   # The latest checkpoint is complete: its global step is its name's.
   reader = tf.train.load_checkpoint(latest)
   assert reader.get_tensor("global_step") == latest_step
+  saved = _checkpoint_files(model_dir)
 
-  workers[1] = Worker(addresses, 1, str(tmp_path))
-  resumed = _train(
+  resume = [
     model_dir,
     tfds_dir,
     latest_step + 5,
     "--cluster=%s" % ",".join(addresses),
+    "--mesh_impl=%s" % mesh_impl,
     "--verbosity=0",
-  )
+  ]
+  workers[1] = Worker(addresses, 1, str(tmp_path))
+  if mesh_impl == "simd":
+    # The survivor's collectives were aborted with the lost peer's: the
+    # message says to restart it too, and a run before that is refused.
+    assert (
+      "restart the task and task /job:worker/task:0 at %s too (the failure "
+      "aborted their collective ops" % addresses[0]
+    ) in message
+    refused = _train(*resume, check=False)
+    assert refused.returncode != 0
+    assert (
+      "transformer.main: task /job:worker/task:0 at %s cannot run "
+      "collective ops (" % addresses[0]
+    ) in refused.stderr, refused.stderr
+    assert (
+      "restart it (python -m transformer.serve) and run again"
+    ) in refused.stderr
+    assert _checkpoint_files(model_dir) == saved
+    workers[0].stop()
+    workers[0] = Worker(addresses, 0, str(tmp_path))
+  resumed = _train(*resume)
   assert re.search(
     r"Restored %s \(global step %d\)" % (re.escape(latest), latest_step),
     resumed.stderr,
   ), resumed.stderr
   assert _last_loss(resumed.stdout)[0] == latest_step + 5
+
+
+@pytest.mark.slow
+def test_simd_needs_every_task_restarted_after_one_was(
+  workers, tmp_path, tfds_dir
+):
+  """The tasks keep a restarted peer's former incarnation for collectives."""
+  addresses = [w.address for w in workers]
+  model_dir = tmp_path / "model"
+  args = ["--cluster=%s" % ",".join(addresses), "--mesh_impl=simd"]
+  _train(model_dir, tfds_dir, 5, *args)
+  latest = tf.train.latest_checkpoint(str(model_dir))
+  assert latest.endswith("model.ckpt-5")
+  saved = _checkpoint_files(model_dir)
+  workers[1].stop()
+  workers[1] = Worker(addresses, 1, str(tmp_path))
+
+  failed = _train(model_dir, tfds_dir, 10, *args, check=False)
+  assert failed.returncode != 0
+  message = failed.stderr.strip().splitlines()[-1]
+  assert message.startswith(
+    "transformer.main: task /job:worker/task:1 at %s was restarted after a "
+    "run with collective ops: the other tasks keep its former incarnation "
+    "(" % addresses[1]
+  ), message
+  assert message.endswith(
+    "The latest checkpoint %s is intact; restart task /job:worker/task:0 at "
+    "%s too and run again to resume from it." % (latest, addresses[0])
+  ), message
+  assert _checkpoint_files(model_dir) == saved
+
+  workers[0].stop()
+  workers[0] = Worker(addresses, 0, str(tmp_path))
+  resumed = _train(model_dir, tfds_dir, 10, *args, "--verbosity=0")
+  assert re.search(
+    r"Restored %s \(global step 5\)" % re.escape(latest), resumed.stderr
+  ), resumed.stderr
+  assert _last_loss(resumed.stdout)[0] == 10
 
 
 def test_unreachable_worker_is_named(tmp_path):
@@ -347,6 +431,33 @@ def test_unreachable_worker_is_named(tmp_path):
   ):
     cluster.connect("localhost:%d" % port, timeout=1.0)
   assert time.monotonic() - start < 10
+
+
+def test_taken_port_is_named():
+  with socket.socket() as taken:
+    taken.bind(("localhost", 0))
+    taken.listen()
+    address = "localhost:%d" % taken.getsockname()[1]
+    served = subprocess.run(
+      [
+        sys.executable,
+        "-m",
+        "transformer.serve",
+        "--cluster=localhost:1,%s" % address,
+        "--task_index=1",
+      ],
+      env=_env(),
+      capture_output=True,
+      text=True,
+      timeout=300,
+      check=False,
+    )
+  assert served.returncode == 1
+  assert served.stderr.strip().splitlines()[-1] == (
+    "transformer.serve: cannot serve task /job:worker/task:1 at %s: Could "
+    "not start gRPC server (is another process listening on its port?)"
+    % address
+  ), served.stderr
 
 
 # A worker that says it runs another TensorFlow version.

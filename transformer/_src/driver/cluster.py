@@ -10,6 +10,11 @@ trainer's host: the full-shape master variables, the global step, the input
 pipeline and the checkpoints (they are created without a device scope, so on
 the trainer's local device).
 
+With collective ops across the tasks (mesh_impl="simd"), TensorFlow keeps
+state in every task that only a restart of its process resets (aborted
+collectives after a peer failed, the peers' device incarnations): once one
+task restarted, restart them all. The errors here say which.
+
 Accepted cluster values (`utils.run(cluster=...)`, `--cluster`):
   - "host0:2222,host1:2222": the addresses of the "worker" job's tasks;
   - a JSON object or dict {"worker": [...], ...} (TF_CONFIG's "cluster");
@@ -32,6 +37,7 @@ import functools
 import inspect
 import json
 import os
+import random
 import re
 import socket
 import time
@@ -42,10 +48,12 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from transformer._src.driver import checkpoints
+from transformer._src.driver import mesh_impl_choice
 
 __all__ = [
   "Cluster",
   "TaskUnavailableError",
+  "check_collectives",
   "check_tf_versions",
   "cluster_resolver",
   "connect",
@@ -66,6 +74,11 @@ WORKER_JOB = "worker"
 VERSION_VARIABLE = "mesh_tensorflow_serve_tf_version"
 TF_CONFIG = "TF_CONFIG"
 DEFAULT_TIMEOUT_SECONDS = 60.0
+# How long check_collectives waits for a task's one-member collective.
+COLLECTIVE_CHECK_SECONDS = 30.0
+# check_collectives' group keys: random in this range (below the collective
+# backend's), so no group a previous run resolved is reused.
+_CHECK_GROUP_KEYS = (1 << 20, 1 << 21)
 # Errors the eager runtime raises when a remote task went away mid-run.
 _TASK_LOSS_ERRORS = (
   tf.errors.UnavailableError,
@@ -256,17 +269,45 @@ def _local_task(resolver) -> Optional[Tuple[str, int]]:
   return None
 
 
-def _error_summary(error: Exception) -> str:
-  """The line of a runtime error that says what happened to the connection."""
-  lines = [
+def _error_lines(error: Exception) -> List[str]:
+  return [
     line.strip()
     for line in str(getattr(error, "message", error)).splitlines()
     if line.strip()
   ]
+
+
+def _error_summary(
+  error: Exception, pattern: str = r"socket|connect|unavailable|closed|reset"
+) -> str:
+  """The first line of a runtime error matching `pattern`, else its last."""
+  lines = _error_lines(error)
   for line in lines:
-    if re.search(r"socket|connect|unavailable|closed|reset", line, re.I):
+    if re.search(pattern, line, re.I):
       return line
   return lines[-1] if lines else ""
+
+
+def _restarted_task(
+  error: Exception, spec: tf.train.ClusterSpec
+) -> Optional[Tuple[str, str]]:
+  """(task, address) of the task a device incarnation error names, if any.
+
+  The collective ops of a task keep the incarnations of the devices they
+  exchanged data with; after one of those tasks restarted they fail with
+  such an error, naming one of its devices first.
+  """
+  for line in _error_lines(error):
+    if "incarnation" in line:
+      found = re.search(r"/job:([\w-]+)/replica:\d+/task:(\d+)", line)
+      if found:
+        job, index = found.group(1), int(found.group(2))
+        if job in spec.jobs and index in spec.task_indices(job):
+          return (
+            "/job:%s/task:%d" % (job, index),
+            spec.task_address(job, index),
+          )
+  return None
 
 
 def _describe(tasks: List[Tuple[str, str]]) -> str:
@@ -340,19 +381,24 @@ class Cluster:
 
 
 def connect(
-  cluster: ClusterLike = None, timeout: float = DEFAULT_TIMEOUT_SECONDS
+  cluster: ClusterLike = None,
+  timeout: float = DEFAULT_TIMEOUT_SECONDS,
+  collectives: bool = False,
 ) -> Optional[Cluster]:
   """Connects this process's eager runtime to the cluster, if there is one.
 
   Args:
     cluster: see the module docstring (None: TF_CONFIG, else no cluster).
     timeout: seconds to wait for the tasks to accept connections.
+    collectives: the run uses collective ops across the tasks (SIMD):
+      check_collectives checks every task can still run them.
 
   Returns:
     The connected Cluster, or None (no cluster: a single-process run).
 
   Raises:
-    TaskUnavailableError: a task did not answer within `timeout`.
+    TaskUnavailableError: a task did not answer within `timeout`, or (with
+      `collectives`) its collective ops were aborted by an earlier failure.
     ValueError: a malformed cluster value, or a task started by
       transformer.serve runs another TensorFlow version than this process.
   """
@@ -370,7 +416,72 @@ def connect(
     tf.config.experimental_connect_to_cluster(spec)
   logging.info("Connected to cluster %s", spec.as_dict())
   check_tf_versions(spec, skip=local_task)
+  if collectives:
+    check_collectives(spec, skip=local_task)
   return Cluster(spec, local_task)
+
+
+def check_collectives(
+  spec: tf.train.ClusterSpec,
+  skip=None,
+  timeout: float = COLLECTIVE_CHECK_SECONDS,
+) -> None:
+  """Checks every task of `spec` (but `skip`) can run collective ops.
+
+  When a task of a run with collective ops dies, TensorFlow aborts the
+  collective executor of the tasks that exchanged data with it, and they
+  fail every later collective (of any client) until their process exits.
+  A run on such a task would fail at its first step with TensorFlow's
+  error; this check runs one collective of a single member on each task's
+  first CPU instead and names the tasks to restart.
+
+  Args:
+    spec: the cluster this process is connected to.
+    skip: a (job, task index) not to check (this process's own task).
+    timeout: seconds a task's collective may take.
+
+  Raises:
+    TaskUnavailableError: naming each task whose collective failed.
+  """
+  # Every task resolves its collective groups through the group leader,
+  # which experimental_connect_to_cluster makes task 0 of the last job but
+  # this process's own: its check goes first, and when it fails the others'
+  # checks would fail through it, so they are not run.
+  leader = None
+  for job in spec.jobs:
+    if not skip or job != skip[0]:
+      leader = "/job:%s/task:0" % job
+  tasks = sorted(_tasks(spec, skip), key=lambda t: t[0] != leader)
+  failed = []
+  for task, address in tasks:
+    if failed and failed[0][0] == leader:
+      break
+    with tf.device("%s/device:CPU:0" % task):
+      try:
+        tf.raw_ops.CollectiveReduceV2(
+          input=tf.zeros([1]),
+          group_size=1,
+          group_key=random.randrange(*_CHECK_GROUP_KEYS),
+          instance_key=1,
+          ordering_token=[],
+          merge_op="Add",
+          final_op="Id",
+          timeout_seconds=timeout,
+        ).numpy()
+      except tf.errors.OpError as e:
+        failed.append((task, address, _error_summary(e)))
+  if failed:
+    raise TaskUnavailableError(
+      "%s cannot run collective ops (%s): a failure in an earlier run "
+      "aborted them, and TensorFlow resets them only when the task's "
+      "process restarts; restart %s (python -m transformer.serve) and run "
+      "again"
+      % (
+        _describe([(task, address) for task, address, _ in failed]),
+        "; ".join(summary for _, _, summary in failed),
+        "it" if len(failed) == 1 else "them",
+      )
+    )
 
 
 def disable_placement_dependent_rewrites() -> None:
@@ -452,6 +563,14 @@ def check_tf_versions(spec: tf.train.ClusterSpec, skip=None) -> None:
     )
 
 
+def _uses_collectives(mesh_impl) -> bool:
+  """Whether a run with this mesh_impl setting runs collective ops."""
+  try:
+    return mesh_impl_choice.resolve_mesh_impl(mesh_impl) == "simd"
+  except ValueError:
+    return False
+
+
 def names_unavailable_tasks(fn: Callable) -> Callable:
   """Decorates utils.run: a task lost mid-run raises TaskUnavailableError.
 
@@ -459,7 +578,13 @@ def names_unavailable_tasks(fn: Callable) -> Callable:
   remote task, every task of the run's cluster (its `cluster` argument, else
   TF_CONFIG) is probed; the error names those that no longer answer and the
   latest checkpoint of the run's `model_dir`, which a restarted run resumes
-  from. Other failures pass through unchanged.
+  from. In a run with collective ops (SIMD) it also names the other tasks:
+  TensorFlow aborts their collectives with the lost peer's, and only a
+  restart of their processes resets them (see check_collectives). A
+  collective that fails because a task was restarted since the others last
+  exchanged data with it (they keep its former device incarnation) raises
+  TaskUnavailableError naming it and the tasks to restart. Other failures
+  pass through unchanged.
   """
   signature = inspect.signature(fn)
 
@@ -467,7 +592,7 @@ def names_unavailable_tasks(fn: Callable) -> Callable:
   def wrapper(*args, **kwargs):
     try:
       return fn(*args, **kwargs)
-    except _TASK_LOSS_ERRORS as e:
+    except tf.errors.OpError as e:
       bound = signature.bind_partial(*args, **kwargs).arguments
       try:
         resolver = cluster_resolver(bound.get("cluster"))
@@ -475,24 +600,49 @@ def names_unavailable_tasks(fn: Callable) -> Callable:
         resolver = None
       if resolver is None:
         raise
-      lost = unavailable_tasks(
-        resolver.cluster_spec(), skip=_local_task(resolver)
-      )
+      spec, local_task = resolver.cluster_spec(), _local_task(resolver)
+      restarted = _restarted_task(e, spec)
+      lost = [restarted] if restarted else []
+      if not lost and isinstance(e, _TASK_LOSS_ERRORS):
+        lost = unavailable_tasks(spec, skip=local_task)
       if not lost:
         raise
       logging.error("TensorFlow's error: %s", e)
       model_dir = bound.get("model_dir")
       latest = checkpoints.latest_checkpoint(model_dir) if model_dir else None
-      raise TaskUnavailableError(
-        "lost %s during the run (%s: %s). %s; restart the task and run "
-        "again to resume from it."
-        % (
+      survivors = [t for t in _tasks(spec, local_task) if t not in lost]
+      if restarted:
+        message = (
+          "%s was restarted after a run with collective ops: the other tasks "
+          "keep its former incarnation (%s: %s), and this run's failure "
+          "aborted their collective ops"
+          % (
+            _describe(lost),
+            type(e).__name__,
+            _error_summary(e, "incarnation"),
+          )
+        )
+        restart = "restart %s too" % _describe(survivors)
+      else:
+        message = "lost %s during the run (%s: %s)" % (
           _describe(lost),
           type(e).__name__,
           _error_summary(e),
+        )
+        restart = "restart the task"
+        if survivors and _uses_collectives(bound.get("mesh_impl", "auto")):
+          restart += (
+            " and %s too (the failure aborted their collective ops, which "
+            "only a restart of the process resets)" % _describe(survivors)
+          )
+      raise TaskUnavailableError(
+        "%s. %s; %s and run again to resume from it."
+        % (
+          message,
           "The latest checkpoint %s is intact" % latest
           if latest
           else "No checkpoint was written yet",
+          restart,
         )
       ) from e
 
@@ -527,7 +677,8 @@ def start_server(
 
   Raises:
     ValueError: no cluster, or the task is not in it.
-    tf.errors.OpError: the server cannot start (e.g. the port is taken).
+    OSError: the server cannot start (e.g. the port is taken), naming the
+      task and its address.
   """
   resolver = cluster_resolver(cluster)
   if resolver is None:
@@ -546,7 +697,19 @@ def start_server(
   config = None
   if cpus:
     config = tf.compat.v1.ConfigProto(device_count={"CPU": int(cpus)})
-  server = tf.distribute.Server(
-    spec, job_name=job_name, task_index=task_index, config=config, start=True
-  )
+  try:
+    server = tf.distribute.Server(
+      spec, job_name=job_name, task_index=task_index, config=config, start=True
+    )
+  except tf.errors.OpError as e:
+    raise OSError(
+      "cannot serve task /job:%s/task:%d at %s: %s (is another process "
+      "listening on its port?)"
+      % (
+        job_name,
+        task_index,
+        spec.task_address(job_name, task_index),
+        e.message,
+      )
+    ) from e
   return server, job_name, task_index

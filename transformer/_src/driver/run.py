@@ -31,6 +31,7 @@ from transformer._src.driver.config import compute_batch_size
 from transformer._src.driver.config import get_step_from_checkpoint_path
 from transformer._src.driver.config import inputs_vocabulary
 from transformer._src.driver.config import targets_vocabulary
+from transformer._src.driver.mesh_impl_choice import resolve_mesh_impl
 from transformer._src.models.builders import build_model
 
 _GIN_MODULE = "mesh_tensorflow.transformer.utils"
@@ -144,7 +145,8 @@ def get_estimator(
 
   Raises:
     ValueError: without a vocabulary, or a mesh larger than the cluster.
-    TaskUnavailableError: a task of the cluster does not answer.
+    TaskUnavailableError: a task of the cluster does not answer, or (SIMD)
+      cannot run collective ops (cluster.check_collectives).
   """
   del tpu_job_name, iterations_per_loop
   if vocabulary is None:
@@ -153,7 +155,11 @@ def get_estimator(
       "run.vocabulary = @vocabulary.ByteVocabulary())"
     )
   driver_cluster.disable_placement_dependent_rewrites()
-  connected = driver_cluster.connect(cluster, timeout=cluster_timeout)
+  connected = driver_cluster.connect(
+    cluster,
+    timeout=cluster_timeout,
+    collectives=resolve_mesh_impl(mesh_impl) == "simd",
+  )
   if connected is not None and not mesh_devices:
     mesh_devices = connected.mesh_devices(mesh_shape)
   model = build_model(
