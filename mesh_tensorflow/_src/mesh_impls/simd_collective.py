@@ -720,9 +720,6 @@ class _ReplicaCaller:
     self._captured = list(concrete.captured_inputs)
     self._taped = record.could_possibly_record()
     graph = concrete.graph
-    self._read_only = acd_utils.get_read_only_resource_input_indices_graph(
-      graph
-    )
     self._outputs = list(graph.outputs)
     dtypes = [t.dtype.as_datatype_enum for t in graph.inputs]
     self._attrs = {
@@ -731,6 +728,13 @@ class _ReplicaCaller:
       "f": attr_value_pb2.AttrValue(
         func=attr_value_pb2.NameAttrList(
           name=concrete.function_def.signature.name
+        )
+      ),
+      # Automatic control dependencies order no calls after one another
+      # for resources they only read (e.g. a master read by every replica).
+      acd_utils.READ_ONLY_RESOURCE_INPUTS_ATTR: attr_value_pb2.AttrValue(
+        list=attr_value_pb2.AttrValue.ListValue(
+          i=acd_utils.get_read_only_resource_input_indices_graph(graph)
         )
       ),
     }
@@ -753,12 +757,6 @@ class _ReplicaCaller:
       [t.dtype for t in self._outputs],
       name="replica_program",
       attrs=self._attrs,
-    )
-    op._set_attr(  # pylint: disable=protected-access
-      acd_utils.READ_ONLY_RESOURCE_INPUTS_ATTR,
-      attr_value_pb2.AttrValue(
-        list=attr_value_pb2.AttrValue.ListValue(i=self._read_only)
-      ),
     )
     for out, traced in zip(op.outputs, self._outputs):
       out.set_shape(traced.shape)
