@@ -4,7 +4,9 @@ The single-replica program is traced ONCE, as a function of the replica's
 physical pnum (an int32 input), and that one function is called on every
 replica's device (`tf.device`); the replicas talk with TF's collective ops
 (`CollectiveReduceV2`, `CollectiveGatherV2`, `CollectiveAllToAllV2`). Build,
-lowering and tracing time therefore do not grow with the number of replicas.
+lowering and tracing time therefore grow with the number of replicas only
+by one call op per replica (see _ReplicaCaller) and the replicas' slice
+variables, not by the program.
 
 - what differs between replicas is an input of the traced function: the pnum
   (collective group keys, rank orders and the like are looked up in constant
