@@ -22,7 +22,8 @@ the number of traces (a tf.function that creates variables is traced twice
 on its first call) and the TF op count of the traced step (its graph plus the bodies of the
 functions it calls). With --run, the step then runs once on zero inputs:
 "first step" is that run's wall time (TensorFlow optimises and places the
-graph then), and "ready" the wall time from the start to its end. Placement is PlacementMeshImpl; simd is SimdMeshImpl
+graph then), "ready" the wall time from the start to its end, and "second
+step" the wall time of a second run. Placement is PlacementMeshImpl; simd is SimdMeshImpl
 with the collective backend (`mesh_impl.replicate`), whose lowering traces
 the replica program.
 
@@ -214,6 +215,9 @@ def measure(impl_name, num_devices, layers, tf_mode, devices, run=False):
     concrete(tf.zeros([BATCH, LENGTH], tf.int32)).numpy()
     extra["first_step"] = time.perf_counter() - step_start
     extra["ready"] = time.perf_counter() - wall_start
+    step_start = time.perf_counter()
+    concrete(tf.zeros([BATCH, LENGTH], tf.int32)).numpy()
+    extra["second_step"] = time.perf_counter() - step_start
   return dict(
     extra,
     build=times["build"],
@@ -286,16 +290,18 @@ def main(argv=None):
   print()
   print(
     "| impl | devices | layers | build s | lower s | trace s | total s "
-    "| traces | TF ops | total / 1 device | wall s | first step s |"
+    "| traces | TF ops | total / 1 device | wall s | first step s "
+    "| second step s |"
   )
-  print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+  print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
   base = {
     (r["impl"], r["layers"]): r["total"] for r in results if r["devices"] == 1
   }
   for r in results:
     one = base.get((r["impl"], r["layers"]))
     print(
-      "| %s | %d | %d | %.2f | %.2f | %.2f | %.2f | %d | %d | %s | %.1f | %s |"
+      "| %s | %d | %d | %.2f | %.2f | %.2f | %.2f | %d | %d | %s | %.1f | %s "
+      "| %s |"
       % (
         r["impl"],
         r["devices"],
@@ -309,6 +315,7 @@ def main(argv=None):
         "%.2f" % (r["total"] / one) if one else "-",
         r["wall"],
         "%.1f" % r["first_step"] if "first_step" in r else "-",
+        "%.1f" % r["second_step"] if "second_step" in r else "-",
       )
     )
 

@@ -17,7 +17,7 @@ maps one to the other (a good map puts mesh neighbours on neighbouring chips).
 
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from absl import logging
 import gin
@@ -118,6 +118,7 @@ class LaidOutVariable:
     slice_shape = mesh_impl.slice_shape(shape)
     backend = mesh_impl.backend
     self._slices = []
+    master_parts = slice_variables.MasterParts(variable)
     for pnum in range(mesh_impl.size):
       begin = mesh_impl.slice_begin(shape, mesh_impl.p2l(pnum))
       device = backend.device(pnum)
@@ -127,7 +128,12 @@ class LaidOutVariable:
         variable.store.get_or_create_slice(
           key,
           slice_variables.slice_variable_creator(
-            variable, name, device, begin, slice_shape
+            variable,
+            name,
+            device,
+            begin,
+            slice_shape,
+            master_parts=master_parts,
           ),
         )
       )
@@ -309,6 +315,9 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
           % (logical_to_physical, size, self.shape.to_string, size)
         )
     self._logical_to_physical = logical_to_physical
+    # mesh axes -> the groups of _create_group_assignment (asked per
+    # collective; computing them walks all processors).
+    self._group_assignments: Dict[Tuple[int, ...], List[List[int]]] = {}
     self._physical_to_logical = [0] * size
     for logical, physical in enumerate(logical_to_physical):
       self._physical_to_logical[physical] = logical
@@ -454,8 +463,13 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
   # ---------------------------------------------------------------- groups
   def _create_group_assignment(self, mesh_axes) -> List[List[int]]:
     """Physical pnums of the processor groups spanning mesh_axes."""
-    groups = layout_lib.processor_groups(self.shape, list(mesh_axes))
-    return [[self.l2p(p) for p in group] for group in groups]
+    key = tuple(mesh_axes)
+    if key not in self._group_assignments:
+      groups = layout_lib.processor_groups(self.shape, list(mesh_axes))
+      self._group_assignments[key] = [
+        [self.l2p(p) for p in group] for group in groups
+      ]
+    return [list(group) for group in self._group_assignments[key]]
 
   # ------------------------------------------------------------ primitives
   def slicewise(self, fn: Callable, *inputs):

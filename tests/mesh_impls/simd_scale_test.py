@@ -1,0 +1,169 @@
+"""SimdMeshImpl's collective backend: work that must not grow with devices.
+
+Making the slice variables reads each mtf variable's master once and cuts
+each distinct part once (not once per device); the replica program's
+function is called once per device and stored once in the step's graph,
+the calls built before the function is added (so TensorFlow does not infer
+the shapes of the whole body again for every call). The numbers stay those
+of PlacementMeshImpl on the meshes of tests/meshes.py.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import mesh_tensorflow as mtf
+from mesh_tensorflow import simd_mesh_impl
+from mesh_tensorflow._src import variables as variables_lib
+from mesh_tensorflow._src.mesh_impls import simd_collective
+from tests import mesh_test_util as mtu
+from tests import meshes
+
+DEVICES = ["/cpu:%d" % i for i in range(8)]
+BATCH = mtf.Dimension("batch", 8)
+D_IN = mtf.Dimension("d_in", 4)
+HIDDEN = mtf.Dimension("hidden", 8)
+
+
+def _program(mesh):
+  """Two variables (one split on both mesh axes in the 2-d layouts)."""
+  x = mtf.import_tf_tensor(
+    mesh, tf.reshape(tf.range(32.0), [8, 4]), [BATCH, D_IN]
+  )
+  w = mtf.get_variable(
+    mesh, "w", [D_IN, HIDDEN], initializer=tf.random_normal_initializer(seed=3)
+  )
+  b = mtf.get_variable(
+    mesh, "b", [HIDDEN], initializer=tf.random_normal_initializer(seed=4)
+  )
+  h = mtf.einsum([x, w], output_shape=[BATCH, HIDDEN]) + b
+  return [h, mtf.reduce_sum(h, reduced_dim=BATCH)]
+
+
+def _count_master_reads(monkeypatch):
+  """{variable name: number of get_master calls}, filled as they happen."""
+  reads = {}
+  original = variables_lib.Variable.get_master
+
+  def counting(self):
+    reads[self.name] = reads.get(self.name, 0) + 1
+    return original(self)
+
+  monkeypatch.setattr(variables_lib.Variable, "get_master", counting)
+  return reads
+
+
+@meshes.parametrize(
+  meshes.ELEMENTWISE_OPS[1:]
+  + meshes.mesh_layouts(("b:2;m:4", ["batch:b;hidden:m", "hidden:b;d_in:m"]))
+)
+def test_slices_from_one_master_read(monkeypatch, mesh_shape, layout):
+  size = mtf.convert_to_shape(mesh_shape).size
+  expected = mtu.run_program(_program, mesh_shape, layout, "function")
+  mesh_impl = simd_mesh_impl.SimdMeshImpl(
+    mesh_shape, layout, devices=DEVICES[:size]
+  )
+  reads = _count_master_reads(monkeypatch)
+  store = mtf.VariableStore()
+  found = {}
+
+  @tf.function(autograph=False)
+  def run():
+    with mtf.variable_store(store):
+      graph = mtf.Graph()
+      mesh = mtf.Mesh(graph, "mesh")
+      outputs = _program(mesh)
+
+      def computation():
+        lowering = mtf.Lowering(graph, {mesh: mesh_impl})
+        found["slices"] = {
+          v.name: lowering.variables[v].slice_variables
+          for v in graph.all_variables
+        }
+        found["masters"] = {v.name: v.master for v in graph.all_variables}
+        return [lowering.export_to_tf_tensor(t) for t in outputs]
+
+      return mesh_impl.replicate(computation)
+
+  per_replica = run()
+  # One read per variable, however many devices hold its slices.
+  assert reads == {"w": 1, "b": 1}
+  for outs in per_replica:
+    mtu.assert_all_close([np.asarray(o) for o in outs], expected)
+  for name, slices in found["slices"].items():
+    assert len(slices) == size
+    master = found["masters"][name].numpy()
+    shape = mtf.convert_to_shape(
+      [(d.name, d.size) for d in ([D_IN, HIDDEN] if name == "w" else [HIDDEN])]
+    )
+    for pnum, var in enumerate(slices):
+      begin = mesh_impl.slice_begin(shape, mesh_impl.p2l(pnum))
+      sizes = mesh_impl.slice_shape(shape)
+      part = master[tuple(slice(b, b + s) for b, s in zip(begin, sizes))]
+      assert var.name == "%s/%s_slice_%d:0" % (name, name, pnum)
+      assert var.device.endswith("CPU:%d" % pnum)
+      np.testing.assert_array_equal(var.numpy(), part)
+
+
+def _backend(devices):
+  return simd_collective.CollectiveBackend(
+    devices, timeout_seconds=mtu.COLLECTIVE_TIMEOUT_SECONDS
+  )
+
+
+def test_one_function_called_on_every_device():
+  backend = _backend(DEVICES)
+  shared = tf.Variable(2.0)  # Read by every replica (no ordering between).
+
+  def program():
+    x = tf.cast(backend.replica_pnum(), tf.float32) * shared
+    for _ in range(50):  # A body much larger than the calls.
+      x = x * 1.0
+    return backend.allreduce_sum(tf.fill([3], x), [list(range(8))])
+
+  graphs = []
+
+  @tf.function(autograph=False)
+  def run():
+    outputs = backend.replicate(program, (), list(range(8)))
+    graphs.append(tf.compat.v1.get_default_graph())
+    return outputs
+
+  outputs = run()
+  for y in outputs:
+    np.testing.assert_array_equal(y.numpy(), [56.0] * 3)  # 2 * (0 + .. + 7)
+  graph_def = graphs[0].as_graph_def()
+  calls = [n for n in graph_def.node if n.op == "StatefulPartitionedCall"]
+  assert sorted(n.device for n in calls) == sorted(
+    tf.DeviceSpec.from_string(d).to_string() for d in DEVICES
+  )
+  assert len({n.attr["f"].func.name for n in calls}) == 1
+  assert [f.signature.name for f in graph_def.library.function] == [
+    calls[0].attr["f"].func.name
+  ]
+  # The shared variable is an input the calls only read.
+  for call in calls:
+    read_only = list(call.attr["_read_only_resource_inputs"].list.i)
+    assert read_only
+  # The outputs have the shapes of the trace.
+  assert all(y.shape == [3] for y in outputs)
+
+
+def test_replicate_under_a_gradient_tape():
+  backend = _backend(DEVICES[:4])
+  w = tf.Variable(3.0)
+
+  def program():
+    pnum = tf.cast(backend.replica_pnum(), tf.float32)
+    return pnum * w * w
+
+  @tf.function(autograph=False)
+  def run():
+    with tf.GradientTape() as tape:
+      outputs = backend.replicate(program, (), [0, 1, 2, 3])
+      total = tf.add_n(outputs)
+    return total, tape.gradient(total, w)
+
+  total, grad = run()
+  assert float(total) == pytest.approx(6 * 9.0)  # (0 + 1 + 2 + 3) * w^2
+  assert float(grad) == pytest.approx(6 * 2 * 3.0)
