@@ -183,6 +183,8 @@ def train_step(
       for k, v in list(exported.items()) + list(grad_names.items())
     }
     summaries = tf.get_collection(mtf.utils.SCALAR_SUMMARIES_COLLECTION_KEY)
+    # A TPU host_call reshapes each to [1].
+    assert all(t.shape.is_compatible_with([]) for _, t in summaries)
     mtf.utils.remove_summaries()
     tf_update_ops = [lowering.lowered_operation(op) for op in update_ops]
     tf_update_ops.append(tf.assign_add(global_step, 1))

@@ -41,6 +41,12 @@ def _examples(split=None):
   return tf.data.Dataset.from_tensor_slices({"inputs": ids, "targets": ids})
 
 
+def parse_operative_config(model_dir):
+  """What MtfModel does before eval, predict, score and export."""
+  with gin.unlock_config():
+    gin.parse_config_file(os.path.join(model_dir, "operative_config.gin"))
+
+
 def train_dataset_fn(sequence_length, vocabulary, dataset_split):
   """A dataset_fn with the arguments train_model passes (by keyword)."""
   assert sequence_length == LENGTH and vocabulary is BYTES
@@ -213,6 +219,9 @@ def test_training_writes_the_checkpoint_and_operative_config(trained):
 
 def test_decode_and_predict_agree(trained, tmp_path):
   decodes = trained.eval_predictions(2)
+  # Predicting starts from the operative config alone, as MtfModel does.
+  gin.clear_config()
+  parse_operative_config(trained._model_dir)
   assert len(decodes) == len(WORDS)
   input_file = tmp_path / "inputs.txt"
   input_file.write_text("\n".join(WORDS) + "\n")
