@@ -380,9 +380,14 @@ def sample_autoregressive(
   mtf, mtf_transformer, partial_sequences, dims, params, bias, variable_dtype,
   stop_at_token: Optional[int] = None, max_steps: Optional[int] = None,
   temperature: float = 0.0, remove_partial_sequences: bool = False,
-  sampling_keep_top_k: int = -1,
+  sampling_keep_top_k: int = -1, slow_sampling: bool = False,
 ):  # fmt: skip
   """Continues the nonzero prefixes one token at a time (a while loop).
+
+  By default each step runs the model on one position with the keys and
+  values cached in a Context; with slow_sampling every step runs the whole
+  sequence without a Context (as GPT-style programs do for MoE models) and
+  shifts the predictions one position right.
 
   Returns:
     the filled-in ids [batch, sequence]; with remove_partial_sequences they
@@ -420,13 +425,15 @@ def sample_autoregressive(
       inputs=ids,
     )
 
-  first_part = make_context("first_part", length_range, None, inputs)
-  with tf.variable_scope("gpt2"):
-    model(
-      mtf, mtf_transformer, inputs, None, dims, params, bias, variable_dtype,
-      first_part,
-    )  # fmt: skip
-  initial_states = first_part.new_states
+  initial_states = []
+  if not slow_sampling:
+    first_part = make_context("first_part", length_range, None, inputs)
+    with tf.variable_scope("gpt2"):
+      model(
+        mtf, mtf_transformer, inputs, None, dims, params, bias,
+        variable_dtype, first_part,
+      )  # fmt: skip
+    initial_states = first_part.new_states
   eos_before = None
   if stop_at_token is not None:
     eos_before = mtf.reduce_sum(
@@ -448,7 +455,9 @@ def sample_autoregressive(
     return mtf.logical_not(mtf.reduce_all(done))
 
   def body_fn(position, ids, *states):
-    context = make_context("incremental", position, states, ids)
+    context = None
+    if not slow_sampling:
+      context = make_context("incremental", position, states, ids)
     with tf.variable_scope("gpt2", reuse=tf.AUTO_REUSE):
       logits, _, _ = model(
         mtf, mtf_transformer, ids, None, dims, params, bias, variable_dtype,
@@ -462,10 +471,13 @@ def sample_autoregressive(
         mtf.less_equal(logits, kth), mtf.ones_like(logits) * -1e6, logits
       )
     next_ids = mtf.sample_with_temperature(logits, dims.vocab, temperature)
-    next_ids = mtf.reshape(next_ids, batch_dims)
+    if slow_sampling:
+      next_ids = mtf.shift(next_ids, offset=1, dim=length_dim, wrap=False)
+    else:
+      next_ids = mtf.reshape(next_ids, batch_dims)
     one_hot = mtf.one_hot(position, length_dim, dtype=tf.int32)
     new_ids = (1 - one_hot) * ids + next_ids * one_hot
-    return [position + 1, new_ids] + context.new_states
+    return [position + 1, new_ids] + (context.new_states if context else [])
 
   outputs = mtf.while_loop(
     cond_fn, body_fn, [initial_position, inputs] + initial_states

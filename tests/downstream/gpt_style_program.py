@@ -203,7 +203,7 @@ def train_step(
 
 
 def predict(mtf, mtf_transformer, mesh_shape, layout):
-  """Greedy continuations of PROMPTS, plain and with stop token / top-k."""
+  """Greedy continuations of PROMPTS: cached, with stop token / top-k, slow."""
   from tests.downstream import gpt_style_model as gm  # pylint: disable=g-import-not-at-top
 
   params = gm.PARAMS
@@ -227,8 +227,13 @@ def predict(mtf, mtf_transformer, mesh_shape, layout):
       stop_at_token=STOP_TOKEN, max_steps=4, temperature=0.0,
       remove_partial_sequences=True, sampling_keep_top_k=2,
     )  # fmt: skip
+    slow = gm.sample_autoregressive(
+      mtf, mtf_transformer, inputs, dims, params, bias, variable_dtype,
+      temperature=0.0, slow_sampling=True,
+    )  # fmt: skip
     exported = {
       "greedy": mtf.anonymize(greedy),
+      "slow": mtf.anonymize(slow),
       "stopped": mtf.anonymize(stopped),
       "inputs": mtf.anonymize(inputs),
     }

@@ -166,3 +166,10 @@ def test_stopped_decode_follows_the_loop_rules(original):
     new = greedy[row, start : min(start + steps, length)]
     expected[row, : len(new)] = new
   np.testing.assert_array_equal(original["predict/stopped"], expected)
+
+
+def test_slow_sampling_equals_cached_sampling(original):
+  """The whole-sequence decode loop (no Context) gives the cached decode."""
+  np.testing.assert_array_equal(
+    original["predict/slow"], original["predict/greedy"]
+  )
