@@ -46,9 +46,15 @@ def _decode_and_score(mesh_shape, layout):
   )
   with tf1.variable_scope("gpt2", reuse=tf1.AUTO_REUSE):
     logits, _, _ = gm.model(
-      mtf, mtf_transformer, greedy, None, dims, gm.PARAMS, bias,
+      mtf,
+      mtf_transformer,
+      greedy,
+      None,
+      dims,
+      gm.PARAMS,
+      bias,
       variable_dtype,
-    )  # fmt: skip
+    )
   if mesh_shape:
     mesh_shape = mtf.convert_to_shape(mesh_shape)
     layout = mtf.convert_to_layout_rules(layout)

@@ -62,7 +62,8 @@ def _incremental(context) -> bool:
   return context is not None and context.mode == "incremental"
 
 
-def _variable(mtf, mesh, name, shape, variable_dtype, initializer):
+def variable(mtf, mesh, name, shape, variable_dtype, initializer):
+  """mtf.get_variable with the three dtypes of a VariableDType."""
   return mtf.get_variable(
     mesh,
     name,
@@ -92,10 +93,10 @@ def layer_norm(mtf, x, scope, variable_dtype, epsilon=1e-5):
   """Zero mean, unit variance over the last dim, then a learnt affine map."""
   axis = x.shape[-1]
   with tf.variable_scope(scope):
-    gain = _variable(
+    gain = variable(
       mtf, x.mesh, "g", [axis], variable_dtype, tf.constant_initializer(1)
     )
-    shift = _variable(
+    shift = variable(
       mtf, x.mesh, "b", [axis], variable_dtype, tf.constant_initializer(0)
     )
     x -= mtf.reduce_mean(x, reduced_dim=axis, name="norm_reduce_mean_u")
@@ -120,9 +121,17 @@ def linear(mtf, x, scope, new_dim, variable_dtype):
 
 
 def attention_block(
-  mtf, mtf_transformer, x, scope, attention_type, dims, params, bias,
-  variable_dtype, context,
-):  # fmt: skip
+  mtf,
+  mtf_transformer,
+  x,
+  scope,
+  attention_type,
+  dims,
+  params,
+  bias,
+  variable_dtype,
+  context,
+):
   """Multi-head self-attention, global (with bias) or local (radius)."""
   with tf.variable_scope(scope):
     attention_params = mtf_transformer.attention.attention_params_simple(
@@ -188,7 +197,7 @@ def attention_block(
     with tf.variable_scope("compute_output"):
       out = attention_params.compute_output(out, x.shape)
     with tf.variable_scope("compute_output_bias"):
-      out_bias = _variable(
+      out_bias = variable(
         mtf,
         x.mesh,
         "o_b",
@@ -206,9 +215,16 @@ def mlp(mtf, x, scope, dims, variable_dtype):
 
 
 def model(
-  mtf, mtf_transformer, inputs, labels, dims, params, bias, variable_dtype,
+  mtf,
+  mtf_transformer,
+  inputs,
+  labels,
+  dims,
+  params,
+  bias,
+  variable_dtype,
   context=None,
-):  # fmt: skip
+):
   """Logits [batch, sequence, vocab] and, given labels, the mean loss.
 
   In incremental mode (a decoding step) `inputs` are the ids so far and the
@@ -219,7 +235,7 @@ def model(
   if _incremental(context):
     x = mtf.gather(x, context.position - 1, dims.sequence)
     x = mtf.reshape(x, [dims.batch])
-  wte = _variable(
+  wte = variable(
     mtf,
     mesh,
     "wte",
@@ -227,7 +243,7 @@ def model(
     variable_dtype,
     tf.random_normal_initializer(stddev=0.02),
   )
-  wpe = _variable(
+  wpe = variable(
     mtf,
     mesh,
     "wpe",
@@ -247,9 +263,17 @@ def model(
     with tf.variable_scope("h%d" % layer):
       normed = layer_norm(mtf, h, "norm_1", variable_dtype)
       h += attention_block(
-        mtf, mtf_transformer, normed, "attn", attention_type, dims, params,
-        bias, variable_dtype, context,
-      )  # fmt: skip
+        mtf,
+        mtf_transformer,
+        normed,
+        "attn",
+        attention_type,
+        dims,
+        params,
+        bias,
+        variable_dtype,
+        context,
+      )
       normed = layer_norm(mtf, h, "norm_2", variable_dtype)
       h += mlp(mtf, normed, "mlp", dims, variable_dtype)
   h = layer_norm(mtf, h, "ln_f", variable_dtype)
@@ -291,8 +315,15 @@ def make_adam_optimizer(mtf):
   class AdamWeightDecay(mtf.optimize.Optimizer):
     """Adam whose weight decay skips norm and bias variables."""
 
-    def __init__(self, learning_rate, weight_decay_rate=0.0, beta_1=0.9,
-                 beta_2=0.999, epsilon=1e-6, exclude_from_weight_decay=None):  # fmt: skip
+    def __init__(
+      self,
+      learning_rate,
+      weight_decay_rate=0.0,
+      beta_1=0.9,
+      beta_2=0.999,
+      epsilon=1e-6,
+      exclude_from_weight_decay=None,
+    ):
       self.learning_rate = learning_rate
       self.weight_decay_rate = weight_decay_rate
       self.beta_1 = beta_1
@@ -377,11 +408,20 @@ def train_ops(
 
 
 def sample_autoregressive(
-  mtf, mtf_transformer, partial_sequences, dims, params, bias, variable_dtype,
-  stop_at_token: Optional[int] = None, max_steps: Optional[int] = None,
-  temperature: float = 0.0, remove_partial_sequences: bool = False,
-  sampling_keep_top_k: int = -1, slow_sampling: bool = False,
-):  # fmt: skip
+  mtf,
+  mtf_transformer,
+  partial_sequences,
+  dims,
+  params,
+  bias,
+  variable_dtype,
+  stop_at_token: Optional[int] = None,
+  max_steps: Optional[int] = None,
+  temperature: float = 0.0,
+  remove_partial_sequences: bool = False,
+  sampling_keep_top_k: int = -1,
+  slow_sampling: bool = False,
+):
   """Continues the nonzero prefixes one token at a time (a while loop).
 
   By default each step runs the model on one position with the keys and
@@ -430,9 +470,16 @@ def sample_autoregressive(
     first_part = make_context("first_part", length_range, None, inputs)
     with tf.variable_scope("gpt2"):
       model(
-        mtf, mtf_transformer, inputs, None, dims, params, bias,
-        variable_dtype, first_part,
-      )  # fmt: skip
+        mtf,
+        mtf_transformer,
+        inputs,
+        None,
+        dims,
+        params,
+        bias,
+        variable_dtype,
+        first_part,
+      )
     initial_states = first_part.new_states
   eos_before = None
   if stop_at_token is not None:
@@ -460,9 +507,16 @@ def sample_autoregressive(
       context = make_context("incremental", position, states, ids)
     with tf.variable_scope("gpt2", reuse=tf.AUTO_REUSE):
       logits, _, _ = model(
-        mtf, mtf_transformer, ids, None, dims, params, bias, variable_dtype,
+        mtf,
+        mtf_transformer,
+        ids,
+        None,
+        dims,
+        params,
+        bias,
+        variable_dtype,
         context,
-      )  # fmt: skip
+      )
     if sampling_keep_top_k != -1:
       kth = mtf.nth_largest_element(
         logits, n=sampling_keep_top_k, reduced_dim=dims.vocab
@@ -488,233 +542,3 @@ def sample_autoregressive(
     )
     outputs = mtf.dynamic_shift(outputs, -prefix_length, length_dim, wrap=False)
   return outputs
-
-
-# ------------------------------------------------------------------ variants
-# The less common paths of GPT-style programs, in one model: rotary position
-# embeddings, a ReZero residual (a scalar gain made with dtype=VariableDType),
-# scale norm, a gated MLP (mtf.split), causal linear attention (cumsum),
-# a mixture-of-experts feed-forward layer, a gradient-checkpointed block
-# (mtf.recompute_grad), an untied output projection and an entmax loss whose
-# gradient is given with mtf.custom_gradient.
-VARIANT_PARAMS = dict(
-  PARAMS,
-  attention_types=["global", "linear"],
-  moe_layers=(1,),
-  moe_params={"moe_num_experts": 4, "moe_hidden_size": 16,
-              "moe_group_size": 8, "moe_dropout_rate": 0.0,
-              # Deterministic second-expert choice (the default is random).
-              "moe_second_policy_train": "all",
-              "moe_second_policy_eval": "all",
-              # 0.1.21 reads these; its set_default_moe_hparams does not set
-              # them.
-              "moe_word_embed_mode": None, "moe_z_loss": None},
-  # 0.1.21's top-2 gating in training needs `nonpadding`, which GPT-style
-  # programs do not pass.
-  moe_train=False,
-  entmax_iterations=8,
-)  # fmt: skip
-
-
-def rotary_embedding(mtf, mesh, dims, variable_dtype):
-  """cos and sin [sequence, features_per_head] of rotary embeddings."""
-  dtype = variable_dtype.activation_dtype
-  half = mtf.Dimension("half_features_per_head", dims.kv.size // 2)
-  exponents = mtf.range(mesh, half, dtype) * 2 / dims.kv.size
-  inverse_freqs = 1.0 / mtf.pow(
-    mtf.constant(mesh, 10000, dtype=dtype), exponents
-  )
-  positions = mtf.range(mesh, dims.sequence, dtype)
-  half_freqs = mtf.einsum([inverse_freqs, positions], [dims.sequence, half])
-  freqs = mtf.concat((half_freqs, half_freqs), half.name)
-  freqs = mtf.rename_dimension(freqs, half.name, dims.kv.name)
-  return mtf.cos(freqs), mtf.sin(freqs)
-
-
-def apply_rotary(mtf, x, cos, sin):
-  kv = x.shape.get_dim_by_name("features_per_head")
-  half = kv.size // 2
-  first = mtf.slice(x, 0, half, kv.name)
-  second = mtf.slice(x, half, half, kv.name)
-  return x * cos + mtf.concat((-second, first), kv.name) * sin
-
-
-def rezero(mtf, x, scope, dtype):
-  with tf.variable_scope(scope):
-    gain = mtf.get_variable(
-      x.mesh, "g", [], initializer=tf.constant_initializer(0.5), dtype=dtype
-    )
-    return x * gain
-
-
-def scale_norm(mtf, x, scope, variable_dtype, epsilon=1e-5):
-  axis = x.shape[-1]
-  with tf.variable_scope(scope):
-    gain = _variable(
-      mtf, x.mesh, "g", [], variable_dtype, tf.constant_initializer(1)
-    )
-    x -= mtf.reduce_mean(x, reduced_dim=axis)
-    var = mtf.reduce_mean(mtf.square(x), reduced_dim=axis)
-    return x * mtf.rsqrt(var + epsilon) * gain
-
-
-def causal_linear_attention(mtf, q, k, v, epsilon=1e-6):
-  batch, seq, heads, dim_out = v.shape.dims
-  q = mtf.rename_dimension(q, "features_per_head", "features_per_head_in")
-  k = mtf.rename_dimension(k, "features_per_head", "features_per_head_in")
-  dim_in = k.shape[-1]
-  q = mtf.softmax(q, dim_in)
-  k = mtf.exp(k)
-  k_sums = mtf.cumsum(k, seq) + epsilon
-  inverse_norm = 1.0 / mtf.einsum([q, k_sums], output_shape=[batch, seq, heads])
-  kv = mtf.einsum([k, v], output_shape=[batch, seq, heads, dim_in, dim_out])
-  kv_sums = mtf.cumsum(kv, seq)
-  return mtf.einsum(
-    [q, kv_sums, inverse_norm], output_shape=[batch, seq, heads, dim_out]
-  )
-
-
-def variant_attention(mtf, mtf_transformer, x, kind, dims, bias, rotary,
-                      variable_dtype):  # fmt: skip
-  with tf.variable_scope("attn"):
-    attention_params = mtf_transformer.attention.attention_params_simple(
-      x.mesh, io_dim=dims.embd, kv_dim=dims.kv, heads_dim=dims.heads,
-      variable_dtype=variable_dtype,
-    )  # fmt: skip
-    q = attention_params.compute_q(x)
-    k = attention_params.compute_k(x)
-    v = attention_params.compute_v(x)
-    cos, sin = rotary
-    q, k = apply_rotary(mtf, q, cos, sin), apply_rotary(mtf, k, cos, sin)
-    if kind == "linear":
-      out = causal_linear_attention(mtf, q, k, v)
-    else:
-      k = mtf.replace_dimensions(k, k.shape[1], dims.memory_length)
-      v = mtf.replace_dimensions(v, v.shape[1], dims.memory_length)
-      out = mtf_transformer.attention.attention(
-        q, k, v, memory_length_dim=dims.memory_length, key_dim=dims.kv,
-        value_dim=dims.kv,
-        bias=bias,
-        dropout_rate=0,
-      )  # fmt: skip
-    return attention_params.compute_output(out, x.shape)
-
-
-def mlp_glu(mtf, x, scope, dims, variable_dtype):
-  with tf.variable_scope(scope):
-    doubled = mtf.Dimension("intermediate_expanded", 2 * dims.intermediate.size)
-    hidden = linear(mtf, x, "c_fc", doubled, variable_dtype)
-    hidden, gate = mtf.split(hidden, hidden.shape[-1], 2)
-    hidden *= mtf.swish(gate) + mtf.leaky_relu(gate, alpha=0.01)
-    return linear(mtf, hidden, "c_proj", x.shape[-1], variable_dtype)
-
-
-def moe_mlp(mtf, mtf_transformer, x, params, variable_dtype, mesh_shape,
-            layout, num_microbatches):  # fmt: skip
-  hparams = mtf_transformer.moe.HParams()
-  mtf_transformer.moe.set_default_moe_hparams(hparams)
-  hparams.add_hparam("moe_min_expert_capacity", 1)
-  hparams.add_hparam("moe_use_experts_attention", False)
-  for key, value in params["moe_params"].items():
-    hparams.add_hparam(key, value)
-  return mtf_transformer.moe.transformer_moe_layer_v1(
-    x, x.shape[-1], hparams, train=params["moe_train"], mesh_shape=mesh_shape,
-    layout=layout, activation="relu", variable_dtype=variable_dtype,
-    num_microbatches=num_microbatches,
-  )  # fmt: skip
-
-
-def entmax(mtf, x, dim, alpha=1.3, iterations=8):
-  """alpha-entmax over dim (bisection), its gradient by custom_gradient."""
-
-  def forward(x):
-    x = x * (alpha - 1)
-    top = mtf.reduce_max(x, reduced_dim=dim)
-    tau_lo = top - 1.0
-    tau_hi = top - (1.0 / dim.size) ** (alpha - 1)
-
-    def probs(tau):
-      return mtf.pow(mtf.relu(x - tau), 1 / (alpha - 1))
-
-    f_lo = mtf.reduce_sum(probs(tau_lo), reduced_dim=dim) - 1
-    step = tau_hi - tau_lo
-    for _ in range(iterations):
-      step /= 2
-      tau_mid = tau_lo + step
-      p_mid = probs(tau_mid)
-      f_mid = mtf.reduce_sum(p_mid, reduced_dim=dim) - 1
-      tau_lo = mtf.where(mtf.greater_equal(f_mid * f_lo, 0), tau_mid, tau_lo)
-    return p_mid / mtf.reduce_sum(p_mid, reduced_dim=dim)
-
-  def backward(explicit_inputs, all_inputs, forward_operations, outputs,
-               output_grads):  # fmt: skip
-    del explicit_inputs, all_inputs, forward_operations
-    (y,) = outputs
-    (dy,) = output_grads
-    gppr = mtf.where(
-      mtf.greater(y, 0), mtf.pow(y, 2 - alpha), mtf.zeros_like(y)
-    )
-    dx = dy * gppr
-    q = mtf.reduce_sum(dx, reduced_dim=dim) / mtf.reduce_sum(
-      gppr, reduced_dim=dim
-    )
-    return (dx - q * gppr,)
-
-  return mtf.custom_gradient(forward, backward, [x])
-
-
-def variant_model(mtf, mtf_transformer, inputs, labels, dims, params, bias,
-                  variable_dtype, mesh_shape, layout, num_microbatches=1):  # fmt: skip
-  """Logits, loss and per-token losses of the variants model."""
-  mesh = inputs.mesh
-  wte = _variable(
-    mtf, mesh, "wte", mtf.Shape([dims.vocab, dims.embd]), variable_dtype,
-    tf.random_normal_initializer(stddev=0.02),
-  )  # fmt: skip
-  with tf.variable_scope("token_embd"):
-    h = mtf.gather(wte, inputs, dims.vocab)
-  rotary = rotary_embedding(mtf, mesh, dims, variable_dtype)
-  aux_losses = 0
-  for layer, kind in enumerate(params["attention_types"]):
-    with tf.variable_scope("h%d" % layer):
-
-      def block(x, layer=layer, kind=kind):
-        if layer == 0:
-          a = variant_attention(
-            mtf, mtf_transformer, x, kind, dims, bias, rotary, variable_dtype
-          )
-          x += rezero(mtf, a, "norm_rezero_1", dtype=variable_dtype)
-          m = mlp_glu(mtf, x, "mlp", dims, variable_dtype)
-          return x + rezero(mtf, m, "norm_rezero_2", dtype=variable_dtype)
-        normed = scale_norm(mtf, x, "norm_1", variable_dtype)
-        x += variant_attention(
-          mtf, mtf_transformer, normed, kind, dims, bias, rotary,
-          variable_dtype,
-        )  # fmt: skip
-        return x
-
-      if layer == 0:
-        h = mtf.recompute_grad(block, [h])
-      else:
-        h = block(h)
-        normed = scale_norm(mtf, h, "norm_2", variable_dtype)
-        m, aux_loss = moe_mlp(
-          mtf, mtf_transformer, normed, params, variable_dtype, mesh_shape,
-          layout, num_microbatches,
-        )  # fmt: skip
-        h += m
-        aux_losses += mtf.cast(aux_loss, tf.float32)
-  with tf.variable_scope("wte_final_linear"):
-    logits = linear(mtf, h, "linear_out", dims.vocab, variable_dtype)
-  logits = mtf.cast(logits, tf.float32)
-  with tf.variable_scope("xentropy_final"):
-    targets = mtf.one_hot(labels, dims.vocab, dtype=logits.dtype)
-    probs = entmax(
-      mtf, logits, dims.vocab, iterations=params["entmax_iterations"]
-    )
-    loss_batch = mtf.negative(
-      mtf.reduce_sum(mtf.log(probs + 1e-6) * targets, reduced_dim=dims.vocab)
-    )
-  loss = mtf.reduce_mean(loss_batch) + aux_losses
-  loss /= num_microbatches
-  return logits, mtf.cast(loss, variable_dtype.slice_dtype), loss_batch

@@ -33,10 +33,14 @@ import tensorflow.compat.v1 as tf  # noqa: E402  pylint: disable=g-import-not-at
 
 # The partial sequences that prediction continues (0 is padding).
 PROMPTS = np.array(
-  [[3, 5, 7, 0, 0, 0, 0, 0], [2, 0, 0, 0, 0, 0, 0, 0],
-   [9, 1, 4, 6, 11, 0, 0, 0], [13, 8, 0, 0, 0, 0, 0, 0]],
+  [
+    [3, 5, 7, 0, 0, 0, 0, 0],
+    [2, 0, 0, 0, 0, 0, 0, 0],
+    [9, 1, 4, 6, 11, 0, 0, 0],
+    [13, 8, 0, 0, 0, 0, 0, 0],
+  ],
   dtype=np.int32,
-)  # fmt: skip
+)
 STOP_TOKEN = 5
 
 
@@ -98,17 +102,23 @@ def _monitored_session(lowering, mtf_graph, checkpoint_dir, mtf):
 
 
 def train_step(
-  mtf, mtf_transformer, mesh_shape, layout, optimizer="adam", variant=False,
+  mtf,
+  mtf_transformer,
+  mesh_shape,
+  layout,
+  optimizer="adam",
+  variant=False,
   activation_dtype=tf.float32,
-):  # fmt: skip
+):
   """Forward outputs, gradients and the variables after one update.
 
-  With `variant`, the model is gpt_style_model.variant_model, trained in two
+  With `variant`, the model is gpt_style_variants.variant_model, trained in two
   microbatches (mtf.serialize_training_step).
   """
   from tests.downstream import gpt_style_model as gm  # pylint: disable=g-import-not-at-top
+  from tests.downstream import gpt_style_variants as gv  # pylint: disable=g-import-not-at-top
 
-  params = gm.VARIANT_PARAMS if variant else gm.PARAMS
+  params = gv.VARIANT_PARAMS if variant else gm.PARAMS
   ids = training_ids(params)
   out = {}
   with tf.Graph().as_default():
@@ -137,26 +147,42 @@ def train_step(
 
       def serialized_fn(features):
         with tf.variable_scope("gpt2"):
-          outputs = gm.variant_model(
-            mtf, mtf_transformer, features["inputs"], features["labels"],
-            dims, params, bias, variable_dtype, mtf.convert_to_shape(mesh_shape),
-            mtf.convert_to_layout_rules(layout), num_microbatches,
-          )  # fmt: skip
+          outputs = gv.variant_model(
+            mtf,
+            mtf_transformer,
+            features["inputs"],
+            features["labels"],
+            dims,
+            params,
+            bias,
+            variable_dtype,
+            mtf.convert_to_shape(mesh_shape),
+            mtf.convert_to_layout_rules(layout),
+            num_microbatches,
+          )
         return dict(zip(("logits", "loss", "loss_batch"), outputs))
 
       var_grads, outputs = mtf.serialize_training_step(
         features, serialized_fn, dims.batch, num_microbatches
       )
       logits, loss, loss_batch = (
-        outputs["logits"], outputs["loss"], outputs["loss_batch"]
-      )  # fmt: skip
+        outputs["logits"],
+        outputs["loss"],
+        outputs["loss_batch"],
+      )
     else:
       with mtf.utils.outside_all_rewrites():
         with tf.variable_scope("gpt2"):
           logits, loss, loss_batch = gm.model(
-            mtf, mtf_transformer, features["inputs"], features["labels"],
-            dims, params, bias, variable_dtype,
-          )  # fmt: skip
+            mtf,
+            mtf_transformer,
+            features["inputs"],
+            features["labels"],
+            dims,
+            params,
+            bias,
+            variable_dtype,
+          )
     update_ops, var_grads = gm.train_ops(
       mtf, mesh, loss, params, variable_dtype, optimizer, var_grads
     )
@@ -219,18 +245,40 @@ def predict(mtf, mtf_transformer, mesh_shape, layout):
     )
     bias = gm.causal_bias(mtf, mesh, dims, variable_dtype)
     greedy = gm.sample_autoregressive(
-      mtf, mtf_transformer, inputs, dims, params, bias, variable_dtype,
+      mtf,
+      mtf_transformer,
+      inputs,
+      dims,
+      params,
+      bias,
+      variable_dtype,
       temperature=0.0,
-    )  # fmt: skip
+    )
     stopped = gm.sample_autoregressive(
-      mtf, mtf_transformer, inputs, dims, params, bias, variable_dtype,
-      stop_at_token=STOP_TOKEN, max_steps=4, temperature=0.0,
-      remove_partial_sequences=True, sampling_keep_top_k=2,
-    )  # fmt: skip
+      mtf,
+      mtf_transformer,
+      inputs,
+      dims,
+      params,
+      bias,
+      variable_dtype,
+      stop_at_token=STOP_TOKEN,
+      max_steps=4,
+      temperature=0.0,
+      remove_partial_sequences=True,
+      sampling_keep_top_k=2,
+    )
     slow = gm.sample_autoregressive(
-      mtf, mtf_transformer, inputs, dims, params, bias, variable_dtype,
-      temperature=0.0, slow_sampling=True,
-    )  # fmt: skip
+      mtf,
+      mtf_transformer,
+      inputs,
+      dims,
+      params,
+      bias,
+      variable_dtype,
+      temperature=0.0,
+      slow_sampling=True,
+    )
     exported = {
       "greedy": mtf.anonymize(greedy),
       "slow": mtf.anonymize(slow),

@@ -90,11 +90,21 @@ def test_bfloat16_activations_match_the_original(original):
     got, original, "bfloat16", skip=("bfloat16/grad/", "bfloat16/after/")
   )
   _assert_matches(
-    got, original, "bfloat16", rtol=3e-2, atol=3e-2,
-    skip=("bfloat16/after/", "bfloat16/logits", "bfloat16/loss",
-          "bfloat16/mean", "bfloat16/max", "bfloat16/summaries",
-          "bfloat16/variables"),
-  )  # fmt: skip
+    got,
+    original,
+    "bfloat16",
+    rtol=3e-2,
+    atol=3e-2,
+    skip=(
+      "bfloat16/after/",
+      "bfloat16/logits",
+      "bfloat16/loss",
+      "bfloat16/mean",
+      "bfloat16/max",
+      "bfloat16/summaries",
+      "bfloat16/variables",
+    ),
+  )
 
 
 @pytest.mark.skipif(TF1_ENV, reason="the TF1 pass runs the others in TF1 mode")
@@ -103,10 +113,20 @@ def test_tf1_legacy_mode_in_a_fresh_process(original, tmp_path):
   path = str(tmp_path / "out.npz")
   env = dict(os.environ, PYTHONPATH=_ROOT, TF_CPP_MIN_LOG_LEVEL="2")
   result = subprocess.run(
-    [sys.executable, os.path.join(_HERE, "gpt_style_program.py"), "v1",
-     *ROWS_COLS, path, "train,predict"],
-    env=env, capture_output=True, text=True, timeout=900, check=False,
-  )  # fmt: skip
+    [
+      sys.executable,
+      os.path.join(_HERE, "gpt_style_program.py"),
+      "v1",
+      *ROWS_COLS,
+      path,
+      "train,predict",
+    ],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=900,
+    check=False,
+  )
   assert result.returncode == 0, result.stderr[-3000:]
   with np.load(path) as f:
     got = dict(f)

@@ -82,9 +82,13 @@ class MtfModelFlow:
     self._gin_bindings = None
 
   def estimator(
-    self, vocabulary, init_checkpoint=None, disable_tpu=False,
-    score_in_predict_mode=False, sequence_length=None,
-  ):  # fmt: skip
+    self,
+    vocabulary,
+    init_checkpoint=None,
+    disable_tpu=False,
+    score_in_predict_mode=False,
+    sequence_length=None,
+  ):
     with gin.unlock_config():
       gin.bind_parameter("utils.get_variable_dtype.slice_dtype", "float32")
       gin.bind_parameter("utils.get_variable_dtype.activation_dtype", "float32")
@@ -134,9 +138,10 @@ class MtfModelFlow:
 
   def eval_predictions(self, checkpoint_step, eval_with_score=False):
     estimator = self.estimator(
-      BYTES, score_in_predict_mode=eval_with_score,
+      BYTES,
+      score_in_predict_mode=eval_with_score,
       sequence_length=self._sequence_length,
-    )  # fmt: skip
+    )
     checkpoint_path = os.path.join(
       self._model_dir, "model.ckpt-{}".format(checkpoint_step)
     )
@@ -162,9 +167,14 @@ class MtfModelFlow:
       gin.bind_parameter("utils.decode_from_file.input_filename", input_file)
       gin.bind_parameter("utils.decode_from_file.output_filename", output_file)
     mtf_utils.infer_model(
-      self.estimator(BYTES), BYTES, self._sequence_length, self.batch_size,
-      self._model_type, self._model_dir, checkpoint_steps,
-    )  # fmt: skip
+      self.estimator(BYTES),
+      BYTES,
+      self._sequence_length,
+      self.batch_size,
+      self._model_type,
+      self._model_dir,
+      checkpoint_steps,
+    )
 
   def score(self, inputs, targets, scores_file, checkpoint_steps):
     estimator = self.estimator(BYTES, score_in_predict_mode=True)
@@ -172,25 +182,34 @@ class MtfModelFlow:
       mtf_utils.save_scores, scores_filename=scores_file
     )
     return mtf_utils.score_from_strings(
-      estimator=estimator, vocabulary=BYTES, model_type=self._model_type,
-      batch_size=self.batch_size, sequence_length=self._sequence_length,
-      model_dir=self._model_dir, eval_checkpoint_step=checkpoint_steps,
-      inputs=inputs, targets=targets,
+      estimator=estimator,
+      vocabulary=BYTES,
+      model_type=self._model_type,
+      batch_size=self.batch_size,
+      sequence_length=self._sequence_length,
+      model_dir=self._model_dir,
+      eval_checkpoint_step=checkpoint_steps,
+      inputs=inputs,
+      targets=targets,
       score_postprocess_fn=score_postprocess_fn,
-    )  # fmt: skip
+    )
 
   def export(self, export_dir, checkpoint_step, eval_with_score=False):
     estimator = self.estimator(
       BYTES, disable_tpu=True, score_in_predict_mode=eval_with_score
     )
     return mtf_utils.export_model(
-      estimator, export_dir, BYTES, self._sequence_length, self._model_type,
+      estimator,
+      export_dir,
+      BYTES,
+      self._sequence_length,
+      self._model_type,
       batch_size=self.batch_size,
       checkpoint_path=os.path.join(
         self._model_dir, "model.ckpt-" + str(checkpoint_step)
       ),
       eval_with_score=eval_with_score,
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture(scope="module")
@@ -199,9 +218,11 @@ def trained(tmp_path_factory):
   model_dir = str(tmp_path_factory.mktemp("t5flow"))
   dtu.tiny_gin()
   model = MtfModelFlow(
-    model_dir, ("tokens_per_batch", 64), "rows:2;cols:2",
+    model_dir,
+    ("tokens_per_batch", 64),
+    "rows:2;cols:2",
     "batch:rows;heads:cols;d_ff:cols;vocab:cols",
-  )  # fmt: skip
+  )
   model.train(2)
   yield model
   gin.clear_config()
