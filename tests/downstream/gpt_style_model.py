@@ -120,6 +120,22 @@ def linear(mtf, x, scope, new_dim, variable_dtype):
     )
 
 
+def global_attention(mtf, mtf_transformer, q, k, v, dims, bias):
+  """Attention of q over all of k and v (their sequence as memory_length)."""
+  k = mtf.replace_dimensions(k, k.shape[1], dims.memory_length)
+  v = mtf.replace_dimensions(v, v.shape[1], dims.memory_length)
+  return mtf_transformer.attention.attention(
+    q,
+    k,
+    v,
+    memory_length_dim=dims.memory_length,
+    key_dim=dims.kv,
+    value_dim=dims.kv,
+    bias=bias,
+    dropout_rate=0,
+  )
+
+
 def attention_block(
   mtf,
   mtf_transformer,
@@ -182,18 +198,7 @@ def attention_block(
           full_bias = mtf.broadcast(
             bias, [dims.batch, dims.heads, bias.shape[-2], bias.shape[-1]]
           )
-        k = mtf.replace_dimensions(k, k.shape[1], dims.memory_length)
-        v = mtf.replace_dimensions(v, v.shape[1], dims.memory_length)
-        out = mtf_transformer.attention.attention(
-          q,
-          k,
-          v,
-          memory_length_dim=dims.memory_length,
-          key_dim=dims.kv,
-          value_dim=dims.kv,
-          bias=full_bias,
-          dropout_rate=0,
-        )
+        out = global_attention(mtf, mtf_transformer, q, k, v, dims, full_bias)
     with tf.variable_scope("compute_output"):
       out = attention_params.compute_output(out, x.shape)
     with tf.variable_scope("compute_output_bias"):

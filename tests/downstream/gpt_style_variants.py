@@ -114,18 +114,7 @@ def variant_attention(
     if kind == "linear":
       out = causal_linear_attention(mtf, q, k, v)
     else:
-      k = mtf.replace_dimensions(k, k.shape[1], dims.memory_length)
-      v = mtf.replace_dimensions(v, v.shape[1], dims.memory_length)
-      out = mtf_transformer.attention.attention(
-        q,
-        k,
-        v,
-        memory_length_dim=dims.memory_length,
-        key_dim=dims.kv,
-        value_dim=dims.kv,
-        bias=bias,
-        dropout_rate=0,
-      )
+      out = gm.global_attention(mtf, mtf_transformer, q, k, v, dims, bias)
     return attention_params.compute_output(out, x.shape)
 
 
