@@ -62,6 +62,7 @@ def _assert_matches(got, expected, group, rtol=1e-4, atol=1e-5, skip=()):
       )
 
 
+@pytest.mark.slow
 @meshes.parametrize(meshes.GPT_STYLE)
 def test_training_and_decoding_match_the_original(original, mesh_shape, layout):
   got = gp.run(mtf, mtf_transformer, mesh_shape, layout, ("train", "predict"))
@@ -69,6 +70,7 @@ def test_training_and_decoding_match_the_original(original, mesh_shape, layout):
   _assert_matches(got, original, "predict")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group", ["adafactor", "variant"])
 def test_less_common_paths_match_the_original(original, group):
   """Adafactor and the variants model, on the 2x2 mesh."""
@@ -76,6 +78,7 @@ def test_less_common_paths_match_the_original(original, group):
   _assert_matches(got, original, group)
 
 
+@pytest.mark.slow
 def test_bfloat16_activations_match_the_original(original):
   """On one device the forward pass equals the original's, gradients nearly.
 
@@ -107,6 +110,7 @@ def test_bfloat16_activations_match_the_original(original):
   )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(TF1_ENV, reason="the TF1 pass runs the others in TF1 mode")
 def test_tf1_legacy_mode_in_a_fresh_process(original, tmp_path):
   """tf.compat.v1.disable_v2_behavior() at start-up, then the same program."""

@@ -30,6 +30,8 @@ from mesh_tensorflow.transformer import utils as mtf_utils
 from mesh_tensorflow.transformer import vocabulary as vocabulary_lib
 from tests.transformer import driver_test_util as dtu
 
+pytestmark = pytest.mark.slow
+
 BYTES = vocabulary_lib.ByteVocabulary()
 LENGTH = {"inputs": 8, "targets": 8}
 WORDS = ["abc", "hello", "x", "mesh tf", "zz", "revers", "q", "ok"]
