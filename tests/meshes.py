@@ -405,3 +405,8 @@ PLAN = trio(
     "n:rows;c:cols",
   ],
 )
+# GPT-style downstream programs (tests/downstream): model parallel over heads
+# and vocab, with data parallelism on the 2x2 grid.
+GPT_STYLE = trio(
+  all_4=["heads:all;vocab:all"], rows_cols=["batch:rows;heads:cols;vocab:cols"]
+)
