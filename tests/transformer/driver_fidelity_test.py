@@ -232,6 +232,16 @@ def test_init_checkpoint_restores_the_global_step(tmp_path):
     init_checkpoint=pretrained.latest_checkpoint(),
   )
   assert again.train(dtu.input_fn, 3) == {"step": 3}
+  # ... but model_dir then holds the pretrained weights at the pretrained
+  # step, as the original's session-start save left them.
+  assert again.latest_checkpoint().endswith("model.ckpt-3")
+  pretrained_values = dict(tf.train.list_variables(pretrained.model_dir))
+  for name, shape in tf.train.list_variables(again.model_dir):
+    assert pretrained_values[name] == shape
+    np.testing.assert_array_equal(
+      tf.train.load_variable(again.model_dir, name),
+      tf.train.load_variable(pretrained.model_dir, name),
+    )
 
 
 class _Chars:

@@ -713,6 +713,11 @@ class Estimator:
       logging.info(
         "Global step %d >= train steps %d: nothing to train", step, max_steps
       )
+      if self.latest_checkpoint() is None:
+        # The original's CheckpointSaverHook saved when its session started,
+        # so fine-tuning for 0 steps from init_checkpoint left the
+        # pretrained weights in model_dir, where eval and decode look.
+        self.save()
       return {"step": step}
     if skip_seen_data and step > seen_data_init_step:
       dataset = dataset.skip(step - seen_data_init_step)
