@@ -35,12 +35,13 @@ weights, not the steps: all act_max_steps + 1 steps run, and the learned
 step signal of step act_max_steps is zero (past the end of
 `layer_embedding`).
 
-Highway gates (and gated residuals, use_gated_transformer) are
-ffn_layer_multi_inputs: a dense layer with bias over the layer-normed gate
-inputs concatenated along d_model, created anew at every use
-(`dense/kernel`, `dense_1/bias`, `dense_2/kernel`, ...); the normed inputs
-replace the caller's list entries, so a second gate on the same list normalises
-them again.
+Gates are ffn_layer_multi_inputs: a sigmoid dense layer with bias over the
+layer-normed gate inputs concatenated along d_model; the normed inputs
+replace the caller's list entries, so a second gate on the same list
+normalises them again. The highway recurrence's gates get new variables at
+every step (`dense/kernel`, `dense_1/bias`, `dense_2/kernel`, ...); a gated
+residual's (use_gated_transformer) are `<layer name>/<ClassName>/dense*`,
+shared by all passes, as the halting unit's.
 """
 
 from __future__ import annotations
@@ -81,6 +82,54 @@ def _record(context: Context, x: mtf.Tensor) -> None:
 
 def _masked(x: mtf.Tensor, mask: Optional[mtf.Tensor]) -> mtf.Tensor:
   return x if mask is None else x * mask
+
+
+def _dense_in_scopes(
+  context: Context,
+  x: mtf.Tensor,
+  new_dim: mtf.Dimension,
+  scope_index: int,
+  expert_dims: Sequence[mtf.Dimension],
+  activation=None,
+  kernel_initializer=None,
+) -> mtf.Tensor:
+  """activation(x W + b) over x's last dim, as the scope_index-th dense layer.
+
+  The kernel and the bias are in their own scopes, `dense_<2k>/kernel` and
+  `dense_<2k+1>/bias` for scope_index k (`dense` for 0): the names the
+  scope_index-th dense layer with default scopes gets in a freshly entered
+  scope, so that calls in a scope entered again share the variables.
+  """
+
+  def scope(i):
+    return "dense" if i == 0 else "dense_%d" % i
+
+  reduced_dim = x.shape.dims[-1]
+  if reduced_dim == new_dim:
+    renamed = mtf.Dimension("_" + reduced_dim.name, reduced_dim.size)
+    x = mtf.rename_dimension(x, reduced_dim.name, renamed.name)
+    reduced_dim = renamed
+  expert_dims = list(expert_dims)
+  kernel = mtf.layers.get_dense_kernel_weights(
+    x,
+    [new_dim],
+    [reduced_dim],
+    expert_dims,
+    kernel_initializer,
+    name=scope(2 * scope_index),
+    variable_dtype=context.variable_dtype,
+  )
+  with tf1.variable_scope(scope(2 * scope_index + 1)):
+    bias = mtf.get_variable(
+      context.mesh,
+      "bias",
+      mtf.Shape(expert_dims + [new_dim]),
+      initializer=tf1.zeros_initializer(),
+      dtype=context.variable_dtype,
+    )
+  kept = [d for d in x.shape.dims if d != reduced_dim]
+  y = mtf.einsum([x, kernel], mtf.Shape(kept + [new_dim])) + bias
+  return y if activation is None else activation(y)
 
 
 @gin.configurable(module=_GIN_MODULE)
@@ -464,8 +513,8 @@ class UTLayerStack(TransformerLayer):
   ) -> mtf.Tensor:
     """The input of a recurrence step: x with the step signal.
 
-    With "concat" and add_position_timing_signal, a dense layer (no bias)
-    maps the result back to the size of x's last dimension.
+    With "concat", a dense layer (`dense/kernel`, no bias) maps the
+    concatenation back to x's last dimension.
 
     Args:
       context: the Context of the call.
@@ -478,13 +527,13 @@ class UTLayerStack(TransformerLayer):
     channels = x.shape.dims[-1]
     if self.add_step_timing_signal:
       x = self.add_step_timing_signal_func(context, x, step)
-    if (
-      self.add_position_timing_signal
-      and self.add_or_concat_timing_signal == "concat"
+    if self.add_or_concat_timing_signal == "concat" and (
+      self.add_position_timing_signal or self.add_step_timing_signal
     ):
       x = mtf.layers.dense(
         x,
-        x.shape.dims[:-1] + [channels],
+        [channels],
+        reduced_dims=x.shape.dims[-1:],
         use_bias=False,
         variable_dtype=context.variable_dtype,
       )
@@ -552,9 +601,10 @@ class UTLayerStack(TransformerLayer):
   ) -> mtf.Tensor:
     """A feed-forward layer over several inputs concatenated along d_model.
 
-    "dense" is activation(dense(inputs) + bias) (new `dense*` variables at
-    every call); "dense_relu_dense" is mtf.layers.dense_relu_dense with a
-    d_model-sized hidden layer (no activation).
+    "dense" is activation(dense(inputs) + bias) (new default-named `dense*`
+    variables at every call); "dense_relu_dense" is
+    mtf.layers.dense_relu_dense with a d_model-sized hidden layer (no
+    activation).
 
     Args:
       context: the Context of the call.
@@ -574,6 +624,30 @@ class UTLayerStack(TransformerLayer):
     Raises:
       ValueError: for no inputs or an unknown ffn_layer_type.
     """
+    return self._ffn(
+      context,
+      mask,
+      inputs_list,
+      ffn_layer_type,
+      kernel_initializer,
+      activation,
+      preprocess,
+      postprocess,
+    )
+
+  def _ffn(
+    self,
+    context: Context,
+    mask: Optional[mtf.Tensor],
+    inputs_list: List[mtf.Tensor],
+    ffn_layer_type: str,
+    kernel_initializer,
+    activation,
+    preprocess: bool,
+    postprocess: bool,
+    scope_index: Optional[int] = None,
+  ) -> mtf.Tensor:
+    """ffn_layer_multi_inputs; "dense" as _dense_in_scopes if scope_index."""
     if not inputs_list:
       raise ValueError("ffn_layer_multi_inputs: need at least one input")
     model_dim = context.model.model_dim
@@ -583,7 +657,17 @@ class UTLayerStack(TransformerLayer):
     ffn_inputs = inputs_list[0]
     if len(inputs_list) > 1:
       ffn_inputs = mtf.concat(inputs_list, model_dim.name)
-    if ffn_layer_type == "dense":
+    if ffn_layer_type == "dense" and scope_index is not None:
+      output = _dense_in_scopes(
+        context,
+        ffn_inputs,
+        model_dim,
+        scope_index,
+        _ensemble_dims(context),
+        activation,
+        kernel_initializer,
+      )
+    elif ffn_layer_type == "dense":
       output = mtf.layers.dense(
         ffn_inputs,
         [model_dim],
@@ -609,14 +693,18 @@ class UTLayerStack(TransformerLayer):
     context: Context,
     mask: Optional[mtf.Tensor],
     inputs_list: List[mtf.Tensor],
+    scope_index: Optional[int] = None,
   ) -> mtf.Tensor:
-    return self.ffn_layer_multi_inputs(
+    return self._ffn(
       context,
       mask,
       inputs_list,
-      ffn_layer_type=self.gate_ffn_layer,
-      activation=mtf.sigmoid,
-      preprocess=True,
+      self.gate_ffn_layer,
+      None,
+      mtf.sigmoid,
+      True,
+      False,
+      scope_index,
     )
 
   def gating(
@@ -627,6 +715,9 @@ class UTLayerStack(TransformerLayer):
     mask: Optional[mtf.Tensor],
   ) -> mtf.Tensor:
     """Combines a layer's input and output through learned sigmoid gates.
+
+    The gates' variables are `dense/kernel`, `dense_1/bias`, ... in the
+    current scope (the same at every call).
 
     "highway": x * carry + transformed_x * transform, the transform gate
     reading norm(x) and the carry gate norm(norm(x)). "gru": update gate
@@ -645,13 +736,13 @@ class UTLayerStack(TransformerLayer):
     """
     if self.gating_type == "highway":
       gate_inputs = [x]
-      transform = self._gate(context, mask, gate_inputs)
-      carry = self._gate(context, mask, gate_inputs)
+      transform = self._gate(context, mask, gate_inputs, 0)
+      carry = self._gate(context, mask, gate_inputs, 1)
       return x * carry + transformed_x * transform
     gate_inputs = [x, transformed_x]
-    update = self._gate(context, mask, gate_inputs)
-    reset = self._gate(context, mask, gate_inputs)
-    candidate = self._gate(context, mask, [reset * x, transformed_x])
+    update = self._gate(context, mask, gate_inputs, 0)
+    reset = self._gate(context, mask, gate_inputs, 1)
+    candidate = self._gate(context, mask, [reset * x, transformed_x], 2)
     return (1.0 - update) * transformed_x + update * candidate
 
   # -- the recurrences -------------------------------------------------------
@@ -719,37 +810,17 @@ class UTLayerStack(TransformerLayer):
       return mtf.random_uniform(
         context.mesh, update_shape, dtype=context.activation_dtype
       )
-    # One unit for all steps: the kernel under `dense`, the bias under
-    # `dense_1` (the names a dense layer with default scopes gives them).
+    # One unit for all steps (`dense/kernel`, `dense_1/bias`).
     last_dim = state.shape.dims[-1]
-    reduced_dim = mtf.Dimension("_" + last_dim.name, last_dim.size)
-    unit_dim = mtf.Dimension(last_dim.name, 1)
-    state = mtf.rename_dimension(state, last_dim.name, reduced_dim.name)
     with tf1.variable_scope("sigmoid_activation_for_pondering"):
-      kernel = mtf.layers.get_dense_kernel_weights(
+      p = _dense_in_scopes(
+        context,
         state,
-        [unit_dim],
-        [reduced_dim],
+        mtf.Dimension(last_dim.name, 1),
+        0,
         [],
-        None,
-        name="dense",
-        variable_dtype=context.variable_dtype,
+        mtf.sigmoid,
       )
-      with tf1.variable_scope("dense_1"):
-        bias = mtf.get_variable(
-          context.mesh,
-          "bias",
-          mtf.Shape([unit_dim]),
-          initializer=tf1.zeros_initializer(),
-          dtype=context.variable_dtype,
-        )
-    p = mtf.sigmoid(
-      mtf.einsum(
-        [state, kernel],
-        mtf.Shape(state.shape.dims[:-1] + [unit_dim]),
-      )
-      + bias
-    )
     p = mtf.reshape(p, p.shape.dims[:-1])
     if self.act_type == "global":
       p = mtf.reduce_mean(p, reduced_dim=p.shape.dims[1])
