@@ -416,11 +416,13 @@ class UTLayerStack(TransformerLayer):
       index = mtf.random_uniform(
         context.mesh, [], maxval=length_size, dtype=tf.int32
       )
-    elif index == "step":
+    elif index == "step" and isinstance(step, mtf.Tensor):
       index = mtf.cast(
         mtf.cast(step, tf.float32) * (length_size / self.num_steps),
         tf.int32,
       )
+    elif index == "step":
+      index = length_size * step // self.num_steps
     signal = self.get_timing_signal_1d(
       context, context.length_dim, context.model.model_dim, start_index=index
     )
