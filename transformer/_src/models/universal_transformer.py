@@ -183,8 +183,8 @@ class UTLayerStack(TransformerLayer):
     >>> for v in converter.graph.all_variables:  # one q for both steps
     ...   if "layer_embedding" in v.name or "SelfAttention/q" in v.name:
     ...     print(v.name[len("transformer/"):], v.shape)
-    block_000/layer_000/SelfAttention/q Shape[d_model=8, heads=8]
     layer_embedding Shape[layer=2, d_model=8]
+    block_000/layer_000/SelfAttention/q Shape[d_model=8, heads=8]
   """
 
   def __init__(
