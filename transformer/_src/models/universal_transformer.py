@@ -18,8 +18,8 @@ padding mask. The recurrence is one of:
 
 The step signal (add_step_timing_signal) is the learned `layer_embedding`
 [layer: num_steps, d_model] (N(0, d^-1/2), times d^1/2) or a sinusoid of the
-step, added or concatenated; with "concat" (and add_position_timing_signal)
-a dense layer projects the result back to d_model. The position signal is
+step, added or concatenated; with "concat" a dense layer without bias
+(new `dense*/kernel` at every step) projects the result back to d_model. The position signal is
 never added by the recurrence (add_position_timing_signal_func computes it
 when called directly).
 
