@@ -317,6 +317,44 @@ mesh_tensorflow.transformer.adaptive_softmax.AdaptiveSoftmaxVocabEmbedding.clust
 {_UT}UTLayerStack.step_timing_signal_type = "learned\"""",
     "lm_layers",
   ),
+  "universal_transformer_highway": (
+    BASE_LAYERS
+    + _UT_BINDINGS
+    + f"""
+{_UT}UTLayerStack.recurrence_type = "highway"
+{_UT}UTLayerStack.act_type = "basic"
+{_UT}UTLayerStack.add_step_timing_signal = True
+{_UT}UTLayerStack.step_timing_signal_type = "learned"
+{_UT}UTLayerStack.couple_carry_transform_gates = False
+{_UT}UTLayerStack.gates_inputs = "sti"
+{_UT}UTLayerStack.use_gated_transformer = True""",
+    "lm_layers",
+  ),
+  "universal_transformer_gru": (
+    BASE_LAYERS
+    + _UT_BINDINGS
+    + f"""
+{_UT}UTLayerStack.recurrence_type = "basic"
+{_UT}UTLayerStack.act_type = "basic"
+{_UT}UTLayerStack.add_step_timing_signal = True
+{_UT}UTLayerStack.step_timing_signal_type = "learned"
+{_UT}UTLayerStack.use_gated_transformer = True
+{_UT}UTLayerStack.gating_type = "gru\"""",
+    "lm_layers",
+  ),
+  "universal_transformer_act_accumulated": (
+    BASE_LAYERS
+    + _UT_BINDINGS
+    + f"""
+{_UT}UTLayerStack.recurrence_type = "act"
+{_UT}UTLayerStack.act_type = "accumulated"
+{_UT}UTLayerStack.act_max_steps = 3
+{_UT}UTLayerStack.mix_with_transformer_before_ut = False
+{_UT}UTLayerStack.mix_with_transformer_after_ut = True
+{_UT}UTLayerStack.add_step_timing_signal = False
+{_UT}UTLayerStack.step_timing_signal_type = "learned\"""",
+    "lm_layers",
+  ),
   "mixtape": (
     BASE_LAYERS
     + f"""
@@ -471,6 +509,9 @@ SEED_ORDER = (
   "adafactor_factored",
   "adam_weight_decay",
   "bfloat16_decode",
+  "universal_transformer_highway",
+  "universal_transformer_gru",
+  "universal_transformer_act_accumulated",
 )
 
 # Modules the programs use, imported by name (some are on demand).

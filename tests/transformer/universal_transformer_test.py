@@ -1,15 +1,14 @@
 """Tests for transformer/universal_transformer.py (UTLayerStack).
 
-One recurrence step equals a plain (legacy) LayerStack with the same layers
-and weights; k steps equal a LayerStack of the layers repeated k times;
-weights are shared across steps; timing signals against numpy; ACT against
-a numpy halting computation over the per-step states (update weights,
-ponder steps, remainders, ponder loss, act_max_steps); the gated variants
-give the same numbers on 1-device and 4-device meshes and every variable
-gets a nonzero gradient.
+The original's numbers for five configurations are checked in
+original_numbers_test.py. Here: k recurrence steps (and the vanilla passes)
+equal a LayerStack of true layer norms with the layers repeated, sharing
+one set of variables; the step signals and the ACT recurrence (basic and
+accumulated, act_max_steps + 1 steps) against numpy; the gates against
+numpy (including the second normalisation of a reused input list); the
+variants give the same numbers on 1-device and 4-device meshes and every
+variable gets a nonzero gradient.
 """
-
-import functools
 
 import gin
 import numpy as np
@@ -48,7 +47,7 @@ BASE = dict(
   act_epsilon=0.01,
   num_rec_steps=1,
   num_inrecurrence_layers=1,
-  position_start_index=0,
+  position_start_index=None,
   add_or_concat_timing_signal="add",
   step_timing_signal_type="sinusoid",
   add_position_timing_signal=False,
@@ -121,83 +120,88 @@ def _import_x(mesh):
 # ----------------------------------------------------------------------------
 # Equivalences with LayerStack
 
+# The original's per-layer recipe: x + layer(layer_norm(x * mask)).
+TRUE_NORM_BLOCK = [
+  transformer.sublayer_mask_padding,
+  transformer.sublayer_true_layer_norm,
+  transformer.sublayer_call_layer,
+  transformer.sublayer_residual,
+]
 
-def test_one_step_equals_plain_layer_stack():
+
+def _true_norm_stack(layers):
+  return transformer.LayerStack(
+    layers,
+    sublayers_initial=[],
+    sublayers_per_layer=TRUE_NORM_BLOCK,
+    sublayers_final=[transformer.sublayer_true_layer_norm],
+  )
+
+
+@pytest.mark.parametrize(
+  "steps,inner,vanilla", [(1, 1, 0), (3, 1, 0), (1, 3, 0), (2, 2, 1)]
+)
+def test_passes_equal_a_layer_stack_of_repeated_layers(steps, inner, vanilla):
   names = []
 
   def build(mesh):
     layers = _layers()
-    a, _ = _encode(mesh, _ut(layers))
-    ut_names = sorted(cmu.variables_by_name(mesh))
-    b, _ = _encode(
-      mesh, transformer.LayerStack(layers, dropout_rate=0.0, norm_epsilon=1e-6)
+    outputs = []
+    a, _ = _encode_recording(
+      mesh,
+      _ut(
+        layers,
+        num_rec_steps=steps,
+        num_inrecurrence_layers=inner,
+        num_vanilla_transformer_layers=vanilla,
+        mix_with_transformer_before_ut=vanilla > 0,
+        mix_with_transformer_after_ut=vanilla > 0,
+      ),
+      outputs,
     )
-    names.extend([ut_names, sorted(cmu.variables_by_name(mesh))])
+    names.append(sorted(cmu.variables_by_name(mesh)))
+    passes = steps * inner + 2 * vanilla
+    b, _ = _encode(mesh, _true_norm_stack(layers * passes))
+    names.append(len(outputs))
     return [a, b]
 
   a, b = mtu.run_program(build)
-  np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
-  assert names[0] == names[1]
-  assert "encoder/block_000/layer_000/SelfAttention/q" in names[0]
-  assert "encoder/block_000/layer_001/layer_norm/scale" in names[0]
-  assert "encoder/final_layer_norm/scale" in names[0]
-
-
-@pytest.mark.parametrize("steps,inner", [(3, 1), (1, 3), (2, 2)])
-def test_steps_equal_a_layer_stack_of_repeated_layers(steps, inner):
-  counts = []
-
-  def build(mesh):
-    layers = _layers()
-    a, _ = _encode(
-      mesh, _ut(layers, num_rec_steps=steps, num_inrecurrence_layers=inner)
-    )
-    counts.append(len(mesh.graph.all_variables))
-    b, _ = _encode(
-      mesh,
-      transformer.LayerStack(
-        layers * (steps * inner), dropout_rate=0.0, norm_epsilon=1e-6
-      ),
-    )
-    counts.append(len(mesh.graph.all_variables))
-    c, _ = _encode(mesh, _ut(layers))
-    return [a, b, c]
-
-  a, b, one_step = mtu.run_program(build)
+  num_outputs = names.pop()
   np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
-  assert not np.allclose(a, one_step, atol=1e-3)
-  # Weights are shared: as many variables as a single pass.
-  assert counts == [10, 10]
+  # One set of variables for all passes, named as the original's.
+  assert names[0] == [
+    "encoder/block_000/layer_000/SelfAttention/k",
+    "encoder/block_000/layer_000/SelfAttention/o",
+    "encoder/block_000/layer_000/SelfAttention/q",
+    "encoder/block_000/layer_000/SelfAttention/v",
+    "encoder/block_000/layer_000/layer_prepostprocess/layer_norm/"
+    "layer_norm_bias",
+    "encoder/block_000/layer_000/layer_prepostprocess/layer_norm/"
+    "layer_norm_scale",
+    "encoder/block_000/layer_001/DenseReluDense/wi/kernel",
+    "encoder/block_000/layer_001/DenseReluDense/wo/kernel",
+    "encoder/block_000/layer_001/layer_prepostprocess/layer_norm/"
+    "layer_norm_bias",
+    "encoder/block_000/layer_001/layer_prepostprocess/layer_norm/"
+    "layer_norm_scale",
+    "encoder/embedding",
+    "encoder/layer_prepostprocess/layer_norm/layer_norm_bias",
+    "encoder/layer_prepostprocess/layer_norm/layer_norm_scale",
+  ]
+  # The input, the first layer's output of every pass, the final output.
+  assert num_outputs == 2 + steps * inner + 2 * vanilla
 
 
-def test_variable_count_does_not_depend_on_num_rec_steps():
-  counts = {}
-  for steps in (1, 4):
-    for recurrence in ("highway", "act"):
-
-      def build(mesh, steps=steps, recurrence=recurrence):
-        _encode(
-          mesh,
-          _ut(
-            recurrence_type=recurrence,
-            num_rec_steps=steps,
-            act_max_steps=steps,
-            add_step_timing_signal=True,
-            step_timing_signal_type="sinusoid",
-          ),
-        )
-        counts[(steps, recurrence)] = sorted(cmu.variables_by_name(mesh))
-        return []
-
-      mtu.run_program(build)
-  assert counts[(1, "highway")] == counts[(4, "highway")]
-  assert counts[(1, "act")] == counts[(4, "act")]
-  assert (
-    "encoder/universal_transformer/transform_gate/w_i/kernel"
-    in counts[(1, "highway")]
-  )
-  assert (
-    "encoder/universal_transformer/act_halting/kernel" in counts[(1, "act")]
+def _encode_recording(mesh, stack, layer_outputs):
+  inputs = cmu.import_ids(mesh, IDS, ["batch", "length"])
+  sequence_id = cmu.import_ids(mesh, SEQ, ["batch", "length"])
+  return _encoder(stack).call_simple(
+    inputs,
+    None,
+    False,
+    mode="eval",
+    sequence_id=sequence_id,
+    layer_outputs=layer_outputs,
   )
 
 
@@ -205,22 +209,26 @@ def test_variable_count_does_not_depend_on_num_rec_steps():
 # Timing signals
 
 
-def _np_sinusoid(positions, d=D):
+def _np_timing_signal(positions, d=D, min_timescale=1.0, max_timescale=1e4):
   n = d // 2
-  inv = np.exp(np.arange(n) * -np.log(1e4) / (n - 1))
+  increment = np.log(max_timescale / min_timescale) / max(n - 1, 1)
+  inv = min_timescale * np.exp(np.arange(n) * -increment)
   t = np.asarray(positions, np.float64)[..., None] * inv
   return np.concatenate([np.sin(t), np.cos(t)], -1).astype(np.float32)
 
 
-def test_timing_signals_match_numpy():
-  """2 steps with position (start index 3) and step signals, against a
-  LayerStack run on x + signal per step.
-  """
-  block = [
-    functools.partial(transformer.sublayer_rms_norm, name="layer_norm"),
-    transformer.sublayer_call_layer,
-    transformer.sublayer_residual,
-  ]
+def _np_layer_norm(x, eps=1e-6):
+  x = x - x.mean(-1, keepdims=True)
+  return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
+
+
+def _sigmoid(x):
+  return 1.0 / (1.0 + np.exp(-x))
+
+
+@pytest.mark.parametrize("signal_type", ["learned", "sinusoid"])
+def test_step_signal_matches_a_layer_stack_on_shifted_inputs(signal_type):
+  """2 basic steps with the step signal: the block on x + signal(step)."""
 
   def build(mesh):
     layers = _layers()
@@ -228,132 +236,301 @@ def test_timing_signals_match_numpy():
     stack = _ut(
       layers,
       num_rec_steps=2,
-      position_start_index=3,
-      add_position_timing_signal=True,
       add_step_timing_signal=True,
+      add_position_timing_signal=True,  # never added by the recurrence
+      step_timing_signal_type=signal_type,
     )
     out = stack.call(_context(mesh), x)
-    plain = transformer.LayerStack(
+    block = transformer.LayerStack(
       layers,
       sublayers_initial=[],
-      sublayers_per_layer=block,
+      sublayers_per_layer=TRUE_NORM_BLOCK,
       sublayers_final=[],
     )
     y = x
+    tables = []
     for step in range(2):
-      signal = _np_sinusoid(np.arange(L) + 3) + _np_sinusoid(step)
-      y = plain.call(
-        _context(mesh),
-        y
-        + mtf.import_tf_tensor(
-          mesh, tf.constant(signal), mtf.Shape([LENGTH, D_MODEL])
-        ),
-      )
-    ref = transformer.sublayer_rms_norm(
-      y, None, _context(mesh), name="final_layer_norm"
-    )
-    return [out, ref]
+      if signal_type == "learned":
+        table = mesh.graph.name_to_variable["layer_embedding"].outputs[0]
+        tables.append(table)
+        index = mtf.constant(mesh, step, dtype=tf.int32)
+        signal = mtf.gather(table, index, table.shape.dims[0]) * np.sqrt(D)
+      else:
+        signal = mtf.import_tf_tensor(
+          mesh, tf.constant(_np_timing_signal(step)), mtf.Shape([D_MODEL])
+        )
+      y = block.call(_context(mesh), y + signal)
+    with tf.compat.v1.variable_scope("reference"):
+      ref = mtf.layers.layer_norm(y, D_MODEL)
+    return [out, ref] + tables[:1]
 
-  out, ref = mtu.run_program(build)
+  out, ref, *table = mtu.run_program(build)
   np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5)
+  if table:
+    assert table[0].shape == (2, D)
 
 
-def test_learned_step_signal_and_concat():
+def test_get_timing_signal_1d_matches_numpy():
   def build(mesh):
-    stack = _ut(
-      num_rec_steps=2,
-      add_step_timing_signal=True,
-      step_timing_signal_type="learned",
-      add_or_concat_timing_signal="concat",
-    )
-    out, _ = _encode(mesh, stack)
+    stack, context = _ut(), _context(mesh)
     return [
-      out,
-      mesh.graph.name_to_variable[
-        "encoder/universal_transformer/step_embedding"
-      ].outputs[0],
-      mesh.graph.name_to_variable[
-        "encoder/universal_transformer/timing_concat/kernel"
-      ].outputs[0],
+      stack.get_timing_signal_1d(context, LENGTH, D_MODEL, start_index=3),
+      stack.get_timing_signal_1d(context, LENGTH, D_MODEL, 2.0, 100.0),
     ]
 
-  out, table, kernel = mtu.run_program(build)
-  assert table.shape == (2, D) and kernel.shape == (2 * D, D)
-  assert out.shape == (B, L, D) and np.isfinite(out).all()
+  a, b = mtu.run_program(build)
+  np.testing.assert_allclose(a, _np_timing_signal(np.arange(L) + 3), atol=1e-5)
+  np.testing.assert_allclose(
+    b, _np_timing_signal(np.arange(L), D, 2.0, 100.0), atol=1e-5
+  )
+  with pytest.raises(NotImplementedError):
+    mtu.run_program(
+      lambda mesh: [
+        _ut().get_timing_signal_1d(
+          _context(mesh), LENGTH, mtf.Dimension("d_model", 7)
+        )
+      ]
+    )
+
+
+def test_timing_signal_funcs_match_numpy():
+  def build(mesh):
+    context, x = _context(mesh), _import_x(mesh)
+    stack = _ut(position_start_index=2, num_rec_steps=2)
+    by_step = _ut(position_start_index="step", num_rec_steps=4)
+    learned = _ut(
+      step_timing_signal_type="learned", recurrence_type="act", act_max_steps=5
+    )
+    concat = _ut(add_or_concat_timing_signal="concat")
+    outs = [
+      stack.add_position_timing_signal_func(context, x, 0),
+      by_step.add_position_timing_signal_func(context, x, 3),
+      stack.add_step_timing_signal_func(context, x, 1),
+      learned.add_step_timing_signal_func(context, x, 3),
+      learned.add_step_timing_signal_func(context, x, 5),  # past the end
+      concat.add_position_timing_signal_func(context, x, 0),
+    ]
+    table = mesh.graph.name_to_variable["layer_embedding"].outputs[0]
+    return outs + [table]
+
+  pos, by_step, step, learned, past, concat, table = mtu.run_program(build)
+  np.testing.assert_allclose(
+    pos, X + _np_timing_signal(np.arange(L) + 2), atol=1e-5
+  )
+  # "step": positions start at length * step / num_steps = 8 * 3 / 4.
+  np.testing.assert_allclose(
+    by_step, X + _np_timing_signal(np.arange(L) + 6), atol=1e-5
+  )
+  np.testing.assert_allclose(step, X + _np_timing_signal(1), atol=1e-5)
+  assert table.shape == (5, D)  # act_max_steps layers ("act")
+  np.testing.assert_allclose(learned, X + table[3] * np.sqrt(D), atol=1e-5)
+  np.testing.assert_allclose(past, X)
+  assert concat.shape == (B, L, 2 * D)
+  np.testing.assert_allclose(concat[..., :D], X)
+  np.testing.assert_allclose(
+    concat[..., D:],
+    np.broadcast_to(_np_timing_signal(np.arange(L)), (B, L, D)),
+    atol=1e-5,
+  )
+
+
+def test_concat_step_signal_is_projected_back():
+  def build(mesh):
+    stack = _ut(
+      add_step_timing_signal=True,
+      add_or_concat_timing_signal="concat",
+      num_rec_steps=2,
+    )
+    out = stack.step_preprocess(_context(mesh), _import_x(mesh), 1)
+    kernel = mesh.graph.name_to_variable["dense/kernel"].outputs[0]
+    return [out, kernel]
+
+  out, kernel = mtu.run_program(build)
+  signal = np.broadcast_to(_np_timing_signal(1), (B, L, D))
+  np.testing.assert_allclose(
+    out, np.concatenate([X, signal], -1) @ kernel, rtol=1e-5, atol=1e-5
+  )
 
 
 # ----------------------------------------------------------------------------
 # ACT
 
 
-def _np_act(states, probs, max_steps, epsilon):
+def _np_act(states, probs, max_steps, epsilon, accumulated):
   """states[k]: output of step k; probs[k]: halting probability at step k."""
   halting = np.zeros(probs[0].shape)
-  remainders, n, halted = (np.zeros_like(halting) for _ in range(3))
+  remainders, n_updates = np.zeros_like(halting), np.zeros_like(halting)
   out = np.zeros_like(states[0])
-  for step in range(max_steps):
-    p, running = probs[step], 1.0 - halted
-    if step == max_steps - 1:
-      new_halted = running
-    else:
-      new_halted = (halting + p * running > 1 - epsilon) * running
-    still = running - new_halted
-    halting = halting + p * still
-    remainder = new_halted * (1 - halting)
-    remainders += remainder
-    update = (p * still + remainder)[..., None]
-    n += running
-    halted += new_halted
-    out = states[step] * update + out * (1 - update)
-  return out, n, remainders
+  for step in range(max_steps + 1):
+    p = probs[step]
+    running = (halting < 1.0).astype(np.float64)
+    proposed = halting + p * running
+    new_halted = (proposed > 1 - epsilon) * running
+    running = (proposed <= 1 - epsilon) * running
+    halting = halting + p * running
+    remainders = remainders + new_halted * (1 - halting)
+    halting = halting + new_halted * remainders
+    n_updates = n_updates + running + new_halted
+    weight = (p * running + new_halted * remainders)[..., None]
+    out = states[step] * weight + (out if accumulated else out * (1 - weight))
+  return out, n_updates
 
 
 @pytest.mark.parametrize(
-  "bias_init,max_steps", [(1.0, 4), (-1.0, 3), (-10.0, 3), (10.0, 3)]
+  "epsilon,act_type",
+  [(0.01, "basic"), (0.6, "basic"), (0.99, "basic"), (0.3, "accumulated")],
 )
-def test_act_matches_numpy(bias_init, max_steps):
+def test_act_matches_numpy(epsilon, act_type):
+  max_steps = 3
+
   def build(mesh):
     stack = _ut(
       recurrence_type="act",
+      act_type=act_type,
       act_max_steps=max_steps,
-      act_halting_bias_init=bias_init,
-      act_loss_weight=0.5,
+      act_epsilon=epsilon,
     )
-    context = _context(mesh, losses=[])
     x = _import_x(mesh)
-    out, n, r = stack.ut_act(context, x)
+    out = stack.act_layer(_context(mesh), x, None)
     states = [x]
-    for step in range(max_steps):
-      states.append(stack.ut_step(_context(mesh), states[-1], step))
+    for _ in range(max_steps + 1):
+      states.append(
+        stack.vanilla_transformer_layer(_context(mesh), states[-1], None)
+      )
     var = mesh.graph.name_to_variable
-    kernel = var["universal_transformer/act_halting/kernel"].outputs[0]
-    bias = var["universal_transformer/act_halting/bias"].outputs[0]
-    return [out, n, r, context.losses[0], kernel, bias] + states
+    unit = "sigmoid_activation_for_pondering/"
+    kernel = var[unit + "dense/kernel"].outputs[0]
+    bias = var[unit + "dense_1/bias"].outputs[0]
+    return [out, kernel, bias] + states
 
-  out, n, r, loss, kernel, bias, *states = mtu.run_program(build)
-  probs = [1 / (1 + np.exp(-(s @ kernel + bias))) for s in states[:-1]]
-  e_out, e_n, e_r = _np_act(states[1:], probs, max_steps, 0.01)
-  np.testing.assert_allclose(n, e_n, atol=1e-6)
-  np.testing.assert_allclose(r, e_r, rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(out, e_out, rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(loss, 0.5 * np.mean(e_n + e_r), rtol=1e-5)
-  assert n.min() >= 1 and n.max() <= max_steps
-  assert r.min() >= 0 and r.max() <= 1
-  if bias_init == -10.0:  # Never halts by itself: stopped at act_max_steps.
-    assert (n == max_steps).all()
-  if bias_init == 10.0:  # Halts after the first step.
-    assert (n == 1).all()
+  out, kernel, bias, *states = mtu.run_program(build)
+  assert kernel.shape == (D, 1) and bias.shape == (1,)
+  probs = [_sigmoid(s @ kernel + bias)[..., 0] for s in states[:-1]]
+  expected, n_updates = _np_act(
+    states[1:], probs, max_steps, epsilon, act_type == "accumulated"
+  )
+  np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+  if epsilon == 0.99:  # Every position halts at the first step.
+    assert (n_updates == 1).all()
+  if epsilon == 0.01:  # Some positions take more than two steps.
+    assert n_updates.max() > 2
 
 
-def test_act_ponder_loss_reaches_the_model_loss():
+def test_act_global_halts_whole_sequences():
   def build(mesh):
-    stack = _ut(recurrence_type="act", act_max_steps=2)
-    _, loss = _encode(mesh, stack, compute_loss=True)
-    return [loss]
+    stack = _ut(recurrence_type="act", act_type="global", act_max_steps=2)
+    return [stack.act_layer(_context(mesh), _import_x(mesh), None)]
 
-  (loss,) = mtu.run_program(build)
-  # weight 0.01 * mean(steps + remainder), steps + remainder in [1, 3].
-  assert 0.01 <= loss <= 0.03
+  (out,) = mtu.run_program(build)
+  assert out.shape == (B, L, D) and np.isfinite(out).all()
+
+
+# ----------------------------------------------------------------------------
+# Gates
+
+
+@pytest.mark.parametrize("gating_type", ["highway", "gru"])
+def test_gating_matches_numpy(gating_type):
+  mask = (SEQ != 0).astype(np.float32)
+
+  def build(mesh):
+    context, x = _context(mesh), _import_x(mesh)
+    transformed = x * 2.0 - 1.0
+    mtf_mask = mtf.import_tf_tensor(
+      mesh, tf.constant(mask), mtf.Shape([BATCH, LENGTH])
+    )
+    stack = _ut(gating_type=gating_type)
+    out = stack.gating(context, x, transformed, mtf_mask)
+    again = stack.gating(context, x, transformed, mtf_mask)
+    var = mesh.graph.name_to_variable
+    num_gates = 2 if gating_type == "highway" else 3
+    params = []
+    for i in range(num_gates):
+      params.append(var["dense_%d/kernel" % (2 * i) if i else "dense/kernel"])
+      params.append(var["dense_%d/bias" % (2 * i + 1)])
+    # The second call reuses the gates' variables.
+    assert len(mesh.graph.all_variables) == 2 * num_gates + 2
+    return [out, again] + [v.outputs[0] for v in params]
+
+  out, again, *params = mtu.run_program(build)
+  np.testing.assert_allclose(out, again)
+  kernels, biases = params[0::2], params[1::2]
+
+  def norm(t):
+    return _np_layer_norm(t * mask[..., None])
+
+  def gate(i, *normed):
+    return _sigmoid(np.concatenate(normed, -1) @ kernels[i] + biases[i])
+
+  x, t = X, X * 2.0 - 1.0
+  # A second gate on the same input list normalises the inputs again.
+  if gating_type == "highway":
+    expected = x * gate(1, norm(norm(x))) + t * gate(0, norm(x))
+  else:
+    update = gate(0, norm(x), norm(t))
+    reset = gate(1, norm(norm(x)), norm(norm(t)))
+    candidate = gate(2, norm(reset * x), norm(t))
+    expected = (1 - update) * t + update * candidate
+  np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
+
+
+def test_highway_recurrence_matches_numpy():
+  """s * (1 - g) + t * g, g = sigmoid([norm(s), norm(t), norm(i)] W + b)."""
+
+  def build(mesh):
+    stack = _ut(recurrence_type="highway", gates_inputs="its")
+    x = _import_x(mesh)
+    inputs = x * 0.5
+    out = stack.ut_highway(_context(mesh), (x, inputs, None), None)
+    transformed = stack.vanilla_transformer_layer(_context(mesh), x, None)
+    var = mesh.graph.name_to_variable
+    return [
+      out,
+      transformed,
+      var["dense/kernel"].outputs[0],
+      var["dense_1/bias"].outputs[0],
+    ]
+
+  out, t, kernel, bias = mtu.run_program(build)
+  assert kernel.shape == (3 * D, D)
+  # The inputs in the original's order: state, transformed, inputs.
+  normed = [_np_layer_norm(v) for v in (X, t, X * 0.5)]
+  g = _sigmoid(np.concatenate(normed, -1) @ kernel + bias)
+  np.testing.assert_allclose(out, X * (1 - g) + t * g, rtol=1e-4, atol=1e-5)
+
+
+def test_ffn_layer_multi_inputs_dense_relu_dense_and_postprocess():
+  def build(mesh):
+    context, x = _context(mesh), _import_x(mesh)
+    stack = _ut()
+    inputs = [x * 3.0]
+    out = stack.ffn_layer_multi_inputs(
+      context,
+      None,
+      inputs,
+      ffn_layer_type="dense_relu_dense",
+      preprocess=True,
+      postprocess=True,
+    )
+    return [out, inputs[0]] + [
+      v.outputs[0]
+      for v in mesh.graph.all_variables
+      if "layer_norm" not in v.name
+    ]
+
+  out, normed, wi, wo = mtu.run_program(build)
+  # The caller's list now holds the normalised input.
+  np.testing.assert_allclose(normed, _np_layer_norm(X * 3.0), atol=1e-5)
+  expected = _np_layer_norm(np.maximum(normed @ wi, 0.0) @ wo)
+  np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
+  with pytest.raises(ValueError, match="Unknown ffn_layer type"):
+    mtu.run_program(
+      lambda mesh: [
+        _ut().ffn_layer_multi_inputs(
+          _context(mesh), None, [_import_x(mesh)], ffn_layer_type="conv"
+        )
+      ]
+    )
 
 
 # ----------------------------------------------------------------------------
@@ -366,27 +543,25 @@ VARIANTS = {
     num_rec_steps=2,
     gates_inputs="ist",
     add_step_timing_signal=True,
-    add_position_timing_signal=True,
+    step_timing_signal_type="learned",
     couple_carry_transform_gates=False,
+    use_gated_transformer=True,
   ),
-  "skip": dict(
-    recurrence_type="skip",
+  "gru": dict(
     num_rec_steps=2,
-    gates_inputs="st",
-    gate_ffn_layer="dense_relu_dense",
+    add_step_timing_signal=True,
+    add_or_concat_timing_signal="concat",
     use_gated_transformer=True,
     gating_type="gru",
   ),
   "act": dict(
     recurrence_type="act",
     act_max_steps=3,
-    act_halting_bias_init=-0.5,
     add_step_timing_signal=True,
     step_timing_signal_type="learned",
     mix_with_transformer_before_ut=True,
     mix_with_transformer_after_ut=True,
     num_vanilla_transformer_layers=1,
-    use_gated_transformer=True,
   ),
 }
 
@@ -443,10 +618,16 @@ def test_gradients_reach_every_variable(variant):
   assert len(grads) == len(names)
   for name, g in zip(names, grads):
     assert np.abs(g).max() > 0, name
+  if variant == "highway":
+    # Per-step highway gates; the residual gates shared by all passes.
+    assert "encoder/dense_7/bias" in names
+    assert "encoder/block_000/layer_000/SelfAttention/dense_3/bias" in names
+    assert "encoder/block_000/layer_000/SelfAttention/dense_4/kernel" not in (
+      names
+    )
   if variant == "act":
-    assert any(n.startswith("encoder/vanilla_before_000/") for n in names)
-    assert any(n.startswith("encoder/vanilla_after_000/") for n in names)
-    assert "encoder/block_000/layer_000/gating/w_gate/kernel" in names
+    assert "encoder/layer_embedding" in names
+    assert "encoder/sigmoid_activation_for_pondering/dense_1/bias" in names
 
 
 # ----------------------------------------------------------------------------
@@ -459,14 +640,12 @@ def test_missing_and_invalid_parameters_are_named():
     ut.UTLayerStack(_layers(), **dict(BASE, num_rec_steps=gin.REQUIRED))
   with pytest.raises(ValueError, match="recurrence_type 'lstm'"):
     _ut(recurrence_type="lstm")
-  with pytest.raises(ValueError, match="act_type 'global'"):
-    _ut(act_type="global")
-  with pytest.raises(ValueError, match="gates_inputs"):
-    _ut(gates_inputs="x")
-  with pytest.raises(ValueError, match="act_epsilon"):
-    _ut(act_epsilon=1.5)
-  with pytest.raises(ValueError, match="num_rec_steps must be an int >= 1"):
-    _ut(num_rec_steps=0)
+  with pytest.raises(ValueError, match="act_type 'dynamic'"):
+    _ut(act_type="dynamic")
+  with pytest.raises(ValueError, match="gating_type"):
+    _ut(gating_type="lstm")
+  with pytest.raises(ValueError, match="position_start_index"):
+    _ut(position_start_index="middle")
 
 
 def test_gin_registration():
@@ -484,188 +663,3 @@ def test_gin_registration():
     assert stack.num_rec_steps == 5 and stack.act_epsilon == 0.01
   finally:
     gin.clear_config()
-
-
-# ----------------------------------------------------------------------------
-# The original's building blocks
-
-
-def _np_timing_signal(positions, d=D, min_timescale=1.0, max_timescale=1e4):
-  n = d // 2
-  increment = np.log(max_timescale / min_timescale) / max(n - 1, 1)
-  inv = min_timescale * np.exp(np.arange(n) * -increment)
-  t = np.asarray(positions, np.float64)[..., None] * inv
-  return np.concatenate([np.sin(t), np.cos(t)], -1).astype(np.float32)
-
-
-def _np_layer_norm(x, eps=1e-6):
-  x = x - x.mean(-1, keepdims=True)
-  return x / np.sqrt((x * x).mean(-1, keepdims=True) + eps)
-
-
-def _sigmoid(x):
-  return 1.0 / (1.0 + np.exp(-x))
-
-
-def test_get_timing_signal_1d_matches_numpy():
-  def build(mesh):
-    stack, context = _ut(), _context(mesh)
-    return [
-      stack.get_timing_signal_1d(context, LENGTH, D_MODEL, start_index=3),
-      stack.get_timing_signal_1d(context, LENGTH, D_MODEL, 2.0, 100.0),
-    ]
-
-  a, b = mtu.run_program(build)
-  np.testing.assert_allclose(a, _np_timing_signal(np.arange(L) + 3), atol=1e-5)
-  np.testing.assert_allclose(
-    b, _np_timing_signal(np.arange(L), D, 2.0, 100.0), atol=1e-5
-  )
-  with pytest.raises(NotImplementedError):
-    mtu.run_program(
-      lambda mesh: [
-        _ut().get_timing_signal_1d(
-          _context(mesh), LENGTH, mtf.Dimension("d_model", 7)
-        )
-      ]
-    )
-
-
-def test_timing_signal_funcs_match_numpy():
-  def build(mesh):
-    context, x = _context(mesh), _import_x(mesh)
-    stack = _ut(position_start_index=2, num_rec_steps=2)
-    learned = _ut(
-      step_timing_signal_type="learned", recurrence_type="act", act_max_steps=5
-    )
-    concat = _ut(add_or_concat_timing_signal="concat")
-    outs = [
-      stack.add_position_timing_signal_func(context, x, 0),
-      stack.add_step_timing_signal_func(context, x, 1),
-      learned.add_step_timing_signal_func(context, x, 3),
-      concat.add_position_timing_signal_func(context, x, 0),
-    ]
-    table = mesh.graph.name_to_variable["layer_embedding"].outputs[0]
-    return outs + [table]
-
-  pos, step, learned, concat, table = mtu.run_program(build)
-  np.testing.assert_allclose(
-    pos, X + _np_timing_signal(np.arange(L) + 2), atol=1e-5
-  )
-  np.testing.assert_allclose(step, X + _np_timing_signal(1), atol=1e-5)
-  assert table.shape == (5, D)  # act_max_steps layers ("act")
-  np.testing.assert_allclose(learned, X + table[3] * np.sqrt(D), atol=1e-5)
-  assert concat.shape == (B, L, 2 * D)
-  np.testing.assert_allclose(concat[..., :D], X)
-  np.testing.assert_allclose(
-    concat[..., D:],
-    np.broadcast_to(_np_timing_signal(np.arange(L)), (B, L, D)),
-    atol=1e-5,
-  )
-
-
-@pytest.mark.parametrize("gating_type", ["highway", "gru"])
-def test_gating_matches_numpy(gating_type):
-  mask = (SEQ != 0).astype(np.float32)
-
-  def build(mesh):
-    context, x = _context(mesh), _import_x(mesh)
-    transformed = x * 2.0 - 1.0
-    mtf_mask = mtf.import_tf_tensor(
-      mesh, tf.constant(mask), mtf.Shape([BATCH, LENGTH])
-    )
-    out = _ut(gating_type=gating_type).gating(context, x, transformed, mtf_mask)
-    params = [
-      v.outputs[0]
-      for v in mesh.graph.all_variables
-      if v.name.startswith("dense")
-    ]
-    return [out] + params
-
-  out, *params = mtu.run_program(build)
-  # In creation order: each gate's kernel, then its bias.
-  kernels, biases = params[0::2], params[1::2]
-
-  def gate(i, *inputs):
-    normed = [_np_layer_norm(t * mask[..., None]) for t in inputs]
-    return _sigmoid(np.concatenate(normed, -1) @ kernels[i] + biases[i])
-
-  x, t = X, X * 2.0 - 1.0
-  if gating_type == "highway":
-    expected = x * gate(1, x) + t * gate(0, x)
-  else:
-    update, reset = gate(0, x, t), gate(1, x, t)
-    candidate = gate(2, reset * x, t)
-    expected = (1 - update) * t + update * candidate
-  np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
-
-
-def test_ffn_layer_multi_inputs_dense_relu_dense_and_postprocess():
-  def build(mesh):
-    context, x = _context(mesh), _import_x(mesh)
-    stack = _ut()
-    out = stack.ffn_layer_multi_inputs(
-      context,
-      None,
-      [x, x * 3.0],
-      ffn_layer_type="dense_relu_dense",
-      postprocess=True,
-    )
-    return [out] + [v.outputs[0] for v in mesh.graph.all_variables]
-
-  # In creation order: each dense layer's kernel, then its bias.
-  out, k0, b0, k1, b1, *_ = mtu.run_program(build)
-  hidden = np.maximum(np.concatenate([X, X * 3.0], -1) @ k0 + b0, 0.0)
-  expected = _np_layer_norm(hidden @ k1 + b1)
-  np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5)
-  with pytest.raises(ValueError, match="Unknown ffn_layer type"):
-    mtu.run_program(
-      lambda mesh: [
-        _ut().ffn_layer_multi_inputs(
-          _context(mesh), None, [_import_x(mesh)], ffn_layer_type="conv"
-        )
-      ]
-    )
-
-
-def test_original_signatures_delegate():
-  """act_layer, vanilla_transformer_layer, ut_basic and ut_highway with the
-  original's (x, mask) and (state, inputs, memory) arguments, each in its own
-  program with the same initial weights as the method it delegates to.
-  """
-
-  def run(make_stack, method):
-    def build(mesh):
-      tf.random.set_seed(7)  # In build: a TF1 pass run has its own graph.
-      return [method(make_stack(), _context(mesh), _import_x(mesh))]
-
-    return mtu.run_program(build)[0]
-
-  act = functools.partial(_ut, recurrence_type="act")
-  basic = functools.partial(_ut, num_rec_steps=2)
-  highway = functools.partial(_ut, recurrence_type="highway", num_rec_steps=2)
-  pairs = [
-    (
-      act,
-      lambda s, c, x: s.act_layer(c, x, None),
-      lambda s, c, x: s.ut_act(c, x)[0],
-    ),
-    (
-      basic,
-      lambda s, c, x: s.vanilla_transformer_layer(c, x, None),
-      lambda s, c, x: s.transition(c, x),
-    ),
-    (
-      basic,
-      lambda s, c, x: s.ut_basic(c, x, None),
-      lambda s, c, x: s.ut_step(c, s.ut_step(c, x, 0), 1),
-    ),
-    (
-      highway,
-      lambda s, c, x: s.ut_highway(c, (x, x, x), None),
-      lambda s, c, x: s.ut_highway(c, x, None),
-    ),
-  ]
-  for make_stack, original, ours in pairs:
-    np.testing.assert_allclose(
-      run(make_stack, original), run(make_stack, ours), rtol=1e-6, atol=1e-6
-    )

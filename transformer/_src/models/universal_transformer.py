@@ -1,52 +1,53 @@
-"""Universal Transformer (Dehghani et al. 2019): one block, applied recurrently.
+"""Universal Transformer layer stack, as mesh-tensorflow 0.1.21 builds it.
 
-`UTLayerStack` applies its layers (one "block", e.g. SelfAttention +
-DenseReluDense) again and again with the same weights. Before every
-recurrence step a timing signal may be added: the sinusoid position signal
-and/or a per-step signal (learned or sinusoid). The recurrence is one of:
+`UTLayerStack` runs its layers (one "block", e.g. SelfAttention +
+DenseReluDense) num_vanilla_transformer_layers times before and/or after a
+recurrence, then a final layer norm. Every pass of the block, vanilla or
+recurrent, uses the same variables: the block's layers live under their own
+names (`<layer name>/<ClassName>/...`) and each layer's input norm is a
+true layer norm (`<layer name>/layer_prepostprocess/layer_norm/
+layer_norm_{scale,bias}`); the final norm is `layer_prepostprocess/
+layer_norm/...` in the stack's scope. With a sequence id, the input of every
+norm (not the final one) and the stack's output are multiplied by the
+padding mask. The recurrence is one of:
 
-  "basic":   x <- T(P(x, step))                      for num_rec_steps steps
-  "highway": s = P(x, step); t = T(s); x <- t * g + s * c
-  "skip":    s = P(x, step); t = T(s); x <- t * g + x0 * c    (x0: UT input)
-  "act":     adaptive computation time (act_type "basic"): every position
-             halts once its summed halting probability exceeds
-             1 - act_epsilon (or after act_max_steps steps); the output
-             interpolates the step outputs with the update weights, and the
-             ponder loss act_loss_weight * mean(steps + remainder) is
-             appended to context.losses.
+  "basic":   x <- block(step_signal(x, step))              num_rec_steps times
+  "highway": s = step_signal(x, step); t = block(s);
+             x <- s * carry + t * transform                num_rec_steps times
+  "act":     adaptive computation time, act_max_steps + 1 steps (below).
 
-P is the timing signal, T the transition (the block, num_inrecurrence_layers
-times), g = sigmoid(gate_ffn_layer(gates_inputs)) the transform gate and
-c = 1 - g (couple_carry_transform_gates) or a second gate. Optionally
-num_vanilla_transformer_layers ordinary (non-shared) passes of the block
-run before and/or after the recurrence, and every layer's residual can be
-gated (use_gated_transformer, gating_type "highway" or "gru").
+The step signal (add_step_timing_signal) is the learned `layer_embedding`
+[layer: num_steps, d_model] (N(0, d^-1/2), times d^1/2) or a sinusoid of the
+step, added or concatenated; with "concat" a dense layer without bias
+(new `dense*/kernel` at every step) projects the result back to d_model. The position signal is
+never added by the recurrence (add_position_timing_signal_func computes it
+when called directly).
 
-ACT is unrolled to act_max_steps static steps: positions that halted get
-update weight 0, so the result equals a dynamic halting loop, gradients
-flow, and incremental decoding sees the same layer calls in every mode.
+ACT (act_type "basic", per position; "global" halts whole sequences with the
+mean probability; "random" draws the probability; "accumulated" adds the
+weighted states): at every step the halting probability p is
+sigmoid(dense(state)) (`sigmoid_activation_for_pondering/dense/kernel`,
+`.../dense_1/bias`, shared by the steps); positions still running whose sum
+would pass 1 - act_epsilon halt and get the remainder as update weight,
+others get p; the output is the update-weighted running mix of the
+transformed states. A position's halting sum only stops the recurrence
+weights, not the steps: all act_max_steps + 1 steps run, and the learned
+step signal of step act_max_steps is zero (past the end of
+`layer_embedding`).
 
-Variables: the block's layers and norms exactly as a legacy LayerStack
-(`<layer name>/<ClassName>/...`, `<layer name>/layer_norm/scale`,
-`final_layer_norm/scale`), created once and shared by all steps; the vanilla
-passes under `vanilla_before_%03d/` / `vanilla_after_%03d/`; the UT's own
-under `universal_transformer/` (`step_embedding`, `timing_concat/kernel`,
-`act_halting/{kernel,bias}`, `transform_gate/...`, `carry_gate/...`) and the
-residual gates under `<layer name>/gating/`.
-
-The original's building blocks are methods too (get_timing_signal_1d,
-add_position_timing_signal_func, add_step_timing_signal_func,
-get_layer_timing_signal_learned_1d, vanilla_transformer_layer,
-ffn_layer_multi_inputs, gating, act_layer); those with variables create them
-in the caller's scope: `layer_embedding`, `dense*/{kernel,bias}` and the
-`layer_prepostprocess/layer_norm/...` of the gates' input norms.
+Gates are ffn_layer_multi_inputs: a sigmoid dense layer with bias over the
+layer-normed gate inputs concatenated along d_model; the normed inputs
+replace the caller's list entries, so a second gate on the same list
+normalises them again. The highway recurrence's gates get new variables at
+every step (`dense/kernel`, `dense_1/bias`, `dense_2/kernel`, ...); a gated
+residual's (use_gated_transformer) are `<layer name>/<ClassName>/dense*`,
+shared by all passes, as the halting unit's.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import gin
 import tensorflow as tf
@@ -54,41 +55,85 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from transformer._src.layers.context import Context
 from transformer._src.layers.context import TransformerLayer
-from transformer._src.layers.embeddings import (
-  sinusoid_positional_embedding_weights,
-)
-from transformer._src.models.layer_stack import LayerStack
-from transformer._src.models.layer_stack import sublayer_mask_padding
 
 __all__ = ["UTLayerStack"]
 
 _GIN_MODULE = "mesh_tensorflow.transformer.universal_transformer"
-_SCOPE = "universal_transformer"
 _CHOICES = {
-  "act_type": ("basic",),
-  "recurrence_type": ("basic", "highway", "skip", "act"),
+  "act_type": ("basic", "global", "random", "accumulated"),
+  "recurrence_type": ("basic", "highway", "act"),
   "add_or_concat_timing_signal": ("add", "concat"),
   "step_timing_signal_type": ("learned", "sinusoid"),
   "gate_ffn_layer": ("dense", "dense_relu_dense"),
   "gating_type": ("highway", "gru"),
 }
-_BOOLS = (
-  "add_position_timing_signal",
-  "add_step_timing_signal",
-  "mix_with_transformer_before_ut",
-  "mix_with_transformer_after_ut",
-  "use_gated_transformer",
-)
 
 tf1 = tf.compat.v1
 
 
-def _ensemble_dims(context: Context):
+def _ensemble_dims(context: Context) -> List[mtf.Dimension]:
   return list(getattr(context.model, "ensemble_dims", None) or [])
 
 
+def _record(context: Context, x: mtf.Tensor) -> None:
+  if context.layer_outputs is not None:
+    context.layer_outputs.append(x)
+
+
+def _masked(x: mtf.Tensor, mask: Optional[mtf.Tensor]) -> mtf.Tensor:
+  return x if mask is None else x * mask
+
+
+def _dense_in_scopes(
+  context: Context,
+  x: mtf.Tensor,
+  new_dim: mtf.Dimension,
+  scope_index: int,
+  expert_dims: Sequence[mtf.Dimension],
+  activation=None,
+  kernel_initializer=None,
+) -> mtf.Tensor:
+  """activation(x W + b) over x's last dim, as the scope_index-th dense layer.
+
+  The kernel and the bias are in their own scopes, `dense_<2k>/kernel` and
+  `dense_<2k+1>/bias` for scope_index k (`dense` for 0): the names the
+  scope_index-th dense layer with default scopes gets in a freshly entered
+  scope, so that calls in a scope entered again share the variables.
+  """
+
+  def scope(i):
+    return "dense" if i == 0 else "dense_%d" % i
+
+  reduced_dim = x.shape.dims[-1]
+  if reduced_dim == new_dim:
+    renamed = mtf.Dimension("_" + reduced_dim.name, reduced_dim.size)
+    x = mtf.rename_dimension(x, reduced_dim.name, renamed.name)
+    reduced_dim = renamed
+  expert_dims = list(expert_dims)
+  kernel = mtf.layers.get_dense_kernel_weights(
+    x,
+    [new_dim],
+    [reduced_dim],
+    expert_dims,
+    kernel_initializer,
+    name=scope(2 * scope_index),
+    variable_dtype=context.variable_dtype,
+  )
+  with tf1.variable_scope(scope(2 * scope_index + 1)):
+    bias = mtf.get_variable(
+      context.mesh,
+      "bias",
+      mtf.Shape(expert_dims + [new_dim]),
+      initializer=tf1.zeros_initializer(),
+      dtype=context.variable_dtype,
+    )
+  kept = [d for d in x.shape.dims if d != reduced_dim]
+  y = mtf.einsum([x, kernel], mtf.Shape(kept + [new_dim])) + bias
+  return y if activation is None else activation(y)
+
+
 @gin.configurable(module=_GIN_MODULE)
-class UTLayerStack(LayerStack):
+class UTLayerStack(TransformerLayer):
   """A Universal Transformer: the layers form one block applied recurrently.
 
   gin REQUIRED parameters (17): act_type, recurrence_type, act_max_steps,
@@ -98,18 +143,18 @@ class UTLayerStack(LayerStack):
   mix_with_transformer_before_ut, mix_with_transformer_after_ut,
   gates_inputs, gate_ffn_layer, use_gated_transformer, gating_type.
 
-  Example (3 recurrent steps of one attention + feed-forward block):
+  Example (2 recurrent steps of one attention + feed-forward block):
     >>> _ = gin.parse_config('''
     ... UTLayerStack.act_type = "basic"
     ... UTLayerStack.recurrence_type = "basic"
     ... UTLayerStack.act_max_steps = 4
     ... UTLayerStack.act_epsilon = 0.01
-    ... UTLayerStack.num_rec_steps = 3
+    ... UTLayerStack.num_rec_steps = 2
     ... UTLayerStack.num_inrecurrence_layers = 1
-    ... UTLayerStack.position_start_index = 0
+    ... UTLayerStack.position_start_index = None
     ... UTLayerStack.add_or_concat_timing_signal = "add"
     ... UTLayerStack.step_timing_signal_type = "learned"
-    ... UTLayerStack.add_position_timing_signal = True
+    ... UTLayerStack.add_position_timing_signal = False
     ... UTLayerStack.add_step_timing_signal = True
     ... UTLayerStack.mix_with_transformer_before_ut = False
     ... UTLayerStack.mix_with_transformer_after_ut = False
@@ -135,10 +180,10 @@ class UTLayerStack(LayerStack):
     >>> logits, _ = lm.call_simple(ids, ids, compute_loss=False)
     >>> converter.convert_mtf_tensor_to_np_array(logits).shape
     (1, 4, 16)
-    >>> for v in converter.graph.all_variables:  # one q for the 3 steps
-    ...   if "step" in v.name or "SelfAttention/q" in v.name:
+    >>> for v in converter.graph.all_variables:  # one q for both steps
+    ...   if "layer_embedding" in v.name or "SelfAttention/q" in v.name:
     ...     print(v.name[len("transformer/"):], v.shape)
-    universal_transformer/step_embedding Shape[ut_steps=3, d_model=8]
+    layer_embedding Shape[layer=2, d_model=8]
     block_000/layer_000/SelfAttention/q Shape[d_model=8, heads=8]
   """
 
@@ -155,7 +200,7 @@ class UTLayerStack(LayerStack):
     act_epsilon: float = gin.REQUIRED,
     num_rec_steps: int = gin.REQUIRED,
     num_inrecurrence_layers: int = gin.REQUIRED,
-    position_start_index: int = gin.REQUIRED,
+    position_start_index: Optional[Union[int, str]] = gin.REQUIRED,
     add_or_concat_timing_signal: str = gin.REQUIRED,
     step_timing_signal_type: str = gin.REQUIRED,
     add_position_timing_signal: bool = gin.REQUIRED,
@@ -166,49 +211,45 @@ class UTLayerStack(LayerStack):
     gate_ffn_layer: str = gin.REQUIRED,
     use_gated_transformer: bool = gin.REQUIRED,
     gating_type: str = gin.REQUIRED,
-    *,
-    act_loss_weight: float = 0.01,
-    act_halting_bias_init: float = 1.0,
   ):
     """Creates the stack.
 
     Args:
-      layers: the TransformerLayers of the recurrent block.
-      dropout_rate: dropout after the embedding, every layer and the final
-        norm (legacy LayerStack sublayers).
-      norm_epsilon: epsilon of the RMS norms.
-      num_vanilla_transformer_layers: ordinary passes of the block (own
-        weights) before/after the recurrence when mixing.
-      couple_carry_transform_gates: highway/skip carry gate = 1 - transform.
-      act_type: the ACT variant: "basic".
-      recurrence_type: "basic", "highway", "skip" or "act".
-      act_max_steps: ACT: the most steps a position takes.
+      layers: the TransformerLayers of the block.
+      dropout_rate: dropout of the stack's input, every layer's output and
+        the final output (training only).
+      norm_epsilon: epsilon of the layer norms.
+      num_vanilla_transformer_layers: passes of the block before/after the
+        recurrence when mixing.
+      couple_carry_transform_gates: highway carry gate = 1 - transform gate
+        (else a second gate).
+      act_type: the ACT variant: "basic", "global", "random" or
+        "accumulated".
+      recurrence_type: "basic", "highway" or "act".
+      act_max_steps: ACT runs act_max_steps + 1 steps; the learned step
+        signal has act_max_steps entries.
       act_epsilon: ACT: a position halts at summed probability > 1 - eps.
-      num_rec_steps: recurrence steps (all types but "act").
+      num_rec_steps: recurrence steps ("basic" and "highway").
       num_inrecurrence_layers: passes of the block per recurrence step.
-      position_start_index: offset added to positions in the position
-        timing signal.
-      add_or_concat_timing_signal: "add" the signal, or "concat" it and
-        project back to d_model (`timing_concat/kernel`).
-      step_timing_signal_type: "learned" (`step_embedding`) or "sinusoid".
-      add_position_timing_signal: add the position signal every step.
-      add_step_timing_signal: add the step signal every step.
+      position_start_index: offset of the positions in
+        add_position_timing_signal_func: None (0), "random" or "step".
+      add_or_concat_timing_signal: "add" the step signal, or "concat" it.
+      step_timing_signal_type: "learned" (`layer_embedding`) or "sinusoid".
+      add_position_timing_signal: with "concat", project the concatenation
+        back to d_model.
+      add_step_timing_signal: add the step signal at every step.
       mix_with_transformer_before_ut: vanilla passes before the recurrence.
       mix_with_transformer_after_ut: vanilla passes after the recurrence.
-      gates_inputs: what highway/skip gates read, letters of "ist" (i: the
-        UT input, s: the step's input state, t: the transformed state).
+      gates_inputs: what highway gates read, letters of "ist" (s: the
+        step's input state, t: the transformed state, i: the recurrence
+        input), in that order.
       gate_ffn_layer: the gate network, "dense" or "dense_relu_dense".
-      use_gated_transformer: gate each layer's residual connection.
-      gating_type: that gate, "highway" (g*y + (1-g)*x) or "gru".
-      act_loss_weight: weight of the ACT ponder loss.
-      act_halting_bias_init: initial bias of the halting unit.
+      use_gated_transformer: gate each layer's output with its input.
+      gating_type: that gate, "highway" or "gru".
 
     Raises:
       ValueError: naming the parameter, if one is missing or invalid.
     """
-    super().__init__(
-      layers, dropout_rate=dropout_rate, norm_epsilon=norm_epsilon
-    )
     given = dict(
       act_type=act_type,
       recurrence_type=recurrence_type,
@@ -236,376 +277,54 @@ class UTLayerStack(LayerStack):
           "UTLayerStack: unknown %s %r; expected one of %s"
           % (name, value, list(_CHOICES[name]))
         )
-      if name in _BOOLS and not isinstance(value, bool):
-        raise ValueError(
-          "UTLayerStack: %s must be a bool, got %r" % (name, value)
-        )
-    if position_start_index is None:  # The original's "no offset".
-      position_start_index = given["position_start_index"] = 0
-    for name, value, minimum in (
-      ("act_max_steps", act_max_steps, 1),
-      ("num_rec_steps", num_rec_steps, 1),
-      ("num_inrecurrence_layers", num_inrecurrence_layers, 1),
-      ("position_start_index", position_start_index, 0),
-      ("num_vanilla_transformer_layers", num_vanilla_transformer_layers, 0),
-    ):
-      if (
-        not isinstance(value, int) or isinstance(value, bool) or value < minimum
-      ):
-        raise ValueError(
-          "UTLayerStack: %s must be an int >= %d, got %r"
-          % (name, minimum, value)
-        )
-    if not 0.0 < act_epsilon < 1.0:
-      raise ValueError(
-        "UTLayerStack: act_epsilon must be in (0, 1), got %r" % (act_epsilon,)
-      )
-    if (
-      not isinstance(gates_inputs, str)
-      or not gates_inputs
-      or set(gates_inputs) - set("ist")
-    ):
-      raise ValueError(
-        "UTLayerStack: gates_inputs must be letters of 'ist', "
-        "got %r" % (gates_inputs,)
-      )
-    for name, value in given.items():
       setattr(self, name, value)
+    if position_start_index not in (None, 0, "random", "step"):
+      if not isinstance(position_start_index, int):
+        raise ValueError(
+          "UTLayerStack: position_start_index must be None, an int, "
+          "'random' or 'step', got %r" % (position_start_index,)
+        )
+    self._layers = list(layers)
+    self._dropout_rate = dropout_rate
+    self._norm_epsilon = norm_epsilon
     self.num_vanilla_transformer_layers = num_vanilla_transformer_layers
     self.couple_carry_transform_gates = couple_carry_transform_gates
-    self.act_loss_weight = act_loss_weight
-    self.act_halting_bias_init = act_halting_bias_init
-    if use_gated_transformer:
-      self._sublayers_per_layer[-1] = self._sublayer_gated_residual
 
-  # -- timing signals --------------------------------------------------------
+  @property
+  def layers(self) -> List[TransformerLayer]:
+    """The layers of the block."""
+    return self._layers
+
+  @property
+  def num_layers(self) -> int:
+    """The number of layers of the block."""
+    return len(self._layers)
 
   @property
   def num_steps(self) -> int:
-    """Recurrence steps: act_max_steps for ACT, else num_rec_steps."""
+    """Steps of the step signal: act_max_steps for ACT, else num_rec_steps."""
     if self.recurrence_type == "act":
       return self.act_max_steps
     return self.num_rec_steps
 
-  def position_timing_signal(self, context: Context) -> mtf.Tensor:
-    """Sinusoid signal of (position + position_start_index), [pos..., d_model].
+  # -- norms and dropout -----------------------------------------------------
 
-    Args:
-      context: the Context of the call.
-
-    Returns:
-      The signal [batch..., length, d_model].
-    """
-    table_dim = mtf.Dimension(
-      "ut_positions", context.length_dim.size + self.position_start_index
-    )
-    table = sinusoid_positional_embedding_weights(
-      context.mesh, table_dim, context.model.model_dim, context.activation_dtype
-    )
-    return mtf.gather(
-      table, context.get_position() + self.position_start_index, table_dim
+  def _layer_norm(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
+    return mtf.layers.layer_norm(
+      x, context.model.model_dim, epsilon=self._norm_epsilon
     )
 
-  def step_timing_signal(self, context: Context, step: int) -> mtf.Tensor:
-    """The signal of recurrence step `step`, [ensemble..., d_model].
-
-    Args:
-      context: the Context of the call.
-      step: the recurrence step (0-based).
-
-    Returns:
-      The signal [ensemble..., d_model].
-    """
-    model_dim = context.model.model_dim
-    steps_dim = mtf.Dimension("ut_steps", self.num_steps)
-    if self.step_timing_signal_type == "learned":
-      table = mtf.get_variable(
-        context.mesh,
-        "step_embedding",
-        mtf.Shape(_ensemble_dims(context) + [steps_dim, model_dim]),
-        initializer=tf1.random_normal_initializer(stddev=model_dim.size**-0.5),
-        dtype=context.variable_dtype,
-      )
-    else:
-      table = sinusoid_positional_embedding_weights(
-        context.mesh, steps_dim, model_dim, context.activation_dtype
-      )
-    return mtf.gather(
-      table, mtf.constant(context.mesh, step, dtype=tf.int32), steps_dim
-    )
-
-  def step_preprocess(
-    self, context: Context, x: mtf.Tensor, step: int
-  ) -> mtf.Tensor:
-    """x plus (or concatenated with) this step's timing signals.
-
-    Args:
-      context: the Context of the call.
-      x: the activations [batch..., length, d_model].
-      step: the recurrence step (0-based).
-
-    Returns:
-      x with the signals added (or concatenated along d_model).
-    """
-    with tf1.variable_scope(_SCOPE):
-      signals = []
-      if self.add_position_timing_signal:
-        signals.append(self.position_timing_signal(context))
-      if self.add_step_timing_signal:
-        signals.append(self.step_timing_signal(context, step))
-      if not signals:
-        return x
-      signal = signals[0] if len(signals) == 1 else signals[0] + signals[1]
-      if self.add_or_concat_timing_signal == "add":
-        return x + mtf.cast(signal, x.dtype)
-      model_dim = context.model.model_dim
-      signal = mtf.broadcast(mtf.cast(signal, x.dtype), x.shape)
-      concat_dim = mtf.Dimension("ut_timing_concat", 2 * model_dim.size)
-      both = mtf.rename_dimension(
-        mtf.concat([x, signal], model_dim.name), model_dim.name, concat_dim.name
-      )
-      return mtf.layers.dense(
-        both,
-        [model_dim],
-        reduced_dims=[concat_dim],
-        use_bias=False,
-        expert_dims=_ensemble_dims(context),
-        variable_dtype=context.variable_dtype,
-        name="timing_concat",
-      )
-
-  # -- the block -------------------------------------------------------------
-
-  def _run_block(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
-    for layer in self._layers:
-      with tf1.variable_scope(layer.name or ""):
-        x = self._layer_fn(x, layer, context)
-      self._record(context, x)
-      context.layer_index += 1
-    return x
-
-  def transition(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
-    """The block applied num_inrecurrence_layers times (shared weights).
-
-    Args:
-      context: the Context of the call.
-      x: the activations [batch..., length, d_model].
-
-    Returns:
-      The output, shaped as x.
-    """
-    for _ in range(self.num_inrecurrence_layers):
-      x = self._run_block(context, x)
-    return x
-
-  def ut_step(self, context: Context, x: mtf.Tensor, step: int) -> mtf.Tensor:
-    """One "basic" recurrence step: transition(step_preprocess(x)).
-
-    Args:
-      context: the Context of the call.
-      x: the activations [batch..., length, d_model].
-      step: the recurrence step (0-based).
-
-    Returns:
-      The output, shaped as x.
-    """
-    return self.transition(context, self.step_preprocess(context, x, step))
-
-  def _dense(
-    self,
-    context: Context,
-    x: mtf.Tensor,
-    name: str,
-    reduced_dim: mtf.Dimension,
-    new_dim: mtf.Dimension,
-  ) -> mtf.Tensor:
-    return mtf.layers.dense(
+  def _dropout(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
+    if not (context.train and self._dropout_rate > 0):
+      return x
+    return mtf.dropout(
       x,
-      [new_dim],
-      reduced_dims=[reduced_dim],
-      use_bias=False,
-      expert_dims=_ensemble_dims(context),
-      variable_dtype=context.variable_dtype,
-      name=name,
+      context.train,
+      rate=self._dropout_rate,
+      noise_shape=mtf.Shape(context.batch_dims + [context.model.model_dim]),
     )
 
-  def _gate(
-    self,
-    context: Context,
-    inputs: Dict[str, mtf.Tensor],
-    name: str,
-    bias_init: float,
-  ) -> mtf.Tensor:
-    """sigmoid(gate_ffn_layer(inputs[c] for c in gates_inputs) + bias)."""
-    model_dim = context.model.model_dim
-    with tf1.variable_scope(name):
-      bias = mtf.get_variable(
-        context.mesh,
-        "bias",
-        mtf.Shape(_ensemble_dims(context) + [model_dim]),
-        initializer=tf1.constant_initializer(bias_init),
-        dtype=context.variable_dtype,
-      )
-      hidden_dim = (
-        None
-        if self.gate_ffn_layer == "dense"
-        else mtf.Dimension("ut_gate_hidden", model_dim.size)
-      )
-      terms = [
-        self._dense(
-          context, inputs[c], "w_" + c, model_dim, hidden_dim or model_dim
-        )
-        for c in self.gates_inputs
-      ]
-      logits = terms[0] if len(terms) == 1 else mtf.add_n(terms)
-      if hidden_dim is not None:
-        logits = self._dense(
-          context, mtf.relu(logits), "wo", hidden_dim, model_dim
-        )
-      return mtf.sigmoid(logits + bias)
-
-  def ut_highway(
-    self,
-    context: Context,
-    layer_inputs: Union[mtf.Tensor, Sequence[mtf.Tensor]],
-    mask: Optional[mtf.Tensor],
-    *,
-    skip: bool = False,
-  ) -> mtf.Tensor:
-    """Highway (or, with skip, skip-to-input) gated recurrence.
-
-    Args:
-      context: the Context of the call.
-      layer_inputs: the activations [batch..., length, d_model], or the
-        original's (state, inputs, memory) triple, whose first element is the
-        initial state and second the recurrence input the gates read.
-      mask: unused (the layers mask padding themselves); kept for the
-        original's signature.
-      skip: gate between the step's output and the recurrence's input
-        (skip-to-input) instead of the previous state (highway).
-
-    Returns:
-      The output, shaped as the state.
-    """
-    del mask
-    if isinstance(layer_inputs, mtf.Tensor):
-      x = ut_input = layer_inputs
-    else:
-      x, ut_input = layer_inputs[0], layer_inputs[1]
-    for step in range(self.num_rec_steps):
-      state = self.step_preprocess(context, x, step)
-      transformed = self.transition(context, state)
-      gate_inputs = {"i": ut_input, "s": state, "t": transformed}
-      with tf1.variable_scope(_SCOPE):
-        transform = self._gate(context, gate_inputs, "transform_gate", -1.0)
-        if self.couple_carry_transform_gates:
-          carry = 1.0 - transform
-        else:
-          carry = self._gate(context, gate_inputs, "carry_gate", 1.0)
-      x = transformed * transform + (ut_input if skip else state) * carry
-    return x
-
-  def ut_basic(
-    self, context: Context, x: mtf.Tensor, mask: Optional[mtf.Tensor]
-  ) -> mtf.Tensor:
-    """The "basic" recurrence: num_rec_steps ut_steps.
-
-    Args:
-      context: the Context of the call.
-      x: the activations [batch..., length, d_model].
-      mask: unused (the layers mask padding themselves); kept for the
-        original's signature.
-
-    Returns:
-      The output, shaped as x.
-    """
-    del mask
-    for step in range(self.num_rec_steps):
-      x = self.ut_step(context, x, step)
-    return x
-
-  def _halting_probability(
-    self, context: Context, state: mtf.Tensor
-  ) -> mtf.Tensor:
-    model_dim = context.model.model_dim
-    with tf1.variable_scope(_SCOPE + "/act_halting"):
-      kernel = mtf.get_variable(
-        context.mesh,
-        "kernel",
-        mtf.Shape(_ensemble_dims(context) + [model_dim]),
-        initializer=tf1.random_normal_initializer(stddev=model_dim.size**-0.5),
-        dtype=context.variable_dtype,
-      )
-      bias = mtf.get_variable(
-        context.mesh,
-        "bias",
-        mtf.Shape(_ensemble_dims(context)),
-        initializer=tf1.constant_initializer(self.act_halting_bias_init),
-        dtype=context.variable_dtype,
-      )
-    return mtf.sigmoid(
-      mtf.einsum([state, kernel], reduced_dims=[model_dim]) + bias
-    )
-
-  def ut_act(
-    self, context: Context, x: mtf.Tensor
-  ) -> Tuple[mtf.Tensor, mtf.Tensor, mtf.Tensor]:
-    """ACT ("basic"): (output, ponder steps, remainders).
-
-    Steps and remainders are [batch..., length]; every position takes
-    between 1 and act_max_steps steps. Appends the ponder loss to
-    context.losses (when it is not None).
-
-    Args:
-      context: the Context of the call.
-      x: the activations [batch..., length, d_model].
-
-    Returns:
-      (output [batch..., length, d_model], ponder steps [batch..., length],
-      remainders [batch..., length]).
-    """
-    model_dim = context.model.model_dim
-    dtype = x.dtype
-    position_shape = mtf.Shape([d for d in x.shape.dims if d != model_dim])
-    zeros = mtf.zeros(context.mesh, position_shape, dtype=dtype)
-    halting, remainders, n_updates, halted = zeros, zeros, zeros, zeros
-    output = mtf.zeros_like(x)
-    threshold = 1.0 - self.act_epsilon
-    state = x
-    for step in range(self.act_max_steps):
-      state = self.step_preprocess(context, state, step)
-      p = mtf.cast(self._halting_probability(context, state), dtype)
-      running = 1.0 - halted
-      if step == self.act_max_steps - 1:
-        new_halted = running  # Out of steps: everyone still running halts.
-      else:
-        new_halted = (
-          mtf.cast(mtf.greater(halting + p * running, threshold), dtype)
-          * running
-        )
-      still_running = running - new_halted
-      halting += p * still_running
-      remainder = new_halted * (1.0 - halting)
-      remainders += remainder
-      update = p * still_running + remainder
-      n_updates += running
-      halted += new_halted
-      transformed = self.transition(context, state)
-      output = transformed * update + output * (1.0 - update)
-      state = transformed
-    if context.losses is not None:
-      ponder = n_updates + remainders
-      nonpadding = context.nonpadding
-      if isinstance(nonpadding, mtf.Tensor):
-        ponder_mean = mtf.reduce_sum(ponder * nonpadding) / mtf.maximum(
-          mtf.reduce_sum(nonpadding), 1.0
-        )
-      else:
-        ponder_mean = mtf.reduce_mean(ponder)
-      context.losses.append(ponder_mean * self.act_loss_weight)
-    return output, n_updates, remainders
-
-  # -- the original's building blocks ----------------------------------------
+  # -- timing signals --------------------------------------------------------
 
   def get_timing_signal_1d(
     self,
@@ -637,6 +356,21 @@ class UTLayerStack(LayerStack):
       NotImplementedError: for an odd channels size.
     """
     del length
+    position = mtf.cast(
+      context.get_position() + start_index, context.activation_dtype
+    )
+    return self._sinusoids(
+      context, position, channels, min_timescale, max_timescale
+    )
+
+  def _sinusoids(
+    self,
+    context: Context,
+    position: mtf.Tensor,
+    channels: mtf.Dimension,
+    min_timescale: float = 1.0,
+    max_timescale: float = 1.0e4,
+  ) -> mtf.Tensor:
     if channels.size % 2:
       raise NotImplementedError("Odd channel size not implemented.")
     dtype = context.activation_dtype
@@ -647,7 +381,6 @@ class UTLayerStack(LayerStack):
     inv_timescales = min_timescale * mtf.exp(
       mtf.mtf_range(context.mesh, half_dim, dtype) * -increment
     )
-    position = mtf.cast(context.get_position() + start_index, dtype)
     scaled_time = position * inv_timescales
     return mtf.concat(
       [mtf.sin(scaled_time), mtf.cos(scaled_time)], channels.name
@@ -661,26 +394,37 @@ class UTLayerStack(LayerStack):
     return mtf.concat([x, mtf.broadcast(signal, x.shape)], last_dim.name)
 
   def add_position_timing_signal_func(
-    self, context: Context, x: mtf.Tensor, step: int
+    self, context: Context, x: mtf.Tensor, step: Union[int, mtf.Tensor]
   ) -> mtf.Tensor:
     """x with the position (horizontal) timing signal added or concatenated.
 
-    Positions start at position_start_index.
+    Positions start at 0 (position_start_index None or 0), at a random
+    offset below the length ("random") or at length * step / num_steps
+    ("step").
 
     Args:
       context: the Context of the call.
-      x: the activations [batch..., length, d_model].
-      step: the recurrence step (unused: the start index is fixed).
+      x: the activations [batch, length, d_model].
+      step: the recurrence step.
 
     Returns:
       x plus the signal, or x concatenated with it along d_model ("concat").
     """
-    del step
+    index = self.position_start_index or 0
+    length_size = x.shape.dims[1].size
+    if index == "random":
+      index = mtf.random_uniform(
+        context.mesh, [], maxval=length_size, dtype=tf.int32
+      )
+    elif index == "step" and isinstance(step, mtf.Tensor):
+      index = mtf.cast(
+        mtf.cast(step, tf.float32) * (length_size / self.num_steps),
+        tf.int32,
+      )
+    elif index == "step":
+      index = length_size * step // self.num_steps
     signal = self.get_timing_signal_1d(
-      context,
-      context.length_dim,
-      context.model.model_dim,
-      start_index=self.position_start_index,
+      context, context.length_dim, context.model.model_dim, start_index=index
     )
     return self._add_or_concat(x, signal)
 
@@ -688,18 +432,19 @@ class UTLayerStack(LayerStack):
     self,
     context: Context,
     channels: mtf.Dimension,
-    layer: int,
+    layer: Union[int, mtf.Tensor],
     num_layers: int,
   ) -> mtf.Tensor:
     """The learned embedding of layer (step) `layer`: the vertical signal.
 
     Variable `layer_embedding` [layer: num_layers, channels], initialised
-    N(0, channels^-1/2), is scaled by channels^1/2.
+    N(0, channels^-1/2), is scaled by channels^1/2; a layer past the end
+    gives zeros.
 
     Args:
       context: the Context of the call.
       channels: the signal Dimension.
-      layer: the layer (recurrence step) index.
+      layer: the layer (recurrence step) index, an int or int32 scalar.
       num_layers: how many layers the embedding holds.
 
     Returns:
@@ -717,13 +462,37 @@ class UTLayerStack(LayerStack):
       layer = mtf.constant(context.mesh, layer, dtype=tf.int32)
     return mtf.gather(embedding * (channels.size**0.5), layer, layer_dim)
 
+  def get_layer_timing_signal_sinusoid_1d(
+    self,
+    context: Context,
+    channels: mtf.Dimension,
+    layer: Union[int, mtf.Tensor],
+    num_layers: int,
+  ) -> mtf.Tensor:
+    """The sinusoid timing signal of position `layer`: the vertical signal.
+
+    Args:
+      context: the Context of the call.
+      channels: the signal Dimension (even size).
+      layer: the layer (recurrence step) index, an int or int32 scalar.
+      num_layers: the number of layers (the signal does not depend on it).
+
+    Returns:
+      The signal [channels].
+    """
+    del num_layers
+    if isinstance(layer, mtf.Tensor):
+      position = mtf.cast(layer, context.activation_dtype)
+    else:
+      position = mtf.constant(
+        context.mesh, float(layer), dtype=context.activation_dtype
+      )
+    return self._sinusoids(context, position, channels)
+
   def add_step_timing_signal_func(
-    self, context: Context, x: mtf.Tensor, step: int
+    self, context: Context, x: mtf.Tensor, step: Union[int, mtf.Tensor]
   ) -> mtf.Tensor:
     """x with the step (vertical) timing signal added or concatenated.
-
-    The signal is learned (get_layer_timing_signal_learned_1d over num_steps
-    steps) or the sinusoid of the step (step_timing_signal).
 
     Args:
       context: the Context of the call.
@@ -733,32 +502,93 @@ class UTLayerStack(LayerStack):
     Returns:
       x plus the signal, or x concatenated with it along d_model ("concat").
     """
+    channels = x.shape.dims[-1]
     if self.step_timing_signal_type == "learned":
-      signal = self.get_layer_timing_signal_learned_1d(
-        context, x.shape.dims[-1], step, self.num_steps
-      )
+      signal_fn = self.get_layer_timing_signal_learned_1d
     else:
-      signal = self.step_timing_signal(context, step)
+      signal_fn = self.get_layer_timing_signal_sinusoid_1d
+    signal = signal_fn(context, channels, step, self.num_steps)
     return self._add_or_concat(x, signal)
 
-  def vanilla_transformer_layer(
-    self, context: Context, x: mtf.Tensor, mask: Optional[mtf.Tensor]
+  def step_preprocess(
+    self, context: Context, x: mtf.Tensor, step: Union[int, mtf.Tensor]
   ) -> mtf.Tensor:
-    """One pass of the block: every layer with its norm and residual.
+    """The input of a recurrence step: x with the step signal.
 
-    Residuals are gated when use_gated_transformer is set.
+    With "concat", a dense layer (`dense/kernel`, no bias) maps the
+    concatenation back to x's last dimension.
 
     Args:
       context: the Context of the call.
       x: the activations [batch..., length, d_model].
-      mask: unused (the layers mask padding themselves); kept for the
-        original's signature.
+      step: the recurrence step (0-based).
+
+    Returns:
+      The step's input.
+    """
+    channels = x.shape.dims[-1]
+    if self.add_step_timing_signal:
+      x = self.add_step_timing_signal_func(context, x, step)
+    if self.add_or_concat_timing_signal == "concat" and (
+      self.add_position_timing_signal or self.add_step_timing_signal
+    ):
+      x = mtf.layers.dense(
+        x,
+        [channels],
+        reduced_dims=x.shape.dims[-1:],
+        use_bias=False,
+        variable_dtype=context.variable_dtype,
+      )
+    return x
+
+  # -- the block and its gates -----------------------------------------------
+
+  def vanilla_transformer_layer(
+    self, context: Context, x: mtf.Tensor, mask: Optional[mtf.Tensor]
+  ) -> mtf.Tensor:
+    """One pass of the block: x + dropout(layer(layer_norm(x * mask))).
+
+    Every pass uses the same variables; with use_gated_transformer the
+    layer's output is gated with its input first. Every layer output but
+    the block's last goes to context.layer_outputs.
+
+    Args:
+      context: the Context of the call.
+      x: the activations [batch..., length, d_model].
+      mask: the padding mask [batch..., length], or None.
 
     Returns:
       The output, shaped as x.
+
+    Raises:
+      ValueError: if a layer changes the shape.
     """
-    del mask
-    return self._run_block(context, x)
+    for lnum, layer in enumerate(self._layers):
+      with tf1.variable_scope(layer.name or ""):
+        norm_x = self._layer_norm(context, _masked(x, mask))
+        context.current_layer = layer
+        context.current_layer_input = x
+        with tf1.variable_scope(type(layer).__name__):
+          y = layer.call(context, norm_x)
+          if y.shape != x.shape:
+            raise ValueError(
+              "layer %s (%s) returned shape %s for an input of shape %s"
+              % (layer.name, type(layer).__name__, y.shape, x.shape)
+            )
+          if self.use_gated_transformer:
+            y = self.gating(context, x, y, mask)
+        x += self._dropout(context, y)
+      if lnum != len(self._layers) - 1:
+        _record(context, x)
+      context.layer_index += 1
+    return x
+
+  def _transition(
+    self, context: Context, x: mtf.Tensor, mask: Optional[mtf.Tensor]
+  ) -> mtf.Tensor:
+    for _ in range(self.num_inrecurrence_layers):
+      x = self.vanilla_transformer_layer(context, x, mask)
+    return x
 
   def ffn_layer_multi_inputs(
     self,
@@ -773,17 +603,20 @@ class UTLayerStack(LayerStack):
   ) -> mtf.Tensor:
     """A feed-forward layer over several inputs concatenated along d_model.
 
-    "dense" is activation(dense(inputs) + bias); "dense_relu_dense" is
-    activation(dense(relu(dense(inputs)))) with a d_model-sized hidden
-    layer (the original's version of it read an attribute it never set).
+    "dense" is activation(dense(inputs) + bias) (new default-named `dense*`
+    variables at every call); "dense_relu_dense" is
+    mtf.layers.dense_relu_dense with a d_model-sized hidden layer (no
+    activation).
 
     Args:
       context: the Context of the call.
-      mask: optional padding mask [batch..., length], applied before norms.
-      inputs_list: the inputs [batch..., length, d_model] (not modified).
+      mask: the padding mask [batch..., length] applied before the norms,
+        or None.
+      inputs_list: the inputs [batch..., length, d_model]; with preprocess
+        its entries are replaced by their layer norms.
       ffn_layer_type: "dense" or "dense_relu_dense".
       kernel_initializer: optional kernel initializer ("dense").
-      activation: optional function applied to the output.
+      activation: optional function applied to the "dense" output.
       preprocess: layer-norm every input first.
       postprocess: layer-norm the output.
 
@@ -793,48 +626,88 @@ class UTLayerStack(LayerStack):
     Raises:
       ValueError: for no inputs or an unknown ffn_layer_type.
     """
+    return self._ffn(
+      context,
+      mask,
+      inputs_list,
+      ffn_layer_type,
+      kernel_initializer,
+      activation,
+      preprocess,
+      postprocess,
+    )
+
+  def _ffn(
+    self,
+    context: Context,
+    mask: Optional[mtf.Tensor],
+    inputs_list: List[mtf.Tensor],
+    ffn_layer_type: str,
+    kernel_initializer,
+    activation,
+    preprocess: bool,
+    postprocess: bool,
+    scope_index: Optional[int] = None,
+  ) -> mtf.Tensor:
+    """ffn_layer_multi_inputs; "dense" as _dense_in_scopes if scope_index."""
     if not inputs_list:
       raise ValueError("ffn_layer_multi_inputs: need at least one input")
     model_dim = context.model.model_dim
-
-    def norm(t):
-      if mask is not None:
-        t *= mask
-      return mtf.layers.layer_norm(t, model_dim, epsilon=self.norm_epsilon)
-
-    inputs_list = list(inputs_list)
     if preprocess:
-      inputs_list = [norm(t) for t in inputs_list]
-    ffn_inputs = (
-      inputs_list[0]
-      if len(inputs_list) == 1
-      else mtf.concat(inputs_list, model_dim.name)
-    )
-    reduced = [d for d in ffn_inputs.shape.dims if d.name == model_dim.name]
-    dense = functools.partial(
-      mtf.layers.dense,
-      variable_dtype=context.variable_dtype,
-      expert_dims=_ensemble_dims(context),
-    )
-    if ffn_layer_type == "dense":
-      output = dense(
+      for i, inputs in enumerate(inputs_list):
+        inputs_list[i] = self._layer_norm(context, _masked(inputs, mask))
+    ffn_inputs = inputs_list[0]
+    if len(inputs_list) > 1:
+      ffn_inputs = mtf.concat(inputs_list, model_dim.name)
+    if ffn_layer_type == "dense" and scope_index is not None:
+      output = _dense_in_scopes(
+        context,
+        ffn_inputs,
+        model_dim,
+        scope_index,
+        _ensemble_dims(context),
+        activation,
+        kernel_initializer,
+      )
+    elif ffn_layer_type == "dense":
+      output = mtf.layers.dense(
         ffn_inputs,
         [model_dim],
-        reduced_dims=reduced,
+        reduced_dims=[ffn_inputs.shape.dims[-1]],
         activation=activation,
+        use_bias=True,
+        variable_dtype=context.variable_dtype,
+        expert_dims=_ensemble_dims(context),
         kernel_initializer=kernel_initializer,
       )
     elif ffn_layer_type == "dense_relu_dense":
-      hidden_dim = mtf.Dimension("ut_ffn_hidden", model_dim.size)
-      hidden = dense(
-        ffn_inputs, [hidden_dim], reduced_dims=reduced, activation=mtf.relu
-      )
-      output = dense(
-        hidden, [model_dim], reduced_dims=[hidden_dim], activation=activation
+      output = mtf.layers.dense_relu_dense(
+        ffn_inputs, hidden_channels=model_dim, is_training=context.train
       )
     else:
       raise ValueError("Unknown ffn_layer type: %s" % ffn_layer_type)
-    return norm(output) if postprocess else output
+    if postprocess:
+      output = self._layer_norm(context, _masked(output, mask))
+    return output
+
+  def _gate(
+    self,
+    context: Context,
+    mask: Optional[mtf.Tensor],
+    inputs_list: List[mtf.Tensor],
+    scope_index: Optional[int] = None,
+  ) -> mtf.Tensor:
+    return self._ffn(
+      context,
+      mask,
+      inputs_list,
+      self.gate_ffn_layer,
+      None,
+      mtf.sigmoid,
+      True,
+      False,
+      scope_index,
+    )
 
   def gating(
     self,
@@ -845,127 +718,192 @@ class UTLayerStack(LayerStack):
   ) -> mtf.Tensor:
     """Combines a layer's input and output through learned sigmoid gates.
 
-    "highway": x * carry + transformed_x * transform, both gates
-    sigmoid(ffn(norm(x))). "gru": update u and reset r gates
-    sigmoid(ffn(norm(x), norm(transformed_x))), candidate
-    c = sigmoid(ffn(norm(r * x), norm(transformed_x))), output
-    (1 - u) * transformed_x + u * c. The ffn is gate_ffn_layer.
+    The gates' variables are `dense/kernel`, `dense_1/bias`, ... in the
+    current scope (the same at every call).
+
+    "highway": x * carry + transformed_x * transform, the transform gate
+    reading norm(x) and the carry gate norm(norm(x)). "gru": update gate
+    u on [norm(x), norm(transformed_x)], reset gate r on those normed again,
+    candidate c on [norm(r * x), norm(transformed_x)]; the output is
+    (1 - u) * transformed_x + u * c.
 
     Args:
       context: the Context of the call.
       x: the layer input [batch..., length, d_model].
       transformed_x: the layer output, shaped as x.
-      mask: optional padding mask [batch..., length].
+      mask: the padding mask [batch..., length], or None.
 
     Returns:
       The gated output, shaped as x.
     """
-
-    def gate(inputs):
-      return self.ffn_layer_multi_inputs(
-        context,
-        mask,
-        inputs,
-        ffn_layer_type=self.gate_ffn_layer,
-        activation=mtf.sigmoid,
-        preprocess=True,
-      )
-
     if self.gating_type == "highway":
-      transform, carry = gate([x]), gate([x])
+      gate_inputs = [x]
+      transform = self._gate(context, mask, gate_inputs, 0)
+      carry = self._gate(context, mask, gate_inputs, 1)
       return x * carry + transformed_x * transform
-    update = gate([x, transformed_x])
-    reset = gate([x, transformed_x])
-    candidate = gate([reset * x, transformed_x])
+    gate_inputs = [x, transformed_x]
+    update = self._gate(context, mask, gate_inputs, 0)
+    reset = self._gate(context, mask, gate_inputs, 1)
+    candidate = self._gate(context, mask, [reset * x, transformed_x], 2)
     return (1.0 - update) * transformed_x + update * candidate
 
-  def act_layer(
+  # -- the recurrences -------------------------------------------------------
+
+  def ut_basic(
     self, context: Context, x: mtf.Tensor, mask: Optional[mtf.Tensor]
   ) -> mtf.Tensor:
-    """The ACT recurrence's output (see ut_act).
+    """The "basic" recurrence: num_rec_steps passes with the step signal.
 
     Args:
       context: the Context of the call.
       x: the activations [batch..., length, d_model].
-      mask: unused (the layers mask padding themselves); kept for the
-        original's signature.
+      mask: the padding mask [batch..., length], or None.
 
     Returns:
       The output, shaped as x.
     """
-    del mask
-    output, _, _ = self.ut_act(context, x)
-    return output
-
-  # -- gated residuals -------------------------------------------------------
-
-  def _sublayer_gated_residual(
-    self, x: mtf.Tensor, layer_stack, context: Context
-  ) -> mtf.Tensor:
-    """Gated replacement of sublayer_residual (variables `gating/...`)."""
-    del layer_stack
-    residual = context.current_layer_input
-    model_dim = context.model.model_dim
-    with tf1.variable_scope("gating"):
-
-      def bias(name, value):
-        return mtf.get_variable(
-          context.mesh,
-          name,
-          mtf.Shape(_ensemble_dims(context) + [model_dim]),
-          initializer=tf1.constant_initializer(value),
-          dtype=context.variable_dtype,
-        )
-
-      def linear(t, name):
-        return self._dense(context, t, name, model_dim, model_dim)
-
-      if self.gating_type == "highway":
-        g = mtf.sigmoid(linear(residual, "w_gate") + bias("b_gate", 1.0))
-        return g * x + (1.0 - g) * residual
-      # GRU-type gating (Parisotto et al. 2019).
-      r = mtf.sigmoid(linear(x, "w_r") + linear(residual, "u_r"))
-      z = mtf.sigmoid(
-        linear(x, "w_z") + linear(residual, "u_z") - bias("b_z", 2.0)
+    for step in range(self.num_rec_steps):
+      x = self._transition(
+        context, self.step_preprocess(context, x, step), mask
       )
-      h = mtf.tanh(linear(x, "w_h") + linear(r * residual, "u_h"))
-      return (1.0 - z) * residual + z * h
+    return x
+
+  def ut_highway(
+    self,
+    context: Context,
+    layer_inputs: Tuple[mtf.Tensor, mtf.Tensor, mtf.Tensor],
+    mask: Optional[mtf.Tensor],
+  ) -> mtf.Tensor:
+    """The highway recurrence: state * carry + transformed * transform.
+
+    Args:
+      context: the Context of the call.
+      layer_inputs: (state, inputs, memory): the initial state, the
+        recurrence input the gates read ("i") and an unused memory.
+      mask: the padding mask [batch..., length], or None.
+
+    Returns:
+      The output, shaped as the state.
+    """
+    state, inputs = layer_inputs[0], layer_inputs[1]
+    for step in range(self.num_rec_steps):
+      transformed = self._transition(
+        context, self.step_preprocess(context, state, step), mask
+      )
+      named = {"s": state, "t": transformed, "i": inputs}
+      gate_inputs = [named[c] for c in "sti" if c in self.gates_inputs]
+      transform = self._gate(context, mask, gate_inputs)
+      if self.couple_carry_transform_gates:
+        carry = 1.0 - transform
+      else:
+        carry = self._gate(context, mask, gate_inputs)
+      mtf.scalar_summary(
+        "highway_transform_gate_layer", mtf.reduce_mean(transform)
+      )
+      mtf.scalar_summary("highway_carry_gate_layer", mtf.reduce_mean(carry))
+      state = state * carry + transformed * transform
+    return state
+
+  def _halting_probability(
+    self, context: Context, state: mtf.Tensor, update_shape: mtf.Shape
+  ) -> mtf.Tensor:
+    """Each position's (or sequence's) halting probability of a step."""
+    if self.act_type == "random":
+      return mtf.random_uniform(
+        context.mesh, update_shape, dtype=context.activation_dtype
+      )
+    # One unit for all steps (`dense/kernel`, `dense_1/bias`).
+    last_dim = state.shape.dims[-1]
+    with tf1.variable_scope("sigmoid_activation_for_pondering"):
+      p = _dense_in_scopes(
+        context,
+        state,
+        mtf.Dimension(last_dim.name, 1),
+        0,
+        [],
+        mtf.sigmoid,
+      )
+    p = mtf.reshape(p, p.shape.dims[:-1])
+    if self.act_type == "global":
+      p = mtf.reduce_mean(p, reduced_dim=p.shape.dims[1])
+    return p
+
+  def act_layer(
+    self, context: Context, x: mtf.Tensor, mask: Optional[mtf.Tensor]
+  ) -> mtf.Tensor:
+    """The ACT recurrence: act_max_steps + 1 update-weighted steps.
+
+    The halting probabilities, remainders and step counts have x's shape
+    (without its last dimension for act_type "global"); the mean step count
+    is the summary `ponder_times`.
+
+    Args:
+      context: the Context of the call.
+      x: the activations [batch..., length, d_model].
+      mask: the padding mask [batch..., length], or None.
+
+    Returns:
+      The output, shaped as x.
+    """
+    dtype = context.activation_dtype
+    dims = x.shape.dims
+    update_shape = mtf.Shape(dims[:2] if self.act_type == "global" else dims)
+    halting = mtf.zeros(context.mesh, update_shape, dtype=dtype)
+    remainders = mtf.zeros(context.mesh, update_shape, dtype=dtype)
+    n_updates = mtf.zeros(context.mesh, update_shape, dtype=dtype)
+    output = mtf.zeros_like(x)
+    threshold = 1.0 - self.act_epsilon
+    step = mtf.constant(context.mesh, 0, dtype=tf.int32)
+    state = x
+    for _ in range(self.act_max_steps + 1):
+      state = self.step_preprocess(context, state, step)
+      p = self._halting_probability(context, state, update_shape)
+      running = mtf.cast(mtf.less(halting, 1.0), dtype)
+      proposed = halting + p * running
+      new_halted = mtf.cast(mtf.greater(proposed, threshold), dtype) * running
+      running = mtf.cast(mtf.less_equal(proposed, threshold), dtype) * running
+      halting += p * running
+      remainders += new_halted * (1.0 - halting)
+      halting += new_halted * remainders
+      n_updates += running + new_halted
+      update_weights = p * running + new_halted * remainders
+      state = self._transition(context, state, mask)
+      if self.act_type == "accumulated":
+        output = state * update_weights + output
+      else:
+        output = state * update_weights + output * (1.0 - update_weights)
+      step += 1
+    mtf.scalar_summary("ponder_times", mtf.reduce_mean(n_updates))
+    return output
 
   # -- the stack -------------------------------------------------------------
 
-  def _vanilla(self, context: Context, x: mtf.Tensor, where: str) -> mtf.Tensor:
-    for i in range(self.num_vanilla_transformer_layers):
-      with tf1.variable_scope("vanilla_%s_%03d" % (where, i)):
-        x = self._run_block(context, x)
-    return x
-
   def call(self, context: Context, x: mtf.Tensor) -> mtf.Tensor:
-    """Initial sublayers, [vanilla passes], recurrence, [vanilla], final.
+    """Dropout, [vanilla passes], recurrence, [vanilla], final norm, dropout.
 
-    context.layer_outputs gets the stack input, every layer output but the
-    last and the final output (as LayerStack).
+    context.layer_outputs gets the stack input, every layer output but a
+    block's last, and the final output.
     """
-    x = self._call_sublayers(self._sublayers_initial, x, context)
-    self._record(context, x)
-    num_recorded = (
-      len(context.layer_outputs) if context.layer_outputs is not None else 0
-    )
+    mask = None
+    if isinstance(context.sequence_id, mtf.Tensor):
+      mask = mtf.cast(
+        mtf.not_equal(context.sequence_id, 0), context.activation_dtype
+      )
+    x = self._dropout(context, x)
+    _record(context, x)
     if self.mix_with_transformer_before_ut:
-      x = self._vanilla(context, x, "before")
-    if self.recurrence_type == "basic":
-      x = self.ut_basic(context, x, None)
-    elif self.recurrence_type in ("highway", "skip"):
-      x = self.ut_highway(context, x, None, skip=self.recurrence_type == "skip")
+      for _ in range(self.num_vanilla_transformer_layers):
+        x = self.vanilla_transformer_layer(context, x, mask)
+    if self.recurrence_type == "act":
+      x = self.act_layer(context, x, mask)
+    elif self.recurrence_type == "basic":
+      x = self.ut_basic(context, x, mask)
     else:
-      x = self.act_layer(context, x, None)
+      x = self.ut_highway(context, (x, x, x), mask)
     if self.mix_with_transformer_after_ut:
-      x = self._vanilla(context, x, "after")
-    if (
-      context.layer_outputs is not None
-      and len(context.layer_outputs) > num_recorded
-    ):
-      context.layer_outputs.pop()
-    x = self._call_sublayers(self._sublayers_final, x, context)
-    x = sublayer_mask_padding(x, self, context)
-    self._record(context, x)
+      for _ in range(self.num_vanilla_transformer_layers):
+        x = self.vanilla_transformer_layer(context, x, mask)
+    x = self._dropout(context, self._layer_norm(context, x))
+    x = _masked(x, mask)
+    _record(context, x)
     return x
