@@ -318,7 +318,9 @@ def _batches(est, arrays: Dict[str, Optional[np.ndarray]]):
 def decode_graph(est, inputs: tf.Tensor, **decode_kwargs):
   """Builds and lowers decoding of int inputs [batch, length].
 
-  Returns (lowering, outputs [batch, length] int32). The Estimator's
+  Returns (lowering, outputs [batch, length] int32); a Unitransformer's
+  outputs are [batch, length + targets length], the continuations of its
+  prompts. The Estimator's
   predict_fn(model=, features=, variable_dtype=) replaces the model's own
   decoding when given.
   """
@@ -342,6 +344,12 @@ def _decode_on_mesh(est, inputs: tf.Tensor, decode_kwargs):
         variable_dtype=est.variable_dtype,
       )
     elif isinstance(model, Unitransformer):
+      # The prompt is followed by room for the targets: the samples (the
+      # continuation, prompt removed) may be up to inputs + targets long.
+      length_dim = mtf_inputs.shape.dims[-1]
+      mtf_inputs = mtf.pad(
+        mtf_inputs, [0, est.sequence_length["targets"]], length_dim.name
+      )
       outputs = model.sample_autoregressive(
         mtf_inputs,
         variable_dtype=est.variable_dtype,
