@@ -362,3 +362,60 @@ def _original_saver_restores(path, original_reader):
   for variable, value in zip(variables, values):
     name = variable.op.name
     np.testing.assert_array_equal(value, want.get_tensor(name), err_msg=name)
+
+
+@pytest.mark.parametrize("model_dir", QUICK_CASES, indirect=True)
+def test_model_fn_eval_loss_and_metrics_are_the_originals(reference, model_dir):
+  """utils.tpu_estimator_model_fn in a tf.compat.v1 graph, restored by a
+  Saver as the Estimator's scaffold restored: the eval loss (the model's
+  loss) and every streaming metric the original reported.
+  """
+  case = os.path.basename(model_dir)
+  model_type = cases.CASES[case][0]
+  expected = _expected(reference, case)
+  _gin(case)
+  model = utils.build_model(
+    model_type,
+    input_vocab_size=cases.VOCAB_SIZE,
+    output_vocab_size=cases.VOCAB_SIZE,
+    layout_rules="",
+    mesh_shape="",
+  )
+  model_fn = utils.tpu_estimator_model_fn(
+    model_type,
+    model,
+    None,
+    model_dir,
+    False,
+    "",
+    "",
+    cases.BATCH,
+    cases.LENGTH,
+    True,
+    None,
+    1000,
+  )
+  features = cases.features(model_type, cases.EVAL_PAIRS)
+  with tf.Graph().as_default():
+    tf.compat.v1.train.get_or_create_global_step()
+    spec = model_fn(
+      {k: tf.constant(v) for k, v in features.items()}, None, "eval"
+    )
+    saver = tf.compat.v1.train.Saver(sharded=True)
+    with tf.compat.v1.Session() as session:
+      session.run(tf.compat.v1.local_variables_initializer())
+      saver.restore(session, tf.train.latest_checkpoint(model_dir))
+      for hook in spec.hooks:
+        hook.begin()
+        hook.after_create_session(session, None)
+      loss, _ = session.run(
+        [spec.loss, {k: v[1] for k, v in spec.eval_metric_ops.items()}]
+      )
+      metrics = session.run({k: v[0] for k, v in spec.eval_metric_ops.items()})
+  metrics["loss"] = loss
+  want = {k[len("eval/") :]: v for k, v in expected.items() if "eval/" in k}
+  assert set(metrics) == set(want)
+  for key, value in sorted(want.items()):
+    np.testing.assert_allclose(
+      metrics[key], value, err_msg=key, **_tolerances(case)
+    )

@@ -12,9 +12,9 @@ utils.tpu_estimator_model_fn builds the training graph; its Saver (sharded,
 relative paths, over tf.global_variables(): the mtf masters under their
 names, the optimizer's slots and global_step), its MtfRestoreHook,
 CheckpointSaverHook and MtfCheckpointSaverListener run as TPUEstimator ran
-them, for TRAIN_STEPS steps, and write original_checkpoints/<case>/. Only
-the files a restore reads are kept (the state file, index and data; not the
-meta graph, graph.pbtxt or event files).
+them, for TRAIN_STEPS steps, and write original_checkpoints/<case>/. Kept
+are the files a restore reads (the state file, index and data) and the
+operative gin config; not the meta graph, graph.pbtxt or event files.
 
 From that checkpoint, restored as the Estimator restored (a
 ChiefSessionCreator with the model_fn's scaffold, then the prediction /
@@ -75,11 +75,12 @@ def _install_spec_stand_ins():
       setattr(base, name, getattr(session_run_hook.SessionRunHook, name))
 
 
-def _parse_gin(bindings, extra=""):
+def _parse_gin(bindings):
+  """The original's defaults.gin, then a case's bindings."""
   gin.clear_config()
   defaults = os.path.join(os.path.dirname(utils.__file__), "gin/defaults.gin")
   gin.parse_config_files_and_bindings(
-    [defaults], bindings + extra, finalize_config=False
+    [defaults], bindings, finalize_config=False
   )
 
 
