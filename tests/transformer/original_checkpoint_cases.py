@@ -16,9 +16,9 @@ import numpy as np
 LENGTH = 8
 BATCH = 4
 VOCAB_SIZE = 259  # 256 bytes + pad, EOS, unknown
-TRAIN_STEPS = 3  # the original trained this many steps: model.ckpt-3
+TRAIN_STEPS = 20  # the original trained this many steps: model.ckpt-20
 MORE_STEPS = 2  # further steps from the checkpoint, on TRAIN_PAIRS
-LEARNING_RATE = 0.01
+LEARNING_RATE = 0.05
 SEED = 5
 
 # Macros and bindings over the defaults.gin of each package.
@@ -33,7 +33,8 @@ Unitransformer.max_length = 16
 """
 
 # name -> (model_type, gin bindings). "bf16" keeps bfloat16 masters and
-# activations, as the T5 gin files train (slices stay float32).
+# activations, as the T5 gin files train (slices stay float32);
+# "bf16_masters" keeps bfloat16 masters with float32 activations.
 CASES = {
   "bitransformer": (
     "bitransformer",
@@ -50,6 +51,15 @@ utils.get_variable_dtype.activation_dtype = "float32"
 utils.get_variable_dtype.master_dtype = "bfloat16"
 utils.get_variable_dtype.slice_dtype = "float32"
 utils.get_variable_dtype.activation_dtype = "bfloat16"
+""",
+  ),
+  "bitransformer_bf16_masters": (
+    "bitransformer",
+    _TINY
+    + """
+utils.get_variable_dtype.master_dtype = "bfloat16"
+utils.get_variable_dtype.slice_dtype = "float32"
+utils.get_variable_dtype.activation_dtype = "float32"
 """,
   ),
   "lm": (
@@ -69,6 +79,11 @@ SCORE_PAIRS = [("abc", "cba"), ("tf", "ft"), ("zzz", "zz"), ("mesh", "abc")]
 EVAL_PAIRS = [("hello", "olleh"), ("ab", "ba"), ("xyz", "zyx"), ("q", "qq")]
 DECODE_INPUTS = ["abc", "hello", "x", "mesh tf"]
 BEAM_SIZE = 2
+
+
+def bf16_activations(name: str) -> bool:
+  """Whether case `name` computes in bfloat16 (rounds in its own order)."""
+  return 'activation_dtype = "bfloat16"' in CASES[name][1]
 
 
 def byte_ids(text: str, eos: bool = True, length: int = LENGTH) -> list:
