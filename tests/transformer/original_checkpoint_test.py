@@ -191,7 +191,8 @@ def test_beam_decodes_are_the_originals(reference, model_dir, tmp_path):
   got = _decode_from_file(est, case, model_dir, tmp_path)
   want = _ids_text(_expected(reference, case)["beam"])
   if cases.bf16_activations(case):
-    # Beams of near-equal bfloat16 scores may rank the other way round.
+    # bfloat16 rounds in another order here: one beam decode of the four
+    # (the last) differs from the original's.
     assert sum(g == w for g, w in zip(got, want)) >= len(want) - 1
   else:
     assert got == want

@@ -13,8 +13,8 @@ relative paths, over tf.global_variables(): the mtf masters under their
 names, the optimizer's slots and global_step), its MtfRestoreHook,
 CheckpointSaverHook and MtfCheckpointSaverListener run as TPUEstimator ran
 them, for TRAIN_STEPS steps, and write original_checkpoints/<case>/. Kept
-are the files a restore reads (the state file, index and data) and the
-operative gin config; not the meta graph, graph.pbtxt or event files.
+are the files a restore reads (the state file, index and data); not the
+meta graph, graph.pbtxt, operative gin config or event files.
 
 From that checkpoint, restored as the Estimator restored (a
 ChiefSessionCreator with the model_fn's scaffold, then the prediction /
@@ -244,11 +244,7 @@ def _evaluate(model_type, model_dir):
 def _keep_checkpoint_files_only(model_dir):
   for name in os.listdir(model_dir):
     path = os.path.join(model_dir, name)
-    keep = (
-      name == "checkpoint"
-      or name.endswith((".index", ".gin"))
-      or (".data-" in name)
-    )
+    keep = name == "checkpoint" or name.endswith(".index") or ".data-" in name
     if os.path.isdir(path):
       shutil.rmtree(path)
     elif not keep:
