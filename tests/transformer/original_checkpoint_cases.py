@@ -32,44 +32,30 @@ dropout_rate = 0.0
 Unitransformer.max_length = 16
 """
 
+
+def _dtypes(master: str, activation: str) -> str:
+  """get_variable_dtype bindings: master and activation dtypes by name."""
+  return f"""
+utils.get_variable_dtype.master_dtype = "{master}"
+utils.get_variable_dtype.slice_dtype = "float32"
+utils.get_variable_dtype.activation_dtype = "{activation}"
+"""
+
+
 # name -> (model_type, gin bindings). "bf16" keeps bfloat16 masters and
 # activations, as the T5 gin files train (slices stay float32);
 # "bf16_masters" keeps bfloat16 masters with float32 activations.
 CASES = {
-  "bitransformer": (
-    "bitransformer",
-    _TINY
-    + """
-utils.get_variable_dtype.master_dtype = "float32"
-utils.get_variable_dtype.activation_dtype = "float32"
-""",
-  ),
+  "bitransformer": ("bitransformer", _TINY + _dtypes("float32", "float32")),
   "bitransformer_bf16": (
     "bitransformer",
-    _TINY
-    + """
-utils.get_variable_dtype.master_dtype = "bfloat16"
-utils.get_variable_dtype.slice_dtype = "float32"
-utils.get_variable_dtype.activation_dtype = "bfloat16"
-""",
+    _TINY + _dtypes("bfloat16", "bfloat16"),
   ),
   "bitransformer_bf16_masters": (
     "bitransformer",
-    _TINY
-    + """
-utils.get_variable_dtype.master_dtype = "bfloat16"
-utils.get_variable_dtype.slice_dtype = "float32"
-utils.get_variable_dtype.activation_dtype = "float32"
-""",
+    _TINY + _dtypes("bfloat16", "float32"),
   ),
-  "lm": (
-    "lm",
-    _TINY
-    + """
-utils.get_variable_dtype.master_dtype = "float32"
-utils.get_variable_dtype.activation_dtype = "float32"
-""",
-  ),
+  "lm": ("lm", _TINY + _dtypes("float32", "float32")),
 }
 
 # One batch each: the training batch, the scored pairs, the eval pairs and
