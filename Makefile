@@ -26,7 +26,8 @@ V1_TESTS := tests/ops tests/layers tests/optimizers tests/beam_search_test.py \
 	tests/transformer/universal_transformer_test.py \
 	tests/transformer/vocab_embeddings_test.py \
 	tests/transformer/learning_rate_schedules_test.py \
-	tests/transformer/original_numbers_test.py tests/downstream
+	tests/transformer/original_numbers_test.py tests/downstream \
+	tests/transformer/original_checkpoint_test.py
 
 .PHONY: demo test test-fast lint bench clean
 

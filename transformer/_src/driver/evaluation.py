@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
+from transformer._src.driver.config import clean_decodes
 from transformer._src.layers.context import ModeKeys
 from transformer._src.models.unitransformer import Unitransformer
 
@@ -318,7 +319,10 @@ def _batches(est, arrays: Dict[str, Optional[np.ndarray]]):
 def decode_graph(est, inputs: tf.Tensor, **decode_kwargs):
   """Builds and lowers decoding of int inputs [batch, length].
 
-  Returns (lowering, outputs [batch, length] int32). The Estimator's
+  Returns (lowering, outputs [batch, length] int32); a Unitransformer's
+  outputs are [batch, length + targets length], the continuations of its
+  prompts. Every id after a row's first EOS is padding (clean_decodes), as
+  the original's predictions were. The Estimator's
   predict_fn(model=, features=, variable_dtype=) replaces the model's own
   decoding when given.
   """
@@ -342,6 +346,12 @@ def _decode_on_mesh(est, inputs: tf.Tensor, decode_kwargs):
         variable_dtype=est.variable_dtype,
       )
     elif isinstance(model, Unitransformer):
+      # The prompt is followed by room for the targets: the samples (the
+      # continuation, prompt removed) may be up to inputs + targets long.
+      length_dim = mtf_inputs.shape.dims[-1]
+      mtf_inputs = mtf.pad(
+        mtf_inputs, [0, est.sequence_length["targets"]], length_dim.name
+      )
       outputs = model.sample_autoregressive(
         mtf_inputs,
         variable_dtype=est.variable_dtype,
@@ -353,7 +363,8 @@ def _decode_on_mesh(est, inputs: tf.Tensor, decode_kwargs):
         mtf_inputs, variable_dtype=est.variable_dtype, **decode_kwargs
       )
   lowering = mtf.Lowering(graph, {mesh: est.mesh_impl}, autostack=est.autostack)
-  return lowering, tf.cast(lowering.export_to_tf_tensor(outputs), tf.int32)
+  outputs = tf.cast(lowering.export_to_tf_tensor(outputs), tf.int32)
+  return lowering, clean_decodes(outputs)
 
 
 def build_decode(est, phase, decode_kwargs):

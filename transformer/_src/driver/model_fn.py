@@ -23,6 +23,7 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from transformer._src.driver import estimator as driver
 from transformer._src.driver import evaluation as driver_eval
+from transformer._src.driver.config import clean_decodes
 from transformer._src.driver.config import get_variable_dtype
 from transformer._src.layers.context import ModeKeys
 
@@ -229,7 +230,7 @@ class ModelFn:
         mode,
         None,
         None,
-        {"inputs": features["inputs"], "outputs": outputs},
+        {"inputs": clean_decodes(features["inputs"]), "outputs": outputs},
         None,
         [mtf.MtfRestoreHook(lowering)],
         None,
