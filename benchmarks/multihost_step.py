@@ -6,6 +6,8 @@ a 2+2-layer Bitransformer, d_model 128, batch 64, length 16, on a 2x2 mesh)
 for --steps steps twice with the same seed:
 
   one_process   python -m transformer.main --mesh_devices=4 (4 virtual CPUs)
+                --same_rounding_as_cluster (so its losses can equal the
+                cluster's to the bit)
   cluster       python -m transformer.main --cluster=<the two workers>: the
                 mesh's 4 processors are the workers' CPUs, the masters, the
                 input pipeline and the checkpoints stay in the trainer
@@ -134,6 +136,7 @@ def main():
           args.steps,
           tfds_dir,
           "--mesh_devices=4",
+          "--same_rounding_as_cluster",
         ),
         train(
           "cluster",

@@ -83,6 +83,14 @@ flags.DEFINE_float(
   "seconds to wait for the cluster's tasks to answer",
 )
 
+flags.DEFINE_bool(
+  "same_rounding_as_cluster",
+  False,
+  "turn off Grappler's arithmetic optimizer, as --cluster runs do, so this "
+  "one-process run computes a cluster run's very values (with it on, the "
+  "default, bfloat16 results are the original package's)",
+)
+
 flags.DEFINE_integer(
   "seed",
   None,
@@ -143,6 +151,8 @@ def main(_) -> None:
   utils.parse_gin_defaults_and_flags()
   if FLAGS.seed is not None:
     tf.random.set_seed(FLAGS.seed)
+  if FLAGS.same_rounding_as_cluster:
+    cluster.disable_placement_dependent_rewrites()
   _write_command_line(FLAGS.model_dir)
   # Passed only when given, so gin bindings of utils.run still apply.
   run_kwargs = {}

@@ -19,6 +19,7 @@ import tensorflow as tf
 from tests.transformer import driver_test_util as dtu
 from transformer import learning_rate_schedules
 from transformer import utils
+from transformer import vocabulary
 from transformer._src.driver import decode as driver_decode
 
 tf1 = tf.compat.v1
@@ -352,3 +353,41 @@ def test_eval_model_and_run_signatures_follow_the_original():
       inspect.signature(fn).parameters["score_with_estimator_fn"].default
       is utils.score_with_estimator
     )
+
+
+def test_one_process_runs_keep_tensorflows_graph_rewrites(tmp_path):
+  """Without a cluster the driver leaves Grappler's arithmetic optimizer on.
+
+  It is on in TensorFlow (and was for the original); turning it off for the
+  process changed how bfloat16 activations round, so scores of a checkpoint
+  the original wrote differed from its own by a bfloat16 ulp. Only cluster
+  runs turn it off (their rewrites would depend on the task layout).
+  """
+  before = tf.config.optimizer.get_experimental_options()
+  dtu.tiny_gin("")
+  utils.get_estimator(
+    model_type="bitransformer",
+    vocabulary=vocabulary.ByteVocabulary(),
+    mesh_shape="",
+    layout_rules="",
+    model_dir=str(tmp_path),
+    batch_size=2,
+    sequence_length={"inputs": 8, "targets": 8},
+    autostack=True,
+    learning_rate_schedule=0.01,
+    keep_checkpoint_max=None,
+    save_checkpoints_steps=100,
+    optimizer=None,
+    predict_fn=None,
+    variable_filter=None,
+    ensemble_inputs=None,
+    use_tpu=False,
+    tpu_job_name=None,
+    iterations_per_loop=100,
+    cluster=None,
+  )
+  after = tf.config.optimizer.get_experimental_options()
+  assert after.get("arithmetic_optimization") == before.get(
+    "arithmetic_optimization"
+  )
+  assert after.get("arithmetic_optimization") is not False

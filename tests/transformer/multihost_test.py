@@ -203,6 +203,7 @@ def _start_both(workers, tmp_path, tfds_dir, steps, *args, small=True):
     tfds_dir,
     steps,
     "--mesh_devices=4",
+    "--same_rounding_as_cluster",
     *args,
     wait=False,
     small=small,

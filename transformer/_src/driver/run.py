@@ -87,9 +87,12 @@ def get_estimator(
   original's signature; TPUs are not driven from here. With a cluster (the
   `cluster` argument, else TF_CONFIG) the process connects to its tasks and
   the mesh defaults to the "worker" job's devices (driver/cluster.py).
-  Grappler's arithmetic optimizer is turned off for the process, so a run
-  computes the same values whether the mesh's devices are in one process or
-  on a cluster (cluster.disable_placement_dependent_rewrites).
+  On a cluster, Grappler's arithmetic optimizer is turned off for the
+  process (cluster.disable_placement_dependent_rewrites): its rewrites depend
+  on how the ops map to tasks. A one-process run keeps TensorFlow's default,
+  as the original did, so its bfloat16 numbers are the original's; to get a
+  cluster run's very values in one process, turn the optimizer off there too
+  (transformer.main --same_rounding_as_cluster).
 
   Args:
     model_type: "bitransformer", "lm", "delimited_lm", "aligned" or
@@ -154,12 +157,13 @@ def get_estimator(
       "run.vocabulary is required (e.g. "
       "run.vocabulary = @vocabulary.ByteVocabulary())"
     )
-  driver_cluster.disable_placement_dependent_rewrites()
   connected = driver_cluster.connect(
     cluster,
     timeout=cluster_timeout,
     collectives=resolve_mesh_impl(mesh_impl) == "simd",
   )
+  if connected is not None:
+    driver_cluster.disable_placement_dependent_rewrites()
   if connected is not None and not mesh_devices:
     mesh_devices = connected.mesh_devices(mesh_shape)
   model = build_model(
