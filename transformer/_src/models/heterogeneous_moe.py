@@ -382,8 +382,12 @@ def heterogeneous_mask_array(
 
 
 def generate_heterogeneous_expert_masks(
-  mask_info, num_experts, experts_dim, mesh, expert_width
-):
+  mask_info: Sequence[Dict[str, Any]],
+  num_experts: int,
+  experts_dim: mtf.Dimension,
+  mesh: mtf.Mesh,
+  expert_width: int,
+) -> mtf.Tensor:
   """The heterogeneous expert mask as an mtf Tensor.
 
   Args:
