@@ -217,8 +217,8 @@ def binary_op_with_broadcasting(
   ).outputs[0]
 
 
-def _comparison(tf_fn):
-  def op(x1, x2, output_shape=None):
+def _comparison(tf_fn: Callable) -> Callable[..., Tensor]:
+  def op(x1, x2, output_shape=None) -> Tensor:
     return binary_op_with_broadcasting(
       tf_fn, x1, x2, output_shape=output_shape, output_dtype=tf.bool
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import csv
 import os
-from typing import Callable, Dict, Iterable, List
+from typing import Any, Callable, Dict, Iterable, List, Tuple, Union
 
 from absl import logging
 import numpy as np
@@ -21,6 +21,7 @@ import mesh_tensorflow as mtf
 from mesh_tensorflow.bert._src import data
 from mesh_tensorflow.bert._src import estimator
 from mesh_tensorflow.bert._src import model
+from mesh_tensorflow.bert._src.config import BertConfig
 from mesh_tensorflow.bert._src.tokenization import convert_to_unicode
 from mesh_tensorflow.bert._src.tokenization import printable_text
 
@@ -525,7 +526,12 @@ def file_based_input_fn_builder(
   return input_fn
 
 
-def input_fn_builder(features, seq_length, is_training, drop_remainder):
+def input_fn_builder(
+  features: List[InputFeatures],
+  seq_length: int,
+  is_training: bool,
+  drop_remainder: bool,
+) -> Callable[[Dict[str, Any]], tf.data.Dataset]:
   """input_fn(params) -> batches of in-memory InputFeatures (small sets).
 
   Args:
@@ -560,16 +566,16 @@ def input_fn_builder(features, seq_length, is_training, drop_remainder):
 
 
 def create_model(
-  bert_config,
-  is_training,
-  input_ids,
-  input_mask,
-  segment_ids,
-  labels,
-  num_labels_dim,
-  layout,
-  mesh_shape,
-):
+  bert_config: BertConfig,
+  is_training: bool,
+  input_ids: mtf.Tensor,
+  input_mask: mtf.Tensor,
+  segment_ids: mtf.Tensor,
+  labels: mtf.Tensor,
+  num_labels_dim: mtf.Dimension,
+  layout: Union[str, mtf.LayoutRules],
+  mesh_shape: Union[str, mtf.Shape],
+) -> Tuple[mtf.Tensor, mtf.Tensor, mtf.Tensor, mtf.Tensor]:
   """A softmax classifier on BertModel's pooled output.
 
   Adds the variables output_weights [num_labels, hidden] and output_bias

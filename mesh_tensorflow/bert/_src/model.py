@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple, Union
 
 import tensorflow as tf
 
@@ -659,7 +659,9 @@ def _layer_scope_name(block_layers, layer_num: int) -> str:
 _ACTIVATIONS = {"gelu": mtf.gelu, "relu": mtf.relu, "tanh": mtf.tanh}
 
 
-def get_activation(activation_string):
+def get_activation(
+  activation_string: Union[None, str, Callable[[mtf.Tensor], mtf.Tensor]],
+) -> Optional[Callable[[mtf.Tensor], mtf.Tensor]]:
   """The mtf activation named by a string ("gelu" -> mtf.gelu).
 
   Args:
