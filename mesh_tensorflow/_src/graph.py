@@ -652,7 +652,7 @@ class Operation:
 
   def gradient(
     self, unused_grad_ys: Sequence[Optional["Tensor"]]
-  ) -> List[Optional["Tensor"]]:
+  ) -> Sequence[Optional["Tensor"]]:
     """The gradients of the operation's inputs, given those of its outputs.
 
     Args:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from typing import Callable, Dict, Iterator, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
 import weakref
 
 from absl import logging
@@ -413,7 +413,7 @@ class Variable(Operation):
     self._outputs = [Tensor(self, self._shape, dtype.activation_dtype)]
     self.graph.register_variable(self)
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     mesh_impl = lowering.mesh_impl(self)
     laid_out = mesh_impl.LaidOutVariable(self, mesh_impl)
     lowering.variables[self] = laid_out
@@ -607,10 +607,12 @@ class ReadVariable(Operation):
     self._var = var
     self._outputs = [Tensor(self, var.shape, var.activation_dtype)]
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     return grad_ys
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     mesh_impl = lowering.mesh_impl(self)
     laid_out = lowering.variables[self._var]
     dtype = self._var.activation_dtype
@@ -721,7 +723,7 @@ class Assign(Operation):
     """The function (variable, slice_var, value) assigning each slice."""
     return self._assign_fn
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     updates = []
     for var, val in zip(self._variables, self._inputs):
       laid_out_val = lowering.tensors[val].to_laid_out_tensor()
