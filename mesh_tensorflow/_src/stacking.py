@@ -58,7 +58,7 @@ class StackedVariable(Variable):
     return list(self._vars)
 
   @property
-  def master(self):
+  def master(self) -> None:
     """None: the masters are the original variables' (see get_master)."""
     return None
 
@@ -70,7 +70,7 @@ class StackedVariable(Variable):
   def get_master(self) -> tf.Tensor:
     return tf.stack([v.get_master() for v in self._vars])
 
-  def assign_to_master(self, val):
+  def assign_to_master(self, val: tf.Tensor) -> tf.Operation:
     return tf.group(
       *[v.assign_to_master(t) for v, t in zip(self._vars, tf.unstack(val))]
     )

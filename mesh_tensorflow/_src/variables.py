@@ -43,7 +43,7 @@ class VariableDType:
 
   def __init__(
     self, master_dtype=tf.float32, slice_dtype=None, activation_dtype=None
-  ):
+  ) -> None:
     self._master_dtype = tf.as_dtype(master_dtype)
     self._slice_dtype = tf.as_dtype(slice_dtype or master_dtype)
     self._activation_dtype = tf.as_dtype(activation_dtype or master_dtype)
@@ -433,7 +433,7 @@ class Variable(Operation):
     """
     return self._master.read_value()
 
-  def assign_to_master(self, val):
+  def assign_to_master(self, val: tf.Tensor):
     """Assigns a full value to the master tf.Variable.
 
     Args:
@@ -719,7 +719,7 @@ class Assign(Operation):
     return self._variables
 
   @property
-  def assign_fn(self):
+  def assign_fn(self) -> Callable:
     """The function (variable, slice_var, value) assigning each slice."""
     return self._assign_fn
 

@@ -275,7 +275,7 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
     allreduce_in_bfloat16_max_group_size=8,
     *,
     backend=None,
-  ):
+  ) -> None:
     """Maps logical processors to replicas and checks the layout rules.
 
     Args:

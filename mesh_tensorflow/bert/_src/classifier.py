@@ -58,7 +58,7 @@ class InputExample:
     label: the label string (None for test examples).
   """
 
-  def __init__(self, guid, text_a, text_b=None, label=None):
+  def __init__(self, guid, text_a, text_b=None, label=None) -> None:
     self.guid = guid
     self.text_a = text_a
     self.text_b = text_b
@@ -87,7 +87,7 @@ class InputFeatures:
 
   def __init__(
     self, input_ids, input_mask, segment_ids, label_id, is_real_example=True
-  ):
+  ) -> None:
     self.input_ids = input_ids
     self.input_mask = input_mask
     self.segment_ids = segment_ids
@@ -98,7 +98,7 @@ class InputFeatures:
 class DataProcessor:
   """Reads one classification data set's splits into InputExamples."""
 
-  def get_train_examples(self, data_dir):
+  def get_train_examples(self, data_dir) -> List[InputExample]:
     """The training examples.
 
     Args:
@@ -109,7 +109,7 @@ class DataProcessor:
     """
     raise NotImplementedError()
 
-  def get_dev_examples(self, data_dir):
+  def get_dev_examples(self, data_dir) -> List[InputExample]:
     """The dev (evaluation) examples.
 
     Args:
@@ -120,7 +120,7 @@ class DataProcessor:
     """
     raise NotImplementedError()
 
-  def get_test_examples(self, data_dir):
+  def get_test_examples(self, data_dir) -> List[InputExample]:
     """The test (prediction) examples.
 
     Args:
@@ -131,7 +131,7 @@ class DataProcessor:
     """
     raise NotImplementedError()
 
-  def get_labels(self):
+  def get_labels(self) -> List[str]:
     """The label strings, in label-id order.
 
     Returns:
@@ -161,10 +161,10 @@ def _examples(rows, make_example, skip_header=True):
 class XnliProcessor(DataProcessor):
   """XNLI (Chinese): MultiNLI training translation, XNLI dev set."""
 
-  def __init__(self):
+  def __init__(self) -> None:
     self.language = "zh"
 
-  def get_train_examples(self, data_dir):
+  def get_train_examples(self, data_dir) -> List[InputExample]:
     """The examples of multinli/multinli.train.<language>.tsv.
 
     Args:
@@ -190,7 +190,7 @@ class XnliProcessor(DataProcessor):
 
     return _examples(self._read_tsv(path), make)
 
-  def get_dev_examples(self, data_dir):
+  def get_dev_examples(self, data_dir) -> List[InputExample]:
     """The examples of xnli.dev.tsv in this processor's language.
 
     Args:
@@ -214,7 +214,7 @@ class XnliProcessor(DataProcessor):
       self._read_tsv(os.path.join(data_dir, "xnli.dev.tsv")), make
     )
 
-  def get_labels(self):
+  def get_labels(self) -> List[str]:
     """contradiction, entailment, neutral.
 
     Returns:
@@ -286,7 +286,7 @@ class MnliProcessor(_GlueProcessor):
     "test": ("test_matched.tsv", "test"),
   }
 
-  def get_labels(self):
+  def get_labels(self) -> List[str]:
     """The labels contradiction, entailment, neutral.
 
     Returns:
@@ -312,7 +312,7 @@ class MnliProcessor(_GlueProcessor):
 class MrpcProcessor(_GlueProcessor):
   """MRPC (GLUE): paraphrase pairs in train.tsv, dev.tsv, test.tsv."""
 
-  def get_labels(self):
+  def get_labels(self) -> List[str]:
     """The labels "0" and "1".
 
     Returns:
@@ -335,7 +335,7 @@ class MrpcProcessor(_GlueProcessor):
 class ColaProcessor(_GlueProcessor):
   """CoLA (GLUE): single sentences; only test.tsv has a header."""
 
-  def get_labels(self):
+  def get_labels(self) -> List[str]:
     """The labels "0" and "1".
 
     Returns:

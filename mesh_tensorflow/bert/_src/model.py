@@ -498,7 +498,7 @@ class BertModel:
     """
     return self.embedding_table
 
-  def get_extra_loss(self):
+  def get_extra_loss(self) -> mtf.Tensor:
     """The sum of the mixture-of-experts losses (0 without moe layers).
 
     Returns:

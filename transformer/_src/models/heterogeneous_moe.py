@@ -127,7 +127,7 @@ class HeterogeneousMoE1D(moe_layers.MoE1D):
     moe_num_layers=1,
     heterogeneous_mask_info=None,
     top_n_num_experts_per_token=3,
-  ):
+  ) -> None:
     super().__init__(
       num_experts=num_experts,
       loss_coef=loss_coef,
