@@ -366,9 +366,7 @@ def eval_model(
   eval_with_score: bool = False,
   output_eval_examples: bool = True,
   eval_dir_suffix: Optional[str] = None,
-  score_with_estimator_fn: Callable[
-    ..., Any
-  ] = driver_decode.score_with_estimator,
+  score_with_estimator_fn: Callable = driver_decode.score_with_estimator,
   *,
   max_batches: Optional[int] = None,
 ) -> Dict[str, Dict[str, Any]]:
