@@ -182,7 +182,7 @@ def main(_) -> None:
       f.write(gin.operative_config_str())
 
 
-def console_entry_point():
+def console_entry_point() -> None:
   """Runs main() with absl's flag parsing (the console script's target)."""
   # Import utils before parsing so its --gin_file/--gin_param flags exist.
   from transformer import utils  # pylint: disable=g-import-not-at-top,unused-import

@@ -8,7 +8,17 @@ ops for one mesh implementation.
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import (
+  Any,
+  Callable,
+  Dict,
+  List,
+  Mapping,
+  Optional,
+  Sequence,
+  Tuple,
+  Union,
+)
 
 import gin
 import tensorflow as tf
@@ -134,7 +144,7 @@ class Graph:
     ['constant', 'scalar_add']
   """
 
-  def __init__(self):
+  def __init__(self) -> None:
     self._operations: List["Operation"] = []
     self._trainable_variables = []
     self._all_variables = []
@@ -153,12 +163,12 @@ class Graph:
     return self._operations
 
   @property
-  def trainable_variables(self):
+  def trainable_variables(self) -> list:
     """The trainable mtf Variables, in creation order."""
     return self._trainable_variables
 
   @property
-  def all_variables(self):
+  def all_variables(self) -> list:
     """Every mtf Variable of the graph (trainable or not), in creation order."""
     return self._all_variables
 
@@ -298,7 +308,9 @@ class Graph:
     output = fn()
     return output, self._operations[n:]
 
-  def combine_assignments(self, assignments):
+  def combine_assignments(
+    self, assignments: Sequence["Operation"]
+  ) -> List["Operation"]:
     """Merges Assign operations that share an assign_fn into one Assign each.
 
     Args:
@@ -325,10 +337,10 @@ class Graph:
   @gin.configurable(module="mesh_tensorflow.ops")
   def rewrite_stack_variables(
     self,
-    max_combined_variable_size=2**29,
-    max_combined_slice_size=2**27,
-    mesh_to_impl=None,
-  ):
+    max_combined_variable_size: int = 2**29,
+    max_combined_slice_size: int = 2**27,
+    mesh_to_impl: Optional[Mapping["Mesh", Any]] = None,
+  ) -> None:
     """Replaces groups of same-shape variables by StackedVariables (once).
 
     A speed optimisation with no effect on results or checkpoints; see
@@ -399,7 +411,7 @@ class Mesh:
     return self._name
 
   @property
-  def variable_placer_fn(self):
+  def variable_placer_fn(self) -> Union[Callable, str]:
     """Device function (or "cpu:0") placing the master variables."""
     if self._variable_placer is not None:
       return self._variable_placer.device_function
@@ -638,7 +650,9 @@ class Operation:
       t.dtype.is_floating for t in self._outputs
     )
 
-  def gradient(self, unused_grad_ys):
+  def gradient(
+    self, unused_grad_ys: Sequence[Optional["Tensor"]]
+  ) -> Sequence[Optional["Tensor"]]:
     """The gradients of the operation's inputs, given those of its outputs.
 
     Args:
@@ -654,7 +668,7 @@ class Operation:
     """
     raise NotImplementedError("No gradient for %s" % type(self).__name__)
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     """Emits the TensorFlow ops of the operation for one mesh implementation.
 
     Args:

@@ -19,13 +19,13 @@ class MtfCheckpointSaverListener(tf1.train.CheckpointSaverListener):
     lowering: the Lowering whose variables are saved.
   """
 
-  def __init__(self, lowering):
+  def __init__(self, lowering) -> None:
     self._op = lowering.copy_slices_to_masters()
 
-  def begin(self):
+  def begin(self) -> None:
     pass
 
-  def before_save(self, session, global_step_value):
+  def before_save(self, session, global_step_value) -> None:
     """Copies the slices into the masters, so the checkpoint holds them.
 
     Args:
@@ -35,7 +35,7 @@ class MtfCheckpointSaverListener(tf1.train.CheckpointSaverListener):
     del global_step_value
     session.run(self._op)
 
-  def after_save(self, session, global_step_value):
+  def after_save(self, session, global_step_value) -> None:
     """Does nothing (the slices are unchanged by saving).
 
     Args:
@@ -44,7 +44,7 @@ class MtfCheckpointSaverListener(tf1.train.CheckpointSaverListener):
     """
     pass
 
-  def end(self, session, global_step_value):
+  def end(self, session, global_step_value) -> None:
     """Does nothing at the end of training.
 
     Args:
@@ -61,15 +61,15 @@ class MtfRestoreHook(tf1.train.SessionRunHook):
     lowering: the Lowering whose variables are restored.
   """
 
-  def __init__(self, lowering):
+  def __init__(self, lowering) -> None:
     self._lowering = lowering
     self._op = None
 
-  def begin(self):
+  def begin(self) -> None:
     with tf1.name_scope("mtf_restore_hook"):
       self._op = self._lowering.copy_masters_to_slices()
 
-  def after_create_session(self, session, coord):
+  def after_create_session(self, session, coord) -> None:
     """Copies the (restored or initialised) masters into the slices.
 
     Args:

@@ -10,7 +10,7 @@ all build on these, so they live below all three.
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 
 class LazyAllreduceSum:
@@ -55,7 +55,7 @@ class LazyAllreduceSum:
     return self._reduced
 
   @property
-  def slice_shape(self):
+  def slice_shape(self) -> List[int]:
     """The shape of each processor's slice (a list of ints)."""
     return self.laid_out_input.slice_shape
 
@@ -82,7 +82,7 @@ class LazyLaidOutTensor:
     return self._fn()
 
   @property
-  def slice_shape(self):
+  def slice_shape(self) -> List[int]:
     """The shape of each processor's slice (a list of ints)."""
     return self._slice_shape
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Dict, Optional
+from typing import Dict, Optional, Union
 
 from absl import logging
 import tensorflow as tf
@@ -18,8 +18,10 @@ import tensorflow as tf
 from mesh_tensorflow._src import stacking  # noqa: F401  pylint: disable=unused-import
 from mesh_tensorflow._src.graph import Graph
 from mesh_tensorflow._src.graph import Mesh
+from mesh_tensorflow._src.graph import Operation
 from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.mesh_impl import COLLECTIVE_KINDS
+from mesh_tensorflow._src.mesh_impl import MeshImpl
 
 _INVALID_SCOPE_CHARS = re.compile(r"[^A-Za-z0-9_.\-/]")
 
@@ -101,7 +103,7 @@ class Lowering:
     )
     logging.vlog(1, "Counters:\n%s", pretty_print_counters(self._counters))
 
-  def mesh_impl(self, m):
+  def mesh_impl(self, m: Union[Mesh, Tensor, Operation]) -> MeshImpl:
     """MeshImpl for a Mesh, or for the mesh of a Tensor or Operation.
 
     Args:
@@ -133,7 +135,9 @@ class Lowering:
       x, self.tensors[x].to_laid_out_tensor()
     )
 
-  def lowered_operation(self, op):
+  def lowered_operation(
+    self, op: Union[Operation, Tensor]
+  ) -> Union[tf.Operation, tf.Tensor]:
     """The TF op (e.g. tf.group for Assign) an mtf Operation lowered to.
 
     Args:
@@ -194,7 +198,7 @@ class Lowering:
     self._counters.append((key, value))
 
   @property
-  def counters(self):
+  def counters(self) -> Dict[str, int]:
     """The counters recorded by add_counter: a dict {name: value}."""
     return self._counters
 

@@ -126,7 +126,7 @@ class MeshImpl:
     return self._shape.ndims
 
   @property
-  def layout_rules(self):
+  def layout_rules(self) -> layout_lib.LayoutRules:
     """The LayoutRules mapping tensor dim names to mesh dim names."""
     return self._layout_rules
 
@@ -299,7 +299,7 @@ class MeshImpl:
       fn, *laid_out_lib.convert_args_to_laid_out_tensors(inputs)
     )
 
-  def Print(self, x, data, message, **kwargs):  # pylint: disable=invalid-name
+  def Print(self, x, data: Sequence, message: str, **kwargs):  # pylint: disable=invalid-name
     """Prints `data` and `message` when `x` is computed (a no-op by default).
 
     Args:
@@ -628,7 +628,7 @@ class MeshImpl:
     """
     raise NotImplementedError("%s.laid_out_pnum" % type(self).__name__)
 
-  def export_to_tf_tensor(self, x, laid_out_x):
+  def export_to_tf_tensor(self, x, laid_out_x) -> tf.Tensor:
     """The full tf.Tensor for mtf Tensor x.
 
     Args:
@@ -640,7 +640,7 @@ class MeshImpl:
     """
     raise NotImplementedError("%s.export_to_tf_tensor" % type(self).__name__)
 
-  def import_tf_tensor(self, x, tf_x):
+  def import_tf_tensor(self, x, tf_x: tf.Tensor):
     """LaidOutTensor holding the slices of tf_x for mtf Tensor x.
 
     Args:

@@ -58,7 +58,7 @@ class StackedVariable(Variable):
     return list(self._vars)
 
   @property
-  def master(self):
+  def master(self) -> None:
     """None: the masters are the original variables' (see get_master)."""
     return None
 
@@ -70,7 +70,7 @@ class StackedVariable(Variable):
   def get_master(self) -> tf.Tensor:
     return tf.stack([v.get_master() for v in self._vars])
 
-  def assign_to_master(self, val):
+  def assign_to_master(self, val: tf.Tensor) -> tf.Operation:
     return tf.group(
       *[v.assign_to_master(t) for v, t in zip(self._vars, tf.unstack(val))]
     )
@@ -83,14 +83,16 @@ class UnstackVariableOperation(Operation):
     super().__init__([stacked.outputs[0]], name=stacked.name + "/unstack")
     self._outputs = list(outputs)
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     grads = [
       g if g is not None else io.zeros_like(t)
       for g, t in zip(grad_ys, self._outputs)
     ]
     return [StackOperation(grads).outputs[0]]
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     _lower_unstack(self, lowering)
 
 
@@ -103,13 +105,15 @@ class StackOperation(Operation):
     shape = Shape([Dimension(STACKED_DIM_NAME, len(xs))] + xs[0].shape.dims)
     self._outputs = [Tensor(self, shape, xs[0].dtype)]
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     unstack = _UnstackTensorOperation(
       grad_ys[0], [x.shape for x in self.inputs]
     )
     return unstack.outputs
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     mesh_impl = lowering.mesh_impl(self)
     lowering.set_tensor_lowering(
       self.outputs[0],
@@ -129,10 +133,12 @@ class _UnstackTensorOperation(Operation):
       Tensor(self, s, x.dtype, index=i) for i, s in enumerate(shapes)
     ]
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     return [StackOperation(grad_ys).outputs[0]]
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     _lower_unstack(self, lowering)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import threading
-from typing import Callable, Dict, Iterator, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
 import weakref
 
 from absl import logging
@@ -43,7 +43,7 @@ class VariableDType:
 
   def __init__(
     self, master_dtype=tf.float32, slice_dtype=None, activation_dtype=None
-  ):
+  ) -> None:
     self._master_dtype = tf.as_dtype(master_dtype)
     self._slice_dtype = tf.as_dtype(slice_dtype or master_dtype)
     self._activation_dtype = tf.as_dtype(activation_dtype or master_dtype)
@@ -413,7 +413,7 @@ class Variable(Operation):
     self._outputs = [Tensor(self, self._shape, dtype.activation_dtype)]
     self.graph.register_variable(self)
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     mesh_impl = lowering.mesh_impl(self)
     laid_out = mesh_impl.LaidOutVariable(self, mesh_impl)
     lowering.variables[self] = laid_out
@@ -433,7 +433,7 @@ class Variable(Operation):
     """
     return self._master.read_value()
 
-  def assign_to_master(self, val):
+  def assign_to_master(self, val: tf.Tensor):
     """Assigns a full value to the master tf.Variable.
 
     Args:
@@ -607,10 +607,12 @@ class ReadVariable(Operation):
     self._var = var
     self._outputs = [Tensor(self, var.shape, var.activation_dtype)]
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     return grad_ys
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     mesh_impl = lowering.mesh_impl(self)
     laid_out = lowering.variables[self._var]
     dtype = self._var.activation_dtype
@@ -717,11 +719,11 @@ class Assign(Operation):
     return self._variables
 
   @property
-  def assign_fn(self):
+  def assign_fn(self) -> Callable:
     """The function (variable, slice_var, value) assigning each slice."""
     return self._assign_fn
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     updates = []
     for var, val in zip(self._variables, self._inputs):
       laid_out_val = lowering.tensors[val].to_laid_out_tensor()

@@ -159,7 +159,7 @@ def _records(name, examples, label_list, tokenizer):
   return path
 
 
-def main(_):
+def main(_) -> None:
   """Fine-tunes, evaluates and/or predicts as --do_* say.
 
   Args:

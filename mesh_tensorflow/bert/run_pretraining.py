@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any, Callable, Dict, Sequence
 
 from absl import app
 from absl import flags
@@ -125,12 +126,12 @@ def model_fn_builder(
 
 
 def input_fn_builder(
-  input_files,
-  max_seq_length,
-  max_predictions_per_seq,
-  is_training,
-  num_cpu_threads=4,
-):
+  input_files: Sequence[str],
+  max_seq_length: int,
+  max_predictions_per_seq: int,
+  is_training: bool,
+  num_cpu_threads: int = 4,
+) -> Callable[[Dict[str, Any]], tf.data.Dataset]:
   """input_fn(params) -> batches of pretraining records.
 
   Training repeats and shuffles the files and records; evaluation reads
@@ -181,7 +182,7 @@ def _evaluate(est, eval_input_fn, current_step):
   return result
 
 
-def main(_):
+def main(_) -> None:
   """Pretrains and/or evaluates as --mode says.
 
   Args:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import random
+from typing import Any, Callable, Dict
 
 from absl import app
 from absl import flags
@@ -184,7 +185,9 @@ def model_fn_builder(
   )
 
 
-def input_fn_builder(input_file, seq_length, is_training, drop_remainder):
+def input_fn_builder(
+  input_file: str, seq_length: int, is_training: bool, drop_remainder: bool
+) -> Callable[[Dict[str, Any]], tf.data.Dataset]:
   """input_fn(params) -> batches of a SQuAD TFRecord file.
 
   Args:
@@ -209,7 +212,7 @@ def input_fn_builder(input_file, seq_length, is_training, drop_remainder):
   return input_fn
 
 
-def validate_flags_or_throw(bert_config):
+def validate_flags_or_throw(bert_config: bert_lib.BertConfig) -> None:
   """Raises ValueError for inconsistent flags.
 
   Args:
@@ -265,7 +268,7 @@ def _write_features(name, examples, tokenizer, is_training, keep=None):
   return writer
 
 
-def main(_):
+def main(_) -> None:
   """Fine-tunes and/or predicts as --do_train / --do_predict say.
 
   Args:

@@ -219,7 +219,7 @@ class ProcessDevices:
     ValueError: if the hosts hold different numbers of processors.
   """
 
-  def __init__(self, simd_mesh_impl):
+  def __init__(self, simd_mesh_impl) -> None:
     self._num_cores = simd_mesh_impl.size
     self._ordered_ordinals = []
     self._ordered_tpus = []

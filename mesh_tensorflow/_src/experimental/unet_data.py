@@ -230,7 +230,7 @@ class PostProcessor:
   finish() logs the dice per case and overall.
   """
 
-  def __init__(self):
+  def __init__(self) -> None:
     self._area_int = []
     self._area_sum = []
     self._instance_i = 0

@@ -196,7 +196,7 @@ class LaidOutVariable:
     return self._laid_out_tensor
 
   @property
-  def copy_master_to_slices(self):
+  def copy_master_to_slices(self) -> tf.Operation:
     """A tf op assigning the master variable's value to the slices."""
     if self._slice_is_master:
       return tf.group()
@@ -209,7 +209,7 @@ class LaidOutVariable:
     )
 
   @property
-  def copy_slices_to_master(self):
+  def copy_slices_to_master(self) -> tf.Operation:
     """A tf op assigning the combined slices to the master variable."""
     if self._slice_is_master:
       return tf.group()
@@ -569,7 +569,7 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
           out.append(tf.identity(by_begin[begin]))
     return LaidOutTensor(out)
 
-  def Print(self, x, data, message, **kwargs):  # pylint: disable=invalid-name
+  def Print(self, x, data: Sequence, message: str, **kwargs) -> LaidOutTensor:  # pylint: disable=invalid-name
     """Prints `data` (tf tensors) on the first device when x is computed."""
     x = x.to_laid_out_tensor()
     first = x.tensor_list[0]
@@ -579,10 +579,10 @@ class PlacementMeshImpl(mesh_impl_lib.MeshImpl):
         first = tf.identity(first)
     return LaidOutTensor([first] + x.tensor_list[1:])
 
-  def export_to_tf_tensor(self, x, laid_out_x):
+  def export_to_tf_tensor(self, x, laid_out_x) -> tf.Tensor:
     return self.combine_slices(laid_out_x.all_slices, x.shape)
 
-  def import_tf_tensor(self, x, tf_x):
+  def import_tf_tensor(self, x, tf_x: tf.Tensor) -> LaidOutTensor:
     shape = x.shape
     sizes = self.slice_shape(shape)
     tf_x = tf.convert_to_tensor(tf_x)

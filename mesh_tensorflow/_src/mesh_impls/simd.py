@@ -62,7 +62,7 @@ class LaidOutTensor:
     return self._tensor_list
 
   @property
-  def one_slice(self):
+  def one_slice(self) -> tf.Tensor:
     """This replica's slice (a tf.Tensor)."""
     return self._tensor_list[0]
 
@@ -157,7 +157,7 @@ class LaidOutVariable:
     return list(range(self._mesh_impl.size)) if pnums is None else pnums
 
   @property
-  def copy_master_to_slices(self):
+  def copy_master_to_slices(self) -> tf.Operation:
     """Op copying the master into the slices this program may write."""
     variable, mesh_impl = self._variable, self._mesh_impl
     master = variable.get_master()
@@ -176,7 +176,7 @@ class LaidOutVariable:
     return tf.group(*ops)
 
   @property
-  def copy_slices_to_master(self):
+  def copy_slices_to_master(self) -> tf.Operation:
     """Op writing the slices back into the master.
 
     Built for all replicas (outside the replicated computation), it combines
@@ -275,7 +275,7 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
     allreduce_in_bfloat16_max_group_size=8,
     *,
     backend=None,
-  ):
+  ) -> None:
     """Maps logical processors to replicas and checks the layout rules.
 
     Args:
@@ -631,10 +631,10 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
     begin = tf.gather(tf.constant(begins), self.pnum_tensor)
     return tf.slice(tf_tensor, begin, sizes)
 
-  def import_tf_tensor(self, x, tf_x):
+  def import_tf_tensor(self, x, tf_x: tf.Tensor) -> LaidOutTensor:
     return LaidOutTensor([self.slice(tf_x, x.shape)])
 
-  def export_to_tf_tensor(self, x, laid_out_x):
+  def export_to_tf_tensor(self, x, laid_out_x) -> tf.Tensor:
     """The full tensor on every replica, gathered over its split mesh axes.
 
     One all-gather however many axes the tensor is split on. (The original

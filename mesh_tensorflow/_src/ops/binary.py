@@ -7,7 +7,7 @@ functions behind Tensor's arithmetic operators (x + y, 1 - x, -x, ...).
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -47,11 +47,13 @@ class AddOperation(BinaryOpWithBroadcasting):
   ):
     super().__init__(tf.add, x1, x2, output_shape, x1.dtype, name=name or "add")
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     dy = grad_ys[0]
     return [reduce.reduce_sum(dy, output_shape=x.shape) for x in self.inputs]
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     mesh_impl = lowering.mesh_impl(self)
     x1, x2 = self.inputs
     lowering.set_tensor_lowering(
@@ -85,7 +87,9 @@ class MinMaxOperation(BinaryOpWithBroadcasting):
       tf_fn, x1, x2, output_shape, x1.dtype, name=name or "min_max"
     )
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     dy = grad_ys[0]
     y = self.outputs[0]
     return [
@@ -110,10 +114,12 @@ class ScalarAddOperation(Operation):
     self._scalar = scalar
     self._outputs = [Tensor(self, x.shape, x.dtype)]
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     return grad_ys
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     scalar, dtype = self._scalar, self.outputs[0].dtype
     lowering.set_tensor_lowering(
       self.outputs[0],
@@ -138,10 +144,12 @@ class ScalarMultiplyOperation(Operation):
     self._scalar = scalar
     self._outputs = [Tensor(self, x.shape, x.dtype)]
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     return [grad_ys[0] * self._scalar]
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     scalar, dtype = self._scalar, self.outputs[0].dtype
     lowering.set_tensor_lowering(
       self.outputs[0],

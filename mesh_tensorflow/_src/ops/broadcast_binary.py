@@ -8,7 +8,7 @@ arithmetic built on them is in binary.py.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
@@ -148,7 +148,9 @@ class BinaryOpWithBroadcasting(Operation):
     self._tf_fn = tf_fn
     self._outputs = [Tensor(self, output_shape, output_dtype)]
 
-  def gradient(self, unused_grad_ys):
+  def gradient(
+    self, unused_grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     raise ValueError(
       "%s (%s) has no gradient" % (type(self).__name__, self.name)
     )
@@ -181,7 +183,7 @@ class BinaryOpWithBroadcasting(Operation):
 
     return fn
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     mesh_impl = lowering.mesh_impl(self)
     x1, x2 = self.inputs
     lowering.set_tensor_lowering(
@@ -217,8 +219,8 @@ def binary_op_with_broadcasting(
   ).outputs[0]
 
 
-def _comparison(tf_fn):
-  def op(x1, x2, output_shape=None):
+def _comparison(tf_fn: Callable) -> Callable[..., Tensor]:
+  def op(x1, x2, output_shape=None) -> Tensor:
     return binary_op_with_broadcasting(
       tf_fn, x1, x2, output_shape=output_shape, output_dtype=tf.bool
     )

@@ -71,7 +71,9 @@ class Depend(Operation):
     """The operations that must run before the output is computed."""
     return list(self._dependencies)
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     return list(grad_ys)
 
   def _control_inputs(self, lowering) -> list:
@@ -97,7 +99,7 @@ class Depend(Operation):
     # Eager tf.group returns None: there is nothing to wait for.
     return [c for c in control_inputs if c is not None]
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     mesh_impl = lowering.mesh_impl(self)
     if not mesh_impl.supports_control_dependencies:
       raise ValueError(
@@ -345,7 +347,7 @@ class WhileLoopOperation(Operation):
         seen.append(t)
     return seen
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     mesh_impl = lowering.mesh_impl(self)
     laid_out_cls = mesh_impl.LaidOutTensor
     n = len(self._inputs)

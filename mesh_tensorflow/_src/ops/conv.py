@@ -251,7 +251,9 @@ class _ConvFamilyOperation(Operation):
     else:
       self._initialize_all_dimensions_as_splittable()
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     """d<g, out>/d(input) for each input: the target of that input's role."""
     g = grad_ys[0]
     grads = []
@@ -267,7 +269,7 @@ class _ConvFamilyOperation(Operation):
       )
     return grads
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     n = self._n
     mesh_impl = lowering.mesh_impl(self)
     everything = self.inputs + self.outputs
@@ -410,7 +412,9 @@ class _ConvNdOperation(_ConvFamilyOperation):
     self._compute_counter = "conv%dd/forward" % n
     self._init_splittability(True)
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     dy = grad_ys[0]
     conv_input, conv_filter = self.inputs
     n = self._n
@@ -534,7 +538,9 @@ class _ConvNdTransposeOperation(_ConvFamilyOperation):
     self._compute_counter = "conv%dd_transpose/forward" % n
     self._init_splittability(True)
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     dy = grad_ys[0]
     conv_input, conv_filter = self.inputs
     if self._n == 2:
@@ -675,7 +681,9 @@ class Conv2or3dBackpropInputOperation(_ConvFamilyOperation):
     self._compute_counter = "conv%dd%s/backprop_input" % (n, trans)
     self._init_splittability(False)
 
-  def gradient(self, unused_grad_ys):
+  def gradient(
+    self, unused_grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     # The original's parameter name; unlike the original (which raised),
     # second derivatives are supported.
     return super().gradient(unused_grad_ys)
@@ -739,7 +747,9 @@ class Conv2or3dBackpropFilterOperation(_ConvFamilyOperation):
     self._compute_counter = "conv%dd%s/backprop_filter" % (n, trans)
     self._init_splittability(False)
 
-  def gradient(self, unused_grad_ys):
+  def gradient(
+    self, unused_grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     # The original's parameter name; unlike the original (which raised),
     # second derivatives are supported.
     return super().gradient(unused_grad_ys)

@@ -115,11 +115,13 @@ class CustomGradientOperation(Operation):
     """The outputs of the forward function, inside the operation."""
     return list(self._fn_outputs)
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     for out, fn_out in zip(self._outputs, self._fn_outputs):
       lowering.set_tensor_lowering(out, lowering.tensors[fn_out])
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     graph = self.graph
     num_variables = len(graph.all_variables)
     # grad_fn works "inside" fn: it may build on fn's internal tensors.
@@ -226,10 +228,12 @@ class _AfterOperation(Operation):
     super().__init__([x] + list(after), name=name or "recompute_after")
     self._outputs = [Tensor(self, x.shape, x.dtype)]
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     return [grad_ys[0]] + [None] * (len(self._inputs) - 1)
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     mesh_impl = lowering.mesh_impl(self)
     laid_outs = [lowering.tensors[t].to_laid_out_tensor() for t in self._inputs]
     dtype = self._inputs[0].dtype

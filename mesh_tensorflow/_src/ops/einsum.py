@@ -81,7 +81,9 @@ class EinsumOperation(Operation):
       Tensor(self, convert_to_shape(output_shape), inputs[0].dtype)
     ]
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     dy = grad_ys[0]
     xs = self.inputs
     return [
@@ -89,7 +91,7 @@ class EinsumOperation(Operation):
       for i, x in enumerate(xs)
     ]
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     xs = self.inputs
     lowering.set_tensor_lowering(
       self.outputs[0],

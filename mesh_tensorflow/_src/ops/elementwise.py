@@ -484,7 +484,7 @@ class StopGradient(Operation):
   def has_gradient(self) -> bool:
     return False
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     lowering.set_tensor_lowering(
       self.outputs[0], lowering.tensors[self.inputs[0]]
     )

@@ -85,7 +85,7 @@ class OneHotOperation(Operation):
   def has_gradient(self) -> bool:
     return False
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     lowering.set_tensor_lowering(
       self.outputs[0],
       lower_one_hot(
@@ -313,7 +313,9 @@ class GatherOperation(Operation):
     self._dims = _GatherDims(weights.shape, indices.shape, dim)
     self._outputs = [Tensor(self, output_shape, weights.dtype)]
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     dy = grad_ys[0]
     weights, indices = self.inputs
     inner_shape = self._dims.inner_shape(dy.shape)
@@ -324,7 +326,7 @@ class GatherOperation(Operation):
       None,
     ]
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     mesh_impl = lowering.mesh_impl(self)
     weights, indices = self.inputs
     out_shape = self.outputs[0].shape
@@ -377,14 +379,16 @@ class ScatterAddOperation(Operation):
     self._dims = _GatherDims(weights_shape, indices.shape, dim)
     self._outputs = [Tensor(self, weights_shape, dy.dtype)]
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     dy, indices = self.inputs
     return [
       GatherOperation(grad_ys[0], indices, self._dim, dy.shape).outputs[0],
       None,
     ]
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     mesh_impl = lowering.mesh_impl(self)
     dy, indices = self.inputs
     weights_shape = self.outputs[0].shape
@@ -513,7 +517,7 @@ class RangeOperation(Operation):
     self._dim = dim
     self._outputs = [Tensor(self, Shape([dim]), dtype)]
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     mesh_impl = lowering.mesh_impl(self)
     out = self.outputs[0]
     size = mesh_impl.slice_shape(out.shape)[0]

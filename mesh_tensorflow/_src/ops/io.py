@@ -43,7 +43,7 @@ class Constant(Operation):
     self._value = array
     self._outputs = [Tensor(self, shape, dtype)]
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     mesh_impl = lowering.mesh_impl(self)
     out = self.outputs[0]
     if self._value.ndim:
@@ -161,7 +161,7 @@ class ImportOperation(Operation):
     self._tf_tensor = tf_tensor
     self._outputs = [Tensor(self, shape, tf_tensor.dtype)]
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     mesh_impl = lowering.mesh_impl(self)
     lowering.set_tensor_lowering(
       self.outputs[0],
@@ -233,7 +233,7 @@ class ImportLaidOutTensorOperation(Operation):
     ]
     self._initialize_splittable_and_unsplittable_dims("unsplittable")
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     lowering.set_tensor_lowering(self.outputs[0], self._laid_out_tensor)
 
 

@@ -156,13 +156,15 @@ class PoolOperation(Operation):
       "splittable", [d.name for d in _spatial_dims(x.shape, n)]
     )
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     x, y, dy = self.inputs[0], self.outputs[0], grad_ys[0]
     return [
       pool_backprop(x, y, dy, self._ksize, self._strides, self._pool_fn_string)
     ]
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     check_splits_allowed(
       self, lowering, self.inputs + self.outputs, self.splittable_dims
     )
@@ -230,7 +232,7 @@ class PoolBackPropOperation(Operation):
       "splittable", [d.name for d in _spatial_dims(x.shape, self._n)]
     )
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     check_splits_allowed(
       self, lowering, self.inputs + self.outputs, self.splittable_dims
     )

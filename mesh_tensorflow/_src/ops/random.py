@@ -226,7 +226,7 @@ class RandomOperation(Operation):
       tf.bitcast(draw, tf.uint64) + _u64(_mix64_py(self._name_hash()))
     )
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     mesh_impl = lowering.mesh_impl(self)
     out = self.outputs[0]
     full_shape = out.shape.to_integer_list

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
@@ -71,7 +71,9 @@ class ReduceOperation(Operation):
     """The name of the reduction, e.g. "SUM" or "MAX"."""
     return self._reduction_fn_string
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     dy = grad_ys[0]
     x = self.inputs[0]
     if self._reduction_fn_string == "SUM":
@@ -80,7 +82,7 @@ class ReduceOperation(Operation):
     mask = elementwise.cast(broadcast_binary.equal(x, y), dy.dtype)
     return [dy * mask]
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     mesh_impl = lowering.mesh_impl(self)
     x = self.inputs[0]
     out_shape = self.outputs[0].shape
@@ -418,10 +420,12 @@ class BroadcastOperation(Operation):
     super().__init__([x], name=name or "broadcast")
     self._outputs = [Tensor(self, output_shape, x.dtype)]
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     return [reduce_sum(grad_ys[0], output_shape=self.inputs[0].shape)]
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     mesh_impl = lowering.mesh_impl(self)
     old_shape = self.inputs[0].shape
     new_shape = self.outputs[0].shape

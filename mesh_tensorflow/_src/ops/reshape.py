@@ -9,7 +9,7 @@ a split disappears, and allsplit (local) when a new split appears.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 from mesh_tensorflow._src import graph_constants
 from mesh_tensorflow._src.graph import Operation
@@ -32,10 +32,12 @@ class ReshapeOperation(Operation):
     super().__init__([x], name=name or "reshape")
     self._outputs = [Tensor(self, new_shape, x.dtype)]
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     return [reshape(grad_ys[0], self.inputs[0].shape)]
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     mesh_impl = lowering.mesh_impl(self)
     x = self.inputs[0]
     old_shape = x.shape

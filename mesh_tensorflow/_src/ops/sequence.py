@@ -17,7 +17,7 @@ gather, reshape and reductions.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
@@ -85,7 +85,9 @@ class CumsumOperation(Operation):
   def reverse(self) -> bool:
     return self._reverse
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     return [
       CumsumOperation(
         grad_ys[0],
@@ -100,7 +102,7 @@ class CumsumOperation(Operation):
       t, axis=self._axis, exclusive=self._exclusive, reverse=self._reverse
     )
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     mesh_impl = lowering.mesh_impl(self)
     x = self.inputs[0]
     lowered_x = lowering.tensors[x]

@@ -11,7 +11,7 @@ a local concat joins them.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import tensorflow as tf
 
@@ -69,7 +69,9 @@ class ShiftOperation(Operation):
     """Whether the shift wraps around (else zeros are shifted in)."""
     return self._wrap
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     return [shift(grad_ys[0], -self._offset, self._dim, self._wrap)]
 
   def _local_slice(self, t, start: int, size: int):
@@ -80,7 +82,7 @@ class ShiftOperation(Operation):
     sizes[self._axis] = size
     return tf.slice(t, begin, sizes)
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     mesh_impl = lowering.mesh_impl(self)
     x = self.inputs[0]
     size = self._dim.size

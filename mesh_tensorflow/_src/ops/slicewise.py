@@ -101,12 +101,14 @@ class SlicewiseOperation(Operation):
       return False
     return super().has_gradient
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     if self._grad_function is None:
       return GenericGradOperation(self, grad_ys).outputs_for_inputs()
     return self._grad_function(self, *grad_ys)
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     check_splits_allowed(
       self, lowering, self._inputs + self._outputs, self._splittable_names
     )
@@ -167,7 +169,7 @@ class GenericGradOperation(Operation):
       grads[i] = self._outputs[k]
     return grads
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     forward = self._forward_op
     n_in = len(forward.inputs)
     float_inputs = self._float_inputs

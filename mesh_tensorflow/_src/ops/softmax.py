@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import tensorflow as tf
 
@@ -89,13 +89,15 @@ class SoftmaxOperation(Operation):
     self._reduced_dim = reduced_dim
     self._outputs = [Tensor(self, x.shape, x.dtype)]
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     dy = grad_ys[0]
     y = self.outputs[0]
     dot = einsum_lib.einsum([dy, y], output_shape=y.shape - self._reduced_dim)
     return [(dy - dot) * y]
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     mesh_impl = lowering.mesh_impl(self)
     x = self.inputs[0]
     axis = x.shape.dims.index(self._reduced_dim)

@@ -36,10 +36,12 @@ class PrintOperation(Operation):
     self._kwargs = kwargs
     self._outputs = [Tensor(self, x.shape, x.dtype)]
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     return grad_ys
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     mesh_impl = lowering.mesh_impl(self)
     data = [lowering.export_to_tf_tensor(d) for d in self._data]
     lowering.set_tensor_lowering(
@@ -85,10 +87,12 @@ class ScalarSummaryOperation(Operation):
     """The name of the scalar summary."""
     return self._summary_name
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     return grad_ys
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     value = tf.cast(lowering.export_to_tf_tensor(self.inputs[0]), tf.float32)
     lowering.operations[self] = value
     if not tf.executing_eagerly():

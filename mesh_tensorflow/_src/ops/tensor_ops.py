@@ -143,13 +143,15 @@ class ConcatOperation(Operation):
       "splittable", [concat_dim_name]
     )
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     dy = grad_ys[0]
     return split(
       dy, self.outputs[0].shape.dims[self._axis], list(self._input_sizes)
     )
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     _check_not_split(
       self, lowering, self._inputs + self._outputs, self._concat_dim_name
     )
@@ -262,14 +264,16 @@ class SplitOperation(Operation):
       "splittable", [self._split_dim.name]
     )
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     grads = [
       io.zeros_like(y) if dy is None else dy
       for y, dy in zip(self._outputs, grad_ys)
     ]
     return [concat(grads, self._split_dim.name)]
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     _check_not_split(self, lowering, self._inputs, self._split_dim.name)
     mesh_impl = lowering.mesh_impl(self)
     axis, sizes = self._axis, self._output_sizes
@@ -374,10 +378,12 @@ class StackOperation(Operation):
     ]
     self._initialize_splittable_and_unsplittable_dims("splittable", [dim_name])
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     return unstack(grad_ys[0], self._new_dim)
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     _check_not_split(self, lowering, self._outputs, self._new_dim.name)
     mesh_impl = lowering.mesh_impl(self)
     axis = self._axis
@@ -434,14 +440,16 @@ class UnstackOperation(Operation):
       "splittable", [self._dim.name]
     )
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     grads = [
       io.zeros_like(y) if dy is None else dy
       for y, dy in zip(self._outputs, grad_ys)
     ]
     return [stack(grads, self._dim.name, self._axis)]
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     _check_not_split(self, lowering, self._inputs, self._dim.name)
     mesh_impl = lowering.mesh_impl(self)
     axis = self._axis
@@ -511,12 +519,14 @@ class SliceOperation(Operation):
       "splittable", [slice_dim_name]
     )
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     full = self.inputs[0].shape.dims[self._axis].size
     after = full - self._begin - self._slice_dim.size
     return [pad(grad_ys[0], [self._begin, after], self._slice_dim.name)]
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     _check_not_split(self, lowering, self._inputs, self._slice_dim.name)
     mesh_impl = lowering.mesh_impl(self)
     ndims = self.inputs[0].shape.ndims
@@ -601,13 +611,15 @@ class PadOperation(Operation):
       "splittable", [pad_dim_name]
     )
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     size = self.inputs[0].shape.dims[self._axis].size
     return [
       mtf_slice(grad_ys[0], self._paddings[0], size, self._output_dim.name)
     ]
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     _check_not_split(self, lowering, self._outputs, self._output_dim.name)
     mesh_impl = lowering.mesh_impl(self)
     paddings = [[0, 0] for _ in range(self.inputs[0].shape.ndims)]

@@ -27,7 +27,7 @@ one-hot matrix (einsum), so it is correct on any layout.
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -138,7 +138,9 @@ class TopKOperation(Operation):
     """The dimension of the output holding the k largest values."""
     return self._k_dim
 
-  def gradient(self, grad_ys):
+  def gradient(
+    self, grad_ys: Sequence[Optional[Tensor]]
+  ) -> Sequence[Optional[Tensor]]:
     dvalues = grad_ys[0]
     x = self.inputs[0]
     if dvalues is None:
@@ -148,7 +150,7 @@ class TopKOperation(Operation):
     )
     return [einsum_lib.einsum([dvalues, selection], output_shape=x.shape)]
 
-  def lower(self, lowering):
+  def lower(self, lowering) -> None:
     values_out, indices_out = self.outputs
     check_splits_allowed(
       self,

@@ -95,7 +95,7 @@ class AdafactorOptimizer(Optimizer):
     min_dim_size_to_factor=128,
     stacked_dim_names=None,
     exclude_from_parameter_scale=None,
-  ):
+  ) -> None:
     if isinstance(beta1, (int, float)) and not 0.0 <= beta1 < 1.0:
       raise ValueError(
         "AdafactorOptimizer: beta1 must be in [0, 1), got %r" % (beta1,)
@@ -256,7 +256,9 @@ class AdafactorWithMultiLRSchedule(MultiLRScheduleMixin, AdafactorOptimizer):
     **kwargs: AdafactorOptimizer arguments.
   """
 
-  def __init__(self, variable_search=None, alt_lr_schedules=None, **kwargs):
+  def __init__(
+    self, variable_search=None, alt_lr_schedules=None, **kwargs
+  ) -> None:
     super().__init__(**kwargs)
     self._init_multi_lr(variable_search, alt_lr_schedules)
 

@@ -81,7 +81,7 @@ class AdamWeightDecayOptimizer(Optimizer):
     beta_2=0.999,
     epsilon=1e-6,
     exclude_from_weight_decay=None,
-  ):
+  ) -> None:
     if isinstance(exclude_from_weight_decay, str):
       exclude_from_weight_decay = [exclude_from_weight_decay]
     for pattern in exclude_from_weight_decay or []:
@@ -145,7 +145,9 @@ class AdamWithMultiLRSchedule(MultiLRScheduleMixin, AdamWeightDecayOptimizer):
     **kwargs: AdamWeightDecayOptimizer arguments.
   """
 
-  def __init__(self, variable_search=None, alt_lr_schedules=None, **kwargs):
+  def __init__(
+    self, variable_search=None, alt_lr_schedules=None, **kwargs
+  ) -> None:
     super().__init__(**kwargs)
     self._init_multi_lr(variable_search, alt_lr_schedules)
 

@@ -34,7 +34,7 @@ class SgdOptimizer(Optimizer):
     array([0.9, 1.2], dtype=float32)
   """
 
-  def __init__(self, learning_rate):
+  def __init__(self, learning_rate) -> None:
     """Stores the learning rate.
 
     Args:
@@ -74,7 +74,7 @@ class MomentumOptimizer(Optimizer):
     momentum: the momentum coefficient.
   """
 
-  def __init__(self, learning_rate, momentum):
+  def __init__(self, learning_rate, momentum) -> None:
     self._lr = learning_rate
     self._momentum = momentum
 

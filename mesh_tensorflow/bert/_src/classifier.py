@@ -11,7 +11,7 @@ from __future__ import annotations
 import collections
 import csv
 import os
-from typing import Callable, Dict, Iterable, List
+from typing import Any, Callable, Dict, Iterable, List, Tuple, Union
 
 from absl import logging
 import numpy as np
@@ -21,6 +21,7 @@ import mesh_tensorflow as mtf
 from mesh_tensorflow.bert._src import data
 from mesh_tensorflow.bert._src import estimator
 from mesh_tensorflow.bert._src import model
+from mesh_tensorflow.bert._src.config import BertConfig
 from mesh_tensorflow.bert._src.tokenization import convert_to_unicode
 from mesh_tensorflow.bert._src.tokenization import printable_text
 
@@ -57,7 +58,7 @@ class InputExample:
     label: the label string (None for test examples).
   """
 
-  def __init__(self, guid, text_a, text_b=None, label=None):
+  def __init__(self, guid, text_a, text_b=None, label=None) -> None:
     self.guid = guid
     self.text_a = text_a
     self.text_b = text_b
@@ -86,7 +87,7 @@ class InputFeatures:
 
   def __init__(
     self, input_ids, input_mask, segment_ids, label_id, is_real_example=True
-  ):
+  ) -> None:
     self.input_ids = input_ids
     self.input_mask = input_mask
     self.segment_ids = segment_ids
@@ -97,7 +98,7 @@ class InputFeatures:
 class DataProcessor:
   """Reads one classification data set's splits into InputExamples."""
 
-  def get_train_examples(self, data_dir):
+  def get_train_examples(self, data_dir) -> List[InputExample]:
     """The training examples.
 
     Args:
@@ -108,7 +109,7 @@ class DataProcessor:
     """
     raise NotImplementedError()
 
-  def get_dev_examples(self, data_dir):
+  def get_dev_examples(self, data_dir) -> List[InputExample]:
     """The dev (evaluation) examples.
 
     Args:
@@ -119,7 +120,7 @@ class DataProcessor:
     """
     raise NotImplementedError()
 
-  def get_test_examples(self, data_dir):
+  def get_test_examples(self, data_dir) -> List[InputExample]:
     """The test (prediction) examples.
 
     Args:
@@ -130,7 +131,7 @@ class DataProcessor:
     """
     raise NotImplementedError()
 
-  def get_labels(self):
+  def get_labels(self) -> List[str]:
     """The label strings, in label-id order.
 
     Returns:
@@ -160,10 +161,10 @@ def _examples(rows, make_example, skip_header=True):
 class XnliProcessor(DataProcessor):
   """XNLI (Chinese): MultiNLI training translation, XNLI dev set."""
 
-  def __init__(self):
+  def __init__(self) -> None:
     self.language = "zh"
 
-  def get_train_examples(self, data_dir):
+  def get_train_examples(self, data_dir) -> List[InputExample]:
     """The examples of multinli/multinli.train.<language>.tsv.
 
     Args:
@@ -189,7 +190,7 @@ class XnliProcessor(DataProcessor):
 
     return _examples(self._read_tsv(path), make)
 
-  def get_dev_examples(self, data_dir):
+  def get_dev_examples(self, data_dir) -> List[InputExample]:
     """The examples of xnli.dev.tsv in this processor's language.
 
     Args:
@@ -213,7 +214,7 @@ class XnliProcessor(DataProcessor):
       self._read_tsv(os.path.join(data_dir, "xnli.dev.tsv")), make
     )
 
-  def get_labels(self):
+  def get_labels(self) -> List[str]:
     """contradiction, entailment, neutral.
 
     Returns:
@@ -285,7 +286,7 @@ class MnliProcessor(_GlueProcessor):
     "test": ("test_matched.tsv", "test"),
   }
 
-  def get_labels(self):
+  def get_labels(self) -> List[str]:
     """The labels contradiction, entailment, neutral.
 
     Returns:
@@ -311,7 +312,7 @@ class MnliProcessor(_GlueProcessor):
 class MrpcProcessor(_GlueProcessor):
   """MRPC (GLUE): paraphrase pairs in train.tsv, dev.tsv, test.tsv."""
 
-  def get_labels(self):
+  def get_labels(self) -> List[str]:
     """The labels "0" and "1".
 
     Returns:
@@ -334,7 +335,7 @@ class MrpcProcessor(_GlueProcessor):
 class ColaProcessor(_GlueProcessor):
   """CoLA (GLUE): single sentences; only test.tsv has a header."""
 
-  def get_labels(self):
+  def get_labels(self) -> List[str]:
     """The labels "0" and "1".
 
     Returns:
@@ -525,7 +526,12 @@ def file_based_input_fn_builder(
   return input_fn
 
 
-def input_fn_builder(features, seq_length, is_training, drop_remainder):
+def input_fn_builder(
+  features: List[InputFeatures],
+  seq_length: int,
+  is_training: bool,
+  drop_remainder: bool,
+) -> Callable[[Dict[str, Any]], tf.data.Dataset]:
   """input_fn(params) -> batches of in-memory InputFeatures (small sets).
 
   Args:
@@ -560,16 +566,16 @@ def input_fn_builder(features, seq_length, is_training, drop_remainder):
 
 
 def create_model(
-  bert_config,
-  is_training,
-  input_ids,
-  input_mask,
-  segment_ids,
-  labels,
-  num_labels_dim,
-  layout,
-  mesh_shape,
-):
+  bert_config: BertConfig,
+  is_training: bool,
+  input_ids: mtf.Tensor,
+  input_mask: mtf.Tensor,
+  segment_ids: mtf.Tensor,
+  labels: mtf.Tensor,
+  num_labels_dim: mtf.Dimension,
+  layout: Union[str, mtf.LayoutRules],
+  mesh_shape: Union[str, mtf.Shape],
+) -> Tuple[mtf.Tensor, mtf.Tensor, mtf.Tensor, mtf.Tensor]:
   """A softmax classifier on BertModel's pooled output.
 
   Adds the variables output_weights [num_labels, hidden] and output_bias

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple, Union
 
 import tensorflow as tf
 
@@ -498,7 +498,7 @@ class BertModel:
     """
     return self.embedding_table
 
-  def get_extra_loss(self):
+  def get_extra_loss(self) -> mtf.Tensor:
     """The sum of the mixture-of-experts losses (0 without moe layers).
 
     Returns:
@@ -659,7 +659,9 @@ def _layer_scope_name(block_layers, layer_num: int) -> str:
 _ACTIVATIONS = {"gelu": mtf.gelu, "relu": mtf.relu, "tanh": mtf.tanh}
 
 
-def get_activation(activation_string):
+def get_activation(
+  activation_string: Union[None, str, Callable[[mtf.Tensor], mtf.Tensor]],
+) -> Optional[Callable[[mtf.Tensor], mtf.Tensor]]:
   """The mtf activation named by a string ("gelu" -> mtf.gelu).
 
   Args:

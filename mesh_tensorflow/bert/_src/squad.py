@@ -8,26 +8,27 @@ answers).
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Tuple, Union
 
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from mesh_tensorflow.bert._src import estimator
 from mesh_tensorflow.bert._src import model
+from mesh_tensorflow.bert._src.config import BertConfig
 
 __all__ = ["create_model", "squad_model"]
 
 
 def create_model(
-  bert_config,
-  is_training,
-  input_ids,
-  input_mask,
-  segment_ids,
-  mesh_shape="",
-  layout="",
-):
+  bert_config: BertConfig,
+  is_training: bool,
+  input_ids: mtf.Tensor,
+  input_mask: mtf.Tensor,
+  segment_ids: mtf.Tensor,
+  mesh_shape: Union[str, mtf.Shape] = "",
+  layout: Union[str, mtf.LayoutRules] = "",
+) -> Tuple[mtf.Tensor, mtf.Tensor]:
   """Start and end logits over seq from BertModel's sequence output.
 
   Args:

@@ -60,7 +60,7 @@ class SquadExample:
     start_position=None,
     end_position=None,
     is_impossible=False,
-  ):
+  ) -> None:
     self.qas_id = qas_id
     self.question_text = question_text
     self.doc_tokens = doc_tokens
@@ -120,7 +120,7 @@ class InputFeatures:
     start_position=None,
     end_position=None,
     is_impossible=None,
-  ):
+  ) -> None:
     self.unique_id = unique_id
     self.example_index = example_index
     self.doc_span_index = doc_span_index
@@ -385,13 +385,13 @@ class FeatureWriter:
     is_training: also write start_positions, end_positions, is_impossible.
   """
 
-  def __init__(self, filename, is_training):
+  def __init__(self, filename, is_training) -> None:
     self.filename = filename
     self.is_training = is_training
     self.num_features = 0
     self._writer = tf.io.TFRecordWriter(filename)
 
-  def process_feature(self, feature):
+  def process_feature(self, feature) -> None:
     """Writes one InputFeatures.
 
     Args:
@@ -412,7 +412,7 @@ class FeatureWriter:
       values["is_impossible"] = [int(bool(feature.is_impossible))]
     self._writer.write(data.example_proto(values).SerializeToString())
 
-  def close(self):
+  def close(self) -> None:
     """Closes the file."""
     self._writer.close()
 

@@ -160,7 +160,7 @@ class TFDSVocabulary(Vocabulary):
     'hello world'
   """
 
-  def __init__(self, tfds_encoder):
+  def __init__(self, tfds_encoder) -> None:
     """Wraps a TFDS text encoder.
 
     Args:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Iterator
+from typing import Iterable, Iterator, Optional, Sequence, Union
 
 from absl import logging
 import gin
@@ -12,6 +12,10 @@ import gin
 from transformer._src.driver import checkpoints
 
 _GIN_MODULE = "mesh_tensorflow.transformer.utils"
+
+# Which checkpoints to use: a step, a list of steps, -1 (the latest), "all"
+# or None (every one, waiting for new ones).
+CheckpointStep = Union[None, int, str, Sequence[int]]
 
 
 def _checkpoint_path(model_dir, step: int) -> str:
@@ -49,16 +53,16 @@ def _wait_for_checkpoints(
 
 @gin.configurable(module=_GIN_MODULE)
 def get_checkpoint_iterator(
-  checkpoint_step,
-  model_dir,
-  skip_until=0,
-  stop_after=None,
-  find_closest=True,
+  checkpoint_step: CheckpointStep,
+  model_dir: str,
+  skip_until: int = 0,
+  stop_after: Optional[int] = None,
+  find_closest: bool = True,
   *,
-  last_step=None,
-  timeout=None,
-  poll_seconds=5.0,
-):
+  last_step: Optional[int] = None,
+  timeout: Optional[float] = None,
+  poll_seconds: float = 5.0,
+) -> Iterable[str]:
   """Checkpoint paths, in step order, from checkpoint_step.
 
   - an int: that step's checkpoint (the closest one if find_closest);

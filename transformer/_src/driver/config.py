@@ -12,7 +12,16 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Callable, Mapping, Optional, Sequence, Tuple, Union
+from typing import (
+  Callable,
+  Dict,
+  List,
+  Mapping,
+  Optional,
+  Sequence,
+  Tuple,
+  Union,
+)
 
 from absl import flags
 from absl import logging
@@ -27,6 +36,11 @@ from transformer._src.driver import checkpoints
 _GIN_MODULE = "mesh_tensorflow.transformer.utils"
 
 SequenceLength = Union[int, Mapping[str, int]]
+# A vocabulary, or an (inputs, targets) pair of them.
+Vocabularies = Union[
+  vocabulary_lib.Vocabulary,
+  Tuple[vocabulary_lib.Vocabulary, vocabulary_lib.Vocabulary],
+]
 
 
 # ----------------------------------------------------------------------------
@@ -398,7 +412,7 @@ def clean_decodes(
   return tf.where(tf.equal(eos_before, 0), ids, tf.cast(pad_id, ids.dtype))
 
 
-def inputs_vocabulary(vocabulary):
+def inputs_vocabulary(vocabulary: Vocabularies) -> vocabulary_lib.Vocabulary:
   """The inputs vocabulary of `vocabulary` (the first of a pair).
 
   Args:
@@ -412,7 +426,7 @@ def inputs_vocabulary(vocabulary):
   return vocabulary
 
 
-def targets_vocabulary(vocabulary):
+def targets_vocabulary(vocabulary: Vocabularies) -> vocabulary_lib.Vocabulary:
   """The targets vocabulary of `vocabulary` (the second of a pair).
 
   Args:
@@ -426,7 +440,9 @@ def targets_vocabulary(vocabulary):
   return vocabulary
 
 
-def maybe_add_pretokenized_features(examples, vocabulary):
+def maybe_add_pretokenized_features(
+  examples: List[Dict[str, np.ndarray]], vocabulary: Vocabularies
+) -> List[Dict[str, np.ndarray]]:
   """Adds decoded text of "inputs" and "targets" to examples that lack it.
 
   For each example (a dict of numpy int arrays) with "inputs" or "targets"
@@ -475,7 +491,10 @@ def maybe_add_pretokenized_features(examples, vocabulary):
 
 
 @gin.configurable(module=_GIN_MODULE)
-def separate_vocabularies(inputs=gin.REQUIRED, targets=gin.REQUIRED):
+def separate_vocabularies(
+  inputs: vocabulary_lib.Vocabulary = gin.REQUIRED,
+  targets: vocabulary_lib.Vocabulary = gin.REQUIRED,
+) -> Tuple[vocabulary_lib.Vocabulary, vocabulary_lib.Vocabulary]:
   """A (inputs, targets) vocabulary pair, for `run.vocabulary` in gin.
 
   In gin: `run.vocabulary = @separate_vocabularies()` and, e.g.,

@@ -11,7 +11,16 @@ from __future__ import annotations
 
 import inspect
 import os
-from typing import Callable, Dict, List, Sequence
+from typing import (
+  Any,
+  Callable,
+  Dict,
+  Iterable,
+  List,
+  Optional,
+  Sequence,
+  Union,
+)
 
 from absl import logging
 import gin
@@ -19,10 +28,14 @@ import numpy as np
 import tensorflow as tf
 
 from transformer._src.driver import evaluation as driver_eval
+from transformer._src.driver.checkpoint_iterator import CheckpointStep
 from transformer._src.driver.checkpoint_iterator import get_checkpoint_iterator
+from transformer._src.driver.config import SequenceLength
+from transformer._src.driver.config import Vocabularies
 from transformer._src.driver.config import get_step_from_checkpoint_path
 from transformer._src.driver.config import inputs_vocabulary
 from transformer._src.driver.config import targets_vocabulary
+from transformer._src.driver.estimator import Estimator
 from transformer._src.driver.estimator import eager_in_legacy_mode
 
 _GIN_MODULE = "mesh_tensorflow.transformer.utils"
@@ -60,7 +73,9 @@ def _required(what: str, **params) -> None:
 # Files and encodings.
 
 
-def get_inputs_from_file(input_filename, ignore_comments=False):
+def get_inputs_from_file(
+  input_filename: str, ignore_comments: bool = False
+) -> List[str]:
   """Lines of input_filename (no trailing newline); '#' lines dropped if
   ignore_comments.
 
@@ -87,7 +102,7 @@ def get_inputs_from_file(input_filename, ignore_comments=False):
   return lines
 
 
-def write_lines_to_file(lines, filename):
+def write_lines_to_file(lines: Iterable[Any], filename: str) -> None:
   """Writes lines (one per line) to filename, creating its directory.
 
   Args:
@@ -116,14 +131,14 @@ def _pad_to_batches(rows: List[List[int]], batch_size: int) -> np.ndarray:
 
 
 def encode_inputs(
-  inputs,
-  vocabulary,
-  model_type,
-  batch_size,
-  sequence_length,
-  eos_id=1,
-  unscored_prefix=None,
-):
+  inputs: Sequence[str],
+  vocabulary: Vocabularies,
+  model_type: str,
+  batch_size: int,
+  sequence_length: SequenceLength,
+  eos_id: int = 1,
+  unscored_prefix: Optional[str] = None,
+) -> np.ndarray:
   """Encodes input strings for decoding or scoring.
 
   Each string is encoded with the inputs vocabulary; an unscored_prefix is
@@ -166,14 +181,14 @@ def encode_inputs(
 
 
 def encode_delimited_lm(
-  inputs,
-  targets,
-  vocabulary,
-  batch_size,
-  sequence_length,
-  eos_id=1,
-  include_final_eos=True,
-):
+  inputs: Sequence[str],
+  targets: Sequence[str],
+  vocabulary: Vocabularies,
+  batch_size: int,
+  sequence_length: SequenceLength,
+  eos_id: int = 1,
+  include_final_eos: bool = True,
+) -> np.ndarray:
   """Encodes (input, target) string pairs as one delimited LM sequence.
 
   Each row is input ids, EOS, target ids (and a final EOS if
@@ -289,7 +304,12 @@ def decode_strings(
 
 @gin.configurable(module=_GIN_MODULE)
 @eager_in_legacy_mode
-def decode(estimator, input_fn, vocabulary, checkpoint_path=None):
+def decode(
+  estimator: Estimator,
+  input_fn: Callable[..., tf.data.Dataset],
+  vocabulary: Vocabularies,
+  checkpoint_path: Optional[str] = None,
+) -> List[str]:
   """Decoded strings for the "inputs" of input_fn()'s examples or batches.
 
   Args:
@@ -324,17 +344,17 @@ def _checkpoint_step(estimator, checkpoint_path) -> int:
 @gin.configurable(module=_GIN_MODULE)
 @eager_in_legacy_mode
 def decode_from_file(
-  estimator,
-  vocabulary,
-  model_type,
-  batch_size,
-  sequence_length,
-  checkpoint_path=None,
-  input_filename=gin.REQUIRED,
-  output_filename=gin.REQUIRED,
-  eos_id=1,
-  repeats=1,
-):
+  estimator: Estimator,
+  vocabulary: Vocabularies,
+  model_type: str,
+  batch_size: int,
+  sequence_length: SequenceLength,
+  checkpoint_path: Optional[str] = None,
+  input_filename: str = gin.REQUIRED,
+  output_filename: str = gin.REQUIRED,
+  eos_id: int = 1,
+  repeats: int = 1,
+) -> List[str]:
   """Decodes each line of input_filename into `<output_filename>-<step>`.
 
   With repeats > 1 each input is decoded that many times (useful with
@@ -440,16 +460,16 @@ def text_metrics(
 @gin.configurable(module=_GIN_MODULE)
 @eager_in_legacy_mode
 def decode_from_dataset(
-  estimator,
-  vocabulary,
-  model_type,
-  batch_size,
-  sequence_length,
-  checkpoint_path=None,
-  infer_dataset_fn=gin.REQUIRED,
-  dataset_split="validation",
-  decode_output_dir=gin.REQUIRED,
-):
+  estimator: Estimator,
+  vocabulary: Vocabularies,
+  model_type: str,
+  batch_size: int,
+  sequence_length: SequenceLength,
+  checkpoint_path: Optional[str] = None,
+  infer_dataset_fn: Callable[..., Any] = gin.REQUIRED,
+  dataset_split: str = "validation",
+  decode_output_dir: str = gin.REQUIRED,
+) -> Dict[str, List[str]]:
   """Decodes the inputs of every dataset infer_dataset_fn returns.
 
   infer_dataset_fn(sequence_length=, vocabulary=, dataset_split=) returns a
@@ -522,16 +542,16 @@ def decode_from_dataset(
 @gin.configurable(module=_GIN_MODULE)
 @eager_in_legacy_mode
 def infer_model(
-  estimator,
-  vocabulary,
-  sequence_length,
-  batch_size,
-  model_type,
-  model_dir,
-  eval_checkpoint_step,
-  checkpoint_paths=None,
-  decode_fn=decode_from_file,
-):
+  estimator: Estimator,
+  vocabulary: Vocabularies,
+  sequence_length: SequenceLength,
+  batch_size: int,
+  model_type: str,
+  model_dir: str,
+  eval_checkpoint_step: CheckpointStep,
+  checkpoint_paths: Optional[Sequence[str]] = None,
+  decode_fn: Callable[..., Any] = decode_from_file,
+) -> None:
   """Runs decode_fn for each checkpoint to evaluate.
 
   Args:
@@ -573,7 +593,11 @@ def infer_model(
 
 @gin.configurable(module=_GIN_MODULE)
 @eager_in_legacy_mode
-def compute_log_likelihoods(estimator, input_fn, checkpoint_path=None):
+def compute_log_likelihoods(
+  estimator: Estimator,
+  input_fn: Callable[..., tf.data.Dataset],
+  checkpoint_path: Optional[str] = None,
+) -> List[float]:
   """Log-likelihood of each example's "targets" (given its "inputs").
 
   input_fn() returns a dataset of examples or batches; the result has one
@@ -627,8 +651,11 @@ def _unpadded_length(ids, pad_id: int = 0) -> int:
 
 @gin.configurable(module=_GIN_MODULE)
 def save_scores(
-  results, vocabulary, scores_filename=None, save_example_text=True
-):
+  results: List[Dict[str, Any]],
+  vocabulary: Vocabularies,
+  scores_filename: Optional[str] = None,
+  save_example_text: bool = True,
+) -> Any:
   """The scores (and example texts) of scored examples; maybe written.
 
   With scores_filename, writes scores_filename + ".scores" (one "%g" per
@@ -673,8 +700,12 @@ def save_scores(
 
 @gin.configurable(module=_GIN_MODULE)
 def save_scores_to_tfrecords(
-  results, vocabulary, scores_filename, shard_idx=0, save_ids_only=False
-):
+  results: List[Dict[str, Any]],
+  vocabulary: Vocabularies,
+  scores_filename: str,
+  shard_idx: int = 0,
+  save_ids_only: bool = False,
+) -> None:
   """Writes scored examples to scores_filename + "_<shard_idx>.tfrecord".
 
   Each record is a tf.train.Example with bytes features "input" (the inputs
@@ -727,14 +758,14 @@ def _scoring_checkpoint(eval_checkpoint_step, model_dir) -> str:
 @gin.configurable(module=_GIN_MODULE)
 @eager_in_legacy_mode
 def score_with_estimator(
-  estimator,
-  input_fn,
-  eval_checkpoint_step,
-  model_dir,
-  vocabulary,
-  score_postprocess_fn=save_scores,
-  num_examples=None,
-):
+  estimator: Estimator,
+  input_fn: Callable[..., tf.data.Dataset],
+  eval_checkpoint_step: CheckpointStep,
+  model_dir: str,
+  vocabulary: Vocabularies,
+  score_postprocess_fn: Callable[..., Any] = save_scores,
+  num_examples: Optional[int] = None,
+) -> Any:
   """Scores input_fn()'s examples with one checkpoint; post-processes them.
 
   Returns score_postprocess_fn(results, vocabulary), where results is a list
@@ -775,15 +806,15 @@ def score_with_estimator(
 @gin.configurable(module=_GIN_MODULE)
 @eager_in_legacy_mode
 def score_with_estimator_lazy(
-  estimator,
-  input_fn,
-  eval_checkpoint_step,
-  model_dir,
-  vocabulary,
-  score_postprocess_fn=save_scores_to_tfrecords,
-  num_examples=None,
-  num_examples_per_shard=100000,
-):
+  estimator: Estimator,
+  input_fn: Callable[..., tf.data.Dataset],
+  eval_checkpoint_step: CheckpointStep,
+  model_dir: str,
+  vocabulary: Vocabularies,
+  score_postprocess_fn: Callable[..., Any] = save_scores_to_tfrecords,
+  num_examples: Optional[int] = None,
+  num_examples_per_shard: int = 100000,
+) -> None:
   """score_with_estimator, post-processed in shards of examples.
 
   score_postprocess_fn(results, vocabulary, shard_idx=i) is called on each
@@ -831,20 +862,20 @@ def _arrays_input_fn(arrays: Dict[str, np.ndarray]):
 @gin.configurable(module=_GIN_MODULE)
 @eager_in_legacy_mode
 def score_from_strings(
-  estimator,
-  vocabulary,
-  model_type,
-  batch_size,
-  sequence_length,
-  model_dir,
-  eval_checkpoint_step,
-  inputs=gin.REQUIRED,
-  targets=gin.REQUIRED,
-  score_postprocess_fn=gin.REQUIRED,
-  eos_id=1,
-  score_eos=True,
-  score_with_estimator_fn=score_with_estimator,
-):
+  estimator: Estimator,
+  vocabulary: Vocabularies,
+  model_type: str,
+  batch_size: int,
+  sequence_length: SequenceLength,
+  model_dir: str,
+  eval_checkpoint_step: CheckpointStep,
+  inputs: Union[str, Sequence[str]] = gin.REQUIRED,
+  targets: Union[str, Sequence[str]] = gin.REQUIRED,
+  score_postprocess_fn: Callable[..., Any] = gin.REQUIRED,
+  eos_id: int = 1,
+  score_eos: bool = True,
+  score_with_estimator_fn: Callable[..., Any] = score_with_estimator,
+) -> Any:
   """Log-likelihoods of targets given inputs (lists of strings or files).
 
   For "lm" models only the targets are scored. Returns
@@ -921,17 +952,17 @@ def score_from_strings(
 @gin.configurable(module=_GIN_MODULE)
 @eager_in_legacy_mode
 def score_from_dataset(
-  estimator,
-  vocabulary,
-  batch_size,
-  sequence_length,
-  model_dir,
-  eval_checkpoint_step,
-  dataset_split,
-  score_dataset_fn=None,
-  score_postprocess_fn=gin.REQUIRED,
-  score_with_estimator_fn=score_with_estimator,
-):
+  estimator: Estimator,
+  vocabulary: Vocabularies,
+  batch_size: int,
+  sequence_length: SequenceLength,
+  model_dir: str,
+  eval_checkpoint_step: CheckpointStep,
+  dataset_split: str,
+  score_dataset_fn: Optional[Callable[..., Any]] = None,
+  score_postprocess_fn: Callable[..., Any] = gin.REQUIRED,
+  score_with_estimator_fn: Callable[..., Any] = score_with_estimator,
+) -> Any:
   """Log-likelihoods of the examples of score_dataset_fn's one dataset.
 
   score_dataset_fn(sequence_length=, vocabulary=, dataset_split=) returns a

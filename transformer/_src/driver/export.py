@@ -16,6 +16,7 @@ fresh process without this package's Python code.
 from __future__ import annotations
 
 import os
+from typing import Optional
 
 from absl import logging
 import tensorflow as tf
@@ -23,6 +24,8 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from transformer._src.driver import estimator as driver
 from transformer._src.driver import evaluation as driver_eval
+from transformer._src.driver.config import SequenceLength
+from transformer._src.driver.config import Vocabularies
 
 __all__ = ["export_model"]
 
@@ -117,15 +120,15 @@ class _ServingModule(tf.Module):
 
 @driver.eager_in_legacy_mode
 def export_model(
-  estimator,
-  export_dir,
-  vocabulary,
-  sequence_length,
-  model_type,
-  eval_with_score=False,
-  batch_size=1,
-  checkpoint_path=None,
-):
+  estimator: driver.Estimator,
+  export_dir: str,
+  vocabulary: Vocabularies,
+  sequence_length: SequenceLength,
+  model_type: str,
+  eval_with_score: bool = False,
+  batch_size: int = 1,
+  checkpoint_path: Optional[str] = None,
+) -> str:
   """Writes a SavedModel to `<export_dir>/<step>`; returns its path.
 
   Uses checkpoint_path (default: the latest checkpoint in the estimator's

@@ -55,7 +55,9 @@ def _metric_variable(name: Optional[str], default_name: str, values):
     )
 
 
-def metric_sum(values, name=None, **kwargs):
+def metric_sum(
+  values: tf.Tensor, name: Optional[str] = None, **kwargs
+) -> Tuple[tf.Tensor, tf.Operation]:
   """A streaming sum of values: (total, update_op), as tf.metrics return.
 
   Extra keyword arguments (weights, ...) are accepted and ignored, as in
@@ -74,7 +76,9 @@ def metric_sum(values, name=None, **kwargs):
   return accum, update_op
 
 
-def metric_max(values, name=None, **kwargs):
+def metric_max(
+  values: tf.Tensor, name: Optional[str] = None, **kwargs
+) -> Tuple[tf.Tensor, tf.Operation]:
   """A streaming maximum of values: (max, update_op); starts at 0.
 
   Args:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Dict
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 from absl import logging
 import gin
@@ -25,7 +25,10 @@ from transformer._src.driver import export as driver_export
 from transformer._src.driver import learning_rate_schedules
 from transformer._src.driver import model_fn as driver_model_fn
 from transformer._src.driver import tpu as driver_tpu
+from transformer._src.driver.checkpoint_iterator import CheckpointStep
 from transformer._src.driver.checkpoint_iterator import get_checkpoint_iterator
+from transformer._src.driver.config import SequenceLength
+from transformer._src.driver.config import Vocabularies
 from transformer._src.driver.config import auto_train_steps
 from transformer._src.driver.config import compute_batch_size
 from transformer._src.driver.config import get_step_from_checkpoint_path
@@ -225,18 +228,18 @@ def _examples(dataset: tf.data.Dataset, sequence_length) -> tf.data.Dataset:
 
 @driver.eager_in_legacy_mode
 def train_model(
-  estimator,
-  vocabulary,
-  sequence_length,
-  batch_size,
-  train_dataset_fn,
-  train_steps,
-  ensemble_inputs,
-  dataset_split="train",
-  skip_seen_data=False,
-  seen_data_init_step=0,
-  checkpoint_input_pipeline=False,
-):
+  estimator: driver.Estimator,
+  vocabulary: Vocabularies,
+  sequence_length: SequenceLength,
+  batch_size: int,
+  train_dataset_fn: Callable[..., tf.data.Dataset],
+  train_steps: int,
+  ensemble_inputs: Optional[int],
+  dataset_split: str = "train",
+  skip_seen_data: bool = False,
+  seen_data_init_step: int = 0,
+  checkpoint_input_pipeline: bool = False,
+) -> Dict[str, Any]:
   """Trains until the global step is train_steps (resuming from model_dir).
 
   train_dataset_fn(sequence_length=, vocabulary=, dataset_split=) returns
@@ -300,13 +303,13 @@ def train_model(
 
 
 def evaluate_dataset(
-  estimator,
-  dataset,
-  sequence_length,
-  batch_size,
-  checkpoint_path=None,
-  max_batches=None,
-):
+  estimator: driver.Estimator,
+  dataset: tf.data.Dataset,
+  sequence_length: SequenceLength,
+  batch_size: int,
+  checkpoint_path: Optional[str] = None,
+  max_batches: Optional[int] = None,
+) -> Dict[str, float]:
   """Teacher-forced metrics of examples in `dataset` (see driver_eval).
 
   Args:
@@ -355,22 +358,22 @@ def _report(
 
 @driver.eager_in_legacy_mode
 def eval_model(
-  estimator,
-  vocabulary,
-  sequence_length,
-  batch_size,
-  dataset_split,
-  model_dir,
-  eval_dataset_fn,
-  eval_summary_dir,
-  eval_checkpoint_step,
-  eval_with_score=False,
-  output_eval_examples=True,
-  eval_dir_suffix=None,
-  score_with_estimator_fn=driver_decode.score_with_estimator,
+  estimator: driver.Estimator,
+  vocabulary: Vocabularies,
+  sequence_length: SequenceLength,
+  batch_size: int,
+  dataset_split: str,
+  model_dir: str,
+  eval_dataset_fn: Callable[..., Any],
+  eval_summary_dir: Optional[str],
+  eval_checkpoint_step: CheckpointStep,
+  eval_with_score: bool = False,
+  output_eval_examples: bool = True,
+  eval_dir_suffix: Optional[str] = None,
+  score_with_estimator_fn: Callable = driver_decode.score_with_estimator,
   *,
-  max_batches=None,
-):
+  max_batches: Optional[int] = None,
+) -> Dict[str, Dict[str, Any]]:
   """Evaluates checkpoints on every eval dataset; prints and summarises.
 
   For each checkpoint get_checkpoint_iterator(eval_checkpoint_step) names
@@ -492,50 +495,50 @@ def _resolve_learning_rate_schedule(schedule, total_train_steps):
 @driver.eager_in_legacy_mode
 @driver_cluster.names_unavailable_tasks
 def run(
-  tpu_job_name,
-  tpu,
-  gcp_project,
-  tpu_zone,
-  model_dir,
-  model_type="bitransformer",
-  vocabulary=None,
-  train_dataset_fn=None,
-  eval_dataset_fn=None,
-  dataset_split="train",
-  autostack=True,
-  eval_checkpoint_step=None,
-  export_checkpoint_step=None,
-  export_path="",
-  mode="train",
-  iterations_per_loop=100,
-  save_checkpoints_steps=5000,
-  keep_checkpoint_max=None,
-  eval_summary_dir=None,
-  batch_size=("tokens_per_replica", 2048),
-  train_steps=auto_train_steps,
-  total_run_steps=None,
-  sequence_length=None,
-  mesh_shape=gin.REQUIRED,
-  mesh_devices=None,
-  layout_rules=gin.REQUIRED,
-  learning_rate_schedule=None,
-  optimizer=None,
-  predict_fn=None,
-  variable_filter=None,
-  perplexity_eval_steps=100,
-  init_checkpoint=None,
-  ensemble_inputs=None,
-  train_model_fn=train_model,
-  skip_seen_data=False,
-  seen_data_init_step=0,
-  output_eval_examples=True,
-  checkpoint_input_pipeline=False,
-  eval_dir_suffix=None,
+  tpu_job_name: Optional[str],
+  tpu: Optional[str],
+  gcp_project: Optional[str],
+  tpu_zone: Optional[str],
+  model_dir: str,
+  model_type: str = "bitransformer",
+  vocabulary: Optional[Vocabularies] = None,
+  train_dataset_fn: Optional[Callable[..., tf.data.Dataset]] = None,
+  eval_dataset_fn: Optional[Callable[..., Any]] = None,
+  dataset_split: str = "train",
+  autostack: bool = True,
+  eval_checkpoint_step: CheckpointStep = None,
+  export_checkpoint_step: Optional[int] = None,
+  export_path: str = "",
+  mode: str = "train",
+  iterations_per_loop: int = 100,
+  save_checkpoints_steps: int = 5000,
+  keep_checkpoint_max: Optional[int] = None,
+  eval_summary_dir: Optional[str] = None,
+  batch_size: Union[int, Tuple[str, int]] = ("tokens_per_replica", 2048),
+  train_steps: Union[int, Callable[..., int]] = auto_train_steps,
+  total_run_steps: Optional[int] = None,
+  sequence_length: Optional[SequenceLength] = None,
+  mesh_shape: Union[mtf.Shape, str] = gin.REQUIRED,
+  mesh_devices: Optional[Sequence[str]] = None,
+  layout_rules: Union[mtf.LayoutRules, str] = gin.REQUIRED,
+  learning_rate_schedule: Union[None, float, Callable[..., Any]] = None,
+  optimizer: Optional[Callable[..., mtf.optimize.Optimizer]] = None,
+  predict_fn: Optional[Callable[..., Any]] = None,
+  variable_filter: Optional[Callable[[mtf.Variable], bool]] = None,
+  perplexity_eval_steps: int = 100,
+  init_checkpoint: Optional[str] = None,
+  ensemble_inputs: Optional[int] = None,
+  train_model_fn: Callable[..., Any] = train_model,
+  skip_seen_data: bool = False,
+  seen_data_init_step: int = 0,
+  output_eval_examples: bool = True,
+  checkpoint_input_pipeline: bool = False,
+  eval_dir_suffix: Optional[str] = None,
   *,
-  mesh_impl="auto",
-  cluster=None,
-  cluster_timeout=driver_cluster.DEFAULT_TIMEOUT_SECONDS,
-):
+  mesh_impl: str = "auto",
+  cluster: driver_cluster.ClusterLike = None,
+  cluster_timeout: float = driver_cluster.DEFAULT_TIMEOUT_SECONDS,
+) -> Any:
   """Runs `mode` as configured by gin; returns the mode's result.
 
   Modes: "train" (train_model_fn up to total_run_steps or train_steps),

@@ -24,7 +24,7 @@ Subclasses (talking heads, experts attention, ...) override `make_params`,
 from __future__ import annotations
 
 import math
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import gin
 import tensorflow as tf
@@ -745,7 +745,7 @@ class SelfAttention(TransformerLayer):
     return None
 
   @property
-  def attention_fn(self):
+  def attention_fn(self) -> Callable[..., mtf.Tensor]:
     """The attention function attention_func names."""
     if self.attention_func == "hybrid":
       return attention.hybrid_attention

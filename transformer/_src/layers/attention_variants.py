@@ -22,7 +22,7 @@ records its memory as a constant state.
 from __future__ import annotations
 
 import functools
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import gin
 import tensorflow as tf
@@ -702,7 +702,7 @@ class BranchedSelfAttention(_BranchedMixin, SelfAttention):
   keep_query_heads_dims (forced to False / True).
   """
 
-  def __init__(self, **kwargs):
+  def __init__(self, **kwargs) -> None:
     super().__init__(combine_dims=False, keep_query_heads_dims=True, **kwargs)
     self._init_branched()
 
@@ -775,7 +775,7 @@ class Synthesizer(SelfAttention):
     self.synthesize_mode = synthesize_mode
 
   @property
-  def attention_fn(self):
+  def attention_fn(self) -> Callable[..., mtf.Tensor]:
     """synthetic_attention with this layer's synthesize_mode."""
     return functools.partial(
       attention.synthetic_attention,

@@ -133,7 +133,7 @@ class Context:
     inputs=None,
     encoder_inputs=None,
     num_microbatches=1,
-  ):
+  ) -> None:
     """Stores every argument as the attribute of the same name.
 
     Args:

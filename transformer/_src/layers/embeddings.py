@@ -136,7 +136,7 @@ class VocabEmbedding:
 
 
 @gin.configurable(module=_GIN_MODULE)
-def get_vocab_embedding_cls(cls=VocabEmbedding):
+def get_vocab_embedding_cls(cls: type = VocabEmbedding) -> type:
   """The vocabulary-embedding class models build (a gin swap point).
 
   Returns:

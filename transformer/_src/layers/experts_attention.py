@@ -121,7 +121,7 @@ class ExpertsSelfAttention(SelfAttention):
     z_loss=None,
     expert_computation="qkv",
     **kwargs,
-  ):
+  ) -> None:
     super().__init__(**kwargs)
     self.expert_computation = expert_computation
     self._hparams = moe_layers.HParams(

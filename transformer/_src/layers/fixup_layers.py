@@ -384,7 +384,7 @@ class EncDecAttentionFixup(attention_layers.EncDecAttention):
   initializers (it defines no Fixup parameters of its own).
   """
 
-  def __init__(self, relative_attention_type=None, **kwargs):
+  def __init__(self, relative_attention_type=None, **kwargs) -> None:
     """Creates the layer; the arguments as EncDecAttention's."""
     super().__init__(relative_attention_type=relative_attention_type, **kwargs)
 

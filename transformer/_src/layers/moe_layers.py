@@ -806,7 +806,7 @@ class MoE1D(TransformerLayer):
     use_second_place_expert_prob=None,
     use_second_place_expert_prob_temp=None,
     top_n_num_experts_per_token=3,
-  ):
+  ) -> None:
     if output_dim is not None and not isinstance(output_dim, mtf.Dimension):
       output_dim = mtf.convert_to_dimension(output_dim)
     self._hparams = HParams(
@@ -969,7 +969,7 @@ class MoE2D(TransformerLayer):
     second_policy_eval="random",
     second_threshold_train=0.2,
     second_threshold_eval=0.2,
-  ):
+  ) -> None:
     self._hparams = HParams(
       moe_gating="top_2",
       moe_num_experts=[expert_x, expert_y],

@@ -8,7 +8,7 @@ learned table, the positional embedding) live under the scope "shared".
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Union
 
 import gin
 import tensorflow as tf
@@ -722,11 +722,11 @@ def make_bitransformer(
 
 @gin.configurable(module=_GIN_MODULE)
 def make_bi_student_teacher(
-  input_vocab_size=gin.REQUIRED,
-  output_vocab_size=gin.REQUIRED,
-  layout=None,
-  mesh_shape=None,
-):
+  input_vocab_size: int = gin.REQUIRED,
+  output_vocab_size: int = gin.REQUIRED,
+  layout: Union[None, str, mtf.LayoutRules] = None,
+  mesh_shape: Union[None, str, mtf.Shape] = None,
+) -> StudentTeacher:
   """A StudentTeacher of two Bitransformers (gin scopes "student"/"teacher").
 
   Args:

@@ -127,7 +127,7 @@ class HeterogeneousMoE1D(moe_layers.MoE1D):
     moe_num_layers=1,
     heterogeneous_mask_info=None,
     top_n_num_experts_per_token=3,
-  ):
+  ) -> None:
     super().__init__(
       num_experts=num_experts,
       loss_coef=loss_coef,
@@ -382,8 +382,12 @@ def heterogeneous_mask_array(
 
 
 def generate_heterogeneous_expert_masks(
-  mask_info, num_experts, experts_dim, mesh, expert_width
-):
+  mask_info: Sequence[Dict[str, Any]],
+  num_experts: int,
+  experts_dim: mtf.Dimension,
+  mesh: mtf.Mesh,
+  expert_width: int,
+) -> mtf.Tensor:
   """The heterogeneous expert mask as an mtf Tensor.
 
   Args:
