@@ -109,11 +109,12 @@ def main():
       )
       state["accuracy"] = metrics["sequence_accuracy"]
       print(
-        "step %d: validation loss %.4f, token accuracy %.4f, exact match "
-        "%.4f (%.0f s)"
+        "step %d: validation loss %.4f, cross-entropy per token %.4f, "
+        "token accuracy %.4f, exact match %.4f (%.0f s)"
         % (
           step,
           metrics["loss"],
+          -metrics["neg_log_perplexity"],
           metrics["token_accuracy"],
           state["accuracy"],
           time.perf_counter() - start,

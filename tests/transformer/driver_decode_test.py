@@ -187,11 +187,28 @@ def test_scores_agree_across_entry_points(est, model_dir, tmp_path):
     ),
   )
   np.testing.assert_allclose(reversed_scores, scores[::-1], rtol=1e-5)
-  # The summed scores are minus the teacher-forced loss times the tokens.
+  # The summed scores are the negative log-perplexity times the tokens.
   metrics = utils.evaluate_dataset(est, dataset(), est.sequence_length, 8)
   np.testing.assert_allclose(
-    sum(scores), -metrics["loss"] * metrics["num_eval_tokens"], rtol=1e-5
+    sum(scores),
+    metrics["neg_log_perplexity"] * metrics["num_eval_tokens"],
+    rtol=1e-5,
   )
+  # The eval loss is the original's: each batch's summed cross-entropy over
+  # all of its target positions (zero rows fill a batch up to the
+  # estimator's batch size), averaged over the batches.
+  positions = est.batch_size * est.sequence_length["targets"]
+  in_fours = utils.evaluate_dataset(est, dataset(), est.sequence_length, 4)
+  np.testing.assert_allclose(
+    in_fours["loss"],
+    np.mean([-sum(scores[:4]) / positions, -sum(scores[4:]) / positions]),
+    rtol=1e-5,
+  )
+  np.testing.assert_allclose(
+    metrics["loss"], -sum(scores) / positions, rtol=1e-5
+  )
+  for name in ("neg_log_perplexity", "token_accuracy", "num_eval_tokens"):
+    assert in_fours[name] == pytest.approx(metrics[name], rel=1e-6), name
   # score_from_strings (save_scores writes files) and score_from_dataset.
   prefix = str(tmp_path / "scores" / "s")
   saved, saved_inputs, saved_targets = utils.score_from_strings(

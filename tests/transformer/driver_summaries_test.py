@@ -14,6 +14,8 @@ import pytest
 import tensorflow as tf
 
 from tests.transformer import driver_test_util as dtu
+from transformer import utils
+from transformer._src.driver import evaluation as driver_eval
 
 PROGRESS = re.compile(
   r"^step (\d+)/\d+  loss ([\d.]+)  lr ([\d.e-]+)", re.MULTILINE
@@ -67,3 +69,58 @@ def test_train_summaries_hold_the_logged_loss_and_learning_rate(
   assert list(scalars["learning_rate"].values()) == [pytest.approx(0.01)] * 3
   assert scalars["loss"][30] < scalars["loss"][10]
   assert all(v > 0 for v in scalars["tokens_per_second"].values())
+
+
+def test_eval_summaries_hold_the_originals_eval_loss(tmp_path):
+  model_dir = tmp_path / "model"
+  est = dtu.estimator(model_dir, mesh=dtu.MESH_1, save_checkpoints_steps=0)
+  est.train(dtu.input_fn, 1)
+  # 11 rows: two batches, the second filled up with 5 zero rows; every
+  # other row's targets end in padding.
+  x, y = dtu.reverse_data(11, seed=2)
+  y[::2, 5:] = 0
+  summary_dir = tmp_path / "summaries"
+
+  def eval_model(**kwargs):
+    return utils.eval_model(
+      est,
+      None,
+      dtu.LENGTH,
+      dtu.BATCH,
+      "validation",
+      str(model_dir),
+      lambda **_: tf.data.Dataset.from_tensor_slices(
+        {"inputs": x, "targets": y}
+      ),
+      str(summary_dir),
+      -1,
+      **kwargs,
+    )["eval"]
+
+  results = eval_model()
+  scalars = _read_scalars(summary_dir)
+  assert scalars == {
+    "eval/" + k: {1: pytest.approx(v, rel=1e-6)} for k, v in results.items()
+  }
+  # The original's eval loss: the model's loss of each batch (its summed
+  # cross-entropy over every position of the batch, padding and filler
+  # rows included), averaged over the batches. Scores are the rows' summed
+  # log-likelihoods.
+  scores = driver_eval.score_ids(est, x, y)
+  positions = dtu.BATCH * dtu.LENGTH
+  batch_losses = [-scores[:8].sum() / positions, -scores[8:].sum() / positions]
+  assert results["loss"] == pytest.approx(np.mean(batch_losses), rel=1e-5)
+  # The cross-entropy per target token stays -neg_log_perplexity.
+  assert results["neg_log_perplexity"] == pytest.approx(
+    scores.sum() / (y > 0).sum(), rel=1e-5
+  )
+  assert results["num_eval_tokens"] == (y > 0).sum()
+  # max_batches (perplexity_eval_steps): exactly that many batches, all-zero
+  # examples following the data as in the original's perplexity_eval; their
+  # batches' losses are zero, and no other metric sees them.
+  summary_dir = tmp_path / "four_batches"
+  four = eval_model(max_batches=4)
+  assert four["loss"] == pytest.approx(sum(batch_losses) / 4, rel=1e-5)
+  assert {k: v for k, v in four.items() if k != "loss"} == {
+    k: pytest.approx(v, rel=1e-6) for k, v in results.items() if k != "loss"
+  }

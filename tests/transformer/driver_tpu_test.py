@@ -516,7 +516,10 @@ def test_eval_loop_runs_iterations_per_loop_batches_per_host_call(
       "inputs": tf.constant(np.stack([x] * 3)),
       "targets": tf.constant(np.stack([y] * 3)),
     }
-    _, xent, predictions = evaluation.teacher_forced_loop_graph(est, features)
+    _, losses, xent, predictions = evaluation.teacher_forced_loop_graph(
+      est, features
+    )
+  assert losses.shape == (3,)
   assert xent.shape == predictions.shape == (3,) + y.shape
   ops = list(all_ops(graph))
   # One replicated program, traced once, inside a host loop of 3 batches.

@@ -265,7 +265,11 @@ def test_eval_metrics_are_the_originals(reference, model_dir, tmp_path):
     str(tmp_path / "summaries"),
     -1,
   )["pairs"]
+  # "loss" is the original's eval loss, the model's own loss (divided by
+  # every target position, padding included), not the cross-entropy per
+  # target token that -neg_log_perplexity is.
   for key in (
+    "loss",
     "neg_log_perplexity",
     "token_accuracy",
     "sequence_accuracy",

@@ -884,9 +884,11 @@ class Estimator:
   ) -> Dict[str, float]:
     """Teacher-forced metrics over `dataset` (batched dicts of features).
 
-    Returns loss (mean cross-entropy per target token), token_accuracy,
+    Returns loss (the model's loss per batch, averaged over the batches, as
+    the original's Estimator.evaluate reported it), neg_log_perplexity
+    (minus the mean cross-entropy per target token), token_accuracy,
     sequence_accuracy (exact match of every target token of a row),
-    neg_log_perplexity, num_eval_tokens and num_eval_sequences.
+    num_eval_tokens and num_eval_sequences.
 
     Args:
       dataset: a dataset of batched dicts of int features [batch, length].

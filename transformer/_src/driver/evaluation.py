@@ -3,7 +3,9 @@
 Each phase is one compiled tf.function per batch shape that builds its mtf
 graph when traced, over the Estimator's VariableStore and mesh. Metrics are
 computed from exported per-token tensors, so they are exact sums over the
-whole dataset (no streaming-metric variables).
+whole dataset (no streaming-metric variables); the reported "loss" is the
+model's own loss per batch, averaged over the batches as the original's
+Estimator.evaluate averaged it.
 """
 
 from __future__ import annotations
@@ -82,19 +84,22 @@ def _teacher_forced_on_mesh(est, features: Dict[str, tf.Tensor]):
 
 
 def build_teacher_forced(est, phase):
-  """tf.function(features) -> {"xent", "predictions"} per target token."""
+  """tf.function(features) -> {"loss"} of the batch and {"xent",
+  "predictions"} per target token.
+  """
 
   @tf.function(autograph=False)
   def fn(features):
-    lowering, _, xent, predictions = teacher_forced_graph(est, features)
+    lowering, loss, xent, predictions = teacher_forced_graph(est, features)
     phase.laid_out_variables = list(lowering.variables.values())
-    return {"xent": xent, "predictions": predictions}
+    return {"loss": loss, "xent": xent, "predictions": predictions}
 
   return fn
 
 
 def teacher_forced(est, features: Dict[str, tf.Tensor]):
-  """Per-token cross-entropy and argmax predictions for one batch.
+  """The model's loss, per-token cross-entropy and argmax predictions for one
+  batch.
 
   Features are [batch, length]; with ensemble_inputs every ensemble member
   sees the batch, and the results are [ensemble, batch, length].
@@ -119,48 +124,52 @@ def teacher_forced_loop_graph(est, features: Dict[str, tf.Tensor]):
       length]}.
 
   Returns:
-    (lowering, xent, predictions): a lowering of the program (for its
-    variables), and the per-token cross-entropy and argmax predictions, each
-    shaped like features' "targets".
+    (lowering, losses, xent, predictions): a lowering of the program (for
+    its variables), the model's loss of each batch ([batches]), and the
+    per-token cross-entropy and argmax predictions, each shaped like
+    features' "targets".
   """
   num_batches = int(features["targets"].shape[0])
   lowerings = []
 
   def one_batch(i):
-    lowering, _, xent, predictions = teacher_forced_graph(
+    lowering, loss, xent, predictions = teacher_forced_graph(
       est, {k: v[i] for k, v in features.items()}
     )
     lowerings.append(lowering)
-    return xent, predictions
+    return loss, xent, predictions
 
   if getattr(est.mesh_impl, "device_assignment", None) is None:
-    xents, predictions = zip(*[one_batch(i) for i in range(num_batches)])
-    return lowerings[0], tf.stack(xents), tf.stack(predictions)
+    outs = zip(*[one_batch(i) for i in range(num_batches)])
+    return (lowerings[0],) + tuple(tf.stack(out) for out in outs)
 
-  def body(i, xents, predictions):
-    xent, prediction = one_batch(i)
-    return i + 1, xents.write(i, xent), predictions.write(i, prediction)
+  def body(i, *arrays):
+    outs = one_batch(i)
+    return (i + 1,) + tuple(a.write(i, o) for a, o in zip(arrays, outs))
 
-  _, xents, predictions = tf.while_loop(
+  _, losses, xents, predictions = tf.while_loop(
     lambda i, *_: i < num_batches,
     body,
     (
       tf.constant(0),
       tf.TensorArray(tf.float32, num_batches),
+      tf.TensorArray(tf.float32, num_batches),
       tf.TensorArray(tf.int32, num_batches),
     ),
   )
-  return lowerings[0], xents.stack(), predictions.stack()
+  return lowerings[0], losses.stack(), xents.stack(), predictions.stack()
 
 
 def build_teacher_forced_loop(est, phase):
-  """tf.function(features [batches, ...]) -> {"xent", "predictions"}."""
+  """tf.function(features [batches, ...]) -> {"loss" [batches], "xent",
+  "predictions"}.
+  """
 
   @tf.function(autograph=False)
   def fn(features):
-    lowering, xent, predictions = teacher_forced_loop_graph(est, features)
+    lowering, loss, xent, predictions = teacher_forced_loop_graph(est, features)
     phase.laid_out_variables = list(lowering.variables.values())
-    return {"xent": xent, "predictions": predictions}
+    return {"loss": loss, "xent": xent, "predictions": predictions}
 
   return fn
 
@@ -184,8 +193,8 @@ def teacher_forced_batches(est, batches: Sequence[Dict[str, np.ndarray]]):
     batches: feature dicts of [batch, length] arrays, all of one shape.
 
   Returns:
-    {"xent", "predictions"}: arrays [len(batches), ensemble?, batch,
-    length].
+    {"loss": [len(batches)], "xent", "predictions": [len(batches),
+    ensemble?, batch, length]}: arrays.
   """
   per_batch = [_with_ensemble(est, batch) for batch in batches]
   features = {k: tf.stack([b[k] for b in per_batch]) for k in per_batch[0]}
@@ -215,14 +224,20 @@ def evaluate(
 ) -> Dict[str, float]:
   """Teacher-forced loss, token accuracy and exact-match over `dataset`.
 
-  A target token counts where targets > 0; a row counts (for
-  sequence_accuracy) where it has any target token, and is exactly right
-  when every counted token is predicted. An estimator with an
-  `eval_batches_per_call` attribute (TpuEstimator: its iterations_per_loop)
-  gets that many batches per call (see teacher_forced_loop_graph).
+  "loss" is the original's eval loss: the model's own loss of each batch
+  (its summed cross-entropy divided by all of the batch's target positions,
+  padding and the zero rows that fill the last batch included), averaged
+  over the batches as Estimator.evaluate averaged it. The cross-entropy per
+  target token is -neg_log_perplexity. A target token counts where
+  targets > 0; a row counts (for sequence_accuracy) where it has any target
+  token, and is exactly right when every counted token is predicted. An
+  estimator with an `eval_batches_per_call` attribute (TpuEstimator: its
+  iterations_per_loop) gets that many batches per call (see
+  teacher_forced_loop_graph).
   """
   est.prepare(checkpoint_path)
-  xent_sum = 0.0
+  xent_sum = loss_sum = 0.0
+  num_batches = 0
   tokens = correct_tokens = sequences = correct_sequences = 0
   # Zero rows fill the last batch (no target tokens, so they do not count)
   # and keep one traced shape (two with several batches per call: the last
@@ -244,6 +259,8 @@ def evaluate(
       stacked = teacher_forced_batches(est, group)
       outs = [{k: v[i] for k, v in stacked.items()} for i in range(len(group))]
     for features, out in zip(group, outs):
+      loss_sum += float(out["loss"])
+      num_batches += 1
       xent = out["xent"]
       targets = np.broadcast_to(features["targets"], xent.shape)
       weights = targets > 0
@@ -256,10 +273,9 @@ def evaluate(
       correct_sequences += int((right.all(axis=-1) & rows).sum())
   if not tokens:
     raise ValueError("evaluate: the eval dataset has no target tokens")
-  loss = xent_sum / tokens
   return {
-    "loss": loss,
-    "neg_log_perplexity": -loss,
+    "loss": loss_sum / num_batches,
+    "neg_log_perplexity": -xent_sum / tokens,
     "token_accuracy": correct_tokens / tokens,
     "sequence_accuracy": correct_sequences / max(sequences, 1),
     "num_eval_tokens": float(tokens),

@@ -17,6 +17,7 @@ import gin
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
+from transformer._src.data import packing
 from transformer._src.driver import cluster as driver_cluster
 from transformer._src.driver import decode as driver_decode
 from transformer._src.driver import estimator as driver
@@ -410,7 +411,10 @@ def eval_model(
     eval_dir_suffix: appended as "_<suffix>" to each summary directory.
     score_with_estimator_fn: the scoring function used with eval_with_score
       (called as score_with_estimator).
-    max_batches: evaluate at most this many batches per dataset (None: all).
+    max_batches: evaluate exactly this many batches per dataset, all-zero
+      examples following its data as in the original's perplexity_eval
+      (they count only in the "loss" average, as zero); None: the data's
+      batches.
 
   Returns:
     {dataset name: {metric name: value}} of the last checkpoint evaluated.
@@ -432,7 +436,9 @@ def eval_model(
     for name, dataset, eval_dataset in datasets:
       metrics = evaluate_dataset(
         estimator,
-        dataset,
+        dataset
+        if max_batches is None
+        else packing.pad_dataset_with_zeroed_out_examples(dataset),
         estimator.sequence_length,
         batch_size,
         path,
