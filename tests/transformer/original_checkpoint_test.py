@@ -121,8 +121,9 @@ def _estimator(case, model_dir):
 
 def _tolerances(case):
   """rtol and atol: float32 activations to float32 rounding (also with
-  bfloat16 masters); bfloat16 activations, which round in another order, to
-  about two bfloat16 ulps.
+  bfloat16 masters); bfloat16 activations to about two bfloat16 ulps (the
+  eval loss differs from the original's by one, and a few trained elements
+  by a bfloat16-rounded Adafactor step: cause not found).
   """
   if cases.bf16_activations(case):
     return {"rtol": 1e-2, "atol": 4e-3}
@@ -190,12 +191,7 @@ def test_beam_decodes_are_the_originals(reference, model_dir, tmp_path):
   est = _estimator(case, model_dir)
   got = _decode_from_file(est, case, model_dir, tmp_path)
   want = _ids_text(_expected(reference, case)["beam"])
-  if cases.bf16_activations(case):
-    # bfloat16 rounds in another order here: one beam decode of the four
-    # (the last) differs from the original's.
-    assert sum(g == w for g, w in zip(got, want)) >= len(want) - 1
-  else:
-    assert got == want
+  assert got == want
 
 
 @pytest.mark.parametrize("model_dir", QUICK_CASES, indirect=True)
@@ -231,7 +227,10 @@ def test_scores_are_the_originals(reference, model_dir):
       targets=[t for _, t in cases.SCORE_PAIRS],
       score_postprocess_fn=utils.save_scores,
     )
-  np.testing.assert_allclose(scores, expected, **_tolerances(case))
+  # Per-example scores match to float32 rounding even with bfloat16
+  # activations (the original's computation order, with TensorFlow's default
+  # graph rewrites on as the original ran).
+  np.testing.assert_allclose(scores, expected, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("model_dir", QUICK_CASES, indirect=True)
