@@ -83,18 +83,25 @@ def _teacher_forced_on_mesh(est, features: Dict[str, tf.Tensor]):
   )
 
 
-def build_teacher_forced(est, phase):
-  """tf.function(features) -> {"loss"} of the batch and {"xent",
-  "predictions"} per target token.
+def _build_teacher_forced_fn(est, phase, graph_fn):
+  """tf.function(features) -> {"loss", "xent", "predictions"} of graph_fn,
+  which returns (lowering, loss, xent, predictions) for est and features.
   """
 
   @tf.function(autograph=False)
   def fn(features):
-    lowering, loss, xent, predictions = teacher_forced_graph(est, features)
+    lowering, loss, xent, predictions = graph_fn(est, features)
     phase.laid_out_variables = list(lowering.variables.values())
     return {"loss": loss, "xent": xent, "predictions": predictions}
 
   return fn
+
+
+def build_teacher_forced(est, phase):
+  """tf.function(features) -> {"loss"} of the batch and {"xent",
+  "predictions"} per target token.
+  """
+  return _build_teacher_forced_fn(est, phase, teacher_forced_graph)
 
 
 def teacher_forced(est, features: Dict[str, tf.Tensor]):
@@ -164,14 +171,7 @@ def build_teacher_forced_loop(est, phase):
   """tf.function(features [batches, ...]) -> {"loss" [batches], "xent",
   "predictions"}.
   """
-
-  @tf.function(autograph=False)
-  def fn(features):
-    lowering, loss, xent, predictions = teacher_forced_loop_graph(est, features)
-    phase.laid_out_variables = list(lowering.variables.values())
-    return {"loss": loss, "xent": xent, "predictions": predictions}
-
-  return fn
+  return _build_teacher_forced_fn(est, phase, teacher_forced_loop_graph)
 
 
 def _with_ensemble(est, features: Dict[str, tf.Tensor]):
