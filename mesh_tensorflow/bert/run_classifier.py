@@ -166,15 +166,15 @@ def main(_) -> None:
     _: the command-line arguments left after the flags (unused).
   """
   flag_util.use_defaults(FLAG_DEFAULTS)
-  for name in (
-    "data_dir",
-    "task_name",
-    "vocab_file",
-    "bert_config_file",
-    "output_dir",
-  ):
-    if not FLAGS[name].value:
-      raise app.UsageError("--%s is required" % name)
+  flag_util.require_flags(
+    (
+      "data_dir",
+      "task_name",
+      "vocab_file",
+      "bert_config_file",
+      "output_dir",
+    )
+  )
   tokenization.validate_case_matches_checkpoint(
     FLAGS.do_lower_case, FLAGS.init_checkpoint
   )

@@ -189,14 +189,14 @@ def main(_) -> None:
     _: the command-line arguments left after the flags (unused).
   """
   flag_util.use_defaults(FLAG_DEFAULTS)
-  for name in (
-    "input_train_files",
-    "input_eval_files",
-    "bert_config_file",
-    "output_dir",
-  ):
-    if not FLAGS[name].value:
-      raise app.UsageError("--%s is required" % name)
+  flag_util.require_flags(
+    (
+      "input_train_files",
+      "input_eval_files",
+      "bert_config_file",
+      "output_dir",
+    )
+  )
   if FLAGS.mode not in ("train_and_eval", "train", "eval"):
     raise app.UsageError(
       "--mode must be train_and_eval, train or eval, not %r" % FLAGS.mode

@@ -275,9 +275,7 @@ def main(_) -> None:
     _: the command-line arguments left after the flags (unused).
   """
   flag_util.use_defaults(FLAG_DEFAULTS)
-  for name in ("vocab_file", "bert_config_file", "output_dir"):
-    if not FLAGS[name].value:
-      raise app.UsageError("--%s is required" % name)
+  flag_util.require_flags(("vocab_file", "bert_config_file", "output_dir"))
   bert_config = bert_lib.BertConfig.from_json_file(FLAGS.bert_config_file)
   validate_flags_or_throw(bert_config)
   tf.io.gfile.makedirs(FLAGS.output_dir)

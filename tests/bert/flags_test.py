@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 
+from absl import app
 from absl import flags
 import pytest
 
@@ -54,6 +55,20 @@ def test_use_defaults_keeps_values_given_on_the_command_line():
   assert flag_values.batch == 3
   flag_util.use_defaults(first, flag_values)
   assert flag_values.batch == 3
+
+
+def test_require_flags_names_the_first_unset_flag():
+  flag_values = flags.FlagValues()
+  flag_util.define_flags(
+    [("string", "vocab_file", None, "v"), ("string", "output_dir", None, "o")],
+    "m",
+    flag_values,
+  )
+  flag_values(["prog", "--vocab_file=v.txt"])
+  with pytest.raises(app.UsageError, match="--output_dir is required"):
+    flag_util.require_flags(("vocab_file", "output_dir"), flag_values)
+  flag_values.output_dir = "/tmp/out"
+  flag_util.require_flags(("vocab_file", "output_dir"), flag_values)
 
 
 def test_unknown_kind():

@@ -20,6 +20,7 @@ import functools
 import inspect
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
+from absl import app
 from absl import flags
 
 __all__ = ["bind_flags", "define_flags", "use_defaults"]
@@ -102,6 +103,24 @@ def use_defaults(
     if flag.value == flag.default or flag.value == _applied.get(id(flag)):
       flag.value = default
       _applied[id(flag)] = default
+
+
+def require_flags(
+  names: Sequence[str], flag_values: Optional[flags.FlagValues] = None
+) -> None:
+  """Raises absl's UsageError naming the first flag of `names` left empty.
+
+  Args:
+    names: the flags a script cannot run without.
+    flag_values: the parsed FlagValues (default absl's FLAGS).
+
+  Raises:
+    app.UsageError: "--<name> is required" for the first unset flag.
+  """
+  flag_values = flags.FLAGS if flag_values is None else flag_values
+  for name in names:
+    if not flag_values[name].value:
+      raise app.UsageError("--%s is required" % name)
 
 
 def bind_flags(
