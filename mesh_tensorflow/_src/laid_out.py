@@ -10,7 +10,7 @@ all build on these, so they live below all three.
 
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 
 class LazyAllreduceSum:
@@ -37,7 +37,7 @@ class LazyAllreduceSum:
     self.add_counter_fn = add_counter_fn
     self._reduced = None
 
-  def to_laid_out_tensor(self):
+  def to_laid_out_tensor(self) -> Any:
     """Performs the allreduce (once) and returns its result.
 
     Returns:
@@ -73,7 +73,7 @@ class LazyLaidOutTensor:
     self._fn = to_laid_out_tensor_fn
     self._slice_shape = slice_shape
 
-  def to_laid_out_tensor(self):
+  def to_laid_out_tensor(self) -> Any:
     """Computes the laid-out tensor.
 
     Returns:

@@ -7,7 +7,7 @@ communication primitives and know nothing about operations.
 
 from __future__ import annotations
 
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence
 
 from absl import logging
 import tensorflow as tf
@@ -363,7 +363,7 @@ class MeshImpl:
       lambda pnum: self.pcoord(pnum, mesh_axis), self.laid_out_pnum()
     )
 
-  def laid_out_slice_num(self, tensor_shape):
+  def laid_out_slice_num(self, tensor_shape: Shape) -> Any:
     """LaidOutTensor of ints, equal exactly for processors with equal slices.
 
     Args:
@@ -386,7 +386,7 @@ class MeshImpl:
 
     return self.slicewise(slice_num_fn, self.laid_out_pnum())
 
-  def laid_out_slice_begin(self, tensor_shape):
+  def laid_out_slice_begin(self, tensor_shape: Shape) -> Any:
     """LaidOutTensor of each processor's slice_begin (lists, or int tensors).
 
     Args:
@@ -469,7 +469,9 @@ class MeshImpl:
       source_pcoord.append(c)
     return self.receive(x, mesh_axis, source_pcoord)
 
-  def broadcast_impl(self, old_slices, old_shape, new_shape):
+  def broadcast_impl(
+    self, old_slices: Any, old_shape: Shape, new_shape: Shape
+  ) -> Any:
     """Broadcasts each slice from old_shape to new_shape (no communication).
 
     Args:
@@ -620,7 +622,7 @@ class MeshImpl:
     """
     raise NotImplementedError("%s.receive" % type(self).__name__)
 
-  def laid_out_pnum(self):
+  def laid_out_pnum(self) -> Any:
     """LaidOutTensor of processor numbers.
 
     Returns:

@@ -15,7 +15,7 @@ variables are neither read nor written there.
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import tensorflow as tf
 
@@ -122,7 +122,7 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
     return list(self._vars)
 
   @property
-  def handle(self):
+  def handle(self) -> tf.Tensor:
     """The replicated handle inside a TPU replicate context, else the first
     variable's handle.
     """
@@ -134,14 +134,14 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
     )
 
   @property
-  def initializer(self):
+  def initializer(self) -> Optional[tf.Operation]:
     """One op initialising every per-replica variable (None when eager)."""
     if tf.executing_eagerly():
       return None
     return tf.group(*[v.initializer for v in self._vars])
 
   @property
-  def graph(self):
+  def graph(self) -> tf.Graph:
     """The tf graph of the primary replica."""
     return self._primary_var.graph
 
@@ -180,12 +180,12 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
     return self._primary_var.to_proto(export_scope=export_scope)
 
   @property
-  def constraint(self):
+  def constraint(self) -> None:
     """None: replicated variables have no constraint."""
     return self._primary_var.constraint
 
   @property
-  def op(self):
+  def op(self) -> tf.Operation:
     """The op of the primary replica."""
     return self.get().op
 
@@ -209,7 +209,7 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
     )
 
   @_not_converted
-  def read_value(self):
+  def read_value(self) -> tf.Tensor:
     """The current value (of this replica's variable inside replicate).
 
     Returns:
@@ -220,7 +220,7 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
     return self._read_replicated()
 
   @_not_converted
-  def value(self):
+  def value(self) -> tf.Tensor:
     """The current value (see read_value).
 
     Returns:
@@ -244,7 +244,13 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
       return self._read_replicated()
 
   @_not_converted
-  def assign(self, value, use_locking=None, name=None, read_value=False):
+  def assign(
+    self,
+    value: Any,
+    use_locking: Optional[bool] = None,
+    name: Optional[str] = None,
+    read_value: bool = False,
+  ) -> Any:
     """Assigns value; returns the new value if read_value else the op.
 
     Args:
@@ -266,7 +272,13 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
     )
 
   @_not_converted
-  def assign_add(self, delta, use_locking=None, name=None, read_value=True):
+  def assign_add(
+    self,
+    delta: Any,
+    use_locking: Optional[bool] = None,
+    name: Optional[str] = None,
+    read_value: bool = True,
+  ) -> Any:
     """Adds delta to the variable.
 
     Args:
@@ -288,7 +300,13 @@ class ReplicatedVariable(tf.__internal__.types.Tensor):
     )
 
   @_not_converted
-  def assign_sub(self, delta, use_locking=None, name=None, read_value=True):
+  def assign_sub(
+    self,
+    delta: Any,
+    use_locking: Optional[bool] = None,
+    name: Optional[str] = None,
+    read_value: bool = True,
+  ) -> Any:
     """Subtracts delta from the variable.
 
     Args:

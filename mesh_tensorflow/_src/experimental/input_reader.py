@@ -29,7 +29,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from typing import Callable, Dict, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 import weakref
 
 from absl import logging
@@ -166,7 +166,7 @@ class SubBatchSlicer:
       self._ds_iterator = _make_iterator(sub_batch_ds_creator())
 
   @property
-  def initializer(self):
+  def initializer(self) -> Optional[tf.Operation]:
     """The iterator's initializer (a v1 graph op), or None under TF2."""
     return _initializer(self._ds_iterator)
 
@@ -522,7 +522,7 @@ class SimdMeshImplInputReader:
       )
 
   @property
-  def infeed_queue(self):
+  def infeed_queue(self) -> Any:
     """The TPU InfeedQueue the replicated computation dequeues from.
 
     Raises:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from absl import flags
 from absl import logging
@@ -204,7 +204,7 @@ class MeshContext:
       self._mesh_shape, self._layout_rules, self._processor_devices()
     )
 
-  def create_graph_mesh_and_mesh_impl(self):
+  def create_graph_mesh_and_mesh_impl(self) -> Tuple[Any, Any, Any]:
     """A new mtf Graph, a Mesh "my_mesh" on it, and a mesh implementation.
 
     On TPU the variables are placed on the hosts' CPUs (balanced, worker 0
@@ -224,7 +224,7 @@ class MeshContext:
     return graph, mesh, self._make_mesh_impl()
 
   @property
-  def device_assignment(self):
+  def device_assignment(self) -> Any:
     """The TPU device assignment (None without TPU)."""
     return self._d_assignment
 
@@ -244,7 +244,7 @@ class MeshContext:
     return self._num_cores // self._num_hosts
 
   @property
-  def mesh_impl(self):
+  def mesh_impl(self) -> Any:
     """The mesh implementation."""
     return self._mesh_impl
 

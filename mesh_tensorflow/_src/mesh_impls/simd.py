@@ -17,7 +17,7 @@ maps one to the other (a good map puts mesh neighbours on neighbouring chips).
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from absl import logging
 import gin
@@ -371,7 +371,7 @@ class SimdMeshImpl(mesh_impl_lib.MeshImpl):
     return None if self._devices is None else list(self._devices)
 
   @property
-  def device_assignment(self):
+  def device_assignment(self) -> Any:
     """The TPU device assignment given to the constructor, or None."""
     return self._device_assignment
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import gin
 
@@ -43,12 +43,12 @@ class SgdOptimizer(Optimizer):
     self._lr = learning_rate
 
   @property
-  def lr(self):
+  def lr(self) -> Any:
     """The learning rate (alias of learning_rate)."""
     return self._lr
 
   @property
-  def learning_rate(self):
+  def learning_rate(self) -> Any:
     """The learning rate (a float or a scalar tensor)."""
     return self._lr
 
@@ -79,17 +79,17 @@ class MomentumOptimizer(Optimizer):
     self._momentum = momentum
 
   @property
-  def lr(self):
+  def lr(self) -> Any:
     """The learning rate (alias of learning_rate)."""
     return self._lr
 
   @property
-  def learning_rate(self):
+  def learning_rate(self) -> Any:
     """The learning rate (a float or a scalar tensor)."""
     return self._lr
 
   @property
-  def momentum(self):
+  def momentum(self) -> float:
     """The momentum coefficient."""
     return self._momentum
 

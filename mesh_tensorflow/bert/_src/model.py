@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Callable, Optional, Tuple, Union
+from typing import Any, Callable, Optional, Tuple, Union
 
 import tensorflow as tf
 
@@ -557,7 +557,7 @@ class BertModel:
     return self._memory_seq_dim
 
   @property
-  def dense_initializer(self):
+  def dense_initializer(self) -> Any:
     """Truncated normal(initializer_range), or variance scaling if unset."""
     if self.config.initializer_range:
       return tf.compat.v1.truncated_normal_initializer(
@@ -566,7 +566,7 @@ class BertModel:
     return mtf.layers.VarianceScalingInitializer(scale=0.4)
 
   @property
-  def embedding_initializer(self):
+  def embedding_initializer(self) -> Any:
     """dense_initializer, scaled for the [vocab, hidden] table if needed."""
     initializer = self.dense_initializer
     if isinstance(initializer, mtf.layers.DenseInitializer):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import List, Sequence
+from typing import Any, List, Sequence
 
 import gin
 import tensorflow as tf
@@ -69,7 +69,7 @@ class T2tVocabulary(vocabulary.Vocabulary):
     return self._filepath
 
   @property
-  def subword_text_encoder(self):
+  def subword_text_encoder(self) -> Any:
     """The tensor2tensor SubwordTextEncoder (loaded on first access).
 
     Raises:

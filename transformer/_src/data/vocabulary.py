@@ -12,7 +12,7 @@ end-of-sequence (EOS); `encode` does not append EOS (the dataset code does).
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 import gin
 import numpy as np
@@ -171,7 +171,7 @@ class TFDSVocabulary(Vocabulary):
     self._tfds_encoder = tfds_encoder
 
   @property
-  def tfds_encoder(self):
+  def tfds_encoder(self) -> Any:
     """The wrapped TFDS text encoder (its ids are one lower than ours)."""
     return self._tfds_encoder
 

@@ -209,7 +209,7 @@ class Context:
     return self.mode == ModeKeys.TRAIN
 
   @property
-  def activation_dtype(self):
+  def activation_dtype(self) -> Any:
     """The activations' dtype (variable_dtype.activation_dtype)."""
     return self.variable_dtype.activation_dtype
 
@@ -232,7 +232,7 @@ class Context:
     )
 
   @property
-  def nonpadding(self):
+  def nonpadding(self) -> Any:
     """None (unknown), 1 (no padding) or a float mask: sequence_id != 0.
 
     Raises:
@@ -285,7 +285,7 @@ class Context:
     """
     self.constant_states.append(s)
 
-  def get_constant_state(self):
+  def get_constant_state(self) -> Any:
     """Reads the next state recorded with record_constant_state.
 
     Returns:

@@ -8,7 +8,7 @@ learned table, the positional embedding) live under the scope "shared".
 
 from __future__ import annotations
 
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
 import gin
 import tensorflow as tf
@@ -592,7 +592,7 @@ class StudentTeacher:
       mesh, fraction, mtf.Shape([]), name="fraction_soft"
     )
 
-  def decode(self, *args, **kargs):
+  def decode(self, *args: Any, **kargs: Any) -> Any:
     """The student's decode (under scope "student").
 
     Returns:

@@ -65,7 +65,7 @@ Example (gin; an encoder of 3 blocks pooling 8 positions down to 2):
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import gin
 import tensorflow as tf
@@ -230,7 +230,7 @@ class FunnelTransformerLayerStack(LayerStack):
       )
 
   @property
-  def pooling_fn(self):
+  def pooling_fn(self) -> Callable[..., Any]:
     """The reduction of pooling_type (mtf.reduce_mean or mtf.reduce_max)."""
     return _POOLING_FNS[self.pooling_type]
 
