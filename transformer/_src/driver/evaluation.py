@@ -230,7 +230,9 @@ def evaluate(
   over the batches as Estimator.evaluate averaged it. The cross-entropy per
   target token is -neg_log_perplexity. A target token counts where
   targets > 0; a row counts (for sequence_accuracy) where it has any target
-  token, and is exactly right when every counted token is predicted. An
+  token, and is exactly right when every counted token is predicted. As the
+  original's, "mean_label" (the mean target id, a checksum of the data) and
+  "max_targets_length" (the most target tokens of a row) are there too. An
   estimator with an `eval_batches_per_call` attribute (TpuEstimator: its
   iterations_per_loop) gets that many batches per call (see
   teacher_forced_loop_graph).
@@ -239,6 +241,7 @@ def evaluate(
   xent_sum = loss_sum = 0.0
   num_batches = 0
   tokens = correct_tokens = sequences = correct_sequences = 0
+  label_sum = max_targets_length = 0
   # Zero rows fill the last batch (no target tokens, so they do not count)
   # and keep one traced shape (two with several batches per call: the last
   # call may have fewer).
@@ -267,6 +270,10 @@ def evaluate(
       right = (out["predictions"] == targets) | ~weights
       xent_sum += float(np.sum(xent * weights))
       tokens += int(weights.sum())
+      label_sum += int(np.sum(targets * weights))
+      max_targets_length = max(
+        max_targets_length, int(weights.sum(axis=-1).max(initial=0))
+      )
       correct_tokens += int((right & weights).sum())
       rows = weights.any(axis=-1)
       sequences += int(rows.sum())
@@ -278,7 +285,9 @@ def evaluate(
     "neg_log_perplexity": -xent_sum / tokens,
     "token_accuracy": correct_tokens / tokens,
     "sequence_accuracy": correct_sequences / max(sequences, 1),
+    "mean_label": label_sum / tokens,
     "num_eval_tokens": float(tokens),
+    "max_targets_length": float(max_targets_length),
     "num_eval_sequences": float(sequences),
   }
 
