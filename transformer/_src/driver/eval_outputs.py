@@ -37,7 +37,9 @@ __all__ = [
   "eval_datasets_with_metrics",
   "eval_summary_dir",
   "perplexity_eval_name",
+  "predictions_of",
   "summary_of",
+  "text_summary",
   "write_summary",
 ]
 

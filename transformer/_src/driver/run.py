@@ -756,9 +756,11 @@ def run(
   """Runs `mode` as configured by gin; returns the mode's result.
 
   Modes: "train" (train_model_fn up to total_run_steps or train_steps),
-  "eval" (eval_model: teacher-forced metrics plus decode metrics of
-  EvalDatasets), "score_eval" / "perplexity_eval" (teacher-forced only; the
-  latter over perplexity_eval_steps batches), "infer" (infer_model),
+  "eval" / "score_eval" (eval_model: the metric_fns of EvalDatasets on
+  decodes, or on scores; written to <model_dir>/<dataset_split>_eval),
+  "perplexity_eval" (perplexity_eval: teacher-forced metrics over
+  perplexity_eval_steps batches, written to
+  <model_dir>/eval_<name>_<split>_<examples>), "infer" (infer_model),
   "score_from_strings", "score_from_dataset", "export_infer" / "export_score"
   (a SavedModel; "export" is the deprecated alias of "export_infer").
   With `tpu` set, the modes run on that Cloud TPU (driver/tpu.py):
@@ -805,8 +807,8 @@ def run(
     iterations_per_loop: training steps per host call on TPU.
     save_checkpoints_steps: write a checkpoint every this many training steps.
     keep_checkpoint_max: the number of recent checkpoints kept (None: keep all).
-    eval_summary_dir: the directory for the evaluation summaries (default:
-      <model_dir>/<dataset name>_<split>).
+    eval_summary_dir: the directory of "eval" / "score_eval" summaries and
+      text files (default: <model_dir>/<dataset_split>_eval).
     batch_size: an int, or a (method, value) pair for compute_batch_size such as
       ("tokens_per_replica", 2048).
     train_steps: the global step to train up to, or a function (batch_size,
@@ -814,7 +816,8 @@ def run(
     total_run_steps: the training length the learning-rate schedule assumes
       (default: train_steps).
     sequence_length: an int, or a {"inputs": n, "targets": m} dict: the feature
-      lengths in tokens. Required.
+      lengths in tokens. Required, except in "eval" and "score_eval" mode,
+      where None means the longest eval example's lengths.
     mesh_shape: an mtf.Shape or a string like "batch:8;model:4": the mesh's
       dims.
     mesh_devices: the device names of the mesh's processors (default: the local
@@ -840,11 +843,12 @@ def run(
     skip_seen_data: skip the batches the steps since seen_data_init_step
       consumed, so a resumed run sees new data.
     seen_data_init_step: the step from which the consumed data is counted.
-    output_eval_examples: write the decodes to <summary
-      dir>/<name>_predictions-<step>.
+    output_eval_examples: write <name>_inputs, <name>_targets and
+      <name>_<step>_predictions text files to the eval summary directory.
     checkpoint_input_pipeline: accepted for the original's signature; not
       supported (logs a warning).
-    eval_dir_suffix: appended as "_<suffix>" to each eval summary directory.
+    eval_dir_suffix: appended as "_<suffix>" to the eval summary directory
+      ("eval", "score_eval") or evaluation name ("perplexity_eval").
     mesh_impl: "placement", "simd" or "auto" (the default: SIMD on TPU
       hosts, else placement): how the mesh runs; flag --mesh_impl.
     cluster: the cluster of worker tasks to run the mesh on (see
