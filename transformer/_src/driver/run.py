@@ -332,7 +332,7 @@ def evaluate_dataset(
   return driver_eval.evaluate(estimator, dataset, checkpoint_path, max_batches)
 
 
-def _log_and_print(what: str, name: str, step: int, metrics) -> None:
+def _print_metrics(what: str, name: str, step: int, metrics) -> None:
   """One stdout line of a dataset's metrics at a checkpoint."""
   print(
     "%s %s (step %d): %s"
@@ -465,14 +465,14 @@ def eval_model(
     logging.info("Setting sequence lengths to %s", max_lengths)
     sequence_length = max_lengths
     estimator = functools.partial(estimator, sequence_length=sequence_length)
-  elif any(sequence_length[k] < max_lengths[k] for k in max_lengths):
+  elif any(v < max_lengths.get(k, 0) for k, v in sequence_length.items()):
     logging.warning(
       "Given sequence lengths are insufficient for some evaluation inputs "
       "or targets; they will be truncated. Got: %s, max lengths: %s",
       sequence_length,
       max_lengths,
     )
-  elif any(sequence_length[k] > max_lengths[k] for k in max_lengths):
+  elif any(v > max_lengths.get(k, v) for k, v in sequence_length.items()):
     logging.warning(
       "Given sequence lengths are longer than necessary for some evaluation "
       "inputs or targets. Got: %s, max lengths: %s",
@@ -540,7 +540,7 @@ def eval_model(
           writer, step, eval_outputs.summary_of(scalars)
         )
       results[name] = metrics
-      _log_and_print("eval", name, step, metrics)
+      _print_metrics("eval", name, step, metrics)
     expected_pad = -num_examples % batch_size
     if max_batches is None and outputs and len(outputs) != expected_pad:
       raise ValueError(
@@ -691,7 +691,7 @@ def perplexity_eval(
       )
       writer.close()
       results[name] = metrics
-      _log_and_print("perplexity_eval", name, step, metrics)
+      _print_metrics("perplexity_eval", name, step, metrics)
   return results
 
 
