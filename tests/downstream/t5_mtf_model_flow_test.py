@@ -305,3 +305,82 @@ def test_finetune_continues_the_pretrained_run(trained, tmp_path):
   assert not np.array_equal(
     got.get_tensor("shared/embedding"), before.get_tensor("shared/embedding")
   )
+
+
+def _t5_eval_dataset_fn(sequence_length, vocabulary, dataset_split):
+  """T5's mesh_eval_dataset_fn form: one EvalDataset per task, examples
+  with pretokenized texts, a dataset_fn taking sequence_length.
+  """
+  del vocabulary, dataset_split
+
+  def dataset_fn(sequence_length=sequence_length):
+    ds = _examples().map(
+      lambda ex: dict(
+        ex,
+        inputs_pretokenized=tf.strings.reduce_join(
+          tf.strings.unicode_encode(
+            tf.boolean_mask(ex["inputs"] - 3, ex["inputs"] > 2), "UTF-8"
+          )
+        ),
+      )
+    )
+    return ds.map(
+      lambda ex: dict(ex, targets_pretokenized=ex["inputs_pretokenized"])
+    )
+
+  def accuracy(targets, predictions):
+    return {
+      "accuracy": 100.0
+      * np.mean([t == p for t, p in zip(targets, predictions)])
+    }
+
+  return [
+    transformer_dataset.EvalDataset(
+      "words",
+      dataset_fn,
+      lambda s, example=None, is_target=False: s,
+      [accuracy],
+    ),
+    transformer_dataset.EvalDataset("no_metrics", dataset_fn, None, []),
+  ]
+
+
+def test_eval_model_as_mtf_model_eval_calls_it(trained, tmp_path):
+  """MtfModel.eval: eval_model with a callable estimator, its summary_dir."""
+  summary_dir = str(tmp_path / "summaries")
+  built = []
+
+  def estimator_fn(sequence_length=None):
+    built.append(sequence_length)
+    return trained.estimator(BYTES, sequence_length=sequence_length)
+
+  mtf_utils.eval_model(
+    estimator_fn,
+    BYTES,
+    None,  # the lengths of the longest example
+    trained.batch_size,
+    "validation",
+    trained._model_dir,
+    _t5_eval_dataset_fn,
+    summary_dir,
+    2,
+  )
+  # WORDS are at most 7 bytes: 8 ids with EOS.
+  assert built == [{"inputs": 8, "targets": 8}]
+  decodes = trained.eval_predictions(2)
+
+  def read(name):
+    return mtf_utils.get_inputs_from_file(os.path.join(summary_dir, name))
+
+  assert read("words_2_predictions") == decodes
+  assert read("words_targets") == WORDS
+  assert read("words_inputs") == ["b%r" % w for w in WORDS]
+  assert not tf.io.gfile.glob(os.path.join(summary_dir, "no_metrics*"))
+  (events,) = tf.io.gfile.glob(os.path.join(summary_dir, "events.*"))
+  values = [
+    (e.step, v.tag, v.simple_value)
+    for e in tf.compat.v1.train.summary_iterator(events)
+    for v in e.summary.value
+  ]
+  accuracy = 100.0 * np.mean([d == w for d, w in zip(decodes, WORDS)])
+  assert values == [(2, "eval/words/accuracy", pytest.approx(accuracy))]

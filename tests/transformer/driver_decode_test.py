@@ -295,7 +295,7 @@ def test_scoring_errors_name_the_problem(est, model_dir):
     )
 
 
-def test_eval_model_adds_metric_fns_of_greedy_decodes(
+def test_eval_model_gives_metric_fns_the_greedy_decodes(
   est, model_dir, tmp_path, capsys
 ):
   examples = _reverse_examples(STRINGS)
@@ -304,48 +304,46 @@ def test_eval_model_adds_metric_fns_of_greedy_decodes(
     dataset_lib.EvalDataset("rev", dataset, None, [_exact_match])
   ]
   summary_dir = str(tmp_path / "summaries")
-  results = utils.eval_model(
-    est,
-    BYTES,
-    8,
-    8,
-    "validation",
-    str(model_dir),
-    eval_dataset_fn,
-    summary_dir,
-    -1,
-  )
-  metrics = results["rev"]
+
+  def eval_model(batch_size=8, **kwargs):
+    return utils.eval_model(
+      est,
+      BYTES,
+      8,
+      batch_size,
+      "validation",
+      str(model_dir),
+      eval_dataset_fn,
+      summary_dir,
+      -1,
+      **kwargs,
+    )["rev"]
+
+  # As the original: only the metric_fns' results; the targets (no
+  # "targets_pretokenized" here) are the decoded target ids.
   predictions = utils.decode_strings(est, STRINGS)
-  assert metrics["exact_match"] == np.mean(
-    [p == s[::-1] for p, s in zip(predictions, STRINGS)]
+  assert eval_model() == {
+    "exact_match": np.mean([p == s[::-1] for p, s in zip(predictions, STRINGS)])
+  }
+  read = lambda name: utils.get_inputs_from_file(
+    os.path.join(summary_dir, name)
   )
-  teacher_forced = utils.evaluate_dataset(
-    est, dataset(), est.sequence_length, 8
-  )
-  for name, value in teacher_forced.items():
-    assert metrics[name] == pytest.approx(value, rel=1e-6), name
-  assert (
-    utils.get_inputs_from_file(os.path.join(summary_dir, "rev_predictions-1"))
-    == predictions
-  )
-  assert "eval rev (validation, step 1):" in capsys.readouterr().out
+  assert read("rev_1_predictions") == predictions
+  assert read("rev_targets") == [s[::-1] for s in STRINGS]
+  assert read("rev_inputs") == []  # no "inputs_pretokenized"
+  assert "eval rev (step 1):" in capsys.readouterr().out
   assert tf.io.gfile.glob(os.path.join(summary_dir, "events.out.tfevents*"))
+  # max_batches: only the first batches' examples are decoded and judged.
+  assert eval_model(4, max_batches=1) == {
+    "exact_match": np.mean(
+      [p == s[::-1] for p, s in zip(predictions[:4], STRINGS)]
+    )
+  }
+  assert read("rev_1_predictions") == predictions[:4]
   # eval_with_score: as in the original, the metric_fns get the scores as
-  # their predictions (so no score equals a target string), besides the
-  # teacher-forced metrics.
-  scored = utils.eval_model(
-    est,
-    BYTES,
-    8,
-    8,
-    "validation",
-    str(model_dir),
-    eval_dataset_fn,
-    summary_dir,
-    -1,
-    eval_with_score=True,
+  # their predictions (so no score equals a target string).
+  assert eval_model(eval_with_score=True) == {"exact_match": 0.0}
+  scores = [float(s) for s in read("rev_1_predictions")]
+  np.testing.assert_allclose(
+    scores, utils.compute_log_likelihoods(est, dataset), rtol=1e-5
   )
-  assert scored["rev"]["exact_match"] == 0.0
-  for name, value in teacher_forced.items():
-    assert scored["rev"][name] == pytest.approx(value, rel=1e-6), name

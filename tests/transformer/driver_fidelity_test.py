@@ -98,15 +98,17 @@ _PROGRAM = textwrap.dedent("""
           "rev", lambda: dataset_fn(None, None, None).take(16), None,
           [lambda targets, predictions: {"same": float(
               sum(t == p for t, p in zip(targets, predictions)))}])]
-    def run(mode):
+    def run(mode, **kwargs):
       return utils.run(
           None, None, None, None, run_dir, vocabulary=vocab,
           train_dataset_fn=dataset_fn, eval_dataset_fn=eval_dataset_fn,
           mode=mode, batch_size=u.BATCH, train_steps=3,
           sequence_length=u.LENGTH, mesh_shape="", layout_rules="",
-          learning_rate_schedule=0.01, eval_checkpoint_step=-1)
+          learning_rate_schedule=0.01, eval_checkpoint_step=-1, **kwargs)
     run_train = run("train")
-    run_eval = run("eval")["rev"]
+    # eval: the metric_fns of decodes; perplexity_eval: teacher forced.
+    run_eval = dict(run("eval")["rev"],
+                    **run("perplexity_eval", perplexity_eval_steps=2)["rev"])
     run("infer")
     with open(os.path.join(run_dir, "decodes-3")) as f:
       run_infer = f.read()  # a decode may hold a newline byte

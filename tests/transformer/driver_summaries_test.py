@@ -1,9 +1,10 @@
-"""TensorBoard event files written by Estimator.train read back as scalars.
+"""TensorBoard event files of training and perplexity_eval read back.
 
 The values are read with TensorFlow alone (no tensorboard package): the
-files are TFRecords of tf.compat.v1.Event protos, and each value is what
-TensorBoard's scalar plugin reads, a rank-0 float tensor per tag and step,
-tagged with the "scalars" plugin.
+files are TFRecords of tf.compat.v1.Event protos. Training's values are
+what TensorBoard's scalar plugin reads, a rank-0 float tensor per tag and
+step, tagged with the "scalars" plugin; evaluation's are simple_value
+scalars, as the original's FileWriter wrote them.
 """
 
 import math
@@ -14,8 +15,8 @@ import pytest
 import tensorflow as tf
 
 from tests.transformer import driver_test_util as dtu
-from transformer import utils
 from transformer._src.driver import evaluation as driver_eval
+from transformer._src.driver import run as driver_run
 
 PROGRESS = re.compile(
   r"^step (\d+)/\d+  loss ([\d.]+)  lr ([\d.e-]+)", re.MULTILINE
@@ -71,7 +72,18 @@ def test_train_summaries_hold_the_logged_loss_and_learning_rate(
   assert all(v > 0 for v in scalars["tokens_per_second"].values())
 
 
-def test_eval_summaries_hold_the_originals_eval_loss(tmp_path):
+def _read_simple_values(log_dir):
+  """{tag: {step: value}} of the simple_value scalars in log_dir's events."""
+  scalars = {}
+  for path in tf.io.gfile.glob(str(log_dir / "events.out.tfevents*")):
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        if value.HasField("simple_value"):
+          scalars.setdefault(value.tag, {})[event.step] = value.simple_value
+  return scalars
+
+
+def test_perplexity_eval_summaries_hold_the_originals_eval_loss(tmp_path):
   model_dir = tmp_path / "model"
   est = dtu.estimator(model_dir, mesh=dtu.MESH_1, save_checkpoints_steps=0)
   est.train(dtu.input_fn, 1)
@@ -79,28 +91,30 @@ def test_eval_summaries_hold_the_originals_eval_loss(tmp_path):
   # other row's targets end in padding.
   x, y = dtu.reverse_data(11, seed=2)
   y[::2, 5:] = 0
-  summary_dir = tmp_path / "summaries"
 
-  def eval_model(**kwargs):
-    return utils.eval_model(
+  def perplexity_eval(steps):
+    return driver_run.perplexity_eval(
       est,
       None,
-      dtu.LENGTH,
+      est.sequence_length,
       dtu.BATCH,
       "validation",
       str(model_dir),
+      None,
       lambda **_: tf.data.Dataset.from_tensor_slices(
         {"inputs": x, "targets": y}
       ),
-      str(summary_dir),
       -1,
-      **kwargs,
+      steps,
     )["eval"]
 
-  results = eval_model()
-  scalars = _read_scalars(summary_dir)
+  results = perplexity_eval(2)
+  # Estimator.evaluate(name="eval_validation_16") of the original.
+  scalars = _read_simple_values(model_dir / "eval_eval_validation_16")
   assert scalars == {
-    "eval/" + k: {1: pytest.approx(v, rel=1e-6)} for k, v in results.items()
+    k: {1: pytest.approx(v, rel=1e-6)}
+    for k, v in results.items()
+    if k != "num_eval_sequences"
   }
   # The original's eval loss: the model's loss of each batch (its summed
   # cross-entropy over every position of the batch, padding and filler
@@ -115,11 +129,11 @@ def test_eval_summaries_hold_the_originals_eval_loss(tmp_path):
     scores.sum() / (y > 0).sum(), rel=1e-5
   )
   assert results["num_eval_tokens"] == (y > 0).sum()
-  # max_batches (perplexity_eval_steps): exactly that many batches, all-zero
-  # examples following the data as in the original's perplexity_eval; their
-  # batches' losses are zero, and no other metric sees them.
-  summary_dir = tmp_path / "four_batches"
-  four = eval_model(max_batches=4)
+  # perplexity_eval_steps: exactly that many batches, all-zero examples
+  # following the data as in the original; their batches' losses are zero,
+  # and no other metric sees them.
+  four = perplexity_eval(4)
+  assert (model_dir / "eval_eval_validation_32").is_dir()
   assert four["loss"] == pytest.approx(sum(batch_losses) / 4, rel=1e-5)
   assert {k: v for k, v in four.items() if k != "loss"} == {
     k: pytest.approx(v, rel=1e-6) for k, v in results.items() if k != "loss"

@@ -986,10 +986,22 @@ def test_run_eval_infer_score_export_with_a_tpu_match_placement(
       eval_summary_dir=str(tmp_path / name),
       **common,
     )["rev"]
+    # The teacher-forced metrics (12 examples: two batches of 8).
+    metrics.update(
+      run_with_tpu(
+        model_dir,
+        tpu_name,
+        "perplexity_eval",
+        eval_dataset_fn=eval_dataset_fn,
+        perplexity_eval_steps=2,
+        **common,
+      )["rev"]
+    )
     run_with_tpu(model_dir, tpu_name, "infer", **common)
     run_with_tpu(model_dir, tpu_name, "score_from_strings", **common)
     results[name] = (metrics, scores)
-  assert len(made) == 3  # eval, infer and score ran on the "TPU" mesh
+  # eval, perplexity_eval, infer and score ran on the "TPU" mesh.
+  assert len(made) == 4
   assert all(m.device_assignment is None for m in made)  # on CPUs
   (want, want_scores), (got, got_scores) = results["placement"], results["tpu"]
   assert sorted(got) == sorted(want)
@@ -1003,7 +1015,7 @@ def test_run_eval_infer_score_export_with_a_tpu_match_placement(
   def read(name, file_name):
     return utils.get_inputs_from_file(str(tmp_path / name / file_name))
 
-  for file_name in ("rev_predictions-2", "decodes-2"):
+  for file_name in ("rev_2_predictions", "decodes-2"):
     assert read("tpu", file_name) == read("placement", file_name), file_name
   decodes = read("tpu", "decodes-2")
   assert len(decodes) == len(REVERSE_STRINGS)

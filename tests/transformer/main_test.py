@@ -113,16 +113,24 @@ def test_train_writes_command_config_and_checkpoints(tmp_path):
   assert "model.ckpt-12.index" in names and "model.ckpt-10.index" in names
   config = (model_dir / "operative_config.gin").read_text()
   assert "tiny_reverse" in config
-  # eval mode on the same model_dir: metrics printed.
+  # perplexity_eval mode on the same model_dir: metrics printed and written
+  # where the original's Estimator.evaluate wrote them.
   code, out = _run(
     tmp_path,
     model_dir,
-    ["utils.run.mode = 'eval'", "utils.run.train_steps = 12"],
+    [
+      "utils.run.mode = 'perplexity_eval'",
+      "utils.run.perplexity_eval_steps = 2",
+      "utils.run.train_steps = 12",
+    ],
   )
   assert code == 0, out
   assert "sequence_accuracy" in out and "token_accuracy" in out
   # Every checkpoint is evaluated, then the iterator stops at train_steps.
   assert "step 10)" in out and "step 12)" in out
+  assert tf.io.gfile.glob(
+    str(model_dir / "eval_eval_train_16" / "events.out.tfevents*")
+  )
   assert "command.1" in os.listdir(model_dir)
   # infer mode: decode_from_file on the latest checkpoint.
   (tmp_path / "in.txt").write_text("abc\nxyz\n")

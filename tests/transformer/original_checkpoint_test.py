@@ -26,6 +26,8 @@ from tests.transformer import original_checkpoint_cases as cases
 from transformer import dataset as dataset_lib
 from transformer import utils
 from transformer import vocabulary as vocabulary_lib
+from transformer._src.driver import eval_outputs
+from transformer._src.driver import run as driver_run
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 CASES = sorted(cases.CASES)
@@ -234,7 +236,7 @@ def test_scores_are_the_originals(reference, model_dir):
 
 
 @pytest.mark.parametrize("model_dir", QUICK_CASES, indirect=True)
-def test_eval_metrics_are_the_originals(reference, model_dir, tmp_path):
+def test_eval_metrics_are_the_originals(reference, model_dir):
   case = os.path.basename(model_dir)
   model_type = cases.CASES[case][0]
   expected = _expected(reference, case)
@@ -253,33 +255,32 @@ def test_eval_metrics_are_the_originals(reference, model_dir, tmp_path):
       )
     ]
 
-  results = utils.eval_model(
+  # perplexity_eval, one batch: what the original's Estimator.evaluate gave.
+  results = driver_run.perplexity_eval(
     est,
     VOCAB,
-    cases.LENGTH,
+    est.sequence_length,
     cases.BATCH,
     "validation",
     model_dir,
     eval_dataset_fn,
-    str(tmp_path / "summaries"),
+    None,
     -1,
+    1,
   )["pairs"]
   # "loss" is the original's eval loss, the model's own loss (divided by
   # every target position, padding included), not the cross-entropy per
   # target token that -neg_log_perplexity is.
-  for key in (
-    "loss",
-    "neg_log_perplexity",
-    "token_accuracy",
-    "sequence_accuracy",
-    "num_eval_tokens",
-  ):
+  for key in eval_outputs.PERPLEXITY_METRICS:
     np.testing.assert_allclose(
       results[key],
       expected["eval/" + key],
       err_msg=key,
       **_tolerances(case),
     )
+  shutil.rmtree(
+    os.path.join(model_dir, "eval_pairs_validation_%d" % cases.BATCH)
+  )
 
 
 def _train_dataset_fn(model_type):

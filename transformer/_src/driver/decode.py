@@ -105,6 +105,9 @@ def get_inputs_from_file(
 def write_lines_to_file(lines: Iterable[Any], filename: str) -> None:
   """Writes lines (one per line) to filename, creating its directory.
 
+  As the original, str() of each line is written with its newlines turned
+  into spaces, so that one item stays one line.
+
   Args:
     lines: the lines (str() of each is written).
     filename: the output file; its directory is created.
@@ -115,7 +118,7 @@ def write_lines_to_file(lines: Iterable[Any], filename: str) -> None:
   with tf.io.gfile.GFile(filename, "w") as f:
     # One write, even of nothing: GFile creates the file on its first write,
     # and no inputs must still give an (empty) output file.
-    f.write("".join("%s\n" % line for line in lines))
+    f.write("".join("%s\n" % str(line).replace("\n", " ") for line in lines))
 
 
 def _fit(ids: List[int], length: int) -> List[int]:

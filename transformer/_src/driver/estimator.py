@@ -888,7 +888,7 @@ class Estimator:
     the original's Estimator.evaluate reported it), neg_log_perplexity
     (minus the mean cross-entropy per target token), token_accuracy,
     sequence_accuracy (exact match of every target token of a row),
-    num_eval_tokens and num_eval_sequences.
+    mean_label, num_eval_tokens, max_targets_length and num_eval_sequences.
 
     Args:
       dataset: a dataset of batched dicts of int features [batch, length].

@@ -26,6 +26,7 @@ __all__ = [
   "decode_ids",
   "evaluate",
   "score_ids",
+  "target_weights",
   "teacher_forced",
   "teacher_forced_batches",
   "teacher_forced_graph",
@@ -229,8 +230,11 @@ def evaluate(
   padding and the zero rows that fill the last batch included), averaged
   over the batches as Estimator.evaluate averaged it. The cross-entropy per
   target token is -neg_log_perplexity. A target token counts where
-  targets > 0; a row counts (for sequence_accuracy) where it has any target
-  token, and is exactly right when every counted token is predicted. An
+  target_weights says (targets > 0, not in a delimited_lm's inputs); a row
+  counts (for sequence_accuracy) where it has any target
+  token, and is exactly right when every counted token is predicted. As the
+  original's, "mean_label" (the mean target id, a checksum of the data) and
+  "max_targets_length" (the most target tokens of a row) are there too. An
   estimator with an `eval_batches_per_call` attribute (TpuEstimator: its
   iterations_per_loop) gets that many batches per call (see
   teacher_forced_loop_graph).
@@ -239,6 +243,7 @@ def evaluate(
   xent_sum = loss_sum = 0.0
   num_batches = 0
   tokens = correct_tokens = sequences = correct_sequences = 0
+  label_sum = max_targets_length = 0
   # Zero rows fill the last batch (no target tokens, so they do not count)
   # and keep one traced shape (two with several batches per call: the last
   # call may have fewer).
@@ -263,10 +268,14 @@ def evaluate(
       num_batches += 1
       xent = out["xent"]
       targets = np.broadcast_to(features["targets"], xent.shape)
-      weights = targets > 0
+      weights = target_weights(targets, getattr(est, "model_type", None))
       right = (out["predictions"] == targets) | ~weights
       xent_sum += float(np.sum(xent * weights))
       tokens += int(weights.sum())
+      label_sum += int(np.sum(targets * weights))
+      max_targets_length = max(
+        max_targets_length, int(weights.sum(axis=-1).max(initial=0))
+      )
       correct_tokens += int((right & weights).sum())
       rows = weights.any(axis=-1)
       sequences += int(rows.sum())
@@ -278,9 +287,37 @@ def evaluate(
     "neg_log_perplexity": -xent_sum / tokens,
     "token_accuracy": correct_tokens / tokens,
     "sequence_accuracy": correct_sequences / max(sequences, 1),
+    "mean_label": label_sum / tokens,
     "num_eval_tokens": float(tokens),
+    "max_targets_length": float(max_targets_length),
     "num_eval_sequences": float(sequences),
   }
+
+
+def target_weights(targets: np.ndarray, model_type: str) -> np.ndarray:
+  """Where a target token counts in the teacher-forced metrics.
+
+  As the original's eval weights: ids > 0 and, for a "delimited_lm" (rows of
+  [inputs, EOS, targets, EOS, ...]), only outside the inputs parts (where
+  an even number of EOS precede the position).
+
+  Example:
+    >>> target_weights(np.array([5, 6, 1, 7, 1, 0]), "delimited_lm")
+    array([False, False, False,  True,  True, False])
+
+  Args:
+    targets: int ids [..., length].
+    model_type: the estimator's model type, e.g. "bitransformer".
+
+  Returns:
+    A bool array shaped as targets.
+  """
+  weights = targets > 0
+  if model_type == "delimited_lm":
+    eos = targets == 1
+    eos_before = np.cumsum(eos, axis=-1) - eos
+    weights &= eos_before % 2 == 1
+  return weights
 
 
 def score_ids(

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
+import random
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from absl import logging
 import gin
@@ -21,6 +22,7 @@ from transformer._src.data import packing
 from transformer._src.driver import cluster as driver_cluster
 from transformer._src.driver import decode as driver_decode
 from transformer._src.driver import estimator as driver
+from transformer._src.driver import eval_outputs
 from transformer._src.driver import evaluation as driver_eval
 from transformer._src.driver import export as driver_export
 from transformer._src.driver import learning_rate_schedules
@@ -330,38 +332,25 @@ def evaluate_dataset(
   return driver_eval.evaluate(estimator, dataset, checkpoint_path, max_batches)
 
 
-def _report(
-  kind: str,
-  name: str,
-  dataset_split: str,
-  step: int,
-  metrics: Dict[str, float],
-  summary_dir: str,
-) -> None:
-  """Prints one line of metrics and writes them as TensorBoard scalars."""
+def _print_metrics(what: str, name: str, step: int, metrics) -> None:
+  """One stdout line of a dataset's metrics at a checkpoint."""
   print(
-    "%s %s (%s, step %d): %s"
+    "%s %s (step %d): %s"
     % (
-      kind,
+      what,
       name,
-      dataset_split,
       step,
       "  ".join("%s %.4f" % kv for kv in sorted(metrics.items())),
     ),
     flush=True,
   )
-  writer = tf.summary.create_file_writer(summary_dir)
-  driver.write_scalars(
-    writer, step, {"eval/" + k: v for k, v in metrics.items()}
-  )
-  writer.close()
 
 
 @driver.eager_in_legacy_mode
 def eval_model(
-  estimator: driver.Estimator,
+  estimator: Union[driver.Estimator, Callable[[], driver.Estimator]],
   vocabulary: Vocabularies,
-  sequence_length: SequenceLength,
+  sequence_length: Optional[SequenceLength],
   batch_size: int,
   dataset_split: str,
   model_dir: str,
@@ -374,116 +363,335 @@ def eval_model(
   score_with_estimator_fn: Callable = driver_decode.score_with_estimator,
   *,
   max_batches: Optional[int] = None,
-) -> Dict[str, Dict[str, Any]]:
-  """Evaluates checkpoints on every eval dataset; prints and summarises.
+) -> Optional[Dict[str, Dict[str, float]]]:
+  """Evaluates checkpoints by the metric_fns of EvalDatasets, as the original.
 
-  For each checkpoint get_checkpoint_iterator(eval_checkpoint_step) names
-  (None: every checkpoint, then each new one until training's last step)
-  and each dataset eval_dataset_fn returns: the teacher-forced metrics (loss,
-  neg_log_perplexity, token_accuracy, sequence_accuracy, ...) and, for an
-  EvalDataset with metric_fns (unless eval_with_score), its metrics of
-  greedy decodes against the targets. With output_eval_examples the decodes
-  are written to `<summary dir>/<name>_predictions-<step>`. With
-  eval_with_score, an EvalDataset's metric_fns get the scores that
-  score_with_estimator_fn computes as predictions instead. Scalars go to
-  eval_summary_dir (default `<model_dir>/<name>_<split>`), with
-  "_<eval_dir_suffix>" appended if eval_dir_suffix is given.
+  eval_dataset_fn(sequence_length=, vocabulary=, dataset_split=) returns
+  EvalDatasets; those without metric_fns are skipped (none left: logged,
+  nothing written, None returned). Each dataset_fn() is read once: its
+  "targets_pretokenized" texts through postprocess_fn(text, example=,
+  is_target=True) are the targets ("targets" ids decoded stand in if there
+  are none). Then, for each checkpoint get_checkpoint_iterator names, the
+  datasets' examples, one after the other in batches of batch_size, are
+  decoded (`decode`; with eval_with_score scored by
+  score_with_estimator_fn instead, the scores being the predictions); each
+  output goes through postprocess_fn(output, example=) and each metric_fn
+  gets (targets, predictions).
 
-  Returns {dataset name: {metric: value}} for the last checkpoint.
+  Written to one directory, eval_summary_dir or
+  `<model_dir>/<dataset_split>_eval`, plus "_<eval_dir_suffix>" if given:
+  TensorBoard events with a scalar `eval/<dataset name>/<metric>` per
+  metric at the checkpoint's step (a metric_fn returning a tf.Summary has
+  it written as it is) and, with output_eval_examples, the text files
+  `<name>_targets` and `<name>_inputs` (the "inputs_pretokenized" values
+  as read, e.g. b'...') once, and `<name>_<step>_predictions` per
+  checkpoint, one line per example (newlines in a line become spaces).
+
+  With sequence_length None the lengths are those of the longest inputs
+  and targets of the examples, and `estimator` must be a callable taking
+  sequence_length= (run passes one); a callable estimator is called once,
+  before the first checkpoint.
+
+  Args:
+    estimator: a driver.Estimator, or a callable returning one.
+    vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
+    sequence_length: an int or a {"inputs": n, "targets": m} dict: the feature
+      lengths in tokens; None: computed from the examples.
+    batch_size: the number of examples per batch.
+    dataset_split: the dataset split, e.g. "validation".
+    model_dir: the directory of the checkpoints.
+    eval_dataset_fn: called as fn(sequence_length=, vocabulary=,
+      dataset_split=); returns a list of EvalDatasets.
+    eval_summary_dir: the directory for the summaries and text files
+      (default: <model_dir>/<dataset_split>_eval).
+    eval_checkpoint_step: which checkpoints to use: an int step, a list of
+      steps, -1 (the latest), "all" or None (see get_checkpoint_iterator).
+    eval_with_score: score the targets instead of decoding.
+    output_eval_examples: write the inputs, targets and predictions files.
+    eval_dir_suffix: appended as "_<suffix>" to the summary directory.
+    score_with_estimator_fn: the scoring function used with eval_with_score,
+      called as fn(estimator, input_fn, step, model_dir, vocabulary,
+      num_examples=); the first item of what it returns is the scores.
+    max_batches: decode (or score) only the examples of the first this many
+      batches; the metrics see those examples only (None: all).
+
+  Returns:
+    {dataset name: {metric name: value}} of the last checkpoint (metric_fns
+    returning a tf.Summary left out); None when no dataset has metric_fns.
+
+  Raises:
+    ValueError: without eval_dataset_fn, or with sequence_length None and an
+      estimator that is not callable.
+  """
+  if eval_dataset_fn is None:
+    raise ValueError("Must provide eval_dataset_fn through gin for eval.")
+  if sequence_length is None and not callable(estimator):
+    raise ValueError(
+      "A callable must be passed for the estimator when automatically "
+      "computing the sequence length."
+    )
+  if isinstance(sequence_length, int):
+    sequence_length = {"inputs": sequence_length, "targets": sequence_length}
+  eval_datasets = eval_outputs.eval_datasets_with_metrics(
+    eval_dataset_fn(
+      sequence_length=sequence_length,
+      vocabulary=vocabulary,
+      dataset_split=dataset_split,
+    )
+  )
+  if not eval_datasets:
+    logging.info(
+      "All provided EvalDatasets have metric_fns=[]; eval is not possible."
+    )
+    return None
+  summary_dir = eval_outputs.eval_summary_dir(
+    eval_summary_dir, model_dir, dataset_split, eval_dir_suffix
+  )
+  writer = tf.summary.create_file_writer(summary_dir)
+  logging.info("Caching evaluation examples.")
+  max_lengths = {"inputs": 0, "targets": 0}
+  cached = {}
+  for eval_dataset in eval_datasets:
+    cached[eval_dataset.name] = eval_outputs.cache_examples(
+      eval_dataset, vocabulary, max_lengths
+    )
+    if output_eval_examples:
+      for kind in ("targets", "inputs"):
+        driver_decode.write_lines_to_file(
+          getattr(cached[eval_dataset.name], kind),
+          os.path.join(summary_dir, "%s_%s" % (eval_dataset.name, kind)),
+        )
+  if sequence_length is None:
+    logging.info("Setting sequence lengths to %s", max_lengths)
+    sequence_length = max_lengths
+    estimator = functools.partial(estimator, sequence_length=sequence_length)
+  elif any(v < max_lengths.get(k, 0) for k, v in sequence_length.items()):
+    logging.warning(
+      "Given sequence lengths are insufficient for some evaluation inputs "
+      "or targets; they will be truncated. Got: %s, max lengths: %s",
+      sequence_length,
+      max_lengths,
+    )
+  elif any(v > max_lengths.get(k, v) for k, v in sequence_length.items()):
+    logging.warning(
+      "Given sequence lengths are longer than necessary for some evaluation "
+      "inputs or targets. Got: %s, max lengths: %s",
+      sequence_length,
+      max_lengths,
+    )
+  if callable(estimator):
+    estimator = estimator()
+  input_fn = eval_outputs.combined_input_fn(
+    eval_datasets, batch_size, sequence_length, driver.MODEL_FEATURES
+  )
+  if max_batches is not None:
+    full_input_fn = input_fn
+    input_fn = lambda params=None: full_input_fn(params).take(max_batches)
+  num_examples = sum(len(c.examples) for c in cached.values())
+  results = {}
+  for path in get_checkpoint_iterator(
+    eval_checkpoint_step, model_dir, last_step=estimator.total_train_steps
+  ):
+    logging.info("Checkpoint path %s", path)
+    step = get_step_from_checkpoint_path(path)
+    if eval_with_score:
+      outputs = list(
+        score_with_estimator_fn(
+          estimator,
+          input_fn,
+          step,
+          model_dir,
+          vocabulary,
+          num_examples=num_examples,
+        )[0]
+      )
+    else:
+      outputs = [
+        d.decode("utf-8") if isinstance(d, bytes) else d
+        for d in driver_decode.decode(estimator, input_fn, vocabulary, path)
+      ]
+    for eval_dataset in eval_datasets:
+      name = eval_dataset.name
+      size = len(cached[name].examples)
+      predictions = eval_outputs.predictions_of(
+        eval_dataset, outputs[:size], cached[name]
+      )
+      del outputs[:size]
+      if output_eval_examples:
+        driver_decode.write_lines_to_file(
+          predictions,
+          os.path.join(summary_dir, "%s_%d_predictions" % (name, step)),
+        )
+      targets = cached[name].targets[: len(predictions)]
+      metrics = {}
+      for metric_fn in eval_dataset.metric_fns:
+        result = metric_fn(targets, predictions)
+        if isinstance(result, tf.compat.v1.Summary):
+          logging.info("Precomputed summary at step %d", step)
+          eval_outputs.write_summary(writer, step, result)
+          continue
+        scalars = {}
+        for metric, value in result.items():
+          tag = "eval/%s/%s" % (name, metric)
+          logging.info("%s at step %d: %.3f", tag, step, value)
+          scalars[tag] = value
+          metrics[metric] = float(value)
+        eval_outputs.write_summary(
+          writer, step, eval_outputs.summary_of(scalars)
+        )
+      results[name] = metrics
+      _print_metrics("eval", name, step, metrics)
+    expected_pad = -num_examples % batch_size
+    if max_batches is None and outputs and len(outputs) != expected_pad:
+      raise ValueError(
+        "%d padded outputs, %d expected." % (len(outputs), expected_pad)
+      )
+  writer.close()
+  return results
+
+
+def _perplexity_eval_datasets(
+  eval_dataset_fn,
+  train_dataset_fn,
+  sequence_length,
+  vocabulary,
+  dataset_split,
+) -> List[Tuple[str, Callable[[], tf.data.Dataset]]]:
+  """(name, dataset_fn) pairs of perplexity_eval, as the original chose them."""
+  if eval_dataset_fn is None:
+    if train_dataset_fn is None:
+      raise ValueError(
+        "for perplexity_eval, "
+        "must provide one of eval_dataset_fn and train_dataset_fn"
+      )
+    logging.warning("Using train_dataset_fn for perplexity eval")
+    return [
+      (
+        "eval",
+        functools.partial(
+          train_dataset_fn,
+          sequence_length=sequence_length,
+          vocabulary=vocabulary,
+          dataset_split=dataset_split,
+        ),
+      )
+    ]
+  result = eval_dataset_fn(
+    sequence_length=sequence_length,
+    vocabulary=vocabulary,
+    dataset_split=dataset_split,
+  )
+  if isinstance(result, tf.data.Dataset):
+    return [("eval", lambda: result)]
+  return [
+    ("eval_%d" % i, lambda ds=item: ds)
+    if isinstance(item, tf.data.Dataset)
+    else (item.name, item.dataset_fn)
+    for i, item in enumerate(result)
+  ]
+
+
+@driver.eager_in_legacy_mode
+def perplexity_eval(
+  estimator: driver.Estimator,
+  vocabulary: Vocabularies,
+  sequence_length: SequenceLength,
+  batch_size: int,
+  dataset_split: str,
+  model_dir: str,
+  eval_dataset_fn: Optional[Callable[..., Any]],
+  train_dataset_fn: Optional[Callable[..., tf.data.Dataset]],
+  eval_checkpoint_step: CheckpointStep,
+  perplexity_eval_steps: int,
+  eval_dir_suffix: Optional[str] = None,
+) -> Dict[str, Dict[str, float]]:
+  """run's "perplexity_eval" mode: teacher-forced metrics of each dataset.
+
+  The datasets are eval_dataset_fn's EvalDatasets (all of them, metric_fns
+  or not) or, without one, train_dataset_fn's examples named "eval". For
+  each checkpoint and dataset, after seeding TensorFlow's and Python's
+  random generators with 12345 as the original did, exactly
+  perplexity_eval_steps batches of batch_size are evaluated: the dataset's
+  examples, then all-zero examples (which count only in the "loss"
+  average, as zero). The original's Estimator.evaluate(name=N) with N =
+  `<name>_<split>_<batch_size * perplexity_eval_steps>` (+
+  "_<eval_dir_suffix>") wrote to `<model_dir>/eval_<N>`; so does this:
+  scalars loss, neg_log_perplexity, token_accuracy, sequence_accuracy,
+  mean_label, num_eval_tokens and max_targets_length, and the
+  checkpoint_path as a text tensor, at the checkpoint's step.
 
   Args:
     estimator: the driver.Estimator holding the model and its variables.
     vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
-    sequence_length: an int, or a {"inputs": n, "targets": m} dict: the feature
-      lengths in tokens.
-    batch_size: the number of sequences per batch.
-    dataset_split: the dataset split, e.g. "train" or "validation".
-    model_dir: the directory of the checkpoints.
+    sequence_length: a {"inputs": n, "targets": m} dict: the feature lengths.
+    batch_size: the number of examples per batch.
+    dataset_split: the dataset split, e.g. "validation".
+    model_dir: the directory of the checkpoints (and of the eval_* dirs).
     eval_dataset_fn: called as fn(sequence_length=, vocabulary=,
-      dataset_split=); returns a list of EvalDatasets (or one dataset).
-    eval_summary_dir: the directory for the evaluation summaries (default:
-      <model_dir>/<dataset name>_<split>).
+      dataset_split=); returns a list of EvalDatasets (None: use
+      train_dataset_fn).
+    train_dataset_fn: called as fn(sequence_length=, vocabulary=,
+      dataset_split=); returns a dataset of examples.
     eval_checkpoint_step: which checkpoints to use: an int step, a list of
       steps, -1 (the latest), "all" or None (see get_checkpoint_iterator).
-    eval_with_score: score the targets instead of decoding.
-    output_eval_examples: write the decodes to <summary
-      dir>/<name>_predictions-<step>.
-    eval_dir_suffix: appended as "_<suffix>" to each summary directory.
-    score_with_estimator_fn: the scoring function used with eval_with_score
-      (called as score_with_estimator).
-    max_batches: evaluate exactly this many batches per dataset, all-zero
-      examples following its data as in the original's perplexity_eval
-      (they count only in the "loss" average, as zero); None: the data's
-      batches.
+    perplexity_eval_steps: the number of batches evaluated per dataset.
+    eval_dir_suffix: appended as "_<suffix>" to each evaluation name.
 
   Returns:
-    {dataset name: {metric name: value}} of the last checkpoint evaluated.
+    {dataset name: {metric name: value}} of the last checkpoint.
 
   Raises:
-    ValueError: without eval_dataset_fn.
+    ValueError: with neither eval_dataset_fn nor train_dataset_fn.
   """
-  if eval_dataset_fn is None:
-    raise ValueError("mode 'eval' needs run.eval_dataset_fn")
-  datasets = driver_decode.named_datasets(
-    eval_dataset_fn, sequence_length, vocabulary, dataset_split, "eval"
-  )
-  checkpoints = get_checkpoint_iterator(
-    eval_checkpoint_step, model_dir, last_step=estimator.total_train_steps
+  datasets = _perplexity_eval_datasets(
+    eval_dataset_fn,
+    train_dataset_fn,
+    sequence_length,
+    vocabulary,
+    dataset_split,
   )
   results = {}
-  for path in checkpoints:
+  for path in get_checkpoint_iterator(
+    eval_checkpoint_step, model_dir, last_step=estimator.total_train_steps
+  ):
     step = get_step_from_checkpoint_path(path)
-    for name, dataset, eval_dataset in datasets:
+    for name, dataset_fn in datasets:
+      tf.random.set_seed(12345)
+      random.seed(12345)
       metrics = evaluate_dataset(
         estimator,
-        dataset
-        if max_batches is None
-        else packing.pad_dataset_with_zeroed_out_examples(dataset),
+        packing.pad_dataset_with_zeroed_out_examples(
+          dataset_fn().map(_filter_features)
+        ),
         estimator.sequence_length,
         batch_size,
         path,
-        max_batches,
+        perplexity_eval_steps,
       )
-      summary_dir = eval_summary_dir or os.path.join(
-        model_dir, "%s_%s" % (name, dataset_split)
+      written = {k: metrics[k] for k in eval_outputs.PERPLEXITY_METRICS}
+      logging.info(
+        "Saving dict for global step %d: %s",
+        step,
+        ", ".join("%s = %s" % kv for kv in sorted(written.items())),
       )
-      if eval_dir_suffix is not None:
-        summary_dir += "_%s" % eval_dir_suffix
-      if (
-        eval_dataset is not None and eval_dataset.metric_fns and eval_with_score
-      ):
-        # save_scores' (scores, [inputs,] targets): the scores are the
-        # predictions.
-        scored = score_with_estimator_fn(
-          estimator,
-          lambda *_, ds=dataset: ds,
-          step,
-          model_dir,
-          vocabulary,
-        )
-        metrics.update(
-          driver_decode.text_metrics(eval_dataset, scored[-1], scored[0])
-        )
-      elif (
-        eval_dataset is not None
-        and eval_dataset.metric_fns
-        and not eval_with_score
-      ):
-        texts = driver_decode.decode_examples(
-          estimator, dataset, vocabulary, path
-        )
-        metrics.update(
-          driver_decode.text_metrics(
-            eval_dataset, texts["targets"], texts["predictions"]
-          )
-        )
-        if output_eval_examples:
-          driver_decode.write_lines_to_file(
-            texts["predictions"],
-            os.path.join(summary_dir, "%s_predictions-%d" % (name, step)),
-          )
+      eval_dir = os.path.join(
+        model_dir,
+        "eval_"
+        + eval_outputs.perplexity_eval_name(
+          name,
+          dataset_split,
+          batch_size * perplexity_eval_steps,
+          eval_dir_suffix,
+        ),
+      )
+      writer = tf.summary.create_file_writer(eval_dir)
+      eval_outputs.write_summary(writer, step, eval_outputs.summary_of(written))
+      eval_outputs.write_summary(
+        writer, step, eval_outputs.text_summary("checkpoint_path", path)
+      )
+      writer.close()
       results[name] = metrics
-      _report("eval", name, dataset_split, step, metrics, summary_dir)
+      _print_metrics("perplexity_eval", name, step, metrics)
   return results
 
 
@@ -548,9 +756,11 @@ def run(
   """Runs `mode` as configured by gin; returns the mode's result.
 
   Modes: "train" (train_model_fn up to total_run_steps or train_steps),
-  "eval" (eval_model: teacher-forced metrics plus decode metrics of
-  EvalDatasets), "score_eval" / "perplexity_eval" (teacher-forced only; the
-  latter over perplexity_eval_steps batches), "infer" (infer_model),
+  "eval" / "score_eval" (eval_model: the metric_fns of EvalDatasets on
+  decodes, or on scores; written to <model_dir>/<dataset_split>_eval),
+  "perplexity_eval" (perplexity_eval: teacher-forced metrics over
+  perplexity_eval_steps batches, written to
+  <model_dir>/eval_<name>_<split>_<examples>), "infer" (infer_model),
   "score_from_strings", "score_from_dataset", "export_infer" / "export_score"
   (a SavedModel; "export" is the deprecated alias of "export_infer").
   With `tpu` set, the modes run on that Cloud TPU (driver/tpu.py):
@@ -597,8 +807,8 @@ def run(
     iterations_per_loop: training steps per host call on TPU.
     save_checkpoints_steps: write a checkpoint every this many training steps.
     keep_checkpoint_max: the number of recent checkpoints kept (None: keep all).
-    eval_summary_dir: the directory for the evaluation summaries (default:
-      <model_dir>/<dataset name>_<split>).
+    eval_summary_dir: the directory of "eval" / "score_eval" summaries and
+      text files (default: <model_dir>/<dataset_split>_eval).
     batch_size: an int, or a (method, value) pair for compute_batch_size such as
       ("tokens_per_replica", 2048).
     train_steps: the global step to train up to, or a function (batch_size,
@@ -606,7 +816,8 @@ def run(
     total_run_steps: the training length the learning-rate schedule assumes
       (default: train_steps).
     sequence_length: an int, or a {"inputs": n, "targets": m} dict: the feature
-      lengths in tokens. Required.
+      lengths in tokens. Required, except in "eval" and "score_eval" mode,
+      where None means the longest eval example's lengths.
     mesh_shape: an mtf.Shape or a string like "batch:8;model:4": the mesh's
       dims.
     mesh_devices: the device names of the mesh's processors (default: the local
@@ -632,11 +843,12 @@ def run(
     skip_seen_data: skip the batches the steps since seen_data_init_step
       consumed, so a resumed run sees new data.
     seen_data_init_step: the step from which the consumed data is counted.
-    output_eval_examples: write the decodes to <summary
-      dir>/<name>_predictions-<step>.
+    output_eval_examples: write <name>_inputs, <name>_targets and
+      <name>_<step>_predictions text files to the eval summary directory.
     checkpoint_input_pipeline: accepted for the original's signature; not
       supported (logs a warning).
-    eval_dir_suffix: appended as "_<suffix>" to each eval summary directory.
+    eval_dir_suffix: appended as "_<suffix>" to the eval summary directory
+      ("eval", "score_eval") or evaluation name ("perplexity_eval").
     mesh_impl: "placement", "simd" or "auto" (the default: SIMD on TPU
       hosts, else placement): how the mesh runs; flag --mesh_impl.
     cluster: the cluster of worker tasks to run the mesh on (see
@@ -661,8 +873,8 @@ def run(
   ):
     if value is gin.REQUIRED:
       raise ValueError("run: parameter %r is required" % name)
-  if sequence_length is None:
-    raise ValueError("run: sequence_length is required")
+  if sequence_length is None and mode not in ("eval", "score_eval"):
+    raise ValueError("`sequence_length` must be specified in '%s' mode." % mode)
   if isinstance(sequence_length, int):
     sequence_length = {"inputs": sequence_length, "targets": sequence_length}
   if isinstance(batch_size, (tuple, list)):
@@ -699,37 +911,59 @@ def run(
       tpu, tpu_zone, gcp_project, tpu_job_name, mesh_shape
     )
     mesh_devices = tpu_setup.mesh_devices
-  estimator = get_estimator(
-    model_type,
-    vocabulary,
-    mesh_shape,
-    layout_rules,
-    model_dir,
-    batch_size,
-    sequence_length,
-    autostack,
-    learning_rate_schedule,
-    keep_checkpoint_max,
-    save_checkpoints_steps,
-    optimizer,
-    predict_fn,
-    variable_filter,
-    ensemble_inputs,
-    False,
-    None,
-    iterations_per_loop,
-    cluster,
-    init_checkpoint=init_checkpoint,
-    mesh_devices=mesh_devices,
-    score_in_predict_mode=mode == "export_score",
-    total_train_steps=train_steps,
-    mesh_impl=mesh_impl,
-    cluster_timeout=cluster_timeout,
-  )
-  if tpu_setup is not None:
-    estimator = driver_tpu.TpuEstimator(
-      estimator, tpu_setup, iterations_per_loop
+
+  def estimator_fn(sequence_length=sequence_length):
+    estimator = get_estimator(
+      model_type,
+      vocabulary,
+      mesh_shape,
+      layout_rules,
+      model_dir,
+      batch_size,
+      sequence_length,
+      autostack,
+      learning_rate_schedule,
+      keep_checkpoint_max,
+      save_checkpoints_steps,
+      optimizer,
+      predict_fn,
+      variable_filter,
+      ensemble_inputs,
+      False,
+      None,
+      iterations_per_loop,
+      cluster,
+      init_checkpoint=init_checkpoint,
+      mesh_devices=mesh_devices,
+      score_in_predict_mode=mode == "export_score",
+      total_train_steps=train_steps,
+      mesh_impl=mesh_impl,
+      cluster_timeout=cluster_timeout,
     )
+    if tpu_setup is not None:
+      estimator = driver_tpu.TpuEstimator(
+        estimator, tpu_setup, iterations_per_loop
+      )
+    return estimator
+
+  if mode in ("eval", "score_eval"):
+    # As the original: the estimator is built inside eval_model, with the
+    # examples' own lengths when sequence_length is None.
+    return eval_model(
+      estimator_fn,
+      vocabulary,
+      sequence_length,
+      batch_size,
+      dataset_split,
+      model_dir,
+      eval_dataset_fn,
+      eval_summary_dir,
+      eval_checkpoint_step,
+      eval_with_score=(mode == "score_eval"),
+      output_eval_examples=output_eval_examples,
+      eval_dir_suffix=eval_dir_suffix,
+    )
+  estimator = estimator_fn()
   if mode == "train":
     if train_dataset_fn is None:
       raise ValueError("mode 'train' needs run.train_dataset_fn")
@@ -746,14 +980,8 @@ def run(
       seen_data_init_step=seen_data_init_step,
       checkpoint_input_pipeline=checkpoint_input_pipeline,
     )
-  if mode in ("eval", "score_eval", "perplexity_eval"):
-    max_batches = None
-    if mode == "perplexity_eval":
-      # Teacher-forced metrics over perplexity_eval_steps batches; the
-      # training data stands in when there is no eval dataset.
-      eval_dataset_fn = eval_dataset_fn or train_dataset_fn
-      max_batches = perplexity_eval_steps
-    return eval_model(
+  if mode == "perplexity_eval":
+    return perplexity_eval(
       estimator,
       vocabulary,
       sequence_length,
@@ -761,12 +989,10 @@ def run(
       dataset_split,
       model_dir,
       eval_dataset_fn,
-      eval_summary_dir,
+      train_dataset_fn,
       eval_checkpoint_step,
-      eval_with_score=(mode != "eval"),
-      output_eval_examples=output_eval_examples,
-      eval_dir_suffix=eval_dir_suffix,
-      max_batches=max_batches,
+      perplexity_eval_steps,
+      eval_dir_suffix,
     )
   if mode == "infer":
     return driver_decode.infer_model(
