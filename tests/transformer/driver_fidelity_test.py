@@ -5,6 +5,7 @@ subprocess, since the switch is process-wide; its numbers must equal the
 same program's under TF2 behaviour.
 """
 
+import inspect
 import json
 import os
 import subprocess
@@ -21,6 +22,7 @@ from transformer import learning_rate_schedules
 from transformer import utils
 from transformer import vocabulary
 from transformer._src.driver import decode as driver_decode
+from transformer._src.driver import run as run_lib
 
 tf1 = tf.compat.v1
 REPO = os.path.dirname(
@@ -335,8 +337,6 @@ def test_save_scores_to_tfrecords_and_the_lazy_scorer_write_shards(
 
 
 def test_eval_model_and_run_signatures_follow_the_original():
-  import inspect  # pylint: disable=g-import-not-at-top
-
   params = inspect.signature(utils.eval_model).parameters
   names = list(params)
   assert names[names.index("output_eval_examples") + 1 :][:2] == [
@@ -393,3 +393,63 @@ def test_one_process_runs_keep_tensorflows_graph_rewrites(tmp_path):
     "arithmetic_optimization"
   )
   assert after.get("arithmetic_optimization") is not False
+
+
+class _EstimatorBuilt(Exception):
+  """Raised by the stand-in get_estimator once run has built its arguments."""
+
+
+def test_run_builds_the_estimator_per_mode_as_the_original(monkeypatch):
+  # The original's run: ensemble_inputs only in training (None otherwise);
+  # score_in_predict_mode for every mode naming "score".
+  built = {}
+
+  def record(*args, **kwargs):
+    bound = inspect.signature(utils.get_estimator).bind(*args, **kwargs)
+    built.update(bound.arguments)
+    raise _EstimatorBuilt()
+
+  monkeypatch.setattr(run_lib, "get_estimator", record)
+  expected = {
+    "train": (3, False),
+    "infer": (None, False),
+    "perplexity_eval": (None, False),
+    "score_from_dataset": (None, True),
+    "score_from_strings": (None, True),
+    "export_score": (None, True),
+    "export_infer": (None, False),
+  }
+  for mode, (ensemble_inputs, scores) in expected.items():
+    built.clear()
+    with pytest.raises(_EstimatorBuilt):
+      utils.run(
+        None,
+        None,
+        None,
+        None,
+        "/tmp/unused_model_dir",
+        mode=mode,
+        mesh_shape="",
+        layout_rules="",
+        sequence_length=8,
+        batch_size=8,
+        train_steps=1,
+        ensemble_inputs=3,
+      )
+    assert built["ensemble_inputs"] == ensemble_inputs, mode
+    assert built.get("score_in_predict_mode", False) == scores, mode
+  with pytest.raises(ValueError, match='requires dataset_split=="train"'):
+    utils.run(
+      None,
+      None,
+      None,
+      None,
+      "/tmp/unused_model_dir",
+      mode="train",
+      dataset_split="validation",
+      mesh_shape="",
+      layout_rules="",
+      sequence_length=8,
+      batch_size=8,
+      train_steps=1,
+    )

@@ -893,6 +893,10 @@ def run(
   learning_rate_schedule = _resolve_learning_rate_schedule(
     learning_rate_schedule, train_steps
   )
+  if mode == "train" and dataset_split != "train":
+    raise ValueError('mode=="train" requires dataset_split=="train"')
+  if mode != "train":
+    ensemble_inputs = None  # as the original: only training feeds members
   tpu_setup = None
   exporting = mode in ("export", "export_infer", "export_score")
   if tpu and exporting:
@@ -935,7 +939,7 @@ def run(
       cluster,
       init_checkpoint=init_checkpoint,
       mesh_devices=mesh_devices,
-      score_in_predict_mode=mode == "export_score",
+      score_in_predict_mode="score" in mode,
       total_train_steps=train_steps,
       mesh_impl=mesh_impl,
       cluster_timeout=cluster_timeout,
