@@ -12,7 +12,16 @@ from __future__ import annotations
 
 import functools
 import itertools
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+from typing import (
+  Any,
+  Callable,
+  Dict,
+  Iterable,
+  List,
+  Optional,
+  Sequence,
+  Union,
+)
 
 import numpy as np
 import tensorflow as tf
@@ -128,9 +137,9 @@ def batch_loop_graph(
   est,
   graph_fn: Callable,
   features: Dict[str, tf.Tensor],
-  num_batches=None,
+  num_batches: Union[int, tf.Tensor, None] = None,
   dtypes: Sequence[tf.DType] = (),
-):
+) -> tuple:
   """graph_fn's program over several batches, one after the other.
 
   The loop of one host call, as TPUEstimator ran iterations_per_loop batches
@@ -181,8 +190,10 @@ def batch_loop_graph(
 
 
 def teacher_forced_loop_graph(
-  est, features: Dict[str, tf.Tensor], num_batches=None
-):
+  est,
+  features: Dict[str, tf.Tensor],
+  num_batches: Union[int, tf.Tensor, None] = None,
+) -> tuple:
   """The teacher-forced program of several batches in one host call.
 
   See batch_loop_graph (on TPU, a host while loop around the replicated
@@ -250,9 +261,11 @@ def _run_in_calls(
   """(batch, outputs) of each batch, batches_per_call batches per call.
 
   phase.fn(features [batches, ...], num_batches) is a loop phase (see
-  batch_loop_graph). The last call's missing batches are zero batches, so
-  that every call takes the one trace: its loop does not run them (their
-  outputs are dropped on the collective backend, which runs them).
+  batch_loop_graph). Every call is given as many batches as the first
+  (batches_per_call, or all of them if fewer), so that every call takes
+  the one trace: the last call's missing batches are zero batches its loop
+  does not run (the collective backend runs them; their outputs are
+  dropped).
 
   Args:
     est: the Estimator.
@@ -263,11 +276,12 @@ def _run_in_calls(
   Yields:
     (batch, {output name: array}) of each batch, in order.
   """
-  per_call = batches_per_call(est)
-  for group in _in_groups(batches, per_call):
+  size = None
+  for group in _in_groups(batches, batches_per_call(est)):
+    size = size or len(group)
     stacked = [to_features(b) for b in group]
     stacked += [{k: tf.zeros_like(v) for k, v in stacked[0].items()}] * (
-      per_call - len(group)
+      size - len(group)
     )
     features = {k: tf.stack([b[k] for b in stacked]) for k in stacked[0]}
     outputs = est.run_phase(phase, features, tf.constant(len(group)))
@@ -277,7 +291,7 @@ def _run_in_calls(
 
 
 def _teacher_forced_each(est, batches: Iterable[Dict[str, np.ndarray]]):
-  """(features, teacher_forced outputs as arrays) of each [batch, length]
+  """(batch, teacher_forced's outputs as arrays) of each [batch, length]
   batch; batches_per_call batches per call.
   """
   if batches_per_call(est) == 1:
@@ -471,8 +485,11 @@ def build_decode(est, phase, decode_kwargs):
 
 
 def decode_loop_graph(
-  est, features: Dict[str, tf.Tensor], num_batches=None, **decode_kwargs
-):
+  est,
+  features: Dict[str, tf.Tensor],
+  num_batches: Union[int, tf.Tensor, None] = None,
+  **decode_kwargs,
+) -> tuple:
   """Decoding of several batches of inputs in one host call.
 
   See batch_loop_graph (on TPU, a host while loop around the replicated
