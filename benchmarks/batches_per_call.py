@@ -39,6 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from absl import logging as absl_logging  # pylint: disable=g-import-not-at-top
 import gin  # pylint: disable=g-import-not-at-top
 import numpy as np  # pylint: disable=g-import-not-at-top
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 import mesh_tensorflow as mtf  # pylint: disable=g-import-not-at-top
 
@@ -92,13 +93,19 @@ def main() -> None:
   args = parser.parse_args()
   absl_logging.set_verbosity(absl_logging.WARNING)
   model_dir = tempfile.mkdtemp()
-  start = _estimator(model_dir, "placement")
-  start.initialize()
-  start.save()
   rng = np.random.RandomState(0)
   n = args.batches * BATCH
   inputs = rng.randint(2, VOCAB, size=(n, LENGTH)).astype(np.int32)
   targets = rng.randint(2, VOCAB, size=(n, LENGTH)).astype(np.int32)
+  # The initial weights (a step-0 checkpoint every variant restores).
+  start = _estimator(model_dir, "placement")
+  start.train(
+    lambda: tf.data.Dataset.from_tensors(
+      {"inputs": inputs[:BATCH], "targets": targets[:BATCH]}
+    ).repeat(),
+    0,
+  )
+  start.save()
   variants = {}
   for impl in ("placement", "simd"):
     for per_call in (1, args.per_call):
