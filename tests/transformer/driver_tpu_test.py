@@ -536,6 +536,34 @@ def test_eval_loop_runs_iterations_per_loop_batches_per_host_call(
   assert sums and {str(group_assignment(op)) for op in sums} <= allowed
 
 
+def count_calls(est, graphs=None):
+  """Makes est.run_phase record (batches given, batches to run) of each
+  call of a loop phase in the returned list (and the graph of its trace in
+  `graphs`), and check that later calls of a phase (the last call, with
+  fewer batches to run, among them) retrace nothing.
+  """
+  calls = []
+  traces = {}
+  run_phase = est.run_phase
+
+  def counted(phase, features, *num_batches):
+    if num_batches:
+      calls.append(
+        (int(next(iter(features.values())).shape[0]), int(num_batches[0]))
+      )
+    result = run_phase(phase, features, *num_batches)
+    count = phase.fn.experimental_get_tracing_count()
+    assert traces.setdefault(phase, count) == count
+    if graphs is not None:
+      graphs.append(
+        phase.fn.get_concrete_function(features, *num_batches).graph
+      )
+    return result
+
+  est.run_phase = counted
+  return calls
+
+
 @pytest.mark.slow
 def test_eval_with_iterations_per_loop_gives_the_same_metrics(
   tmp_path, monkeypatch
@@ -548,21 +576,171 @@ def test_eval_with_iterations_per_loop_gives_the_same_metrics(
   fake_tpu_on_cpus(monkeypatch, CPU_MESH[0])
   inner = dtu.estimator(model_dir, mesh=CPU_MESH)
   est = tpu.TpuEstimator(inner, tpu.setup_tpu(), iterations_per_loop=2)
-  assert est.eval_batches_per_call == 2
-  calls = []
-  run_phase = inner.run_phase
-
-  def counted(phase, features):
-    calls.append(int(features["targets"].shape[0]))
-    return run_phase(phase, features)
-
-  inner.run_phase = counted
+  assert est.batches_per_call == 2
+  calls = count_calls(inner)
   got = evaluation.evaluate(est, dataset)
-  assert calls == [2, 2, 1]
+  # The last call's missing batch is a zero batch it does not count.
+  assert calls == [(2, 2), (2, 2), (2, 1)]
   assert sorted(got) == sorted(want)
   for metric, value in want.items():
     assert got[metric] == pytest.approx(value, rel=1e-5), metric
   assert got["num_eval_sequences"] == 5 * dtu.BATCH - 3
+
+
+@ON_BOTH_SLICES
+def test_score_and_decode_loops_run_batches_in_one_host_call(
+  tmp_path, topology, mesh, replicas
+):
+  # Scoring's teacher-forced program and greedy decoding, 3 batches per host
+  # call, the number to run an input of the call (the last call of a run
+  # may have fewer): each is one replicated program, traced once, in the
+  # body of a host While whose bound is that input; each host copies the
+  # batch once and feeds its own replicas.
+  graph = tf.Graph()
+  plan, inner = tpu_estimator_in(graph, tmp_path, topology(), mesh)
+  est = tpu.TpuEstimator(
+    inner, tpu.TpuSetup("t", None, plan, "worker"), iterations_per_loop=3
+  )
+  assert est.batches_per_call == 3
+  x, y = dtu.reverse_data(dtu.BATCH)
+  with graph.as_default():
+    features = {
+      "inputs": tf.constant(np.stack([x] * 3)),
+      "targets": tf.constant(np.stack([y] * 3)),
+    }
+    count = tf.compat.v1.placeholder(tf.int32, [], name="num_batches")
+    _, losses, xent, predictions = evaluation.teacher_forced_loop_graph(
+      est, features, count
+    )
+    _, decodes = evaluation.decode_loop_graph(
+      est, {"inputs": features["inputs"]}, count
+    )
+  assert losses.shape == (3,)
+  assert xent.shape == predictions.shape == decodes.shape == (3,) + y.shape
+  assert decodes.dtype == tf.int32
+  ops = list(all_ops(graph))
+  loops = [op for op in graph.get_operations() if op.type == "While"]
+  metadata = [op for op in ops if op.type == "TPUReplicateMetadata"]
+  assert len(loops) == len(metadata) == 2
+  hosts = sorted(set(est.replica_hosts))
+  assert len(hosts) == topology().num_tasks
+  for loop_op, m in zip(loops, metadata):
+    assert m.graph.name == loop_op.get_attr("body").name
+    assert m.get_attr("num_replicas") == replicas
+    assert m.get_attr("device_assignment") == [
+      c for r in range(replicas) for c in coordinates(plan, r)
+    ]
+    # The bound is the loop's input `count`, not a constant.
+    assert count in list(loop_op.inputs)
+    cond = loop_op.get_attr("cond").name
+    assert not [
+      op
+      for op in ops
+      if op.type == "Const" and getattr(op.graph, "name", None) == cond
+    ]
+    # Replica r's batch is the copy on the host owning its core.
+    body = [op for op in ops if op.graph is m.graph]
+    feeds = [
+      op
+      for op in body
+      if op.type == "TPUReplicatedInput" and op.inputs[0].op.type == "Identity"
+    ]
+    assert feeds
+    for op in feeds:
+      assert [t.op.device for t in op.inputs] == [
+        est.replica_hosts[r] for r in range(replicas)
+      ]
+  # The decode's own while loop runs inside its replicated computation.
+  assert "While" in {op.type for op in replicated_ops(ops, metadata[1])}
+  allowed = {str(expected_groups(plan, axes)) for axes in ([0], [1], [0, 1])}
+  sums = [op for op in ops if op.type == "CrossReplicaSum"]
+  assert sums and {str(group_assignment(op)) for op in sums} <= allowed
+
+
+def assert_same_decodes(got, want):
+  assert len(got) == len(want)
+  for g, w in zip(got, want):
+    np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.slow
+def test_scoring_and_decoding_in_calls_of_batches_match_placement(
+  tmp_path, monkeypatch
+):
+  # 37 examples in 5 batches, 3 per call: 2 calls, the second running 2 of
+  # its 3 batches. Placement's one batch per call is the reference; the
+  # same loops run on placement (a real host while loop on CPU) and on a
+  # fake TPU (the collective backend, the loop unrolled).
+  (model_dir,) = common_start(tmp_path, "model")
+  dtu.estimator(model_dir, mesh=CPU_MESH).train(dtu.input_fn, 2)
+  x, y = dtu.reverse_data(5 * dtu.BATCH - 3, seed=2)
+  reference = dtu.estimator(model_dir, mesh=CPU_MESH)
+  want_scores = evaluation.score_ids(reference, x, y)
+  want_decodes = evaluation.decode_ids(reference, x)
+  assert len(want_scores) == len(want_decodes) == len(x)
+  looped = dtu.estimator(model_dir, mesh=CPU_MESH)
+  looped.batches_per_call = 3
+  fake_tpu_on_cpus(monkeypatch, CPU_MESH[0])
+  inner = dtu.estimator(model_dir, mesh=CPU_MESH)
+  on_tpu = tpu.TpuEstimator(inner, tpu.setup_tpu(), iterations_per_loop=3)
+  for est, calls in (
+    (looped, count_calls(looped)),
+    (on_tpu, count_calls(inner)),
+  ):
+    np.testing.assert_allclose(
+      evaluation.score_ids(est, x, y), want_scores, rtol=1e-5
+    )
+    assert_same_decodes(evaluation.decode_ids(est, x), want_decodes)
+    # Scoring, then decoding: 3 batches given per call, 3 then 2 run.
+    assert calls == [(3, 3), (3, 2)] * 2
+  # Beam search, and fewer batches than one call holds.
+  beam = dict(beam_size=2)
+  assert_same_decodes(
+    evaluation.decode_ids(on_tpu, x[:10], **beam),
+    evaluation.decode_ids(reference, x[:10], **beam),
+  )
+
+
+@pytest.mark.slow
+def test_multihost_scoring_and_decoding_match_placement(tmp_path, monkeypatch):
+  # The v3-8 as if each of its 4 chips had its own host (host h faked by
+  # /device:CPU:h): each host's copy of the batches feeds the replicas on
+  # its chip; 2 batches per call over 3 batches.
+  (model_dir,) = common_start(tmp_path, "model")
+  x, y = dtu.reverse_data(3 * dtu.BATCH - 1, seed=3)
+  reference = dtu.estimator(model_dir, mesh=MULTIHOST_MESH)
+  want_scores = evaluation.score_ids(reference, x, y)
+  want_decodes = evaluation.decode_ids(reference, x)
+  topology = tpu.synthetic_topology(V3_8, num_hosts=4)
+  fake_tpu_on_cpus(monkeypatch, MULTIHOST_MESH[0], topology)
+  setup = tpu.setup_tpu()
+  hosts = [
+    "/device:CPU:%d"
+    % topology.task_ordinal_at_coordinates(coordinates(setup.plan, r))
+    for r in range(8)
+  ]
+  assert len(set(hosts)) == 4
+  inner = dtu.estimator(model_dir, mesh=MULTIHOST_MESH)
+  est = tpu.TpuEstimator(
+    inner, setup, iterations_per_loop=2, replica_hosts=hosts
+  )
+  graphs = []
+  calls = count_calls(inner, graphs)
+  np.testing.assert_allclose(
+    evaluation.score_ids(est, x, y), want_scores, rtol=1e-5
+  )
+  assert_same_decodes(evaluation.decode_ids(est, x), want_decodes)
+  assert calls == [(2, 2), (2, 1)] * 2
+  # Each call's batches are copied to every host.
+  for graph in graphs:
+    copies = {
+      op.device
+      for op in graph.get_operations()
+      if op.type == "Identity" and op.device
+    }
+    assert {tf.DeviceSpec.from_string(h).to_string() for h in hosts} <= {
+      tf.DeviceSpec.from_string(d).to_string() for d in copies
+    }
 
 
 def test_eval_and_decode_programs_compile_with_xla(tmp_path):
@@ -894,12 +1072,13 @@ def test_run_places_the_mesh_as_the_originals_gin_options_say(
     assert len(chips) == 1, group
 
 
-def fake_tpu_on_cpus(monkeypatch, mesh_shape):
-  """run()'s TPU: a synthetic slice of mesh_shape's size whose programs run
-  on CPUs with the collective backend (placed as on the TPU).
+def fake_tpu_on_cpus(monkeypatch, mesh_shape, topology=None):
+  """run()'s TPU: a synthetic slice of mesh_shape's size (or `topology`)
+  whose programs run on CPUs with the collective backend (placed as on the
+  TPU).
   """
   size = mtf.convert_to_shape(mesh_shape).size
-  topology = tpu.synthetic_topology([1, size // 2, 1, 2])
+  topology = topology or tpu.synthetic_topology([1, size // 2, 1, 2])
   plan = tpu.plan_mesh(mesh_shape, topology, tpu_name="fake-tpu")
   setup = tpu.TpuSetup("fake-tpu", None, plan, None)
   made = []

@@ -10,25 +10,38 @@ Estimator.evaluate averaged it.
 
 from __future__ import annotations
 
+import functools
 import itertools
-from typing import Dict, List, Optional, Sequence
+from typing import (
+  Any,
+  Callable,
+  Dict,
+  Iterable,
+  List,
+  Optional,
+  Sequence,
+  Union,
+)
 
 import numpy as np
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
+from transformer._src.driver import mesh_impl_choice
 from transformer._src.driver.config import clean_decodes
 from transformer._src.layers.context import ModeKeys
 from transformer._src.models.unitransformer import Unitransformer
 
 __all__ = [
+  "batch_loop_graph",
+  "batches_per_call",
   "decode_graph",
   "decode_ids",
+  "decode_loop_graph",
   "evaluate",
   "score_ids",
   "target_weights",
   "teacher_forced",
-  "teacher_forced_batches",
   "teacher_forced_graph",
   "teacher_forced_loop_graph",
 ]
@@ -84,16 +97,20 @@ def _teacher_forced_on_mesh(est, features: Dict[str, tf.Tensor]):
   )
 
 
-def _build_teacher_forced_fn(est, phase, graph_fn):
-  """tf.function(features) -> {"loss", "xent", "predictions"} of graph_fn,
-  which returns (lowering, loss, xent, predictions) for est and features.
+_TEACHER_FORCED_OUTPUTS = ("loss", "xent", "predictions")
+
+
+def _build_phase(est, phase, graph_fn, names: Sequence[str]):
+  """tf.function(*args) -> {name: output} of graph_fn(est, *args), which
+  returns (lowering, *outputs); the trace records the lowering's variables
+  in phase.
   """
 
   @tf.function(autograph=False)
-  def fn(features):
-    lowering, loss, xent, predictions = graph_fn(est, features)
+  def fn(*args):
+    lowering, *outputs = graph_fn(est, *args)
     phase.laid_out_variables = list(lowering.variables.values())
-    return {"loss": loss, "xent": xent, "predictions": predictions}
+    return dict(zip(names, outputs))
 
   return fn
 
@@ -102,7 +119,7 @@ def build_teacher_forced(est, phase):
   """tf.function(features) -> {"loss"} of the batch and {"xent",
   "predictions"} per target token.
   """
-  return _build_teacher_forced_fn(est, phase, teacher_forced_graph)
+  return _build_phase(est, phase, teacher_forced_graph, _TEACHER_FORCED_OUTPUTS)
 
 
 def teacher_forced(est, features: Dict[str, tf.Tensor]):
@@ -117,19 +134,77 @@ def teacher_forced(est, features: Dict[str, tf.Tensor]):
   return est.run_phase(phase, features)
 
 
-def teacher_forced_loop_graph(est, features: Dict[str, tf.Tensor]):
-  """The teacher-forced program of several batches, one after the other.
+def batch_loop_graph(
+  est,
+  graph_fn: Callable,
+  features: Dict[str, tf.Tensor],
+  num_batches: Union[int, tf.Tensor, None] = None,
+  dtypes: Sequence[tf.DType] = (),
+) -> tuple:
+  """graph_fn's program over several batches, one after the other.
 
-  On TPU (a SimdMeshImpl with a device assignment) the batches are the
-  iterations of one host while loop around the replicated program, as
-  TPUEstimator evaluated iterations_per_loop batches per host call; the
-  program is traced once. Otherwise each batch's program is built in turn
-  (the collective backend cannot run in such a loop).
+  The loop of one host call, as TPUEstimator ran iterations_per_loop batches
+  per call. Unless the mesh runs on SimdMeshImpl's collective backend, the
+  batches are the iterations of one host tf.while_loop around the program
+  (on TPU, the replicated program), traced once, each batch's outputs
+  written to TensorArrays (the outfeed of the loop); it runs the first
+  num_batches batches only, so a last call with fewer batches takes the
+  same trace, its missing batches filled in by the caller and never run
+  (their outputs are zeros). On the collective backend (whose collectives
+  cannot run in a while loop) the program is built for every batch and
+  every batch runs.
+
+  Args:
+    est: the Estimator.
+    graph_fn: graph_fn(est, features of one batch) -> (lowering, *outputs).
+    features: {feature name: tensor [batches, ...]}.
+    num_batches: how many of the batches to run (a Python int or an int32
+      scalar tensor; None: all).
+    dtypes: the dtype of each of graph_fn's outputs.
+
+  Returns:
+    (lowering, *outputs): a lowering of the program (for its variables) and
+    each output of every batch, stacked ([batches, ...]).
+  """
+  size = int(next(iter(features.values())).shape[0])
+  lowerings = []
+
+  def one_batch(i):
+    lowering, *outputs = graph_fn(est, {k: v[i] for k, v in features.items()})
+    lowerings.append(lowering)
+    return outputs
+
+  if mesh_impl_choice.uses_collective_backend(est.mesh_impl):
+    outputs = zip(*[one_batch(i) for i in range(size)])
+    return (lowerings[0],) + tuple(tf.stack(out) for out in outputs)
+
+  def body(i, *arrays):
+    outputs = one_batch(i)
+    return (i + 1,) + tuple(a.write(i, o) for a, o in zip(arrays, outputs))
+
+  _, *arrays = tf.while_loop(
+    lambda i, *_: i < (size if num_batches is None else num_batches),
+    body,
+    (tf.constant(0),) + tuple(tf.TensorArray(d, size) for d in dtypes),
+  )
+  return (lowerings[0],) + tuple(a.stack() for a in arrays)
+
+
+def teacher_forced_loop_graph(
+  est,
+  features: Dict[str, tf.Tensor],
+  num_batches: Union[int, tf.Tensor, None] = None,
+) -> tuple:
+  """The teacher-forced program of several batches in one host call.
+
+  See batch_loop_graph (on TPU, a host while loop around the replicated
+  program, traced once).
 
   Args:
     est: the Estimator.
     features: {feature name: int tensor [batches, ensemble?, batch,
       length]}.
+    num_batches: how many of the batches to run (None: all).
 
   Returns:
     (lowering, losses, xent, predictions): a lowering of the program (for
@@ -137,42 +212,22 @@ def teacher_forced_loop_graph(est, features: Dict[str, tf.Tensor]):
     per-token cross-entropy and argmax predictions, each shaped like
     features' "targets".
   """
-  num_batches = int(features["targets"].shape[0])
-  lowerings = []
-
-  def one_batch(i):
-    lowering, loss, xent, predictions = teacher_forced_graph(
-      est, {k: v[i] for k, v in features.items()}
-    )
-    lowerings.append(lowering)
-    return loss, xent, predictions
-
-  if getattr(est.mesh_impl, "device_assignment", None) is None:
-    outs = zip(*[one_batch(i) for i in range(num_batches)])
-    return (lowerings[0],) + tuple(tf.stack(out) for out in outs)
-
-  def body(i, *arrays):
-    outs = one_batch(i)
-    return (i + 1,) + tuple(a.write(i, o) for a, o in zip(arrays, outs))
-
-  _, losses, xents, predictions = tf.while_loop(
-    lambda i, *_: i < num_batches,
-    body,
-    (
-      tf.constant(0),
-      tf.TensorArray(tf.float32, num_batches),
-      tf.TensorArray(tf.float32, num_batches),
-      tf.TensorArray(tf.int32, num_batches),
-    ),
+  return batch_loop_graph(
+    est,
+    teacher_forced_graph,
+    features,
+    num_batches,
+    (tf.float32, tf.float32, tf.int32),
   )
-  return lowerings[0], losses.stack(), xents.stack(), predictions.stack()
 
 
 def build_teacher_forced_loop(est, phase):
-  """tf.function(features [batches, ...]) -> {"loss" [batches], "xent",
-  "predictions"}.
+  """tf.function(features [batches, ...], num_batches) -> {"loss"
+  [batches], "xent", "predictions"}.
   """
-  return _build_teacher_forced_fn(est, phase, teacher_forced_loop_graph)
+  return _build_phase(
+    est, phase, teacher_forced_loop_graph, _TEACHER_FORCED_OUTPUTS
+  )
 
 
 def _with_ensemble(est, features: Dict[str, tf.Tensor]):
@@ -186,23 +241,70 @@ def _with_ensemble(est, features: Dict[str, tf.Tensor]):
   return features
 
 
-def teacher_forced_batches(est, batches: Sequence[Dict[str, np.ndarray]]):
-  """teacher_forced of several batches of one shape in one call.
+def batches_per_call(est) -> int:
+  """How many batches evaluation, scoring and decoding run per host call.
+
+  An estimator's `batches_per_call` attribute (TpuEstimator: its
+  iterations_per_loop, as TPUEstimator ran that many per call), else 1.
+
+  Args:
+    est: the Estimator (or a TpuEstimator).
+
+  Returns:
+    a positive int.
+  """
+  return int(getattr(est, "batches_per_call", 1))
+
+
+def _run_in_calls(
+  est, phase, batches: Iterable[Dict[str, Any]], to_features=dict
+):
+  """(batch, outputs) of each batch, batches_per_call batches per call.
+
+  phase.fn(features [batches, ...], num_batches) is a loop phase (see
+  batch_loop_graph). Every call is given as many batches as the first
+  (batches_per_call, or all of them if fewer), so that every call takes
+  the one trace: the last call's missing batches are zero batches its loop
+  does not run (the collective backend runs them; their outputs are
+  dropped).
 
   Args:
     est: the Estimator.
-    batches: feature dicts of [batch, length] arrays, all of one shape.
+    phase: the loop phase.
+    batches: feature dicts of one shape.
+    to_features: the program's features of a batch.
 
-  Returns:
-    {"loss": [len(batches)], "xent", "predictions": [len(batches),
-    ensemble?, batch, length]}: arrays.
+  Yields:
+    (batch, {output name: array}) of each batch, in order.
   """
-  per_batch = [_with_ensemble(est, batch) for batch in batches]
-  features = {k: tf.stack([b[k] for b in per_batch]) for k in per_batch[0]}
+  size = None
+  for group in _in_groups(batches, batches_per_call(est)):
+    size = size or len(group)
+    stacked = [to_features(b) for b in group]
+    stacked += [{k: tf.zeros_like(v) for k, v in stacked[0].items()}] * (
+      size - len(group)
+    )
+    features = {k: tf.stack([b[k] for b in stacked]) for k in stacked[0]}
+    outputs = est.run_phase(phase, features, tf.constant(len(group)))
+    outputs = {k: v.numpy() for k, v in outputs.items()}
+    for i, batch in enumerate(group):
+      yield batch, {k: v[i] for k, v in outputs.items()}
+
+
+def _teacher_forced_each(est, batches: Iterable[Dict[str, np.ndarray]]):
+  """(batch, teacher_forced's outputs as arrays) of each [batch, length]
+  batch; batches_per_call batches per call.
+  """
+  if batches_per_call(est) == 1:
+    for batch in batches:
+      yield batch, {k: v.numpy() for k, v in teacher_forced(est, batch).items()}
+    return
   phase = est.phase_fn(
     "teacher_forced_loop", lambda p: build_teacher_forced_loop(est, p)
   )
-  return {k: v.numpy() for k, v in est.run_phase(phase, features).items()}
+  yield from _run_in_calls(
+    est, phase, batches, lambda batch: _with_ensemble(est, batch)
+  )
 
 
 def _in_groups(iterable, size: int):
@@ -231,13 +333,11 @@ def evaluate(
   over the batches as Estimator.evaluate averaged it. The cross-entropy per
   target token is -neg_log_perplexity. A target token counts where
   target_weights says (targets > 0, not in a delimited_lm's inputs); a row
-  counts (for sequence_accuracy) where it has any target
-  token, and is exactly right when every counted token is predicted. As the
-  original's, "mean_label" (the mean target id, a checksum of the data) and
-  "max_targets_length" (the most target tokens of a row) are there too. An
-  estimator with an `eval_batches_per_call` attribute (TpuEstimator: its
-  iterations_per_loop) gets that many batches per call (see
-  teacher_forced_loop_graph).
+  counts (for sequence_accuracy) where it has any target token, and is
+  exactly right when every counted token is predicted. As the original's,
+  "mean_label" (the mean target id, a checksum of the data) and
+  "max_targets_length" (the most target tokens of a row) are there too. The
+  batches run batches_per_call(est) per host call (see batch_loop_graph).
   """
   est.prepare(checkpoint_path)
   xent_sum = loss_sum = 0.0
@@ -245,8 +345,7 @@ def evaluate(
   tokens = correct_tokens = sequences = correct_sequences = 0
   label_sum = max_targets_length = 0
   # Zero rows fill the last batch (no target tokens, so they do not count)
-  # and keep one traced shape (two with several batches per call: the last
-  # call may have fewer).
+  # and keep one traced shape.
   batches = (
     {
       k: _pad_rows(v.numpy(), est.batch_size)
@@ -256,30 +355,23 @@ def evaluate(
     }
     for batch in itertools.islice(dataset, max_batches)
   )
-  batches_per_call = int(getattr(est, "eval_batches_per_call", 1))
-  for group in _in_groups(batches, batches_per_call):
-    if batches_per_call == 1:
-      outs = [{k: v.numpy() for k, v in teacher_forced(est, group[0]).items()}]
-    else:
-      stacked = teacher_forced_batches(est, group)
-      outs = [{k: v[i] for k, v in stacked.items()} for i in range(len(group))]
-    for features, out in zip(group, outs):
-      loss_sum += float(out["loss"])
-      num_batches += 1
-      xent = out["xent"]
-      targets = np.broadcast_to(features["targets"], xent.shape)
-      weights = target_weights(targets, getattr(est, "model_type", None))
-      right = (out["predictions"] == targets) | ~weights
-      xent_sum += float(np.sum(xent * weights))
-      tokens += int(weights.sum())
-      label_sum += int(np.sum(targets * weights))
-      max_targets_length = max(
-        max_targets_length, int(weights.sum(axis=-1).max(initial=0))
-      )
-      correct_tokens += int((right & weights).sum())
-      rows = weights.any(axis=-1)
-      sequences += int(rows.sum())
-      correct_sequences += int((right.all(axis=-1) & rows).sum())
+  for features, out in _teacher_forced_each(est, batches):
+    loss_sum += float(out["loss"])
+    num_batches += 1
+    xent = out["xent"]
+    targets = np.broadcast_to(features["targets"], xent.shape)
+    weights = target_weights(targets, getattr(est, "model_type", None))
+    right = (out["predictions"] == targets) | ~weights
+    xent_sum += float(np.sum(xent * weights))
+    tokens += int(weights.sum())
+    label_sum += int(np.sum(targets * weights))
+    max_targets_length = max(
+      max_targets_length, int(weights.sum(axis=-1).max(initial=0))
+    )
+    correct_tokens += int((right & weights).sum())
+    rows = weights.any(axis=-1)
+    sequences += int(rows.sum())
+    correct_sequences += int((right.all(axis=-1) & rows).sum())
   if not tokens:
     raise ValueError("evaluate: the eval dataset has no target tokens")
   return {
@@ -329,14 +421,16 @@ def score_ids(
   """Log-likelihood of each target row (sum over tokens with id > 0)."""
   est.prepare(checkpoint_path)
   scores = []
-  for start, batch in _batches(est, {"inputs": inputs, "targets": targets}):
-    out = teacher_forced(est, batch)
+  batches = _batches(est, {"inputs": inputs, "targets": targets})
+  for batch, out in _teacher_forced_each(est, batches):
     weights = batch["targets"] > 0
-    row = -np.sum(out["xent"].numpy() * weights, axis=-1)
+    row = -np.sum(out["xent"] * weights, axis=-1)
     if row.ndim == 2:  # ensemble_inputs: the members' mean log-likelihood
       row = row.mean(axis=0)
-    scores.append(row[: _rows_left(start, len(targets), est.batch_size)])
-  return np.concatenate(scores) if scores else np.zeros([0], np.float32)
+    scores.append(row)
+  if not scores:
+    return np.zeros([0], np.float32)
+  return np.concatenate(scores)[: len(targets)]
 
 
 def _pad_rows(array: np.ndarray, rows: int) -> np.ndarray:
@@ -351,22 +445,17 @@ def _pad_rows(array: np.ndarray, rows: int) -> np.ndarray:
   )
 
 
-def _rows_left(start: int, total: int, batch_size: int) -> int:
-  return min(batch_size, total - start)
-
-
 def _batches(est, arrays: Dict[str, Optional[np.ndarray]]):
-  """(start, {key: [batch_size, length] int32}) with zero rows padding."""
+  """{key: [batch_size, length] int32} of each batch; zero rows pad the
+  last.
+  """
   arrays = {
     k: np.asarray(v, np.int32) for k, v in arrays.items() if v is not None
   }
   total = len(next(iter(arrays.values())))
   b = est.batch_size
   for start in range(0, total, b):
-    yield (
-      start,
-      {k: _pad_rows(v[start : start + b], b) for k, v in arrays.items()},
-    )
+    yield {k: _pad_rows(v[start : start + b], b) for k, v in arrays.items()}
 
 
 def decode_graph(est, inputs: tf.Tensor, **decode_kwargs):
@@ -432,6 +521,35 @@ def build_decode(est, phase, decode_kwargs):
   return fn
 
 
+def decode_loop_graph(
+  est,
+  features: Dict[str, tf.Tensor],
+  num_batches: Union[int, tf.Tensor, None] = None,
+  **decode_kwargs,
+) -> tuple:
+  """Decoding of several batches of inputs in one host call.
+
+  See batch_loop_graph (on TPU, a host while loop around the replicated
+  decode, traced once) and decode_graph.
+
+  Args:
+    est: the Estimator.
+    features: {"inputs": int tensor [batches, batch, length]}.
+    num_batches: how many of the batches to decode (None: all).
+    **decode_kwargs: passed to the model's decode.
+
+  Returns:
+    (lowering, outputs [batches, batch, length] int32).
+  """
+  return batch_loop_graph(
+    est,
+    lambda est, batch: decode_graph(est, batch["inputs"], **decode_kwargs),
+    features,
+    num_batches,
+    (tf.int32,),
+  )
+
+
 def decode_ids(
   est,
   inputs: np.ndarray,
@@ -440,16 +558,30 @@ def decode_ids(
   **decode_kwargs,
 ) -> List[np.ndarray]:
   """Decoded id rows for encoded input rows [n, length] (greedy by default;
-  decode_kwargs go to model.decode, e.g. beam_size=4).
+  decode_kwargs go to model.decode, e.g. beam_size=4). The batches run
+  batches_per_call(est) per host call (see batch_loop_graph).
   """
   est.prepare(checkpoint_path)
   key = "decode:%s" % sorted(decode_kwargs.items())
-  phase = est.phase_fn(key, lambda p: build_decode(est, p, decode_kwargs))
-  results = []
-  for start, batch in _batches(est, {"inputs": inputs}):
-    out = est.run_phase(phase, tf.constant(batch["inputs"])).numpy()
-    results.extend(out[: _rows_left(start, len(inputs), est.batch_size)])
-  return results
+  batches = _batches(est, {"inputs": inputs})
+  if batches_per_call(est) == 1:
+    phase = est.phase_fn(key, lambda p: build_decode(est, p, decode_kwargs))
+    outputs = [
+      est.run_phase(phase, tf.constant(batch["inputs"])).numpy()
+      for batch in batches
+    ]
+  else:
+    phase = est.phase_fn(
+      "loop " + key,
+      lambda p: _build_phase(
+        est,
+        p,
+        functools.partial(decode_loop_graph, **decode_kwargs),
+        ("outputs",),
+      ),
+    )
+    outputs = [out["outputs"] for _, out in _run_in_calls(est, phase, batches)]
+  return list(np.concatenate(outputs)[: len(inputs)]) if outputs else []
 
 
 def encode_strings(

@@ -37,9 +37,10 @@ What TPUEstimator did for the original, on TF 2.21:
 5. `TpuEstimator`: an Estimator whose mesh_impl is the TPU's. Its
    evaluation, scoring and decoding programs are built by the Estimator's
    phases as on CPU, and `mesh_impl_choice.lower_on_tpu` runs each as the
-   computation of `tf.compat.v1.tpu.replicate`; evaluation runs
-   `iterations_per_loop` batches per call (a host while loop around the
-   replicated program), scoring and decoding one batch per call.
+   computation of `tf.compat.v1.tpu.replicate`, each host feeding its own
+   replicas; all three run `iterations_per_loop` batches per call (a host
+   while loop around the replicated program, traced once; see
+   `evaluation.batch_loop_graph`).
 
 Nothing here runs without a TPU except on the collective backend; the TPU
 graphs can be built (not run) on CPU from a `synthetic_topology`.
@@ -63,6 +64,7 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from mesh_tensorflow import simd_mesh_impl
 from transformer._src.driver import estimator as driver
+from transformer._src.driver import mesh_impl_choice
 
 __all__ = [
   "ReplicatedTrainLoop",
@@ -611,41 +613,23 @@ class ReplicatedTrainLoop:
   def replicate_step(self, host_batches: Sequence[Dict]) -> list:
     """All replicas' step; each replica reads the batch of its own host.
 
-    The replica program is traced once. On TPU, replica r's input is the
-    batch of the host owning its core (per-replica inputs of
-    tpu.replicate). With the collective backend, one host's batch is every
-    replica's argument; batches of several (simulated) hosts are the
-    arguments, and each replica picks its host's by its pnum.
+    The replica program is traced once (see
+    mesh_impl_choice.replicate_from_hosts): on TPU, replica r's input is the
+    batch of the host owning its core; with the collective backend, each
+    replica picks its host's batch by its pnum.
 
     Args:
       host_batches: the features of each host, in the order of `self.hosts`.
 
     Returns:
-      [loss, learning_rate, finite] of each replica (physical order on TPU,
-      logical with the collective backend).
+      [loss, learning_rate, finite] of each replica, in logical order.
     """
-    host_of_replica = [self.hosts.index(h) for h in self.replica_hosts]
-    if self.on_tpu:
-      return tf.compat.v1.tpu.replicate(
-        lambda features: self.replica_step(features),  # pylint: disable=unnecessary-lambda
-        inputs=[[host_batches[h]] for h in host_of_replica],
-        device_assignment=self.mesh_impl.device_assignment,
-      )
-    if len(host_batches) == 1:
-      return self.mesh_impl.replicate(self.replica_step, host_batches[0])
-    backend = self.mesh_impl.backend
-
-    def computation(*batches):
-      host = tf.gather(
-        tf.constant(host_of_replica, tf.int32), backend.replica_pnum()
-      )
-      features = {
-        key: tf.gather(tf.stack([batch[key] for batch in batches]), host)
-        for key in batches[0]
-      }
-      return self.replica_step(features)
-
-    return self.mesh_impl.replicate(computation, *host_batches)
+    return mesh_impl_choice.replicate_from_hosts(
+      self.mesh_impl,
+      self.replica_step,
+      [[batch] for batch in host_batches],
+      [self.hosts.index(h) for h in self.replica_hosts],
+    )
 
   def _host_batches(self, iterators: list) -> List[Dict]:
     """Each host's next batch, read on that host (order of `self.hosts`)."""
@@ -909,19 +893,29 @@ class TpuEstimator:
   Its mesh_impl becomes SimdMeshImpl's TPU backend (as placed by the plan,
   re-planned with the estimator's hierarchical_tiling_spec if it has one)
   and `train` runs `iterations_per_loop` steps per host call (`train`
-  above); evaluation runs `iterations_per_loop` batches per host call
-  (`eval_batches_per_call`). Every other attribute is the wrapped
-  Estimator's: evaluation, scoring and decoding lower their programs with
-  that mesh_impl, which runs them under tf.compat.v1.tpu.replicate
-  (mesh_impl_choice.lower_on_tpu).
+  above); evaluation, scoring and decoding run `iterations_per_loop`
+  batches per host call (`batches_per_call`, see
+  evaluation.batch_loop_graph). Their programs are lowered by
+  `lower_on_mesh`, under tf.compat.v1.tpu.replicate, each host feeding its
+  own replicas. Every other attribute is the wrapped Estimator's.
 
   Args:
     estimator: the driver.Estimator.
     setup: from setup_tpu.
-    iterations_per_loop: training steps per host call.
+    iterations_per_loop: training steps (and evaluation, scoring and
+      decoding batches) per host call.
+    replica_hosts: the host device feeding each physical replica (default:
+      replica_host_devices(mesh_impl, setup.job)).
   """
 
-  def __init__(self, estimator, setup: TpuSetup, iterations_per_loop: int):
+  def __init__(
+    self,
+    estimator,
+    setup: TpuSetup,
+    iterations_per_loop: int,
+    *,
+    replica_hosts: Optional[Sequence[str]] = None,
+  ):
     spec = estimator.hierarchical_tiling_spec
     if spec is not None:
       setup = setup._replace(
@@ -933,17 +927,39 @@ class TpuEstimator:
     self.estimator = estimator
     self.setup = setup
     self.iterations_per_loop = int(iterations_per_loop)
+    if replica_hosts is None:
+      replica_hosts = replica_host_devices(estimator.mesh_impl, setup.job)
+    self.replica_hosts = list(replica_hosts)
 
   def __getattr__(self, name: str):
     return getattr(self.estimator, name)
 
   @property
-  def eval_batches_per_call(self) -> int:
-    """Evaluation batches per host call: iterations_per_loop.
+  def batches_per_call(self) -> int:
+    """Evaluation, scoring and decoding batches per host call.
 
-    As TPUEstimator did (see evaluation.teacher_forced_loop_graph).
+    iterations_per_loop, as TPUEstimator's evaluation loop ran (its
+    prediction loop ran on until the input ended; the outputs are the same).
     """
     return self.iterations_per_loop
+
+  def lower_on_mesh(self, build: Callable, *args):
+    """build(*args) on the TPU's replicas, each host feeding its own.
+
+    See mesh_impl_choice.lower_on_mesh: the tensors among args are copied
+    once to each host of `replica_hosts`, and each replica reads its host's
+    copy.
+
+    Args:
+      build: a function lowering an mtf graph on the mesh_impl.
+      *args: passed to build.
+
+    Returns:
+      What build returns (logical processor 0's replica's tensors).
+    """
+    return mesh_impl_choice.lower_on_mesh(
+      self.mesh_impl, build, *args, replica_hosts=self.replica_hosts
+    )
 
   def train(
     self,
@@ -969,6 +985,7 @@ class TpuEstimator:
       input_fn,
       max_steps,
       self.iterations_per_loop,
+      replica_hosts=self.replica_hosts,
       job=self.setup.job,
       skip_seen_data=skip_seen_data,
       seen_data_init_step=seen_data_init_step,
