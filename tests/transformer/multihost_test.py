@@ -97,9 +97,17 @@ class Worker:
       os.kill(self.process.pid, signal.SIGKILL)
     self.process.wait()
 
+  def pause(self):
+    """SIGSTOP: the task stalls, its connections stay open."""
+    os.kill(self.process.pid, signal.SIGSTOP)
+
+  def resume(self):
+    os.kill(self.process.pid, signal.SIGCONT)
+
   def stop(self):
     """SIGTERM: the task must print that it stopped and exit with 0."""
     if self.process.poll() is None:
+      self.resume()  # a stopped process keeps SIGTERM pending
       os.kill(self.process.pid, signal.SIGTERM)
       assert self.process.wait(timeout=30) == 0, self.output()
       assert "stopped /job:worker/task:" in self.output()
@@ -288,14 +296,18 @@ def test_simd_cluster_training_matches_one_process(workers, tmp_path, tfds_dir):
   _assert_same_training(*finished, tmp_path, steps)
 
 
-def _run_until_killed(workers, model_dir, tfds_dir, mesh_impl):
-  """The CompletedProcess of a trainer whose worker 1 is SIGKILLed mid-run."""
+def _run_until_hurt(workers, model_dir, tfds_dir, mesh_impl, hurt, *args):
+  """(CompletedProcess, seconds it ran on) of a trainer after hurt(worker 1).
+
+  hurt is called once the trainer wrote its step-10 checkpoint.
+  """
   trainer = _train(
     model_dir,
     tfds_dir,
     100000,
     "--cluster=%s" % ",".join(w.address for w in workers),
     "--mesh_impl=%s" % mesh_impl,
+    *args,
     gin=["utils.run.save_checkpoints_steps = 5"],
     wait=False,
   )
@@ -305,17 +317,25 @@ def _run_until_killed(workers, model_dir, tfds_dir, mesh_impl):
       assert trainer.poll() is None, trainer.communicate()
       assert time.monotonic() < deadline
       time.sleep(0.2)
-    workers[1].kill()
-    killed = time.monotonic()
-    # A lost peer must fail the step, not leave its collectives waiting.
+    hurt(workers[1])
+    hurt_at = time.monotonic()
+    # A lost or stalled peer must end the run, not leave it waiting.
     finished = _finish(trainer, check=False, timeout=120)
+    seconds = time.monotonic() - hurt_at
     print(
-      "%s: the trainer ended %.1f s after the kill"
-      % (mesh_impl, time.monotonic() - killed)
+      "%s: the trainer ended %.1f s after %s"
+      % (mesh_impl, seconds, hurt.__name__)
     )
-    return finished
+    return finished, seconds
   finally:
     _kill_running(trainer)
+
+
+def _run_until_killed(workers, model_dir, tfds_dir, mesh_impl):
+  """The CompletedProcess of a trainer whose worker 1 is SIGKILLed mid-run."""
+  return _run_until_hurt(workers, model_dir, tfds_dir, mesh_impl, Worker.kill)[
+    0
+  ]
 
 
 def _checkpoint_files(model_dir):
@@ -377,6 +397,72 @@ def test_killed_worker_is_named_and_a_restart_resumes(
     workers[0].stop()
     workers[0] = Worker(addresses, 0, str(tmp_path))
   resumed = _train(*resume)
+  assert re.search(
+    r"Restored %s \(global step %d\)" % (re.escape(latest), latest_step),
+    resumed.stderr,
+  ), resumed.stderr
+  assert _last_loss(resumed.stdout)[0] == latest_step + 5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mesh_impl", ["placement", "simd"])
+def test_stalled_worker_is_named_and_a_restart_resumes(
+  workers, tmp_path, tfds_dir, mesh_impl
+):
+  """A SIGSTOPped worker keeps its connections open but answers nothing."""
+  addresses = [w.address for w in workers]
+  model_dir = tmp_path / "model"
+  stall_timeout = 8
+  trainer, seconds = _run_until_hurt(
+    workers,
+    model_dir,
+    tfds_dir,
+    mesh_impl,
+    Worker.pause,
+    "--stall_timeout=%d" % stall_timeout,
+  )
+  assert trainer.returncode != 0
+  # The health checks run once a second, each waits at most 3 s; the rest
+  # is slack for a loaded machine.
+  assert seconds < stall_timeout + 30, seconds
+  latest = tf.train.latest_checkpoint(str(model_dir))
+  latest_step = int(latest.rsplit("-", 1)[1])
+  assert latest_step >= 10
+  message = trainer.stderr.strip().splitlines()[-1]
+  assert message.startswith(
+    "transformer.main: task /job:worker/task:1 at %s stopped responding "
+    "during the run: no answer to a health check for %d s (a stopped or "
+    "hung process; stall_timeout sets how long to wait). The latest "
+    "checkpoint %s is intact; resume or restart the task"
+    % (addresses[1], stall_timeout, latest)
+  ), message
+  assert message.endswith(" and run again to resume from it."), message
+  # Every checkpoint the state file lists is complete, and nothing but
+  # complete checkpoints was left in model_dir.
+  for path in tf.train.get_checkpoint_state(
+    str(model_dir)
+  ).all_model_checkpoint_paths:
+    reader = tf.train.load_checkpoint(path)
+    assert reader.get_tensor("global_step") == int(path.rsplit("-", 1)[1])
+  assert not [p.name for p in model_dir.iterdir() if p.name.startswith(".")]
+
+  workers[1].resume()
+  if mesh_impl == "simd":
+    assert (
+      "and task /job:worker/task:0 at %s too (the failure aborted their "
+      "collective ops" % addresses[0]
+    ) in message
+    for index in range(2):
+      workers[index].stop()
+      workers[index] = Worker(addresses, index, str(tmp_path))
+  resumed = _train(
+    model_dir,
+    tfds_dir,
+    latest_step + 5,
+    "--cluster=%s" % ",".join(addresses),
+    "--mesh_impl=%s" % mesh_impl,
+    "--verbosity=0",
+  )
   assert re.search(
     r"Restored %s \(global step %d\)" % (re.escape(latest), latest_step),
     resumed.stderr,

@@ -49,6 +49,7 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from transformer._src.driver import checkpoints
 from transformer._src.driver import mesh_impl_choice
+from transformer._src.driver import task_watchdog
 
 __all__ = [
   "Cluster",
@@ -571,36 +572,116 @@ def _uses_collectives(mesh_impl) -> bool:
     return False
 
 
-def names_unavailable_tasks(fn: Callable) -> Callable:
-  """Decorates utils.run: a task lost mid-run raises TaskUnavailableError.
+def _restart_advice(
+  lost: List[Tuple[str, str]], survivors: List[Tuple[str, str]], bound
+) -> str:
+  """What to restart after `lost` failed a run; with SIMD, `survivors` too."""
+  restart = "restart the task" if len(lost) == 1 else "restart the tasks"
+  if survivors and _uses_collectives(bound.get("mesh_impl", "auto")):
+    restart += (
+      " and %s too (the failure aborted their collective ops, which "
+      "only a restart of the process resets)" % _describe(survivors)
+    )
+  return restart
 
+
+def _checkpoint_advice(bound, restart: str) -> str:
+  """The end of a lost-task error: the checkpoint to resume from, what to do."""
+  model_dir = bound.get("model_dir")
+  latest = checkpoints.latest_checkpoint(model_dir) if model_dir else None
+  return "%s; %s and run again to resume from it." % (
+    "The latest checkpoint %s is intact" % latest
+    if latest
+    else "No checkpoint was written yet",
+    restart,
+  )
+
+
+def _stall_message(stalled, spec, local_task, bound, timeout: float) -> str:
+  survivors = [t for t in _tasks(spec, local_task) if t not in stalled]
+  return (
+    "%s stopped responding during the run: no answer to a health check for "
+    "%g s (a stopped or hung process; stall_timeout sets how long to wait). "
+    "%s"
+    % (
+      _describe(stalled),
+      timeout,
+      _checkpoint_advice(
+        bound,
+        _restart_advice(stalled, survivors, bound).replace(
+          "restart the task", "resume or restart the task", 1
+        ),
+      ),
+    )
+  )
+
+
+def _stall_timeout(bound) -> Optional[float]:
+  """The run's stall_timeout (None: its cluster_timeout); None when off."""
+  timeout = bound.get("stall_timeout")
+  if timeout is None:
+    timeout = bound.get("cluster_timeout", DEFAULT_TIMEOUT_SECONDS)
+  return float(timeout) if timeout and timeout > 0 else None
+
+
+def names_unavailable_tasks(fn: Callable) -> Callable:
+  """Decorates utils.run: a lost or stalled task raises TaskUnavailableError.
+
+  While `fn` runs on a cluster (its `cluster` argument, else TF_CONFIG), a
+  task_watchdog.TaskWatchdog probes every task; one that answers no probe
+  for the run's `stall_timeout` seconds (None: its `cluster_timeout`; 0 or
+  less: no watchdog) is stalled, and the watchdog makes the pending call
+  fail, so the run raises TaskUnavailableError naming it.
   When `fn` fails with one of the errors the eager runtime raises for a lost
-  remote task, every task of the run's cluster (its `cluster` argument, else
-  TF_CONFIG) is probed; the error names those that no longer answer and the
-  latest checkpoint of the run's `model_dir`, which a restarted run resumes
-  from. In a run with collective ops (SIMD) it also names the other tasks:
-  TensorFlow aborts their collectives with the lost peer's, and only a
-  restart of their processes resets them (see check_collectives). A
-  collective that fails because a task was restarted since the others last
-  exchanged data with it (they keep its former device incarnation) raises
-  TaskUnavailableError naming it and the tasks to restart. Other failures
-  pass through unchanged.
+  remote task, every task of the run's cluster is probed; the error names
+  those that no longer answer and the latest checkpoint of the run's
+  `model_dir`, which a restarted run resumes from. In a run with collective
+  ops (SIMD) it also names the other tasks: TensorFlow aborts their
+  collectives with the lost peer's, and only a restart of their processes
+  resets them (see check_collectives). A collective that fails because a
+  task was restarted since the others last exchanged data with it (they
+  keep its former device incarnation) raises TaskUnavailableError naming
+  it and the tasks to restart. Other failures pass through unchanged.
   """
   signature = inspect.signature(fn)
 
   @functools.wraps(fn)
   def wrapper(*args, **kwargs):
+    bound = signature.bind_partial(*args, **kwargs)
+    bound.apply_defaults()
+    bound = bound.arguments
+    try:
+      resolver = cluster_resolver(bound.get("cluster"))
+    except ValueError:
+      resolver = None  # fn raises it, naming the value
+    if resolver is None:
+      return fn(*args, **kwargs)
+    spec, local_task = resolver.cluster_spec(), _local_task(resolver)
+    timeout = _stall_timeout(bound)
+    watchdog = None
+    if timeout:
+      watchdog = task_watchdog.TaskWatchdog(
+        _tasks(spec, local_task),
+        timeout,
+        lambda stalled: (
+          "%s: %s"
+          % (
+            TaskUnavailableError.__name__,
+            _stall_message(stalled, spec, local_task, bound, timeout),
+          )
+        ),
+      )
+      watchdog.start()
     try:
       return fn(*args, **kwargs)
-    except tf.errors.OpError as e:
-      bound = signature.bind_partial(*args, **kwargs).arguments
-      try:
-        resolver = cluster_resolver(bound.get("cluster"))
-      except ValueError:
-        resolver = None
-      if resolver is None:
+    except Exception as e:  # pylint: disable=broad-except
+      if watchdog is not None and watchdog.stalled:
+        logging.error("TensorFlow's error: %s", e)
+        raise TaskUnavailableError(
+          _stall_message(watchdog.stalled, spec, local_task, bound, timeout)
+        ) from e
+      if not isinstance(e, tf.errors.OpError):
         raise
-      spec, local_task = resolver.cluster_spec(), _local_task(resolver)
       restarted = _restarted_task(e, spec)
       lost = [restarted] if restarted else []
       if not lost and isinstance(e, _TASK_LOSS_ERRORS):
@@ -608,8 +689,6 @@ def names_unavailable_tasks(fn: Callable) -> Callable:
       if not lost:
         raise
       logging.error("TensorFlow's error: %s", e)
-      model_dir = bound.get("model_dir")
-      latest = checkpoints.latest_checkpoint(model_dir) if model_dir else None
       survivors = [t for t in _tasks(spec, local_task) if t not in lost]
       if restarted:
         message = (
@@ -629,22 +708,13 @@ def names_unavailable_tasks(fn: Callable) -> Callable:
           type(e).__name__,
           _error_summary(e),
         )
-        restart = "restart the task"
-        if survivors and _uses_collectives(bound.get("mesh_impl", "auto")):
-          restart += (
-            " and %s too (the failure aborted their collective ops, which "
-            "only a restart of the process resets)" % _describe(survivors)
-          )
+        restart = _restart_advice(lost, survivors, bound)
       raise TaskUnavailableError(
-        "%s. %s; %s and run again to resume from it."
-        % (
-          message,
-          "The latest checkpoint %s is intact" % latest
-          if latest
-          else "No checkpoint was written yet",
-          restart,
-        )
+        "%s. %s" % (message, _checkpoint_advice(bound, restart))
       ) from e
+    finally:
+      if watchdog is not None:
+        watchdog.stop()
 
   # gin reads parameters with inspect.getfullargspec (see
   # estimator.eager_in_legacy_mode).
