@@ -10,7 +10,8 @@ checked.
 Checked: 200 steps of the demo config on the cluster end with the very
 weights and loss of one process with the same seed; a mesh larger than the
 cluster, an unreachable worker, a taken port and a worker killed mid-run
-(placement and SIMD) give errors naming the counts / task; the checkpoints
+(placement and SIMD) give errors naming the counts / task; so does a worker
+stopped (SIGSTOP) mid-run, within its --stall_timeout; the checkpoints
 survive and a restarted run resumes from the latest. After a SIMD run lost a
 worker, a run on the surviving task is refused, naming it, until it is
 restarted too (TensorFlow keeps its collective ops aborted); likewise after a

@@ -15,6 +15,12 @@ state in every task that only a restart of its process resets (aborted
 collectives after a peer failed, the peers' device incarnations): once one
 task restarted, restart them all. The errors here say which.
 
+A task that dies mid-run fails the pending step within seconds; one that
+stalls (a stopped process, a frozen host) keeps its connections open, and
+the step would wait for it forever: while utils.run runs, a
+task_watchdog.TaskWatchdog probes every task and ends the run when one stops
+answering for `stall_timeout` seconds (names_unavailable_tasks).
+
 Accepted cluster values (`utils.run(cluster=...)`, `--cluster`):
   - "host0:2222,host1:2222": the addresses of the "worker" job's tasks;
   - a JSON object or dict {"worker": [...], ...} (TF_CONFIG's "cluster");
