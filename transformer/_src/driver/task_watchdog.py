@@ -172,6 +172,9 @@ def close_connections(addresses: Sequence[str]) -> Optional[int]:
       # A duplicate of the descriptor: shutting it down ends the connection
       # for every descriptor of it; closing it leaves the runtime's open.
       with socket.socket(fileno=os.dup(int(fd))) as duplicate:
+        # The runtime may have reused the number for another file since.
+        if str(os.fstat(duplicate.fileno()).st_ino) != target[8:-1]:
+          continue
         duplicate.shutdown(socket.SHUT_RDWR)
       closed += 1
     except OSError:
