@@ -3,14 +3,18 @@
 A listening socket that never accepts stands in for a stalled task: the
 kernel completes the TCP handshake, but no gRPC answer ever comes, as with a
 SIGSTOPped `transformer.serve`. A tf.distribute.Server in this process is a
-task that answers. The end-to-end runs (a SIGSTOPped worker of a real
+task that answers. A run that cutting the connections does not end is
+ended with its process (in a subprocess here). The end-to-end runs (a SIGSTOPped worker of a real
 cluster, placement and SIMD) are in multihost_test.py.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
+import subprocess
+import sys
 import time
 
 import pytest
@@ -18,6 +22,10 @@ import tensorflow as tf
 
 from transformer._src.driver import cluster
 from transformer._src.driver import task_watchdog
+
+REPO = os.path.dirname(
+  os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
 
 
 @contextlib.contextmanager
@@ -129,3 +137,43 @@ def test_stall_timeout_defaults_to_cluster_timeout_and_zero_turns_it_off(
     assert run(str(tmp_path), addresses, 2.0, stall_timeout=0, wait=5) == (
       "waited"
     )
+
+
+# A run that a cut connection does not end: the watchdog ends the process.
+STUCK_RUN = """
+import socket, sys, time
+from transformer._src.driver import task_watchdog
+with socket.socket() as listener:
+  listener.bind(("localhost", 0))
+  listener.listen(16)
+  address = "localhost:%d" % listener.getsockname()[1]
+  task_watchdog.TaskWatchdog(
+    [("/job:worker/task:0", address)],
+    1.0,
+    lambda stalled: "stalled: %s" % stalled,
+    interval=0.2,
+    grace=1.0,
+  ).start()
+  time.sleep(60)
+print("not ended")
+"""
+
+
+def test_watchdog_ends_a_process_the_cut_does_not_unblock():
+  start = time.monotonic()
+  ended = subprocess.run(
+    [sys.executable, "-c", STUCK_RUN],
+    env=dict(os.environ, PYTHONPATH=REPO),
+    capture_output=True,
+    text=True,
+    timeout=120,
+    check=False,
+  )
+  assert ended.returncode == 1, ended.stdout + ended.stderr
+  assert "not ended" not in ended.stdout
+  assert (
+    ended.stderr.strip()
+    .splitlines()[-1]
+    .startswith("stalled: [('/job:worker/task:0', 'localhost:")
+  ), ended.stderr
+  assert time.monotonic() - start < 60
