@@ -343,6 +343,29 @@ def _checkpoint_files(model_dir):
   return sorted(p.name for p in model_dir.iterdir() if ".ckpt-" in p.name)
 
 
+def _after_failure(trainer, model_dir):
+  """(latest checkpoint, its step, last stderr line) of a trainer that failed.
+
+  The latest checkpoint is complete: its global step is its name's.
+  """
+  assert trainer.returncode != 0
+  latest = tf.train.latest_checkpoint(str(model_dir))
+  latest_step = int(latest.rsplit("-", 1)[1])
+  assert latest_step >= 10
+  reader = tf.train.load_checkpoint(latest)
+  assert reader.get_tensor("global_step") == latest_step
+  return latest, latest_step, trainer.stderr.strip().splitlines()[-1]
+
+
+def _assert_resumed(resumed, latest, latest_step):
+  """The run restored `latest` and trained 5 steps on from it."""
+  assert re.search(
+    r"Restored %s \(global step %d\)" % (re.escape(latest), latest_step),
+    resumed.stderr,
+  ), resumed.stderr
+  assert _last_loss(resumed.stdout)[0] == latest_step + 5
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mesh_impl", ["placement", "simd"])
 def test_killed_worker_is_named_and_a_restart_resumes(
@@ -351,11 +374,7 @@ def test_killed_worker_is_named_and_a_restart_resumes(
   addresses = [w.address for w in workers]
   model_dir = tmp_path / "model"
   trainer = _run_until_killed(workers, model_dir, tfds_dir, mesh_impl)
-  assert trainer.returncode != 0
-  latest = tf.train.latest_checkpoint(str(model_dir))
-  latest_step = int(latest.rsplit("-", 1)[1])
-  assert latest_step >= 10
-  message = trainer.stderr.strip().splitlines()[-1]
+  latest, latest_step, message = _after_failure(trainer, model_dir)
   assert message.startswith(
     "transformer.main: lost task /job:worker/task:1 at %s during the run "
     % addresses[1]
@@ -364,9 +383,6 @@ def test_killed_worker_is_named_and_a_restart_resumes(
     message
   )
   assert message.endswith(" and run again to resume from it."), message
-  # The latest checkpoint is complete: its global step is its name's.
-  reader = tf.train.load_checkpoint(latest)
-  assert reader.get_tensor("global_step") == latest_step
   saved = _checkpoint_files(model_dir)
 
   resume = [
@@ -397,12 +413,7 @@ def test_killed_worker_is_named_and_a_restart_resumes(
     assert _checkpoint_files(model_dir) == saved
     workers[0].stop()
     workers[0] = Worker(addresses, 0, str(tmp_path))
-  resumed = _train(*resume)
-  assert re.search(
-    r"Restored %s \(global step %d\)" % (re.escape(latest), latest_step),
-    resumed.stderr,
-  ), resumed.stderr
-  assert _last_loss(resumed.stdout)[0] == latest_step + 5
+  _assert_resumed(_train(*resume), latest, latest_step)
 
 
 @pytest.mark.slow
@@ -422,14 +433,10 @@ def test_stalled_worker_is_named_and_a_restart_resumes(
     Worker.pause,
     "--stall_timeout=%d" % stall_timeout,
   )
-  assert trainer.returncode != 0
   # The health checks run once a second, each waits at most 3 s; the rest
   # is slack for a loaded machine.
   assert seconds < stall_timeout + 30, seconds
-  latest = tf.train.latest_checkpoint(str(model_dir))
-  latest_step = int(latest.rsplit("-", 1)[1])
-  assert latest_step >= 10
-  message = trainer.stderr.strip().splitlines()[-1]
+  latest, latest_step, message = _after_failure(trainer, model_dir)
   assert message.startswith(
     "transformer.main: task /job:worker/task:1 at %s stopped responding "
     "during the run: no answer to a health check for %d s (a stopped or "
@@ -464,11 +471,7 @@ def test_stalled_worker_is_named_and_a_restart_resumes(
     "--mesh_impl=%s" % mesh_impl,
     "--verbosity=0",
   )
-  assert re.search(
-    r"Restored %s \(global step %d\)" % (re.escape(latest), latest_step),
-    resumed.stderr,
-  ), resumed.stderr
-  assert _last_loss(resumed.stdout)[0] == latest_step + 5
+  _assert_resumed(resumed, latest, latest_step)
 
 
 @pytest.mark.slow
