@@ -578,19 +578,6 @@ def _uses_collectives(mesh_impl) -> bool:
     return False
 
 
-def _restart_advice(
-  lost: List[Tuple[str, str]], survivors: List[Tuple[str, str]], bound
-) -> str:
-  """What to restart after `lost` failed a run; with SIMD, `survivors` too."""
-  restart = "restart the task" if len(lost) == 1 else "restart the tasks"
-  if survivors and _uses_collectives(bound.get("mesh_impl", "auto")):
-    restart += (
-      " and %s too (the failure aborted their collective ops, which "
-      "only a restart of the process resets)" % _describe(survivors)
-    )
-  return restart
-
-
 def _checkpoint_advice(bound, restart: str) -> str:
   """The end of a lost-task error: the checkpoint to resume from, what to do."""
   model_dir = bound.get("model_dir")
@@ -604,21 +591,27 @@ def _checkpoint_advice(bound, restart: str) -> str:
 
 
 def _stall_message(stalled, spec, local_task, bound, timeout: float) -> str:
+  """The error for tasks that stopped answering (see names_unavailable_tasks).
+
+  A stalled task that resumes goes on where it stopped, with collective ops
+  too (the others' collectives waited for it, tried); one that is restarted
+  instead makes the others' collectives fail (they keep its former
+  incarnation), so with collective ops they must restart with it.
+  """
   survivors = [t for t in _tasks(spec, local_task) if t not in stalled]
+  tasks, them = (
+    ("the task", "it") if len(stalled) == 1 else ("the tasks", "them")
+  )
+  restart = "resume or restart %s" % tasks
+  if survivors and _uses_collectives(bound.get("mesh_impl", "auto")):
+    restart = (
+      "resume %s, or restart %s and %s too (with collective ops the others "
+      "must restart with %s)," % (tasks, them, _describe(survivors), them)
+    )
   return (
     "%s stopped responding during the run: no answer to a health check for "
     "%g s (a stopped or hung process; stall_timeout sets how long to wait). "
-    "%s"
-    % (
-      _describe(stalled),
-      timeout,
-      _checkpoint_advice(
-        bound,
-        _restart_advice(stalled, survivors, bound).replace(
-          "restart the task", "resume or restart the task", 1
-        ),
-      ),
-    )
+    "%s" % (_describe(stalled), timeout, _checkpoint_advice(bound, restart))
   )
 
 
@@ -714,7 +707,12 @@ def names_unavailable_tasks(fn: Callable) -> Callable:
           type(e).__name__,
           _error_summary(e),
         )
-        restart = _restart_advice(lost, survivors, bound)
+        restart = "restart the task"
+        if survivors and _uses_collectives(bound.get("mesh_impl", "auto")):
+          restart += (
+            " and %s too (the failure aborted their collective ops, which "
+            "only a restart of the process resets)" % _describe(survivors)
+          )
       raise TaskUnavailableError(
         "%s. %s" % (message, _checkpoint_advice(bound, restart))
       ) from e
