@@ -441,7 +441,7 @@ def test_stalled_worker_is_named_and_a_restart_resumes(
     "transformer.main: task /job:worker/task:1 at %s stopped responding "
     "during the run: no answer to a health check for %d s (a stopped or "
     "hung process; stall_timeout sets how long to wait). The latest "
-    "checkpoint %s is intact; resume " % (addresses[1], stall_timeout, latest)
+    "checkpoint %s is intact; " % (addresses[1], stall_timeout, latest)
   ), message
   # Every checkpoint the state file lists is complete, and nothing but
   # complete checkpoints was left in model_dir.
@@ -452,18 +452,22 @@ def test_stalled_worker_is_named_and_a_restart_resumes(
     assert reader.get_tensor("global_step") == int(path.rsplit("-", 1)[1])
   assert not [p.name for p in model_dir.iterdir() if p.name.startswith(".")]
 
+  workers[1].resume()
   if mesh_impl == "simd":
     assert message.endswith(
-      "resume the task, or restart it and task /job:worker/task:0 at %s too "
-      "(with collective ops the others must restart with it), and run again "
-      "to resume from it." % addresses[0]
+      "restart the task and task /job:worker/task:0 at %s too (their "
+      "collective ops may still hold the stalled run's state, which only a "
+      "restart of the process resets) and run again to resume from it."
+      % addresses[0]
     ), message
+    for index in range(2):
+      workers[index].stop()
+      workers[index] = Worker(addresses, index, str(tmp_path))
   else:
+    # The stalled task goes on where it stopped: no restart is needed.
     assert message.endswith(
       "resume or restart the task and run again to resume from it."
     ), message
-  # The stalled task goes on where it stopped: no restart is needed.
-  workers[1].resume()
   resumed = _train(
     model_dir,
     tfds_dir,

@@ -593,20 +593,19 @@ def _checkpoint_advice(bound, restart: str) -> str:
 def _stall_message(stalled, spec, local_task, bound, timeout: float) -> str:
   """The error for tasks that stopped answering (see names_unavailable_tasks).
 
-  A stalled task that resumes goes on where it stopped, with collective ops
-  too (the others' collectives waited for it, tried); one that is restarted
-  instead makes the others' collectives fail (they keep its former
-  incarnation), so with collective ops they must restart with it.
+  A stalled task that resumes goes on where it stopped. With collective ops
+  the other tasks' collectives were waiting for it: a run right after it
+  resumed went on from the checkpoint in two of three tries and failed in
+  the third, so then every task is to be restarted.
   """
   survivors = [t for t in _tasks(spec, local_task) if t not in stalled]
-  tasks, them = (
-    ("the task", "it") if len(stalled) == 1 else ("the tasks", "them")
-  )
+  tasks = "the task" if len(stalled) == 1 else "the tasks"
   restart = "resume or restart %s" % tasks
   if survivors and _uses_collectives(bound.get("mesh_impl", "auto")):
     restart = (
-      "resume %s, or restart %s and %s too (with collective ops the others "
-      "must restart with %s)," % (tasks, them, _describe(survivors), them)
+      "restart %s and %s too (their collective ops may still hold the "
+      "stalled run's state, which only a restart of the process resets)"
+      % (tasks, _describe(survivors))
     )
   return (
     "%s stopped responding during the run: no answer to a health check for "
