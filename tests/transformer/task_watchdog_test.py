@@ -1,11 +1,11 @@
-"""The stall watchdog against real sockets, without worker processes.
+"""The stall watchdog against real sockets and one worker process.
 
 A listening socket that never accepts stands in for a stalled task: the
 kernel completes the TCP handshake, but no gRPC answer ever comes, as with a
-SIGSTOPped `transformer.serve`. A tf.distribute.Server in this process is a
-task that answers. A run that cutting the connections does not end is
-ended with its process (in a subprocess here). The end-to-end runs (a SIGSTOPped worker of a real
-cluster, placement and SIMD) are in multihost_test.py.
+SIGSTOPped `transformer.serve`; a `transformer.serve` process is a task that
+answers. A run that cutting the connections does not end is ended with its
+process (in a subprocess here). The end-to-end runs (a SIGSTOPped worker of
+a real cluster, placement and SIMD) are in multihost_test.py.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import time
 import pytest
 import tensorflow as tf
 
+from tests.transformer import multihost_test
 from transformer._src.driver import cluster
 from transformer._src.driver import task_watchdog
 
@@ -38,12 +39,18 @@ def _silent_task():
 
 
 @pytest.fixture(name="server_address", scope="module")
-def fixture_server_address():
-  port = cluster.free_local_ports(1)[0]
-  spec = tf.train.ClusterSpec({"worker": ["localhost:%d" % port]})
-  # Lives as long as the test process (a server cannot be stopped).
-  tf.distribute.Server(spec, job_name="worker", task_index=0, start=True)
-  return "localhost:%d" % port
+def fixture_server_address(tmp_path_factory):
+  """A `transformer.serve` task: it answers (stopped with the module).
+
+  A process of its own: a server in the test process would listen on its
+  port until the process ends.
+  """
+  address = "localhost:%d" % cluster.free_local_ports(1)[0]
+  server = multihost_test.Worker(
+    [address], 0, str(tmp_path_factory.mktemp("server"))
+  )
+  yield address
+  server.stop()
 
 
 def test_task_answers_tells_answering_stalled_and_absent_tasks(
