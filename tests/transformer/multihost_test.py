@@ -417,11 +417,56 @@ def test_killed_worker_is_named_and_a_restart_resumes(
 
 
 @pytest.mark.slow
+def test_simd_needs_every_task_restarted_after_one_was(
+  workers, tmp_path, tfds_dir
+):
+  """The tasks keep a restarted peer's former incarnation for collectives."""
+  addresses = [w.address for w in workers]
+  model_dir = tmp_path / "model"
+  args = ["--cluster=%s" % ",".join(addresses), "--mesh_impl=simd"]
+  _train(model_dir, tfds_dir, 5, *args)
+  latest = tf.train.latest_checkpoint(str(model_dir))
+  assert latest.endswith("model.ckpt-5")
+  saved = _checkpoint_files(model_dir)
+  workers[1].stop()
+  workers[1] = Worker(addresses, 1, str(tmp_path))
+
+  failed = _train(model_dir, tfds_dir, 10, *args, check=False)
+  assert failed.returncode != 0
+  message = failed.stderr.strip().splitlines()[-1]
+  assert message.startswith(
+    "transformer.main: task /job:worker/task:1 at %s was restarted after a "
+    "run with collective ops: the other tasks keep its former incarnation "
+    "(" % addresses[1]
+  ), message
+  assert message.endswith(
+    "The latest checkpoint %s is intact; restart task /job:worker/task:0 at "
+    "%s too and run again to resume from it." % (latest, addresses[0])
+  ), message
+  assert _checkpoint_files(model_dir) == saved
+
+  workers[0].stop()
+  workers[0] = Worker(addresses, 0, str(tmp_path))
+  resumed = _train(model_dir, tfds_dir, 10, *args, "--verbosity=0")
+  assert re.search(
+    r"Restored %s \(global step 5\)" % re.escape(latest), resumed.stderr
+  ), resumed.stderr
+  assert _last_loss(resumed.stdout)[0] == 10
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("mesh_impl", ["placement", "simd"])
 def test_stalled_worker_is_named_and_a_restart_resumes(
   workers, tmp_path, tfds_dir, mesh_impl
 ):
-  """A SIGSTOPped worker keeps its connections open but answers nothing."""
+  """A SIGSTOPped worker keeps its connections open but answers nothing.
+
+  Run after the other SIMD cluster tests: in one pytest session
+  test_simd_needs_every_task_restarted_after_one_was failed at its last
+  run ("current incarnation doesn't match with one in the group") in three
+  of three sessions when it ran after this test, and passed alone and
+  before it; the cause is not known.
+  """
   addresses = [w.address for w in workers]
   model_dir = tmp_path / "model"
   stall_timeout = 8
@@ -477,44 +522,6 @@ def test_stalled_worker_is_named_and_a_restart_resumes(
     "--verbosity=0",
   )
   _assert_resumed(resumed, latest, latest_step)
-
-
-@pytest.mark.slow
-def test_simd_needs_every_task_restarted_after_one_was(
-  workers, tmp_path, tfds_dir
-):
-  """The tasks keep a restarted peer's former incarnation for collectives."""
-  addresses = [w.address for w in workers]
-  model_dir = tmp_path / "model"
-  args = ["--cluster=%s" % ",".join(addresses), "--mesh_impl=simd"]
-  _train(model_dir, tfds_dir, 5, *args)
-  latest = tf.train.latest_checkpoint(str(model_dir))
-  assert latest.endswith("model.ckpt-5")
-  saved = _checkpoint_files(model_dir)
-  workers[1].stop()
-  workers[1] = Worker(addresses, 1, str(tmp_path))
-
-  failed = _train(model_dir, tfds_dir, 10, *args, check=False)
-  assert failed.returncode != 0
-  message = failed.stderr.strip().splitlines()[-1]
-  assert message.startswith(
-    "transformer.main: task /job:worker/task:1 at %s was restarted after a "
-    "run with collective ops: the other tasks keep its former incarnation "
-    "(" % addresses[1]
-  ), message
-  assert message.endswith(
-    "The latest checkpoint %s is intact; restart task /job:worker/task:0 at "
-    "%s too and run again to resume from it." % (latest, addresses[0])
-  ), message
-  assert _checkpoint_files(model_dir) == saved
-
-  workers[0].stop()
-  workers[0] = Worker(addresses, 0, str(tmp_path))
-  resumed = _train(model_dir, tfds_dir, 10, *args, "--verbosity=0")
-  assert re.search(
-    r"Restored %s \(global step 5\)" % re.escape(latest), resumed.stderr
-  ), resumed.stderr
-  assert _last_loss(resumed.stdout)[0] == 10
 
 
 def test_unreachable_worker_is_named(tmp_path):
