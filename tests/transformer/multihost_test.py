@@ -459,14 +459,7 @@ def test_simd_needs_every_task_restarted_after_one_was(
 def test_stalled_worker_is_named_and_a_restart_resumes(
   workers, tmp_path, tfds_dir, mesh_impl
 ):
-  """A SIGSTOPped worker keeps its connections open but answers nothing.
-
-  Run after the other SIMD cluster tests: in one pytest session
-  test_simd_needs_every_task_restarted_after_one_was failed at its last
-  run ("current incarnation doesn't match with one in the group") in three
-  of three sessions when it ran after this test, and passed alone and
-  before it; the cause is not known.
-  """
+  """A SIGSTOPped worker keeps its connections open but answers nothing."""
   addresses = [w.address for w in workers]
   model_dir = tmp_path / "model"
   stall_timeout = 8
