@@ -82,6 +82,13 @@ flags.DEFINE_float(
   60.0,
   "seconds to wait for the cluster's tasks to answer",
 )
+flags.DEFINE_float(
+  "stall_timeout",
+  None,
+  "seconds a cluster task may go without answering the trainer's health "
+  "checks mid-run (a stopped or hung process) before the run stops naming "
+  "it, the latest checkpoint intact (default: --cluster_timeout; 0: never)",
+)
 
 flags.DEFINE_bool(
   "same_rounding_as_cluster",
@@ -162,6 +169,8 @@ def main(_) -> None:
     run_kwargs["cluster"] = FLAGS.cluster
   if FLAGS["cluster_timeout"].present:
     run_kwargs["cluster_timeout"] = FLAGS.cluster_timeout
+  if FLAGS.stall_timeout is not None:
+    run_kwargs["stall_timeout"] = FLAGS.stall_timeout
   try:
     utils.run(
       tpu_job_name=FLAGS.tpu_job_name,

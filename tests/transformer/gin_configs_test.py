@@ -898,7 +898,9 @@ def test_run_signature_and_stub():
   assert list(params)[: len(RUN_PARAMS)] == RUN_PARAMS
   added = list(params.values())[len(RUN_PARAMS) :]
   assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in added)
-  assert {"mesh_impl", "cluster", "cluster_timeout"} <= {p.name for p in added}
+  assert {"mesh_impl", "cluster", "cluster_timeout", "stall_timeout"} <= {
+    p.name for p in added
+  }
   _parse("models/tiny.gin", "layouts/single.gin")
   # The driver runs now; without a vocabulary it stops with a clear error.
   with pytest.raises(ValueError, match="run.vocabulary is required"):

@@ -10,7 +10,8 @@ checked.
 Checked: 200 steps of the demo config on the cluster end with the very
 weights and loss of one process with the same seed; a mesh larger than the
 cluster, an unreachable worker, a taken port and a worker killed mid-run
-(placement and SIMD) give errors naming the counts / task; the checkpoints
+(placement and SIMD) give errors naming the counts / task; so does a worker
+stopped (SIGSTOP) mid-run, within its --stall_timeout; the checkpoints
 survive and a restarted run resumes from the latest. After a SIMD run lost a
 worker, a run on the surviving task is refused, naming it, until it is
 restarted too (TensorFlow keeps its collective ops aborted); likewise after a
@@ -97,9 +98,17 @@ class Worker:
       os.kill(self.process.pid, signal.SIGKILL)
     self.process.wait()
 
+  def pause(self):
+    """SIGSTOP: the task stalls, its connections stay open."""
+    os.kill(self.process.pid, signal.SIGSTOP)
+
+  def resume(self):
+    os.kill(self.process.pid, signal.SIGCONT)
+
   def stop(self):
     """SIGTERM: the task must print that it stopped and exit with 0."""
     if self.process.poll() is None:
+      self.resume()  # a stopped process keeps SIGTERM pending
       os.kill(self.process.pid, signal.SIGTERM)
       assert self.process.wait(timeout=30) == 0, self.output()
       assert "stopped /job:worker/task:" in self.output()
@@ -288,14 +297,18 @@ def test_simd_cluster_training_matches_one_process(workers, tmp_path, tfds_dir):
   _assert_same_training(*finished, tmp_path, steps)
 
 
-def _run_until_killed(workers, model_dir, tfds_dir, mesh_impl):
-  """The CompletedProcess of a trainer whose worker 1 is SIGKILLed mid-run."""
+def _run_until_hurt(workers, model_dir, tfds_dir, mesh_impl, hurt, *args):
+  """(CompletedProcess, seconds it ran on) of a trainer after hurt(worker 1).
+
+  hurt is called once the trainer wrote its step-10 checkpoint.
+  """
   trainer = _train(
     model_dir,
     tfds_dir,
     100000,
     "--cluster=%s" % ",".join(w.address for w in workers),
     "--mesh_impl=%s" % mesh_impl,
+    *args,
     gin=["utils.run.save_checkpoints_steps = 5"],
     wait=False,
   )
@@ -305,21 +318,52 @@ def _run_until_killed(workers, model_dir, tfds_dir, mesh_impl):
       assert trainer.poll() is None, trainer.communicate()
       assert time.monotonic() < deadline
       time.sleep(0.2)
-    workers[1].kill()
-    killed = time.monotonic()
-    # A lost peer must fail the step, not leave its collectives waiting.
+    hurt(workers[1])
+    hurt_at = time.monotonic()
+    # A lost or stalled peer must end the run, not leave it waiting.
     finished = _finish(trainer, check=False, timeout=120)
+    seconds = time.monotonic() - hurt_at
     print(
-      "%s: the trainer ended %.1f s after the kill"
-      % (mesh_impl, time.monotonic() - killed)
+      "%s: the trainer ended %.1f s after %s"
+      % (mesh_impl, seconds, hurt.__name__)
     )
-    return finished
+    return finished, seconds
   finally:
     _kill_running(trainer)
 
 
+def _run_until_killed(workers, model_dir, tfds_dir, mesh_impl):
+  """The CompletedProcess of a trainer whose worker 1 is SIGKILLed mid-run."""
+  return _run_until_hurt(workers, model_dir, tfds_dir, mesh_impl, Worker.kill)[
+    0
+  ]
+
+
 def _checkpoint_files(model_dir):
   return sorted(p.name for p in model_dir.iterdir() if ".ckpt-" in p.name)
+
+
+def _after_failure(trainer, model_dir):
+  """(latest checkpoint, its step, last stderr line) of a trainer that failed.
+
+  The latest checkpoint is complete: its global step is its name's.
+  """
+  assert trainer.returncode != 0
+  latest = tf.train.latest_checkpoint(str(model_dir))
+  latest_step = int(latest.rsplit("-", 1)[1])
+  assert latest_step >= 10
+  reader = tf.train.load_checkpoint(latest)
+  assert reader.get_tensor("global_step") == latest_step
+  return latest, latest_step, trainer.stderr.strip().splitlines()[-1]
+
+
+def _assert_resumed(resumed, latest, latest_step):
+  """The run restored `latest` and trained 5 steps on from it."""
+  assert re.search(
+    r"Restored %s \(global step %d\)" % (re.escape(latest), latest_step),
+    resumed.stderr,
+  ), resumed.stderr
+  assert _last_loss(resumed.stdout)[0] == latest_step + 5
 
 
 @pytest.mark.slow
@@ -330,11 +374,7 @@ def test_killed_worker_is_named_and_a_restart_resumes(
   addresses = [w.address for w in workers]
   model_dir = tmp_path / "model"
   trainer = _run_until_killed(workers, model_dir, tfds_dir, mesh_impl)
-  assert trainer.returncode != 0
-  latest = tf.train.latest_checkpoint(str(model_dir))
-  latest_step = int(latest.rsplit("-", 1)[1])
-  assert latest_step >= 10
-  message = trainer.stderr.strip().splitlines()[-1]
+  latest, latest_step, message = _after_failure(trainer, model_dir)
   assert message.startswith(
     "transformer.main: lost task /job:worker/task:1 at %s during the run "
     % addresses[1]
@@ -343,9 +383,6 @@ def test_killed_worker_is_named_and_a_restart_resumes(
     message
   )
   assert message.endswith(" and run again to resume from it."), message
-  # The latest checkpoint is complete: its global step is its name's.
-  reader = tf.train.load_checkpoint(latest)
-  assert reader.get_tensor("global_step") == latest_step
   saved = _checkpoint_files(model_dir)
 
   resume = [
@@ -376,12 +413,7 @@ def test_killed_worker_is_named_and_a_restart_resumes(
     assert _checkpoint_files(model_dir) == saved
     workers[0].stop()
     workers[0] = Worker(addresses, 0, str(tmp_path))
-  resumed = _train(*resume)
-  assert re.search(
-    r"Restored %s \(global step %d\)" % (re.escape(latest), latest_step),
-    resumed.stderr,
-  ), resumed.stderr
-  assert _last_loss(resumed.stdout)[0] == latest_step + 5
+  _assert_resumed(_train(*resume), latest, latest_step)
 
 
 @pytest.mark.slow
@@ -420,6 +452,69 @@ def test_simd_needs_every_task_restarted_after_one_was(
     r"Restored %s \(global step 5\)" % re.escape(latest), resumed.stderr
   ), resumed.stderr
   assert _last_loss(resumed.stdout)[0] == 10
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mesh_impl", ["placement", "simd"])
+def test_stalled_worker_is_named_and_a_restart_resumes(
+  workers, tmp_path, tfds_dir, mesh_impl
+):
+  """A SIGSTOPped worker keeps its connections open but answers nothing."""
+  addresses = [w.address for w in workers]
+  model_dir = tmp_path / "model"
+  stall_timeout = 8
+  trainer, seconds = _run_until_hurt(
+    workers,
+    model_dir,
+    tfds_dir,
+    mesh_impl,
+    Worker.pause,
+    "--stall_timeout=%d" % stall_timeout,
+  )
+  # The health checks run once a second, each waits at most 3 s; the rest
+  # is slack for a loaded machine.
+  assert seconds < stall_timeout + 30, seconds
+  latest, latest_step, message = _after_failure(trainer, model_dir)
+  assert message.startswith(
+    "transformer.main: task /job:worker/task:1 at %s stopped responding "
+    "during the run: no answer to a health check for %d s (a stopped or "
+    "hung process; stall_timeout sets how long to wait). The latest "
+    "checkpoint %s is intact; " % (addresses[1], stall_timeout, latest)
+  ), message
+  # Every checkpoint the state file lists is complete, and nothing but
+  # complete checkpoints was left in model_dir.
+  for path in tf.train.get_checkpoint_state(
+    str(model_dir)
+  ).all_model_checkpoint_paths:
+    reader = tf.train.load_checkpoint(path)
+    assert reader.get_tensor("global_step") == int(path.rsplit("-", 1)[1])
+  assert not [p.name for p in model_dir.iterdir() if p.name.startswith(".")]
+
+  workers[1].resume()
+  if mesh_impl == "simd":
+    assert message.endswith(
+      "restart the task and task /job:worker/task:0 at %s too (their "
+      "collective ops may still hold the stalled run's state, which only a "
+      "restart of the process resets) and run again to resume from it."
+      % addresses[0]
+    ), message
+    for index in range(2):
+      workers[index].stop()
+      workers[index] = Worker(addresses, index, str(tmp_path))
+  else:
+    # The stalled task goes on where it stopped: no restart is needed.
+    assert message.endswith(
+      "resume or restart the task and run again to resume from it."
+    ), message
+  resumed = _train(
+    model_dir,
+    tfds_dir,
+    latest_step + 5,
+    "--cluster=%s" % ",".join(addresses),
+    "--mesh_impl=%s" % mesh_impl,
+    "--verbosity=0",
+  )
+  _assert_resumed(resumed, latest, latest_step)
 
 
 def test_unreachable_worker_is_named(tmp_path):

@@ -15,6 +15,12 @@ state in every task that only a restart of its process resets (aborted
 collectives after a peer failed, the peers' device incarnations): once one
 task restarted, restart them all. The errors here say which.
 
+A task that dies mid-run fails the pending step within seconds; one that
+stalls (a stopped process, a frozen host) keeps its connections open, and
+the step would wait for it forever: while utils.run runs, a
+task_watchdog.TaskWatchdog probes every task and ends the run when one stops
+answering for `stall_timeout` seconds (names_unavailable_tasks).
+
 Accepted cluster values (`utils.run(cluster=...)`, `--cluster`):
   - "host0:2222,host1:2222": the addresses of the "worker" job's tasks;
   - a JSON object or dict {"worker": [...], ...} (TF_CONFIG's "cluster");
@@ -49,6 +55,7 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from transformer._src.driver import checkpoints
 from transformer._src.driver import mesh_impl_choice
+from transformer._src.driver import task_watchdog
 
 __all__ = [
   "Cluster",
@@ -571,36 +578,108 @@ def _uses_collectives(mesh_impl) -> bool:
     return False
 
 
-def names_unavailable_tasks(fn: Callable) -> Callable:
-  """Decorates utils.run: a task lost mid-run raises TaskUnavailableError.
+def _checkpoint_advice(bound, restart: str) -> str:
+  """The end of a lost-task error: the checkpoint to resume from, what to do."""
+  model_dir = bound.get("model_dir")
+  latest = checkpoints.latest_checkpoint(model_dir) if model_dir else None
+  return "%s; %s and run again to resume from it." % (
+    "The latest checkpoint %s is intact" % latest
+    if latest
+    else "No checkpoint was written yet",
+    restart,
+  )
 
+
+def _stall_message(stalled, spec, local_task, bound, timeout: float) -> str:
+  """The error for tasks that stopped answering (see names_unavailable_tasks).
+
+  A stalled task that resumes goes on where it stopped. With collective ops
+  the other tasks' collectives were waiting for it: a run right after it
+  resumed went on from the checkpoint in two of three tries and failed in
+  the third, so then every task is to be restarted.
+  """
+  survivors = [t for t in _tasks(spec, local_task) if t not in stalled]
+  tasks = "the task" if len(stalled) == 1 else "the tasks"
+  restart = "resume or restart %s" % tasks
+  if survivors and _uses_collectives(bound.get("mesh_impl", "auto")):
+    restart = (
+      "restart %s and %s too (their collective ops may still hold the "
+      "stalled run's state, which only a restart of the process resets)"
+      % (tasks, _describe(survivors))
+    )
+  return (
+    "%s stopped responding during the run: no answer to a health check for "
+    "%g s (a stopped or hung process; stall_timeout sets how long to wait). "
+    "%s" % (_describe(stalled), timeout, _checkpoint_advice(bound, restart))
+  )
+
+
+def _stall_timeout(bound) -> Optional[float]:
+  """The run's stall_timeout (None: its cluster_timeout); None when off."""
+  timeout = bound.get("stall_timeout")
+  if timeout is None:
+    timeout = bound.get("cluster_timeout", DEFAULT_TIMEOUT_SECONDS)
+  return float(timeout) if timeout and timeout > 0 else None
+
+
+def names_unavailable_tasks(fn: Callable) -> Callable:
+  """Decorates utils.run: a lost or stalled task raises TaskUnavailableError.
+
+  While `fn` runs on a cluster (its `cluster` argument, else TF_CONFIG), a
+  task_watchdog.TaskWatchdog probes every task; one that answers no probe
+  for the run's `stall_timeout` seconds (None: its `cluster_timeout`; 0 or
+  less: no watchdog) is stalled, and the watchdog makes the pending call
+  fail, so the run raises TaskUnavailableError naming it.
   When `fn` fails with one of the errors the eager runtime raises for a lost
-  remote task, every task of the run's cluster (its `cluster` argument, else
-  TF_CONFIG) is probed; the error names those that no longer answer and the
-  latest checkpoint of the run's `model_dir`, which a restarted run resumes
-  from. In a run with collective ops (SIMD) it also names the other tasks:
-  TensorFlow aborts their collectives with the lost peer's, and only a
-  restart of their processes resets them (see check_collectives). A
-  collective that fails because a task was restarted since the others last
-  exchanged data with it (they keep its former device incarnation) raises
-  TaskUnavailableError naming it and the tasks to restart. Other failures
-  pass through unchanged.
+  remote task, every task of the run's cluster is probed; the error names
+  those that no longer answer and the latest checkpoint of the run's
+  `model_dir`, which a restarted run resumes from. In a run with collective
+  ops (SIMD) it also names the other tasks: TensorFlow aborts their
+  collectives with the lost peer's, and only a restart of their processes
+  resets them (see check_collectives). A collective that fails because a
+  task was restarted since the others last exchanged data with it (they
+  keep its former device incarnation) raises TaskUnavailableError naming
+  it and the tasks to restart. Other failures pass through unchanged.
   """
   signature = inspect.signature(fn)
 
   @functools.wraps(fn)
   def wrapper(*args, **kwargs):
+    bound = signature.bind_partial(*args, **kwargs)
+    bound.apply_defaults()
+    bound = bound.arguments
+    try:
+      resolver = cluster_resolver(bound.get("cluster"))
+    except ValueError:
+      resolver = None  # fn raises it, naming the value
+    if resolver is None:
+      return fn(*args, **kwargs)
+    spec, local_task = resolver.cluster_spec(), _local_task(resolver)
+    timeout = _stall_timeout(bound)
+    watchdog = None
+    if timeout:
+      watchdog = task_watchdog.TaskWatchdog(
+        _tasks(spec, local_task),
+        timeout,
+        lambda stalled: (
+          "%s: %s"
+          % (
+            TaskUnavailableError.__name__,
+            _stall_message(stalled, spec, local_task, bound, timeout),
+          )
+        ),
+      )
+      watchdog.start()
     try:
       return fn(*args, **kwargs)
-    except tf.errors.OpError as e:
-      bound = signature.bind_partial(*args, **kwargs).arguments
-      try:
-        resolver = cluster_resolver(bound.get("cluster"))
-      except ValueError:
-        resolver = None
-      if resolver is None:
+    except Exception as e:  # pylint: disable=broad-except
+      if watchdog is not None and watchdog.stalled:
+        logging.error("TensorFlow's error: %s", e)
+        raise TaskUnavailableError(
+          _stall_message(watchdog.stalled, spec, local_task, bound, timeout)
+        ) from e
+      if not isinstance(e, tf.errors.OpError):
         raise
-      spec, local_task = resolver.cluster_spec(), _local_task(resolver)
       restarted = _restarted_task(e, spec)
       lost = [restarted] if restarted else []
       if not lost and isinstance(e, _TASK_LOSS_ERRORS):
@@ -608,8 +687,6 @@ def names_unavailable_tasks(fn: Callable) -> Callable:
       if not lost:
         raise
       logging.error("TensorFlow's error: %s", e)
-      model_dir = bound.get("model_dir")
-      latest = checkpoints.latest_checkpoint(model_dir) if model_dir else None
       survivors = [t for t in _tasks(spec, local_task) if t not in lost]
       if restarted:
         message = (
@@ -636,15 +713,11 @@ def names_unavailable_tasks(fn: Callable) -> Callable:
             "only a restart of the process resets)" % _describe(survivors)
           )
       raise TaskUnavailableError(
-        "%s. %s; %s and run again to resume from it."
-        % (
-          message,
-          "The latest checkpoint %s is intact" % latest
-          if latest
-          else "No checkpoint was written yet",
-          restart,
-        )
+        "%s. %s" % (message, _checkpoint_advice(bound, restart))
       ) from e
+    finally:
+      if watchdog is not None:
+        watchdog.stop()
 
   # gin reads parameters with inspect.getfullargspec (see
   # estimator.eager_in_legacy_mode).

