@@ -97,7 +97,7 @@ def sqrt(x: Tensor, name: str = "sqrt") -> Tensor:
     tf.math.sqrt,
     [x],
     name=name,
-    grad_function=lambda op, dy: [dy * reciprocal(op.outputs[0]) * 0.5],
+    grad_function=lambda op, dy: [dy * 0.5 / op.outputs[0]],
   )
 
 
@@ -133,7 +133,7 @@ def log(x: Tensor, name: str = "log") -> Tensor:
     tf.math.log,
     [x],
     name=name,
-    grad_function=lambda op, dy: [dy * reciprocal(op.inputs[0])],
+    grad_function=lambda op, dy: [dy / op.inputs[0]],
   )
 
 
@@ -156,8 +156,9 @@ def exp(x: Tensor, name: str = "exp") -> Tensor:
 
 
 def _sigmoid_grad(op, dy):
+  # (y * (1 - y)) * dy: the original's association (bfloat16 rounds it).
   y = op.outputs[0]
-  return [dy * y * (1.0 - y)]
+  return [y * (1.0 - y) * dy]
 
 
 def sigmoid(x: Tensor, name: str = "sigmoid") -> Tensor:

@@ -169,7 +169,10 @@ def softmax(
     an mtf Tensor with the shape and dtype of x; it sums to 1 along reduced_dim
     (less with extra_logit).
   """
-  if extra_logit is not None:
+  if extra_logit is not None or x.dtype != tf.float32:
+    # Outside float32 (bfloat16 activations) the fused kernel rounds its
+    # result and gradient differently from exp(log_softmax(x)), the original's
+    # op sequence, by several ulps; there the original's sequence is kept.
     return elementwise.exp(log_softmax(x, reduced_dim, extra_logit=extra_logit))
   reduced_dim = convert_to_dimension(reduced_dim)
   if reduced_dim not in x.shape.dims:
