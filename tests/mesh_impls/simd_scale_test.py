@@ -4,8 +4,9 @@ Making the slice variables reads each mtf variable's master once and cuts
 each distinct part once (not once per device); the replica program's
 function is called once per device and stored once in the step's graph,
 the calls built before the function is added (so TensorFlow does not infer
-the shapes of the whole body again for every call). The numbers stay those
-of PlacementMeshImpl on the meshes of tests/meshes.py.
+the shapes of the whole body again for every call); collectives over the
+same groups look the replica's entry of a pnum table up once. The numbers
+stay those of PlacementMeshImpl on the meshes of tests/meshes.py.
 """
 
 import numpy as np
@@ -111,6 +112,20 @@ def _backend(devices):
   )
 
 
+def _replicate_in_function(backend, program):
+  """(outputs, GraphDef of the step): program on every replica in a step."""
+  graphs = []
+
+  @tf.function(autograph=False)
+  def run():
+    outputs = backend.replicate(program, (), list(range(backend.num_replicas)))
+    graphs.append(tf.compat.v1.get_default_graph())
+    return outputs
+
+  outputs = run()
+  return outputs, graphs[0].as_graph_def()
+
+
 def test_one_function_called_on_every_device():
   backend = _backend(DEVICES)
   shared = tf.Variable(2.0)  # Read by every replica (no ordering between).
@@ -121,18 +136,9 @@ def test_one_function_called_on_every_device():
       x = x * 1.0
     return backend.allreduce_sum(tf.fill([3], x), [list(range(8))])
 
-  graphs = []
-
-  @tf.function(autograph=False)
-  def run():
-    outputs = backend.replicate(program, (), list(range(8)))
-    graphs.append(tf.compat.v1.get_default_graph())
-    return outputs
-
-  outputs = run()
+  outputs, graph_def = _replicate_in_function(backend, program)
   for y in outputs:
     np.testing.assert_array_equal(y.numpy(), [56.0] * 3)  # 2 * (0 + .. + 7)
-  graph_def = graphs[0].as_graph_def()
   calls = [n for n in graph_def.node if n.op == "StatefulPartitionedCall"]
   assert sorted(n.device for n in calls) == sorted(
     tf.DeviceSpec.from_string(d).to_string() for d in DEVICES
@@ -167,3 +173,24 @@ def test_replicate_under_a_gradient_tape():
   total, grad = run()
   assert float(total) == pytest.approx(6 * 9.0)  # (0 + 1 + 2 + 3) * w^2
   assert float(grad) == pytest.approx(6 * 2 * 3.0)
+
+
+def test_pnum_tables_looked_up_once_per_trace():
+  """Collectives over the same groups share one lookup of their group key."""
+  backend = _backend(DEVICES)
+  halves = [[0, 1, 2, 3], [4, 5, 6, 7]]  # A key per half: a pnum table.
+
+  def program():
+    x = tf.cast(backend.replica_pnum(), tf.float32)
+    for _ in range(3):
+      x = backend.allreduce_sum(x, halves)
+    return x
+
+  outputs, graph_def = _replicate_in_function(backend, program)
+  # Sums of 0..3 and 4..7, then 4 and 16 times those.
+  expected = [6.0 * 16] * 4 + [22.0 * 16] * 4
+  assert [float(y) for y in outputs] == expected
+  (body,) = graph_def.library.function
+  ops_of = [n.op for n in body.node_def]
+  assert ops_of.count("CollectiveReduceV2") == 3
+  assert ops_of.count("GatherV2") == 1

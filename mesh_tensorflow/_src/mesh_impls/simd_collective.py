@@ -252,8 +252,9 @@ class CollectiveBackend(simd_backend.SimdBackend):
     self._context = threading.local()
     self._tokens = weakref.WeakKeyDictionary()  # tf.Graph -> token variables
     self._eager_tokens = None
-    # tf.Graph -> {key: tensor}: the constant inputs of collectives, made once
-    # per graph, control-flow context and replica (tracing speed).
+    # tf.Graph -> {key: tensor}: the constant inputs of collectives and the
+    # replica's entries of constant tables, made once per graph, control-flow
+    # context and replica (tracing speed).
     self._constants = weakref.WeakKeyDictionary()
     # Bodies and conditions of the while loops made by while_loop (which
     # may hold collectives).
@@ -466,12 +467,16 @@ class CollectiveBackend(simd_backend.SimdBackend):
 
   def _constant(self, ctx: _ReplicaContext, value, dtype=tf.int32):
     """A constant on ctx's device, shared by the collectives there."""
+    return self._cached(ctx, (value, dtype), lambda: tf.constant(value, dtype))
+
+  def _cached(self, ctx: _ReplicaContext, key, make: Callable[[], Any]):
+    """make(), made once per graph, control-flow context, replica and key."""
     graph = tf.compat.v1.get_default_graph()
     # pylint: disable-next=protected-access
-    key = (ctx.pnum, id(graph._get_control_flow_context()), value, dtype)
+    key = (ctx.pnum, id(graph._get_control_flow_context()), key)
     cache = self._constants.setdefault(graph, {})
     if key not in cache:
-      cache[key] = tf.constant(value, dtype)
+      cache[key] = make()
     return cache[key]
 
   # ------------------------------------------------------------- helpers
@@ -488,14 +493,19 @@ class CollectiveBackend(simd_backend.SimdBackend):
     """values[pnum] of ctx's replica, as a tensor.
 
     A constant when traced per replica or when all replicas have the same
-    value; else looked up in a constant table by the pnum tensor.
+    value; else looked up in a constant table by the pnum tensor, once per
+    table and graph (the collectives over one set of groups share it).
     """
     if ctx.pnum is not None:
       return self._constant(ctx, values[ctx.pnum], dtype)
     if all(v == values[0] for v in values):
       return self._constant(ctx, values[0], dtype)
-    table = self._constant(ctx, tuple(values), dtype)
-    return tf.gather(table, ctx.pnum_tensor)
+    values = tuple(values)
+    return self._cached(
+      ctx,
+      ("mine", values, dtype),
+      lambda: tf.gather(self._constant(ctx, values, dtype), ctx.pnum_tensor),
+    )
 
   def _run(self, op_fn: Callable, ctx: _ReplicaContext, groups: _Groups, key):
     """Builds one collective of this replica, ordered after its previous one."""

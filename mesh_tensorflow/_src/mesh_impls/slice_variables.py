@@ -12,6 +12,11 @@ from __future__ import annotations
 from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
+from tensorflow.python.eager import context  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.framework import ops  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.ops import gen_resource_variable_ops  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.ops import handle_data_util  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-direct-tensorflow-import
 
 from mesh_tensorflow._src import graph_constants
 from mesh_tensorflow._src import mesh_impl as mesh_impl_lib
@@ -54,6 +59,53 @@ class MasterParts:
     return self._parts[key]
 
 
+# The debug name of every eager slice variable's handle (see below).
+_SLICE_DEBUG_NAME = "mtf_slice_variable"
+
+
+def _eager_slice_variable(initial_value: tf.Tensor, name: str) -> tf.Variable:
+  """tf.Variable(initial_value, name=name, trainable=False), made eagerly.
+
+  TensorFlow caches the kernel of an eager op by its attributes and device.
+  tf.Variable gives its handle op the variable's name as an attribute
+  (`debug_name`), so the handle of every slice (one per device and
+  variable: thousands on large meshes) builds a kernel of its own; here all
+  slice handles carry one debug name, and only slices of a new shape and
+  device build one (the shape must stay: TensorFlow's graph optimisations
+  read it from the handle, and results change without it). The variable
+  keeps the slice's own name. Variable creator scopes are not consulted:
+  slices are the lowering's state, kept in its VariableStore, and
+  tf.function need not trace again because one was made.
+
+  Args:
+    initial_value: the slice's initial value (eager, fully defined shape).
+    name: the slice variable's name (in the current name scope).
+  """
+  with ops.name_scope(name, skip_on_eager=False) as scope:
+    handle_name = ops.name_from_scope_name(scope)
+  shape, dtype = initial_value.shape, initial_value.dtype
+  handle = gen_resource_variable_ops.var_handle_op(
+    dtype=dtype,
+    shape=shape,
+    shared_name=context.anonymous_name(),
+    debug_name=_SLICE_DEBUG_NAME,
+    container="",
+  )
+  handle_data_util.set_handle_data(
+    handle, handle_data_util.create_handle_data(shape, dtype)
+  )
+  gen_resource_variable_ops.assign_variable_op(handle, initial_value)
+  return resource_variable_ops.BaseResourceVariable(
+    trainable=False,
+    shape=shape,
+    dtype=dtype,
+    handle=handle,
+    handle_name=handle_name,
+    unique_id="%s_%d" % (handle_name, ops.uid()),
+    in_graph_mode=False,
+  )
+
+
 def slice_variable_creator(
   variable,
   name: str,
@@ -80,8 +132,7 @@ def slice_variable_creator(
     with tf.device(device):
       if tf.executing_eagerly():
         parts = master_parts or MasterParts(variable)
-        init = parts(begin, slice_shape)
-        return tf.Variable(init, name=name, trainable=False)
+        return _eager_slice_variable(parts(begin, slice_shape), name)
       dtype = variable.slice_dtype
       # One zeros tensor per device, shape and dtype serves all slices.
       init = graph_constants.shared(
