@@ -5,6 +5,7 @@ subprocess, since the switch is process-wide; its numbers must equal the
 same program's under TF2 behaviour.
 """
 
+import functools
 import inspect
 import json
 import os
@@ -419,37 +420,24 @@ def test_run_builds_the_estimator_per_mode_as_the_original(monkeypatch):
     "export_score": (None, True),
     "export_infer": (None, False),
   }
+  run = functools.partial(
+    utils.run,
+    None,
+    None,
+    None,
+    None,
+    "/tmp/unused_model_dir",
+    mesh_shape="",
+    layout_rules="",
+    sequence_length=8,
+    batch_size=8,
+    train_steps=1,
+  )
   for mode, (ensemble_inputs, scores) in expected.items():
     built.clear()
     with pytest.raises(_EstimatorBuilt):
-      utils.run(
-        None,
-        None,
-        None,
-        None,
-        "/tmp/unused_model_dir",
-        mode=mode,
-        mesh_shape="",
-        layout_rules="",
-        sequence_length=8,
-        batch_size=8,
-        train_steps=1,
-        ensemble_inputs=3,
-      )
+      run(mode=mode, ensemble_inputs=3)
     assert built["ensemble_inputs"] == ensemble_inputs, mode
     assert built.get("score_in_predict_mode", False) == scores, mode
   with pytest.raises(ValueError, match='requires dataset_split=="train"'):
-    utils.run(
-      None,
-      None,
-      None,
-      None,
-      "/tmp/unused_model_dir",
-      mode="train",
-      dataset_split="validation",
-      mesh_shape="",
-      layout_rules="",
-      sequence_length=8,
-      batch_size=8,
-      train_steps=1,
-    )
+    run(mode="train", dataset_split="validation")
