@@ -447,11 +447,9 @@ def test_simd_needs_every_task_restarted_after_one_was(
 
   workers[0].stop()
   workers[0] = Worker(addresses, 0, str(tmp_path))
-  resumed = _train(model_dir, tfds_dir, 10, *args, "--verbosity=0")
-  assert re.search(
-    r"Restored %s \(global step 5\)" % re.escape(latest), resumed.stderr
-  ), resumed.stderr
-  assert _last_loss(resumed.stdout)[0] == 10
+  _assert_resumed(
+    _train(model_dir, tfds_dir, 10, *args, "--verbosity=0"), latest, 5
+  )
 
 
 @pytest.mark.slow
