@@ -293,6 +293,13 @@ def run_case(name):
     out["prefix_scores"] = _predict(
       model_type, model_dir, {"targets": prefixed}, score=True
     )["scores"]
+    # Examples with inputs: the original's "score" mode joins them.
+    out["joined_scores"] = _predict(
+      model_type,
+      model_dir,
+      cases.features("bitransformer", cases.SCORE_PAIRS),
+      score=True,
+    )["scores"]
   inputs = {"inputs": cases.decode_inputs(model_type)}
   out["greedy"] = _predict(model_type, model_dir, inputs, False)["outputs"]
   if model_type == "bitransformer":

@@ -332,7 +332,8 @@ class Estimator:
     inputs and targets joined into its targets (inputs, then targets:
     dynamic_text2self), so training, evaluating and scoring it on text2text
     data uses both; scoring also takes rows already joined (targets only).
-    Other model types read the features unchanged.
+    Scoring an "lm" on examples with inputs joins them too (their tokens
+    are then scored as well). Other features are read unchanged.
 
     Args:
       mtf_features: {feature name: int mtf.Tensor [batch dims..., length]}.
@@ -344,6 +345,11 @@ class Estimator:
     Raises:
       ValueError: if a "delimited_lm" gets no "inputs" outside scoring.
     """
+    if self.model_type == "lm" and mode == "score" and "inputs" in mtf_features:
+      logging.warning(
+        "Scoring of lm models will include loss from the 'inputs'."
+      )
+      return dynamic_text2self(mtf_features)
     if self.model_type != "delimited_lm":
       return mtf_features
     if "inputs" in mtf_features:

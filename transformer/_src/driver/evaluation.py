@@ -61,7 +61,9 @@ def _static_batch_size(features: Dict[str, tf.Tensor]) -> int:
   return sizes.pop()
 
 
-def teacher_forced_graph(est, features: Dict[str, tf.Tensor]):
+def teacher_forced_graph(
+  est, features: Dict[str, tf.Tensor], scoring: bool = False
+):
   """Builds and lowers the teacher-forced model over tf `features`.
 
   Returns (lowering, loss, xent, predictions, targets, weights): the
@@ -70,9 +72,10 @@ def teacher_forced_graph(est, features: Dict[str, tf.Tensor]):
   0/1; see target_weights_on_mesh), each [ensemble?, batch, length]. The
   targets are the features' "targets", except for a "delimited_lm" fed
   inputs too: then each row's inputs and targets joined, inputs + targets
-  long (Estimator.joined_features).
+  long (Estimator.joined_features; scoring: also an "lm" fed inputs, as
+  the original's "score" mode).
   """
-  return est.lower_on_mesh(_teacher_forced_on_mesh, est, features)
+  return est.lower_on_mesh(_teacher_forced_on_mesh, est, features, scoring)
 
 
 def target_weights_on_mesh(targets: mtf.Tensor, model_type: str) -> mtf.Tensor:
@@ -95,13 +98,14 @@ def target_weights_on_mesh(targets: mtf.Tensor, model_type: str) -> mtf.Tensor:
   return weights
 
 
-def _teacher_forced_on_mesh(est, features: Dict[str, tf.Tensor]):
+def _teacher_forced_on_mesh(est, features: Dict[str, tf.Tensor], scoring: bool):
   graph = mtf.Graph()
   mesh = mtf.Mesh(graph, "mesh")
   with mtf.variable_store(est.store):
     batch_size = _static_batch_size(features)
     mtf_features = est.joined_features(
-      est.import_features(mesh, features, batch_size), "score"
+      est.import_features(mesh, features, batch_size),
+      "score" if scoring else ModeKeys.EVAL,
     )
     logits, loss = est.logits_and_loss(mtf_features, ModeKeys.EVAL)
     if isinstance(logits, tuple):
@@ -160,14 +164,23 @@ def _build_phase(est, phase, graph_fn, names: Sequence[str]):
   return fn
 
 
-def build_teacher_forced(est, phase):
+def build_teacher_forced(est, phase, scoring: bool = False):
   """tf.function(features) -> {"loss"} of the batch and {"xent",
   "predictions"} per target token.
   """
-  return _build_phase(est, phase, teacher_forced_graph, _TEACHER_FORCED_OUTPUTS)
+  return _build_phase(
+    est,
+    phase,
+    functools.partial(teacher_forced_graph, scoring=scoring),
+    _TEACHER_FORCED_OUTPUTS,
+  )
 
 
-def teacher_forced(est, features: Dict[str, tf.Tensor]):
+def _phase_name(base: str, scoring: bool) -> str:
+  return base + ("_score" if scoring else "")
+
+
+def teacher_forced(est, features: Dict[str, tf.Tensor], scoring: bool = False):
   """The model's loss, per-token cross-entropy and argmax predictions for one
   batch.
 
@@ -175,7 +188,10 @@ def teacher_forced(est, features: Dict[str, tf.Tensor]):
   sees the batch, and the results are [ensemble, batch, length].
   """
   features = _with_ensemble(est, features)
-  phase = est.phase_fn("teacher_forced", lambda p: build_teacher_forced(est, p))
+  phase = est.phase_fn(
+    _phase_name("teacher_forced", scoring),
+    lambda p: build_teacher_forced(est, p, scoring),
+  )
   return est.run_phase(phase, features)
 
 
@@ -239,6 +255,7 @@ def teacher_forced_loop_graph(
   est,
   features: Dict[str, tf.Tensor],
   num_batches: Union[int, tf.Tensor, None] = None,
+  scoring: bool = False,
 ) -> tuple:
   """The teacher-forced program of several batches in one host call.
 
@@ -250,6 +267,7 @@ def teacher_forced_loop_graph(
     features: {feature name: int tensor [batches, ensemble?, batch,
       length]}.
     num_batches: how many of the batches to run (None: all).
+    scoring: the features are scored (see teacher_forced_graph).
 
   Returns:
     (lowering, losses, xent, predictions, targets, weights): a lowering of
@@ -259,19 +277,22 @@ def teacher_forced_loop_graph(
   """
   return batch_loop_graph(
     est,
-    teacher_forced_graph,
+    functools.partial(teacher_forced_graph, scoring=scoring),
     features,
     num_batches,
     _TEACHER_FORCED_DTYPES,
   )
 
 
-def build_teacher_forced_loop(est, phase):
+def build_teacher_forced_loop(est, phase, scoring: bool = False):
   """tf.function(features [batches, ...], num_batches) -> {"loss"
   [batches], "xent", "predictions"}.
   """
   return _build_phase(
-    est, phase, teacher_forced_loop_graph, _TEACHER_FORCED_OUTPUTS
+    est,
+    phase,
+    functools.partial(teacher_forced_loop_graph, scoring=scoring),
+    _TEACHER_FORCED_OUTPUTS,
   )
 
 
@@ -336,16 +357,20 @@ def _run_in_calls(
       yield batch, {k: v[i] for k, v in outputs.items()}
 
 
-def _teacher_forced_each(est, batches: Iterable[Dict[str, np.ndarray]]):
+def _teacher_forced_each(
+  est, batches: Iterable[Dict[str, np.ndarray]], scoring: bool = False
+):
   """teacher_forced's outputs, as arrays, of each [batch, length] batch;
   batches_per_call batches per call.
   """
   if batches_per_call(est) == 1:
     for batch in batches:
-      yield {k: v.numpy() for k, v in teacher_forced(est, batch).items()}
+      out = teacher_forced(est, batch, scoring)
+      yield {k: v.numpy() for k, v in out.items()}
     return
   phase = est.phase_fn(
-    "teacher_forced_loop", lambda p: build_teacher_forced_loop(est, p)
+    _phase_name("teacher_forced_loop", scoring),
+    lambda p: build_teacher_forced_loop(est, p, scoring),
   )
   for _, out in _run_in_calls(
     est, phase, batches, lambda batch: _with_ensemble(est, batch)
@@ -468,7 +493,7 @@ def scores_and_targets(
   est.prepare(checkpoint_path)
   scores, read_targets = [], []
   batches = _batches(est, {"inputs": inputs, "targets": targets})
-  for out in _teacher_forced_each(est, batches):
+  for out in _teacher_forced_each(est, batches, scoring=True):
     row = -np.sum(out["xent"] * out["weights"], axis=-1)
     rows = out["targets"]
     if row.ndim == 2:  # ensemble_inputs: the members' mean log-likelihood

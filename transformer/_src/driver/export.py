@@ -179,7 +179,8 @@ def export_model(
   lengths = est.sequence_length
   if eval_with_score:
     phase = est.phase_fn(
-      "teacher_forced", lambda p: driver_eval.build_teacher_forced(est, p)
+      "teacher_forced_score",
+      lambda p: driver_eval.build_teacher_forced(est, p, scoring=True),
     )
     example = (
       {

@@ -221,7 +221,9 @@ class ModelFn:
       mode == ModeKeys.PREDICT and self.score_in_predict_mode
     ):
       lowering, loss, xent, predictions, targets, weights = (
-        driver_eval.teacher_forced_graph(est, features)
+        driver_eval.teacher_forced_graph(
+          est, features, scoring=mode != ModeKeys.EVAL
+        )
       )
       if mode == ModeKeys.EVAL:
         return ModelFnSpec(
