@@ -148,9 +148,8 @@ class MtfModelFlow:
       self._model_dir, "model.ckpt-{}".format(checkpoint_step)
     )
     if eval_with_score:
-      # 0.1.21's save_scores returns (scores, inputs, targets) when there are
-      # inputs (T5 releases after it unpack two values).
-      outputs, _, _ = mtf_utils.score_with_estimator(
+      # Scoring returns (scores, targets): its results hold no inputs.
+      outputs, _ = mtf_utils.score_with_estimator(
         estimator, self._eval_input_fn, checkpoint_step, self._model_dir, BYTES
       )
       return outputs
@@ -257,7 +256,7 @@ def test_decode_and_predict_agree(trained, tmp_path):
 def test_eval_scores_equal_string_scores_and_files(trained, tmp_path):
   eval_scores = trained.eval_predictions(2, eval_with_score=True)
   scores_file = str(tmp_path / "scores")
-  scores, _, targets = trained.score(WORDS, WORDS, scores_file, 2)
+  scores, targets = trained.score(WORDS, WORDS, scores_file, 2)
   np.testing.assert_allclose(eval_scores, scores, rtol=1e-5, atol=1e-5)
   assert list(targets) == WORDS
   assert all(s < 0 for s in scores)

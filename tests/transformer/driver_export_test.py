@@ -82,7 +82,7 @@ def test_saved_model_decodes_like_the_driver_in_a_fresh_process(tmp_path):
   assert result["decodes"] == expected
   # A scoring signature gives the driver's log-likelihoods.
   targets = [s[::-1] for s in STRINGS]
-  scores, _, _ = utils.score_from_strings(
+  scores, _ = utils.score_from_strings(
     est,
     BYTES,
     "bitransformer",

@@ -14,12 +14,15 @@ import tensorflow as tf
 
 from tests.transformer import driver_test_util as dtu
 from transformer import utils
+from transformer import vocabulary
 from transformer._src.driver import model_fn as driver_model_fn
 
 tf1 = tf.compat.v1
 
 
-def _model_fn(tmp_path, mesh=dtu.MESH_2X2, **kwargs):
+def _model_fn(
+  tmp_path, mesh=dtu.MESH_2X2, vocabulary=None, use_tpu=False, **kwargs
+):
   dtu.tiny_gin("utils.get_variable_dtype.activation_dtype = 'float32'")
   mesh_shape, layout = mesh
   model = utils.build_model(
@@ -32,9 +35,9 @@ def _model_fn(tmp_path, mesh=dtu.MESH_2X2, **kwargs):
   return utils.tpu_estimator_model_fn(
     "bitransformer",
     model,
-    None,
+    vocabulary,
     str(tmp_path),
-    False,
+    use_tpu,
     mesh_shape,
     layout,
     dtu.BATCH,
@@ -112,6 +115,47 @@ def test_scores_in_predict_mode_match_eval_perplexity(tmp_path):
     metrics["neg_log_perplexity"] * metrics["num_eval_tokens"],
     rtol=1e-5,
   )
+
+
+def test_predictions_are_the_originals_texts_or_ids(tmp_path):
+  """Off TPU, with a vocabulary that decodes in the graph, predictions are
+  texts; with use_tpu, ids. predict_batch_size keeps the first rows;
+  scoring predicts the targets the model read and their scores.
+  """
+  vocab = vocabulary.ByteVocabulary()
+  x, y = dtu.reverse_data(dtu.BATCH)
+  got = {}
+  for use_tpu in (False, True):
+    for score in (False, True):
+      model_fn = _model_fn(
+        tmp_path / str(use_tpu),
+        vocabulary=vocab,
+        use_tpu=use_tpu,
+        score_in_predict_mode=score,
+      )
+      with tf.Graph().as_default():
+        tf1.set_random_seed(5)  # the same weights in every graph
+        features = {"inputs": tf.constant(x), "predict_batch_size": 3}
+        if score:
+          features["targets"] = tf.constant(y)
+        spec = model_fn(features, None, "infer")
+        with tf1.Session() as session:
+          _start(session, [spec])
+          got[use_tpu, score] = session.run(spec.predictions)
+  ids, texts = got[True, False], got[False, False]
+  assert sorted(texts) == ["inputs", "outputs"]
+  assert ids["inputs"].shape == (3, dtu.LENGTH)
+  np.testing.assert_array_equal(ids["inputs"], x[:3])
+  for key in ("inputs", "outputs"):
+    want = [vocab.decode(row.tolist()) for row in ids[key]]
+    assert [t.decode("utf-8") for t in texts[key]] == want
+  scored_ids, scored_texts = got[True, True], got[False, True]
+  assert sorted(scored_ids) == ["scores", "targets"]
+  np.testing.assert_array_equal(scored_ids["targets"], y)
+  np.testing.assert_array_equal(scored_texts["scores"], scored_ids["scores"])
+  assert [t.decode("utf-8") for t in scored_texts["targets"]] == [
+    vocab.decode(row.tolist()) for row in y
+  ]
 
 
 def test_unknown_mode_is_named(tmp_path):

@@ -456,7 +456,9 @@ def test_eval_and_decode_programs_replicate_over_every_core(
   with graph.as_default():
     features = {"inputs": tf.constant(x), "targets": tf.constant(y)}
     # The teacher-forced program of eval and scoring.
-    _, loss, xent, predictions = evaluation.teacher_forced_graph(est, features)
+    _, loss, xent, predictions, _, _ = evaluation.teacher_forced_graph(
+      est, features
+    )
     # Greedy decoding (the model's while loop).
     _, decodes = evaluation.decode_graph(est, tf.constant(x))
   assert loss.shape == [] and loss.dtype == tf.float32
@@ -516,7 +518,7 @@ def test_eval_loop_runs_iterations_per_loop_batches_per_host_call(
       "inputs": tf.constant(np.stack([x] * 3)),
       "targets": tf.constant(np.stack([y] * 3)),
     }
-    _, losses, xent, predictions = evaluation.teacher_forced_loop_graph(
+    _, losses, xent, predictions, _, _ = evaluation.teacher_forced_loop_graph(
       est, features
     )
   assert losses.shape == (3,)
@@ -609,7 +611,7 @@ def test_score_and_decode_loops_run_batches_in_one_host_call(
       "targets": tf.constant(np.stack([y] * 3)),
     }
     count = tf.compat.v1.placeholder(tf.int32, [], name="num_batches")
-    _, losses, xent, predictions = evaluation.teacher_forced_loop_graph(
+    _, losses, xent, predictions, _, _ = evaluation.teacher_forced_loop_graph(
       est, features, count
     )
     _, decodes = evaluation.decode_loop_graph(
@@ -753,7 +755,9 @@ def test_eval_and_decode_programs_compile_with_xla(tmp_path):
   features = {"inputs": tf.constant(x), "targets": tf.constant(y)}
 
   def programs(features):
-    _, loss, xent, predictions = evaluation.teacher_forced_graph(est, features)
+    _, loss, xent, predictions, _, _ = evaluation.teacher_forced_graph(
+      est, features
+    )
     _, decodes = evaluation.decode_graph(est, features["inputs"])
     return loss, xent, predictions, decodes
 

@@ -56,6 +56,8 @@ CASES = {
     _TINY + _dtypes("bfloat16", "float32"),
   ),
   "lm": ("lm", _TINY + _dtypes("float32", "float32")),
+  # An LM trained on (input, target) pairs joined into one sequence.
+  "delimited_lm": ("delimited_lm", _TINY + _dtypes("float32", "float32")),
 }
 
 # One batch each: the training batch, the scored pairs, the eval pairs and
@@ -82,8 +84,9 @@ def byte_ids(text: str, eos: bool = True, length: int = LENGTH) -> list:
 def features(model_type: str, pairs) -> dict:
   """int32 [BATCH, LENGTH] features of (input, target) text pairs.
 
-  A Bitransformer reads "inputs" and "targets"; an LM only "targets" (the
-  target text, with EOS).
+  A Bitransformer and a delimited LM read "inputs" and "targets" (the
+  delimited LM joins them); an LM only "targets" (the target text, with
+  EOS).
   """
   out = {"targets": np.array([byte_ids(t) for _, t in pairs], np.int32)}
   if model_type != "lm":
@@ -92,6 +95,8 @@ def features(model_type: str, pairs) -> dict:
 
 
 def decode_inputs(model_type: str) -> np.ndarray:
-  """int32 [BATCH, LENGTH] ids of DECODE_INPUTS (an LM's prompt: no EOS)."""
+  """int32 [BATCH, LENGTH] ids of DECODE_INPUTS (an LM's prompt: no EOS; a
+  delimited LM's ends with the EOS that ends its inputs part).
+  """
   eos = model_type != "lm"
   return np.array([byte_ids(s, eos=eos) for s in DECODE_INPUTS], np.int32)

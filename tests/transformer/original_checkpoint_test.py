@@ -217,7 +217,8 @@ def test_scores_are_the_originals(reference, model_dir):
       score_postprocess_fn=utils.save_scores,
     )
   else:
-    scores, _, _ = utils.score_from_strings(
+    # As the original's: (scores, target texts), inputs or not.
+    scores, _ = utils.score_from_strings(
       est,
       VOCAB,
       model_type,
@@ -233,6 +234,52 @@ def test_scores_are_the_originals(reference, model_dir):
   # activations (the original's computation order, with TensorFlow's default
   # graph rewrites on as the original ran).
   np.testing.assert_allclose(scores, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("model_dir", ["lm"], indirect=True)
+def test_lm_scores_with_inputs_are_the_originals(reference, model_dir):
+  """An LM scores each target string after its input, which it reads
+  unscored; examples of a dataset with inputs it reads joined.
+  """
+  _gin("lm")
+  est = _estimator("lm", model_dir)
+  scores, targets = utils.score_from_strings(
+    est,
+    VOCAB,
+    "lm",
+    cases.BATCH,
+    cases.LENGTH,
+    model_dir,
+    -1,
+    inputs=[i for i, _ in cases.SCORE_PAIRS],
+    targets=[t for _, t in cases.SCORE_PAIRS],
+    score_postprocess_fn=utils.save_scores,
+  )
+  expected = _expected(reference, "lm")
+  np.testing.assert_allclose(
+    scores, expected["prefix_scores"], rtol=1e-5, atol=1e-6
+  )
+  # The target texts are the model's targets' positive ids (no EOS for an
+  # LM's strings).
+  assert targets == [
+    " ".join(str(b + 3) for b in t.encode()) for _, t in cases.SCORE_PAIRS
+  ]
+  # Examples with inputs are joined and all their tokens scored.
+  features = cases.features("bitransformer", cases.SCORE_PAIRS)
+  joined, _ = utils.score_from_dataset(
+    est,
+    VOCAB,
+    cases.BATCH,
+    cases.LENGTH,
+    model_dir,
+    -1,
+    "validation",
+    score_dataset_fn=lambda **_: tf.data.Dataset.from_tensor_slices(features),
+    score_postprocess_fn=utils.save_scores,
+  )
+  np.testing.assert_allclose(
+    joined, expected["joined_scores"], rtol=1e-5, atol=1e-6
+  )
 
 
 @pytest.mark.parametrize("model_dir", QUICK_CASES, indirect=True)

@@ -5,7 +5,7 @@ conformance shims for the estimator names TF removed) first on PYTHONPATH,
 from the repository root:
 
   PYTHONPATH=<shims>:<original>:. python \
-      tests/transformer/data/make_original_checkpoint.py
+      tests/transformer/data/make_original_checkpoint.py [CASE ...]
 
 For each case of original_checkpoint_cases.py the original's own
 utils.tpu_estimator_model_fn builds the training graph; its Saver (sharded,
@@ -34,6 +34,7 @@ their arguments stand in (the model_fn only constructs them).
 
 import os
 import shutil
+import sys
 
 import numpy as np
 import tensorflow as tf
@@ -59,6 +60,16 @@ class _Spec:
   def __init__(self, mode=None, **kwargs):
     self.mode = mode
     self.__dict__.update(kwargs)
+
+
+class _Bytes:
+  """Encodes as ByteVocabulary (UTF-8 bytes + 3), which 0.1.21 lacks."""
+
+  def encode(self, text):
+    return cases.byte_ids(text, eos=False, length=len(text.encode("utf-8")))
+
+
+_BYTES = _Bytes()
 
 
 def _install_spec_stand_ins():
@@ -268,9 +279,30 @@ def run_case(name):
     score=True,
   )
   out["scores"] = scores["scores"]
+  if model_type == "lm":
+    # score_from_strings with inputs: each input an unscored prefix of its
+    # target (negated ids), encoded as the original's encode_inputs does.
+    prefixed = utils.encode_inputs(
+      [t for _, t in cases.SCORE_PAIRS],
+      _BYTES,
+      model_type,
+      cases.BATCH,
+      cases.LENGTH,
+      unscored_prefix=[i for i, _ in cases.SCORE_PAIRS],
+    )
+    out["prefix_scores"] = _predict(
+      model_type, model_dir, {"targets": prefixed}, score=True
+    )["scores"]
+    # Examples with inputs: the original's "score" mode joins them.
+    out["joined_scores"] = _predict(
+      model_type,
+      model_dir,
+      cases.features("bitransformer", cases.SCORE_PAIRS),
+      score=True,
+    )["scores"]
   inputs = {"inputs": cases.decode_inputs(model_type)}
   out["greedy"] = _predict(model_type, model_dir, inputs, False)["outputs"]
-  if model_type != "lm":
+  if model_type == "bitransformer":
     out["beam"] = _predict(
       model_type,
       model_dir,
@@ -288,22 +320,29 @@ def run_case(name):
   return out
 
 
-def main():
+def main(names):
+  """Runs the cases named (default: all) and stores their arrays; the
+  other cases' arrays already in the file are kept.
+  """
   if hasattr(mtf, "_src"):
     raise SystemExit(
       "%s is this project's package; put the original first on PYTHONPATH"
       % mtf.__file__
     )
   _install_spec_stand_ins()
+  path = os.path.join(DATA, "original_checkpoints.npz")
+  names = names or sorted(cases.CASES)
   arrays = {}
-  for name in sorted(cases.CASES):
+  if os.path.exists(path):
+    with np.load(path) as stored:
+      arrays = {k: v for k, v in stored.items() if k.split("/")[0] not in names}
+  for name in names:
     for key, value in run_case(name).items():
       arrays["%s/%s" % (name, key)] = value
     print("%s: written" % name)
-  path = os.path.join(DATA, "original_checkpoints.npz")
   np.savez_compressed(path, **arrays)
   print("wrote %d arrays to %s" % (len(arrays), path))
 
 
 if __name__ == "__main__":
-  main()
+  main(sys.argv[1:])

@@ -32,6 +32,7 @@ from transformer._src.driver.checkpoint_iterator import CheckpointStep
 from transformer._src.driver.checkpoint_iterator import get_checkpoint_iterator
 from transformer._src.driver.config import SequenceLength
 from transformer._src.driver.config import Vocabularies
+from transformer._src.driver.config import clean_decodes
 from transformer._src.driver.config import get_step_from_checkpoint_path
 from transformer._src.driver.config import inputs_vocabulary
 from transformer._src.driver.config import targets_vocabulary
@@ -140,12 +141,13 @@ def encode_inputs(
   batch_size: int,
   sequence_length: SequenceLength,
   eos_id: int = 1,
-  unscored_prefix: Optional[str] = None,
+  unscored_prefix: Optional[Sequence[str]] = None,
 ) -> np.ndarray:
   """Encodes input strings for decoding or scoring.
 
-  Each string is encoded with the inputs vocabulary; an unscored_prefix is
-  encoded in front with negated ids (positions the score skips); EOS ends
+  Each string is encoded with the inputs vocabulary; the line's
+  unscored_prefix is encoded in front with negated ids (context the score
+  skips); EOS ends
   the ids unless model_type is "lm" (an LM continues its input). Rows are
   truncated / zero-padded to sequence_length, and copies of the first row
   pad the list to a whole number of batches.
@@ -165,18 +167,22 @@ def encode_inputs(
     batch_size: the number of sequences per batch.
     sequence_length: the length of each row in tokens (int).
     eos_id: the EOS id (1).
-    unscored_prefix: a string encoded in front of every input with negated ids,
-      which scoring skips (None: no prefix).
+    unscored_prefix: one string per input, encoded in front of it with negated
+      ids, which scoring skips (None: no prefixes). A single string is the
+      prefix of every input.
 
   Returns:
     int32 array [ceil(n / batch_size) * batch_size, sequence_length].
   """
   vocab = inputs_vocabulary(vocabulary)
   rows = []
-  for line in inputs:
+  if isinstance(unscored_prefix, str):
+    unscored_prefix = [unscored_prefix] * len(inputs)
+  for line_num, line in enumerate(inputs):
     ids = list(vocab.encode(line.strip()))
     if unscored_prefix:
-      ids = [-i for i in vocab.encode(unscored_prefix.strip())] + ids
+      prefix = unscored_prefix[line_num].strip()
+      ids = [-i for i in vocab.encode(prefix)] + ids
     if model_type != "lm":
       ids.append(eos_id)
     rows.append(_fit(ids, sequence_length))
@@ -772,7 +778,10 @@ def score_with_estimator(
   """Scores input_fn()'s examples with one checkpoint; post-processes them.
 
   Returns score_postprocess_fn(results, vocabulary), where results is a list
-  of {"inputs", "targets", "scores"} per example (the first num_examples).
+  of {"targets", "scores"} per example (the first num_examples), as the
+  original's scoring predictions: "targets" are the ids the model read (for
+  a "delimited_lm" fed inputs, its inputs and targets joined), every id
+  after the first EOS zeroed.
 
   Args:
     estimator: the driver.Estimator holding the model and its variables.
@@ -783,8 +792,8 @@ def score_with_estimator(
     model_dir: the directory of the checkpoints.
     vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
     score_postprocess_fn: called as fn(results, vocabulary) on the list of
-      {"inputs", "targets", "scores"} dicts; its value is returned (save_scores
-      writes the scores to files).
+      {"targets", "scores"} dicts; its value is returned (save_scores writes
+      the scores to files).
     num_examples: keep only the first this many examples (None: all).
 
   Returns:
@@ -795,14 +804,14 @@ def score_with_estimator(
   keys = [k for k in ("inputs", "targets") if k in dataset.element_spec]
   rows = _feature_rows(dataset, keys, lengths)
   path = _scoring_checkpoint(eval_checkpoint_step, model_dir)
-  scores = driver_eval.score_ids(
+  scores, targets = driver_eval.scores_and_targets(
     estimator, rows.get("inputs"), rows["targets"], path
   )
-  results = []
-  for i, score in enumerate(scores[:num_examples]):
-    result = {k: rows[k][i] for k in keys}
-    result["scores"] = float(score)
-    results.append(result)
+  targets = clean_decodes(targets).numpy()
+  results = [
+    {"targets": row, "scores": float(score)}
+    for row, score in zip(targets[:num_examples], scores[:num_examples])
+  ]
   return score_postprocess_fn(results, vocabulary)
 
 
@@ -881,8 +890,14 @@ def score_from_strings(
 ) -> Any:
   """Log-likelihoods of targets given inputs (lists of strings or files).
 
-  For "lm" models only the targets are scored. Returns
-  score_postprocess_fn(results, vocabulary) (save_scores: the scores).
+  As the original: inputs may be None (targets only), or fewer than the
+  targets (each input then has len(targets) / len(inputs) targets, one
+  after the other), or there may be one target for every input. An "lm"
+  reads each input as an unscored prefix of its target; a "delimited_lm"
+  reads them joined, its target scored. Strings are encoded with
+  encode_inputs (an "lm"'s without EOS). Returns
+  score_postprocess_fn(results, vocabulary) (save_scores: the scores and
+  the model's target texts).
 
   Args:
     estimator: the driver.Estimator holding the model and its variables.
@@ -894,11 +909,12 @@ def score_from_strings(
     model_dir: the directory of the checkpoints.
     eval_checkpoint_step: which checkpoints to use: an int step, a list of
       steps, -1 (the latest), "all" or None (see get_checkpoint_iterator).
-    inputs: a list of input strings, or the name of a file with one per line.
+    inputs: a list of input strings, the name of a file with one per line, or
+      None.
     targets: a list of target strings, or the name of a file with one per line.
     score_postprocess_fn: called as fn(results, vocabulary) on the list of
-      {"inputs", "targets", "scores"} dicts; its value is returned (save_scores
-      writes the scores to files).
+      {"targets", "scores"} dicts; its value is returned (save_scores writes
+      the scores to files).
     eos_id: the EOS id (1).
     score_eos: include the final EOS in each target's score.
     score_with_estimator_fn: the scoring function, called as
@@ -909,8 +925,8 @@ def score_from_strings(
     What score_postprocess_fn returns.
 
   Raises:
-    ValueError: if a required argument is missing, or inputs and targets differ
-      in number.
+    ValueError: if a required argument is missing, or the numbers of inputs
+      and targets do not fit together.
   """
   del batch_size, sequence_length
   _required(
@@ -923,24 +939,40 @@ def score_from_strings(
     inputs = get_inputs_from_file(inputs)
   if isinstance(targets, str):
     targets = get_inputs_from_file(targets)
-  if len(inputs) != len(targets):
-    raise ValueError(
-      "score_from_strings: %d inputs but %d targets"
-      % (len(inputs), len(targets))
-    )
+  has_inputs = inputs is not None
+  if has_inputs and len(inputs) < len(targets):
+    # n targets per input, one after the other.
+    if len(targets) % len(inputs):
+      raise ValueError(
+        "score_from_strings: the number of inputs (%d) must divide the "
+        "number of targets (%d)" % (len(inputs), len(targets))
+      )
+    repeats = len(targets) // len(inputs)
+    inputs = [inputs[i // repeats] for i in range(len(targets))]
+  elif has_inputs and len(targets) < len(inputs):
+    if len(targets) != 1:
+      raise ValueError(
+        "score_from_strings: %d inputs but %d targets; with fewer targets "
+        "than inputs give one target, scored after every input"
+        % (len(inputs), len(targets))
+      )
+    targets = list(targets) * len(inputs)
   lengths = estimator.sequence_length
-  input_ids = (
-    None
-    if model_type in ("lm", "delimited_lm")
-    else driver_eval.encode_strings(
-      inputs_vocabulary(vocabulary), inputs, lengths["inputs"], eos_id
+  target_eos = eos_id if score_eos else 0
+
+  def encode(strings, length, eos, prefix=None):
+    return encode_inputs(
+      strings, vocabulary, model_type, 1, length, eos, unscored_prefix=prefix
     )
-  )
-  target_ids = driver_eval.encode_strings(
-    targets_vocabulary(vocabulary), targets, lengths["targets"], eos_id
-  )
-  if not score_eos:
-    target_ids[target_ids == eos_id] = 0
+
+  input_ids = None
+  if has_inputs and model_type == "lm":
+    # An LM reads each input as an unscored prefix of its target.
+    target_ids = encode(targets, lengths["targets"], target_eos, inputs)
+  else:
+    if has_inputs:
+      input_ids = encode(inputs, lengths["inputs"], eos_id)
+    target_ids = encode(targets, lengths["targets"], target_eos)
   return score_with_estimator_fn(
     estimator,
     _arrays_input_fn({"inputs": input_ids, "targets": target_ids}),

@@ -29,6 +29,7 @@ from tensorflow.core.framework import summary_pb2
 from tensorflow.python.eager import context as eager_context  # pylint: disable=g-direct-tensorflow-import
 
 import mesh_tensorflow as mtf
+from transformer._src.data.delimited_lm import dynamic_text2self
 from transformer._src.driver import checkpoints
 from transformer._src.driver import evaluation
 from transformer._src.driver import mesh_impl_choice
@@ -324,6 +325,45 @@ class Estimator:
       mtf_features[key] = mtf.import_fully_replicated(mesh, x, shape, name=key)
     return mtf_features
 
+  def joined_features(self, mtf_features, mode: str):
+    """The features as the model reads them.
+
+    As the original's model_fn, a "delimited_lm" reads each example's
+    inputs and targets joined into its targets (inputs, then targets:
+    dynamic_text2self), so training, evaluating and scoring it on text2text
+    data uses both; scoring also takes rows already joined (targets only).
+    Scoring an "lm" on examples with inputs joins them too (their tokens
+    are then scored as well). Other features are read unchanged.
+
+    Args:
+      mtf_features: {feature name: int mtf.Tensor [batch dims..., length]}.
+      mode: "train", "eval" or "score".
+
+    Returns:
+      The features the model reads.
+
+    Raises:
+      ValueError: if a "delimited_lm" gets no "inputs" outside scoring.
+    """
+    if self.model_type == "lm" and mode == "score" and "inputs" in mtf_features:
+      logging.warning(
+        "Scoring of lm models will include loss from the 'inputs'."
+      )
+      return dynamic_text2self(mtf_features)
+    if self.model_type != "delimited_lm":
+      return mtf_features
+    if "inputs" in mtf_features:
+      return dynamic_text2self(mtf_features)
+    if mode != "score":
+      raise ValueError(
+        "mode=%s model_type=delimited_lm should have feature inputs\n"
+        'A common mistake is that model_type="delimited_lm" should be used '
+        "with tasks that produce inputs and targets, while "
+        'model_type="lm" should be used with tasks that produce targets '
+        "only." % mode
+      )
+    return mtf_features
+
   def logits_and_loss(self, mtf_features, mode: str, num_microbatches: int = 1):
     """(logits, loss) of the model, as the original's model_fn computed.
 
@@ -440,7 +480,9 @@ class Estimator:
     graph = mtf.Graph()
     mesh = mtf.Mesh(graph, "mesh")
     with mtf.variable_store(self.store):
-      mtf_features = self.import_features(mesh, features)
+      mtf_features = self.joined_features(
+        self.import_features(mesh, features), ModeKeys.TRAIN
+      )
       batch_dim = self.batch_dims()[-1]
       num_microbatches = self._num_microbatches(batch_dim)
       if num_microbatches > 1:

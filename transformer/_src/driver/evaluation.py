@@ -20,6 +20,7 @@ from typing import (
   List,
   Optional,
   Sequence,
+  Tuple,
   Union,
 )
 
@@ -31,6 +32,7 @@ from transformer._src.driver import mesh_impl_choice
 from transformer._src.driver.config import clean_decodes
 from transformer._src.layers.context import ModeKeys
 from transformer._src.models.unitransformer import Unitransformer
+from transformer._src.models.unitransformer import delimited_lm_inputs_mask
 
 __all__ = [
   "batch_loop_graph",
@@ -40,7 +42,8 @@ __all__ = [
   "decode_loop_graph",
   "evaluate",
   "score_ids",
-  "target_weights",
+  "scores_and_targets",
+  "target_weights_on_mesh",
   "teacher_forced",
   "teacher_forced_graph",
   "teacher_forced_loop_graph",
@@ -58,22 +61,52 @@ def _static_batch_size(features: Dict[str, tf.Tensor]) -> int:
   return sizes.pop()
 
 
-def teacher_forced_graph(est, features: Dict[str, tf.Tensor]):
+def teacher_forced_graph(
+  est, features: Dict[str, tf.Tensor], scoring: bool = False
+):
   """Builds and lowers the teacher-forced model over tf `features`.
 
-  Returns (lowering, loss, xent, predictions): the model's loss (scalar)
-  and per-token cross-entropy / argmax, each shaped like features'
-  "targets" ([ensemble?, batch, length]).
+  Returns (lowering, loss, xent, predictions, targets, weights): the
+  model's loss (scalar) and, per position of the targets the model reads,
+  the cross-entropy, the argmax, the target id and where it counts (float
+  0/1; see target_weights_on_mesh), each [ensemble?, batch, length]. The
+  targets are the features' "targets", except for a "delimited_lm" fed
+  inputs too: then each row's inputs and targets joined, inputs + targets
+  long (Estimator.joined_features; scoring: also an "lm" fed inputs, as
+  the original's "score" mode).
   """
-  return est.lower_on_mesh(_teacher_forced_on_mesh, est, features)
+  return est.lower_on_mesh(_teacher_forced_on_mesh, est, features, scoring)
 
 
-def _teacher_forced_on_mesh(est, features: Dict[str, tf.Tensor]):
+def target_weights_on_mesh(targets: mtf.Tensor, model_type: str) -> mtf.Tensor:
+  """Where a target counts in scores and metrics (float32 0/1), as the
+  original's: ids > 0 and, for a "delimited_lm", not in an example's inputs
+  part.
+
+  Args:
+    targets: int ids [..., length].
+    model_type: the estimator's model type, e.g. "bitransformer".
+
+  Returns:
+    A float32 mtf.Tensor shaped as targets.
+  """
+  weights = mtf.cast(mtf.greater(targets, 0), tf.float32)
+  if model_type == "delimited_lm":
+    weights *= mtf.cast(
+      mtf.logical_not(delimited_lm_inputs_mask(targets)), tf.float32
+    )
+  return weights
+
+
+def _teacher_forced_on_mesh(est, features: Dict[str, tf.Tensor], scoring: bool):
   graph = mtf.Graph()
   mesh = mtf.Mesh(graph, "mesh")
   with mtf.variable_store(est.store):
     batch_size = _static_batch_size(features)
-    mtf_features = est.import_features(mesh, features, batch_size)
+    mtf_features = est.joined_features(
+      est.import_features(mesh, features, batch_size),
+      "score" if scoring else ModeKeys.EVAL,
+    )
     logits, loss = est.logits_and_loss(mtf_features, ModeKeys.EVAL)
     if isinstance(logits, tuple):
       logits = logits[0]
@@ -84,20 +117,36 @@ def _teacher_forced_on_mesh(est, features: Dict[str, tf.Tensor]):
       logits, targets, vocab_dim
     )
     predictions = mtf.argmax(logits, vocab_dim)
+    weights = target_weights_on_mesh(targets, getattr(est, "model_type", None))
   lowering = mtf.Lowering(graph, {mesh: est.mesh_impl}, autostack=est.autostack)
-  # [ensemble?, outer_batch?, batch, length] -> the features' shape.
-  shape = tf.shape(features["targets"])
+  # [ensemble?, outer_batch?, batch, length] -> the features' batch shape.
+  shape = tf.concat(
+    [tf.shape(features["targets"])[:-1], [targets.shape.dims[-1].size]], 0
+  )
+
+  def export(tensor, dtype):
+    return tf.reshape(
+      tf.cast(lowering.export_to_tf_tensor(tensor), dtype), shape
+    )
+
   return (
     lowering,
     tf.cast(lowering.export_to_tf_tensor(loss), tf.float32),
-    tf.reshape(lowering.export_to_tf_tensor(xent), shape),
-    tf.reshape(
-      tf.cast(lowering.export_to_tf_tensor(predictions), tf.int32), shape
-    ),
+    export(xent, tf.float32),
+    export(predictions, tf.int32),
+    export(targets, tf.int32),
+    export(weights, tf.float32),
   )
 
 
-_TEACHER_FORCED_OUTPUTS = ("loss", "xent", "predictions")
+_TEACHER_FORCED_OUTPUTS = ("loss", "xent", "predictions", "targets", "weights")
+_TEACHER_FORCED_DTYPES = (
+  tf.float32,
+  tf.float32,
+  tf.int32,
+  tf.int32,
+  tf.float32,
+)
 
 
 def _build_phase(est, phase, graph_fn, names: Sequence[str]):
@@ -115,14 +164,23 @@ def _build_phase(est, phase, graph_fn, names: Sequence[str]):
   return fn
 
 
-def build_teacher_forced(est, phase):
+def build_teacher_forced(est, phase, scoring: bool = False):
   """tf.function(features) -> {"loss"} of the batch and {"xent",
   "predictions"} per target token.
   """
-  return _build_phase(est, phase, teacher_forced_graph, _TEACHER_FORCED_OUTPUTS)
+  return _build_phase(
+    est,
+    phase,
+    functools.partial(teacher_forced_graph, scoring=scoring),
+    _TEACHER_FORCED_OUTPUTS,
+  )
 
 
-def teacher_forced(est, features: Dict[str, tf.Tensor]):
+def _phase_name(base: str, scoring: bool) -> str:
+  return base + ("_score" if scoring else "")
+
+
+def teacher_forced(est, features: Dict[str, tf.Tensor], scoring: bool = False):
   """The model's loss, per-token cross-entropy and argmax predictions for one
   batch.
 
@@ -130,7 +188,10 @@ def teacher_forced(est, features: Dict[str, tf.Tensor]):
   sees the batch, and the results are [ensemble, batch, length].
   """
   features = _with_ensemble(est, features)
-  phase = est.phase_fn("teacher_forced", lambda p: build_teacher_forced(est, p))
+  phase = est.phase_fn(
+    _phase_name("teacher_forced", scoring),
+    lambda p: build_teacher_forced(est, p, scoring),
+  )
   return est.run_phase(phase, features)
 
 
@@ -194,6 +255,7 @@ def teacher_forced_loop_graph(
   est,
   features: Dict[str, tf.Tensor],
   num_batches: Union[int, tf.Tensor, None] = None,
+  scoring: bool = False,
 ) -> tuple:
   """The teacher-forced program of several batches in one host call.
 
@@ -205,28 +267,32 @@ def teacher_forced_loop_graph(
     features: {feature name: int tensor [batches, ensemble?, batch,
       length]}.
     num_batches: how many of the batches to run (None: all).
+    scoring: the features are scored (see teacher_forced_graph).
 
   Returns:
-    (lowering, losses, xent, predictions): a lowering of the program (for
-    its variables), the model's loss of each batch ([batches]), and the
-    per-token cross-entropy and argmax predictions, each shaped like
-    features' "targets".
+    (lowering, losses, xent, predictions, targets, weights): a lowering of
+    the program (for its variables), the model's loss of each batch
+    ([batches]), and the per-target outputs of teacher_forced_graph of each
+    batch.
   """
   return batch_loop_graph(
     est,
-    teacher_forced_graph,
+    functools.partial(teacher_forced_graph, scoring=scoring),
     features,
     num_batches,
-    (tf.float32, tf.float32, tf.int32),
+    _TEACHER_FORCED_DTYPES,
   )
 
 
-def build_teacher_forced_loop(est, phase):
+def build_teacher_forced_loop(est, phase, scoring: bool = False):
   """tf.function(features [batches, ...], num_batches) -> {"loss"
   [batches], "xent", "predictions"}.
   """
   return _build_phase(
-    est, phase, teacher_forced_loop_graph, _TEACHER_FORCED_OUTPUTS
+    est,
+    phase,
+    functools.partial(teacher_forced_loop_graph, scoring=scoring),
+    _TEACHER_FORCED_OUTPUTS,
   )
 
 
@@ -291,20 +357,25 @@ def _run_in_calls(
       yield batch, {k: v[i] for k, v in outputs.items()}
 
 
-def _teacher_forced_each(est, batches: Iterable[Dict[str, np.ndarray]]):
-  """(batch, teacher_forced's outputs as arrays) of each [batch, length]
-  batch; batches_per_call batches per call.
+def _teacher_forced_each(
+  est, batches: Iterable[Dict[str, np.ndarray]], scoring: bool = False
+):
+  """teacher_forced's outputs, as arrays, of each [batch, length] batch;
+  batches_per_call batches per call.
   """
   if batches_per_call(est) == 1:
     for batch in batches:
-      yield batch, {k: v.numpy() for k, v in teacher_forced(est, batch).items()}
+      out = teacher_forced(est, batch, scoring)
+      yield {k: v.numpy() for k, v in out.items()}
     return
   phase = est.phase_fn(
-    "teacher_forced_loop", lambda p: build_teacher_forced_loop(est, p)
+    _phase_name("teacher_forced_loop", scoring),
+    lambda p: build_teacher_forced_loop(est, p, scoring),
   )
-  yield from _run_in_calls(
+  for _, out in _run_in_calls(
     est, phase, batches, lambda batch: _with_ensemble(est, batch)
-  )
+  ):
+    yield out
 
 
 def _in_groups(iterable, size: int):
@@ -332,7 +403,8 @@ def evaluate(
   padding and the zero rows that fill the last batch included), averaged
   over the batches as Estimator.evaluate averaged it. The cross-entropy per
   target token is -neg_log_perplexity. A target token counts where
-  target_weights says (targets > 0, not in a delimited_lm's inputs); a row
+  target_weights_on_mesh says (ids > 0, not in a delimited_lm's inputs;
+  a delimited_lm's targets are its joined inputs and targets); a row
   counts (for sequence_accuracy) where it has any target token, and is
   exactly right when every counted token is predicted. As the original's,
   "mean_label" (the mean target id, a checksum of the data) and
@@ -355,12 +427,11 @@ def evaluate(
     }
     for batch in itertools.islice(dataset, max_batches)
   )
-  for features, out in _teacher_forced_each(est, batches):
+  for out in _teacher_forced_each(est, batches):
     loss_sum += float(out["loss"])
     num_batches += 1
-    xent = out["xent"]
-    targets = np.broadcast_to(features["targets"], xent.shape)
-    weights = target_weights(targets, getattr(est, "model_type", None))
+    xent, targets = out["xent"], out["targets"]
+    weights = out["weights"] > 0
     right = (out["predictions"] == targets) | ~weights
     xent_sum += float(np.sum(xent * weights))
     tokens += int(weights.sum())
@@ -386,51 +457,53 @@ def evaluate(
   }
 
 
-def target_weights(targets: np.ndarray, model_type: str) -> np.ndarray:
-  """Where a target token counts in the teacher-forced metrics.
-
-  As the original's eval weights: ids > 0 and, for a "delimited_lm" (rows of
-  [inputs, EOS, targets, EOS, ...]), only outside the inputs parts (where
-  an even number of EOS precede the position).
-
-  Example:
-    >>> target_weights(np.array([5, 6, 1, 7, 1, 0]), "delimited_lm")
-    array([False, False, False,  True,  True, False])
-
-  Args:
-    targets: int ids [..., length].
-    model_type: the estimator's model type, e.g. "bitransformer".
-
-  Returns:
-    A bool array shaped as targets.
-  """
-  weights = targets > 0
-  if model_type == "delimited_lm":
-    eos = targets == 1
-    eos_before = np.cumsum(eos, axis=-1) - eos
-    weights &= eos_before % 2 == 1
-  return weights
-
-
 def score_ids(
   est,
   inputs: Optional[np.ndarray],
   targets: np.ndarray,
   checkpoint_path: Optional[str] = None,
 ) -> np.ndarray:
-  """Log-likelihood of each target row (sum over tokens with id > 0)."""
+  """Log-likelihood of each target row: the sum over the targets that count
+  (ids > 0; for a "delimited_lm", not in its inputs parts).
+  """
+  return scores_and_targets(est, inputs, targets, checkpoint_path)[0]
+
+
+def scores_and_targets(
+  est,
+  inputs: Optional[np.ndarray],
+  targets: np.ndarray,
+  checkpoint_path: Optional[str] = None,
+) -> Tuple[np.ndarray, np.ndarray]:
+  """score_ids, and the target rows the model read.
+
+  The model reads the given targets, except that a "delimited_lm" given
+  inputs reads each row's inputs and targets joined (the original's score
+  predictions returned those as "targets").
+
+  Args:
+    est: the Estimator.
+    inputs: int ids [n, inputs length], or None.
+    targets: int ids [n, targets length].
+    checkpoint_path: the checkpoint to score with (default: the latest).
+
+  Returns:
+    (scores [n] float, targets [n, length] int32 as the model read them).
+  """
   est.prepare(checkpoint_path)
-  scores = []
+  scores, read_targets = [], []
   batches = _batches(est, {"inputs": inputs, "targets": targets})
-  for batch, out in _teacher_forced_each(est, batches):
-    weights = batch["targets"] > 0
-    row = -np.sum(out["xent"] * weights, axis=-1)
+  for out in _teacher_forced_each(est, batches, scoring=True):
+    row = -np.sum(out["xent"] * out["weights"], axis=-1)
+    rows = out["targets"]
     if row.ndim == 2:  # ensemble_inputs: the members' mean log-likelihood
-      row = row.mean(axis=0)
+      row, rows = row.mean(axis=0), rows[0]
     scores.append(row)
+    read_targets.append(rows)
   if not scores:
-    return np.zeros([0], np.float32)
-  return np.concatenate(scores)[: len(targets)]
+    return np.zeros([0], np.float32), np.zeros([0, 0], np.int32)
+  n = len(targets)
+  return np.concatenate(scores)[:n], np.concatenate(read_targets)[:n]
 
 
 def _pad_rows(array: np.ndarray, rows: int) -> np.ndarray:

@@ -101,11 +101,8 @@ class _ServingModule(tf.Module):
       target_ids = _encode(targets_vocab, targets, lengths["targets"])
 
       def row_scores(input_chunk, target_chunk):
-        xent = self._phase_fn({"inputs": input_chunk, "targets": target_chunk})[
-          "xent"
-        ]
-        weights = tf.cast(target_chunk > 0, tf.float32)
-        return -tf.reduce_sum(xent * weights, axis=-1)
+        out = self._phase_fn({"inputs": input_chunk, "targets": target_chunk})
+        return -tf.reduce_sum(out["xent"] * out["weights"], axis=-1)
 
       scores = _in_chunks(
         row_scores,
@@ -182,7 +179,8 @@ def export_model(
   lengths = est.sequence_length
   if eval_with_score:
     phase = est.phase_fn(
-      "teacher_forced", lambda p: driver_eval.build_teacher_forced(est, p)
+      "teacher_forced_score",
+      lambda p: driver_eval.build_teacher_forced(est, p, scoring=True),
     )
     example = (
       {

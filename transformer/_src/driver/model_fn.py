@@ -25,6 +25,8 @@ from transformer._src.driver import estimator as driver
 from transformer._src.driver import evaluation as driver_eval
 from transformer._src.driver.config import clean_decodes
 from transformer._src.driver.config import get_variable_dtype
+from transformer._src.driver.config import inputs_vocabulary
+from transformer._src.driver.config import targets_vocabulary
 from transformer._src.layers.context import ModeKeys
 
 __all__ = [
@@ -122,33 +124,31 @@ class ModelFnSpec(NamedTuple):
   lowering: mtf.Lowering
 
 
-def _eval_metric_ops(xent, predictions, targets):
-  """The original's teacher-forced eval metrics as streaming metrics."""
-  weights = tf.cast(targets > 0, tf.float32)
+def _eval_metric_ops(xent, predictions, targets, weights):
+  """The original's teacher-forced eval metrics as streaming metrics.
+
+  weights (float 0/1) says where a target counts; a row counts where it
+  has any such target, and is right where all of them are predicted.
+  """
   correct = tf.cast(tf.equal(predictions, targets), tf.float32) * weights
-  rows = tf.cast(tf.reduce_any(targets > 0, axis=-1), tf.float32)
-  all_right = (
-    tf.cast(
-      tf.reduce_all(
-        tf.logical_or(tf.equal(predictions, targets), targets <= 0), axis=-1
-      ),
-      tf.float32,
-    )
-    * rows
+  counted = tf.reduce_sum(weights, axis=-1)
+  rows = tf.cast(counted > 0, tf.float32)
+  all_right = tf.cast(
+    tf.equal(tf.reduce_sum(correct, axis=-1), counted), tf.float32
   )
   return {
     "neg_log_perplexity": _metric_ratio(
       -xent * weights, weights, "neg_log_perplexity"
     ),
     "token_accuracy": _metric_ratio(correct, weights, "token_accuracy"),
-    "sequence_accuracy": _metric_ratio(all_right, rows, "sequence_accuracy"),
+    "sequence_accuracy": _metric_ratio(
+      all_right * rows, rows, "sequence_accuracy"
+    ),
     "mean_label": _metric_ratio(
       tf.cast(targets, tf.float32) * weights, weights, "mean_label"
     ),
     "num_eval_tokens": metric_sum(weights, "num_eval_tokens"),
-    "max_targets_length": metric_max(
-      tf.reduce_sum(weights, axis=-1), "max_targets_length"
-    ),
+    "max_targets_length": metric_max(counted, "max_targets_length"),
   }
 
 
@@ -161,10 +161,14 @@ class ModelFn:
   """
 
   def __init__(
-    self, estimator_kwargs: Dict[str, Any], score_in_predict_mode: bool
+    self,
+    estimator_kwargs: Dict[str, Any],
+    score_in_predict_mode: bool,
+    use_tpu: bool = False,
   ):
     self._kwargs = estimator_kwargs
     self.score_in_predict_mode = score_in_predict_mode
+    self._use_tpu = use_tpu
     self._estimators: Dict[Any, driver.Estimator] = {}
     self.estimator = self._estimator_for_current_graph()
 
@@ -178,11 +182,26 @@ class ModelFn:
       self._estimators[key] = est
     return est
 
+  def _maybe_detokenize(self, ids: tf.Tensor, vocabulary) -> tf.Tensor:
+    """Rows of ids [batch, length] as texts [batch] where the vocabulary
+    decodes in the graph (not on TPU), as the original's predictions; else
+    the ids. Each row is decoded on its own, so vocabularies whose decode_tf
+    takes one row serve too.
+    """
+    if self._use_tpu or not hasattr(vocabulary, "decode_tf"):
+      return ids
+    return tf.map_fn(
+      vocabulary.decode_tf,
+      ids,
+      fn_output_signature=tf.TensorSpec([], tf.string),
+    )
+
   def __call__(
     self, features, labels=None, mode=ModeKeys.TRAIN, params=None, config=None
   ) -> ModelFnSpec:
     del labels, params, config
     est = self._estimator_for_current_graph()
+    predict_batch_size = features.get("predict_batch_size")
     features = driver.model_features(features)
     if mode == ModeKeys.TRAIN:
       lowering, loss, updates, _ = est.build_train_graph(features)
@@ -201,23 +220,29 @@ class ModelFn:
     if mode == ModeKeys.EVAL or (
       mode == ModeKeys.PREDICT and self.score_in_predict_mode
     ):
-      lowering, loss, xent, predictions = driver_eval.teacher_forced_graph(
-        est, features
+      lowering, loss, xent, predictions, targets, weights = (
+        driver_eval.teacher_forced_graph(
+          est, features, scoring=mode != ModeKeys.EVAL
+        )
       )
-      targets = features["targets"]
       if mode == ModeKeys.EVAL:
         return ModelFnSpec(
           mode,
           loss,
           None,
           None,
-          _eval_metric_ops(xent, predictions, targets),
+          _eval_metric_ops(xent, predictions, targets, weights),
           [mtf.MtfRestoreHook(lowering)],
           None,
           lowering,
         )
-      scores = -tf.reduce_sum(xent * tf.cast(targets > 0, tf.float32), axis=-1)
-      outputs = dict(features, scores=scores)
+      scores = -tf.reduce_sum(xent * weights, axis=-1)
+      outputs = {
+        "targets": self._maybe_detokenize(
+          clean_decodes(targets), targets_vocabulary(est.vocabulary)
+        ),
+        "scores": scores,
+      }
       return ModelFnSpec(
         mode,
         None,
@@ -230,11 +255,23 @@ class ModelFn:
       )
     if mode == ModeKeys.PREDICT:
       lowering, outputs = driver_eval.decode_graph(est, features["inputs"])
+      predictions = {
+        "inputs": self._maybe_detokenize(
+          clean_decodes(features["inputs"]), inputs_vocabulary(est.vocabulary)
+        ),
+        "outputs": self._maybe_detokenize(
+          outputs, targets_vocabulary(est.vocabulary)
+        ),
+      }
+      if predict_batch_size is not None:
+        predictions = {
+          k: v[:predict_batch_size] for k, v in predictions.items()
+        }
       return ModelFnSpec(
         mode,
         None,
         None,
-        {"inputs": clean_decodes(features["inputs"]), "outputs": outputs},
+        predictions,
         None,
         [mtf.MtfRestoreHook(lowering)],
         None,
@@ -279,9 +316,11 @@ def tpu_estimator_model_fn(
 ) -> ModelFn:
   """The model_fn of a transformer on a mesh (see ModelFn).
 
-  use_tpu and tpu_summaries are accepted and logged (utils.run's `tpu`
-  decides where the model runs); hierarchical_tiling_spec places the mesh
-  on a Cloud TPU when utils.run runs there.
+  utils.run's `tpu` decides where the model runs: use_tpu only keeps
+  predictions as ids (off TPU, as the original's, they are text where the
+  vocabulary decodes in the graph) and tpu_summaries is logged;
+  hierarchical_tiling_spec places the mesh on a Cloud TPU when utils.run
+  runs there.
 
   Args:
     model_type: "bitransformer", "lm", "delimited_lm", "aligned" or
@@ -290,8 +329,8 @@ def tpu_estimator_model_fn(
       to run.
     vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
     model_dir: the directory of the checkpoints and summaries.
-    use_tpu: accepted for the original's signature; TPUs are not driven from
-      here.
+    use_tpu: whether the model_fn's predictions stay ids (TPUs are not driven
+      from here).
     mesh_shape: an mtf.Shape or a string like "batch:8;model:4": the mesh's
       dims.
     layout_rules: an mtf.LayoutRules or a string like "batch:batch,d_ff:model":
@@ -341,10 +380,10 @@ def tpu_estimator_model_fn(
   Returns:
     A ModelFn: callable as model_fn(features, labels, mode, params).
   """
-  if use_tpu or tpu_summaries:
+  if tpu_summaries:
     logging.warning(
-      "tpu_estimator_model_fn: use_tpu / tpu_summaries are ignored; "
-      "utils.run's tpu parameter decides where the model runs"
+      "tpu_estimator_model_fn: tpu_summaries is ignored; utils.run's tpu "
+      "parameter decides where the model runs"
     )
   if weight_decay_checkpoint is not None:
     logging.warning(
@@ -378,4 +417,4 @@ def tpu_estimator_model_fn(
     mesh_impl=mesh_impl,
     hierarchical_tiling_spec=hierarchical_tiling_spec,
   )
-  return ModelFn(kwargs, score_in_predict_mode)
+  return ModelFn(kwargs, score_in_predict_mode, use_tpu=bool(use_tpu))
