@@ -13,7 +13,9 @@ variables, not by the program.
   tables by it), and the replica's slice variables and ordering token. The
   trace reads the variables and token of the first replica (its "template");
   each call passes its own replica's instead of the template's in the
-  function's captured inputs.
+  function's captured inputs. The slice variables of a program traced from
+  eager code are passed packed: one input per variable for all the calls
+  (see CollectiveBackend._pack_slices).
 - every collective a device issues passes that device's *ordering token* (the
   handle of a per-device resource variable). tf.function's automatic control
   dependencies then order the collectives of one device in program order but
@@ -483,10 +485,6 @@ class CollectiveBackend(simd_backend.SimdBackend):
     needs the ordinary calls (see _ReplicaCaller).
     """
     if self.num_replicas < 2 or record.could_possibly_record():
-      return False
-    if len(
-      {tf.DeviceSpec.from_string(d).to_string() for d in self._devices}
-    ) < (self.num_replicas):
       return False
     with tf.init_scope():
       return tf.executing_eagerly()
