@@ -5,8 +5,10 @@ each distinct part once (not once per device); the replica program's
 function is called once per device and stored once in the step's graph,
 the calls built before the function is added (so TensorFlow does not infer
 the shapes of the whole body again for every call); collectives over the
-same groups look the replica's entry of a pnum table up once. The numbers
-stay those of PlacementMeshImpl on the meshes of tests/meshes.py.
+same groups look the replica's entry of a pnum table up once; the calls
+take each variable's slices as one packed input, ordered with direct uses
+of the slices. The numbers stay those of PlacementMeshImpl on the meshes of
+tests/meshes.py.
 """
 
 import numpy as np
