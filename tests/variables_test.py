@@ -604,3 +604,23 @@ def test_store_is_trackable_for_checkpoints(tmp_path):
   v.master.assign(tf.zeros([4, 8]))
   tf.train.Checkpoint(store=store).restore(path)
   np.testing.assert_array_equal(v.master.numpy(), W0)
+
+
+def test_store_tracks_slices_for_checkpoints(tmp_path):
+  """Slices: checkpointed as `store/_slices/<key>`, restored when made later."""
+  store = mtf.VariableStore()
+  key = "simd:w_slice_0/CPU:0/[0]/[2]"
+  made = store.get_or_create_slice(key, lambda: tf.Variable([1.0, 2.0]))
+  assert any(var is made for var in store.variables)
+  assert store.get_or_create_slice(key, lambda: None) is made
+  path = tf.train.Checkpoint(store=store).save(str(tmp_path / "ckpt"))
+  names = [name for name, _ in tf.train.list_variables(path)]
+  # TensorFlow writes "/" in a name as ".S".
+  assert (
+    "store/_slices/simd:w_slice_0.SCPU:0.S[0].S[2]/.ATTRIBUTES/VARIABLE_VALUE"
+    in names
+  )
+  fresh = mtf.VariableStore()
+  tf.train.Checkpoint(store=fresh).restore(path).expect_partial()
+  later = fresh.get_or_create_slice(key, lambda: tf.Variable([0.0, 0.0]))
+  np.testing.assert_array_equal(later.numpy(), [1.0, 2.0])

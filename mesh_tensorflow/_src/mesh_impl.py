@@ -245,13 +245,31 @@ class MeshImpl:
       a list of ints, one per tensor dimension: where the slice of processor
       `pnum` starts in the full tensor.
     """
+    return self.slice_begins(tensor_shape, [pnum])[0]
+
+  def slice_begins(self, tensor_shape, pnums: Sequence[int]) -> List[List[int]]:
+    """slice_begin of each of `pnums`, the tensor's layout worked out once.
+
+    Args:
+      tensor_shape: the Shape of an mtf tensor.
+      pnums: processor numbers.
+
+    Returns:
+      a list with, for each of pnums, the offsets of its slice.
+    """
     tensor_shape = convert_to_shape(tensor_shape)
-    coords = layout_lib.pnum_to_processor_coordinates(self._shape, pnum)
+    layout = self.tensor_layout(tensor_shape)
     sizes = self.slice_shape(tensor_shape)
-    return [
-      0 if ma is None else coords[ma] * size
-      for ma, size in zip(self.tensor_layout(tensor_shape), sizes)
-    ]
+    begins = []
+    for pnum in pnums:
+      coords = layout_lib.pnum_to_processor_coordinates(self._shape, pnum)
+      begins.append(
+        [
+          0 if ma is None else coords[ma] * size
+          for ma, size in zip(layout, sizes)
+        ]
+      )
+    return begins
 
   def slice_size(self, tensor_shape) -> int:
     """The number of elements of each processor's slice of a tensor.

@@ -17,6 +17,8 @@ import weakref
 
 from absl import logging
 import tensorflow as tf
+from tensorflow.python.trackable import base as trackable_base  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.trackable import data_structures  # pylint: disable=g-direct-tensorflow-import
 
 from mesh_tensorflow._src.graph import Graph
 from mesh_tensorflow._src.graph import Mesh
@@ -101,7 +103,15 @@ class VariableStore(tf.Module):
   def __init__(self, name: str = "mtf_variable_store"):
     super().__init__(name=name)
     self.masters: Dict[str, tf.Variable] = {}
-    self._slices: Dict[str, tf.Variable] = {}
+    # The slices, in a plain dict: tf.Module's automatic dict wrapper copies
+    # the whole dict on every insertion, quadratic in the number of slices
+    # (thousands on large meshes). They are tracked for checkpoints under
+    # "_slices/<key>" as the wrapper tracked them, by _slice_dependencies.
+    self._slices: Dict[str, tf.Variable] = data_structures.NoDependency({})
+    self._slice_dependencies = data_structures.NoDependency(
+      trackable_base.Trackable()
+    )
+    self._track_trackable(self._slice_dependencies, name="_slices")
 
   def get_or_create_master(
     self,
@@ -176,6 +186,8 @@ class VariableStore(tf.Module):
       with tf.init_scope(), _root_name_scope():
         existing = create_fn()
       self._slices[key] = existing
+      # pylint: disable-next=protected-access
+      self._slice_dependencies._track_trackable(existing, name=key)
     return existing
 
 

@@ -5,8 +5,10 @@ each distinct part once (not once per device); the replica program's
 function is called once per device and stored once in the step's graph,
 the calls built before the function is added (so TensorFlow does not infer
 the shapes of the whole body again for every call); collectives over the
-same groups look the replica's entry of a pnum table up once. The numbers
-stay those of PlacementMeshImpl on the meshes of tests/meshes.py.
+same groups look the replica's entry of a pnum table up once; the calls
+take each variable's slices as one packed input, ordered with direct uses
+of the slices. The numbers stay those of PlacementMeshImpl on the meshes of
+tests/meshes.py.
 """
 
 import numpy as np
@@ -194,3 +196,68 @@ def test_pnum_tables_looked_up_once_per_trace():
   ops_of = [n.op for n in body.node_def]
   assert ops_of.count("CollectiveReduceV2") == 3
   assert ops_of.count("GatherV2") == 1
+
+
+def _slices(values):
+  """One float32 [2] variable per device of DEVICES, slice i holding values[i]."""
+  slices = []
+  for device, value in zip(DEVICES, values):
+    with tf.device(device):
+      slices.append(tf.Variable(tf.fill([2], float(value))))
+  return slices
+
+
+def _add_pnum_program(backend, slices):
+  """Each replica adds its pnum + 1 to its slice and returns the new value."""
+
+  def program():
+    var = backend.replica_variable("w", slices)
+    pnum = tf.cast(backend.replica_pnum(), tf.float32)
+    return tf.identity(var.assign_add(tf.fill([2], pnum + 1.0)))
+
+  return program
+
+
+def test_slices_passed_packed_one_input_per_variable():
+  """The calls share one packed input per variable; each updates its slice."""
+  backend = _backend(DEVICES)
+  slices = _slices(range(8))
+  outputs, graph_def = _replicate_in_function(
+    backend, _add_pnum_program(backend, slices)
+  )
+  want = [2.0 * p + 1.0 for p in range(8)]
+  assert [float(y[0]) for y in outputs] == want
+  assert [float(v[1]) for v in slices] == want
+  calls = [n for n in graph_def.node if n.op == "StatefulPartitionedCall"]
+  assert len(calls) == 8
+  placeholders = {n.name for n in graph_def.node if n.op == "Placeholder"}
+  # Inputs: the pnum, the packed slices (one input for all calls) and the
+  # call's device's ordering token.
+  packed = {c.input[1] for c in calls}
+  assert len(packed) == 1 and packed <= placeholders
+  assert len({c.input[2] for c in calls}) == 8
+
+
+def test_direct_slice_uses_ordered_with_packed_calls():
+  """Slices used directly before and after the calls see their updates."""
+  backend = _backend(DEVICES[:4])
+  slices = _slices([10, 20, 30, 40])
+
+  @tf.function(autograph=False)
+  def run():
+    slices[2].assign(tf.fill([2], 100.0))
+    first = backend.replicate(
+      _add_pnum_program(backend, slices), (), [0, 1, 2, 3]
+    )
+    # A second program on the same slices, without collectives: the calls
+    # of each device run after that device's first call.
+    second = backend.replicate(
+      _add_pnum_program(backend, slices), (), [0, 1, 2, 3]
+    )
+    after = [v.read_value() for v in slices]
+    return first, second, after
+
+  first, second, after = run()
+  assert [float(y[0]) for y in first] == [11.0, 22.0, 103.0, 44.0]
+  assert [float(y[0]) for y in second] == [12.0, 24.0, 106.0, 48.0]
+  assert [float(y[0]) for y in after] == [12.0, 24.0, 106.0, 48.0]

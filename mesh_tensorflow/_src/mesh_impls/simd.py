@@ -119,8 +119,10 @@ class LaidOutVariable:
     backend = mesh_impl.backend
     self._slices = []
     master_parts = slice_variables.MasterParts(variable)
-    for pnum in range(mesh_impl.size):
-      begin = mesh_impl.slice_begin(shape, mesh_impl.p2l(pnum))
+    begins = mesh_impl.slice_begins(
+      shape, [mesh_impl.p2l(pnum) for pnum in range(mesh_impl.size)]
+    )
+    for pnum, begin in enumerate(begins):
       device = backend.device(pnum)
       name = "%s_slice_%d" % (variable.name, pnum)
       key = "simd:%s/%s/%s/%s" % (name, device, begin, slice_shape)

@@ -13,7 +13,9 @@ variables, not by the program.
   tables by it), and the replica's slice variables and ordering token. The
   trace reads the variables and token of the first replica (its "template");
   each call passes its own replica's instead of the template's in the
-  function's captured inputs.
+  function's captured inputs. The slice variables of a program traced from
+  eager code are passed packed: one input per variable for all the calls
+  (see CollectiveBackend._pack_slices).
 - every collective a device issues passes that device's *ordering token* (the
   handle of a per-device resource variable). tf.function's automatic control
   dependencies then order the collectives of one device in program order but
@@ -50,7 +52,9 @@ import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
 from tensorflow.python.eager import context  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.eager import record  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.framework import auto_control_deps  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.framework import auto_control_deps_utils as acd_utils  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.framework import ops  # pylint: disable=g-direct-tensorflow-import
 
 from mesh_tensorflow._src.mesh_impls import simd_backend
 
@@ -148,6 +152,11 @@ class _ReplicaContext:
     # Shared trace: id(tensor of the template) -> (that tensor, that tensor
     # of each replica by pnum); what each call passes instead of it.
     self.per_replica: Dict[int, Tuple[Any, List[Any]]] = {}
+    # Shared trace: ids of the template handles of slice variables (one
+    # variable per replica, which the calls may pass packed).
+    self.slice_handles = set()
+    # Shared trace: ids of the template handles of ordering tokens.
+    self.token_handles = set()
 
   def reserve_keys(self, n: int) -> int:
     first = self.key_base + self.count
@@ -380,6 +389,7 @@ class CollectiveBackend(simd_backend.SimdBackend):
     """(outputs, collective count): one trace called on every replica."""
     ctx = _ReplicaContext(None, base, template=physical_pnums[0])
     result = {}
+    packing = self._can_pack()
 
     def program(pnum):
       ctx.pnum_tensor = pnum
@@ -390,6 +400,9 @@ class CollectiveBackend(simd_backend.SimdBackend):
       finally:
         self._stack().pop()
       result["flat"] = tf.nest.flatten(result["structure"])
+      if packing:
+        # The calls of one device are ordered by its token (see _pack_slices).
+        tf.compat.v1.get_default_graph().capture(self._token(ctx))
       # One output at least: its op stands for all the program's operations.
       return [x for x in result["flat"] if _is_tensor(x)] + [tf.constant(0)]
 
@@ -399,14 +412,22 @@ class CollectiveBackend(simd_backend.SimdBackend):
       concrete = traced.get_concrete_function(tf.TensorSpec([], tf.int32))
     _check_shared_resources_only_read(concrete, ctx)
     captured = list(concrete.captured_inputs)
-    call_replica = _ReplicaCaller(concrete)
+    packed = self._pack_slices(ctx, captured) if packing else {}
+    call_replica = _ReplicaCaller(
+      concrete,
+      packed=[id(c) in packed for c in captured],
+      written=[id(c) in ctx.token_handles for c in captured],
+    )
     outputs = []
     try:
       for pnum in physical_pnums:
         with tf.device(self._devices[pnum]):
           flat_outputs = call_replica(
             tf.constant(pnum, tf.int32),
-            [ctx.replica_value(c, pnum) for c in captured],
+            [
+              packed[id(c)] if id(c) in packed else ctx.replica_value(c, pnum)
+              for c in captured
+            ],
           )
         call = flat_outputs[-1].op
         values = iter(flat_outputs[:-1])
@@ -452,7 +473,53 @@ class CollectiveBackend(simd_backend.SimdBackend):
           self._tokens[graph] = tokens
     if ctx.pnum is not None:
       return tokens[ctx.pnum].handle
-    return ctx.template_of(lambda p: tokens[p].handle, self.num_replicas)
+    handle = ctx.template_of(lambda p: tokens[p].handle, self.num_replicas)
+    ctx.token_handles.add(id(handle))
+    return handle
+
+  def _can_pack(self) -> bool:
+    """Whether the calls of a shared trace may pass slices packed.
+
+    Packed handles exist only for eager variables (the slices of a program
+    traced from eager code), one per device; a recording gradient tape
+    needs the ordinary calls (see _ReplicaCaller).
+    """
+    if self.num_replicas < 2 or record.could_possibly_record():
+      return False
+    with tf.init_scope():
+      return tf.executing_eagerly()
+
+  def _pack_slices(self, ctx: _ReplicaContext, captured) -> Dict[int, Any]:
+    """{id(template handle): packed handle} of the trace's slice variables.
+
+    Each call of the shared trace would capture its replica's handle of
+    every slice variable: one placeholder per variable and device in the
+    step's graph. Packed (`ops.pack_eager_tensors`), the handles of one
+    variable's slices are one eager tensor on a composite device, captured
+    once and passed to every call; when the step runs, TensorFlow gives each
+    call the handle on the call's device. The packed handle keeps the
+    slices' shape and dtype, so the step is optimised as before.
+
+    The calls only read the packed handle as far as automatic control
+    dependencies know (they would otherwise run one after the other and
+    wait for each other's collectives); the calls of one device are ordered
+    by the device's ordering token, which every call takes, and ops using a
+    slice directly are ordered with the calls by _order_direct_slice_uses.
+    """
+    packed = {}
+    graph = tf.compat.v1.get_default_graph()
+    for c in captured:
+      entry = ctx.per_replica.get(id(c))
+      if entry is None or id(c) not in ctx.slice_handles:
+        continue
+      handles = entry[1]
+      if not all(isinstance(h, ops.EagerTensor) for h in handles):
+        continue
+      if len({h.device for h in handles}) < len(handles):
+        continue
+      packed_slices = _PACKED_SLICES.setdefault(graph, _PackedSlices())
+      packed[id(c)] = packed_slices.pack(handles)
+    return packed
 
   def _make_tokens(self) -> list:
     tokens = []
@@ -584,7 +651,10 @@ class CollectiveBackend(simd_backend.SimdBackend):
     ctx = self._ctx("a variable read")
     if ctx.pnum is not None:
       return slice_variables[ctx.pnum]
-    ctx.template_of(lambda p: slice_variables[p].handle, self.num_replicas)
+    handle = ctx.template_of(
+      lambda p: slice_variables[p].handle, self.num_replicas
+    )
+    ctx.slice_handles.add(id(handle))
     return slice_variables[ctx.template]
 
   def local_replica_pnums(self) -> Optional[List[int]]:
@@ -725,15 +795,24 @@ class _ReplicaCaller:
 
   Args:
     concrete: the traced replica program (a ConcreteFunction of the pnum).
+    packed: for each captured input, whether the calls pass it packed (marked
+      read-only for automatic control dependencies, see
+      CollectiveBackend._pack_slices).
+    written: for each captured input, whether to mark it written even if the
+      program only reads it (the ordering tokens).
   """
 
-  def __init__(self, concrete):
+  def __init__(self, concrete, packed=(), written=()):
     self._concrete = concrete
     self._captured = list(concrete.captured_inputs)
     self._taped = record.could_possibly_record()
     graph = concrete.graph
     self._outputs = list(graph.outputs)
     dtypes = [t.dtype.as_datatype_enum for t in graph.inputs]
+    first = len(graph.inputs) - len(self._captured)
+    read_only = set(acd_utils.get_read_only_resource_input_indices_graph(graph))
+    read_only |= {first + i for i, p in enumerate(packed) if p}
+    read_only -= {first + i for i, w in enumerate(written) if w}
     self._attrs = {
       "Tin": _type_list(dtypes),
       "Tout": _type_list([t.dtype.as_datatype_enum for t in self._outputs]),
@@ -745,9 +824,7 @@ class _ReplicaCaller:
       # Automatic control dependencies order no calls after one another
       # for resources they only read (e.g. a master read by every replica).
       acd_utils.READ_ONLY_RESOURCE_INPUTS_ATTR: attr_value_pb2.AttrValue(
-        list=attr_value_pb2.AttrValue.ListValue(
-          i=acd_utils.get_read_only_resource_input_indices_graph(graph)
-        )
+        list=attr_value_pb2.AttrValue.ListValue(i=sorted(read_only))
       ),
     }
     # The call options of the context, as tf.function's own calls have.
@@ -784,6 +861,78 @@ class _ReplicaCaller:
       self._concrete.set_external_captures(self._captured)
     else:
       self._concrete.add_to_graph(tf.compat.v1.get_default_graph())
+
+
+class _PackedSlices:
+  """The packed slice handles the replica calls of one graph take."""
+
+  def __init__(self):
+    # (ids of one variable's eager slice handles) -> their packed handle.
+    self.packed: Dict[Tuple[int, ...], Any] = {}
+    self._placeholders = (None, {})
+
+  def pack(self, handles: Sequence[Any]):
+    """The packed handle of `handles` (one per graph: calls share it)."""
+    key = tuple(id(h) for h in handles)
+    if key not in self.packed:
+      with tf.init_scope():
+        self.packed[key] = ops.pack_eager_tensors(list(handles))
+    return self.packed[key]
+
+  def packed_placeholder_of(self, graph) -> Dict[int, Any]:
+    """{id(placeholder of a slice handle): placeholder of its packed handle}.
+
+    Recomputed when the graph captured more tensors.
+    """
+    internal = graph.function_captures.by_val_internal
+    version, found = self._placeholders
+    if version != (len(internal), len(self.packed)):
+      found = {}
+      for handle_ids, packed in self.packed.items():
+        packed_internal = internal.get(id(packed))
+        if packed_internal is None:
+          continue
+        for handle_id in handle_ids:
+          placeholder = internal.get(handle_id)
+          if placeholder is not None:
+            found[id(placeholder)] = packed_internal
+      self._placeholders = ((len(internal), len(self.packed)), found)
+    return found
+
+
+# Graphs whose replica calls take packed slice handles -> their _PackedSlices.
+_PACKED_SLICES = weakref.WeakKeyDictionary()
+
+
+@auto_control_deps.register_acd_resource_resolver
+def _order_direct_slice_uses(op, resource_reads, resource_writes) -> bool:
+  """Automatic control dependencies: a direct use of a packed slice.
+
+  An op of the step's graph that uses a slice variable directly (not through
+  a replica call), e.g. a copy of the slices to the masters after the
+  calls, is taken to write the slice's packed handle too: it then runs
+  after every call passed that handle and before every later one, as it
+  did when the calls took the slice handles themselves.
+
+  Args:
+    op: the op whose resource inputs are resolved.
+    resource_reads: the resources it reads (a set of tensors, updated).
+    resource_writes: the resources it writes (a set of tensors, updated).
+
+  Returns:
+    whether the sets changed.
+  """
+  packed_slices = _PACKED_SLICES.get(op.graph)
+  if packed_slices is None:
+    return False
+  packed_of = packed_slices.packed_placeholder_of(op.graph)
+  added = []
+  for t in list(resource_reads) + list(resource_writes):
+    packed = packed_of.get(id(t))
+    if packed is not None and packed not in resource_writes:
+      added.append(packed)
+  resource_writes.update(added)
+  return bool(added)
 
 
 def _type_list(dtypes: Sequence[int]) -> attr_value_pb2.AttrValue:
