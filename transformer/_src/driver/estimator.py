@@ -16,6 +16,7 @@ MtfCheckpointSaverListener / MtfRestoreHook did.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -26,6 +27,8 @@ from absl import logging
 import gin
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
+from tensorflow.core.protobuf import config_pb2
+from tensorflow.core.protobuf import rewriter_config_pb2
 from tensorflow.python.eager import context as eager_context  # pylint: disable=g-direct-tensorflow-import
 
 import mesh_tensorflow as mtf
@@ -86,6 +89,69 @@ def eager_in_legacy_mode(fn: Callable) -> Callable:
   # bindings of any name and no longer enforce gin.REQUIRED.
   wrapper.__signature__ = inspect.signature(fn)
   return wrapper
+
+
+# Grappler passes the driver's steps run without: on its models they rewrite
+# nothing that changes a value (losses and variables after three training
+# steps are bit for bit those with the passes on) and, run over a step
+# whose replica program is inlined once per device, they cost a third of
+# the first run of the step. Arithmetic optimisation and constant folding,
+# which do change the last bits, stay as configured.
+_PASSES_OFF = (
+  "layout_optimizer",
+  "remapping",
+  "dependency_optimization",
+  "loop_optimization",
+  "implementation_selector",
+  "shape_optimization",
+  "function_optimization",
+  "debug_stripper",
+  "pin_to_host_optimization",
+)
+_STEP_CALL_OPTIONS = {}
+
+
+def _step_call_options(options):
+  """The call options `options` with the passes of _PASSES_OFF turned off."""
+  key = (options.config_proto_serialized, options.executor_type)
+  derived = _STEP_CALL_OPTIONS.get(key)
+  if derived is None:
+    config = config_pb2.ConfigProto()
+    config.ParseFromString(options.config_proto_serialized)
+    rewrites = config.graph_options.rewrite_options
+    for name in _PASSES_OFF:
+      setattr(rewrites, name, rewriter_config_pb2.RewriterConfig.OFF)
+    rewrites.memory_optimization = rewriter_config_pb2.RewriterConfig.NO_MEM_OPT
+    rewrites.disable_model_pruning = True
+    derived = eager_context.FunctionCallOptions(
+      executor_type=options.executor_type, config_proto=config
+    )
+    _STEP_CALL_OPTIONS[key] = derived
+  return derived
+
+
+@contextlib.contextmanager
+def step_graph_rewrites():
+  """Runs the tf.functions called in it with fewer Grappler passes.
+
+  The first call of a step makes TensorFlow optimise the step's whole graph,
+  where SimdMeshImpl's replica program is inlined once per device: at 64
+  devices that is most of the first step's time. The passes of _PASSES_OFF
+  (and the memory optimiser and model pruning) change no value in the
+  driver's steps and are skipped for the calls made in this context only
+  (the function call options of this thread); the process's settings (e.g.
+  arithmetic optimisation turned off for a cluster) apply as before.
+
+  Yields:
+    Nothing.
+  """
+  ctx = eager_context.context()
+  saved = ctx.function_call_options
+  ctx.function_call_options = _step_call_options(saved)
+  try:
+    yield
+  finally:
+    ctx.function_call_options = saved
 
 
 def model_features(features: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
@@ -726,7 +792,8 @@ class Estimator:
     result = {}
     first_step = last_saved = step
     for features in dataset:
-      out = self._train_fn.fn(features)
+      with step_graph_rewrites():
+        out = self._train_fn.fn(features)
       self._masters_stale = True
       step = int(out["step"].numpy())
       if not out["finite"].numpy():
@@ -873,7 +940,8 @@ class Estimator:
       self._restore_later = None
       self.restore(pending)
     self._load_slices(phase)
-    return phase.fn(*args)
+    with step_graph_rewrites():
+      return phase.fn(*args)
 
   @eager_in_legacy_mode
   def evaluate(
