@@ -42,9 +42,9 @@ def test_scope_turns_the_passes_off_and_restores_the_options():
   assert inside.remapping == OFF
   assert inside.dependency_optimization == OFF
   assert inside.disable_model_pruning
+  assert inside.disable_tfg_optimizer
   assert (
-    inside.memory_optimization
-    == rewriter_config_pb2.RewriterConfig.NO_MEM_OPT
+    inside.memory_optimization == rewriter_config_pb2.RewriterConfig.NO_MEM_OPT
   )
   # The passes that change values stay as the process has them.
   assert inside.arithmetic_optimization == outside.arithmetic_optimization
@@ -67,8 +67,7 @@ def _train(model_dir, mesh_impl, activation_dtype):
   est.save()
   reader = tf.train.load_checkpoint(str(model_dir))
   values = {
-    name: reader.get_tensor(name)
-    for name in reader.get_variable_to_shape_map()
+    name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
   }
   return losses, values
 

@@ -21,7 +21,7 @@ import functools
 import inspect
 import os
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 from absl import logging
 import gin
@@ -91,12 +91,15 @@ def eager_in_legacy_mode(fn: Callable) -> Callable:
   return wrapper
 
 
-# Grappler passes the driver's steps run without: on its models they rewrite
-# nothing that changes a value (losses and variables after three training
-# steps are bit for bit those with the passes on) and, run over a step
-# whose replica program is inlined once per device, they cost a third of
-# the first run of the step. Arithmetic optimisation and constant folding,
-# which do change the last bits, stay as configured.
+# Grappler passes the driver's steps run without. On the models measured
+# (the tiny Bitransformer of the driver's tests, placement and SIMD; a
+# 2-layer Adafactor LM on 8 and 64 devices) they rewrite nothing that
+# changes a value: losses and variables after three training steps are bit
+# for bit those with the passes on. With the replica program of
+# SimdMeshImpl inlined once per device, they cost about a third of the
+# first run of a step. Arithmetic optimisation, constant folding and the
+# second round of the passes, which do change the last bits, stay as
+# configured.
 _PASSES_OFF = (
   "layout_optimizer",
   "remapping",
@@ -112,7 +115,7 @@ _STEP_CALL_OPTIONS = {}
 
 
 def _step_call_options(options):
-  """The call options `options` with the passes of _PASSES_OFF turned off."""
+  """The call options `options` without the passes step_graph_rewrites skips."""
   key = (options.config_proto_serialized, options.executor_type)
   derived = _STEP_CALL_OPTIONS.get(key)
   if derived is None:
@@ -123,6 +126,7 @@ def _step_call_options(options):
       setattr(rewrites, name, rewriter_config_pb2.RewriterConfig.OFF)
     rewrites.memory_optimization = rewriter_config_pb2.RewriterConfig.NO_MEM_OPT
     rewrites.disable_model_pruning = True
+    rewrites.disable_tfg_optimizer = True
     derived = eager_context.FunctionCallOptions(
       executor_type=options.executor_type, config_proto=config
     )
@@ -131,16 +135,17 @@ def _step_call_options(options):
 
 
 @contextlib.contextmanager
-def step_graph_rewrites():
+def step_graph_rewrites() -> Iterator[None]:
   """Runs the tf.functions called in it with fewer Grappler passes.
 
   The first call of a step makes TensorFlow optimise the step's whole graph,
   where SimdMeshImpl's replica program is inlined once per device: at 64
-  devices that is most of the first step's time. The passes of _PASSES_OFF
-  (and the memory optimiser and model pruning) change no value in the
-  driver's steps and are skipped for the calls made in this context only
-  (the function call options of this thread); the process's settings (e.g.
-  arithmetic optimisation turned off for a cluster) apply as before.
+  devices that is most of the first step's time. The passes of _PASSES_OFF,
+  the memory optimiser, model pruning and the TFG (MLIR) shape inference
+  change no value in the driver's steps and are skipped for the calls made
+  in this context only (the function call options of this thread); the
+  process's settings (e.g. arithmetic optimisation turned off for a
+  cluster) apply as before.
 
   Yields:
     Nothing.
