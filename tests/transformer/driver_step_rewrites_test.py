@@ -40,13 +40,14 @@ def test_scope_turns_the_passes_off_and_restores_the_options():
   assert context.context().function_call_options is before
   assert inside.layout_optimizer == OFF
   assert inside.remapping == OFF
-  assert inside.dependency_optimization == OFF
-  assert inside.disable_model_pruning
   assert inside.disable_tfg_optimizer
   assert (
     inside.memory_optimization == rewriter_config_pb2.RewriterConfig.NO_MEM_OPT
   )
-  # The passes that change values stay as the process has them.
+  # The passes that change values, or save time in every step, stay as the
+  # process has them.
+  assert inside.dependency_optimization == outside.dependency_optimization
+  assert inside.disable_model_pruning == outside.disable_model_pruning
   assert inside.arithmetic_optimization == outside.arithmetic_optimization
   assert inside.constant_folding == outside.constant_folding
   assert inside.meta_optimizer_iterations == outside.meta_optimizer_iterations
