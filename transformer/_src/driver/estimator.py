@@ -101,7 +101,7 @@ def eager_in_legacy_mode(fn: Callable) -> Callable:
 # second round of the passes, which do change the last bits, stay as
 # configured; so do model pruning and the dependency optimiser, which
 # change no value either but remove nodes every later step would run (at 64
-# devices the steps took 5% more CPU time without them).
+# devices later steps took about 5% more CPU time without them).
 _PASSES_OFF = (
   "layout_optimizer",
   "remapping",
@@ -141,10 +141,10 @@ def step_graph_rewrites() -> Iterator[None]:
   The first call of a step makes TensorFlow optimise the step's whole graph,
   where SimdMeshImpl's replica program is inlined once per device: at 64
   devices that is most of the first step's time. The passes of _PASSES_OFF,
-  the memory optimiser and the TFG (MLIR) shape inference change no value in the driver's steps and are skipped for the calls made
-  in this context only (the function call options of this thread); the
-  process's settings (e.g. arithmetic optimisation turned off for a
-  cluster) apply as before.
+  the memory optimiser and the TFG (MLIR) shape inference change no value
+  in the driver's steps and are skipped for the calls made in this context
+  only (the function call options of this thread); the process's settings
+  (e.g. arithmetic optimisation turned off for a cluster) apply as before.
 
   Yields:
     Nothing.
