@@ -36,10 +36,11 @@ package on PYTHONPATH this measures the original's placement lowering:
       --layers 6 --impls placement --tf_mode v1  (one line)
 
 Usage: python benchmarks/lowering_scale.py [--devices 1,8,64] [--layers 6,24]
-           [--impls placement,simd] [--run]
+           [--impls placement,simd] [--run [--driver_rewrites]]
 """
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -124,12 +125,32 @@ def _count_ops(graph_def):
   )
 
 
-def measure(impl_name, num_devices, layers, tf_mode, devices, run=False):
+def _step_scope(driver_rewrites):
+  """The context the step runs in: the driver's Grappler passes, or none."""
+  if not driver_rewrites:
+    return contextlib.nullcontext()
+  from transformer._src.driver import estimator  # pylint: disable=g-import-not-at-top
+
+  return estimator.step_graph_rewrites()
+
+
+def measure(
+  impl_name,
+  num_devices,
+  layers,
+  tf_mode,
+  devices,
+  run=False,
+  driver_rewrites=False,
+):
   """{build, lower, trace, total, wall, traces, ops} of one configuration.
 
   Times are CPU seconds of this process (wall: wall-clock seconds of all).
-  With run (tf2 mode only), also {first_step, ready}: the wall seconds of
-  the first run of the step, and from the start to its end.
+  With run (tf2 mode only), also {first_step, ready, second_step}: the wall
+  seconds of the first run of the step, from the start to its end and of
+  the second run, and the CPU seconds of the two runs (*_cpu). With
+  driver_rewrites the runs use the Grappler passes of the driver's steps
+  (`step_graph_rewrites`), else TensorFlow's defaults.
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -211,13 +232,14 @@ def measure(impl_name, num_devices, layers, tf_mode, devices, run=False):
   wall = time.perf_counter() - wall_start
   extra = {}
   if run and tf_mode != "v1":
-    step_start = time.perf_counter()
-    concrete(tf.zeros([BATCH, LENGTH], tf.int32)).numpy()
-    extra["first_step"] = time.perf_counter() - step_start
-    extra["ready"] = time.perf_counter() - wall_start
-    step_start = time.perf_counter()
-    concrete(tf.zeros([BATCH, LENGTH], tf.int32)).numpy()
-    extra["second_step"] = time.perf_counter() - step_start
+    for name in ("first_step", "second_step"):
+      step_start, cpu_start = time.perf_counter(), time.process_time()
+      with _step_scope(driver_rewrites):
+        concrete(tf.zeros([BATCH, LENGTH], tf.int32)).numpy()
+      extra[name] = time.perf_counter() - step_start
+      extra[name + "_cpu"] = time.process_time() - cpu_start
+      if name == "first_step":
+        extra["ready"] = time.perf_counter() - wall_start
   return dict(
     extra,
     build=times["build"],
@@ -236,7 +258,13 @@ def worker(args):
   for impl_name in args.impls.split(","):
     for layers in [int(x) for x in args.layers.split(",")]:
       result = measure(
-        impl_name, args.worker, layers, args.tf_mode, devices, args.run
+        impl_name,
+        args.worker,
+        layers,
+        args.tf_mode,
+        devices,
+        args.run,
+        args.driver_rewrites,
       )
       result.update(impl=impl_name, devices=args.worker, layers=layers)
       print("RESULT " + json.dumps(result), flush=True)
@@ -250,6 +278,11 @@ def main(argv=None):
   parser.add_argument("--tf_mode", default="tf2", choices=["tf2", "v1"])
   parser.add_argument(
     "--run", action="store_true", help="also run the first step (tf2)"
+  )
+  parser.add_argument(
+    "--driver_rewrites",
+    action="store_true",
+    help="with --run: run the step with the driver's Grappler passes",
   )
   parser.add_argument(
     "--worker", type=int, default=0, help="internal: one device count"
@@ -267,7 +300,9 @@ def main(argv=None):
       "--layers=" + args.layers,
       "--impls=" + args.impls,
       "--tf_mode=" + args.tf_mode,
-    ] + (["--run"] if args.run else [])
+    ]
+    command += ["--run"] if args.run else []
+    command += ["--driver_rewrites"] if args.driver_rewrites else []
     out = subprocess.run(
       command, check=True, stdout=subprocess.PIPE, text=True
     ).stdout
