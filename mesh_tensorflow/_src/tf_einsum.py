@@ -8,7 +8,11 @@ operands (~5x slower than tf.multiply and tf.reduce_sum); and for a matmul
 with a transposed operand ("ab,ac->bc") it copies the transpose first, where
 MatMul's transpose flags cost nothing. `einsum` recognises those cases and
 emits tf.multiply (and tf.reduce_sum) or tf.matmul; anything else goes to
-tf.einsum.
+tf.einsum. Below float32, where every sum rounds and the kernels round
+theirs differently, an equation that sums is computed as the original
+computed it: when one operand (or the output) has every label, the operands
+broadcast to its label order are multiplied in turn and summed with
+tf.reduce_sum; otherwise tf.einsum.
 """
 
 from __future__ import annotations
@@ -39,7 +43,10 @@ def einsum(equation: str, *operands) -> tf.Tensor:
   labels = inputs.split(",")
   operands = [tf.convert_to_tensor(x) for x in operands]
   result = None
-  if len(operands) == len(labels) and _plain(labels + [output], operands):
+  plain = len(operands) == len(labels) and _plain(labels + [output], operands)
+  if plain and _rounds_sums(operands) and _sums(labels, output):
+    return _multiply_and_sum(labels, output, operands)
+  if plain:
     if len(operands) == 1:
       result = _unary(labels[0], output, operands[0])
     elif len(operands) == 2:
@@ -47,6 +54,39 @@ def einsum(equation: str, *operands) -> tf.Tensor:
   if result is None:
     result = tf.einsum(equation, *operands)
   return result
+
+
+def _rounds_sums(operands) -> bool:
+  """Whether an operand's dtype is below float32 (bfloat16, float16)."""
+  return any(x.dtype.is_floating and x.dtype.size < 4 for x in operands)
+
+
+def _sums(labels: Sequence[str], output: str) -> bool:
+  """Whether the equation sums over a label (one missing from the output)."""
+  return bool(set("".join(labels)) - set(output))
+
+
+def _multiply_and_sum(
+  labels: Sequence[str], output: str, operands
+) -> tf.Tensor:
+  """The original's einsum of a slice: broadcast, multiply, reduce_sum.
+
+  Used when some term holds every label (no memory is wasted by
+  broadcasting to it); otherwise tf.einsum, again as the original did.
+  """
+  union = set("".join(labels))
+  full = next((t for t in list(labels) + [output] if set(t) == union), None)
+  if full is None:
+    return tf.einsum("%s->%s" % (",".join(labels), output), *operands)
+  product = None
+  for term, x in zip(labels, operands):
+    present = "".join(l for l in full if l in term)
+    x = _reduce_and_transpose(term, present, x)
+    if present != full:
+      sizes = dict(zip(present, x.shape.as_list()))
+      x = graph_constants.reshape(x, [sizes.get(l, 1) for l in full])
+    product = x if product is None else tf.multiply(product, x)
+  return _reduce_and_transpose(full, output, product)
 
 
 def _plain(label_lists: Sequence[str], operands) -> bool:

@@ -549,6 +549,51 @@ def test_spatial_block_attention_values_and_gradients(mesh_shape, layout):
     )
 
 
+def test_spatial_memory_dims_are_ignored_like_the_original():
+  """The memory_*_dim arguments do not name anything, as in the original.
+
+  tensor2tensor's image transformer passes the query's own block dims as
+  memory_w_dim (and memory_h_dim / memory_w_dim for the 2-d layer); the
+  original ignored them and always named the memory dims "memory_" + the
+  query dim's name, so those calls run and give the default results.
+  """
+  x_blocks = X.reshape(2, 4, 4, 4)
+  image_blocks = to_blocks_2d(IMAGE)
+
+  def build(mesh):
+    x = import_(mesh, x_blocks, [BATCH, NB, WB, D_MODEL])
+    img = import_(mesh, image_blocks, [BATCH, NH, NW, HB, WB2, D_MODEL])
+    qkvo_variable(mesh, "one_d", W[0])
+    qkvo_variable(mesh, "two_d", W[1])
+    outs = []
+    for memory_dims in [{}, {"memory_w_dim": WB}]:
+      with tf1.variable_scope("", reuse=True):
+        outs.append(
+          mtf.layers.local_self_attention_spatial_blocks(
+            x, D_KV, HEADS, True, mask_right=True, name="one_d", **memory_dims
+          )
+        )
+    for memory_dims in [{}, {"memory_h_dim": NH, "memory_w_dim": NW}]:
+      with tf1.variable_scope("", reuse=True):
+        outs.append(
+          mtf.layers.local_2d_self_attention_spatial_blocks(
+            img, D_KV, HEADS, True, name="two_d", **memory_dims
+          )
+        )
+    return outs
+
+  out = mtu.run_program(build, "", "")
+  expected_1d = blocks_1d_reference(ref.NP, X, W[0], 4, True)
+  expected_2d = blocks_2d_reference(ref.NP, IMAGE, W[1], 2, 4, False)
+  for i in range(2):
+    np.testing.assert_allclose(
+      out[i].reshape(2, 16, 4), expected_1d, rtol=2e-4, atol=2e-5
+    )
+    np.testing.assert_allclose(
+      from_blocks_2d(out[2 + i]), expected_2d, rtol=2e-4, atol=2e-5
+    )
+
+
 # ----------------------------------------------------------------------------
 # Halo exchanges
 # ----------------------------------------------------------------------------
@@ -671,16 +716,6 @@ def test_bad_inputs_raise_clear_errors():
       )
     with pytest.raises(ValueError, match="num_h_blocks"):
       layers.local_2d_self_attention_spatial_blocks(x, D_KV, HEADS, True)
-    img = mtf.zeros(mesh, [NH, NW, HB, WB2, D_MODEL])
-    with pytest.raises(ValueError, match="different names"):
-      layers.local_2d_self_attention_spatial_blocks(
-        img,
-        D_KV,
-        HEADS,
-        True,
-        memory_h_dim=mtf.Dimension("m", 2),
-        memory_w_dim=mtf.Dimension("m", 4),
-      )
     with pytest.raises(ValueError, match="'nb' is not a dimension"):
       layers.local_1d_halo_exchange(x, x, "nb", LENGTH, True)
     with pytest.raises(ValueError, match="must differ"):

@@ -423,8 +423,8 @@ def masked_local_attention_1d_incremental(
     return y, k, v
 
 
-def _memory_name(given, query_dim: Dimension) -> str:
-  return given.name if given is not None else "memory_" + query_dim.name
+def _memory_name(query_dim: Dimension) -> str:
+  return "memory_" + query_dim.name
 
 
 def local_self_attention_spatial_blocks(
@@ -450,8 +450,9 @@ def local_self_attention_spatial_blocks(
     kv_channels: Dimension of keys and values per head.
     heads: the heads Dimension.
     is_training: a Python bool (unused: no dropout here).
-    memory_w_dim: optional Dimension naming the memory block dim (default
-      "memory_" + w_dim.name); only its name is used.
+    memory_w_dim: ignored, as in the original: the memory block dim is
+      always named "memory_" + w_dim.name (callers such as tensor2tensor's
+      image transformer pass the query's own block dim here).
     mask_right: causal attention.
     master_dtype: master dtype of the variable.
     slice_dtype: slice dtype of the variable.
@@ -472,7 +473,8 @@ def local_self_attention_spatial_blocks(
   )
   batch_dims = query_antecedent.shape.dims[:-3]
   num_w_blocks, w_dim, io_channels = query_antecedent.shape.dims[-3:]
-  memory_name = _memory_name(memory_w_dim, w_dim)
+  del memory_w_dim  # Ignored, as in the original.
+  memory_name = _memory_name(w_dim)
   if memory_name in query_antecedent.shape.dimension_names:
     raise ValueError(
       "local_self_attention_spatial_blocks: memory dimension "
@@ -539,9 +541,9 @@ def local_2d_self_attention_spatial_blocks(
     kv_channels: Dimension of keys and values per head.
     heads: the heads Dimension.
     is_training: a Python bool (unused: no dropout here).
-    memory_h_dim: optional Dimension naming the memory height dim (default
-      "memory_" + h_dim.name); only its name is used.
-    memory_w_dim: likewise for the width.
+    memory_h_dim: ignored, as in the original: the memory dims are always
+      named "memory_" + h_dim.name and "memory_" + w_dim.name.
+    memory_w_dim: ignored likewise.
     mask_right: causal (raster-order) attention.
     master_dtype: master dtype of the variable.
     slice_dtype: slice dtype of the variable.
@@ -567,8 +569,9 @@ def local_2d_self_attention_spatial_blocks(
   num_h_blocks, num_w_blocks, h_dim, w_dim, io_channels = (
     query_antecedent.shape.dims[-5:]
   )
-  mem_h_name = _memory_name(memory_h_dim, h_dim)
-  mem_w_name = _memory_name(memory_w_dim, w_dim)
+  del memory_h_dim, memory_w_dim  # Ignored, as in the original.
+  mem_h_name = _memory_name(h_dim)
+  mem_w_name = _memory_name(w_dim)
   combined_name = mem_h_name + "_" + mem_w_name
   names = query_antecedent.shape.dimension_names
   for n in (mem_h_name, mem_w_name, combined_name):
@@ -578,11 +581,6 @@ def local_2d_self_attention_spatial_blocks(
         "dimension name %r is already used in %s"
         % (n, query_antecedent.shape.to_string)
       )
-  if mem_h_name == mem_w_name:
-    raise ValueError(
-      "local_2d_self_attention_spatial_blocks: memory height "
-      "and width dims need different names, both are %r" % mem_h_name
-    )
   mesh = query_antecedent.mesh
   with layer_variable_scope(
     query_antecedent.mesh.graph, name, "multihead_attention"

@@ -272,25 +272,38 @@ def _lower_one_hot_einsum(
   other: Tensor,
   laid_out_other,
   output_shape: Shape,
+  other_first: bool = False,
 ):
   """einsum(one_hot(indices, dim), other) -> output_shape, laid out.
 
-  The original's gather (other = weights) and its gradient (other = dy)
-  where the layout splits `dim`: each processor makes the one-hot slice of
-  its part of `dim`, and contracting `dim` costs the einsum's allreduce.
+  The original's gather (other = weights) and its gradient (other = dy,
+  other_first: the original's einsum gradient puts dy first, and below
+  float32 the operand order changes the rounding): each processor makes the
+  one-hot slice of its part of `dim`; contracting a split `dim` costs the
+  einsum's allreduce.
   """
   one_hot_shape = Shape(indices.shape.dims + [dim])
   one_hots = lower_one_hot(
     mesh_impl, laid_out_indices, one_hot_shape, 1, 0, other.dtype
   )
+  shapes = [one_hot_shape, other.shape]
+  slices = [one_hots, laid_out_other]
+  if other_first:
+    shapes.reverse()
+    slices.reverse()
   return einsum_lib.lower_einsum(
-    lowering,
-    mesh_impl,
-    [one_hot_shape, other.shape],
-    [one_hots, laid_out_other],
-    other.dtype,
-    output_shape,
+    lowering, mesh_impl, shapes, slices, other.dtype, output_shape
   )
+
+
+def _rounds_like_einsum(dtype) -> bool:
+  """Whether a gradient of this dtype is taken as the original's einsum.
+
+  Below float32 every sum rounds, so only the original's op (the one-hot
+  einsum, contracting the index dims and any broadcast dims at once) gives
+  its numbers; a scatter-add rounds the repeated ids' sums differently.
+  """
+  return tf.as_dtype(dtype).size < 4
 
 
 class GatherOperation(Operation):
@@ -319,7 +332,8 @@ class GatherOperation(Operation):
     dy = grad_ys[0]
     weights, indices = self.inputs
     inner_shape = self._dims.inner_shape(dy.shape)
-    if inner_shape != dy.shape:  # Broadcast output dims: sum them first.
+    if inner_shape != dy.shape and not _rounds_like_einsum(dy.dtype):
+      # Broadcast output dims: sum them first.
       dy = reduce_lib.reduce_sum(dy, output_shape=inner_shape)
     return [
       ScatterAddOperation(dy, indices, self._dim, weights.shape).outputs[0],
@@ -394,7 +408,9 @@ class ScatterAddOperation(Operation):
     weights_shape = self.outputs[0].shape
     laid_out_dy = lowering.tensors[dy]
     laid_out_indices = lowering.tensors[indices]
-    if mesh_impl.tensor_dimension_to_mesh_axis(self._dim) is not None:
+    if mesh_impl.tensor_dimension_to_mesh_axis(
+      self._dim
+    ) is not None or _rounds_like_einsum(dy.dtype):
       y = _lower_one_hot_einsum(
         lowering,
         mesh_impl,
@@ -404,6 +420,7 @@ class ScatterAddOperation(Operation):
         dy,
         laid_out_dy,
         weights_shape,
+        other_first=True,
       )
     else:
       dims = self._dims
