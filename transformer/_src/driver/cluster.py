@@ -606,15 +606,18 @@ def _string_handle(name: str = VERSION_VARIABLE):
 
 
 def _read_string(task: str, name: str) -> Optional[str]:
-  """The string variable `name` on `task`'s first CPU; None if it is not set."""
+  """The string variable `name` on `task`'s first CPU; None if it is not set.
+
+  Asked first whether it is set: reading a variable that is not fails the
+  remote op, and the eager runtime may report that error again at a later
+  op of this process (it failed the next AssignVariableOp once).
+  """
   with tf.device("%s/device:CPU:0" % task):
-    try:
-      value = tf.raw_ops.ReadVariableOp(
-        resource=_string_handle(name), dtype=tf.string
-      )
-      return value.numpy().decode()
-    except (tf.errors.FailedPreconditionError, tf.errors.NotFoundError):
+    handle = _string_handle(name)
+    if not tf.raw_ops.VarIsInitializedOp(resource=handle).numpy():
       return None
+    value = tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.string)
+    return value.numpy().decode()
 
 
 def _write_string(task: str, name: str, value: str) -> None:
