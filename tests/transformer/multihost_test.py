@@ -13,9 +13,10 @@ cluster, an unreachable worker, a taken port and a worker killed mid-run
 (placement and SIMD) give errors naming the counts / task; so does a worker
 stopped (SIGSTOP) mid-run, within its --stall_timeout; the checkpoints
 survive and a restarted run resumes from the latest. After a SIMD run lost a
-worker, a run on the surviving task is refused, naming it, until it is
-restarted too (TensorFlow keeps its collective ops aborted); likewise after a
-clean SIMD run when only one worker is restarted.
+worker, or after a clean SIMD run, a run with only that worker restarted is
+refused before any collective op, naming the surviving task (TensorFlow
+keeps the restarted peer's former incarnation there), until it is restarted
+too.
 """
 
 from __future__ import annotations
@@ -366,6 +367,23 @@ def _assert_resumed(resumed, latest, latest_step):
   assert _last_loss(resumed.stdout)[0] == latest_step + 5
 
 
+def _assert_refused_for_restart(refused, addresses, latest):
+  """A SIMD run refused: task 1 was restarted, task 0 keeps its past."""
+  assert refused.returncode != 0
+  message = refused.stderr.strip().splitlines()[-1]
+  assert message.startswith(
+    "transformer.main: task /job:worker/task:1 at %s was restarted after a "
+    "run with collective ops: the other tasks keep its former incarnation "
+    "(task /job:worker/task:0 at %s ran collective ops with its earlier "
+    "process; found before any collective op of this run)"
+    % (addresses[1], addresses[0])
+  ), refused.stderr
+  assert message.endswith(
+    "The latest checkpoint %s is intact; restart task /job:worker/task:0 at "
+    "%s too and run again to resume from it." % (latest, addresses[0])
+  ), message
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mesh_impl", ["placement", "simd"])
 def test_killed_worker_is_named_and_a_restart_resumes(
@@ -396,20 +414,13 @@ def test_killed_worker_is_named_and_a_restart_resumes(
   workers[1] = Worker(addresses, 1, str(tmp_path))
   if mesh_impl == "simd":
     # The survivor's collectives were aborted with the lost peer's: the
-    # message says to restart it too, and a run before that is refused.
+    # message says to restart it too, and a run before that is refused
+    # (the survivor keeps the lost peer's former incarnation).
     assert (
       "restart the task and task /job:worker/task:0 at %s too (the failure "
       "aborted their collective ops" % addresses[0]
     ) in message
-    refused = _train(*resume, check=False)
-    assert refused.returncode != 0
-    assert (
-      "transformer.main: task /job:worker/task:0 at %s cannot run "
-      "collective ops (" % addresses[0]
-    ) in refused.stderr, refused.stderr
-    assert (
-      "restart it (python -m transformer.serve) and run again"
-    ) in refused.stderr
+    _assert_refused_for_restart(_train(*resume, check=False), addresses, latest)
     assert _checkpoint_files(model_dir) == saved
     workers[0].stop()
     workers[0] = Worker(addresses, 0, str(tmp_path))
@@ -431,18 +442,11 @@ def test_simd_needs_every_task_restarted_after_one_was(
   workers[1].stop()
   workers[1] = Worker(addresses, 1, str(tmp_path))
 
-  failed = _train(model_dir, tfds_dir, 10, *args, check=False)
-  assert failed.returncode != 0
-  message = failed.stderr.strip().splitlines()[-1]
-  assert message.startswith(
-    "transformer.main: task /job:worker/task:1 at %s was restarted after a "
-    "run with collective ops: the other tasks keep its former incarnation "
-    "(" % addresses[1]
-  ), message
-  assert message.endswith(
-    "The latest checkpoint %s is intact; restart task /job:worker/task:0 at "
-    "%s too and run again to resume from it." % (latest, addresses[0])
-  ), message
+  # Refused before any collective op ran, so the restarted task's collective
+  # ops are intact and restarting task 0 is enough.
+  _assert_refused_for_restart(
+    _train(model_dir, tfds_dir, 10, *args, check=False), addresses, latest
+  )
   assert _checkpoint_files(model_dir) == saved
 
   workers[0].stop()
@@ -513,6 +517,70 @@ def test_stalled_worker_is_named_and_a_restart_resumes(
     "--verbosity=0",
   )
   _assert_resumed(resumed, latest, latest_step)
+
+
+# A trainer's connection for a SIMD run, without the run.
+CONNECT_FOR_COLLECTIVES = """
+import sys
+from transformer._src.driver import cluster
+try:
+  cluster.connect(sys.argv[1], collectives=True)
+except cluster.TaskUnavailableError as e:
+  sys.exit(str(e))
+"""
+
+
+def _connect_for_collectives(workers):
+  """The error of connect(collectives=True) in a new process, else None."""
+  connected = subprocess.run(
+    [
+      sys.executable,
+      "-c",
+      CONNECT_FOR_COLLECTIVES,
+      ",".join(w.address for w in workers),
+    ],
+    env=_env(),
+    capture_output=True,
+    text=True,
+    timeout=300,
+    check=False,
+  )
+  if connected.returncode == 0:
+    return None
+  return connected.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+def test_restarted_task_is_named_before_any_collective(workers, tmp_path):
+  """Each task records the process identities of its last SIMD run's tasks."""
+  addresses = [w.address for w in workers]
+  assert _connect_for_collectives(workers) is None
+  assert _connect_for_collectives(workers) is None  # nothing restarted
+  for restarted, keeper in ((1, 0), (0, 1)):
+    # Either way round: task 0 leads the collective groups, task 1 keeps
+    # copies of the groups it was in.
+    workers[restarted].stop()
+    workers[restarted] = Worker(addresses, restarted, str(tmp_path))
+    for _ in range(2):  # refused until the keeper restarts, not aborted
+      assert _connect_for_collectives(workers) == (
+        "task /job:worker/task:%d at %s was restarted after a run with "
+        "collective ops: the other tasks keep its former incarnation (task "
+        "/job:worker/task:%d at %s ran collective ops with its earlier "
+        "process; found before any collective op of this run), which only a "
+        "restart of their processes resets; restart task /job:worker/task:%d "
+        "at %s (python -m transformer.serve) and run again"
+        % (
+          restarted,
+          addresses[restarted],
+          keeper,
+          addresses[keeper],
+          keeper,
+          addresses[keeper],
+        )
+      )
+    workers[keeper].stop()
+    workers[keeper] = Worker(addresses, keeper, str(tmp_path))
+    assert _connect_for_collectives(workers) is None
 
 
 def test_unreachable_worker_is_named(tmp_path):

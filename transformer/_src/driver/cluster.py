@@ -13,7 +13,9 @@ the trainer's local device).
 With collective ops across the tasks (mesh_impl="simd"), TensorFlow keeps
 state in every task that only a restart of its process resets (aborted
 collectives after a peer failed, the peers' device incarnations): once one
-task restarted, restart them all. The errors here say which.
+task restarted, restart them all. Before a run's first collective op the
+trainer checks for both (check_restarted_tasks, check_collectives) and
+names the tasks to restart.
 
 A task that dies mid-run fails the pending step within seconds; one that
 stalls (a stopped process, a frozen host) keeps its connections open, and
@@ -48,6 +50,7 @@ import re
 import socket
 import time
 from typing import Callable, Dict, List, Optional, Tuple, Union
+import uuid
 
 from absl import logging
 import tensorflow as tf
@@ -61,6 +64,7 @@ __all__ = [
   "Cluster",
   "TaskUnavailableError",
   "check_collectives",
+  "check_restarted_tasks",
   "check_tf_versions",
   "cluster_resolver",
   "connect",
@@ -79,6 +83,12 @@ WORKER_JOB = "worker"
 # holding the task's TensorFlow version, which the trainer compares to its
 # own (the runtime does not report a task's version).
 VERSION_VARIABLE = "mesh_tensorflow_serve_tf_version"
+# String resource variables on each task's first CPU that the trainer of a
+# run with collective ops sets (check_restarted_tasks): a random identity of
+# the task's process, set by the first such trainer it serves, and the
+# identities of the tasks of the last such run (a JSON object {task: id}).
+PROCESS_ID_VARIABLE = "mesh_tensorflow_process_id"
+COLLECTIVE_PEERS_VARIABLE = "mesh_tensorflow_collective_peers"
 TF_CONFIG = "TF_CONFIG"
 DEFAULT_TIMEOUT_SECONDS = 60.0
 # How long check_collectives waits for a task's one-member collective.
@@ -106,6 +116,23 @@ ClusterLike = Union[
 
 class TaskUnavailableError(ConnectionError):
   """A task of the cluster did not answer (at start-up or during a run)."""
+
+
+class _RestartedTaskError(TaskUnavailableError):
+  """Tasks keep a restarted peer's former incarnation (check_restarted_tasks).
+
+  Attributes:
+    description: what happened (the start of the message).
+    keepers: the (task, address) pairs to restart.
+  """
+
+  def __init__(self, description: str, keepers: List[Tuple[str, str]]):
+    super().__init__(
+      "%s; restart %s (python -m transformer.serve) and run again"
+      % (description, _describe(keepers))
+    )
+    self.description = description
+    self.keepers = keepers
 
 
 def parse_cluster(cluster: Union[str, Dict[str, List[str]]]) -> Dict:
@@ -398,14 +425,16 @@ def connect(
     cluster: see the module docstring (None: TF_CONFIG, else no cluster).
     timeout: seconds to wait for the tasks to accept connections.
     collectives: the run uses collective ops across the tasks (SIMD):
-      check_collectives checks every task can still run them.
+      check_restarted_tasks and check_collectives check every task can still
+      run them.
 
   Returns:
     The connected Cluster, or None (no cluster: a single-process run).
 
   Raises:
     TaskUnavailableError: a task did not answer within `timeout`, or (with
-      `collectives`) its collective ops were aborted by an earlier failure.
+      `collectives`) it keeps the former incarnation of a restarted task or
+      its collective ops were aborted by an earlier failure.
     ValueError: a malformed cluster value, or a task started by
       transformer.serve runs another TensorFlow version than this process.
   """
@@ -424,8 +453,71 @@ def connect(
   logging.info("Connected to cluster %s", spec.as_dict())
   check_tf_versions(spec, skip=local_task)
   if collectives:
+    check_restarted_tasks(spec, skip=local_task)
     check_collectives(spec, skip=local_task)
   return Cluster(spec, local_task)
+
+
+def check_restarted_tasks(spec: tf.train.ClusterSpec, skip=None) -> None:
+  """Checks no task restarted since the others ran collective ops with it.
+
+  The collective ops of a task keep the device incarnations of the tasks
+  they exchanged data with, and fail once one of those restarted. That
+  failure aborts the collective ops of the tasks it reaches first: of the
+  tasks that kept the former incarnation, and, depending on the order the
+  tasks notice it, of the restarted one too, so what the user has to
+  restart after it would be a matter of timing. This check runs before any
+  collective op of the run instead: each task holds a random identity of its
+  process and the identities of the tasks its last run with collective ops
+  had; a task whose record names another identity than a task's current
+  one keeps that task's former incarnation. When no task does, it records
+  the current identities on every task for the next run's check.
+
+  Args:
+    spec: the cluster this process is connected to.
+    skip: a (job, task index) not to check (this process's own task).
+
+  Raises:
+    TaskUnavailableError: naming the restarted tasks and the tasks that keep
+      their former incarnation (to restart too).
+  """
+  tasks = _tasks(spec, skip)
+  identities = {}
+  for task, _ in tasks:
+    identities[task] = _read_string(task, PROCESS_ID_VARIABLE)
+    if identities[task] is None:
+      identities[task] = uuid.uuid4().hex
+      _write_string(task, PROCESS_ID_VARIABLE, identities[task])
+  restarted, keepers = set(), []
+  for task, address in tasks:
+    peers = json.loads(_read_string(task, COLLECTIVE_PEERS_VARIABLE) or "{}")
+    changed = [
+      peer
+      for peer, identity in peers.items()
+      if identities.get(peer, identity) != identity
+    ]
+    if changed:
+      restarted.update(changed)
+      keepers.append((task, address))
+  if keepers:
+    restarted = [t for t in tasks if t[0] in restarted]
+    raise _RestartedTaskError(
+      "%s %s restarted after a run with collective ops: the other tasks "
+      "keep %s former incarnation (%s ran collective ops with %s earlier "
+      "process; found before any collective op of this run), which only a "
+      "restart of their processes resets"
+      % (
+        _describe(restarted),
+        "was" if len(restarted) == 1 else "were",
+        "its" if len(restarted) == 1 else "their",
+        _describe(keepers),
+        "its" if len(restarted) == 1 else "their",
+      ),
+      keepers,
+    )
+  record = json.dumps(identities, sort_keys=True)
+  for task, _ in tasks:
+    _write_string(task, COLLECTIVE_PEERS_VARIABLE, record)
 
 
 def check_collectives(
@@ -506,10 +598,34 @@ def disable_placement_dependent_rewrites() -> None:
   )
 
 
-def _version_handle():
+def _string_handle(name: str = VERSION_VARIABLE):
+  """A handle to the string resource variable `name` of the current device."""
   return tf.raw_ops.VarHandleOp(
-    dtype=tf.string, shape=[], container="", shared_name=VERSION_VARIABLE
+    dtype=tf.string, shape=[], container="", shared_name=name
   )
+
+
+def _read_string(task: str, name: str) -> Optional[str]:
+  """The string variable `name` on `task`'s first CPU; None if it is not set.
+
+  Asked first whether it is set: reading a variable that is not fails the
+  remote op, and the eager runtime may report that error again at a later
+  op of this process (it failed the next AssignVariableOp once).
+  """
+  with tf.device("%s/device:CPU:0" % task):
+    handle = _string_handle(name)
+    if not tf.raw_ops.VarIsInitializedOp(resource=handle).numpy():
+      return None
+    value = tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.string)
+    return value.numpy().decode()
+
+
+def _write_string(task: str, name: str, value: str) -> None:
+  """Sets the string variable `name` on `task`'s first CPU to `value`."""
+  with tf.device("%s/device:CPU:0" % task):
+    tf.raw_ops.AssignVariableOp(
+      resource=_string_handle(name), value=tf.constant(value)
+    )
 
 
 def publish_tf_version(
@@ -530,7 +646,7 @@ def publish_tf_version(
   with tf.Graph().as_default():
     with tf.device(task + "/device:CPU:0"):
       assign = tf.raw_ops.AssignVariableOp(
-        resource=_version_handle(), value=tf.constant(version)
+        resource=_string_handle(), value=tf.constant(version)
       )
     # The filter keeps the session to this task: without it the session
     # would wait for every other task of the cluster to be up.
@@ -553,14 +669,9 @@ def check_tf_versions(spec: tf.train.ClusterSpec, skip=None) -> None:
   """
   mismatched = []
   for task, address in _tasks(spec, skip):
-    with tf.device("%s/device:CPU:0" % task):
-      try:
-        version = tf.raw_ops.ReadVariableOp(
-          resource=_version_handle(), dtype=tf.string
-        )
-        version = version.numpy().decode()
-      except (tf.errors.FailedPreconditionError, tf.errors.NotFoundError):
-        continue  # not a transformer.serve task
+    version = _read_string(task, VERSION_VARIABLE)
+    if version is None:
+      continue  # not a transformer.serve task
     if version != tf.__version__:
       mismatched.append("task %s at %s runs %s" % (task, address, version))
   if mismatched:
@@ -636,10 +747,12 @@ def names_unavailable_tasks(fn: Callable) -> Callable:
   `model_dir`, which a restarted run resumes from. In a run with collective
   ops (SIMD) it also names the other tasks: TensorFlow aborts their
   collectives with the lost peer's, and only a restart of their processes
-  resets them (see check_collectives). A collective that fails because a
-  task was restarted since the others last exchanged data with it (they
-  keep its former device incarnation) raises TaskUnavailableError naming
-  it and the tasks to restart. Other failures pass through unchanged.
+  resets them (see check_collectives). A task restarted since the others
+  last exchanged data with it (they keep its former device incarnation),
+  found by check_restarted_tasks before the run's first collective op or by
+  a collective that fails for it, raises TaskUnavailableError naming it, the
+  tasks to restart and the latest checkpoint. Other failures pass through
+  unchanged.
   """
   signature = inspect.signature(fn)
 
@@ -672,6 +785,11 @@ def names_unavailable_tasks(fn: Callable) -> Callable:
       watchdog.start()
     try:
       return fn(*args, **kwargs)
+    except _RestartedTaskError as e:
+      restart = "restart %s too" % _describe(e.keepers)
+      raise TaskUnavailableError(
+        "%s. %s" % (e.description, _checkpoint_advice(bound, restart))
+      ) from e
     except Exception as e:  # pylint: disable=broad-except
       if watchdog is not None and watchdog.stalled:
         logging.error("TensorFlow's error: %s", e)
@@ -699,7 +817,12 @@ def names_unavailable_tasks(fn: Callable) -> Callable:
             _error_summary(e, "incarnation"),
           )
         )
-        restart = "restart %s too" % _describe(survivors)
+        # Which tasks the failure reached first is a matter of timing: the
+        # restarted one's collective ops may be aborted as well.
+        restart = "restart %s too, and %s again" % (
+          _describe(survivors),
+          _describe(lost),
+        )
       else:
         message = "lost %s during the run (%s: %s)" % (
           _describe(lost),

@@ -155,7 +155,8 @@ def get_estimator(
   Raises:
     ValueError: without a vocabulary, or a mesh larger than the cluster.
     TaskUnavailableError: a task of the cluster does not answer, or (SIMD)
-      cannot run collective ops (cluster.check_collectives).
+      keeps a restarted task's former incarnation or cannot run collective
+      ops (cluster.check_restarted_tasks, cluster.check_collectives).
   """
   del tpu_job_name, iterations_per_loop
   if vocabulary is None:
