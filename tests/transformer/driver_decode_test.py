@@ -211,78 +211,32 @@ def test_scores_agree_across_entry_points(est, model_dir, tmp_path):
     assert in_fours[name] == pytest.approx(metrics[name], rel=1e-6), name
   # score_from_strings (save_scores writes files) and score_from_dataset.
   prefix = str(tmp_path / "scores" / "s")
+  targets = [s[::-1] for s in STRINGS]
   # As the original's scoring: (scores, the model's target texts).
-  saved, saved_targets = utils.score_from_strings(
+  saved, saved_targets = _score_strings(
     est,
-    BYTES,
-    "bitransformer",
-    8,
-    8,
-    str(model_dir),
-    None,
-    inputs=STRINGS,
-    targets=[s[::-1] for s in STRINGS],
+    model_dir,
+    STRINGS,
+    targets,
     score_postprocess_fn=lambda r, v: utils.save_scores(r, v, prefix),
   )
   np.testing.assert_allclose(saved, scores, rtol=1e-5)
-  assert saved_targets == [s[::-1] for s in STRINGS]
+  assert saved_targets == targets
   assert [
     float(l) for l in utils.get_inputs_from_file(prefix + ".scores")
   ] == pytest.approx(scores, rel=1e-4)
   assert utils.get_inputs_from_file(prefix + ".targets") == saved_targets
   assert not os.path.exists(prefix + ".inputs")
   # One target for every input; and n targets per input, in turn.
-  targets = [s[::-1] for s in STRINGS]
-  one_target, _ = utils.score_from_strings(
-    est,
-    BYTES,
-    "bitransformer",
-    8,
-    8,
-    str(model_dir),
-    None,
-    inputs=STRINGS[:3],
-    targets=targets[:1],
-    score_postprocess_fn=utils.save_scores,
-  )
-  by_pairs, _ = utils.score_from_strings(
-    est,
-    BYTES,
-    "bitransformer",
-    8,
-    8,
-    str(model_dir),
-    None,
-    inputs=STRINGS[:3],
-    targets=targets[:1] * 3,
-    score_postprocess_fn=utils.save_scores,
-  )
-  np.testing.assert_allclose(one_target, by_pairs, rtol=1e-6)
-  two_each, _ = utils.score_from_strings(
-    est,
-    BYTES,
-    "bitransformer",
-    8,
-    8,
-    str(model_dir),
-    None,
-    inputs=STRINGS[:2],
-    targets=targets[:4],
-    score_postprocess_fn=utils.save_scores,
-  )
-  by_pairs, _ = utils.score_from_strings(
-    est,
-    BYTES,
-    "bitransformer",
-    8,
-    8,
-    str(model_dir),
-    None,
-    inputs=[STRINGS[0]] * 2 + [STRINGS[1]] * 2,
-    targets=targets[:4],
-    score_postprocess_fn=utils.save_scores,
-  )
-  np.testing.assert_allclose(two_each, by_pairs, rtol=1e-6)
+  for inputs, n_targets, pairs in [
+    (STRINGS[:3], targets[:1], STRINGS[:3]),
+    (STRINGS[:2], targets[:4], [STRINGS[0]] * 2 + [STRINGS[1]] * 2),
+  ]:
+    got, _ = _score_strings(est, model_dir, inputs, n_targets)
+    want, _ = _score_strings(
+      est, model_dir, pairs, (n_targets * len(pairs))[: len(pairs)]
+    )
+    np.testing.assert_allclose(got, want, rtol=1e-6)
   from_dataset, _ = utils.score_from_dataset(
     est,
     BYTES,
@@ -312,24 +266,30 @@ def test_scores_agree_across_entry_points(est, model_dir, tmp_path):
   assert all(a > b for a, b in zip(no_eos, scores))
 
 
+def _score_strings(est, model_dir, inputs, targets, **kwargs):
+  """score_from_strings of the bitransformer's latest checkpoint."""
+  kwargs.setdefault("score_postprocess_fn", utils.save_scores)
+  return utils.score_from_strings(
+    est,
+    BYTES,
+    "bitransformer",
+    8,
+    8,
+    str(model_dir),
+    None,
+    inputs=inputs,
+    targets=targets,
+    **kwargs,
+  )
+
+
 def test_scoring_errors_name_the_problem(est, model_dir):
   for inputs, targets, message in [
     (["a", "b"], ["a", "b", "c"], r"inputs \(2\) must divide .* \(3\)"),
     (["a", "b", "c"], ["a", "b"], "3 inputs but 2 targets"),
   ]:
     with pytest.raises(ValueError, match=message):
-      utils.score_from_strings(
-        est,
-        BYTES,
-        "bitransformer",
-        8,
-        8,
-        str(model_dir),
-        None,
-        inputs=inputs,
-        targets=targets,
-        score_postprocess_fn=utils.save_scores,
-      )
+      _score_strings(est, model_dir, inputs, targets)
   empty = lambda: tf.data.Dataset.from_tensor_slices({"targets": [[1]]})
   two = lambda **_: [
     dataset_lib.EvalDataset(n, empty, None, []) for n in ("first", "second")

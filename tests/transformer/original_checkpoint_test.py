@@ -196,6 +196,21 @@ def test_beam_decodes_are_the_originals(reference, model_dir, tmp_path):
   assert got == want
 
 
+def _score_dataset(est, model_dir, features):
+  """score_from_dataset of the latest checkpoint over int features."""
+  return utils.score_from_dataset(
+    est,
+    VOCAB,
+    cases.BATCH,
+    cases.LENGTH,
+    model_dir,
+    -1,
+    "validation",
+    score_dataset_fn=lambda **_: tf.data.Dataset.from_tensor_slices(features),
+    score_postprocess_fn=utils.save_scores,
+  )
+
+
 @pytest.mark.parametrize("model_dir", QUICK_CASES, indirect=True)
 def test_scores_are_the_originals(reference, model_dir):
   case = os.path.basename(model_dir)
@@ -205,17 +220,7 @@ def test_scores_are_the_originals(reference, model_dir):
   est = _estimator(case, model_dir)
   if model_type == "lm":
     features = cases.features(model_type, cases.SCORE_PAIRS)
-    scores, _ = utils.score_from_dataset(
-      est,
-      VOCAB,
-      cases.BATCH,
-      cases.LENGTH,
-      model_dir,
-      -1,
-      "validation",
-      score_dataset_fn=lambda **_: tf.data.Dataset.from_tensor_slices(features),
-      score_postprocess_fn=utils.save_scores,
-    )
+    scores, _ = _score_dataset(est, model_dir, features)
   else:
     # As the original's: (scores, target texts), inputs or not.
     scores, _ = utils.score_from_strings(
@@ -266,17 +271,7 @@ def test_lm_scores_with_inputs_are_the_originals(reference, model_dir):
   ]
   # Examples with inputs are joined and all their tokens scored.
   features = cases.features("bitransformer", cases.SCORE_PAIRS)
-  joined, _ = utils.score_from_dataset(
-    est,
-    VOCAB,
-    cases.BATCH,
-    cases.LENGTH,
-    model_dir,
-    -1,
-    "validation",
-    score_dataset_fn=lambda **_: tf.data.Dataset.from_tensor_slices(features),
-    score_postprocess_fn=utils.save_scores,
-  )
+  joined, _ = _score_dataset(est, model_dir, features)
   np.testing.assert_allclose(
     joined, expected["joined_scores"], rtol=1e-5, atol=1e-6
   )
