@@ -66,11 +66,16 @@ def gradients(
         or not any(t in downstream for t in op.inputs)
       ):
         continue
+      # A sum of several gradients of one tensor is made in the scope of
+      # the gradient that completes it, as the original made it: the order
+      # in which TensorFlow's arithmetic optimiser adds up the terms of the
+      # sums it merges follows the ops' names, and with it their rounding
+      # (in bfloat16, a unit in the last place in about 15% of elements).
       with tf.compat.v1.variable_scope(op.name + "/gradients"):
         input_grads = op.gradient(grad_outputs)
-      for t, g in zip(op.inputs, input_grads):
-        if g is not None and t in downstream:
-          _accumulate(tensor_to_gradient, t, g)
+        for t, g in zip(op.inputs, input_grads):
+          if g is not None and t in downstream:
+            _accumulate(tensor_to_gradient, t, g)
   return [tensor_to_gradient.get(x) for x in xs]
 
 
