@@ -166,7 +166,8 @@ def _build_phase(est, phase, graph_fn, names: Sequence[str]):
 
 def build_teacher_forced(est, phase, scoring: bool = False):
   """tf.function(features) -> {"loss"} of the batch and {"xent",
-  "predictions"} per target token.
+  "predictions", "targets", "weights"} per target position (see
+  teacher_forced_graph).
   """
   return _build_phase(
     est,
