@@ -841,8 +841,7 @@ def score_with_estimator_lazy(
     model_dir: the directory of the checkpoints.
     vocabulary: a Vocabulary, or an (inputs, targets) pair of them.
     score_postprocess_fn: called as fn(results, vocabulary, shard_idx=i) on
-      each shard of {"inputs", "targets", "scores"} dicts (default: write
-      tfrecords).
+      each shard of {"targets", "scores"} dicts (default: write tfrecords).
     num_examples: how many examples to score (None: the whole dataset).
     num_examples_per_shard: examples per shard (<= 0 or None: one shard).
   """
@@ -1018,8 +1017,8 @@ def score_from_dataset(
       dataset_split=); returns a dataset, or a list with one EvalDataset, of
       examples with "targets" (and "inputs") ids.
     score_postprocess_fn: called as fn(results, vocabulary) on the list of
-      {"inputs", "targets", "scores"} dicts; its value is returned (save_scores
-      writes the scores to files).
+      {"targets", "scores"} dicts; its value is returned (save_scores writes
+      the scores to files).
     score_with_estimator_fn: the scoring function, called as
       score_with_estimator(estimator, input_fn, eval_checkpoint_step,
       model_dir, vocabulary, score_postprocess_fn).
