@@ -196,6 +196,22 @@ def test_beam_decodes_are_the_originals(reference, model_dir, tmp_path):
   assert got == want
 
 
+def _score_pairs(est, model_type, model_dir):
+  """score_from_strings of SCORE_PAIRS with the latest checkpoint."""
+  return utils.score_from_strings(
+    est,
+    VOCAB,
+    model_type,
+    cases.BATCH,
+    cases.LENGTH,
+    model_dir,
+    -1,
+    inputs=[i for i, _ in cases.SCORE_PAIRS],
+    targets=[t for _, t in cases.SCORE_PAIRS],
+    score_postprocess_fn=utils.save_scores,
+  )
+
+
 def _score_dataset(est, model_dir, features):
   """score_from_dataset of the latest checkpoint over int features."""
   return utils.score_from_dataset(
@@ -223,18 +239,7 @@ def test_scores_are_the_originals(reference, model_dir):
     scores, _ = _score_dataset(est, model_dir, features)
   else:
     # As the original's: (scores, target texts), inputs or not.
-    scores, _ = utils.score_from_strings(
-      est,
-      VOCAB,
-      model_type,
-      cases.BATCH,
-      cases.LENGTH,
-      model_dir,
-      -1,
-      inputs=[i for i, _ in cases.SCORE_PAIRS],
-      targets=[t for _, t in cases.SCORE_PAIRS],
-      score_postprocess_fn=utils.save_scores,
-    )
+    scores, _ = _score_pairs(est, model_type, model_dir)
   # Per-example scores match to float32 rounding even with bfloat16
   # activations (the original's computation order, with TensorFlow's default
   # graph rewrites on as the original ran).
@@ -248,18 +253,7 @@ def test_lm_scores_with_inputs_are_the_originals(reference, model_dir):
   """
   _gin("lm")
   est = _estimator("lm", model_dir)
-  scores, targets = utils.score_from_strings(
-    est,
-    VOCAB,
-    "lm",
-    cases.BATCH,
-    cases.LENGTH,
-    model_dir,
-    -1,
-    inputs=[i for i, _ in cases.SCORE_PAIRS],
-    targets=[t for _, t in cases.SCORE_PAIRS],
-    score_postprocess_fn=utils.save_scores,
-  )
+  scores, targets = _score_pairs(est, "lm", model_dir)
   expected = _expected(reference, "lm")
   np.testing.assert_allclose(
     scores, expected["prefix_scores"], rtol=1e-5, atol=1e-6
