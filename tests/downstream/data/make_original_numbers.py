@@ -32,6 +32,7 @@ import mesh_tensorflow.transformer as mtf_transformer  # noqa: E402
 from mesh_tensorflow.transformer import attention  # noqa: E402
 
 sys.path.append(os.getcwd())
+from tests import original_package  # noqa: E402
 from tests.downstream import gpt_style_program  # noqa: E402
 
 
@@ -49,11 +50,7 @@ def _accept_no_context(attention_fn):
 
 
 def main():
-  if hasattr(mtf, "_src"):
-    raise SystemExit(
-      "%s is this project's package; put the original first on PYTHONPATH"
-      % mtf.__file__
-    )
+  original_package.require_original()
   attention.attention = _accept_no_context(attention.attention)
   base = tf.compat.v1.train.SessionRunHook
   for method in ("begin", "after_create_session", "before_run", "after_run",

@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
+from tests import original_package
 
 FLAGS = tf.compat.v1.flags.FLAGS
 
@@ -82,11 +83,7 @@ def outcome(fn):
 
 
 def main():
-  if hasattr(mtf, "_src"):
-    raise SystemExit(
-      "%s is this project's package; put the original first on PYTHONPATH"
-      % mtf.__file__
-    )
+  original_package.require_original()
   FLAGS(["make_original_tpu_mapping"])
   simd = mtf.simd_mesh_impl
   cases = []

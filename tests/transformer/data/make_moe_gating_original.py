@@ -21,15 +21,12 @@ import mesh_tensorflow as mtf  # noqa: E402
 import mesh_tensorflow.transformer  # noqa: E402
 from mesh_tensorflow.transformer import heterogeneous_moe  # noqa: E402, F401
 from mesh_tensorflow.transformer import moe  # noqa: E402
+from tests import original_package  # noqa: E402
 from tests.transformer import moe_gating_cases  # noqa: E402
 
 
 def main():
-  if hasattr(mtf, "_src"):
-    raise SystemExit(
-      "%s is this project's package; put the original first on PYTHONPATH"
-      % mtf.__file__
-    )
+  original_package.require_original()
   arrays = {}
   for index in range(len(moe_gating_cases.CASES)):
     dispatch, combine, loss = moe_gating_cases.run_case(mtf, moe, index)

@@ -47,6 +47,7 @@ import gin  # noqa: E402
 
 import mesh_tensorflow as mtf  # noqa: E402
 from mesh_tensorflow.transformer import utils  # noqa: E402
+from tests import original_package  # noqa: E402
 from tests.transformer import original_checkpoint_cases as cases  # noqa: E402
 
 tf1 = tf.compat.v1
@@ -324,11 +325,7 @@ def main(names):
   """Runs the cases named (default: all) and stores their arrays; the
   other cases' arrays already in the file are kept.
   """
-  if hasattr(mtf, "_src"):
-    raise SystemExit(
-      "%s is this project's package; put the original first on PYTHONPATH"
-      % mtf.__file__
-    )
+  original_package.require_original()
   _install_spec_stand_ins()
   path = os.path.join(DATA, "original_checkpoints.npz")
   names = names or sorted(cases.CASES)

@@ -21,9 +21,9 @@ import tensorflow as tf
 # The original's eval_model writes with tf.summary.FileWriter: graph mode.
 tf.compat.v1.disable_eager_execution()
 
-import mesh_tensorflow as mtf  # noqa: E402
 from mesh_tensorflow.transformer import dataset as transformer_dataset  # noqa: E402
 from mesh_tensorflow.transformer import utils  # noqa: E402
+from tests import original_package  # noqa: E402
 from tests.transformer import eval_outputs_cases as cases  # noqa: E402
 
 
@@ -41,11 +41,7 @@ class StubEstimator:
 
 
 def main():
-  if hasattr(mtf, "_src"):
-    raise SystemExit(
-      "%s is this project's package; put the original first on PYTHONPATH"
-      % mtf.__file__
-    )
+  original_package.require_original()
   results = {}
   for name, case in sorted(cases.CASES.items()):
     with tempfile.TemporaryDirectory() as model_dir:

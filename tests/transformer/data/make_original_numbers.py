@@ -22,15 +22,12 @@ tf.compat.v1.disable_v2_behavior()
 
 import mesh_tensorflow as mtf  # noqa: E402
 import mesh_tensorflow.transformer as tfm  # noqa: E402
+from tests import original_package  # noqa: E402
 from tests.transformer import original_programs  # noqa: E402
 
 
 def main():
-  if hasattr(mtf, "_src"):
-    raise SystemExit(
-      "%s is this project's package; put the original first on PYTHONPATH"
-      % mtf.__file__
-    )
+  original_package.require_original()
   path = os.path.join(os.path.dirname(__file__), "original_numbers.npz")
   arrays = {}
   if os.path.exists(path):
