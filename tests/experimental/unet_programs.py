@@ -1,7 +1,8 @@
 """The experimental U-Net run identically against this package and the original.
 
 Each program builds `unet.unet_with_spatial_partition` (tiny: 8x8 CT
-slices in 2x2 blocks, 2 levels, 2 base filters, float32, no dropout) from
+slices or 8x8x8 / 4x4x4 volumes in 2x2 blocks, 2 levels, 2 base filters,
+float32 (and the default bfloat16), no dropout) from
 fixed images and labels given as laid-out slices, as the original's
 model_executor does, trains it as model_executor does (Adafactor at a
 learning rate tensor, then the batch-norm updates) and runs it in a
@@ -58,24 +59,28 @@ MESHES = {
   "2x2": ("cores:1;rows:2;columns:2", DEFAULT_LAYOUT),
 }
 
+# name -> (mesh, changes to SETTINGS).
 PROGRAMS = {
-  "unet_2d_one_device": "one_device",
-  "unet_2d_2x2": "2x2",
+  "unet_2d_one_device": ("one_device", {}),
+  "unet_2d_2x2": ("2x2", {}),
+  "unet_2d_bfloat16_one_device": ("one_device", {"mtf_dtype": "bfloat16"}),
+  "unet_3d_one_device": ("one_device", {"sampled_2d_slices": False}),
+  "unet_3d_2x2": ("2x2", {"sampled_2d_slices": False, "ct_resolution": 4}),
 }
 
 
 @contextlib.contextmanager
-def _settings(unet):
-  """The U-Net's SETTINGS in force: hparams_scope, or the original's flags."""
+def _settings(unet, settings):
+  """The U-Net's settings in force: hparams_scope, or the original's flags."""
   if hasattr(unet, "hparams_scope"):
-    with unet.hparams_scope(**SETTINGS):
+    with unet.hparams_scope(**settings):
       yield
     return
   flag_values = unet.FLAGS
   if not flag_values.is_parsed():
     flag_values(["unet_programs"])
-  saved = {name: flag_values[name].value for name in SETTINGS}
-  for name, value in SETTINGS.items():
+  saved = {name: flag_values[name].value for name in settings}
+  for name, value in settings.items():
     setattr(flag_values, name, value)
   try:
     yield
@@ -84,20 +89,22 @@ def _settings(unet):
       setattr(flag_values, name, value)
 
 
-def _data(rng):
-  """Images [batch, x, y, c] and one-hot labels [batch, x, y, label_c]."""
-  size, batch = SETTINGS["ct_resolution"], SETTINGS["batch_size_train"]
-  images = rng.normal(size=[batch, size, size, SETTINGS["image_c"]])
-  classes = rng.randint(0, SETTINGS["label_c"], size=[batch, size, size])
-  labels = np.eye(SETTINGS["label_c"])[classes]
+def _data(rng, settings):
+  """Images [batch, x, y, (z,) c] and one-hot labels (label_c channels)."""
+  size = settings["ct_resolution"]
+  spatial = [size] * (2 if settings["sampled_2d_slices"] else 3)
+  batch = [settings["batch_size_train"]]
+  images = rng.normal(size=batch + spatial + [settings["image_c"]])
+  classes = rng.randint(0, settings["label_c"], size=batch + spatial)
+  labels = np.eye(settings["label_c"])[classes]
   return images.astype(np.float32), labels.astype(np.float32)
 
 
-def _blocked(array):
-  """[batch, x, y, c] as [batch, nx, sx, ny, sy, c] (the input layout)."""
-  nx, ny = SETTINGS["image_nx_block"], SETTINGS["image_ny_block"]
-  b, x, y, c = array.shape
-  return array.reshape([b, nx, x // nx, ny, y // ny, c])
+def _blocked(array, settings):
+  """[batch, x, y, ...] as [batch, nx, sx, ny, sy, ...] (the input layout)."""
+  nx, ny = settings["image_nx_block"], settings["image_ny_block"]
+  b, x, y = array.shape[:3]
+  return array.reshape([b, nx, x // nx, ny, y // ny] + list(array.shape[3:]))
 
 
 def run_program(mtf, name: str) -> Dict[str, np.ndarray]:
@@ -115,12 +122,13 @@ def run_program(mtf, name: str) -> Dict[str, np.ndarray]:
   # pylint: disable=g-import-not-at-top
   from mesh_tensorflow.experimental import unet
 
-  mesh_name = PROGRAMS[name]
+  mesh_name, changes = PROGRAMS[name]
+  settings = dict(SETTINGS, **changes)
   mesh_shape, layout = MESHES[mesh_name]
   rng = np.random.RandomState(sorted(PROGRAMS).index(name))
-  images, labels = _data(rng)
+  images, labels = _data(rng, settings)
   graph = tf.Graph()
-  with graph.as_default(), _settings(unet):
+  with graph.as_default(), _settings(unet, settings):
     tf1.set_random_seed(GRAPH_SEED)
     global_step = tf1.train.get_or_create_global_step()
     mtf_graph = mtf.Graph()
@@ -133,10 +141,10 @@ def run_program(mtf, name: str) -> Dict[str, np.ndarray]:
     )
     image_shape, label_shape = unet.get_input_mtf_shapes("train")
     image_slices = mesh_impl.make_slices(
-      tf.constant(_blocked(images)), image_shape
+      tf.constant(_blocked(images, settings)), image_shape
     )
     label_slices = mesh_impl.make_slices(
-      tf.constant(_blocked(labels)), label_shape
+      tf.constant(_blocked(labels, settings)), label_shape
     )
     preds, loss, metrics, bn_update_ops = unet.unet_with_spatial_partition(
       mesh, mesh_impl, "train", image_slices, label_slices
@@ -174,13 +182,15 @@ def run_program(mtf, name: str) -> Dict[str, np.ndarray]:
         for n in trained
       ]
     )
+    # (bfloat16 values are read as float32, exactly.)
+    values = {n: tf.cast(masters[n], tf.float32) for n in names}
     copy_to_slices = lowering.copy_masters_to_slices()
     copy_to_masters = lowering.copy_slices_to_masters()
     with tf1.Session(graph=graph) as session:
       session.run(tf1.global_variables_initializer())
       results = {}
       if mesh_name == "one_device":
-        results = {"init:" + n: session.run(masters[n]) for n in names}
+        results = {"init:" + n: session.run(values[n]) for n in names}
       session.run(set_values)
       session.run(copy_to_slices)
       results.update(session.run(fetches))
@@ -191,5 +201,5 @@ def run_program(mtf, name: str) -> Dict[str, np.ndarray]:
         session.run(next_step)
       session.run(copy_to_masters)
       for n in names:
-        results["final:" + n] = session.run(masters[n])
+        results["final:" + n] = session.run(values[n])
   return {k: np.asarray(v) for k, v in results.items()}
