@@ -44,19 +44,27 @@ MESHES = {
   "2x2": ("batch:2;model:2", BERT_LAYOUT),
 }
 
-# name -> (head, optimizer, mesh). Adafactor runs without init_lr (its own
-# schedule); Adam with init_lr and one warmup step.
+# name -> (head, optimizer, mesh, init_lr). Adam needs init_lr (here with
+# one warmup step); Adafactor takes it (a learning rate tensor) or, without
+# it, uses its own schedule.
 PROGRAMS = {
-  "pretraining_adam_one_device": ("pretraining", "adam", "one_device"),
-  "pretraining_adam_2x2": ("pretraining", "adam", "2x2"),
+  "pretraining_adam_one_device": ("pretraining", "adam", "one_device", 0.1),
+  "pretraining_adam_2x2": ("pretraining", "adam", "2x2", 0.1),
   "pretraining_adafactor_one_device": (
     "pretraining",
     "adafactor",
     "one_device",
+    None,
   ),
-  "pretraining_adafactor_2x2": ("pretraining", "adafactor", "2x2"),
-  "classifier_adam_one_device": ("classifier", "adam", "one_device"),
-  "classifier_adam_2x2": ("classifier", "adam", "2x2"),
+  "pretraining_adafactor_2x2": ("pretraining", "adafactor", "2x2", None),
+  "pretraining_adafactor_init_lr_one_device": (
+    "pretraining",
+    "adafactor",
+    "one_device",
+    0.01,
+  ),
+  "classifier_adam_one_device": ("classifier", "adam", "one_device", 0.1),
+  "classifier_adam_2x2": ("classifier", "adam", "2x2", 0.1),
 }
 
 
@@ -196,7 +204,7 @@ def run_program(mtf, name: str) -> Dict[str, np.ndarray]:
   from mesh_tensorflow.bert import optimization
   from mesh_tensorflow.bert import run_classifier
 
-  head, optimizer, mesh_name = PROGRAMS[name]
+  head, optimizer, mesh_name, init_lr = PROGRAMS[name]
   mesh_shape, layout = MESHES[mesh_name]
   rng = np.random.RandomState(sorted(PROGRAMS).index(name))
   features = _features(rng)
@@ -216,7 +224,6 @@ def run_program(mtf, name: str) -> Dict[str, np.ndarray]:
       loss, outputs = _classifier(
         mtf, run_classifier, mesh, inputs, mesh_shape, layout
       )
-    init_lr = 0.1 if optimizer == "adam" else None
     learning_rate, update_ops = optimization.create_optimizer(
       loss,
       init_lr,
