@@ -15,13 +15,13 @@ It calls the original's public API only, so the very same code runs on
 both. `run_program(mtf, name)` returns numpy arrays: every variable's
 initial value as its initializer draws it under a fixed graph seed
 ("init:<variable>"), then, from fixed values given to every trainable
-variable but the biases (which stay 0) in the order of sorted names, the losses and outputs of the model, the losses of
-each of three training steps ("step<k>:<output>") and every variable (slots
-too) after the first step ("first:<variable>": Adam's first step is at
-learning rate 0, so its slots hold the clipped gradients) and after the last
-("final:<variable>"). data/make_bert_original.py stored
-what the original computed; bert_original_test.py compares this package
-with it.
+variable but the biases (which stay 0) in the order of sorted names, the
+losses and outputs of the model, the losses of each of three training steps
+("step<k>:<output>") and every variable (slots too) after the first step
+("first:<variable>": Adam's first step is at learning rate 0, so its slots
+hold the clipped gradients) and after the last ("final:<variable>").
+data/make_bert_original.py stored what the original computed;
+bert_original_test.py compares this package with it.
 """
 
 from typing import Dict
@@ -194,10 +194,10 @@ def run_program(mtf, name: str) -> Dict[str, np.ndarray]:
   Returns:
     "init:<variable>" (on one device: the master variables after their
     initializers ran), "<output>" (after setting every trainable variable
-    but the biases to fixed values), "step<k>:loss" and "step<k>:learning_rate" (k = 0, 1,
-    2: the values each training step used), "first:<variable>" and
-    "final:<variable>" (every variable, optimizer slots too, after the first
-    and the last step).
+    but the biases to fixed values), "step<k>:loss" and
+    "step<k>:learning_rate" (k = 0, 1, 2: the values each training step
+    used), "first:<variable>" and "final:<variable>" (every variable,
+    optimizer slots too, after the first and the last step).
   """
   # pylint: disable=g-import-not-at-top
   from mesh_tensorflow.bert import bert as bert_lib

@@ -10,8 +10,8 @@ tensorflow_probability and tensorflow.contrib for augmentations the
 programs never run; where they are missing (TF 2 has no contrib), empty
 modules stand in for them.
 
-It runs every program of tests/experimental/unet_programs.py (tf.compat.v1 graphs
-and Sessions) and stores output `<key>` of program `<name>` as
+It runs every program of tests/experimental/unet_programs.py (tf.compat.v1
+graphs and Sessions) and stores output `<key>` of program `<name>` as
 `<name>/<key>`.
 """
 
