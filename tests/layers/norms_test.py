@@ -147,7 +147,7 @@ def test_batch_norm_eval_uses_moving_statistics():
     y3, _ = mtf.layers.batch_norm(
       x, True, 0.9, dims_idx_start=1, dims_idx_end=2, name="per_example"
     )
-    return [y, y2, y3]
+    return [y, y2, y3, _var(mesh.graph, "batch_norm/bn_moving_mean")]
 
   mean = X.mean(axis=1, keepdims=True)
   var = X.var(axis=1, keepdims=True)
@@ -155,8 +155,10 @@ def test_batch_norm_eval_uses_moving_statistics():
     ("", ""),
     ("rows:2;cols:2", "batch:rows;length:cols"),
   ]:
-    y, y2, y3 = mtu.run_program(build, mesh_shape, layout)
-    np.testing.assert_allclose(y, X / np.sqrt(1.0 + 1e-3), rtol=1e-5)
+    y, y2, y3, moving_mean = mtu.run_program(build, mesh_shape, layout)
+    np.testing.assert_allclose(
+      y, (X - moving_mean) / np.sqrt(1.0 + 1e-3), rtol=1e-5, atol=1e-6
+    )
     np.testing.assert_allclose(y2, np.zeros_like(X))
     np.testing.assert_allclose(
       y3, (X - mean) / np.sqrt(var + 1e-9), rtol=1e-3, atol=1e-3
@@ -193,7 +195,8 @@ def test_batch_norm_variables_and_errors():
     ("block/bn/bn_moving_mean", "Shape[batch=4, d_model=8]", False),
     ("block/bn/bn_moving_variance", "Shape[batch=4, d_model=8]", False),
   ]
-  np.testing.assert_array_equal(mean_init, np.zeros(8, np.float32))
+  # The original draws the moving mean from a standard normal.
+  assert np.all(mean_init != 0) and np.all(np.abs(mean_init) < 6)
   np.testing.assert_array_equal(var_init, np.ones(8, np.float32))
 
 
@@ -207,9 +210,10 @@ def _bn_step(mesh_shape, layout):
   return lowering, lowering.export_to_tf_tensor(y), updates
 
 
-def _expected_moving_stats(steps):
+def _expected_moving_stats(steps, initial_mean):
+  """The moving statistics after steps from initial_mean and variance 1."""
   mean, var = X.mean(axis=(0, 1)), X.var(axis=(0, 1))
-  m, v = np.zeros(8), np.ones(8)
+  m, v = initial_mean, np.ones(8)
   for _ in range(steps):
     m = 0.9 * m + 0.1 * mean
     v = 0.9 * v + 0.1 * var
@@ -229,10 +233,11 @@ def test_batch_norm_update_ops_update_moving_statistics(mode):
         sess.run(tf1.global_variables_initializer())
         sess.run(tf1.local_variables_initializer())
         sess.run(lowering.copy_masters_to_slices())
+        store = mtf.get_default_variable_store()
+        initial_mean = sess.run(store.masters[names[0]])
         for _ in range(2):
           sess.run([y] + updates)
         sess.run(lowering.copy_slices_to_masters())
-        store = mtf.get_default_variable_store()
         got = sess.run([store.masters[n] for n in names])
   else:
     store = mtf.VariableStore()
@@ -246,10 +251,15 @@ def test_batch_norm_update_ops_update_moving_statistics(mode):
 
     if mode == "function":
       step = tf.function(step, autograph=False)
+    with mtf.variable_store(store):  # creates the variables
+      mesh = mtf.Mesh(mtf.Graph(), "mesh")
+      x = mtf.import_tf_tensor(mesh, tf.constant(X), [BATCH, LENGTH, D_MODEL])
+      mtf.layers.batch_norm(x, True, 0.9, epsilon=1e-3)
+    initial_mean = store.masters[names[0]].numpy()
     for _ in range(2):
       step()
     got = [store.masters[n].numpy() for n in names]
-  m, v = _expected_moving_stats(2)
+  m, v = _expected_moving_stats(2, initial_mean)
   np.testing.assert_allclose(got[0], m, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(got[1], v, rtol=1e-5, atol=1e-6)
 

@@ -110,7 +110,8 @@ def batch_norm(
   The statistics are taken over those dims (by default all but the last, e.g.
   batch and spatial dims); the remaining dims get their own `batch_norm_scale`
   (ones, or zeros with init_zero) and `batch_norm_bias` (zeros), and the
-  non-trainable `bn_moving_mean` (zeros) and `bn_moving_variance` (ones).
+  non-trainable `bn_moving_mean` (drawn from a standard normal, as the
+  original's) and `bn_moving_variance` (ones).
   When training, the batch statistics normalize x and the returned Assign
   operations update the moving statistics:
     moving = momentum * moving + (1 - momentum) * batch_statistic.
@@ -125,10 +126,10 @@ def batch_norm(
     >>> [v.name for v in converter.graph.all_variables]
     ['batch_norm/batch_norm_scale', 'batch_norm/batch_norm_bias',
      'batch_norm/bn_moving_mean', 'batch_norm/bn_moving_variance']
-    >>> moving_mean = converter.graph.all_variables[2].outputs[0]
-    >>> lowering, moving_mean_tf = converter.convert_mtf_tensor_to_tf_tensor(
-    ...     mtf.depend(moving_mean, update_ops))  # read after the update
-    >>> np.allclose(moving_mean_tf, 0.01 * x_np.mean(0))
+    >>> moving_var = converter.graph.all_variables[3].outputs[0]
+    >>> lowering, moving_var_tf = converter.convert_mtf_tensor_to_tf_tensor(
+    ...     mtf.depend(moving_var, update_ops))  # read after the update
+    >>> np.allclose(moving_var_tf, 0.99 + 0.01 * x_np.var(0))
     True
     >>> y_np = lowering.export_to_tf_tensor(y).numpy()
     >>> np.allclose(y_np.mean(0), 0, atol=1e-5), np.allclose(y_np.std(0), 1)
@@ -178,11 +179,13 @@ def batch_norm(
       initializer=tf1.zeros_initializer(),
       activation_dtype=x.dtype,
     )
+    # A standard normal start, as the original's (its draw also keeps the
+    # graph's later seeded initializers on the original's op seeds).
     moving_mean = get_variable(
       x.mesh,
       "bn_moving_mean",
       reduced_shape,
-      initializer=tf1.zeros_initializer(),
+      initializer=tf1.random_normal_initializer(stddev=1.0),
       activation_dtype=x.dtype,
       trainable=False,
     )

@@ -1,0 +1,41 @@
+"""Writes bert_original.npz: the original package's BERT numbers.
+
+Run with the original mesh-tensorflow 0.1.21 (and TF 2.21) first on
+PYTHONPATH, from the repository root:
+
+  PYTHONPATH=<original>:. python tests/bert/data/make_bert_original.py
+
+It runs every program of tests/bert/bert_programs.py (tf.compat.v1 graphs
+and Sessions) and stores output `<key>` of program `<name>` as
+`<name>/<key>`.
+"""
+
+import os
+import sys
+
+import numpy as np
+
+import mesh_tensorflow as mtf
+
+sys.path.append(os.getcwd())
+from tests.bert import bert_programs  # noqa: E402
+
+
+def main():
+  if hasattr(mtf, "_src"):
+    raise SystemExit(
+      "%s is this project's package; put the original first on PYTHONPATH"
+      % mtf.__file__
+    )
+  arrays = {}
+  for name in sorted(bert_programs.PROGRAMS):
+    for key, value in bert_programs.run_program(mtf, name).items():
+      arrays["%s/%s" % (name, key)] = value
+    print("%s: done" % name)
+  path = os.path.join(os.path.dirname(__file__), "bert_original.npz")
+  np.savez_compressed(path, **arrays)
+  print("wrote %d arrays to %s" % (len(arrays), path))
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,64 @@
+"""Writes unet_original.npz: the original package's experimental U-Net numbers.
+
+Run with the original mesh-tensorflow 0.1.21 (and TF 2.21) first on
+PYTHONPATH, from the repository root:
+
+  PYTHONPATH=<original>:. python tests/experimental/data/make_unet_original.py
+
+The original's data_aug_lib (which its unet module imports) imports
+tensorflow_probability and tensorflow.contrib for augmentations the
+programs never run; where they are missing (TF 2 has no contrib), empty
+modules stand in for them.
+
+It runs every program of tests/experimental/unet_programs.py (tf.compat.v1
+graphs and Sessions) and stores output `<key>` of program `<name>` as
+`<name>/<key>`.
+"""
+
+import importlib
+import os
+import sys
+import types
+
+import numpy as np
+
+import mesh_tensorflow as mtf
+
+sys.path.append(os.getcwd())
+from tests.experimental import unet_programs  # noqa: E402
+
+
+def _stand_in_for_augmentation_imports():
+  for name in ("tensorflow_probability", "tensorflow.contrib.image"):
+    try:
+      importlib.import_module(name)
+    except ImportError:
+      parent = None
+      for part in name.split("."):
+        path = part if parent is None else parent.__name__ + "." + part
+        module = sys.modules.get(path) or types.ModuleType(path)
+        sys.modules[path] = module
+        if parent is not None and not hasattr(parent, part):
+          setattr(parent, part, module)
+        parent = module
+
+
+def main():
+  if hasattr(mtf, "_src"):
+    raise SystemExit(
+      "%s is this project's package; put the original first on PYTHONPATH"
+      % mtf.__file__
+    )
+  _stand_in_for_augmentation_imports()
+  arrays = {}
+  for name in sorted(unet_programs.PROGRAMS):
+    for key, value in unet_programs.run_program(mtf, name).items():
+      arrays["%s/%s" % (name, key)] = value
+    print("%s: done" % name)
+  path = os.path.join(os.path.dirname(__file__), "unet_original.npz")
+  np.savez_compressed(path, **arrays)
+  print("wrote %d arrays to %s" % (len(arrays), path))
+
+
+if __name__ == "__main__":
+  main()
