@@ -18,15 +18,12 @@ import numpy as np
 import mesh_tensorflow as mtf
 
 sys.path.append(os.getcwd())
+from tests import original_package  # noqa: E402
 from tests.bert import bert_programs  # noqa: E402
 
 
 def main():
-  if hasattr(mtf, "_src"):
-    raise SystemExit(
-      "%s is this project's package; put the original first on PYTHONPATH"
-      % mtf.__file__
-    )
+  original_package.require_original()
   arrays = {}
   for name in sorted(bert_programs.PROGRAMS):
     for key, value in bert_programs.run_program(mtf, name).items():

@@ -25,6 +25,7 @@ import numpy as np
 import mesh_tensorflow as mtf
 
 sys.path.append(os.getcwd())
+from tests import original_package  # noqa: E402
 from tests.experimental import unet_programs  # noqa: E402
 
 
@@ -44,11 +45,7 @@ def _stand_in_for_augmentation_imports():
 
 
 def main():
-  if hasattr(mtf, "_src"):
-    raise SystemExit(
-      "%s is this project's package; put the original first on PYTHONPATH"
-      % mtf.__file__
-    )
+  original_package.require_original()
   _stand_in_for_augmentation_imports()
   arrays = {}
   for name in sorted(unet_programs.PROGRAMS):
