@@ -74,17 +74,19 @@ _SLICE_DEBUG_NAME = "mtf_slice_variable"
 _SHAPELESS: Dict[int, Tuple[Any, tf.Variable, Dict[str, Any]]] = {}
 
 
-def shape_source(variable) -> Optional[tf.Variable]:
+def shape_source(variable: tf.Variable) -> Optional[tf.Variable]:
   """The shaped slice `variable` borrows its handle's shape from, or None.
 
-  A slice made with `shape_source` (see slice_variable_creator) has a handle
-  whose runtime carries no shape; only where TensorFlow takes the handle as
-  a function input does that shape matter (it reaches Grappler), and there
-  the handle is passed packed after the shaped slice's handle (see
-  `shaped_entry`).
+  A slice made with a `shape_source_variable` (see slice_variable_creator)
+  has a handle whose runtime carries no shape. That shape matters only
+  where TensorFlow takes the handle as a function input (it reaches
+  Grappler); there the handle is passed packed after the shaped slice's.
 
   Args:
     variable: a tf.Variable.
+
+  Returns:
+    the slice whose handle has the shape, or None if `variable`'s has.
   """
   entry = _SHAPELESS.get(id(variable))
   if entry is None or entry[0]() is not variable:
@@ -92,11 +94,14 @@ def shape_source(variable) -> Optional[tf.Variable]:
   return entry[1]
 
 
-def shaped_entry(variable) -> Dict[str, Any]:
+def shaped_entry(variable: tf.Variable) -> Dict[str, Any]:
   """A dict kept with a shapeless slice, for what is derived from it.
 
   Args:
     variable: a slice for which `shape_source` is not None.
+
+  Returns:
+    the same dict for every call with `variable`.
   """
   return _SHAPELESS[id(variable)][2]
 
