@@ -7,7 +7,9 @@ the calls built before the function is added (so TensorFlow does not infer
 the shapes of the whole body again for every call); collectives over the
 same groups look the replica's entry of a pnum table up once; the calls
 take each variable's slices as one packed input, ordered with direct uses
-of the slices. The numbers stay those of PlacementMeshImpl on the meshes of
+of the slices; slices made for packed calls have shapeless handles but the
+first, and give the numbers of shaped slices wherever they are taken
+unpacked. The numbers stay those of PlacementMeshImpl on the meshes of
 tests/meshes.py.
 """
 
