@@ -7,7 +7,9 @@ the calls built before the function is added (so TensorFlow does not infer
 the shapes of the whole body again for every call); collectives over the
 same groups look the replica's entry of a pnum table up once; the calls
 take each variable's slices as one packed input, ordered with direct uses
-of the slices. The numbers stay those of PlacementMeshImpl on the meshes of
+of the slices; slices made for packed calls have shapeless handles but the
+first, and give the numbers of shaped slices wherever they are taken
+unpacked. The numbers stay those of PlacementMeshImpl on the meshes of
 tests/meshes.py.
 """
 
@@ -19,6 +21,7 @@ import mesh_tensorflow as mtf
 from mesh_tensorflow import simd_mesh_impl
 from mesh_tensorflow._src import variables as variables_lib
 from mesh_tensorflow._src.mesh_impls import simd_collective
+from mesh_tensorflow._src.mesh_impls import slice_variables
 from tests import mesh_test_util as mtu
 from tests import meshes
 
@@ -261,3 +264,91 @@ def test_direct_slice_uses_ordered_with_packed_calls():
   assert [float(y[0]) for y in first] == [11.0, 22.0, 103.0, 44.0]
   assert [float(y[0]) for y in second] == [12.0, 24.0, 106.0, 48.0]
   assert [float(y[0]) for y in after] == [12.0, 24.0, 106.0, 48.0]
+
+
+def _update_program(mesh):
+  """h = x w (read before the update) and the update w := 1.5 w + 0.25."""
+  x = mtf.import_tf_tensor(
+    mesh, tf.reshape(tf.range(32.0) / 7.0, [8, 4]), [BATCH, D_IN]
+  )
+  w = mtf.get_variable(
+    mesh, "w", [D_IN, HIDDEN], initializer=tf.random_normal_initializer(seed=3)
+  )
+  h = mtf.einsum([x, w], output_shape=[BATCH, HIDDEN])
+  update = mtf.assign(w, w * 1.5 + 0.25)
+  return h, update
+
+
+def _step(mesh_impl, store, kind, found):
+  """A step running _update_program, traced per replica for "per_replica"."""
+
+  @tf.function(autograph=False)
+  def step():
+    with mtf.variable_store(store):
+      graph = mtf.Graph()
+      mesh = mtf.Mesh(graph, "mesh")
+      h, update = _update_program(mesh)
+
+      def computation():
+        if kind == "per_replica":
+          mesh_impl.backend.current_replica()
+        lowering = mtf.Lowering(graph, {mesh: mesh_impl})
+        (w,) = graph.all_variables
+        found["slices"] = lowering.variables[w].slice_variables
+        with tf.control_dependencies([lowering.lowered_operation(update)]):
+          return tf.identity(lowering.export_to_tf_tensor(h))
+
+      return mesh_impl.replicate(computation)[0]
+
+  return step
+
+
+def _run_steps(mesh_impl, store, kinds):
+  """Runs _update_program once per kind: "packed", "per_replica", "taped".
+
+  Returns the outputs of every step (replica 0's h) and the slices of w.
+  """
+  found = {}
+  results = []
+  for kind in kinds:
+    step = _step(mesh_impl, store, kind, found)
+    if kind == "taped":
+      with tf.GradientTape():
+        results.append(step().numpy())
+    else:
+      results.append(step().numpy())
+  return results, found["slices"]
+
+
+def test_slices_made_packed_borrow_the_shape_of_the_first():
+  """Slices made for packed calls have shapeless handles but pnum 0's.
+
+  Taken unpacked (traced per replica, or while a tape records), they are
+  passed with the first slice's shape; the steps give the numbers of
+  slices that all have shapes, and direct reads after the steps see the
+  updates.
+  """
+  mesh_impl = simd_mesh_impl.SimdMeshImpl(
+    "b:2;m:4", "batch:b;hidden:m", devices=DEVICES, backend="collective"
+  )
+  steps = ["packed", "per_replica", "taped", "per_replica"]
+  shaped_store = mtf.VariableStore()
+  want, shaped = _run_steps(mesh_impl, shaped_store, ["per_replica"] + steps)
+  assert all(slice_variables.shape_source(v) is None for v in shaped)
+
+  store = mtf.VariableStore()
+  got, slices = _run_steps(mesh_impl, store, ["packed"] + steps)
+  assert slice_variables.shape_source(slices[0]) is None
+  assert all(slice_variables.shape_source(v) is slices[0] for v in slices[1:])
+  for a, b in zip(got, want):
+    np.testing.assert_array_equal(a, b)
+  for a, b in zip(slices, shaped):
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
+  # Five updates w := 1.5 w + 0.25 of the master's value (the slices of
+  # pnums 0-3 hold the four parts of hidden).
+  master = store.masters["w"].numpy()
+  for _ in range(5):
+    master = master * 1.5 + 0.25
+  np.testing.assert_allclose(
+    np.concatenate([s.numpy() for s in slices[:4]], axis=1), master, rtol=1e-6
+  )

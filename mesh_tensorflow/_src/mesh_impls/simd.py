@@ -122,6 +122,7 @@ class LaidOutVariable:
     begins = mesh_impl.slice_begins(
       shape, [mesh_impl.p2l(pnum) for pnum in range(mesh_impl.size)]
     )
+    shapeless = backend.slice_handles_may_omit_shape()
     for pnum, begin in enumerate(begins):
       device = backend.device(pnum)
       name = "%s_slice_%d" % (variable.name, pnum)
@@ -136,6 +137,9 @@ class LaidOutVariable:
             begin,
             slice_shape,
             master_parts=master_parts,
+            shape_source_variable=self._slices[0]
+            if shapeless and pnum
+            else None,
           ),
         )
       )

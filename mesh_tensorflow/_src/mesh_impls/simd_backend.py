@@ -115,6 +115,15 @@ class SimdBackend(abc.ABC):
     """
     return tpu_variables.ReplicatedVariable(name, list(slice_variables))
 
+  def slice_handles_may_omit_shape(self) -> bool:
+    """Whether slices made now may have handles without a shape.
+
+    Such handles build fewer kernels when made eagerly (see
+    slice_variables.shape_source); a backend that says so hands every
+    function taking one a handle with the shape.
+    """
+    return False
+
   def while_loop(self, cond: Callable, body: Callable, loop_vars, **kwargs):
     """A tf while loop of one replica's program (default: tf.while_loop).
 

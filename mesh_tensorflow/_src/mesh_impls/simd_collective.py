@@ -55,8 +55,12 @@ from tensorflow.python.eager import record  # pylint: disable=g-direct-tensorflo
 from tensorflow.python.framework import auto_control_deps  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.framework import auto_control_deps_utils as acd_utils  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.framework import ops  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-direct-tensorflow-import
 
 from mesh_tensorflow._src.mesh_impls import simd_backend
+from mesh_tensorflow._src.mesh_impls import (
+  slice_variables as slice_variables_lib,
+)
 
 __all__ = ["CollectiveBackend", "default_devices"]
 
@@ -152,9 +156,9 @@ class _ReplicaContext:
     # Shared trace: id(tensor of the template) -> (that tensor, that tensor
     # of each replica by pnum); what each call passes instead of it.
     self.per_replica: Dict[int, Tuple[Any, List[Any]]] = {}
-    # Shared trace: ids of the template handles of slice variables (one
-    # variable per replica, which the calls may pass packed).
-    self.slice_handles = set()
+    # Shared trace: id(template handle of a slice variable) -> the slice
+    # variables (one per replica, which the calls may pass packed).
+    self.slice_handles: Dict[int, Sequence[Any]] = {}
     # Shared trace: ids of the template handles of ordering tokens.
     self.token_handles = set()
 
@@ -270,6 +274,7 @@ class CollectiveBackend(simd_backend.SimdBackend):
     self._loop_graphs = weakref.WeakSet()
     # Partitions (tuples of tuples of pnums) -> their _Groups.
     self._group_cache: Dict[Tuple[Tuple[int, ...], ...], _Groups] = {}
+    self._devices_are_local = None
     self._prepare_tokens()
 
   @property
@@ -425,7 +430,7 @@ class CollectiveBackend(simd_backend.SimdBackend):
           flat_outputs = call_replica(
             tf.constant(pnum, tf.int32),
             [
-              packed[id(c)] if id(c) in packed else ctx.replica_value(c, pnum)
+              packed[id(c)] if id(c) in packed else _shaped_input(ctx, c, pnum)
               for c in captured
             ],
           )
@@ -476,6 +481,26 @@ class CollectiveBackend(simd_backend.SimdBackend):
     handle = ctx.template_of(lambda p: tokens[p].handle, self.num_replicas)
     ctx.token_handles.add(id(handle))
     return handle
+
+  def slice_handles_may_omit_shape(self) -> bool:
+    """True in the shared trace of a program whose calls take packed slices.
+
+    The packed handle takes its shape from its first component (the slice
+    of pnum 0, which keeps its shape); calls that take a replica's slice
+    unpacked, and programs traced per replica, get a handle with the shape
+    in its place (`_shaped_handle`). Only for devices of this process.
+    """
+    stack = self._stack()
+    if not stack or stack[-1].pnum is not None or not self._can_pack():
+      return False
+    if self._devices_are_local is None:
+      here = tf.DeviceSpec.from_string(context.context().host_address_space())
+      self._devices_are_local = all(
+        getattr(spec, field) in (None, getattr(here, field))
+        for spec in map(tf.DeviceSpec.from_string, self._devices)
+        for field in ("job", "replica", "task")
+      )
+    return self._devices_are_local
 
   def _can_pack(self) -> bool:
     """Whether the calls of a shared trace may pass slices packed.
@@ -650,11 +675,11 @@ class CollectiveBackend(simd_backend.SimdBackend):
     del name
     ctx = self._ctx("a variable read")
     if ctx.pnum is not None:
-      return slice_variables[ctx.pnum]
+      return _shaped_variable(slice_variables[ctx.pnum])
     handle = ctx.template_of(
       lambda p: slice_variables[p].handle, self.num_replicas
     )
-    ctx.slice_handles.add(id(handle))
+    ctx.slice_handles[id(handle)] = slice_variables
     return slice_variables[ctx.template]
 
   def local_replica_pnums(self) -> Optional[List[int]]:
@@ -867,9 +892,14 @@ class _PackedSlices:
   """The packed slice handles the replica calls of one graph take."""
 
   def __init__(self):
-    # (ids of one variable's eager slice handles) -> their packed handle.
+    # (ids of one variable's eager slice handles) -> their packed handle;
+    # also (id of a shapeless slice handle,) -> its shaped handle.
     self.packed: Dict[Tuple[int, ...], Any] = {}
     self._placeholders = (None, {})
+
+  def add_shaped(self, handle, shaped) -> None:
+    """Orders direct uses of `handle` with the uses of its shaped handle."""
+    self.packed.setdefault((id(handle),), shaped)
 
   def pack(self, handles: Sequence[Any]):
     """The packed handle of `handles` (one per graph: calls share it)."""
@@ -879,23 +909,36 @@ class _PackedSlices:
         self.packed[key] = ops.pack_eager_tensors(list(handles))
     return self.packed[key]
 
-  def packed_placeholder_of(self, graph) -> Dict[int, Any]:
-    """{id(placeholder of a slice handle): placeholder of its packed handle}.
+  def packed_placeholder_of(self, graph) -> Dict[int, List[Any]]:
+    """{id(placeholder of a slice handle): placeholders of its packed handles}.
 
-    Recomputed when the graph captured more tensors.
+    A shaped handle of a slice counts as the slice itself: its placeholder
+    maps to the slice's packed handles too. Recomputed when the graph
+    captured more tensors.
     """
     internal = graph.function_captures.by_val_internal
     version, found = self._placeholders
     if version != (len(internal), len(self.packed)):
       found = {}
+      shaped = {}
       for handle_ids, packed in self.packed.items():
         packed_internal = internal.get(id(packed))
         if packed_internal is None:
           continue
+        if len(handle_ids) == 1:
+          shaped[handle_ids[0]] = packed_internal
         for handle_id in handle_ids:
           placeholder = internal.get(handle_id)
           if placeholder is not None:
-            found[id(placeholder)] = packed_internal
+            found.setdefault(id(placeholder), []).append(packed_internal)
+      for handle_id, shaped_internal in shaped.items():
+        placeholder = internal.get(handle_id)
+        others = (
+          found.get(id(placeholder), []) if placeholder is not None else []
+        )
+        found.setdefault(id(shaped_internal), []).extend(
+          p for p in others if p is not shaped_internal
+        )
       self._placeholders = ((len(internal), len(self.packed)), found)
     return found
 
@@ -928,11 +971,67 @@ def _order_direct_slice_uses(op, resource_reads, resource_writes) -> bool:
   packed_of = packed_slices.packed_placeholder_of(op.graph)
   added = []
   for t in list(resource_reads) + list(resource_writes):
-    packed = packed_of.get(id(t))
-    if packed is not None and packed not in resource_writes:
-      added.append(packed)
+    for packed in packed_of.get(id(t), ()):
+      if packed not in resource_writes and packed not in added:
+        added.append(packed)
   resource_writes.update(added)
   return bool(added)
+
+
+def _shaped_handle(variable):
+  """A handle of `variable` with its shape, for a function input, or None.
+
+  None for a slice whose handle has its shape; for one made without (see
+  CollectiveBackend.slice_handles_may_omit_shape), its handle packed after
+  that of the shaped slice it borrows the shape from: TensorFlow gives a
+  function the packed handle's shape (its first component's), and a
+  function on the slice's device the slice's own handle. Registered for
+  the graph being built, so that automatic control dependencies order it
+  with direct uses of the slice.
+  """
+  source = slice_variables_lib.shape_source(variable)
+  if source is None:
+    return None
+  entry = slice_variables_lib.shaped_entry(variable)
+  if "handle" not in entry:
+    with tf.init_scope():
+      entry["handle"] = ops.pack_eager_tensors([source.handle, variable.handle])
+  graph = tf.compat.v1.get_default_graph()
+  _PACKED_SLICES.setdefault(graph, _PackedSlices()).add_shaped(
+    variable.handle, entry["handle"]
+  )
+  return entry["handle"]
+
+
+def _shaped_input(ctx: _ReplicaContext, captured, pnum: int):
+  """What the unpacked call of replica pnum passes for `captured`."""
+  value = ctx.replica_value(captured, pnum)
+  slices = ctx.slice_handles.get(id(captured))
+  if slices is None:
+    return value
+  shaped = _shaped_handle(slices[pnum])
+  return value if shaped is None else shaped
+
+
+def _shaped_variable(variable):
+  """`variable`, or a variable over its shaped handle (see _shaped_handle)."""
+  handle = _shaped_handle(variable)
+  if handle is None:
+    return variable
+  entry = slice_variables_lib.shaped_entry(variable)
+  if "variable" not in entry:
+    name = variable.name.split(":")[0]
+    with tf.init_scope():
+      entry["variable"] = resource_variable_ops.BaseResourceVariable(
+        trainable=False,
+        shape=variable.shape,
+        dtype=variable.dtype,
+        handle=handle,
+        handle_name=name,
+        unique_id="%s_shaped_%d" % (name, ops.uid()),
+        in_graph_mode=False,
+      )
+  return entry["variable"]
 
 
 def _type_list(dtypes: Sequence[int]) -> attr_value_pb2.AttrValue:
