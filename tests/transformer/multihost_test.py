@@ -57,6 +57,9 @@ def _env():
     if k not in ("TF_CONFIG", "MTF_VERBOSE", "TF_CPP_MIN_LOG_LEVEL")
   }
   env["PYTHONPATH"] = REPO
+  # A process that crashes (a fatal signal) writes its threads' Python
+  # stacks to its log first.
+  env["PYTHONFAULTHANDLER"] = "1"
   return env
 
 

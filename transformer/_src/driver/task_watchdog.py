@@ -10,8 +10,14 @@ reach the remote parts of a function call, and the remote calls have no
 deadline (both tried).
 
 TaskWatchdog probes every task from a thread with a short-deadline gRPC call
-to the task's worker service (`GetStatus`, which the server answers from its
-RPC threads even while it computes, so a long step is not taken for a stall).
+to the task's worker service (`GetStatus`). The server answers it on the
+first free thread of its inter-op pool, and a computing task frees those
+between kernels, so a long step is not taken for a stall. A task all of
+whose inter-op threads are held by kernels that never return (a hung read)
+answers nothing either, and is taken for stalled; one whose hung kernel holds
+fewer of them, or waits without a thread (a queue that never gets data),
+answers as a healthy one does, and runs any other op: no probe tells it from
+the tasks waiting for it (measured; see docs/tpu_and_multihost.md).
 A task that answered no probe for `timeout` seconds is stalled. The watchdog
 then shuts down this process's TCP connections to the cluster's tasks (found
 in Linux's /proc), which fails the pending call as a lost connection does;
