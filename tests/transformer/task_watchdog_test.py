@@ -4,11 +4,8 @@ A listening socket that never accepts stands in for a stalled task: the
 kernel completes the TCP handshake, but no gRPC answer ever comes, as with a
 SIGSTOPped `transformer.serve`; a `transformer.serve` process is a task that
 answers. A run that cutting the connections does not end is ended with its
-process (in a subprocess here). A task whose hung kernels (reads of named
-pipes nobody writes, run by trainer processes) hold one of its two inter-op
-threads still answers; holding both, it answers nothing. The end-to-end runs
-(a SIGSTOPped worker of a real cluster, placement and SIMD) are in
-multihost_test.py.
+process (in a subprocess here). The end-to-end runs (a SIGSTOPped worker of
+a real cluster, placement and SIMD) are in multihost_test.py.
 """
 
 from __future__ import annotations
@@ -187,91 +184,3 @@ def test_watchdog_ends_a_process_the_cut_does_not_unblock():
     .startswith("stalled: [('/job:worker/task:0', 'localhost:")
   ), ended.stderr
   assert time.monotonic() - start < 60
-
-
-# A task whose eager ops run on 2 inter-op threads (the pool its status
-# calls are answered on too).
-TWO_THREAD_TASK = """
-import sys, time
-import tensorflow as tf
-tf.distribute.Server(
-  tf.train.ClusterSpec({"worker": [sys.argv[1]]}),
-  job_name="worker",
-  task_index=0,
-  config=tf.compat.v1.ConfigProto(inter_op_parallelism_threads=2),
-  start=True,
-)
-print("serving", flush=True)
-time.sleep(600)
-"""
-
-# A trainer whose step hangs on the task: a read of a named pipe nobody
-# writes, a kernel blocked in a system call (it holds its thread).
-HUNG_STEP = """
-import sys, threading, time
-import tensorflow as tf
-tf.config.experimental_connect_to_cluster(
-  tf.train.ClusterSpec({"worker": [sys.argv[1]]})
-)
-
-@tf.function
-def step():
-  with tf.device("/job:worker/replica:0/task:0/device:CPU:0"):
-    return tf.strings.length(tf.io.read_file(sys.argv[2]))
-
-threading.Thread(target=step, daemon=True).start()
-time.sleep(600)
-"""
-
-
-def _hung_reads(pid):
-  """How many threads of process `pid` wait in the open() of a named pipe."""
-  count = 0
-  for thread in os.listdir("/proc/%d/task" % pid):
-    with open("/proc/%d/task/%s/wchan" % (pid, thread)) as f:
-      count += f.read() == "wait_for_partner"
-  return count
-
-
-@pytest.mark.slow
-def test_task_answers_until_hung_kernels_hold_all_its_inter_op_threads(
-  tmp_path,
-):
-  """What the watchdog sees of a task whose computation hangs.
-
-  One hung kernel of two threads: the task answers as a healthy one (such
-  a hang is not detected); a hung kernel on every thread: it answers
-  nothing, as a stopped task.
-  """
-  address = "localhost:%d" % cluster.free_local_ports(1)[0]
-  task = multihost_test.Worker(
-    [address],
-    0,
-    str(tmp_path),
-    command=[sys.executable, "-c", TWO_THREAD_TASK, address],
-  )
-  trainers = []
-  try:
-    for hung in (1, 2):
-      pipe = str(tmp_path / ("pipe%d" % hung))
-      os.mkfifo(pipe)
-      trainers.append(
-        subprocess.Popen(
-          [sys.executable, "-c", HUNG_STEP, address, pipe],
-          env=dict(os.environ, PYTHONPATH=REPO),
-          stdout=subprocess.DEVNULL,
-          stderr=subprocess.DEVNULL,
-        )
-      )
-      deadline = time.monotonic() + 240
-      while _hung_reads(task.process.pid) < hung:
-        assert trainers[-1].poll() is None
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
-      answer = task_watchdog.task_answers(address, 3.0)
-      assert answer is (True if hung == 1 else None), (hung, answer)
-  finally:
-    for trainer in trainers:
-      trainer.kill()
-      trainer.wait()
-    task.kill()
