@@ -75,8 +75,20 @@ def binary_reduction_fn(
 def _reduce_list(
   xs: Sequence[tf.Tensor], reduction_fn_string: str
 ) -> tf.Tensor:
-  if reduction_fn_string == "SUM" and len(xs) > 2:
-    return tf.add_n(list(xs))
+  """The reduction of the tensors of several devices, in a fixed order.
+
+  A sum is a reduce_sum over the stacked terms, not tf.add / tf.add_n:
+  Grappler's arithmetic optimiser merges trees of Add ops on one device
+  into one AddN, which would take in this sum's terms along with the terms
+  added to its result (a residual, other gradients). The AddN kernel adds
+  its inputs after moving the first one whose buffer it may reuse to the
+  front, and whether the buffer of a term read by other devices too (all
+  of them, on devices sharing host memory) is free yet depends on their
+  timing: the order of the additions, and the last bits of the sum, would
+  change from run to run.
+  """
+  if reduction_fn_string == "SUM":
+    return tf.reduce_sum(tf.stack(list(xs)), axis=0)
   return functools.reduce(binary_reduction_fn(reduction_fn_string), xs)
 
 
