@@ -1,10 +1,15 @@
-"""A guard for the scripts that record the original package's numbers.
+"""The original package's numbers: a guard for recording, a reader for tests.
 
 The make_*_original.py scripts beside the tests must run with the original
 mesh-tensorflow 0.1.21 first on PYTHONPATH; run by mistake with this
 project's package first, they would store our own numbers as the original's
 and every comparison against them would pass whatever we compute.
 """
+
+import collections
+from typing import Dict
+
+import numpy as np
 
 import mesh_tensorflow as mtf
 
@@ -20,3 +25,23 @@ def require_original() -> None:
       "%s is this project's package; put the original first on PYTHONPATH"
       % mtf.__file__
     )
+
+
+def recorded_outputs(path: str) -> Dict[str, Dict[str, np.ndarray]]:
+  """The arrays such a script stored, by program: {name: {key: array}}.
+
+  The scripts store output `key` of program `name` as `name/key` (keys may
+  hold more slashes: they are variable names).
+
+  Args:
+    path: the .npz file a make_*_original.py script wrote.
+
+  Returns:
+    for each program's name, its outputs by key.
+  """
+  outputs = collections.defaultdict(dict)
+  with np.load(path) as arrays:
+    for stored_key in arrays.files:
+      name, key = stored_key.split("/", 1)
+      outputs[name][key] = arrays[stored_key]
+  return dict(outputs)
