@@ -7,7 +7,7 @@ and every comparison against them would pass whatever we compute.
 """
 
 import collections
-from typing import Dict
+from typing import Callable, Dict, Sequence
 
 import numpy as np
 
@@ -45,3 +45,24 @@ def recorded_outputs(path: str) -> Dict[str, Dict[str, np.ndarray]]:
       name, key = stored_key.split("/", 1)
       outputs[name][key] = arrays[stored_key]
   return dict(outputs)
+
+
+def record_outputs(
+  path: str,
+  names: Sequence[str],
+  run_program: Callable[[str], Dict[str, np.ndarray]],
+) -> None:
+  """Runs each program and stores its outputs as `recorded_outputs` reads them.
+
+  Args:
+    path: the .npz file to write.
+    names: the programs to run, in this order.
+    run_program: a program's outputs by key, given its name.
+  """
+  arrays = {}
+  for name in names:
+    for key, value in run_program(name).items():
+      arrays["%s/%s" % (name, key)] = value
+    print("%s: done" % name)
+  np.savez_compressed(path, **arrays)
+  print("wrote %d arrays to %s" % (len(arrays), path))

@@ -13,8 +13,6 @@ and Sessions) and stores output `<key>` of program `<name>` as
 import os
 import sys
 
-import numpy as np
-
 import mesh_tensorflow as mtf
 
 sys.path.append(os.getcwd())
@@ -24,14 +22,11 @@ from tests.bert import bert_programs  # noqa: E402
 
 def main():
   original_package.require_original()
-  arrays = {}
-  for name in sorted(bert_programs.PROGRAMS):
-    for key, value in bert_programs.run_program(mtf, name).items():
-      arrays["%s/%s" % (name, key)] = value
-    print("%s: done" % name)
-  path = os.path.join(os.path.dirname(__file__), "bert_original.npz")
-  np.savez_compressed(path, **arrays)
-  print("wrote %d arrays to %s" % (len(arrays), path))
+  original_package.record_outputs(
+    os.path.join(os.path.dirname(__file__), "bert_original.npz"),
+    sorted(bert_programs.PROGRAMS),
+    lambda name: bert_programs.run_program(mtf, name),
+  )
 
 
 if __name__ == "__main__":

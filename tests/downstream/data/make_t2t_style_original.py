@@ -13,8 +13,6 @@ a tf.compat.v1 graph and Session) and stores output `<key>` of program
 import os
 import sys
 
-import numpy as np
-
 import mesh_tensorflow as mtf
 
 sys.path.append(os.getcwd())
@@ -24,14 +22,11 @@ from tests.downstream import t2t_style_programs  # noqa: E402
 
 def main():
   original_package.require_original()
-  arrays = {}
-  for name in sorted(t2t_style_programs.PROGRAMS):
-    for key, value in t2t_style_programs.run_program(mtf, name).items():
-      arrays["%s/%s" % (name, key)] = value
-    print("%s: done" % name)
-  path = os.path.join(os.path.dirname(__file__), "t2t_style_original.npz")
-  np.savez_compressed(path, **arrays)
-  print("wrote %d arrays to %s" % (len(arrays), path))
+  original_package.record_outputs(
+    os.path.join(os.path.dirname(__file__), "t2t_style_original.npz"),
+    sorted(t2t_style_programs.PROGRAMS),
+    lambda name: t2t_style_programs.run_program(mtf, name),
+  )
 
 
 if __name__ == "__main__":

@@ -20,8 +20,6 @@ import os
 import sys
 import types
 
-import numpy as np
-
 import mesh_tensorflow as mtf
 
 sys.path.append(os.getcwd())
@@ -47,14 +45,11 @@ def _stand_in_for_augmentation_imports():
 def main():
   original_package.require_original()
   _stand_in_for_augmentation_imports()
-  arrays = {}
-  for name in sorted(unet_programs.PROGRAMS):
-    for key, value in unet_programs.run_program(mtf, name).items():
-      arrays["%s/%s" % (name, key)] = value
-    print("%s: done" % name)
-  path = os.path.join(os.path.dirname(__file__), "unet_original.npz")
-  np.savez_compressed(path, **arrays)
-  print("wrote %d arrays to %s" % (len(arrays), path))
+  original_package.record_outputs(
+    os.path.join(os.path.dirname(__file__), "unet_original.npz"),
+    sorted(unet_programs.PROGRAMS),
+    lambda name: unet_programs.run_program(mtf, name),
+  )
 
 
 if __name__ == "__main__":
