@@ -97,7 +97,7 @@ def pytest_make_collect_report(collector):
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_pyfunc_call(pyfuncitem):
-  del pyfuncitem
+def pytest_runtest_call(item):
+  del item  # Test functions and unittest.TestCase methods alike.
   with _eager_in_tf1_pass():
     yield

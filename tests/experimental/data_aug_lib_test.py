@@ -12,10 +12,6 @@ import tensorflow as tf
 
 from mesh_tensorflow.experimental import data_aug_lib
 
-pytestmark = pytest.mark.skipif(
-  not tf.executing_eagerly(), reason="eager reference draws"
-)
-
 _RNG = np.random.RandomState(0)
 VOLUME = _RNG.randn(4, 5, 6).astype(np.float32)
 

@@ -25,10 +25,6 @@ LABEL_SHAPES = SHAPES + [
   mtf.Shape([mtf.Dimension("batch", BATCH), mtf.Dimension("label", 2)])
 ]
 
-requires_eager = pytest.mark.skipif(
-  not tf.executing_eagerly(), reason="TF2 behaviour"
-)
-
 
 def ds_creator():
   return tf.data.Dataset.from_tensor_slices((EXAMPLES, LABELS)).repeat()
@@ -51,7 +47,6 @@ def simd(mesh_shape, layout):
   )
 
 
-@requires_eager
 @pytest.mark.parametrize(
   "mesh_shape,layout",
   [("rows:2;cols:2", "batch:rows;io:cols"), ("all:4", "io:all"), ("", "")],
@@ -95,7 +90,6 @@ def _stateful_ds_creator():
   return creator, calls
 
 
-@requires_eager
 @pytest.mark.parametrize("is_eval_mode", [False, True], ids=["train", "eval"])
 def test_simd_reader_one_dataset_per_sub_batch(is_eval_mode):
   mesh_impl = simd("mesh_x:2;mesh_y:1", "batch:mesh_x;io:mesh_y")
@@ -125,7 +119,6 @@ def test_simd_reader_one_dataset_per_sub_batch(is_eval_mode):
     np.testing.assert_array_equal(core_1, eye[2:])
 
 
-@requires_eager
 @pytest.mark.parametrize(
   "mesh_shape,layout",
   [
@@ -174,7 +167,6 @@ def test_simd_reader_gives_each_replica_its_slices(
       )
 
 
-@requires_eager
 def test_simd_reader_feeds_an_mtf_program():
   mesh_impl = simd("rows:2;cols:2", "batch:rows;io:cols")
   reader = input_reader.SimdMeshImplInputReader(

@@ -21,10 +21,6 @@ from mesh_tensorflow.experimental import offline_data_aug
 from mesh_tensorflow.experimental import unet
 from tests.experimental import unet_test
 
-pytestmark = pytest.mark.skipif(
-  not tf.executing_eagerly(), reason="TF2 behaviour"
-)
-
 _REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
 
 

@@ -13,10 +13,7 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from mesh_tensorflow.experimental import offline_data_aug
 from mesh_tensorflow.experimental import unet
-
-pytestmark = pytest.mark.skipif(
-  not tf.executing_eagerly(), reason="TF2 behaviour"
-)
+from tests import mesh_test_util
 
 # 2 volumes of 8^3 voxels as 4 x-blocks and 2 y-blocks; 2 levels.
 HPARAMS = unet.Hparams(
@@ -118,6 +115,9 @@ def run_model(mesh_shape, layout, dataset_str, simd=False):
 
 @pytest.fixture(scope="module")
 def one_device_results():
+  # unet_original_test runs the model on one device and a 2x2 mesh in
+  # tf.compat.v1 graphs, the TF1 pass included.
+  mesh_test_util.skip_under_tf1("run_model runs the U-Net eagerly")
   return {mode: run_model("", "", mode) for mode in ("train", "eval")}
 
 

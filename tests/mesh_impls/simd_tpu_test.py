@@ -18,6 +18,7 @@ import threading
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.python.eager import context  # pylint: disable=g-direct-tensorflow-import
 
 from mesh_tensorflow._src import layout as layout_lib
 from mesh_tensorflow._src.mesh_impls import simd_backend
@@ -444,7 +445,10 @@ class _World:
       self.local.rank = rank
       self.local.step = 0
       try:
-        results[rank] = fn(rank)
+        # A new thread starts in the process's default mode, which is graph
+        # mode under TF1 legacy behaviour: the emulation reads values.
+        with context.eager_mode():
+          results[rank] = fn(rank)
       except Exception as e:  # pylint: disable=broad-except
         errors.append(e)
         self.barrier.abort()
