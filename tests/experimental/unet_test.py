@@ -115,8 +115,8 @@ def run_model(mesh_shape, layout, dataset_str, simd=False):
 
 @pytest.fixture(scope="module")
 def one_device_results():
-  # unet_original_test runs the model on one device and a 2x2 mesh in
-  # tf.compat.v1 graphs, the TF1 pass included.
+  # unet_original_test runs the model in tf.compat.v1 graphs, on one device
+  # and on a 2x2 mesh.
   mesh_test_util.skip_under_tf1("run_model runs the U-Net eagerly")
   return {mode: run_model("", "", mode) for mode in ("train", "eval")}
 
