@@ -161,6 +161,8 @@ class _ReplicaContext:
     self.slice_handles: Dict[int, Sequence[Any]] = {}
     # Shared trace: ids of the template handles of ordering tokens.
     self.token_handles = set()
+    # The replica's ordering token (see CollectiveBackend._token).
+    self.token = None
 
   def reserve_keys(self, n: int) -> int:
     first = self.key_base + self.count
@@ -465,6 +467,12 @@ class CollectiveBackend(simd_backend.SimdBackend):
   # --------------------------------------------------------------- tokens
   def _token(self, ctx: _ReplicaContext) -> tf.Tensor:
     """The ordering token (a resource handle) of ctx's replica's device."""
+    if ctx.token is None:
+      ctx.token = self._find_token(ctx)
+    return ctx.token
+
+  def _find_token(self, ctx: _ReplicaContext) -> tf.Tensor:
+    """The token of `_token`, looked up (once per replica context)."""
     with tf.init_scope():
       if tf.executing_eagerly():
         if self._eager_tokens is None:
@@ -618,7 +626,10 @@ class CollectiveBackend(simd_backend.SimdBackend):
       and (ctx.last_collective.graph is tf.compat.v1.get_default_graph())
     ):
       deps = [ctx.last_collective]
-    with tf.control_dependencies(deps):
+    if deps:
+      with tf.control_dependencies(deps):
+        out = op_fn(**kwargs)
+    else:
       out = op_fn(**kwargs)
     if legacy:
       ctx.last_collective = out.op
