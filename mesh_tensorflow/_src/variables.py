@@ -181,14 +181,35 @@ class VariableStore(tf.Module):
     Returns:
       the slice tf.Variable.
     """
-    existing = self._slices.get(key)
-    if existing is None:
-      with tf.init_scope(), _root_name_scope():
-        existing = create_fn()
-      self._slices[key] = existing
-      # pylint: disable-next=protected-access
-      self._slice_dependencies._track_trackable(existing, name=key)
-    return existing
+    return self.get_or_create_slices([key], lambda _: [create_fn()])[0]
+
+  def get_or_create_slices(
+    self,
+    keys: Sequence[str],
+    create_fn: Callable[[List[Optional[tf.Variable]]], List[tf.Variable]],
+  ) -> List[tf.Variable]:
+    """The slice tf.Variables stored under `keys`; the missing ones created.
+
+    Args:
+      keys: strings identifying the slices (variable name and processor).
+      create_fn: a function taking the stored slices (None where missing)
+        and returning all of them, the missing ones created (in one go, e.g.
+        from one read of the master).
+
+    Returns:
+      the slice tf.Variables, one per key.
+    """
+    found = [self._slices.get(key) for key in keys]
+    if all(v is not None for v in found):
+      return found
+    with tf.init_scope(), _root_name_scope():
+      made = create_fn(found)
+    for key, old, new in zip(keys, found, made):
+      if old is None:
+        self._slices[key] = new
+        # pylint: disable-next=protected-access
+        self._slice_dependencies._track_trackable(new, name=key)
+    return made
 
 
 def _check_same_graph(name: str, var: tf.Variable) -> None:

@@ -180,6 +180,45 @@ def test_replicate_under_a_gradient_tape():
   assert float(grad) == pytest.approx(6 * 2 * 3.0)
 
 
+def _all_reduce_nodes(backend):
+  """(outputs, [(CollectiveReduceV2 node, its instance key Const node)])."""
+
+  def program():
+    x = tf.cast(backend.replica_pnum(), tf.float32)
+    return backend.allreduce_sum(tf.fill([2], x), [[0, 1], [2, 3]])
+
+  outputs, graph_def = _replicate_in_function(backend, program)
+  nodes = {n.name: n for f in graph_def.library.function for n in f.node_def}
+  reduces = [n for n in nodes.values() if n.op == "CollectiveReduceV2"]
+  return [y.numpy() for y in outputs], [
+    (n, nodes[n.input[3].split(":")[0]]) for n in reduces
+  ]
+
+
+def test_all_reduce_built_as_the_raw_op(monkeypatch):
+  """The all-reduce built directly equals the raw op built under a tape."""
+  outputs, direct = _all_reduce_nodes(_backend(DEVICES[:4]))
+  monkeypatch.setattr(
+    simd_collective.record, "could_possibly_record", lambda: True
+  )
+  raw_outputs, raw = _all_reduce_nodes(_backend(DEVICES[:4]))
+  for got in (outputs, raw_outputs):
+    np.testing.assert_array_equal(got, [[1.0] * 2] * 2 + [[5.0] * 2] * 2)
+  assert len(direct) == len(raw) == 1
+  (node, key), (raw_node, raw_key) = direct[0], raw[0]
+  assert dict(node.attr) == dict(raw_node.attr)
+  assert node.name == raw_node.name
+  # The same inputs; the ordering token's function argument is named apart.
+  assert node.input[:4] == raw_node.input[:4]
+  assert len(node.input) == len(raw_node.input) == 5
+  assert key.name.endswith("/instance_key")
+  assert key.attr["dtype"] == raw_key.attr["dtype"]
+  value, raw_value = key.attr["value"].tensor, raw_key.attr["value"].tensor
+  assert value.dtype == raw_value.dtype
+  assert value.tensor_shape == raw_value.tensor_shape
+  assert len(value.int_val) == len(raw_value.int_val) == 1
+
+
 def test_pnum_tables_looked_up_once_per_trace():
   """Collectives over the same groups share one lookup of their group key."""
   backend = _backend(DEVICES)

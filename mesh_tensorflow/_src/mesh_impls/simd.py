@@ -117,32 +117,27 @@ class LaidOutVariable:
     shape = variable.shape
     slice_shape = mesh_impl.slice_shape(shape)
     backend = mesh_impl.backend
-    self._slices = []
-    master_parts = slice_variables.MasterParts(variable)
     begins = mesh_impl.slice_begins(
       shape, [mesh_impl.p2l(pnum) for pnum in range(mesh_impl.size)]
     )
-    shapeless = backend.slice_handles_may_omit_shape()
-    for pnum, begin in enumerate(begins):
-      device = backend.device(pnum)
-      name = "%s_slice_%d" % (variable.name, pnum)
-      key = "simd:%s/%s/%s/%s" % (name, device, begin, slice_shape)
-      self._slices.append(
-        variable.store.get_or_create_slice(
-          key,
-          slice_variables.slice_variable_creator(
-            variable,
-            name,
-            device,
-            begin,
-            slice_shape,
-            master_parts=master_parts,
-            shape_source_variable=self._slices[0]
-            if shapeless and pnum
-            else None,
-          ),
-        )
-      )
+    devices = [backend.device(pnum) for pnum in range(mesh_impl.size)]
+    names = [
+      "%s_slice_%d" % (variable.name, pnum) for pnum in range(mesh_impl.size)
+    ]
+    self._slices = variable.store.get_or_create_slices(
+      [
+        "simd:%s/%s/%s/%s" % (name, device, begin, slice_shape)
+        for name, device, begin in zip(names, devices, begins)
+      ],
+      slice_variables.slice_variables_creator(
+        variable,
+        names,
+        devices,
+        begins,
+        slice_shape,
+        omit_shapes=backend.slice_handles_may_omit_shape(),
+      ),
+    )
     self._replica_variable = backend.replica_variable(
       variable.name, self._slices
     )
