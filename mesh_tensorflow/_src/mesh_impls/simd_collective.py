@@ -1058,11 +1058,13 @@ def _collective_sum(
   The same op, inputs, attributes and names as the raw op builds, without
   its generic argument checks and conversions, which cost most of the
   collective's tracing time (hundreds of collectives per step on large
-  meshes). While a gradient tape may record, the raw op is built instead
-  (it records the op on the tape), and so it is while op callbacks are on.
+  meshes). Eagerly, while a gradient tape may record (the raw op records
+  itself on the tape) and while op callbacks are on, the raw op is used.
   """
   if (
-    record.could_possibly_record() or op_callbacks.should_invoke_op_callbacks()
+    tf.executing_eagerly()
+    or record.could_possibly_record()
+    or op_callbacks.should_invoke_op_callbacks()
   ):
     return tf.raw_ops.CollectiveReduceV2(
       input=x,
