@@ -524,15 +524,17 @@ class CollectiveBackend(simd_backend.SimdBackend):
   def _optimizes_once(self) -> bool:
     """Whether a shared trace's calls run it optimised once (optimize_once).
 
-    Not while a gradient tape records (the tape needs the ordinary calls),
-    nor for one replica (its inlined call is optimised once too).
+    Only in functions run eagerly: a legacy graph's session sets up the
+    collectives it finds in its graph (not in a called function's). Not
+    while a gradient tape records (the tape needs the ordinary calls), nor
+    for one replica (its inlined call is optimised once too).
     """
-    return (
-      self._optimize_once
-      and self.num_replicas > 1
-      and not record.could_possibly_record()
-      and self._local_devices()
-    )
+    if not self._optimize_once or self.num_replicas < 2:
+      return False
+    if record.could_possibly_record() or not self._local_devices():
+      return False
+    with tf.init_scope():
+      return tf.executing_eagerly()
 
   def _can_pack(self) -> bool:
     """Whether the calls of a shared trace may pass slices packed.
