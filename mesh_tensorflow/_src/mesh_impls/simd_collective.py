@@ -6,7 +6,8 @@ replica's device (`tf.device`); the replicas talk with TF's collective ops
 (`CollectiveReduceV2`, `CollectiveGatherV2`, `CollectiveAllToAllV2`). Build,
 lowering and tracing time therefore grow with the number of replicas only
 by one call op per replica (see _ReplicaCaller) and the replicas' slice
-variables, not by the program.
+variables, not by the program. Grappler optimises that function once too
+(optimize_once), and each call runs the optimised graph without inlining.
 
 - what differs between replicas is an input of the traced function: the pnum
   (collective group keys, rank orders and the like are looked up in constant
@@ -859,6 +860,9 @@ class _ReplicaCaller:
       CollectiveBackend._pack_slices).
     written: for each captured input, whether to mark it written even if the
       program only reads it (the ordering tokens).
+    optimize_on: a device of the calls: call the function optimised there
+      by Grappler once, not inlined (see optimize_once); None: the calls
+      are inlined and optimised with the step, once per call.
   """
 
   def __init__(self, concrete, packed=(), written=(), optimize_on=None):
