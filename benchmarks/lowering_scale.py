@@ -142,6 +142,7 @@ def measure(
   devices,
   run=False,
   driver_rewrites=False,
+  optimize_once=True,
 ):
   """{build, lower, trace, total, wall, traces, ops} of one configuration.
 
@@ -150,7 +151,9 @@ def measure(
   seconds of the first run of the step, from the start to its end and of
   the second run, and the CPU seconds of the two runs (*_cpu). With
   driver_rewrites the runs use the Grappler passes of the driver's steps
-  (`step_graph_rewrites`), else TensorFlow's defaults.
+  (`step_graph_rewrites`), else TensorFlow's defaults. Without
+  optimize_once, SimdMeshImpl inlines its replica program into the step once
+  per device (`CollectiveBackend(optimize_once=False)`, the code before).
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -190,8 +193,13 @@ def measure(
   else:
     from mesh_tensorflow import simd_mesh_impl  # pylint: disable=g-import-not-at-top
 
+    backend = "collective"
+    if not optimize_once:
+      from mesh_tensorflow._src.mesh_impls import simd_collective  # pylint: disable=g-import-not-at-top
+
+      backend = simd_collective.CollectiveBackend(devices, optimize_once=False)
     mesh_impl = simd_mesh_impl.SimdMeshImpl(
-      mesh_shape, LAYOUT, devices=devices, backend="collective"
+      mesh_shape, LAYOUT, devices=devices, backend=backend
     )
 
   store = mtf.VariableStore() if hasattr(mtf, "VariableStore") else None
@@ -265,6 +273,7 @@ def worker(args):
         devices,
         args.run,
         args.driver_rewrites,
+        not args.no_optimize_once,
       )
       result.update(impl=impl_name, devices=args.worker, layers=layers)
       print("RESULT " + json.dumps(result), flush=True)
@@ -285,6 +294,11 @@ def main(argv=None):
     help="with --run: run the step with the driver's Grappler passes",
   )
   parser.add_argument(
+    "--no_optimize_once",
+    action="store_true",
+    help="simd: inline the replica program once per device (as before)",
+  )
+  parser.add_argument(
     "--worker", type=int, default=0, help="internal: one device count"
   )
   args = parser.parse_args(argv)
@@ -303,6 +317,7 @@ def main(argv=None):
     ]
     command += ["--run"] if args.run else []
     command += ["--driver_rewrites"] if args.driver_rewrites else []
+    command += ["--no_optimize_once"] if args.no_optimize_once else []
     out = subprocess.run(
       command, check=True, stdout=subprocess.PIPE, text=True
     ).stdout

@@ -6,7 +6,8 @@ replica's device (`tf.device`); the replicas talk with TF's collective ops
 (`CollectiveReduceV2`, `CollectiveGatherV2`, `CollectiveAllToAllV2`). Build,
 lowering and tracing time therefore grow with the number of replicas only
 by one call op per replica (see _ReplicaCaller) and the replicas' slice
-variables, not by the program.
+variables, not by the program. Grappler optimises that function once too
+(optimize_once), and each call runs the optimised graph without inlining.
 
 - what differs between replicas is an input of the traced function: the pnum
   (collective group keys, rank orders and the like are looked up in constant
@@ -61,6 +62,7 @@ from tensorflow.python.framework import op_callbacks  # pylint: disable=g-direct
 from tensorflow.python.framework import ops  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-direct-tensorflow-import
 
+from mesh_tensorflow._src.mesh_impls import optimize_once
 from mesh_tensorflow._src.mesh_impls import simd_backend
 from mesh_tensorflow._src.mesh_impls import (
   slice_variables as slice_variables_lib,
@@ -240,7 +242,13 @@ class CollectiveBackend(simd_backend.SimdBackend):
     [3.0, 3.0, 7.0, 7.0]
   """
 
-  def __init__(self, devices: Sequence[str], *, timeout_seconds: float = 0.0):
+  def __init__(
+    self,
+    devices: Sequence[str],
+    *,
+    timeout_seconds: float = 0.0,
+    optimize_once: bool = True,
+  ):
     """Prepares collectives among `devices`.
 
     Args:
@@ -251,6 +259,10 @@ class CollectiveBackend(simd_backend.SimdBackend):
         (PosixEnv::SchedClosureAfter), so a program issuing thousands of
         collectives within one timeout exhausts the process's threads and
         TF aborts the process (std::system_error in std::thread).
+      optimize_once: on local CPUs, optimise the shared trace of a replica
+        program with Grappler once, not once per device when the step first
+        runs (see optimize_once); False lets TensorFlow inline the program
+        into the step once per device, as before.
     """
     self._devices = list(devices)
     device_types = {
@@ -258,6 +270,7 @@ class CollectiveBackend(simd_backend.SimdBackend):
       for d in self._devices
     }
     self._communication_hint = "nccl" if device_types == {"GPU"} else "auto"
+    self._optimize_once = optimize_once and device_types == {"CPU"}
     self._timeout = float(timeout_seconds)
     if self._timeout > 0:
       logging.warning(
@@ -428,6 +441,9 @@ class CollectiveBackend(simd_backend.SimdBackend):
       concrete,
       packed=[id(c) in packed for c in captured],
       written=[id(c) in ctx.token_handles for c in captured],
+      optimize_on=(
+        self._devices[physical_pnums[0]] if self._optimizes_once() else None
+      ),
     )
     outputs = []
     try:
@@ -505,6 +521,10 @@ class CollectiveBackend(simd_backend.SimdBackend):
     stack = self._stack()
     if not stack or stack[-1].pnum is not None or not self._can_pack():
       return False
+    return self._local_devices()
+
+  def _local_devices(self) -> bool:
+    """Whether every replica's device is in this process."""
     if self._devices_are_local is None:
       here = tf.DeviceSpec.from_string(context.context().host_address_space())
       self._devices_are_local = all(
@@ -513,6 +533,21 @@ class CollectiveBackend(simd_backend.SimdBackend):
         for field in ("job", "replica", "task")
       )
     return self._devices_are_local
+
+  def _optimizes_once(self) -> bool:
+    """Whether a shared trace's calls run it optimised once (optimize_once).
+
+    Only in functions run eagerly: a legacy graph's session sets up the
+    collectives it finds in its graph (not in a called function's). Not
+    while a gradient tape records (the tape needs the ordinary calls), nor
+    for one replica (its inlined call is optimised once too).
+    """
+    if not self._optimize_once or self.num_replicas < 2:
+      return False
+    if record.could_possibly_record() or not self._local_devices():
+      return False
+    with tf.init_scope():
+      return tf.executing_eagerly()
 
   def _can_pack(self) -> bool:
     """Whether the calls of a shared trace may pass slices packed.
@@ -835,9 +870,12 @@ class _ReplicaCaller:
       CollectiveBackend._pack_slices).
     written: for each captured input, whether to mark it written even if the
       program only reads it (the ordering tokens).
+    optimize_on: a device of the calls: call the function optimised there
+      by Grappler once, not inlined (see optimize_once); None: the calls
+      are inlined and optimised with the step, once per call.
   """
 
-  def __init__(self, concrete, packed=(), written=()):
+  def __init__(self, concrete, packed=(), written=(), optimize_on=None):
     self._concrete = concrete
     self._captured = list(concrete.captured_inputs)
     self._taped = record.could_possibly_record()
@@ -867,6 +905,23 @@ class _ReplicaCaller:
       context.context().function_call_options.as_attrs().items()
     ):
       self._attrs[key] = attr_value_pb2.AttrValue(s=tf.compat.as_bytes(value))
+    self._optimized = None
+    if optimize_on is not None and not self._taped:
+      self._optimize(optimize_on)
+
+  def _optimize(self, device: str) -> None:
+    """Makes the calls call the function optimised once (optimize_once)."""
+    config = self._attrs["config_proto"].s
+    optimized = optimize_once.optimize_function(self._concrete, config, device)
+    if optimized is None:
+      return
+    self._optimized = optimized
+    self._attrs["f"] = attr_value_pb2.AttrValue(
+      func=attr_value_pb2.NameAttrList(name=optimized.name)
+    )
+    self._attrs["config_proto"] = attr_value_pb2.AttrValue(
+      s=optimize_once.calls_config(config)
+    )
 
   def __call__(self, pnum: tf.Tensor, captured: Sequence) -> List[tf.Tensor]:
     """The outputs of one call, with `captured` as the captured inputs."""
@@ -894,6 +949,9 @@ class _ReplicaCaller:
     """Adds the function to the graph (after the calls: see the class)."""
     if self._taped:
       self._concrete.set_external_captures(self._captured)
+    elif self._optimized is not None:
+      graph = tf.compat.v1.get_default_graph()
+      graph._add_function_recursive(self._optimized)  # pylint: disable=protected-access
     else:
       self._concrete.add_to_graph(tf.compat.v1.get_default_graph())
 
