@@ -24,13 +24,13 @@ import gin
 
 import mesh_tensorflow as mtf
 from transformer._src.layers import moe_layers
-from transformer._src.layers.attention_layers import EncDecAttention
-from transformer._src.layers.attention_layers import SelfAttention
-from transformer._src.layers.attention_layers import enc_dec_attention_bias
 from transformer._src.layers.context import Context
+from transformer._src.layers.enc_dec_attention import EncDecAttention
+from transformer._src.layers.enc_dec_attention import enc_dec_attention_bias
 from transformer._src.layers.experts_attention_params import (
   ExpertsAttentionParams,
 )
+from transformer._src.layers.self_attention import SelfAttention
 
 __all__ = ["ExpertsEncDecAttention", "ExpertsSelfAttention"]
 
