@@ -23,7 +23,7 @@ import gin
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from transformer._src.layers import attention_core
+from transformer._src.layers import attention_params
 from transformer._src.layers import enc_dec_attention
 from transformer._src.layers import self_attention
 from transformer._src.layers.context import Context
@@ -121,7 +121,7 @@ def dense_product_fixup(
   )
 
 
-class AttentionParamsFixup(attention_core.AttentionParams):
+class AttentionParamsFixup(attention_params.AttentionParams):
   """Attention parameters with Fixup initialization.
 
   Variables `q_fixup`, `k_fixup`, `v_fixup` (or `kv_fixup` with shared_kv)

@@ -16,6 +16,7 @@ from transformer._src.layers import attention_core as attention
 from transformer._src.layers.attention_bias import sequence_id_for_bias
 from transformer._src.layers.attention_bias import to_bias
 from transformer._src.layers.context import Context
+from transformer._src.layers.local_attention import local_attention_1d
 from transformer._src.layers.self_attention import SelfAttention
 
 __all__ = ["LocalSelfAttention"]
@@ -39,7 +40,7 @@ class LocalSelfAttention(SelfAttention):
   Query i sees memory j iff 1 - radius <= j - i <= 0 (autoregressive model)
   or |j - i| < radius. Short sequences (length <= max(256, 4 * radius)) use
   full attention with that window as a mask, longer ones
-  attention.local_attention_1d. Decoding keeps a "window" ring buffer of the
+  local_attention_1d. Decoding keeps a "window" ring buffer of the
   last radius keys/values (position p in slot p % radius); incremental steps
   see the window only (no priorities or packed sequences, as when sampling).
 
@@ -130,7 +131,7 @@ class LocalSelfAttention(SelfAttention):
       )
     else:
       sequence_id = sequence_id_for_bias(context)
-      o = attention.local_attention_1d(
+      o = local_attention_1d(
         q,
         k,
         v,

@@ -32,6 +32,7 @@ from transformer._src.layers import hyperprompts
 from transformer._src.layers.attention_bias import relative_position_bucket
 from transformer._src.layers.attention_bias import sequence_id_for_bias
 from transformer._src.layers.attention_bias import to_bias
+from transformer._src.layers.attention_params import AttentionParams
 from transformer._src.layers.context import Context
 from transformer._src.layers.context import TransformerLayer
 
@@ -55,7 +56,7 @@ def attention_params(
   combine_dims: bool = True,
   keep_query_heads_dims: bool = False,
   fold_scaling_into_initializer: bool = True,
-) -> attention.AttentionParams:
+) -> AttentionParams:
   """AttentionParams for a layer with num_heads query heads over d_model.
 
   Heads dims: num_heads == 1 -> none; num_memory_heads == 0 -> "heads" for
@@ -104,7 +105,7 @@ def attention_params(
       mtf.Dimension("query_heads", num_heads // num_memory_heads)
     ]
   model = context.model
-  return attention.AttentionParams(
+  return AttentionParams(
     context.mesh,
     query_input_dim=model.model_dim,
     memory_input_dim=model.model_dim,
@@ -270,7 +271,7 @@ class SelfAttention(TransformerLayer):
     return attention_output
 
   def expected_attention_output_shape(
-    self, x: mtf.Tensor, params: attention.AttentionParams
+    self, x: mtf.Tensor, params: AttentionParams
   ) -> mtf.Shape:
     """x's shape, with the query heads dims kept if keep_query_heads_dims.
 
@@ -301,7 +302,7 @@ class SelfAttention(TransformerLayer):
     kwargs.setdefault("dropout_broadcast_dims", [context.length_dim])
     return kwargs
 
-  def make_params(self, context: Context) -> attention.AttentionParams:
+  def make_params(self, context: Context) -> AttentionParams:
     """The layer's AttentionParams.
 
     Args:
