@@ -51,7 +51,7 @@ Example (self-attention with 2 heads, checked against numpy):
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import gin
 import tensorflow as tf
