@@ -21,12 +21,14 @@ import mesh_tensorflow as mtf
 from transformer._src.data import packing
 from transformer._src.driver import cluster as driver_cluster
 from transformer._src.driver import decode as driver_decode
+from transformer._src.driver import decode_io
 from transformer._src.driver import estimator as driver
 from transformer._src.driver import eval_outputs
 from transformer._src.driver import evaluation as driver_eval
 from transformer._src.driver import export as driver_export
 from transformer._src.driver import learning_rate_schedules
 from transformer._src.driver import model_fn as driver_model_fn
+from transformer._src.driver import scoring as driver_scoring
 from transformer._src.driver import tpu as driver_tpu
 from transformer._src.driver.checkpoint_iterator import CheckpointStep
 from transformer._src.driver.checkpoint_iterator import get_checkpoint_iterator
@@ -361,7 +363,7 @@ def eval_model(
   eval_with_score: bool = False,
   output_eval_examples: bool = True,
   eval_dir_suffix: Optional[str] = None,
-  score_with_estimator_fn: Callable = driver_decode.score_with_estimator,
+  score_with_estimator_fn: Callable = driver_scoring.score_with_estimator,
   *,
   max_batches: Optional[int] = None,
 ) -> Optional[Dict[str, Dict[str, float]]]:
@@ -458,7 +460,7 @@ def eval_model(
     )
     if output_eval_examples:
       for kind in ("targets", "inputs"):
-        driver_decode.write_lines_to_file(
+        decode_io.write_lines_to_file(
           getattr(cached[eval_dataset.name], kind),
           os.path.join(summary_dir, "%s_%s" % (eval_dataset.name, kind)),
         )
@@ -519,7 +521,7 @@ def eval_model(
       )
       del outputs[:size]
       if output_eval_examples:
-        driver_decode.write_lines_to_file(
+        decode_io.write_lines_to_file(
           predictions,
           os.path.join(summary_dir, "%s_%d_predictions" % (name, step)),
         )
@@ -1018,7 +1020,7 @@ def run(
       eval_checkpoint_step,
     )
   if mode == "score_from_strings":
-    return driver_decode.score_from_strings(
+    return driver_scoring.score_from_strings(
       estimator,
       vocabulary,
       model_type,
@@ -1028,7 +1030,7 @@ def run(
       eval_checkpoint_step,
     )
   if mode == "score_from_dataset":
-    return driver_decode.score_from_dataset(
+    return driver_scoring.score_from_dataset(
       estimator,
       vocabulary,
       batch_size,
