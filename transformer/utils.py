@@ -17,6 +17,12 @@ Importing this module needs no network and no dataset downloads.
 from transformer._src.data.delimited_lm import (
   dynamic_text2self as _dynamic_text2self,  # pylint: disable=unused-import
 )
+from transformer._src.driver.checkpoint_evaluation import (
+  eval_model as eval_model,
+)
+from transformer._src.driver.checkpoint_evaluation import (
+  evaluate_dataset as evaluate_dataset,
+)
 from transformer._src.driver.checkpoint_iterator import (
   get_checkpoint_iterator as get_checkpoint_iterator,
 )
@@ -88,11 +94,7 @@ from transformer._src.driver.model_fn import metric_sum as metric_sum
 from transformer._src.driver.model_fn import (
   tpu_estimator_model_fn as tpu_estimator_model_fn,
 )
-from transformer._src.driver.run import eval_model as eval_model
-from transformer._src.driver.run import evaluate_dataset as evaluate_dataset
-from transformer._src.driver.run import get_estimator as get_estimator
 from transformer._src.driver.run import run as run
-from transformer._src.driver.run import train_model as train_model
 from transformer._src.driver.scoring import (
   compute_log_likelihoods as compute_log_likelihoods,
 )
@@ -112,6 +114,8 @@ from transformer._src.driver.scoring import (
 from transformer._src.driver.scoring import (
   score_with_estimator_lazy as score_with_estimator_lazy,
 )
+from transformer._src.driver.train import get_estimator as get_estimator
+from transformer._src.driver.train import train_model as train_model
 from transformer._src.models.bitransformer import (
   make_bi_student_teacher as make_bi_student_teacher,
 )
