@@ -1,22 +1,14 @@
 """mesh_tensorflow.transformer.attention: attention math and parameters.
 
-A facade over transformer/_src/layers/attention_core.py and
-experts_attention_params.py.
+A facade over transformer/_src/layers/attention_core.py (the attention math),
+attention_params.py (the projection variables), local_attention.py (blocked
+local attention) and experts_attention_params.py.
 """
 # pylint: disable=g-importing-member,useless-import-alias
 
-from transformer._src.layers.attention_core import (
-  AttentionParams as AttentionParams,
-)
 from transformer._src.layers.attention_core import attention as attention
 from transformer._src.layers.attention_core import (
-  attention_params_simple as attention_params_simple,
-)
-from transformer._src.layers.attention_core import (
   hybrid_attention as hybrid_attention,
-)
-from transformer._src.layers.attention_core import (
-  local_attention_1d as local_attention_1d,
 )
 from transformer._src.layers.attention_core import (
   maybe_reshape_attention_input_for_2d_sharding as maybe_reshape_attention_input_for_2d_sharding,
@@ -26,6 +18,12 @@ from transformer._src.layers.attention_core import (
 )
 from transformer._src.layers.attention_core import (
   visibility_mask_to_attention_bias as visibility_mask_to_attention_bias,
+)
+from transformer._src.layers.attention_params import (
+  AttentionParams as AttentionParams,
+)
+from transformer._src.layers.attention_params import (
+  attention_params_simple as attention_params_simple,
 )
 from transformer._src.layers.experts_attention_params import (
   ExpertsAttentionParams as ExpertsAttentionParams,
@@ -38,6 +36,9 @@ from transformer._src.layers.hyperprompts import (
 )
 from transformer._src.layers.hyperprompts import (
   make_params_mtlprompt as make_params_mtlprompt,
+)
+from transformer._src.layers.local_attention import (
+  local_attention_1d as local_attention_1d,
 )
 
 __all__ = [

@@ -4,12 +4,12 @@ A facade over transformer/_src/models/funnel_transformer.py.
 """
 # pylint: disable=g-importing-member,useless-import-alias
 
-from transformer._src.layers.attention_layers import (
-  SelfAttention as SelfAttention,
-)
 from transformer._src.layers.context import Context as Context
 from transformer._src.layers.context import ModeKeys as ModeKeys
 from transformer._src.layers.context import TransformerLayer as TransformerLayer
+from transformer._src.layers.self_attention import (
+  SelfAttention as SelfAttention,
+)
 from transformer._src.models.bitransformer import Bitransformer as Bitransformer
 from transformer._src.models.funnel_transformer import (
   BitransformerFunnel as BitransformerFunnel,

@@ -1,10 +1,14 @@
 """mesh_tensorflow.transformer.moe: mixture-of-experts layers (facade).
 
-The code lives in transformer/_src/layers/moe_layers.py (layers, HParams) and
-transformer/_src/layers/moe_gating.py (routing). The original's private gating
+The code lives in transformer/_src/layers/: moe_layers.py (the layers),
+moe_hparams.py (HParams), moe_dispatch.py (the MoE computation) and
+moe_gating.py (routing). The original's private gating
 helpers stay importable under their old names (`_top_2_gating`, ...).
 """
 
+from transformer._src.layers.moe_dispatch import _split_into_groups
+from transformer._src.layers.moe_dispatch import transformer_moe_layer_v1
+from transformer._src.layers.moe_dispatch import transformer_moe_layer_v2
 from transformer._src.layers.moe_gating import (
   expert_selection_gating as _expert_selection_gating,
 )
@@ -16,13 +20,10 @@ from transformer._src.layers.moe_gating import (
 )
 from transformer._src.layers.moe_gating import top_2_gating as _top_2_gating
 from transformer._src.layers.moe_gating import top_n_gating as _top_n_gating
-from transformer._src.layers.moe_layers import HParams
+from transformer._src.layers.moe_hparams import HParams
+from transformer._src.layers.moe_hparams import set_default_moe_hparams
 from transformer._src.layers.moe_layers import MoE1D
 from transformer._src.layers.moe_layers import MoE2D
-from transformer._src.layers.moe_layers import _split_into_groups
-from transformer._src.layers.moe_layers import set_default_moe_hparams
-from transformer._src.layers.moe_layers import transformer_moe_layer_v1
-from transformer._src.layers.moe_layers import transformer_moe_layer_v2
 
 __all__ = [
   "HParams",

@@ -1,38 +1,15 @@
 """mesh_tensorflow.transformer.transformer_layers: the layers of a LayerStack.
 
-A facade over transformer/_src/layers/: attention layers
-(attention_layers.py), research attention variants (attention_variants.py),
+A facade over transformer/_src/layers/: attention layers (self_attention.py,
+enc_dec_attention.py, local_self_attention.py and their shared biases in
+attention_bias.py), research attention variants (attention_variants.py),
 feed-forward (dense_layers.py), convolutions (conv_layers.py) and experts
 attention (experts_attention.py).
 """
 # pylint: disable=g-importing-member,useless-import-alias
 
-from transformer._src.layers.attention_layers import (
-  EncDecAttention as EncDecAttention,
-)
-from transformer._src.layers.attention_layers import (
-  LocalSelfAttention as LocalSelfAttention,
-)
-from transformer._src.layers.attention_layers import (
-  SelfAttention as SelfAttention,
-)
-from transformer._src.layers.attention_layers import (
-  TransparentEncDecAttention as TransparentEncDecAttention,
-)
-from transformer._src.layers.attention_layers import (
-  _relative_position_bucket as _relative_position_bucket,
-)
-from transformer._src.layers.attention_layers import (
-  attention_params as attention_params,
-)
-from transformer._src.layers.attention_layers import (
-  enc_dec_attention as enc_dec_attention,
-)
-from transformer._src.layers.attention_layers import (
-  enc_dec_attention_bias as enc_dec_attention_bias,
-)
-from transformer._src.layers.attention_layers import (
-  relative_position_spans as relative_position_spans,
+from transformer._src.layers.attention_bias import (
+  relative_position_bucket as _relative_position_bucket,
 )
 from transformer._src.layers.attention_variants import (
   BranchedEncDecAttention as BranchedEncDecAttention,
@@ -76,11 +53,35 @@ from transformer._src.layers.dense_layers import (
   DenseReluDense as DenseReluDense,
 )
 from transformer._src.layers.dense_layers import ParallelLayer as ParallelLayer
+from transformer._src.layers.enc_dec_attention import (
+  EncDecAttention as EncDecAttention,
+)
+from transformer._src.layers.enc_dec_attention import (
+  TransparentEncDecAttention as TransparentEncDecAttention,
+)
+from transformer._src.layers.enc_dec_attention import (
+  enc_dec_attention as enc_dec_attention,
+)
+from transformer._src.layers.enc_dec_attention import (
+  enc_dec_attention_bias as enc_dec_attention_bias,
+)
+from transformer._src.layers.enc_dec_attention import (
+  relative_position_spans as relative_position_spans,
+)
 from transformer._src.layers.experts_attention import (
   ExpertsEncDecAttention as ExpertsEncDecAttention,
 )
 from transformer._src.layers.experts_attention import (
   ExpertsSelfAttention as ExpertsSelfAttention,
+)
+from transformer._src.layers.local_self_attention import (
+  LocalSelfAttention as LocalSelfAttention,
+)
+from transformer._src.layers.self_attention import (
+  SelfAttention as SelfAttention,
+)
+from transformer._src.layers.self_attention import (
+  attention_params as attention_params,
 )
 
 __all__ = [

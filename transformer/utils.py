@@ -17,6 +17,12 @@ Importing this module needs no network and no dataset downloads.
 from transformer._src.data.delimited_lm import (
   dynamic_text2self as _dynamic_text2self,  # pylint: disable=unused-import
 )
+from transformer._src.driver.checkpoint_evaluation import (
+  eval_model as eval_model,
+)
+from transformer._src.driver.checkpoint_evaluation import (
+  evaluate_dataset as evaluate_dataset,
+)
 from transformer._src.driver.checkpoint_iterator import (
   get_checkpoint_iterator as get_checkpoint_iterator,
 )
@@ -64,40 +70,21 @@ from transformer._src.driver.config import tpu_mesh_shape as tpu_mesh_shape
 from transformer._src.driver.config import (
   variable_filter_max_size as variable_filter_max_size,
 )
-from transformer._src.driver.decode import (
-  compute_log_likelihoods as compute_log_likelihoods,
-)
 from transformer._src.driver.decode import decode as decode
 from transformer._src.driver.decode import (
   decode_from_dataset as decode_from_dataset,
 )
 from transformer._src.driver.decode import decode_from_file as decode_from_file
 from transformer._src.driver.decode import decode_strings as decode_strings
-from transformer._src.driver.decode import (
+from transformer._src.driver.decode import infer_model as infer_model
+from transformer._src.driver.decode_io import (
   encode_delimited_lm as encode_delimited_lm,
 )
-from transformer._src.driver.decode import encode_inputs as encode_inputs
-from transformer._src.driver.decode import (
+from transformer._src.driver.decode_io import encode_inputs as encode_inputs
+from transformer._src.driver.decode_io import (
   get_inputs_from_file as get_inputs_from_file,
 )
-from transformer._src.driver.decode import infer_model as infer_model
-from transformer._src.driver.decode import save_scores as save_scores
-from transformer._src.driver.decode import (
-  save_scores_to_tfrecords as save_scores_to_tfrecords,
-)
-from transformer._src.driver.decode import (
-  score_from_dataset as score_from_dataset,
-)
-from transformer._src.driver.decode import (
-  score_from_strings as score_from_strings,
-)
-from transformer._src.driver.decode import (
-  score_with_estimator as score_with_estimator,
-)
-from transformer._src.driver.decode import (
-  score_with_estimator_lazy as score_with_estimator_lazy,
-)
-from transformer._src.driver.decode import (
+from transformer._src.driver.decode_io import (
   write_lines_to_file as write_lines_to_file,
 )
 from transformer._src.driver.estimator import Estimator as Estimator
@@ -107,11 +94,28 @@ from transformer._src.driver.model_fn import metric_sum as metric_sum
 from transformer._src.driver.model_fn import (
   tpu_estimator_model_fn as tpu_estimator_model_fn,
 )
-from transformer._src.driver.run import eval_model as eval_model
-from transformer._src.driver.run import evaluate_dataset as evaluate_dataset
-from transformer._src.driver.run import get_estimator as get_estimator
 from transformer._src.driver.run import run as run
-from transformer._src.driver.run import train_model as train_model
+from transformer._src.driver.scoring import (
+  compute_log_likelihoods as compute_log_likelihoods,
+)
+from transformer._src.driver.scoring import save_scores as save_scores
+from transformer._src.driver.scoring import (
+  save_scores_to_tfrecords as save_scores_to_tfrecords,
+)
+from transformer._src.driver.scoring import (
+  score_from_dataset as score_from_dataset,
+)
+from transformer._src.driver.scoring import (
+  score_from_strings as score_from_strings,
+)
+from transformer._src.driver.scoring import (
+  score_with_estimator as score_with_estimator,
+)
+from transformer._src.driver.scoring import (
+  score_with_estimator_lazy as score_with_estimator_lazy,
+)
+from transformer._src.driver.train import get_estimator as get_estimator
+from transformer._src.driver.train import train_model as train_model
 from transformer._src.models.bitransformer import (
   make_bi_student_teacher as make_bi_student_teacher,
 )

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from mesh_tensorflow.experimental import input_reader
-from transformer._src.driver import tpu as driver_tpu
+from transformer._src.driver import tpu_connection
 
 BATCH, IO = 4, 8
 EXAMPLES = np.arange(8 * IO, dtype=np.float32).reshape(8, IO)
@@ -263,7 +263,7 @@ def _tpu_mesh(topology, mesh_shape, layout):
 
 
 def test_process_devices_of_a_tpu_pod_slice():
-  topology = driver_tpu.synthetic_topology([2, 2, 4, 1], num_hosts=4)
+  topology = tpu_connection.synthetic_topology([2, 2, 4, 1], num_hosts=4)
   mesh_impl, assignment = _tpu_mesh(topology, "rows:8;cols:2", "batch:rows")
   p_dev = input_reader.ProcessDevices(mesh_impl)
   assert (p_dev.num_cores, p_dev.num_hosts, p_dev.num_cores_per_host) == (
@@ -280,7 +280,7 @@ def test_process_devices_of_a_tpu_pod_slice():
 
 @pytest.mark.parametrize("is_eval_mode", [False, True], ids=["train", "eval"])
 def test_tpu_infeed_graph(is_eval_mode):
-  topology = driver_tpu.synthetic_topology([2, 2, 1, 2])
+  topology = tpu_connection.synthetic_topology([2, 2, 1, 2])
   with tf.Graph().as_default() as graph:
     mesh_impl, _ = _tpu_mesh(topology, "rows:4;cols:2", "batch:rows;io:cols")
     reader = input_reader.SimdMeshImplInputReader(

@@ -1,4 +1,7 @@
-"""Tests for transformer/_src/layers/attention_core.py (transformer.attention).
+"""Tests for transformer.attention.
+
+Its modules: transformer/_src/layers/attention_core.py, attention_params.py and
+local_attention.py.
 
 attention / hybrid / synthetic / local attention and AttentionParams against
 numpy, on the 1-device mesh and 4-device meshes under several layouts.

@@ -1,4 +1,7 @@
-"""Tests for transformer/_src/layers/attention_layers.py (transformer_layers).
+"""Tests for the attention layers of transformer_layers.
+
+Their modules: transformer/_src/layers/self_attention.py, enc_dec_attention.py,
+local_self_attention.py and attention_bias.py.
 
 SelfAttention, EncDecAttention, LocalSelfAttention and
 TransparentEncDecAttention against numpy multi-head attention (causality,
@@ -20,7 +23,7 @@ import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
 from tests import meshes
 from transformer import transformer_layers as tl
-from transformer._src.layers import attention_layers
+from transformer._src.layers import attention_bias
 from transformer._src.layers.context import Context
 
 tf1 = tf.compat.v1
@@ -200,8 +203,8 @@ def test_relative_position_bucket_hand_picked():
   def build(mesh):
     t = imp(mesh, rel, [dim], tf.int32)
     return [
-      attention_layers._relative_position_bucket(t, True),
-      attention_layers._relative_position_bucket(t, False),
+      attention_bias.relative_position_bucket(t, True),
+      attention_bias.relative_position_bucket(t, False),
     ]
 
   bi, uni = mtu.run_program(build)
@@ -218,8 +221,8 @@ def test_relative_position_bucket_matches_numpy_on_range():
   def build(mesh):
     t = imp(mesh, rel, [dim], tf.int32)
     return [
-      attention_layers._relative_position_bucket(t, True, 32, 128),
-      attention_layers._relative_position_bucket(t, False, 16, 64),
+      attention_bias.relative_position_bucket(t, True, 32, 128),
+      attention_bias.relative_position_bucket(t, False, 16, 64),
     ]
 
   bi, uni = mtu.run_program(build)

@@ -20,10 +20,10 @@ from tests import mesh_test_util as mtu
 from tests import meshes
 from transformer import transformer
 from transformer import transformer_layers
-from transformer._src.layers import attention_layers
 from transformer._src.layers import attention_variants as av
 from transformer._src.layers import context as context_lib
 from transformer._src.layers import dense_layers
+from transformer._src.layers import self_attention
 
 tf1 = tf.compat.v1
 
@@ -246,7 +246,7 @@ def test_talking_heads_same_dims_equals_self_attention():
       key_size=4,
       value_size=4,
     )
-    sa = attention_layers.SelfAttention(
+    sa = self_attention.SelfAttention(
       num_heads=2, key_value_size=4, combine_dims=False
     )
     outs = []
@@ -606,7 +606,7 @@ def test_exports_and_parallel_layer_default():
   try:
     parallel = dense_layers.ParallelLayer()
     ffn = dense_layers.DenseReluDense()
-    attn = attention_layers.SelfAttention()
+    attn = self_attention.SelfAttention()
   finally:
     gin.clear_config()
   assert [type(l).__name__ for l in parallel.layer_classes] == [

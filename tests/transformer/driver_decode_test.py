@@ -1,4 +1,5 @@
-"""Decoding and scoring entry points (transformer/_src/driver/decode.py).
+"""Decoding and scoring entry points (transformer/_src/driver/decode.py,
+scoring.py and decode_io.py).
 
 Encoders are checked against hand-written id rows; decode/score functions
 against each other and the files they write, on a tiny Bitransformer with

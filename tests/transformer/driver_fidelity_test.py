@@ -22,8 +22,8 @@ from tests.transformer import driver_test_util as dtu
 from transformer import learning_rate_schedules
 from transformer import utils
 from transformer import vocabulary
-from transformer._src.driver import decode as driver_decode
 from transformer._src.driver import run as run_lib
+from transformer._src.driver import scoring as driver_scoring
 
 tf1 = tf.compat.v1
 REPO = os.path.dirname(
@@ -318,7 +318,7 @@ def test_save_scores_to_tfrecords_and_the_lazy_scorer_write_shards(
   # The lazy scorer post-processes in shards of num_examples_per_shard.
   results = _results() * 3
   monkeypatch.setattr(
-    driver_decode,
+    driver_scoring,
     "score_with_estimator",
     lambda *args, **kwargs: args[5](results, args[4]),
   )

@@ -15,8 +15,8 @@ import pytest
 import tensorflow as tf
 
 from tests.transformer import driver_test_util as dtu
+from transformer._src.driver import checkpoint_evaluation
 from transformer._src.driver import evaluation as driver_eval
-from transformer._src.driver import run as driver_run
 
 PROGRESS = re.compile(
   r"^step (\d+)/\d+  loss ([\d.]+)  lr ([\d.e-]+)", re.MULTILINE
@@ -93,7 +93,7 @@ def test_perplexity_eval_summaries_hold_the_originals_eval_loss(tmp_path):
   y[::2, 5:] = 0
 
   def perplexity_eval(steps):
-    return driver_run.perplexity_eval(
+    return checkpoint_evaluation.perplexity_eval(
       est,
       None,
       est.sequence_length,

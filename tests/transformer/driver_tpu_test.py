@@ -1,4 +1,5 @@
-"""Tests of the Cloud TPU driver (transformer/_src/driver/tpu.py).
+"""Tests of the Cloud TPU driver (transformer/_src/driver/tpu.py,
+tpu_connection.py, tpu_mesh.py and tpu_train_loop.py).
 
 No TPU is needed: topologies are synthetic (a v3-8 and a v4-32 slice), the
 TPU step graph is built in a tf.Graph and inspected without running, and the
@@ -27,6 +28,9 @@ from transformer._src.driver import cluster
 from transformer._src.driver import evaluation
 from transformer._src.driver import run as driver_run
 from transformer._src.driver import tpu
+from transformer._src.driver import tpu_connection
+from transformer._src.driver import tpu_mesh
+from transformer._src.driver import tpu_train_loop
 
 V3_8 = [2, 2, 1, 2]  # x, y, z, cores per chip; one host
 V4_32 = [2, 2, 4, 1]  # 16 megacore chips on 4 hosts
@@ -36,11 +40,11 @@ CPU_MESH = ("all:2", "heads:all,d_ff:all,vocab:all")
 
 
 def v3_8():
-  return tpu.synthetic_topology(V3_8)
+  return tpu_connection.synthetic_topology(V3_8)
 
 
 def v4_32():
-  return tpu.synthetic_topology(V4_32, num_hosts=4)
+  return tpu_connection.synthetic_topology(V4_32, num_hosts=4)
 
 
 # Tests run on the v3-8 and on the v4-32, with their meshes and replicas.
@@ -71,13 +75,13 @@ def test_synthetic_topologies_look_like_the_slices():
     zs = {int(c[2]) for c in topology.device_coordinates[host]}
     assert zs == {host}
   with pytest.raises(ValueError, match="3 hosts do not divide the 16"):
-    tpu.synthetic_topology(V4_32, num_hosts=3)
+    tpu_connection.synthetic_topology(V4_32, num_hosts=3)
   with pytest.raises(ValueError, match="4 positive ints"):
-    tpu.synthetic_topology([2, 2, 2])
+    tpu_connection.synthetic_topology([2, 2, 2])
 
 
 def test_plan_v3_8_one_dim_mesh_walks_the_chip_ring():
-  plan = tpu.plan_mesh("batch:8", v3_8())
+  plan = tpu_mesh.plan_mesh("batch:8", v3_8())
   assert plan.physical_shape == [2, 2, 2]  # [y*z, x, cores]
   assert plan.logical_to_physical == [0, 1, 2, 3, 6, 7, 4, 5]
   da = plan.device_assignment
@@ -102,8 +106,8 @@ def test_plan_v3_8_one_dim_mesh_walks_the_chip_ring():
 
 
 def test_plan_v3_8_two_dim_mesh_keeps_model_groups_on_a_chip():
-  plan = tpu.plan_mesh(V3_MESH[0], v3_8())
-  mesh_impl = tpu.tpu_mesh_impl(plan, V3_MESH[1])
+  plan = tpu_mesh.plan_mesh(V3_MESH[0], v3_8())
+  mesh_impl = tpu_mesh.tpu_mesh_impl(plan, V3_MESH[1])
   assert isinstance(mesh_impl, simd_mesh_impl.SimdMeshImpl)
   assert mesh_impl.device_assignment is plan.device_assignment
   # The two processors of every "cols" group are the two cores of one chip.
@@ -119,7 +123,7 @@ def test_plan_v3_8_two_dim_mesh_keeps_model_groups_on_a_chip():
 
 def test_plan_v4_32_covers_every_chip_and_feeds_from_its_host():
   topology = v4_32()
-  plan = tpu.plan_mesh(V4_MESH[0], topology)
+  plan = tpu_mesh.plan_mesh(V4_MESH[0], topology)
   assert plan.physical_shape == [8, 2, 1]  # [y*z, x, cores]
   assert sorted(plan.logical_to_physical) == list(range(16))
   da = plan.device_assignment
@@ -128,8 +132,8 @@ def test_plan_v4_32_covers_every_chip_and_feeds_from_its_host():
   assert sorted(coords) == sorted(
     tuple(c) for c in itertools.product(range(2), range(2), range(4), [0])
   )
-  mesh_impl = tpu.tpu_mesh_impl(plan, V4_MESH[1])
-  hosts = tpu.replica_host_devices(mesh_impl, job="worker")
+  mesh_impl = tpu_mesh.tpu_mesh_impl(plan, V4_MESH[1])
+  hosts = tpu_mesh.replica_host_devices(mesh_impl, job="worker")
   for r in range(16):
     task = topology.task_ordinal_at_coordinates(coords[r])
     assert hosts[r] == "/job:worker/task:%d/device:CPU:0" % task
@@ -139,11 +143,11 @@ def test_plan_v4_32_covers_every_chip_and_feeds_from_its_host():
 
 def test_plan_with_a_hierarchical_tiling_spec():
   spec = [("batch", None), ("model", [1, 1, 2])]
-  plan = tpu.plan_mesh("batch:4;model:2", v3_8(), spec)
+  plan = tpu_mesh.plan_mesh("batch:4;model:2", v3_8(), spec)
   tiling = simd_mesh_impl.HierarchicalTiling(spec, [2, 2, 2])
   assert plan.logical_to_physical == tiling.logical_to_physical
   with pytest.raises(ValueError, match="gives mesh 'batch:4;model:2'"):
-    tpu.plan_mesh("batch:2;model:4", v3_8(), spec)
+    tpu_mesh.plan_mesh("batch:2;model:4", v3_8(), spec)
 
 
 ORIGINAL_MAPPINGS = json.loads(
@@ -178,7 +182,7 @@ def test_plan_v4_32_with_one_logical_core_per_chip(fold_xy):
   # device assignment (TPUEstimator's), the 16 chips seen as [y*z, x] =
   # 8 x 2 (--fold_xy: [x*y, z] = 4 x 4).
   with flagsaver.flagsaver(logical_cores_per_chip=1, fold_xy=fold_xy):
-    plan = tpu.plan_mesh(V4_MESH[0], v4_32())
+    plan = tpu_mesh.plan_mesh(V4_MESH[0], v4_32())
     assert plan.physical_shape == ([4, 4, 1] if fold_xy else [8, 2, 1])
     default = tf.tpu.experimental.DeviceAssignment.build(
       v4_32(), num_replicas=16
@@ -190,7 +194,7 @@ def test_plan_v4_32_with_one_logical_core_per_chip(fold_xy):
       V4_32, [4, 4], 1, fold_xy
     )
     # The TPU backend's collectives use those replica ids.
-    mesh_impl = tpu.tpu_mesh_impl(plan, V4_MESH[1])
+    mesh_impl = tpu_mesh.tpu_mesh_impl(plan, V4_MESH[1])
     assert mesh_impl.logical_to_physical == plan.logical_to_physical
     coords = simd_mesh_impl.auto_logical_to_physical_tpu(
       [4, 4], plan.physical_shape, return_coordinates=True
@@ -208,9 +212,9 @@ def test_plan_v3_with_fold_xy_and_a_z_axis(fold_xy):
   # A 2-core-per-chip slice with z > 1 ([2, 2, 2, 2]): the original's
   # mapping on [y*z, x, 2] (--fold_xy: [x*y, z, 2]); replica r is the core
   # at 3-d pnum r.
-  topology = tpu.synthetic_topology([2, 2, 2, 2], num_hosts=2)
+  topology = tpu_connection.synthetic_topology([2, 2, 2, 2], num_hosts=2)
   with flagsaver.flagsaver(fold_xy=fold_xy):
-    plan = tpu.plan_mesh("batch:4;model:4", topology)
+    plan = tpu_mesh.plan_mesh("batch:4;model:4", topology)
   assert plan.physical_shape == [4, 2, 2]
   assert plan.logical_to_physical == original_mapping(
     [2, 2, 2, 2], [4, 4], 2, fold_xy
@@ -243,9 +247,9 @@ def test_a_mesh_that_does_not_fit_the_topology_is_a_clear_error():
     match=r"mesh_shape 'batch:16' has 16 processors but TPU 'my-tpu' "
     r"\(topology \[2, 2, 1, 2\].*has 8 cores on 1 host",
   ):
-    tpu.plan_mesh("batch:16", v3_8(), tpu_name="my-tpu")
+    tpu_mesh.plan_mesh("batch:16", v3_8(), tpu_name="my-tpu")
   with pytest.raises(ValueError, match="has 4 processors.*16 cores on 4"):
-    tpu.plan_mesh("batch:4", v4_32())
+    tpu_mesh.plan_mesh("batch:4", v4_32())
 
 
 # --------------------------------------------------------------------------
@@ -256,30 +260,31 @@ def test_unreachable_tpu_address_is_a_clear_error():
   port = cluster.free_local_ports(1)[0]
   address = "grpc://127.0.0.1:%d" % port
   with pytest.raises(
-    tpu.TpuConnectionError,
+    tpu_connection.TpuConnectionError,
     match=r"TPU 'grpc://127.0.0.1:%d' is unreachable: worker "
     r"127.0.0.1:%d does not accept connections" % (port, port),
   ):
-    tpu.resolve_tpu(address, connect_timeout_seconds=5)
+    tpu_connection.resolve_tpu(address, connect_timeout_seconds=5)
 
 
 def test_unresolvable_tpu_name_is_a_clear_error():
   with pytest.raises(
-    tpu.TpuConnectionError,
+    tpu_connection.TpuConnectionError,
     match=r"cannot resolve TPU 'no-such-tpu' \(zone 'us-central2-b', "
     r"project 'no-project'\)",
   ):
-    tpu.resolve_tpu("no-such-tpu", "us-central2-b", "no-project")
-  with pytest.raises(tpu.TpuConnectionError, match="no TPU given"):
-    tpu.resolve_tpu("")
+    tpu_connection.resolve_tpu("no-such-tpu", "us-central2-b", "no-project")
+  with pytest.raises(tpu_connection.TpuConnectionError, match="no TPU given"):
+    tpu_connection.resolve_tpu("")
 
 
 def test_initialising_without_a_tpu_is_a_clear_error():
-  resolver = tpu.resolve_tpu("local")
+  resolver = tpu_connection.resolve_tpu("local")
   with pytest.raises(
-    tpu.TpuConnectionError, match="cannot initialise TPU 'local': TPUs not"
+    tpu_connection.TpuConnectionError,
+    match="cannot initialise TPU 'local': TPUs not",
   ):
-    tpu.initialize_tpu(resolver, "local")
+    tpu_connection.initialize_tpu(resolver, "local")
 
 
 # --------------------------------------------------------------------------
@@ -312,7 +317,7 @@ def expected_groups(plan, mesh_axes):
 
 def tpu_estimator_in(graph, tmp_path, topology, mesh):
   """An Estimator in `graph` whose mesh_impl is the TPU backend."""
-  plan = tpu.plan_mesh(mesh[0], topology)
+  plan = tpu_mesh.plan_mesh(mesh[0], topology)
   with graph.as_default():
     # The TPU cores as the mesh's devices (the host has too few CPUs).
     devices = [
@@ -320,7 +325,7 @@ def tpu_estimator_in(graph, tmp_path, topology, mesh):
       for r in range(plan.mesh_shape.size)
     ]
     est = dtu.estimator(tmp_path, mesh=mesh, mesh_devices=devices)
-    est.mesh_impl = tpu.tpu_mesh_impl(plan, mesh[1])
+    est.mesh_impl = tpu_mesh.tpu_mesh_impl(plan, mesh[1])
   return plan, est
 
 
@@ -345,7 +350,9 @@ def build_tpu_train_graph(tmp_path, topology, mesh, iterations_per_loop):
   plan, est = tpu_estimator_in(graph, tmp_path, topology, mesh)
   count_step_traces(est)
   with graph.as_default():
-    loop = tpu.ReplicatedTrainLoop(est, iterations_per_loop, job="worker")
+    loop = tpu_train_loop.ReplicatedTrainLoop(
+      est, iterations_per_loop, job="worker"
+    )
     outputs = loop.trace(loop.make_iterators(dtu.input_fn))
   # One trace of the replica program for all replicas and steps.
   assert est.step_traces == 1
@@ -713,7 +720,7 @@ def test_multihost_scoring_and_decoding_match_placement(tmp_path, monkeypatch):
   reference = dtu.estimator(model_dir, mesh=MULTIHOST_MESH)
   want_scores = evaluation.score_ids(reference, x, y)
   want_decodes = evaluation.decode_ids(reference, x)
-  topology = tpu.synthetic_topology(V3_8, num_hosts=4)
+  topology = tpu_connection.synthetic_topology(V3_8, num_hosts=4)
   fake_tpu_on_cpus(monkeypatch, MULTIHOST_MESH[0], topology)
   setup = tpu.setup_tpu()
   hosts = [
@@ -812,11 +819,11 @@ def test_iterations_per_loop_same_training_as_single_steps_and_placement(
   # Placement: the Estimator's own loop.
   expected = dtu.estimator(placement_dir, mesh=CPU_MESH).train(dtu.input_fn, 2)
   # SIMD (collective backend), one step per call, one host.
-  one = tpu.train(
+  one = tpu_train_loop.train(
     simd_estimator(single_dir), dtu.input_fn, 2, iterations_per_loop=1
   )
   # SIMD, two steps in one call, each replica fed by its own "host".
-  two = tpu.train(
+  two = tpu_train_loop.train(
     simd_estimator(looped_dir),
     dtu.input_fn,
     2,
@@ -845,8 +852,8 @@ def test_multihost_loop_traces_once_and_trains_as_placement(tmp_path):
   expected = dtu.estimator(placement_dir, mesh=MULTIHOST_MESH).train(
     dtu.input_fn, 2
   )
-  topology = tpu.synthetic_topology(V3_8, num_hosts=4)
-  plan = tpu.plan_mesh(MULTIHOST_MESH[0], topology)
+  topology = tpu_connection.synthetic_topology(V3_8, num_hosts=4)
+  plan = tpu_mesh.plan_mesh(MULTIHOST_MESH[0], topology)
   assert plan.logical_to_physical != list(range(8))
   est = dtu.estimator(multihost_dir, mesh=MULTIHOST_MESH)
   est.mesh_impl = simd_mesh_impl.SimdMeshImpl(
@@ -871,7 +878,9 @@ def test_multihost_loop_traces_once_and_trains_as_placement(tmp_path):
     )
     return dtu.input_fn()
 
-  got = tpu.train(est, input_fn, 2, iterations_per_loop=2, replica_hosts=hosts)
+  got = tpu_train_loop.train(
+    est, input_fn, 2, iterations_per_loop=2, replica_hosts=hosts
+  )
   assert read_on == [(h, "CPU:%d" % h) for h in range(4)]
   # The replica program was traced once per step of the loop, not once per
   # replica.
@@ -888,7 +897,9 @@ def test_checkpoints_restore_across_placement_and_simd(tmp_path):
   )
   expected = dtu.estimator(straight_dir, mesh=CPU_MESH).train(dtu.input_fn, 4)
   # Two SIMD steps, then two placement steps from the SIMD checkpoint.
-  tpu.train(simd_estimator(simd_first), dtu.input_fn, 2, iterations_per_loop=2)
+  tpu_train_loop.train(
+    simd_estimator(simd_first), dtu.input_fn, 2, iterations_per_loop=2
+  )
   got = dtu.estimator(simd_first, mesh=CPU_MESH).train(
     dtu.input_fn, 4, skip_seen_data=True
   )
@@ -896,7 +907,7 @@ def test_checkpoints_restore_across_placement_and_simd(tmp_path):
   assert_same_checkpoints(simd_first, straight_dir)
   # Two placement steps, then two SIMD steps from the placement checkpoint.
   dtu.estimator(placement_first, mesh=CPU_MESH).train(dtu.input_fn, 2)
-  got = tpu.train(
+  got = tpu_train_loop.train(
     simd_estimator(placement_first),
     dtu.input_fn,
     4,
@@ -931,7 +942,7 @@ def test_a_diverging_loop_raises_as_placement_and_saves_nothing(tmp_path):
     with pytest.raises(FloatingPointError) as looped:
       # One call runs every step; with 4, steps 3 and 4 run after the
       # divergence (the collective backend's loop is unrolled).
-      tpu.train(est, dtu.input_fn, 4, iterations_per_loop=iterations)
+      tpu_train_loop.train(est, dtu.input_fn, 4, iterations_per_loop=iterations)
     step, names = diverged_at(looped.value, model_dir)
     assert step == want_step  # the first non-finite step and its loss
     if iterations == 2:  # the loop ended at that step: the same variables
@@ -950,12 +961,12 @@ def test_a_diverging_loop_raises_as_placement_and_saves_nothing(tmp_path):
 def test_loop_needs_a_simd_mesh_impl(tmp_path):
   est = dtu.estimator(tmp_path, mesh=CPU_MESH)
   with pytest.raises(ValueError, match="SimdMeshImpl, got PlacementMeshImpl"):
-    tpu.ReplicatedTrainLoop(est)
+    tpu_train_loop.ReplicatedTrainLoop(est)
   est.mesh_impl = simd_mesh_impl.SimdMeshImpl(est.mesh_shape, est.layout_rules)
   with pytest.raises(ValueError, match="iterations_per_loop must be >= 1"):
-    tpu.ReplicatedTrainLoop(est, 0)
+    tpu_train_loop.ReplicatedTrainLoop(est, 0)
   with pytest.raises(ValueError, match="1 replica hosts given for a mesh of 2"):
-    tpu.ReplicatedTrainLoop(est, 1, replica_hosts=["/device:CPU:0"])
+    tpu_train_loop.ReplicatedTrainLoop(est, 1, replica_hosts=["/device:CPU:0"])
 
 
 # --------------------------------------------------------------------------
@@ -983,7 +994,7 @@ def run_with_tpu(tmp_path, tpu_name, mode="train", **kwargs):
 def test_run_with_a_tpu_trains_with_the_tpu_loop(tmp_path, monkeypatch):
   # The TPU is replaced by a synthetic v3-8 and the training by a recorder:
   # run() must map the mesh onto it and hand the loop its settings.
-  plan = tpu.plan_mesh("batch:8", v3_8(), tpu_name="my-tpu")
+  plan = tpu_mesh.plan_mesh("batch:8", v3_8(), tpu_name="my-tpu")
   setup = tpu.TpuSetup("my-tpu", None, plan, "worker")
   calls = {}
 
@@ -1019,7 +1030,7 @@ def test_run_with_a_tpu_trains_with_the_tpu_loop(tmp_path, monkeypatch):
 
 def test_run_with_an_unreachable_tpu_fails_before_building(tmp_path):
   port = cluster.free_local_ports(1)[0]
-  with pytest.raises(tpu.TpuConnectionError, match="is unreachable"):
+  with pytest.raises(tpu_connection.TpuConnectionError, match="is unreachable"):
     run_with_tpu(tmp_path, "grpc://127.0.0.1:%d" % port)
   assert not list(tmp_path.iterdir())
 
@@ -1037,7 +1048,7 @@ def test_run_places_the_mesh_as_the_originals_gin_options_say(
     tpu,
     "setup_tpu",
     lambda name, zone, project, job, mesh: tpu.TpuSetup(
-      name, None, tpu.plan_mesh(mesh, v3_8()), None
+      name, None, tpu_mesh.plan_mesh(mesh, v3_8()), None
     ),
   )
   trained = []
@@ -1057,12 +1068,12 @@ def test_run_places_the_mesh_as_the_originals_gin_options_say(
   )
   (est,) = trained
   tiling = simd_mesh_impl.HierarchicalTiling(spec, [2, 2, 2])
-  automatic = tpu.plan_mesh(mesh_shape, v3_8()).logical_to_physical
+  automatic = tpu_mesh.plan_mesh(mesh_shape, v3_8()).logical_to_physical
   assert est.mesh_impl.logical_to_physical == tiling.logical_to_physical
   assert tiling.logical_to_physical != automatic
   assert est.autostack is False
   # The "model" pairs span the two chips of a column ([2, 1, 1]: y).
-  plan = tpu.plan_mesh(mesh_shape, v3_8(), spec)
+  plan = tpu_mesh.plan_mesh(mesh_shape, v3_8(), spec)
   for group in mtf.processor_groups(mesh_shape, [1]):
     chips = [coordinates(plan, plan.logical_to_physical[p]) for p in group]
     assert [c[1] for c in chips] == [0, 1] and chips[0][0] == chips[1][0]
@@ -1070,7 +1081,7 @@ def test_run_places_the_mesh_as_the_originals_gin_options_say(
   # close (each model pair is one chip's two cores).
   mesh_shape = utils.tpu_mesh_shape("2x2", 2, ensemble_parallelism=2)
   assert mesh_shape == mtf.convert_to_shape("ensemble:2;batch:2;model:2")
-  plan = tpu.plan_mesh(mesh_shape, v3_8())
+  plan = tpu_mesh.plan_mesh(mesh_shape, v3_8())
   for group in mtf.processor_groups(mesh_shape, [2]):
     chips = {coordinates(plan, plan.logical_to_physical[p])[:3] for p in group}
     assert len(chips) == 1, group
@@ -1082,8 +1093,8 @@ def fake_tpu_on_cpus(monkeypatch, mesh_shape, topology=None):
   TPU).
   """
   size = mtf.convert_to_shape(mesh_shape).size
-  topology = topology or tpu.synthetic_topology([1, size // 2, 1, 2])
-  plan = tpu.plan_mesh(mesh_shape, topology, tpu_name="fake-tpu")
+  topology = topology or tpu_connection.synthetic_topology([1, size // 2, 1, 2])
+  plan = tpu_mesh.plan_mesh(mesh_shape, topology, tpu_name="fake-tpu")
   setup = tpu.TpuSetup("fake-tpu", None, plan, None)
   made = []
 

@@ -16,8 +16,8 @@ import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
 from tests import meshes
 from transformer import moe
+from transformer._src.layers import moe_dispatch
 from transformer._src.layers import moe_gating
-from transformer._src.layers import moe_layers
 from transformer._src.layers.context import Context
 
 OUTER = mtf.Dimension("outer_batch", 1)
@@ -685,12 +685,12 @@ def test_moe2d_variables_and_same_on_meshes():
   ],
 )
 def test_split_into_groups(n, max_group, split, expected):
-  assert moe_layers._split_into_groups(n, max_group, split) == expected
+  assert moe_dispatch._split_into_groups(n, max_group, split) == expected
 
 
 def test_split_into_groups_rejects_indivisible_batch():
   with pytest.raises(ValueError, match="mesh split 4"):
-    moe_layers._split_into_groups(6, 8, 4)
+    moe_dispatch._split_into_groups(6, 8, 4)
 
 
 def test_hparams():

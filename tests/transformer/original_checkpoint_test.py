@@ -26,8 +26,8 @@ from tests.transformer import original_checkpoint_cases as cases
 from transformer import dataset as dataset_lib
 from transformer import utils
 from transformer import vocabulary as vocabulary_lib
+from transformer._src.driver import checkpoint_evaluation
 from transformer._src.driver import eval_outputs
-from transformer._src.driver import run as driver_run
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 CASES = sorted(cases.CASES)
@@ -292,7 +292,7 @@ def test_eval_metrics_are_the_originals(reference, model_dir):
     ]
 
   # perplexity_eval, one batch: what the original's Estimator.evaluate gave.
-  results = driver_run.perplexity_eval(
+  results = checkpoint_evaluation.perplexity_eval(
     est,
     VOCAB,
     est.sequence_length,

@@ -2,10 +2,12 @@
 
 The functions here take already-projected queries, keys and values (named mtf
 Tensors) and return the attended values: `attention` (softmax attention),
-`hybrid_attention` (a learned mix with doubly-normalised attention),
-`synthetic_attention` (Synthesizer logits) and `local_attention_1d` (blocked
-attention to a window of radius positions). `AttentionParams` owns the q, k,
-v (or kv) and o projection variables of a layer.
+`hybrid_attention` (a learned mix with doubly-normalised attention) and
+`synthetic_attention` (Synthesizer logits), plus the visibility-mask bias and
+the 2-d sharding reshape they use. `AttentionParams` (attention_params.py)
+owns the q, k, v (or kv) and o projection variables of a layer, and
+`local_attention_1d` (local_attention.py) is blocked attention to a window of
+radius positions built on `attention`.
 
 Dimension conventions: the key/value positions are a "memory_length"
 dimension distinct from the query "length"; the contraction dims are
@@ -21,6 +23,7 @@ Example (self-attention with 2 heads, checked against numpy):
   >>> batch, length, d_model = x.shape.dims
   >>> memory_length = mtf.Dimension("memory_length", 3)
   >>> d_kv, heads = mtf.Dimension("d_kv", 4), mtf.Dimension("heads", 2)
+  >>> from transformer.attention import AttentionParams
   >>> params = AttentionParams(converter.mesh, d_model, d_model, d_model,
   ...                          d_kv, d_kv, [heads], [heads],
   ...                          mtf.VariableDType())
@@ -48,7 +51,7 @@ Example (self-attention with 2 heads, checked against numpy):
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import gin
 import tensorflow as tf
@@ -58,13 +61,11 @@ import mesh_tensorflow as mtf
 tf1 = tf.compat.v1
 
 __all__ = [
-  "AttentionParams",
   "attention",
-  "attention_params_simple",
   "hybrid_attention",
-  "local_attention_1d",
   "maybe_reshape_attention_input_for_2d_sharding",
   "synthetic_attention",
+  "us_einsum",
   "visibility_mask_to_attention_bias",
 ]
 
@@ -72,7 +73,12 @@ _GIN_MODULE = "mesh_tensorflow.transformer.attention"
 _NEG_INF = -1e9
 
 
-def _us_einsum(xs, *args, **kwargs) -> mtf.Tensor:
+def us_einsum(xs, *args, **kwargs) -> mtf.Tensor:
+  """mtf.layers.us_einsum: the einsum of the attention math and projections.
+
+  It is mtf.einsum, scaled by 1/sqrt(contracted size) under the
+  unit-scaling convention.
+  """
   return mtf.layers.us_einsum(xs, *args, **kwargs)
 
 
@@ -229,7 +235,7 @@ def attention(
   if float32_logits:
     q = mtf.cast(q, tf.float32)
     k = mtf.cast(k, tf.float32)
-  logits = _us_einsum([q, k], output_shape=_logits_shape(q, k, key_dim))
+  logits = us_einsum([q, k], output_shape=_logits_shape(q, k, key_dim))
   logits = _add_bias(logits, bias)
   if z_loss_coeff is not None and context is not None and context.train:
     _add_attention_z_loss(
@@ -307,7 +313,7 @@ def hybrid_attention(
       "memory dimension %s"
       % (q.shape.to_string, query_length_dim, memory_length_dim)
     )
-  logits = _us_einsum([q, k], reduced_dims=[key_dim])
+  logits = us_einsum([q, k], reduced_dims=[key_dim])
   logits = _add_bias(logits, bias)
   coeff = mtf.get_variable(
     context.mesh,
@@ -448,7 +454,7 @@ def synthetic_attention(
     )
   heads_dims = [d for d in v.shape.dims if d.name == "heads"]
   if not synthesize or synthesize_mode in ("random_plus", "random_plus_alpha"):
-    logits = _us_einsum([q, k], reduced_dims=[key_dim])
+    logits = us_einsum([q, k], reduced_dims=[key_dim])
   if synthesize:
     if synthesize_mode in ("random", "random_plus", "random_plus_alpha"):
       r = _synthetic_table(
@@ -618,507 +624,3 @@ def maybe_reshape_attention_input_for_2d_sharding(
     return t
 
   return unsplit(q), unsplit(k), unsplit(v), bias
-
-
-def _combined_dim(dims: List[mtf.Dimension]) -> mtf.Dimension:
-  """One dimension named like dims[0] whose size is the product of dims."""
-  return mtf.Dimension(dims[0].name, mtf.Shape(dims).size)
-
-
-class AttentionParams:
-  """The projection variables of an attention layer.
-
-  Variables (in the current variable scope): `q` (unless no_query), `k` and
-  `v` (or one `kv` when shared_kv) and `o`. With combine_dims the heads and
-  channel dims of each kernel are merged into one dimension named like its
-  first dim (q/k/v [d_model, heads*d_kv] named "heads", o [heads*d_kv,
-  d_model]; [d_model, d_kv] for a single head). An ensemble_dim is prepended
-  to every variable. Initializers (normal): q stddev d_model^-0.5 *
-  d_kv^-0.5 (the logit scaling folded in; d_model^-0.5 without folding, the
-  scaling is then applied by compute_q), k and v d_model^-0.5, o
-  (query heads * d_kv)^-0.5; stddev 1 under the unit-scaling convention.
-
-  keep_query_heads_dims: compute_output keeps the query heads dims (no sum
-  over heads); the caller passes an output_shape that contains them.
-
-  Example:
-    >>> mesh = mtf.Mesh(mtf.Graph(), "mesh")
-    >>> d_model, d_kv = mtf.Dimension("d_model", 8), mtf.Dimension("d_kv", 4)
-    >>> heads = mtf.Dimension("heads", 2)
-    >>> params = AttentionParams(mesh, d_model, d_model, d_model, d_kv, d_kv,
-    ...                          [heads], [heads], mtf.VariableDType())
-    >>> for v in mesh.graph.all_variables:
-    ...   print(v.name, v.shape)
-    q Shape[d_model=8, heads=8]
-    k Shape[d_model=8, heads=8]
-    v Shape[d_model=8, heads=8]
-    o Shape[heads=8, d_model=8]
-  """
-
-  def __init__(
-    self,
-    mesh: mtf.Mesh,
-    query_input_dim: mtf.Dimension,
-    memory_input_dim: mtf.Dimension,
-    output_dim: mtf.Dimension,
-    key_dim: mtf.Dimension,
-    value_dim: mtf.Dimension,
-    query_heads_dims,
-    memory_heads_dims,
-    variable_dtype: mtf.VariableDType,
-    shared_kv: bool = False,
-    no_query: bool = False,
-    combine_dims: bool = True,
-    ensemble_dim: Optional[mtf.Dimension] = None,
-    keep_query_heads_dims: bool = False,
-    fold_scaling_into_initializer: bool = True,
-    make_attention_vars: bool = True,
-  ):
-    """Creates the projections' variables (unless make_attention_vars is False).
-
-    Args:
-      mesh: the mtf.Mesh.
-      query_input_dim: the model Dimension of the query input (d_model).
-      memory_input_dim: the model Dimension of the memory input (d_model).
-      output_dim: the model Dimension of the output.
-      key_dim: the per-head key channels Dimension (d_k).
-      value_dim: the per-head value channels Dimension (d_v).
-      query_heads_dims: the list of query heads Dimensions.
-      memory_heads_dims: the list of key/value heads Dimensions (the query
-        heads dims, or fewer heads that groups of query heads share).
-      variable_dtype: the mtf.VariableDType of the variables q, k, v, o.
-      shared_kv: use one projection for keys and values (no variable v).
-      no_query: make no query projection (q is not used).
-      combine_dims: compute the projections with the heads and channel dims
-        combined (same results).
-      ensemble_dim: an ensemble Dimension (one set of variables per member) or
-        None.
-      keep_query_heads_dims: keep the query heads dims in compute_output's
-        result.
-      fold_scaling_into_initializer: fold d_k**-0.5 into q's initializer (else
-        compute_q scales).
-      make_attention_vars: create the variables now (False: the caller sets
-        them).
-
-    Raises:
-      ValueError: if shared_kv with key_dim != value_dim, or a memory heads dim
-        is not a query heads dim.
-    """
-    self.mesh = mesh
-    self.query_input_dim = query_input_dim
-    self.memory_input_dim = memory_input_dim
-    self.output_dim = output_dim
-    self.key_dim = key_dim
-    self.value_dim = value_dim
-    self.query_heads_dims = list(query_heads_dims or [])
-    self.memory_heads_dims = list(memory_heads_dims or [])
-    self.variable_dtype = variable_dtype
-    self.shared_kv = shared_kv
-    self.no_query = no_query
-    self.combine_dims = combine_dims
-    self.ensemble_dim = ensemble_dim
-    self.keep_query_heads_dims = keep_query_heads_dims
-    self.fold_scaling_into_initializer = fold_scaling_into_initializer
-    self.make_attention_vars = make_attention_vars
-    if shared_kv and key_dim != value_dim:
-      raise ValueError(
-        "AttentionParams: shared_kv needs key_dim == value_dim, "
-        "got %s and %s" % (key_dim, value_dim)
-      )
-    for d in self.memory_heads_dims:
-      if d not in self.query_heads_dims:
-        raise ValueError(
-          "AttentionParams: memory heads dimension %s must also be a query "
-          "heads dimension (query heads %s)"
-          % (d, mtf.Shape(self.query_heads_dims).to_string)
-        )
-    self.wq = self.wk = self.wv = self.wkv = self.wo = None
-    if make_attention_vars:
-      self.init_weights()
-
-  def _initializers(self):
-    if mtf.layers.unit_scaling_convention():
-      unit = tf1.random_normal_initializer(stddev=1.0)
-      return unit, unit, unit
-    q_stddev = self.query_input_dim.size**-0.5
-    if self.fold_scaling_into_initializer:
-      q_stddev *= self.key_dim.size**-0.5
-    kv_stddev = self.memory_input_dim.size**-0.5
-    o_stddev = mtf.Shape(self.query_heads_dims + [self.value_dim]).size ** -0.5
-    return (
-      tf1.random_normal_initializer(stddev=q_stddev),
-      tf1.random_normal_initializer(stddev=kv_stddev),
-      tf1.random_normal_initializer(stddev=o_stddev),
-    )
-
-  def _kernel_shapes(self):
-    if self.combine_dims:
-      q_shape = [self.query_input_dim, _combined_dim(self.q_dims)]
-      k_shape = [self.memory_input_dim, _combined_dim(self.k_dims)]
-      v_shape = [self.memory_input_dim, _combined_dim(self.v_dims)]
-      o_shape = [_combined_dim(self.o_dims), self.output_dim]
-    else:
-      q_shape = [self.query_input_dim] + self.q_dims
-      k_shape = [self.memory_input_dim] + self.k_dims
-      v_shape = [self.memory_input_dim] + self.v_dims
-      o_shape = self.o_dims + [self.output_dim]
-    if self.ensemble_dim is not None:
-      q_shape, k_shape, v_shape, o_shape = (
-        [self.ensemble_dim] + s for s in (q_shape, k_shape, v_shape, o_shape)
-      )
-    return (
-      mtf.Shape(q_shape),
-      mtf.Shape(k_shape),
-      mtf.Shape(v_shape),
-      mtf.Shape(o_shape),
-    )
-
-  def init_weights(self) -> None:
-    """Creates (or reuses) the variables q, k, v (or kv) and o."""
-    q_init, kv_init, o_init = self._initializers()
-    q_shape, k_shape, v_shape, o_shape = self._kernel_shapes()
-    dtype = self.variable_dtype
-    if not self.no_query:
-      self.wq = mtf.get_variable(
-        self.mesh, "q", q_shape, initializer=q_init, dtype=dtype
-      )
-    if self.shared_kv:
-      self.wkv = mtf.get_variable(
-        self.mesh, "kv", k_shape, initializer=kv_init, dtype=dtype
-      )
-    else:
-      self.wk = mtf.get_variable(
-        self.mesh, "k", k_shape, initializer=kv_init, dtype=dtype
-      )
-      self.wv = mtf.get_variable(
-        self.mesh, "v", v_shape, initializer=kv_init, dtype=dtype
-      )
-    self.wo = mtf.get_variable(
-      self.mesh, "o", o_shape, initializer=o_init, dtype=dtype
-    )
-
-  def _project(
-    self,
-    x: mtf.Tensor,
-    w: Optional[mtf.Tensor],
-    input_dim: mtf.Dimension,
-    dims: List[mtf.Dimension],
-    what: str,
-  ) -> mtf.Tensor:
-    if w is None:
-      raise ValueError(
-        "AttentionParams: no %s weights (make_attention_vars, "
-        "no_query or shared_kv exclude them)" % what
-      )
-    if input_dim not in x.shape.dims:
-      raise ValueError(
-        "AttentionParams.compute_%s: input %s has no dimension "
-        "%s" % (what, x.shape.to_string, input_dim)
-      )
-    ret = _us_einsum([x, w], reduced_dims=[input_dim])
-    if self.combine_dims:
-      ret = mtf.replace_dimensions(ret, ret.shape.dims[-1], dims)
-    return ret
-
-  def compute_q(self, query_antecedent: mtf.Tensor) -> mtf.Tensor:
-    """[..., query_input_dim] -> [..., query heads..., key_dim].
-
-    Args:
-      query_antecedent: the query input [batch..., length, d_model].
-
-    Returns:
-      The queries [batch..., length, query heads..., d_k].
-    """
-    ret = self._project(
-      query_antecedent, self.wq, self.query_input_dim, self.q_dims, "q"
-    )
-    if not self.fold_scaling_into_initializer:
-      ret *= self.key_dim.size**-0.5
-    return ret
-
-  def compute_kv(self, memory_antecedent: mtf.Tensor) -> mtf.Tensor:
-    """Shared keys/values: [..., memory_input_dim] -> [..., heads..., key].
-
-    Args:
-      memory_antecedent: the memory input [batch..., memory_length, d_model].
-
-    Returns:
-      The shared keys/values [batch..., memory_length, memory heads..., d_k].
-
-    Raises:
-      ValueError: unless shared_kv.
-    """
-    if not self.shared_kv:
-      raise ValueError("AttentionParams.compute_kv needs shared_kv=True")
-    return self._project(
-      memory_antecedent, self.wkv, self.memory_input_dim, self.k_dims, "kv"
-    )
-
-  def compute_k(self, memory_antecedent: mtf.Tensor) -> mtf.Tensor:
-    """[..., memory_input_dim] -> [..., memory heads..., key_dim].
-
-    Args:
-      memory_antecedent: the memory input [batch..., memory_length, d_model].
-
-    Returns:
-      The keys [batch..., memory_length, memory heads..., d_k].
-
-    Raises:
-      ValueError: with shared_kv (use compute_kv).
-    """
-    if self.shared_kv:
-      raise ValueError(
-        "AttentionParams.compute_k: use compute_kv with shared_kv=True"
-      )
-    return self._project(
-      memory_antecedent, self.wk, self.memory_input_dim, self.k_dims, "k"
-    )
-
-  def compute_v(self, memory_antecedent: mtf.Tensor) -> mtf.Tensor:
-    """[..., memory_input_dim] -> [..., memory heads..., value_dim].
-
-    Args:
-      memory_antecedent: the memory input [batch..., memory_length, d_model].
-
-    Returns:
-      The values [batch..., memory_length, memory heads..., d_v].
-
-    Raises:
-      ValueError: with shared_kv (use compute_kv).
-    """
-    if self.shared_kv:
-      raise ValueError(
-        "AttentionParams.compute_v: use compute_kv with shared_kv=True"
-      )
-    return self._project(
-      memory_antecedent, self.wv, self.memory_input_dim, self.v_dims, "v"
-    )
-
-  def compute_output(self, o: mtf.Tensor, output_shape=None) -> mtf.Tensor:
-    """[..., query heads..., value_dim] -> output_shape (default: the heads
-    and value dims replaced by output_dim).
-
-    Args:
-      o: the attention output [batch..., length, heads..., d_v].
-      output_shape: the Shape of the result (default: o's dims with the heads
-        and d_v replaced by the output dim).
-
-    Returns:
-      The output, of `output_shape`.
-
-    Raises:
-      ValueError: if the variables were not made (make_attention_vars False) and
-        o was not set.
-    """
-    if self.wo is None:
-      raise ValueError(
-        "AttentionParams: no o weights (make_attention_vars was False)"
-      )
-    wo = self.wo
-    if self.combine_dims:
-      wo = mtf.replace_dimensions(wo, wo.shape.dims[-2], self.o_dims)
-    if output_shape is None:
-      output_shape = o.shape - self.o_dims + [self.output_dim]
-    return _us_einsum([o, wo], mtf.convert_to_shape(output_shape))
-
-  @property
-  def q_dims(self) -> List[mtf.Dimension]:
-    """Dims of q's variable: [ensemble?, d_model, query heads..., d_k]."""
-    return self.query_heads_dims + [self.key_dim]
-
-  @property
-  def k_dims(self) -> List[mtf.Dimension]:
-    """Dims of k's variable: [ensemble?, d_model, memory heads..., d_k]."""
-    return self.memory_heads_dims + [self.key_dim]
-
-  @property
-  def v_dims(self) -> List[mtf.Dimension]:
-    """Dims of v's variable: [ensemble?, d_model, memory heads..., d_v]."""
-    return self.memory_heads_dims + [self.value_dim]
-
-  @property
-  def o_dims(self) -> List[mtf.Dimension]:
-    """Dims of o's variable: [ensemble?, query heads..., d_v, d_output]."""
-    return self.query_heads_dims + [self.value_dim]
-
-
-def attention_params_simple(
-  mesh: mtf.Mesh,
-  io_dim: mtf.Dimension,
-  kv_dim: mtf.Dimension,
-  heads_dim: mtf.Dimension,
-  variable_dtype: mtf.VariableDType,
-) -> AttentionParams:
-  """AttentionParams for plain multi-head attention (io_dim in and out).
-
-  Example:
-    >>> mesh = mtf.Mesh(mtf.Graph(), "mesh")
-    >>> d_model, d_kv = mtf.Dimension("d_model", 8), mtf.Dimension("d_kv", 4)
-    >>> params = attention_params_simple(
-    ...     mesh, d_model, d_kv, mtf.Dimension("heads", 2), mtf.VariableDType())
-    >>> params.query_heads_dims == params.memory_heads_dims
-    True
-    >>> [v.name for v in mesh.graph.all_variables]
-    ['q', 'k', 'v', 'o']
-
-  Args:
-    mesh: the mtf.Mesh.
-    io_dim: the model Dimension of input and output (d_model).
-    kv_dim: the per-head key/value channels Dimension.
-    heads_dim: the heads Dimension.
-    variable_dtype: the mtf.VariableDType.
-
-  Returns:
-    An AttentionParams with one heads dim, shared by queries and memory.
-  """
-  return AttentionParams(
-    mesh,
-    query_input_dim=io_dim,
-    memory_input_dim=io_dim,
-    output_dim=io_dim,
-    key_dim=kv_dim,
-    value_dim=kv_dim,
-    query_heads_dims=[heads_dim],
-    memory_heads_dims=[heads_dim],
-    variable_dtype=variable_dtype,
-  )
-
-
-def _block_length(length_per_split: int, radius: int) -> int:
-  """The largest divisor of length_per_split that is <= max(radius, 128)."""
-  block = min(max(radius, 128), length_per_split)
-  while length_per_split % block:
-    block -= 1
-  return block
-
-
-def local_attention_1d(
-  q: mtf.Tensor,
-  k: mtf.Tensor,
-  v: Optional[mtf.Tensor],
-  length_dim: mtf.Dimension,
-  key_dim: mtf.Dimension,
-  value_dim: mtf.Dimension,
-  fully_autoregressive: bool = True,
-  length_dim_num_splits: int = 1,
-  radius: int = 128,
-  sequence_id=1,
-  write_priority=None,
-  read_priority=None,
-  attention_kwargs=None,
-) -> mtf.Tensor:
-  """Attention to the positions within `radius` (blocked, no length^2 cost).
-
-  Query position i sees memory position j iff -radius < j - i <= 0
-  (fully_autoregressive) or |j - i| < radius, j is in the sequence, both
-  have the same sequence_id, and read_priority[i] >= write_priority[j]. The
-  length is cut into blocks (the largest divisor of the per-split length
-  that is <= max(radius, 128)); the blocks dimension keeps length_dim's name,
-  so it is split like length_dim, and each block receives a halo of `radius`
-  keys/values from its neighbours (mtf.halo_exchange).
-
-  Args:
-    q: [..., length_dim, ..., key_dim] (heads etc. allowed).
-    k: like q, with the same length_dim (not renamed).
-    v: like k with value_dim, or None to use k as the values.
-    length_dim: the sequence Dimension of q, k and v.
-    key_dim: channels of q and k.
-    value_dim: channels of v.
-    fully_autoregressive: only look left.
-    length_dim_num_splits: how many ways length_dim is split on the mesh.
-    radius: window radius (positions).
-    sequence_id: int Tensor [..., length_dim] of packed-sequence ids, or an
-      int (all positions in one sequence).
-    write_priority: optional int Tensor [..., length_dim].
-    read_priority: optional int Tensor [..., length_dim].
-    attention_kwargs: more keyword arguments for `attention`.
-
-  Returns:
-    q's dims with key_dim replaced by value_dim.
-
-  Raises:
-    ValueError: if length_dim is not in q or length_dim_num_splits does not
-      divide it.
-  """
-  if length_dim not in q.shape.dims or length_dim not in k.shape.dims:
-    raise ValueError(
-      "local_attention_1d: length dimension %s must be in q %s "
-      "and k %s" % (length_dim, q.shape.to_string, k.shape.to_string)
-    )
-  if radius < 1:
-    raise ValueError(
-      "local_attention_1d: radius must be >= 1, got %r" % (radius,)
-    )
-  if length_dim_num_splits < 1 or length_dim.size % length_dim_num_splits:
-    raise ValueError(
-      "local_attention_1d: length_dim_num_splits %r does not divide the "
-      "length dimension %s" % (length_dim_num_splits, length_dim)
-    )
-  mesh = q.mesh
-  block = _block_length(length_dim.size // length_dim_num_splits, radius)
-  num_blocks = mtf.Dimension(length_dim.name, length_dim.size // block)
-  query_block = mtf.Dimension("query_block_length", block)
-  memory_block = mtf.Dimension("memory_block_length", block)
-  right = 0 if fully_autoregressive else radius
-  padded_memory_block = mtf.Dimension(
-    "memory_block_length", block + radius + right
-  )
-
-  def to_query_blocks(x):
-    return mtf.replace_dimensions(x, length_dim, [num_blocks, query_block])
-
-  def to_memory_blocks(x):
-    x = mtf.replace_dimensions(x, length_dim, [num_blocks, memory_block])
-    if right:
-      return mtf.halo_exchange(x, num_blocks, memory_block, radius)
-    return mtf.left_halo_exchange(x, num_blocks, memory_block, radius)
-
-  q = to_query_blocks(q)
-  k = to_memory_blocks(k)
-  v = k if v is None else to_memory_blocks(v)
-
-  # Positions: query nb*B + i; memory (with halo) nb*B + j - radius.
-  query_pos = mtf.range(mesh, num_blocks, tf.int32) * block + mtf.range(
-    mesh, query_block, tf.int32
-  )
-  memory_pos = (
-    mtf.range(mesh, num_blocks, tf.int32) * block
-    + mtf.range(mesh, padded_memory_block, tf.int32)
-    - radius
-  )
-  relative = memory_pos - query_pos
-  visible = mtf.logical_and(
-    mtf.greater(relative, -radius),
-    mtf.less_equal(relative, 0 if fully_autoregressive else radius - 1),
-  )
-  visible = mtf.logical_and(visible, mtf.greater_equal(memory_pos, 0))
-  visible = mtf.logical_and(visible, mtf.less(memory_pos, length_dim.size))
-  if isinstance(sequence_id, mtf.Tensor) and length_dim in sequence_id.shape:
-    visible = mtf.logical_and(
-      visible,
-      mtf.equal(to_query_blocks(sequence_id), to_memory_blocks(sequence_id)),
-    )
-  if read_priority is not None or write_priority is not None:
-    if read_priority is None or write_priority is None:
-      raise ValueError(
-        "local_attention_1d: give both read_priority and "
-        "write_priority, or neither"
-      )
-    visible = mtf.logical_and(
-      visible,
-      mtf.greater_equal(
-        to_query_blocks(read_priority), to_memory_blocks(write_priority)
-      ),
-    )
-  bias = visibility_mask_to_attention_bias(visible, q.dtype)
-  o = attention(
-    q,
-    k,
-    v,
-    padded_memory_block,
-    key_dim,
-    value_dim,
-    bias,
-    **(attention_kwargs or {}),
-  )
-  return mtf.replace_dimensions(o, [num_blocks, query_block], length_dim)

@@ -11,12 +11,12 @@ Branched*Attention: each head is projected to d_model separately, weighted
   and summed ("Weighted Transformer", Ahmed et al. 2017).
 Synthesizer: attention with synthesized logits (attention.synthetic_attention).
 
-All subclass SelfAttention / EncDecAttention (attention_layers.py) and use
-their causality / packing / relative-position biases (`compute_bias`,
-`enc_dec_attention_bias`) and decoding protocol: self-attention records its
-memory (keys and values, renamed "memory_length") in mode "first_part" and
-writes one position per "incremental" step; encoder-decoder attention
-records its memory as a constant state.
+All subclass SelfAttention / EncDecAttention (self_attention.py,
+enc_dec_attention.py) and use their causality / packing / relative-position
+biases (`compute_bias`, `enc_dec_attention_bias`) and decoding protocol:
+self-attention records its memory (keys and values, renamed "memory_length")
+in mode "first_part" and writes one position per "incremental" step;
+encoder-decoder attention records its memory as a constant state.
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from transformer._src.layers import attention_core as attention
-from transformer._src.layers.attention_layers import EncDecAttention
-from transformer._src.layers.attention_layers import SelfAttention
-from transformer._src.layers.attention_layers import enc_dec_attention_bias
 from transformer._src.layers.context import Context
 from transformer._src.layers.dense_layers import DenseReluDense
+from transformer._src.layers.enc_dec_attention import EncDecAttention
+from transformer._src.layers.enc_dec_attention import enc_dec_attention_bias
+from transformer._src.layers.self_attention import SelfAttention
 
 __all__ = [
   "BranchedEncDecAttention",

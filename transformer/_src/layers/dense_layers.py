@@ -17,9 +17,9 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from mesh_tensorflow import ops_with_redefined_builtins as mtf_ops
-from transformer._src.layers.attention_layers import SelfAttention
 from transformer._src.layers.context import Context
 from transformer._src.layers.context import TransformerLayer
+from transformer._src.layers.self_attention import SelfAttention
 
 __all__ = ["DenseReluDense", "ParallelLayer"]
 

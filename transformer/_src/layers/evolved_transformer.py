@@ -31,12 +31,12 @@ import gin
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from transformer._src.layers.attention_layers import EncDecAttention
-from transformer._src.layers.attention_layers import SelfAttention
 from transformer._src.layers.context import Context
 from transformer._src.layers.context import TransformerLayer
 from transformer._src.layers.conv_layers import Conv1DLayer
 from transformer._src.layers.conv_layers import SeparableConv1DLayer
+from transformer._src.layers.enc_dec_attention import EncDecAttention
+from transformer._src.layers.self_attention import SelfAttention
 
 __all__ = [
   "DecoderAttentionLayer",

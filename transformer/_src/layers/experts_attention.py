@@ -23,14 +23,14 @@ from typing import Optional
 import gin
 
 import mesh_tensorflow as mtf
-from transformer._src.layers import moe_layers
-from transformer._src.layers.attention_layers import EncDecAttention
-from transformer._src.layers.attention_layers import SelfAttention
-from transformer._src.layers.attention_layers import enc_dec_attention_bias
+from transformer._src.layers import moe_hparams
 from transformer._src.layers.context import Context
+from transformer._src.layers.enc_dec_attention import EncDecAttention
+from transformer._src.layers.enc_dec_attention import enc_dec_attention_bias
 from transformer._src.layers.experts_attention_params import (
   ExpertsAttentionParams,
 )
+from transformer._src.layers.self_attention import SelfAttention
 
 __all__ = ["ExpertsEncDecAttention", "ExpertsSelfAttention"]
 
@@ -124,7 +124,7 @@ class ExpertsSelfAttention(SelfAttention):
   ) -> None:
     super().__init__(**kwargs)
     self.expert_computation = expert_computation
-    self._hparams = moe_layers.HParams(
+    self._hparams = moe_hparams.HParams(
       moe_gating=moe_gating,
       num_experts=num_experts,
       loss_coef=loss_coef,

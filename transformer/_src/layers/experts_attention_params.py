@@ -23,7 +23,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from transformer._src.layers import moe_layers
-from transformer._src.layers.attention_core import AttentionParams
+from transformer._src.layers.attention_params import AttentionParams
 
 __all__ = ["ExpertsAttentionParams"]
 

@@ -23,8 +23,9 @@ import gin
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from transformer._src.layers import attention_core
-from transformer._src.layers import attention_layers
+from transformer._src.layers import attention_params
+from transformer._src.layers import enc_dec_attention
+from transformer._src.layers import self_attention
 from transformer._src.layers.context import Context
 from transformer._src.layers.context import TransformerLayer
 
@@ -120,7 +121,7 @@ def dense_product_fixup(
   )
 
 
-class AttentionParamsFixup(attention_core.AttentionParams):
+class AttentionParamsFixup(attention_params.AttentionParams):
   """Attention parameters with Fixup initialization.
 
   Variables `q_fixup`, `k_fixup`, `v_fixup` (or `kv_fixup` with shared_kv)
@@ -323,7 +324,7 @@ def _heads_dims(num_heads: int, num_memory_heads: int):
 
 
 @gin.configurable(module=_GIN_MODULE)
-class SelfAttentionFixup(attention_layers.SelfAttention):
+class SelfAttentionFixup(self_attention.SelfAttention):
   """SelfAttention whose parameters are AttentionParamsFixup.
 
   Needs fold_scaling_into_initializer=False (AttentionParamsFixup rejects
@@ -377,7 +378,7 @@ class SelfAttentionFixup(attention_layers.SelfAttention):
 
 
 @gin.configurable(module=_GIN_MODULE)
-class EncDecAttentionFixup(attention_layers.EncDecAttention):
+class EncDecAttentionFixup(enc_dec_attention.EncDecAttention):
   """Attention over the encoder output, registered for Fixup models.
 
   As in the original it keeps EncDecAttention's parameters and

@@ -26,6 +26,7 @@ import numpy as np
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
+from transformer._src.layers import moe_dispatch
 from transformer._src.layers import moe_layers
 from transformer._src.layers.context import Context
 from transformer._src.models import layer_stack
@@ -240,7 +241,7 @@ def transformer_moe_layer_v1(
   Raises:
     ValueError: with several layers but no context, or for an unknown gating.
   """
-  routing = moe_layers.route_to_experts(
+  routing = moe_dispatch.route_to_experts(
     inputs,
     hparams,
     train,
@@ -316,7 +317,7 @@ def transformer_moe_layer_v1(
         )
       expert_output += residual
       expert_inputs = expert_output
-  output = moe_layers.combine_expert_outputs(routing, expert_output)
+  output = moe_dispatch.combine_expert_outputs(routing, expert_output)
   return output, routing.loss * hparams.moe_loss_coef
 
 

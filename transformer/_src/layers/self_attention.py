@@ -1,20 +1,18 @@
-"""The attention layers of mesh_tensorflow.transformer.transformer_layers.
+"""Self-attention of mesh_tensorflow.transformer.transformer_layers.
 
 `SelfAttention` (multi-head, multi-query or grouped-query self-attention with
-optional T5 relative-position biases), `EncDecAttention` (attention to the
-encoder output), `LocalSelfAttention` (attention within a radius) and
-`TransparentEncDecAttention` (attention to a learned mix of encoder layers),
-plus the helpers they share: `attention_params`, `enc_dec_attention`,
-`enc_dec_attention_bias`, `relative_position_spans` and the T5 relative
-position bucketing.
+optional T5 relative-position biases) and `attention_params`, which builds
+the AttentionParams (q/k/v/o variables) of every attention layer. The other
+attention layers (encoder-decoder attention in enc_dec_attention.py, local
+self-attention in local_self_attention.py, the research variants) subclass
+SelfAttention.
 
 Every layer creates its variables under the scope the layer stack opens
 (`<block>/<layer>/<ClassName>/q`, ...). Decoding: in mode "first_part" a layer
 records the states its "incremental" calls need (self-attention: the keys and
-values over the whole length, renamed "memory_length"; local attention: a
-ring buffer of the last `radius` keys/values; encoder-decoder attention: the
-encoder keys/values as a constant state); in mode "incremental" x is one
-position [batch..., d_model] and the states are read back and updated.
+values over the whole length, renamed "memory_length"); in mode "incremental"
+x is one position [batch..., d_model] and the states are read back and
+updated.
 
 Subclasses (talking heads, experts attention, ...) override `make_params`,
 `compute_bias`, `attention_kwargs_from_context`,
@@ -23,7 +21,6 @@ Subclasses (talking heads, experts attention, ...) override `make_params`,
 
 from __future__ import annotations
 
-import math
 from typing import Callable, List, Optional
 
 import gin
@@ -32,18 +29,16 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from transformer._src.layers import attention_core as attention
 from transformer._src.layers import hyperprompts
+from transformer._src.layers.attention_bias import relative_position_bucket
+from transformer._src.layers.attention_bias import sequence_id_for_bias
+from transformer._src.layers.attention_bias import to_bias
+from transformer._src.layers.attention_params import AttentionParams
 from transformer._src.layers.context import Context
 from transformer._src.layers.context import TransformerLayer
 
 __all__ = [
-  "EncDecAttention",
-  "LocalSelfAttention",
   "SelfAttention",
-  "TransparentEncDecAttention",
   "attention_params",
-  "enc_dec_attention",
-  "enc_dec_attention_bias",
-  "relative_position_spans",
 ]
 
 _GIN_MODULE = "mesh_tensorflow.transformer.transformer_layers"
@@ -61,7 +56,7 @@ def attention_params(
   combine_dims: bool = True,
   keep_query_heads_dims: bool = False,
   fold_scaling_into_initializer: bool = True,
-) -> attention.AttentionParams:
+) -> AttentionParams:
   """AttentionParams for a layer with num_heads query heads over d_model.
 
   Heads dims: num_heads == 1 -> none; num_memory_heads == 0 -> "heads" for
@@ -110,7 +105,7 @@ def attention_params(
       mtf.Dimension("query_heads", num_heads // num_memory_heads)
     ]
   model = context.model
-  return attention.AttentionParams(
+  return AttentionParams(
     context.mesh,
     query_input_dim=model.model_dim,
     memory_input_dim=model.model_dim,
@@ -126,63 +121,6 @@ def attention_params(
     combine_dims=combine_dims,
     keep_query_heads_dims=keep_query_heads_dims,
     fold_scaling_into_initializer=fold_scaling_into_initializer,
-  )
-
-
-def _relative_position_bucket(
-  relative_position: mtf.Tensor,
-  bidirectional: bool = True,
-  num_buckets: int = 32,
-  max_distance: int = 128,
-) -> mtf.Tensor:
-  """T5 relative-position buckets of (memory position - query position).
-
-  With bidirectional, half the buckets are for memory after the query. Of
-  the rest, half are exact distances 0..n/2-1; larger distances get
-  logarithmically wider buckets up to max_distance, and all larger ones the
-  last bucket. Unidirectional: memory after the query falls in bucket 0.
-
-  Example (bidirectional, 32 buckets, max_distance 128):
-    >>> converter = mtf.test_utils.NumpyConverter()
-    >>> relative = converter.convert_np_array_to_mtf_tensor(
-    ...     [-1, 1, -12, -1000, 1000], ["pairs"])
-    >>> converter.convert_mtf_tensor_to_np_array(
-    ...     _relative_position_bucket(relative))
-    array([ 1, 17,  9, 15, 31], dtype=int32)
-  """
-  distance = -relative_position  # > 0: memory before the query.
-  bucket = 0
-  if bidirectional:
-    num_buckets //= 2
-    bucket = mtf.to_int32(mtf.less(distance, 0)) * num_buckets
-    distance = mtf.abs(distance)
-  else:
-    distance = mtf.maximum(distance, 0)
-  max_exact = num_buckets // 2
-  is_small = mtf.less(distance, max_exact)
-  # log(d / max_exact) / log(max_distance / max_exact) of the log buckets;
-  # d is clamped to >= 1 where the exact bucket is used anyway.
-  scaled = (
-    mtf.log(mtf.to_float(mtf.maximum(distance, 1)) / max_exact)
-    / (math.log(max_distance / max_exact))
-    * (num_buckets - max_exact)
-  )
-  large = mtf.minimum(max_exact + mtf.to_int32(scaled), num_buckets - 1)
-  return bucket + mtf.where(is_small, distance, large)
-
-
-def _sequence_id_for_bias(context: Context):
-  """The packed-sequence ids that limit attention (subsequence ids first)."""
-  if isinstance(context.subsequence_id, mtf.Tensor):
-    return context.subsequence_id
-  if isinstance(context.sequence_id, mtf.Tensor):
-    return context.sequence_id
-  return None
-
-
-def _to_bias(visible: mtf.Tensor, context: Context) -> mtf.Tensor:
-  return attention.visibility_mask_to_attention_bias(
-    visible, context.activation_dtype
   )
 
 
@@ -333,7 +271,7 @@ class SelfAttention(TransformerLayer):
     return attention_output
 
   def expected_attention_output_shape(
-    self, x: mtf.Tensor, params: attention.AttentionParams
+    self, x: mtf.Tensor, params: AttentionParams
   ) -> mtf.Shape:
     """x's shape, with the query heads dims kept if keep_query_heads_dims.
 
@@ -364,7 +302,7 @@ class SelfAttention(TransformerLayer):
     kwargs.setdefault("dropout_broadcast_dims", [context.length_dim])
     return kwargs
 
-  def make_params(self, context: Context) -> attention.AttentionParams:
+  def make_params(self, context: Context) -> AttentionParams:
     """The layer's AttentionParams.
 
     Args:
@@ -540,12 +478,10 @@ class SelfAttention(TransformerLayer):
     max_rp = self.max_relative_position(context)
     if min_rp is not None:
       biases.append(
-        _to_bias(mtf.greater_equal(relative_position, min_rp), context)
+        to_bias(mtf.greater_equal(relative_position, min_rp), context)
       )
     if max_rp is not None:
-      biases.append(
-        _to_bias(mtf.less_equal(relative_position, max_rp), context)
-      )
+      biases.append(to_bias(mtf.less_equal(relative_position, max_rp), context))
     if (context.read_priority is None) != (context.write_priority is None):
       raise ValueError(
         "%s: context.read_priority and write_priority must be "
@@ -579,11 +515,11 @@ class SelfAttention(TransformerLayer):
           [prompt_priority, write_priority], "memory_length"
         )
       biases.append(
-        _to_bias(
+        to_bias(
           mtf.greater_equal(context.read_priority, write_priority), context
         )
       )
-    sequence_id = _sequence_id_for_bias(context)
+    sequence_id = sequence_id_for_bias(context)
     if (
       prompt_length
       and sequence_id is not None
@@ -608,7 +544,7 @@ class SelfAttention(TransformerLayer):
       )
       memory_ids = mtf.concat([prompt_ids, memory_ids], "memory_length")
       biases.append(
-        _to_bias(
+        to_bias(
           mtf.logical_or(
             mtf.equal(sequence_id, memory_ids),
             mtf.less(memory_position, prompt_length),
@@ -622,7 +558,7 @@ class SelfAttention(TransformerLayer):
       and context.length_dim in sequence_id.shape.dims
     ):
       biases.append(
-        _to_bias(
+        to_bias(
           mtf.equal(
             sequence_id,
             self.rename_length_to_memory_length(sequence_id, context),
@@ -644,7 +580,7 @@ class SelfAttention(TransformerLayer):
     self, context, relative_position, heads_dims, q, min_rp, max_rp
   ) -> mtf.Tensor:
     buckets_dim = mtf.Dimension("buckets", self.relative_attention_num_buckets)
-    bucket = _relative_position_bucket(
+    bucket = relative_position_bucket(
       relative_position,
       bidirectional=not context.model.fully_autoregressive,
       num_buckets=buckets_dim.size,
@@ -750,551 +686,3 @@ class SelfAttention(TransformerLayer):
     if self.attention_func == "hybrid":
       return attention.hybrid_attention
     return attention.attention
-
-
-@gin.configurable(module=_GIN_MODULE)
-def relative_position_spans(
-  context: Context, num_sentinels: int = gin.REQUIRED
-) -> mtf.Tensor:
-  """Relative positions (decoder - encoder) under a span-filling objective.
-
-  The encoder inputs are a text with spans replaced by single sentinels, the
-  decoder inputs (context.inputs) the dropped spans, each after its
-  sentinel; sentinels are the last num_sentinels ids of the vocabulary
-  (context.model.input_vocab_size_unpadded, else input_vocab_size or the
-  size of input_vocab_dim). Each decoder token stands at the encoder
-  position of its span's sentinel (the number of encoder tokens before that
-  sentinel; a token before any sentinel stands at 0), and the result is
-  that position minus each encoder position. Packed sequences are told
-  apart by their sequence ids: encoder tokens of an earlier sequence (and
-  the padding, id 0) count as before every span of a later one. While
-  decoding one token at a time ("incremental" mode) the decoder token
-  stands at 0, as if it preceded all sentinels.
-
-  For example, the encoder "A B <S> E" and the decoder "<S> C D" put the
-  decoder tokens at encoder position 2 (the sentinel's).
-
-  Example (vocabulary of 16 ids, the sentinels are 14 and 15):
-    >>> import types
-    >>> converter = mtf.test_utils.NumpyConverter()
-    >>> encoder_inputs = converter.convert_np_array_to_mtf_tensor(
-    ...     [[3, 4, 15, 6]], ["batch", "memory_length"])  # A B <S> E
-    >>> inputs = converter.convert_np_array_to_mtf_tensor(
-    ...     [[15, 7, 8]], ["batch", "length"])  # <S> C D
-    >>> batch, length = inputs.shape.dims
-    >>> context = Context(
-    ...     types.SimpleNamespace(input_vocab_size=16), converter.mesh,
-    ...     [batch], length, mtf.VariableDType(), mode="eval",
-    ...     encoder_inputs=encoder_inputs, inputs=inputs)
-    >>> relative = relative_position_spans(context, num_sentinels=2)
-    >>> relative.shape
-    Shape[batch=1, length=3, memory_length=4]
-    >>> converter.convert_mtf_tensor_to_np_array(relative)[0]
-    array([[ 2,  1,  0, -1],
-           [ 2,  1,  0, -1],
-           [ 2,  1,  0, -1]], dtype=int32)
-
-  Args:
-    context: the Context of the call (mesh, dims, mode, states...).
-    num_sentinels: the number of sentinel ids (the last ids of the vocabulary).
-
-  Returns:
-    int Tensor [batch..., length, memory_length] ([batch..., memory_length]
-    in "incremental" mode).
-
-  Raises:
-    ValueError: without encoder_inputs / inputs.
-  """
-  if context.encoder_inputs is None or context.inputs is None:
-    raise ValueError(
-      "relative_position_spans needs context.encoder_inputs and context.inputs"
-    )
-  model = context.model
-  vocab_size = getattr(model, "input_vocab_size_unpadded", None)
-  if not isinstance(vocab_size, int):
-    vocab_size = getattr(model, "input_vocab_size", None)
-  if not isinstance(vocab_size, int):
-    vocab_size = model.input_vocab_dim.size
-  enc = context.encoder_inputs
-  if "memory_length" not in enc.shape.dimension_names:
-    enc = mtf.rename_dimension(enc, context.length_dim.name, "memory_length")
-  memory_dim = enc.shape.get_dim_by_name("memory_length")
-  enc_pos = mtf.range(enc.mesh, memory_dim, tf.int32)
-  dec = context.inputs
-  length_dim = context.length_dim
-  if length_dim not in dec.shape.dims:
-    return mtf.negative(enc_pos)
-
-  def span(ids, dim):  # The number of sentinels up to each token.
-    sentinel = mtf.greater_equal(ids, vocab_size - num_sentinels)
-    return mtf.cumsum(mtf.to_int32(sentinel), dim)
-
-  enc_span = span(enc, memory_dim)
-  dec_span = span(dec, length_dim)
-  enc_sequence_id = context.encoder_sequence_id
-  if enc_sequence_id is not None:
-    if isinstance(enc_sequence_id, mtf.Tensor) and (
-      "memory_length" not in enc_sequence_id.shape.dimension_names
-    ):
-      enc_sequence_id = mtf.rename_dimension(
-        enc_sequence_id, length_dim.name, "memory_length"
-      )
-    # Spans of a later sequence come after every token of an earlier one.
-    multiplier = max(memory_dim.size, length_dim.size)
-    enc_span += enc_sequence_id * multiplier
-    if context.sequence_id is not None:
-      dec_span += context.sequence_id * multiplier
-  dec_pos = mtf.reduce_sum(
-    mtf.to_int32(mtf.less(enc_span, dec_span)), reduced_dim=memory_dim
-  )
-  return dec_pos - enc_pos
-
-
-@gin.configurable(module=_GIN_MODULE)
-def enc_dec_attention_bias(
-  layer: SelfAttention,
-  context: Context,
-  heads_dims: List[mtf.Dimension],
-  relative_position_fn=relative_position_spans,
-) -> Optional[mtf.Tensor]:
-  """Bias of encoder-decoder attention: same packed sequence, plus the
-  relative attention bias `enc_dec_relative_attention_bias` for
-  relative_attention_type "bias"/"bias_shared".
-
-  The decoder's sequence_id may be a Python int: while decoding, every query
-  belongs to sequence 1, and the encoder positions of any other id (the
-  padding, id 0) must stay invisible all the same.
-
-  Args:
-    layer: the encoder-decoder attention layer (its relative_attention_type and
-      buckets).
-    context: the Context of the call (mesh, dims, mode, states...).
-    heads_dims: the query heads Dimensions.
-    relative_position_fn: called as fn(context) for the decoder-minus-encoder
-      positions [batch..., length, memory_length].
-
-  Returns:
-    A logit bias [batch..., (heads...,) length, memory_length], or None.
-  """
-  bias = None
-  sequence_id = context.sequence_id
-  if isinstance(context.encoder_sequence_id, mtf.Tensor) and (
-    isinstance(sequence_id, mtf.Tensor) or sequence_id
-  ):
-    bias = _to_bias(
-      mtf.equal(sequence_id, context.encoder_sequence_id), context
-    )
-  if layer.relative_attention_type in ("bias", "bias_shared"):
-    buckets_dim = mtf.Dimension("buckets", layer.relative_attention_num_buckets)
-    ensemble_dims = list(getattr(context.model, "ensemble_dims", []) or [])
-    values = mtf.get_variable(
-      context.mesh,
-      "enc_dec_relative_attention_bias",
-      mtf.Shape(ensemble_dims + heads_dims + [buckets_dim]),
-      initializer=None,
-      dtype=context.variable_dtype,
-    )
-    bucket = _relative_position_bucket(
-      relative_position_fn(context),
-      bidirectional=True,
-      num_buckets=buckets_dim.size,
-    )
-    relative = mtf.cast(
-      mtf.gather(values, bucket, buckets_dim), context.activation_dtype
-    )
-    bias = relative if bias is None else bias + relative
-  elif layer.relative_attention_type is not None:
-    raise ValueError(
-      "%s: unsupported relative_attention_type %r for "
-      "encoder-decoder attention"
-      % (type(layer).__name__, layer.relative_attention_type)
-    )
-  return bias
-
-
-@gin.configurable(module=_GIN_MODULE)
-def enc_dec_attention(
-  self_attention_layer: SelfAttention,
-  memory_antecedent: Optional[mtf.Tensor],
-  context: Context,
-  x: mtf.Tensor,
-  losses,
-  attention_fn=attention.attention,
-  z_loss_coeff: Optional[float] = None,
-) -> mtf.Tensor:
-  """Attention from x to memory_antecedent [batch..., memory_length, d_model].
-
-  In "first_part" mode the keys, values and memory length are recorded as
-  one constant state; in "incremental" mode they are read back (and
-  memory_antecedent is not used). z_loss_coeff: see attention.attention.
-
-  Args:
-    self_attention_layer: the attention layer (its heads, dims and dropout are
-      used).
-    memory_antecedent: the encoder output [batch..., memory_length, d_model].
-    context: the Context of the call (mesh, dims, mode, states...).
-    x: the decoder input [batch..., length, d_model].
-    losses: a list to append auxiliary losses (scalar mtf.Tensors) to, or None.
-    attention_fn: the attention function (default: attention.attention).
-    z_loss_coeff: if set, the weight of a z-loss on the attention logits added
-      to `losses`.
-
-  Returns:
-    The output [batch..., length, d_model].
-  """
-  layer = self_attention_layer
-  params = layer.make_params(context)
-  q = params.compute_q(x)
-  if context.mode == "incremental":
-    k, v, memory_length = context.get_constant_state()
-  else:
-    if memory_antecedent is None:
-      raise ValueError(
-        "%s needs an encoder output (memory_antecedent)" % type(layer).__name__
-      )
-    names = memory_antecedent.shape.dimension_names
-    if "memory_length" not in names:
-      raise ValueError(
-        "%s: memory %s has no 'memory_length' dimension"
-        % (type(layer).__name__, memory_antecedent.shape.to_string)
-      )
-    memory_length = memory_antecedent.shape.get_dim_by_name("memory_length")
-    if layer.shared_kv:
-      k = v = params.compute_kv(memory_antecedent)
-    else:
-      k = params.compute_k(memory_antecedent)
-      v = params.compute_v(memory_antecedent)
-    if context.mode == "first_part":
-      context.record_constant_state((k, v, memory_length))
-  bias = enc_dec_attention_bias(layer, context, params.query_heads_dims)
-  kwargs = layer.attention_kwargs_from_context(context)
-  if z_loss_coeff is not None:
-    kwargs["z_loss_coeff"] = z_loss_coeff
-  a = attention_fn(
-    q,
-    k,
-    v,
-    memory_length_dim=memory_length,
-    key_dim=layer.kv_dim,
-    value_dim=layer.kv_dim,
-    bias=bias,
-    context=context,
-    **kwargs,
-  )
-  output = params.compute_output(
-    a, output_shape=layer.expected_attention_output_shape(x, params)
-  )
-  return layer.layer_output_from_attention_output(context, output, losses)
-
-
-@gin.configurable(module=_GIN_MODULE)
-class EncDecAttention(SelfAttention):
-  """Multi-head attention to context.encoder_output (same variables as
-  SelfAttention; relative bias `enc_dec_relative_attention_bias`).
-  """
-
-  def __init__(self, relative_attention_type: Optional[str] = None, **kwargs):
-    super().__init__(relative_attention_type=relative_attention_type, **kwargs)
-
-  def _get_memory_antecedent(self, context: Context):
-    return context.encoder_output
-
-  def call(self, context: Context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
-    memory = (
-      None
-      if context.mode == "incremental"
-      else self._get_memory_antecedent(context)
-    )
-    return enc_dec_attention(
-      self,
-      memory,
-      context,
-      x,
-      losses,
-      attention_fn=self.attention_fn,
-      z_loss_coeff=self.z_loss_coeff,
-    )
-
-
-def _length_num_splits(context: Context) -> int:
-  model = context.model
-  layout = getattr(model, "layout", None)
-  mesh_shape = getattr(model, "mesh_shape", None)
-  if not layout or not mesh_shape:
-    return 1
-  return mtf.tensor_dim_to_mesh_dim_size(layout, mesh_shape, context.length_dim)
-
-
-@gin.configurable(module=_GIN_MODULE)
-class LocalSelfAttention(SelfAttention):
-  """Self-attention to the positions within `radius` of the query.
-
-  Query i sees memory j iff 1 - radius <= j - i <= 0 (autoregressive model)
-  or |j - i| < radius. Short sequences (length <= max(256, 4 * radius)) use
-  full attention with that window as a mask, longer ones
-  attention.local_attention_1d. Decoding keeps a "window" ring buffer of the
-  last radius keys/values (position p in slot p % radius); incremental steps
-  see the window only (no priorities or packed sequences, as when sampling).
-
-  Args:
-    radius: each position attends to the `radius` previous positions (and,
-      unless fully autoregressive, the `radius` next ones).
-  """
-
-  def __init__(
-    self,
-    radius: int = 128,
-    num_heads: int = 8,
-    num_memory_heads: int = 0,
-    key_value_size: int = 128,
-    shared_kv: bool = False,
-    dropout_rate: float = 0.0,
-    attention_kwargs=None,
-  ):
-    super().__init__(
-      num_heads=num_heads,
-      num_memory_heads=num_memory_heads,
-      key_value_size=key_value_size,
-      shared_kv=shared_kv,
-      dropout_rate=dropout_rate,
-      attention_kwargs=attention_kwargs,
-    )
-    if radius < 1:
-      raise ValueError(
-        "LocalSelfAttention: radius must be >= 1, got %r" % (radius,)
-      )
-    self.radius = radius
-
-  @property
-  def window_dim(self) -> mtf.Dimension:
-    """The Dimension ("window", radius + 1 or 2 * radius + 1) of a query's
-    window.
-    """
-    return mtf.Dimension("window", self.radius)
-
-  def min_relative_position(self, context: Context) -> int:
-    """The smallest memory - query position a query attends to.
-
-    Args:
-      context: the Context of the call (mesh, dims, mode, states...).
-
-    Returns:
-      The smallest memory - query position attended to (-radius).
-    """
-    return 1 - self.radius
-
-  def max_relative_position(self, context: Context) -> int:
-    """The largest memory - query position a query attends to.
-
-    Args:
-      context: the Context of the call (mesh, dims, mode, states...).
-
-    Returns:
-      The largest memory - query position attended to: radius, or 0 when the
-      model is autoregressive.
-    """
-    return 0 if context.model.fully_autoregressive else self.radius - 1
-
-  def call(self, context: Context, x: mtf.Tensor, losses=None) -> mtf.Tensor:
-    if context.mode == "incremental":
-      return self._call_incremental(context, x, losses)
-    params = self.make_params(context)
-    q = params.compute_q(x)
-    k, v = self._keys_and_values(params, x)
-    kwargs = self.attention_kwargs_from_context(context)
-    if context.length_dim.size <= max(256, 4 * self.radius):
-      memory_length = self.memory_length(context)
-      memory_position = self.rename_length_to_memory_length(
-        context.get_position(), context
-      )
-      bias = self.compute_bias(
-        context, memory_position, x, params.query_heads_dims, q
-      )
-      o = attention.attention(
-        q,
-        self.rename_length_to_memory_length(k, context),
-        self.rename_length_to_memory_length(v, context),
-        memory_length,
-        self.kv_dim,
-        self.kv_dim,
-        bias,
-        context=context,
-        **kwargs,
-      )
-    else:
-      sequence_id = _sequence_id_for_bias(context)
-      o = attention.local_attention_1d(
-        q,
-        k,
-        v,
-        context.length_dim,
-        self.kv_dim,
-        self.kv_dim,
-        fully_autoregressive=context.model.fully_autoregressive,
-        length_dim_num_splits=_length_num_splits(context),
-        radius=self.radius,
-        sequence_id=1 if sequence_id is None else sequence_id,
-        write_priority=context.write_priority,
-        read_priority=context.read_priority,
-        attention_kwargs=kwargs,
-      )
-    if context.mode == "first_part":
-      self._record_window(context, [k] if self.shared_kv else [k, v])
-    output = params.compute_output(
-      o, output_shape=self.expected_attention_output_shape(x, params)
-    )
-    return self.layer_output_from_attention_output(context, output, losses)
-
-  def _record_window(self, context: Context, states) -> None:
-    """States for decoding: slot w holds position p < initial_position,
-    p >= initial_position - radius, p % radius == w.
-    """
-    mesh = context.mesh
-    pos = mtf.range(mesh, context.length_dim, tf.int32)
-    slot = mtf.range(mesh, self.window_dim, tf.int32)
-    start = context.initial_position
-    select = mtf.logical_and(
-      mtf.equal(mtf.mod(pos, self.radius), slot),
-      mtf.logical_and(
-        mtf.less(pos, start), mtf.greater_equal(pos, start - self.radius)
-      ),
-    )
-    recorded = []
-    for s in states:
-      shape = mtf.replace_dimensions(
-        s.shape, context.length_dim, self.window_dim
-      )
-      recorded.append(mtf.einsum([s, mtf.cast(select, s.dtype)], shape))
-    context.record_new_states(recorded)
-
-  def _call_incremental(
-    self, context: Context, x: mtf.Tensor, losses
-  ) -> mtf.Tensor:
-    params = self.make_params(context)
-    q = params.compute_q(x)
-    k, v = self._keys_and_values(params, x)
-    position = context.get_position()
-    slot = mtf.range(context.mesh, self.window_dim, tf.int32)
-    write = mtf.equal(slot, mtf.mod(position, self.radius))
-    k, v = self._write_kv_states(context, write, k, v)
-    # Slot w holds position p - ((p - w) mod radius), visible if >= 0.
-    slot_position = position - mtf.mod(
-      position - slot + self.radius, self.radius
-    )
-    bias = _to_bias(mtf.greater_equal(slot_position, 0), context)
-    o = attention.attention(
-      q,
-      k,
-      v,
-      self.window_dim,
-      self.kv_dim,
-      self.kv_dim,
-      bias,
-      context=context,
-      **self.attention_kwargs_from_context(context),
-    )
-    output = params.compute_output(
-      o, output_shape=self.expected_attention_output_shape(x, params)
-    )
-    return self.layer_output_from_attention_output(context, output, losses)
-
-
-@gin.configurable(module=_GIN_MODULE)
-class TransparentEncDecAttention(EncDecAttention):
-  """Encoder-decoder attention to a learned mixture of encoder layers.
-
-  The encoder's layer outputs (context.encoder_layer_outputs: the input and
-  each layer's output) are taken every layers_per_encoder_module layers
-  (encoder_num_modules + 1 of them); decoder module m (layer index //
-  layers_per_decoder_module) attends to sum_e softmax_e(w[e, m]) * output_e.
-  Variable `w` [encoder_module_outputs, decoder_module_inputs], created once
-  per call of the decoder (by its first such layer).
-
-  Args:
-    layers_per_encoder_module: the number of encoder layers per module (whose
-      outputs are mixed).
-    layers_per_decoder_module: the number of decoder layers per module (each has
-      its own mix).
-    encoder_num_modules: the number of encoder modules (their outputs plus the
-      embedding are mixed).
-    decoder_num_modules: the number of decoder modules.
-  """
-
-  def __init__(
-    self,
-    layers_per_encoder_module: int = gin.REQUIRED,
-    layers_per_decoder_module: int = gin.REQUIRED,
-    encoder_num_modules: int = gin.REQUIRED,
-    decoder_num_modules: int = gin.REQUIRED,
-    dropout_rate: float = 0.0,
-    **kwargs,
-  ):
-    super().__init__(dropout_rate=dropout_rate, **kwargs)
-    self.layers_per_encoder_module = layers_per_encoder_module
-    self.layers_per_decoder_module = layers_per_decoder_module
-    self.encoder_num_modules = encoder_num_modules
-    self.decoder_num_modules = decoder_num_modules
-
-  def _get_memory_antecedent(self, context: Context) -> mtf.Tensor:
-    index = context.layer_index // self.layers_per_decoder_module
-    inputs = self._get_decoder_inputs(context)
-    if index >= len(inputs):
-      raise ValueError(
-        "TransparentEncDecAttention: layer index %d is in decoder module "
-        "%d, but decoder_num_modules is %d"
-        % (context.layer_index, index, self.decoder_num_modules)
-      )
-    return inputs[index]
-
-  def _get_decoder_inputs(self, context: Context) -> List[mtf.Tensor]:
-    """One mixed encoder output per decoder module (cached per call)."""
-    key = (
-      "transparent_decoder_inputs",
-      self.layers_per_encoder_module,
-      self.encoder_num_modules,
-      self.decoder_num_modules,
-    )
-    if key in context.cache:
-      return context.cache[key]
-    outputs = context.encoder_layer_outputs
-    if not outputs:
-      raise ValueError(
-        "TransparentEncDecAttention needs context.encoder_layer_outputs"
-      )
-    step = self.layers_per_encoder_module
-    chosen = [outputs[0]] + list(outputs[step::step])
-    if len(chosen) != self.encoder_num_modules + 1:
-      raise ValueError(
-        "TransparentEncDecAttention: %d encoder layer outputs with "
-        "layers_per_encoder_module=%d give %d module outputs, expected "
-        "encoder_num_modules + 1 = %d"
-        % (len(outputs), step, len(chosen), self.encoder_num_modules + 1)
-      )
-    chosen = [
-      t
-      if "memory_length" in t.shape.dimension_names
-      else mtf.rename_dimension(t, context.length_dim.name, "memory_length")
-      for t in chosen
-    ]
-    enc_dim = mtf.Dimension(
-      "encoder_module_outputs", self.encoder_num_modules + 1
-    )
-    dec_dim = mtf.Dimension("decoder_module_inputs", self.decoder_num_modules)
-    stacked = mtf.stack(chosen, enc_dim.name, axis=0)
-    stddev = (
-      1.0 if mtf.layers.unit_scaling_convention() else (enc_dim.size**-0.5)
-    )
-    w = mtf.get_variable(
-      context.mesh,
-      "w",
-      mtf.Shape([enc_dim, dec_dim]),
-      initializer=tf.compat.v1.random_normal_initializer(stddev=stddev),
-      dtype=context.variable_dtype,
-    )
-    if self.dropout_rate and context.train:
-      w = mtf.dropout(w, True, rate=self.dropout_rate)
-    weights = mtf.softmax(w, enc_dim)
-    mixed = mtf.einsum([stacked, weights], reduced_dims=[enc_dim])
-    inputs = mtf.unstack(mixed, dec_dim)
-    context.cache[key] = inputs
-    return inputs
