@@ -26,10 +26,9 @@ that it rewrites it as it would there:
   (its side effects: assignments, collectives) are the nodes Grappler
   keeps.
 
-Example:
-  optimized = optimize_function(concrete, config, "/cpu:0")
-  # call optimized.name with `calls_config(config)` as the call's
-  # config_proto, after adding `optimized` to the caller's graph.
+Use: `optimized = optimize_function(concrete, config, "/cpu:0")`, add
+`optimized` to the caller's graph and call `optimized.name` with
+`calls_config(config)` as each call's config_proto (see simd_collective).
 """
 
 from __future__ import annotations

@@ -16,7 +16,6 @@ import random
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from absl import logging
-import gin
 import tensorflow as tf
 
 from transformer._src.data import packing

@@ -227,7 +227,7 @@ def run(
   Raises:
     ValueError: an unknown mode, a missing required parameter, or a mesh
       that does not fit the TPU.
-    driver_tpu.TpuConnectionError: if the TPU cannot be reached.
+    tpu_connection.TpuConnectionError: if the TPU cannot be reached.
     TaskUnavailableError: a task of the cluster was lost or stalled.
   """
   del stall_timeout  # driver_cluster.names_unavailable_tasks uses it

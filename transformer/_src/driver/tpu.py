@@ -54,13 +54,9 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence
 
-from absl import flags
 import tensorflow as tf
 
-import mesh_tensorflow as mtf
-from transformer._src.driver import estimator as driver
 from transformer._src.driver import mesh_impl_choice
-from transformer._src.driver.tpu_connection import TpuConnectionError
 from transformer._src.driver.tpu_connection import initialize_tpu
 from transformer._src.driver.tpu_connection import resolve_tpu
 from transformer._src.driver.tpu_mesh import TpuMeshPlan

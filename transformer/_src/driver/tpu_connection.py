@@ -20,8 +20,6 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
-from transformer._src.driver import estimator as driver
-
 __all__ = [
   "TpuConnectionError",
   "initialize_tpu",

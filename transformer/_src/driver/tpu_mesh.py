@@ -21,7 +21,6 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from mesh_tensorflow import simd_mesh_impl
-from transformer._src.driver import estimator as driver
 
 __all__ = [
   "TpuMeshPlan",
@@ -85,6 +84,7 @@ def plan_mesh(
     Mesh "batch:8" on a v3-8 walks the chips along a ring, two cores per
     chip:
 
+    >>> from transformer._src.driver.tpu_connection import synthetic_topology
     >>> plan = plan_mesh("batch:8", synthetic_topology([2, 2, 1, 2]))
     >>> plan.logical_to_physical
     [0, 1, 2, 3, 6, 7, 4, 5]

@@ -15,7 +15,6 @@ from typing import Callable, Dict, List, NamedTuple, Optional, Sequence
 
 from absl import logging
 import gin
-import numpy as np
 import tensorflow as tf
 
 from mesh_tensorflow import simd_mesh_impl

@@ -14,17 +14,13 @@ import functools
 from typing import Any, Callable, Dict, Optional
 
 from absl import logging
-import gin
 import tensorflow as tf
 
-import mesh_tensorflow as mtf
 from transformer._src.driver import cluster as driver_cluster
 from transformer._src.driver import estimator as driver
-from transformer._src.driver import learning_rate_schedules
 from transformer._src.driver import model_fn as driver_model_fn
 from transformer._src.driver.config import SequenceLength
 from transformer._src.driver.config import Vocabularies
-from transformer._src.driver.config import auto_train_steps
 from transformer._src.driver.config import inputs_vocabulary
 from transformer._src.driver.config import targets_vocabulary
 from transformer._src.driver.mesh_impl_choice import resolve_mesh_impl

@@ -28,7 +28,6 @@ from absl import logging
 
 import mesh_tensorflow as mtf
 from transformer._src.layers import moe_gating
-from transformer._src.layers.moe_hparams import HParams
 
 __all__ = [
   "ExpertRouting",
