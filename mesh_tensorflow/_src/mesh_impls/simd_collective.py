@@ -537,17 +537,13 @@ class CollectiveBackend(simd_backend.SimdBackend):
   def _optimizes_once(self) -> bool:
     """Whether a shared trace's calls run it optimised once (optimize_once).
 
-    Only in functions run eagerly: a legacy graph's session sets up the
-    collectives it finds in its graph (not in a called function's). Not
-    while a gradient tape records (the tape needs the ordinary calls), nor
-    for one replica (its inlined call is optimised once too).
+    When the calls may pass slices packed (_can_pack: two replicas or more,
+    traced from eager code, no recording tape) on local devices: a legacy
+    graph's session sets up the collectives it finds in its graph (not in a
+    called function's), the tape needs the ordinary calls, and one
+    replica's inlined call is optimised once already.
     """
-    if not self._optimize_once or self.num_replicas < 2:
-      return False
-    if record.could_possibly_record() or not self._local_devices():
-      return False
-    with tf.init_scope():
-      return tf.executing_eagerly()
+    return self._optimize_once and self._can_pack() and self._local_devices()
 
   def _can_pack(self) -> bool:
     """Whether the calls of a shared trace may pass slices packed.
@@ -665,10 +661,8 @@ class CollectiveBackend(simd_backend.SimdBackend):
       and (ctx.last_collective.graph is tf.compat.v1.get_default_graph())
     ):
       deps = [ctx.last_collective]
-    if deps:
-      with tf.control_dependencies(deps):
-        out = op_fn(**kwargs)
-    else:
+    # An empty dependency scope is skipped (it costs as much as a full one).
+    with tf.control_dependencies(deps) if deps else contextlib.nullcontext():
       out = op_fn(**kwargs)
     if legacy:
       ctx.last_collective = out.op
