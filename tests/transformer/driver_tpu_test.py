@@ -10,6 +10,7 @@ import itertools
 import json
 import pathlib
 import shutil
+import socket
 
 from absl.testing import flagsaver
 import gin
@@ -285,6 +286,107 @@ def test_initialising_without_a_tpu_is_a_clear_error():
     match="cannot initialise TPU 'local': TPUs not",
   ):
     tpu_connection.initialize_tpu(resolver, "local")
+
+
+def test_setup_tpu_resolves_connects_initialises_and_plans(monkeypatch):
+  # The --tpu path up to the first program, with TF's TPU calls recorded:
+  # TPUClusterResolver gets the flags, every worker's port is checked, the
+  # client connects to the resolver's cluster, initialise_tpu_system runs
+  # on it, and the mesh is planned on the topology it returns (a v4-32).
+  listeners = [socket.socket() for _ in range(4)]
+  calls = []
+  try:
+    for s in listeners:
+      s.bind(("127.0.0.1", 0))
+      s.listen()
+    addresses = ["127.0.0.1:%d" % s.getsockname()[1] for s in listeners]
+
+    class FakeResolver:
+      def __init__(self, tpu, zone, project, job_name):
+        calls.append(("resolve", tpu, zone, project, job_name))
+        self.job_name = job_name
+
+      def cluster_spec(self):
+        return tf.train.ClusterSpec({self.job_name: addresses})
+
+      def master(self):
+        return "grpc://" + addresses[0]
+
+      def get_job_name(self):
+        return self.job_name
+
+    def fake_connect(resolver):
+      calls.append(("connect", resolver.master()))
+
+    def fake_initialize(resolver):
+      calls.append(("initialize", resolver.get_job_name()))
+      return v4_32()
+
+    monkeypatch.setattr(
+      tf.distribute.cluster_resolver, "TPUClusterResolver", FakeResolver
+    )
+    monkeypatch.setattr(
+      tf.config, "experimental_connect_to_cluster", fake_connect
+    )
+    monkeypatch.setattr(
+      tf.tpu.experimental, "initialize_tpu_system", fake_initialize
+    )
+    setup = tpu.setup_tpu(
+      "my-tpu", "us-central2-b", "my-project", "tpu_worker", V4_MESH[0]
+    )
+  finally:
+    for s in listeners:
+      s.close()
+  assert calls == [
+    ("resolve", "my-tpu", "us-central2-b", "my-project", "tpu_worker"),
+    ("connect", "grpc://" + addresses[0]),
+    ("initialize", "tpu_worker"),
+  ]
+  assert (setup.tpu, setup.job) == ("my-tpu", "tpu_worker")
+  assert setup.plan.device_assignment.num_replicas == 16
+  # The plan is the automatic mapping of the mesh onto that topology.
+  expected = tpu_mesh.plan_mesh(V4_MESH[0], v4_32())
+  assert setup.plan.logical_to_physical == expected.logical_to_physical
+  # Each processor is the TPU core of its replica on the host owning it,
+  # in the TPU's job.
+  for r, device in enumerate(setup.mesh_devices):
+    spec = tf.DeviceSpec.from_string(device)
+    assert (spec.job, spec.device_type) == ("tpu_worker", "TPU")
+    assert spec.task == v4_32().task_ordinal_at_coordinates(
+      coordinates(setup.plan, r)
+    )
+  assert len(set(setup.mesh_devices)) == 16
+
+
+def test_setup_tpu_with_an_unreachable_worker_names_the_tpu(monkeypatch):
+  # One of the resolved workers does not accept connections: nothing is
+  # connected or initialised (connecting would wait forever).
+  port = cluster.free_local_ports(1)[0]
+  calls = []
+
+  class FakeResolver:
+    def __init__(self, tpu, zone, project, job_name):
+      self.job_name = job_name
+
+    def cluster_spec(self):
+      return tf.train.ClusterSpec({self.job_name: ["127.0.0.1:%d" % port]})
+
+  monkeypatch.setattr(
+    tf.distribute.cluster_resolver, "TPUClusterResolver", FakeResolver
+  )
+  monkeypatch.setattr(
+    tf.config, "experimental_connect_to_cluster", calls.append
+  )
+  monkeypatch.setattr(
+    tf.tpu.experimental, "initialize_tpu_system", calls.append
+  )
+  with pytest.raises(
+    tpu_connection.TpuConnectionError,
+    match=r"TPU 'my-tpu' \(zone 'z', project 'p'\) is unreachable: worker "
+    r"127.0.0.1:%d does not accept connections" % port,
+  ):
+    tpu.setup_tpu("my-tpu", "z", "p", None, V4_MESH[0])
+  assert not calls
 
 
 # --------------------------------------------------------------------------

@@ -245,6 +245,31 @@ def test_mesh_impl_flag_and_binding_continue_training_alike(tmp_path):
   assert _last_loss(simd_out) == _last_loss(placement_out)
 
 
+@pytest.mark.parametrize(
+  "flag, binding", [("simd", "placement"), ("placement", "simd")]
+)
+def test_mesh_impl_flag_reaches_run_and_wins_over_the_binding(
+  tmp_path, flag, binding
+):
+  # A mesh larger than the 4 virtual CPUs: the error names the
+  # implementation that was built, which is the flag's, not the binding's.
+  code, out = _run(
+    tmp_path,
+    tmp_path / "m",
+    params=[
+      "utils.run.mesh_shape = 'rows:4;cols:2'",
+      "utils.run.mesh_impl = '%s'" % binding,
+    ],
+    extra=["--mesh_impl=%s" % flag],
+  )
+  assert code != 0
+  assert (
+    "mesh_impl '%s': mesh_shape rows:4;cols:2 needs 8 devices but this "
+    "process has 4 CPU device(s)" % flag
+  ) in out, out
+  assert not (tmp_path / "m" / "checkpoint").exists()
+
+
 def test_unknown_mesh_impl_binding_is_named(tmp_path):
   code, out = _run(
     tmp_path, tmp_path / "m", params=["utils.run.mesh_impl = 'spmd'"]

@@ -80,6 +80,11 @@ def resolve_mesh_impl(mesh_impl: str) -> str:
   return name
 
 
+def _mesh_text(mesh_shape: mtf.Shape) -> str:
+  """The mesh shape as written in gin and flags: "rows:2;cols:2"."""
+  return ";".join("%s:%d" % (d.name, d.size) for d in mesh_shape.dims)
+
+
 def mesh_devices_for(
   mesh_shape, mesh_devices: Optional[Sequence[str]] = None
 ) -> List[str]:
@@ -106,7 +111,7 @@ def mesh_devices_for(
     if len(devices) != size:
       raise ValueError(
         "mesh_devices has %d devices but mesh_shape %s has %d "
-        "processors" % (len(devices), mesh_shape.to_string, size)
+        "processors" % (len(devices), _mesh_text(mesh_shape), size)
       )
     return devices
   if not mesh_shape.dims:
@@ -120,7 +125,7 @@ def mesh_devices_for(
     "create virtual CPUs before TensorFlow starts (python -m transformer.main "
     "--mesh_devices=%d) or set run.mesh_devices"
     % (
-      mesh_shape.to_string,
+      _mesh_text(mesh_shape),
       size,
       len(tf.config.list_logical_devices("CPU")),
       size,
