@@ -66,6 +66,80 @@ def test_auto_is_placement_on_cpus_and_simd_collective_when_asked():
   ]
 
 
+def _pretend_devices(monkeypatch, kind, count):
+  """Makes tf.config.list_logical_devices(kind) list `count` fake devices."""
+  real = tf.config.list_logical_devices
+  fake = [
+    tf.config.LogicalDevice(
+      "/job:localhost/replica:0/task:0/device:%s:%d" % (kind, i), kind
+    )
+    for i in range(count)
+  ]
+
+  def list_logical_devices(device_type=None):
+    if device_type == kind:
+      return list(fake)
+    return real(device_type)
+
+  monkeypatch.setattr(tf.config, "list_logical_devices", list_logical_devices)
+
+
+def test_auto_is_simd_with_the_tpu_backend_on_a_tpu_host(monkeypatch):
+  # No TPU here: the process is made to report 8 TPU cores. "auto" then
+  # lowers with SimdMeshImpl's TPU backend (no local devices, no
+  # collective backend), as "simd" does; "placement" stays on the CPUs.
+  _pretend_devices(monkeypatch, "TPU", 8)
+  assert mesh_impl_choice.resolve_mesh_impl("auto") == "simd"
+  for name in ("auto", "simd"):
+    mesh_impl = mesh_impl_choice.make_mesh_impl(name, *dtu.MESH_2X2)
+    assert isinstance(mesh_impl, simd_mesh_impl.SimdMeshImpl)
+    assert mesh_impl.devices is None
+    assert not mesh_impl_choice.uses_collective_backend(mesh_impl)
+    assert type(mesh_impl.backend).__name__ == "TpuBackend"
+  placement = mesh_impl_choice.make_mesh_impl("placement", *dtu.MESH_2X2)
+  assert isinstance(placement, placement_mesh_impl.PlacementMeshImpl)
+  assert all("CPU" in d for d in placement.devices)
+
+
+def test_simd_on_gpus_builds_nccl_collectives(monkeypatch):
+  # No GPU here: the process is made to report 4 GPUs. The driver's SIMD
+  # mesh takes them (GPUs before CPUs), and the all-reduce its replicas
+  # trace asks for NCCL (built, not run); placement takes them too.
+  _pretend_devices(monkeypatch, "GPU", 4)
+  assert mesh_impl_choice.resolve_mesh_impl("auto") == "placement"
+  mesh_impl = mesh_impl_choice.make_mesh_impl("simd", *dtu.MESH_2X2)
+  assert [
+    tf.DeviceSpec.from_string(d).device_type for d in mesh_impl.devices
+  ] == ["GPU"] * 4
+  assert mesh_impl.backend.communication_hint == "nccl"
+
+  @tf.function(autograph=False)
+  def sums():
+    return mesh_impl.replicate(
+      lambda: mesh_impl.backend.allreduce_sum(
+        tf.cast(mesh_impl.pnum_tensor, tf.float32), [[0, 1, 2, 3]]
+      )
+    )
+
+  def all_ops(graph):
+    for op in graph.get_operations():
+      yield op
+    for function in graph._functions.values():  # pylint: disable=protected-access
+      inner = getattr(function, "graph", None)
+      if inner is not None:
+        yield from all_ops(inner)
+
+  reduces = [
+    op
+    for op in all_ops(sums.get_concrete_function().graph)
+    if op.type == "CollectiveReduceV2"
+  ]
+  assert reduces
+  assert {op.get_attr("communication_hint") for op in reduces} == {b"nccl"}
+  placement = mesh_impl_choice.make_mesh_impl("placement", *dtu.MESH_2X2)
+  assert placement.devices == mesh_impl.devices
+
+
 @pytest.mark.skipif(
   not tf.config.list_logical_devices("GPU"), reason="needs GPUs"
 )

@@ -290,10 +290,13 @@ def test_cluster_training_matches_one_process(workers, tmp_path, tfds_dir):
 
 @pytest.mark.slow
 def test_simd_cluster_training_matches_one_process(workers, tmp_path, tfds_dir):
-  """The collective backend across the two tasks: TF collective ops."""
+  """The collective backend across the two tasks: TF collective ops.
+
+  The demo config itself, as for placement.
+  """
   steps = 200
   local, remote = _start_both(
-    workers, tmp_path, tfds_dir, steps, "--mesh_impl=simd"
+    workers, tmp_path, tfds_dir, steps, "--mesh_impl=simd", small=False
   )
   try:
     finished = _finish(local), _finish(remote)
@@ -351,14 +354,23 @@ def _checkpoint_files(model_dir):
 def _after_failure(trainer, model_dir):
   """(latest checkpoint, its step, last stderr line) of a trainer that failed.
 
-  The latest checkpoint is complete: its global step is its name's.
+  No checkpoint was lost: the state file lists one for every 5 steps up to
+  the latest (the trainer saves every 5 and keeps all), and each of them is
+  complete (its global step is its name's).
   """
   assert trainer.returncode != 0
   latest = tf.train.latest_checkpoint(str(model_dir))
   latest_step = int(latest.rsplit("-", 1)[1])
   assert latest_step >= 10
-  reader = tf.train.load_checkpoint(latest)
-  assert reader.get_tensor("global_step") == latest_step
+  listed = tf.train.get_checkpoint_state(
+    str(model_dir)
+  ).all_model_checkpoint_paths
+  steps = {int(path.rsplit("-", 1)[1]) for path in listed}
+  assert set(range(5, latest_step + 1, 5)) <= steps, sorted(steps)
+  assert max(steps) == latest_step
+  for path in listed:
+    reader = tf.train.load_checkpoint(path)
+    assert reader.get_tensor("global_step") == int(path.rsplit("-", 1)[1])
   return latest, latest_step, trainer.stderr.strip().splitlines()[-1]
 
 
