@@ -537,7 +537,11 @@ def test_v4_32_step_graph_each_host_feeds_its_own_replicas(tmp_path):
       assert source.device == hosts[task]
   allowed = {str(expected_groups(plan, axes)) for axes in ([0], [1], [0, 1])}
   sums = [op for op in ops if op.type == "CrossReplicaSum"]
-  assert sums and {str(group_assignment(op)) for op in sums} <= allowed
+  seen = {str(group_assignment(op)) for op in sums}
+  assert sums and seen <= allowed
+  # The d_ff contraction sums over "model", the gradients over "batch".
+  assert str(expected_groups(plan, [1])) in seen
+  assert str(expected_groups(plan, [0])) in seen
 
 
 # --------------------------------------------------------------------------
@@ -593,7 +597,11 @@ def test_eval_and_decode_programs_replicate_over_every_core(
   # replica as its input.
   allowed = {str(expected_groups(plan, axes)) for axes in ([0], [1], [0, 1])}
   sums = [op for op in ops if op.type == "CrossReplicaSum"]
-  assert sums and {str(group_assignment(op)) for op in sums} <= allowed
+  seen = {str(group_assignment(op)) for op in sums}
+  assert sums and seen <= allowed
+  # The d_ff contraction sums over "model", the gradients over "batch".
+  assert str(expected_groups(plan, [1])) in seen
+  assert str(expected_groups(plan, [0])) in seen
   inputs = [
     op
     for op in ops
@@ -644,7 +652,11 @@ def test_eval_loop_runs_iterations_per_loop_batches_per_host_call(
   assert loop_bound(ops, loop_op) == 3
   allowed = {str(expected_groups(plan, axes)) for axes in ([0], [1], [0, 1])}
   sums = [op for op in ops if op.type == "CrossReplicaSum"]
-  assert sums and {str(group_assignment(op)) for op in sums} <= allowed
+  seen = {str(group_assignment(op)) for op in sums}
+  assert sums and seen <= allowed
+  # The d_ff contraction sums over "model", the gradients over "batch".
+  assert str(expected_groups(plan, [1])) in seen
+  assert str(expected_groups(plan, [0])) in seen
 
 
 def count_calls(est, graphs=None):
@@ -765,7 +777,11 @@ def test_score_and_decode_loops_run_batches_in_one_host_call(
   assert "While" in {op.type for op in replicated_ops(ops, metadata[1])}
   allowed = {str(expected_groups(plan, axes)) for axes in ([0], [1], [0, 1])}
   sums = [op for op in ops if op.type == "CrossReplicaSum"]
-  assert sums and {str(group_assignment(op)) for op in sums} <= allowed
+  seen = {str(group_assignment(op)) for op in sums}
+  assert sums and seen <= allowed
+  # The d_ff contraction sums over "model", the gradients over "batch".
+  assert str(expected_groups(plan, [1])) in seen
+  assert str(expected_groups(plan, [0])) in seen
 
 
 def assert_same_decodes(got, want):

@@ -716,6 +716,31 @@ def test_unreachable_worker_is_named(tmp_path):
   assert time.monotonic() - start < 10
 
 
+def test_unreachable_worker_stops_the_trainer_writing_nothing(tmp_path):
+  # Through the command line: the trainer gives up after --cluster_timeout
+  # with one line naming the task and its address, and writes no checkpoint.
+  port = cluster.free_local_ports(1)[0]
+  model_dir = tmp_path / "model"
+  start = time.monotonic()
+  refused = _train(
+    model_dir,
+    str(tmp_path / "tfds"),
+    10,
+    "--cluster=localhost:%d" % port,
+    "--cluster_timeout=2",
+    check=False,
+  )
+  assert refused.returncode == 1
+  assert refused.stderr.strip().splitlines()[-1] == (
+    "transformer.main: cannot reach task /job:worker/task:0 at "
+    "localhost:%d within 2 s: start a server there (python -m "
+    "transformer.serve) or fix the cluster addresses" % port
+  ), refused.stderr
+  assert time.monotonic() - start < 300
+  assert not _checkpoint_files(model_dir)
+  assert not (model_dir / "checkpoint").exists()
+
+
 def test_taken_port_is_named():
   with socket.socket() as taken:
     taken.bind(("localhost", 0))
