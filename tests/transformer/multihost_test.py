@@ -21,7 +21,6 @@ too.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
@@ -597,111 +596,6 @@ def test_restarted_task_is_named_before_any_collective(workers, tmp_path):
     workers[keeper].stop()
     workers[keeper] = Worker(addresses, keeper, str(tmp_path))
     assert _connect_for_collectives(workers) is None
-
-
-# A trainer that finds the cluster in TF_CONFIG, trains the tiny
-# Bitransformer of driver_test_util for 2 steps on a 2x2 mesh over the
-# worker job, and prints where everything lives.
-TF_CONFIG_TRAINER = """
-import json, sys
-from tests.transformer import driver_test_util as dtu
-from transformer._src.driver import cluster
-connected = cluster.connect()  # no argument: TF_CONFIG
-devices = connected.mesh_devices(dtu.MESH_2X2[0])
-est = dtu.estimator(sys.argv[1], mesh_devices=devices)
-result = est.train(dtu.input_fn, 2)
-masters = sorted({v.device for v in est.store.masters.values()})
-every = {v.device for v in est.store.variables}
-print(json.dumps({
-  "local_task": connected.local_task,
-  "devices": devices,
-  "masters": masters,
-  "slices": sorted(every - set(masters)),
-  "global_step": est.global_step.device,
-  "step": int(result["step"]),
-}))
-"""
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("trainer_task", [None, "chief"])
-def test_tf_config_starts_workers_and_places_the_trainer(
-  tmp_path, trainer_task
-):
-  """Workers and trainer from TF_CONFIG alone; masters on the trainer.
-
-  The workers get no flag but --cpus: each reads its task from TF_CONFIG.
-  The trainer's TF_CONFIG names the cluster and no task (a client) or a
-  "chief" task of its own (it serves that task itself).
-  """
-  ports = cluster.free_local_ports(3)
-  addresses = ["localhost:%d" % p for p in ports[:2]]
-  workers = []
-  try:
-    for index in range(2):
-      tf_config = {
-        "cluster": {"worker": addresses},
-        "task": {"type": "worker", "index": index},
-      }
-      workers.append(
-        Worker(
-          addresses,
-          index,
-          str(tmp_path),
-          command=[sys.executable, "-m", "transformer.serve", "--cpus=2"],
-          env={"TF_CONFIG": json.dumps(tf_config)},
-        )
-      )
-      assert (
-        "serving /job:worker/task:%d at grpc://%s with 2 CPU device(s)"
-        % (index, addresses[index])
-      ) in workers[index].output()
-    tf_config = {"cluster": {"worker": addresses}}
-    trainer_job = "localhost"
-    if trainer_task:
-      tf_config["cluster"][trainer_task] = ["localhost:%d" % ports[2]]
-      tf_config["task"] = {"type": trainer_task, "index": 0}
-      trainer_job = trainer_task
-    trained = subprocess.run(
-      [sys.executable, "-c", TF_CONFIG_TRAINER, str(tmp_path / "model")],
-      env=dict(_env(), TF_CONFIG=json.dumps(tf_config)),
-      cwd=REPO,
-      capture_output=True,
-      text=True,
-      timeout=600,
-      check=False,
-    )
-  finally:
-    for worker in workers:
-      worker.stop()
-  assert trained.returncode == 0, trained.stderr
-  found = json.loads(trained.stdout.strip().splitlines()[-1])
-  assert found["step"] == 2
-  assert found["local_task"] == ([trainer_task, 0] if trainer_task else None)
-  # The mesh spans both workers' devices, task by task.
-  assert [tf.DeviceSpec.from_string(d).task for d in found["devices"]] == [
-    0,
-    0,
-    1,
-    1,
-  ]
-  assert {tf.DeviceSpec.from_string(d).job for d in found["devices"]} == {
-    "worker"
-  }
-  # The masters and the global step live in the trainer's own process, the
-  # slices on the workers (both tasks).
-  trainer_cpu = "/job:%s/replica:0/task:0/device:CPU:0" % trainer_job
-  assert found["masters"] == [trainer_cpu]
-  assert found["global_step"] == trainer_cpu
-  slice_tasks = {
-    (tf.DeviceSpec.from_string(d).job, tf.DeviceSpec.from_string(d).task)
-    for d in found["slices"]
-  }
-  assert slice_tasks == {("worker", 0), ("worker", 1)}
-  # The checkpoint is written in the trainer's model_dir.
-  assert tf.train.latest_checkpoint(str(tmp_path / "model")).endswith(
-    "model.ckpt-2"
-  )
 
 
 def test_unreachable_worker_is_named(tmp_path):
