@@ -24,7 +24,10 @@ in-process copies.
 The two runs do the same arithmetic (docs/tpu_and_multihost.md), so their
 losses are equal at every report.
 
-Usage: python benchmarks/multihost_step.py [--steps 200]
+Both runs use --mesh_impl (default placement; simd: SimdMeshImpl's
+collective backend, TF collective ops across the two tasks).
+
+Usage: python benchmarks/multihost_step.py [--steps 200] [--mesh_impl simd]
 """
 
 import argparse
@@ -120,6 +123,9 @@ def train(name, model_dir, steps, tfds_dir, *flags):
 def main():
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--steps", type=int, default=200)
+  parser.add_argument(
+    "--mesh_impl", choices=("placement", "simd"), default="placement"
+  )
   args = parser.parse_args()
   sys.path.insert(0, REPO)
   from transformer._src.driver import cluster  # pylint: disable=g-import-not-at-top
@@ -137,6 +143,7 @@ def main():
           tfds_dir,
           "--mesh_devices=4",
           "--same_rounding_as_cluster",
+          "--mesh_impl=%s" % args.mesh_impl,
         ),
         train(
           "cluster",
@@ -144,6 +151,7 @@ def main():
           args.steps,
           tfds_dir,
           "--cluster=%s" % ",".join(addresses),
+          "--mesh_impl=%s" % args.mesh_impl,
         ),
       ]
     finally:

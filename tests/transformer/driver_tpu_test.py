@@ -516,6 +516,9 @@ def test_v4_32_step_graph_each_host_feeds_its_own_replicas(tmp_path):
   assert metadata.get_attr("num_replicas") == 16
   hosts = ["/job:worker/task:%d/device:CPU:0" % h for h in range(4)]
   assert loop.hosts == hosts
+  # The masters stay on the first host's CPU (the TPU cores hold slices).
+  masters = loop.estimator.store.masters.values()
+  assert masters and {v.device for v in masters} == {hosts[0]}
   reads = [op for op in ops if op.type == "IteratorGetNext"]
   assert sorted(op.device for op in reads) == hosts
   # Each feature's replicated input takes replica r's value from the
