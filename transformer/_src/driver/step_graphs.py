@@ -20,8 +20,8 @@ from transformer._src.data.delimited_lm import dynamic_text2self
 from transformer._src.driver import mesh_impl_choice
 from transformer._src.driver.config import serialize_num_microbatches
 from transformer._src.layers.context import ModeKeys
+from transformer._src.models.decoder_inputs import autoregressive_inputs
 from transformer._src.models.unitransformer import Unitransformer
-from transformer._src.models.unitransformer import autoregressive_inputs
 
 __all__ = [
   "MODEL_FEATURES",
