@@ -12,6 +12,7 @@ from mesh_tensorflow._src.layers.core import *
 from mesh_tensorflow._src.layers.local_attention import *
 from mesh_tensorflow._src.layers.losses import *
 from mesh_tensorflow._src.layers.norms import *
+from mesh_tensorflow._src.layers.training_layers import *
 
 _facade.make_patchable(__name__)
 del _facade
