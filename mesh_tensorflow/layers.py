@@ -8,6 +8,7 @@ pooling. The code lives in `mesh_tensorflow/_src/layers/`.
 from mesh_tensorflow._src import facade as _facade
 from mesh_tensorflow._src.layers.attention import *
 from mesh_tensorflow._src.layers.attention_masks import *
+from mesh_tensorflow._src.layers.blocked_conv import *
 from mesh_tensorflow._src.layers.conv import *
 from mesh_tensorflow._src.layers.core import *
 from mesh_tensorflow._src.layers.local_attention import *
