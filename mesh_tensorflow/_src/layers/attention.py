@@ -43,11 +43,9 @@ import tensorflow as tf
 
 from mesh_tensorflow._src.graph import Mesh
 from mesh_tensorflow._src.graph import Tensor
+from mesh_tensorflow._src.layers import attention_masks
 from mesh_tensorflow._src.layers.attention_masks import NEG_INF
 from mesh_tensorflow._src.layers.attention_masks import check_dim
-from mesh_tensorflow._src.layers.attention_masks import (
-  rename_length_to_memory_length,
-)
 from mesh_tensorflow._src.layers.scope_util import layer_variable_scope
 from mesh_tensorflow._src.ops import binary
 from mesh_tensorflow._src.ops import einsum as einsum_lib
@@ -408,7 +406,7 @@ def multihead_attention(
   )
   check_heads_kv(heads, kv_channels, query_antecedent, "multihead_attention")
   if memory_antecedent is None:
-    memory_antecedent = rename_length_to_memory_length(
+    memory_antecedent = attention_masks.rename_length_to_memory_length(
       query_antecedent, query_length.name
     )
   if memory_antecedent.shape.ndims < 2:

@@ -11,15 +11,9 @@ from __future__ import annotations
 import tensorflow as tf
 
 from mesh_tensorflow._src.graph import Tensor
-from mesh_tensorflow._src.layers.attention import check_heads_kv
-from mesh_tensorflow._src.layers.attention import dot_product_attention
-from mesh_tensorflow._src.layers.attention import multihead_attention_vars
-from mesh_tensorflow._src.layers.attention import project_to_heads
-from mesh_tensorflow._src.layers.attention import split_query
+from mesh_tensorflow._src.layers import attention
+from mesh_tensorflow._src.layers import attention_masks
 from mesh_tensorflow._src.layers.attention_masks import NEG_INF
-from mesh_tensorflow._src.layers.attention_masks import (
-  rename_length_to_memory_length,
-)
 from mesh_tensorflow._src.layers.scope_util import layer_variable_scope
 from mesh_tensorflow._src.ops import einsum as einsum_lib
 from mesh_tensorflow._src.ops import elementwise
@@ -133,10 +127,10 @@ def multihead_self_attention_memory_compressed(
   Raises:
     ValueError: on a bad compression_factor or dims.
   """
-  batch_dims, length, io_channels = split_query(
+  batch_dims, length, io_channels = attention.split_query(
     x, "multihead_self_attention_memory_compressed"
   )
-  check_heads_kv(
+  attention.check_heads_kv(
     heads, kv_channels, x, "multihead_self_attention_memory_compressed"
   )
   if length.name == "memory_length":
@@ -145,7 +139,7 @@ def multihead_self_attention_memory_compressed(
       "dimension must not be named 'memory_length'"
     )
   with layer_variable_scope(x.mesh.graph, name, "compressed_attention"):
-    wq, wk, wv, wo = multihead_attention_vars(
+    wq, wk, wv, wo = attention.multihead_attention_vars(
       x.mesh,
       heads,
       io_channels,
@@ -155,15 +149,17 @@ def multihead_self_attention_memory_compressed(
       x.dtype,
     )
     memory_antecedent = compress_mean(x, length, compression_factor)
-    memory_antecedent = rename_length_to_memory_length(
+    memory_antecedent = attention_masks.rename_length_to_memory_length(
       memory_antecedent, length.name
     )
     memory_length = memory_antecedent.shape.dims[-2]
-    q = project_to_heads(x, wq, batch_dims, heads, length, kv_channels)
-    k = project_to_heads(
+    q = attention.project_to_heads(
+      x, wq, batch_dims, heads, length, kv_channels
+    )
+    k = attention.project_to_heads(
       memory_antecedent, wk, batch_dims, heads, memory_length, kv_channels
     )
-    v = project_to_heads(
+    v = attention.project_to_heads(
       memory_antecedent, wv, batch_dims, heads, memory_length, kv_channels
     )
     mask = None
@@ -173,7 +169,7 @@ def multihead_self_attention_memory_compressed(
         x.mesh, memory_length, dtype=tf.int32
       ) * compression_factor + (compression_factor - 1)
       mask = elementwise.cast(greater(memory_pos, query_pos), x.dtype) * NEG_INF
-    o = dot_product_attention(
+    o = attention.dot_product_attention(
       q,
       k,
       v,
