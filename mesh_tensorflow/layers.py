@@ -7,11 +7,15 @@ pooling. The code lives in `mesh_tensorflow/_src/layers/`.
 
 from mesh_tensorflow._src import facade as _facade
 from mesh_tensorflow._src.layers.attention import *
+from mesh_tensorflow._src.layers.attention_masks import *
+from mesh_tensorflow._src.layers.blocked_conv import *
 from mesh_tensorflow._src.layers.conv import *
 from mesh_tensorflow._src.layers.core import *
 from mesh_tensorflow._src.layers.local_attention import *
 from mesh_tensorflow._src.layers.losses import *
+from mesh_tensorflow._src.layers.memory_compressed_attention import *
 from mesh_tensorflow._src.layers.norms import *
+from mesh_tensorflow._src.layers.training_layers import *
 
 _facade.make_patchable(__name__)
 del _facade

@@ -25,6 +25,27 @@ from transformer._src.models.bitransformer import (
 from transformer._src.models.bitransformer import (
   make_bitransformer as make_bitransformer,
 )
+from transformer._src.models.decoder_inputs import (
+  autoregressive_inputs as autoregressive_inputs,
+)
+from transformer._src.models.decoder_inputs import (
+  delimited_lm_inputs_mask as delimited_lm_inputs_mask,
+)
+from transformer._src.models.decoder_inputs import (
+  shift_targets as shift_targets,
+)
+from transformer._src.models.ensemble_logits import (
+  reduce_ensemble_logits as reduce_ensemble_logits,
+)
+from transformer._src.models.ensemble_logits import (
+  reduce_ensemble_logits_mean_logit as reduce_ensemble_logits_mean_logit,
+)
+from transformer._src.models.ensemble_logits import (
+  reduce_ensemble_logits_mean_prob as reduce_ensemble_logits_mean_prob,
+)
+from transformer._src.models.ensemble_logits import (
+  reduce_ensemble_logits_select as reduce_ensemble_logits_select,
+)
 from transformer._src.models.layer_stack import LayerStack as LayerStack
 from transformer._src.models.layer_stack import (
   ReversibleLayerStack as ReversibleLayerStack,
@@ -76,27 +97,6 @@ from transformer._src.models.layer_stack import (
 )
 from transformer._src.models.unitransformer import (
   Unitransformer as Unitransformer,
-)
-from transformer._src.models.unitransformer import (
-  autoregressive_inputs as autoregressive_inputs,
-)
-from transformer._src.models.unitransformer import (
-  delimited_lm_inputs_mask as delimited_lm_inputs_mask,
-)
-from transformer._src.models.unitransformer import (
-  reduce_ensemble_logits as reduce_ensemble_logits,
-)
-from transformer._src.models.unitransformer import (
-  reduce_ensemble_logits_mean_logit as reduce_ensemble_logits_mean_logit,
-)
-from transformer._src.models.unitransformer import (
-  reduce_ensemble_logits_mean_prob as reduce_ensemble_logits_mean_prob,
-)
-from transformer._src.models.unitransformer import (
-  reduce_ensemble_logits_select as reduce_ensemble_logits_select,
-)
-from transformer._src.models.unitransformer import (
-  shift_targets as shift_targets,
 )
 
 __all__ = [

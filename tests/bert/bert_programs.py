@@ -29,6 +29,8 @@ from typing import Dict
 import numpy as np
 import tensorflow as tf
 
+from tests.program_variables import set_master_values
+
 tf1 = tf.compat.v1
 
 BATCH, SEQ, PRED, VOCAB, NUM_LABELS = 4, 8, 3, 50, 3
@@ -250,20 +252,12 @@ def run_program(mtf, name: str) -> Dict[str, np.ndarray]:
     step_fetches = {"loss": tf_loss}
     if learning_rate is not None:
       step_fetches["learning_rate"] = learning_rate
-    masters = {v.op.name: v for v in tf1.global_variables()}
-    masters = {n: masters[n] for n in names}
     # The trainable variables but the biases get fixed values; biases and
     # the optimizer's slots keep their zeros. (A random key bias would add
     # to every attention logit of a query the same number, which the
     # softmax cancels: only its rounding would be left in the gradients.)
-    set_values = tf.group(
-      [
-        masters[n].assign(
-          rng.normal(size=masters[n].shape.as_list()).astype(np.float32) * 0.5
-        )
-        for n in trained
-        if not n.endswith("bias")
-      ]
+    masters, set_values = set_master_values(
+      names, [n for n in trained if not n.endswith("bias")], rng
     )
     copy_to_slices = lowering.copy_masters_to_slices()
     copy_to_masters = lowering.copy_slices_to_masters()

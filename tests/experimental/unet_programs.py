@@ -28,6 +28,8 @@ from typing import Dict
 import numpy as np
 import tensorflow as tf
 
+from tests.program_variables import set_master_values
+
 tf1 = tf.compat.v1
 
 TRAIN_STEPS = 3
@@ -172,16 +174,7 @@ def run_program(mtf, name: str) -> Dict[str, np.ndarray]:
     )
     train_op = tf.group([lowering.lowered_operation(op) for op in update_ops])
     next_step = tf1.assign_add(global_step, 1)
-    masters = {v.op.name: v for v in tf1.global_variables()}
-    masters = {n: masters[n] for n in names}
-    set_values = tf.group(
-      [
-        masters[n].assign(
-          rng.normal(size=masters[n].shape.as_list()).astype(np.float32) * 0.5
-        )
-        for n in trained
-      ]
-    )
+    masters, set_values = set_master_values(names, trained, rng)
     # (bfloat16 values are read as float32, exactly.)
     values = {n: tf.cast(masters[n], tf.float32) for n in names}
     copy_to_slices = lowering.copy_masters_to_slices()

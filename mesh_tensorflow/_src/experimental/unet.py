@@ -18,6 +18,7 @@ import tensorflow as tf
 from mesh_tensorflow._src.experimental import unet_data
 from mesh_tensorflow._src.experimental.unet_hparams import hparams
 from mesh_tensorflow._src.graph import Tensor
+from mesh_tensorflow._src.layers import blocked_conv
 from mesh_tensorflow._src.layers import conv as conv_layers
 from mesh_tensorflow._src.layers import losses
 from mesh_tensorflow._src.layers import norms
@@ -56,17 +57,17 @@ def _blocked_conv(
   """A size^n filter, stride^n (transposed) conv over x/y-blocked images."""
   if sampled_2d_slices:
     layer = (
-      conv_layers.conv2d_transpose_with_blocks
+      blocked_conv.conv2d_transpose_with_blocks
       if transpose
-      else conv_layers.conv2d_with_blocks
+      else blocked_conv.conv2d_with_blocks
     )
     blocks = {"h_blocks_dim": nx_dim, "w_blocks_dim": ny_dim}
     n = 2
   else:
     layer = (
-      conv_layers.conv3d_transpose_with_blocks
+      blocked_conv.conv3d_transpose_with_blocks
       if transpose
-      else conv_layers.conv3d_with_blocks
+      else blocked_conv.conv3d_with_blocks
     )
     blocks = {"d_blocks_dim": nx_dim, "h_blocks_dim": ny_dim}
     n = 3

@@ -1,11 +1,12 @@
 """Multihead attention layers (the original's `mtf.layers` attention API).
 
 Dense dot-product attention, multihead attention with q/k/v/o weights of shape
-[heads, io_channels, kv_channels], one-step (incremental) decoding variants,
-memory-compressed self-attention and the additive masks (0 where attention is
-allowed, -1e9 where it is not). Everything is built from mtf ops, so any layout
-works: batch and heads split for free; splitting io/kv channels makes the
-contractions allreduce; the length dims may be split as well.
+[heads, io_channels, kv_channels] and its one-step (incremental) decoding
+variants. The additive masks (0 where attention is allowed, -1e9 where it is
+not) are in attention_masks.py, memory-compressed self-attention in
+memory_compressed_attention.py. Everything is built from mtf ops, so any
+layout works: batch and heads split for free; splitting io/kv channels makes
+the contractions allreduce; the length dims may be split as well.
 
 Example:
   Causal self-attention: changing the input at the last position changes
@@ -42,6 +43,9 @@ import tensorflow as tf
 
 from mesh_tensorflow._src.graph import Mesh
 from mesh_tensorflow._src.graph import Tensor
+from mesh_tensorflow._src.layers import attention_masks
+from mesh_tensorflow._src.layers.attention_masks import NEG_INF
+from mesh_tensorflow._src.layers.attention_masks import check_dim
 from mesh_tensorflow._src.layers.scope_util import layer_variable_scope
 from mesh_tensorflow._src.ops import binary
 from mesh_tensorflow._src.ops import einsum as einsum_lib
@@ -49,16 +53,9 @@ from mesh_tensorflow._src.ops import elementwise
 from mesh_tensorflow._src.ops import gather as gather_lib
 from mesh_tensorflow._src.ops import io
 from mesh_tensorflow._src.ops import random as random_lib
-from mesh_tensorflow._src.ops import reduce as reduce_lib
-from mesh_tensorflow._src.ops import reshape as reshape_lib
 from mesh_tensorflow._src.ops import softmax as softmax_lib
 from mesh_tensorflow._src.ops import tensor_ops
-from mesh_tensorflow._src.ops.broadcast_binary import equal
 from mesh_tensorflow._src.ops.broadcast_binary import greater
-from mesh_tensorflow._src.ops.broadcast_binary import less
-from mesh_tensorflow._src.ops.broadcast_binary import logical_and
-from mesh_tensorflow._src.ops.broadcast_binary import logical_or
-from mesh_tensorflow._src.ops.broadcast_binary import not_equal
 from mesh_tensorflow._src.ops.gather import mtf_range
 from mesh_tensorflow._src.shapes import Dimension
 from mesh_tensorflow._src.shapes import Shape
@@ -68,23 +65,13 @@ from mesh_tensorflow._src.variables import get_variable
 tf1 = tf.compat.v1
 
 __all__ = [
-  "attention_bias_local_2d_block",
-  "attention_bias_local_block",
-  "attention_mask_autoregressive",
-  "attention_mask_ignore_padding",
-  "attention_mask_same_segment",
-  "compress_mean",
   "dot_product_attention",
   "multihead_attention",
   "multihead_attention_params",
   "multihead_attention_vars",
   "multihead_encdec_attention_incremental",
   "multihead_self_attention_incremental",
-  "multihead_self_attention_memory_compressed",
-  "rename_length_to_memory_length",
 ]
-
-_NEG_INF = -1e9
 
 
 # ----------------------------------------------------------------------------
@@ -104,12 +91,6 @@ def _init_stddevs(
   v = io_channels.size**-0.5
   o = (io_channels.size * heads.size) ** -0.5  # As in the original.
   return qk, qk, v, o
-
-
-def _check_dim(value, what: str) -> Dimension:
-  if not isinstance(value, Dimension):
-    raise ValueError("%s must be a mtf.Dimension, got %r" % (what, value))
-  return value
 
 
 def multihead_attention_params(
@@ -151,9 +132,9 @@ def multihead_attention_params(
     >>> [v.name for v in mesh.graph.trainable_variables]
     ['attention/q', 'attention/k', 'attention/v', 'attention/o']
   """
-  heads = _check_dim(heads, "heads")
-  io_channels = _check_dim(io_channels, "io_channels")
-  kv_channels = _check_dim(kv_channels, "kv_channels")
+  heads = check_dim(heads, "heads")
+  io_channels = check_dim(io_channels, "io_channels")
+  kv_channels = check_dim(kv_channels, "kv_channels")
   if len({heads.name, io_channels.name, kv_channels.name}) != 3:
     raise ValueError(
       "multihead attention weights need distinct dimension names, got "
@@ -345,29 +326,6 @@ def dot_product_attention(
   return einsum_lib.einsum([weights, v], Shape(q.shape.dims[:-1] + [depth_v]))
 
 
-def rename_length_to_memory_length(
-  x: Tensor,
-  length_name: str = "length",
-  memory_length_name: str = "memory_length",
-) -> Tensor:
-  """Renames dimension length_name of x to memory_length_name.
-
-  Args:
-    x: an mtf Tensor.
-    length_name: the name of the dimension to rename.
-    memory_length_name: its new name.
-
-  Returns:
-    an mtf Tensor like x with the dimension renamed.
-  """
-  if length_name not in x.shape.dimension_names:
-    raise ValueError(
-      "rename_length_to_memory_length: %s has no dimension %r"
-      % (x.shape.to_string, length_name)
-    )
-  return reshape_lib.rename_dimension(x, length_name, memory_length_name)
-
-
 def split_query(query_antecedent: Tensor, what: str):
   if query_antecedent.shape.ndims < 2:
     raise ValueError(
@@ -380,8 +338,8 @@ def split_query(query_antecedent: Tensor, what: str):
 
 
 def check_heads_kv(heads, kv_channels, x: Tensor, what: str) -> None:
-  _check_dim(heads, "heads")
-  _check_dim(kv_channels, "kv_channels")
+  check_dim(heads, "heads")
+  check_dim(kv_channels, "kv_channels")
   for role, d in (("heads", heads), ("kv_channels", kv_channels)):
     if d.name in x.shape.dimension_names:
       raise ValueError(
@@ -390,7 +348,7 @@ def check_heads_kv(heads, kv_channels, x: Tensor, what: str) -> None:
       )
 
 
-def _project_to_heads(
+def project_to_heads(
   x: Tensor,
   weights: Tensor,
   batch_dims: List[Dimension],
@@ -448,7 +406,7 @@ def multihead_attention(
   )
   check_heads_kv(heads, kv_channels, query_antecedent, "multihead_attention")
   if memory_antecedent is None:
-    memory_antecedent = rename_length_to_memory_length(
+    memory_antecedent = attention_masks.rename_length_to_memory_length(
       query_antecedent, query_length.name
     )
   if memory_antecedent.shape.ndims < 2:
@@ -488,13 +446,13 @@ def multihead_attention(
       slice_dtype,
       query_antecedent.dtype,
     )
-    q = _project_to_heads(
+    q = project_to_heads(
       query_antecedent, wq, batch_dims, heads, query_length, kv_channels
     )
-    k = _project_to_heads(
+    k = project_to_heads(
       memory_antecedent, wk, batch_dims, heads, memory_length, kv_channels
     )
-    v = _project_to_heads(
+    v = project_to_heads(
       memory_antecedent, wv, batch_dims, heads, memory_length, kv_channels
     )
     o = dot_product_attention(
@@ -599,7 +557,7 @@ def multihead_self_attention_incremental(
     k = prev_k + binary.multiply(k, write, output_shape=prev_k.shape)
     v = prev_v + binary.multiply(v, write, output_shape=prev_v.shape)
     future = greater(mtf_range(mesh, memory_length, dtype=tf.int32), step_num)
-    mask = elementwise.cast(future, q.dtype) * _NEG_INF
+    mask = elementwise.cast(future, q.dtype) * NEG_INF
     o = dot_product_attention(q, k, v, mask, False)
     y = einsum_lib.einsum([o, wo], query_antecedent.shape)
     return y, k, v
@@ -660,331 +618,3 @@ def multihead_encdec_attention_incremental(
     )
     o = dot_product_attention(q, k, v, mask, False)
     return einsum_lib.einsum([o, wo], query_antecedent.shape)
-
-
-# ----------------------------------------------------------------------------
-# Memory-compressed attention
-# ----------------------------------------------------------------------------
-
-
-def compress_mean(x: Tensor, dim: Dimension, compression_factor: int) -> Tensor:
-  """Means of consecutive groups of compression_factor positions along dim.
-
-  The result keeps dim's name with size dim.size // compression_factor.
-
-  Example:
-    >>> converter = mtf.test_utils.NumpyConverter()
-    >>> x = converter.convert_np_array_to_mtf_tensor(
-    ...     np.arange(8.0).reshape([1, 8, 1]), ["batch", "length", "d"],
-    ...     dtype=tf.float32)
-    >>> y = compress_mean(x, x.shape.dims[1], 2)
-    >>> y.shape
-    Shape[batch=1, length=4, d=1]
-    >>> converter.convert_mtf_tensor_to_np_array(y)[0, :, 0]
-    array([0.5, 2.5, 4.5, 6.5], dtype=float32)
-
-  Args:
-    x: an mtf Tensor.
-    dim: the Dimension of x to compress.
-    compression_factor: the number of consecutive positions averaged together;
-      it divides dim.size.
-
-  Returns:
-    an mtf Tensor like x whose dim has size dim.size // compression_factor.
-
-  Raises:
-    ValueError: if dim is not in x or compression_factor does not divide it.
-  """
-  if dim not in x.shape.dims:
-    raise ValueError(
-      "compress_mean: dimension %s is not in %s" % (dim, x.shape.to_string)
-    )
-  if (
-    isinstance(compression_factor, bool)
-    or not isinstance(compression_factor, int)
-    or compression_factor < 1
-    or dim.size % compression_factor
-  ):
-    raise ValueError(
-      "compress_mean: compression_factor %r must be a positive int dividing "
-      "the size of dimension %s" % (compression_factor, dim)
-    )
-  dims = x.shape.dims
-  pos = dims.index(dim)
-  compressed_dim = Dimension(dim.name, dim.size // compression_factor)
-  factor_dim = Dimension("compression_factor", compression_factor)
-  if factor_dim.name in x.shape.dimension_names:
-    raise ValueError(
-      "compress_mean: %s already has a dimension named %r"
-      % (x.shape.to_string, factor_dim.name)
-    )
-  x = reshape_lib.reshape(
-    x, dims[:pos] + [compressed_dim, factor_dim] + dims[pos + 1 :]
-  )
-  return reduce_lib.reduce_mean(x, reduced_dim=factor_dim)
-
-
-def multihead_self_attention_memory_compressed(
-  x: Tensor,
-  mask_right: bool,
-  compression_factor: int,
-  kv_channels: Dimension,
-  heads: Dimension,
-  is_training: bool,
-  dropout: float = 0.0,
-  dropout_broadcast_dims=None,
-  master_dtype=tf.float32,
-  slice_dtype=tf.float32,
-  name: str = "multihead_attention",
-) -> Tensor:
-  """Self-attention to a memory mean-pooled by compression_factor.
-
-  Keys and values come from compress_mean(x, length, compression_factor)
-  (renamed to "memory_length"); the softmax has an extra logit 0. With
-  mask_right, query position p sees memory slot m only if its group ends at or
-  before p: m * compression_factor + compression_factor - 1 <= p.
-  Variables: "<name>/qkvo".
-
-  Args:
-    x: [<batch_dims>, length, io_channels].
-    mask_right: causal masking.
-    compression_factor: positive int dividing the length.
-    kv_channels: Dimension of keys and values per head.
-    heads: the heads Dimension.
-    is_training: a Python bool (dropout only when True).
-    dropout: dropout rate on the attention weights.
-    dropout_broadcast_dims: optional list of Dimensions.
-    master_dtype: master dtype of the variable.
-    slice_dtype: slice dtype of the variable.
-    name: variable scope name.
-
-  Returns:
-    [<batch_dims>, length, io_channels].
-
-  Raises:
-    ValueError: on a bad compression_factor or dims.
-  """
-  batch_dims, length, io_channels = split_query(
-    x, "multihead_self_attention_memory_compressed"
-  )
-  check_heads_kv(
-    heads, kv_channels, x, "multihead_self_attention_memory_compressed"
-  )
-  if length.name == "memory_length":
-    raise ValueError(
-      "multihead_self_attention_memory_compressed: the length "
-      "dimension must not be named 'memory_length'"
-    )
-  with layer_variable_scope(x.mesh.graph, name, "compressed_attention"):
-    wq, wk, wv, wo = multihead_attention_vars(
-      x.mesh,
-      heads,
-      io_channels,
-      kv_channels,
-      master_dtype,
-      slice_dtype,
-      x.dtype,
-    )
-    memory_antecedent = compress_mean(x, length, compression_factor)
-    memory_antecedent = rename_length_to_memory_length(
-      memory_antecedent, length.name
-    )
-    memory_length = memory_antecedent.shape.dims[-2]
-    q = _project_to_heads(x, wq, batch_dims, heads, length, kv_channels)
-    k = _project_to_heads(
-      memory_antecedent, wk, batch_dims, heads, memory_length, kv_channels
-    )
-    v = _project_to_heads(
-      memory_antecedent, wv, batch_dims, heads, memory_length, kv_channels
-    )
-    mask = None
-    if mask_right:
-      query_pos = mtf_range(x.mesh, length, dtype=tf.int32)
-      memory_pos = mtf_range(
-        x.mesh, memory_length, dtype=tf.int32
-      ) * compression_factor + (compression_factor - 1)
-      mask = (
-        elementwise.cast(greater(memory_pos, query_pos), x.dtype) * _NEG_INF
-      )
-    o = dot_product_attention(
-      q,
-      k,
-      v,
-      mask,
-      is_training,
-      dropout,
-      dropout_broadcast_dims,
-      extra_logit=0.0,
-    )
-    return einsum_lib.einsum([o, wo], Shape(batch_dims + [length, io_channels]))
-
-
-# ----------------------------------------------------------------------------
-# Masks and biases
-# ----------------------------------------------------------------------------
-
-
-def attention_mask_ignore_padding(inputs: Tensor, dtype=tf.float32) -> Tensor:
-  """Bias hiding padding (id 0) from attention: -1e9 where inputs == 0.
-
-  Args:
-    inputs: [..., length] integer ids.
-    dtype: output dtype.
-
-  Returns:
-    [..., memory_length] (length renamed).
-  """
-  inputs = rename_length_to_memory_length(inputs)
-  return elementwise.cast(equal(inputs, 0), dtype) * _NEG_INF
-
-
-def attention_mask_autoregressive(
-  query_pos: Tensor, dtype=tf.float32
-) -> Tensor:
-  """Causal bias: -1e9 where memory position > query position.
-
-  Args:
-    query_pos: [..., length] positions (e.g. mtf.range(mesh, length, int32)).
-    dtype: output dtype.
-
-  Returns:
-    [..., length, memory_length].
-  """
-  memory_pos = rename_length_to_memory_length(query_pos)
-  return elementwise.cast(less(query_pos, memory_pos), dtype) * _NEG_INF
-
-
-def attention_mask_same_segment(
-  query_segment: Tensor,
-  memory_segment: Optional[Tensor] = None,
-  dtype=tf.float32,
-) -> Tensor:
-  """Bias allowing attention only within a segment (packed examples).
-
-  Args:
-    query_segment: [..., length] segment ids.
-    memory_segment: [..., length] segment ids of the memory (default
-      query_segment); its "length" is renamed to "memory_length".
-    dtype: output dtype.
-
-  Returns:
-    [..., length, memory_length]: -1e9 where the segment ids differ.
-  """
-  if memory_segment is None:
-    memory_segment = query_segment
-  memory_segment = rename_length_to_memory_length(memory_segment)
-  return (
-    elementwise.cast(not_equal(query_segment, memory_segment), dtype) * _NEG_INF
-  )
-
-
-def _bias_dtype(dtype) -> tf.DType:
-  """The float dtype of a local-block bias (float32 for integer dtypes)."""
-  dtype = tf.as_dtype(dtype)
-  return dtype if dtype.is_floating else tf.float32
-
-
-def attention_bias_local_block(
-  mesh: Mesh, block_length: Dimension, memory_length: Dimension, dtype=tf.int32
-) -> Tensor:
-  """Causal bias for 1-d local block attention with a left halo.
-
-  The memory of a query block is [previous block, current block], so the
-  result has shape [block_length, Dimension(memory_length.name, 2 *
-  block_length.size)]: the previous block is fully visible and in the current
-  block memory position j is hidden (-1e9) from query position i iff j > i.
-  (memory_length only supplies the name.)
-
-  Args:
-    mesh: a Mesh.
-    block_length: the query block Dimension.
-    memory_length: a Dimension whose name the memory dimension takes.
-    dtype: bias dtype; integer dtypes (the default) give float32.
-
-  Returns:
-    a Tensor [block_length, memory_length(2 * block_length.size)].
-  """
-  _check_dim(block_length, "block_length")
-  _check_dim(memory_length, "memory_length")
-  if memory_length.name == block_length.name:
-    raise ValueError(
-      "attention_bias_local_block: block_length and "
-      "memory_length need distinct names, both are %r" % (memory_length.name,)
-    )
-  out_dtype = _bias_dtype(dtype)
-  memory_block = Dimension(memory_length.name, block_length.size)
-  visible = io.zeros(mesh, [block_length, memory_block], dtype=out_dtype)
-  future = (
-    elementwise.cast(
-      less(
-        mtf_range(mesh, block_length, dtype=tf.int32),
-        mtf_range(mesh, memory_block, dtype=tf.int32),
-        output_shape=Shape([block_length, memory_block]),
-      ),
-      out_dtype,
-    )
-    * _NEG_INF
-  )
-  return tensor_ops.concat([visible, future], memory_block.name)
-
-
-def attention_bias_local_2d_block(
-  mesh: Mesh,
-  h_dim: Dimension,
-  w_dim: Dimension,
-  memory_h_dim: Dimension,
-  memory_w_dim: Dimension,
-  dtype=tf.int32,
-) -> Tensor:
-  """Causal (raster-order) bias for 2-d local block attention (top/left halo).
-
-  The memory of an [h, w] query block is the 2h x 2w window made of the
-  blocks above-left, above, left and the block itself (query block at rows
-  [h, 2h), columns [w, 2w) of the window). Memory (r, c) is visible from
-  query (i, j) iff it precedes or equals it in raster order of the image:
-  r - h < i, or r - h == i and c - w <= j. So the blocks above are fully
-  visible, the block to the left up to the query's row, and the query's own
-  block causally.
-
-  Args:
-    mesh: a Mesh.
-    h_dim: query block height Dimension.
-    w_dim: query block width Dimension.
-    memory_h_dim: Dimension whose name the memory height dimension takes.
-    memory_w_dim: Dimension whose name the memory width dimension takes.
-    dtype: bias dtype; integer dtypes (the default) give float32.
-
-  Returns:
-    a Tensor [h_dim, w_dim, memory_h(2 * h), memory_w(2 * w)], -1e9 where
-    attention is disallowed.
-  """
-  for what, d in (
-    ("h_dim", h_dim),
-    ("w_dim", w_dim),
-    ("memory_h_dim", memory_h_dim),
-    ("memory_w_dim", memory_w_dim),
-  ):
-    _check_dim(d, what)
-  names = [h_dim.name, w_dim.name, memory_h_dim.name, memory_w_dim.name]
-  if len(set(names)) != 4:
-    raise ValueError(
-      "attention_bias_local_2d_block: dimension names must be "
-      "distinct, got %s" % names
-    )
-  out_dtype = _bias_dtype(dtype)
-  mem_h = Dimension(memory_h_dim.name, 2 * h_dim.size)
-  mem_w = Dimension(memory_w_dim.name, 2 * w_dim.size)
-  qi = mtf_range(mesh, h_dim, dtype=tf.int32)
-  qj = mtf_range(mesh, w_dim, dtype=tf.int32)
-  r = mtf_range(mesh, mem_h, dtype=tf.int32) - h_dim.size
-  c = mtf_range(mesh, mem_w, dtype=tf.int32) - w_dim.size
-  out_shape = Shape([h_dim, w_dim, mem_h, mem_w])
-  later_row = greater(r, qi, output_shape=Shape([h_dim, mem_h]))
-  same_row = equal(r, qi, output_shape=Shape([h_dim, mem_h]))
-  later_col = greater(c, qj, output_shape=Shape([w_dim, mem_w]))
-  hidden = logical_or(
-    later_row,
-    logical_and(same_row, later_col, output_shape=out_shape),
-    output_shape=out_shape,
-  )
-  return elementwise.cast(hidden, out_dtype) * _NEG_INF

@@ -5,11 +5,8 @@ with filter dims "fh", "fw" (2-D) or "fd", "fh", "fw" (3-D), created in
 tf.compat.v1.variable_scope(name), or a default name (the function's name)
 made unique per mtf Graph (scope_util.layer_variable_scope). No bias.
 
-The *_with_blocks variants take an image stored as blocks: e.g. for 2-D
-[batch, h_blocks, w_blocks, h, w, channels], where the block dims may be split
-across the mesh. A halo exchange over each block dim gives every block the
-border it needs, and the result equals the plain layer on the unblocked image
-(SAME padding); dims without blocks are zero-padded.
+The *_with_blocks variants, for images stored as blocks split across the
+mesh, are in blocked_conv.py.
 
 Example:
   >>> converter = mtf.test_utils.NumpyConverter()
@@ -37,17 +34,14 @@ from mesh_tensorflow._src.layers import core
 from mesh_tensorflow._src.layers.scope_util import layer_variable_scope
 from mesh_tensorflow._src.ops import conv as conv_ops
 from mesh_tensorflow._src.ops import pool as pool_ops
-from mesh_tensorflow._src.ops.halo import halo_exchange_sides
 from mesh_tensorflow._src.ops.reshape import reshape
 from mesh_tensorflow._src.ops.shift import shift
-from mesh_tensorflow._src.ops.tensor_ops import mtf_slice
-from mesh_tensorflow._src.ops.tensor_ops import pad
 from mesh_tensorflow._src.shapes import Dimension
 from mesh_tensorflow._src.shapes import Shape
 from mesh_tensorflow._src.variables import VariableDType
 from mesh_tensorflow._src.variables import get_variable
 
-_FILTER_DIM_NAMES = {2: ("fh", "fw"), 3: ("fd", "fh", "fw")}
+FILTER_DIM_NAMES = {2: ("fh", "fw"), 3: ("fd", "fh", "fw")}
 
 
 def _kernel(
@@ -60,7 +54,7 @@ def _kernel(
   variable_dtype,
 ) -> Tensor:
   """Creates (or reuses) the "kernel" variable [f..., *channel_dims]."""
-  names = _FILTER_DIM_NAMES[len(filter_size)]
+  names = FILTER_DIM_NAMES[len(filter_size)]
   filter_dims = [Dimension(n, s) for n, s in zip(names, filter_size)]
   with layer_variable_scope(x.mesh.graph, name, default_name):
     if variable_dtype is None:
@@ -74,7 +68,21 @@ def _kernel(
     )
 
 
-def _check_sizes(values, n: int, what: str, label: str):
+def check_sizes(values, n: int, what: str, label: str):
+  """values, checked to be n positive ints, as a list.
+
+  Args:
+    values: a list or tuple of ints.
+    n: how many there must be.
+    what: the argument's name, for the error.
+    label: the layer's name, for the error.
+
+  Returns:
+    values as a list.
+
+  Raises:
+    ValueError: if values are not n positive ints.
+  """
   values = list(values) if isinstance(values, (list, tuple)) else values
   if (
     not isinstance(values, list)
@@ -89,7 +97,7 @@ def _check_sizes(values, n: int, what: str, label: str):
   return values
 
 
-def _conv(
+def conv_nd(
   x,
   output_dim,
   filter_size,
@@ -101,9 +109,26 @@ def _conv(
   n: int,
   transpose: bool,
 ) -> Tensor:
+  """The n-d (transposed) convolution layer: a "kernel" variable and the op.
+
+  Args:
+    x: the input [batch..., spatial..., channels].
+    output_dim: the output channels Dimension.
+    filter_size: n filter sizes.
+    strides: n strides.
+    padding: "SAME" or "VALID".
+    filter_initializer: the kernel's initializer.
+    variable_dtype: the kernel's VariableDType (None: x's dtype).
+    name: the variable scope (None: a default name).
+    n: 2 or 3.
+    transpose: whether the convolution is transposed.
+
+  Returns:
+    the output Tensor.
+  """
   label = "conv%dd%s" % (n, "_transpose" if transpose else "")
-  filter_size = _check_sizes(filter_size, n, "filter_size", label)
-  strides = _check_sizes(strides, n, "strides", label)
+  filter_size = check_sizes(filter_size, n, "filter_size", label)
+  strides = check_sizes(strides, n, "strides", label)
   input_dim = x.shape.dims[-1]
   channels = [output_dim, input_dim] if transpose else [input_dim, output_dim]
   conv_filter = _kernel(
@@ -266,7 +291,7 @@ def conv2d(
     an mtf Tensor with x's batch and spatial dim names, spatial sizes set by the
     strides and padding, and output_dim last.
   """
-  return _conv(
+  return conv_nd(
     x,
     output_dim,
     filter_size,
@@ -310,7 +335,7 @@ def conv3d(
     an mtf Tensor with x's batch and spatial dim names, spatial sizes set by the
     strides and padding, and output_dim last.
   """
-  return _conv(
+  return conv_nd(
     x,
     output_dim,
     filter_size,
@@ -356,7 +381,7 @@ def conv2d_transpose(
     an mtf Tensor with x's batch and spatial dim names, spatial sizes set by the
     strides and padding, and output_dim last.
   """
-  return _conv(
+  return conv_nd(
     x,
     output_dim,
     filter_size,
@@ -400,7 +425,7 @@ def conv3d_transpose(
     an mtf Tensor with x's batch and spatial dim names, spatial sizes set by the
     strides and padding, and output_dim last.
   """
-  return _conv(
+  return conv_nd(
     x,
     output_dim,
     filter_size,
@@ -411,419 +436,12 @@ def conv3d_transpose(
     name,
     3,
     True,
-  )
-
-
-def _same_padding(n: int, f: int, s: int):
-  """(before, after) zero padding of a SAME conv along a dim of size n."""
-  total = max((-(-n // s) - 1) * s + f - n, 0)
-  return total // 2, total - total // 2
-
-
-def _check_blocks_args(
-  label: str, padding: str, filter_size, strides, n: int, odd_filters: bool
-):
-  conv_ops.check_padding(padding, label)
-  filter_size = _check_sizes(filter_size, n, "filter_size", label)
-  strides = _check_sizes(strides, n, "strides", label)
-  if padding != "SAME":
-    raise NotImplementedError(
-      "%s requires padding=SAME, got %r" % (label, padding)
-    )
-  if odd_filters:
-    for i, f in enumerate(filter_size):
-      if f % 2 == 0:
-        raise ValueError(
-          "%s: filter sizes must be odd, got %d for filter dim "
-          "%r" % (label, f, _FILTER_DIM_NAMES[n][i])
-        )
-  return filter_size, strides
-
-
-def _blocked_spatial(x: Tensor, n: int, blocks_dims, label: str):
-  """[(spatial dim, its blocks dim or None)] after checking the blocks dims."""
-  spatial = x.shape.dims[-(n + 1) : -1]
-  pairs = []
-  for i, dim in enumerate(spatial):
-    blocks = blocks_dims[i] if i < len(blocks_dims) else None
-    if blocks is not None:
-      if blocks not in x.shape.dims[: -(n + 1)]:
-        raise ValueError(
-          "%s: blocks dim %s of %r must be a leading (batch) "
-          "dim of %s" % (label, blocks, dim.name, x.shape.to_string)
-        )
-    pairs.append((dim, blocks))
-  return pairs
-
-
-def _conv_with_blocks(
-  x,
-  output_dim,
-  filter_size,
-  strides,
-  padding,
-  blocks_dims,
-  filter_initializer,
-  variable_dtype,
-  name,
-  n: int,
-) -> Tensor:
-  """Halo exchange (or zero padding) per spatial dim, then a VALID conv."""
-  label = "conv%dd_with_blocks" % n
-  filter_size, strides = _check_blocks_args(
-    label, padding, filter_size, strides, n, odd_filters=True
-  )
-  for (dim, blocks), f, s in zip(
-    _blocked_spatial(x, n, blocks_dims, label), filter_size, strides
-  ):
-    num_blocks = 1 if blocks is None else blocks.size
-    if blocks is not None and dim.size % s:
-      raise ValueError(
-        "%s: block dimension %r (size %d) is not a multiple "
-        "of its stride %d" % (label, dim.name, dim.size, s)
-      )
-    before, after = _same_padding(num_blocks * dim.size, f, s)
-    if blocks is None:
-      if before or after:
-        x = pad(x, [before, after], dim.name)
-    else:
-      x = halo_exchange_sides(x, blocks, dim, before, after, label=label)
-  return _conv(
-    x,
-    output_dim,
-    filter_size,
-    strides,
-    "VALID",
-    filter_initializer,
-    variable_dtype,
-    name,
-    n,
-    False,
-  )
-
-
-def _conv_transpose_with_blocks(
-  x,
-  output_dim,
-  filter_size,
-  strides,
-  padding,
-  blocks_dims,
-  filter_initializer,
-  variable_dtype,
-  name,
-  n: int,
-) -> Tensor:
-  """Halo exchange, a SAME transposed conv per block, then crop the halo."""
-  label = "conv%dd_transpose_with_blocks" % n
-  filter_size, strides = _check_blocks_args(
-    label, padding, filter_size, strides, n, odd_filters=False
-  )
-  crops = []
-  for (dim, blocks), f, s in zip(
-    _blocked_spatial(x, n, blocks_dims, label), filter_size, strides
-  ):
-    if blocks is None:
-      continue  # The whole dim is local: SAME handles its borders.
-    # Output o gets inputs i with o = i * s + k - before, 0 <= k < f.
-    before = max(f - s, 0) // 2
-    left, right = (f - 1 - before) // s, (s - 1 + before) // s
-    if left or right:
-      x = halo_exchange_sides(x, blocks, dim, left, right, label=label)
-      crops.append((dim, left * s, dim.size * s))
-  y = _conv(
-    x,
-    output_dim,
-    filter_size,
-    strides,
-    "SAME",
-    filter_initializer,
-    variable_dtype,
-    name,
-    n,
-    True,
-  )
-  for dim, begin, size in crops:
-    y = mtf_slice(y, begin, size, dim.name)
-  return y
-
-
-def conv2d_with_blocks(
-  x: Tensor,
-  output_dim: Dimension,
-  filter_size=(3, 3),
-  strides=(1, 1),
-  padding: str = "SAME",
-  h_blocks_dim: Optional[Dimension] = None,
-  w_blocks_dim: Optional[Dimension] = None,
-  filter_initializer=None,
-  variable_dtype=None,
-  name: Optional[str] = None,
-) -> Tensor:
-  """conv2d of an image stored as blocks (spatial partitioning).
-
-  Example:
-    An 8x8 image as 2x2 blocks of 4x4, h_blocks split over two processors;
-    the result is conv2d of the whole image, re-blocked:
-
-    >>> converter = mtf.test_utils.NumpyConverter(
-    ...     mesh_shape="all:2", layout="h_blocks:all",
-    ...     devices=["cpu:0", "cpu:1"])
-    >>> image = np.random.RandomState(0).randn(1, 8, 8, 2).astype(np.float32)
-    >>> def to_blocks(a):  # [b, 8, 8, c] -> [b, h_blocks, w_blocks, 4, 4, c]
-    ...   return a.reshape([1, 2, 4, 2, 4, -1]).transpose([0, 1, 3, 2, 4, 5])
-    >>> x = converter.convert_np_array_to_mtf_tensor(
-    ...     to_blocks(image), ["batch", "h_blocks", "w_blocks", "h", "w", "in"],
-    ...     dtype=tf.float32)
-    >>> y = conv2d_with_blocks(x, mtf.Dimension("out", 3),
-    ...                        h_blocks_dim=x.shape.dims[1],
-    ...                        w_blocks_dim=x.shape.dims[2])
-    >>> y.shape
-    Shape[batch=1, h_blocks=2, w_blocks=2, h=4, w=4, out=3]
-    >>> kernel = converter.convert_mtf_tensor_to_np_array(
-    ...     converter.graph.trainable_variables[0].outputs[0])
-    >>> np.allclose(converter.convert_mtf_tensor_to_np_array(y),
-    ...             to_blocks(tf.nn.conv2d(image, kernel, 1, "SAME").numpy()),
-    ...             atol=1e-5)
-    True
-
-  Args:
-    x: [batch..., h_blocks, w_blocks, h, w, in_channels].
-    output_dim: the output channel Dimension.
-    filter_size: (fh, fw), odd.
-    strides: (s_h, s_w); block sizes must be multiples of them.
-    padding: "SAME" only.
-    h_blocks_dim: the Dimension of height blocks (may be split), or None.
-    w_blocks_dim: the Dimension of width blocks (may be split), or None.
-    filter_initializer: initializer of the kernel.
-    variable_dtype: an mtf.VariableDType.
-    name: variable scope (default "conv2d").
-
-  Returns:
-    [batch..., h_blocks, w_blocks, h', w', output_dim].
-
-  Raises:
-    ValueError: for an even filter size; NotImplementedError for VALID.
-  """
-  if h_blocks_dim is None and w_blocks_dim is None:
-    return conv2d(
-      x,
-      output_dim,
-      filter_size,
-      strides,
-      padding,
-      filter_initializer,
-      variable_dtype,
-      name,
-    )
-  return _conv_with_blocks(
-    x,
-    output_dim,
-    filter_size,
-    strides,
-    padding,
-    [h_blocks_dim, w_blocks_dim],
-    filter_initializer,
-    variable_dtype,
-    name,
-    2,
-  )
-
-
-def conv3d_with_blocks(
-  x: Tensor,
-  output_dim: Dimension,
-  filter_size=(3, 3, 3),
-  strides=(1, 1, 1),
-  padding: str = "SAME",
-  d_blocks_dim: Optional[Dimension] = None,
-  h_blocks_dim: Optional[Dimension] = None,
-  filter_initializer=None,
-  variable_dtype=None,
-  name: Optional[str] = None,
-) -> Tensor:
-  """conv3d of [batch..., d_blocks, h_blocks, d, h, w, in] stored as blocks.
-
-  As conv2d_with_blocks, with depth and height blocks (w is never blocked).
-
-  Args:
-    x: the input, an mtf Tensor of blocks: [batch..., blocks dims..., spatial
-      dims..., in_channels].
-    output_dim: the Dimension of the output channels.
-    filter_size: the 3 spatial sizes of the filter.
-    strides: the 3 spatial strides.
-    padding: "SAME" or "VALID".
-    d_blocks_dim: optional Dimension counting the blocks of the depth axis
-      (None: not blocked).
-    h_blocks_dim: optional Dimension counting the blocks of the height axis
-      (None: not blocked).
-    filter_initializer: a TF initializer for the kernel variable; None uses
-      get_variable's default (the variable scope's initializer, else
-      glorot_uniform).
-    variable_dtype: an mtf VariableDType for the kernel; None keeps float32
-      master and slices and reads it in x's dtype.
-    name: the variable scope of the kernel variable; None makes a unique one
-      from the layer's name (e.g. "conv2d").
-
-  Returns:
-    an mtf Tensor with the same block dims, the spatial sizes of the convolution
-    and output_dim last.
-  """
-  if d_blocks_dim is None and h_blocks_dim is None:
-    return conv3d(
-      x,
-      output_dim,
-      filter_size,
-      strides,
-      padding,
-      filter_initializer,
-      variable_dtype,
-      name,
-    )
-  return _conv_with_blocks(
-    x,
-    output_dim,
-    filter_size,
-    strides,
-    padding,
-    [d_blocks_dim, h_blocks_dim],
-    filter_initializer,
-    variable_dtype,
-    name,
-    3,
-  )
-
-
-def conv2d_transpose_with_blocks(
-  x: Tensor,
-  output_dim: Dimension,
-  filter_size=(2, 2),
-  strides=(2, 2),
-  padding: str = "SAME",
-  h_blocks_dim: Optional[Dimension] = None,
-  w_blocks_dim: Optional[Dimension] = None,
-  filter_initializer=None,
-  variable_dtype=None,
-  name: Optional[str] = None,
-) -> Tensor:
-  """conv2d_transpose of an image stored as blocks (SAME padding only).
-
-  Each block of size b becomes b * stride; the result equals
-  conv2d_transpose of the unblocked image, re-blocked.
-
-  Args:
-    x: the input, an mtf Tensor of blocks: [batch..., blocks dims..., spatial
-      dims..., in_channels].
-    output_dim: the Dimension of the output channels.
-    filter_size: the 2 spatial sizes of the filter.
-    strides: the 2 spatial strides.
-    padding: "SAME" or "VALID".
-    h_blocks_dim: optional Dimension counting the blocks of the height axis
-      (None: not blocked).
-    w_blocks_dim: optional Dimension counting the blocks of the width axis
-      (None: not blocked).
-    filter_initializer: a TF initializer for the kernel variable; None uses
-      get_variable's default (the variable scope's initializer, else
-      glorot_uniform).
-    variable_dtype: an mtf VariableDType for the kernel; None keeps float32
-      master and slices and reads it in x's dtype.
-    name: the variable scope of the kernel variable; None makes a unique one
-      from the layer's name (e.g. "conv2d").
-
-  Returns:
-    an mtf Tensor with the same block dims, the spatial sizes of the convolution
-    and output_dim last.
-  """
-  if h_blocks_dim is None and w_blocks_dim is None:
-    return conv2d_transpose(
-      x,
-      output_dim,
-      filter_size,
-      strides,
-      padding,
-      filter_initializer,
-      variable_dtype,
-      name,
-    )
-  return _conv_transpose_with_blocks(
-    x,
-    output_dim,
-    filter_size,
-    strides,
-    padding,
-    [h_blocks_dim, w_blocks_dim],
-    filter_initializer,
-    variable_dtype,
-    name,
-    2,
-  )
-
-
-def conv3d_transpose_with_blocks(
-  x: Tensor,
-  output_dim: Dimension,
-  filter_size=(2, 2, 2),
-  strides=(2, 2, 2),
-  padding: str = "SAME",
-  d_blocks_dim: Optional[Dimension] = None,
-  h_blocks_dim: Optional[Dimension] = None,
-  filter_initializer=None,
-  variable_dtype=None,
-  name: Optional[str] = None,
-) -> Tensor:
-  """conv3d_transpose of [batch..., d_blocks, h_blocks, d, h, w, in] blocks.
-
-  Args:
-    x: the input, an mtf Tensor of blocks: [batch..., blocks dims..., spatial
-      dims..., in_channels].
-    output_dim: the Dimension of the output channels.
-    filter_size: the 3 spatial sizes of the filter.
-    strides: the 3 spatial strides.
-    padding: "SAME" or "VALID".
-    d_blocks_dim: optional Dimension counting the blocks of the depth axis
-      (None: not blocked).
-    h_blocks_dim: optional Dimension counting the blocks of the height axis
-      (None: not blocked).
-    filter_initializer: a TF initializer for the kernel variable; None uses
-      get_variable's default (the variable scope's initializer, else
-      glorot_uniform).
-    variable_dtype: an mtf VariableDType for the kernel; None keeps float32
-      master and slices and reads it in x's dtype.
-    name: the variable scope of the kernel variable; None makes a unique one
-      from the layer's name (e.g. "conv2d").
-
-  Returns:
-    an mtf Tensor with the same block dims, the spatial sizes of the convolution
-    and output_dim last.
-  """
-  if d_blocks_dim is None and h_blocks_dim is None:
-    return conv3d_transpose(
-      x,
-      output_dim,
-      filter_size,
-      strides,
-      padding,
-      filter_initializer,
-      variable_dtype,
-      name,
-    )
-  return _conv_transpose_with_blocks(
-    x,
-    output_dim,
-    filter_size,
-    strides,
-    padding,
-    [d_blocks_dim, h_blocks_dim],
-    filter_initializer,
-    variable_dtype,
-    name,
-    3,
   )
 
 
 def _pool(x: Tensor, ksize, name: str, pool_fn_string: str) -> Tensor:
   n = 2 if pool_fn_string.endswith("2D") else 3
-  ksize = _check_sizes(ksize, n, "ksize", name)
+  ksize = check_sizes(ksize, n, "ksize", name)
   if all(k == 1 for k in ksize):
     return x
   return pool_ops.PoolOperation(
@@ -893,12 +511,8 @@ __all__ = [
   "conv1d",
   "conv2d",
   "conv2d_transpose",
-  "conv2d_transpose_with_blocks",
-  "conv2d_with_blocks",
   "conv3d",
   "conv3d_transpose",
-  "conv3d_transpose_with_blocks",
-  "conv3d_with_blocks",
   "max_pool2d",
   "max_pool3d",
   "separable_conv1d",

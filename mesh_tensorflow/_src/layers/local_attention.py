@@ -34,6 +34,7 @@ import tensorflow as tf
 
 from mesh_tensorflow._src.graph import Tensor
 from mesh_tensorflow._src.layers import attention
+from mesh_tensorflow._src.layers import attention_masks
 from mesh_tensorflow._src.layers.attention import as_step_tensor
 from mesh_tensorflow._src.layers.attention import check_cache
 from mesh_tensorflow._src.layers.attention import check_heads_kv
@@ -508,7 +509,7 @@ def local_self_attention_spatial_blocks(
     k, v = local_1d_halo_exchange(k, v, num_w_blocks, mem_w, mask_right)
     mask = None
     if mask_right:
-      mask = attention.attention_bias_local_block(
+      mask = attention_masks.attention_bias_local_block(
         mesh, w_dim, mem_w, dtype=query_antecedent.dtype
       )
     o = attention.dot_product_attention(q, k, v, mask, False)
@@ -624,7 +625,7 @@ def local_2d_self_attention_spatial_blocks(
     v = reshape_lib.reshape(v, flat_shape)
     mask = None
     if mask_right:
-      mask = attention.attention_bias_local_2d_block(
+      mask = attention_masks.attention_bias_local_2d_block(
         mesh, h_dim, w_dim, mem_h, mem_w, dtype=query_antecedent.dtype
       )
       mask = reshape_lib.reshape(mask, [h_dim, w_dim, memory])

@@ -30,6 +30,7 @@ from transformer._src.driver.checkpoint_iterator import get_checkpoint_iterator
 from transformer._src.driver.config import SequenceLength
 from transformer._src.driver.config import Vocabularies
 from transformer._src.driver.config import get_step_from_checkpoint_path
+from transformer._src.driver.step_graphs import MODEL_FEATURES
 from transformer._src.driver.train import filter_features
 from transformer._src.driver.train import fixed_length_examples
 
@@ -217,7 +218,7 @@ def eval_model(
   if callable(estimator):
     estimator = estimator()
   input_fn = eval_outputs.combined_input_fn(
-    eval_datasets, batch_size, sequence_length, driver.MODEL_FEATURES
+    eval_datasets, batch_size, sequence_length, MODEL_FEATURES
   )
   if max_batches is not None:
     full_input_fn = input_fn

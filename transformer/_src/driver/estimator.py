@@ -12,183 +12,56 @@ variables. Training updates the per-device slices; before a checkpoint is
 written the slices are copied to the masters (`copy_slices_to_masters`), and
 after a restore the masters are copied to the slices, as the original's
 MtfCheckpointSaverListener / MtfRestoreHook did.
+
+This module owns the Estimator's state: its settings, the masters and
+slices, checkpoints, the training loop and the cached phases. The mtf graphs
+of its steps are built by its base StepGraphs (step_graphs); how the steps
+execute is step_execution's, the compiled phases and their variable copies
+phase_fns', and the progress lines and summaries train_progress'.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import inspect
 import os
-import time
-from typing import Callable, Dict, Iterator, List, Optional
+from typing import Callable, Dict, List, Optional
 
 from absl import logging
 import gin
 import tensorflow as tf
-from tensorflow.core.framework import summary_pb2
-from tensorflow.core.protobuf import config_pb2
-from tensorflow.core.protobuf import rewriter_config_pb2
-from tensorflow.python.eager import context as eager_context  # pylint: disable=g-direct-tensorflow-import
 
 import mesh_tensorflow as mtf
-from transformer._src.data.delimited_lm import dynamic_text2self
 from transformer._src.driver import checkpoints
 from transformer._src.driver import evaluation
 from transformer._src.driver import mesh_impl_choice
 from transformer._src.driver import model_dir_lock
 from transformer._src.driver.config import init_checkpoint_variable_mapping
-from transformer._src.driver.config import serialize_num_microbatches
 from transformer._src.driver.mesh_impl_choice import mesh_devices_for
-from transformer._src.layers.context import ModeKeys
-from transformer._src.models.unitransformer import Unitransformer
-from transformer._src.models.unitransformer import autoregressive_inputs
+from transformer._src.driver.phase_fns import PhaseFn
+from transformer._src.driver.phase_fns import all_finite
+from transformer._src.driver.phase_fns import copy_laid_out_variables
+from transformer._src.driver.phase_fns import slice_values
+from transformer._src.driver.step_execution import driver_global_step
+from transformer._src.driver.step_execution import eager_in_legacy_mode
+from transformer._src.driver.step_execution import step_graph_rewrites
+from transformer._src.driver.step_graphs import StepGraphs
+from transformer._src.driver.train_progress import TrainProgress
+from transformer._src.driver.train_progress import write_scalars
 
 __all__ = [
   "EmptyDatasetError",
   "Estimator",
-  "all_finite",
   "eager_in_legacy_mode",
   "mesh_devices_for",
-  "model_features",
 ]
 
-MODEL_FEATURES = (
-  "inputs",
-  "inputs_position",
-  "inputs_segmentation",
-  "targets",
-  "targets_position",
-  "targets_segmentation",
-  "targets_subsegmentation",
-)
-
 GLOBAL_STEP = "global_step"
-
-
-def eager_in_legacy_mode(fn: Callable) -> Callable:
-  """fn, run with eager execution also after TF2 behaviour was switched off.
-
-  The driver is an eager program (it iterates datasets, compiles its steps
-  with tf.function and reads results with .numpy()). A TF1 program that
-  called `tf.compat.v1.disable_v2_behavior()` keeps its legacy switches (TF1
-  shapes, control flow and variable kinds in its own graphs); only the
-  driver's calls run eagerly, so they train, evaluate and decode exactly as
-  under TF2 behaviour. Calls made while a function is being traced are left
-  as they are.
-  """
-
-  @functools.wraps(fn)
-  def wrapper(*args, **kwargs):
-    if tf.executing_eagerly() or tf.inside_function():
-      return fn(*args, **kwargs)
-    with eager_context.eager_mode():
-      return fn(*args, **kwargs)
-
-  # gin reads parameters with inspect.getfullargspec, which does not follow
-  # __wrapped__: without the signature it would see (*args, **kwargs), accept
-  # bindings of any name and no longer enforce gin.REQUIRED.
-  wrapper.__signature__ = inspect.signature(fn)
-  return wrapper
-
-
-# Grappler passes the driver's steps run without. On the models measured
-# (the tiny Bitransformer of the driver's tests, placement and SIMD; a
-# 2-layer Adafactor LM on 8 and 64 devices) they rewrite nothing that
-# changes a value: losses and variables after three training steps are bit
-# for bit those with the passes on. With the replica program of
-# SimdMeshImpl inlined once per device, they cost about a third of the
-# first run of a step. Arithmetic optimisation, constant folding and the
-# second round of the passes, which do change the last bits, stay as
-# configured; so do model pruning and the dependency optimiser, which
-# change no value either but remove nodes every later step would run (at 64
-# devices later steps took about 5% more CPU time without them).
-_PASSES_OFF = (
-  "layout_optimizer",
-  "remapping",
-  "loop_optimization",
-  "implementation_selector",
-  "shape_optimization",
-  "function_optimization",
-  "debug_stripper",
-  "pin_to_host_optimization",
-)
-_STEP_CALL_OPTIONS = {}
-
-
-def _step_call_options(options):
-  """The call options `options` without the passes step_graph_rewrites skips."""
-  key = (options.config_proto_serialized, options.executor_type)
-  derived = _STEP_CALL_OPTIONS.get(key)
-  if derived is None:
-    config = config_pb2.ConfigProto()
-    config.ParseFromString(options.config_proto_serialized)
-    rewrites = config.graph_options.rewrite_options
-    for name in _PASSES_OFF:
-      setattr(rewrites, name, rewriter_config_pb2.RewriterConfig.OFF)
-    rewrites.memory_optimization = rewriter_config_pb2.RewriterConfig.NO_MEM_OPT
-    rewrites.disable_tfg_optimizer = True
-    derived = eager_context.FunctionCallOptions(
-      executor_type=options.executor_type, config_proto=config
-    )
-    _STEP_CALL_OPTIONS[key] = derived
-  return derived
-
-
-@contextlib.contextmanager
-def step_graph_rewrites() -> Iterator[None]:
-  """Runs the tf.functions called in it with fewer Grappler passes.
-
-  The first call of a step makes TensorFlow optimise the step's whole graph,
-  where SimdMeshImpl's replica program is inlined once per device: at 64
-  devices that is most of the first step's time. The passes of _PASSES_OFF,
-  the memory optimiser and the TFG (MLIR) shape inference change no value
-  in the driver's steps and are skipped for the calls made in this context
-  only (the function call options of this thread); the process's settings
-  (e.g. arithmetic optimisation turned off for a cluster) apply as before.
-
-  Yields:
-    Nothing.
-  """
-  ctx = eager_context.context()
-  saved = ctx.function_call_options
-  ctx.function_call_options = _step_call_options(saved)
-  try:
-    yield
-  finally:
-    ctx.function_call_options = saved
-
-
-def model_features(features: Dict[str, tf.Tensor]) -> Dict[str, tf.Tensor]:
-  """The entries of a dataset element the model reads (int32)."""
-  return {
-    k: tf.cast(v, tf.int32) for k, v in features.items() if k in MODEL_FEATURES
-  }
-
-
-def feature_length(sequence_length, key: str) -> int:
-  """The length of feature `key` ("inputs..." or "targets...")."""
-  if isinstance(sequence_length, dict):
-    base = "inputs" if key.startswith("inputs") else "targets"
-    return int(sequence_length[base])
-  return int(sequence_length)
 
 
 class EmptyDatasetError(ValueError):
   """The training dataset ended before the first step."""
 
 
-class _PhaseFn:
-  """A compiled mtf computation plus the laid-out variables its trace made."""
-
-  def __init__(self, fn: Callable):
-    self.fn = fn
-    self.laid_out_variables = None  # set while tracing
-    self.slices_version = -1
-    self.copy_fns = {}
-
-
-class Estimator:
+class Estimator(StepGraphs):
   """Trains, evaluates, decodes and exports one transformer model.
 
   The stand-in for the original's TPUEstimator: utils.get_estimator builds
@@ -320,299 +193,16 @@ class Estimator:
     )
     self.devices = self.mesh_impl.devices  # None for SIMD on TPU
     self.store = mtf.VariableStore()
-    self.global_step = _global_step(variables_in_current_graph)
-    self._train_fn: Optional[_PhaseFn] = None
-    self._phase_fns: Dict[str, _PhaseFn] = {}
+    self.global_step = driver_global_step(variables_in_current_graph)
+    self._train_fn: Optional[PhaseFn] = None
+    self._phase_fns: Dict[str, PhaseFn] = {}
     self._masters_version = 0  # bumped when masters change
     self._masters_stale = False  # slices trained since the last sync
     self._restored_path: Optional[str] = None
     self._restore_later: Optional[str] = None
 
-  # --------------------------------------------------------------------------
-  # Building mtf graphs.
-
-  def batch_dims(
-    self, batch_size: Optional[int] = None, training: bool = True
-  ) -> List[mtf.Dimension]:
-    """The leading dims of a feature, as the original's model_fn made them.
-
-    [ensemble] when ensemble_inputs (each member gets its own examples), then
-    [outer_batch, batch / outer_batch] in training and evaluation when
-    outer_batch_size > 1, else [batch].
-
-    Args:
-      batch_size: the batch size (default: the estimator's).
-      training: whether for training or evaluation (the only modes with an outer
-        batch dim).
-
-    Returns:
-      A list of mtf.Dimensions.
-
-    Raises:
-      ValueError: if outer_batch_size does not divide the batch size.
-    """
-    batch_size = batch_size or self.batch_size
-    dims = []
-    if self.ensemble_inputs:
-      dims.append(mtf.Dimension("ensemble", self.ensemble_inputs))
-    if training and self.outer_batch_size > 1:
-      if batch_size % self.outer_batch_size:
-        raise ValueError(
-          "outer_batch_size %d does not divide the batch of %d"
-          % (self.outer_batch_size, batch_size)
-        )
-      dims += [
-        mtf.Dimension("outer_batch", self.outer_batch_size),
-        mtf.Dimension("batch", batch_size // self.outer_batch_size),
-      ]
-    else:
-      dims.append(mtf.Dimension("batch", batch_size))
-    return dims
-
-  def import_features(
-    self, mesh: mtf.Mesh, features, batch_size=None, training: bool = True
-  ):
-    """mtf Tensors [batch dims..., length] of int features [ensemble?,
-    batch, length].
-
-    Args:
-      mesh: the mtf.Mesh to import onto.
-      features: {feature name: int tensor [ensemble?, batch, length]}.
-      batch_size: the batch size (default: the estimator's).
-      training: whether the batch dims are the training ones (see batch_dims).
-
-    Returns:
-      {feature name: int mtf.Tensor [batch dims..., length]}.
-    """
-    batch_dims = self.batch_dims(batch_size, training)
-    mtf_features = {}
-    for key, x in sorted(features.items()):
-      length_dim = mtf.Dimension(
-        "length", feature_length(self.sequence_length, key)
-      )
-      shape = mtf.Shape(batch_dims + [length_dim])
-      x = tf.reshape(tf.cast(x, tf.int32), shape.to_integer_list)
-      mtf_features[key] = mtf.import_fully_replicated(mesh, x, shape, name=key)
-    return mtf_features
-
-  def joined_features(self, mtf_features, mode: str):
-    """The features as the model reads them.
-
-    As the original's model_fn, a "delimited_lm" reads each example's
-    inputs and targets joined into its targets (inputs, then targets:
-    dynamic_text2self), so training, evaluating and scoring it on text2text
-    data uses both; scoring also takes rows already joined (targets only).
-    Scoring an "lm" on examples with inputs joins them too (their tokens
-    are then scored as well). Other features are read unchanged.
-
-    Args:
-      mtf_features: {feature name: int mtf.Tensor [batch dims..., length]}.
-      mode: "train", "eval" or "score".
-
-    Returns:
-      The features the model reads.
-
-    Raises:
-      ValueError: if a "delimited_lm" gets no "inputs" outside scoring.
-    """
-    if self.model_type == "lm" and mode == "score" and "inputs" in mtf_features:
-      logging.warning(
-        "Scoring of lm models will include loss from the 'inputs'."
-      )
-      return dynamic_text2self(mtf_features)
-    if self.model_type != "delimited_lm":
-      return mtf_features
-    if "inputs" in mtf_features:
-      return dynamic_text2self(mtf_features)
-    if mode != "score":
-      raise ValueError(
-        "mode=%s model_type=delimited_lm should have feature inputs\n"
-        'A common mistake is that model_type="delimited_lm" should be used '
-        "with tasks that produce inputs and targets, while "
-        'model_type="lm" should be used with tasks that produce targets '
-        "only." % mode
-      )
-    return mtf_features
-
-  def logits_and_loss(self, mtf_features, mode: str, num_microbatches: int = 1):
-    """(logits, loss) of the model, as the original's model_fn computed.
-
-    Args:
-      mtf_features: {feature name: int mtf.Tensor [batch dims..., length]}, with
-        "targets" and optionally "inputs" and their _segmentation and _position
-        features.
-      mode: "train" or "eval" (dropout only in training).
-      num_microbatches: the number of microbatches the loss is divided over.
-
-    Returns:
-      A (logits, loss) pair: logits [batch dims..., length, vocab] and the
-      scalar loss.
-
-    Raises:
-      ValueError: if a model with an encoder gets no "inputs" feature.
-    """
-    model = self.model
-    targets = mtf_features["targets"]
-    if isinstance(model, Unitransformer):
-      position_kwargs = dict(
-        sequence_id=mtf_features.get("targets_segmentation"),
-        position=mtf_features.get("targets_position"),
-      )
-    else:
-      position_kwargs = dict(
-        encoder_sequence_id=mtf_features.get("inputs_segmentation"),
-        decoder_sequence_id=mtf_features.get("targets_segmentation"),
-        decoder_subsequence_id=mtf_features.get("targets_subsegmentation"),
-        encoder_position=mtf_features.get("inputs_position"),
-        decoder_position=mtf_features.get("targets_position"),
-      )
-    if self.model_type in ("lm", "delimited_lm"):
-      inputs = autoregressive_inputs(
-        targets, sequence_id=position_kwargs["sequence_id"]
-      )
-    elif "inputs" in mtf_features:
-      inputs = mtf_features["inputs"]
-    else:
-      raise ValueError(
-        "model_type %r needs an 'inputs' feature; the dataset "
-        "has %s" % (self.model_type, sorted(mtf_features))
-      )
-    return model.call_simple(
-      inputs=inputs,
-      targets=targets,
-      compute_loss=True,
-      mode=mode,
-      variable_dtype=self.variable_dtype,
-      num_microbatches=num_microbatches,
-      **position_kwargs,
-    )
-
-  def _learning_rate(self) -> tf.Tensor:
-    schedule = self.learning_rate_schedule
-    if schedule is None:
-      return tf.constant(0.0)  # the optimizer's own default rate is used
-    if callable(schedule):
-      return tf.cast(schedule(step=self.global_step.read_value()), tf.float32)
-    return tf.constant(float(schedule), tf.float32)
-
-  def _make_optimizer(self, learning_rate):
-    optimizer = self.optimizer
-    if optimizer is None:
-      optimizer = mtf.optimize.AdafactorOptimizer
-    if isinstance(optimizer, mtf.optimize.Optimizer):
-      return optimizer
-    if self.learning_rate_schedule is None:
-      return optimizer()
-    return optimizer(learning_rate=learning_rate)
-
-  def lower_on_mesh(self, build: Callable, *args):
-    """build(*args) (builds and lowers an mtf graph) on the estimator's mesh.
-
-    Once for placement; for SIMD traced once and run by every replica (see
-    mesh_impl_choice.lower_on_mesh).
-
-    Args:
-      build: a function lowering an mtf graph on self.mesh_impl.
-      *args: passed to build.
-
-    Returns:
-      What build returns (the first replica's, for SIMD).
-    """
-    return mesh_impl_choice.lower_on_mesh(self.mesh_impl, build, *args)
-
-  def build_train_graph(self, features: Dict[str, tf.Tensor]):
-    """Builds and lowers one training step over tf `features`.
-
-    Returns (lowering, loss, updates, learning_rate): the float32 loss, the
-    lowered variable updates (the global step is not incremented) and the
-    learning-rate tensor.
-
-    Args:
-      features: {feature name: int tensor [ensemble?, batch, length]}.
-
-    Returns:
-      A (lowering, loss, updates, learning_rate) tuple.
-    """
-    return self.lower_on_mesh(self.lower_train_step, features)
-
-  def lower_train_step(self, features: Dict[str, tf.Tensor]):
-    """build_train_graph for one replica, in the caller's replica context.
-
-    For SIMD, the caller runs this once per replica itself (as the Cloud TPU
-    loop does under tpu.replicate); build_train_graph does that for it.
-
-    Args:
-      features: {feature name: int tensor [ensemble?, batch, length]}.
-
-    Returns:
-      A (lowering, loss, updates, learning_rate) tuple.
-    """
-    graph = mtf.Graph()
-    mesh = mtf.Mesh(graph, "mesh")
-    with mtf.variable_store(self.store):
-      mtf_features = self.joined_features(
-        self.import_features(mesh, features), ModeKeys.TRAIN
-      )
-      batch_dim = self.batch_dims()[-1]
-      num_microbatches = self._num_microbatches(batch_dim)
-      if num_microbatches > 1:
-
-        def serialized_fn(microbatch_features):
-          return {
-            "loss": self.logits_and_loss(
-              microbatch_features, ModeKeys.TRAIN, num_microbatches
-            )[1]
-          }
-
-        var_grads, loss_dict = mtf.serialize_training_step(
-          mtf_features, serialized_fn, batch_dim, num_microbatches
-        )
-        loss = loss_dict["loss"]
-      else:
-        _, loss = self.logits_and_loss(mtf_features, ModeKeys.TRAIN)
-        var_grads = mtf.gradients(
-          [loss], [v.outputs[0] for v in graph.trainable_variables]
-        )
-      tf_lr = self._learning_rate()
-      lr = mtf.import_fully_replicated(
-        mesh, tf_lr, mtf.Shape([]), name="learning_rate"
-      )
-      variables = graph.trainable_variables
-      if self.variable_filter is not None:
-        keep = [i for i, v in enumerate(variables) if self.variable_filter(v)]
-        variables = [variables[i] for i in keep]
-        var_grads = [var_grads[i] for i in keep]
-      self._make_optimizer(lr).apply_grads(var_grads, variables)
-    self._write_model_info(graph)
-    lowering = mtf.Lowering(
-      graph, {mesh: self.mesh_impl}, autostack=self.autostack
-    )
-    tf_loss = tf.cast(lowering.export_to_tf_tensor(loss), tf.float32)
-    updates = [
-      lowering.lowered_operation(op)
-      for op in graph.operations
-      if isinstance(op, mtf.Assign)
-    ]
-    return lowering, tf_loss, updates, tf_lr
-
-  def count_tokens(self, features: Dict[str, tf.Tensor]) -> tf.Tensor:
-    """The non-padding tokens of a training batch, for tokens_per_second.
-
-    Args:
-      features: the batch ({feature name: int tensor}).
-
-    Returns:
-      An int64 scalar: the nonzero "inputs" and "targets" ids.
-    """
-    counts = [
-      tf.reduce_sum(tf.cast(features[k] > 0, tf.int64))
-      for k in ("inputs", "targets")
-      if k in features
-    ]
-    return tf.add_n(counts) if counts else tf.constant(0, tf.int64)
-
-  def _build_train_fn(self) -> _PhaseFn:
-    phase = _PhaseFn(None)
+  def _build_train_fn(self) -> PhaseFn:
+    phase = PhaseFn(None)
 
     @tf.function(autograph=False)
     def train_step(features):
@@ -620,7 +210,7 @@ class Estimator:
       phase.laid_out_variables = list(lowering.variables.values())
       with tf.control_dependencies(updates + [tf_loss]):
         step = self.global_step.assign_add(1)
-        finite = all_finite([tf_loss] + _slices(phase.laid_out_variables))
+        finite = all_finite([tf_loss] + slice_values(phase.laid_out_variables))
       return {
         "loss": tf_loss,
         "learning_rate": tf_lr,
@@ -631,36 +221,6 @@ class Estimator:
 
     phase.fn = train_step
     return phase
-
-  def _write_model_info(self, graph: mtf.Graph) -> None:
-    """Writes each variable's name, shape and size to model_info_file."""
-    if not self.model_info_file:
-      return
-    lines, total = [], 0
-    for v in graph.all_variables:
-      total += v.shape.size
-      lines.append(
-        "%s %s %d%s"
-        % (
-          v.name,
-          v.shape.to_string,
-          v.shape.size,
-          "" if v.trainable else " (not trained)",
-        )
-      )
-    lines.append(
-      "total parameters %d in %d variables" % (total, len(graph.all_variables))
-    )
-    directory = os.path.dirname(self.model_info_file)
-    if directory:
-      tf.io.gfile.makedirs(directory)
-    with tf.io.gfile.GFile(self.model_info_file, "w") as f:
-      f.write("\n".join(lines) + "\n")
-
-  def _num_microbatches(self, batch_dim):
-    return serialize_num_microbatches(
-      batch_dim, self.sequence_length, self.mesh_shape, self.layout_rules
-    )
 
   # --------------------------------------------------------------------------
   # Masters <-> slices and checkpoints.
@@ -684,14 +244,14 @@ class Estimator:
     self._masters_version += 1
     self._train_fn.slices_version = self._masters_version
 
-  def _load_slices(self, phase: _PhaseFn) -> None:
+  def _load_slices(self, phase: PhaseFn) -> None:
     """Copies the masters into a phase's slices if they are out of date."""
     if phase.slices_version != self._masters_version:
       self._copy(phase, "copy_master_to_slices")
       phase.slices_version = self._masters_version
 
   @staticmethod
-  def _copy(phase: _PhaseFn, what: str) -> None:
+  def _copy(phase: PhaseFn, what: str) -> None:
     """Runs copy_master_to_slices / copy_slices_to_master of a phase."""
     copy_laid_out_variables(phase.laid_out_variables, what, phase.copy_fns)
 
@@ -834,7 +394,7 @@ class Estimator:
     if skip_seen_data and step > seen_data_init_step:
       dataset = dataset.skip(step - seen_data_init_step)
     writer = tf.summary.create_file_writer(self.model_dir)
-    progress = _Progress(step, max_steps, self.log_every_steps)
+    progress = TrainProgress(step, max_steps, self.log_every_steps)
     result = {}
     first_step = last_saved = step
     for features in dataset:
@@ -952,29 +512,29 @@ class Estimator:
       None if checkpoint_path == self._restored_path else checkpoint_path
     )
 
-  def phase_fn(self, name: str, build: Callable) -> _PhaseFn:
-    """A cached _PhaseFn built by build(phase) -> tf.function.
+  def phase_fn(self, name: str, build: Callable) -> PhaseFn:
+    """A cached PhaseFn built by build(phase) -> tf.function.
 
     Args:
       name: the phase's cache key (e.g. "eval").
       build: called once as build(phase); returns the phase's tf.function.
 
     Returns:
-      The cached _PhaseFn.
+      The cached PhaseFn.
     """
     phase = self._phase_fns.get(name)
     if phase is None:
-      phase = _PhaseFn(None)
+      phase = PhaseFn(None)
       phase.fn = build(phase)
       self._phase_fns[name] = phase
     return phase
 
   @eager_in_legacy_mode
-  def run_phase(self, phase: _PhaseFn, *args):
+  def run_phase(self, phase: PhaseFn, *args):
     """Calls phase.fn(*args): traces, restores pending checkpoints, syncs.
 
     Args:
-      phase: a _PhaseFn from phase_fn.
+      phase: a PhaseFn from phase_fn.
 
     Returns:
       What phase.fn returns.
@@ -1016,149 +576,6 @@ class Estimator:
     return evaluation.evaluate(self, dataset, checkpoint_path, max_batches)
 
 
-def all_finite(tensors) -> tf.Tensor:
-  """A scalar bool: whether every floating-point tensor is free of inf/nan.
-
-  Args:
-    tensors: tf.Tensors or tf.Variables; non-float ones are skipped.
-
-  Returns:
-    A scalar bool tf.Tensor (True for no float tensors).
-  """
-  flags = [
-    tf.reduce_all(tf.math.is_finite(t)) for t in tensors if t.dtype.is_floating
-  ]
-  return tf.reduce_all(tf.stack(flags)) if flags else tf.constant(True)
-
-
 def _first_names(names: List[str], shown: int = 5) -> str:
   text = ", ".join(names[:shown])
   return text + (", ... (%d in all)" % len(names) if len(names) > shown else "")
-
-
-def _slices(laid_out_variables) -> List[tf.Tensor]:
-  """The current values of the distinct slice variables (shared ones once)."""
-  seen, values = set(), []
-  for laid_out in laid_out_variables:
-    for v in laid_out.laid_out_tensor.all_slices:
-      if id(v) not in seen:
-        seen.add(id(v))
-        values.append(tf.convert_to_tensor(v))
-  return values
-
-
-def copy_laid_out_variables(
-  laid_out_variables, what: str, compiled: Dict[str, Callable]
-) -> None:
-  """Runs `what` of every laid-out variable, as one compiled function.
-
-  Args:
-    laid_out_variables: the laid-out variables (None or empty: nothing to do).
-    what: "copy_master_to_slices" or "copy_slices_to_master".
-    compiled: the caller's cache {what: tf.function}, filled on first use.
-  """
-  if not laid_out_variables:
-    return
-  fn = compiled.get(what)
-  if fn is None:
-    # A partial, not a closure: TF keys its retracing warning on a
-    # function's code, which every caller's copy would share.
-    fn = tf.function(
-      functools.partial(_copy_variables, laid_out_variables, what),
-      autograph=False,
-    )
-    compiled[what] = fn
-  fn()
-
-
-def _copy_variables(laid_out_variables, what: str) -> None:
-  tf.group(*[getattr(v, what) for v in laid_out_variables])
-
-
-def write_scalars(writer, step: int, scalars: Dict[str, float]) -> None:
-  """TensorBoard scalar summaries, written without the tensorboard package.
-
-  tf.summary.scalar lives in tensorboard, which is not a dependency; the
-  core tf.summary.write with the scalar plugin's metadata writes the same
-  event records.
-  """
-  metadata = summary_pb2.SummaryMetadata()
-  metadata.plugin_data.plugin_name = "scalars"
-  with writer.as_default(step=step):
-    for name, value in scalars.items():
-      tf.summary.write(
-        name, tf.constant(value, tf.float32), step=step, metadata=metadata
-      )
-  writer.flush()
-
-
-class _Progress:
-  """Progress lines: step, loss, learning rate, steps/s, tokens/s, ETA."""
-
-  def __init__(self, step: int, max_steps: int, every: int):
-    self.max_steps = max_steps
-    self.every = every
-    self.last_step = step
-    self.last_time = time.perf_counter()
-    self.tokens = 0
-
-  def add_tokens(self, n: int) -> None:
-    self.tokens += n
-
-  def due(self, step: int) -> bool:
-    return step % self.every == 0
-
-  def report(self, step: int, loss: float, lr: float) -> Dict[str, float]:
-    now = time.perf_counter()
-    seconds = max(now - self.last_time, 1e-9)
-    steps_per_second = (step - self.last_step) / seconds
-    tokens_per_second = self.tokens / seconds
-    remaining = max(self.max_steps - step, 0)
-    eta = remaining / steps_per_second if steps_per_second > 0 else 0.0
-    line = (
-      "step %d/%d  loss %.4f  lr %.3g  %.2f steps/s  %.0f tokens/s  "
-      "ETA %s"
-      % (
-        step,
-        self.max_steps,
-        loss,
-        lr,
-        steps_per_second,
-        tokens_per_second,
-        _format_seconds(eta),
-      )
-    )
-    # One line on stdout (not also logged: absl would print it twice).
-    print(line, flush=True)
-    self.last_step, self.last_time, self.tokens = step, now, 0
-    return {
-      "steps_per_second": steps_per_second,
-      "tokens_per_second": tokens_per_second,
-    }
-
-
-def _format_seconds(seconds: float) -> str:
-  seconds = int(round(seconds))
-  hours, rest = divmod(seconds, 3600)
-  minutes, seconds = divmod(rest, 60)
-  if hours:
-    return "%dh%02dm%02ds" % (hours, minutes, seconds)
-  return "%dm%02ds" % (minutes, seconds)
-
-
-def _global_step(in_current_graph: bool) -> tf.Variable:
-  """The Estimator's global step: eager, except where a graph is wanted.
-
-  After `tf.compat.v1.disable_v2_behavior()` the driver still runs eagerly
-  (see eager_in_legacy_mode), so an Estimator made while a TF1 program's
-  graph is the default keeps an eager resource variable (a ref variable in
-  that graph could not be trained by the driver's tf.functions). A caller
-  that builds and runs its own graph (tpu_estimator_model_fn in a Session)
-  asks for the current graph's global step; under TF2 behaviour a tf.Graph
-  made by the caller is its choice and is honoured too.
-  """
-  legacy = not tf.__internal__.tf2.enabled()
-  if legacy and not in_current_graph and not tf.inside_function():
-    with eager_context.eager_mode():
-      return mtf.optimize.get_or_create_global_step()
-  return mtf.optimize.get_or_create_global_step()

@@ -31,8 +31,8 @@ import mesh_tensorflow as mtf
 from transformer._src.driver import mesh_impl_choice
 from transformer._src.driver.config import clean_decodes
 from transformer._src.layers.context import ModeKeys
+from transformer._src.models.decoder_inputs import delimited_lm_inputs_mask
 from transformer._src.models.unitransformer import Unitransformer
-from transformer._src.models.unitransformer import delimited_lm_inputs_mask
 
 __all__ = [
   "batch_loop_graph",

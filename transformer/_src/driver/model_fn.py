@@ -27,6 +27,7 @@ from transformer._src.driver.config import clean_decodes
 from transformer._src.driver.config import get_variable_dtype
 from transformer._src.driver.config import inputs_vocabulary
 from transformer._src.driver.config import targets_vocabulary
+from transformer._src.driver.step_graphs import model_features
 from transformer._src.layers.context import ModeKeys
 
 __all__ = [
@@ -202,7 +203,7 @@ class ModelFn:
     del labels, params, config
     est = self._estimator_for_current_graph()
     predict_batch_size = features.get("predict_batch_size")
-    features = driver.model_features(features)
+    features = model_features(features)
     if mode == ModeKeys.TRAIN:
       lowering, loss, updates, _ = est.build_train_graph(features)
       with tf.control_dependencies(updates + [loss]):

@@ -18,8 +18,10 @@ import gin
 import tensorflow as tf
 
 from mesh_tensorflow import simd_mesh_impl
-from transformer._src.driver import estimator as driver
 from transformer._src.driver import mesh_impl_choice
+from transformer._src.driver import phase_fns
+from transformer._src.driver import step_graphs
+from transformer._src.driver import train_progress
 from transformer._src.driver.tpu_mesh import replica_host_devices
 
 __all__ = [
@@ -199,7 +201,7 @@ class ReplicatedTrainLoop:
       slices = [
         tf.convert_to_tensor(v.laid_out_tensor.one_slice) for v in laid_out
       ]
-      finite = driver.all_finite([loss] + slices)
+      finite = phase_fns.all_finite([loss] + slices)
       return [tf.identity(loss), tf.identity(learning_rate), finite]
 
   def replicate_step(self, host_batches: Sequence[Dict]) -> list:
@@ -228,7 +230,7 @@ class ReplicatedTrainLoop:
     batches = []
     for host, iterator in zip(self.hosts, iterators):
       with tf.device(host):
-        batches.append(driver.model_features(iterator.get_next()))
+        batches.append(step_graphs.model_features(iterator.get_next()))
     return batches
 
   def _one_step(self, iterators: list, state: "_LoopState") -> "_LoopState":
@@ -289,7 +291,7 @@ class ReplicatedTrainLoop:
       what: "copy_master_to_slices" or "copy_slices_to_master".
     """
     with tf.device(self.master_device):
-      driver.copy_laid_out_variables(
+      phase_fns.copy_laid_out_variables(
         self.laid_out_variables, what, self._copy_fns
       )
 
@@ -409,7 +411,7 @@ def train(
       result["loss"],
       result["learning_rate"],
     )
-    driver.write_scalars(
+    train_progress.write_scalars(
       writer,
       step,
       {"loss": result["loss"], "learning_rate": result["learning_rate"]},

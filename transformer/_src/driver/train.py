@@ -24,6 +24,8 @@ from transformer._src.driver.config import Vocabularies
 from transformer._src.driver.config import inputs_vocabulary
 from transformer._src.driver.config import targets_vocabulary
 from transformer._src.driver.mesh_impl_choice import resolve_mesh_impl
+from transformer._src.driver.step_graphs import MODEL_FEATURES
+from transformer._src.driver.step_graphs import feature_length
 from transformer._src.models.builders import build_model
 
 __all__ = [
@@ -188,13 +190,13 @@ def get_estimator(
 
 
 def filter_features(ex):
-  return {k: v for k, v in ex.items() if k in driver.MODEL_FEATURES}
+  return {k: v for k, v in ex.items() if k in MODEL_FEATURES}
 
 
 def _pad_to_length(ex, sequence_length):
   out = {}
   for k, v in ex.items():
-    length = driver.feature_length(sequence_length, k)
+    length = feature_length(sequence_length, k)
     v = tf.cast(v[:length], tf.int32)
     out[k] = tf.pad(v, [[0, length - tf.shape(v)[0]]])
     out[k].set_shape([length])

@@ -4,11 +4,13 @@
 when the softmax shares it, hidden states back to vocabulary logits. Other
 vocabulary classes (vocab_embeddings.py, adaptive_softmax.py) implement the
 same interface; `get_vocab_embedding_cls` is the gin swap point.
+`ensemble_list` and `scale_hidden` are helpers those classes share.
 """
 
 from __future__ import annotations
 
 import math
+from typing import List
 
 import gin
 import tensorflow as tf
@@ -209,3 +211,34 @@ def sinusoid_positional_embedding_weights(
   if model_dim.size % 2:
     signal = mtf.pad(signal, [0, 1], model_dim.name)
   return mtf.cast(signal, dtype)
+
+
+def ensemble_list(ensemble_dim) -> List[mtf.Dimension]:
+  """ensemble_dim (None, a Dimension, or a list of them) as a list.
+
+  Args:
+    ensemble_dim: the ensemble dims given to a vocabulary class.
+
+  Returns:
+    a list of mtf.Dimensions.
+  """
+  if ensemble_dim is None:
+    return []
+  if isinstance(ensemble_dim, mtf.Dimension):
+    return [ensemble_dim]
+  if isinstance(ensemble_dim, (list, tuple)):
+    return [mtf.convert_to_dimension(d) for d in ensemble_dim]
+  return [mtf.convert_to_dimension(ensemble_dim)]
+
+
+def scale_hidden(hidden: mtf.Tensor, output_dim: mtf.Dimension) -> mtf.Tensor:
+  """hidden * d_model**-0.5, as VocabEmbedding does before its softmax.
+
+  Args:
+    hidden: the hidden states [..., output_dim].
+    output_dim: the d_model Dimension.
+
+  Returns:
+    the scaled hidden states.
+  """
+  return hidden * (output_dim.size**-0.5)

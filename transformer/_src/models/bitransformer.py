@@ -16,9 +16,9 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from transformer._src.layers.context import ModeKeys
 from transformer._src.layers.embeddings import get_vocab_embedding_cls
+from transformer._src.models.decoder_inputs import autoregressive_inputs
 from transformer._src.models.layer_stack import make_layer_stack
 from transformer._src.models.unitransformer import Unitransformer
-from transformer._src.models.unitransformer import autoregressive_inputs
 
 tf1 = tf.compat.v1
 
