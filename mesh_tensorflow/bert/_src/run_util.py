@@ -10,11 +10,13 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from mesh_tensorflow.bert._src import estimator
+from transformer._src.driver.estimator import eager_in_legacy_mode
 
 __all__ = [
   "COMMON_FLAGS",
   "FINE_TUNING_FLAGS",
   "TPU_FLAG_NAMES",
+  "eager_in_legacy_mode",
   "fine_tuning_task",
   "glob_files",
   "make_estimator",
