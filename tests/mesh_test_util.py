@@ -16,6 +16,7 @@ no eager execution: "eager" and "function" runs become "graph" runs (TF1_ENV),
 whose graph takes the global seed as a tf.function's would.
 """
 
+import contextlib
 import os
 from typing import Callable, List, Sequence
 
@@ -63,6 +64,32 @@ def skip_under_tf1(why: str) -> None:
       "eager-only behaviour (MTF_TEST_TF_MODE=v1 runs programs in "
       "tf.compat.v1 graphs): %s" % why
     )
+
+
+def as_tf1_program():
+  """The context of a TF1 program's top level: graph mode under TF1_ENV.
+
+  The legacy pass runs test bodies eagerly (conftest.py); a test that calls a
+  program's entry point (a main) as a program started with
+  `tf.compat.v1.disable_v2_behavior()` would, calls it in this context.
+  Elsewhere, and under TF2 behaviour, the context does nothing.
+
+  Returns:
+    a context manager.
+  """
+  return context.graph_mode() if TF1_ENV else contextlib.nullcontext()
+
+
+def eager_seed(seed: int) -> None:
+  """Sets the eager global seed, that of the drivers (which run eagerly).
+
+  Also where a legacy-pass test runs in graph mode (fixtures).
+
+  Args:
+    seed: the global seed.
+  """
+  with context.eager_mode():
+    tf.random.set_seed(seed)
 
 
 def simd_mesh_impl_for(mesh_shape: str, layout) -> simd_mesh_impl.SimdMeshImpl:

@@ -369,8 +369,8 @@ def variable_store(store: VariableStore) -> Iterator[VariableStore]:
     ...   w = mtf.get_variable(mesh, "w", "d_model:2;d_ff:3")
     >>> list(store.masters)
     ['w']
-    >>> store.masters["w"].shape
-    TensorShape([2, 3])
+    >>> store.masters["w"].shape.as_list()
+    [2, 3]
 
   Args:
     store: a VariableStore.

@@ -159,6 +159,9 @@ def _records(name, examples, label_list, tokenizer):
   return path
 
 
+# The original's scripts called tf.disable_v2_behavior() before main; the
+# driver runs eagerly also then (see eager_in_legacy_mode).
+@run_util.eager_in_legacy_mode
 def main(_) -> None:
   """Fine-tunes, evaluates and/or predicts as --do_* say.
 

@@ -182,6 +182,9 @@ def _evaluate(est, eval_input_fn, current_step):
   return result
 
 
+# The original's scripts called tf.disable_v2_behavior() before main; the
+# driver runs eagerly also then (see eager_in_legacy_mode).
+@run_util.eager_in_legacy_mode
 def main(_) -> None:
   """Pretrains and/or evaluates as --mode says.
 

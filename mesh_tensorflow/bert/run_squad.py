@@ -268,6 +268,9 @@ def _write_features(name, examples, tokenizer, is_training, keep=None):
   return writer
 
 
+# The original's scripts called tf.disable_v2_behavior() before main; the
+# driver runs eagerly also then (see eager_in_legacy_mode).
+@run_util.eager_in_legacy_mode
 def main(_) -> None:
   """Fine-tunes and/or predicts as --do_train / --do_predict say.
 

@@ -69,7 +69,6 @@ def _write_json(path, value):
 
 
 def test_run_squad_trains_then_predicts_the_answers(tmp_path):
-  mesh_test_util.skip_under_tf1("the drivers run eagerly")
   if not FLAGS.is_parsed():
     FLAGS.mark_as_parsed()
   tf.random.set_seed(3)
@@ -98,7 +97,8 @@ def test_run_squad_trains_then_predicts_the_answers(tmp_path):
     mesh_shape="batch:2",
     layout="batch:batch",
   ):
-    run_squad.main([])
+    with mesh_test_util.as_tf1_program():
+      run_squad.main([])
   with open(os.path.join(output_dir, "predictions.json")) as f:
     predictions = json.load(f)
   with open(os.path.join(output_dir, "nbest_predictions.json")) as f:

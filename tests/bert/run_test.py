@@ -3,7 +3,10 @@
 run_pretraining.main trains a tiny BERT on the generated corpus (its masked
 LM loss falls well below that of a uniform guess) and writes a checkpoint
 that run_classifier.main fine-tunes from (model weights only: the step and
-optimizer slots start afresh) to beat chance on the generated set.
+optimizer slots start afresh) to beat chance on the generated set. In the
+legacy pass (MTF_TEST_TF_MODE=v1) the mains run in graph mode, as a script
+that called tf.compat.v1.disable_v2_behavior() first (the original's did)
+runs them.
 """
 
 import math
@@ -38,10 +41,9 @@ def _read_results(path):
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory):
   """Demo data and a pretraining run of 40 steps on a 2-device mesh."""
-  mesh_test_util.skip_under_tf1("the drivers run eagerly")
   if not FLAGS.is_parsed():
     FLAGS.mark_as_parsed()
-  tf.random.set_seed(1)
+  mesh_test_util.eager_seed(1)
   root = tmp_path_factory.mktemp("bert")
   data = demo_data.write_demo_data(
     str(root / "data"), max_seq_length=SEQ, max_predictions_per_seq=PRED
@@ -66,7 +68,8 @@ def pretrained(tmp_path_factory):
     mesh_shape="batch:2",
     layout="batch:batch",
   ):
-    run_pretraining.main([])
+    with mesh_test_util.as_tf1_program():
+      run_pretraining.main([])
   return data, output_dir
 
 
@@ -109,7 +112,8 @@ def test_classifier_fine_tunes_from_the_pretraining_checkpoint(
     mesh_shape="batch:2",
     layout="batch:batch",
   ):
-    run_classifier.main([])
+    with mesh_test_util.as_tf1_program():
+      run_classifier.main([])
   results = _read_results(os.path.join(output_dir, "eval_results.txt"))
   # 256 examples / 16 per batch * 6 epochs: the step starts from 0, not
   # from the pretraining checkpoint's 40.

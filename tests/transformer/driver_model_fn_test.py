@@ -303,3 +303,20 @@ def test_weight_decay_checkpoint_is_accepted_and_changes_nothing(tmp_path):
     )
   finally:
     gin.clear_config()
+
+
+def test_global_step_made_in_a_graph_can_be_read_on_a_tpu(tmp_path):
+  # An Estimator whose variables go to the current graph (as
+  # tpu_estimator_model_fn's, or to build the TPU program without running it)
+  # makes the graph's global step a resource variable, as TPUEstimator did:
+  # a TPU computation reads no ref variable, legacy mode's default kind.
+  with tf.Graph().as_default():
+    est = dtu.estimator(
+      tmp_path, mesh=dtu.MESH_1, variables_in_current_graph=True
+    )
+    assert est.global_step is tf.compat.v1.train.get_global_step()
+    assert "Resource" in type(est.global_step).__name__
+    (step,) = tf.compat.v1.tpu.replicate(
+      lambda: est.global_step.read_value() + 1, [[]]
+    )
+    assert step[0].dtype == tf.int64

@@ -403,6 +403,62 @@ def all_ops(graph):
       yield from all_ops(inner)
 
 
+# The legacy pass (MTF_TEST_TF_MODE=v1) builds these graphs with TF1 control
+# flow, by TensorFlow's choice: a while loop is a frame of Enter, Merge,
+# Switch, LoopCond and Exit ops in the graph itself, not a While op whose
+# condition and body are functions. The helpers below find the same things
+# in either form; a loop is named by its While op, or by its LoopCond op.
+V1_LOOPS = not tf.compat.v1.control_flow_v2_enabled()
+LOOP_OP = "LoopCond" if V1_LOOPS else "While"
+
+
+def host_loops(graph):
+  """The outermost while loops of `graph` (its host loops)."""
+  return [
+    op
+    for op in graph.get_operations()
+    if op.type == LOOP_OP
+    and (not V1_LOOPS or op._get_control_flow_context().outer_context is None)  # pylint: disable=protected-access
+  ]
+
+
+def loop_cond_ops(ops, loop_op):
+  """The ops computing the loop's condition (v1: up to its Merge and Enter)."""
+  if not V1_LOOPS:
+    cond = loop_op.get_attr("cond").name
+    return [op for op in ops if getattr(op.graph, "name", None) == cond]
+  found, stack = [], [loop_op.inputs[0].op]
+  while stack:
+    op = stack.pop()
+    if op not in found:
+      found.append(op)
+      if op.type not in ("Merge", "Enter"):
+        stack.extend(t.op for t in op.inputs)
+  return found
+
+
+def loop_invariants(ops, loop_op):
+  """The tensors a loop takes as inputs (v1: the inputs of its Enter ops)."""
+  if not V1_LOOPS:
+    return list(loop_op.inputs)
+  context = loop_op._get_control_flow_context()  # pylint: disable=protected-access
+  return [
+    op.inputs[0]
+    for op in ops
+    if op.type == "Enter" and op._get_control_flow_context() is context  # pylint: disable=protected-access
+  ]
+
+
+def runs_in_loop_body(op, loop_op):
+  """Whether `op` runs in the body of the loop (v1: in its frame)."""
+  if not V1_LOOPS:
+    return getattr(op.graph, "name", None) == loop_op.get_attr("body").name
+  context = op._get_control_flow_context()  # pylint: disable=protected-access
+  while context is not None and not context.IsWhileContext():
+    context = context.outer_context
+  return context is loop_op._get_control_flow_context()  # pylint: disable=protected-access
+
+
 def group_assignment(op):
   value = tf.get_static_value(op.inputs[-1])
   if value is None:
@@ -426,7 +482,11 @@ def tpu_estimator_in(graph, tmp_path, topology, mesh):
       plan.device_assignment.tpu_device(replica=r)
       for r in range(plan.mesh_shape.size)
     ]
-    est = dtu.estimator(tmp_path, mesh=mesh, mesh_devices=devices)
+    # The program is built in `graph`, not run by the driver: its global
+    # step belongs there in TF1 legacy mode too (eager there by default).
+    est = dtu.estimator(
+      tmp_path, mesh=mesh, mesh_devices=devices, variables_in_current_graph=True
+    )
     est.mesh_impl = tpu_mesh.tpu_mesh_impl(plan, mesh[1])
   return plan, est
 
@@ -475,12 +535,12 @@ def test_v3_8_step_graph_replicates_over_8_cores_in_a_host_loop(tmp_path):
     "step",
   ]
   ops = list(all_ops(graph))
-  (loop_op,) = [op for op in graph.get_operations() if op.type == "While"]
+  (loop_op,) = host_loops(graph)
   (metadata,) = [op for op in ops if op.type == "TPUReplicateMetadata"]
   # One replicated computation of 8 replicas, inside the host while loop.
   assert metadata.get_attr("num_replicas") == 8
-  assert metadata.graph is not graph
-  assert metadata.graph.name == loop_op.get_attr("body").name
+  assert V1_LOOPS or metadata.graph is not graph
+  assert runs_in_loop_body(metadata, loop_op)
   assert metadata.get_attr("device_assignment") == [
     c for r in range(8) for c in coordinates(plan, r)
   ]
@@ -491,8 +551,7 @@ def test_v3_8_step_graph_replicates_over_8_cores_in_a_host_loop(tmp_path):
   # The loop count is the while condition's bound.
   assert loop_bound(ops, loop_op) == 3
   # The loop also stops after a non-finite step.
-  cond = loop_op.get_attr("cond").name
-  cond_ops = [op.type for op in ops if getattr(op.graph, "name", None) == cond]
+  cond_ops = [op.type for op in loop_cond_ops(ops, loop_op)]
   assert "LogicalAnd" in cond_ops
   # Collectives run over the physical groups of the mesh axes.
   allowed = {str(expected_groups(plan, axes)) for axes in ([0], [1], [0, 1])}
@@ -595,7 +654,7 @@ def test_eval_and_decode_programs_replicate_over_every_core(
     assert source.value_index == plan.logical_to_physical[0], t
   # The decode's while loop runs inside its replicated computation.
   decode_ops = list(replicated_ops(ops, metadata[1]))
-  assert "While" in {op.type for op in decode_ops}
+  assert LOOP_OP in {op.type for op in decode_ops}
   # Collectives over the mesh's physical groups; the batch reaches every
   # replica as its input.
   allowed = {str(expected_groups(plan, axes)) for axes in ([0], [1], [0, 1])}
@@ -617,11 +676,10 @@ def test_eval_and_decode_programs_replicate_over_every_core(
 
 def loop_bound(ops, loop_op):
   """The Python int bounding a while loop (the Const of its condition)."""
-  cond = loop_op.get_attr("cond").name
   (bound,) = [
     tf.get_static_value(op.outputs[0])
-    for op in ops
-    if op.type == "Const" and getattr(op.graph, "name", None) == cond
+    for op in loop_cond_ops(ops, loop_op)
+    if op.type == "Const"
   ]
   return bound
 
@@ -645,9 +703,9 @@ def test_eval_loop_runs_iterations_per_loop_batches_per_host_call(
   assert xent.shape == predictions.shape == (3,) + y.shape
   ops = list(all_ops(graph))
   # One replicated program, traced once, inside a host loop of 3 batches.
-  (loop_op,) = [op for op in graph.get_operations() if op.type == "While"]
+  (loop_op,) = host_loops(graph)
   (metadata,) = [op for op in ops if op.type == "TPUReplicateMetadata"]
-  assert metadata.graph.name == loop_op.get_attr("body").name
+  assert runs_in_loop_body(metadata, loop_op)
   assert metadata.get_attr("num_replicas") == replicas
   assert metadata.get_attr("device_assignment") == [
     c for r in range(replicas) for c in coordinates(plan, r)
@@ -745,27 +803,22 @@ def test_score_and_decode_loops_run_batches_in_one_host_call(
   assert xent.shape == predictions.shape == decodes.shape == (3,) + y.shape
   assert decodes.dtype == tf.int32
   ops = list(all_ops(graph))
-  loops = [op for op in graph.get_operations() if op.type == "While"]
+  loops = host_loops(graph)
   metadata = [op for op in ops if op.type == "TPUReplicateMetadata"]
   assert len(loops) == len(metadata) == 2
   hosts = sorted(set(est.replica_hosts))
   assert len(hosts) == topology().num_tasks
   for loop_op, m in zip(loops, metadata):
-    assert m.graph.name == loop_op.get_attr("body").name
+    assert runs_in_loop_body(m, loop_op)
     assert m.get_attr("num_replicas") == replicas
     assert m.get_attr("device_assignment") == [
       c for r in range(replicas) for c in coordinates(plan, r)
     ]
     # The bound is the loop's input `count`, not a constant.
-    assert count in list(loop_op.inputs)
-    cond = loop_op.get_attr("cond").name
-    assert not [
-      op
-      for op in ops
-      if op.type == "Const" and getattr(op.graph, "name", None) == cond
-    ]
+    assert count in loop_invariants(ops, loop_op)
+    assert not [op for op in loop_cond_ops(ops, loop_op) if op.type == "Const"]
     # Replica r's batch is the copy on the host owning its core.
-    body = [op for op in ops if op.graph is m.graph]
+    body = [op for op in ops if runs_in_loop_body(op, loop_op)]
     feeds = [
       op
       for op in body
@@ -777,7 +830,7 @@ def test_score_and_decode_loops_run_batches_in_one_host_call(
         est.replica_hosts[r] for r in range(replicas)
       ]
   # The decode's own while loop runs inside its replicated computation.
-  assert "While" in {op.type for op in replicated_ops(ops, metadata[1])}
+  assert LOOP_OP in {op.type for op in replicated_ops(ops, metadata[1])}
   allowed = {str(expected_groups(plan, axes)) for axes in ([0], [1], [0, 1])}
   sums = [op for op in ops if op.type == "CrossReplicaSum"]
   seen = {str(group_assignment(op)) for op in sums}

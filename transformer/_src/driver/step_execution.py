@@ -129,10 +129,21 @@ def driver_global_step(in_current_graph: bool) -> tf.Variable:
   that graph could not be trained by the driver's tf.functions). A caller
   that builds and runs its own graph (tpu_estimator_model_fn in a Session)
   asks for the current graph's global step; under TF2 behaviour a tf.Graph
-  made by the caller is its choice and is honoured too.
+  made by the caller is its choice and is honoured too. A global step this
+  function creates in a legacy graph is a resource variable, as the
+  original's TPUEstimator created it, so that a TPU program built in that
+  graph can read it.
   """
   legacy = not tf.__internal__.tf2.enabled()
   if legacy and not in_current_graph and not tf.inside_function():
     with eager_context.eager_mode():
       return mtf.optimize.get_or_create_global_step()
+  if legacy and not tf.executing_eagerly() and not tf.inside_function():
+    graph = tf.compat.v1.get_default_graph()
+    if tf.compat.v1.train.get_global_step(graph) is None:
+      # A resource variable, as TPUEstimator made it (legacy mode's default is
+      # a ref variable, which a TPU computation cannot read).
+      scope = tf.compat.v1.VariableScope(reuse=None, name="", use_resource=True)
+      with tf.compat.v1.variable_scope(scope, auxiliary_name_scope=False):
+        tf.compat.v1.train.create_global_step(graph)
   return mtf.optimize.get_or_create_global_step()
