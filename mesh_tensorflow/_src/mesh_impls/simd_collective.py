@@ -876,8 +876,11 @@ class _ReplicaCaller:
       by Grappler once, not inlined (see optimize_once); None: the calls
       are inlined and optimised with the step, once per call.
     direct: with optimize_on, call the optimised function directly (an op
-      of its type) if optimize_once allows it. A direct call's op needs the
-      function in the graph when it is made, so the function is added
+      of its type) if optimize_once allows it and every resource input is
+      on the call's device (packed slices and ordering tokens): a direct
+      call runs its whole body on its own device, where a partitioned call
+      reads a resource on another device there. A direct call's op needs
+      the function in the graph when it is made, so the function is added
       before the first call.
   """
 
@@ -891,6 +894,12 @@ class _ReplicaCaller:
     self._outputs = list(graph.outputs)
     dtypes = [t.dtype.as_datatype_enum for t in graph.inputs]
     first = len(graph.inputs) - len(self._captured)
+    packed, written = list(packed), list(written)
+    on_call_device = all(
+      (packed and packed[i]) or (written and written[i])
+      for i, c in enumerate(self._captured)
+      if c.dtype == tf.resource
+    )
     read_only = set(acd_utils.get_read_only_resource_input_indices_graph(graph))
     read_only |= {first + i for i, p in enumerate(packed) if p}
     read_only -= {first + i for i, w in enumerate(written) if w}
@@ -917,7 +926,7 @@ class _ReplicaCaller:
     self._op_type = "StatefulPartitionedCall"
     self._added_to = None
     if optimize_on is not None and not self._taped:
-      self._optimize(optimize_on, direct)
+      self._optimize(optimize_on, direct and on_call_device)
 
   def _optimize(self, device: str, direct: bool) -> None:
     """Makes the calls call the function optimised once (optimize_once)."""
