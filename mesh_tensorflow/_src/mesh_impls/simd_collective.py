@@ -881,7 +881,8 @@ class _ReplicaCaller:
       call runs its whole body on its own device, where a partitioned call
       reads a resource on another device there. A direct call's op needs
       the function in the graph when it is made, so the function is added
-      before the first call.
+      before the first call, and the calls are marked
+      `_disable_call_shape_inference`.
   """
 
   def __init__(
@@ -942,6 +943,12 @@ class _ReplicaCaller:
       # (none) and private ones; it runs no Grappler, so no config_proto.
       self._op_type = optimized.function.name
       self._attrs = {k: v for k, v in self._attrs.items() if k[0] == "_"}
+      # The function is in the graph before the calls: without this, making
+      # each call would infer the shapes of its whole body (the outputs get
+      # the trace's shapes instead, in __call__).
+      self._attrs["_disable_call_shape_inference"] = attr_value_pb2.AttrValue(
+        b=True
+      )
       return
     self._attrs["f"] = attr_value_pb2.AttrValue(
       func=attr_value_pb2.NameAttrList(name=optimized.function.name)
