@@ -114,8 +114,10 @@ def test_direct_calls_run_the_copy_with_onednn_renames_made():
   calls = [n for n in graph_def.node if n.op == name]
   assert len(calls) == 8
   for call in calls:
-    # Only private attributes: a direct call runs no Grappler.
+    # Only private attributes: a direct call runs no Grappler. Its shapes
+    # are the trace's, not inferred over the body when the call is made.
     assert all(key.startswith("_") for key in call.attr)
+    assert call.attr["_disable_call_shape_inference"].b
   ops = {n.op for n in function.node_def}
   assert not ops & {"MatMul", "Einsum", "Softmax"} or not (
     _pywrap_util_port.IsMklEnabled()
