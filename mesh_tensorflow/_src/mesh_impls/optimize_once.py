@@ -84,9 +84,11 @@ _MKL_RENAMES = {
   "Einsum": "_MklEinsum",
   "Softmax": "_MklSoftmax",
 }
-# Ops oneDNN's layout pass was seen to leave unchanged in function bodies
-# (TF 2.21, native format: the transformer and MLP steps of the benchmarks
-# and tests). A body with any other op keeps the partitioned calls.
+# Ops oneDNN's layout pass was seen to leave unchanged (TF 2.21, its log at
+# TF_CPP_VMODULE=mkl_layout_pass=2: the benchmark's transformer step, and a
+# float32 function of each of these ops, in which it renamed only MatMul,
+# BatchMatMulV2, Einsum, Softmax and Transpose). A body with any other op
+# keeps the partitioned calls.
 _KEPT_BY_LAYOUT_PASS = frozenset(
   """
   _Arg _Retval Placeholder NoOp Identity Const
