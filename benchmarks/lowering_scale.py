@@ -2,8 +2,9 @@
 
 One training step of a decoder-only LM (`transformer.Unitransformer` over
 `make_layer_stack([SelfAttention, DenseReluDense])`, d_model 512, d_ff 2048, 8
-heads of d_kv 64, vocabulary 8192, length 256, batch 16) with the Adafactor
-optimizer, on meshes of 1, 8 and 64 virtual CPUs:
+heads of d_kv 64, vocabulary 8192, length 256, batch 16: --length and
+--batch change these) with the Adafactor optimizer, on meshes of 1, 8 and 64
+virtual CPUs:
 
   1 device    mesh "b:1;m:1"
   8 devices   mesh "b:2;m:4"
@@ -37,6 +38,7 @@ package on PYTHONPATH this measures the original's placement lowering:
 
 Usage: python benchmarks/lowering_scale.py [--devices 1,8,64] [--layers 6,24]
            [--impls placement,simd] [--run [--driver_rewrites]]
+           [--batch 16] [--length 256]
 """
 
 import argparse
@@ -53,6 +55,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 MESHES = {1: "b:1;m:1", 8: "b:2;m:4", 64: "b:8;m:8"}
 LAYOUT = "batch:b;heads:m;d_ff:m;vocab:m"
 SIZES = dict(d_model=512, d_ff=2048, heads=8, d_kv=64, vocab=8192)
+# The default batch size and length (--batch, --length).
 BATCH, LENGTH = 16, 256
 
 
@@ -74,6 +77,7 @@ def _configure_devices(n):
 
 def _build(mtf, transformer, transformer_layers, mesh, inputs, layers):
   """The training step's mtf graph: (loss, update operations)."""
+  batch_size, length_size = inputs.shape.as_list()
   stack = transformer.make_layer_stack(
     [
       (
@@ -106,10 +110,10 @@ def _build(mtf, transformer, transformer_layers, mesh, inputs, layers):
     input_vocab_size=SIZES["vocab"],
     output_vocab_size=SIZES["vocab"],
     autoregressive=True,
-    max_length=LENGTH,
+    max_length=length_size,
   )
-  batch = mtf.Dimension("batch", BATCH)
-  length = mtf.Dimension("length", LENGTH)
+  batch = mtf.Dimension("batch", batch_size)
+  length = mtf.Dimension("length", length_size)
   ids = mtf.import_tf_tensor(mesh, inputs, mtf.Shape([batch, length]))
   _, loss = model.call_simple(ids, ids, compute_loss=True, mode="train")
   graph = mesh.graph
@@ -143,6 +147,9 @@ def measure(
   run=False,
   driver_rewrites=False,
   optimize_once=True,
+  batch=BATCH,
+  length=LENGTH,
+  direct_calls=True,
 ):
   """{build, lower, trace, total, wall, traces, ops} of one configuration.
 
@@ -154,6 +161,9 @@ def measure(
   (`step_graph_rewrites`), else TensorFlow's defaults. Without
   optimize_once, SimdMeshImpl inlines its replica program into the step once
   per device (`CollectiveBackend(optimize_once=False)`, the code before).
+  Without direct_calls, it calls the optimised program with
+  StatefulPartitionedCall (`CollectiveBackend(direct_calls=False)`). The
+  step's input ids are [batch, length].
   """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -194,10 +204,12 @@ def measure(
     from mesh_tensorflow import simd_mesh_impl  # pylint: disable=g-import-not-at-top
 
     backend = "collective"
-    if not optimize_once:
+    if not optimize_once or not direct_calls:
       from mesh_tensorflow._src.mesh_impls import simd_collective  # pylint: disable=g-import-not-at-top
 
-      backend = simd_collective.CollectiveBackend(devices, optimize_once=False)
+      backend = simd_collective.CollectiveBackend(
+        devices, optimize_once=optimize_once, direct_calls=direct_calls
+      )
     mesh_impl = simd_mesh_impl.SimdMeshImpl(
       mesh_shape, LAYOUT, devices=devices, backend=backend
     )
@@ -208,7 +220,7 @@ def measure(
   if tf_mode == "v1":
     tf_graph = tf.Graph()
     with tf_graph.as_default():
-      inputs = tf.compat.v1.placeholder(tf.int32, [BATCH, LENGTH])
+      inputs = tf.compat.v1.placeholder(tf.int32, [batch, length])
       graph, mesh, loss, updates = build(inputs)
       if impl_name == "placement":
         lower(graph, mesh, mesh_impl, loss, updates)
@@ -229,7 +241,7 @@ def measure(
       )[0]
 
     fn = tf.function(tf2_step, autograph=False)
-    spec = tf.TensorSpec([BATCH, LENGTH], tf.int32)
+    spec = tf.TensorSpec([batch, length], tf.int32)
     if store is not None:
       with mtf.variable_store(store):
         concrete = fn.get_concrete_function(spec)
@@ -243,7 +255,7 @@ def measure(
     for name in ("first_step", "second_step"):
       step_start, cpu_start = time.perf_counter(), time.process_time()
       with _step_scope(driver_rewrites):
-        concrete(tf.zeros([BATCH, LENGTH], tf.int32)).numpy()
+        concrete(tf.zeros([batch, length], tf.int32)).numpy()
       extra[name] = time.perf_counter() - step_start
       extra[name + "_cpu"] = time.process_time() - cpu_start
       if name == "first_step":
@@ -274,8 +286,17 @@ def worker(args):
         args.run,
         args.driver_rewrites,
         not args.no_optimize_once,
+        args.batch,
+        args.length,
+        not args.no_direct_calls,
       )
-      result.update(impl=impl_name, devices=args.worker, layers=layers)
+      result.update(
+        impl=impl_name,
+        devices=args.worker,
+        layers=layers,
+        batch=args.batch,
+        length=args.length,
+      )
       print("RESULT " + json.dumps(result), flush=True)
 
 
@@ -299,6 +320,17 @@ def main(argv=None):
     help="simd: inline the replica program once per device (as before)",
   )
   parser.add_argument(
+    "--no_direct_calls",
+    action="store_true",
+    help="simd: call the optimised program with StatefulPartitionedCall",
+  )
+  parser.add_argument(
+    "--batch", type=int, default=BATCH, help="batch size of the input ids"
+  )
+  parser.add_argument(
+    "--length", type=int, default=LENGTH, help="length of the input ids"
+  )
+  parser.add_argument(
     "--worker", type=int, default=0, help="internal: one device count"
   )
   args = parser.parse_args(argv)
@@ -314,10 +346,13 @@ def main(argv=None):
       "--layers=" + args.layers,
       "--impls=" + args.impls,
       "--tf_mode=" + args.tf_mode,
+      "--batch=%d" % args.batch,
+      "--length=%d" % args.length,
     ]
     command += ["--run"] if args.run else []
     command += ["--driver_rewrites"] if args.driver_rewrites else []
     command += ["--no_optimize_once"] if args.no_optimize_once else []
+    command += ["--no_direct_calls"] if args.no_direct_calls else []
     out = subprocess.run(
       command, check=True, stdout=subprocess.PIPE, text=True
     ).stdout

@@ -5,12 +5,16 @@ Grappler once (mesh_impls/optimize_once.py) and calls that optimised copy on
 every device, not inlined and with Grappler off for the calls. The step's
 graph must call that copy (not the trace, which TensorFlow would inline and
 optimise once per device), and training must give the values of the
-inlined calls (CollectiveBackend(optimize_once=False)).
+inlined calls (CollectiveBackend(optimize_once=False)). Where it can, the
+copy is called directly (an op of its own type, with oneDNN's renames made
+in advance), else with StatefulPartitionedCall (direct_calls=False); both
+give the same values.
 """
 
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import config_pb2
+from tensorflow.python.util import _pywrap_util_port  # pylint: disable=g-direct-tensorflow-import
 
 import mesh_tensorflow as mtf
 from mesh_tensorflow import simd_mesh_impl
@@ -25,12 +29,14 @@ HIDDEN = mtf.Dimension("hidden", 16)
 STEPS = 3
 
 
-def _train(optimize):
+def _train(optimize, direct=True):
   """(step's concrete function, [loss of each step], [variable values])."""
   mesh_impl = simd_mesh_impl.SimdMeshImpl(
     MESH_SHAPE,
     LAYOUT,
-    backend=simd_collective.CollectiveBackend(DEVICES, optimize_once=optimize),
+    backend=simd_collective.CollectiveBackend(
+      DEVICES, optimize_once=optimize, direct_calls=direct
+    ),
   )
   store = mtf.VariableStore()
 
@@ -74,7 +80,7 @@ def _train(optimize):
 
 
 def test_calls_run_the_copy_optimised_once_with_grappler_off():
-  concrete, _, _ = _train(optimize=True)
+  concrete, _, _ = _train(optimize=True, direct=False)
   graph_def = concrete.graph.as_graph_def()
   calls = [n for n in graph_def.node if n.op == "StatefulPartitionedCall"]
   assert len(calls) == 8
@@ -97,13 +103,70 @@ def test_calls_run_the_copy_optimised_once_with_grappler_off():
   assert len(function.node_def) < len(original.node_def)
 
 
+def test_direct_calls_run_the_copy_with_onednn_renames_made():
+  concrete, _, _ = _train(optimize=True)
+  graph_def = concrete.graph.as_graph_def()
+  (function,) = graph_def.library.function
+  name = function.signature.name
+  assert name.endswith(optimize_once.SUFFIX)
+  assert function.attr["_noinline"].b
+  assert not [n for n in graph_def.node if "PartitionedCall" in n.op]
+  calls = [n for n in graph_def.node if n.op == name]
+  assert len(calls) == 8
+  for call in calls:
+    # Only private attributes: a direct call runs no Grappler. Its shapes
+    # are the trace's, not inferred over the body when the call is made.
+    assert all(key.startswith("_") for key in call.attr)
+    assert call.attr["_disable_call_shape_inference"].b
+  ops = {n.op for n in function.node_def}
+  assert not ops & {"MatMul", "Einsum", "Softmax"} or not (
+    _pywrap_util_port.IsMklEnabled()
+  )
+  renamed = [n for n in function.node_def if n.op.startswith("_Mkl")]
+  if _pywrap_util_port.IsMklEnabled():
+    assert renamed
+    for node in renamed:
+      assert node.attr["_kernel"].s == b"MklNameChangeOp"
+      assert node.attr["T"].type == tf.float32.as_datatype_enum
+  else:
+    assert not renamed
+
+
 def test_training_gives_the_values_of_the_inlined_calls():
   _, losses, values = _train(optimize=True)
+  _, partitioned_losses, partitioned_values = _train(
+    optimize=True, direct=False
+  )
   _, inlined_losses, inlined_values = _train(optimize=False)
   assert losses == inlined_losses
-  assert len(values) == len(inlined_values)
-  for value, inlined in zip(values, inlined_values):
+  assert partitioned_losses == inlined_losses
+  assert len(values) == len(inlined_values) == len(partitioned_values)
+  for value, partitioned, inlined in zip(
+    values, partitioned_values, inlined_values
+  ):
     np.testing.assert_array_equal(value, inlined)
+    np.testing.assert_array_equal(partitioned, inlined)
+
+
+def test_an_op_the_layout_pass_may_change_keeps_partitioned_calls():
+  backend = simd_collective.CollectiveBackend(DEVICES[:4])
+  w = tf.Variable([1.0, 2.0, 3.0])
+
+  def program():
+    x = tf.cast(backend.replica_pnum(), tf.float32) + w
+    # Cumsum: an op oneDNN's layout pass was not seen to leave unchanged.
+    return backend.allreduce_sum(tf.math.cumsum(x), [[0, 1, 2, 3]])
+
+  run = tf.function(lambda: backend.replicate(program, (), [0, 1, 2, 3]))
+  outputs = run()
+  expected = np.cumsum(np.array([1.0, 2.0, 3.0]) * 4 + 6.0)
+  for out in outputs:
+    np.testing.assert_array_equal(out.numpy(), expected)
+  graph_def = run.get_concrete_function().graph.as_graph_def()
+  calls = [n for n in graph_def.node if n.op == "StatefulPartitionedCall"]
+  assert len(calls) == 4
+  (name,) = {c.attr["f"].func.name for c in calls}
+  assert name.endswith(optimize_once.SUFFIX)
 
 
 def test_not_optimised_while_a_tape_records():

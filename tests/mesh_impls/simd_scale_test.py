@@ -144,6 +144,8 @@ def test_one_function_called_on_every_device():
   outputs, graph_def = _replicate_in_function(backend, program)
   for y in outputs:
     np.testing.assert_array_equal(y.numpy(), [56.0] * 3)  # 2 * (0 + .. + 7)
+  # Partitioned calls (not direct ones): the shared variable is on a device
+  # of its own.
   calls = [n for n in graph_def.node if n.op == "StatefulPartitionedCall"]
   assert sorted(n.device for n in calls) == sorted(
     tf.DeviceSpec.from_string(d).to_string() for d in DEVICES
@@ -270,7 +272,11 @@ def test_slices_passed_packed_one_input_per_variable():
   want = [2.0 * p + 1.0 for p in range(8)]
   assert [float(y[0]) for y in outputs] == want
   assert [float(v[1]) for v in slices] == want
-  calls = [n for n in graph_def.node if n.op == "StatefulPartitionedCall"]
+  # Called directly (ops of the function's type): every resource input
+  # is on the call's device.
+  (function,) = graph_def.library.function
+  assert not [n for n in graph_def.node if "PartitionedCall" in n.op]
+  calls = [n for n in graph_def.node if n.op == function.signature.name]
   assert len(calls) == 8
   placeholders = {n.name for n in graph_def.node if n.op == "Placeholder"}
   # Inputs: the pnum, the packed slices (one input for all calls) and the

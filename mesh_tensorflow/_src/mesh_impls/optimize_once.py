@@ -26,14 +26,32 @@ that it rewrites it as it would there:
   (its side effects: assignments, collectives) are the nodes Grappler
   keeps.
 
+Calling the optimised copy with a `StatefulPartitionedCall` makes each
+device's call instantiate it as a multi-device function: copy it into a
+graph, run the pre- and post-placement passes (XLA's among them), place and
+partition it, copy it again for the device, optimise it with TensorFlow's
+classic graph optimiser and build its executor. When `direct` is set, the
+copy is instead called as an op of its own type (a direct call), which
+TensorFlow runs as a function of the call's device only: it skips the
+passes, placement and partitioning (about two thirds of a call's first
+run). Of those, only oneDNN's layout pass (`MklLayoutRewritePass`, on when
+oneDNN is) changes what runs: it makes `MatMul`, `Einsum` and `Softmax` of
+float32 the oneDNN kernels. The direct copy has these rewrites made in
+advance (`_MKL_RENAMES`, as the pass makes them), and `direct` is set only
+for bodies whose every op is one of those or of `_KEPT_BY_LAYOUT_PASS`,
+ops the pass was seen to leave as they are (other ops, or other dtypes of
+the renamed ones, keep the partitioned calls).
+
 Use: `optimized = optimize_function(concrete, config, "/cpu:0")`, add
-`optimized` to the caller's graph and call `optimized.name` with
-`calls_config(config)` as each call's config_proto (see simd_collective).
+`optimized.function` to the caller's graph and, if `optimized.direct`, make
+ops of type `optimized.function.name` (only attributes starting with `_`),
+else call it with `StatefulPartitionedCall` and `calls_config(config)` as
+each call's config_proto (see simd_collective).
 """
 
 from __future__ import annotations
 
-from typing import List
+from typing import List, NamedTuple, Optional
 
 from absl import logging
 import tensorflow as tf
@@ -49,6 +67,7 @@ from tensorflow.python.eager.polymorphic_function import atomic_function  # pyli
 from tensorflow.python.grappler import cluster as grappler_cluster  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.grappler import tf_optimizer  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.ops import handle_data_util  # pylint: disable=g-direct-tensorflow-import
+from tensorflow.python.util import _pywrap_util_port  # pylint: disable=g-direct-tensorflow-import
 
 __all__ = ["calls_config", "optimize_function"]
 
@@ -57,6 +76,47 @@ SUFFIX = "_optimized_once"
 # Attribute that tells the input placeholders apart (see the module doc).
 _INPUT_ATTR = "_optimize_once_input"
 _RETVAL_PREFIX = "optimize_once_retval_"
+# The kernel label oneDNN's layout pass gives the ops it renames.
+_MKL_LABEL = b"MklNameChangeOp"
+# Ops (of float32, attribute T) oneDNN's layout pass renames: their names then.
+_MKL_RENAMES = {
+  "MatMul": "_MklMatMul",
+  "Einsum": "_MklEinsum",
+  "Softmax": "_MklSoftmax",
+}
+# Ops oneDNN's layout pass was seen to leave unchanged (TF 2.21, its log at
+# TF_CPP_VMODULE=mkl_layout_pass=2: the benchmark's transformer step, and a
+# float32 function of each of these ops, in which it renamed only MatMul,
+# BatchMatMulV2, Einsum, Softmax and Transpose). A body with any other op
+# keeps the partitioned calls.
+_KEPT_BY_LAYOUT_PASS = frozenset(
+  """
+  _Arg _Retval Placeholder NoOp Identity Const
+  Abs Add AddN AddV2 All Any ArgMax AssignAddVariableOp AssignSubVariableOp
+  AssignVariableOp BroadcastArgs BroadcastTo Cast Ceil
+  CollectiveAllToAllV2 CollectiveGatherV2 CollectiveReduceV2 Cos
+  DivNoNan EnsureShape Equal Exp ExpandDims Fill Floor FloorDiv FloorMod
+  GatherV2 Greater GreaterEqual Less LessEqual Log LogicalAnd LogicalNot
+  LogicalOr Max Maximum Mean Min Minimum Mul Neg NotEqual OneHot Pack Pow
+  Prod Range ReadVariableOp RealDiv Reciprocal Relu ReluGrad Reshape Rsqrt
+  Select SelectV2 Shape Sigmoid Sign Sin Slice Sqrt Square Squeeze
+  StopGradient StridedSlice Sub Sum Tanh Tile Unpack ZerosLike
+  """.split()
+)
+
+
+class Optimized(NamedTuple):
+  """A function optimised once (see the module).
+
+  Attributes:
+    function: the optimised copy (an AtomicFunction registered in the eager
+      context).
+    direct: whether to call it directly (an op of its own type), not with
+      `StatefulPartitionedCall`.
+  """
+
+  function: object
+  direct: bool
 
 
 def calls_config(config_proto: bytes) -> bytes:
@@ -67,7 +127,9 @@ def calls_config(config_proto: bytes) -> bytes:
   return config.SerializeToString()
 
 
-def optimize_function(concrete, config_proto: bytes, device: str):
+def optimize_function(
+  concrete, config_proto: bytes, device: str, direct: bool = True
+) -> Optional[Optimized]:
   """The optimised, not inlined copy of a traced function (see the module).
 
   Args:
@@ -75,11 +137,12 @@ def optimize_function(concrete, config_proto: bytes, device: str):
     config_proto: the serialized ConfigProto of its calls (the Grappler
       passes to run).
     device: a device of the calls (its type matters).
+    direct: whether the copy may be made for direct calls (see the module).
 
   Returns:
-    the copy (an AtomicFunction, registered in the eager context, to be
-    added to the callers' graph), or None if the optimised graph needs
-    functions the original does not (then call the original).
+    the copy, to be added to the callers' graph, and how to call it; or None
+    if the optimised graph needs functions the original does not (then call
+    the original).
   """
   graph = concrete.graph
   forward = concrete._delayed_rewrite_functions.forward()  # pylint: disable=protected-access
@@ -134,12 +197,40 @@ def optimize_function(concrete, config_proto: bytes, device: str):
   if not _uses_only(optimized, known_functions):
     logging.info("%s: Grappler made new functions; calling the original", name)
     return None
-  return _register(
-    name,
-    _function_graph(optimized, body, graph, placed, full_device),
-    graph,
-    forward,
+  function_graph = _function_graph(optimized, body, graph, placed, full_device)
+  direct = (
+    direct
+    and not body.library.function
+    and _for_direct_calls(function_graph[0], _pywrap_util_port.IsMklEnabled())
   )
+  return Optimized(_register(name, function_graph, graph, forward), direct)
+
+
+def _for_direct_calls(graph_def: graph_pb2.GraphDef, mkl: bool) -> bool:
+  """Readies graph_def's nodes for direct calls if it can (see the module).
+
+  Args:
+    graph_def: the optimised body; with `mkl`, its ops that oneDNN's layout
+      pass would rename are renamed (when it returns True).
+    mkl: whether oneDNN's layout pass runs (oneDNN is on).
+
+  Returns:
+    whether the body may be called directly.
+  """
+  renamed = []
+  for node in graph_def.node:
+    if node.op in _MKL_RENAMES:
+      dtype = node.attr["T"].type if "T" in node.attr else None
+      if dtype != tf.float32.as_datatype_enum or "_kernel" in node.attr:
+        return False
+      renamed.append(node)
+    elif node.op not in _KEPT_BY_LAYOUT_PASS:
+      return False
+  if mkl:
+    for node in renamed:
+      node.op = _MKL_RENAMES[node.op]
+      node.attr["_kernel"].s = _MKL_LABEL
+  return True
 
 
 def _full_device_name(device: str) -> str:

@@ -7,7 +7,8 @@ replica's device (`tf.device`); the replicas talk with TF's collective ops
 lowering and tracing time therefore grow with the number of replicas only
 by one call op per replica (see _ReplicaCaller) and the replicas' slice
 variables, not by the program. Grappler optimises that function once too
-(optimize_once), and each call runs the optimised graph without inlining.
+(optimize_once), and each call runs the optimised graph without inlining,
+as a direct call where it can (a function of the call's device only).
 
 - what differs between replicas is an input of the traced function: the pnum
   (collective group keys, rank orders and the like are looked up in constant
@@ -248,6 +249,7 @@ class CollectiveBackend(simd_backend.SimdBackend):
     *,
     timeout_seconds: float = 0.0,
     optimize_once: bool = True,
+    direct_calls: bool = True,
   ):
     """Prepares collectives among `devices`.
 
@@ -263,6 +265,10 @@ class CollectiveBackend(simd_backend.SimdBackend):
         program with Grappler once, not once per device when the step first
         runs (see optimize_once); False lets TensorFlow inline the program
         into the step once per device, as before.
+      direct_calls: with optimize_once, call the optimised program as an op
+        of its own type where it can, not with `StatefulPartitionedCall`
+        (each device's first call then skips placement, partitioning and
+        the graph passes; see optimize_once). False: the partitioned calls.
     """
     self._devices = list(devices)
     device_types = {
@@ -271,6 +277,7 @@ class CollectiveBackend(simd_backend.SimdBackend):
     }
     self._communication_hint = "nccl" if device_types == {"GPU"} else "auto"
     self._optimize_once = optimize_once and device_types == {"CPU"}
+    self._direct_calls = direct_calls
     self._timeout = float(timeout_seconds)
     if self._timeout > 0:
       logging.warning(
@@ -444,6 +451,7 @@ class CollectiveBackend(simd_backend.SimdBackend):
       optimize_on=(
         self._devices[physical_pnums[0]] if self._optimizes_once() else None
       ),
+      direct=self._direct_calls,
     )
     outputs = []
     try:
@@ -867,9 +875,19 @@ class _ReplicaCaller:
     optimize_on: a device of the calls: call the function optimised there
       by Grappler once, not inlined (see optimize_once); None: the calls
       are inlined and optimised with the step, once per call.
+    direct: with optimize_on, call the optimised function directly (an op
+      of its type) if optimize_once allows it and every resource input is
+      on the call's device (packed slices and ordering tokens): a direct
+      call runs its whole body on its own device, where a partitioned call
+      reads a resource on another device there. A direct call's op needs
+      the function in the graph when it is made, so the function is added
+      before the first call, and the calls are marked
+      `_disable_call_shape_inference`.
   """
 
-  def __init__(self, concrete, packed=(), written=(), optimize_on=None):
+  def __init__(
+    self, concrete, packed=(), written=(), optimize_on=None, direct=True
+  ):
     self._concrete = concrete
     self._captured = list(concrete.captured_inputs)
     self._taped = record.could_possibly_record()
@@ -877,6 +895,12 @@ class _ReplicaCaller:
     self._outputs = list(graph.outputs)
     dtypes = [t.dtype.as_datatype_enum for t in graph.inputs]
     first = len(graph.inputs) - len(self._captured)
+    packed, written = list(packed), list(written)
+    on_call_device = all(
+      (packed and packed[i]) or (written and written[i])
+      for i, c in enumerate(self._captured)
+      if c.dtype == tf.resource
+    )
     read_only = set(acd_utils.get_read_only_resource_input_indices_graph(graph))
     read_only |= {first + i for i, p in enumerate(packed) if p}
     read_only -= {first + i for i, w in enumerate(written) if w}
@@ -900,22 +924,43 @@ class _ReplicaCaller:
     ):
       self._attrs[key] = attr_value_pb2.AttrValue(s=tf.compat.as_bytes(value))
     self._optimized = None
+    self._op_type = "StatefulPartitionedCall"
+    self._added_to = None
     if optimize_on is not None and not self._taped:
-      self._optimize(optimize_on)
+      self._optimize(optimize_on, direct and on_call_device)
 
-  def _optimize(self, device: str) -> None:
+  def _optimize(self, device: str, direct: bool) -> None:
     """Makes the calls call the function optimised once (optimize_once)."""
     config = self._attrs["config_proto"].s
-    optimized = optimize_once.optimize_function(self._concrete, config, device)
+    optimized = optimize_once.optimize_function(
+      self._concrete, config, device, direct
+    )
     if optimized is None:
       return
-    self._optimized = optimized
+    self._optimized = optimized.function
+    if optimized.direct:
+      # A direct call takes only the attributes of the function's signature
+      # (none) and private ones; it runs no Grappler, so no config_proto.
+      self._op_type = optimized.function.name
+      self._attrs = {k: v for k, v in self._attrs.items() if k[0] == "_"}
+      # The function is in the graph before the calls: without this, making
+      # each call would infer the shapes of its whole body (the outputs get
+      # the trace's shapes instead, in __call__).
+      self._attrs["_disable_call_shape_inference"] = attr_value_pb2.AttrValue(
+        b=True
+      )
+      return
     self._attrs["f"] = attr_value_pb2.AttrValue(
-      func=attr_value_pb2.NameAttrList(name=optimized.name)
+      func=attr_value_pb2.NameAttrList(name=optimized.function.name)
     )
     self._attrs["config_proto"] = attr_value_pb2.AttrValue(
       s=optimize_once.calls_config(config)
     )
+
+  @property
+  def op_type(self) -> str:
+    """The type of the call ops (StatefulPartitionedCall or the function)."""
+    return tf.compat.as_str(self._op_type)
 
   def __call__(self, pnum: tf.Tensor, captured: Sequence) -> List[tf.Tensor]:
     """The outputs of one call, with `captured` as the captured inputs."""
@@ -923,9 +968,11 @@ class _ReplicaCaller:
       self._concrete.set_external_captures(list(captured))
       return self._concrete(pnum)
     graph = tf.compat.v1.get_default_graph()
+    if self._op_type != "StatefulPartitionedCall":
+      self._add_optimized(graph)
     inputs = [pnum] + [tf.convert_to_tensor(c) for c in captured]
     op = graph.create_op(
-      "StatefulPartitionedCall",
+      self.op_type,
       inputs,
       [t.dtype for t in self._outputs],
       name="replica_program",
@@ -944,10 +991,15 @@ class _ReplicaCaller:
     if self._taped:
       self._concrete.set_external_captures(self._captured)
     elif self._optimized is not None:
-      graph = tf.compat.v1.get_default_graph()
-      graph._add_function_recursive(self._optimized)  # pylint: disable=protected-access
+      self._add_optimized(tf.compat.v1.get_default_graph())
     else:
       self._concrete.add_to_graph(tf.compat.v1.get_default_graph())
+
+  def _add_optimized(self, graph) -> None:
+    """Adds the optimised function to `graph` (once)."""
+    if self._added_to is not graph:
+      graph._add_function_recursive(self._optimized)  # pylint: disable=protected-access
+      self._added_to = graph
 
 
 class _PackedSlices:
