@@ -128,11 +128,11 @@ def main():
   )
   args = parser.parse_args()
   sys.path.insert(0, REPO)
-  from transformer._src.driver import cluster  # pylint: disable=g-import-not-at-top
+  from transformer._src.driver import cluster_spec  # pylint: disable=g-import-not-at-top
 
   with tempfile.TemporaryDirectory() as tmp:
     tfds_dir = os.path.join(tmp, "tfds")
-    addresses = ["localhost:%d" % p for p in cluster.free_local_ports(2)]
+    addresses = ["localhost:%d" % p for p in cluster_spec.free_local_ports(2)]
     workers = start_workers(addresses, tmp)
     try:
       rows = [

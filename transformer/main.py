@@ -152,6 +152,7 @@ def main(_) -> None:
   from transformer import dataset  # pylint: disable=g-import-not-at-top,unused-import
   from transformer import utils  # pylint: disable=g-import-not-at-top
   from transformer._src.driver import cluster  # pylint: disable=g-import-not-at-top
+  from transformer._src.driver import cluster_spec  # pylint: disable=g-import-not-at-top
 
   for module in FLAGS.module_import or []:
     importlib.import_module(module)
@@ -180,7 +181,7 @@ def main(_) -> None:
       model_dir=FLAGS.model_dir,
       **run_kwargs,
     )
-  except cluster.TaskUnavailableError as e:
+  except cluster_spec.TaskUnavailableError as e:
     # Says which task is gone and which checkpoint a new run resumes from.
     # (gin appends a line naming the configurable: left out.)
     sys.exit("transformer.main: %s" % str(e).splitlines()[0])

@@ -1,4 +1,5 @@
-"""Tests of the driver's checkpoint layer (_src/driver/checkpoints.py).
+"""Tests of the driver's checkpoint layer (_src/driver/checkpoints.py,
+checkpoint_restore.py and checkpoint_names.py).
 
 Checkpoints must be standard TF V2 bundles with the original's names and full
 shapes (tf.train.list_variables reads them), keep master dtypes (bf16), rotate
@@ -18,6 +19,8 @@ import mesh_tensorflow as mtf
 from tests import mesh_test_util as mtu
 from transformer import transformer_layers  # noqa: F401  (gin registrations)
 from transformer import utils
+from transformer._src.driver import checkpoint_names
+from transformer._src.driver import checkpoint_restore
 from transformer._src.driver import checkpoints
 from transformer._src.models import bitransformer
 
@@ -79,7 +82,9 @@ def test_save_writes_exact_names_full_shapes_and_dtypes(tmp_path):
       var.numpy().astype(np.float64),
       err_msg=name,
     )
-  assert checkpoints.list_checkpoint_variables(model_dir)["global_step"] == (
+  assert checkpoint_restore.list_checkpoint_variables(model_dir)[
+    "global_step"
+  ] == (
     [],
     tf.int64,
   )
@@ -163,7 +168,7 @@ def test_restore_reads_original_tf1_saver_checkpoints(tmp_path):
   assert latest == moved_dir + "/model.ckpt-42"
   targets = {n: _var(np.zeros(v.shape)) for n, v in values.items()}
   targets["global_step"] = _var(0, tf.int64)
-  restored = checkpoints.restore(moved_dir, targets)
+  restored = checkpoint_restore.restore(moved_dir, targets)
   assert restored == sorted(targets)
   assert int(targets["global_step"].numpy()) == 42
   for name, value in values.items():
@@ -195,7 +200,7 @@ def test_restore_reads_multi_shard_bundles(tmp_path):
   )
   assert "model.ckpt-8.data-00001-of-00002" in _dir_files(tmp_path)
   targets = {"a": _var([0.0, 0.0]), "b": _var([0.0])}
-  checkpoints.restore(prefix, targets)
+  checkpoint_restore.restore(prefix, targets)
   np.testing.assert_array_equal(targets["a"].numpy(), [1.0, 2.0])
   np.testing.assert_array_equal(targets["b"].numpy(), [3.0])
 
@@ -211,7 +216,7 @@ def test_restore_casts_bf16_and_f32_per_variable(tmp_path):
     model_dir, 1, {"a": _var(value, tf.bfloat16), "b": _var(value + 0.001)}
   )
   targets = {"a": _var(np.zeros(3)), "b": _var(np.zeros(3), tf.bfloat16)}
-  checkpoints.restore(model_dir + "/model.ckpt-1", targets)
+  checkpoint_restore.restore(model_dir + "/model.ckpt-1", targets)
   assert targets["a"].dtype == tf.float32
   np.testing.assert_array_equal(targets["a"].numpy(), value)
   np.testing.assert_array_equal(
@@ -238,7 +243,7 @@ def test_restore_of_another_models_checkpoint_names_it_and_changes_nothing(
     match=r"model\.ckpt-5.*shared/embedding.*"
     r"\[128, 8\].*\[256, 8\]",
   ):
-    checkpoints.restore(model_dir, targets)
+    checkpoint_restore.restore(model_dir, targets)
   assert all(np.array_equal(before[n], v) for n, v in _values(targets).items())
   # Another model's names.
   other = {
@@ -250,7 +255,7 @@ def test_restore_of_another_models_checkpoint_names_it_and_changes_nothing(
     match=r"model\.ckpt-5.*lacks 2 of its 2.*"
     r"decoder/block_000/layer_000/SelfAttention/q",
   ):
-    checkpoints.restore(model_dir, other)
+    checkpoint_restore.restore(model_dir, other)
   np.testing.assert_array_equal(
     other["transformer/block_000/layer_000/SelfAttention/q"].numpy(), 1.0
   )
@@ -263,9 +268,9 @@ def test_restore_of_another_models_checkpoint_names_it_and_changes_nothing(
 def test_restore_allow_missing_restores_the_rest(tmp_path):
   checkpoints.save(str(tmp_path), 1, {"a": _var([1.0, 2.0])})
   targets = {"a": _var([0.0, 0.0]), "new": _var([9.0])}
-  assert checkpoints.restore(str(tmp_path), targets, allow_missing=True) == [
-    "a"
-  ]
+  assert checkpoint_restore.restore(
+    str(tmp_path), targets, allow_missing=True
+  ) == ["a"]
   np.testing.assert_array_equal(targets["a"].numpy(), [1.0, 2.0])
   np.testing.assert_array_equal(targets["new"].numpy(), [9.0])
 
@@ -278,7 +283,7 @@ def test_corrupt_index_is_a_value_error_naming_the_checkpoint(tmp_path):
     f.write(b"this is not an sstable" * 4)
   target = {"a": _var([5.0, 5.0])}
   with pytest.raises(ValueError, match=r"model\.ckpt-3.*corrupt"):
-    checkpoints.restore(model_dir, target)
+    checkpoint_restore.restore(model_dir, target)
   np.testing.assert_array_equal(target["a"].numpy(), [5.0, 5.0])
   assert open(index, "rb").read() == b"this is not an sstable" * 4
 
@@ -293,7 +298,7 @@ def test_corrupt_data_is_a_value_error_and_changes_nothing(tmp_path):
     f.truncate(100)  # "a" readable, "b" cut short
   target = {"a": _var(np.zeros(64)), "b": _var(np.zeros(64))}
   with pytest.raises(ValueError, match=r"model\.ckpt-3"):
-    checkpoints.restore(model_dir, target)
+    checkpoint_restore.restore(model_dir, target)
   assert not target["a"].numpy().any() and not target["b"].numpy().any()
 
 
@@ -301,9 +306,11 @@ def test_missing_checkpoint_errors_name_the_path(tmp_path):
   with pytest.raises(ValueError, match=r"no checkpoint in directory .*empty"):
     tmp_empty = tmp_path / "empty"
     tmp_empty.mkdir()
-    checkpoints.restore(str(tmp_empty), {"a": _var([1.0])})
+    checkpoint_restore.restore(str(tmp_empty), {"a": _var([1.0])})
   with pytest.raises(ValueError, match=r"model\.ckpt-9 not found"):
-    checkpoints.restore(str(tmp_path / "model.ckpt-9"), {"a": _var([1.0])})
+    checkpoint_restore.restore(
+      str(tmp_path / "model.ckpt-9"), {"a": _var([1.0])}
+    )
 
 
 def test_corrupt_state_file_is_an_error_and_save_writes_nothing(tmp_path):
@@ -368,7 +375,7 @@ def test_rotation_deletes_the_oldest_never_the_latest(
   ] == expected_steps
   assert len(_dir_files(model_dir)) == 1 + 2 * len(expected_steps)
   target = {"v": _var(-1.0)}
-  checkpoints.restore(model_dir, target)
+  checkpoint_restore.restore(model_dir, target)
   assert float(target["v"].numpy()) == 5.0
 
 
@@ -380,7 +387,7 @@ def test_saving_the_same_step_again_replaces_it(tmp_path):
   checkpoints.save(model_dir, 4, {"v": var}, keep_checkpoint_max=1)
   assert checkpoints.all_checkpoints(model_dir) == [model_dir + "/model.ckpt-4"]
   target = {"v": _var([0.0, 0.0])}
-  checkpoints.restore(model_dir, target)
+  checkpoint_restore.restore(model_dir, target)
   np.testing.assert_array_equal(target["v"].numpy(), [3.0, 4.0])
 
 
@@ -409,7 +416,7 @@ def test_crash_before_the_state_update_keeps_the_previous_latest(
     checkpoints.latest_checkpoint(model_dir) == model_dir + "/model.ckpt-10"
   )
   target = {"v": _var([0.0, 0.0])}
-  checkpoints.restore(model_dir, target)
+  checkpoint_restore.restore(model_dir, target)
   np.testing.assert_array_equal(target["v"].numpy(), [1.0, 1.0])
 
 
@@ -502,7 +509,7 @@ def test_init_from_checkpoint_with_filter_mapping_and_should_load(tmp_path):
   def mapping(name):
     return name.replace("transformer/", "encoder/")
 
-  loaded = checkpoints.init_from_checkpoint(
+  loaded = checkpoint_restore.init_from_checkpoint(
     model_dir,
     targets,
     variable_filter=r"^encoder/|embedding$",
@@ -531,12 +538,14 @@ def test_init_from_checkpoint_errors(tmp_path):
     match=r"model\.ckpt-1.*w: checkpoint shape "
     r"\[2, 3\], variable shape \[3, 2\]",
   ):
-    checkpoints.init_from_checkpoint(str(tmp_path), target)
+    checkpoint_restore.init_from_checkpoint(str(tmp_path), target)
   np.testing.assert_array_equal(target["w"].numpy(), np.ones([3, 2]))
   with pytest.raises(ValueError, match="bad variable_filter regex"):
-    checkpoints.init_from_checkpoint(str(tmp_path), target, "(")
+    checkpoint_restore.init_from_checkpoint(str(tmp_path), target, "(")
   # Everything filtered out: nothing loaded, no error.
-  assert checkpoints.init_from_checkpoint(str(tmp_path), target, "^x") == {}
+  assert (
+    checkpoint_restore.init_from_checkpoint(str(tmp_path), target, "^x") == {}
+  )
 
 
 def test_flexible_ckpt_init_mapping_skips_new_blocks(tmp_path):
@@ -550,7 +559,9 @@ def test_flexible_ckpt_init_mapping_skips_new_blocks(tmp_path):
   ckpt["decoder/rms_norm/scale"] = _var([7.0])
   ckpt["encoder/block_000/layer_001/DenseReluDense/wi/kernel"] = _var([8.0])
   checkpoints.save(model_dir, 1, ckpt)
-  fn = checkpoints.flexible_ckpt_init_mapping(new_layers={"decoder": [1, 3]})
+  fn = checkpoint_names.flexible_ckpt_init_mapping(
+    new_layers={"decoder": [1, 3]}
+  )
   assert fn("decoder/block_000/layer_000/SelfAttention/q") == (
     "decoder/block_000/layer_000/SelfAttention/q"
   )
@@ -565,12 +576,12 @@ def test_flexible_ckpt_init_mapping_skips_new_blocks(tmp_path):
     "encoder/block_001/layer_001/DenseReluDense/wi/kernel"
   )
   assert fn("decoder/rms_norm/scale") == "decoder/rms_norm/scale"
-  flat = checkpoints.flexible_ckpt_init_mapping(new_layers=[0])
+  flat = checkpoint_names.flexible_ckpt_init_mapping(new_layers=[0])
   assert flat("transformer/layer_002/DenseReluDense/wo/kernel") == (
     "transformer/layer_001/DenseReluDense/wo/kernel"
   )
   assert flat("block_001/layer_000/x") == "block_000/layer_000/x"
-  as_dict = checkpoints.flexible_ckpt_init_mapping(
+  as_dict = checkpoint_names.flexible_ckpt_init_mapping(
     model_dir, new_layers={"decoder": [1, 3]}, return_mapping_fn=False
   )
   assert as_dict == {
@@ -585,13 +596,13 @@ def test_flexible_ckpt_init_mapping_skips_new_blocks(tmp_path):
     "decoder/block_%03d/layer_000/SelfAttention/q" % b: _var([-1.0, -1.0])
     for b in range(5)
   }
-  checkpoints.init_from_checkpoint(model_dir, model, name_mapping=fn)
+  checkpoint_restore.init_from_checkpoint(model_dir, model, name_mapping=fn)
   assert [
     float(model["decoder/block_%03d/layer_000/SelfAttention/q" % b].numpy()[0])
     for b in range(5)
   ] == [0.0, -1.0, 1.0, -1.0, 2.0]
   with pytest.raises(ValueError, match="ckpt_path is required"):
-    checkpoints.flexible_ckpt_init_mapping(return_mapping_fn=False)
+    checkpoint_names.flexible_ckpt_init_mapping(return_mapping_fn=False)
 
 
 # ----------------------------------------------------------------------------
@@ -688,7 +699,7 @@ def test_restore_mtf_program_on_another_mesh(tmp_path, mesh_shape, layout):
   lowering_b, _ = _lower(store_b, _mlp, mesh_shape, layout)  # slices exist
   (y_fresh,) = _run(store_b, _mlp, mesh_shape, layout)
   assert not np.allclose(y_fresh, y_a, atol=1e-3)
-  restored = checkpoints.restore(path, store_b.masters)
+  restored = checkpoint_restore.restore(path, store_b.masters)
   assert restored == ["mlp/b", "mlp/w1", "mlp/w2"]
   lowering_b.copy_masters_to_slices()
   (y_b,) = _run(store_b, _mlp, mesh_shape, layout)
@@ -783,7 +794,7 @@ def test_transformer_checkpoint_names_dtypes_and_other_meshes(tmp_path):
         layout_b,
       )
       assert abs(lowering_b.export_to_tf_tensor(fresh).numpy() - loss_a) > 1e-3
-      checkpoints.restore(path, store_b.masters)
+      checkpoint_restore.restore(path, store_b.masters)
       lowering_b.copy_masters_to_slices()
       (loss_b,) = _run(
         store_b,

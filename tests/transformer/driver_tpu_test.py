@@ -25,7 +25,7 @@ from transformer import dataset as dataset_lib
 from transformer import utils
 from transformer import vocabulary
 from transformer._src.driver import checkpoints
-from transformer._src.driver import cluster
+from transformer._src.driver import cluster_spec
 from transformer._src.driver import evaluation
 from transformer._src.driver import run as driver_run
 from transformer._src.driver import tpu
@@ -258,7 +258,7 @@ def test_a_mesh_that_does_not_fit_the_topology_is_a_clear_error():
 
 
 def test_unreachable_tpu_address_is_a_clear_error():
-  port = cluster.free_local_ports(1)[0]
+  port = cluster_spec.free_local_ports(1)[0]
   address = "grpc://127.0.0.1:%d" % port
   with pytest.raises(
     tpu_connection.TpuConnectionError,
@@ -361,7 +361,7 @@ def test_setup_tpu_resolves_connects_initialises_and_plans(monkeypatch):
 def test_setup_tpu_with_an_unreachable_worker_names_the_tpu(monkeypatch):
   # One of the resolved workers does not accept connections: nothing is
   # connected or initialised (connecting would wait forever).
-  port = cluster.free_local_ports(1)[0]
+  port = cluster_spec.free_local_ports(1)[0]
   calls = []
 
   class FakeResolver:
@@ -1203,7 +1203,7 @@ def test_run_with_a_tpu_trains_with_the_tpu_loop(tmp_path, monkeypatch):
 
 
 def test_run_with_an_unreachable_tpu_fails_before_building(tmp_path):
-  port = cluster.free_local_ports(1)[0]
+  port = cluster_spec.free_local_ports(1)[0]
   with pytest.raises(tpu_connection.TpuConnectionError, match="is unreachable"):
     run_with_tpu(tmp_path, "grpc://127.0.0.1:%d" % port)
   assert not list(tmp_path.iterdir())

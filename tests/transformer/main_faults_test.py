@@ -18,6 +18,7 @@ import pytest
 import tensorflow as tf
 
 from tests.transformer import main_test
+from transformer._src.driver import checkpoint_restore
 from transformer._src.driver import checkpoints
 from transformer._src.driver import model_dir_lock
 
@@ -297,7 +298,7 @@ def test_non_finite_checkpoints_are_not_saved_or_restored(tmp_path):
   )
   v = tf.Variable([0.0, 0.0])
   with pytest.raises(ValueError, match="model.ckpt-2: 1 of 1 tensors"):
-    checkpoints.restore(model_dir, {"w": v})
+    checkpoint_restore.restore(model_dir, {"w": v})
   np.testing.assert_array_equal(v.numpy(), [0.0, 0.0])
-  checkpoints.restore(model_dir, {"w": v}, allow_non_finite=True)
+  checkpoint_restore.restore(model_dir, {"w": v}, allow_non_finite=True)
   assert np.isnan(v.numpy()[1])

@@ -34,6 +34,7 @@ import pytest
 import tensorflow as tf
 
 from transformer._src.driver import cluster
+from transformer._src.driver import cluster_spec
 
 REPO = os.path.dirname(
   os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -132,7 +133,7 @@ def fixture_tfds_dir(tmp_path_factory):
 
 @pytest.fixture(name="workers")
 def fixture_workers(tmp_path):
-  addresses = ["localhost:%d" % p for p in cluster.free_local_ports(2)]
+  addresses = ["localhost:%d" % p for p in cluster_spec.free_local_ports(2)]
   workers = []
   try:
     for index in range(2):
@@ -538,9 +539,10 @@ def test_stalled_worker_is_named_and_a_restart_resumes(
 CONNECT_FOR_COLLECTIVES = """
 import sys
 from transformer._src.driver import cluster
+from transformer._src.driver import cluster_spec
 try:
   cluster.connect(sys.argv[1], collectives=True)
-except cluster.TaskUnavailableError as e:
+except cluster_spec.TaskUnavailableError as e:
   sys.exit(str(e))
 """
 
@@ -599,10 +601,10 @@ def test_restarted_task_is_named_before_any_collective(workers, tmp_path):
 
 
 def test_unreachable_worker_is_named(tmp_path):
-  port = cluster.free_local_ports(1)[0]
+  port = cluster_spec.free_local_ports(1)[0]
   start = time.monotonic()
   with pytest.raises(
-    cluster.TaskUnavailableError,
+    cluster_spec.TaskUnavailableError,
     match=r"cannot reach task /job:worker/task:0 at localhost:%d within 1 s"
     % port,
   ):
@@ -613,7 +615,7 @@ def test_unreachable_worker_is_named(tmp_path):
 def test_unreachable_worker_stops_the_trainer_writing_nothing(tmp_path):
   # Through the command line: the trainer gives up after --cluster_timeout
   # with one line naming the task and its address, and writes no checkpoint.
-  port = cluster.free_local_ports(1)[0]
+  port = cluster_spec.free_local_ports(1)[0]
   model_dir = tmp_path / "model"
   start = time.monotonic()
   refused = _train(
@@ -674,7 +676,7 @@ time.sleep(600)
 
 
 def test_other_tensorflow_version_is_named(tmp_path):
-  address = "localhost:%d" % cluster.free_local_ports(1)[0]
+  address = "localhost:%d" % cluster_spec.free_local_ports(1)[0]
   worker = Worker(
     [address],
     0,
@@ -706,33 +708,33 @@ def test_other_tensorflow_version_is_named(tmp_path):
 
 
 def test_parse_cluster():
-  assert cluster.parse_cluster("h0:2222, h1:2223") == {
+  assert cluster_spec.parse_cluster("h0:2222, h1:2223") == {
     "worker": ["h0:2222", "h1:2223"]
   }
-  assert cluster.parse_cluster('{"worker": ["h0:1"], "ps": ["h1:2"]}') == {
+  assert cluster_spec.parse_cluster('{"worker": ["h0:1"], "ps": ["h1:2"]}') == {
     "worker": ["h0:1"],
     "ps": ["h1:2"],
   }
   with pytest.raises(ValueError, match="task /job:worker: address 'h0'"):
-    cluster.parse_cluster("h0")
+    cluster_spec.parse_cluster("h0")
   with pytest.raises(ValueError, match="names no task"):
-    cluster.parse_cluster("")
+    cluster_spec.parse_cluster("")
 
 
 def test_cluster_resolver_reads_tf_config(monkeypatch):
   monkeypatch.delenv("TF_CONFIG", raising=False)
-  assert cluster.cluster_resolver(None) is None
+  assert cluster_spec.cluster_resolver(None) is None
   monkeypatch.setenv(
     "TF_CONFIG",
     '{"cluster": {"worker": ["h0:1", "h1:2"]}, '
     '"task": {"type": "worker", "index": 1}}',
   )
-  resolver = cluster.cluster_resolver(None)
+  resolver = cluster_spec.cluster_resolver(None)
   assert isinstance(
     resolver, tf.distribute.cluster_resolver.TFConfigClusterResolver
   )
   assert resolver.cluster_spec().as_dict() == {"worker": ["h0:1", "h1:2"]}
   assert (resolver.task_type, resolver.task_id) == ("worker", 1)
   # An explicit cluster wins over TF_CONFIG.
-  explicit = cluster.cluster_resolver("h2:3")
+  explicit = cluster_spec.cluster_resolver("h2:3")
   assert explicit.cluster_spec().as_dict() == {"worker": ["h2:3"]}

@@ -21,7 +21,8 @@ import pytest
 import tensorflow as tf
 
 from tests.transformer import multihost_test
-from transformer._src.driver import cluster
+from transformer._src.driver import cluster_failures
+from transformer._src.driver import cluster_spec
 from transformer._src.driver import task_watchdog
 
 REPO = os.path.dirname(
@@ -45,7 +46,7 @@ def fixture_server_address(tmp_path_factory):
   A process of its own: a server in the test process would listen on its
   port until the process ends.
   """
-  address = "localhost:%d" % cluster.free_local_ports(1)[0]
+  address = "localhost:%d" % cluster_spec.free_local_ports(1)[0]
   server = multihost_test.Worker(
     [address], 0, str(tmp_path_factory.mktemp("server"))
   )
@@ -61,7 +62,7 @@ def test_task_answers_tells_answering_stalled_and_absent_tasks(
     start = time.monotonic()
     assert task_watchdog.task_answers(address, 1.0) is None
     assert time.monotonic() - start < 5
-  port = cluster.free_local_ports(1)[0]
+  port = cluster_spec.free_local_ports(1)[0]
   assert task_watchdog.task_answers("localhost:%d" % port, 1.0) is False
 
 
@@ -108,11 +109,11 @@ def _run(
 
 
 def test_stalled_task_fails_the_run_naming_it(tmp_path, server_address):
-  run = cluster.names_unavailable_tasks(_run)
+  run = cluster_failures.names_unavailable_tasks(_run)
   with _silent_task() as address:
     addresses = "%s,%s" % (server_address, address)
     start = time.monotonic()
-    with pytest.raises(cluster.TaskUnavailableError) as raised:
+    with pytest.raises(cluster_spec.TaskUnavailableError) as raised:
       run(str(tmp_path), addresses, stall_timeout=2.0)
     seconds = time.monotonic() - start
   assert str(raised.value) == (
@@ -130,12 +131,12 @@ def test_stalled_task_fails_the_run_naming_it(tmp_path, server_address):
 def test_stall_timeout_defaults_to_cluster_timeout_and_zero_turns_it_off(
   tmp_path, server_address
 ):
-  run = cluster.names_unavailable_tasks(_run)
+  run = cluster_failures.names_unavailable_tasks(_run)
   with _silent_task() as address:
     addresses = "%s,%s" % (server_address, address)
     # With collective ops the other tasks are named too.
     with pytest.raises(
-      cluster.TaskUnavailableError,
+      cluster_spec.TaskUnavailableError,
       match=r"for 2 s .* restart the task and task /job:worker/task:0 at %s "
       r"too \(their collective ops may still hold the stalled run's state"
       % server_address,

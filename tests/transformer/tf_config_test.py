@@ -21,7 +21,7 @@ import pytest
 import tensorflow as tf
 
 from tests.transformer import multihost_test
-from transformer._src.driver import cluster
+from transformer._src.driver import cluster_spec
 
 
 def _trainer_env(tf_config):
@@ -71,7 +71,7 @@ def test_tf_config_starts_workers_and_places_the_trainer(
   The trainer's TF_CONFIG names the cluster and no task (a client) or a
   "chief" task of its own (it serves that task itself).
   """
-  ports = cluster.free_local_ports(3)
+  ports = cluster_spec.free_local_ports(3)
   addresses = ["localhost:%d" % p for p in ports[:2]]
   workers = []
   try:

@@ -1,4 +1,4 @@
-"""Checkpoints of the transformer driver: mesh-independent TF V2 bundles.
+"""The driver's checkpoint files: mesh-independent TF V2 bundles, saving.
 
 A checkpoint is `<model_dir>/model.ckpt-<step>.index` plus
 `model.ckpt-<step>.data-00000-of-00001`, the standard TensorFlow "V2" bundle,
@@ -9,7 +9,8 @@ full-shape, so a checkpoint does not depend on the mesh shape or layout that
 wrote it: restoring the masters and re-slicing them (a new lowering, or
 `Lowering.copy_masters_to_slices`) gives the same model on any mesh.
 `tf.train.list_variables` / `tf.train.load_checkpoint` read these files, and
-`restore` reads checkpoints written by the original (TF1 `Saver`, sharded).
+checkpoint_restore reads them (and those written by the original, TF1
+`Saver`, sharded) into variables.
 
 Beside the bundles, the `checkpoint` state file (a CheckpointState text proto,
 read and written with tf.train.get_checkpoint_state / update_checkpoint_state)
@@ -19,8 +20,6 @@ Saving is atomic: tensors are written under a temporary directory inside
 model_dir, the data file then the index are renamed into place, and only then
 is the state file replaced (TF writes a temporary file and renames it). A
 crash at any point leaves the previous latest checkpoint named and intact.
-Restoring checks every name and shape before assigning anything, so a failed
-restore changes no variable and touches no file.
 
 Values with inf or nan (a diverged model) are neither saved nor restored
 unless allowed (`allow_non_finite_checkpoints`): a save that refuses writes
@@ -40,11 +39,6 @@ Example:
   'model.ckpt-100'
   >>> sorted(tf.train.list_variables(path))
   [('decoder/w', [1, 2]), ('global_step', [])]
-  >>> _ = w.assign([[0.0, 0.0]])
-  >>> restore(model_dir, {"decoder/w": w})  # the latest checkpoint
-  ['decoder/w']
-  >>> w.numpy()
-  array([[1., 2.]], dtype=float32)
 """
 
 from __future__ import annotations
@@ -52,17 +46,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import (
-  Callable,
-  Dict,
-  Iterable,
-  List,
-  Mapping,
-  Optional,
-  Sequence,
-  Tuple,
-  Union,
-)
+from typing import Iterable, List, Mapping, Optional, Sequence, Tuple
 import uuid
 
 from absl import logging
@@ -77,21 +61,17 @@ __all__ = [
   "allow_non_finite_checkpoints",
   "checkpoint_prefix",
   "checkpoint_steps",
-  "flexible_ckpt_init_mapping",
-  "init_from_checkpoint",
   "latest_checkpoint",
-  "list_checkpoint_variables",
   "non_finite_names",
-  "restore",
   "save",
 ]
 
 CHECKPOINT_BASENAME = "model.ckpt"
 STATE_FILENAME = "checkpoint"
 _TMP_DIR_PREFIX = ".ckpt-tmp-"
-_INDEX_SUFFIX = ".index"
+INDEX_SUFFIX = ".index"
 _STEP_RE = re.compile(r"^model\.ckpt-(\d+)\.index$")
-_MAX_NAMES_IN_ERROR = 10
+MAX_NAMES_IN_ERROR = 10
 
 gfile = tf.io.gfile
 VariableMap = Mapping[str, tf.Variable]
@@ -118,15 +98,15 @@ def _basename(path: str) -> str:
   return path.rsplit("/", 1)[-1]
 
 
-def _bundle_exists(prefix: str) -> bool:
-  return gfile.exists(prefix + _INDEX_SUFFIX)
+def bundle_exists(prefix: str) -> bool:
+  return gfile.exists(prefix + INDEX_SUFFIX)
 
 
 def _bundle_files(prefix: str) -> List[str]:
   """The index and data files of the bundle at `prefix` that exist."""
   files = gfile.glob(prefix + ".data-?????-of-?????")
-  if gfile.exists(prefix + _INDEX_SUFFIX):
-    files.append(prefix + _INDEX_SUFFIX)
+  if gfile.exists(prefix + INDEX_SUFFIX):
+    files.append(prefix + INDEX_SUFFIX)
   return files
 
 
@@ -188,7 +168,7 @@ def _absolute(model_dir: str, path: str) -> str:
   ones to model_dir); a stale absolute path that no longer exists (model_dir
   was moved) is looked up in model_dir by basename.
   """
-  if not _bundle_exists(path) and _bundle_exists(
+  if not bundle_exists(path) and bundle_exists(
     _join(model_dir, _basename(path))
   ):
     return _join(model_dir, _basename(path))
@@ -242,7 +222,7 @@ def latest_checkpoint(model_dir: str) -> Optional[str]:
   candidates = ([state.latest] if state.latest else []) + state.paths[::-1]
   for i, path in enumerate(candidates):
     path = _absolute(model_dir, path)
-    if _bundle_exists(path):
+    if bundle_exists(path):
       if i:
         logging.warning(
           "checkpoint %s named by %s/%s is missing; using %s",
@@ -261,7 +241,7 @@ def all_checkpoints(model_dir: str) -> List[str]:
   if state is None:
     return []
   paths = [_absolute(model_dir, p) for p in state.paths]
-  return [p for p in paths if _bundle_exists(p)]
+  return [p for p in paths if bundle_exists(p)]
 
 
 def checkpoint_steps(model_dir: str) -> List[int]:
@@ -318,7 +298,15 @@ def non_finite_names(tensors: Mapping[str, object]) -> List[str]:
   return bad
 
 
-def _check_finite(
+def names_text(names: Iterable[str]) -> str:
+  names = list(names)
+  shown = ", ".join(names[:MAX_NAMES_IN_ERROR])
+  if len(names) > MAX_NAMES_IN_ERROR:
+    shown += ", ... (%d in all)" % len(names)
+  return shown
+
+
+def check_finite(
   what: str, tensors: Mapping[str, object], allow: Optional[bool]
 ) -> None:
   """Raises ValueError naming the non-finite tensors unless allowed."""
@@ -329,13 +317,13 @@ def _check_finite(
     return
   if allow:
     logging.warning(
-      "%s: %d tensors hold inf/nan: %s", what, len(bad), _names_text(bad)
+      "%s: %d tensors hold inf/nan: %s", what, len(bad), names_text(bad)
     )
     return
   raise ValueError(
     "%s: %d of %d tensors hold inf/nan values: %s (a diverged model; bind "
     "allow_non_finite_checkpoints.allow = True to use them anyway)"
-    % (what, len(bad), len(tensors), _names_text(bad))
+    % (what, len(bad), len(tensors), names_text(bad))
   )
 
 
@@ -374,19 +362,19 @@ def _move_bundle(src: str, dst: str) -> None:
   complete as soon as its index exists. An existing bundle at dst (the same
   step saved again) loses its index first so it is never read half-replaced.
   """
-  if gfile.exists(dst + _INDEX_SUFFIX):
-    gfile.remove(dst + _INDEX_SUFFIX)
+  if gfile.exists(dst + INDEX_SUFFIX):
+    gfile.remove(dst + INDEX_SUFFIX)
   for old in gfile.glob(dst + ".data-?????-of-?????"):
     gfile.remove(old)
   for data in gfile.glob(src + ".data-?????-of-?????"):
     gfile.rename(data, dst + data[len(src) :], overwrite=True)
-  gfile.rename(src + _INDEX_SUFFIX, dst + _INDEX_SUFFIX, overwrite=True)
+  gfile.rename(src + INDEX_SUFFIX, dst + INDEX_SUFFIX, overwrite=True)
 
 
 def _delete_bundle(prefix: str) -> None:
   """Deletes a bundle, its index first (so it is never seen incomplete)."""
   for path in sorted(
-    _bundle_files(prefix), key=lambda p: not p.endswith(_INDEX_SUFFIX)
+    _bundle_files(prefix), key=lambda p: not p.endswith(INDEX_SUFFIX)
   ):
     gfile.remove(path)
 
@@ -450,7 +438,7 @@ def save(
       )
   names = sorted(variables)
   values = [variables[n].read_value() for n in names]
-  _check_finite(
+  check_finite(
     "checkpoints.save of step %d to %s" % (step, model_dir),
     dict(zip(names, values)),
     allow_non_finite,
@@ -485,7 +473,7 @@ def _update_state(
     last_preserved = state.last_preserved
     for path, stamp in zip(state.paths, state.timestamps):
       path = _absolute(model_dir, path)
-      if path != prefix and _bundle_exists(path):
+      if path != prefix and bundle_exists(path):
         kept.append((path, stamp))
   kept.append((prefix, time.time()))
   doomed: List[str] = []
@@ -500,371 +488,3 @@ def _update_state(
   for path in doomed:  # Only after the state no longer names them.
     logging.info("deleting old checkpoint %s", path)
     _delete_bundle(path)
-
-
-# ----------------------------------------------------------------------------
-# Reading.
-
-
-def _resolve(path: str) -> str:
-  """A checkpoint prefix from a prefix or a model directory.
-
-  Raises:
-    ValueError: if there is no checkpoint there.
-  """
-  if not path:
-    raise ValueError("no checkpoint path given")
-  if gfile.isdir(path):
-    latest = latest_checkpoint(path)
-    if latest is None:
-      raise ValueError("no checkpoint in directory %s" % path)
-    return latest
-  if path.endswith(_INDEX_SUFFIX):
-    path = path[: -len(_INDEX_SUFFIX)]
-  if not _bundle_exists(path):
-    raise ValueError(
-      "checkpoint %s not found (no %s%s)" % (path, path, _INDEX_SUFFIX)
-    )
-  return path
-
-
-def list_checkpoint_variables(
-  path: str,
-) -> Dict[str, Tuple[List[int], tf.DType]]:
-  """{name: (shape, dtype)} of a checkpoint (prefix or model directory).
-
-  Raises:
-    ValueError: naming the checkpoint if it is missing or its index corrupt.
-  """
-  prefix = _resolve(path)
-  try:
-    reader = tf.train.load_checkpoint(prefix)
-    shapes = reader.get_variable_to_shape_map()
-    dtypes = reader.get_variable_to_dtype_map()
-  except (tf.errors.OpError, RuntimeError, ValueError) as e:
-    raise ValueError(
-      "cannot read checkpoint %s: corrupt or unreadable index "
-      "(%s)" % (prefix, _first_line(e))
-    ) from e
-  return {name: (list(shapes[name]), dtypes[name]) for name in shapes}
-
-
-def _first_line(error: Exception) -> str:
-  text = getattr(error, "message", None) or str(error)
-  return text.strip().splitlines()[0] if text.strip() else type(error).__name__
-
-
-def _names_text(names: Iterable[str]) -> str:
-  names = list(names)
-  shown = ", ".join(names[:_MAX_NAMES_IN_ERROR])
-  if len(names) > _MAX_NAMES_IN_ERROR:
-    shown += ", ... (%d in all)" % len(names)
-  return shown
-
-
-def _read_tensors(
-  prefix: str, ckpt_names: Sequence[str], dtypes: Sequence[tf.DType]
-) -> List[tf.Tensor]:
-  if not ckpt_names:
-    return []
-  try:
-    with tf.device("/cpu:0"):
-      return list(
-        tf.raw_ops.RestoreV2(
-          prefix=prefix,
-          tensor_names=list(ckpt_names),
-          shape_and_slices=[""] * len(ckpt_names),
-          dtypes=list(dtypes),
-        )
-      )
-  except tf.errors.OpError as e:
-    raise ValueError(
-      "cannot read checkpoint %s: corrupt or missing data "
-      "(%s)" % (prefix, _first_line(e))
-    ) from e
-
-
-def _load(
-  prefix: str,
-  pairs: Sequence[Tuple[str, str]],
-  variables: VariableMap,
-  contents: Mapping[str, Tuple[List[int], tf.DType]],
-  allow_non_finite: Optional[bool] = None,
-) -> None:
-  """Reads every (variable name, checkpoint name) pair, then assigns all.
-
-  Shapes were checked by the caller; values are cast to each variable's dtype.
-  Nothing is assigned unless everything was read (and is finite, unless
-  allow_non_finite).
-  """
-  ckpt_names = [c for _, c in pairs]
-  values = _read_tensors(
-    prefix, ckpt_names, [contents[c][1] for c in ckpt_names]
-  )
-  _check_finite(
-    "checkpoint %s" % prefix, dict(zip(ckpt_names, values)), allow_non_finite
-  )
-  casts = []
-  for (name, ckpt_name), value in zip(pairs, values):
-    var = variables[name]
-    try:
-      casts.append(tf.cast(value, var.dtype))
-    except (TypeError, ValueError, tf.errors.OpError) as e:
-      raise ValueError(
-        "checkpoint %s: cannot cast %s (%s) to the dtype %s of variable %s"
-        % (prefix, ckpt_name, value.dtype.name, var.dtype.name, name)
-      ) from e
-  for (name, _), value in zip(pairs, casts):
-    variables[name].assign(value)
-
-
-def _shape_problems(
-  prefix: str,
-  pairs: Sequence[Tuple[str, str]],
-  variables: VariableMap,
-  contents: Mapping[str, Tuple[List[int], tf.DType]],
-) -> List[str]:
-  problems = []
-  for name, ckpt_name in pairs:
-    want = variables[name].shape.as_list()
-    have = contents[ckpt_name][0]
-    if want != have:
-      what = name if name == ckpt_name else "%s (from %s)" % (name, ckpt_name)
-      problems.append(
-        "%s: checkpoint shape %s, variable shape %s" % (what, have, want)
-      )
-  return problems
-
-
-def restore(
-  path: str,
-  variables: VariableMap,
-  *,
-  allow_missing: bool = False,
-  allow_non_finite: Optional[bool] = None,
-) -> List[str]:
-  """Assigns each variable the checkpoint tensor of the same name.
-
-  Values are cast to the variable's dtype (bfloat16 checkpoints into float32
-  variables and back). Checkpoint tensors without a variable are ignored.
-  Every name and shape is checked before any assignment, so on error no
-  variable changes (and no file is touched).
-
-  Args:
-    path: a checkpoint prefix (`.../model.ckpt-<step>`) or a model directory
-      (its latest checkpoint). Original TF1 (sharded) bundles work too.
-    variables: {full name: tf.Variable}.
-    allow_missing: skip variables the checkpoint lacks instead of failing.
-    allow_non_finite: restore inf/nan values too (None: as
-      allow_non_finite_checkpoints() says, by default False).
-
-  Returns:
-    The sorted names of the restored variables.
-
-  Raises:
-    ValueError: naming the checkpoint and the variables, if the checkpoint is
-      missing or corrupt, lacks variables (unless allow_missing), or holds
-      them with other shapes (e.g. model_dir holds another model), or holds
-      inf/nan values (unless allowed).
-  """
-  prefix = _resolve(path)
-  contents = list_checkpoint_variables(prefix)
-  names = sorted(variables)
-  missing = [n for n in names if n not in contents]
-  if missing and not allow_missing:
-    raise ValueError(
-      "checkpoint %s does not match the model: it lacks %d of its %d "
-      "variables: %s (is this model_dir holding another model's "
-      "checkpoints?)" % (prefix, len(missing), len(names), _names_text(missing))
-    )
-  if missing:
-    logging.warning(
-      "checkpoint %s lacks %d variables, left as they are: %s",
-      prefix,
-      len(missing),
-      _names_text(missing),
-    )
-  pairs = [(n, n) for n in names if n in contents]
-  problems = _shape_problems(prefix, pairs, variables, contents)
-  if problems:
-    raise ValueError(
-      "checkpoint %s does not match the model: %d variables have other "
-      "shapes: %s"
-      % (prefix, len(problems), "; ".join(problems[:_MAX_NAMES_IN_ERROR]))
-    )
-  _load(prefix, pairs, variables, contents, allow_non_finite)
-  logging.info("restored %d variables from %s", len(pairs), prefix)
-  return [n for n, _ in pairs]
-
-
-def init_from_checkpoint(
-  path: str,
-  variables: VariableMap,
-  variable_filter: Optional[str] = None,
-  name_mapping: Optional[Callable[[str], Optional[str]]] = None,
-  *,
-  should_load: Optional[Callable[[str], bool]] = None,
-) -> Dict[str, str]:
-  """Initialises variables from another model's checkpoint (init_checkpoint).
-
-  As the original driver: checkpoint names are kept if they match the regex
-  `variable_filter` (re.search; the original's `init_variable_filter`);
-  model variables are kept if `should_load(name)`; each kept variable loads
-  the checkpoint tensor `name_mapping(name)` (model name -> checkpoint name;
-  the original's `init_checkpoint_variable_mapping`; identity by default;
-  None means "do not load") if that tensor was kept. Everything else keeps
-  its value.
-
-  Args:
-    path: a checkpoint prefix or a directory (its latest checkpoint).
-    variables: {full model name: tf.Variable}.
-    variable_filter: regex over checkpoint names; None or "" keeps all.
-    name_mapping: model variable name -> checkpoint name (or None).
-    should_load: model variable name -> whether to load it.
-
-  Returns:
-    {model variable name: checkpoint name} of what was loaded.
-
-  Raises:
-    ValueError: if the checkpoint is missing/corrupt, the filter is not a
-      valid regex, a selected tensor's shape differs from its variable's, or
-      a selected tensor holds inf/nan (unless allow_non_finite_checkpoints();
-      nothing is assigned then).
-  """
-  prefix = _resolve(path)
-  contents = list_checkpoint_variables(prefix)
-  ckpt_names = set(contents)
-  if variable_filter:
-    try:
-      pattern = re.compile(variable_filter)
-    except re.error as e:
-      raise ValueError(
-        "init_from_checkpoint: bad variable_filter regex %r: "
-        "%s" % (variable_filter, e)
-      ) from e
-    ckpt_names = {n for n in ckpt_names if pattern.search(n)}
-  pairs = []
-  for name in sorted(variables):
-    if should_load is not None and not should_load(name):
-      continue
-    ckpt_name = name_mapping(name) if name_mapping is not None else name
-    if ckpt_name is not None and ckpt_name in ckpt_names:
-      pairs.append((name, ckpt_name))
-  problems = _shape_problems(prefix, pairs, variables, contents)
-  if problems:
-    raise ValueError(
-      "init_from_checkpoint %s: %d variables have other "
-      "shapes: %s"
-      % (prefix, len(problems), "; ".join(problems[:_MAX_NAMES_IN_ERROR]))
-    )
-  _load(prefix, pairs, variables, contents)
-  loaded = dict(pairs)
-  unused = sorted(ckpt_names - set(loaded.values()))
-  not_loaded = sorted(set(variables) - set(loaded))
-  logging.info("initialised %d variables from %s", len(loaded), prefix)
-  if unused:
-    logging.info("variables in %s not loaded: %s", prefix, _names_text(unused))
-  if not_loaded:
-    logging.info(
-      "variables not initialised from %s: %s", prefix, _names_text(not_loaded)
-    )
-  return loaded
-
-
-# ----------------------------------------------------------------------------
-# Re-numbered blocks.
-
-_BLOCK_RE = re.compile(r"^(.*?/)?block_(\d+)(?=/|$)")
-_FLAT_LAYER_RE = re.compile(r"^(.*?/)?layer_(\d+)(?=/|$)")
-
-NewLayers = Union[Sequence[int], Mapping[str, Sequence[int]], None]
-
-
-def _split_numbered(name: str) -> Optional[Tuple[str, int, str, str]]:
-  """(tower, index, rest, kind) of `<tower>/block_<i><rest>` or, without
-  block scopes, `<tower>/layer_<i><rest>`; None for unnumbered names.
-  """
-  for kind, regex in (("block", _BLOCK_RE), ("layer", _FLAT_LAYER_RE)):
-    match = regex.match(name)
-    if match:
-      return (
-        (match.group(1) or "").rstrip("/"),
-        int(match.group(2)),
-        name[match.end() :],
-        kind,
-      )
-  return None
-
-
-def _numbered(tower: str, kind: str, index: int, rest: str) -> str:
-  return "%s%s_%03d%s" % (tower + "/" if tower else "", kind, index, rest)
-
-
-def _new_indices(new_layers: NewLayers, tower: str) -> List[int]:
-  if new_layers is None:
-    return []
-  if isinstance(new_layers, Mapping):
-    return sorted(int(i) for i in new_layers.get(tower, ()))
-  return sorted(int(i) for i in new_layers)
-
-
-def flexible_ckpt_init_mapping(
-  ckpt_path: str = "",
-  new_layers: NewLayers = None,
-  return_mapping_fn: bool = True,
-):
-  """Maps model names to checkpoint names when blocks were inserted.
-
-  The model has extra blocks (`<tower>/block_%03d`, or `<tower>/layer_%03d`
-  in stacks without block scopes) at the indices `new_layers` (a list for
-  every tower, or {tower: list}, e.g. {"decoder": [2]}); the other blocks
-  keep their order, so model block i loads checkpoint block
-  i - (number of new indices below i), and new blocks load nothing.
-
-  Args:
-    ckpt_path: the init checkpoint (needed when return_mapping_fn=False).
-    new_layers: indices of the model's new blocks.
-    return_mapping_fn: return a function (for init_checkpoint_variable_mapping)
-      rather than a dict.
-
-  Returns:
-    fn(model name) -> checkpoint name (None for new blocks), or a dict
-    {model name: checkpoint name} over the checkpoint's variables.
-
-  Raises:
-    ValueError: without ckpt_path when return_mapping_fn is False.
-  """
-
-  def mapping_fn(name: str) -> Optional[str]:
-    parts = _split_numbered(name)
-    if parts is None:
-      return name
-    tower, index, rest, kind = parts
-    new = _new_indices(new_layers, tower)
-    if index in new:
-      return None
-    old = index - sum(1 for i in new if i < index)
-    return _numbered(tower, kind, old, rest)
-
-  if return_mapping_fn:
-    return mapping_fn
-  if not ckpt_path:
-    raise ValueError(
-      "flexible_ckpt_init_mapping: ckpt_path is required when "
-      "return_mapping_fn=False"
-    )
-  mapping = {}
-  for ckpt_name in sorted(list_checkpoint_variables(ckpt_path)):
-    parts = _split_numbered(ckpt_name)
-    if parts is None:
-      mapping[ckpt_name] = ckpt_name
-      continue
-    tower, old, rest, kind = parts
-    new = set(_new_indices(new_layers, tower))
-    index, seen = -1, -1
-    while seen < old:  # The old-th model index that is not new.
-      index += 1
-      if index not in new:
-        seen += 1
-    mapping[_numbered(tower, kind, index, rest)] = ckpt_name
-  return mapping

@@ -31,7 +31,7 @@ import tensorflow as tf
 
 import mesh_tensorflow as mtf
 from transformer._src.data import vocabulary as vocabulary_lib
-from transformer._src.driver import checkpoints
+from transformer._src.driver import checkpoint_names
 
 _GIN_MODULE = "mesh_tensorflow.transformer.utils"
 
@@ -613,7 +613,7 @@ def init_checkpoint_variable_mapping(
 # The checkpoint-name remapping lives with the checkpoint code; gin knows it
 # under the original's utils name.
 flexible_ckpt_init_mapping = gin.external_configurable(
-  checkpoints.flexible_ckpt_init_mapping,
+  checkpoint_names.flexible_ckpt_init_mapping,
   name="flexible_ckpt_init_mapping",
   module=_GIN_MODULE,
 )

@@ -30,6 +30,7 @@ import gin
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
+from transformer._src.driver import checkpoint_restore
 from transformer._src.driver import checkpoints
 from transformer._src.driver import evaluation
 from transformer._src.driver import mesh_impl_choice
@@ -288,7 +289,7 @@ class Estimator(StepGraphs):
     Args:
       path: a checkpoint path such as <model_dir>/model.ckpt-1000.
     """
-    checkpoints.restore(path, self.checkpoint_variables())
+    checkpoint_restore.restore(path, self.checkpoint_variables())
     self._masters_stale = False
     self._masters_version += 1
     self._restored_path = path
@@ -315,7 +316,7 @@ class Estimator(StepGraphs):
       # The global step is one of the checkpoint's variables, as it was in
       # the original's graph: training goes on from the pretrained step, so
       # train_steps counts from there (pretrained step + fine-tuning steps).
-      checkpoints.init_from_checkpoint(
+      checkpoint_restore.init_from_checkpoint(
         self.init_checkpoint,
         self.checkpoint_variables(),
         variable_filter=self.init_variable_filter or None,

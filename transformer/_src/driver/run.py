@@ -20,7 +20,8 @@ import gin
 import tensorflow as tf
 
 import mesh_tensorflow as mtf
-from transformer._src.driver import cluster as driver_cluster
+from transformer._src.driver import cluster_failures
+from transformer._src.driver import cluster_spec
 from transformer._src.driver import decode as driver_decode
 from transformer._src.driver import estimator as driver
 from transformer._src.driver import export as driver_export
@@ -67,7 +68,7 @@ def _resolve_learning_rate_schedule(schedule, total_train_steps):
 
 @gin.configurable(module=_GIN_MODULE)
 @driver.eager_in_legacy_mode
-@driver_cluster.names_unavailable_tasks
+@cluster_failures.names_unavailable_tasks
 def run(
   tpu_job_name: Optional[str],
   tpu: Optional[str],
@@ -110,8 +111,8 @@ def run(
   eval_dir_suffix: Optional[str] = None,
   *,
   mesh_impl: str = "auto",
-  cluster: driver_cluster.ClusterLike = None,
-  cluster_timeout: float = driver_cluster.DEFAULT_TIMEOUT_SECONDS,
+  cluster: cluster_spec.ClusterLike = None,
+  cluster_timeout: float = cluster_spec.DEFAULT_TIMEOUT_SECONDS,
   stall_timeout: Optional[float] = None,
 ) -> Any:
   """Runs `mode` as configured by gin; returns the mode's result.
@@ -230,7 +231,7 @@ def run(
     tpu_connection.TpuConnectionError: if the TPU cannot be reached.
     TaskUnavailableError: a task of the cluster was lost or stalled.
   """
-  del stall_timeout  # driver_cluster.names_unavailable_tasks uses it
+  del stall_timeout  # cluster_failures.names_unavailable_tasks uses it
   if mode not in RUN_MODES:
     raise ValueError(
       "run: unknown mode %r; expected one of %s" % (mode, list(RUN_MODES))

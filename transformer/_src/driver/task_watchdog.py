@@ -1,13 +1,13 @@
 """A watchdog that notices a cluster task which stopped answering mid-run.
 
 A worker that dies closes its connections, and the trainer's pending call
-fails within seconds (cluster.names_unavailable_tasks names the task). A
-worker that is alive but stalled (a stopped process, SIGSTOP; a machine that
-froze) keeps its connections open: the kernel still accepts and acknowledges,
-but no answer comes, and TensorFlow's eager runtime waits for it forever.
-TensorFlow 2.21 offers no way to end that wait: a CancellationManager does not
-reach the remote parts of a function call, and the remote calls have no
-deadline (both tried).
+fails within seconds (cluster_failures.names_unavailable_tasks names the
+task). A worker that is alive but stalled (a stopped process, SIGSTOP; a
+machine that froze) keeps its connections open: the kernel still accepts and
+acknowledges, but no answer comes, and TensorFlow's eager runtime waits for
+it forever. TensorFlow 2.21 offers no way to end that wait: a
+CancellationManager does not reach the remote parts of a function call, and
+the remote calls have no deadline (both tried).
 
 TaskWatchdog probes every task from a thread with a short-deadline gRPC call
 to the task's worker service (`GetStatus`). The server answers it on the

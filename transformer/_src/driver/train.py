@@ -17,6 +17,7 @@ from absl import logging
 import tensorflow as tf
 
 from transformer._src.driver import cluster as driver_cluster
+from transformer._src.driver import cluster_spec
 from transformer._src.driver import estimator as driver
 from transformer._src.driver import model_fn as driver_model_fn
 from transformer._src.driver.config import SequenceLength
@@ -64,7 +65,7 @@ def get_estimator(
   log_every_steps: int = 100,
   total_train_steps=None,
   mesh_impl: str = "auto",
-  cluster_timeout: float = driver_cluster.DEFAULT_TIMEOUT_SECONDS,
+  cluster_timeout: float = cluster_spec.DEFAULT_TIMEOUT_SECONDS,
 ) -> driver.Estimator:
   """A driver.Estimator for the model (the TPUEstimator's replacement).
 
@@ -136,7 +137,7 @@ def get_estimator(
     ValueError: without a vocabulary, or a mesh larger than the cluster.
     TaskUnavailableError: a task of the cluster does not answer, or (SIMD)
       keeps a restarted task's former incarnation or cannot run collective
-      ops (cluster.check_restarted_tasks, cluster.check_collectives).
+      ops (cluster_checks.check_restarted_tasks, check_collectives).
   """
   del tpu_job_name, iterations_per_loop
   if vocabulary is None:
