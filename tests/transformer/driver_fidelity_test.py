@@ -7,10 +7,7 @@ same program's under TF2 behaviour.
 
 import functools
 import inspect
-import json
 import os
-import subprocess
-import sys
 import textwrap
 
 import gin
@@ -26,9 +23,6 @@ from transformer._src.driver import run as run_lib
 from transformer._src.driver import scoring as driver_scoring
 
 tf1 = tf.compat.v1
-REPO = os.path.dirname(
-  os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-)
 
 # Trains 3 steps with get_estimator + train_model, scores, decodes, runs 3
 # steps of the tpu_estimator_model_fn in a Session, and utils.run's train, eval
@@ -126,18 +120,7 @@ _PROGRAM = textwrap.dedent("""
 
 
 def _run_program(mode, model_dir):
-  env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
-  out = subprocess.run(
-    [sys.executable, "-c", _PROGRAM % {"repo": REPO}, mode, model_dir],
-    capture_output=True,
-    text=True,
-    env=env,
-    timeout=600,
-    check=False,
-  )
-  lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
-  assert out.returncode == 0 and lines, out.stderr[-3000:]
-  return json.loads(lines[-1][len("RESULT ") :])
+  return dtu.run_result_program(_PROGRAM % {"repo": dtu.REPO}, mode, model_dir)
 
 
 @pytest.mark.slow

@@ -6,7 +6,10 @@ defaults.gin bfloat16 activations round differently on other layouts).
 """
 
 import functools
+import json
 import os
+import subprocess
+import sys
 
 import gin
 import numpy as np
@@ -21,6 +24,31 @@ LENGTH = 8
 BATCH = 8
 MESH_2X2 = ("rows:2;cols:2", "batch:rows,heads:cols,d_ff:cols,vocab:cols")
 MESH_1 = ("", "")
+REPO = os.path.dirname(
+  os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+)
+
+
+def run_result_program(program: str, *args: str, timeout: int = 600) -> dict:
+  """Runs `python -c program args...` and returns its last RESULT line's JSON.
+
+  For programs that must run in a process of their own (e.g. after
+  tf.compat.v1.disable_v2_behavior(), which is process-wide): the program
+  prints "RESULT " followed by a JSON object; the test fails with the end of
+  its stderr if it exits non-zero or prints none.
+  """
+  env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+  out = subprocess.run(
+    [sys.executable, "-c", program, *args],
+    capture_output=True,
+    text=True,
+    env=env,
+    timeout=timeout,
+    check=False,
+  )
+  lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
+  assert out.returncode == 0 and lines, out.stderr[-3000:]
+  return json.loads(lines[-1][len("RESULT ") :])
 
 
 def tiny_gin(extra: str = "") -> None:

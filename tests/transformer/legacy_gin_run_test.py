@@ -9,18 +9,12 @@ switch is process-wide; run with TF2 behaviour, the same program must train
 to the same losses and write the same decodes.
 """
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 import pytest
 
-REPO = os.path.dirname(
-  os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-)
+from tests.transformer import driver_test_util as dtu
 
 # argv: "v1" or "v2", a work directory. Prints one RESULT line of JSON.
 _PROGRAM = textwrap.dedent("""
@@ -109,18 +103,7 @@ _PROGRAM = textwrap.dedent("""
 
 
 def _run(mode, work):
-  env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
-  out = subprocess.run(
-    [sys.executable, "-c", _PROGRAM, mode, work],
-    capture_output=True,
-    text=True,
-    env=env,
-    timeout=300,
-    check=False,
-  )
-  lines = [l for l in out.stdout.splitlines() if l.startswith("RESULT ")]
-  assert out.returncode == 0 and lines, out.stderr[-3000:]
-  return json.loads(lines[-1][len("RESULT ") :])
+  return dtu.run_result_program(_PROGRAM, mode, work, timeout=300)
 
 
 @pytest.mark.slow
