@@ -20,6 +20,7 @@ import tensorflow as tf
 import mesh_tensorflow as mtf
 from mesh_tensorflow import simd_mesh_impl
 from mesh_tensorflow._src import variables as variables_lib
+from mesh_tensorflow._src.mesh_impls import collective_ops
 from mesh_tensorflow._src.mesh_impls import simd_collective
 from mesh_tensorflow._src.mesh_impls import slice_variables
 from tests import mesh_test_util as mtu
@@ -201,7 +202,7 @@ def test_all_reduce_built_as_the_raw_op(monkeypatch):
   """The all-reduce built directly equals the raw op built under a tape."""
   outputs, direct = _all_reduce_nodes(_backend(DEVICES[:4]))
   monkeypatch.setattr(
-    simd_collective.record, "could_possibly_record", lambda: True
+    collective_ops.record, "could_possibly_record", lambda: True
   )
   raw_outputs, raw = _all_reduce_nodes(_backend(DEVICES[:4]))
   for got in (outputs, raw_outputs):

@@ -5,7 +5,7 @@ physical pnum (an int32 input), and that one function is called on every
 replica's device (`tf.device`); the replicas talk with TF's collective ops
 (`CollectiveReduceV2`, `CollectiveGatherV2`, `CollectiveAllToAllV2`). Build,
 lowering and tracing time therefore grow with the number of replicas only
-by one call op per replica (see _ReplicaCaller) and the replicas' slice
+by one call op per replica (see replica_calls.ReplicaCaller) and the replicas' slice
 variables, not by the program. Grappler optimises that function once too
 (optimize_once), and each call runs the optimised graph without inlining,
 as a direct call where it can (a function of the call's device only).
@@ -52,27 +52,16 @@ import weakref
 from absl import logging
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
-from tensorflow.core.framework import tensor_pb2
-from tensorflow.core.framework import tensor_shape_pb2
-from tensorflow.core.framework import types_pb2
 from tensorflow.python.eager import context  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.eager import record  # pylint: disable=g-direct-tensorflow-import
-from tensorflow.python.framework import auto_control_deps  # pylint: disable=g-direct-tensorflow-import
-from tensorflow.python.framework import auto_control_deps_utils as acd_utils  # pylint: disable=g-direct-tensorflow-import
-from tensorflow.python.framework import op_callbacks  # pylint: disable=g-direct-tensorflow-import
 from tensorflow.python.framework import ops  # pylint: disable=g-direct-tensorflow-import
-from tensorflow.python.ops import resource_variable_ops  # pylint: disable=g-direct-tensorflow-import
 
-from mesh_tensorflow._src.mesh_impls import optimize_once
+from mesh_tensorflow._src.mesh_impls import collective_ops
+from mesh_tensorflow._src.mesh_impls import replica_calls
 from mesh_tensorflow._src.mesh_impls import simd_backend
-from mesh_tensorflow._src.mesh_impls import (
-  slice_variables as slice_variables_lib,
-)
 
 __all__ = ["CollectiveBackend", "default_devices"]
 
-# dtypes the CPU/GPU collective kernels take.
-_NATIVE_DTYPES = (tf.float32, tf.float16, tf.float64, tf.int32, tf.int64)
 
 # Key spaces chosen far from tf.distribute's (which start near 1).
 _GROUP_KEY_BASE = 1 << 22
@@ -444,7 +433,7 @@ class CollectiveBackend(simd_backend.SimdBackend):
     _check_shared_resources_only_read(concrete, ctx)
     captured = list(concrete.captured_inputs)
     packed = self._pack_slices(ctx, captured) if packing else {}
-    call_replica = _ReplicaCaller(
+    call_replica = replica_calls.ReplicaCaller(
       concrete,
       packed=[id(c) in packed for c in captured],
       written=[id(c) in ctx.token_handles for c in captured],
@@ -524,7 +513,7 @@ class CollectiveBackend(simd_backend.SimdBackend):
     The packed handle takes its shape from its first component (the slice
     of pnum 0, which keeps its shape); calls that take a replica's slice
     unpacked, and programs traced per replica, get a handle with the shape
-    in its place (`_shaped_handle`). Only for devices of this process.
+    in its place (`replica_calls.shaped_handle`). Only for devices of this process.
     """
     stack = self._stack()
     if not stack or stack[-1].pnum is not None or not self._can_pack():
@@ -558,7 +547,7 @@ class CollectiveBackend(simd_backend.SimdBackend):
 
     Packed handles exist only for eager variables (the slices of a program
     traced from eager code), one per device; a recording gradient tape
-    needs the ordinary calls (see _ReplicaCaller).
+    needs the ordinary calls (see replica_calls.ReplicaCaller).
     """
     if self.num_replicas < 2 or record.could_possibly_record():
       return False
@@ -580,7 +569,8 @@ class CollectiveBackend(simd_backend.SimdBackend):
     dependencies know (they would otherwise run one after the other and
     wait for each other's collectives); the calls of one device are ordered
     by the device's ordering token, which every call takes, and ops using a
-    slice directly are ordered with the calls by _order_direct_slice_uses.
+    slice directly are ordered with the calls by replica_calls (its automatic control
+    dependencies resolver).
     """
     packed = {}
     graph = tf.compat.v1.get_default_graph()
@@ -593,7 +583,9 @@ class CollectiveBackend(simd_backend.SimdBackend):
         continue
       if len({h.device for h in handles}) < len(handles):
         continue
-      packed_slices = _PACKED_SLICES.setdefault(graph, _PackedSlices())
+      packed_slices = replica_calls.PACKED_SLICES.setdefault(
+        graph, replica_calls.PackedSlices()
+      )
       packed[id(c)] = packed_slices.pack(handles)
     return packed
 
@@ -727,7 +719,7 @@ class CollectiveBackend(simd_backend.SimdBackend):
     del name
     ctx = self._ctx("a variable read")
     if ctx.pnum is not None:
-      return _shaped_variable(slice_variables[ctx.pnum])
+      return replica_calls.shaped_variable(slice_variables[ctx.pnum])
     handle = ctx.template_of(
       lambda p: slice_variables[p].handle, self.num_replicas
     )
@@ -744,16 +736,19 @@ class CollectiveBackend(simd_backend.SimdBackend):
     if groups.size == 1:
       return tf.identity(x)
     key = ctx.reserve_keys(1)
-    encoded, decode = _encode_for_sum(tf.convert_to_tensor(x))
+    encoded, decode = collective_ops.encode_for_sum(tf.convert_to_tensor(x))
     out = self._run(
-      lambda **kw: _collective_sum(encoded, **kw), ctx, groups, key
+      lambda **kw: collective_ops.collective_sum(encoded, **kw),
+      ctx,
+      groups,
+      key,
     )
     return decode(out)
 
   def _gather_stacked(self, x, ctx, groups: _Groups) -> tf.Tensor:
     """[group size] + x.shape: x of every member, in group order."""
     key = ctx.reserve_keys(1)
-    encoded, decode = _encode_exact(x)
+    encoded, decode = collective_ops.encode_exact(x)
     gathered = self._run(
       lambda **kw: tf.raw_ops.CollectiveGatherV2(
         input=tf.expand_dims(encoded, self._constant(ctx, 0)), **kw
@@ -776,7 +771,7 @@ class CollectiveBackend(simd_backend.SimdBackend):
       return tf.identity(x)
     x = tf.convert_to_tensor(x)
     stacked = self._gather_stacked(x, ctx, groups)
-    return _merge_leading_axis(stacked, axis)
+    return collective_ops.merge_leading_axis(stacked, axis)
 
   def all_to_all(self, x, groups, split_axis: int, concat_axis: int):
     ctx = self._ctx("all_to_all")
@@ -794,11 +789,11 @@ class CollectiveBackend(simd_backend.SimdBackend):
     piece = list(shape)
     piece[split_axis] //= n
     # [n] + piece shape: piece j is for the j-th group member.
-    pieces = _split_leading_axis(x, split_axis, n)
+    pieces = collective_ops.split_leading_axis(x, split_axis, n)
     if not groups.in_device_order:
       pieces = tf.gather(pieces, self._mine(ctx, groups.by_rank))
     key = ctx.reserve_keys(1)
-    encoded, decode = _encode_exact(pieces)
+    encoded, decode = collective_ops.encode_exact(pieces)
     received = self._run(
       lambda **kw: tf.raw_ops.CollectiveAllToAllV2(input=encoded, **kw),
       ctx,
@@ -808,7 +803,7 @@ class CollectiveBackend(simd_backend.SimdBackend):
     received = tf.ensure_shape(decode(received), [n] + piece)
     if not groups.in_device_order:
       received = tf.gather(received, self._mine(ctx, groups.ranks))
-    return _merge_leading_axis(received, concat_axis)
+    return collective_ops.merge_leading_axis(received, concat_axis)
 
   def permute(self, x, source_target_pairs):
     """Sends x from each source to its target; replicas no pair targets get
@@ -854,377 +849,14 @@ class CollectiveBackend(simd_backend.SimdBackend):
     return tf.where(mine >= 0, picked, tf.zeros_like(x))
 
 
-class _ReplicaCaller:
-  """Calls the replica program's traced function once per replica.
-
-  Creating a call op makes TensorFlow infer the shapes of the function's
-  whole body if the function is already in the graph (milliseconds per
-  thousand ops, for every call). The calls are therefore made first, as
-  plain `StatefulPartitionedCall` ops whose output shapes are those of the
-  trace, and the function is added to the graph once, by `finish()`. While
-  a gradient tape records, each call is an ordinary call of the concrete
-  function instead, so that the tape sees it.
-
-  Args:
-    concrete: the traced replica program (a ConcreteFunction of the pnum).
-    packed: for each captured input, whether the calls pass it packed (marked
-      read-only for automatic control dependencies, see
-      CollectiveBackend._pack_slices).
-    written: for each captured input, whether to mark it written even if the
-      program only reads it (the ordering tokens).
-    optimize_on: a device of the calls: call the function optimised there
-      by Grappler once, not inlined (see optimize_once); None: the calls
-      are inlined and optimised with the step, once per call.
-    direct: with optimize_on, call the optimised function directly (an op
-      of its type) if optimize_once allows it and every resource input is
-      on the call's device (packed slices and ordering tokens): a direct
-      call runs its whole body on its own device, where a partitioned call
-      reads a resource on another device there. A direct call's op needs
-      the function in the graph when it is made, so the function is added
-      before the first call, and the calls are marked
-      `_disable_call_shape_inference`.
-  """
-
-  def __init__(
-    self, concrete, packed=(), written=(), optimize_on=None, direct=True
-  ):
-    self._concrete = concrete
-    self._captured = list(concrete.captured_inputs)
-    self._taped = record.could_possibly_record()
-    graph = concrete.graph
-    self._outputs = list(graph.outputs)
-    dtypes = [t.dtype.as_datatype_enum for t in graph.inputs]
-    first = len(graph.inputs) - len(self._captured)
-    packed, written = list(packed), list(written)
-    on_call_device = all(
-      (packed and packed[i]) or (written and written[i])
-      for i, c in enumerate(self._captured)
-      if c.dtype == tf.resource
-    )
-    read_only = set(acd_utils.get_read_only_resource_input_indices_graph(graph))
-    read_only |= {first + i for i, p in enumerate(packed) if p}
-    read_only -= {first + i for i, w in enumerate(written) if w}
-    self._attrs = {
-      "Tin": _type_list(dtypes),
-      "Tout": _type_list([t.dtype.as_datatype_enum for t in self._outputs]),
-      "f": attr_value_pb2.AttrValue(
-        func=attr_value_pb2.NameAttrList(
-          name=concrete.function_def.signature.name
-        )
-      ),
-      # Automatic control dependencies order no calls after one another
-      # for resources they only read (e.g. a master read by every replica).
-      acd_utils.READ_ONLY_RESOURCE_INPUTS_ATTR: attr_value_pb2.AttrValue(
-        list=attr_value_pb2.AttrValue.ListValue(i=sorted(read_only))
-      ),
-    }
-    # The call options of the context, as tf.function's own calls have.
-    for key, value in (
-      context.context().function_call_options.as_attrs().items()
-    ):
-      self._attrs[key] = attr_value_pb2.AttrValue(s=tf.compat.as_bytes(value))
-    self._optimized = None
-    self._op_type = "StatefulPartitionedCall"
-    self._added_to = None
-    if optimize_on is not None and not self._taped:
-      self._optimize(optimize_on, direct and on_call_device)
-
-  def _optimize(self, device: str, direct: bool) -> None:
-    """Makes the calls call the function optimised once (optimize_once)."""
-    config = self._attrs["config_proto"].s
-    optimized = optimize_once.optimize_function(
-      self._concrete, config, device, direct
-    )
-    if optimized is None:
-      return
-    self._optimized = optimized.function
-    if optimized.direct:
-      # A direct call takes only the attributes of the function's signature
-      # (none) and private ones; it runs no Grappler, so no config_proto.
-      self._op_type = optimized.function.name
-      self._attrs = {k: v for k, v in self._attrs.items() if k[0] == "_"}
-      # The function is in the graph before the calls: without this, making
-      # each call would infer the shapes of its whole body (the outputs get
-      # the trace's shapes instead, in __call__).
-      self._attrs["_disable_call_shape_inference"] = attr_value_pb2.AttrValue(
-        b=True
-      )
-      return
-    self._attrs["f"] = attr_value_pb2.AttrValue(
-      func=attr_value_pb2.NameAttrList(name=optimized.function.name)
-    )
-    self._attrs["config_proto"] = attr_value_pb2.AttrValue(
-      s=optimize_once.calls_config(config)
-    )
-
-  @property
-  def op_type(self) -> str:
-    """The type of the call ops (StatefulPartitionedCall or the function)."""
-    return tf.compat.as_str(self._op_type)
-
-  def __call__(self, pnum: tf.Tensor, captured: Sequence) -> List[tf.Tensor]:
-    """The outputs of one call, with `captured` as the captured inputs."""
-    if self._taped:
-      self._concrete.set_external_captures(list(captured))
-      return self._concrete(pnum)
-    graph = tf.compat.v1.get_default_graph()
-    if self._op_type != "StatefulPartitionedCall":
-      self._add_optimized(graph)
-    inputs = [pnum] + [tf.convert_to_tensor(c) for c in captured]
-    op = graph.create_op(
-      self.op_type,
-      inputs,
-      [t.dtype for t in self._outputs],
-      name="replica_program",
-      attrs=self._attrs,
-    )
-    for out, traced in zip(op.outputs, self._outputs):
-      out.set_shape(traced.shape)
-    return tf.nest.pack_sequence_as(
-      self._concrete.structured_outputs,
-      list(op.outputs),
-      expand_composites=True,
-    )
-
-  def finish(self) -> None:
-    """Adds the function to the graph (after the calls: see the class)."""
-    if self._taped:
-      self._concrete.set_external_captures(self._captured)
-    elif self._optimized is not None:
-      self._add_optimized(tf.compat.v1.get_default_graph())
-    else:
-      self._concrete.add_to_graph(tf.compat.v1.get_default_graph())
-
-  def _add_optimized(self, graph) -> None:
-    """Adds the optimised function to `graph` (once)."""
-    if self._added_to is not graph:
-      graph._add_function_recursive(self._optimized)  # pylint: disable=protected-access
-      self._added_to = graph
-
-
-class _PackedSlices:
-  """The packed slice handles the replica calls of one graph take."""
-
-  def __init__(self):
-    # (ids of one variable's eager slice handles) -> their packed handle;
-    # also (id of a shapeless slice handle,) -> its shaped handle.
-    self.packed: Dict[Tuple[int, ...], Any] = {}
-    self._placeholders = (None, {})
-
-  def add_shaped(self, handle, shaped) -> None:
-    """Orders direct uses of `handle` with the uses of its shaped handle."""
-    self.packed.setdefault((id(handle),), shaped)
-
-  def pack(self, handles: Sequence[Any]):
-    """The packed handle of `handles` (one per graph: calls share it)."""
-    key = tuple(id(h) for h in handles)
-    if key not in self.packed:
-      with tf.init_scope():
-        self.packed[key] = ops.pack_eager_tensors(list(handles))
-    return self.packed[key]
-
-  def packed_placeholder_of(self, graph) -> Dict[int, List[Any]]:
-    """{id(placeholder of a slice handle): placeholders of its packed handles}.
-
-    A shaped handle of a slice counts as the slice itself: its placeholder
-    maps to the slice's packed handles too. Recomputed when the graph
-    captured more tensors.
-    """
-    internal = graph.function_captures.by_val_internal
-    version, found = self._placeholders
-    if version != (len(internal), len(self.packed)):
-      found = {}
-      shaped = {}
-      for handle_ids, packed in self.packed.items():
-        packed_internal = internal.get(id(packed))
-        if packed_internal is None:
-          continue
-        if len(handle_ids) == 1:
-          shaped[handle_ids[0]] = packed_internal
-        for handle_id in handle_ids:
-          placeholder = internal.get(handle_id)
-          if placeholder is not None:
-            found.setdefault(id(placeholder), []).append(packed_internal)
-      for handle_id, shaped_internal in shaped.items():
-        placeholder = internal.get(handle_id)
-        others = (
-          found.get(id(placeholder), []) if placeholder is not None else []
-        )
-        found.setdefault(id(shaped_internal), []).extend(
-          p for p in others if p is not shaped_internal
-        )
-      self._placeholders = ((len(internal), len(self.packed)), found)
-    return found
-
-
-# Graphs whose replica calls take packed slice handles -> their _PackedSlices.
-_PACKED_SLICES = weakref.WeakKeyDictionary()
-
-
-@auto_control_deps.register_acd_resource_resolver
-def _order_direct_slice_uses(op, resource_reads, resource_writes) -> bool:
-  """Automatic control dependencies: a direct use of a packed slice.
-
-  An op of the step's graph that uses a slice variable directly (not through
-  a replica call), e.g. a copy of the slices to the masters after the
-  calls, is taken to write the slice's packed handle too: it then runs
-  after every call passed that handle and before every later one, as it
-  did when the calls took the slice handles themselves.
-
-  Args:
-    op: the op whose resource inputs are resolved.
-    resource_reads: the resources it reads (a set of tensors, updated).
-    resource_writes: the resources it writes (a set of tensors, updated).
-
-  Returns:
-    whether the sets changed.
-  """
-  packed_slices = _PACKED_SLICES.get(op.graph)
-  if packed_slices is None:
-    return False
-  packed_of = packed_slices.packed_placeholder_of(op.graph)
-  added = []
-  for t in list(resource_reads) + list(resource_writes):
-    for packed in packed_of.get(id(t), ()):
-      if packed not in resource_writes and packed not in added:
-        added.append(packed)
-  resource_writes.update(added)
-  return bool(added)
-
-
-def _shaped_handle(variable):
-  """A handle of `variable` with its shape, for a function input, or None.
-
-  None for a slice whose handle has its shape; for one made without (see
-  CollectiveBackend.slice_handles_may_omit_shape), its handle packed after
-  that of the shaped slice it borrows the shape from: TensorFlow gives a
-  function the packed handle's shape (its first component's), and a
-  function on the slice's device the slice's own handle. Registered for
-  the graph being built, so that automatic control dependencies order it
-  with direct uses of the slice.
-  """
-  source = slice_variables_lib.shape_source(variable)
-  if source is None:
-    return None
-  entry = slice_variables_lib.shaped_entry(variable)
-  if "handle" not in entry:
-    with tf.init_scope():
-      entry["handle"] = ops.pack_eager_tensors([source.handle, variable.handle])
-  graph = tf.compat.v1.get_default_graph()
-  _PACKED_SLICES.setdefault(graph, _PackedSlices()).add_shaped(
-    variable.handle, entry["handle"]
-  )
-  return entry["handle"]
-
-
 def _shaped_input(ctx: _ReplicaContext, captured, pnum: int):
   """What the unpacked call of replica pnum passes for `captured`."""
   value = ctx.replica_value(captured, pnum)
   slices = ctx.slice_handles.get(id(captured))
   if slices is None:
     return value
-  shaped = _shaped_handle(slices[pnum])
+  shaped = replica_calls.shaped_handle(slices[pnum])
   return value if shaped is None else shaped
-
-
-def _shaped_variable(variable):
-  """`variable`, or a variable over its shaped handle (see _shaped_handle)."""
-  handle = _shaped_handle(variable)
-  if handle is None:
-    return variable
-  entry = slice_variables_lib.shaped_entry(variable)
-  if "variable" not in entry:
-    name = variable.name.split(":")[0]
-    with tf.init_scope():
-      entry["variable"] = resource_variable_ops.BaseResourceVariable(
-        trainable=False,
-        shape=variable.shape,
-        dtype=variable.dtype,
-        handle=handle,
-        handle_name=name,
-        unique_id="%s_shaped_%d" % (name, ops.uid()),
-        in_graph_mode=False,
-      )
-  return entry["variable"]
-
-
-def _collective_sum(
-  x: tf.Tensor,
-  group_size: tf.Tensor,
-  group_key: tf.Tensor,
-  instance_key: int,
-  ordering_token: Sequence[tf.Tensor],
-  communication_hint: str,
-  timeout_seconds: float,
-) -> tf.Tensor:
-  """tf.raw_ops.CollectiveReduceV2 summing x, built directly in the graph.
-
-  The same op, inputs, attributes and names as the raw op builds, without
-  its generic argument checks and conversions, which cost most of the
-  collective's tracing time (hundreds of collectives per step on large
-  meshes). Eagerly, while a gradient tape may record (the raw op records
-  itself on the tape) and while op callbacks are on, the raw op is used.
-  """
-  if (
-    tf.executing_eagerly()
-    or record.could_possibly_record()
-    or op_callbacks.should_invoke_op_callbacks()
-  ):
-    return tf.raw_ops.CollectiveReduceV2(
-      input=x,
-      group_size=group_size,
-      group_key=group_key,
-      instance_key=instance_key,
-      ordering_token=ordering_token,
-      merge_op="Add",
-      final_op="Id",
-      communication_hint=communication_hint,
-      timeout_seconds=timeout_seconds,
-    )
-  graph = tf.compat.v1.get_default_graph()
-  with graph.name_scope("CollectiveReduceV2") as scope:
-    # pylint: disable-next=protected-access
-    key = graph._create_op_internal(
-      "Const",
-      [],
-      [tf.int32],
-      name="instance_key",
-      attrs={
-        "value": attr_value_pb2.AttrValue(
-          tensor=tensor_pb2.TensorProto(
-            dtype=types_pb2.DT_INT32,
-            tensor_shape=tensor_shape_pb2.TensorShapeProto(),
-            int_val=[instance_key],
-          )
-        ),
-        "dtype": attr_value_pb2.AttrValue(type=types_pb2.DT_INT32),
-      },
-    ).outputs[0]
-    attrs = {
-      "T": attr_value_pb2.AttrValue(type=x.dtype.as_datatype_enum),
-      "merge_op": attr_value_pb2.AttrValue(s=b"Add"),
-      "final_op": attr_value_pb2.AttrValue(s=b"Id"),
-      "communication_hint": attr_value_pb2.AttrValue(
-        s=communication_hint.encode()
-      ),
-      "timeout_seconds": attr_value_pb2.AttrValue(f=timeout_seconds),
-      "Nordering_token": attr_value_pb2.AttrValue(i=len(ordering_token)),
-    }
-    # pylint: disable-next=protected-access
-    op = graph._create_op_internal(
-      "CollectiveReduceV2",
-      [x, group_size, group_key, key] + list(ordering_token),
-      [x.dtype],
-      name=scope,
-      attrs=attrs,
-    )
-  return op.outputs[0]
-
-
-def _type_list(dtypes: Sequence[int]) -> attr_value_pb2.AttrValue:
-  return attr_value_pb2.AttrValue(
-    list=attr_value_pb2.AttrValue.ListValue(type=list(dtypes))
-  )
 
 
 def _connected_replicas(
@@ -1337,72 +969,3 @@ def _check_not_in_while_loop(functional_loop_graphs=()) -> None:
     ):
       raise NotImplementedError(message)
     graph = getattr(graph, "outer_graph", None)
-
-
-# ------------------------------------------------------------ dtype codecs
-def _encode_exact(x: tf.Tensor):
-  """(tensor of a native collective dtype, decode fn), bit-exact."""
-  dtype = x.dtype
-  if dtype in _NATIVE_DTYPES:
-    return x, lambda y: y
-  if dtype == tf.bool:
-    return tf.cast(x, tf.int32), lambda y: tf.cast(y, tf.bool)
-  if dtype in (tf.bfloat16,):
-    return tf.cast(x, tf.float32), lambda y: tf.cast(y, dtype)
-  if dtype in (tf.int8, tf.int16, tf.uint8, tf.uint16):
-    return tf.cast(x, tf.int32), lambda y: tf.cast(y, dtype)
-  if dtype == tf.uint32:
-    return tf.cast(x, tf.int64), lambda y: tf.cast(y, dtype)
-  if dtype == tf.uint64:
-    return (tf.bitcast(x, tf.int64), lambda y: tf.bitcast(y, tf.uint64))
-  if dtype.is_complex:
-    return (
-      tf.stack([tf.math.real(x), tf.math.imag(x)], -1),
-      lambda y: tf.complex(y[..., 0], y[..., 1]),
-    )
-  raise TypeError("collective backend cannot transfer dtype %s" % dtype.name)
-
-
-def _encode_for_sum(x: tf.Tensor):
-  """(tensor of a native dtype, decode fn) for a sum (bfloat16 sums in f32)."""
-  dtype = x.dtype
-  if dtype in _NATIVE_DTYPES:
-    return x, lambda y: y
-  if dtype == tf.bool:  # Logical or, as a sum of 0/1.
-    return tf.cast(x, tf.int32), lambda y: y > 0
-  if dtype == tf.uint64:  # Two's complement sums wrap exactly like uint64.
-    return tf.bitcast(x, tf.int64), lambda y: tf.bitcast(y, tf.uint64)
-  if dtype.is_integer:
-    wide = tf.int64 if dtype.size >= 4 else tf.int32
-    return tf.cast(x, wide), lambda y: tf.cast(y, dtype)
-  if dtype.is_floating:
-    return tf.cast(x, tf.float32), lambda y: tf.cast(y, dtype)
-  if dtype.is_complex:
-    return _encode_exact(x)
-  raise TypeError("collective backend cannot sum dtype %s" % dtype.name)
-
-
-# --------------------------------------------------------- axis plumbing
-def _merge_leading_axis(stacked: tf.Tensor, axis: int) -> tf.Tensor:
-  """[n, d0, .., dk] -> concatenation of the n pieces along `axis`."""
-  n = stacked.shape.as_list()[0]
-  rest = stacked.shape.as_list()[1:]
-  if not rest:
-    raise ValueError("cannot concatenate scalars; stack them instead")
-  if axis:
-    perm = list(range(1, axis + 1)) + [0] + list(range(axis + 1, len(rest) + 1))
-    stacked = tf.transpose(stacked, perm)
-  new_shape = list(rest)
-  new_shape[axis] *= n
-  return tf.reshape(stacked, new_shape)
-
-
-def _split_leading_axis(x: tf.Tensor, axis: int, n: int) -> tf.Tensor:
-  """x -> [n] + x.shape with axis divided by n (piece j = j-th block)."""
-  shape = x.shape.as_list()
-  split_shape = shape[:axis] + [n, shape[axis] // n] + shape[axis + 1 :]
-  y = tf.reshape(x, split_shape)
-  if axis:
-    perm = [axis] + list(range(axis)) + list(range(axis + 1, len(split_shape)))
-    y = tf.transpose(y, perm)
-  return y
