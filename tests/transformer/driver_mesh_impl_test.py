@@ -121,17 +121,9 @@ def test_simd_on_gpus_builds_nccl_collectives(monkeypatch):
       )
     )
 
-  def all_ops(graph):
-    for op in graph.get_operations():
-      yield op
-    for function in graph._functions.values():  # pylint: disable=protected-access
-      inner = getattr(function, "graph", None)
-      if inner is not None:
-        yield from all_ops(inner)
-
   reduces = [
     op
-    for op in all_ops(sums.get_concrete_function().graph)
+    for op in dtu.all_ops(sums.get_concrete_function().graph)
     if op.type == "CollectiveReduceV2"
   ]
   assert reduces

@@ -29,6 +29,16 @@ REPO = os.path.dirname(
 )
 
 
+def all_ops(graph):
+  """The graph's ops and those of the functions it holds (while bodies)."""
+  for op in graph.get_operations():
+    yield op
+  for function in graph._functions.values():  # pylint: disable=protected-access
+    inner = getattr(function, "graph", None)
+    if inner is not None:
+      yield from all_ops(inner)
+
+
 def run_result_program(program: str, *args: str, timeout: int = 600) -> dict:
   """Runs `python -c program args...` and returns its last RESULT line's JSON.
 

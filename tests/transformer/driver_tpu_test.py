@@ -393,16 +393,6 @@ def test_setup_tpu_with_an_unreachable_worker_names_the_tpu(monkeypatch):
 # The TPU step graph, built in a tf.Graph (not run).
 
 
-def all_ops(graph):
-  """The graph's ops and those of the functions it holds (while bodies)."""
-  for op in graph.get_operations():
-    yield op
-  for function in graph._functions.values():  # pylint: disable=protected-access
-    inner = getattr(function, "graph", None)
-    if inner is not None:
-      yield from all_ops(inner)
-
-
 # The legacy pass (MTF_TEST_TF_MODE=v1) builds these graphs with TF1 control
 # flow, by TensorFlow's choice: a while loop is a frame of Enter, Merge,
 # Switch, LoopCond and Exit ops in the graph itself, not a While op whose
@@ -534,7 +524,7 @@ def test_v3_8_step_graph_replicates_over_8_cores_in_a_host_loop(tmp_path):
     "loss",
     "step",
   ]
-  ops = list(all_ops(graph))
+  ops = list(dtu.all_ops(graph))
   (loop_op,) = host_loops(graph)
   (metadata,) = [op for op in ops if op.type == "TPUReplicateMetadata"]
   # One replicated computation of 8 replicas, inside the host while loop.
@@ -570,7 +560,7 @@ def test_v4_32_step_graph_each_host_feeds_its_own_replicas(tmp_path):
   plan, graph, loop, _ = build_tpu_train_graph(
     tmp_path, v4_32(), V4_MESH, iterations_per_loop=2
   )
-  ops = list(all_ops(graph))
+  ops = list(dtu.all_ops(graph))
   (metadata,) = [op for op in ops if op.type == "TPUReplicateMetadata"]
   assert metadata.get_attr("num_replicas") == 16
   hosts = ["/job:worker/task:%d/device:CPU:0" % h for h in range(4)]
@@ -639,7 +629,7 @@ def test_eval_and_decode_programs_replicate_over_every_core(
   assert loss.shape == [] and loss.dtype == tf.float32
   assert xent.shape == y.shape and predictions.shape == y.shape
   assert decodes.shape == x.shape and decodes.dtype == tf.int32
-  ops = list(all_ops(graph))
+  ops = list(dtu.all_ops(graph))
   metadata = [op for op in ops if op.type == "TPUReplicateMetadata"]
   assert len(metadata) == 2  # one replicated program each
   for m in metadata:
@@ -701,7 +691,7 @@ def test_eval_loop_runs_iterations_per_loop_batches_per_host_call(
     )
   assert losses.shape == (3,)
   assert xent.shape == predictions.shape == (3,) + y.shape
-  ops = list(all_ops(graph))
+  ops = list(dtu.all_ops(graph))
   # One replicated program, traced once, inside a host loop of 3 batches.
   (loop_op,) = host_loops(graph)
   (metadata,) = [op for op in ops if op.type == "TPUReplicateMetadata"]
@@ -802,7 +792,7 @@ def test_score_and_decode_loops_run_batches_in_one_host_call(
   assert losses.shape == (3,)
   assert xent.shape == predictions.shape == decodes.shape == (3,) + y.shape
   assert decodes.dtype == tf.int32
-  ops = list(all_ops(graph))
+  ops = list(dtu.all_ops(graph))
   loops = host_loops(graph)
   metadata = [op for op in ops if op.type == "TPUReplicateMetadata"]
   assert len(loops) == len(metadata) == 2
