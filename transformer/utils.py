@@ -114,6 +114,9 @@ from transformer._src.driver.scoring import (
 from transformer._src.driver.scoring import (
   score_with_estimator_lazy as score_with_estimator_lazy,
 )
+from transformer._src.driver.step_execution import (
+  eager_in_legacy_mode as eager_in_legacy_mode,
+)
 from transformer._src.driver.train import get_estimator as get_estimator
 from transformer._src.driver.train import train_model as train_model
 from transformer._src.models.bitransformer import (
@@ -143,6 +146,7 @@ __all__ = [
   "decode_from_dataset",
   "decode_from_file",
   "decode_strings",
+  "eager_in_legacy_mode",
   "encode_delimited_lm",
   "encode_inputs",
   "eval_model",

@@ -47,6 +47,7 @@ from mesh_tensorflow.bert._src.classifier import (
 )
 from mesh_tensorflow.bert._src.classifier import file_based_input_fn_builder
 from mesh_tensorflow.bert._src.classifier import input_fn_builder
+from transformer import utils as transformer_utils
 
 FLAGS = flags.FLAGS
 
@@ -160,8 +161,8 @@ def _records(name, examples, label_list, tokenizer):
 
 
 # The original's scripts called tf.disable_v2_behavior() before main; the
-# driver runs eagerly also then (see eager_in_legacy_mode).
-@run_util.eager_in_legacy_mode
+# driver runs eagerly also then (see transformer.utils.eager_in_legacy_mode).
+@transformer_utils.eager_in_legacy_mode
 def main(_) -> None:
   """Fine-tunes, evaluates and/or predicts as --do_* say.
 

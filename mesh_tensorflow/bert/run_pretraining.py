@@ -34,6 +34,7 @@ from mesh_tensorflow.bert._src import flag_util
 from mesh_tensorflow.bert._src import model as bert_lib
 from mesh_tensorflow.bert._src import pretraining
 from mesh_tensorflow.bert._src import run_util
+from transformer import utils as transformer_utils
 
 FLAGS = flags.FLAGS
 
@@ -183,8 +184,8 @@ def _evaluate(est, eval_input_fn, current_step):
 
 
 # The original's scripts called tf.disable_v2_behavior() before main; the
-# driver runs eagerly also then (see eager_in_legacy_mode).
-@run_util.eager_in_legacy_mode
+# driver runs eagerly also then (see transformer.utils.eager_in_legacy_mode).
+@transformer_utils.eager_in_legacy_mode
 def main(_) -> None:
   """Pretrains and/or evaluates as --mode says.
 

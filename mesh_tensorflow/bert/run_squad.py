@@ -41,6 +41,7 @@ from mesh_tensorflow.bert._src.squad_features import SquadExample
 from mesh_tensorflow.bert._src.squad_features import (
   convert_examples_to_features,
 )
+from transformer import utils as transformer_utils
 
 FLAGS = flags.FLAGS
 
@@ -269,8 +270,8 @@ def _write_features(name, examples, tokenizer, is_training, keep=None):
 
 
 # The original's scripts called tf.disable_v2_behavior() before main; the
-# driver runs eagerly also then (see eager_in_legacy_mode).
-@run_util.eager_in_legacy_mode
+# driver runs eagerly also then (see transformer.utils.eager_in_legacy_mode).
+@transformer_utils.eager_in_legacy_mode
 def main(_) -> None:
   """Fine-tunes and/or predicts as --do_train / --do_predict say.
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import functools
-from typing import Callable, Dict, List, Optional
+from typing import Dict, List, Optional
 
 from absl import flags
 from absl import logging
 import tensorflow as tf
-from tensorflow.python.eager import context as eager_context  # pylint: disable=g-direct-tensorflow-import
 
 import mesh_tensorflow as mtf
 from mesh_tensorflow.bert._src import estimator
@@ -17,38 +15,11 @@ __all__ = [
   "COMMON_FLAGS",
   "FINE_TUNING_FLAGS",
   "TPU_FLAG_NAMES",
-  "eager_in_legacy_mode",
   "fine_tuning_task",
   "glob_files",
   "make_estimator",
   "write_results",
 ]
-
-
-def eager_in_legacy_mode(fn: Callable) -> Callable:
-  """fn, run with eager execution also after TF2 behaviour was switched off.
-
-  The BERT scripts are eager programs (they iterate datasets and read
-  results with .numpy()); the original's called
-  `tf.compat.v1.disable_v2_behavior()` before main, and a script that still
-  does keeps its legacy switches but runs main eagerly, as the transformer
-  driver runs its calls.
-
-  Args:
-    fn: the function.
-
-  Returns:
-    fn wrapped.
-  """
-
-  @functools.wraps(fn)
-  def wrapper(*args, **kwargs):
-    if tf.executing_eagerly() or tf.inside_function():
-      return fn(*args, **kwargs)
-    with eager_context.eager_mode():
-      return fn(*args, **kwargs)
-
-  return wrapper
 
 
 # The original's Cloud TPU flags. The TF2 driver runs the mesh on the local

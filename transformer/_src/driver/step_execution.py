@@ -36,7 +36,14 @@ def eager_in_legacy_mode(fn: Callable) -> Callable:
   shapes, control flow and variable kinds in its own graphs); only the
   driver's calls run eagerly, so they train, evaluate and decode exactly as
   under TF2 behaviour. Calls made while a function is being traced are left
-  as they are.
+  as they are. Public (transformer.utils) for other eager entry points built
+  on the driver, such as the BERT scripts' mains.
+
+  Args:
+    fn: the function to wrap.
+
+  Returns:
+    fn wrapped, with fn's signature (which gin reads).
   """
 
   @functools.wraps(fn)
